@@ -1,0 +1,411 @@
+// core/dtype.cpp — dtype table, scalar float conversions and the GGUF block formats'
+// dequantizers and (simple, ggml-compatible layout) quantizers.
+#include "core/dtype.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+
+#include "core/error.h"
+
+namespace fp {
+
+const DTypeInfo& dtype_info(DType t) {
+  static const DTypeInfo f32{"F32", 1, 4, false}, f16{"F16", 1, 2, false}, bf16{"BF16", 1, 2, false},
+      f8{"F8_E4M3", 1, 1, false}, q8_0{"Q8_0", QK8_0, sizeof(BlockQ8_0), true},
+      q4_0{"Q4_0", QK4_0, sizeof(BlockQ4_0), true}, q4_k{"Q4_K", QK_K, sizeof(BlockQ4_K), true},
+      q6_k{"Q6_K", QK_K, sizeof(BlockQ6_K), true}, i8{"I8", 1, 1, false}, i16{"I16", 1, 2, false},
+      i32{"I32", 1, 4, false}, i64{"I64", 1, 8, false}, f64{"F64", 1, 8, false};
+  switch (t) {
+    case DType::F32: return f32;
+    case DType::F16: return f16;
+    case DType::BF16: return bf16;
+    case DType::F8_E4M3: return f8;
+    case DType::Q8_0: return q8_0;
+    case DType::Q4_0: return q4_0;
+    case DType::Q4_K: return q4_k;
+    case DType::Q6_K: return q6_k;
+    case DType::I8: return i8;
+    case DType::I16: return i16;
+    case DType::I32: return i32;
+    case DType::I64: return i64;
+    case DType::F64: return f64;
+  }
+  fail("unknown dtype id ", static_cast<uint32_t>(t));
+}
+
+bool dtype_from_gguf(uint32_t g, DType* out) {
+  switch (g) {
+    case 0: case 1: case 2: case 8: case 12: case 14: case 24: case 25: case 26: case 27: case 28: case 30:
+      *out = static_cast<DType>(g);
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool dtype_from_name(const std::string& name, DType* out) {
+  std::string up = name;
+  for (auto& c : up) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (up == "FP8" || up == "F8" || up == "F8_E4M3" || up == "FP8_E4M3") {
+    *out = DType::F8_E4M3;
+    return true;
+  }
+  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K,
+                  DType::I8, DType::I16, DType::I32, DType::I64, DType::F64}) {
+    if (up == dtype_info(t).name) {
+      *out = t;
+      return true;
+    }
+  }
+  return false;
+}
+
+int64_t row_bytes(DType t, int64_t n) {
+  const auto& info = dtype_info(t);
+  FP_CHECK(n >= 0 && n % info.block_elems == 0, "row of ", n, " elements is not a multiple of the ", info.name,
+           " block size ", info.block_elems);
+  return n / info.block_elems * info.block_bytes;
+}
+
+// ---- scalars ------------------------------------------------------------------------
+
+float f16_to_f32(uint16_t h) {
+  uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ff, bits;
+  if (exp == 0) {
+    if (mant == 0) {
+      bits = sign;
+    } else {  // subnormal: normalise
+      int e = -1;
+      do {
+        mant <<= 1;
+        ++e;
+      } while (!(mant & 0x400));
+      bits = sign | ((127 - 15 - e) << 23) | ((mant & 0x3ff) << 13);
+    }
+  } else if (exp == 31) {
+    bits = sign | 0x7f800000u | (mant << 13);
+  } else {
+    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t f32_to_f16(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  uint32_t sign = (x >> 16) & 0x8000u;
+  uint32_t absx = x & 0x7fffffffu;
+  if (absx > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
+  if (absx >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds to >= 65536: inf
+  if (absx < 0x38800000u) {  // below the smallest normal f16 (2^-14): subnormal or zero
+    // value = absx as float; f16 subnormal unit = 2^-24.
+    float a;
+    std::memcpy(&a, &absx, 4);
+    float scaled = a * 16777216.0f;  // exact (power of two)
+    float r = std::nearbyint(scaled);  // default rounding mode: nearest even
+    return static_cast<uint16_t>(sign | static_cast<uint32_t>(r));
+  }
+  uint32_t exp = ((absx >> 23) - 127 + 15);
+  uint32_t mant = absx & 0x7fffffu;
+  uint32_t h = (exp << 10) | (mant >> 13);
+  uint32_t rem = mant & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ++h;  // carry into exponent is correct
+  return static_cast<uint16_t>(sign | h);
+}
+
+uint16_t f32_to_bf16(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);
+  x += 0x7fffu + ((x >> 16) & 1u);
+  return static_cast<uint16_t>(x >> 16);
+}
+
+float fp8e4m3_to_f32(uint8_t v) {
+  float sign = (v & 0x80) ? -1.0f : 1.0f;
+  int exp = (v >> 3) & 0xf, mant = v & 7;
+  if (exp == 15 && mant == 7) return std::nanf("");
+  if (exp == 0) return sign * std::ldexp(static_cast<float>(mant), -9);  // mant/8 * 2^-6
+  return sign * std::ldexp(1.0f + mant / 8.0f, exp - 7);
+}
+
+uint8_t f32_to_fp8e4m3(float f) {
+  if (std::isnan(f)) return 0x7f;
+  uint8_t sign = std::signbit(f) ? 0x80 : 0;
+  float a = std::fabs(f);
+  if (a >= 448.0f) return sign | 0x7e;  // saturate to the largest finite value
+  // Candidates are all non-negative codes 0..0x7e, increasing in value; find the nearest (ties to even code).
+  int lo = 0, hi = 0x7e;
+  while (lo < hi) {  // first code whose value >= a
+    int mid = (lo + hi) / 2;
+    if (fp8e4m3_to_f32(static_cast<uint8_t>(mid)) < a) lo = mid + 1; else hi = mid;
+  }
+  int code = lo;
+  if (code > 0) {
+    float up = fp8e4m3_to_f32(static_cast<uint8_t>(code)), down = fp8e4m3_to_f32(static_cast<uint8_t>(code - 1));
+    if (a - down < up - a || (a - down == up - a && ((code - 1) & 1) == 0)) code = code - 1;
+  }
+  return static_cast<uint8_t>(sign | code);
+}
+
+// ---- block formats ------------------------------------------------------------------
+
+namespace {
+
+void check_blocks(DType t, int64_t n) { (void)row_bytes(t, n); }
+
+void dequant_q8_0(const BlockQ8_0* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i) {
+    float d = f16_to_f32(b[i].d);
+    for (int j = 0; j < QK8_0; ++j) y[i * QK8_0 + j] = d * b[i].qs[j];
+  }
+}
+
+void dequant_q4_0(const BlockQ4_0* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i) {
+    float d = f16_to_f32(b[i].d);
+    for (int j = 0; j < QK4_0 / 2; ++j) {
+      y[i * QK4_0 + j] = d * ((b[i].qs[j] & 0xf) - 8);
+      y[i * QK4_0 + j + QK4_0 / 2] = d * ((b[i].qs[j] >> 4) - 8);
+    }
+  }
+}
+
+// The 12 scale bytes of Q4_K pack 8 six-bit scales and 8 six-bit mins.
+inline void q4k_scale_min(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {
+  if (j < 4) {
+    *sc = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *sc = static_cast<uint8_t>((q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4));
+    *m = static_cast<uint8_t>((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+  }
+}
+
+void dequant_q4_k(const BlockQ4_K* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i) {
+    float d = f16_to_f32(b[i].d), dmin = f16_to_f32(b[i].dmin);
+    const uint8_t* q = b[i].qs;
+    for (int j = 0, is = 0; j < QK_K; j += 64, is += 2) {
+      uint8_t sc, m;
+      q4k_scale_min(is, b[i].scales, &sc, &m);
+      float d1 = d * sc, m1 = dmin * m;
+      q4k_scale_min(is + 1, b[i].scales, &sc, &m);
+      float d2 = d * sc, m2 = dmin * m;
+      for (int l = 0; l < 32; ++l) *y++ = d1 * (q[l] & 0xf) - m1;
+      for (int l = 0; l < 32; ++l) *y++ = d2 * (q[l] >> 4) - m2;
+      q += 32;
+    }
+  }
+}
+
+void dequant_q6_k(const BlockQ6_K* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i) {
+    float d = f16_to_f32(b[i].d);
+    const uint8_t* ql = b[i].ql;
+    const uint8_t* qh = b[i].qh;
+    const int8_t* sc = b[i].scales;
+    for (int n = 0; n < QK_K; n += 128) {
+      for (int l = 0; l < 32; ++l) {
+        int is = l / 16;
+        int q1 = ((ql[l] & 0xf) | (((qh[l] >> 0) & 3) << 4)) - 32;
+        int q2 = ((ql[l + 32] & 0xf) | (((qh[l] >> 2) & 3) << 4)) - 32;
+        int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+        int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+        y[l] = d * sc[is] * q1;
+        y[l + 32] = d * sc[is + 2] * q2;
+        y[l + 64] = d * sc[is + 4] * q3;
+        y[l + 96] = d * sc[is + 6] * q4;
+      }
+      y += 128;
+      ql += 64;
+      qh += 32;
+      sc += 8;
+    }
+  }
+}
+
+void quant_q4_0(const float* x, BlockQ4_0* b, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i) {
+    const float* v = x + i * QK4_0;
+    float amax = 0, max = 0;
+    for (int j = 0; j < QK4_0; ++j)
+      if (std::fabs(v[j]) > amax) {
+        amax = std::fabs(v[j]);
+        max = v[j];
+      }
+    float d = max / -8.0f, id = d != 0 ? 1.0f / d : 0.0f;
+    b[i].d = f32_to_f16(d);
+    for (int j = 0; j < QK4_0 / 2; ++j) {
+      int q0 = std::min(15, static_cast<int>(v[j] * id + 8.5f));
+      int q1 = std::min(15, static_cast<int>(v[j + QK4_0 / 2] * id + 8.5f));
+      b[i].qs[j] = static_cast<uint8_t>(q0 | (q1 << 4));
+    }
+  }
+}
+
+// Q4_K: per 32-element sub-block, scale = (max-min)/15 and min = -min (>= 0), then both
+// quantized to 6 bits against the super-block's d and dmin. Simple, not error-optimal.
+void quant_q4_k(const float* x, BlockQ4_K* b, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i) {
+    const float* v = x + i * QK_K;
+    float scales[8], mins[8];
+    for (int s = 0; s < 8; ++s) {
+      float lo = v[s * 32], hi = v[s * 32];
+      for (int l = 0; l < 32; ++l) {
+        lo = std::min(lo, v[s * 32 + l]);
+        hi = std::max(hi, v[s * 32 + l]);
+      }
+      lo = std::min(lo, 0.0f);
+      scales[s] = (hi - lo) / 15.0f;
+      mins[s] = -lo;
+    }
+    float max_sc = *std::max_element(scales, scales + 8), max_m = *std::max_element(mins, mins + 8);
+    float d = max_sc / 63.0f, dmin = max_m / 63.0f;
+    b[i].d = f32_to_f16(d);
+    b[i].dmin = f32_to_f16(dmin);
+    d = f16_to_f32(b[i].d);
+    dmin = f16_to_f32(b[i].dmin);
+    uint8_t ls[8], lm[8];
+    for (int s = 0; s < 8; ++s) {
+      ls[s] = static_cast<uint8_t>(d > 0 ? std::min(63, static_cast<int>(std::lround(scales[s] / d))) : 0);
+      lm[s] = static_cast<uint8_t>(dmin > 0 ? std::min(63, static_cast<int>(std::lround(mins[s] / dmin))) : 0);
+    }
+    std::memset(b[i].scales, 0, 12);
+    for (int j = 0; j < 4; ++j) {
+      b[i].scales[j] = ls[j] | ((ls[j + 4] >> 4) << 6);
+      b[i].scales[j + 4] = lm[j] | ((lm[j + 4] >> 4) << 6);
+      b[i].scales[j + 8] = static_cast<uint8_t>((ls[j + 4] & 0xf) | ((lm[j + 4] & 0xf) << 4));
+    }
+    uint8_t q[QK_K];
+    for (int s = 0; s < 8; ++s) {
+      float sd = d * ls[s], sm = dmin * lm[s];
+      for (int l = 0; l < 32; ++l) {
+        int qi = sd > 0 ? static_cast<int>(std::lround((v[s * 32 + l] + sm) / sd)) : 0;
+        q[s * 32 + l] = static_cast<uint8_t>(std::clamp(qi, 0, 15));
+      }
+    }
+    for (int j = 0; j < QK_K; j += 64)
+      for (int l = 0; l < 32; ++l) b[i].qs[j / 2 + l] = static_cast<uint8_t>(q[j + l] | (q[j + 32 + l] << 4));
+  }
+}
+
+// Q6_K: per 16-element group, scale = max|x|/32 quantized to int8 against d = max scale/127.
+void quant_q6_k(const float* x, BlockQ6_K* b, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i) {
+    const float* v = x + i * QK_K;
+    float gs[16];
+    for (int g = 0; g < 16; ++g) {
+      float amax = 0, max = 0;
+      for (int l = 0; l < 16; ++l)
+        if (std::fabs(v[g * 16 + l]) > amax) {
+          amax = std::fabs(v[g * 16 + l]);
+          max = v[g * 16 + l];
+        }
+      gs[g] = max / -32.0f;
+    }
+    float amax_s = 0;
+    for (float s : gs) amax_s = std::max(amax_s, std::fabs(s));
+    float d = amax_s / 127.0f;
+    b[i].d = f32_to_f16(d);
+    d = f16_to_f32(b[i].d);
+    uint8_t q[QK_K];
+    for (int g = 0; g < 16; ++g) {
+      int sc = d > 0 ? std::clamp(static_cast<int>(std::lround(gs[g] / d)), -128, 127) : 0;
+      b[i].scales[g] = static_cast<int8_t>(sc);
+      float gd = d * sc;
+      for (int l = 0; l < 16; ++l) {
+        int qi = gd != 0 ? static_cast<int>(std::lround(v[g * 16 + l] / gd)) : 0;
+        q[g * 16 + l] = static_cast<uint8_t>(std::clamp(qi, -32, 31) + 32);
+      }
+    }
+    for (int n = 0; n < QK_K; n += 128) {
+      uint8_t* ql = b[i].ql + n / 2;
+      uint8_t* qh = b[i].qh + n / 4;
+      for (int l = 0; l < 32; ++l) {
+        uint8_t q1 = q[n + l], q2 = q[n + l + 32], q3 = q[n + l + 64], q4 = q[n + l + 96];
+        ql[l] = static_cast<uint8_t>((q1 & 0xf) | ((q3 & 0xf) << 4));
+        ql[l + 32] = static_cast<uint8_t>((q2 & 0xf) | ((q4 & 0xf) << 4));
+        qh[l] = static_cast<uint8_t>((q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4) | ((q4 >> 4) << 6));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void quantize_row_q8_0(const float* x, BlockQ8_0* b, int64_t n) {
+  check_blocks(DType::Q8_0, n);
+  for (int64_t i = 0; i < n / QK8_0; ++i) {
+    const float* v = x + i * QK8_0;
+    float amax = 0;
+    for (int j = 0; j < QK8_0; ++j) amax = std::max(amax, std::fabs(v[j]));
+    float d = amax / 127.0f, id = d != 0 ? 1.0f / d : 0.0f;
+    b[i].d = f32_to_f16(d);
+    for (int j = 0; j < QK8_0; ++j) b[i].qs[j] = static_cast<int8_t>(std::round(v[j] * id));
+  }
+}
+
+void dequantize_row(DType t, const void* src, float* y, int64_t n) {
+  check_blocks(t, n);
+  switch (t) {
+    case DType::F32: std::memcpy(y, src, n * 4); return;
+    case DType::F16: {
+      auto s = static_cast<const uint16_t*>(src);
+      for (int64_t i = 0; i < n; ++i) y[i] = f16_to_f32(s[i]);
+      return;
+    }
+    case DType::BF16: {
+      auto s = static_cast<const uint16_t*>(src);
+      for (int64_t i = 0; i < n; ++i) y[i] = bf16_to_f32(s[i]);
+      return;
+    }
+    case DType::F8_E4M3: {
+      auto s = static_cast<const uint8_t*>(src);
+      for (int64_t i = 0; i < n; ++i) y[i] = fp8e4m3_to_f32(s[i]);
+      return;
+    }
+    case DType::Q8_0: dequant_q8_0(static_cast<const BlockQ8_0*>(src), y, n / QK8_0); return;
+    case DType::Q4_0: dequant_q4_0(static_cast<const BlockQ4_0*>(src), y, n / QK4_0); return;
+    case DType::Q4_K: dequant_q4_k(static_cast<const BlockQ4_K*>(src), y, n / QK_K); return;
+    case DType::Q6_K: dequant_q6_k(static_cast<const BlockQ6_K*>(src), y, n / QK_K); return;
+    case DType::F64: {
+      auto s = static_cast<const double*>(src);
+      for (int64_t i = 0; i < n; ++i) y[i] = static_cast<float>(s[i]);
+      return;
+    }
+    default: fail("cannot dequantize ", dtype_name(t), " to F32");
+  }
+}
+
+void quantize_row(DType t, const float* x, void* dst, int64_t n) {
+  check_blocks(t, n);
+  switch (t) {
+    case DType::F32: std::memcpy(dst, x, n * 4); return;
+    case DType::F16: {
+      auto d = static_cast<uint16_t*>(dst);
+      for (int64_t i = 0; i < n; ++i) d[i] = f32_to_f16(x[i]);
+      return;
+    }
+    case DType::BF16: {
+      auto d = static_cast<uint16_t*>(dst);
+      for (int64_t i = 0; i < n; ++i) d[i] = f32_to_bf16(x[i]);
+      return;
+    }
+    case DType::F8_E4M3: {
+      auto d = static_cast<uint8_t*>(dst);
+      for (int64_t i = 0; i < n; ++i) d[i] = f32_to_fp8e4m3(x[i]);
+      return;
+    }
+    case DType::Q8_0: quantize_row_q8_0(x, static_cast<BlockQ8_0*>(dst), n); return;
+    case DType::Q4_0: quant_q4_0(x, static_cast<BlockQ4_0*>(dst), n / QK4_0); return;
+    case DType::Q4_K: quant_q4_k(x, static_cast<BlockQ4_K*>(dst), n / QK_K); return;
+    case DType::Q6_K: quant_q6_k(x, static_cast<BlockQ6_K*>(dst), n / QK_K); return;
+    default: fail("cannot quantize F32 to ", dtype_name(t));
+  }
+}
+
+}  // namespace fp

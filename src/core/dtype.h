@@ -1,0 +1,95 @@
+// core/dtype.h — element types and GGUF block-quantized formats: sizes, names, scalar
+// conversions (F16, BF16, FP8-E4M3) and row dequantization/quantization for every format.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+namespace fp {
+
+// Values match GGUF's ggml_type ids where GGUF defines the type, so a GGUF tensor's type
+// converts with a range check. F8_E4M3 has no GGUF id; it lives in safetensors checkpoints.
+enum class DType : uint32_t {
+  F32 = 0,
+  F16 = 1,
+  Q4_0 = 2,
+  Q8_0 = 8,
+  Q4_K = 12,
+  Q6_K = 14,
+  I8 = 24,
+  I16 = 25,
+  I32 = 26,
+  I64 = 27,
+  F64 = 28,
+  BF16 = 30,
+  F8_E4M3 = 1000,
+};
+
+struct DTypeInfo {
+  const char* name;
+  int64_t block_elems;  // elements per block (1 for plain types)
+  int64_t block_bytes;  // bytes per block
+  bool quantized;       // a GGUF block format
+};
+
+const DTypeInfo& dtype_info(DType t);
+inline const char* dtype_name(DType t) { return dtype_info(t).name; }
+bool dtype_from_gguf(uint32_t gguf_type, DType* out);  // false when unsupported
+bool dtype_from_name(const std::string& name, DType* out);  // "f32", "q8_0", "Q4_K", "bf16", ...
+
+// Bytes of a row of n elements; throws when n is not a multiple of the block size.
+int64_t row_bytes(DType t, int64_t n);
+
+// ---- scalar conversions -------------------------------------------------------------
+float f16_to_f32(uint16_t h);
+uint16_t f32_to_f16(float f);  // round to nearest even, overflow to inf
+inline float bf16_to_f32(uint16_t h) {
+  uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+uint16_t f32_to_bf16(float f);  // round to nearest even, NaN kept quiet
+float fp8e4m3_to_f32(uint8_t v);
+uint8_t f32_to_fp8e4m3(float f);  // round to nearest even, saturating at +-448
+
+// ---- block formats (layouts identical to ggml) -------------------------------------
+constexpr int QK8_0 = 32;
+constexpr int QK4_0 = 32;
+constexpr int QK_K = 256;
+
+struct BlockQ8_0 {
+  uint16_t d;  // f16 scale
+  int8_t qs[QK8_0];
+};
+struct BlockQ4_0 {
+  uint16_t d;
+  uint8_t qs[QK4_0 / 2];  // low nibbles: elements 0..15, high nibbles: 16..31
+};
+struct BlockQ4_K {
+  uint16_t d;      // super-block scale for the 6-bit scales
+  uint16_t dmin;   // super-block scale for the 6-bit mins
+  uint8_t scales[12];  // 8 scales and 8 mins, 6 bits each
+  uint8_t qs[QK_K / 2];
+};
+struct BlockQ6_K {
+  uint8_t ql[QK_K / 2];      // low 4 bits
+  uint8_t qh[QK_K / 4];      // high 2 bits
+  int8_t scales[QK_K / 16];  // 8-bit scales of 16-element groups
+  uint16_t d;
+};
+static_assert(sizeof(BlockQ8_0) == 34);
+static_assert(sizeof(BlockQ4_0) == 18);
+static_assert(sizeof(BlockQ4_K) == 144);
+static_assert(sizeof(BlockQ6_K) == 210);
+
+// Dequantize n elements of type t starting at src into dst (f32). Plain types convert.
+void dequantize_row(DType t, const void* src, float* dst, int64_t n);
+// Quantize/convert n f32 values into type t at dst (row_bytes(t, n) bytes).
+void quantize_row(DType t, const float* src, void* dst, int64_t n);
+
+// ggml's Q8_0 quantizer (round half away from zero), used for activations too.
+void quantize_row_q8_0(const float* src, BlockQ8_0* dst, int64_t n);
+
+}  // namespace fp
