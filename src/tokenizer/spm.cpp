@@ -1,0 +1,137 @@
+// tokenizer/spm.cpp — SentencePiece-style BPE with byte fallback (GGUF "llama", llama2.c):
+// spaces become "▁", then adjacent pieces merge by highest vocabulary score, leftmost first,
+// and what is left outside the vocabulary falls back to <0xNN> byte tokens.
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <queue>
+
+#include "core/error.h"
+#include "tokenizer/models.h"
+#include "tokenizer/unicode.h"
+
+namespace fp {
+
+namespace {
+
+const std::string kSpace = "\xE2\x96\x81";  // U+2581 "▁"
+
+class SpmTokenizer final : public Tokenizer {
+ public:
+  explicit SpmTokenizer(TokenizerSpec spec) : Tokenizer(std::move(spec)) {
+    byte_ids_.fill(-1);
+    for (int b = 0; b < 256; ++b) {
+      char name[8];
+      std::snprintf(name, sizeof name, "<0x%02X>", b);
+      byte_ids_[b] = find_token(name);
+    }
+    // Only normal and user-defined pieces are reachable by merging text.
+    mergeable_.assign(spec_.tokens.size(), 1);
+    for (size_t i = 0; i < spec_.types.size(); ++i) {
+      const auto t = static_cast<TokenType>(spec_.types[i]);
+      mergeable_[i] = t == TokenType::Normal || t == TokenType::UserDefined || t == TokenType::Undefined;
+    }
+  }
+
+ protected:
+  void encode_text(std::string_view text, bool after_special, std::vector<int32_t>& out) const override {
+    std::string s;
+    s.reserve(text.size() + 8);
+    if (spec_.add_space_prefix && after_special) s += kSpace;
+    for (char c : text) {
+      if (c == ' ') s += kSpace;
+      else s += c;
+    }
+    tokenize(s, out);
+  }
+
+  std::string piece_bytes(int32_t id) const override {
+    const std::string& p = spec_.tokens[id];
+    if (token_type(id) == TokenType::Byte) {
+      // "<0xNN>"
+      if (p.size() == 6 && p.compare(0, 3, "<0x") == 0) return std::string(1, static_cast<char>(std::stoi(p.substr(3, 2), nullptr, 16)));
+      return p;
+    }
+    std::string r;
+    r.reserve(p.size());
+    for (size_t i = 0; i < p.size();) {
+      if (p.compare(i, 3, kSpace) == 0) { r += ' '; i += 3; }
+      else r += p[i++];
+    }
+    return r;
+  }
+
+ private:
+  int32_t lookup(std::string_view piece) const {
+    auto it = piece_to_id_.find(piece);
+    if (it == piece_to_id_.end() || !mergeable_[it->second]) return -1;
+    return it->second;
+  }
+
+  // Symbols are byte ranges of `s` in a doubly linked list; a max-heap of candidate pairs
+  // (score, then leftmost) drives merges. Stale heap entries are detected by length.
+  void tokenize(const std::string& s, std::vector<int32_t>& out) const {
+    struct Sym { uint32_t start, len; int32_t prev, next; };
+    std::vector<Sym> sym;
+    for (size_t i = 0; i < s.size();) {
+      size_t len = std::min(uni::utf8_len(static_cast<uint8_t>(s[i])), s.size() - i);
+      sym.push_back({static_cast<uint32_t>(i), static_cast<uint32_t>(len), static_cast<int32_t>(sym.size()) - 1,
+                     static_cast<int32_t>(sym.size()) + 1});
+      i += len;
+    }
+    if (sym.empty()) return;
+    sym.back().next = -1;
+
+    struct Pair { float score; int32_t left, right; uint32_t len; };
+    auto cmp = [](const Pair& a, const Pair& b) { return a.score < b.score || (a.score == b.score && a.left > b.left); };
+    std::priority_queue<Pair, std::vector<Pair>, decltype(cmp)> heap(cmp);
+    auto try_pair = [&](int32_t l, int32_t r) {
+      if (l < 0 || r < 0) return;
+      const uint32_t len = sym[l].len + sym[r].len;
+      const int32_t id = lookup(std::string_view(s).substr(sym[l].start, len));
+      if (id < 0) return;
+      heap.push({spec_.scores.empty() ? 0.0f : spec_.scores[id], l, r, len});
+    };
+    for (size_t i = 1; i < sym.size(); ++i) try_pair(static_cast<int32_t>(i) - 1, static_cast<int32_t>(i));
+
+    while (!heap.empty()) {
+      const Pair p = heap.top();
+      heap.pop();
+      Sym& l = sym[p.left];
+      if (l.len == 0 || l.next != p.right || l.len + sym[p.right].len != p.len) continue;  // stale
+      Sym& r = sym[p.right];
+      l.len += r.len;
+      r.len = 0;
+      l.next = r.next;
+      if (r.next >= 0) sym[r.next].prev = p.left;
+      try_pair(l.prev, p.left);
+      try_pair(p.left, l.next);
+    }
+
+    for (int32_t i = 0; i >= 0; i = sym[i].next) {
+      const std::string_view piece = std::string_view(s).substr(sym[i].start, sym[i].len);
+      const int32_t id = lookup(piece);
+      if (id >= 0) {
+        out.push_back(id);
+        continue;
+      }
+      // Byte fallback; a vocabulary without the byte tokens gives one <unk> for the character.
+      bool all_bytes = true;
+      for (char c : piece) all_bytes = all_bytes && byte_ids_[static_cast<uint8_t>(c)] >= 0;
+      if (all_bytes) {
+        for (char c : piece) out.push_back(byte_ids_[static_cast<uint8_t>(c)]);
+      } else if (spec_.unk_id >= 0) {
+        out.push_back(spec_.unk_id);
+      }
+    }
+  }
+
+  std::array<int32_t, 256> byte_ids_{};
+  std::vector<uint8_t> mergeable_;
+};
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> make_spm_tokenizer(TokenizerSpec spec) { return std::make_unique<SpmTokenizer>(std::move(spec)); }
+
+}  // namespace fp
