@@ -1,0 +1,113 @@
+// core/thread_pool.cpp — see thread_pool.h.
+#include "core/thread_pool.h"
+
+#include <algorithm>
+#include <memory>
+
+namespace fp {
+
+ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
+  for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+namespace {
+inline void chunk_range(int64_t n, int64_t chunks, int64_t c, int64_t* b, int64_t* e) {
+  *b = n * c / chunks;
+  *e = n * (c + 1) / chunks;
+}
+}  // namespace
+
+void ThreadPool::worker_loop(int index) {
+  uint64_t seen = 0;
+  for (;;) {
+    const std::function<void(int64_t, int64_t)>* job;
+    int64_t n, chunks;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      if (stop_) return;
+      seen = generation_;
+      job = job_;
+      n = job_n_;
+      chunks = job_chunks_;
+    }
+    if (index < chunks) {
+      int64_t b, e;
+      chunk_range(n, chunks, index, &b, &e);
+      try {
+        (*job)(b, e);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!error_) error_ = std::current_exception();
+      }
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (--pending_ == 0) done_.notify_one();
+    }
+  }
+}
+
+void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+  if (n <= 0) return;
+  int64_t chunks = std::min<int64_t>(n_threads_, (n + std::max<int64_t>(grain, 1) - 1) / std::max<int64_t>(grain, 1));
+  if (chunks <= 1) {
+    fn(0, n);
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    job_ = &fn;
+    job_n_ = n;
+    job_chunks_ = chunks;
+    pending_ = n_threads_ - 1;
+    error_ = nullptr;
+    ++generation_;
+  }
+  wake_.notify_all();
+  std::exception_ptr mine;
+  int64_t b, e;
+  chunk_range(n, chunks, 0, &b, &e);
+  try {
+    fn(b, e);
+  } catch (...) {
+    mine = std::current_exception();
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  done_.wait(lock, [&] { return pending_ == 0; });
+  job_ = nullptr;
+  if (mine) std::rethrow_exception(mine);
+  if (error_) std::rethrow_exception(error_);
+}
+
+namespace {
+std::unique_ptr<ThreadPool>& pool_slot() {
+  static std::unique_ptr<ThreadPool> pool;
+  return pool;
+}
+}  // namespace
+
+int default_num_threads() { return std::max(1u, std::thread::hardware_concurrency()); }
+
+ThreadPool& thread_pool() {
+  auto& p = pool_slot();
+  if (!p) p = std::make_unique<ThreadPool>(default_num_threads());
+  return *p;
+}
+
+void set_num_threads(int n) {
+  auto& p = pool_slot();
+  if (p && p->size() == n) return;
+  p = std::make_unique<ThreadPool>(n > 0 ? n : default_num_threads());
+}
+
+}  // namespace fp

@@ -1,0 +1,31 @@
+// engine/generator.h — single-sequence generation: prefill the prompt, then decode token by
+// token, streaming text through a callback. (Batched serving comes with the scheduler.)
+#pragma once
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "engine/sampler.h"
+#include "model/model.h"
+
+namespace fp {
+
+struct GenerateRequest {
+  std::vector<int32_t> prompt;  // token ids; must not be empty (BOS at least)
+  int32_t max_new_tokens = 128;
+  SamplingParams sampling;
+  bool stop_at_eog = true;
+};
+
+struct GenerateResult {
+  std::vector<int32_t> tokens;  // generated ids (not the prompt)
+  std::string text;
+  std::string finish_reason;    // "stop" or "length"
+  double prefill_seconds = 0, decode_seconds = 0;
+};
+
+// on_text receives each complete piece of text as it is produced.
+GenerateResult generate(Model& model, const GenerateRequest& req,
+                        const std::function<void(const std::string&)>& on_text = nullptr);
+
+}  // namespace fp

@@ -1,0 +1,33 @@
+// engine/sampler.h — turns a row of logits into the next token: greedy, or temperature with
+// top-k, top-p, min-p and a repetition penalty, from a seeded generator (reproducible).
+#pragma once
+#include <cstdint>
+#include <random>
+#include <vector>
+
+namespace fp {
+
+struct SamplingParams {
+  float temperature = 0.8f;  // <= 0: greedy
+  int32_t top_k = 40;        // <= 0: off
+  float top_p = 0.95f;       // >= 1: off
+  float min_p = 0.05f;       // <= 0: off
+  float repetition_penalty = 1.0f;  // 1: off; llama.cpp semantics (divide positive logits, multiply negative)
+  int32_t repetition_window = 64;   // how many recent tokens the penalty looks at
+  uint64_t seed = 0;
+};
+
+class Sampler {
+ public:
+  explicit Sampler(const SamplingParams& p);
+  // logits: [n_vocab], modified in place by penalties. `history` holds the tokens so far.
+  int32_t sample(float* logits, int64_t n_vocab, const std::vector<int32_t>& history);
+  const SamplingParams& params() const { return p_; }
+
+ private:
+  SamplingParams p_;
+  std::mt19937_64 rng_;
+  std::vector<std::pair<float, int32_t>> cand_;
+};
+
+}  // namespace fp

@@ -1,0 +1,223 @@
+// kernels/cpu/reference.cpp — the plain reference kernel of every op: obviously right,
+// single-threaded, the oracle that tests compare fast kernels against.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "core/error.h"
+#include "kernels/ops.h"
+#include "kernels/registry.h"
+
+namespace fp {
+namespace {
+
+
+// ---- embedding ----
+void embedding_ref(const EmbeddingArgs& a) {
+  const Tensor& t = *a.table;
+  int64_t vocab = t.rows(), dim = t.cols();
+  for (int64_t i = 0; i < a.n; ++i) {
+    int32_t id = a.ids[i];
+    FP_CHECK(id >= 0 && id < vocab, "embedding: token id ", id, " is outside the vocabulary [0, ", vocab, ")");
+    dequantize_row(t.dtype, t.row_ptr(id), a.out + i * dim, dim);
+  }
+}
+
+// ---- matmul: dequantize each weight row, dot with every activation row ----
+void dequant_weight_row(const Tensor& w, int64_t o, float* dst) {
+  int64_t in = w.cols();
+  dequantize_row(w.dtype, w.row_ptr(o), dst, in);
+  if (w.block_scale) {
+    int64_t sb = w.scale_block, scale_cols = (in + sb - 1) / sb;
+    const float* srow = w.block_scale + (o / sb) * scale_cols;
+    for (int64_t c = 0; c < in; ++c) dst[c] *= srow[c / sb];
+  }
+}
+
+void matmul_ref(const MatMulArgs& a) {
+  const Tensor& w = *a.w;
+  int64_t out = w.rows(), in = w.cols();
+  std::vector<float> row(static_cast<size_t>(in));
+  for (int64_t o = 0; o < out; ++o) {
+    dequant_weight_row(w, o, row.data());
+    for (int64_t i = 0; i < a.n; ++i) {
+      const float* x = a.x + i * in;
+      float s = 0;
+      for (int64_t c = 0; c < in; ++c) s += x[c] * row[static_cast<size_t>(c)];
+      a.y[i * out + o] = s + (a.bias ? a.bias[o] : 0.0f);
+    }
+  }
+}
+
+// ggml semantics for Q8_0/Q4_0 weights: activations are first rounded to Q8_0 blocks and
+// the dot product accumulates integer products per block, scaled by d_w * d_x.
+std::string refuse_q8act(const MatMulArgs& a) {
+  if (a.w->dtype != DType::Q8_0 && a.w->dtype != DType::Q4_0)
+    return std::string("weights are ") + dtype_name(a.w->dtype) + ", needs Q8_0 or Q4_0";
+  return {};
+}
+
+void matmul_ref_q8act(const MatMulArgs& a) {
+  const Tensor& w = *a.w;
+  int64_t out = w.rows(), in = w.cols(), nb = in / QK8_0;
+  std::vector<BlockQ8_0> xq(static_cast<size_t>(a.n * nb));
+  for (int64_t i = 0; i < a.n; ++i) quantize_row_q8_0(a.x + i * in, xq.data() + i * nb, in);
+  for (int64_t o = 0; o < out; ++o) {
+    for (int64_t i = 0; i < a.n; ++i) {
+      const BlockQ8_0* xb = xq.data() + i * nb;
+      float s = 0;
+      for (int64_t b = 0; b < nb; ++b) {
+        int32_t isum = 0;
+        float dw;
+        if (w.dtype == DType::Q8_0) {
+          const auto* wb = reinterpret_cast<const BlockQ8_0*>(w.row_ptr(o)) + b;
+          for (int j = 0; j < QK8_0; ++j) isum += wb->qs[j] * xb[b].qs[j];
+          dw = f16_to_f32(wb->d);
+        } else {
+          const auto* wb = reinterpret_cast<const BlockQ4_0*>(w.row_ptr(o)) + b;
+          for (int j = 0; j < QK4_0 / 2; ++j) {
+            isum += ((wb->qs[j] & 0xf) - 8) * xb[b].qs[j];
+            isum += ((wb->qs[j] >> 4) - 8) * xb[b].qs[j + QK4_0 / 2];
+          }
+          dw = f16_to_f32(wb->d);
+        }
+        s += static_cast<float>(isum) * dw * f16_to_f32(xb[b].d);
+      }
+      a.y[i * out + o] = s + (a.bias ? a.bias[o] : 0.0f);
+    }
+  }
+}
+
+// ---- element-wise ----
+void rmsnorm_ref(const RmsNormArgs& a) {
+  for (int64_t i = 0; i < a.n; ++i) {
+    const float* x = a.x + i * a.d;
+    float* y = a.out + i * a.d;
+    float ss = 0;
+    for (int64_t j = 0; j < a.d; ++j) ss += x[j] * x[j];
+    float inv = 1.0f / std::sqrt(ss / static_cast<float>(a.d) + a.eps);
+    for (int64_t j = 0; j < a.d; ++j) y[j] = x[j] * inv * a.weight[j];
+  }
+}
+
+void rope_ref(const RopeArgs& a) {
+  int64_t half = a.rot_dim / 2;
+  for (int64_t t = 0; t < a.n; ++t) {
+    for (int64_t i = 0; i < half; ++i) {
+      float angle = static_cast<float>(a.pos[t]) * a.inv_freq[i];
+      float c = std::cos(angle) * a.mscale, s = std::sin(angle) * a.mscale;
+      for (int64_t h = 0; h < a.n_heads; ++h) {
+        float* x = a.x + t * a.row_stride + h * a.head_dim;
+        int64_t i0 = a.style == RopeStyle::Adjacent ? 2 * i : i;
+        int64_t i1 = a.style == RopeStyle::Adjacent ? 2 * i + 1 : i + half;
+        float x0 = x[i0], x1 = x[i1];
+        x[i0] = x0 * c - x1 * s;
+        x[i1] = x0 * s + x1 * c;
+      }
+    }
+  }
+}
+
+void silu_mul_ref(const SiluMulArgs& a) {
+  int64_t gs = a.gate_stride ? a.gate_stride : a.d, us = a.up_stride ? a.up_stride : a.d;
+  for (int64_t i = 0; i < a.n; ++i)
+    for (int64_t j = 0; j < a.d; ++j) {
+      float g = a.gate[i * gs + j];
+      a.out[i * a.d + j] = g / (1.0f + std::exp(-g)) * a.up[i * us + j];
+    }
+}
+
+void add_ref(const AddArgs& a) {
+  for (int64_t i = 0; i < a.n; ++i) a.out[i] = a.a[i] + a.b[i];
+}
+
+void softmax_ref(const SoftmaxArgs& a) {
+  for (int64_t i = 0; i < a.n; ++i) {
+    float* x = a.x + i * a.d;
+    float mx = -std::numeric_limits<float>::infinity();
+    for (int64_t j = 0; j < a.d; ++j) mx = std::max(mx, x[j]);
+    float sum = 0;
+    for (int64_t j = 0; j < a.d; ++j) {
+      x[j] = std::exp(x[j] - mx);
+      sum += x[j];
+    }
+    for (int64_t j = 0; j < a.d; ++j) x[j] /= sum;
+  }
+}
+
+void argmax_ref(const ArgmaxArgs& a) {
+  for (int64_t i = 0; i < a.n; ++i) {
+    const float* x = a.x + i * a.d;
+    int64_t best = 0;
+    for (int64_t j = 1; j < a.d; ++j)
+      if (x[j] > x[best]) best = j;
+    a.out[i] = static_cast<int32_t>(best);
+  }
+}
+
+// ---- attention: scores, softmax, weighted sum; one query token and head at a time ----
+void attention_ref(const AttentionArgs& a) {
+  int64_t group = a.n_heads / a.n_kv_heads;
+  int64_t k_row = a.n_kv_heads * a.head_dim, v_row = a.n_kv_heads * a.v_dim;
+  std::vector<float> p(static_cast<size_t>(a.kv_len));
+  for (int64_t i = 0; i < a.n; ++i) {
+    int64_t len = std::min<int64_t>(a.pos[i] + 1, a.kv_len);
+    for (int64_t h = 0; h < a.n_heads; ++h) {
+      const float* q = a.q + (i * a.n_heads + h) * a.head_dim;
+      int64_t kvh = h / group;
+      float mx = -std::numeric_limits<float>::infinity();
+      for (int64_t t = 0; t < len; ++t) {
+        const float* k = a.k_cache + t * k_row + kvh * a.head_dim;
+        float s = 0;
+        for (int64_t j = 0; j < a.head_dim; ++j) s += q[j] * k[j];
+        p[static_cast<size_t>(t)] = s * a.scale;
+        mx = std::max(mx, p[static_cast<size_t>(t)]);
+      }
+      float sum = 0;
+      for (int64_t t = 0; t < len; ++t) sum += (p[static_cast<size_t>(t)] = std::exp(p[static_cast<size_t>(t)] - mx));
+      float* o = a.out + (i * a.n_heads + h) * a.v_dim;
+      std::fill(o, o + a.v_dim, 0.0f);
+      for (int64_t t = 0; t < len; ++t) {
+        const float* v = a.v_cache + t * v_row + kvh * a.v_dim;
+        float w = p[static_cast<size_t>(t)] / sum;
+        for (int64_t j = 0; j < a.v_dim; ++j) o[j] += w * v[j];
+      }
+    }
+  }
+}
+
+std::string refuse_attention(const AttentionArgs& a) {
+  if (a.n_kv_heads <= 0 || a.n_heads % a.n_kv_heads != 0)
+    return "n_heads " + std::to_string(a.n_heads) + " is not a multiple of n_kv_heads " + std::to_string(a.n_kv_heads);
+  return {};
+}
+
+template <class Args>
+Kernel<Args> ref(void (*run)(const Args&), std::string (*refuse)(const Args&) = nullptr, const char* name = "ref") {
+  Kernel<Args> k;
+  k.name = name;
+  k.backend = Backend::CPU;
+  k.priority = 0;
+  k.reference = true;
+  if (refuse) k.refuse = refuse;
+  k.run = run;
+  return k;
+}
+
+const bool registered = [] {
+  register_kernel(ref<EmbeddingArgs>(embedding_ref));
+  register_kernel(ref<MatMulArgs>(matmul_ref));
+  register_kernel(ref<MatMulArgs>(matmul_ref_q8act, refuse_q8act, "ref_q8act"));
+  register_kernel(ref<RmsNormArgs>(rmsnorm_ref));
+  register_kernel(ref<RopeArgs>(rope_ref));
+  register_kernel(ref<AttentionArgs>(attention_ref, refuse_attention));
+  register_kernel(ref<SiluMulArgs>(silu_mul_ref));
+  register_kernel(ref<AddArgs>(add_ref));
+  register_kernel(ref<SoftmaxArgs>(softmax_ref));
+  register_kernel(ref<ArgmaxArgs>(argmax_ref));
+  return true;
+}();
+
+}  // namespace
+}  // namespace fp

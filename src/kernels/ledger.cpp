@@ -1,0 +1,102 @@
+// kernels/ledger.cpp — ledger storage and its table / JSON / one-line renderings.
+#include "kernels/ledger.h"
+
+#include <iomanip>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "kernels/registry.h"
+
+namespace fp {
+
+Ledger& Ledger::global() {
+  static Ledger l;
+  return l;
+}
+
+LedgerEntry* Ledger::entry(const std::string& op, const std::string& shape_class) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& e = entries_[{op, shape_class}];
+  e.op = op;
+  e.shape_class = shape_class;
+  return &e;
+}
+
+std::vector<LedgerEntry> Ledger::snapshot() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<LedgerEntry> out;
+  for (auto& [k, e] : entries_) out.push_back(e);
+  return out;
+}
+
+void Ledger::reset() {
+  invalidate_all_dispatch();  // cached decisions point into the entries
+  std::lock_guard<std::mutex> lock(mu_);
+  entries_.clear();
+}
+
+std::vector<std::string> Ledger::fallbacks() const {
+  std::vector<std::string> out;
+  for (auto& e : snapshot())
+    if (e.fallback()) out.push_back(e.op + " (" + e.shape_class + ")");
+  return out;
+}
+
+std::string Ledger::table() const {
+  auto entries = snapshot();
+  std::ostringstream os;
+  os << std::left << std::setw(12) << "op" << std::setw(26) << "shape class" << std::setw(16) << "kernel"
+     << std::setw(6) << "be" << std::right << std::setw(9) << "calls" << std::setw(12) << "time ms" << "  status\n";
+  for (auto& e : entries) {
+    std::string status = e.forced ? "forced" : e.fallback() ? "FALLBACK" : e.reference ? "reference (only kernel)" : "fast";
+    os << std::left << std::setw(12) << e.op << std::setw(26) << e.shape_class << std::setw(16) << e.kernel
+       << std::setw(6) << e.backend << std::right << std::setw(9) << e.calls << std::setw(12) << std::fixed
+       << std::setprecision(2) << (profiling_ ? e.nanos / 1e6 : 0.0) << "  " << status << "\n";
+    for (auto& [k, why] : e.refused) os << "    refused " << k << ": " << why << "\n";
+  }
+  return os.str();
+}
+
+std::string Ledger::json() const {
+  nlohmann::json j;
+  j["entries"] = nlohmann::json::array();
+  for (auto& e : snapshot()) {
+    nlohmann::json r;
+    r["op"] = e.op;
+    r["shape_class"] = e.shape_class;
+    r["kernel"] = e.kernel;
+    r["backend"] = e.backend;
+    r["reference"] = e.reference;
+    r["forced"] = e.forced;
+    r["fallback"] = e.fallback();
+    r["calls"] = e.calls;
+    r["time_ms"] = e.nanos / 1e6;
+    r["refused"] = nlohmann::json::array();
+    for (auto& [k, why] : e.refused) r["refused"].push_back({{"kernel", k}, {"reason", why}});
+    j["entries"].push_back(r);
+  }
+  j["fallbacks"] = fallbacks();
+  return j.dump(2);
+}
+
+std::string Ledger::summary_line() const {
+  auto entries = snapshot();
+  std::set<std::string> ops;
+  std::map<std::string, int> kernels;
+  int fallbacks = 0, refs = 0;
+  for (auto& e : entries) {
+    ops.insert(e.op);
+    kernels[e.op + "=" + e.kernel]++;
+    fallbacks += e.fallback();
+    refs += e.reference;
+  }
+  std::ostringstream os;
+  os << "ledger: " << ops.size() << " ops, " << entries.size() << " shape classes, " << fallbacks << " fallbacks, "
+     << refs << " on reference kernels; kernels:";
+  for (auto& [k, n] : kernels) os << ' ' << k;
+  return os.str();
+}
+
+}  // namespace fp

@@ -1,0 +1,49 @@
+// kernels/ledger.h — the fast-path ledger: for every (op, shape class) the engine dispatched,
+// which kernel ran, which candidates were refused and why, how often, and how long.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace fp {
+
+struct LedgerEntry {
+  std::string op;
+  std::string shape_class;  // e.g. "w=Q8_0 gemv"
+  std::string kernel;       // chosen kernel name
+  std::string backend;      // "cpu", "cuda"
+  bool reference = false;   // the chosen kernel is the plain reference
+  bool forced = false;      // chosen by --kernel op=name
+  std::vector<std::pair<std::string, std::string>> refused;  // (kernel, reason), best first
+  uint64_t calls = 0;
+  uint64_t nanos = 0;  // only while profiling is on
+  // A fallback: the reference ran although a faster kernel for this backend exists and was refused.
+  bool fallback() const { return reference && !forced && !refused.empty(); }
+};
+
+class Ledger {
+ public:
+  static Ledger& global();
+  LedgerEntry* entry(const std::string& op, const std::string& shape_class);  // created on first use
+  std::vector<LedgerEntry> snapshot() const;
+  void reset();
+
+  bool profiling() const { return profiling_; }
+  void set_profiling(bool on) { profiling_ = on; }
+
+  // Ops whose entries include a fallback (for --strict).
+  std::vector<std::string> fallbacks() const;
+  std::string table() const;       // human-readable, one row per entry
+  std::string json() const;        // one JSON object: {"entries":[...]}
+  std::string summary_line() const;  // "ledger: 9 ops, 12 shape classes, 0 fallbacks, kernels: ..."
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::pair<std::string, std::string>, LedgerEntry> entries_;
+  bool profiling_ = false;
+};
+
+}  // namespace fp

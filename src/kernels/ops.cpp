@@ -1,0 +1,32 @@
+// kernels/ops.cpp — shape classes: the keys under which dispatch decisions are cached and
+// the ledger groups calls. They name what a kernel's requirements depend on.
+#include "kernels/ops.h"
+
+namespace fp {
+
+std::string EmbeddingArgs::shape_class() const { return std::string("table=") + dtype_name(table->dtype); }
+
+std::string MatMulArgs::shape_class() const {
+  std::string s = std::string("w=") + dtype_name(w->dtype) + (n == 1 ? " gemv" : " gemm");
+  if (w->block_scale) s += " block-scaled";
+  if (bias) s += " +bias";
+  return s;
+}
+
+std::string RmsNormArgs::shape_class() const { return "f32"; }
+
+std::string RopeArgs::shape_class() const {
+  return std::string(style == RopeStyle::NeoX ? "neox" : "adjacent") + " hd=" + std::to_string(head_dim);
+}
+
+std::string AttentionArgs::shape_class() const {
+  return "hd=" + std::to_string(head_dim) + " gqa=" + std::to_string(n_kv_heads ? n_heads / n_kv_heads : 0) +
+         (n == 1 ? " decode" : " prefill");
+}
+
+std::string SiluMulArgs::shape_class() const { return "f32"; }
+std::string AddArgs::shape_class() const { return "f32"; }
+std::string SoftmaxArgs::shape_class() const { return "f32"; }
+std::string ArgmaxArgs::shape_class() const { return "f32"; }
+
+}  // namespace fp

@@ -1,0 +1,115 @@
+// kernels/ops.h — the op signatures. Each op is an argument struct; call it with
+// dispatch(args) and the registry picks the kernel. Activations are F32 and contiguous;
+// weights are Tensor views in any supported dtype. Shapes are given per field.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "core/tensor.h"
+
+namespace fp {
+
+// out[n, dim] = table[ids[i], :] (table is [vocab, dim] in any dtype).
+struct EmbeddingArgs {
+  static constexpr const char* kName = "embedding";
+  const Tensor* table = nullptr;
+  const int32_t* ids = nullptr;
+  int64_t n = 0;
+  float* out = nullptr;
+  std::string shape_class() const;
+};
+
+// y[n, out] = x[n, in] · W^T (+ bias[out]); W is [out, in] in any supported dtype.
+struct MatMulArgs {
+  static constexpr const char* kName = "matmul";
+  const float* x = nullptr;
+  int64_t n = 0;  // rows of x (tokens)
+  const Tensor* w = nullptr;
+  const float* bias = nullptr;  // optional
+  float* y = nullptr;
+  std::string shape_class() const;  // weight dtype and gemv (n == 1) / gemm
+};
+
+// out[n, d] = x / sqrt(mean(x^2) + eps) * weight; out may alias x.
+struct RmsNormArgs {
+  static constexpr const char* kName = "rmsnorm";
+  const float* x = nullptr;
+  const float* weight = nullptr;  // [d]
+  int64_t n = 0, d = 0;
+  float eps = 1e-5f;
+  float* out = nullptr;
+  std::string shape_class() const;
+};
+
+enum class RopeStyle { Adjacent, NeoX };  // pairs (2i, 2i+1) vs. halves (i, i + rot/2)
+
+// Rotates x[n, n_heads, head_dim] in place: the first rot_dim values of every head, by
+// angle pos[t] * inv_freq[i], i < rot_dim/2. cos/sin are multiplied by mscale (YaRN; 1 otherwise).
+struct RopeArgs {
+  static constexpr const char* kName = "rope";
+  float* x = nullptr;
+  const int32_t* pos = nullptr;  // [n]
+  int64_t n = 0, n_heads = 0, head_dim = 0, rot_dim = 0;
+  int64_t row_stride = 0;  // floats between tokens (>= n_heads * head_dim)
+  const float* inv_freq = nullptr;  // [rot_dim / 2]
+  float mscale = 1.0f;
+  RopeStyle style = RopeStyle::Adjacent;
+  std::string shape_class() const;
+};
+
+// Causal attention of n query tokens against a contiguous per-sequence KV cache.
+// q[n, n_heads, head_dim]; k_cache[t, n_kv_heads, head_dim] and v_cache[t, n_kv_heads, v_dim]
+// for cache positions t; the query at position pos[i] sees cache positions 0..pos[i].
+// out[n, n_heads, v_dim]. Query head h reads KV head h / (n_heads / n_kv_heads).
+struct AttentionArgs {
+  static constexpr const char* kName = "attention";
+  const float* q = nullptr;
+  const int32_t* pos = nullptr;
+  int64_t n = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0, v_dim = 0;
+  const float* k_cache = nullptr;
+  const float* v_cache = nullptr;
+  int64_t kv_len = 0;  // valid cache positions
+  float scale = 1.0f;
+  float* out = nullptr;
+  std::string shape_class() const;
+};
+
+// out[n, d] = silu(gate) * up, where gate and up are rows of width d with the given row strides.
+struct SiluMulArgs {
+  static constexpr const char* kName = "silu_mul";
+  const float* gate = nullptr;
+  const float* up = nullptr;
+  int64_t n = 0, d = 0;
+  int64_t gate_stride = 0, up_stride = 0;  // floats between rows (0 means d)
+  float* out = nullptr;
+  std::string shape_class() const;
+};
+
+// out[i] = a[i] + b[i] for i < n (out may alias a or b): the residual connection.
+struct AddArgs {
+  static constexpr const char* kName = "add";
+  const float* a = nullptr;
+  const float* b = nullptr;
+  int64_t n = 0;
+  float* out = nullptr;
+  std::string shape_class() const;
+};
+
+// In-place softmax over each row of x[n, d].
+struct SoftmaxArgs {
+  static constexpr const char* kName = "softmax";
+  float* x = nullptr;
+  int64_t n = 0, d = 0;
+  std::string shape_class() const;
+};
+
+// out[r] = index of the largest value of row r of x[n, d] (first on ties).
+struct ArgmaxArgs {
+  static constexpr const char* kName = "argmax";
+  const float* x = nullptr;
+  int64_t n = 0, d = 0;
+  int32_t* out = nullptr;
+  std::string shape_class() const;
+};
+
+}  // namespace fp

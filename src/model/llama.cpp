@@ -1,0 +1,155 @@
+// model/llama.cpp — the Llama-family architecture: Llama (GQA, RoPE with linear / llama3
+// scaling, tied or untied output), Qwen2 (q/k/v bias) and Qwen3 (per-head q/k RMSNorm).
+// Every computation goes through the op registry (kernels/ops.h).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+#include "kernels/ops.h"
+#include "kernels/registry.h"
+#include "model/model.h"
+
+namespace fp {
+namespace {
+
+struct LlamaLayer {
+  const float* attn_norm;
+  const float* ffn_norm;
+  const Tensor *wq, *wk, *wv, *wo, *w_gate, *w_up, *w_down;
+  const float *bq = nullptr, *bk = nullptr, *bv = nullptr;       // Qwen2
+  const float *q_norm = nullptr, *k_norm = nullptr;              // Qwen3, [head_dim]
+};
+
+class LlamaModel : public Model {
+ public:
+  explicit LlamaModel(std::shared_ptr<ModelFile> f) : Model(std::move(f)) {
+    const ModelConfig& c = config();
+    ModelFile& mf = *file_;
+    const int64_t q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
+    const int64_t v_dim = c.n_kv_heads * c.v_head_dim, o_in = c.n_heads * c.v_head_dim;
+    FP_CHECK(c.v_head_dim == c.head_dim, mf.path, ": ", c.arch, " needs value_length == key_length");
+    embed_ = &mf.get("token_embd.weight", {c.n_vocab, c.dim});
+    output_norm_ = vec_f32("output_norm.weight", c.dim);
+    output_ = c.tied_output ? embed_ : &mf.get("output.weight", {c.n_vocab, c.dim});
+    for (int64_t l = 0; l < c.n_layers; ++l) {
+      std::string p = "blk." + std::to_string(l) + ".";
+      LlamaLayer L{};
+      L.attn_norm = vec_f32(p + "attn_norm.weight", c.dim);
+      L.ffn_norm = vec_f32(p + "ffn_norm.weight", c.dim);
+      L.wq = &mf.get(p + "attn_q.weight", {q_dim, c.dim});
+      L.wk = &mf.get(p + "attn_k.weight", {kv_dim, c.dim});
+      L.wv = &mf.get(p + "attn_v.weight", {v_dim, c.dim});
+      L.wo = &mf.get(p + "attn_output.weight", {c.dim, o_in});
+      L.w_gate = &mf.get(p + "ffn_gate.weight", {c.hidden_dim, c.dim});
+      L.w_up = &mf.get(p + "ffn_up.weight", {c.hidden_dim, c.dim});
+      L.w_down = &mf.get(p + "ffn_down.weight", {c.dim, c.hidden_dim});
+      if (c.qkv_bias) {
+        L.bq = vec_f32(p + "attn_q.bias", q_dim);
+        L.bk = vec_f32(p + "attn_k.bias", kv_dim);
+        L.bv = vec_f32(p + "attn_v.bias", v_dim);
+      }
+      if (c.qk_norm) {
+        L.q_norm = vec_f32(p + "attn_q_norm.weight", c.head_dim);
+        L.k_norm = vec_f32(p + "attn_k_norm.weight", c.head_dim);
+      }
+      layers_.push_back(L);
+    }
+    inv_freq_ = c.rope_inv_freq();
+    if (const Tensor* rf = mf.find("rope_freqs.weight")) {  // GGUF llama3: per-frequency divisors
+      FP_CHECK(rf->numel() == c.rot_dim / 2, mf.path, ": rope_freqs.weight has ", rf->numel(), " values, expected ", c.rot_dim / 2);
+      std::vector<float> factors(inv_freq_.size());
+      dequantize_row(rf->dtype, rf->data, factors.data(), rf->numel());
+      for (size_t i = 0; i < inv_freq_.size(); ++i) inv_freq_[i] /= factors[i];
+    }
+  }
+
+  void forward(const int32_t* tokens, const int32_t* pos, int64_t n, KvCache& cache, float* logits,
+               bool all_logits) override {
+    const ModelConfig& c = config();
+    if (n <= 0) return;
+    for (int64_t i = 0; i < n; ++i)
+      FP_CHECK(pos[i] >= 0 && pos[i] < cache.capacity, "position ", pos[i], " is outside the KV cache (capacity ",
+               cache.capacity, " tokens)");
+    const int64_t q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
+    const int64_t att_dim = c.n_heads * c.v_head_dim;
+    resize(x_, n * c.dim);
+    resize(h_, n * c.dim);
+    resize(q_, n * q_dim);
+    resize(k_, n * kv_dim);
+    resize(v_, n * kv_dim);
+    resize(att_, n * att_dim);
+    resize(gate_, n * c.hidden_dim);
+    resize(up_, n * c.hidden_dim);
+
+    dispatch(EmbeddingArgs{embed_, tokens, n, x_.data()});
+    int64_t kv_len = cache.len;
+    for (int64_t i = 0; i < n; ++i) kv_len = std::max<int64_t>(kv_len, pos[i] + 1);
+
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      const LlamaLayer& L = layers_[l];
+      dispatch(RmsNormArgs{x_.data(), L.attn_norm, n, c.dim, c.rms_eps, h_.data()});
+      dispatch(MatMulArgs{h_.data(), n, L.wq, L.bq, q_.data()});
+      dispatch(MatMulArgs{h_.data(), n, L.wk, L.bk, k_.data()});
+      dispatch(MatMulArgs{h_.data(), n, L.wv, L.bv, v_.data()});
+      if (c.qk_norm) {
+        dispatch(RmsNormArgs{q_.data(), L.q_norm, n * c.n_heads, c.head_dim, c.rms_eps, q_.data()});
+        dispatch(RmsNormArgs{k_.data(), L.k_norm, n * c.n_kv_heads, c.head_dim, c.rms_eps, k_.data()});
+      }
+      dispatch(RopeArgs{q_.data(), pos, n, c.n_heads, c.head_dim, c.rot_dim, q_dim, inv_freq_.data(), 1.0f, c.rope_style});
+      dispatch(RopeArgs{k_.data(), pos, n, c.n_kv_heads, c.head_dim, c.rot_dim, kv_dim, inv_freq_.data(), 1.0f, c.rope_style});
+      float* kc = cache.k[l].data();
+      float* vc = cache.v[l].data();
+      for (int64_t i = 0; i < n; ++i) {
+        std::memcpy(kc + pos[i] * kv_dim, k_.data() + i * kv_dim, static_cast<size_t>(kv_dim) * 4);
+        std::memcpy(vc + pos[i] * kv_dim, v_.data() + i * kv_dim, static_cast<size_t>(kv_dim) * 4);
+      }
+      dispatch(AttentionArgs{q_.data(), pos, n, c.n_heads, c.n_kv_heads, c.head_dim, c.v_head_dim, kc, vc, kv_len,
+                             1.0f / std::sqrt(static_cast<float>(c.head_dim)), att_.data()});
+      dispatch(MatMulArgs{att_.data(), n, L.wo, nullptr, h_.data()});
+      dispatch(AddArgs{x_.data(), h_.data(), n * c.dim, x_.data()});
+
+      dispatch(RmsNormArgs{x_.data(), L.ffn_norm, n, c.dim, c.rms_eps, h_.data()});
+      dispatch(MatMulArgs{h_.data(), n, L.w_gate, nullptr, gate_.data()});
+      dispatch(MatMulArgs{h_.data(), n, L.w_up, nullptr, up_.data()});
+      dispatch(SiluMulArgs{gate_.data(), up_.data(), n, c.hidden_dim, 0, 0, gate_.data()});
+      dispatch(MatMulArgs{gate_.data(), n, L.w_down, nullptr, h_.data()});
+      dispatch(AddArgs{x_.data(), h_.data(), n * c.dim, x_.data()});
+    }
+    cache.len = kv_len;
+
+    // Final norm and output projection: all rows, or only the last.
+    const float* last = all_logits ? x_.data() : x_.data() + (n - 1) * c.dim;
+    int64_t rows = all_logits ? n : 1;
+    dispatch(RmsNormArgs{last, output_norm_, rows, c.dim, c.rms_eps, h_.data()});
+    dispatch(MatMulArgs{h_.data(), rows, output_, nullptr, logits});
+  }
+
+ private:
+  // A 1-D F32 view of a norm weight or bias, converted from F16/BF16 once at load.
+  const float* vec_f32(const std::string& name, int64_t len) {
+    const Tensor& t = file_->get(name, {len});
+    if (t.dtype == DType::F32) return static_cast<const float*>(t.data);
+    float* buf = file_->own_f32(static_cast<size_t>(len));
+    dequantize_row(t.dtype, t.data, buf, len);
+    return buf;
+  }
+  static void resize(std::vector<float>& v, int64_t n) {
+    if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
+  }
+
+  const Tensor* embed_ = nullptr;
+  const Tensor* output_ = nullptr;
+  const float* output_norm_ = nullptr;
+  std::vector<LlamaLayer> layers_;
+  std::vector<float> inv_freq_;
+  std::vector<float> x_, h_, q_, k_, v_, att_, gate_, up_;
+};
+
+std::unique_ptr<Model> make_llama(std::shared_ptr<ModelFile> f) { return std::make_unique<LlamaModel>(std::move(f)); }
+
+const bool registered = register_architecture("llama", make_llama) && register_architecture("qwen2", make_llama) &&
+                        register_architecture("qwen3", make_llama);
+
+}  // namespace
+}  // namespace fp

@@ -1,0 +1,312 @@
+// model/model_file.cpp — format detection, the three loaders, and shape checks.
+#include "model/model_file.h"
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "core/paths.h"
+#include "formats/gguf.h"
+#include "formats/llama2c.h"
+#include "formats/safetensors.h"
+
+namespace fp {
+
+const Tensor* ModelFile::find(const std::string& name) const {
+  auto it = tensors.find(name);
+  return it == tensors.end() ? nullptr : &it->second;
+}
+
+const Tensor& ModelFile::get(const std::string& name) const {
+  const Tensor* t = find(name);
+  FP_CHECK(t, path, ": missing tensor '", name, "' (", config.arch, " model)");
+  return *t;
+}
+
+const Tensor& ModelFile::get(const std::string& name, std::initializer_list<int64_t> shape) const {
+  const Tensor& t = get(name);
+  bool ok = t.ndim == static_cast<int>(shape.size());
+  int i = 0;
+  for (auto d : shape) ok = ok && t.shape[static_cast<size_t>(i++)] == d;
+  if (!ok) {
+    Tensor expect = Tensor::view(nullptr, DType::F32, shape);
+    fail(path, ": tensor '", name, "' has shape ", t.shape_str(), ", expected ", expect.shape_str(),
+         " from the model config");
+  }
+  return t;
+}
+
+float* ModelFile::own_f32(size_t n) {
+  auto buf = std::shared_ptr<float[]>(new float[n]());
+  owners.push_back(std::shared_ptr<const void>(buf, buf.get()));
+  return buf.get();
+}
+
+namespace {
+
+// ---------------------------------------------------------------- GGUF
+void load_gguf(ModelFile& m, const std::string& path) {
+  auto g = std::shared_ptr<GgufFile>(GgufFile::open(path).release());
+  m.owners.push_back(g);
+  m.format = "gguf";
+  m.file_bytes = g->file_size();
+  ModelConfig& c = m.config;
+  c.source = "gguf";
+  c.arch = g->get_string("general.architecture");
+  c.name = g->get_string("general.name", std::filesystem::path(path).stem().string());
+  const std::string a = c.arch + ".";
+  FP_CHECK(c.arch == "llama" || c.arch == "qwen2" || c.arch == "qwen3", path, ": general.architecture '", c.arch,
+           "' is not supported yet (supported: llama, qwen2, qwen3)");
+  c.dim = static_cast<int64_t>(g->get_uint(a + "embedding_length"));
+  c.n_layers = static_cast<int64_t>(g->get_uint(a + "block_count"));
+  c.hidden_dim = static_cast<int64_t>(g->get_uint(a + "feed_forward_length"));
+  c.n_heads = static_cast<int64_t>(g->get_uint(a + "attention.head_count"));
+  c.n_kv_heads = static_cast<int64_t>(g->get_uint(a + "attention.head_count_kv", static_cast<uint64_t>(c.n_heads)));
+  c.max_context = static_cast<int64_t>(g->get_uint(a + "context_length", 2048));
+  FP_CHECK(c.n_heads > 0, path, ": ", a, "attention.head_count is 0");
+  c.head_dim = static_cast<int64_t>(g->get_uint(a + "attention.key_length", static_cast<uint64_t>(c.dim / c.n_heads)));
+  c.v_head_dim = static_cast<int64_t>(g->get_uint(a + "attention.value_length", static_cast<uint64_t>(c.head_dim)));
+  c.rot_dim = static_cast<int64_t>(g->get_uint(a + "rope.dimension_count", static_cast<uint64_t>(c.head_dim)));
+  c.rope_theta = static_cast<float>(g->get_float(a + "rope.freq_base", 10000.0));
+  c.rms_eps = static_cast<float>(g->get_float(a + "attention.layer_norm_rms_epsilon", 1e-5));
+  // llama.cpp's converters permute Llama q/k rows so that adjacent pairs rotate; Qwen keeps NeoX halves.
+  c.rope_style = c.arch == "llama" ? RopeStyle::Adjacent : RopeStyle::NeoX;
+  std::string scaling = g->get_string(a + "rope.scaling.type", "none");
+  if (scaling == "linear" || scaling == "yarn") {
+    c.rope_scaling.type = scaling;
+    c.rope_scaling.factor = static_cast<float>(g->get_float(a + "rope.scaling.factor", 1.0));
+    c.rope_scaling.original_context = static_cast<int64_t>(g->get_uint(a + "rope.scaling.original_context_length", 0));
+    FP_CHECK(scaling != "yarn", path, ": rope scaling 'yarn' is not supported for ", c.arch, " yet");
+  } else {
+    FP_CHECK(scaling == "none", path, ": ", a, "rope.scaling.type '", scaling, "' is not supported");
+  }
+  c.qkv_bias = c.arch == "qwen2";
+  c.qk_norm = c.arch == "qwen3";
+
+  for (auto& ti : g->tensors()) {
+    int64_t shape[4];
+    int nd = static_cast<int>(ti.ne.size());
+    for (int i = 0; i < nd; ++i) shape[i] = ti.ne[static_cast<size_t>(nd - 1 - i)];
+    m.tensors[ti.name] = Tensor::view(ti.data, ti.type, shape, nd);
+  }
+  c.tied_output = m.find("output.weight") == nullptr;
+  const Tensor* emb = m.find("token_embd.weight");
+  FP_CHECK(emb, path, ": missing tensor 'token_embd.weight'");
+  c.n_vocab = static_cast<int64_t>(g->get_uint(a + "vocab_size", static_cast<uint64_t>(emb->dim(0))));
+  if (g->has("tokenizer.ggml.model")) m.tokenizer = Tokenizer::from_gguf(*g);
+  if (m.find("rope_freqs.weight")) m.notes.push_back("rope_freqs.weight present: per-frequency RoPE factors applied");
+  for (auto& [k, v] : g->metadata()) m.metadata.emplace_back(k, v.to_string(6));
+  m.notes.push_back("GGUF v" + std::to_string(g->version()) + ", " + std::to_string(g->metadata().size()) +
+                    " metadata keys, alignment " + std::to_string(g->alignment()));
+}
+
+// ---------------------------------------------------------------- llama2.c
+void load_llama2c(ModelFile& m, const std::string& path, const LoadOptions& opts) {
+  auto f = std::shared_ptr<Llama2cFile>(Llama2cFile::open(path).release());
+  m.owners.push_back(f);
+  m.format = "llama2c";
+  m.file_bytes = std::filesystem::file_size(path);
+  const Llama2cConfig& lc = f->config();
+  ModelConfig& c = m.config;
+  c.source = "llama2c";
+  c.arch = "llama";
+  c.name = std::filesystem::path(path).stem().string();
+  c.n_vocab = lc.vocab_size;
+  c.dim = lc.dim;
+  c.n_layers = lc.n_layers;
+  c.n_heads = lc.n_heads;
+  c.n_kv_heads = lc.n_kv_heads;
+  c.head_dim = c.v_head_dim = c.rot_dim = lc.dim / lc.n_heads;
+  c.hidden_dim = lc.hidden_dim;
+  c.max_context = lc.seq_len;
+  c.rope_style = RopeStyle::Adjacent;
+  c.rms_eps = 1e-5f;
+  c.tied_output = lc.shared_classifier;
+  for (auto [k, v] : {std::pair<const char*, int32_t>{"dim", lc.dim}, {"hidden_dim", lc.hidden_dim}, {"n_layers", lc.n_layers},
+                      {"n_heads", lc.n_heads}, {"n_kv_heads", lc.n_kv_heads}, {"vocab_size", lc.vocab_size}, {"seq_len", lc.seq_len}})
+    m.metadata.emplace_back(k, std::to_string(v));
+  for (auto& [name, t] : f->tensors()) {
+    if (name.rfind("rope.", 0) == 0) continue;  // run.c's precomputed table; we compute RoPE ourselves
+    m.tensors[name] = Tensor::view(t.data, DType::F32, t.shape.data(), static_cast<int>(t.shape.size()));
+  }
+  m.notes.push_back(std::string("llama2.c checkpoint, ") + (lc.version == 0 ? "legacy header" : "version 1 header"));
+  std::string tok = opts.tokenizer_path;
+  if (tok.empty()) {
+    auto dir = std::filesystem::path(path).parent_path();
+    for (auto cand : {dir / "tokenizer.bin", dir / ("tok" + std::to_string(lc.vocab_size) + ".bin")})
+      if (file_exists(cand.string())) tok = cand.string();
+  }
+  if (!tok.empty()) {
+    m.tokenizer = Tokenizer::from_llama2c(tok, lc.vocab_size);
+    m.notes.push_back("tokenizer: " + tok);
+  } else {
+    m.notes.push_back("no tokenizer.bin found beside the checkpoint (pass --tokenizer)");
+  }
+}
+
+// ---------------------------------------------------------------- Hugging Face safetensors
+int64_t json_int(const nlohmann::json& j, const std::string& key, const std::string& file, int64_t def = -1) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) {
+    FP_CHECK(def >= 0, file, ": missing field '", key, "'");
+    return def;
+  }
+  FP_CHECK(it->is_number_integer(), file, ": field '", key, "' should be an integer, found ", it->dump());
+  return it->get<int64_t>();
+}
+double json_num(const nlohmann::json& j, const std::string& key, const std::string& file, double def) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return def;
+  FP_CHECK(it->is_number(), file, ": field '", key, "' should be a number, found ", it->dump());
+  return it->get<double>();
+}
+
+void load_hf(ModelFile& m, const std::string& dir) {
+  std::string cfg_path = dir + "/config.json";
+  std::ifstream in(cfg_path);
+  FP_CHECK(in, cfg_path, ": cannot open (a Hugging Face model directory needs config.json)");
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  FP_CHECK(!j.is_discarded() && j.is_object(), cfg_path, ": not a valid JSON object");
+  m.format = "safetensors";
+  for (auto& [k, v] : j.items()) m.metadata.emplace_back(k, v.dump());
+  ModelConfig& c = m.config;
+  c.source = "safetensors";
+  c.name = std::filesystem::path(dir).filename().string();
+  std::string arch_cls;
+  if (auto it = j.find("architectures"); it != j.end() && it->is_array() && !it->empty() && (*it)[0].is_string())
+    arch_cls = (*it)[0].get<std::string>();
+  if (arch_cls == "LlamaForCausalLM" || arch_cls == "MistralForCausalLM") c.arch = "llama";
+  else if (arch_cls == "Qwen2ForCausalLM") c.arch = "qwen2";
+  else if (arch_cls == "Qwen3ForCausalLM") c.arch = "qwen3";
+  else fail(cfg_path, ": architectures[0] '", arch_cls, "' is not supported yet (LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)");
+  c.dim = json_int(j, "hidden_size", cfg_path);
+  c.n_layers = json_int(j, "num_hidden_layers", cfg_path);
+  c.n_heads = json_int(j, "num_attention_heads", cfg_path);
+  c.n_kv_heads = json_int(j, "num_key_value_heads", cfg_path, c.n_heads);
+  c.hidden_dim = json_int(j, "intermediate_size", cfg_path);
+  c.n_vocab = json_int(j, "vocab_size", cfg_path);
+  c.max_context = json_int(j, "max_position_embeddings", cfg_path, 2048);
+  FP_CHECK(c.n_heads > 0, cfg_path, ": num_attention_heads must be positive");
+  c.head_dim = json_int(j, "head_dim", cfg_path, c.dim / c.n_heads);
+  c.v_head_dim = c.rot_dim = c.head_dim;
+  c.rms_eps = static_cast<float>(json_num(j, "rms_norm_eps", cfg_path, 1e-6));
+  c.rope_theta = static_cast<float>(json_num(j, "rope_theta", cfg_path, 10000.0));
+  c.rope_style = RopeStyle::NeoX;  // HF rotate_half
+  c.tied_output = j.value("tie_word_embeddings", false);
+  c.qkv_bias = c.arch == "qwen2" || j.value("attention_bias", false);
+  c.qk_norm = c.arch == "qwen3";
+  if (auto rs = j.find("rope_scaling"); rs != j.end() && rs->is_object()) {
+    std::string type = rs->value("rope_type", rs->value("type", std::string("none")));
+    if (type == "linear" || type == "llama3") {
+      c.rope_scaling.type = type;
+      c.rope_scaling.factor = static_cast<float>(json_num(*rs, "factor", cfg_path, 1.0));
+      c.rope_scaling.low_freq_factor = static_cast<float>(json_num(*rs, "low_freq_factor", cfg_path, 1.0));
+      c.rope_scaling.high_freq_factor = static_cast<float>(json_num(*rs, "high_freq_factor", cfg_path, 4.0));
+      c.rope_scaling.original_context = json_int(*rs, "original_max_position_embeddings", cfg_path, 8192);
+    } else if (type != "default" && type != "none") {
+      fail(cfg_path, ": rope_scaling type '", type, "' is not supported for ", c.arch, " yet");
+    }
+  }
+
+  auto set = std::shared_ptr<SafetensorsSet>(SafetensorsSet::open_dir(dir).release());
+  m.owners.push_back(set);
+  for (auto& f : set->files()) m.file_bytes += std::filesystem::file_size(f);
+  // HF name -> canonical name.
+  auto canonical = [](const std::string& hf) -> std::string {
+    static const std::vector<std::pair<std::string, std::string>> layer_map = {
+        {"input_layernorm.weight", "attn_norm.weight"},   {"post_attention_layernorm.weight", "ffn_norm.weight"},
+        {"self_attn.q_proj.weight", "attn_q.weight"},     {"self_attn.k_proj.weight", "attn_k.weight"},
+        {"self_attn.v_proj.weight", "attn_v.weight"},     {"self_attn.o_proj.weight", "attn_output.weight"},
+        {"self_attn.q_proj.bias", "attn_q.bias"},         {"self_attn.k_proj.bias", "attn_k.bias"},
+        {"self_attn.v_proj.bias", "attn_v.bias"},         {"self_attn.q_norm.weight", "attn_q_norm.weight"},
+        {"self_attn.k_norm.weight", "attn_k_norm.weight"}, {"mlp.gate_proj.weight", "ffn_gate.weight"},
+        {"mlp.up_proj.weight", "ffn_up.weight"},          {"mlp.down_proj.weight", "ffn_down.weight"}};
+    if (hf == "model.embed_tokens.weight") return "token_embd.weight";
+    if (hf == "model.norm.weight") return "output_norm.weight";
+    if (hf == "lm_head.weight") return "output.weight";
+    const std::string prefix = "model.layers.";
+    if (hf.rfind(prefix, 0) == 0) {
+      size_t dot = hf.find('.', prefix.size());
+      if (dot == std::string::npos) return {};
+      std::string layer = hf.substr(prefix.size(), dot - prefix.size()), rest = hf.substr(dot + 1);
+      bool scale = false;
+      if (rest.size() > 18 && rest.compare(rest.size() - 18, 18, ".weight_scale_inv") == 0) {
+        rest = rest.substr(0, rest.size() - 18) + ".weight";
+        scale = true;
+      }
+      for (auto& [from, to] : layer_map)
+        if (rest == from) return "blk." + layer + "." + to + (scale ? "_scale_inv" : "");
+    }
+    return {};
+  };
+  std::vector<std::pair<std::string, const SafetensorsTensor*>> scales;
+  for (auto& [name, t] : set->all()) {
+    std::string cn = canonical(name);
+    if (cn.empty()) {
+      m.notes.push_back("ignored tensor '" + name + "'");
+      continue;
+    }
+    if (cn.size() > 10 && cn.compare(cn.size() - 10, 10, "_scale_inv") == 0) {
+      scales.emplace_back(cn.substr(0, cn.size() - 10), t);
+      continue;
+    }
+    FP_CHECK(!t->shape.empty() && t->shape.size() <= 4, t->file, ": tensor '", name, "' has ", t->shape.size(), " dimensions");
+    m.tensors[cn] = Tensor::view(t->data, t->type, t->shape.data(), static_cast<int>(t->shape.size()));
+  }
+  // FP8 block scales (weight_scale_inv) attach to their weight.
+  for (auto& [wname, st] : scales) {
+    auto it = m.tensors.find(wname);
+    FP_CHECK(it != m.tensors.end(), st->file, ": scale tensor for '", wname, "' has no weight");
+    Tensor& w = it->second;
+    FP_CHECK(st->type == DType::F32 && st->shape.size() == 2, st->file, ": '", wname, "_scale_inv' should be a 2-D F32 tensor");
+    int64_t sr = (w.dim(0) + 127) / 128, sc = (w.dim(1) + 127) / 128;
+    FP_CHECK(st->shape[0] == sr && st->shape[1] == sc, st->file, ": '", wname, "_scale_inv' has shape [", st->shape[0], ", ",
+             st->shape[1], "], expected [", sr, ", ", sc, "] for 128x128 blocks");
+    w.block_scale = reinterpret_cast<const float*>(st->data);
+  }
+  if (!m.find("output.weight")) c.tied_output = true;
+  if (file_exists(dir + "/tokenizer.json")) m.tokenizer = Tokenizer::from_hf_json(dir + "/tokenizer.json");
+  m.notes.push_back("safetensors: " + std::to_string(set->files().size()) + " file(s), " + std::to_string(set->all().size()) + " tensors");
+}
+
+}  // namespace
+
+std::unique_ptr<ModelFile> load_model_file(const std::string& path, const LoadOptions& opts) {
+  auto t0 = std::chrono::steady_clock::now();
+  auto m = std::make_unique<ModelFile>();
+  m->path = path;
+  if (is_directory(path)) {
+    load_hf(*m, path);
+  } else {
+    FP_CHECK(file_exists(path), path, ": no such file or directory");
+    auto mf = MappedFile::open(path);
+    uint32_t magic = 0;
+    if (mf->size() >= 4) std::memcpy(&magic, mf->data(), 4);
+    if (magic == 0x46554747u) load_gguf(*m, path);
+    else if (path.size() > 4 && path.compare(path.size() - 4, 4, ".bin") == 0) load_llama2c(*m, path, opts);
+    else if (std::filesystem::path(path).filename() == "config.json") load_hf(*m, std::filesystem::path(path).parent_path().string());
+    else fail(path, ": unknown model format (expected a .gguf file, a llama2.c .bin checkpoint, or a Hugging Face directory)");
+  }
+  m->config.validate(path);
+  if (opts.prefault) {  // fault the weights in now, with a progress bar on a terminal
+    uint64_t total = 0, done = 0;
+    for (auto& [n, t] : m->tensors) total += static_cast<uint64_t>(t.nbytes());
+    Progress bar("loading " + std::filesystem::path(path).filename().string(), total);
+    volatile uint8_t sink = 0;
+    for (auto& [n, t] : m->tensors) {
+      const auto* p = static_cast<const uint8_t*>(t.data);
+      for (int64_t off = 0; off < t.nbytes(); off += 4096) sink = static_cast<uint8_t>(sink + p[off]);
+      done += static_cast<uint64_t>(t.nbytes());
+      bar.update(done);
+    }
+    bar.finish();
+  }
+  m->load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return m;
+}
+
+}  // namespace fp

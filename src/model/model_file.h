@@ -1,0 +1,46 @@
+// model/model_file.h — a model as loaded from disk, whatever the format: its config, its
+// tensors under canonical GGUF-style names ("blk.0.attn_q.weight"), its tokenizer, and what
+// the loader understood. Tensors are zero-copy views into memory-mapped files.
+#pragma once
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "model/config.h"
+#include "tokenizer/tokenizer.h"
+
+namespace fp {
+
+struct LoadOptions {
+  std::string tokenizer_path;  // llama2.c: tokenizer.bin (default: tokenizer.bin / tok<vocab>.bin beside the model)
+  bool prefault = true;        // touch all pages at load (progress bar on a terminal)
+};
+
+struct ModelFile {
+  std::string path;
+  std::string format;  // "gguf", "safetensors", "llama2c"
+  ModelConfig config;
+  std::map<std::string, Tensor> tensors;
+  std::unique_ptr<Tokenizer> tokenizer;  // null when the model carries none
+  std::vector<std::string> notes;        // what the loader understood, for `inspect`
+  std::vector<std::pair<std::string, std::string>> metadata;  // file metadata as key / printable value
+  uint64_t file_bytes = 0;
+  double load_seconds = 0;
+
+  const Tensor* find(const std::string& name) const;
+  // The tensor, checked against the expected shape (outermost first); throws naming the
+  // file, the tensor, and expected vs found.
+  const Tensor& get(const std::string& name, std::initializer_list<int64_t> shape) const;
+  const Tensor& get(const std::string& name) const;
+  // Keep-alive for mapped files and converted buffers that tensors point into.
+  std::vector<std::shared_ptr<const void>> owners;
+  float* own_f32(size_t n);  // a new owned f32 buffer
+};
+
+// Opens a .gguf file, a llama2.c .bin checkpoint, or a Hugging Face directory
+// (config.json + model.safetensors or model.safetensors.index.json).
+std::unique_ptr<ModelFile> load_model_file(const std::string& path, const LoadOptions& opts = {});
+
+}  // namespace fp

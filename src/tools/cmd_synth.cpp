@@ -1,0 +1,47 @@
+// tools/cmd_synth.cpp — `fastpath synth`: a random-weight model of any shape, for tests and benchmarks.
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "core/paths.h"
+#include "model/synth.h"
+#include "tools/common.h"
+
+namespace fp::tools {
+
+void add_synth(CLI::App& app) {
+  struct Opts {
+    std::string arch = "llama", config = "{}", out, type = "f32", tokenizer;
+    uint64_t seed = 1;
+  };
+  auto o = std::make_shared<Opts>();
+  auto* cmd = app.add_subcommand("synth", "write a model with random weights: FILE.gguf, or a safetensors directory");
+  cmd->add_option("--arch", o->arch, "architecture: llama, qwen2, qwen3");
+  cmd->add_option("--config", o->config, "Hugging Face config.json keys as inline JSON, or a path to a JSON file");
+  cmd->add_option("--out", o->out, "output: a path ending in .gguf, or a directory (config.json + model.safetensors)")->required();
+  cmd->add_option("--type", o->type, "matrix type: f32 f16 bf16 q8_0 q4_0 q4_k q6_k (GGUF), fp8 (safetensors, 128x128 block scales)");
+  cmd->add_option("--seed", o->seed, "random seed");
+  cmd->add_option("--tokenizer", o->tokenizer, "tokenizer.json to copy into a safetensors directory");
+  cmd->callback([o] {
+    SynthOptions so;
+    so.arch = o->arch;
+    so.out = o->out;
+    so.seed = o->seed;
+    so.tokenizer_json = o->tokenizer;
+    FP_CHECK(dtype_from_name(o->type, &so.type), "--type '", o->type, "' is not a known tensor type");
+    std::string text = o->config;
+    if (!text.empty() && text[0] != '{' && file_exists(text)) {
+      std::ifstream in(text);
+      std::stringstream ss;
+      ss << in.rdbuf();
+      text = ss.str();
+    }
+    so.config = nlohmann::json::parse(text, nullptr, false);
+    FP_CHECK(!so.config.is_discarded() && so.config.is_object(), "--config: not a JSON object: ", o->config);
+    log_info(synth_model(so));
+  });
+}
+
+}  // namespace fp::tools

@@ -1,0 +1,35 @@
+// tools/common.h — options shared by the subcommands (model path, threads, kernel overrides,
+// logging) and the subcommand registration functions.
+#pragma once
+#include <CLI/CLI.hpp>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/model.h"
+
+namespace fp::tools {
+
+struct CommonOptions {
+  std::string model;
+  std::string tokenizer;           // llama2.c tokenizer.bin
+  int threads = 0;                 // 0: all cores
+  std::vector<std::string> kernels;  // op=name
+  bool profile = false;
+  bool quiet = false;
+};
+
+// Adds -m, --tokenizer, -t, --kernel, --profile, -q to a subcommand.
+void add_common(CLI::App* app, CommonOptions& o, bool model_required);
+// Applies threads / kernel overrides / log level, then loads the model (default model when -m is empty).
+std::unique_ptr<Model> load_with(const CommonOptions& o);
+void apply_runtime(const CommonOptions& o);
+
+void add_generate(CLI::App& app);
+void add_tokenize(CLI::App& app);
+void add_logits(CLI::App& app);
+void add_inspect(CLI::App& app);
+void add_synth(CLI::App& app);
+
+}  // namespace fp::tools

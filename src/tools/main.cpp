@@ -1,0 +1,30 @@
+// tools/main.cpp — the `fastpath` command: one binary, one subcommand per job.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "tools/common.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"fastpath: LLM inference that shows which kernels ran and how close to the hardware's ceiling"};
+  app.require_subcommand(1);
+  fp::tools::add_generate(app);
+  fp::tools::add_tokenize(app);
+  fp::tools::add_logits(app);
+  fp::tools::add_inspect(app);
+  fp::tools::add_synth(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const fp::Error& e) {
+    fp::log_error(e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    fp::log_error("unexpected error: ", e.what());
+    return 1;
+  }
+  return 0;
+}
