@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/error.h"
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "core/error.h"
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"
 

@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "formats/gguf.h"
+#include "core/error.h"
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"
 
@@ -38,7 +39,7 @@ TEST(TokenizerSpm, Llama2cReferenceSequenceDecodes) {
   std::vector<int32_t> seq;
   std::istringstream in(text.substr(at + 9));
   for (int32_t id; in >> id;) seq.push_back(id);
-  ASSERT_EQ(seq.size(), 64u);
+  ASSERT_GE(seq.size(), 64u);  // 64 positions, then the last prediction
   const std::string decoded = tok->decode(seq);
   EXPECT_EQ(decoded.rfind("Once upon a time", 0), 0u) << decoded;
 }

@@ -1,6 +1,7 @@
 // tests/tokenizer_stream_test.cpp — StreamDecoder never emits a broken UTF-8 character, whether the
 // character is split across SPM byte-fallback tokens or byte-level BPE tokens.
 #include "formats/gguf.h"
+#include "core/error.h"
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode.h"
@@ -72,7 +73,7 @@ TEST(TokenizerStream, QwenChineseAndEmoji) {
   const std::string path = test::testdata("tokenizers/qwen3/tokenizer.json");
   FP_REQUIRE_FILE(path);
   const auto tok = Tokenizer::from_hf_json(path);
-  const std::string text = "\xe6\x88\x91\xe6\x83\xb3\xe5\x9c\xa8apple\xe5\xb7\xa5\xe4\xbd\x9c \xf0\x9f\x98\x81\xf0\x9f\xa6\x99!";
+  const std::string text = "\xe6\x88\x91\xe6\x83\xb3\xe5\x9c\xa8" "apple\xe5\xb7\xa5\xe4\xbd\x9c \xf0\x9f\x98\x81\xf0\x9f\xa6\x99!";
   expect_stream(*tok, tok->encode(text, false, false), text);
 }
 

@@ -1,5 +1,6 @@
 // tests/tokenizer_unicode_test.cpp — the pieces under the tokenizers: category tables, UTF-8,
 // NFC, the code-point regex engine and the pre-tokenizer presets.
+#include "core/error.h"
 #include "test_util.h"
 #include "tokenizer/pretokenize.h"
 #include "tokenizer/regex.h"

@@ -95,7 +95,7 @@ INSTANTIATE_TEST_SUITE_P(
                       VocabCase{"deepseek_coder", "tokenizers/vocab/ggml-vocab-deepseek-coder.gguf",
                                 "ggml-vocab-deepseek-coder.gguf"},
                       VocabCase{"llama3_json", "tokenizers/llama3/tokenizer.json", "ggml-vocab-llama-bpe.gguf"}),
-    [](const ::testing::TestParamInfo<VocabCase>& info) { return info.param.name; });
+    [](const ::testing::TestParamInfo<VocabCase>& p) { return p.param.name; });
 
 }  // namespace
 }  // namespace fp
