@@ -66,6 +66,8 @@ TEST(TokenizerRegex, Basics) {
   EXPECT_EQ(m(R"(\s+(?!\S))", "   "), 3);
   EXPECT_EQ(m(R"((?i:'s|'ll))", "'LL"), 3);
   EXPECT_EQ(m(R"('s|'ll)", "'LL"), -1);
+  EXPECT_EQ(m(R"((?i:'s))", "'\xc5\xbf"), 2);  // long s folds to s, as in Oniguruma
+  EXPECT_EQ(m(R"((?i:[a-z]+))", "AbC"), 3);
   EXPECT_EQ(m(R"([^\r\n\p{L}\p{N}]?\p{L}+)", "$abc"), 4);
   EXPECT_EQ(m(R"(\s+$)", "  \n"), 3);
   EXPECT_EQ(m(R"(\s+$)", "  a"), -1);

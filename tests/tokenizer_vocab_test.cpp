@@ -99,3 +99,25 @@ INSTANTIATE_TEST_SUITE_P(
 
 }  // namespace
 }  // namespace fp
+
+namespace fp {
+namespace {
+
+// deepseek-llm has no test vectors here: check it loads with its pre-tokenizer and round-trips.
+TEST(TokenizerGguf, DeepSeekLlmLoadsAndRoundTrips) {
+  const std::string path = test::testdata("tokenizers/vocab/ggml-vocab-deepseek-llm.gguf");
+  FP_REQUIRE_FILE(path);
+  const auto tok = Tokenizer::from_gguf(*GgufFile::open(path));
+  EXPECT_EQ(tok->n_vocab(), 102400);
+  EXPECT_EQ(tok->spec().pre, "deepseek-llm");
+  EXPECT_EQ(tok->bos_id(), 100000);
+  const auto with_bos = tok->encode("Hello world", true, false);
+  ASSERT_FALSE(with_bos.empty());
+  EXPECT_EQ(with_bos.front(), 100000);
+  const auto prefix = test::testdata("tokenizers/vocab/ggml-vocab-gpt-2.gguf");
+  FP_REQUIRE_FILE(prefix + ".inp");
+  for (const auto& v : load_vectors(prefix)) EXPECT_EQ(tok->decode(tok->encode(v.text, false, false)), v.text);
+}
+
+}  // namespace
+}  // namespace fp

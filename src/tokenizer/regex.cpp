@@ -11,6 +11,16 @@ namespace fp {
 
 namespace {
 
+bool is_ascii_letter(uint32_t c) { return (c | 0x20) >= 'a' && (c | 0x20) <= 'z'; }
+// Simple case folding onto ASCII letters: ASCII upper case, plus the two non-ASCII characters
+// that fold to an ASCII letter (U+017F long s, U+212A Kelvin sign), as Oniguruma folds them.
+uint32_t fold(uint32_t c) {
+  if (c < 128) return is_ascii_letter(c) ? (c | 0x20) : c;
+  if (c == 0x17F) return 's';
+  if (c == 0x212A) return 'k';
+  return c;
+}
+
 // One item of a character class; `neg` inverts the item (\P{..}, \S, \D, \W inside [...]).
 struct ClassItem {
   enum Kind : uint8_t { Range, Category, Space } kind = Range;
@@ -37,7 +47,10 @@ struct CharClass {
   }
   bool test(uint32_t cp) const {
     bool hit = test_raw(cp);
-    if (!hit && ci && cp < 128 && ((cp | 0x20) >= 'a' && (cp | 0x20) <= 'z')) hit = test_raw(cp ^ 0x20);
+    if (!hit && ci) {
+      const uint32_t f = fold(cp);
+      hit = (f != cp && test_raw(f)) || (is_ascii_letter(f) && test_raw(f ^ 0x20));
+    }
     return hit != negated;
   }
 };
@@ -67,8 +80,6 @@ bool nullable(const Node& n) {
     default: return true;
   }
 }
-
-bool is_ascii_letter(uint32_t c) { return (c | 0x20) >= 'a' && (c | 0x20) <= 'z'; }
 
 class Parser {
  public:
@@ -431,7 +442,7 @@ struct Regex::Program {
       bool ok = true;
       switch (in.op) {
         case Char: ok = pos < end && cps[pos] == in.a; if (ok) { ++pos; ++pc; } break;
-        case CharCi: ok = pos < end && (cps[pos] == in.a || (cps[pos] < 128 && (cps[pos] | 0x20) == in.a)); if (ok) { ++pos; ++pc; } break;
+        case CharCi: ok = pos < end && fold(cps[pos]) == in.a; if (ok) { ++pos; ++pc; } break;
         case Class: ok = pos < end && classes[in.a].test(cps[pos]); if (ok) { ++pos; ++pc; } break;
         case Split: stack.emplace_back(in.b, pos); pc = in.a; break;
         case Jmp: pc = in.a; break;

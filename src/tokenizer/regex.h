@@ -3,7 +3,8 @@
 // as in Oniguruma, which Hugging Face tokenizers uses, so splits agree with it.
 // Supported: | () (?:) (?i:) (?i) (?=) (?!) ? * + {n} {n,} {n,m} (and lazy forms), . ^ $,
 // classes [...] [^...] with ranges, \p{..} \P{..} \s \S \d \D \w \W \r \n \t \f \v \xNN \x{..} \uNNNN.
-// Case-insensitive matching folds ASCII letters only (all the contractions patterns need).
+// Case-insensitive matching folds onto ASCII letters only (with ſ -> s and K -> k), which is all
+// the contraction patterns need.
 #pragma once
 #include <cstdint>
 #include <memory>
