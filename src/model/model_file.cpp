@@ -216,7 +216,7 @@ void load_hf(ModelFile& m, const std::string& dir) {
   m.owners.push_back(set);
   for (auto& f : set->files()) m.file_bytes += std::filesystem::file_size(f);
   // HF name -> canonical name.
-  auto canonical = [](const std::string& hf) -> std::string {
+  auto canonical_base = [](const std::string& hf) -> std::string {
     static const std::vector<std::pair<std::string, std::string>> layer_map = {
         {"input_layernorm.weight", "attn_norm.weight"},   {"post_attention_layernorm.weight", "ffn_norm.weight"},
         {"self_attn.q_proj.weight", "attn_q.weight"},     {"self_attn.k_proj.weight", "attn_k.weight"},
@@ -233,15 +233,17 @@ void load_hf(ModelFile& m, const std::string& dir) {
       size_t dot = hf.find('.', prefix.size());
       if (dot == std::string::npos) return {};
       std::string layer = hf.substr(prefix.size(), dot - prefix.size()), rest = hf.substr(dot + 1);
-      bool scale = false;
-      if (rest.size() > 18 && rest.compare(rest.size() - 18, 18, ".weight_scale_inv") == 0) {
-        rest = rest.substr(0, rest.size() - 18) + ".weight";
-        scale = true;
-      }
       for (auto& [from, to] : layer_map)
-        if (rest == from) return "blk." + layer + "." + to + (scale ? "_scale_inv" : "");
+        if (rest == from) return "blk." + layer + "." + to;
     }
     return {};
+  };
+  // HF name -> canonical name; FP8 block scales "X.weight_scale_inv" map to "<canonical X.weight>_scale_inv".
+  auto canonical = [&](const std::string& hf) -> std::string {
+    const std::string scale_suffix = "_scale_inv";
+    bool scale = hf.ends_with(".weight" + scale_suffix);
+    std::string cn = canonical_base(scale ? hf.substr(0, hf.size() - scale_suffix.size()) : hf);
+    return cn.empty() || !scale ? cn : cn + scale_suffix;
   };
   std::vector<std::pair<std::string, const SafetensorsTensor*>> scales;
   for (auto& [name, t] : set->all()) {
@@ -250,7 +252,7 @@ void load_hf(ModelFile& m, const std::string& dir) {
       m.notes.push_back("ignored tensor '" + name + "'");
       continue;
     }
-    if (cn.size() > 10 && cn.compare(cn.size() - 10, 10, "_scale_inv") == 0) {
+    if (cn.ends_with("_scale_inv")) {
       scales.emplace_back(cn.substr(0, cn.size() - 10), t);
       continue;
     }

@@ -197,6 +197,15 @@ void add_synth_vocab(GgufWriter& g, int64_t n_vocab) {
 std::string synth_model(const SynthOptions& o) {
   ModelConfig c = config_from_json(o.arch, o.config);
   auto w = make_weights(c, o.seed);
+  // Norms and biases are F32 in GGUF but take the checkpoint dtype in safetensors: round them
+  // through that dtype in both, so the two files hold the same values.
+  if (o.type == DType::F16 || o.type == DType::BF16)
+    for (auto& [n, t] : w)
+      if (!t.matrix) {
+        std::vector<uint8_t> tmp(t.data.size() * 2);
+        quantize_row(o.type, t.data.data(), tmp.data(), static_cast<int64_t>(t.data.size()));
+        dequantize_row(o.type, tmp.data(), t.data.data(), static_cast<int64_t>(t.data.size()));
+      }
   bool gguf = o.out.size() > 5 && o.out.compare(o.out.size() - 5, 5, ".gguf") == 0;
   int64_t params = 0;
   for (auto& [n, t] : w) params += static_cast<int64_t>(t.data.size());
