@@ -83,6 +83,21 @@ TEST_P(Stories, GreedyGenerationFromBosMatchesRunC) {
 INSTANTIATE_TEST_SUITE_P(BothFormats, Stories, ::testing::Values("stories260K.gguf", "stories260K.bin"),
                          [](const auto& p) { return p.param == "stories260K.gguf" ? std::string("gguf") : std::string("llama2c"); });
 
+// The reference's 64 positions are the prompt and its greedy continuation.
+TEST(Stories, GreedyContinuationOfPromptMatchesReferenceSequence) {
+  std::string path = test::testdata(kStories + "stories260K.gguf");
+  FP_REQUIRE_FILE(path);
+  auto seq = stories_sequence();
+  ASSERT_GE(seq.size(), 64u);
+  auto model = load_model(path);
+  std::vector<int32_t> cont(seq.begin() + 5, seq.begin() + 64);
+  std::string expected = model->tokenizer()->decode(cont);
+  int rc = -1;
+  std::string out = test::run_command(test::fastpath_bin() + " generate -q -p 'Once upon a time' -n 59 --temp 0 -m " + path, &rc);
+  EXPECT_EQ(rc, 0);
+  EXPECT_EQ(out, expected + "\n");
+}
+
 TEST(Stories, PromptTokensMatchReference) {
   std::string path = test::testdata(kStories + "stories260K.gguf");
   FP_REQUIRE_FILE(path);
