@@ -39,6 +39,16 @@ Loaded load(const std::string& rel) {
   return l;
 }
 
+// A 150k-entry tokenizer.json loads well under a second in an optimized build (3 s leaves room
+// for a busy machine); debug and sanitizer builds are not timed.
+void expect_fast_load(const Loaded& l) {
+#if defined(NDEBUG) && !defined(__SANITIZE_ADDRESS__)
+  EXPECT_LT(l.seconds, 3.0) << "loading took " << l.seconds << " s";
+#else
+  (void)l;
+#endif
+}
+
 TEST(TokenizerHf, Qwen3) {
   const std::string path = test::testdata("tokenizers/qwen3/tokenizer.json");
   FP_REQUIRE_FILE(path);
@@ -71,7 +81,7 @@ TEST(TokenizerHf, Qwen3) {
   EXPECT_EQ(tok.encode("hi", true, false), tok.encode("hi", false, false));
   // NFC: a decomposed é encodes like the composed one.
   EXPECT_EQ(tok.encode("caf\x65\xcc\x81", false, false), tok.encode("caf\xc3\xa9", false, false));
-  EXPECT_LT(l.seconds, 3.0) << "loading took " << l.seconds << " s";
+  expect_fast_load(l);
 }
 
 TEST(TokenizerHf, DeepSeekV3) {
@@ -93,7 +103,7 @@ TEST(TokenizerHf, DeepSeekV3) {
   EXPECT_EQ(with_bos.front(), 0);
   // Digits come in groups of at most three.
   EXPECT_EQ(tok.encode("1234567", false, false).size(), 3u);
-  EXPECT_LT(l.seconds, 3.0) << "loading took " << l.seconds << " s";
+  expect_fast_load(l);
 }
 
 TEST(TokenizerHf, Llama3SpecialTokensAndBos) {
@@ -109,7 +119,7 @@ TEST(TokenizerHf, Llama3SpecialTokensAndBos) {
   EXPECT_TRUE(tok.is_eog(128009));  // <|eot_id|>
   EXPECT_TRUE(tok.is_eog(128001));  // <|end_of_text|>
   for (const auto& t : round_trip_texts()) EXPECT_EQ(tok.decode(tok.encode(t, false, false)), t) << t;
-  EXPECT_LT(l.seconds, 3.0) << "loading took " << l.seconds << " s";
+  expect_fast_load(l);
 }
 
 TEST(TokenizerHf, FromPathAcceptsADirectory) {

@@ -113,12 +113,14 @@ class Parser {
   }
 
   Node parse_alt(bool in_group) {
+    if (++depth_ > 100) error("groups nested too deeply");
     const bool saved_ci = ci_;
     Node alt{Node::Alt};
     alt.kids.push_back(parse_concat());
     while (accept('|')) alt.kids.push_back(parse_concat());
     if (in_group && !accept(')')) error("missing ')'");
     ci_ = saved_ci;  // (?i) reaches the end of its group only
+    --depth_;
     return alt.kids.size() == 1 ? std::move(alt.kids[0]) : alt;
   }
 
@@ -335,6 +337,7 @@ class Parser {
   std::vector<uint32_t> p_;
   size_t i_ = 0;
   bool ci_ = false;
+  int depth_ = 0;
 };
 
 }  // namespace
@@ -350,6 +353,7 @@ struct Regex::Program {
   std::vector<CharClass> classes;
 
   size_t emit(Op op, uint32_t a = 0, uint32_t b = 0) {
+    if (code.size() >= (1u << 20)) fail("regex: pattern compiles to over 1M instructions (nested counted repeats?)");
     code.push_back({op, false, a, b});
     return code.size() - 1;
   }
