@@ -40,6 +40,7 @@ TEST(TokenizerErrors, TruncatedLlama2cVocabulary) {
   write(whole, bytes);
   expect_error([&] { Tokenizer::from_llama2c(whole, 513); }, {whole, "token 512"});
   expect_error([&] { Tokenizer::from_llama2c(whole, 0); }, {whole});
+  expect_error([&] { Tokenizer::from_llama2c(whole, 2000000000); }, {whole, "truncated"});
   // A corrupt length field.
   std::string bad = bytes;
   bad[8] = '\x7f';  // first token's length byte 0 -> huge
@@ -69,6 +70,11 @@ TEST(TokenizerErrors, BadTokenizerJson) {
   const std::string neg_id = dir + "/neg.json";
   write(neg_id, R"({"model": {"type": "BPE", "vocab": {"a": -5}, "merges": []}, "decoder": {"type": "ByteLevel"}})");
   expect_error([&] { Tokenizer::from_hf_json(neg_id); }, {neg_id, "out of range"});
+
+  const std::string huge_id = dir + "/huge_id.json";
+  write(huge_id, R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}, "decoder": {"type": "ByteLevel"},
+      "added_tokens": [{"id": 2000000000, "content": "<x>", "special": true}]})");
+  expect_error([&] { Tokenizer::from_hf_json(huge_id); }, {huge_id, "added_tokens", "out of range"});
 
   const std::string bad_type = dir + "/bad_type.json";
   write(bad_type, R"({"model": {"type": "BPE", "vocab": {"a": "zero"}, "merges": []}, "decoder": {"type": "ByteLevel"}})");

@@ -82,6 +82,7 @@ TEST(TokenizerRegex, Basics) {
   EXPECT_THROW(Regex("a{3,1}"), Error);
   EXPECT_THROW(Regex(std::string(5000, '(') + std::string(5000, ')')), Error);
   EXPECT_THROW(Regex("((a{1000}){1000}){1000}"), Error);
+  EXPECT_THROW(Regex("a" + std::string(100000, '?')), Error);
 }
 
 TEST(TokenizerPreTokenize, Gpt2) {

@@ -108,7 +108,9 @@ std::unique_ptr<Tokenizer> Tokenizer::from_hf_json(const std::string& path) {
   s.pre = "tokenizer.json";
   try {
     // ids: vocab, then added tokens (which may extend past it or respell an entry).
-    constexpr int64_t kMaxId = 1 << 24;
+    // Ids are dense in real files; a bound from the entry count keeps a corrupt id from
+    // allocating gigabytes.
+    const int64_t kMaxId = 2 * static_cast<int64_t>(m["vocab"].size() + j.value("added_tokens", json::array()).size()) + 1024;
     auto place = [&](int64_t id, const std::string& text, TokenType type, const char* field) {
       FP_CHECK(id >= 0 && id < kMaxId, path, ": ", field, " id ", id, " for '", text, "' is out of range");
       if (id >= static_cast<int64_t>(s.tokens.size())) {

@@ -26,6 +26,9 @@ std::unique_ptr<Tokenizer> Tokenizer::from_llama2c(const std::string& path, int3
   read(&max_len, 4, "max_token_length", -1);
   FP_CHECK(max_len > 0 && max_len < (1 << 20), path, ": max_token_length ", max_len, " is not plausible");
 
+  // Every token takes at least 8 bytes (score, length): bound the count before allocating.
+  FP_CHECK(static_cast<uint64_t>(vocab_size) * 8 <= size - off, path, ": truncated llama2.c tokenizer: ", vocab_size,
+           " tokens need at least ", static_cast<uint64_t>(vocab_size) * 8, " bytes after the header, file has ", size - off);
   TokenizerSpec s;
   s.source = path;
   s.model = "llama";

@@ -135,6 +135,7 @@ class Parser {
   }
 
   Node parse_quantifier(Node atom) {
+    int stacked = 0;
     while (!eof()) {
       int mn, mx;
       const uint32_t c = peek();
@@ -153,6 +154,7 @@ class Parser {
         break;
       }
       if (atom.kind == Node::Begin || atom.kind == Node::End || atom.kind == Node::Look) error("quantifier on an assertion");
+      if (++stacked > 4) error("too many stacked quantifiers");
       Node rep{Node::Repeat};
       rep.min = mn;
       rep.max = mx;

@@ -3,6 +3,8 @@
 // and what is left outside the vocabulary falls back to <0xNN> byte tokens.
 #include <algorithm>
 #include <array>
+#include <cmath>
+#include <limits>
 #include <cstdio>
 #include <queue>
 
@@ -16,6 +18,13 @@ namespace {
 
 const std::string kSpace = "\xE2\x96\x81";  // U+2581 "▁"
 
+int hex_digit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  return -1;
+}
+
 class SpmTokenizer final : public Tokenizer {
  public:
   explicit SpmTokenizer(TokenizerSpec spec) : Tokenizer(std::move(spec)) {
@@ -25,6 +34,9 @@ class SpmTokenizer final : public Tokenizer {
       std::snprintf(name, sizeof name, "<0x%02X>", b);
       byte_ids_[b] = find_token(name);
     }
+    // A NaN score would break the heap's ordering.
+    for (float& f : spec_.scores)
+      if (std::isnan(f)) f = -std::numeric_limits<float>::infinity();
     // Only normal and user-defined pieces are reachable by merging text.
     mergeable_.assign(spec_.tokens.size(), 1);
     for (size_t i = 0; i < spec_.types.size(); ++i) {
@@ -49,7 +61,8 @@ class SpmTokenizer final : public Tokenizer {
     const std::string& p = spec_.tokens[id];
     if (token_type(id) == TokenType::Byte) {
       // "<0xNN>"
-      if (p.size() == 6 && p.compare(0, 3, "<0x") == 0) return std::string(1, static_cast<char>(std::stoi(p.substr(3, 2), nullptr, 16)));
+      const int hi = hex_digit(p.size() == 6 ? p[3] : 'x'), lo = hex_digit(p.size() == 6 ? p[4] : 'x');
+      if (p.compare(0, 3, "<0x") == 0 && hi >= 0 && lo >= 0) return std::string(1, static_cast<char>(hi * 16 + lo));
       return p;
     }
     std::string r;

@@ -24,7 +24,8 @@ Tokenizer::Tokenizer(TokenizerSpec spec) : spec_(std::move(spec)) {
   const size_t n = spec_.tokens.size();
   piece_to_id_.reserve(n);
   // Later duplicates do not replace earlier ids: the first spelling wins, as in llama.cpp.
-  for (size_t i = 0; i < n; ++i) piece_to_id_.emplace(spec_.tokens[i], static_cast<int32_t>(i));
+  for (size_t i = 0; i < n; ++i)
+    if (!spec_.tokens[i].empty()) piece_to_id_.emplace(spec_.tokens[i], static_cast<int32_t>(i));
 
   added_by_byte_.resize(256);
   for (size_t i = 0; i < spec_.types.size() && i < n; ++i) {
