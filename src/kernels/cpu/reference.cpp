@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "kernels/cpu/quantize_act.h"
 #include "kernels/ops.h"
 #include "kernels/registry.h"
 
@@ -50,16 +51,39 @@ void matmul_ref(const MatMulArgs& a) {
   }
 }
 
-// ggml semantics for Q8_0/Q4_0 weights: activations are first rounded to Q8_0 blocks and
-// the dot product accumulates integer products per block, scaled by d_w * d_x.
+// ggml semantics for quantized weights: activations are first rounded to 8 bits — Q8_0 blocks
+// for Q8_0/Q4_0 weights (integer products per block, scaled by d_w * d_x), Q8_K blocks for the
+// K-quants (dequantized weights dotted with the dequantized 8-bit activations).
 std::string refuse_q8act(const MatMulArgs& a) {
-  if (a.w->dtype != DType::Q8_0 && a.w->dtype != DType::Q4_0)
-    return std::string("weights are ") + dtype_name(a.w->dtype) + ", needs Q8_0 or Q4_0";
+  DType t = a.w->dtype;
+  if (t != DType::Q8_0 && t != DType::Q4_0 && t != DType::Q4_K && t != DType::Q6_K)
+    return std::string("weights are ") + dtype_name(t) + ", needs Q8_0, Q4_0, Q4_K or Q6_K";
   return {};
+}
+
+void matmul_ref_q8k_act(const MatMulArgs& a) {
+  const Tensor& w = *a.w;
+  int64_t out = w.rows(), in = w.cols(), nb = in / QK_K;
+  std::vector<float> xd(static_cast<size_t>(a.n * in)), row(static_cast<size_t>(in));
+  std::vector<BlockQ8_K> xq(static_cast<size_t>(nb));
+  for (int64_t i = 0; i < a.n; ++i) {
+    quantize_act_q8_k(a.x + i * in, xq.data(), in);
+    for (int64_t b = 0; b < nb; ++b)
+      for (int j = 0; j < QK_K; ++j) xd[static_cast<size_t>(i * in + b * QK_K + j)] = xq[static_cast<size_t>(b)].d * xq[static_cast<size_t>(b)].qs[j];
+  }
+  for (int64_t o = 0; o < out; ++o) {
+    dequantize_row(w.dtype, w.row_ptr(o), row.data(), in);
+    for (int64_t i = 0; i < a.n; ++i) {
+      float s = 0;
+      for (int64_t c = 0; c < in; ++c) s += xd[static_cast<size_t>(i * in + c)] * row[static_cast<size_t>(c)];
+      a.y[i * out + o] = s + (a.bias ? a.bias[o] : 0.0f);
+    }
+  }
 }
 
 void matmul_ref_q8act(const MatMulArgs& a) {
   const Tensor& w = *a.w;
+  if (w.dtype == DType::Q4_K || w.dtype == DType::Q6_K) return matmul_ref_q8k_act(a);
   int64_t out = w.rows(), in = w.cols(), nb = in / QK8_0;
   std::vector<BlockQ8_0> xq(static_cast<size_t>(a.n * nb));
   for (int64_t i = 0; i < a.n; ++i) quantize_row_q8_0(a.x + i * in, xq.data() + i * nb, in);

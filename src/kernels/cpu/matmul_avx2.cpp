@@ -1,0 +1,408 @@
+// kernels/cpu/matmul_avx2.cpp — AVX2+FMA matmul for every weight dtype, multithreaded.
+//  - GEMV path (n <= 4 tokens, decode): memory-bound; each weight row is streamed once and
+//    dotted with all n activation rows. Float-like weights (F32/F16/BF16/FP8) are widened to f32
+//    in registers; Q8_0/Q4_0 use int8 dot products against Q8_0-quantized activations, Q4_K/Q6_K
+//    against Q8_K-quantized activations (as ggml does).
+//  - GEMM path (n > 4, prefill): compute-bound; 16-row weight panels are dequantized to f32
+//    and packed [k][16], then a 6x16 register-blocked FMA micro-kernel sweeps the tokens.
+#include <algorithm>
+#include <type_traits>
+#include <cstring>
+#include <vector>
+
+#include "core/cpu_features.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "kernels/cpu/quantize_act.h"
+#include "kernels/cpu/simd_avx2.h"
+#include "kernels/ops.h"
+#include "kernels/registry.h"
+
+namespace fp {
+namespace {
+
+using namespace avx2;
+
+constexpr int64_t kGemvMaxTokens = 4;
+
+// ------------------------------------------------------------------ float-like GEMV
+template <DType T>
+FP_AVX2_INLINE float load1(const void* base, int64_t k) {
+  if constexpr (T == DType::F32) return static_cast<const float*>(base)[k];
+  if constexpr (T == DType::F16) return _cvtsh_ss(static_cast<const uint16_t*>(base)[k]);
+  if constexpr (T == DType::BF16) return bf16_to_f32(static_cast<const uint16_t*>(base)[k]);
+  if constexpr (T == DType::F8_E4M3) return fp8e4m3_to_f32(static_cast<const uint8_t*>(base)[k]) / kFp8Rescale;
+}
+
+// sums[i] += dot(row[k0:k1], x_i[k0:k1]) for i < N, x_i = x + i * ldx.
+template <DType T, int N>
+FP_AVX2 void dot_chunk(const void* row, const float* x, int64_t ldx, int64_t k0, int64_t k1, float* sums) {
+  __m256 acc[N][2];
+  for (int i = 0; i < N; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+  int64_t k = k0;
+  for (; k + 16 <= k1; k += 16) {
+    __m256 w0 = load8<T>(row, k), w1 = load8<T>(row, k + 8);
+    for (int i = 0; i < N; ++i) {
+      acc[i][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + i * ldx + k), acc[i][0]);
+      acc[i][1] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + i * ldx + k + 8), acc[i][1]);
+    }
+  }
+  for (; k + 8 <= k1; k += 8) {
+    __m256 w0 = load8<T>(row, k);
+    for (int i = 0; i < N; ++i) acc[i][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + i * ldx + k), acc[i][0]);
+  }
+  for (int i = 0; i < N; ++i) {
+    float s = hsum(_mm256_add_ps(acc[i][0], acc[i][1]));
+    for (int64_t kk = k; kk < k1; ++kk) s += load1<T>(row, kk) * x[i * ldx + kk];
+    sums[i] = s;
+  }
+}
+
+template <DType T, int N>
+FP_AVX2 void gemv_float(const MatMulArgs& a, const float* x, int64_t n_off, int64_t r0, int64_t r1) {
+  const Tensor& w = *a.w;
+  const int64_t K = w.cols(), out = w.rows();
+  const int64_t sb = w.scale_block, scale_cols = (K + sb - 1) / sb;
+  const float rescale = T == DType::F8_E4M3 ? kFp8Rescale : 1.0f;
+  for (int64_t o = r0; o < r1; ++o) {
+    const uint8_t* row = w.row_ptr(o);
+    if (o + 4 < r1) _mm_prefetch(reinterpret_cast<const char*>(w.row_ptr(o + 4)), _MM_HINT_T0);
+    float total[N] = {};
+    if (w.block_scale) {
+      const float* srow = w.block_scale + (o / sb) * scale_cols;
+      for (int64_t c = 0; c < scale_cols; ++c) {
+        float part[N];
+        dot_chunk<T, N>(row, x, K, c * sb, std::min(K, (c + 1) * sb), part);
+        for (int i = 0; i < N; ++i) total[i] += part[i] * srow[c];
+      }
+    } else {
+      dot_chunk<T, N>(row, x, K, 0, K, total);
+    }
+    for (int i = 0; i < N; ++i) a.y[(n_off + i) * out + o] = total[i] * rescale + (a.bias ? a.bias[o] : 0.0f);
+  }
+}
+
+// ------------------------------------------------------------------ integer GEMV
+FP_AVX2_INLINE __m256i unpack_q4_0(const BlockQ4_0& b) {
+  __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));
+  __m128i lo = _mm_and_si128(q, _mm_set1_epi8(0x0f)), hi = _mm_and_si128(_mm_srli_epi16(q, 4), _mm_set1_epi8(0x0f));
+  return _mm256_sub_epi8(_mm256_set_m128i(hi, lo), _mm256_set1_epi8(8));
+}
+
+// Q8_0 / Q4_0 weights against Q8_0 activations xq[i * nb + b].
+template <DType T, int N>
+FP_AVX2 void gemv_q8_0_like(const MatMulArgs& a, const BlockQ8_0* xq, int64_t n_off, int64_t r0, int64_t r1) {
+  const Tensor& w = *a.w;
+  const int64_t K = w.cols(), out = w.rows(), nb = K / QK8_0;
+  for (int64_t o = r0; o < r1; ++o) {
+    __m256 acc[N];
+    for (int i = 0; i < N; ++i) acc[i] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      __m256i wq;
+      float dw;
+      if constexpr (T == DType::Q8_0) {
+        const BlockQ8_0& wb = reinterpret_cast<const BlockQ8_0*>(w.row_ptr(o))[b];
+        wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.qs));
+        dw = _cvtsh_ss(wb.d);
+      } else {
+        const BlockQ4_0& wb = reinterpret_cast<const BlockQ4_0*>(w.row_ptr(o))[b];
+        wq = unpack_q4_0(wb);
+        dw = _cvtsh_ss(wb.d);
+      }
+      for (int i = 0; i < N; ++i) {
+        const BlockQ8_0& xb = xq[i * nb + b];
+        __m256i p = dot_i8(wq, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.qs)));
+        acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * _cvtsh_ss(xb.d)), acc[i]);
+      }
+    }
+    for (int i = 0; i < N; ++i) a.y[(n_off + i) * out + o] = hsum(acc[i]) + (a.bias ? a.bias[o] : 0.0f);
+  }
+}
+
+// Unpacks the 8 six-bit scales and mins of a Q4_K super-block.
+inline void q4k_scales(const uint8_t* q, uint8_t* sc, uint8_t* m) {
+  for (int j = 0; j < 4; ++j) {
+    sc[j] = q[j] & 63;
+    m[j] = q[j + 4] & 63;
+    sc[j + 4] = static_cast<uint8_t>((q[j + 8] & 0xf) | ((q[j] >> 6) << 4));
+    m[j + 4] = static_cast<uint8_t>((q[j + 8] >> 4) | ((q[j + 4] >> 6) << 4));
+  }
+}
+
+template <int N>
+FP_AVX2 void gemv_q4_k(const MatMulArgs& a, const BlockQ8_K* xq, int64_t n_off, int64_t r0, int64_t r1) {
+  const Tensor& w = *a.w;
+  const int64_t K = w.cols(), out = w.rows(), nb = K / QK_K;
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  for (int64_t o = r0; o < r1; ++o) {
+    const BlockQ4_K* wb = reinterpret_cast<const BlockQ4_K*>(w.row_ptr(o));
+    __m256 acc[N];
+    float mins[N] = {};
+    for (int i = 0; i < N; ++i) acc[i] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      uint8_t sc[8], m[8];
+      q4k_scales(wb[b].scales, sc, m);
+      const float d = _cvtsh_ss(wb[b].d), dmin = _cvtsh_ss(wb[b].dmin);
+      __m256i lo[4], hi[4];
+      for (int j = 0; j < 4; ++j) {
+        __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb[b].qs + 32 * j));
+        lo[j] = _mm256_and_si256(q, m4);
+        hi[j] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+      }
+      for (int i = 0; i < N; ++i) {
+        const BlockQ8_K& xb = xq[i * nb + b];
+        __m256i sumi = _mm256_setzero_si256();
+        for (int j = 0; j < 4; ++j) {
+          __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.qs + 64 * j));
+          __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.qs + 64 * j + 32));
+          sumi = _mm256_add_epi32(sumi, dot_u8_scaled(lo[j], x0, _mm256_set1_epi16(sc[2 * j])));
+          sumi = _mm256_add_epi32(sumi, dot_u8_scaled(hi[j], x1, _mm256_set1_epi16(sc[2 * j + 1])));
+        }
+        int32_t summ = 0;
+        for (int j = 0; j < 8; ++j) summ += m[j] * (xb.bsums[2 * j] + xb.bsums[2 * j + 1]);
+        acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d * xb.d), _mm256_cvtepi32_ps(sumi), acc[i]);
+        mins[i] += dmin * xb.d * static_cast<float>(summ);
+      }
+    }
+    for (int i = 0; i < N; ++i) a.y[(n_off + i) * out + o] = hsum(acc[i]) - mins[i] + (a.bias ? a.bias[o] : 0.0f);
+  }
+}
+
+template <int N>
+FP_AVX2 void gemv_q6_k(const MatMulArgs& a, const BlockQ8_K* xq, int64_t n_off, int64_t r0, int64_t r1) {
+  const Tensor& w = *a.w;
+  const int64_t K = w.cols(), out = w.rows(), nb = K / QK_K;
+  const __m256i m4 = _mm256_set1_epi8(0x0f), m3 = _mm256_set1_epi8(3);
+  for (int64_t o = r0; o < r1; ++o) {
+    const BlockQ6_K* wb = reinterpret_cast<const BlockQ6_K*>(w.row_ptr(o));
+    __m256 acc[N];
+    float offs[N] = {};
+    for (int i = 0; i < N; ++i) acc[i] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      const float d = _cvtsh_ss(wb[b].d);
+      __m256i q[8], scale[8];
+      for (int half = 0; half < 2; ++half) {
+        const uint8_t* ql = wb[b].ql + 64 * half;
+        const uint8_t* qh = wb[b].qh + 32 * half;
+        const int8_t* sc = wb[b].scales + 8 * half;
+        __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
+        __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
+        __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh));
+        __m256i* qq = q + 4 * half;
+        qq[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(h, m3), 4));
+        qq[1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m3), 4));
+        qq[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m3), 4));
+        qq[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m3), 4));
+        for (int k = 0; k < 4; ++k)
+          scale[4 * half + k] = _mm256_set_m128i(_mm_set1_epi16(sc[2 * k + 1]), _mm_set1_epi16(sc[2 * k]));
+      }
+      for (int i = 0; i < N; ++i) {
+        const BlockQ8_K& xb = xq[i * nb + b];
+        __m256i sumi = _mm256_setzero_si256();
+        for (int k = 0; k < 8; ++k) {
+          __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.qs + 32 * k));
+          sumi = _mm256_add_epi32(sumi, dot_u8_scaled(q[k], xv, scale[k]));
+        }
+        int32_t off = 0;
+        for (int g = 0; g < 16; ++g) off += wb[b].scales[g] * xb.bsums[g];
+        acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d * xb.d), _mm256_cvtepi32_ps(sumi), acc[i]);
+        offs[i] += d * xb.d * 32.0f * static_cast<float>(off);
+      }
+    }
+    for (int i = 0; i < N; ++i) a.y[(n_off + i) * out + o] = hsum(acc[i]) - offs[i] + (a.bias ? a.bias[o] : 0.0f);
+  }
+}
+
+// Calls fn(integral_constant<N>, first token, r0, r1) for groups of up to 4 tokens, with the
+// weight rows split across threads.
+template <class Fn>
+void gemv_tokens(const MatMulArgs& a, Fn fn) {
+  thread_pool().parallel_for(a.w->rows(), 32, [&](int64_t r0, int64_t r1) {
+    for (int64_t i = 0; i < a.n; i += kGemvMaxTokens) {
+      switch (std::min<int64_t>(kGemvMaxTokens, a.n - i)) {
+        case 1: fn(std::integral_constant<int, 1>{}, i, r0, r1); break;
+        case 2: fn(std::integral_constant<int, 2>{}, i, r0, r1); break;
+        case 3: fn(std::integral_constant<int, 3>{}, i, r0, r1); break;
+        default: fn(std::integral_constant<int, 4>{}, i, r0, r1); break;
+      }
+    }
+  });
+}
+
+template <DType T>
+void gemv_float_all(const MatMulArgs& a) {
+  const int64_t K = a.w->cols();
+  gemv_tokens(a, [&](auto N, int64_t i, int64_t r0, int64_t r1) {
+    gemv_float<T, decltype(N)::value>(a, a.x + i * K, i, r0, r1);
+  });
+}
+
+void gemv(const MatMulArgs& a) {
+  const int64_t K = a.w->cols();
+  switch (a.w->dtype) {
+    case DType::F32: return gemv_float_all<DType::F32>(a);
+    case DType::F16: return gemv_float_all<DType::F16>(a);
+    case DType::BF16: return gemv_float_all<DType::BF16>(a);
+    case DType::F8_E4M3: return gemv_float_all<DType::F8_E4M3>(a);
+    case DType::Q8_0:
+    case DType::Q4_0: {
+      const int64_t nb = K / QK8_0;
+      std::vector<BlockQ8_0> xq(static_cast<size_t>(a.n * nb));
+      for (int64_t i = 0; i < a.n; ++i) quantize_act_q8_0(a.x + i * K, xq.data() + i * nb, K);
+      const bool q8 = a.w->dtype == DType::Q8_0;
+      gemv_tokens(a, [&](auto N, int64_t i, int64_t r0, int64_t r1) {
+        if (q8) gemv_q8_0_like<DType::Q8_0, decltype(N)::value>(a, xq.data() + i * nb, i, r0, r1);
+        else gemv_q8_0_like<DType::Q4_0, decltype(N)::value>(a, xq.data() + i * nb, i, r0, r1);
+      });
+      return;
+    }
+    case DType::Q4_K:
+    case DType::Q6_K: {
+      const int64_t nb = K / QK_K;
+      std::vector<BlockQ8_K> xq(static_cast<size_t>(a.n * nb));
+      for (int64_t i = 0; i < a.n; ++i) quantize_act_q8_k(a.x + i * K, xq.data() + i * nb, K);
+      const bool q4 = a.w->dtype == DType::Q4_K;
+      gemv_tokens(a, [&](auto N, int64_t i, int64_t r0, int64_t r1) {
+        if (q4) gemv_q4_k<decltype(N)::value>(a, xq.data() + i * nb, i, r0, r1);
+        else gemv_q6_k<decltype(N)::value>(a, xq.data() + i * nb, i, r0, r1);
+      });
+      return;
+    }
+    default: fail("matmul avx2: unsupported weight type ", dtype_name(a.w->dtype));
+  }
+}
+
+// ------------------------------------------------------------------ GEMM (packed panels)
+constexpr int64_t kNR = 16;        // panel width (output rows)
+constexpr int64_t kMR = 6;         // tokens per micro-kernel
+constexpr int64_t kKC = 256;       // K chunk (a multiple of every block size)
+constexpr int64_t kPanels = 8;     // panels packed together per K chunk
+
+// Dequantizes rows [o0, o0+rows) x columns [k0, k0+kc) of w into dst[k][16] (f32), zero-padding
+// missing rows. FP8 block scales are applied here.
+FP_AVX2 void pack_panel(const Tensor& w, int64_t o0, int64_t rows, int64_t k0, int64_t kc, float* dst, float* tmp) {
+  const int64_t K = w.cols();
+  const auto& info = dtype_info(w.dtype);
+  const int64_t sb = w.scale_block, scale_cols = (K + sb - 1) / sb;
+  for (int64_t r = 0; r < kNR; ++r) {
+    if (r >= rows) {
+      for (int64_t k = 0; k < kc; ++k) dst[k * kNR + r] = 0.0f;
+      continue;
+    }
+    const uint8_t* row = w.row_ptr(o0 + r);
+    int64_t k = 0;
+    switch (w.dtype) {
+      case DType::F32: std::memcpy(tmp, reinterpret_cast<const float*>(row) + k0, static_cast<size_t>(kc) * 4); k = kc; break;
+      case DType::F16:
+        for (; k + 8 <= kc; k += 8) _mm256_storeu_ps(tmp + k, load8<DType::F16>(row, k0 + k));
+        break;
+      case DType::BF16:
+        for (; k + 8 <= kc; k += 8) _mm256_storeu_ps(tmp + k, load8<DType::BF16>(row, k0 + k));
+        break;
+      case DType::F8_E4M3:
+        for (; k + 8 <= kc; k += 8)
+          _mm256_storeu_ps(tmp + k, _mm256_mul_ps(load8<DType::F8_E4M3>(row, k0 + k), _mm256_set1_ps(kFp8Rescale)));
+        break;
+      default:
+        dequantize_row(w.dtype, row + k0 / info.block_elems * info.block_bytes, tmp, kc);
+        k = kc;
+    }
+    if (k < kc) dequantize_row(w.dtype, row + (k0 + k) * info.block_bytes, tmp + k, kc - k);
+    if (w.block_scale) {
+      const float* srow = w.block_scale + ((o0 + r) / sb) * scale_cols;
+      for (int64_t kk = 0; kk < kc; ++kk) tmp[kk] *= srow[(k0 + kk) / sb];
+    }
+    for (int64_t kk = 0; kk < kc; ++kk) dst[kk * kNR + r] = tmp[kk];
+  }
+}
+
+// y[MR tokens][cols] (+)= x[MR][kc] . pack[kc][16]
+template <int MR>
+FP_AVX2 void micro_kernel(const float* x, int64_t ldx, const float* pack, int64_t kc, float* y, int64_t ldy, int64_t cols,
+                          bool first, const float* bias) {
+  __m256 acc[MR][2];
+  for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  for (int64_t k = 0; k < kc; ++k) {
+    __m256 b0 = _mm256_loadu_ps(pack + k * kNR), b1 = _mm256_loadu_ps(pack + k * kNR + 8);
+    for (int r = 0; r < MR; ++r) {
+      __m256 av = _mm256_broadcast_ss(x + r * ldx + k);
+      acc[r][0] = _mm256_fmadd_ps(av, b0, acc[r][0]);
+      acc[r][1] = _mm256_fmadd_ps(av, b1, acc[r][1]);
+    }
+  }
+  for (int r = 0; r < MR; ++r) {
+    float* yr = y + r * ldy;
+    alignas(32) float t[kNR];
+    _mm256_store_ps(t, acc[r][0]);
+    _mm256_store_ps(t + 8, acc[r][1]);
+    if (first) {
+      for (int64_t c = 0; c < cols; ++c) yr[c] = t[c] + (bias ? bias[c] : 0.0f);
+    } else {
+      for (int64_t c = 0; c < cols; ++c) yr[c] += t[c];
+    }
+  }
+}
+
+void gemm(const MatMulArgs& a) {
+  const Tensor& w = *a.w;
+  const int64_t K = w.cols(), out = w.rows();
+  const int64_t group_rows = kNR * kPanels, groups = (out + group_rows - 1) / group_rows;
+  thread_pool().parallel_for(groups, 1, [&](int64_t g0, int64_t g1) {
+    std::vector<float> pack(static_cast<size_t>(kPanels * kKC * kNR)), tmp(static_cast<size_t>(kKC));
+    for (int64_t g = g0; g < g1; ++g) {
+      const int64_t o_begin = g * group_rows, o_end = std::min(out, o_begin + group_rows);
+      const int64_t panels = (o_end - o_begin + kNR - 1) / kNR;
+      for (int64_t k0 = 0; k0 < K; k0 += kKC) {
+        const int64_t kc = std::min(kKC, K - k0);
+        for (int64_t p = 0; p < panels; ++p) {
+          int64_t o0 = o_begin + p * kNR;
+          pack_panel(w, o0, std::min(kNR, o_end - o0), k0, kc, pack.data() + p * kKC * kNR, tmp.data());
+        }
+        for (int64_t i0 = 0; i0 < a.n; i0 += kMR) {
+          const int64_t mr = std::min(kMR, a.n - i0);
+          for (int64_t p = 0; p < panels; ++p) {
+            const int64_t o0 = o_begin + p * kNR, cols = std::min(kNR, o_end - o0);
+            const float* xs = a.x + i0 * K + k0;
+            const float* pk = pack.data() + p * kKC * kNR;
+            float* ys = a.y + i0 * out + o0;
+            const float* bias = a.bias ? a.bias + o0 : nullptr;
+            bool first = k0 == 0;
+            switch (mr) {
+              case 1: micro_kernel<1>(xs, K, pk, kc, ys, out, cols, first, bias); break;
+              case 2: micro_kernel<2>(xs, K, pk, kc, ys, out, cols, first, bias); break;
+              case 3: micro_kernel<3>(xs, K, pk, kc, ys, out, cols, first, bias); break;
+              case 4: micro_kernel<4>(xs, K, pk, kc, ys, out, cols, first, bias); break;
+              case 5: micro_kernel<5>(xs, K, pk, kc, ys, out, cols, first, bias); break;
+              default: micro_kernel<6>(xs, K, pk, kc, ys, out, cols, first, bias); break;
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
+void matmul_avx2(const MatMulArgs& a) {
+  if (a.n <= 0) return;
+  if (a.n <= kGemvMaxTokens) gemv(a);
+  else gemm(a);
+}
+
+std::string refuse_matmul_avx2(const MatMulArgs& a) {
+  std::string cpu = cpu_features().missing({"avx2", "fma", "f16c"});
+  if (!cpu.empty()) return cpu;
+  switch (a.w->dtype) {
+    case DType::F32: case DType::F16: case DType::BF16: case DType::F8_E4M3:
+    case DType::Q8_0: case DType::Q4_0: case DType::Q4_K: case DType::Q6_K: break;
+    default: return std::string("no AVX2 kernel for weights of type ") + dtype_name(a.w->dtype);
+  }
+  if (a.w->block_scale && a.w->dtype != DType::F8_E4M3) return "block scales are only supported on FP8 weights";
+  return {};
+}
+
+const bool registered = register_kernel(Kernel<MatMulArgs>{"avx2", Backend::CPU, 100, false, refuse_matmul_avx2, matmul_avx2});
+
+}  // namespace
+}  // namespace fp

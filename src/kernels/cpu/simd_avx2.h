@@ -1,0 +1,71 @@
+// kernels/cpu/simd_avx2.h — small AVX2 building blocks shared by the AVX2 kernels: loading
+// 8 weights of any float-like dtype as f32, horizontal sums, the int8 dot step. Functions
+// carry the target attribute, so these files build without -mavx2 and run only after the
+// dispatcher has checked the CPU (see core/cpu_features.h).
+#pragma once
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+#define FP_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define FP_AVX2_INLINE __attribute__((target("avx2,fma,f16c"), always_inline)) inline
+
+namespace fp::avx2 {
+
+FP_AVX2_INLINE float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+FP_AVX2_INLINE int32_t hsum_i32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+  return _mm_cvtsi128_si32(s);
+}
+
+FP_AVX2_INLINE __m256 load_f16(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+FP_AVX2_INLINE __m256 load_bf16(const uint16_t* p) {
+  __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+}
+// E4M3 -> f32 without a table: place the 7 magnitude bits where an f16's exponent and
+// mantissa go (exponent bias 15 instead of 7) and the sign bit at f16's, convert, then scale
+// by 2^8. Subnormals come out right too. (The NaN code 0x7f maps to 480; weights have none.)
+FP_AVX2_INLINE __m256 load_fp8_unscaled(const uint8_t* p) {  // returns value / 256
+  __m128i b = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  __m128i mag = _mm_slli_epi16(_mm_and_si128(b, _mm_set1_epi16(0x7f)), 7);
+  __m128i sign = _mm_slli_epi16(_mm_and_si128(b, _mm_set1_epi16(0x80)), 8);
+  return _mm256_cvtph_ps(_mm_or_si128(mag, sign));
+}
+constexpr float kFp8Rescale = 256.0f;
+
+// Loads 8 weights of a float-like dtype as f32 (FP8 comes back divided by 256).
+template <DType T>
+FP_AVX2_INLINE __m256 load8(const void* base, int64_t k) {
+  if constexpr (T == DType::F32) return _mm256_loadu_ps(static_cast<const float*>(base) + k);
+  if constexpr (T == DType::F16) return load_f16(static_cast<const uint16_t*>(base) + k);
+  if constexpr (T == DType::BF16) return load_bf16(static_cast<const uint16_t*>(base) + k);
+  if constexpr (T == DType::F8_E4M3) return load_fp8_unscaled(static_cast<const uint8_t*>(base) + k);
+}
+
+// sum of a[i]*b[i] over 32 signed bytes, as 8 int32 lanes (|a|, |b| <= 127).
+FP_AVX2_INLINE __m256i dot_i8(__m256i a, __m256i b) {
+  __m256i ua = _mm256_sign_epi8(a, a);
+  __m256i sb = _mm256_sign_epi8(b, a);
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(ua, sb), _mm256_set1_epi16(1));
+}
+
+// sum of u[i]*s[i] for unsigned u (< 128) and signed s, as 8 int32 lanes, each lane
+// multiplied by the int16 scales in `scale16` (per pair of bytes).
+FP_AVX2_INLINE __m256i dot_u8_scaled(__m256i u, __m256i s, __m256i scale16) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), scale16);
+}
+
+}  // namespace fp::avx2
