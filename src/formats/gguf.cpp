@@ -1,6 +1,7 @@
 // formats/gguf.cpp — bounds-checked GGUF reader and a v3 writer.
 #include "formats/gguf.h"
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -253,6 +254,13 @@ void GgufFile::parse_all() {
       if (mul_overflows(bytes, static_cast<uint64_t>(ti.ne[d]), &tmp)) fail(name_, ": tensor '", ti.name, "': size overflows");
       bytes = tmp;
     }
+    // Tensor views multiply the dims in other orders (outermost first, or skipping a 0 dim): keep the
+    // product of the dims with 0 counted as 1, times the block size, within int64.
+    uint64_t span = static_cast<uint64_t>(info.block_bytes);
+    for (auto d : ti.ne)
+      if (mul_overflows(span, std::max<uint64_t>(static_cast<uint64_t>(d), 1), &span) ||
+          span > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+        fail(name_, ": tensor '", ti.name, "': size overflows");
     ti.nbytes = bytes;
     if (tensor_index_.count(ti.name)) fail(name_, ": duplicate tensor name '", ti.name, "'");
     tensor_index_[ti.name] = tensors_.size();

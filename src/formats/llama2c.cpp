@@ -42,6 +42,8 @@ void Llama2cFile::parse_all(const uint8_t* data, size_t size, const std::string&
     cfg_.dim = h[0], cfg_.hidden_dim = h[1], cfg_.n_layers = h[2], cfg_.n_heads = h[3], cfg_.n_kv_heads = h[4];
     cfg_.vocab_size = h[5], cfg_.seq_len = h[6];
     cfg_.shared_classifier = cfg_.vocab_size > 0;
+    if (cfg_.vocab_size < -(1 << 24))  // checked before negating: -INT32_MIN overflows
+      fail(name, ": llama2.c header field vocab_size = ", cfg_.vocab_size, " (expected 1..2^24, negative when untied)");
     if (cfg_.vocab_size < 0) cfg_.vocab_size = -cfg_.vocab_size;
     header_bytes = 28;
   }

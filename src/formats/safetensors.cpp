@@ -4,12 +4,27 @@
 
 #include <algorithm>
 #include <fstream>
+#include <limits>
 
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
 
 namespace fp {
+
+namespace {
+// A value for messages: json::dump recurses once per nesting level, so a hostile header of deeply
+// nested arrays would overflow the stack; structured values longer than a line print their type.
+std::string short_dump(const nlohmann::json& j) {
+  if (j.is_primitive()) return j.dump();
+  if (j.size() <= 8) {
+    bool flat = true;
+    for (auto& e : j) flat = flat && e.is_primitive();
+    if (flat) return j.dump();
+  }
+  return std::string("(") + j.type_name() + " of " + std::to_string(j.size()) + ")";
+}
+}  // namespace
 
 bool safetensors_dtype(const std::string& s, DType* out) {
   static const std::map<std::string, DType> m = {
@@ -64,7 +79,7 @@ void SafetensorsFile::parse_all(const uint8_t* data, size_t size, const std::str
   for (auto& [key, v] : h.items()) {
     if (key == "__metadata__") {
       FP_CHECK(v.is_object(), name, ": __metadata__ should be an object");
-      for (auto& [mk, mv] : v.items()) metadata_[mk] = mv.is_string() ? mv.get<std::string>() : mv.dump();
+      for (auto& [mk, mv] : v.items()) metadata_[mk] = mv.is_string() ? mv.get<std::string>() : short_dump(mv);
       continue;
     }
     FP_CHECK(v.is_object(), name, ": tensor '", key, "': entry should be an object");
@@ -78,11 +93,17 @@ void SafetensorsFile::parse_all(const uint8_t* data, size_t size, const std::str
     auto sh = v.find("shape");
     FP_CHECK(sh != v.end() && sh->is_array() && sh->size() <= 8, name, ": tensor '", key, "': missing or bad field 'shape'");
     uint64_t numel = 1;
+    // span: the product of the dims with 0 counted as 1, times the element size. Tensor views multiply
+    // dims in other orders than numel does, so every partial product must stay within int64 even when one dim is 0.
+    uint64_t span = static_cast<uint64_t>(dtype_info(t.type).block_bytes);
     for (auto& d : *sh) {
       FP_CHECK(d.is_number_unsigned() || (d.is_number_integer() && d.get<int64_t>() >= 0), name, ": tensor '", key,
-               "': shape entries must be non-negative integers, found ", d.dump());
+               "': shape entries must be non-negative integers, found ", short_dump(d));
       uint64_t dim = d.get<uint64_t>();
       FP_CHECK(!__builtin_mul_overflow(numel, dim, &numel), name, ": tensor '", key, "': element count overflows");
+      FP_CHECK(!__builtin_mul_overflow(span, std::max<uint64_t>(dim, 1), &span) &&
+                   span <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()),
+               name, ": tensor '", key, "': shape ", short_dump(*sh), " overflows the tensor size");
       t.shape.push_back(static_cast<int64_t>(dim));
     }
     auto off = v.find("data_offsets");

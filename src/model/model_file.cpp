@@ -149,19 +149,39 @@ void load_llama2c(ModelFile& m, const std::string& path, const LoadOptions& opts
 }
 
 // ---------------------------------------------------------------- Hugging Face safetensors
+// A value for messages and `inspect`: json::dump recurses per nesting level (a hostile config.json
+// of deeply nested arrays would overflow the stack), so long or nested values print their type.
+std::string short_dump(const nlohmann::json& j) {
+  if (j.is_primitive()) return j.dump();
+  bool flat = j.size() <= 16;
+  for (auto it = j.begin(); flat && it != j.end(); ++it) flat = it->is_primitive();
+  return flat ? j.dump() : std::string("(") + j.type_name() + " of " + std::to_string(j.size()) + ")";
+}
+bool json_bool(const nlohmann::json& j, const std::string& key, const std::string& file, bool def) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return def;
+  FP_CHECK(it->is_boolean(), file, ": field '", key, "' should be true or false, found ", short_dump(*it));
+  return it->get<bool>();
+}
+std::string json_str(const nlohmann::json& j, const std::string& key, const std::string& file, const std::string& def) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return def;
+  FP_CHECK(it->is_string(), file, ": field '", key, "' should be a string, found ", short_dump(*it));
+  return it->get<std::string>();
+}
 int64_t json_int(const nlohmann::json& j, const std::string& key, const std::string& file, int64_t def = -1) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) {
     FP_CHECK(def >= 0, file, ": missing field '", key, "'");
     return def;
   }
-  FP_CHECK(it->is_number_integer(), file, ": field '", key, "' should be an integer, found ", it->dump());
+  FP_CHECK(it->is_number_integer(), file, ": field '", key, "' should be an integer, found ", short_dump(*it));
   return it->get<int64_t>();
 }
 double json_num(const nlohmann::json& j, const std::string& key, const std::string& file, double def) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return def;
-  FP_CHECK(it->is_number(), file, ": field '", key, "' should be a number, found ", it->dump());
+  FP_CHECK(it->is_number(), file, ": field '", key, "' should be a number, found ", short_dump(*it));
   return it->get<double>();
 }
 
@@ -172,7 +192,7 @@ void load_hf(ModelFile& m, const std::string& dir) {
   nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
   FP_CHECK(!j.is_discarded() && j.is_object(), cfg_path, ": not a valid JSON object");
   m.format = "safetensors";
-  for (auto& [k, v] : j.items()) m.metadata.emplace_back(k, v.dump());
+  for (auto& [k, v] : j.items()) m.metadata.emplace_back(k, short_dump(v));
   ModelConfig& c = m.config;
   c.source = "safetensors";
   c.name = std::filesystem::path(dir).filename().string();
@@ -196,11 +216,11 @@ void load_hf(ModelFile& m, const std::string& dir) {
   c.rms_eps = static_cast<float>(json_num(j, "rms_norm_eps", cfg_path, 1e-6));
   c.rope_theta = static_cast<float>(json_num(j, "rope_theta", cfg_path, 10000.0));
   c.rope_style = RopeStyle::NeoX;  // HF rotate_half
-  c.tied_output = j.value("tie_word_embeddings", false);
-  c.qkv_bias = c.arch == "qwen2" || j.value("attention_bias", false);
+  c.tied_output = json_bool(j, "tie_word_embeddings", cfg_path, false);
+  c.qkv_bias = c.arch == "qwen2" || json_bool(j, "attention_bias", cfg_path, false);
   c.qk_norm = c.arch == "qwen3";
   if (auto rs = j.find("rope_scaling"); rs != j.end() && rs->is_object()) {
-    std::string type = rs->value("rope_type", rs->value("type", std::string("none")));
+    std::string type = json_str(*rs, "rope_type", cfg_path, json_str(*rs, "type", cfg_path, "none"));
     if (type == "linear" || type == "llama3") {
       c.rope_scaling.type = type;
       c.rope_scaling.factor = static_cast<float>(json_num(*rs, "factor", cfg_path, 1.0));
@@ -293,6 +313,14 @@ std::unique_ptr<ModelFile> load_model_file(const std::string& path, const LoadOp
     else if (std::filesystem::path(path).filename() == "config.json") load_hf(*m, std::filesystem::path(path).parent_path().string());
     else fail(path, ": unknown model format (expected a .gguf file, a llama2.c .bin checkpoint, or a Hugging Face directory)");
   }
+  // Bound the dimensions a corrupt header can claim, so products of them (n_heads * head_dim, ...)
+  // cannot overflow before the tensor shapes are checked against them.
+  const ModelConfig& c = m->config;
+  for (auto [field, v] : {std::pair<const char*, int64_t>{"vocab size", c.n_vocab}, {"hidden size", c.dim},
+                          {"layer count", c.n_layers}, {"attention head count", c.n_heads}, {"kv head count", c.n_kv_heads},
+                          {"head dim", c.head_dim}, {"value head dim", c.v_head_dim}, {"rope dimension count", c.rot_dim},
+                          {"feed-forward length", c.hidden_dim}, {"context length", c.max_context}})
+    FP_CHECK(v <= (int64_t{1} << (field == std::string("context length") ? 31 : 24)), path, ": ", field, " = ", v, " is implausibly large (corrupt header?)");
   m->config.validate(path);
   if (opts.prefault) {  // fault the weights in now, with a progress bar on a terminal
     uint64_t total = 0, done = 0;
