@@ -31,5 +31,7 @@ void add_tokenize(CLI::App& app);
 void add_logits(CLI::App& app);
 void add_inspect(CLI::App& app);
 void add_synth(CLI::App& app);
+void add_bench(CLI::App& app);
+void add_audit(CLI::App& app);
 
 }  // namespace fp::tools

@@ -15,6 +15,8 @@ int main(int argc, char** argv) {
   fp::tools::add_logits(app);
   fp::tools::add_inspect(app);
   fp::tools::add_synth(app);
+  fp::tools::add_bench(app);
+  fp::tools::add_audit(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,155 @@
+// kernels/cpu/ceiling.cpp — the bandwidth and peak-throughput probes (AVX2 where present,
+// scalar otherwise), and their cache file.
+#include "kernels/cpu/ceiling.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/cpu_features.h"
+#include "core/log.h"
+#include "core/thread_pool.h"
+#include "kernels/cpu/simd_avx2.h"
+
+namespace fp {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+FP_AVX2 double sum_avx2(const float* p, int64_t n) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  for (int64_t i = 0; i + 32 <= n; i += 32) {
+    a0 = _mm256_add_ps(a0, _mm256_load_ps(p + i));
+    a1 = _mm256_add_ps(a1, _mm256_load_ps(p + i + 8));
+    a2 = _mm256_add_ps(a2, _mm256_load_ps(p + i + 16));
+    a3 = _mm256_add_ps(a3, _mm256_load_ps(p + i + 24));
+  }
+  return avx2::hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+}
+
+double sum_scalar(const float* p, int64_t n) {
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += p[i];
+  return s;
+}
+
+// Streams a 1 GiB buffer with every thread reading its own slice; best of 5 passes.
+double measure_read_gbps() {
+  const int64_t n = (int64_t{1} << 30) / 4;
+  float* buf = static_cast<float*>(std::aligned_alloc(64, static_cast<size_t>(n) * 4));
+  if (!buf) return 0;
+  const bool avx2 = cpu_features().missing({"avx2", "fma", "f16c"}).empty();
+  thread_pool().parallel_for(n, 1 << 20, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) buf[i] = static_cast<float>(i & 7);
+  });
+  double best = 0;
+  volatile double sink = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    auto t0 = Clock::now();
+    thread_pool().parallel_for(n / 32, 1, [&](int64_t b, int64_t e) {
+      double s = avx2 ? sum_avx2(buf + b * 32, (e - b) * 32) : sum_scalar(buf + b * 32, (e - b) * 32);
+      sink = sink + s;
+    });
+    double sec = std::chrono::duration<double>(Clock::now() - t0).count();
+    best = std::max(best, static_cast<double>(n) * 4 / sec / 1e9);
+  }
+  std::free(buf);
+  return best;
+}
+
+// 12 independent FMA chains per thread hide the FMA latency on every current x86 core.
+FP_AVX2 double fma_loop(int64_t iters) {
+  __m256 acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = _mm256_set1_ps(static_cast<float>(i) * 1e-3f);
+  const __m256 m = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
+  for (int64_t it = 0; it < iters; ++it)
+    for (int i = 0; i < 12; ++i) acc[i] = _mm256_fmadd_ps(acc[i], m, c);
+  __m256 s = acc[0];
+  for (int i = 1; i < 12; ++i) s = _mm256_add_ps(s, acc[i]);
+  return avx2::hsum(s);
+}
+
+// vpmaddubsw + vpmaddwd + vpaddd: 32 int8 multiply-adds per step, as the quantized kernels do.
+FP_AVX2 double int8_loop(int64_t iters) {
+  __m256i acc[8];
+  for (int i = 0; i < 8; ++i) acc[i] = _mm256_set1_epi32(i);
+  const __m256i a = _mm256_set1_epi8(3), b = _mm256_set1_epi8(-2), ones = _mm256_set1_epi16(1);
+  for (int64_t it = 0; it < iters; ++it)
+    for (int i = 0; i < 8; ++i) acc[i] = _mm256_add_epi32(acc[i], _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), ones));
+  __m256i s = acc[0];
+  for (int i = 1; i < 8; ++i) s = _mm256_add_epi32(s, acc[i]);
+  return avx2::hsum_i32(s);
+}
+
+template <class Loop>
+double measure_peak(Loop loop, double ops_per_iter) {
+  const int threads = thread_pool().size();
+  const int64_t iters = 20'000'000;
+  double best = 0;
+  volatile double sink = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    auto t0 = Clock::now();
+    thread_pool().parallel_for(threads, 1, [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t) sink = sink + loop(iters);
+    });
+    double sec = std::chrono::duration<double>(Clock::now() - t0).count();
+    best = std::max(best, ops_per_iter * static_cast<double>(iters) * threads / sec / 1e9);
+  }
+  return best;
+}
+
+std::string cache_path() {
+  const char* home = std::getenv("HOME");
+  return std::string(home ? home : "/tmp") + "/.cache/fastpath/ceiling.json";
+}
+
+}  // namespace
+
+std::string MachineCeiling::describe() const {
+  std::ostringstream os;
+  os.precision(4);
+  os << cpu << ", " << threads << " threads: read " << read_gbps << " GB/s, f32 FMA " << fma_gflops << " GFLOP/s, int8 dot "
+     << int8_gops << " GOP/s" << (cached ? " (cached calibration)" : " (measured now)");
+  return os.str();
+}
+
+MachineCeiling machine_ceiling(int threads, bool recalibrate) {
+  MachineCeiling c;
+  c.cpu = cpu_features().brand.empty() ? "unknown CPU" : cpu_features().brand;
+  c.threads = threads;
+  const std::string key = c.cpu + " | " + std::to_string(threads) + " threads";
+  nlohmann::json cache = nlohmann::json::object();
+  {
+    std::ifstream in(cache_path());
+    if (in) cache = nlohmann::json::parse(in, nullptr, false);
+    if (cache.is_discarded() || !cache.is_object()) cache = nlohmann::json::object();
+  }
+  if (!recalibrate && cache.contains(key) && cache[key].is_object()) {
+    auto& e = cache[key];
+    c.read_gbps = e.value("read_gbps", 0.0);
+    c.fma_gflops = e.value("fma_gflops", 0.0);
+    c.int8_gops = e.value("int8_gops", 0.0);
+    c.cached = c.read_gbps > 0 && c.fma_gflops > 0;
+    if (c.cached) return c;
+  }
+  log_info("measuring this machine's ceilings (bandwidth, FMA and int8 peaks) with ", threads, " threads...");
+  set_num_threads(threads);
+  c.read_gbps = measure_read_gbps();
+  if (cpu_features().missing({"avx2", "fma", "f16c"}).empty()) {
+    c.fma_gflops = measure_peak(fma_loop, 12 * 8 * 2);
+    c.int8_gops = measure_peak(int8_loop, 8 * 32 * 2);
+  }
+  cache[key] = {{"read_gbps", c.read_gbps}, {"fma_gflops", c.fma_gflops}, {"int8_gops", c.int8_gops}};
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(cache_path()).parent_path(), ec);
+  std::ofstream(cache_path()) << cache.dump(2) << "\n";
+  return c;
+}
+
+}  // namespace fp

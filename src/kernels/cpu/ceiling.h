@@ -1,0 +1,23 @@
+// kernels/cpu/ceiling.h — what this machine's silicon allows, measured: memory read
+// bandwidth and peak f32 FMA and int8 dot-product throughput with a given thread count.
+// Benchmarks print every figure as a fraction of these (the realization rate). Results are
+// cached in ~/.cache/fastpath/ceiling.json per CPU and thread count.
+#pragma once
+#include <string>
+
+namespace fp {
+
+struct MachineCeiling {
+  std::string cpu;       // brand string
+  int threads = 1;
+  double read_gbps = 0;  // GB/s (1e9 bytes), streaming reads of a buffer far larger than caches
+  double fma_gflops = 0; // f32 FMA, GFLOP/s (2 flops per multiply-add)
+  double int8_gops = 0;  // int8 multiply-adds as 2 ops each, GOP/s (AVX2 vpmaddubsw path)
+  bool cached = false;   // read from the cache file rather than measured now
+  std::string describe() const;
+};
+
+// Measures (or reads the cache unless `recalibrate`).
+MachineCeiling machine_ceiling(int threads, bool recalibrate = false);
+
+}  // namespace fp
