@@ -69,9 +69,9 @@ TEST(BackendOps, MatMulEveryKernelAgainstItsReference) {
   for (const auto& c : cases()) {
     MatMulData d;
     std::function<MatMulArgs(std::vector<float>&)> make = [&](std::vector<float>& out) { return build(c, d, out); };
-    // Float-activation kernels are compared with `ref` (dequantized weights, f32 activations);
-    // for quantized weights the GEMV path rounds activations to 8 bits, as `ref_q8act` does.
-    bool int_act = dtype_info(c.type).quantized && c.n <= 4;
+    // Float-like weights are compared with `ref` (f32 activations); quantized weights run
+    // integer dot products on 8-bit activations, as `ref_q8act` does.
+    bool int_act = dtype_info(c.type).quantized;
     checked += test::check_kernels<MatMulArgs>(label(c), make, int_act ? "ref_q8act" : "ref", 1e-4);
   }
   if (cpu_features().missing({"avx2", "fma", "f16c"}).empty()) {

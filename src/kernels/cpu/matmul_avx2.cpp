@@ -3,8 +3,9 @@
 //    dotted with all n activation rows. Float-like weights (F32/F16/BF16/FP8) are widened to f32
 //    in registers; Q8_0/Q4_0 use int8 dot products against Q8_0-quantized activations, Q4_K/Q6_K
 //    against Q8_K-quantized activations (as ggml does).
-//  - GEMM path (n > 4, prefill): compute-bound; 16-row weight panels are dequantized to f32
-//    and packed [k][16], then a 6x16 register-blocked FMA micro-kernel sweeps the tokens.
+//  - GEMM path for float-like weights (n > 4, prefill): compute-bound; 16-row weight panels are
+//    widened to f32 and packed [k][16], then a 6x16 register-blocked FMA micro-kernel sweeps the
+//    tokens. Quantized weights keep the integer path at every n, with rows blocked to stay in L2.
 #include <algorithm>
 #include <type_traits>
 #include <cstring>
@@ -23,7 +24,8 @@ namespace {
 
 using namespace avx2;
 
-constexpr int64_t kGemvMaxTokens = 4;
+constexpr int64_t kGemvMaxTokens = 4;  // tokens dotted per pass over a weight row
+constexpr int64_t kRowBlock = 32;      // rows per L2-resident block when many tokens share them
 
 // ------------------------------------------------------------------ float-like GEMV
 template <DType T>
@@ -143,24 +145,25 @@ FP_AVX2 void gemv_q4_k(const MatMulArgs& a, const BlockQ8_K* xq, int64_t n_off, 
       uint8_t sc[8], m[8];
       q4k_scales(wb[b].scales, sc, m);
       const float d = _cvtsh_ss(wb[b].d), dmin = _cvtsh_ss(wb[b].dmin);
-      __m256i lo[4], hi[4];
+      // Sub-block scales go into vpmaddwd, so a whole super-block accumulates in int32
+      // (at most 8 x 32 x 15 x 127 x 63 < 2^31) and converts to float once.
+      __m256i sumi[N];
+      for (int i = 0; i < N; ++i) sumi[i] = _mm256_setzero_si256();
       for (int j = 0; j < 4; ++j) {
         __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb[b].qs + 32 * j));
-        lo[j] = _mm256_and_si256(q, m4);
-        hi[j] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+        __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+        __m256i s_lo = _mm256_set1_epi16(sc[2 * j]), s_hi = _mm256_set1_epi16(sc[2 * j + 1]);
+        for (int i = 0; i < N; ++i) {
+          const int8_t* xqs = xq[i * nb + b].qs + 64 * j;
+          sumi[i] = _mm256_add_epi32(sumi[i], dot_u8_scaled(lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xqs)), s_lo));
+          sumi[i] = _mm256_add_epi32(sumi[i], dot_u8_scaled(hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xqs + 32)), s_hi));
+        }
       }
       for (int i = 0; i < N; ++i) {
         const BlockQ8_K& xb = xq[i * nb + b];
-        __m256i sumi = _mm256_setzero_si256();
-        for (int j = 0; j < 4; ++j) {
-          __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.qs + 64 * j));
-          __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.qs + 64 * j + 32));
-          sumi = _mm256_add_epi32(sumi, dot_u8_scaled(lo[j], x0, _mm256_set1_epi16(sc[2 * j])));
-          sumi = _mm256_add_epi32(sumi, dot_u8_scaled(hi[j], x1, _mm256_set1_epi16(sc[2 * j + 1])));
-        }
         int32_t summ = 0;
         for (int j = 0; j < 8; ++j) summ += m[j] * (xb.bsums[2 * j] + xb.bsums[2 * j + 1]);
-        acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d * xb.d), _mm256_cvtepi32_ps(sumi), acc[i]);
+        acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d * xb.d), _mm256_cvtepi32_ps(sumi[i]), acc[i]);
         mins[i] += dmin * xb.d * static_cast<float>(summ);
       }
     }
@@ -180,7 +183,8 @@ FP_AVX2 void gemv_q6_k(const MatMulArgs& a, const BlockQ8_K* xq, int64_t n_off, 
     for (int i = 0; i < N; ++i) acc[i] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
       const float d = _cvtsh_ss(wb[b].d);
-      __m256i q[8], scale[8];
+      __m256i sumi[N];
+      for (int i = 0; i < N; ++i) sumi[i] = _mm256_setzero_si256();
       for (int half = 0; half < 2; ++half) {
         const uint8_t* ql = wb[b].ql + 64 * half;
         const uint8_t* qh = wb[b].qh + 32 * half;
@@ -188,26 +192,24 @@ FP_AVX2 void gemv_q6_k(const MatMulArgs& a, const BlockQ8_K* xq, int64_t n_off, 
         __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
         __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
         __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh));
-        __m256i* qq = q + 4 * half;
-        qq[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(h, m3), 4));
-        qq[1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m3), 4));
-        qq[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m3), 4));
-        qq[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m3), 4));
-        for (int k = 0; k < 4; ++k)
-          scale[4 * half + k] = _mm256_set_m128i(_mm_set1_epi16(sc[2 * k + 1]), _mm_set1_epi16(sc[2 * k]));
+        for (int k = 0; k < 4; ++k) {
+          // Chunk k holds 32 six-bit quants: low nibbles of l0/l1 (k = 0, 1) or high (k = 2, 3),
+          // with two high bits from h at bit offset 2k.
+          __m256i lo4 = k < 2 ? (k == 0 ? l0 : l1) : _mm256_srli_epi16(k == 2 ? l0 : l1, 4);
+          __m256i q = _mm256_or_si256(_mm256_and_si256(lo4, m4),
+                                      _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2 * k), m3), 4));
+          __m256i scale = _mm256_set_m128i(_mm_set1_epi16(sc[2 * k + 1]), _mm_set1_epi16(sc[2 * k]));
+          for (int i = 0; i < N; ++i) {
+            const int8_t* xqs = xq[i * nb + b].qs + 128 * half + 32 * k;
+            sumi[i] = _mm256_add_epi32(sumi[i], dot_u8_scaled(q, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xqs)), scale));
+          }
+        }
       }
       for (int i = 0; i < N; ++i) {
         const BlockQ8_K& xb = xq[i * nb + b];
-        __m256i sumi = _mm256_setzero_si256();
-        for (int k = 0; k < 8; ++k) {
-          __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.qs + 32 * k));
-          sumi = _mm256_add_epi32(sumi, dot_u8_scaled(q[k], xv, scale[k]));
-        }
         int32_t off = 0;
         for (int g = 0; g < 16; ++g) off += wb[b].scales[g] * xb.bsums[g];
-        acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d * xb.d), _mm256_cvtepi32_ps(sumi), acc[i]);
+        acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d * xb.d), _mm256_cvtepi32_ps(sumi[i]), acc[i]);
         offs[i] += d * xb.d * 32.0f * static_cast<float>(off);
       }
     }
@@ -219,13 +221,18 @@ FP_AVX2 void gemv_q6_k(const MatMulArgs& a, const BlockQ8_K* xq, int64_t n_off, 
 // weight rows split across threads.
 template <class Fn>
 void gemv_tokens(const MatMulArgs& a, Fn fn) {
+  // Rows go in blocks small enough to stay in L2 while every token group passes over them.
+  const int64_t row_block = a.n <= kGemvMaxTokens ? a.w->rows() : kRowBlock;
   thread_pool().parallel_for(a.w->rows(), 32, [&](int64_t r0, int64_t r1) {
-    for (int64_t i = 0; i < a.n; i += kGemvMaxTokens) {
-      switch (std::min<int64_t>(kGemvMaxTokens, a.n - i)) {
-        case 1: fn(std::integral_constant<int, 1>{}, i, r0, r1); break;
-        case 2: fn(std::integral_constant<int, 2>{}, i, r0, r1); break;
-        case 3: fn(std::integral_constant<int, 3>{}, i, r0, r1); break;
-        default: fn(std::integral_constant<int, 4>{}, i, r0, r1); break;
+    for (int64_t rb = r0; rb < r1; rb += row_block) {
+      const int64_t re = std::min(r1, rb + row_block);
+      for (int64_t i = 0; i < a.n; i += kGemvMaxTokens) {
+        switch (std::min<int64_t>(kGemvMaxTokens, a.n - i)) {
+          case 1: fn(std::integral_constant<int, 1>{}, i, rb, re); break;
+          case 2: fn(std::integral_constant<int, 2>{}, i, rb, re); break;
+          case 3: fn(std::integral_constant<int, 3>{}, i, rb, re); break;
+          default: fn(std::integral_constant<int, 4>{}, i, rb, re); break;
+        }
       }
     }
   });
@@ -384,9 +391,11 @@ void gemm(const MatMulArgs& a) {
   });
 }
 
+// Float-like weights: GEMV for a few tokens, packed FMA GEMM beyond. Quantized weights: integer
+// dot products at every batch size (the int8 multiply-add rate is above the f32 FMA rate).
 void matmul_avx2(const MatMulArgs& a) {
   if (a.n <= 0) return;
-  if (a.n <= kGemvMaxTokens) gemv(a);
+  if (a.n <= kGemvMaxTokens || dtype_info(a.w->dtype).quantized) gemv(a);
   else gemm(a);
 }
 
