@@ -1,0 +1,406 @@
+// kernels/cpu/attention_avx2.cpp — AVX2+FMA causal attention over a contiguous KV cache with
+// GQA, flash-attention style: the n x kv_len score matrix is never materialized.
+//
+// Work item = (KV head, block of query tokens, KV split). Its rows are the query vectors of
+// the block's tokens for every query head sharing that KV head: M = tokens x group rows, so
+// each K/V tile is loaded once for all of them. The item walks its key range in blocks of
+// kBk keys keeping an online softmax per row (running max m, running sum l, unnormalized
+// output O[vd]):  S = Qs Kᵀ (Qs = q * scale),  m' = max(m, max S),  P = e^(S - m'),
+//                 l = l e^(m - m') + sum P,  O = O e^(m - m') + P V.
+// Causality is per row: the token at position pos[i] sees cache rows 0..min(pos[i], kv_len-1).
+//  - Prefill (many rows): S comes from a register-blocked GEMM (4 rows x 16 keys) against the
+//    K tile transposed once into Kt[hd][kBk].
+//  - Decode (few rows): S comes from dot products straight from the cache, 8 keys at a time,
+//    reduced with horizontal adds; no transpose to amortize.
+//  - When there are too few items to feed the threads (decode, few KV heads) and the context
+//    is long, the key range is split; each split keeps (m, l, O) and a final pass merges them:
+//    m* = max m_s,  out = sum_s O_s e^(m_s - m*) / sum_s l_s e^(m_s - m*).
+// Items are taken from an atomic counter, most expensive (latest query blocks) first.
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "core/cpu_features.h"
+#include "core/thread_pool.h"
+#include "kernels/cpu/exp_avx2.h"
+#include "kernels/cpu/simd_avx2.h"
+#include "kernels/ops.h"
+#include "kernels/registry.h"
+
+namespace fp {
+namespace {
+
+using namespace avx2;
+
+constexpr int64_t kBk = 64;             // keys per block (the row stride of S and Kt)
+constexpr int64_t kRowsPerItem = 64;    // target query rows (tokens x group) per item
+constexpr int64_t kPackedMinRows = 8;   // from this many rows on, transpose K and use the GEMM
+constexpr int64_t kMinSplitKeys = 256;  // fewest keys in one KV split
+constexpr double kParallelMinFlops = 2e5;  // below this, one thread
+
+struct Plan {
+  int64_t group = 1, bq = 1, qblocks = 1, splits = 1, split_len = 0;
+};
+
+// Per-thread buffers, grown on demand.
+struct Scratch {
+  std::vector<float> qs, o, s, kt, m, l, corr;
+  std::vector<int64_t> len;
+};
+
+// ---------------------------------------------------------------- scores, packed K (prefill)
+// s[r][c..c+16) = sum_d q[r][d] * kt[d][c..c+16) for R rows; q stride hd, kt and s stride kBk.
+template <int R>
+FP_AVX2_INLINE void scores_tile(const float* q, int64_t hd, const float* kt, float* s) {
+  __m256 acc[R][2];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  for (int64_t d = 0; d < hd; ++d) {
+    __m256 k0 = _mm256_loadu_ps(kt + d * kBk), k1 = _mm256_loadu_ps(kt + d * kBk + 8);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      __m256 qb = _mm256_broadcast_ss(q + r * hd + d);
+      acc[r][0] = _mm256_fmadd_ps(qb, k0, acc[r][0]);
+      acc[r][1] = _mm256_fmadd_ps(qb, k1, acc[r][1]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    _mm256_storeu_ps(s + r * kBk, acc[r][0]);
+    _mm256_storeu_ps(s + r * kBk + 8, acc[r][1]);
+  }
+}
+
+template <int R>
+FP_AVX2 void scores_rows_packed(const float* qs, int64_t hd, const float* kt, int64_t nk16, float* s) {
+  for (int64_t c = 0; c < nk16; c += 16) scores_tile<R>(qs, hd, kt + c, s + c);
+}
+
+FP_AVX2 void scores_packed(const float* qs, int64_t rows, int64_t hd, const float* kt, int64_t nk, float* s) {
+  const int64_t nk16 = (nk + 15) & ~int64_t{15};
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4) scores_rows_packed<4>(qs + r * hd, hd, kt, nk16, s + r * kBk);
+  switch (rows - r) {
+    case 3: scores_rows_packed<3>(qs + r * hd, hd, kt, nk16, s + r * kBk); break;
+    case 2: scores_rows_packed<2>(qs + r * hd, hd, kt, nk16, s + r * kBk); break;
+    case 1: scores_rows_packed<1>(qs + r * hd, hd, kt, nk16, s + r * kBk); break;
+    default: break;
+  }
+}
+
+// kt[d][t] = K row t (t < nk; rows nk.. up to a multiple of 16 repeat the last row, so the
+// padded scores are finite; they are masked out before the softmax). k rows have stride ld.
+FP_AVX2 void pack_kt(const float* k, int64_t ld, int64_t nk, int64_t hd, float* kt) {
+  const int64_t nk16 = (nk + 15) & ~int64_t{15};
+  for (int64_t t = 0; t < nk16; t += 8) {
+    const float* src[8];
+    for (int i = 0; i < 8; ++i) src[i] = k + std::min<int64_t>(t + i, nk - 1) * ld;
+    for (int64_t d = 0; d < hd; d += 8) {
+      __m256 r0 = _mm256_loadu_ps(src[0] + d), r1 = _mm256_loadu_ps(src[1] + d);
+      __m256 r2 = _mm256_loadu_ps(src[2] + d), r3 = _mm256_loadu_ps(src[3] + d);
+      __m256 r4 = _mm256_loadu_ps(src[4] + d), r5 = _mm256_loadu_ps(src[5] + d);
+      __m256 r6 = _mm256_loadu_ps(src[6] + d), r7 = _mm256_loadu_ps(src[7] + d);
+      __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
+      __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+      __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
+      __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+      __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+      __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+      __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+      __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+      float* dst = kt + d * kBk + t;
+      _mm256_storeu_ps(dst + 0 * kBk, _mm256_permute2f128_ps(u0, u4, 0x20));
+      _mm256_storeu_ps(dst + 1 * kBk, _mm256_permute2f128_ps(u1, u5, 0x20));
+      _mm256_storeu_ps(dst + 2 * kBk, _mm256_permute2f128_ps(u2, u6, 0x20));
+      _mm256_storeu_ps(dst + 3 * kBk, _mm256_permute2f128_ps(u3, u7, 0x20));
+      _mm256_storeu_ps(dst + 4 * kBk, _mm256_permute2f128_ps(u0, u4, 0x31));
+      _mm256_storeu_ps(dst + 5 * kBk, _mm256_permute2f128_ps(u1, u5, 0x31));
+      _mm256_storeu_ps(dst + 6 * kBk, _mm256_permute2f128_ps(u2, u6, 0x31));
+      _mm256_storeu_ps(dst + 7 * kBk, _mm256_permute2f128_ps(u3, u7, 0x31));
+    }
+  }
+}
+
+// ---------------------------------------------------------------- scores, direct K (decode)
+// s[r][t] = q[r] . k[t] for t < nk, k rows of stride ld straight from the cache.
+FP_AVX2 void scores_direct(const float* qs, int64_t rows, int64_t hd, const float* k, int64_t ld, int64_t nk, float* s) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* q = qs + r * hd;
+    float* sr = s + r * kBk;
+    int64_t t = 0;
+    for (; t + 8 <= nk; t += 8) {
+      const float* kr = k + t * ld;
+      __m256 a[8];
+#pragma GCC unroll 8
+      for (int i = 0; i < 8; ++i) a[i] = _mm256_setzero_ps();
+      for (int64_t d = 0; d < hd; d += 8) {
+        __m256 qv = _mm256_loadu_ps(q + d);
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; ++i) a[i] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kr + i * ld + d), a[i]);
+      }
+      // [sum a0 .. sum a7] by a horizontal-add tree.
+      __m256 h01 = _mm256_hadd_ps(a[0], a[1]), h23 = _mm256_hadd_ps(a[2], a[3]);
+      __m256 h45 = _mm256_hadd_ps(a[4], a[5]), h67 = _mm256_hadd_ps(a[6], a[7]);
+      __m256 g0 = _mm256_hadd_ps(h01, h23), g1 = _mm256_hadd_ps(h45, h67);
+      _mm256_storeu_ps(sr + t, _mm256_add_ps(_mm256_permute2f128_ps(g0, g1, 0x20), _mm256_permute2f128_ps(g0, g1, 0x31)));
+    }
+    for (; t < nk; ++t) {
+      __m256 acc = _mm256_setzero_ps();
+      for (int64_t d = 0; d < hd; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(k + t * ld + d), acc);
+      sr[t] = hsum(acc);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- online softmax step
+// For one row: p[0..valid) = e^(s - m') where m' = max(m, max s[0..valid)); p[valid..nk) = 0.
+// Updates m and l, returns the factor e^(m - m') that rescales the row's O.
+FP_AVX2 float softmax_step(float* p, int64_t valid, int64_t nk, float& m, float& l) {
+  if (valid <= 0) {
+    std::fill(p, p + nk, 0.0f);
+    return 1.0f;
+  }
+  const int64_t v8 = valid & ~int64_t{7};
+  const __m256 ninf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  const __m256i tm = tail_mask(valid - v8);
+  __m256 mx = ninf;
+  for (int64_t t = 0; t < v8; t += 8) mx = _mm256_max_ps(mx, _mm256_loadu_ps(p + t));
+  if (v8 < valid) mx = _mm256_max_ps(mx, _mm256_blendv_ps(ninf, _mm256_maskload_ps(p + v8, tm), _mm256_castsi256_ps(tm)));
+  const float m_new = std::max(m, hmax(mx));
+  const float corr = std::exp(m - m_new);  // 0 on the row's first keys (m = -inf)
+  const __m256 vm = _mm256_set1_ps(m_new);
+  __m256 sum = _mm256_setzero_ps();
+  for (int64_t t = 0; t < v8; t += 8) {
+    __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(p + t), vm));
+    _mm256_storeu_ps(p + t, e);
+    sum = _mm256_add_ps(sum, e);
+  }
+  if (v8 < valid) {
+    __m256 e = _mm256_and_ps(exp8(_mm256_sub_ps(_mm256_loadu_ps(p + v8), vm)), _mm256_castsi256_ps(tm));
+    _mm256_storeu_ps(p + v8, e);  // zeroes the lanes past `valid` too (p has room: stride kBk)
+    sum = _mm256_add_ps(sum, e);
+  }
+  for (int64_t t = v8 < valid ? v8 + 8 : valid; t < nk; ++t) p[t] = 0.0f;
+  l = l * corr + hsum(sum);
+  m = m_new;
+  return corr;
+}
+
+// ---------------------------------------------------------------- O = O * corr + P V
+// R rows, W x 8 output columns at a time; v rows of stride ld straight from the cache.
+template <int R, int W>
+FP_AVX2_INLINE void pv_tile(const float* p, const float* v, int64_t ld, int64_t nk, const float* corr, float* o, int64_t vd) {
+  __m256 acc[R][W];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    __m256 c = _mm256_broadcast_ss(corr + r);
+#pragma GCC unroll 4
+    for (int w = 0; w < W; ++w) acc[r][w] = _mm256_mul_ps(_mm256_loadu_ps(o + r * vd + 8 * w), c);
+  }
+  for (int64_t t = 0; t < nk; ++t) {
+    __m256 vv[W];
+#pragma GCC unroll 4
+    for (int w = 0; w < W; ++w) vv[w] = _mm256_loadu_ps(v + t * ld + 8 * w);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      __m256 pb = _mm256_broadcast_ss(p + r * kBk + t);
+#pragma GCC unroll 4
+      for (int w = 0; w < W; ++w) acc[r][w] = _mm256_fmadd_ps(pb, vv[w], acc[r][w]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int w = 0; w < W; ++w) _mm256_storeu_ps(o + r * vd + 8 * w, acc[r][w]);
+}
+
+template <int R>
+FP_AVX2 void pv_rows(const float* p, const float* v, int64_t ld, int64_t nk, const float* corr, float* o, int64_t vd) {
+  int64_t c = 0;
+  if constexpr (R == 1) {  // one row: four column vectors in flight instead of two
+    for (; c + 32 <= vd; c += 32) pv_tile<1, 4>(p, v + c, ld, nk, corr, o + c, vd);
+  }
+  for (; c + 16 <= vd; c += 16) pv_tile<R, 2>(p, v + c, ld, nk, corr, o + c, vd);
+  if (c < vd) pv_tile<R, 1>(p, v + c, ld, nk, corr, o + c, vd);
+}
+
+FP_AVX2 void pv(const float* p, int64_t rows, const float* v, int64_t ld, int64_t nk, const float* corr, float* o, int64_t vd) {
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4) pv_rows<4>(p + r * kBk, v, ld, nk, corr + r, o + r * vd, vd);
+  switch (rows - r) {
+    case 3: pv_rows<3>(p + r * kBk, v, ld, nk, corr + r, o + r * vd, vd); break;
+    case 2: pv_rows<2>(p + r * kBk, v, ld, nk, corr + r, o + r * vd, vd); break;
+    case 1: pv_rows<1>(p + r * kBk, v, ld, nk, corr + r, o + r * vd, vd); break;
+    default: break;
+  }
+}
+
+// ---------------------------------------------------------------- one work item
+// Rows r = (token i0 + r / group, head kvh * group + r % group). With part_m == nullptr the
+// normalized result goes to out; otherwise (m, l, O) go to the split's partial slots.
+FP_AVX2 void run_item(const AttentionArgs& a, const Plan& pl, int64_t kvh, int64_t qb, int64_t sp, float* part_m,
+                      float* part_l, float* part_o) {
+  const int64_t hd = a.head_dim, vd = a.v_dim, g = pl.group;
+  const int64_t k_row = a.n_kv_heads * hd, v_row = a.n_kv_heads * vd;
+  const int64_t i0 = qb * pl.bq, i1 = std::min(a.n, i0 + pl.bq), rows = (i1 - i0) * g;
+  thread_local Scratch sc;
+  sc.qs.resize(static_cast<size_t>(rows * hd));
+  sc.o.assign(static_cast<size_t>(rows * vd), 0.0f);
+  sc.s.resize(static_cast<size_t>(rows * kBk));
+  sc.m.assign(static_cast<size_t>(rows), -std::numeric_limits<float>::infinity());
+  sc.l.assign(static_cast<size_t>(rows), 0.0f);
+  sc.corr.resize(static_cast<size_t>(rows));
+  sc.len.resize(static_cast<size_t>(rows));
+  const __m256 scale = _mm256_set1_ps(a.scale);
+  int64_t max_len = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t i = i0 + r / g, h = kvh * g + r % g;
+    const float* q = a.q + (i * a.n_heads + h) * hd;
+    for (int64_t d = 0; d < hd; d += 8) _mm256_storeu_ps(&sc.qs[static_cast<size_t>(r * hd + d)], _mm256_mul_ps(_mm256_loadu_ps(q + d), scale));
+    int64_t len = std::clamp<int64_t>(static_cast<int64_t>(a.pos[i]) + 1, 0, a.kv_len);
+    sc.len[static_cast<size_t>(r)] = len;
+    max_len = std::max(max_len, len);
+  }
+  const int64_t t_begin = sp * pl.split_len;
+  const int64_t t_end = std::min(max_len, t_begin + pl.split_len);
+  const bool packed = rows >= kPackedMinRows;
+  if (packed) sc.kt.resize(static_cast<size_t>(hd * kBk));
+  float* s = sc.s.data();
+  for (int64_t t0 = t_begin; t0 < t_end; t0 += kBk) {
+    const int64_t nk = std::min(kBk, t_end - t0);
+    const float* kb = a.k_cache + t0 * k_row + kvh * hd;
+    if (packed) {
+      pack_kt(kb, k_row, nk, hd, sc.kt.data());
+      scores_packed(sc.qs.data(), rows, hd, sc.kt.data(), nk, s);
+    } else {
+      scores_direct(sc.qs.data(), rows, hd, kb, k_row, nk, s);
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      int64_t valid = std::clamp<int64_t>(sc.len[static_cast<size_t>(r)] - t0, 0, nk);
+      sc.corr[static_cast<size_t>(r)] =
+          softmax_step(s + r * kBk, valid, nk, sc.m[static_cast<size_t>(r)], sc.l[static_cast<size_t>(r)]);
+    }
+    pv(s, rows, a.v_cache + t0 * v_row + kvh * vd, v_row, nk, sc.corr.data(), sc.o.data(), vd);
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t i = i0 + r / g, h = kvh * g + r % g;
+    const float* o = sc.o.data() + r * vd;
+    float l = sc.l[static_cast<size_t>(r)];
+    if (part_m) {
+      int64_t slot = (i * a.n_heads + h) * pl.splits + sp;
+      part_m[slot] = sc.m[static_cast<size_t>(r)];
+      part_l[slot] = l;
+      std::copy(o, o + vd, part_o + slot * vd);
+    } else {
+      float* dst = a.out + (i * a.n_heads + h) * vd;
+      const __m256 inv = _mm256_set1_ps(l > 0 ? 1.0f / l : 0.0f);  // no visible keys: zeros
+      for (int64_t c = 0; c < vd; c += 8) _mm256_storeu_ps(dst + c, _mm256_mul_ps(_mm256_loadu_ps(o + c), inv));
+    }
+  }
+}
+
+// out row (i, h) from its splits' partial states.
+FP_AVX2 void merge_row(const AttentionArgs& a, const Plan& pl, int64_t row, const float* part_m, const float* part_l,
+                       const float* part_o) {
+  const int64_t vd = a.v_dim, base = row * pl.splits;
+  float mx = -std::numeric_limits<float>::infinity();
+  for (int64_t sp = 0; sp < pl.splits; ++sp) mx = std::max(mx, part_m[base + sp]);
+  float* dst = a.out + row * vd;
+  if (mx == -std::numeric_limits<float>::infinity()) {
+    std::fill(dst, dst + vd, 0.0f);
+    return;
+  }
+  float l = 0;
+  for (int64_t c = 0; c < vd; c += 8) _mm256_storeu_ps(dst + c, _mm256_setzero_ps());
+  for (int64_t sp = 0; sp < pl.splits; ++sp) {
+    float w = std::exp(part_m[base + sp] - mx);  // 0 for a split that saw no key
+    if (w == 0.0f) continue;
+    l += w * part_l[base + sp];
+    const __m256 vw = _mm256_set1_ps(w);
+    const float* o = part_o + (base + sp) * vd;
+    for (int64_t c = 0; c < vd; c += 8)
+      _mm256_storeu_ps(dst + c, _mm256_fmadd_ps(_mm256_loadu_ps(o + c), vw, _mm256_loadu_ps(dst + c)));
+  }
+  const __m256 inv = _mm256_set1_ps(1.0f / l);
+  for (int64_t c = 0; c < vd; c += 8) _mm256_storeu_ps(dst + c, _mm256_mul_ps(_mm256_loadu_ps(dst + c), inv));
+}
+
+// ---------------------------------------------------------------- plan and run
+Plan make_plan(const AttentionArgs& a, int threads, int64_t max_len) {
+  Plan p;
+  p.group = a.n_heads / a.n_kv_heads;
+  p.bq = std::clamp<int64_t>(kRowsPerItem / p.group, 1, a.n);
+  p.qblocks = (a.n + p.bq - 1) / p.bq;
+  const int64_t items = a.n_kv_heads * p.qblocks, want = 4 * static_cast<int64_t>(threads);
+  p.splits = 1;
+  if (items < want && max_len >= 2 * kMinSplitKeys)
+    p.splits = std::min((want + items - 1) / items, max_len / kMinSplitKeys);
+  p.split_len = (max_len + p.splits - 1) / p.splits;
+  p.split_len = std::max<int64_t>(kBk, (p.split_len + kBk - 1) / kBk * kBk);
+  p.splits = std::max<int64_t>(1, (max_len + p.split_len - 1) / p.split_len);
+  return p;
+}
+
+void attention_avx2(const AttentionArgs& a) {
+  if (a.n <= 0) return;
+  int64_t max_len = 0;
+  double work = 0;  // multiply-adds, for the thread decision
+  for (int64_t i = 0; i < a.n; ++i) {
+    int64_t len = std::clamp<int64_t>(static_cast<int64_t>(a.pos[i]) + 1, 0, a.kv_len);
+    max_len = std::max(max_len, len);
+    work += static_cast<double>(len) * static_cast<double>(a.n_heads * (a.head_dim + a.v_dim));
+  }
+  const int threads = work < kParallelMinFlops ? 1 : thread_pool().size();
+  const Plan pl = make_plan(a, threads, max_len);
+  const int64_t items = a.n_kv_heads * pl.qblocks * pl.splits;
+  std::vector<float> part_m, part_l, part_o;
+  if (pl.splits > 1) {
+    const int64_t slots = a.n * a.n_heads * pl.splits;
+    part_m.resize(static_cast<size_t>(slots));
+    part_l.resize(static_cast<size_t>(slots));
+    part_o.resize(static_cast<size_t>(slots * a.v_dim));
+  }
+  float* pm = pl.splits > 1 ? part_m.data() : nullptr;
+  float* plp = pl.splits > 1 ? part_l.data() : nullptr;
+  float* po = pl.splits > 1 ? part_o.data() : nullptr;
+  // Item order: latest query block first (the most keys), then KV head, then split.
+  auto run_index = [&](int64_t it) {
+    int64_t sp = it % pl.splits, rest = it / pl.splits;
+    int64_t kvh = rest % a.n_kv_heads, qb = pl.qblocks - 1 - rest / a.n_kv_heads;
+    run_item(a, pl, kvh, qb, sp, pm, plp, po);
+  };
+  const int64_t workers = std::min<int64_t>(threads, items);
+  if (workers <= 1) {
+    for (int64_t it = 0; it < items; ++it) run_index(it);
+  } else {
+    std::atomic<int64_t> next{0};
+    thread_pool().parallel_for(workers, 1, [&](int64_t, int64_t) {
+      for (int64_t it; (it = next.fetch_add(1, std::memory_order_relaxed)) < items;) run_index(it);
+    });
+  }
+  if (pl.splits > 1) {
+    const int64_t rows = a.n * a.n_heads;
+    const int64_t grain = std::max<int64_t>(1, (1 << 14) / (pl.splits * a.v_dim));
+    thread_pool().parallel_for(rows, grain, [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) merge_row(a, pl, r, pm, plp, po);
+    });
+  }
+}
+
+std::string refuse_attention_avx2(const AttentionArgs& a) {
+  std::string why = cpu_features().missing({"avx2", "fma", "f16c"});
+  if (!why.empty()) return why;
+  if (a.n_kv_heads <= 0 || a.n_heads % a.n_kv_heads != 0)
+    return "n_heads " + std::to_string(a.n_heads) + " is not a multiple of n_kv_heads " + std::to_string(a.n_kv_heads);
+  if (a.head_dim % 8 != 0 || a.v_dim % 8 != 0 || a.head_dim <= 0 || a.v_dim <= 0)
+    return "head_dim " + std::to_string(a.head_dim) + " / v_dim " + std::to_string(a.v_dim) + " not a positive multiple of 8";
+  return {};
+}
+
+const bool registered =
+    register_kernel(Kernel<AttentionArgs>{"avx2_flash", Backend::CPU, 100, false, refuse_attention_avx2, attention_avx2});
+
+}  // namespace
+}  // namespace fp

@@ -1,0 +1,260 @@
+// tests/backend_ops_elementwise_test.cpp — every rmsnorm, add, silu_mul, softmax, rope and
+// argmax kernel against its reference twin over odd sizes, tails (d not a multiple of 8),
+// n = 0 and 1, large d, aliased outputs and sizes big enough to split over threads. Also the
+// accuracy of the vectorized exp the AVX2 kernels use.
+//
+// Tolerances (normalised error, backend_ops.h): add 0 (bit-exact); rmsnorm 1e-5 (sums of
+// squares in 8 lanes vs one); rope 1e-5 (FMA vs separate multiply-add); silu_mul and softmax
+// 1e-5 (polynomial exp, <= 2.4e-7 relative, plus reordered sums); argmax exact.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "backend_ops.h"
+#include "core/cpu_features.h"
+#include "kernels/cpu/exp_avx2.h"
+#include "kernels/ops.h"
+
+namespace fp {
+namespace {
+
+bool have_avx2() { return cpu_features().missing({"avx2", "fma", "f16c"}).empty(); }
+
+// Fails when the CPU has AVX2 but no fast kernel was checked (it refused silently).
+void expect_fast_kernel_ran(int checked, const char* op) {
+  if (have_avx2()) {
+    EXPECT_GT(checked, 0) << "no non-reference " << op << " kernel ran on an AVX2 CPU";
+  }
+}
+
+// ---------------------------------------------------------------- rmsnorm
+TEST(BackendOps, RmsNormEveryKernelAgainstItsReference) {
+  int checked = 0;
+  for (int64_t n : {0, 1, 2, 7, 64})
+    for (int64_t d : {1, 3, 7, 8, 9, 31, 64, 100, 288, 4096, 8192})
+      for (bool alias : {false, true}) {
+        if (n * d > (1 << 20)) continue;
+        std::vector<float> x, w;
+        std::function<RmsNormArgs(std::vector<float>&)> make = [&](std::vector<float>& out) {
+          x = test::random_floats(static_cast<size_t>(n * d), static_cast<uint32_t>(n * 1000 + d));
+          w = test::random_floats(static_cast<size_t>(d), 3);
+          if (alias) {
+            out = x;
+            return RmsNormArgs{out.data(), w.data(), n, d, 1e-5f, out.data()};
+          }
+          out.assign(static_cast<size_t>(n * d), NAN);
+          return RmsNormArgs{x.data(), w.data(), n, d, 1e-6f, out.data()};
+        };
+        std::string label = "n=" + std::to_string(n) + " d=" + std::to_string(d) + (alias ? " in-place" : "");
+        checked += test::check_kernels<RmsNormArgs>(label, make, "ref", 1e-5);
+      }
+  expect_fast_kernel_ran(checked, "rmsnorm");
+}
+
+// ---------------------------------------------------------------- add
+TEST(BackendOps, AddEveryKernelAgainstItsReference) {
+  int checked = 0;
+  for (int64_t n : {0, 1, 7, 8, 9, 33, 1000, 65537, 1 << 20})
+    for (int alias : {0, 1, 2}) {  // out separate, out == a, out == b
+      std::vector<float> a, b;
+      std::function<AddArgs(std::vector<float>&)> make = [&](std::vector<float>& out) {
+        a = test::random_floats(static_cast<size_t>(n), static_cast<uint32_t>(n + 1));
+        b = test::random_floats(static_cast<size_t>(n), static_cast<uint32_t>(n + 2));
+        if (alias == 0) {
+          out.assign(static_cast<size_t>(n), NAN);
+          return AddArgs{a.data(), b.data(), n, out.data()};
+        }
+        out = alias == 1 ? a : b;
+        return alias == 1 ? AddArgs{out.data(), b.data(), n, out.data()} : AddArgs{a.data(), out.data(), n, out.data()};
+      };
+      checked += test::check_kernels<AddArgs>("n=" + std::to_string(n) + " alias=" + std::to_string(alias), make, "ref", 0.0);
+    }
+  expect_fast_kernel_ran(checked, "add");
+}
+
+// ---------------------------------------------------------------- silu_mul
+TEST(BackendOps, SiluMulEveryKernelAgainstItsReference) {
+  struct Case {
+    int64_t n, d, gate_stride, up_stride;
+    bool in_place;
+  };
+  std::vector<Case> cases;
+  for (int64_t n : {0, 1, 3, 16})
+    for (int64_t d : {1, 5, 8, 13, 64, 100, 768, 4097}) {
+      cases.push_back({n, d, 0, 0, false});
+      cases.push_back({n, d, 0, 0, true});
+      cases.push_back({n, d, 2 * d, 2 * d, false});  // gate and up interleaved in one [n, 2d] buffer
+    }
+  cases.push_back({1, 14336, 0, 0, true});  // decode-sized hidden layer: split into column chunks
+  cases.push_back({64, 1408, 0, 0, true});
+  int checked = 0;
+  for (const Case& c : cases) {
+    std::vector<float> g, u;
+    std::function<SiluMulArgs(std::vector<float>&)> make = [&](std::vector<float>& out) {
+      int64_t gs = c.gate_stride ? c.gate_stride : c.d, us = c.up_stride ? c.up_stride : c.d;
+      g = test::random_floats(static_cast<size_t>(c.n * gs), static_cast<uint32_t>(c.d), 4.0f);
+      u = test::random_floats(static_cast<size_t>(c.n * us), static_cast<uint32_t>(c.d + 1));
+      if (!g.empty()) g[0] = 95.0f;                     // e^-g underflows
+      if (g.size() > 1) g[1] = -95.0f;                   // e^-g overflows in the reference
+      if (g.size() > 2) g[g.size() - 1] = -20.0f;
+      if (c.in_place) {
+        out = g;
+        return SiluMulArgs{out.data(), u.data(), c.n, c.d, 0, c.up_stride, out.data()};
+      }
+      out.assign(static_cast<size_t>(c.n * c.d), NAN);
+      return SiluMulArgs{g.data(), u.data(), c.n, c.d, c.gate_stride, c.up_stride, out.data()};
+    };
+    std::string label = "n=" + std::to_string(c.n) + " d=" + std::to_string(c.d) + " strides=" + std::to_string(c.gate_stride) +
+                        "," + std::to_string(c.up_stride) + (c.in_place ? " in-place" : "");
+    checked += test::check_kernels<SiluMulArgs>(label, make, "ref", 1e-5);
+  }
+  expect_fast_kernel_ran(checked, "silu_mul");
+}
+
+// ---------------------------------------------------------------- softmax
+TEST(BackendOps, SoftmaxEveryKernelAgainstItsReference) {
+  int checked = 0;
+  for (int64_t n : {0, 1, 3, 40})
+    for (int64_t d : {1, 2, 7, 8, 9, 17, 64, 1000, 32000})
+      for (float sd : {1.0f, 30.0f}) {
+        if (n * d > (1 << 21)) continue;
+        std::function<SoftmaxArgs(std::vector<float>&)> make = [&](std::vector<float>& out) {
+          out = test::random_floats(static_cast<size_t>(n * d), static_cast<uint32_t>(n * 7 + d), sd);
+          for (size_t i = 3; i < out.size(); i += 11) out[i] = -std::numeric_limits<float>::infinity();  // masked
+          return SoftmaxArgs{out.data(), n, d};
+        };
+        std::string label = "n=" + std::to_string(n) + " d=" + std::to_string(d) + " sd=" + std::to_string(sd);
+        checked += test::check_kernels<SoftmaxArgs>(label, make, "ref", 1e-5);
+      }
+  expect_fast_kernel_ran(checked, "softmax");
+}
+
+// ---------------------------------------------------------------- rope
+TEST(BackendOps, RopeEveryKernelAgainstItsReference) {
+  struct Case {
+    int64_t n, heads, head_dim, rot_dim, extra_stride;
+    int32_t pos0;
+  };
+  std::vector<Case> cases;
+  for (int64_t hd : {8, 16, 64, 96, 128})
+    for (int64_t rot : {hd, hd / 2, int64_t{2}, int64_t{6}})
+      for (int64_t n : {1, 5, 300})
+        for (int64_t heads : {1, 4, 32}) {
+          if (rot > hd || n * heads * hd > (1 << 21)) continue;
+          cases.push_back({n, heads, hd, rot, heads == 4 ? 24 : 0, n == 5 ? 100000 : 17});
+        }
+  int checked = 0;
+  for (const Case& c : cases)
+    for (RopeStyle style : {RopeStyle::Adjacent, RopeStyle::NeoX})
+      for (float mscale : {1.0f, 1.25f}) {
+        std::vector<int32_t> pos;
+        std::vector<float> inv_freq;
+        std::function<RopeArgs(std::vector<float>&)> make = [&](std::vector<float>& out) {
+          int64_t stride = c.heads * c.head_dim + c.extra_stride;
+          out = test::random_floats(static_cast<size_t>(c.n * stride), static_cast<uint32_t>(c.n + c.head_dim));
+          pos.resize(static_cast<size_t>(c.n));
+          for (int64_t i = 0; i < c.n; ++i) pos[static_cast<size_t>(i)] = c.pos0 + static_cast<int32_t>(i * 3 % 7 + i);
+          inv_freq.resize(static_cast<size_t>(c.rot_dim / 2));
+          for (int64_t i = 0; i < c.rot_dim / 2; ++i)
+            inv_freq[static_cast<size_t>(i)] = std::pow(10000.0f, -2.0f * static_cast<float>(i) / static_cast<float>(c.rot_dim));
+          return RopeArgs{out.data(), pos.data(), c.n, c.heads, c.head_dim, c.rot_dim, stride, inv_freq.data(), mscale, style};
+        };
+        std::string label = std::string(style == RopeStyle::NeoX ? "neox" : "adjacent") + " n=" + std::to_string(c.n) +
+                            " heads=" + std::to_string(c.heads) + " hd=" + std::to_string(c.head_dim) +
+                            " rot=" + std::to_string(c.rot_dim) + " stride+" + std::to_string(c.extra_stride) +
+                            " mscale=" + std::to_string(mscale);
+        checked += test::check_kernels<RopeArgs>(label, make, "ref", 1e-5);
+      }
+  expect_fast_kernel_ran(checked, "rope");
+}
+
+// ---------------------------------------------------------------- argmax
+// Integer outputs: compared exactly, including ties (first index wins), -inf rows and NaNs.
+TEST(BackendOps, ArgmaxEveryKernelAgainstItsReference) {
+  const auto& kernels = OpRegistry<ArgmaxArgs>::instance().kernels();
+  const Kernel<ArgmaxArgs>* ref = nullptr;
+  for (auto& k : kernels)
+    if (k.name == "ref") ref = &k;
+  ASSERT_TRUE(ref);
+  int checked = 0;
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int64_t d : {1, 2, 7, 8, 9, 31, 32, 33, 100, 1000, 32000, 128256})
+    for (int variant = 0; variant < 6; ++variant) {
+      int64_t n = variant == 0 ? 1 : 9;
+      auto x = test::random_floats(static_cast<size_t>(n * d), static_cast<uint32_t>(d * 10 + variant));
+      for (int64_t r = 0; r < n; ++r) {
+        float* row = x.data() + r * d;
+        int64_t a = (r * 7919) % d, b = (r * 104729 + 13) % d;
+        if (variant == 1) row[a] = row[b] = 50.0f;  // tie: the first index must win
+        if (variant == 2) std::fill(row, row + d, -inf);
+        if (variant == 3) row[a] = NAN;  // NaN never wins (at index 0 it is never beaten)
+        if (variant == 4) std::fill(row, row + d, 1.0f);
+        if (variant == 5) row[b] = inf;
+      }
+      std::vector<int32_t> want(static_cast<size_t>(n), -1);
+      ref->run(ArgmaxArgs{x.data(), n, d, want.data()});
+      for (auto& k : kernels) {
+        if (k.reference) continue;
+        for (int threads : {1, 2}) {
+          set_num_threads(threads);
+          std::vector<int32_t> got(static_cast<size_t>(n), -1);
+          ArgmaxArgs args{x.data(), n, d, got.data()};
+          if (k.refuse && !k.refuse(args).empty()) continue;
+          k.run(args);
+          EXPECT_EQ(got, want) << "argmax kernel " << k.name << " d=" << d << " variant " << variant << " threads " << threads;
+          ++checked;
+        }
+      }
+    }
+  // Many rows: split over threads.
+  auto x = test::random_floats(64 * 4096, 11);
+  std::vector<int32_t> want(64);
+  ref->run(ArgmaxArgs{x.data(), 64, 4096, want.data()});
+  for (auto& k : kernels) {
+    if (k.reference || (k.refuse && !k.refuse(ArgmaxArgs{x.data(), 64, 4096, nullptr}).empty())) continue;
+    std::vector<int32_t> got(64, -1);
+    k.run(ArgmaxArgs{x.data(), 64, 4096, got.data()});
+    EXPECT_EQ(got, want) << k.name << " 64 rows";
+  }
+  set_num_threads(0);
+  expect_fast_kernel_ran(checked, "argmax");
+}
+
+// ---------------------------------------------------------------- the vectorized exp
+FP_AVX2 void exp8_many(const float* x, float* y, size_t n) {
+  for (size_t i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, avx2::exp8(_mm256_loadu_ps(x + i)));
+}
+
+TEST(BackendOps, VectorExpRelativeErrorAndRange) {
+  if (!have_avx2()) GTEST_SKIP() << "CPU lacks AVX2/FMA";
+  std::vector<float> x, y;
+  for (double v = -87.3; v <= 88.0; v += 1.37e-4) x.push_back(static_cast<float>(v));
+  for (float v : {0.0f, -0.0f, 1e-30f, -1e-30f, 0.3465f, -0.3466f}) x.push_back(v);
+  while (x.size() % 8) x.push_back(0.0f);
+  y.resize(x.size());
+  exp8_many(x.data(), y.data(), x.size());
+  double worst = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    double e = std::exp(static_cast<double>(x[i]));
+    worst = std::max(worst, std::fabs(y[i] - e) / e);
+  }
+  EXPECT_LE(worst, 5e-7) << "max relative error of exp8 over [-87.3, 88]";
+  // Edges: -inf and deep underflow give 0, +inf saturates (finite), NaN stays NaN.
+  std::vector<float> e = {-std::numeric_limits<float>::infinity(), -100.0f, -87.5f, 100.0f,
+                          std::numeric_limits<float>::infinity(), NAN, 0.0f, 1.0f};
+  std::vector<float> r(8);
+  exp8_many(e.data(), r.data(), 8);
+  EXPECT_EQ(r[0], 0.0f);
+  EXPECT_EQ(r[1], 0.0f);
+  EXPECT_EQ(r[2], 0.0f);
+  EXPECT_TRUE(std::isfinite(r[3]) && r[3] > 1e38f);
+  EXPECT_TRUE(std::isfinite(r[4]) && r[4] > 1e38f);
+  EXPECT_TRUE(std::isnan(r[5]));
+  EXPECT_EQ(r[6], 1.0f);
+  EXPECT_NEAR(r[7], 2.718281828f, 1e-6f);
+}
+
+}  // namespace
+}  // namespace fp
