@@ -1,0 +1,86 @@
+// bench/matmul_bench.cpp — matmul kernels at Llama-3.2-1B shapes: decode (1 token, weight bytes
+// streamed -> GB/s) and prefill (512 tokens -> GFLOP/s), for every weight dtype the 1B bench
+// uses. Each registered kernel runs directly; the reference only on small n (it is slow).
+//   build/bench/fastpath_ops_bench --benchmark_filter=matmul --benchmark_repetitions=3
+#include <benchmark/benchmark.h>
+
+#include <random>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/thread_pool.h"
+#include "kernels/ops.h"
+#include "kernels/registry.h"
+
+namespace fp {
+namespace {
+
+struct MatMulBenchData {
+  std::vector<uint8_t> w;
+  std::vector<float> x, y;
+  Tensor t;
+};
+
+MatMulBenchData make(DType type, int64_t n, int64_t out, int64_t in) {
+  MatMulBenchData d;
+  std::mt19937 rng(1);
+  std::normal_distribution<float> g(0, 1);
+  std::vector<float> row(static_cast<size_t>(in));
+  int64_t rb = row_bytes(type, in);
+  d.w.resize(static_cast<size_t>(rb * out));
+  for (int64_t o = 0; o < out; ++o) {
+    for (auto& v : row) v = g(rng);
+    quantize_row(type, row.data(), d.w.data() + o * rb, in);
+  }
+  d.x.resize(static_cast<size_t>(n * in));
+  for (auto& v : d.x) v = g(rng);
+  d.y.resize(static_cast<size_t>(n * out));
+  d.t = Tensor::view(d.w.data(), type, {out, in});
+  return d;
+}
+
+void register_all() {
+  struct Shape { int64_t out, in; };
+  for (DType type : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K}) {
+    for (Shape s : {Shape{2048, 2048}, Shape{8192, 2048}, Shape{2048, 8192}}) {
+      for (int64_t n : {1, 512}) {
+        // Kernels register during static initialisation too, so they are looked up by name
+        // when the benchmark runs, not now.
+        for (std::string kname : {"ref", "avx2"}) {
+          if (kname == "ref" && n > 1) continue;
+          for (int threads : {1, 2}) {
+            std::string name = "matmul/" + kname + "/" + dtype_name(type) + "/n=" + std::to_string(n) + "/" +
+                               std::to_string(s.out) + "x" + std::to_string(s.in) + "/threads:" + std::to_string(threads);
+            benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) {
+              const Kernel<MatMulArgs>* kp = nullptr;
+              for (const auto& k : OpRegistry<MatMulArgs>::instance().kernels())
+                if (k.name == kname) kp = &k;
+              if (!kp) {
+                st.SkipWithError(("no matmul kernel " + kname).c_str());
+                return;
+              }
+              auto d = make(type, n, s.out, s.in);
+              MatMulArgs a{d.x.data(), n, &d.t, nullptr, d.y.data()};
+              if (kp->refuse && !kp->refuse(a).empty()) {
+                st.SkipWithError(kp->refuse(a).c_str());
+                return;
+              }
+              set_num_threads(threads);
+              for (auto _ : st) kp->run(a);
+              double it = static_cast<double>(st.iterations());
+              st.counters["GFLOP/s"] = benchmark::Counter(it * 2.0 * static_cast<double>(n * s.out * s.in) / 1e9,
+                                                          benchmark::Counter::kIsRate);
+              st.counters["GB/s"] = benchmark::Counter(it * static_cast<double>(d.w.size()) / 1e9, benchmark::Counter::kIsRate);
+              set_num_threads(0);
+            })->Unit(benchmark::kMillisecond)->UseRealTime();
+          }
+        }
+      }
+    }
+  }
+}
+
+const bool registered = (register_all(), true);
+
+}  // namespace
+}  // namespace fp
