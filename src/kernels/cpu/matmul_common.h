@@ -1,0 +1,37 @@
+// kernels/cpu/matmul_common.h — the work split shared by the CPU matmul kernels: weight rows
+// across threads, rows in L2-sized blocks, tokens in groups of up to 4 per pass over a row.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+#include "core/thread_pool.h"
+#include "kernels/ops.h"
+
+namespace fp::cpu {
+
+constexpr int64_t kGemvMaxTokens = 4;  // tokens dotted per pass over a weight row
+constexpr int64_t kRowBlock = 32;      // rows per L2-resident block when many tokens share them
+
+// Calls fn(integral_constant<N>, first token, r0, r1) for groups of up to 4 tokens, with the
+// weight rows split across threads.
+template <class Fn>
+void gemv_tokens(const MatMulArgs& a, Fn fn) {
+  // Rows go in blocks small enough to stay in L2 while every token group passes over them.
+  const int64_t row_block = a.n <= kGemvMaxTokens ? a.w->rows() : kRowBlock;
+  thread_pool().parallel_for(a.w->rows(), 32, [&](int64_t r0, int64_t r1) {
+    for (int64_t rb = r0; rb < r1; rb += row_block) {
+      const int64_t re = std::min(r1, rb + row_block);
+      for (int64_t i = 0; i < a.n; i += kGemvMaxTokens) {
+        switch (std::min<int64_t>(kGemvMaxTokens, a.n - i)) {
+          case 1: fn(std::integral_constant<int, 1>{}, i, rb, re); break;
+          case 2: fn(std::integral_constant<int, 2>{}, i, rb, re); break;
+          case 3: fn(std::integral_constant<int, 3>{}, i, rb, re); break;
+          default: fn(std::integral_constant<int, 4>{}, i, rb, re); break;
+        }
+      }
+    }
+  });
+}
+
+}  // namespace fp::cpu

@@ -1,0 +1,116 @@
+// kernels/cpu/matmul_vnni.cpp — Q8_0 and Q4_0 matmul with AVX-512 VNNI (vpdpbusd on 256-bit
+// registers, AVX512-VL), every batch size. vpdpbusd multiplies unsigned by signed bytes and
+// accumulates in int32 without saturation, which saves the sign juggling AVX2 needs:
+//  - Q8_0 (signed weights): activations are offset to unsigned (x + 128); the offset's share,
+//    128 x sum(w), is subtracted through the accumulator's starting value, once per weight block.
+//  - Q4_0 (weights q - 8, q in 0..15): the unsigned q meets the signed activations directly;
+//    the -8 x sum(x) term starts the accumulator (sum(x) per block is computed once per call).
+#include <vector>
+
+#include "core/cpu_features.h"
+#include "core/error.h"
+#include "kernels/cpu/matmul_common.h"
+#include "kernels/cpu/quantize_act.h"
+#include "kernels/cpu/simd_avx2.h"
+#include "kernels/ops.h"
+#include "kernels/registry.h"
+
+#define FP_VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")))
+
+namespace fp {
+namespace {
+
+// Activations of one call, quantized to Q8_0 blocks, in the two forms the kernels need.
+struct QuantizedActs {
+  std::vector<BlockQ8_0> q;       // signed
+  std::vector<uint8_t> u;         // q + 128, 32 bytes per block
+  std::vector<int32_t> sums;      // sum of q per block
+};
+
+template <int N>
+FP_VNNI void q8_0_rows(const MatMulArgs& a, const QuantizedActs& x, int64_t i0, int64_t r0, int64_t r1) {
+  const Tensor& w = *a.w;
+  const int64_t K = w.cols(), out = w.rows(), nb = K / QK8_0;
+  const __m256i ones = _mm256_set1_epi8(1);
+  for (int64_t o = r0; o < r1; ++o) {
+    const BlockQ8_0* wb = reinterpret_cast<const BlockQ8_0*>(w.row_ptr(o));
+    __m256 acc[N];
+    for (int i = 0; i < N; ++i) acc[i] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      __m256i wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb[b].qs));
+      // -128 x (partial sums of w over each 4 bytes): the offset's contribution, removed up front.
+      __m256i init = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), ones, wq), 7));
+      const float dw = _cvtsh_ss(wb[b].d);
+      for (int i = 0; i < N; ++i) {
+        const int64_t xb = (i0 + i) * nb + b;
+        __m256i xu = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.u.data() + xb * 32));
+        __m256i dot = _mm256_dpbusd_epi32(init, xu, wq);
+        acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(dw * _cvtsh_ss(x.q[static_cast<size_t>(xb)].d)), acc[i]);
+      }
+    }
+    for (int i = 0; i < N; ++i) a.y[(i0 + i) * out + o] = avx2::hsum(acc[i]) + (a.bias ? a.bias[o] : 0.0f);
+  }
+}
+
+template <int N>
+FP_VNNI void q4_0_rows(const MatMulArgs& a, const QuantizedActs& x, int64_t i0, int64_t r0, int64_t r1) {
+  const Tensor& w = *a.w;
+  const int64_t K = w.cols(), out = w.rows(), nb = K / QK4_0;
+  const __m128i m4 = _mm_set1_epi8(0x0f);
+  for (int64_t o = r0; o < r1; ++o) {
+    const BlockQ4_0* wb = reinterpret_cast<const BlockQ4_0*>(w.row_ptr(o));
+    __m256 acc[N];
+    for (int i = 0; i < N; ++i) acc[i] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wb[b].qs));
+      __m256i wu = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m4), _mm_and_si128(q, m4));
+      const float dw = _cvtsh_ss(wb[b].d);
+      for (int i = 0; i < N; ++i) {
+        const int64_t xb = (i0 + i) * nb + b;
+        __m256i xs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q[static_cast<size_t>(xb)].qs));
+        __m256i init = _mm256_setr_epi32(-8 * x.sums[static_cast<size_t>(xb)], 0, 0, 0, 0, 0, 0, 0);
+        __m256i dot = _mm256_dpbusd_epi32(init, wu, xs);
+        acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(dw * _cvtsh_ss(x.q[static_cast<size_t>(xb)].d)), acc[i]);
+      }
+    }
+    for (int i = 0; i < N; ++i) a.y[(i0 + i) * out + o] = avx2::hsum(acc[i]) + (a.bias ? a.bias[o] : 0.0f);
+  }
+}
+
+void matmul_vnni(const MatMulArgs& a) {
+  if (a.n <= 0) return;
+  const int64_t K = a.w->cols(), nb = K / QK8_0;
+  QuantizedActs x;
+  x.q.resize(static_cast<size_t>(a.n * nb));
+  for (int64_t i = 0; i < a.n; ++i) quantize_act_q8_0(a.x + i * K, x.q.data() + i * nb, K);
+  const bool q8 = a.w->dtype == DType::Q8_0;
+  if (q8) {
+    x.u.resize(x.q.size() * 32);
+    for (size_t b = 0; b < x.q.size(); ++b)
+      for (int j = 0; j < 32; ++j) x.u[b * 32 + static_cast<size_t>(j)] = static_cast<uint8_t>(x.q[b].qs[j] + 128);
+  } else {
+    x.sums.resize(x.q.size());
+    for (size_t b = 0; b < x.q.size(); ++b) {
+      int32_t s = 0;
+      for (int j = 0; j < 32; ++j) s += x.q[b].qs[j];
+      x.sums[b] = s;
+    }
+  }
+  cpu::gemv_tokens(a, [&](auto N, int64_t i, int64_t r0, int64_t r1) {
+    if (q8) q8_0_rows<decltype(N)::value>(a, x, i, r0, r1);
+    else q4_0_rows<decltype(N)::value>(a, x, i, r0, r1);
+  });
+}
+
+std::string refuse_vnni(const MatMulArgs& a) {
+  std::string cpu = cpu_features().missing({"avx2", "fma", "f16c", "avx512f", "avx512vl", "avx512bw", "avx512_vnni"});
+  if (!cpu.empty()) return cpu;
+  if (a.w->dtype != DType::Q8_0 && a.w->dtype != DType::Q4_0)
+    return std::string("only Q8_0/Q4_0 weights (these are ") + dtype_name(a.w->dtype) + ")";
+  return {};
+}
+
+const bool registered = register_kernel(Kernel<MatMulArgs>{"avx512vnni", Backend::CPU, 200, false, refuse_vnni, matmul_vnni});
+
+}  // namespace
+}  // namespace fp
