@@ -37,11 +37,13 @@ using namespace avx2;
 constexpr int64_t kBk = 64;             // keys per block (the row stride of S and Kt)
 constexpr int64_t kRowsPerItem = 64;    // target query rows (tokens x group) per item
 constexpr int64_t kPackedMinRows = 8;   // from this many rows on, transpose K and use the GEMM
-constexpr int64_t kMinSplitKeys = 256;  // fewest keys in one KV split
+constexpr int64_t kMinSplitKeys = 128;  // fewest keys in one KV split
 constexpr double kParallelMinFlops = 2e5;  // below this, one thread
 
 struct Plan {
-  int64_t group = 1, bq = 1, qblocks = 1, splits = 1, split_len = 0;
+  int64_t group = 1, bq = 1, qblocks = 1;
+  int64_t heads_per_item = 1;  // KV heads per item: 1, or all of them when there is one query block
+  int64_t splits = 1, split_len = 0;
 };
 
 // Per-thread buffers, grown on demand.
@@ -124,9 +126,51 @@ FP_AVX2 void pack_kt(const float* k, int64_t ld, int64_t nk, int64_t hd, float* 
 }
 
 // ---------------------------------------------------------------- scores, direct K (decode)
-// s[r][t] = q[r] . k[t] for t < nk, k rows of stride ld straight from the cache.
+// s[r][t] = q[r] . k[t] for t < nk, k rows of stride ld straight from the cache. Two rows x
+// four keys share their loads (6 loads per 8 FMAs); the eight sums come out of one
+// horizontal-add tree as [row0 keys 0..3 | row1 keys 0..3]. A lone last row takes 8 keys.
+FP_AVX2_INLINE __m256 hadd_tree8(const __m256* a) {
+  __m256 g0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+  __m256 g1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
+  return _mm256_add_ps(_mm256_permute2f128_ps(g0, g1, 0x20), _mm256_permute2f128_ps(g0, g1, 0x31));
+}
+
+FP_AVX2_INLINE float dot(const float* x, const float* y, int64_t len) {
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t d = 0; d < len; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(x + d), _mm256_loadu_ps(y + d), acc);
+  return hsum(acc);
+}
+
 FP_AVX2 void scores_direct(const float* qs, int64_t rows, int64_t hd, const float* k, int64_t ld, int64_t nk, float* s) {
-  for (int64_t r = 0; r < rows; ++r) {
+  int64_t r = 0;
+  for (; r + 2 <= rows; r += 2) {
+    const float *q0 = qs + r * hd, *q1 = q0 + hd;
+    float *s0 = s + r * kBk, *s1 = s0 + kBk;
+    int64_t t = 0;
+    for (; t + 4 <= nk; t += 4) {
+      const float* kr = k + t * ld;
+      __m256 a[8];
+#pragma GCC unroll 8
+      for (int i = 0; i < 8; ++i) a[i] = _mm256_setzero_ps();
+      for (int64_t d = 0; d < hd; d += 8) {
+        __m256 qa = _mm256_loadu_ps(q0 + d), qb = _mm256_loadu_ps(q1 + d);
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; ++i) {
+          __m256 kv = _mm256_loadu_ps(kr + i * ld + d);
+          a[i] = _mm256_fmadd_ps(qa, kv, a[i]);
+          a[4 + i] = _mm256_fmadd_ps(qb, kv, a[4 + i]);
+        }
+      }
+      __m256 v = hadd_tree8(a);
+      _mm_storeu_ps(s0 + t, _mm256_castps256_ps128(v));
+      _mm_storeu_ps(s1 + t, _mm256_extractf128_ps(v, 1));
+    }
+    for (; t < nk; ++t) {
+      s0[t] = dot(q0, k + t * ld, hd);
+      s1[t] = dot(q1, k + t * ld, hd);
+    }
+  }
+  if (r < rows) {
     const float* q = qs + r * hd;
     float* sr = s + r * kBk;
     int64_t t = 0;
@@ -140,17 +184,9 @@ FP_AVX2 void scores_direct(const float* qs, int64_t rows, int64_t hd, const floa
 #pragma GCC unroll 8
         for (int i = 0; i < 8; ++i) a[i] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kr + i * ld + d), a[i]);
       }
-      // [sum a0 .. sum a7] by a horizontal-add tree.
-      __m256 h01 = _mm256_hadd_ps(a[0], a[1]), h23 = _mm256_hadd_ps(a[2], a[3]);
-      __m256 h45 = _mm256_hadd_ps(a[4], a[5]), h67 = _mm256_hadd_ps(a[6], a[7]);
-      __m256 g0 = _mm256_hadd_ps(h01, h23), g1 = _mm256_hadd_ps(h45, h67);
-      _mm256_storeu_ps(sr + t, _mm256_add_ps(_mm256_permute2f128_ps(g0, g1, 0x20), _mm256_permute2f128_ps(g0, g1, 0x31)));
+      _mm256_storeu_ps(sr + t, hadd_tree8(a));
     }
-    for (; t < nk; ++t) {
-      __m256 acc = _mm256_setzero_ps();
-      for (int64_t d = 0; d < hd; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(k + t * ld + d), acc);
-      sr[t] = hsum(acc);
-    }
+    for (; t < nk; ++t) sr[t] = dot(q, k + t * ld, hd);
   }
 }
 
@@ -237,14 +273,29 @@ FP_AVX2 void pv(const float* p, int64_t rows, const float* v, int64_t ld, int64_
   }
 }
 
+// Pulls the next key block's K and V rows of KV heads [kvh0, kvh0 + nh) toward L2 while this
+// block computes: one head's rows are strided n_kv_heads * hd apart, which the hardware
+// prefetcher follows poorly.
+FP_AVX2 void prefetch_rows(const AttentionArgs& a, int64_t kvh0, int64_t nh, int64_t t0, int64_t nk) {
+  const int64_t k_row = a.n_kv_heads * a.head_dim, v_row = a.n_kv_heads * a.v_dim;
+  for (int64_t t = t0; t < t0 + nk; ++t) {
+    const char* k = reinterpret_cast<const char*>(a.k_cache + t * k_row + kvh0 * a.head_dim);
+    const char* v = reinterpret_cast<const char*>(a.v_cache + t * v_row + kvh0 * a.v_dim);
+    for (int64_t b = 0; b < nh * a.head_dim * 4; b += 64) _mm_prefetch(k + b, _MM_HINT_T1);
+    for (int64_t b = 0; b < nh * a.v_dim * 4; b += 64) _mm_prefetch(v + b, _MM_HINT_T1);
+  }
+}
+
 // ---------------------------------------------------------------- one work item
-// Rows r = (token i0 + r / group, head kvh * group + r % group). With part_m == nullptr the
-// normalized result goes to out; otherwise (m, l, O) go to the split's partial slots.
-FP_AVX2 void run_item(const AttentionArgs& a, const Plan& pl, int64_t kvh, int64_t qb, int64_t sp, float* part_m,
+// KV heads [kvh0, kvh0 + pl.heads_per_item), query block qb, KV split sp. Rows come per KV
+// head j in groups of rpg = tokens x group: row j * rpg + r is (token i0 + r / group, head
+// (kvh0 + j) * group + r % group). With part_m == nullptr the normalized result goes to out;
+// otherwise (m, l, O) go to the split's partial slots.
+FP_AVX2 void run_item(const AttentionArgs& a, const Plan& pl, int64_t kvh0, int64_t qb, int64_t sp, float* part_m,
                       float* part_l, float* part_o) {
-  const int64_t hd = a.head_dim, vd = a.v_dim, g = pl.group;
+  const int64_t hd = a.head_dim, vd = a.v_dim, g = pl.group, nh = pl.heads_per_item;
   const int64_t k_row = a.n_kv_heads * hd, v_row = a.n_kv_heads * vd;
-  const int64_t i0 = qb * pl.bq, i1 = std::min(a.n, i0 + pl.bq), rows = (i1 - i0) * g;
+  const int64_t i0 = qb * pl.bq, i1 = std::min(a.n, i0 + pl.bq), rpg = (i1 - i0) * g, rows = rpg * nh;
   thread_local Scratch sc;
   sc.qs.resize(static_cast<size_t>(rows * hd));
   sc.o.assign(static_cast<size_t>(rows * vd), 0.0f);
@@ -253,39 +304,47 @@ FP_AVX2 void run_item(const AttentionArgs& a, const Plan& pl, int64_t kvh, int64
   sc.l.assign(static_cast<size_t>(rows), 0.0f);
   sc.corr.resize(static_cast<size_t>(rows));
   sc.len.resize(static_cast<size_t>(rows));
+  auto token = [&](int64_t row) { return i0 + (row % rpg) / g; };
+  auto head = [&](int64_t row) { return (kvh0 + row / rpg) * g + (row % rpg) % g; };
   const __m256 scale = _mm256_set1_ps(a.scale);
   int64_t max_len = 0;
   for (int64_t r = 0; r < rows; ++r) {
-    int64_t i = i0 + r / g, h = kvh * g + r % g;
-    const float* q = a.q + (i * a.n_heads + h) * hd;
-    for (int64_t d = 0; d < hd; d += 8) _mm256_storeu_ps(&sc.qs[static_cast<size_t>(r * hd + d)], _mm256_mul_ps(_mm256_loadu_ps(q + d), scale));
+    const int64_t i = token(r);
+    const float* q = a.q + (i * a.n_heads + head(r)) * hd;
+    float* qd = sc.qs.data() + r * hd;
+    for (int64_t d = 0; d < hd; d += 8) _mm256_storeu_ps(qd + d, _mm256_mul_ps(_mm256_loadu_ps(q + d), scale));
     int64_t len = std::clamp<int64_t>(static_cast<int64_t>(a.pos[i]) + 1, 0, a.kv_len);
     sc.len[static_cast<size_t>(r)] = len;
     max_len = std::max(max_len, len);
   }
   const int64_t t_begin = sp * pl.split_len;
   const int64_t t_end = std::min(max_len, t_begin + pl.split_len);
-  const bool packed = rows >= kPackedMinRows;
+  const bool packed = rpg >= kPackedMinRows;
   if (packed) sc.kt.resize(static_cast<size_t>(hd * kBk));
-  float* s = sc.s.data();
   for (int64_t t0 = t_begin; t0 < t_end; t0 += kBk) {
     const int64_t nk = std::min(kBk, t_end - t0);
-    const float* kb = a.k_cache + t0 * k_row + kvh * hd;
-    if (packed) {
-      pack_kt(kb, k_row, nk, hd, sc.kt.data());
-      scores_packed(sc.qs.data(), rows, hd, sc.kt.data(), nk, s);
-    } else {
-      scores_direct(sc.qs.data(), rows, hd, kb, k_row, nk, s);
+    if (t0 + kBk < t_end) prefetch_rows(a, kvh0, nh, t0 + kBk, std::min(kBk, t_end - t0 - kBk));
+    for (int64_t j = 0; j < nh; ++j) {
+      const int64_t r0 = j * rpg;
+      const float* kb = a.k_cache + t0 * k_row + (kvh0 + j) * hd;
+      float* s = sc.s.data() + r0 * kBk;
+      const float* qs = sc.qs.data() + r0 * hd;
+      if (packed) {
+        pack_kt(kb, k_row, nk, hd, sc.kt.data());
+        scores_packed(qs, rpg, hd, sc.kt.data(), nk, s);
+      } else {
+        scores_direct(qs, rpg, hd, kb, k_row, nk, s);
+      }
+      for (int64_t r = r0; r < r0 + rpg; ++r) {
+        int64_t valid = std::clamp<int64_t>(sc.len[static_cast<size_t>(r)] - t0, 0, nk);
+        sc.corr[static_cast<size_t>(r)] = softmax_step(sc.s.data() + r * kBk, valid, nk, sc.m[static_cast<size_t>(r)],
+                                                       sc.l[static_cast<size_t>(r)]);
+      }
+      pv(s, rpg, a.v_cache + t0 * v_row + (kvh0 + j) * vd, v_row, nk, sc.corr.data() + r0, sc.o.data() + r0 * vd, vd);
     }
-    for (int64_t r = 0; r < rows; ++r) {
-      int64_t valid = std::clamp<int64_t>(sc.len[static_cast<size_t>(r)] - t0, 0, nk);
-      sc.corr[static_cast<size_t>(r)] =
-          softmax_step(s + r * kBk, valid, nk, sc.m[static_cast<size_t>(r)], sc.l[static_cast<size_t>(r)]);
-    }
-    pv(s, rows, a.v_cache + t0 * v_row + kvh * vd, v_row, nk, sc.corr.data(), sc.o.data(), vd);
   }
   for (int64_t r = 0; r < rows; ++r) {
-    int64_t i = i0 + r / g, h = kvh * g + r % g;
+    const int64_t i = token(r), h = head(r);
     const float* o = sc.o.data() + r * vd;
     float l = sc.l[static_cast<size_t>(r)];
     if (part_m) {
@@ -333,9 +392,12 @@ Plan make_plan(const AttentionArgs& a, int threads, int64_t max_len) {
   p.group = a.n_heads / a.n_kv_heads;
   p.bq = std::clamp<int64_t>(kRowsPerItem / p.group, 1, a.n);
   p.qblocks = (a.n + p.bq - 1) / p.bq;
-  const int64_t items = a.n_kv_heads * p.qblocks, want = 4 * static_cast<int64_t>(threads);
+  // Few tokens (decode): one item walks all KV heads block by block, reading whole cache rows
+  // in order, and the threads split the key range instead of the heads.
+  p.heads_per_item = p.qblocks == 1 ? a.n_kv_heads : 1;
+  const int64_t items = (a.n_kv_heads / p.heads_per_item) * p.qblocks, want = 4 * static_cast<int64_t>(threads);
   p.splits = 1;
-  if (items < want && max_len >= 2 * kMinSplitKeys)
+  if (threads > 1 && items < want && max_len >= 2 * kMinSplitKeys)
     p.splits = std::min((want + items - 1) / items, max_len / kMinSplitKeys);
   p.split_len = (max_len + p.splits - 1) / p.splits;
   p.split_len = std::max<int64_t>(kBk, (p.split_len + kBk - 1) / kBk * kBk);
@@ -354,7 +416,8 @@ void attention_avx2(const AttentionArgs& a) {
   }
   const int threads = work < kParallelMinFlops ? 1 : thread_pool().size();
   const Plan pl = make_plan(a, threads, max_len);
-  const int64_t items = a.n_kv_heads * pl.qblocks * pl.splits;
+  const int64_t kv_items = a.n_kv_heads / pl.heads_per_item;
+  const int64_t items = kv_items * pl.qblocks * pl.splits;
   std::vector<float> part_m, part_l, part_o;
   if (pl.splits > 1) {
     const int64_t slots = a.n * a.n_heads * pl.splits;
@@ -368,8 +431,8 @@ void attention_avx2(const AttentionArgs& a) {
   // Item order: latest query block first (the most keys), then KV head, then split.
   auto run_index = [&](int64_t it) {
     int64_t sp = it % pl.splits, rest = it / pl.splits;
-    int64_t kvh = rest % a.n_kv_heads, qb = pl.qblocks - 1 - rest / a.n_kv_heads;
-    run_item(a, pl, kvh, qb, sp, pm, plp, po);
+    int64_t kvh0 = (rest % kv_items) * pl.heads_per_item, qb = pl.qblocks - 1 - rest / kv_items;
+    run_item(a, pl, kvh0, qb, sp, pm, plp, po);
   };
   const int64_t workers = std::min<int64_t>(threads, items);
   if (workers <= 1) {

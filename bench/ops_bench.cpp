@@ -1,0 +1,203 @@
+// bench/ops_bench.cpp — Google Benchmark micro-benchmarks of the CPU kernels, one section per
+// op. Every kernel registered for an op (reference first) runs on the same inputs, named
+// OP/KERNEL/SHAPE/threads:T, so `--benchmark_filter=attention` puts the reference and the fast
+// kernels side by side. Kernels are run directly (no dispatch). Bytes are the op's compulsory
+// traffic (inputs read + outputs written once) and give GB/s; FLOP/s counts multiply-adds as 2.
+// Shapes are Llama-3.2-1B's (dim 2048, hidden 8192, 32/8 heads of 64, vocab 128256) and
+// Llama-3-8B's where they differ (dim 4096, head_dim 128).
+//   build-ew/bench/fastpath_ops_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
+#include <benchmark/benchmark.h>
+
+#include <cmath>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "kernels/ops.h"
+#include "kernels/registry.h"
+
+namespace fp {
+namespace {
+
+std::vector<float> randn(size_t n, uint32_t seed, float sd = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> g(0, sd);
+  std::vector<float> v(n);
+  for (auto& x : v) x = g(rng);
+  return v;
+}
+
+// What one iteration costs, for the rate counters.
+struct Work {
+  double bytes = 0, flops = 0;
+};
+
+// Registers OP/KERNEL/SHAPE for every kernel of the op: the reference at 1 thread, the others
+// at 1 and 2. `setup` builds the inputs once and returns the call's arguments; `reset` (optional)
+// restores inputs an in-place op overwrote, outside the timed region.
+template <class Args>
+void register_op(const std::string& shape, Work w, std::function<Args()> setup,
+                 std::function<void()> reset = nullptr) {
+  for (const auto& k : OpRegistry<Args>::instance().kernels()) {
+    for (int threads : {1, 2}) {
+      if (k.reference && threads > 1) continue;
+      std::string name = std::string(Args::kName) + "/" + k.name + "/" + shape + "/threads:" + std::to_string(threads);
+      const Kernel<Args>* kp = &k;
+      benchmark::RegisterBenchmark(name.c_str(), [kp, threads, w, setup, reset](benchmark::State& st) {
+        set_num_threads(threads);
+        Args a = setup();
+        if (kp->refuse) {
+          std::string why = kp->refuse(a);
+          if (!why.empty()) {
+            st.SkipWithError(("kernel refuses: " + why).c_str());
+            return;
+          }
+        }
+        for (auto _ : st) {
+          if (reset) {
+            st.PauseTiming();
+            reset();
+            st.ResumeTiming();
+          }
+          kp->run(a);
+          benchmark::ClobberMemory();
+        }
+        st.SetBytesProcessed(static_cast<int64_t>(w.bytes * static_cast<double>(st.iterations())));
+        if (w.flops > 0)
+          st.counters["FLOP/s"] = benchmark::Counter(w.flops * static_cast<double>(st.iterations()), benchmark::Counter::kIsRate);
+        set_num_threads(0);
+      })->UseRealTime()->Unit(benchmark::kMicrosecond);
+    }
+  }
+}
+
+std::string shape_nd(int64_t n, int64_t d) { return "n=" + std::to_string(n) + ",d=" + std::to_string(d); }
+
+// ---------------------------------------------------------------- rmsnorm
+void bench_rmsnorm() {
+  for (auto [n, d] : {std::pair<int64_t, int64_t>{1, 2048}, {1, 4096}, {512, 2048}}) {
+    auto x = std::make_shared<std::vector<float>>(randn(static_cast<size_t>(n * d), 1));
+    auto w = std::make_shared<std::vector<float>>(randn(static_cast<size_t>(d), 2));
+    auto y = std::make_shared<std::vector<float>>(static_cast<size_t>(n * d));
+    Work wk{4.0 * static_cast<double>(2 * n * d + d), 3.0 * static_cast<double>(n * d)};
+    register_op<RmsNormArgs>(shape_nd(n, d), wk, [=] { return RmsNormArgs{x->data(), w->data(), n, d, 1e-5f, y->data()}; });
+  }
+}
+
+// ---------------------------------------------------------------- add
+void bench_add() {
+  for (int64_t n : {int64_t{2048}, int64_t{512} * 2048}) {
+    auto a = std::make_shared<std::vector<float>>(randn(static_cast<size_t>(n), 1));
+    auto b = std::make_shared<std::vector<float>>(randn(static_cast<size_t>(n), 2));
+    auto o = std::make_shared<std::vector<float>>(static_cast<size_t>(n));
+    register_op<AddArgs>("n=" + std::to_string(n), Work{12.0 * static_cast<double>(n), static_cast<double>(n)},
+                         [=] { return AddArgs{a->data(), b->data(), n, o->data()}; });
+  }
+}
+
+// ---------------------------------------------------------------- silu_mul
+void bench_silu_mul() {
+  for (auto [n, d] : {std::pair<int64_t, int64_t>{1, 8192}, {1, 14336}, {512, 8192}}) {
+    auto g = std::make_shared<std::vector<float>>(randn(static_cast<size_t>(n * d), 1, 3.0f));
+    auto u = std::make_shared<std::vector<float>>(randn(static_cast<size_t>(n * d), 2));
+    auto o = std::make_shared<std::vector<float>>(static_cast<size_t>(n * d));
+    register_op<SiluMulArgs>(shape_nd(n, d), Work{12.0 * static_cast<double>(n * d), 0},
+                             [=] { return SiluMulArgs{g->data(), u->data(), n, d, 0, 0, o->data()}; });
+  }
+}
+
+// ---------------------------------------------------------------- softmax (in place)
+void bench_softmax() {
+  for (auto [n, d] : {std::pair<int64_t, int64_t>{1, 128256}, {32, 4096}}) {
+    auto src = std::make_shared<std::vector<float>>(randn(static_cast<size_t>(n * d), 1, 3.0f));
+    auto x = std::make_shared<std::vector<float>>(*src);
+    register_op<SoftmaxArgs>(shape_nd(n, d), Work{8.0 * static_cast<double>(n * d), 0},
+                             [=] { return SoftmaxArgs{x->data(), n, d}; }, [=] { *x = *src; });
+  }
+}
+
+// ---------------------------------------------------------------- rope (in place; values stay bounded)
+void bench_rope() {
+  struct S {
+    int64_t n, heads, hd;
+    RopeStyle style;
+  };
+  for (S s : {S{1, 32, 64, RopeStyle::Adjacent}, S{1, 32, 128, RopeStyle::NeoX}, S{512, 32, 64, RopeStyle::Adjacent},
+              S{512, 32, 64, RopeStyle::NeoX}}) {
+    auto x = std::make_shared<std::vector<float>>(randn(static_cast<size_t>(s.n * s.heads * s.hd), 1));
+    auto pos = std::make_shared<std::vector<int32_t>>(static_cast<size_t>(s.n));
+    for (int64_t i = 0; i < s.n; ++i) (*pos)[static_cast<size_t>(i)] = static_cast<int32_t>(1000 + i);
+    auto inv = std::make_shared<std::vector<float>>(static_cast<size_t>(s.hd / 2));
+    for (int64_t i = 0; i < s.hd / 2; ++i)
+      (*inv)[static_cast<size_t>(i)] = std::pow(500000.0f, -2.0f * static_cast<float>(i) / static_cast<float>(s.hd));
+    std::string shape = std::string(s.style == RopeStyle::NeoX ? "neox" : "adjacent") + ",n=" + std::to_string(s.n) +
+                        ",heads=" + std::to_string(s.heads) + ",hd=" + std::to_string(s.hd);
+    double elems = static_cast<double>(s.n * s.heads * s.hd);
+    register_op<RopeArgs>(shape, Work{8.0 * elems, 3.0 * elems}, [=] {
+      return RopeArgs{x->data(), pos->data(), s.n, s.heads, s.hd, s.hd, s.heads * s.hd, inv->data(), 1.0f, s.style};
+    });
+  }
+}
+
+// ---------------------------------------------------------------- argmax
+void bench_argmax() {
+  for (auto [n, d] : {std::pair<int64_t, int64_t>{1, 32000}, {1, 128256}}) {
+    auto x = std::make_shared<std::vector<float>>(randn(static_cast<size_t>(n * d), 1));
+    auto o = std::make_shared<std::vector<int32_t>>(static_cast<size_t>(n));
+    register_op<ArgmaxArgs>(shape_nd(n, d), Work{4.0 * static_cast<double>(n * d), 0},
+                            [=] { return ArgmaxArgs{x->data(), n, d, o->data()}; });
+  }
+}
+
+// ---------------------------------------------------------------- attention
+// Decode: one token at the end of a kv_len cache. Prefill: n tokens from pos0 (a cached prefix
+// of pos0 tokens). Bytes: q + the K/V rows read once + out; FLOPs: 2 (hd + vd) per (head, key).
+void bench_attention() {
+  struct S {
+    const char* what;
+    int64_t n, heads, kv_heads, hd, pos0;
+  };
+  for (S s : {S{"decode", 1, 32, 8, 64, 511}, S{"decode", 1, 32, 8, 64, 4095}, S{"decode", 1, 32, 8, 128, 4095},
+              S{"decode", 1, 8, 1, 128, 4095}, S{"prefill", 256, 32, 8, 64, 0}, S{"prefill", 128, 32, 8, 128, 1024}}) {
+    const int64_t kv_len = s.pos0 + s.n;
+    auto q = std::make_shared<std::vector<float>>(randn(static_cast<size_t>(s.n * s.heads * s.hd), 1));
+    auto k = std::make_shared<std::vector<float>>(randn(static_cast<size_t>(kv_len * s.kv_heads * s.hd), 2));
+    auto v = std::make_shared<std::vector<float>>(randn(static_cast<size_t>(kv_len * s.kv_heads * s.hd), 3));
+    auto pos = std::make_shared<std::vector<int32_t>>(static_cast<size_t>(s.n));
+    double keys = 0;
+    for (int64_t i = 0; i < s.n; ++i) {
+      (*pos)[static_cast<size_t>(i)] = static_cast<int32_t>(s.pos0 + i);
+      keys += static_cast<double>(s.pos0 + i + 1);
+    }
+    auto o = std::make_shared<std::vector<float>>(static_cast<size_t>(s.n * s.heads * s.hd));
+    Work wk{4.0 * static_cast<double>(2 * s.n * s.heads * s.hd + 2 * kv_len * s.kv_heads * s.hd),
+            keys * static_cast<double>(s.heads) * 2.0 * static_cast<double>(2 * s.hd)};
+    std::string shape = std::string(s.what) + ",n=" + std::to_string(s.n) + ",kv_len=" + std::to_string(kv_len) +
+                        ",heads=" + std::to_string(s.heads) + "/" + std::to_string(s.kv_heads) + ",hd=" + std::to_string(s.hd);
+    float scale = 1.0f / std::sqrt(static_cast<float>(s.hd));
+    register_op<AttentionArgs>(shape, wk, [=] {
+      return AttentionArgs{q->data(), pos->data(), s.n, s.heads, s.kv_heads, s.hd, s.hd, k->data(), v->data(), kv_len,
+                           scale, o->data()};
+    });
+  }
+}
+
+}  // namespace
+}  // namespace fp
+
+int main(int argc, char** argv) {
+  fp::bench_rmsnorm();
+  fp::bench_add();
+  fp::bench_silu_mul();
+  fp::bench_softmax();
+  fp::bench_rope();
+  fp::bench_argmax();
+  fp::bench_attention();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
