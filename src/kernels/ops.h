@@ -27,7 +27,7 @@ struct MatMulArgs {
   const Tensor* w = nullptr;
   const float* bias = nullptr;  // optional
   float* y = nullptr;
-  std::string shape_class() const;  // weight dtype and gemv (n == 1) / gemm
+  std::string shape_class() const;  // weight dtype and gemv (n <= 4) / gemm
 };
 
 // out[n, d] = x / sqrt(mean(x^2) + eps) * weight; out may alias x.
