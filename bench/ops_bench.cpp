@@ -160,7 +160,8 @@ void bench_attention() {
     int64_t n, heads, kv_heads, hd, pos0;
   };
   for (S s : {S{"decode", 1, 32, 8, 64, 511}, S{"decode", 1, 32, 8, 64, 4095}, S{"decode", 1, 32, 8, 128, 4095},
-              S{"decode", 1, 8, 1, 128, 4095}, S{"prefill", 256, 32, 8, 64, 0}, S{"prefill", 128, 32, 8, 128, 1024}}) {
+              S{"decode", 1, 8, 1, 128, 4095}, S{"decode", 1, 8, 1, 128, 16383},
+              S{"prefill", 256, 32, 8, 64, 0}, S{"prefill", 128, 32, 8, 128, 1024}}) {
     const int64_t kv_len = s.pos0 + s.n;
     auto q = std::make_shared<std::vector<float>>(randn(static_cast<size_t>(s.n * s.heads * s.hd), 1));
     auto k = std::make_shared<std::vector<float>>(randn(static_cast<size_t>(kv_len * s.kv_heads * s.hd), 2));

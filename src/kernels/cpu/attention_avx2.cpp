@@ -1,20 +1,23 @@
 // kernels/cpu/attention_avx2.cpp — AVX2+FMA causal attention over a contiguous KV cache with
 // GQA, flash-attention style: the n x kv_len score matrix is never materialized.
 //
-// Work item = (KV head, block of query tokens, KV split). Its rows are the query vectors of
-// the block's tokens for every query head sharing that KV head: M = tokens x group rows, so
-// each K/V tile is loaded once for all of them. The item walks its key range in blocks of
+// Work item = (KV heads, block of query tokens, KV split). Its rows are the query vectors of
+// the block's tokens for every query head sharing a KV head: tokens x group rows per KV head,
+// so each K/V tile is loaded once for all of them. The item walks its key range in blocks of
 // kBk keys keeping an online softmax per row (running max m, running sum l, unnormalized
 // output O[vd]):  S = Qs Kᵀ (Qs = q * scale),  m' = max(m, max S),  P = e^(S - m'),
 //                 l = l e^(m - m') + sum P,  O = O e^(m - m') + P V.
 // Causality is per row: the token at position pos[i] sees cache rows 0..min(pos[i], kv_len-1).
-//  - Prefill (many rows): S comes from a register-blocked GEMM (4 rows x 16 keys) against the
-//    K tile transposed once into Kt[hd][kBk].
-//  - Decode (few rows): S comes from dot products straight from the cache, 8 keys at a time,
-//    reduced with horizontal adds; no transpose to amortize.
-//  - When there are too few items to feed the threads (decode, few KV heads) and the context
-//    is long, the key range is split; each split keeps (m, l, O) and a final pass merges them:
-//    m* = max m_s,  out = sum_s O_s e^(m_s - m*) / sum_s l_s e^(m_s - m*).
+//  - Prefill (several query blocks): one KV head per item, items = KV heads x query blocks.
+//    With >= 8 rows per head, S comes from a register-blocked GEMM (4 rows x 16 keys) against
+//    the K tile transposed once into Kt[hd][kBk].
+//  - Decode (one query block): one item walks all KV heads block by block, and the threads
+//    split the key range instead. With < 8 rows per head, S comes from dot products straight
+//    from the cache (2 rows x 4 keys), no transpose to amortize. K/V stream from memory here,
+//    so the loops prefetch the rows one block ahead.
+//  - KV splits (when items are too few to feed the threads and the context is long) each keep
+//    (m, l, O); a final pass merges them: m* = max m_s,
+//    out = sum_s O_s e^(m_s - m*) / sum_s l_s e^(m_s - m*).
 // Items are taken from an atomic counter, most expensive (latest query blocks) first.
 #include <algorithm>
 #include <atomic>
@@ -94,11 +97,13 @@ FP_AVX2 void scores_packed(const float* qs, int64_t rows, int64_t hd, const floa
 
 // kt[d][t] = K row t (t < nk; rows nk.. up to a multiple of 16 repeat the last row, so the
 // padded scores are finite; they are masked out before the softmax). k rows have stride ld.
-FP_AVX2 void pack_kt(const float* k, int64_t ld, int64_t nk, int64_t hd, float* kt) {
+FP_AVX2 void pack_kt(const float* k, int64_t ld, int64_t nk, int64_t hd, float* kt, bool prefetch) {
   const int64_t nk16 = (nk + 15) & ~int64_t{15};
   for (int64_t t = 0; t < nk16; t += 8) {
     const float* src[8];
     for (int i = 0; i < 8; ++i) src[i] = k + std::min<int64_t>(t + i, nk - 1) * ld;
+    for (int i = 0; prefetch && i < 8; ++i)  // the same rows one block ahead
+      for (int64_t d = 0; d < hd; d += 16) _mm_prefetch(reinterpret_cast<const char*>(k + (t + i + kBk) * ld + d), _MM_HINT_T0);
     for (int64_t d = 0; d < hd; d += 8) {
       __m256 r0 = _mm256_loadu_ps(src[0] + d), r1 = _mm256_loadu_ps(src[1] + d);
       __m256 r2 = _mm256_loadu_ps(src[2] + d), r3 = _mm256_loadu_ps(src[3] + d);
@@ -149,6 +154,9 @@ FP_AVX2 void scores_direct(const float* qs, int64_t rows, int64_t hd, const floa
     int64_t t = 0;
     for (; t + 4 <= nk; t += 4) {
       const float* kr = k + t * ld;
+      if (r == 0)  // the same keys one block ahead
+        for (int i = 0; i < 4; ++i)
+          for (int64_t d = 0; d < hd; d += 16) _mm_prefetch(reinterpret_cast<const char*>(kr + (kBk + i) * ld + d), _MM_HINT_T0);
       __m256 a[8];
 #pragma GCC unroll 8
       for (int i = 0; i < 8; ++i) a[i] = _mm256_setzero_ps();
@@ -227,7 +235,8 @@ FP_AVX2 float softmax_step(float* p, int64_t valid, int64_t nk, float& m, float&
 // ---------------------------------------------------------------- O = O * corr + P V
 // R rows, W x 8 output columns at a time; v rows of stride ld straight from the cache.
 template <int R, int W>
-FP_AVX2_INLINE void pv_tile(const float* p, const float* v, int64_t ld, int64_t nk, const float* corr, float* o, int64_t vd) {
+FP_AVX2_INLINE void pv_tile(const float* p, const float* v, int64_t ld, int64_t nk, const float* corr, float* o, int64_t vd,
+                            bool prefetch) {
   __m256 acc[R][W];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
@@ -236,6 +245,10 @@ FP_AVX2_INLINE void pv_tile(const float* p, const float* v, int64_t ld, int64_t 
     for (int w = 0; w < W; ++w) acc[r][w] = _mm256_mul_ps(_mm256_loadu_ps(o + r * vd + 8 * w), c);
   }
   for (int64_t t = 0; t < nk; ++t) {
+    // The same columns of the V row one block ahead (a prefetch past the cache cannot fault).
+#pragma GCC unroll 4
+    for (int w = 0; w < W; w += 2)
+      if (prefetch) _mm_prefetch(reinterpret_cast<const char*>(v + (t + kBk) * ld + 8 * w), _MM_HINT_T0);
     __m256 vv[W];
 #pragma GCC unroll 4
     for (int w = 0; w < W; ++w) vv[w] = _mm256_loadu_ps(v + t * ld + 8 * w);
@@ -253,36 +266,27 @@ FP_AVX2_INLINE void pv_tile(const float* p, const float* v, int64_t ld, int64_t 
 }
 
 template <int R>
-FP_AVX2 void pv_rows(const float* p, const float* v, int64_t ld, int64_t nk, const float* corr, float* o, int64_t vd) {
+FP_AVX2 void pv_rows(const float* p, const float* v, int64_t ld, int64_t nk, const float* corr, float* o, int64_t vd,
+                     bool prefetch) {
   int64_t c = 0;
   if constexpr (R == 1) {  // one row: four column vectors in flight instead of two
-    for (; c + 32 <= vd; c += 32) pv_tile<1, 4>(p, v + c, ld, nk, corr, o + c, vd);
+    for (; c + 32 <= vd; c += 32) pv_tile<1, 4>(p, v + c, ld, nk, corr, o + c, vd, prefetch);
   }
-  for (; c + 16 <= vd; c += 16) pv_tile<R, 2>(p, v + c, ld, nk, corr, o + c, vd);
-  if (c < vd) pv_tile<R, 1>(p, v + c, ld, nk, corr, o + c, vd);
+  for (; c + 16 <= vd; c += 16) pv_tile<R, 2>(p, v + c, ld, nk, corr, o + c, vd, prefetch);
+  if (c < vd) pv_tile<R, 1>(p, v + c, ld, nk, corr, o + c, vd, prefetch);
 }
 
-FP_AVX2 void pv(const float* p, int64_t rows, const float* v, int64_t ld, int64_t nk, const float* corr, float* o, int64_t vd) {
+// prefetch: pull the V rows one block ahead (decode, where V streams from memory); done by the
+// first row tile only.
+FP_AVX2 void pv(const float* p, int64_t rows, const float* v, int64_t ld, int64_t nk, const float* corr, float* o, int64_t vd,
+                bool prefetch) {
   int64_t r = 0;
-  for (; r + 4 <= rows; r += 4) pv_rows<4>(p + r * kBk, v, ld, nk, corr + r, o + r * vd, vd);
+  for (; r + 4 <= rows; r += 4) pv_rows<4>(p + r * kBk, v, ld, nk, corr + r, o + r * vd, vd, prefetch && r == 0);
   switch (rows - r) {
-    case 3: pv_rows<3>(p + r * kBk, v, ld, nk, corr + r, o + r * vd, vd); break;
-    case 2: pv_rows<2>(p + r * kBk, v, ld, nk, corr + r, o + r * vd, vd); break;
-    case 1: pv_rows<1>(p + r * kBk, v, ld, nk, corr + r, o + r * vd, vd); break;
+    case 3: pv_rows<3>(p + r * kBk, v, ld, nk, corr + r, o + r * vd, vd, prefetch && r == 0); break;
+    case 2: pv_rows<2>(p + r * kBk, v, ld, nk, corr + r, o + r * vd, vd, prefetch && r == 0); break;
+    case 1: pv_rows<1>(p + r * kBk, v, ld, nk, corr + r, o + r * vd, vd, prefetch && r == 0); break;
     default: break;
-  }
-}
-
-// Pulls the next key block's K and V rows of KV heads [kvh0, kvh0 + nh) toward L2 while this
-// block computes: one head's rows are strided n_kv_heads * hd apart, which the hardware
-// prefetcher follows poorly.
-FP_AVX2 void prefetch_rows(const AttentionArgs& a, int64_t kvh0, int64_t nh, int64_t t0, int64_t nk) {
-  const int64_t k_row = a.n_kv_heads * a.head_dim, v_row = a.n_kv_heads * a.v_dim;
-  for (int64_t t = t0; t < t0 + nk; ++t) {
-    const char* k = reinterpret_cast<const char*>(a.k_cache + t * k_row + kvh0 * a.head_dim);
-    const char* v = reinterpret_cast<const char*>(a.v_cache + t * v_row + kvh0 * a.v_dim);
-    for (int64_t b = 0; b < nh * a.head_dim * 4; b += 64) _mm_prefetch(k + b, _MM_HINT_T1);
-    for (int64_t b = 0; b < nh * a.v_dim * 4; b += 64) _mm_prefetch(v + b, _MM_HINT_T1);
   }
 }
 
@@ -320,17 +324,20 @@ FP_AVX2 void run_item(const AttentionArgs& a, const Plan& pl, int64_t kvh0, int6
   const int64_t t_begin = sp * pl.split_len;
   const int64_t t_end = std::min(max_len, t_begin + pl.split_len);
   const bool packed = rpg >= kPackedMinRows;
+  // Decode-like items use each K/V row for few query rows, so K/V stream from memory: prefetch
+  // one block ahead, spread through the loops (rows of one head are strided, which the
+  // hardware prefetcher follows poorly). Prefill items find K/V in cache; prefetching costs.
+  const bool stream = pl.qblocks == 1;
   if (packed) sc.kt.resize(static_cast<size_t>(hd * kBk));
   for (int64_t t0 = t_begin; t0 < t_end; t0 += kBk) {
     const int64_t nk = std::min(kBk, t_end - t0);
-    if (t0 + kBk < t_end) prefetch_rows(a, kvh0, nh, t0 + kBk, std::min(kBk, t_end - t0 - kBk));
     for (int64_t j = 0; j < nh; ++j) {
       const int64_t r0 = j * rpg;
       const float* kb = a.k_cache + t0 * k_row + (kvh0 + j) * hd;
       float* s = sc.s.data() + r0 * kBk;
       const float* qs = sc.qs.data() + r0 * hd;
       if (packed) {
-        pack_kt(kb, k_row, nk, hd, sc.kt.data());
+        pack_kt(kb, k_row, nk, hd, sc.kt.data(), stream);
         scores_packed(qs, rpg, hd, sc.kt.data(), nk, s);
       } else {
         scores_direct(qs, rpg, hd, kb, k_row, nk, s);
@@ -340,7 +347,8 @@ FP_AVX2 void run_item(const AttentionArgs& a, const Plan& pl, int64_t kvh0, int6
         sc.corr[static_cast<size_t>(r)] = softmax_step(sc.s.data() + r * kBk, valid, nk, sc.m[static_cast<size_t>(r)],
                                                        sc.l[static_cast<size_t>(r)]);
       }
-      pv(s, rpg, a.v_cache + t0 * v_row + (kvh0 + j) * vd, v_row, nk, sc.corr.data() + r0, sc.o.data() + r0 * vd, vd);
+      pv(s, rpg, a.v_cache + t0 * v_row + (kvh0 + j) * vd, v_row, nk, sc.corr.data() + r0, sc.o.data() + r0 * vd, vd,
+         stream);
     }
   }
   for (int64_t r = 0; r < rows; ++r) {
