@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/matmul_common.h"
+#include "kernels/cpu/matmul_interleave.h"
 #include "kernels/cpu/quantize_act.h"
 #include "kernels/cpu/simd_avx2.h"
 #include "kernels/ops.h"
@@ -371,11 +372,69 @@ void gemm(const MatMulArgs& a) {
   });
 }
 
+// ------------------------------------------------------------------ 4-bit prefill, interleaved
+// Q4_0 / Q4_K prefill on the interleaved layout (matmul_interleave.h). The weights are
+// unsigned 4-bit, so vpmaddubsw pairs stay within 2 x 15 x 127 and eight chunks can add up in
+// int16 (<= 30480) before one vpmaddwd per 8 blocks.
+template <int R, int T, bool kMins>
+FP_AVX2 void tile_q4(const cpu::PackedW* const* w, const cpu::PackedX* const* x, int64_t groups, float* y, int64_t ldy,
+                     const float* bias) {
+  __m256 acc[R][T];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t g = 0; g < groups; ++g) {
+    __m256i a16[R][T];
+    for (int r = 0; r < R; ++r)
+      for (int t = 0; t < T; ++t) a16[r][t] = _mm256_setzero_si256();
+    for (int c = 0; c < 8; ++c) {
+      __m256i wv[R];
+      for (int r = 0; r < R; ++r) wv[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[r][g].q + 32 * c));
+      for (int t = 0; t < T; ++t) {
+        __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[t][g].q + 32 * c));
+        for (int r = 0; r < R; ++r) a16[r][t] = _mm256_add_epi16(a16[r][t], _mm256_maddubs_epi16(wv[r], xv));
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      __m256 ws = _mm256_loadu_ps(w[r][g].scale);
+      for (int t = 0; t < T; ++t) {
+        __m256i i32 = _mm256_add_epi32(_mm256_madd_epi16(a16[r][t], ones),
+                                       _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[t][g].init)));
+        acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i32), _mm256_mul_ps(ws, _mm256_loadu_ps(x[t][g].d)), acc[r][t]);
+        if (kMins) acc[r][t] = _mm256_fnmadd_ps(_mm256_loadu_ps(w[r][g].min), _mm256_loadu_ps(x[t][g].bsum), acc[r][t]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) y[t * ldy + r] = hsum(acc[r][t]) + (bias ? bias[r] : 0.0f);
+}
+
+template <bool kMins>
+void tile_q4_dispatch(int R, int T, const cpu::PackedW* const* w, const cpu::PackedX* const* x, int64_t groups, float* y,
+                      int64_t ldy, const float* bias) {
+  switch (R * 4 + T) {
+#define FP_TILE(r, t) case r * 4 + t: return tile_q4<r, t, kMins>(w, x, groups, y, ldy, bias);
+    FP_TILE(1, 1) FP_TILE(1, 2) FP_TILE(1, 3) FP_TILE(2, 1) FP_TILE(2, 2) FP_TILE(2, 3)
+#undef FP_TILE
+  }
+}
+
+void gemm_q4_interleaved(const MatMulArgs& a) {
+  const bool mins = a.w->dtype == DType::Q4_K;
+  cpu::gemm_interleaved(a, 2, [&](int R, int T, const cpu::PackedW* const* w, const cpu::PackedX* const* x, int64_t groups,
+                                  float* y, int64_t ldy, const float* bias) {
+    if (mins) tile_q4_dispatch<true>(R, T, w, x, groups, y, ldy, bias);
+    else tile_q4_dispatch<false>(R, T, w, x, groups, y, ldy, bias);
+  });
+}
+
 // Float-like weights: GEMV for a few tokens, packed FMA GEMM beyond. Quantized weights: integer
 // dot products at every batch size (the int8 multiply-add rate is above the f32 FMA rate).
 void matmul_avx2(const MatMulArgs& a) {
   if (a.n <= 0) return;
-  if (a.n <= kGemvMaxTokens || dtype_info(a.w->dtype).quantized) gemv(a);
+  const DType t = a.w->dtype;
+  if (a.n > kGemvMaxTokens && (t == DType::Q4_0 || t == DType::Q4_K) && cpu::interleaved_supported(a)) gemm_q4_interleaved(a);
+  else if (a.n <= kGemvMaxTokens || dtype_info(t).quantized) gemv(a);
   else gemm(a);
 }
 

@@ -14,6 +14,7 @@
 #include "core/cpu_features.h"
 #include "core/error.h"
 #include "kernels/cpu/matmul_common.h"
+#include "kernels/cpu/matmul_interleave.h"
 #include "kernels/cpu/quantize_act.h"
 #include "kernels/cpu/simd_avx2.h"
 #include "kernels/ops.h"
@@ -81,122 +82,10 @@ FP_VNNI void q4_0_rows(const MatMulArgs& a, const QuantizedActs& x, int64_t i0, 
   }
 }
 
-// ---------------------------------------------------------------- prefill: interleaved blocks
-// For many tokens, weights and activations are repacked so that one 32-byte vector holds 4
-// bytes of each of 8 consecutive 32-value blocks: 8 vpdpbusd then leave the complete dot
-// product of block j in int32 lane j, and the 8 per-block scales apply with one multiply-add
-// per 8 blocks instead of one per block. A "group" is 8 blocks = 256 values (one Q4_K
-// super-block). Weights are repacked per row block (L2-resident), activations once per call.
-struct PackedW {
-  uint8_t q[256];
-  float scale[8];    // per block: d (Q8_0/Q4_0) or d * sub-block scale (Q4_K)
-  int32_t init[8];   // Q8_0: -128 * sum(w) per block, cancelling the activation offset
-  float min[8];      // Q4_K: dmin * sub-block min
-};
-struct PackedX {
-  uint8_t q[256];
-  float d[8];        // per block activation scale
-  int32_t init[8];   // Q4_0: -8 * sum(x) per block, for the weights' -8 offset
-  float bsum[8];     // Q4_K: d * sum(x) per sub-block, for the minimums
-};
-
-// dst lane j, chunk c  <-  block j, bytes 4c..4c+3
-inline void interleave(const uint8_t blocks[8][32], uint8_t* dst) {
-  for (int c = 0; c < 8; ++c)
-    for (int j = 0; j < 8; ++j) std::memcpy(dst + c * 32 + j * 4, blocks[j] + 4 * c, 4);
-}
-
-void pack_weights(const Tensor& w, int64_t o, PackedW* dst) {
-  const int64_t groups = w.cols() / 256;
-  for (int64_t g = 0; g < groups; ++g) {
-    PackedW& p = dst[g];
-    uint8_t blocks[8][32];
-    std::memset(p.init, 0, sizeof p.init);
-    std::memset(p.min, 0, sizeof p.min);
-    if (w.dtype == DType::Q8_0) {
-      const BlockQ8_0* b = reinterpret_cast<const BlockQ8_0*>(w.row_ptr(o)) + g * 8;
-      for (int j = 0; j < 8; ++j) {
-        std::memcpy(blocks[j], b[j].qs, 32);
-        int32_t sum = 0;
-        for (int k = 0; k < 32; ++k) sum += b[j].qs[k];
-        p.init[j] = -128 * sum;
-        p.scale[j] = f16_to_f32(b[j].d);
-      }
-    } else if (w.dtype == DType::Q4_0) {
-      const BlockQ4_0* b = reinterpret_cast<const BlockQ4_0*>(w.row_ptr(o)) + g * 8;
-      for (int j = 0; j < 8; ++j) {
-        for (int k = 0; k < 16; ++k) {
-          blocks[j][k] = b[j].qs[k] & 0xf;
-          blocks[j][k + 16] = b[j].qs[k] >> 4;
-        }
-        p.scale[j] = f16_to_f32(b[j].d);
-      }
-    } else {  // Q4_K: sub-block 2i = low nibbles of qs[32i..], 2i+1 = high nibbles
-      const BlockQ4_K& b = reinterpret_cast<const BlockQ4_K*>(w.row_ptr(o))[g];
-      uint8_t sc[8], m[8];
-      for (int j = 0; j < 4; ++j) {
-        sc[j] = b.scales[j] & 63;
-        m[j] = b.scales[j + 4] & 63;
-        sc[j + 4] = static_cast<uint8_t>((b.scales[j + 8] & 0xf) | ((b.scales[j] >> 6) << 4));
-        m[j + 4] = static_cast<uint8_t>((b.scales[j + 8] >> 4) | ((b.scales[j + 4] >> 6) << 4));
-      }
-      for (int i = 0; i < 4; ++i)
-        for (int k = 0; k < 32; ++k) {
-          blocks[2 * i][k] = b.qs[32 * i + k] & 0xf;
-          blocks[2 * i + 1][k] = b.qs[32 * i + k] >> 4;
-        }
-      const float d = f16_to_f32(b.d), dmin = f16_to_f32(b.dmin);
-      for (int j = 0; j < 8; ++j) {
-        p.scale[j] = d * sc[j];
-        p.min[j] = dmin * m[j];
-      }
-    }
-    interleave(blocks, p.q);
-  }
-}
-
-void pack_activations(DType wtype, const float* x, int64_t K, PackedX* dst) {
-  const int64_t groups = K / 256;
-  uint8_t blocks[8][32];
-  if (wtype == DType::Q4_K) {
-    std::vector<BlockQ8_K> q(static_cast<size_t>(groups));
-    quantize_act_q8_k(x, q.data(), K);
-    for (int64_t g = 0; g < groups; ++g) {
-      PackedX& p = dst[g];
-      for (int j = 0; j < 8; ++j) {
-        std::memcpy(blocks[j], q[static_cast<size_t>(g)].qs + 32 * j, 32);
-        p.d[j] = q[static_cast<size_t>(g)].d;
-        p.init[j] = 0;
-        p.bsum[j] = q[static_cast<size_t>(g)].d * static_cast<float>(q[static_cast<size_t>(g)].bsums[2 * j] + q[static_cast<size_t>(g)].bsums[2 * j + 1]);
-      }
-      interleave(blocks, p.q);
-    }
-    return;
-  }
-  std::vector<BlockQ8_0> q(static_cast<size_t>(groups * 8));
-  quantize_act_q8_0(x, q.data(), K);
-  for (int64_t g = 0; g < groups; ++g) {
-    PackedX& p = dst[g];
-    for (int j = 0; j < 8; ++j) {
-      const BlockQ8_0& b = q[static_cast<size_t>(g * 8 + j)];
-      int32_t sum = 0;
-      for (int k = 0; k < 32; ++k) {
-        // Q8_0 weights are signed, so the activations become the unsigned operand (x + 128).
-        blocks[j][k] = wtype == DType::Q8_0 ? static_cast<uint8_t>(b.qs[k] + 128) : static_cast<uint8_t>(b.qs[k]);
-        sum += b.qs[k];
-      }
-      p.d[j] = f16_to_f32(b.d);
-      p.init[j] = wtype == DType::Q4_0 ? -8 * sum : 0;
-      p.bsum[j] = 0;
-    }
-    interleave(blocks, p.q);
-  }
-}
-
 // y[t][o] for R rows x T tokens over all groups. kWeightsUnsigned: weights are the unsigned
 // operand of vpdpbusd (Q4_0, Q4_K), else the activations are (Q8_0).
 template <int R, int T, bool kWeightsUnsigned, bool kMins>
-FP_VNNI void tile_kernel(const PackedW* const* w, const PackedX* const* x, int64_t groups, float* y, int64_t ldy,
+FP_VNNI void tile_kernel(const cpu::PackedW* const* w, const cpu::PackedX* const* x, int64_t groups, float* y, int64_t ldy,
                          const float* bias) {
   __m256 acc[R][T];
   for (int r = 0; r < R; ++r)
@@ -230,7 +119,7 @@ FP_VNNI void tile_kernel(const PackedW* const* w, const PackedX* const* x, int64
 }
 
 template <bool U, bool M>
-void tile_dispatch(int R, int T, const PackedW* const* w, const PackedX* const* x, int64_t groups, float* y, int64_t ldy,
+void tile_dispatch(int R, int T, const cpu::PackedW* const* w, const cpu::PackedX* const* x, int64_t groups, float* y, int64_t ldy,
                    const float* bias) {
   // R in 1..4 rows, T in 1..3 tokens.
   switch (R * 4 + T) {
@@ -241,42 +130,19 @@ void tile_dispatch(int R, int T, const PackedW* const* w, const PackedX* const* 
   }
 }
 
-void gemm_interleaved(const MatMulArgs& a) {
-  const Tensor& w = *a.w;
-  const int64_t K = w.cols(), out = w.rows(), groups = K / 256;
-  std::vector<PackedX> xp(static_cast<size_t>(a.n * groups));
-  thread_pool().parallel_for(a.n, 16, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) pack_activations(w.dtype, a.x + i * K, K, xp.data() + i * groups);
-  });
-  const bool unsigned_w = w.dtype != DType::Q8_0, mins = w.dtype == DType::Q4_K;
-  constexpr int64_t kRows = 32, kR = 4, kT = 3;
-  thread_pool().parallel_for((out + kRows - 1) / kRows, 1, [&](int64_t b0, int64_t b1) {
-    std::vector<PackedW> wp(static_cast<size_t>(kRows * groups));
-    for (int64_t blk = b0; blk < b1; ++blk) {
-      const int64_t o0 = blk * kRows, rows = std::min(kRows, out - o0);
-      for (int64_t r = 0; r < rows; ++r) pack_weights(w, o0 + r, wp.data() + r * groups);
-      for (int64_t t0 = 0; t0 < a.n; t0 += kT) {
-        const int T = static_cast<int>(std::min(kT, a.n - t0));
-        const PackedX* xs[kT];
-        for (int t = 0; t < T; ++t) xs[t] = xp.data() + (t0 + t) * groups;
-        for (int64_t r0 = 0; r0 < rows; r0 += kR) {
-          const int R = static_cast<int>(std::min(kR, rows - r0));
-          const PackedW* ws[kR];
-          for (int r = 0; r < R; ++r) ws[r] = wp.data() + (r0 + r) * groups;
-          float* y = a.y + t0 * out + o0 + r0;
-          const float* bias = a.bias ? a.bias + o0 + r0 : nullptr;
-          if (!unsigned_w) tile_dispatch<false, false>(R, T, ws, xs, groups, y, out, bias);
-          else if (mins) tile_dispatch<true, true>(R, T, ws, xs, groups, y, out, bias);
-          else tile_dispatch<true, false>(R, T, ws, xs, groups, y, out, bias);
-        }
-      }
-    }
+void gemm_interleaved_vnni(const MatMulArgs& a) {
+  const bool unsigned_w = a.w->dtype != DType::Q8_0, mins = a.w->dtype == DType::Q4_K;
+  cpu::gemm_interleaved(a, 4, [&](int R, int T, const cpu::PackedW* const* w, const cpu::PackedX* const* x, int64_t groups,
+                                  float* y, int64_t ldy, const float* bias) {
+    if (!unsigned_w) tile_dispatch<false, false>(R, T, w, x, groups, y, ldy, bias);
+    else if (mins) tile_dispatch<true, true>(R, T, w, x, groups, y, ldy, bias);
+    else tile_dispatch<true, false>(R, T, w, x, groups, y, ldy, bias);
   });
 }
 
 void matmul_vnni(const MatMulArgs& a) {
   if (a.n <= 0) return;
-  if (a.n > cpu::kGemvMaxTokens && a.w->cols() % 256 == 0) return gemm_interleaved(a);
+  if (a.n > cpu::kGemvMaxTokens && a.w->cols() % 256 == 0) return gemm_interleaved_vnni(a);
   FP_CHECK(a.w->dtype != DType::Q4_K, "matmul avx512vnni: Q4_K needs rows that are a multiple of 256");
   const int64_t K = a.w->cols(), nb = K / QK8_0;
   QuantizedActs x;

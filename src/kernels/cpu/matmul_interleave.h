@@ -1,0 +1,38 @@
+// kernels/cpu/matmul_interleave.h — the interleaved-block layout for integer prefill GEMMs.
+// One 32-byte vector holds 4 bytes of each of 8 consecutive 32-value blocks, so 8 integer
+// multiply-accumulate steps leave block j's complete dot product in int32 lane j and the 8
+// per-block scales apply with one multiply-add per 8 blocks instead of one per block. A "group"
+// is 8 blocks = 256 values (one Q4_K super-block). Weights are repacked per row block (kept in
+// L2), activations once per call. Used by the AVX-512 VNNI and the AVX2 kernels.
+#pragma once
+#include <cstdint>
+#include <functional>
+
+#include "kernels/ops.h"
+
+namespace fp::cpu {
+
+struct PackedW {
+  uint8_t q[256];    // Q8_0: signed; Q4_0 / Q4_K: unsigned 0..15
+  float scale[8];    // per block: d (Q8_0/Q4_0) or d * sub-block scale (Q4_K)
+  int32_t init[8];   // Q8_0: -128 * sum(w) per block, cancelling the activation offset
+  float min[8];      // Q4_K: dmin * sub-block min
+};
+struct PackedX {
+  uint8_t q[256];    // Q8_0 weights: x + 128 (unsigned); otherwise signed x
+  float d[8];        // per block activation scale
+  int32_t init[8];   // Q4_0: -8 * sum(x) per block, for the weights' -8 offset
+  float bsum[8];     // Q4_K: d * sum(x) per sub-block, for the minimums
+};
+
+bool interleaved_supported(const MatMulArgs& a);  // Q8_0/Q4_0/Q4_K with rows a multiple of 256
+void pack_weights(const Tensor& w, int64_t row, PackedW* dst);
+void pack_activations(DType wtype, const float* x, int64_t K, PackedX* dst);
+
+// tile(R, T, weights[R], activations[T], groups, y, ldy, bias): y[t * ldy + r] for R <= 4 rows
+// and T <= 3 tokens. Rows go in blocks of 32 across threads; tokens in tiles of 3.
+using InterleavedTile = std::function<void(int, int, const PackedW* const*, const PackedX* const*, int64_t, float*,
+                                           int64_t, const float*)>;
+void gemm_interleaved(const MatMulArgs& a, int rows_per_tile, const InterleavedTile& tile);
+
+}  // namespace fp::cpu
