@@ -89,6 +89,7 @@ FP_AVX2 void add_range(const AddArgs& a, int64_t i0, int64_t i1) {
 }
 
 void add_avx2(const AddArgs& a) {
+  if (a.n < 4 * kParallelMin) return add_range(a, 0, a.n);  // skip the pool's std::function for small n
   thread_pool().parallel_for(a.n, 2 * kParallelMin, [&](int64_t b, int64_t e) { add_range(a, b, e); });
 }
 const bool reg_add = register_kernel(avx2_kernel<AddArgs>(add_avx2));
