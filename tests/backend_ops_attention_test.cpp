@@ -5,7 +5,7 @@
 // unordered positions, an empty cache and n = 0.
 //
 // Tolerance 2e-5 (normalised error): the fast kernel scales q before the dot products, sums
-// in a different order, uses a polynomial exp (<= 2.4e-7 relative) and normalizes once at the
+// in a different order, uses a polynomial exp (<= 2.3e-7 relative) and normalizes once at the
 // end instead of per weight.
 #include <gtest/gtest.h>
 

@@ -4,7 +4,7 @@
 // exp8(x): e^x on 8 floats. x = n*ln2 + r with |r| <= ln2/2 (Cody-Waite two-constant split),
 // e^r by its degree-6 Taylor polynomial (truncation error r^7/7! <= 1.2e-7 relative), 2^n put
 // into the exponent bits. Measured against double-precision exp over [-87, 88]: max relative
-// error 2.4e-7 (about 2 ulp; tests/backend_ops_elementwise_test.cpp checks <= 5e-7).
+// error 2.3e-7 (about 2 ulp; tests/backend_ops_elementwise_test.cpp checks <= 5e-7).
 // Range: x < -87.3365 (below the smallest normal float) gives 0, so exp8(-inf) == 0;
 // x > 88 saturates to e^88 (1.65e38) instead of overflowing; NaN stays NaN.
 #pragma once
