@@ -349,7 +349,7 @@ TEST(GgufCorrupt, HandBuiltFields) {
     g.u32(4).u64(0);
     EXPECT_LOAD_ERROR(parse(g), name, "'deep'", "nested");
   }
-  for (uint32_t a : {0u, 3u, 1u << 20})
+  for (uint32_t a : {0u, 1u, 3u, 4u, 1u << 20})  // 1 and 4 would allow misaligned f16/f32/block data
     EXPECT_LOAD_ERROR(parse(RawGguf().preamble(0, 1).str("general.alignment").u32(4).u32(a)), name, "general.alignment");
   EXPECT_LOAD_ERROR(parse(RawGguf().preamble(0, 1).str("general.alignment").u32(8).str("32")), name, "general.alignment");
 
@@ -630,6 +630,26 @@ TEST(SafetensorsCorrupt, ConfigDisagreesWithTensors) {
   }
   wr.write(d + "/model.safetensors");
   EXPECT_LOAD_ERROR(load_and_build(d), d, "blk.0.ffn_down.weight", "[64, 32]", "expected [32, 64]");
+}
+
+TEST(SafetensorsCorrupt, MisalignedTensorDataIsCopied) {
+  // Valid but awkward: an odd-length F16 tensor first shifts every F32 tensor off 4-byte alignment.
+  const std::string dir = synth(test::temp_dir("st_misaligned") + "/m");
+  {
+    auto f = SafetensorsFile::open(dir + "/model.safetensors");
+    SafetensorsWriter wr;
+    wr.add("aaa.extra", DType::F16, {3}, Bytes(6, 0));
+    for (auto& [name, t] : f->tensors()) wr.add(name, t.type, t.shape, Bytes(t.data, t.data + t.nbytes));
+    f.reset();
+    wr.write(dir + "/model.safetensors");
+  }
+  std::shared_ptr<ModelFile> mf(load_model_file(dir, LoadOptions{"", false}).release());
+  for (auto& [name, t] : mf->tensors) EXPECT_EQ(reinterpret_cast<uintptr_t>(t.data) % 4, 0u) << name;
+  auto model = build_model(mf);
+  auto cache = model->new_cache(4);
+  std::vector<float> logits(static_cast<size_t>(mf->config.n_vocab));
+  int32_t tok = 1, pos = 0;
+  model->forward(&tok, &pos, 1, *cache, logits.data(), false);  // UBSan checks the loads
 }
 
 // ---------------------------------------------------------------- llama2.c

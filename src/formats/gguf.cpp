@@ -222,8 +222,10 @@ void GgufFile::parse_all() {
   }
 
   if (const GgufValue* a = find("general.alignment")) {
-    if (!a->is_integer() || a->u == 0 || (a->u & (a->u - 1)) != 0 || a->u > 65536)
-      fail(name_, ": general.alignment must be a power of two integer, got ", a->to_string());
+    // The spec asks for a multiple of 8; smaller ones would let tensor data sit at addresses too odd
+    // for its element type (misaligned f16/f32/block loads).
+    if (!a->is_integer() || a->u < 8 || (a->u & (a->u - 1)) != 0 || a->u > 65536)
+      fail(name_, ": general.alignment must be a power of two from 8 to 65536, got ", a->to_string());
     alignment_ = a->u;
   }
 

@@ -2,6 +2,7 @@
 #include "model/model_file.h"
 
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -265,6 +266,16 @@ void load_hf(ModelFile& m, const std::string& dir) {
     std::string cn = canonical_base(scale ? hf.substr(0, hf.size() - scale_suffix.size()) : hf);
     return cn.empty() || !scale ? cn : cn + scale_suffix;
   };
+  // safetensors does not align tensor data (an odd-length F16 tensor shifts every one after it):
+  // copy a misaligned tensor into an owned buffer so f16/f32 loads stay aligned.
+  auto aligned = [&m](const SafetensorsTensor& t) -> const void* {
+    const size_t align = static_cast<size_t>(std::min<int64_t>(dtype_info(t.type).block_bytes, 8));
+    if (reinterpret_cast<uintptr_t>(t.data) % align == 0) return t.data;
+    float* buf = m.own_f32(static_cast<size_t>(t.nbytes / 4 + 2));
+    std::memcpy(buf, t.data, static_cast<size_t>(t.nbytes));
+    m.notes.push_back("tensor '" + t.name + "' copied: its data is not aligned in " + t.file);
+    return buf;
+  };
   std::vector<std::pair<std::string, const SafetensorsTensor*>> scales;
   for (auto& [name, t] : set->all()) {
     std::string cn = canonical(name);
@@ -277,7 +288,7 @@ void load_hf(ModelFile& m, const std::string& dir) {
       continue;
     }
     FP_CHECK(!t->shape.empty() && t->shape.size() <= 4, t->file, ": tensor '", name, "' has ", t->shape.size(), " dimensions");
-    m.tensors[cn] = Tensor::view(t->data, t->type, t->shape.data(), static_cast<int>(t->shape.size()));
+    m.tensors[cn] = Tensor::view(aligned(*t), t->type, t->shape.data(), static_cast<int>(t->shape.size()));
   }
   // FP8 block scales (weight_scale_inv) attach to their weight.
   for (auto& [wname, st] : scales) {
@@ -288,7 +299,7 @@ void load_hf(ModelFile& m, const std::string& dir) {
     int64_t sr = (w.dim(0) + 127) / 128, sc = (w.dim(1) + 127) / 128;
     FP_CHECK(st->shape[0] == sr && st->shape[1] == sc, st->file, ": '", wname, "_scale_inv' has shape [", st->shape[0], ", ",
              st->shape[1], "], expected [", sr, ", ", sc, "] for 128x128 blocks");
-    w.block_scale = reinterpret_cast<const float*>(st->data);
+    w.block_scale = static_cast<const float*>(aligned(*st));
   }
   if (!m.find("output.weight")) c.tied_output = true;
   if (file_exists(dir + "/tokenizer.json")) m.tokenizer = Tokenizer::from_hf_json(dir + "/tokenizer.json");
