@@ -123,14 +123,20 @@ FP_AVX2 void gemv_q8_0_like(const MatMulArgs& a, const BlockQ8_0* xq, int64_t n_
   }
 }
 
-// Unpacks the 8 six-bit scales and mins of a Q4_K super-block.
-inline void q4k_scales(const uint8_t* q, uint8_t* sc, uint8_t* m) {
-  for (int j = 0; j < 4; ++j) {
-    sc[j] = q[j] & 63;
-    m[j] = q[j + 4] & 63;
-    sc[j + 4] = static_cast<uint8_t>((q[j + 8] & 0xf) | ((q[j] >> 6) << 4));
-    m[j + 4] = static_cast<uint8_t>((q[j + 8] >> 4) | ((q[j + 4] >> 6) << 4));
-  }
+// Unpacks the 12 scale bytes of a Q4_K super-block into 8 scales (bytes 0..7) and 8 mins
+// (bytes 8..15) with 32-bit masks: scales/mins 0..3 are the low 6 bits of bytes 0..3 / 4..7;
+// scales/mins 4..7 take their low 4 bits from bytes 8..11 and their high 2 bits from the top
+// of bytes 0..3 / 4..7.
+FP_AVX2_INLINE __m128i q4k_scales_mins(const uint8_t* q) {
+  uint32_t u[4];
+  std::memcpy(u, q, 12);
+  const uint32_t m6 = 0x3f3f3f3f, m4 = 0x0f0f0f0f, m2 = 0x03030303;
+  u[3] = ((u[2] >> 4) & m4) | (((u[1] >> 6) & m2) << 4);  // mins 4..7
+  const uint32_t mins_lo = u[1] & m6;                      // mins 0..3
+  u[1] = (u[2] & m4) | (((u[0] >> 6) & m2) << 4);          // scales 4..7
+  u[2] = mins_lo;
+  u[0] &= m6;                                              // scales 0..3
+  return _mm_set_epi32(static_cast<int>(u[3]), static_cast<int>(u[2]), static_cast<int>(u[1]), static_cast<int>(u[0]));
 }
 
 template <int N>
@@ -140,12 +146,13 @@ FP_AVX2 void gemv_q4_k(const MatMulArgs& a, const BlockQ8_K* xq, int64_t n_off, 
   const __m256i m4 = _mm256_set1_epi8(0x0f);
   for (int64_t o = r0; o < r1; ++o) {
     const BlockQ4_K* wb = reinterpret_cast<const BlockQ4_K*>(w.row_ptr(o));
-    __m256 acc[N];
-    float mins[N] = {};
-    for (int i = 0; i < N; ++i) acc[i] = _mm256_setzero_ps();
+    __m256 acc[N], minacc[N];
+    for (int i = 0; i < N; ++i) acc[i] = minacc[i] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
-      uint8_t sc[8], m[8];
-      q4k_scales(wb[b].scales, sc, m);
+      // 16 int16: scales 0..7 in the low half, mins 0..7 in the high half.
+      const __m256i sm = _mm256_cvtepu8_epi16(q4k_scales_mins(wb[b].scales));
+      const __m128i mins = _mm256_extracti128_si256(sm, 1);
+      const __m256i scales = _mm256_permute2x128_si256(sm, sm, 0x00);  // scales in both halves
       const float d = _cvtsh_ss(wb[b].d), dmin = _cvtsh_ss(wb[b].dmin);
       // Sub-block scales go into vpmaddwd, so a whole super-block accumulates in int32
       // (at most 8 x 32 x 15 x 127 x 63 < 2^31) and converts to float once.
@@ -154,7 +161,9 @@ FP_AVX2 void gemv_q4_k(const MatMulArgs& a, const BlockQ8_K* xq, int64_t n_off, 
       for (int j = 0; j < 4; ++j) {
         __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb[b].qs + 32 * j));
         __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-        __m256i s_lo = _mm256_set1_epi16(sc[2 * j]), s_hi = _mm256_set1_epi16(sc[2 * j + 1]);
+        // Broadcast int16 scale 2j / 2j+1 to every lane (bytes 4j..4j+1 / 4j+2..4j+3 of each half).
+        __m256i s_lo = _mm256_shuffle_epi8(scales, _mm256_set1_epi16(static_cast<int16_t>((4 * j + 1) << 8 | (4 * j))));
+        __m256i s_hi = _mm256_shuffle_epi8(scales, _mm256_set1_epi16(static_cast<int16_t>((4 * j + 3) << 8 | (4 * j + 2))));
         for (int i = 0; i < N; ++i) {
           const int8_t* xqs = xq[i * nb + b].qs + 64 * j;
           sumi[i] = _mm256_add_epi32(sumi[i], dot_u8_scaled(lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xqs)), s_lo));
@@ -163,13 +172,16 @@ FP_AVX2 void gemv_q4_k(const MatMulArgs& a, const BlockQ8_K* xq, int64_t n_off, 
       }
       for (int i = 0; i < N; ++i) {
         const BlockQ8_K& xb = xq[i * nb + b];
-        int32_t summ = 0;
-        for (int j = 0; j < 8; ++j) summ += m[j] * (xb.bsums[2 * j] + xb.bsums[2 * j + 1]);
+        // Sums of the 8 sub-blocks (pairs of 16-value sums), times the mins: 4 int32 lanes.
+        __m128i bs = _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xb.bsums)),
+                                    _mm_loadu_si128(reinterpret_cast<const __m128i*>(xb.bsums + 8)));
+        __m128i pm = _mm_madd_epi16(mins, bs);
         acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d * xb.d), _mm256_cvtepi32_ps(sumi[i]), acc[i]);
-        mins[i] += dmin * xb.d * static_cast<float>(summ);
+        minacc[i] = _mm256_fmadd_ps(_mm256_set1_ps(dmin * xb.d), _mm256_cvtepi32_ps(_mm256_zextsi128_si256(pm)), minacc[i]);
       }
     }
-    for (int i = 0; i < N; ++i) a.y[(n_off + i) * out + o] = hsum(acc[i]) - mins[i] + (a.bias ? a.bias[o] : 0.0f);
+    for (int i = 0; i < N; ++i)
+      a.y[(n_off + i) * out + o] = hsum(acc[i]) - hsum(minacc[i]) + (a.bias ? a.bias[o] : 0.0f);
   }
 }
 
