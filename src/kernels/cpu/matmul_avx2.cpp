@@ -318,29 +318,64 @@ FP_AVX2 void pack_panel(const Tensor& w, int64_t o0, int64_t rows, int64_t k0, i
   }
 }
 
-// y[MR tokens][cols] (+)= x[MR][kc] . pack[kc][16]
+// y[MR tokens][cols] (+)= x[MR][kc] . pack[kc][16]. The 2 x MR accumulators are named
+// variables, not an array: GCC would otherwise keep a stack copy of the array up to date on
+// every iteration (measured: 0.76 FMA/cycle instead of ~2).
 template <int MR>
 FP_AVX2 void micro_kernel(const float* x, int64_t ldx, const float* pack, int64_t kc, float* y, int64_t ldy, int64_t cols,
                           bool first, const float* bias) {
-  __m256 acc[MR][2];
-  for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
+  __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+  const float* x0 = x;
+  const float* x1 = x + ldx;
+  const float* x2 = x + 2 * ldx;
+  const float* x3 = x + 3 * ldx;
+  const float* x4 = x + 4 * ldx;
+  const float* x5 = x + 5 * ldx;
   for (int64_t k = 0; k < kc; ++k) {
-    __m256 b0 = _mm256_loadu_ps(pack + k * kNR), b1 = _mm256_loadu_ps(pack + k * kNR + 8);
-    for (int r = 0; r < MR; ++r) {
-      __m256 av = _mm256_broadcast_ss(x + r * ldx + k);
-      acc[r][0] = _mm256_fmadd_ps(av, b0, acc[r][0]);
-      acc[r][1] = _mm256_fmadd_ps(av, b1, acc[r][1]);
+    const __m256 b0 = _mm256_loadu_ps(pack + k * kNR), b1 = _mm256_loadu_ps(pack + k * kNR + 8);
+    __m256 av = _mm256_broadcast_ss(x0 + k);
+    c00 = _mm256_fmadd_ps(av, b0, c00);
+    c01 = _mm256_fmadd_ps(av, b1, c01);
+    if constexpr (MR > 1) {
+      av = _mm256_broadcast_ss(x1 + k);
+      c10 = _mm256_fmadd_ps(av, b0, c10);
+      c11 = _mm256_fmadd_ps(av, b1, c11);
+    }
+    if constexpr (MR > 2) {
+      av = _mm256_broadcast_ss(x2 + k);
+      c20 = _mm256_fmadd_ps(av, b0, c20);
+      c21 = _mm256_fmadd_ps(av, b1, c21);
+    }
+    if constexpr (MR > 3) {
+      av = _mm256_broadcast_ss(x3 + k);
+      c30 = _mm256_fmadd_ps(av, b0, c30);
+      c31 = _mm256_fmadd_ps(av, b1, c31);
+    }
+    if constexpr (MR > 4) {
+      av = _mm256_broadcast_ss(x4 + k);
+      c40 = _mm256_fmadd_ps(av, b0, c40);
+      c41 = _mm256_fmadd_ps(av, b1, c41);
+    }
+    if constexpr (MR > 5) {
+      av = _mm256_broadcast_ss(x5 + k);
+      c50 = _mm256_fmadd_ps(av, b0, c50);
+      c51 = _mm256_fmadd_ps(av, b1, c51);
     }
   }
+  alignas(32) float t[6][kNR];
+  _mm256_store_ps(t[0], c00), _mm256_store_ps(t[0] + 8, c01);
+  _mm256_store_ps(t[1], c10), _mm256_store_ps(t[1] + 8, c11);
+  _mm256_store_ps(t[2], c20), _mm256_store_ps(t[2] + 8, c21);
+  _mm256_store_ps(t[3], c30), _mm256_store_ps(t[3] + 8, c31);
+  _mm256_store_ps(t[4], c40), _mm256_store_ps(t[4] + 8, c41);
+  _mm256_store_ps(t[5], c50), _mm256_store_ps(t[5] + 8, c51);
   for (int r = 0; r < MR; ++r) {
     float* yr = y + r * ldy;
-    alignas(32) float t[kNR];
-    _mm256_store_ps(t, acc[r][0]);
-    _mm256_store_ps(t + 8, acc[r][1]);
     if (first) {
-      for (int64_t c = 0; c < cols; ++c) yr[c] = t[c] + (bias ? bias[c] : 0.0f);
+      for (int64_t c = 0; c < cols; ++c) yr[c] = t[r][c] + (bias ? bias[c] : 0.0f);
     } else {
-      for (int64_t c = 0; c < cols; ++c) yr[c] += t[c];
+      for (int64_t c = 0; c < cols; ++c) yr[c] += t[r][c];
     }
   }
 }
