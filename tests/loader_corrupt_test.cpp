@@ -434,6 +434,36 @@ TEST(GgufCorrupt, ThroughModelLoader) {
   EXPECT_LOAD_ERROR(load_and_build(p), p);
 }
 
+// Flipped metadata and tensor-info bytes of a synth model, through the whole loader: either a clean
+// error naming the file, or a model that builds and runs a token.
+TEST(GgufCorrupt, FlipsThroughModelLoader) {
+  const std::string dir = test::temp_dir("corrupt_gguf_flips");
+  const std::string good = synth(dir + "/tiny.gguf");
+  const Bytes orig = read_bytes(good);
+  const GgufLayout L = gguf_layout(orig);
+  std::vector<size_t> pos;
+  for (auto& kv : L.kvs)
+    for (size_t p = kv.type_pos; p < std::min(kv.value_pos + 8, L.header_end); ++p) pos.push_back(p);
+  for (auto& ti : L.infos)
+    for (size_t p = ti.dims_pos - 4; p < ti.offset_pos + 8; p += 3) pos.push_back(p);
+  const std::string path = dir + "/flipped.gguf";
+  Sweep s{"flipped byte in " + good + " (as " + path + ")"};
+  const uint8_t masks[] = {0xff, 0x80, 0x01, 0x10, 0x02};
+  for (size_t i = 0; i < pos.size(); ++i) {
+    Bytes b = orig;
+    b[pos[i]] ^= masks[i % 5];
+    write_bytes(path, b);
+    s.check(outcome([&] {
+      std::shared_ptr<ModelFile> f(load_model_file(path, LoadOptions{"", false}).release());
+      auto model = build_model(f);
+      auto cache = model->new_cache(2);
+      std::vector<float> logits(static_cast<size_t>(f->config.n_vocab));
+      int32_t tok = 0, p0 = 0;  // 0: a flip may shrink the vocabulary to 1
+      model->forward(&tok, &p0, 1, *cache, logits.data(), false);
+    }, false, {path}), pos[i]);
+  }
+}
+
 // ---------------------------------------------------------------- safetensors
 
 Bytes st_bytes(const std::string& header, size_t data_bytes) {
@@ -648,7 +678,7 @@ TEST(SafetensorsCorrupt, MisalignedTensorDataIsCopied) {
   auto model = build_model(mf);
   auto cache = model->new_cache(4);
   std::vector<float> logits(static_cast<size_t>(mf->config.n_vocab));
-  int32_t tok = 1, pos = 0;
+  int32_t tok = 0, pos = 0;
   model->forward(&tok, &pos, 1, *cache, logits.data(), false);  // UBSan checks the loads
 }
 
