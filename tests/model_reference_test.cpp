@@ -178,7 +178,7 @@ TEST(Cli, InspectDescribesStories) {
   int rc = -1;
   std::string out = test::run_command(test::fastpath_bin() + " inspect -m " + path, &rc);
   EXPECT_EQ(rc, 0);
-  for (const char* want : {"arch llama", "vocab 512", "dim 64", "layers 5", "heads 8 (kv 4", "ffn 172", "tied output",
+  for (const char* want : {"arch llama", "vocab 512", "dim 64", "layers 5", "heads 8 (kv 4", "ffn 172", "untied output",
                            "blk.0.attn_q.weight", "F32", "[64, 64]", "tokenizer.ggml.model"})
     EXPECT_NE(out.find(want), std::string::npos) << want << "\n" << out;
 }
