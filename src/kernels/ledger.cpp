@@ -53,7 +53,10 @@ std::string Ledger::table() const {
     std::string status = e.forced ? "forced" : e.fallback() ? "FALLBACK" : e.reference ? "reference (only kernel)" : "fast";
     os << std::left << std::setw(12) << e.op << std::setw(26) << e.shape_class << std::setw(16) << e.kernel
        << std::setw(6) << e.backend << std::right << std::setw(9) << e.calls << std::setw(12) << std::fixed
-       << std::setprecision(2) << (profiling_ ? e.nanos / 1e6 : 0.0) << "  " << status << "\n";
+       << std::setprecision(2);
+    if (e.nanos > 0) os << e.nanos / 1e6;
+    else os << "-";  // not profiled (--profile)
+    os << "  " << status << "\n";
     for (auto& [k, why] : e.refused) os << "    refused " << k << ": " << why << "\n";
   }
   return os.str();
