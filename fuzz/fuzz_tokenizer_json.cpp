@@ -15,10 +15,13 @@
 namespace {
 const std::string& input_path() {
   static const std::string path = [] {
-    char tmpl[] = "/tmp/fuzz_tokenizer_json.XXXXXX";
-    const char* dir = mkdtemp(tmpl);
-    if (!dir) abort();
-    return std::string(dir) + "/tokenizer.json";
+    static char tmpl[] = "/tmp/fuzz_tokenizer_json.XXXXXX";
+    if (!mkdtemp(tmpl)) abort();
+    atexit([] {
+      unlink((std::string(tmpl) + "/tokenizer.json").c_str());
+      rmdir(tmpl);
+    });
+    return std::string(tmpl) + "/tokenizer.json";
   }();
   return path;
 }
