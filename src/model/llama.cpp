@@ -68,9 +68,12 @@ class LlamaModel : public Model {
                bool all_logits) override {
     const ModelConfig& c = config();
     if (n <= 0) return;
-    for (int64_t i = 0; i < n; ++i)
+    for (int64_t i = 0; i < n; ++i) {
       FP_CHECK(pos[i] >= 0 && pos[i] < cache.capacity, "position ", pos[i], " is outside the KV cache (capacity ",
                cache.capacity, " tokens)");
+      FP_CHECK(tokens[i] >= 0 && tokens[i] < c.n_vocab, "token id ", tokens[i], " is outside the vocabulary [0, ",
+               c.n_vocab, ")");
+    }
     const int64_t q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
     const int64_t att_dim = c.n_heads * c.v_head_dim;
     resize(x_, n * c.dim);

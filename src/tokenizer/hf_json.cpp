@@ -21,8 +21,27 @@ json parse_json_file(const std::string& path) {
   FP_CHECK(in, path, ": cannot open");
   std::ostringstream ss;
   ss << in.rdbuf();
+  const std::string text = ss.str();
+  // Real tokenizer files nest a handful of levels; reject deep nesting before anything recurses
+  // over it (copies, the pre-tokenizer walk).
+  int depth = 0, max_depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      max_depth = std::max(max_depth, ++depth);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  FP_CHECK(max_depth <= 64, path, ": JSON nested ", max_depth, " levels deep (more than 64): not a tokenizer file");
   try {
-    return json::parse(ss.str());
+    return json::parse(text);
   } catch (const json::exception& e) {
     fail(path, ": invalid JSON: ", e.what());
   }
@@ -93,7 +112,21 @@ std::string config_token(const json& cfg, const char* key) {
 }
 }  // namespace
 
+namespace {
+std::unique_ptr<Tokenizer> from_hf_json_checked(const std::string& path);
+}  // namespace
+
+// Any JSON value of an unexpected type inside the file becomes an error naming the file.
 std::unique_ptr<Tokenizer> Tokenizer::from_hf_json(const std::string& path) {
+  try {
+    return from_hf_json_checked(path);
+  } catch (const json::exception& e) {
+    fail(path, ": unexpected JSON structure: ", e.what());
+  }
+}
+
+namespace {
+std::unique_ptr<Tokenizer> from_hf_json_checked(const std::string& path) {
   const json j = parse_json_file(path);
   FP_CHECK(j.is_object(), path, ": top level is not a JSON object");
   FP_CHECK(j.contains("model") && j["model"].is_object(), path, ": missing field 'model'");
@@ -200,7 +233,8 @@ std::unique_ptr<Tokenizer> Tokenizer::from_hf_json(const std::string& path) {
       fail(cfg_path.string(), ": unexpected JSON structure: ", e.what());
     }
   }
-  return from_spec(std::move(s));
+  return Tokenizer::from_spec(std::move(s));
 }
+}  // namespace
 
 }  // namespace fp

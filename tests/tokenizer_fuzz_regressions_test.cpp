@@ -1,0 +1,44 @@
+// tests/tokenizer_fuzz_regressions_test.cpp — inputs the tokenizer.json fuzzer found: a JSON
+// value of the wrong type inside the model, and nesting deep enough to overflow a recursive walk.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "core/error.h"
+#include "test_util.h"
+#include "tokenizer/tokenizer.h"
+
+namespace fp {
+namespace {
+
+std::string write(const std::string& name, const std::string& text) {
+  std::string path = test::temp_dir("tok_fuzz_regress") + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+void expect_error_naming_file(const std::string& path, const std::string& what) {
+  try {
+    Tokenizer::from_hf_json(path);
+    FAIL() << "expected an error for " << path;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+  }
+}
+
+TEST(TokenizerFuzzRegressions, WrongJsonTypeIsAnErrorNotACrash) {
+  expect_error_naming_file(write("type.json", R"({"model": {"type": 7, "vocab": {}, "merges": []}})"), "unexpected JSON structure");
+  expect_error_naming_file(write("vocab.json", R"({"model": {"type": "BPE", "vocab": {"a": "x"}, "merges": []}})"), "model.vocab");
+}
+
+TEST(TokenizerFuzzRegressions, DeepNestingIsRejectedBeforeAnyRecursion) {
+  std::string deep = R"({"model": {"type": "BPE", "vocab": {}, "merges": []}, "pre_tokenizer": )";
+  for (int i = 0; i < 50000; ++i) deep += R"({"type": "Sequence", "pretokenizers": [)";
+  for (int i = 0; i < 50000; ++i) deep += "]}";
+  deep += "}";
+  expect_error_naming_file(write("deep.json", deep), "levels deep");
+}
+
+}  // namespace
+}  // namespace fp
