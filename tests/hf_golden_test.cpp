@@ -18,18 +18,6 @@ namespace {
 
 const std::string kGolden = std::string(FASTPATH_SOURCE_DIR_FOR_TESTS) + "/tests/golden/";
 
-std::vector<float> forward_all(const std::string& path, const std::vector<int32_t>& ids) {
-  LoadOptions lo;
-  lo.prefault = false;
-  auto m = load_model(path, lo);
-  int64_t n = static_cast<int64_t>(ids.size()), V = m->config().n_vocab;
-  auto cache = m->new_cache(n);
-  std::vector<float> out(static_cast<size_t>(n * V));
-  std::vector<int32_t> pos(ids.size());
-  for (size_t i = 0; i < pos.size(); ++i) pos[i] = static_cast<int32_t>(i);
-  m->forward(ids.data(), pos.data(), n, *cache, out.data(), true);
-  return out;
-}
 
 TEST(HfGolden, LlamaQwen2Qwen3MatchTransformers) {
   std::ifstream in(kGolden + "hf_cases.json");
@@ -50,7 +38,7 @@ TEST(HfGolden, LlamaQwen2Qwen3MatchTransformers) {
       o.seed = c["seed"].get<uint64_t>();
       o.out = dir + "/" + name + ext;
       synth_model(o);
-      auto got = forward_all(o.out, ids);
+      auto got = test::all_position_logits(o.out, ids);
       ASSERT_EQ(got.size(), ref.size());
       double err = 0;
       for (size_t i = 0; i < ref.size(); ++i) err = std::max(err, static_cast<double>(std::fabs(got[i] - ref[i])));

@@ -14,18 +14,6 @@
 namespace fp {
 namespace {
 
-std::vector<float> logits_of(const std::string& path, const std::vector<int32_t>& ids) {
-  LoadOptions lo;
-  lo.prefault = false;
-  auto m = load_model(path, lo);
-  int64_t n = static_cast<int64_t>(ids.size()), V = m->config().n_vocab;
-  auto cache = m->new_cache(n);
-  std::vector<float> out(static_cast<size_t>(n * V));
-  std::vector<int32_t> pos(ids.size());
-  for (size_t i = 0; i < pos.size(); ++i) pos[i] = static_cast<int32_t>(i);
-  m->forward(ids.data(), pos.data(), n, *cache, out.data(), true);
-  return out;
-}
 
 double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
   EXPECT_EQ(a.size(), b.size());
@@ -70,8 +58,8 @@ TEST(SynthModel, GgufAndSafetensorsGiveTheSameLogits) {
   for (auto& c : cases) {
     for (DType t : {DType::F32, DType::F16, DType::BF16}) {
       std::string tag = c.arch + std::to_string(k) + dtype_name(t);
-      auto g = logits_of(write(dir, c.arch, c.cfg, t, tag + ".gguf"), kIds);
-      auto s = logits_of(write(dir, c.arch, c.cfg, t, tag + "_hf"), kIds);
+      auto g = test::all_position_logits(write(dir, c.arch, c.cfg, t, tag + ".gguf"), kIds);
+      auto s = test::all_position_logits(write(dir, c.arch, c.cfg, t, tag + "_hf"), kIds);
       // Same values; the Llama GGUF permutes q/k rows, so dot products sum in another order.
       EXPECT_LT(rel_diff(g, s), 1e-5) << tag;
       double mx = 0;
@@ -86,10 +74,10 @@ TEST(SynthModel, QuantizedGgufStaysWithinFormatError) {
   std::string dir = test::temp_dir("synth_quant");
   nlohmann::json cfg = {{"hidden_size", 256}, {"num_attention_heads", 4}, {"intermediate_size", 512}, {"vocab_size", 512},
                         {"num_hidden_layers", 2}};
-  auto f32 = logits_of(write(dir, "llama", cfg, DType::F32, "f32.gguf"), kIds);
+  auto f32 = test::all_position_logits(write(dir, "llama", cfg, DType::F32, "f32.gguf"), kIds);
   struct Q { DType t; double bound; };
   for (auto q : {Q{DType::Q8_0, 0.03}, Q{DType::Q6_K, 0.08}, Q{DType::Q4_0, 0.3}, Q{DType::Q4_K, 0.3}}) {
-    auto got = logits_of(write(dir, "llama", cfg, q.t, std::string(dtype_name(q.t)) + ".gguf"), kIds);
+    auto got = test::all_position_logits(write(dir, "llama", cfg, q.t, std::string(dtype_name(q.t)) + ".gguf"), kIds);
     double e = rel_diff(got, f32);
     EXPECT_LT(e, q.bound) << dtype_name(q.t);
     EXPECT_GT(e, 0.0) << dtype_name(q.t);
@@ -99,8 +87,8 @@ TEST(SynthModel, QuantizedGgufStaysWithinFormatError) {
 TEST(SynthModel, Fp8BlockScaledSafetensorsLoadAndStayClose) {
   std::string dir = test::temp_dir("synth_fp8");
   nlohmann::json cfg = {{"hidden_size", 256}, {"num_attention_heads", 4}, {"intermediate_size", 320}, {"vocab_size", 512}};
-  auto f32 = logits_of(write(dir, "llama", cfg, DType::F32, "f32_hf"), kIds);
-  auto fp8 = logits_of(write(dir, "llama", cfg, DType::F8_E4M3, "fp8_hf"), kIds);
+  auto f32 = test::all_position_logits(write(dir, "llama", cfg, DType::F32, "f32_hf"), kIds);
+  auto fp8 = test::all_position_logits(write(dir, "llama", cfg, DType::F8_E4M3, "fp8_hf"), kIds);
   double e = rel_diff(fp8, f32);
   EXPECT_LT(e, 0.1);
   EXPECT_GT(e, 0.0);

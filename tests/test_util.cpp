@@ -1,6 +1,8 @@
 // tests/test_util.cpp — see test_util.h.
 #include "test_util.h"
 
+#include "model/model.h"
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -38,6 +40,19 @@ std::string run_command(const std::string& cmd, int* exit_code) {
   while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
   int status = pclose(p);
   *exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return out;
+}
+
+std::vector<float> all_position_logits(const std::string& model_path, const std::vector<int32_t>& ids) {
+  LoadOptions lo;
+  lo.prefault = false;
+  auto m = load_model(model_path, lo);
+  int64_t n = static_cast<int64_t>(ids.size()), V = m->config().n_vocab;
+  auto cache = m->new_cache(n);
+  std::vector<float> out(static_cast<size_t>(n * V));
+  std::vector<int32_t> pos(ids.size());
+  for (size_t i = 0; i < pos.size(); ++i) pos[i] = static_cast<int32_t>(i);
+  m->forward(ids.data(), pos.data(), n, *cache, out.data(), true);
   return out;
 }
 

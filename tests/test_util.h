@@ -24,6 +24,8 @@ std::vector<float> read_f32_file(const std::string& path);
 // Runs a shell command, returns its stdout; *exit_code gets the exit status.
 std::string run_command(const std::string& cmd, int* exit_code);
 inline std::string fastpath_bin() { return FASTPATH_BINARY; }
+// Loads a model and returns the logits of every position of `ids` fed as one batch ([n, vocab]).
+std::vector<float> all_position_logits(const std::string& model_path, const std::vector<int32_t>& ids);
 // A fresh empty directory under the build's temp area.
 std::string temp_dir(const std::string& name);
 

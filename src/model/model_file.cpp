@@ -14,6 +14,7 @@
 #include "formats/gguf.h"
 #include "formats/llama2c.h"
 #include "formats/safetensors.h"
+#include "model/tensor_names.h"
 
 namespace fp {
 
@@ -236,36 +237,6 @@ void load_hf(ModelFile& m, const std::string& dir) {
   auto set = std::shared_ptr<SafetensorsSet>(SafetensorsSet::open_dir(dir).release());
   m.owners.push_back(set);
   for (auto& f : set->files()) m.file_bytes += std::filesystem::file_size(f);
-  // HF name -> canonical name.
-  auto canonical_base = [](const std::string& hf) -> std::string {
-    static const std::vector<std::pair<std::string, std::string>> layer_map = {
-        {"input_layernorm.weight", "attn_norm.weight"},   {"post_attention_layernorm.weight", "ffn_norm.weight"},
-        {"self_attn.q_proj.weight", "attn_q.weight"},     {"self_attn.k_proj.weight", "attn_k.weight"},
-        {"self_attn.v_proj.weight", "attn_v.weight"},     {"self_attn.o_proj.weight", "attn_output.weight"},
-        {"self_attn.q_proj.bias", "attn_q.bias"},         {"self_attn.k_proj.bias", "attn_k.bias"},
-        {"self_attn.v_proj.bias", "attn_v.bias"},         {"self_attn.q_norm.weight", "attn_q_norm.weight"},
-        {"self_attn.k_norm.weight", "attn_k_norm.weight"}, {"mlp.gate_proj.weight", "ffn_gate.weight"},
-        {"mlp.up_proj.weight", "ffn_up.weight"},          {"mlp.down_proj.weight", "ffn_down.weight"}};
-    if (hf == "model.embed_tokens.weight") return "token_embd.weight";
-    if (hf == "model.norm.weight") return "output_norm.weight";
-    if (hf == "lm_head.weight") return "output.weight";
-    const std::string prefix = "model.layers.";
-    if (hf.rfind(prefix, 0) == 0) {
-      size_t dot = hf.find('.', prefix.size());
-      if (dot == std::string::npos) return {};
-      std::string layer = hf.substr(prefix.size(), dot - prefix.size()), rest = hf.substr(dot + 1);
-      for (auto& [from, to] : layer_map)
-        if (rest == from) return "blk." + layer + "." + to;
-    }
-    return {};
-  };
-  // HF name -> canonical name; FP8 block scales "X.weight_scale_inv" map to "<canonical X.weight>_scale_inv".
-  auto canonical = [&](const std::string& hf) -> std::string {
-    const std::string scale_suffix = "_scale_inv";
-    bool scale = hf.ends_with(".weight" + scale_suffix);
-    std::string cn = canonical_base(scale ? hf.substr(0, hf.size() - scale_suffix.size()) : hf);
-    return cn.empty() || !scale ? cn : cn + scale_suffix;
-  };
   // safetensors does not align tensor data (an odd-length F16 tensor shifts every one after it):
   // copy a misaligned tensor into an owned buffer so f16/f32 loads stay aligned.
   auto aligned = [&m](const SafetensorsTensor& t) -> const void* {
@@ -278,7 +249,7 @@ void load_hf(ModelFile& m, const std::string& dir) {
   };
   std::vector<std::pair<std::string, const SafetensorsTensor*>> scales;
   for (auto& [name, t] : set->all()) {
-    std::string cn = canonical(name);
+    std::string cn = canonical_from_hf(name);
     if (cn.empty()) {
       m.notes.push_back("ignored tensor '" + name + "'");
       continue;

@@ -13,6 +13,7 @@
 #include "formats/gguf.h"
 #include "formats/safetensors.h"
 #include "model/config.h"
+#include "model/tensor_names.h"
 
 namespace fp {
 namespace {
@@ -128,22 +129,9 @@ std::map<std::string, HfTensor> make_weights(const ModelConfig& c, uint64_t seed
 }
 
 std::string gguf_name(const std::string& hf) {
-  static const std::vector<std::pair<std::string, std::string>> m = {
-      {"input_layernorm.weight", "attn_norm.weight"},   {"post_attention_layernorm.weight", "ffn_norm.weight"},
-      {"self_attn.q_proj.weight", "attn_q.weight"},     {"self_attn.k_proj.weight", "attn_k.weight"},
-      {"self_attn.v_proj.weight", "attn_v.weight"},     {"self_attn.o_proj.weight", "attn_output.weight"},
-      {"self_attn.q_proj.bias", "attn_q.bias"},         {"self_attn.k_proj.bias", "attn_k.bias"},
-      {"self_attn.v_proj.bias", "attn_v.bias"},         {"self_attn.q_norm.weight", "attn_q_norm.weight"},
-      {"self_attn.k_norm.weight", "attn_k_norm.weight"}, {"mlp.gate_proj.weight", "ffn_gate.weight"},
-      {"mlp.up_proj.weight", "ffn_up.weight"},          {"mlp.down_proj.weight", "ffn_down.weight"}};
-  if (hf == "model.embed_tokens.weight") return "token_embd.weight";
-  if (hf == "model.norm.weight") return "output_norm.weight";
-  if (hf == "lm_head.weight") return "output.weight";
-  size_t dot = hf.find('.', 13);
-  std::string layer = hf.substr(13, dot - 13), rest = hf.substr(dot + 1);
-  for (auto& [a, b] : m)
-    if (rest == a) return "blk." + layer + "." + b;
-  fail("synth: no GGUF name for '", hf, "'");
+  std::string n = canonical_from_hf(hf);
+  FP_CHECK(!n.empty(), "synth: no GGUF name for '", hf, "'");
+  return n;
 }
 
 // llama.cpp's converter reorders each head's rows from NeoX halves to interleaved pairs.

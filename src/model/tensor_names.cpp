@@ -1,0 +1,42 @@
+// model/tensor_names.cpp — the Hugging Face -> canonical tensor name table.
+#include "model/tensor_names.h"
+
+#include <utility>
+#include <vector>
+
+namespace fp {
+namespace {
+
+std::string canonical_base(const std::string& hf) {
+  static const std::vector<std::pair<std::string, std::string>> layer_map = {
+      {"input_layernorm.weight", "attn_norm.weight"},   {"post_attention_layernorm.weight", "ffn_norm.weight"},
+      {"self_attn.q_proj.weight", "attn_q.weight"},     {"self_attn.k_proj.weight", "attn_k.weight"},
+      {"self_attn.v_proj.weight", "attn_v.weight"},     {"self_attn.o_proj.weight", "attn_output.weight"},
+      {"self_attn.q_proj.bias", "attn_q.bias"},         {"self_attn.k_proj.bias", "attn_k.bias"},
+      {"self_attn.v_proj.bias", "attn_v.bias"},         {"self_attn.q_norm.weight", "attn_q_norm.weight"},
+      {"self_attn.k_norm.weight", "attn_k_norm.weight"}, {"mlp.gate_proj.weight", "ffn_gate.weight"},
+      {"mlp.up_proj.weight", "ffn_up.weight"},          {"mlp.down_proj.weight", "ffn_down.weight"}};
+  if (hf == "model.embed_tokens.weight") return "token_embd.weight";
+  if (hf == "model.norm.weight") return "output_norm.weight";
+  if (hf == "lm_head.weight") return "output.weight";
+  const std::string prefix = "model.layers.";
+  if (hf.rfind(prefix, 0) == 0) {
+    size_t dot = hf.find('.', prefix.size());
+    if (dot == std::string::npos) return {};
+    std::string layer = hf.substr(prefix.size(), dot - prefix.size()), rest = hf.substr(dot + 1);
+    for (auto& [from, to] : layer_map)
+      if (rest == from) return "blk." + layer + "." + to;
+  }
+  return {};
+}
+
+}  // namespace
+
+std::string canonical_from_hf(const std::string& hf) {
+  const std::string scale_suffix = "_scale_inv";
+  bool scale = hf.ends_with(".weight" + scale_suffix);
+  std::string cn = canonical_base(scale ? hf.substr(0, hf.size() - scale_suffix.size()) : hf);
+  return cn.empty() || !scale ? cn : cn + scale_suffix;
+}
+
+}  // namespace fp

@@ -1,0 +1,12 @@
+// model/tensor_names.h — Hugging Face tensor names <-> fastpath's canonical (GGUF-style) names
+// for the Llama-family architectures. One table, used by the safetensors loader and by synth.
+#pragma once
+#include <string>
+
+namespace fp {
+
+// "model.layers.3.self_attn.q_proj.weight" -> "blk.3.attn_q.weight"; FP8 scales
+// "X.weight_scale_inv" -> "<canonical X.weight>_scale_inv". Empty when the name is unknown.
+std::string canonical_from_hf(const std::string& hf);
+
+}  // namespace fp
