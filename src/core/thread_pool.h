@@ -1,6 +1,7 @@
 // core/thread_pool.h — a persistent pool of worker threads running parallel_for over index
 // ranges. The calling thread takes part, so a pool of N threads has N-1 workers.
 #pragma once
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -30,8 +31,8 @@ class ThreadPool {
   std::condition_variable wake_, done_;
   const std::function<void(int64_t, int64_t)>* job_ = nullptr;
   int64_t job_n_ = 0, job_chunks_ = 0;
-  uint64_t generation_ = 0;
-  int pending_ = 0;
+  std::atomic<uint64_t> generation_{0};  // bumped once per job (and at shutdown)
+  std::atomic<int> pending_{0};          // workers still to finish the current job
   bool stop_ = false;
   std::exception_ptr error_;
 };
