@@ -111,6 +111,8 @@ std::string cache_path() {
 
 }  // namespace
 
+double measure_read_bandwidth_now() { return measure_read_gbps(); }
+
 std::string MachineCeiling::describe() const {
   std::ostringstream os;
   os.precision(4);

@@ -19,5 +19,9 @@ struct MachineCeiling {
 
 // Measures (or reads the cache unless `recalibrate`).
 MachineCeiling machine_ceiling(int threads, bool recalibrate = false);
+// Streaming read bandwidth measured now, GB/s, with the current thread pool. Memory bandwidth
+// on shared machines (VMs) moves with the neighbours' load, so bench measures it beside each
+// decode run instead of trusting a cached figure.
+double measure_read_bandwidth_now();
 
 }  // namespace fp
