@@ -1,7 +1,10 @@
 // model/model_file.cpp — format detection, the three loaders, and shape checks.
 #include "model/model_file.h"
 
+#include <sys/mman.h>
+
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -304,7 +307,25 @@ std::unique_ptr<ModelFile> load_model_file(const std::string& path, const LoadOp
                           {"feed-forward length", c.hidden_dim}, {"context length", c.max_context}})
     FP_CHECK(v <= (int64_t{1} << (field == std::string("context length") ? 31 : 24)), path, ": ", field, " = ", v, " is implausibly large (corrupt header?)");
   m->config.validate(path);
-  if (opts.prefault) {  // fault the weights in now, with a progress bar on a terminal
+  if (!opts.use_mmap) {
+    uint64_t total = 0;
+    for (auto& [n, t] : m->tensors) total += static_cast<uint64_t>((t.nbytes() + 63) / 64 * 64);
+    const size_t huge = size_t{2} << 20, bytes = (total + huge - 1) / huge * huge;
+    uint8_t* arena = static_cast<uint8_t*>(std::aligned_alloc(huge, std::max(bytes, huge)));
+    FP_CHECK(arena, path, ": cannot allocate ", bytes, " bytes to copy the weights (--no-mmap)");
+    madvise(arena, std::max(bytes, huge), MADV_HUGEPAGE);
+    m->owners.push_back(std::shared_ptr<const void>(arena, [](const void* p) { std::free(const_cast<void*>(p)); }));
+    Progress bar("copying " + std::filesystem::path(path).filename().string(), total);
+    uint64_t off = 0;
+    for (auto& [n, t] : m->tensors) {
+      std::memcpy(arena + off, t.data, static_cast<size_t>(t.nbytes()));
+      t.data = arena + off;
+      off += static_cast<uint64_t>((t.nbytes() + 63) / 64 * 64);
+      bar.update(off);
+    }
+    bar.finish();
+    m->notes.push_back("weights copied to anonymous memory (--no-mmap)");
+  } else if (opts.prefault) {  // fault the weights in now, with a progress bar on a terminal
     uint64_t total = 0, done = 0;
     for (auto& [n, t] : m->tensors) total += static_cast<uint64_t>(t.nbytes());
     Progress bar("loading " + std::filesystem::path(path).filename().string(), total);

@@ -16,6 +16,9 @@ namespace fp {
 struct LoadOptions {
   std::string tokenizer_path;  // llama2.c: tokenizer.bin (default: tokenizer.bin / tok<vocab>.bin beside the model)
   bool prefault = true;        // touch all pages at load (progress bar on a terminal)
+  // Copy the weights out of the file mapping into anonymous memory backed by transparent huge
+  // pages (--no-mmap): fewer TLB misses when decode streams every weight each token.
+  bool use_mmap = true;
 };
 
 struct ModelFile {

@@ -18,6 +18,7 @@ void add_common(CLI::App* app, CommonOptions& o, bool model_required) {
   app->add_option("--kernel", o.kernels, "force a kernel for an op, op=name (repeatable); a forced kernel that cannot run is an error");
   app->add_flag("--profile", o.profile, "time every kernel call for the ledger");
   app->add_flag("-q,--quiet", o.quiet, "only errors on stderr");
+  app->add_flag("--no-mmap", o.no_mmap, "copy the weights into (huge-page) anonymous memory instead of mapping the file");
 }
 
 void apply_runtime(const CommonOptions& o) {
@@ -35,6 +36,7 @@ std::unique_ptr<Model> load_with(const CommonOptions& o) {
   apply_runtime(o);
   LoadOptions lo;
   lo.tokenizer_path = o.tokenizer;
+  lo.use_mmap = !o.no_mmap;
   std::string path = o.model.empty() ? default_model_path() : o.model;
   return load_model(path, lo);
 }

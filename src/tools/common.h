@@ -18,6 +18,7 @@ struct CommonOptions {
   std::vector<std::string> kernels;  // op=name
   bool profile = false;
   bool quiet = false;
+  bool no_mmap = false;
 };
 
 // Adds -m, --tokenizer, -t, --kernel, --profile, -q to a subcommand.
