@@ -138,14 +138,16 @@ TEST(Cli, LogitsCommandWritesReferenceRows) {
   seq.resize(64);
   std::string ids;
   for (auto t : seq) ids += std::to_string(t) + " ";
-  std::string out = test::temp_dir("logits") + "/l.f32";
-  int rc = -1;
-  test::run_command(test::fastpath_bin() + " logits -q -m " + path + " --tokens '" + ids + "' --out " + out, &rc);
-  ASSERT_EQ(rc, 0);
-  auto got = test::read_f32_file(out);
   auto ref = test::read_f32_file(test::testdata(kStories + "stories260K_once_upon_a_time_64_logits.f32"));
-  ASSERT_EQ(got.size(), ref.size());
-  EXPECT_LT(max_abs_diff(got, ref, ref.size()), 1e-4);
+  for (const char* flags : {"", " --no-mmap"}) {
+    std::string out = test::temp_dir("logits") + "/l.f32";
+    int rc = -1;
+    test::run_command(test::fastpath_bin() + " logits -q -m " + path + flags + " --tokens '" + ids + "' --out " + out, &rc);
+    ASSERT_EQ(rc, 0) << flags;
+    auto got = test::read_f32_file(out);
+    ASSERT_EQ(got.size(), ref.size()) << flags;
+    EXPECT_LT(max_abs_diff(got, ref, ref.size()), 1e-4) << flags;
+  }
 }
 
 TEST(Cli, ErrorsAreCleanAndNameTheProblem) {
