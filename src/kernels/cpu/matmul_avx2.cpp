@@ -104,17 +104,18 @@ FP_AVX2 void gemv_q8_0_like(const MatMulArgs& a, const BlockQ8_0* xq, int64_t n_
   const Tensor& w = *a.w;
   const int64_t K = w.cols(), out = w.rows(), nb = K / QK8_0;
   for (int64_t o = r0; o < r1; ++o) {
+    const uint8_t* row = w.row_ptr(o);  // once per row: row_ptr is an out-of-line call
     __m256 acc[N];
     for (int i = 0; i < N; ++i) acc[i] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
       __m256i wq;
       float dw;
       if constexpr (T == DType::Q8_0) {
-        const BlockQ8_0& wb = reinterpret_cast<const BlockQ8_0*>(w.row_ptr(o))[b];
+        const BlockQ8_0& wb = reinterpret_cast<const BlockQ8_0*>(row)[b];
         wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.qs));
         dw = _cvtsh_ss(wb.d);
       } else {
-        const BlockQ4_0& wb = reinterpret_cast<const BlockQ4_0*>(w.row_ptr(o))[b];
+        const BlockQ4_0& wb = reinterpret_cast<const BlockQ4_0*>(row)[b];
         wq = unpack_q4_0(wb);
         dw = _cvtsh_ss(wb.d);
       }
