@@ -178,9 +178,33 @@ void bench_attention() {
     std::string shape = std::string(s.what) + ",n=" + std::to_string(s.n) + ",kv_len=" + std::to_string(kv_len) +
                         ",heads=" + std::to_string(s.heads) + "/" + std::to_string(s.kv_heads) + ",hd=" + std::to_string(s.hd);
     float scale = 1.0f / std::sqrt(static_cast<float>(s.hd));
+    // One sequence in pages of 16 tokens, blocks in order.
+    auto idx = std::make_shared<std::vector<int32_t>>();  // seq_indptr[2], page_indptr[2], kv_len[1], pages...
+    const int64_t pages = (kv_len + 15) / 16;
+    *idx = {0, static_cast<int32_t>(s.n), 0, static_cast<int32_t>(pages), static_cast<int32_t>(kv_len)};
+    for (int64_t p = 0; p < pages; ++p) idx->push_back(static_cast<int32_t>(p));
+    k->resize(static_cast<size_t>(pages * 16 * s.kv_heads * s.hd));
+    v->resize(k->size());
     register_op<AttentionArgs>(shape, wk, [=] {
-      return AttentionArgs{q->data(), pos->data(), s.n, s.heads, s.kv_heads, s.hd, s.hd, k->data(), v->data(), kv_len,
-                           scale, o->data()};
+      AttentionArgs a{};
+      a.q = q->data();
+      a.pos = pos->data();
+      a.n = s.n;
+      a.n_seqs = 1;
+      a.seq_indptr = idx->data();
+      a.n_heads = s.heads;
+      a.n_kv_heads = s.kv_heads;
+      a.head_dim = a.v_dim = s.hd;
+      a.k_pool = k->data();
+      a.v_pool = v->data();
+      a.k_stride = a.v_stride = s.kv_heads * s.hd;
+      a.page_size = 16;
+      a.page_indptr = idx->data() + 2;
+      a.kv_len = idx->data() + 4;
+      a.page_ids = idx->data() + 5;
+      a.scale = scale;
+      a.out = o->data();
+      return a;
     });
   }
 }

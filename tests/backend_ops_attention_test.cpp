@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 #include "backend_ops.h"
@@ -24,33 +25,75 @@ struct AttnCase {
   int32_t pos0;          // pos[i] = pos0 + i, unless shuffled
   bool shuffled = false;  // positions in a scrambled order with gaps
   float scale = 0;        // 0: 1/sqrt(hd)
+  int64_t page_size = 16;
+  // Extra sequences in the same batch: (n, kv_len, pos0) each.
+  std::vector<std::array<int64_t, 3>> more = {};
 };
 
 struct AttnData {
   std::vector<float> q, k, v;
-  std::vector<int32_t> pos;
+  std::vector<int32_t> pos, seq_indptr{0}, page_indptr{0}, page_ids, kv_len;
 };
 
+// Builds a paged pool whose blocks are handed to the sequences in a scrambled order.
 AttentionArgs build(const AttnCase& c, AttnData& d, std::vector<float>& out) {
-  const int64_t cap = std::max<int64_t>(c.kv_len, 1);
+  std::vector<std::array<int64_t, 3>> seqs = {{c.n, c.kv_len, c.pos0}};
+  seqs.insert(seqs.end(), c.more.begin(), c.more.end());
   const uint32_t seed = static_cast<uint32_t>(c.n * 131 + c.heads * 17 + c.kv_heads * 5 + c.hd + c.kv_len * 3);
-  d.q = test::random_floats(static_cast<size_t>(c.n * c.heads * c.hd), seed);
-  d.k = test::random_floats(static_cast<size_t>(cap * c.kv_heads * c.hd), seed + 1);
-  d.v = test::random_floats(static_cast<size_t>(cap * c.kv_heads * c.vd), seed + 2);
-  d.pos.resize(static_cast<size_t>(c.n));
-  for (int64_t i = 0; i < c.n; ++i)
-    d.pos[static_cast<size_t>(i)] = c.shuffled ? static_cast<int32_t>((i * 37 + 11) % (c.kv_len + 5)) : c.pos0 + static_cast<int32_t>(i);
-  out.assign(static_cast<size_t>(c.n * c.heads * c.vd), NAN);
-  float scale = c.scale != 0 ? c.scale : 1.0f / std::sqrt(static_cast<float>(c.hd));
-  return AttentionArgs{d.q.data(), d.pos.data(), c.n, c.heads, c.kv_heads, c.hd, c.vd, d.k.data(), d.v.data(), c.kv_len,
-                       scale, out.data()};
+  const int64_t ps = c.page_size;
+  int64_t n = 0, blocks = 0;
+  for (auto& sq : seqs) {
+    n += sq[0];
+    blocks += (std::max<int64_t>(sq[1], 1) + ps - 1) / ps;
+  }
+  std::vector<int32_t> order(static_cast<size_t>(blocks));
+  for (int64_t b = 0; b < blocks; ++b) order[static_cast<size_t>(b)] = static_cast<int32_t>((b * 7 + 3) % blocks);
+  if (blocks % 7 == 0)  // 7 must be coprime with the block count for a permutation
+    for (int64_t b = 0; b < blocks; ++b) order[static_cast<size_t>(b)] = static_cast<int32_t>(blocks - 1 - b);
+  d = AttnData{};
+  d.q = test::random_floats(static_cast<size_t>(n * c.heads * c.hd), seed);
+  d.k = test::random_floats(static_cast<size_t>(blocks * ps * c.kv_heads * c.hd), seed + 1);
+  d.v = test::random_floats(static_cast<size_t>(blocks * ps * c.kv_heads * c.vd), seed + 2);
+  int64_t next_block = 0;
+  for (auto& [sn, kv, pos0] : seqs) {
+    for (int64_t i = 0; i < sn; ++i)
+      d.pos.push_back(c.shuffled ? static_cast<int32_t>((i * 37 + 11) % (kv + 5)) : static_cast<int32_t>(pos0 + i));
+    d.seq_indptr.push_back(static_cast<int32_t>(d.pos.size()));
+    for (int64_t p = 0; p < (std::max<int64_t>(kv, 1) + ps - 1) / ps; ++p) d.page_ids.push_back(order[static_cast<size_t>(next_block++)]);
+    d.page_indptr.push_back(static_cast<int32_t>(d.page_ids.size()));
+    d.kv_len.push_back(static_cast<int32_t>(kv));
+  }
+  out.assign(static_cast<size_t>(n * c.heads * c.vd), NAN);
+  AttentionArgs a{};
+  a.q = d.q.data();
+  a.pos = d.pos.data();
+  a.n = n;
+  a.n_seqs = static_cast<int64_t>(seqs.size());
+  a.seq_indptr = d.seq_indptr.data();
+  a.n_heads = c.heads;
+  a.n_kv_heads = c.kv_heads;
+  a.head_dim = c.hd;
+  a.v_dim = c.vd;
+  a.k_pool = d.k.data();
+  a.v_pool = d.v.data();
+  a.k_stride = c.kv_heads * c.hd;
+  a.v_stride = c.kv_heads * c.vd;
+  a.page_size = ps;
+  a.page_indptr = d.page_indptr.data();
+  a.page_ids = d.page_ids.data();
+  a.kv_len = d.kv_len.data();
+  a.scale = c.scale != 0 ? c.scale : 1.0f / std::sqrt(static_cast<float>(c.hd));
+  a.out = out.data();
+  return a;
 }
 
 std::string label(const AttnCase& c) {
+  std::string more;
+  for (auto& sq : c.more) more += " +seq(n=" + std::to_string(sq[0]) + " kv=" + std::to_string(sq[1]) + " pos0=" + std::to_string(sq[2]) + ")";
   return "n=" + std::to_string(c.n) + " heads=" + std::to_string(c.heads) + "/" + std::to_string(c.kv_heads) +
          " hd=" + std::to_string(c.hd) + " vd=" + std::to_string(c.vd) + " kv_len=" + std::to_string(c.kv_len) +
          " pos0=" + std::to_string(c.pos0) + (c.shuffled ? " shuffled" : "") +
-         (c.scale != 0 ? " scale=" + std::to_string(c.scale) : "");
+         (c.scale != 0 ? " scale=" + std::to_string(c.scale) : "") + " page=" + std::to_string(c.page_size) + more;
 }
 
 int run_cases(const std::vector<AttnCase>& cases) {
@@ -128,6 +171,38 @@ TEST(BackendOps, AttentionEmptyCacheGivesZerosAndNoTokensWritesNothing) {
   for (auto& k : OpRegistry<AttentionArgs>::instance().kernels())
     if (!k.refuse || k.refuse(a).empty()) k.run(a);
   EXPECT_TRUE(out.empty());
+}
+
+TEST(BackendOps, AttentionEveryPageSizeAndVarlenBatches) {
+  std::vector<AttnCase> cs;
+  for (int64_t ps : {1, 8, 16, 32, 64, 128, 256}) {
+    cs.push_back({1, 8, 2, 64, 64, 700, 699, false, 0, ps});                 // decode
+    cs.push_back({37, 8, 2, 64, 64, 237, 200, false, 0, ps});                // prefill after a prefix
+    AttnCase mixed{1, 8, 2, 64, 64, 300, 299, false, 0, ps};                 // decode + chunked prefill + decode
+    mixed.more = {{50, 130, 80}, {1, 1, 0}, {1, 1000, 999}, {0, 20, 20}, {17, 17, 0}};
+    cs.push_back(mixed);
+  }
+  // A batch of many decodes (the continuous-batching step), short and long contexts.
+  AttnCase decodes{1, 32, 8, 64, 64, 5, 4, false, 0, 16};
+  for (int64_t s = 1; s < 16; ++s) decodes.more.push_back({1, 40 * s + 3, 40 * s + 2});
+  cs.push_back(decodes);
+  int checked = run_cases(cs);
+  if (have_avx2()) {
+    EXPECT_GT(checked, 0);
+  }
+}
+
+TEST(BackendOps, AttentionFastKernelDeclaresItsPageSizes) {
+  AttnCase c{1, 4, 2, 64, 64, 50, 49, false, 0, 24};  // a page size that is not a power of two
+  AttnData d;
+  std::vector<float> out;
+  AttentionArgs a = build(c, d, out);
+  for (auto& k : OpRegistry<AttentionArgs>::instance().kernels()) {
+    if (k.reference) continue;
+    ASSERT_TRUE(k.refuse);
+    EXPECT_NE(k.refuse(a).find("page size 24"), std::string::npos) << k.name << ": " << k.refuse(a);
+  }
+  EXPECT_NE(a.shape_class().find("page=24"), std::string::npos);
 }
 
 }  // namespace

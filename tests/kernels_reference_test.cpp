@@ -211,7 +211,30 @@ TEST(AttentionRef, CausalGqaMatchesFloat64) {
       for (int64_t i = 0; i < n; ++i) pos[static_cast<size_t>(i)] = static_cast<int32_t>(start + i);
       std::vector<float> out(static_cast<size_t>(n * heads * vd));
       float scale = 0.35f;
-      run_ref(AttentionArgs{q.data(), pos.data(), n, heads, kv_heads, hd, vd, k.data(), v.data(), len, scale, out.data()});
+      // One sequence, page size 1 with the identity block table: slot t holds position t.
+      std::vector<int32_t> seq_indptr{0, static_cast<int32_t>(n)}, page_indptr{0, static_cast<int32_t>(len)}, pages, kv{static_cast<int32_t>(len)};
+      for (int64_t t = 0; t < len; ++t) pages.push_back(static_cast<int32_t>(t));
+      AttentionArgs a{};
+      a.q = q.data();
+      a.pos = pos.data();
+      a.n = n;
+      a.n_seqs = 1;
+      a.seq_indptr = seq_indptr.data();
+      a.n_heads = heads;
+      a.n_kv_heads = kv_heads;
+      a.head_dim = hd;
+      a.v_dim = vd;
+      a.k_pool = k.data();
+      a.v_pool = v.data();
+      a.k_stride = kv_heads * hd;
+      a.v_stride = kv_heads * vd;
+      a.page_size = 1;
+      a.page_indptr = page_indptr.data();
+      a.page_ids = pages.data();
+      a.kv_len = kv.data();
+      a.scale = scale;
+      a.out = out.data();
+      run_ref(a);
       std::vector<double> ref(out.size());
       for (int64_t i = 0; i < n; ++i)
         for (int64_t h = 0; h < heads; ++h) {

@@ -23,7 +23,7 @@ std::string RopeArgs::shape_class() const {
 
 std::string AttentionArgs::shape_class() const {
   return "hd=" + std::to_string(head_dim) + " gqa=" + std::to_string(n_kv_heads ? n_heads / n_kv_heads : 0) +
-         (n == 1 ? " decode" : " prefill");
+         (n == n_seqs ? " decode" : " prefill") + " page=" + std::to_string(page_size);
 }
 
 std::string SiluMulArgs::shape_class() const { return "f32"; }

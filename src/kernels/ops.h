@@ -57,21 +57,35 @@ struct RopeArgs {
   std::string shape_class() const;
 };
 
-// Causal attention of n query tokens against a contiguous per-sequence KV cache.
-// q[n, n_heads, head_dim]; k_cache[t, n_kv_heads, head_dim] and v_cache[t, n_kv_heads, v_dim]
-// for cache positions t; the query at position pos[i] sees cache positions 0..pos[i].
-// out[n, n_heads, v_dim]. Query head h reads KV head h / (n_heads / n_kv_heads).
+// Causal attention of a varlen batch of query tokens against a paged KV cache.
+// The n tokens belong to n_seqs sequences: sequence s owns tokens [seq_indptr[s], seq_indptr[s+1]).
+// q[n, n_heads, head_dim]; out[n, n_heads, v_dim]. Query head h reads KV head h / (n_heads / n_kv_heads).
+// K/V of sequence s at position t live in slot = page_ids[page_indptr[s] + t / page_size] * page_size
+// + t % page_size: k_pool + slot * k_stride + kv_head * head_dim (likewise V with v_stride, v_dim).
+// The sequence's cache holds kv_len[s] positions; the query at position pos[i] sees 0..min(pos[i], kv_len-1).
+// (The index view is FlashInfer's indptr / indices with kv_len in place of the last page's length.)
 struct AttentionArgs {
   static constexpr const char* kName = "attention";
   const float* q = nullptr;
   const int32_t* pos = nullptr;
-  int64_t n = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0, v_dim = 0;
-  const float* k_cache = nullptr;
-  const float* v_cache = nullptr;
-  int64_t kv_len = 0;  // valid cache positions
+  int64_t n = 0;
+  int64_t n_seqs = 0;
+  const int32_t* seq_indptr = nullptr;  // [n_seqs + 1]
+  int64_t n_heads = 0, n_kv_heads = 0, head_dim = 0, v_dim = 0;
+  const float* k_pool = nullptr;
+  const float* v_pool = nullptr;
+  int64_t k_stride = 0, v_stride = 0;  // floats between slots
+  int64_t page_size = 1;
+  const int32_t* page_indptr = nullptr;  // [n_seqs + 1]
+  const int32_t* page_ids = nullptr;
+  const int32_t* kv_len = nullptr;  // [n_seqs]
   float scale = 1.0f;
   float* out = nullptr;
   std::string shape_class() const;
+  // The slot holding position t of sequence s.
+  int64_t slot(int64_t s, int64_t t) const {
+    return static_cast<int64_t>(page_ids[page_indptr[s] + t / page_size]) * page_size + t % page_size;
+  }
 };
 
 // out[n, d] = silu(gate) * up, where gate and up are rows of width d with the given row strides.

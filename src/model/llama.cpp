@@ -64,31 +64,46 @@ class LlamaModel : public Model {
     }
   }
 
-  void forward(const int32_t* tokens, const int32_t* pos, int64_t n, KvCache& cache, float* logits,
-               bool all_logits) override {
+  void forward(const ForwardBatch& b, KvPool& pool, float* logits) override {
     const ModelConfig& c = config();
+    check_batch(b, pool);
+    const int64_t n = b.n_tokens();
     if (n <= 0) return;
-    for (int64_t i = 0; i < n; ++i) {
-      FP_CHECK(pos[i] >= 0 && pos[i] < cache.capacity, "position ", pos[i], " is outside the KV cache (capacity ",
-               cache.capacity, " tokens)");
-      FP_CHECK(tokens[i] >= 0 && tokens[i] < c.n_vocab, "token id ", tokens[i], " is outside the vocabulary [0, ",
-               c.n_vocab, ")");
-    }
     const int64_t q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
-    const int64_t att_dim = c.n_heads * c.v_head_dim;
+    const int64_t v_dim = c.n_kv_heads * c.v_head_dim, att_dim = c.n_heads * c.v_head_dim;
     resize(x_, n * c.dim);
     resize(h_, n * c.dim);
     resize(q_, n * q_dim);
     resize(k_, n * kv_dim);
-    resize(v_, n * kv_dim);
+    resize(v_, n * v_dim);
     resize(att_, n * att_dim);
     resize(gate_, n * c.hidden_dim);
     resize(up_, n * c.hidden_dim);
+    const int32_t* pos = b.positions.data();
 
-    dispatch(EmbeddingArgs{embed_, tokens, n, x_.data()});
-    int64_t kv_len = cache.len;
-    for (int64_t i = 0; i < n; ++i) kv_len = std::max<int64_t>(kv_len, pos[i] + 1);
+    AttentionArgs att{};
+    att.q = q_.data();
+    att.pos = pos;
+    att.n = n;
+    att.n_seqs = b.n_seqs();
+    att.seq_indptr = b.seq_indptr.data();
+    att.n_heads = c.n_heads;
+    att.n_kv_heads = c.n_kv_heads;
+    att.head_dim = c.head_dim;
+    att.v_dim = c.v_head_dim;
+    att.k_stride = kv_dim;
+    att.v_stride = v_dim;
+    att.page_size = pool.page_size();
+    att.page_indptr = b.page_indptr.data();
+    att.page_ids = b.page_ids.data();
+    att.kv_len = b.kv_len.data();
+    att.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    att.out = att_.data();
+    slots_.resize(static_cast<size_t>(n));
+    for (int64_t s = 0; s < att.n_seqs; ++s)
+      for (int64_t i = b.seq_indptr[s]; i < b.seq_indptr[s + 1]; ++i) slots_[static_cast<size_t>(i)] = att.slot(s, pos[i]);
 
+    dispatch(EmbeddingArgs{embed_, b.tokens.data(), n, x_.data()});
     for (size_t l = 0; l < layers_.size(); ++l) {
       const LlamaLayer& L = layers_[l];
       dispatch(RmsNormArgs{x_.data(), L.attn_norm, n, c.dim, c.rms_eps, h_.data()});
@@ -101,14 +116,16 @@ class LlamaModel : public Model {
       }
       dispatch(RopeArgs{q_.data(), pos, n, c.n_heads, c.head_dim, c.rot_dim, q_dim, inv_freq_.data(), 1.0f, c.rope_style});
       dispatch(RopeArgs{k_.data(), pos, n, c.n_kv_heads, c.head_dim, c.rot_dim, kv_dim, inv_freq_.data(), 1.0f, c.rope_style});
-      float* kc = cache.k[l].data();
-      float* vc = cache.v[l].data();
+      float* kc = pool.k(static_cast<int64_t>(l));
+      float* vc = pool.v(static_cast<int64_t>(l));
       for (int64_t i = 0; i < n; ++i) {
-        std::memcpy(kc + pos[i] * kv_dim, k_.data() + i * kv_dim, static_cast<size_t>(kv_dim) * 4);
-        std::memcpy(vc + pos[i] * kv_dim, v_.data() + i * kv_dim, static_cast<size_t>(kv_dim) * 4);
+        const int64_t slot = slots_[static_cast<size_t>(i)];
+        std::memcpy(kc + slot * kv_dim, k_.data() + i * kv_dim, static_cast<size_t>(kv_dim) * 4);
+        std::memcpy(vc + slot * v_dim, v_.data() + i * v_dim, static_cast<size_t>(v_dim) * 4);
       }
-      dispatch(AttentionArgs{q_.data(), pos, n, c.n_heads, c.n_kv_heads, c.head_dim, c.v_head_dim, kc, vc, kv_len,
-                             1.0f / std::sqrt(static_cast<float>(c.head_dim)), att_.data()});
+      att.k_pool = kc;
+      att.v_pool = vc;
+      dispatch(att);
       dispatch(MatMulArgs{att_.data(), n, L.wo, nullptr, h_.data()});
       dispatch(AddArgs{x_.data(), h_.data(), n * c.dim, x_.data()});
 
@@ -119,12 +136,15 @@ class LlamaModel : public Model {
       dispatch(MatMulArgs{gate_.data(), n, L.w_down, nullptr, h_.data()});
       dispatch(AddArgs{x_.data(), h_.data(), n * c.dim, x_.data()});
     }
-    cache.len = kv_len;
 
-    // Final norm and output projection: all rows, or only the last.
-    const float* last = all_logits ? x_.data() : x_.data() + (n - 1) * c.dim;
-    int64_t rows = all_logits ? n : 1;
-    dispatch(RmsNormArgs{last, output_norm_, rows, c.dim, c.rms_eps, h_.data()});
+    // Final norm and output projection, only for the rows whose logits are wanted.
+    const int64_t rows = static_cast<int64_t>(b.logit_rows.size());
+    if (rows == 0) return;
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t src = b.logit_rows[static_cast<size_t>(r)];
+      std::memcpy(h_.data() + r * c.dim, x_.data() + src * c.dim, static_cast<size_t>(c.dim) * 4);
+    }
+    dispatch(RmsNormArgs{h_.data(), output_norm_, rows, c.dim, c.rms_eps, h_.data()});
     dispatch(MatMulArgs{h_.data(), rows, output_, nullptr, logits});
   }
 
@@ -147,6 +167,7 @@ class LlamaModel : public Model {
   std::vector<LlamaLayer> layers_;
   std::vector<float> inv_freq_;
   std::vector<float> x_, h_, q_, k_, v_, att_, gate_, up_;
+  std::vector<int64_t> slots_;
 };
 
 std::unique_ptr<Model> make_llama(std::shared_ptr<ModelFile> f) { return std::make_unique<LlamaModel>(std::move(f)); }

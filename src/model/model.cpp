@@ -1,6 +1,7 @@
 // model/model.cpp — architecture registry and the shared KV cache allocation.
 #include "model/model.h"
 
+#include <algorithm>
 #include <map>
 
 #include "core/error.h"
@@ -43,17 +44,85 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& op
   return build_model(std::move(f));
 }
 
-std::unique_ptr<KvCache> Model::new_cache(int64_t capacity) const {
+void ForwardBatch::add_sequence(const int32_t* toks, int64_t n, int64_t start, const int32_t* pages, int64_t n_pages,
+                                bool want_logits, bool all_logits) {
+  const int32_t first = static_cast<int32_t>(tokens.size());
+  for (int64_t i = 0; i < n; ++i) {
+    tokens.push_back(toks[i]);
+    positions.push_back(static_cast<int32_t>(start + i));
+  }
+  seq_indptr.push_back(static_cast<int32_t>(tokens.size()));
+  page_ids.insert(page_ids.end(), pages, pages + n_pages);
+  page_indptr.push_back(static_cast<int32_t>(page_ids.size()));
+  kv_len.push_back(static_cast<int32_t>(start + n));
+  if (all_logits)
+    for (int64_t i = 0; i < n; ++i) logit_rows.push_back(first + static_cast<int32_t>(i));
+  else if (want_logits && n > 0)
+    logit_rows.push_back(first + static_cast<int32_t>(n - 1));
+}
+
+void ForwardBatch::clear() {
+  tokens.clear();
+  positions.clear();
+  seq_indptr.assign(1, 0);
+  page_indptr.assign(1, 0);
+  page_ids.clear();
+  kv_len.clear();
+  logit_rows.clear();
+}
+
+KvLayout Model::kv_layout() const {
   const ModelConfig& c = config();
+  return KvLayout{c.n_layers, c.n_kv_heads * c.head_dim, c.n_kv_heads * c.v_head_dim};
+}
+
+void Model::check_batch(const ForwardBatch& b, const KvPool& pool) const {
+  const ModelConfig& c = config();
+  const int64_t n = b.n_tokens(), ns = b.n_seqs(), ps = pool.page_size();
+  FP_CHECK(static_cast<int64_t>(b.positions.size()) == n && static_cast<int64_t>(b.seq_indptr.size()) == ns + 1 &&
+               static_cast<int64_t>(b.page_indptr.size()) == ns + 1 && b.seq_indptr[0] == 0 && b.seq_indptr[ns] == n &&
+               b.page_indptr[0] == 0 && b.page_indptr[ns] == static_cast<int32_t>(b.page_ids.size()),
+           "malformed forward batch (", n, " tokens, ", ns, " sequences)");
+  for (int64_t i = 0; i < n; ++i)
+    FP_CHECK(b.tokens[i] >= 0 && b.tokens[i] < c.n_vocab, "token id ", b.tokens[i], " is outside the vocabulary [0, ",
+             c.n_vocab, ")");
+  for (int32_t p : b.page_ids) FP_CHECK(p >= 0 && p < pool.n_blocks(), "KV block ", p, " is outside the pool (", pool.n_blocks(), " blocks)");
+  for (int64_t s = 0; s < ns; ++s) {
+    const int64_t pages = b.page_indptr[s + 1] - b.page_indptr[s];
+    FP_CHECK(b.seq_indptr[s + 1] >= b.seq_indptr[s] && b.kv_len[s] >= 0 && b.kv_len[s] <= pages * ps,
+             "sequence ", s, ": KV length ", b.kv_len[s], " does not fit its ", pages, " blocks of ", ps, " tokens");
+    for (int64_t i = b.seq_indptr[s]; i < b.seq_indptr[s + 1]; ++i)
+      FP_CHECK(b.positions[i] >= 0 && b.positions[i] < b.kv_len[s], "position ", b.positions[i],
+               " is outside the KV cache (capacity ", b.kv_len[s], " tokens)");
+  }
+  for (int32_t r : b.logit_rows) FP_CHECK(r >= 0 && r < n, "logit row ", r, " is outside the batch of ", n, " tokens");
+}
+
+std::unique_ptr<KvCache> Model::new_cache(int64_t capacity, int64_t page_size) const {
   auto kv = std::make_unique<KvCache>();
   kv->capacity = capacity;
-  kv->k.resize(static_cast<size_t>(c.n_layers));
-  kv->v.resize(static_cast<size_t>(c.n_layers));
-  for (int64_t l = 0; l < c.n_layers; ++l) {
-    kv->k[static_cast<size_t>(l)].assign(static_cast<size_t>(capacity * c.n_kv_heads * c.head_dim), 0.0f);
-    kv->v[static_cast<size_t>(l)].assign(static_cast<size_t>(capacity * c.n_kv_heads * c.v_head_dim), 0.0f);
-  }
+  if (page_size <= 0)  // the smallest power of two holding the sequence, at most 256
+    for (page_size = 1; page_size < 256 && page_size < capacity;) page_size *= 2;
+  const int64_t n_pages = (capacity + page_size - 1) / page_size;
+  kv->pool = std::make_unique<KvPool>(kv_layout(), page_size, n_pages);
+  for (int64_t p = 0; p < n_pages; ++p) kv->pages.push_back(kv->pool->blocks().allocate());
   return kv;
+}
+
+void Model::forward(const int32_t* tokens, const int32_t* pos, int64_t n, KvCache& cache, float* logits, bool all_logits) {
+  if (n <= 0) return;
+  for (int64_t i = 0; i < n; ++i)
+    FP_CHECK(pos[i] >= 0 && pos[i] < cache.capacity, "position ", pos[i], " is outside the KV cache (capacity ",
+             cache.capacity, " tokens)");
+  int64_t kv_len = cache.len;
+  for (int64_t i = 0; i < n; ++i) kv_len = std::max<int64_t>(kv_len, pos[i] + 1);
+  ForwardBatch& b = single_;
+  b.clear();
+  b.add_sequence(tokens, n, 0, cache.pages.data(), static_cast<int64_t>(cache.pages.size()), !all_logits, all_logits);
+  for (int64_t i = 0; i < n; ++i) b.positions[static_cast<size_t>(i)] = pos[i];  // callers may pass any positions
+  b.kv_len[0] = static_cast<int32_t>(kv_len);
+  forward(b, *cache.pool, logits);
+  cache.len = kv_len;
 }
 
 }  // namespace fp

@@ -1,21 +1,44 @@
-// model/model.h — the interface every architecture implements, its KV cache, and the
-// architecture registry (one line per architecture, beside its file).
+// model/model.h — the interface every architecture implements (a forward over a varlen batch
+// of sequences with a paged KV cache), the one-sequence cache, and the architecture registry.
 #pragma once
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "cache/kv_pool.h"
 #include "model/model_file.h"
 
 namespace fp {
 
-// A contiguous KV cache for one sequence: per layer, [capacity, n_kv_heads * head_dim] keys
-// and [capacity, n_kv_heads * v_head_dim] values. (The paged pool comes with the serving core.)
+// A flattened varlen batch: the tokens of n_seqs sequences, each sequence's tokens contiguous.
+// Sequence s owns tokens [seq_indptr[s], seq_indptr[s+1]); its KV cache is the block table
+// page_ids[page_indptr[s] .. page_indptr[s+1]) in a KvPool, holding kv_len[s] positions after
+// this step (the blocks must cover them). Token i is written to its slot at positions[i].
+// Logits are computed for the token rows listed in logit_rows, in that order.
+struct ForwardBatch {
+  std::vector<int32_t> tokens, positions;
+  std::vector<int32_t> seq_indptr{0};
+  std::vector<int32_t> page_indptr{0};
+  std::vector<int32_t> page_ids;
+  std::vector<int32_t> kv_len;
+  std::vector<int32_t> logit_rows;
+  int64_t n_tokens() const { return static_cast<int64_t>(tokens.size()); }
+  int64_t n_seqs() const { return static_cast<int64_t>(kv_len.size()); }
+  // Appends a sequence: its new tokens at positions start.., its block table, and whether the
+  // last token's logits (want_logits) or every token's (all_logits) are wanted.
+  void add_sequence(const int32_t* toks, int64_t n, int64_t start, const int32_t* pages, int64_t n_pages,
+                    bool want_logits, bool all_logits = false);
+  void clear();
+};
+
+// A single sequence's cache: a private pool and the blocks covering `capacity` positions. What
+// `generate`, `logits` and the tests of one sequence use; the engine shares one pool instead.
 struct KvCache {
   int64_t capacity = 0;
   int64_t len = 0;  // positions written so far
-  std::vector<std::vector<float>> k, v;
+  std::unique_ptr<KvPool> pool;
+  std::vector<int32_t> pages;
 };
 
 class Model {
@@ -25,15 +48,23 @@ class Model {
   const ModelFile& file() const { return *file_; }
   const Tokenizer* tokenizer() const { return file_->tokenizer.get(); }
 
-  std::unique_ptr<KvCache> new_cache(int64_t capacity) const;
+  // What one token stores in the KV cache per layer (GQA K/V, or MLA's latent vector).
+  virtual KvLayout kv_layout() const;
+  // Runs a varlen batch, writing K/V into `pool`; logits [batch.logit_rows.size(), n_vocab].
+  virtual void forward(const ForwardBatch& batch, KvPool& pool, float* logits) = 0;
+
+  // One sequence: a private cache for `capacity` positions (pages of `page_size`, 0: automatic).
+  std::unique_ptr<KvCache> new_cache(int64_t capacity, int64_t page_size = 0) const;
   // Feeds tokens[0..n) at positions pos[0..n) into the cache. Writes logits for every
   // position ([n, n_vocab]) when all_logits, else only for the last one ([n_vocab]).
-  virtual void forward(const int32_t* tokens, const int32_t* pos, int64_t n, KvCache& cache, float* logits,
-                       bool all_logits) = 0;
+  void forward(const int32_t* tokens, const int32_t* pos, int64_t n, KvCache& cache, float* logits, bool all_logits);
 
  protected:
   explicit Model(std::shared_ptr<ModelFile> file) : file_(std::move(file)) {}
+  // Checks the batch against the pool and the vocabulary (every architecture calls it first).
+  void check_batch(const ForwardBatch& batch, const KvPool& pool) const;
   std::shared_ptr<ModelFile> file_;
+  ForwardBatch single_;  // scratch for the one-sequence forward
 };
 
 using ArchitectureFactory = std::function<std::unique_ptr<Model>(std::shared_ptr<ModelFile>)>;

@@ -1,7 +1,11 @@
-// kernels/cpu/attention_avx2.cpp — AVX2+FMA causal attention over a contiguous KV cache with
-// GQA, flash-attention style: the n x kv_len score matrix is never materialized.
+// kernels/cpu/attention_avx2.cpp — AVX2+FMA causal attention over a paged KV cache with GQA,
+// for a varlen batch of sequences, flash-attention style: no score matrix is materialized.
 //
-// Work item = (KV heads, block of query tokens, KV split). Its rows are the query vectors of
+// K/V rows are reached through slot numbers (kernels/ops.h): for each block of kBk keys the item
+// looks up the slots of that block and the next one (for prefetching) once, so any power-of-two
+// page size costs the same as a contiguous cache.
+//
+// Work item = (sequence, KV heads, block of query tokens, KV split). Its rows are the query vectors of
 // the block's tokens for every query head sharing a KV head: tokens x group rows per KV head,
 // so each K/V tile is loaded once for all of them. The item walks its key range in blocks of
 // kBk keys keeping an online softmax per row (running max m, running sum l, unnormalized
@@ -52,7 +56,7 @@ struct Plan {
 // Per-thread buffers, grown on demand.
 struct Scratch {
   std::vector<float> qs, o, s, kt, m, l, corr;
-  std::vector<int64_t> len;
+  std::vector<int64_t> len, slots;
 };
 
 // ---------------------------------------------------------------- scores, packed K (prefill)
@@ -96,14 +100,15 @@ FP_AVX2 void scores_packed(const float* qs, int64_t rows, int64_t hd, const floa
 }
 
 // kt[d][t] = K row t (t < nk; rows nk.. up to a multiple of 16 repeat the last row, so the
-// padded scores are finite; they are masked out before the softmax). k rows have stride ld.
-FP_AVX2 void pack_kt(const float* k, int64_t ld, int64_t nk, int64_t hd, float* kt, bool prefetch) {
+// padded scores are finite; they are masked out before the softmax). Row t is at k + sl[t] * ld;
+// sl[kBk + t] is row t of the next block (for the prefetch).
+FP_AVX2 void pack_kt(const float* k, const int64_t* sl, int64_t ld, int64_t nk, int64_t hd, float* kt, bool prefetch) {
   const int64_t nk16 = (nk + 15) & ~int64_t{15};
   for (int64_t t = 0; t < nk16; t += 8) {
     const float* src[8];
-    for (int i = 0; i < 8; ++i) src[i] = k + std::min<int64_t>(t + i, nk - 1) * ld;
-    for (int i = 0; prefetch && i < 8; ++i)  // the same rows one block ahead
-      for (int64_t d = 0; d < hd; d += 16) _mm_prefetch(reinterpret_cast<const char*>(k + (t + i + kBk) * ld + d), _MM_HINT_T0);
+    for (int i = 0; i < 8; ++i) src[i] = k + sl[std::min<int64_t>(t + i, nk - 1)] * ld;
+    for (int i = 0; prefetch && i < 8 && t + i < kBk; ++i)  // the same rows one block ahead
+      for (int64_t d = 0; d < hd; d += 16) _mm_prefetch(reinterpret_cast<const char*>(k + sl[t + i + kBk] * ld + d), _MM_HINT_T0);
     for (int64_t d = 0; d < hd; d += 8) {
       __m256 r0 = _mm256_loadu_ps(src[0] + d), r1 = _mm256_loadu_ps(src[1] + d);
       __m256 r2 = _mm256_loadu_ps(src[2] + d), r3 = _mm256_loadu_ps(src[3] + d);
@@ -146,17 +151,18 @@ FP_AVX2_INLINE float dot(const float* x, const float* y, int64_t len) {
   return hsum(acc);
 }
 
-FP_AVX2 void scores_direct(const float* qs, int64_t rows, int64_t hd, const float* k, int64_t ld, int64_t nk, float* s) {
+FP_AVX2 void scores_direct(const float* qs, int64_t rows, int64_t hd, const float* k, const int64_t* sl, int64_t ld, int64_t nk,
+                           float* s) {
   int64_t r = 0;
   for (; r + 2 <= rows; r += 2) {
     const float *q0 = qs + r * hd, *q1 = q0 + hd;
     float *s0 = s + r * kBk, *s1 = s0 + kBk;
     int64_t t = 0;
     for (; t + 4 <= nk; t += 4) {
-      const float* kr = k + t * ld;
+      const float* kr[4] = {k + sl[t] * ld, k + sl[t + 1] * ld, k + sl[t + 2] * ld, k + sl[t + 3] * ld};
       if (r == 0)  // the same keys one block ahead
         for (int i = 0; i < 4; ++i)
-          for (int64_t d = 0; d < hd; d += 16) _mm_prefetch(reinterpret_cast<const char*>(kr + (kBk + i) * ld + d), _MM_HINT_T0);
+          for (int64_t d = 0; d < hd; d += 16) _mm_prefetch(reinterpret_cast<const char*>(k + sl[t + i + kBk] * ld + d), _MM_HINT_T0);
       __m256 a[8];
 #pragma GCC unroll 8
       for (int i = 0; i < 8; ++i) a[i] = _mm256_setzero_ps();
@@ -164,7 +170,7 @@ FP_AVX2 void scores_direct(const float* qs, int64_t rows, int64_t hd, const floa
         __m256 qa = _mm256_loadu_ps(q0 + d), qb = _mm256_loadu_ps(q1 + d);
 #pragma GCC unroll 4
         for (int i = 0; i < 4; ++i) {
-          __m256 kv = _mm256_loadu_ps(kr + i * ld + d);
+          __m256 kv = _mm256_loadu_ps(kr[i] + d);
           a[i] = _mm256_fmadd_ps(qa, kv, a[i]);
           a[4 + i] = _mm256_fmadd_ps(qb, kv, a[4 + i]);
         }
@@ -174,8 +180,8 @@ FP_AVX2 void scores_direct(const float* qs, int64_t rows, int64_t hd, const floa
       _mm_storeu_ps(s1 + t, _mm256_extractf128_ps(v, 1));
     }
     for (; t < nk; ++t) {
-      s0[t] = dot(q0, k + t * ld, hd);
-      s1[t] = dot(q1, k + t * ld, hd);
+      s0[t] = dot(q0, k + sl[t] * ld, hd);
+      s1[t] = dot(q1, k + sl[t] * ld, hd);
     }
   }
   if (r < rows) {
@@ -183,18 +189,19 @@ FP_AVX2 void scores_direct(const float* qs, int64_t rows, int64_t hd, const floa
     float* sr = s + r * kBk;
     int64_t t = 0;
     for (; t + 8 <= nk; t += 8) {
-      const float* kr = k + t * ld;
+      const float* kr[8];
+      for (int i = 0; i < 8; ++i) kr[i] = k + sl[t + i] * ld;
       __m256 a[8];
 #pragma GCC unroll 8
       for (int i = 0; i < 8; ++i) a[i] = _mm256_setzero_ps();
       for (int64_t d = 0; d < hd; d += 8) {
         __m256 qv = _mm256_loadu_ps(q + d);
 #pragma GCC unroll 8
-        for (int i = 0; i < 8; ++i) a[i] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kr + i * ld + d), a[i]);
+        for (int i = 0; i < 8; ++i) a[i] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kr[i] + d), a[i]);
       }
       _mm256_storeu_ps(sr + t, hadd_tree8(a));
     }
-    for (; t < nk; ++t) sr[t] = dot(q, k + t * ld, hd);
+    for (; t < nk; ++t) sr[t] = dot(q, k + sl[t] * ld, hd);
   }
 }
 
@@ -233,10 +240,10 @@ FP_AVX2 float softmax_step(float* p, int64_t valid, int64_t nk, float& m, float&
 }
 
 // ---------------------------------------------------------------- O = O * corr + P V
-// R rows, W x 8 output columns at a time; v rows of stride ld straight from the cache.
+// R rows, W x 8 output columns at a time; V row t at v + sl[t] * ld, straight from the cache.
 template <int R, int W>
-FP_AVX2_INLINE void pv_tile(const float* p, const float* v, int64_t ld, int64_t nk, const float* corr, float* o, int64_t vd,
-                            bool prefetch) {
+FP_AVX2_INLINE void pv_tile(const float* p, const float* v, const int64_t* sl, int64_t ld, int64_t nk, const float* corr,
+                            float* o, int64_t vd, bool prefetch) {
   __m256 acc[R][W];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
@@ -245,13 +252,14 @@ FP_AVX2_INLINE void pv_tile(const float* p, const float* v, int64_t ld, int64_t 
     for (int w = 0; w < W; ++w) acc[r][w] = _mm256_mul_ps(_mm256_loadu_ps(o + r * vd + 8 * w), c);
   }
   for (int64_t t = 0; t < nk; ++t) {
-    // The same columns of the V row one block ahead (a prefetch past the cache cannot fault).
+    // The same columns of the V row one block ahead.
+    const float* vr = v + sl[t] * ld;
 #pragma GCC unroll 4
     for (int w = 0; w < W; w += 2)
-      if (prefetch) _mm_prefetch(reinterpret_cast<const char*>(v + (t + kBk) * ld + 8 * w), _MM_HINT_T0);
+      if (prefetch) _mm_prefetch(reinterpret_cast<const char*>(v + sl[t + kBk] * ld + 8 * w), _MM_HINT_T0);
     __m256 vv[W];
 #pragma GCC unroll 4
-    for (int w = 0; w < W; ++w) vv[w] = _mm256_loadu_ps(v + t * ld + 8 * w);
+    for (int w = 0; w < W; ++w) vv[w] = _mm256_loadu_ps(vr + 8 * w);
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       __m256 pb = _mm256_broadcast_ss(p + r * kBk + t);
@@ -266,40 +274,40 @@ FP_AVX2_INLINE void pv_tile(const float* p, const float* v, int64_t ld, int64_t 
 }
 
 template <int R>
-FP_AVX2 void pv_rows(const float* p, const float* v, int64_t ld, int64_t nk, const float* corr, float* o, int64_t vd,
-                     bool prefetch) {
+FP_AVX2 void pv_rows(const float* p, const float* v, const int64_t* sl, int64_t ld, int64_t nk, const float* corr, float* o,
+                     int64_t vd, bool prefetch) {
   int64_t c = 0;
   if constexpr (R == 1) {  // one row: four column vectors in flight instead of two
-    for (; c + 32 <= vd; c += 32) pv_tile<1, 4>(p, v + c, ld, nk, corr, o + c, vd, prefetch);
+    for (; c + 32 <= vd; c += 32) pv_tile<1, 4>(p, v + c, sl, ld, nk, corr, o + c, vd, prefetch);
   }
-  for (; c + 16 <= vd; c += 16) pv_tile<R, 2>(p, v + c, ld, nk, corr, o + c, vd, prefetch);
-  if (c < vd) pv_tile<R, 1>(p, v + c, ld, nk, corr, o + c, vd, prefetch);
+  for (; c + 16 <= vd; c += 16) pv_tile<R, 2>(p, v + c, sl, ld, nk, corr, o + c, vd, prefetch);
+  if (c < vd) pv_tile<R, 1>(p, v + c, sl, ld, nk, corr, o + c, vd, prefetch);
 }
 
 // prefetch: pull the V rows one block ahead (decode, where V streams from memory); done by the
 // first row tile only.
-FP_AVX2 void pv(const float* p, int64_t rows, const float* v, int64_t ld, int64_t nk, const float* corr, float* o, int64_t vd,
-                bool prefetch) {
+FP_AVX2 void pv(const float* p, int64_t rows, const float* v, const int64_t* sl, int64_t ld, int64_t nk, const float* corr,
+                float* o, int64_t vd, bool prefetch) {
   int64_t r = 0;
-  for (; r + 4 <= rows; r += 4) pv_rows<4>(p + r * kBk, v, ld, nk, corr + r, o + r * vd, vd, prefetch && r == 0);
+  for (; r + 4 <= rows; r += 4) pv_rows<4>(p + r * kBk, v, sl, ld, nk, corr + r, o + r * vd, vd, prefetch && r == 0);
   switch (rows - r) {
-    case 3: pv_rows<3>(p + r * kBk, v, ld, nk, corr + r, o + r * vd, vd, prefetch && r == 0); break;
-    case 2: pv_rows<2>(p + r * kBk, v, ld, nk, corr + r, o + r * vd, vd, prefetch && r == 0); break;
-    case 1: pv_rows<1>(p + r * kBk, v, ld, nk, corr + r, o + r * vd, vd, prefetch && r == 0); break;
+    case 3: pv_rows<3>(p + r * kBk, v, sl, ld, nk, corr + r, o + r * vd, vd, prefetch && r == 0); break;
+    case 2: pv_rows<2>(p + r * kBk, v, sl, ld, nk, corr + r, o + r * vd, vd, prefetch && r == 0); break;
+    case 1: pv_rows<1>(p + r * kBk, v, sl, ld, nk, corr + r, o + r * vd, vd, prefetch && r == 0); break;
     default: break;
   }
 }
 
 // ---------------------------------------------------------------- one work item
-// KV heads [kvh0, kvh0 + pl.heads_per_item), query block qb, KV split sp. Rows come per KV
-// head j in groups of rpg = tokens x group: row j * rpg + r is (token i0 + r / group, head
-// (kvh0 + j) * group + r % group). With part_m == nullptr the normalized result goes to out;
-// otherwise (m, l, O) go to the split's partial slots.
-FP_AVX2 void run_item(const AttentionArgs& a, const Plan& pl, int64_t kvh0, int64_t qb, int64_t sp, float* part_m,
-                      float* part_l, float* part_o) {
+// Sequence s: KV heads [kvh0, kvh0 + pl.heads_per_item), query block qb, KV split sp. Rows come
+// per KV head j in groups of rpg = tokens x group: row j * rpg + r is (token i0 + r / group,
+// head (kvh0 + j) * group + r % group). With part_m == nullptr the normalized result goes to
+// out; otherwise (m, l, O) go to the split's partial slots.
+FP_AVX2 void run_item(const AttentionArgs& a, const Plan& pl, int64_t s, int64_t kvh0, int64_t qb, int64_t sp,
+                      int64_t max_splits, float* part_m, float* part_l, float* part_o) {
   const int64_t hd = a.head_dim, vd = a.v_dim, g = pl.group, nh = pl.heads_per_item;
-  const int64_t k_row = a.n_kv_heads * hd, v_row = a.n_kv_heads * vd;
-  const int64_t i0 = qb * pl.bq, i1 = std::min(a.n, i0 + pl.bq), rpg = (i1 - i0) * g, rows = rpg * nh;
+  const int64_t seq_end = a.seq_indptr[s + 1], kv_len = a.kv_len[s];
+  const int64_t i0 = a.seq_indptr[s] + qb * pl.bq, i1 = std::min(seq_end, i0 + pl.bq), rpg = (i1 - i0) * g, rows = rpg * nh;
   thread_local Scratch sc;
   sc.qs.resize(static_cast<size_t>(rows * hd));
   sc.o.assign(static_cast<size_t>(rows * vd), 0.0f);
@@ -308,6 +316,7 @@ FP_AVX2 void run_item(const AttentionArgs& a, const Plan& pl, int64_t kvh0, int6
   sc.l.assign(static_cast<size_t>(rows), 0.0f);
   sc.corr.resize(static_cast<size_t>(rows));
   sc.len.resize(static_cast<size_t>(rows));
+  sc.slots.resize(static_cast<size_t>(2 * kBk));
   auto token = [&](int64_t row) { return i0 + (row % rpg) / g; };
   auto head = [&](int64_t row) { return (kvh0 + row / rpg) * g + (row % rpg) % g; };
   const __m256 scale = _mm256_set1_ps(a.scale);
@@ -317,7 +326,7 @@ FP_AVX2 void run_item(const AttentionArgs& a, const Plan& pl, int64_t kvh0, int6
     const float* q = a.q + (i * a.n_heads + head(r)) * hd;
     float* qd = sc.qs.data() + r * hd;
     for (int64_t d = 0; d < hd; d += 8) _mm256_storeu_ps(qd + d, _mm256_mul_ps(_mm256_loadu_ps(q + d), scale));
-    int64_t len = std::clamp<int64_t>(static_cast<int64_t>(a.pos[i]) + 1, 0, a.kv_len);
+    int64_t len = std::clamp<int64_t>(static_cast<int64_t>(a.pos[i]) + 1, 0, kv_len);
     sc.len[static_cast<size_t>(r)] = len;
     max_len = std::max(max_len, len);
   }
@@ -329,26 +338,34 @@ FP_AVX2 void run_item(const AttentionArgs& a, const Plan& pl, int64_t kvh0, int6
   // hardware prefetcher follows poorly). Prefill items find K/V in cache; prefetching costs.
   const bool stream = pl.qblocks == 1;
   if (packed) sc.kt.resize(static_cast<size_t>(hd * kBk));
+  const int shift = __builtin_ctzll(static_cast<unsigned long long>(a.page_size));
+  const int64_t mask = a.page_size - 1;
+  const int32_t* pages = a.page_ids + a.page_indptr[s];
+  int64_t* sl = sc.slots.data();
   for (int64_t t0 = t_begin; t0 < t_end; t0 += kBk) {
     const int64_t nk = std::min(kBk, t_end - t0);
+    // Slots of this block's keys and of the next block's (clamped to the cache, for prefetch).
+    for (int64_t t = 0; t < 2 * kBk; ++t) {
+      const int64_t tt = std::min(t0 + t, kv_len - 1);
+      sl[t] = static_cast<int64_t>(pages[tt >> shift]) * a.page_size + (tt & mask);
+    }
     for (int64_t j = 0; j < nh; ++j) {
       const int64_t r0 = j * rpg;
-      const float* kb = a.k_cache + t0 * k_row + (kvh0 + j) * hd;
-      float* s = sc.s.data() + r0 * kBk;
+      const float* kb = a.k_pool + (kvh0 + j) * hd;
+      float* sr = sc.s.data() + r0 * kBk;
       const float* qs = sc.qs.data() + r0 * hd;
       if (packed) {
-        pack_kt(kb, k_row, nk, hd, sc.kt.data(), stream);
-        scores_packed(qs, rpg, hd, sc.kt.data(), nk, s);
+        pack_kt(kb, sl, a.k_stride, nk, hd, sc.kt.data(), stream);
+        scores_packed(qs, rpg, hd, sc.kt.data(), nk, sr);
       } else {
-        scores_direct(qs, rpg, hd, kb, k_row, nk, s);
+        scores_direct(qs, rpg, hd, kb, sl, a.k_stride, nk, sr);
       }
       for (int64_t r = r0; r < r0 + rpg; ++r) {
         int64_t valid = std::clamp<int64_t>(sc.len[static_cast<size_t>(r)] - t0, 0, nk);
         sc.corr[static_cast<size_t>(r)] = softmax_step(sc.s.data() + r * kBk, valid, nk, sc.m[static_cast<size_t>(r)],
                                                        sc.l[static_cast<size_t>(r)]);
       }
-      pv(s, rpg, a.v_cache + t0 * v_row + (kvh0 + j) * vd, v_row, nk, sc.corr.data() + r0, sc.o.data() + r0 * vd, vd,
-         stream);
+      pv(sr, rpg, a.v_pool + (kvh0 + j) * vd, sl, a.v_stride, nk, sc.corr.data() + r0, sc.o.data() + r0 * vd, vd, stream);
     }
   }
   for (int64_t r = 0; r < rows; ++r) {
@@ -356,7 +373,7 @@ FP_AVX2 void run_item(const AttentionArgs& a, const Plan& pl, int64_t kvh0, int6
     const float* o = sc.o.data() + r * vd;
     float l = sc.l[static_cast<size_t>(r)];
     if (part_m) {
-      int64_t slot = (i * a.n_heads + h) * pl.splits + sp;
+      int64_t slot = (i * a.n_heads + h) * max_splits + sp;
       part_m[slot] = sc.m[static_cast<size_t>(r)];
       part_l[slot] = l;
       std::copy(o, o + vd, part_o + slot * vd);
@@ -368,12 +385,12 @@ FP_AVX2 void run_item(const AttentionArgs& a, const Plan& pl, int64_t kvh0, int6
   }
 }
 
-// out row (i, h) from its splits' partial states.
-FP_AVX2 void merge_row(const AttentionArgs& a, const Plan& pl, int64_t row, const float* part_m, const float* part_l,
-                       const float* part_o) {
-  const int64_t vd = a.v_dim, base = row * pl.splits;
+// out row (token i, head h) from its splits' partial states.
+FP_AVX2 void merge_row(const AttentionArgs& a, int64_t splits, int64_t max_splits, int64_t row, const float* part_m,
+                       const float* part_l, const float* part_o) {
+  const int64_t vd = a.v_dim, base = row * max_splits;
   float mx = -std::numeric_limits<float>::infinity();
-  for (int64_t sp = 0; sp < pl.splits; ++sp) mx = std::max(mx, part_m[base + sp]);
+  for (int64_t sp = 0; sp < splits; ++sp) mx = std::max(mx, part_m[base + sp]);
   float* dst = a.out + row * vd;
   if (mx == -std::numeric_limits<float>::infinity()) {
     std::fill(dst, dst + vd, 0.0f);
@@ -381,7 +398,7 @@ FP_AVX2 void merge_row(const AttentionArgs& a, const Plan& pl, int64_t row, cons
   }
   float l = 0;
   for (int64_t c = 0; c < vd; c += 8) _mm256_storeu_ps(dst + c, _mm256_setzero_ps());
-  for (int64_t sp = 0; sp < pl.splits; ++sp) {
+  for (int64_t sp = 0; sp < splits; ++sp) {
     float w = std::exp(part_m[base + sp] - mx);  // 0 for a split that saw no key
     if (w == 0.0f) continue;
     l += w * part_l[base + sp];
@@ -395,68 +412,103 @@ FP_AVX2 void merge_row(const AttentionArgs& a, const Plan& pl, int64_t row, cons
 }
 
 // ---------------------------------------------------------------- plan and run
-Plan make_plan(const AttentionArgs& a, int threads, int64_t max_len) {
+// The plan of sequence s: query blocks, heads per item; splits are decided over the whole batch.
+Plan make_plan(const AttentionArgs& a, int64_t n_tokens, int64_t max_len) {
   Plan p;
   p.group = a.n_heads / a.n_kv_heads;
-  p.bq = std::clamp<int64_t>(kRowsPerItem / p.group, 1, a.n);
-  p.qblocks = (a.n + p.bq - 1) / p.bq;
+  p.bq = std::clamp<int64_t>(kRowsPerItem / p.group, 1, std::max<int64_t>(n_tokens, 1));
+  p.qblocks = (n_tokens + p.bq - 1) / p.bq;
   // Few tokens (decode): one item walks all KV heads block by block, reading whole cache rows
   // in order, and the threads split the key range instead of the heads.
   p.heads_per_item = p.qblocks == 1 ? a.n_kv_heads : 1;
-  const int64_t items = (a.n_kv_heads / p.heads_per_item) * p.qblocks, want = 4 * static_cast<int64_t>(threads);
   p.splits = 1;
-  if (threads > 1 && items < want && max_len >= 2 * kMinSplitKeys)
-    p.splits = std::min((want + items - 1) / items, max_len / kMinSplitKeys);
-  p.split_len = (max_len + p.splits - 1) / p.splits;
-  p.split_len = std::max<int64_t>(kBk, (p.split_len + kBk - 1) / kBk * kBk);
-  p.splits = std::max<int64_t>(1, (max_len + p.split_len - 1) / p.split_len);
+  p.split_len = std::max<int64_t>(kBk, (max_len + kBk - 1) / kBk * kBk);
   return p;
 }
 
+void set_splits(Plan& p, int64_t splits, int64_t max_len) {
+  p.split_len = (max_len + splits - 1) / splits;
+  p.split_len = std::max<int64_t>(kBk, (p.split_len + kBk - 1) / kBk * kBk);
+  p.splits = std::max<int64_t>(1, (max_len + p.split_len - 1) / p.split_len);
+}
+
+struct Item {
+  int32_t seq, kvh0, qb, sp;
+};
+
 void attention_avx2(const AttentionArgs& a) {
   if (a.n <= 0) return;
-  int64_t max_len = 0;
+  std::vector<Plan> plans(static_cast<size_t>(a.n_seqs));
+  std::vector<int64_t> max_lens(static_cast<size_t>(a.n_seqs), 0);
   double work = 0;  // multiply-adds, for the thread decision
-  for (int64_t i = 0; i < a.n; ++i) {
-    int64_t len = std::clamp<int64_t>(static_cast<int64_t>(a.pos[i]) + 1, 0, a.kv_len);
-    max_len = std::max(max_len, len);
-    work += static_cast<double>(len) * static_cast<double>(a.n_heads * (a.head_dim + a.v_dim));
+  int64_t base_items = 0;
+  for (int64_t s = 0; s < a.n_seqs; ++s) {
+    int64_t& max_len = max_lens[static_cast<size_t>(s)];
+    for (int64_t i = a.seq_indptr[s]; i < a.seq_indptr[s + 1]; ++i) {
+      int64_t len = std::clamp<int64_t>(static_cast<int64_t>(a.pos[i]) + 1, 0, a.kv_len[s]);
+      max_len = std::max(max_len, len);
+      work += static_cast<double>(len) * static_cast<double>(a.n_heads * (a.head_dim + a.v_dim));
+    }
+    Plan& p = plans[static_cast<size_t>(s)];
+    p = make_plan(a, a.seq_indptr[s + 1] - a.seq_indptr[s], max_len);
+    if (a.seq_indptr[s + 1] > a.seq_indptr[s]) base_items += (a.n_kv_heads / p.heads_per_item) * p.qblocks;
   }
   const int threads = work < kParallelMinFlops ? 1 : thread_pool().size();
-  const Plan pl = make_plan(a, threads, max_len);
-  const int64_t kv_items = a.n_kv_heads / pl.heads_per_item;
-  const int64_t items = kv_items * pl.qblocks * pl.splits;
+  // Too few items to feed the threads: split long contexts over their keys.
+  const int64_t want = 4 * static_cast<int64_t>(threads);
+  int64_t max_splits = 1;
+  for (int64_t s = 0; s < a.n_seqs; ++s) {
+    const int64_t max_len = max_lens[static_cast<size_t>(s)];
+    if (threads > 1 && base_items < want && max_len >= 2 * kMinSplitKeys)
+      set_splits(plans[static_cast<size_t>(s)], std::min((want + base_items - 1) / base_items, max_len / kMinSplitKeys), max_len);
+    max_splits = std::max(max_splits, plans[static_cast<size_t>(s)].splits);
+  }
+  // Items, most expensive (latest query blocks) first within each sequence.
+  std::vector<Item> items;
+  for (int64_t s = 0; s < a.n_seqs; ++s) {
+    const Plan& p = plans[static_cast<size_t>(s)];
+    if (a.seq_indptr[s + 1] == a.seq_indptr[s]) continue;
+    const int64_t kv_items = a.n_kv_heads / p.heads_per_item;
+    for (int64_t qb = p.qblocks - 1; qb >= 0; --qb)
+      for (int64_t kv = 0; kv < kv_items; ++kv)
+        for (int64_t sp = 0; sp < p.splits; ++sp)
+          items.push_back({static_cast<int32_t>(s), static_cast<int32_t>(kv * p.heads_per_item), static_cast<int32_t>(qb),
+                           static_cast<int32_t>(sp)});
+  }
   std::vector<float> part_m, part_l, part_o;
-  if (pl.splits > 1) {
-    const int64_t slots = a.n * a.n_heads * pl.splits;
+  if (max_splits > 1) {
+    const int64_t slots = a.n * a.n_heads * max_splits;
     part_m.resize(static_cast<size_t>(slots));
     part_l.resize(static_cast<size_t>(slots));
     part_o.resize(static_cast<size_t>(slots * a.v_dim));
   }
-  float* pm = pl.splits > 1 ? part_m.data() : nullptr;
-  float* plp = pl.splits > 1 ? part_l.data() : nullptr;
-  float* po = pl.splits > 1 ? part_o.data() : nullptr;
-  // Item order: latest query block first (the most keys), then KV head, then split.
   auto run_index = [&](int64_t it) {
-    int64_t sp = it % pl.splits, rest = it / pl.splits;
-    int64_t kvh0 = (rest % kv_items) * pl.heads_per_item, qb = pl.qblocks - 1 - rest / kv_items;
-    run_item(a, pl, kvh0, qb, sp, pm, plp, po);
+    const Item& item = items[static_cast<size_t>(it)];
+    const Plan& p = plans[static_cast<size_t>(item.seq)];
+    const bool split = p.splits > 1;
+    run_item(a, p, item.seq, item.kvh0, item.qb, item.sp, max_splits, split ? part_m.data() : nullptr,
+             split ? part_l.data() : nullptr, split ? part_o.data() : nullptr);
   };
-  const int64_t workers = std::min<int64_t>(threads, items);
+  const int64_t n_items = static_cast<int64_t>(items.size());
+  const int64_t workers = std::min<int64_t>(threads, n_items);
   if (workers <= 1) {
-    for (int64_t it = 0; it < items; ++it) run_index(it);
+    for (int64_t it = 0; it < n_items; ++it) run_index(it);
   } else {
     std::atomic<int64_t> next{0};
     thread_pool().parallel_for(workers, 1, [&](int64_t, int64_t) {
-      for (int64_t it; (it = next.fetch_add(1, std::memory_order_relaxed)) < items;) run_index(it);
+      for (int64_t it; (it = next.fetch_add(1, std::memory_order_relaxed)) < n_items;) run_index(it);
     });
   }
-  if (pl.splits > 1) {
-    const int64_t rows = a.n * a.n_heads;
-    const int64_t grain = std::max<int64_t>(1, (1 << 14) / (pl.splits * a.v_dim));
-    thread_pool().parallel_for(rows, grain, [&](int64_t b, int64_t e) {
-      for (int64_t r = b; r < e; ++r) merge_row(a, pl, r, pm, plp, po);
-    });
+  if (max_splits > 1) {
+    for (int64_t s = 0; s < a.n_seqs; ++s) {
+      const int64_t splits = plans[static_cast<size_t>(s)].splits;
+      if (splits <= 1) continue;
+      const int64_t r0 = a.seq_indptr[s] * a.n_heads, r1 = a.seq_indptr[s + 1] * a.n_heads;
+      const int64_t grain = std::max<int64_t>(1, (1 << 14) / (splits * a.v_dim));
+      thread_pool().parallel_for(r1 - r0, grain, [&](int64_t b, int64_t e) {
+        for (int64_t r = b; r < e; ++r) merge_row(a, splits, max_splits, r0 + r, part_m.data(), part_l.data(), part_o.data());
+      });
+    }
   }
 }
 
@@ -467,6 +519,8 @@ std::string refuse_attention_avx2(const AttentionArgs& a) {
     return "n_heads " + std::to_string(a.n_heads) + " is not a multiple of n_kv_heads " + std::to_string(a.n_kv_heads);
   if (a.head_dim % 8 != 0 || a.v_dim % 8 != 0 || a.head_dim <= 0 || a.v_dim <= 0)
     return "head_dim " + std::to_string(a.head_dim) + " / v_dim " + std::to_string(a.v_dim) + " not a positive multiple of 8";
+  if (a.page_size <= 0 || (a.page_size & (a.page_size - 1)) != 0)
+    return "page size " + std::to_string(a.page_size) + " is not a power of two (supports 1, 2, 4, ..., any power of two)";
   return {};
 }
 

@@ -183,29 +183,32 @@ void argmax_ref(const ArgmaxArgs& a) {
 // ---- attention: scores, softmax, weighted sum; one query token and head at a time ----
 void attention_ref(const AttentionArgs& a) {
   int64_t group = a.n_heads / a.n_kv_heads;
-  int64_t k_row = a.n_kv_heads * a.head_dim, v_row = a.n_kv_heads * a.v_dim;
-  std::vector<float> p(static_cast<size_t>(a.kv_len));
-  for (int64_t i = 0; i < a.n; ++i) {
-    int64_t len = std::min<int64_t>(a.pos[i] + 1, a.kv_len);
-    for (int64_t h = 0; h < a.n_heads; ++h) {
-      const float* q = a.q + (i * a.n_heads + h) * a.head_dim;
-      int64_t kvh = h / group;
-      float mx = -std::numeric_limits<float>::infinity();
-      for (int64_t t = 0; t < len; ++t) {
-        const float* k = a.k_cache + t * k_row + kvh * a.head_dim;
-        float s = 0;
-        for (int64_t j = 0; j < a.head_dim; ++j) s += q[j] * k[j];
-        p[static_cast<size_t>(t)] = s * a.scale;
-        mx = std::max(mx, p[static_cast<size_t>(t)]);
-      }
-      float sum = 0;
-      for (int64_t t = 0; t < len; ++t) sum += (p[static_cast<size_t>(t)] = std::exp(p[static_cast<size_t>(t)] - mx));
-      float* o = a.out + (i * a.n_heads + h) * a.v_dim;
-      std::fill(o, o + a.v_dim, 0.0f);
-      for (int64_t t = 0; t < len; ++t) {
-        const float* v = a.v_cache + t * v_row + kvh * a.v_dim;
-        float w = p[static_cast<size_t>(t)] / sum;
-        for (int64_t j = 0; j < a.v_dim; ++j) o[j] += w * v[j];
+  std::vector<float> p;
+  for (int64_t s = 0; s < a.n_seqs; ++s) {
+    const int64_t kv_len = a.kv_len[s];
+    p.resize(static_cast<size_t>(std::max<int64_t>(kv_len, 1)));
+    for (int64_t i = a.seq_indptr[s]; i < a.seq_indptr[s + 1]; ++i) {
+      int64_t len = std::min<int64_t>(a.pos[i] + 1, kv_len);
+      for (int64_t h = 0; h < a.n_heads; ++h) {
+        const float* q = a.q + (i * a.n_heads + h) * a.head_dim;
+        int64_t kvh = h / group;
+        float mx = -std::numeric_limits<float>::infinity();
+        for (int64_t t = 0; t < len; ++t) {
+          const float* k = a.k_pool + a.slot(s, t) * a.k_stride + kvh * a.head_dim;
+          float dot = 0;
+          for (int64_t j = 0; j < a.head_dim; ++j) dot += q[j] * k[j];
+          p[static_cast<size_t>(t)] = dot * a.scale;
+          mx = std::max(mx, p[static_cast<size_t>(t)]);
+        }
+        float sum = 0;
+        for (int64_t t = 0; t < len; ++t) sum += (p[static_cast<size_t>(t)] = std::exp(p[static_cast<size_t>(t)] - mx));
+        float* o = a.out + (i * a.n_heads + h) * a.v_dim;
+        std::fill(o, o + a.v_dim, 0.0f);
+        for (int64_t t = 0; t < len; ++t) {
+          const float* v = a.v_pool + a.slot(s, t) * a.v_stride + kvh * a.v_dim;
+          float w = p[static_cast<size_t>(t)] / sum;
+          for (int64_t j = 0; j < a.v_dim; ++j) o[j] += w * v[j];
+        }
       }
     }
   }
