@@ -49,8 +49,8 @@ KvPool::KvPool(const KvLayout& layout, int64_t page_size, int64_t n_blocks)
   const size_t slots = static_cast<size_t>(n_blocks * page_size);
   k_.resize(static_cast<size_t>(layout.n_layers));
   v_.resize(static_cast<size_t>(layout.n_layers));
-  for (auto& k : k_) k.assign(slots * static_cast<size_t>(layout.k_width), 0.0f);
-  for (auto& v : v_) v.assign(slots * static_cast<size_t>(layout.v_width), 0.0f);
+  for (auto& k : k_) k.reset(new float[slots * static_cast<size_t>(layout.k_width)]);
+  for (auto& v : v_) v.reset(new float[std::max<size_t>(1, slots * static_cast<size_t>(layout.v_width))]);
 }
 
 void KvPool::copy_block(int32_t src, int32_t dst) {

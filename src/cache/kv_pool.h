@@ -8,6 +8,7 @@
 // Sequences own ordered lists of blocks (block tables); attention reads K/V through them.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -49,8 +50,8 @@ class KvPool {
   int64_t capacity_tokens() const { return n_blocks_ * page_size_; }
   int64_t bytes() const { return capacity_tokens() * layout_.bytes_per_token(); }
   // Layer l's K rows ([n_blocks * page_size, k_width]) and V rows ([.., v_width]).
-  float* k(int64_t layer) { return k_[static_cast<size_t>(layer)].data(); }
-  float* v(int64_t layer) { return v_[static_cast<size_t>(layer)].data(); }
+  float* k(int64_t layer) { return k_[static_cast<size_t>(layer)].get(); }
+  float* v(int64_t layer) { return v_[static_cast<size_t>(layer)].get(); }
   // Copies every layer's rows of block `src` into block `dst` (copy-on-write).
   void copy_block(int32_t src, int32_t dst);
   BlockAllocator& blocks() { return blocks_; }
@@ -59,7 +60,9 @@ class KvPool {
  private:
   KvLayout layout_;
   int64_t page_size_, n_blocks_;
-  std::vector<std::vector<float>> k_, v_;
+  // Uninitialized: large pools are committed page by page as slots are first written (a slot
+  // is always written before attention reads it).
+  std::vector<std::unique_ptr<float[]>> k_, v_;
   BlockAllocator blocks_;
 };
 

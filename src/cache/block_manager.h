@@ -1,0 +1,53 @@
+// cache/block_manager.h — gives sequences the KV blocks they need: block tables that grow as
+// tokens are computed, prefix-cache reuse at admission, copy-on-write for shared partial
+// blocks (forked sequences), registration of full blocks into the prefix cache, and freeing.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "cache/kv_pool.h"
+#include "cache/prefix_cache.h"
+
+namespace fp {
+
+// One sequence's view of the pool.
+struct BlockTable {
+  std::vector<int32_t> blocks;  // in position order: block i holds positions [i*P, (i+1)*P)
+  int64_t n_registered = 0;     // leading full blocks already offered to the prefix cache
+};
+
+class BlockManager {
+ public:
+  BlockManager(KvPool& pool, bool prefix_caching);
+  KvPool& pool() { return pool_; }
+  int64_t page_size() const { return pool_.page_size(); }
+  int64_t blocks_for(int64_t n_tokens) const { return (n_tokens + page_size() - 1) / page_size(); }
+  // Blocks obtainable now: free ones plus cached ones that eviction can free.
+  int64_t n_available() const;
+  int64_t n_free() const { return pool_.blocks().n_free(); }
+  bool prefix_caching() const { return cache_ != nullptr; }
+  PrefixCache* prefix_cache() { return cache_.get(); }
+
+  // For an empty table: reuses the cached whole blocks of tokens[0..n), keeping at least one
+  // token to compute. Returns the number of tokens whose KV is now in place.
+  int64_t attach_prefix(BlockTable& t, const int32_t* tokens, int64_t n);
+  // Extra blocks that ensure(t, write_from, n_tokens) would take.
+  int64_t blocks_needed(const BlockTable& t, int64_t write_from, int64_t n_tokens) const;
+  // Makes the table cover positions [0, n_tokens) with positions write_from.. writable (a
+  // shared block there is copied first). All or nothing: false when blocks run short.
+  bool ensure(BlockTable& t, int64_t write_from, int64_t n_tokens);
+  // Offers the table's full blocks of computed tokens to the prefix cache.
+  void register_computed(BlockTable& t, const int32_t* tokens, int64_t n_computed);
+  // Returns every block of the table (cached ones stay cached) and empties it.
+  void release(BlockTable& t);
+  // Makes `child` share all of `parent`'s blocks.
+  void fork(const BlockTable& parent, BlockTable& child);
+
+ private:
+  int32_t allocate();
+  KvPool& pool_;
+  std::unique_ptr<PrefixCache> cache_;
+};
+
+}  // namespace fp

@@ -1,0 +1,234 @@
+// engine/engine.cpp — capacity planning and the engine step.
+#include "engine/engine.h"
+
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+#include "tokenizer/tokenizer.h"
+
+namespace fp {
+
+namespace {
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+std::string gib(int64_t bytes) {
+  std::ostringstream os;
+  os.precision(3);
+  os << static_cast<double>(bytes) / static_cast<double>(int64_t{1} << 30) << " GiB";
+  return os.str();
+}
+}  // namespace
+
+std::string KvCapacity::describe() const {
+  std::ostringstream os;
+  os << "KV cache: " << gib(n_blocks * page_size * bytes_per_token) << " = " << n_blocks << " blocks of " << page_size
+     << " tokens (" << tokens() << " tokens, " << bytes_per_token << " B/token); " << seqs_at_max_len
+     << " sequences of max-model-len " << max_model_len << " at once";
+  return os.str();
+}
+
+KvCapacity plan_kv_cache(const KvLayout& layout, int64_t page_size, int64_t budget_bytes, int64_t max_model_len,
+                         int64_t max_num_seqs) {
+  FP_CHECK(valid_page_size(page_size), "--page-size ", page_size, " is not one of ", page_sizes_text());
+  FP_CHECK(max_model_len > 0, "--max-model-len must be positive, got ", max_model_len);
+  KvCapacity c;
+  c.bytes_per_token = layout.bytes_per_token();
+  c.page_size = page_size;
+  c.budget_bytes = budget_bytes;
+  c.max_model_len = max_model_len;
+  FP_CHECK(c.bytes_per_token > 0, "the model stores nothing in the KV cache (0 bytes per token)");
+  const int64_t block_bytes = c.bytes_per_token * page_size;
+  const int64_t per_seq = (max_model_len + page_size - 1) / page_size;
+  c.n_blocks = budget_bytes / block_bytes;
+  FP_CHECK(c.n_blocks >= per_seq, "the KV cache budget of ", budget_bytes, " bytes (", gib(budget_bytes), ") holds ",
+           c.n_blocks, " blocks of ", page_size, " tokens x ", c.bytes_per_token, " B/token = ", c.n_blocks * page_size,
+           " tokens, but one sequence of --max-model-len ", max_model_len, " needs ", per_seq, " blocks (",
+           per_seq * block_bytes, " bytes); raise --kv-cache-memory or lower --max-model-len");
+  // More than every sequence at full length could use is wasted.
+  c.n_blocks = std::min(c.n_blocks, per_seq * std::max<int64_t>(1, max_num_seqs));
+  c.seqs_at_max_len = c.n_blocks / per_seq;
+  return c;
+}
+
+int64_t available_memory_bytes() {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  int64_t kb = 0;
+  std::string unit;
+  while (f >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024;
+  return 0;
+}
+
+int64_t parse_bytes(const std::string& text) {
+  size_t end = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &end);
+  } catch (const std::exception&) {
+    fail("cannot read a byte count from '", text, "' (examples: 8GiB, 512MiB, 1000000)");
+  }
+  std::string unit = text.substr(end);
+  double mul = 1;
+  if (unit.empty() || unit == "B") mul = 1;
+  else if (unit == "K" || unit == "KiB" || unit == "KB") mul = 1024.0;
+  else if (unit == "M" || unit == "MiB" || unit == "MB") mul = 1024.0 * 1024;
+  else if (unit == "G" || unit == "GiB" || unit == "GB") mul = 1024.0 * 1024 * 1024;
+  else if (unit == "T" || unit == "TiB" || unit == "TB") mul = 1024.0 * 1024 * 1024 * 1024;
+  else fail("unknown byte unit '", unit, "' in '", text, "' (use B, KiB, MiB, GiB or TiB)");
+  FP_CHECK(std::isfinite(v) && v >= 0 && v * mul < 9e18, "byte count '", text, "' is out of range");
+  return static_cast<int64_t>(v * mul);
+}
+
+Engine::Engine(Model& model, const EngineConfig& cfg) : model_(model), cfg_(cfg) {
+  const ModelConfig& mc = model.config();
+  if (cfg_.max_model_len <= 0) cfg_.max_model_len = mc.max_context;
+  FP_CHECK(cfg_.max_model_len <= mc.max_context, "--max-model-len ", cfg_.max_model_len, " exceeds the model's context of ",
+           mc.max_context, " tokens");
+  FP_CHECK(cfg_.scheduler.chunked_prefill || cfg_.scheduler.max_num_batched_tokens >= cfg_.max_model_len,
+           "without chunked prefill --max-num-batched-tokens (", cfg_.scheduler.max_num_batched_tokens,
+           ") must be at least --max-model-len (", cfg_.max_model_len, ")");
+  const KvLayout layout = model.kv_layout();
+  int64_t budget = cfg_.kv_cache_bytes;
+  if (budget <= 0) {
+    const int64_t avail = available_memory_bytes();
+    FP_CHECK(avail > 0, "cannot read MemAvailable from /proc/meminfo; pass --kv-cache-memory");
+    budget = static_cast<int64_t>(static_cast<double>(avail) * cfg_.kv_cache_fraction);
+  }
+  capacity_ = plan_kv_cache(layout, cfg_.page_size, budget, cfg_.max_model_len, cfg_.scheduler.max_num_seqs);
+  pool_ = std::make_unique<KvPool>(layout, cfg_.page_size, capacity_.n_blocks);
+  blocks_ = std::make_unique<BlockManager>(*pool_, cfg_.prefix_caching);
+  scheduler_ = std::make_unique<Scheduler>(cfg_.scheduler, *blocks_);
+}
+
+Engine::~Engine() = default;
+
+int64_t Engine::add_request(const Request& req) {
+  const ModelConfig& mc = model_.config();
+  FP_CHECK(!req.prompt.empty(), "the prompt has no tokens (BOS at least is needed)");
+  FP_CHECK(static_cast<int64_t>(req.prompt.size()) <= cfg_.max_model_len, "the prompt has ", req.prompt.size(),
+           " tokens, more than --max-model-len ", cfg_.max_model_len);
+  FP_CHECK(req.max_new_tokens >= 0, "max_new_tokens must be >= 0, got ", req.max_new_tokens);
+  for (int32_t t : req.prompt)
+    FP_CHECK(t >= 0 && t < mc.n_vocab, "prompt token id ", t, " is outside the vocabulary [0, ", mc.n_vocab, ")");
+  auto s = std::make_unique<Sequence>();
+  s->id = next_id_++;
+  s->req = req;
+  s->tokens = req.prompt;
+  s->n_prompt = static_cast<int64_t>(req.prompt.size());
+  s->sampler = std::make_unique<Sampler>(req.sampling);
+  s->arrival = s->id;
+  s->t_arrival = now_seconds();
+  Sequence* raw = s.get();
+  seqs_[s->id] = std::move(s);
+  stats_.prompt_tokens += raw->n_prompt;
+  if (req.max_new_tokens == 0) {  // nothing to do; finished at once
+    raw->state = SeqState::Finished;
+    raw->finish_reason = "length";
+    ++stats_.finished;
+    return raw->id;
+  }
+  scheduler_->add(raw);
+  return raw->id;
+}
+
+const Sequence* Engine::sequence(int64_t id) const {
+  auto it = seqs_.find(id);
+  return it == seqs_.end() ? nullptr : it->second.get();
+}
+
+void Engine::drop(int64_t id) {
+  auto it = seqs_.find(id);
+  if (it != seqs_.end() && it->second->state == SeqState::Finished) seqs_.erase(it);
+}
+
+bool Engine::cancel(int64_t id) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end() || it->second->state == SeqState::Finished) return false;
+  Sequence& s = *it->second;
+  scheduler_->remove(&s);
+  s.state = SeqState::Finished;
+  s.finish_reason = "cancelled";
+  ++stats_.cancelled;
+  return true;
+}
+
+void Engine::finish(Sequence& s, const std::string& reason, std::vector<StepOutput>& out) {
+  scheduler_->remove(&s);
+  s.state = SeqState::Finished;
+  s.finish_reason = reason;
+  ++stats_.finished;
+  if (!out.empty() && out.back().id == s.id) {
+    out.back().finished = true;
+    out.back().finish_reason = reason;
+  } else {
+    out.push_back({s.id, -1, true, reason});
+  }
+}
+
+std::vector<const Sequence*> Engine::sequences() const {
+  std::vector<const Sequence*> out;
+  for (auto& [id, s] : seqs_) out.push_back(s.get());
+  return out;
+}
+
+double Engine::kv_usage() const {
+  const int64_t total = pool_->n_blocks();
+  return total ? static_cast<double>(total - blocks_->n_available()) / static_cast<double>(total) : 0.0;
+}
+
+std::vector<StepOutput> Engine::step() {
+  std::vector<StepOutput> out;
+  // 1. Schedule.
+  const std::vector<ScheduledSeq> sched = scheduler_->schedule();
+  stats_.last_step_tokens = 0;
+  stats_.last_step_seqs = static_cast<int64_t>(sched.size());
+  for (const ScheduledSeq& x : sched) stats_.last_step_tokens += x.n_tokens;
+  if (sched.empty()) return out;
+  ++stats_.steps;
+  // 2. Run: one varlen forward over every scheduled sequence.
+  batch_.clear();
+  for (const ScheduledSeq& x : sched) {
+    Sequence& s = *x.seq;
+    if (!s.admitted_once || s.n_computed < s.n_prompt) stats_.computed_prompt_tokens += std::min(x.n_tokens, std::max<int64_t>(0, s.n_prompt - s.n_computed));
+    batch_.add_sequence(s.tokens.data() + s.n_computed, x.n_tokens, s.n_computed, s.table.blocks.data(),
+                        static_cast<int64_t>(s.table.blocks.size()), x.samples);
+    stats_.batched_tokens += x.n_tokens;
+  }
+  const int64_t V = model_.config().n_vocab;
+  logits_.resize(batch_.logit_rows.size() * static_cast<size_t>(V));
+  model_.forward(batch_, *pool_, logits_.data());
+  scheduler_->commit(sched);
+  // 3. Postprocess: sample, append, finish.
+  const Tokenizer* tok = model_.tokenizer();
+  const double t = now_seconds();
+  size_t row = 0;
+  for (const ScheduledSeq& x : sched) {
+    Sequence& s = *x.seq;
+    if (!x.samples) continue;
+    float* lg = logits_.data() + row++ * static_cast<size_t>(V);
+    const int32_t id = s.sampler->sample(lg, V, s.tokens);
+    if (s.t_first_token == 0) {
+      s.t_first_token = t;
+      if (s.cached_tokens) stats_.cached_prompt_tokens += s.cached_tokens;
+    }
+    s.t_last_token = t;
+    if (s.req.stop_at_eog && tok && tok->is_eog(id)) {
+      finish(s, "stop", out);
+      continue;
+    }
+    s.tokens.push_back(id);
+    ++stats_.generated_tokens;
+    out.push_back({s.id, id, false, ""});
+    if (s.n_generated() >= s.req.max_new_tokens || static_cast<int64_t>(s.tokens.size()) >= cfg_.max_model_len)
+      finish(s, "length", out);
+  }
+  stats_.preemptions = scheduler_->stats().preemptions;
+  return out;
+}
+
+}  // namespace fp

@@ -1,0 +1,108 @@
+// engine/engine.h — the serving engine: requests in, tokens out, many sequences at once.
+// One step is schedule -> run -> postprocess:
+//   batch  = scheduler.schedule()          which sequences, how many tokens each
+//   logits = model.forward(batch)          one varlen forward over all of them
+//   sample, append, finish, free            per sequence
+// The KV pool is sized by capacity planning (plan_kv_cache) from a memory budget.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cache/block_manager.h"
+#include "engine/scheduler.h"
+#include "engine/sequence.h"
+#include "model/model.h"
+
+namespace fp {
+
+struct EngineConfig {
+  int64_t page_size = 16;
+  int64_t kv_cache_bytes = 0;        // 0: kv_cache_fraction of available memory
+  double kv_cache_fraction = 0.25;   // of MemAvailable, when kv_cache_bytes is 0
+  int64_t max_model_len = 0;         // 0: the model's context length
+  bool prefix_caching = true;
+  SchedulerConfig scheduler;
+};
+
+// Capacity planning: how many blocks a budget buys and what they hold.
+struct KvCapacity {
+  int64_t bytes_per_token = 0, page_size = 0, n_blocks = 0, budget_bytes = 0;
+  int64_t tokens() const { return n_blocks * page_size; }
+  int64_t max_model_len = 0;
+  int64_t seqs_at_max_len = 0;  // whole sequences of max_model_len that fit at once
+  std::string describe() const;
+};
+// Blocks for `budget_bytes` (never more than max_num_seqs full-length sequences need). Fails
+// with the numbers when one sequence of max_model_len cannot fit.
+KvCapacity plan_kv_cache(const KvLayout& layout, int64_t page_size, int64_t budget_bytes, int64_t max_model_len,
+                         int64_t max_num_seqs);
+// Bytes of MemAvailable in /proc/meminfo (0 if unknown).
+int64_t available_memory_bytes();
+// Parses "8GiB", "512MiB", "1.5G", "1000000" (bytes) -> bytes; fails naming the text.
+int64_t parse_bytes(const std::string& text);
+
+// What a step produced for one sequence.
+struct StepOutput {
+  int64_t id;
+  int32_t token = -1;         // the new token, -1 when none (prefill chunk, or finished on EOG)
+  bool finished = false;
+  std::string finish_reason;  // "stop" / "length" / "cancelled"
+};
+
+struct EngineStats {
+  int64_t steps = 0, prompt_tokens = 0, computed_prompt_tokens = 0, generated_tokens = 0;
+  int64_t cached_prompt_tokens = 0;  // prompt tokens reused from the prefix cache at admission
+  int64_t preemptions = 0, finished = 0, cancelled = 0;
+  int64_t batched_tokens = 0;        // tokens through the model, all steps
+  int64_t last_step_tokens = 0, last_step_seqs = 0;
+};
+
+class Engine {
+ public:
+  Engine(Model& model, const EngineConfig& cfg);
+  ~Engine();
+  const KvCapacity& capacity() const { return capacity_; }
+  const EngineConfig& config() const { return cfg_; }
+  Model& model() { return model_; }
+
+  // Queues a request; returns its id. Fails (fp::Error) on an empty or too long prompt.
+  int64_t add_request(const Request& req);
+  // Finishes a request now ("cancelled"), freeing its blocks; false when unknown or finished.
+  bool cancel(int64_t id);
+  bool has_work() const { return !scheduler_->empty(); }
+  // One engine step; returns what each scheduled or finished sequence produced.
+  std::vector<StepOutput> step();
+  // The sequence (prompt + tokens so far) of a live or finished request; nullptr once dropped.
+  const Sequence* sequence(int64_t id) const;
+  // Forgets a finished request.
+  void drop(int64_t id);
+
+  const EngineStats& stats() const { return stats_; }
+  const Scheduler& scheduler() const { return *scheduler_; }
+  // Every sequence the engine still tracks (for tests and metrics).
+  std::vector<const Sequence*> sequences() const;
+  BlockManager& blocks() { return *blocks_; }
+  KvPool& pool() { return *pool_; }
+  // Used / total blocks (cached-but-unreferenced blocks count as free).
+  double kv_usage() const;
+
+ private:
+  void finish(Sequence& s, const std::string& reason, std::vector<StepOutput>& out);
+  Model& model_;
+  EngineConfig cfg_;
+  KvCapacity capacity_;
+  std::unique_ptr<KvPool> pool_;
+  std::unique_ptr<BlockManager> blocks_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::map<int64_t, std::unique_ptr<Sequence>> seqs_;
+  int64_t next_id_ = 0;
+  ForwardBatch batch_;
+  std::vector<float> logits_;
+  EngineStats stats_;
+};
+
+}  // namespace fp

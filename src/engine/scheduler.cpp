@@ -1,0 +1,93 @@
+// engine/scheduler.cpp — the per-step scheduling decision and preemption.
+#include "engine/scheduler.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace fp {
+
+Scheduler::Scheduler(const SchedulerConfig& cfg, BlockManager& blocks) : cfg_(cfg), blocks_(blocks) {
+  FP_CHECK(cfg.max_num_batched_tokens > 0, "--max-num-batched-tokens must be positive, got ", cfg.max_num_batched_tokens);
+  FP_CHECK(cfg.max_num_seqs > 0, "--max-num-seqs must be positive, got ", cfg.max_num_seqs);
+}
+
+void Scheduler::add(Sequence* s) {
+  s->state = SeqState::Waiting;
+  waiting_.push_back(s);
+}
+
+void Scheduler::remove(Sequence* s) {
+  running_.erase(std::remove(running_.begin(), running_.end(), s), running_.end());
+  waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), s), waiting_.end());
+  blocks_.release(s->table);
+}
+
+void Scheduler::preempt(Sequence* s) {
+  running_.erase(std::remove(running_.begin(), running_.end(), s), running_.end());
+  blocks_.release(s->table);
+  s->n_computed = 0;
+  s->state = SeqState::Waiting;
+  ++s->preemptions;
+  ++stats_.preemptions;
+  // Back in arrival order among the waiting (it arrived before anything still waiting).
+  auto it = std::find_if(waiting_.begin(), waiting_.end(), [&](Sequence* w) { return w->arrival > s->arrival; });
+  waiting_.insert(it, s);
+}
+
+std::vector<ScheduledSeq> Scheduler::schedule() {
+  std::vector<ScheduledSeq> out;
+  int64_t budget = cfg_.max_num_batched_tokens;
+  // 1. Running sequences, oldest first: a decode token, or the next prompt chunk.
+  for (size_t i = 0; i < running_.size() && budget > 0;) {
+    Sequence* s = running_[i];
+    const int64_t remaining = static_cast<int64_t>(s->tokens.size()) - s->n_computed;
+    const int64_t n = std::min(remaining, budget);
+    if (!blocks_.ensure(s->table, s->n_computed, s->n_computed + n)) {
+      // Out of blocks: preempt the newest running sequence (perhaps this one) and retry.
+      Sequence* victim = running_.back();
+      preempt(victim);
+      if (victim == s) continue;  // s is gone; running_[i] is the next one (or the end)
+      continue;
+    }
+    out.push_back({s, n, s->n_computed + n == static_cast<int64_t>(s->tokens.size())});
+    budget -= n;
+    ++i;
+  }
+  // A preemption above may have removed sequences already placed in `out`.
+  out.erase(std::remove_if(out.begin(), out.end(), [](const ScheduledSeq& x) { return x.seq->state != SeqState::Running; }),
+            out.end());
+  // 2. Waiting sequences in arrival order, while budget, sequence slots and blocks last.
+  while (!waiting_.empty() && budget > 0 && static_cast<int64_t>(running_.size()) < cfg_.max_num_seqs) {
+    Sequence* s = waiting_.front();
+    if (s->table.blocks.empty() && s->n_computed == 0) {
+      const int64_t hit = blocks_.attach_prefix(s->table, s->tokens.data(), static_cast<int64_t>(s->tokens.size()));
+      s->n_computed = hit;
+      if (!s->admitted_once) s->cached_tokens = hit;
+    }
+    const int64_t remaining = static_cast<int64_t>(s->tokens.size()) - s->n_computed;
+    const int64_t n = std::min(remaining, budget);
+    if ((!cfg_.chunked_prefill && remaining > budget) || !blocks_.ensure(s->table, s->n_computed, s->n_computed + n)) {
+      // It does not fit this step: give back the prefix blocks (they stay cached) and wait.
+      blocks_.release(s->table);
+      s->n_computed = 0;
+      break;
+    }
+    waiting_.pop_front();
+    s->state = SeqState::Running;
+    s->admitted_once = true;
+    running_.push_back(s);
+    out.push_back({s, n, s->n_computed + n == static_cast<int64_t>(s->tokens.size())});
+    budget -= n;
+  }
+  return out;
+}
+
+void Scheduler::commit(const std::vector<ScheduledSeq>& batch) {
+  for (const ScheduledSeq& x : batch) {
+    x.seq->n_computed += x.n_tokens;
+    blocks_.register_computed(x.seq->table, x.seq->tokens.data(), x.seq->n_computed);
+  }
+}
+
+}  // namespace fp

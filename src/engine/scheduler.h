@@ -1,0 +1,58 @@
+// engine/scheduler.h — continuous batching: which sequences run this step and how many of
+// their tokens. Running sequences come first (a decode token each, or the next chunk of their
+// prompt), then waiting ones in arrival order, within a token budget and a sequence cap. When
+// blocks run out the newest running sequence is preempted: its blocks are freed and it waits
+// to be recomputed, so no request ever fails for lack of KV memory.
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "cache/block_manager.h"
+#include "engine/sequence.h"
+
+namespace fp {
+
+struct SchedulerConfig {
+  int64_t max_num_batched_tokens = 2048;
+  int64_t max_num_seqs = 256;
+  bool chunked_prefill = true;
+};
+
+struct ScheduledSeq {
+  Sequence* seq;
+  int64_t n_tokens;  // tokens [seq->n_computed, seq->n_computed + n_tokens) run this step
+  bool samples;      // the chunk ends the known tokens: a new token is sampled
+};
+
+struct SchedulerStats {
+  int64_t preemptions = 0;
+};
+
+class Scheduler {
+ public:
+  Scheduler(const SchedulerConfig& cfg, BlockManager& blocks);
+  const SchedulerConfig& config() const { return cfg_; }
+  void add(Sequence* s);
+  // Removes a sequence (finished or cancelled) from the queues and frees its blocks.
+  void remove(Sequence* s);
+  std::vector<ScheduledSeq> schedule();
+  // After the step ran: advances n_computed and registers full blocks in the prefix cache.
+  void commit(const std::vector<ScheduledSeq>& batch);
+  bool empty() const { return running_.empty() && waiting_.empty(); }
+  int64_t n_running() const { return static_cast<int64_t>(running_.size()); }
+  int64_t n_waiting() const { return static_cast<int64_t>(waiting_.size()); }
+  const std::vector<Sequence*>& running() const { return running_; }
+  const std::deque<Sequence*>& waiting() const { return waiting_; }
+  const SchedulerStats& stats() const { return stats_; }
+
+ private:
+  void preempt(Sequence* s);
+  SchedulerConfig cfg_;
+  BlockManager& blocks_;
+  std::vector<Sequence*> running_;  // in admission order; the back is the newest
+  std::deque<Sequence*> waiting_;   // FCFS; preempted sequences go back to the front
+  SchedulerStats stats_;
+};
+
+}  // namespace fp

@@ -1,0 +1,41 @@
+// engine/sequence.h — a request as the engine tracks it: its tokens (prompt, then generated),
+// how many of them have KV in the cache, its block table, state and timings.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cache/block_manager.h"
+#include "engine/sampler.h"
+
+namespace fp {
+
+struct Request {
+  std::vector<int32_t> prompt;  // token ids, at least one
+  int32_t max_new_tokens = 128;
+  SamplingParams sampling;
+  bool stop_at_eog = true;
+};
+
+enum class SeqState { Waiting, Running, Finished };
+
+struct Sequence {
+  int64_t id = 0;
+  Request req;
+  std::vector<int32_t> tokens;  // prompt + generated
+  int64_t n_prompt = 0;
+  int64_t n_computed = 0;       // leading tokens whose KV is in the cache
+  int64_t n_generated() const { return static_cast<int64_t>(tokens.size()) - n_prompt; }
+  BlockTable table;
+  SeqState state = SeqState::Waiting;
+  std::string finish_reason;    // "stop", "length", "cancelled"
+  std::unique_ptr<Sampler> sampler;
+  int64_t arrival = 0;          // admission order (FCFS)
+  int64_t preemptions = 0;
+  int64_t cached_tokens = 0;    // prompt tokens reused from the prefix cache (first admission)
+  bool admitted_once = false;
+  double t_arrival = 0, t_first_token = 0, t_last_token = 0;
+};
+
+}  // namespace fp

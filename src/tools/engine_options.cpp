@@ -1,0 +1,31 @@
+// tools/engine_options.cpp — engine flags to EngineConfig.
+#include "tools/engine_options.h"
+
+namespace fp::tools {
+
+void add_engine_options(CLI::App* app, EngineOptions& o) {
+  app->add_option("--page-size", o.page_size, "KV cache page size in tokens (1, 8, 16, 32, 64, 128 or 256)");
+  app->add_option("--kv-cache-memory", o.kv_cache_memory, "KV cache budget, e.g. 4GiB (default: a fraction of free RAM)");
+  app->add_option("--kv-cache-fraction", o.kv_cache_fraction, "fraction of MemAvailable for the KV cache when --kv-cache-memory is not given")
+      ->check(CLI::Range(0.001, 0.95));
+  app->add_option("--max-model-len", o.max_model_len, "longest sequence (prompt + output) in tokens (default: the model's context)");
+  app->add_option("--max-num-batched-tokens", o.max_num_batched_tokens, "token budget of one engine step")->check(CLI::Range(1, 1 << 24));
+  app->add_option("--max-num-seqs", o.max_num_seqs, "most sequences in one engine step")->check(CLI::Range(1, 1 << 20));
+  app->add_flag("--no-prefix-caching", o.no_prefix_caching, "do not reuse the KV of shared prompt prefixes");
+  app->add_flag("--no-chunked-prefill", o.no_chunked_prefill, "run each prompt in one step instead of chunks mixed with decodes");
+}
+
+EngineConfig engine_config(const EngineOptions& o) {
+  EngineConfig c;
+  c.page_size = o.page_size;
+  c.kv_cache_bytes = o.kv_cache_memory.empty() ? 0 : parse_bytes(o.kv_cache_memory);
+  c.kv_cache_fraction = o.kv_cache_fraction;
+  c.max_model_len = o.max_model_len;
+  c.prefix_caching = !o.no_prefix_caching;
+  c.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;
+  c.scheduler.max_num_seqs = o.max_num_seqs;
+  c.scheduler.chunked_prefill = !o.no_chunked_prefill;
+  return c;
+}
+
+}  // namespace fp::tools

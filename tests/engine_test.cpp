@@ -1,0 +1,327 @@
+// tests/engine_test.cpp — the serving core on stories260K: batch invariance across page sizes
+// and chunked prefill, prefix reuse, preemption under a small KV budget, and a randomised
+// scheduler run whose invariants are checked after every step.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <random>
+#include <set>
+
+#include "core/error.h"
+#include "engine/engine.h"
+#include "engine/generator.h"
+#include "test_util.h"
+
+namespace fp {
+namespace {
+
+const char* kStories = "models/stories260K/stories260K.gguf";
+
+std::unique_ptr<Model> load_stories() { return load_model(test::testdata(kStories)); }
+
+// 32 different prompts: story openings of different lengths and words.
+std::vector<std::vector<int32_t>> make_prompts(const Model& m, int count) {
+  const char* subjects[] = {"a little girl", "a big dog", "the sun", "a tiny bird", "Tom", "Lily and Ben", "a red ball",
+                            "the old tree"};
+  const char* verbs[] = {"wanted to play", "was very happy", "saw a cat", "went to the park"};
+  std::vector<std::vector<int32_t>> out;
+  for (int i = 0; i < count; ++i) {
+    std::string text = "Once upon a time, " + std::string(subjects[i % 8]) + " " + verbs[(i / 8) % 4] + ".";
+    for (int r = 0; r < i % 5; ++r) text += " One day, it was sunny and everyone was glad.";
+    out.push_back(m.tokenizer()->encode(text, true, false));
+  }
+  return out;
+}
+
+Request greedy(const std::vector<int32_t>& prompt, int32_t n) {
+  Request r;
+  r.prompt = prompt;
+  r.max_new_tokens = n;
+  r.sampling.temperature = 0;
+  return r;
+}
+
+// The tokens each prompt generates alone, through the single-sequence generator.
+std::vector<std::vector<int32_t>> alone(Model& m, const std::vector<std::vector<int32_t>>& prompts, int32_t n) {
+  std::vector<std::vector<int32_t>> out;
+  for (auto& p : prompts) {
+    GenerateRequest g;
+    g.prompt = p;
+    g.max_new_tokens = n;
+    g.sampling.temperature = 0;
+    out.push_back(generate(m, g).tokens);
+  }
+  return out;
+}
+
+// Every block's reference count equals the tables holding it plus the prefix tree's hold.
+void check_block_ownership(Engine& e) {
+  std::map<int32_t, int32_t> owners;
+  for (const Sequence* s : e.sequences())
+    for (int32_t b : s->table.blocks) ++owners[b];
+  if (e.blocks().prefix_cache())
+    for (int32_t b : e.blocks().prefix_cache()->cached_blocks()) ++owners[b];
+  const BlockAllocator& a = e.pool().blocks();
+  int64_t free_blocks = 0;
+  for (int32_t b = 0; b < a.n_blocks(); ++b) {
+    ASSERT_EQ(a.refcount(b), owners.count(b) ? owners[b] : 0) << "block " << b;
+    free_blocks += a.refcount(b) == 0;
+  }
+  ASSERT_EQ(free_blocks, a.n_free());
+  for (const Sequence* s : e.sequences()) {
+    if (s->state != SeqState::Running) {
+      ASSERT_TRUE(s->state != SeqState::Finished || s->table.blocks.empty()) << "finished sequence " << s->id << " holds blocks";
+      continue;
+    }
+    ASSERT_GE(static_cast<int64_t>(s->table.blocks.size()) * e.pool().page_size(), s->n_computed);
+  }
+}
+
+// Runs all requests to completion; returns each one's generated tokens.
+std::vector<std::vector<int32_t>> run_all(Engine& e, const std::vector<std::vector<int32_t>>& prompts, int32_t n) {
+  std::vector<int64_t> ids;
+  for (auto& p : prompts) ids.push_back(e.add_request(greedy(p, n)));
+  int64_t guard = 0;
+  while (e.has_work()) {
+    e.step();
+    check_block_ownership(e);
+    if (::testing::Test::HasFatalFailure()) return {};
+    EXPECT_LE(e.stats().last_step_tokens, e.config().scheduler.max_num_batched_tokens);
+    EXPECT_LE(e.stats().last_step_seqs, e.config().scheduler.max_num_seqs);
+    if (++guard > 100000) {
+      ADD_FAILURE() << "engine did not finish";
+      return {};
+    }
+  }
+  std::vector<std::vector<int32_t>> out;
+  for (int64_t id : ids) {
+    const Sequence* s = e.sequence(id);
+    out.emplace_back(s->tokens.begin() + s->n_prompt, s->tokens.end());
+  }
+  return out;
+}
+
+EngineConfig small_config(int64_t page, bool chunked, int64_t budget_tokens = 4096) {
+  EngineConfig c;
+  c.page_size = page;
+  c.kv_cache_bytes = 64 << 20;
+  c.max_model_len = 512;
+  c.scheduler.chunked_prefill = chunked;
+  c.scheduler.max_num_batched_tokens = chunked ? 48 : budget_tokens;  // chunked: prefills split and mix with decodes
+  c.scheduler.max_num_seqs = 64;
+  return c;
+}
+
+TEST(Engine, BatchInvarianceAcrossPageSizesAndChunkedPrefill) {
+  FP_REQUIRE_FILE(test::testdata(kStories));
+  auto m = load_stories();
+  auto prompts = make_prompts(*m, 32);
+  const int32_t n = 40;
+  auto want = alone(*m, prompts, n);
+  for (int64_t page : {1, 16, 256})
+    for (bool chunked : {false, true}) {
+      Engine e(*m, small_config(page, chunked));
+      auto got = run_all(e, prompts, n);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < want.size(); ++i)
+        EXPECT_EQ(got[i], want[i]) << "prompt " << i << " page " << page << (chunked ? " chunked" : "");
+      if (chunked) {
+        EXPECT_GT(e.stats().steps, 1);
+      }
+    }
+}
+
+TEST(Engine, SharedPrefixComputesOnlyTheSuffix) {
+  FP_REQUIRE_FILE(test::testdata(kStories));
+  auto m = load_stories();
+  std::string story = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park.";
+  std::vector<int32_t> prefix = m->tokenizer()->encode(story + story + story + story + story + story + story + story, true, false);
+  ASSERT_GE(prefix.size(), 200u);
+  prefix.resize(200);
+  auto a = prefix, b = prefix;
+  for (int32_t t : m->tokenizer()->encode(" The dog ran fast.", false, false)) a.push_back(t);
+  for (int32_t t : m->tokenizer()->encode(" Tom had a big red ball.", false, false)) b.push_back(t);
+  auto want = alone(*m, {b}, 30)[0];
+
+  EngineConfig c = small_config(16, true);
+  c.scheduler.max_num_batched_tokens = 512;
+  Engine e(*m, c);
+  run_all(e, {a}, 30);
+  const int64_t computed_before = e.stats().computed_prompt_tokens;
+  auto got = run_all(e, {b}, 30)[0];
+  EXPECT_EQ(got, want);
+  // 200 shared tokens = 12 whole blocks of 16 reused; only the rest is computed.
+  const Sequence* s = e.sequence(1);
+  EXPECT_EQ(s->cached_tokens, 192);
+  EXPECT_EQ(e.stats().computed_prompt_tokens - computed_before, static_cast<int64_t>(b.size()) - 192);
+  EXPECT_EQ(e.stats().cached_prompt_tokens, 192);
+  EXPECT_GT(e.blocks().prefix_cache()->hit_tokens(), 0);
+
+  // The same request with prefix caching off computes everything and gives the same tokens.
+  c.prefix_caching = false;
+  Engine off(*m, c);
+  run_all(off, {a}, 30);
+  EXPECT_EQ(run_all(off, {b}, 30)[0], want);
+  EXPECT_EQ(off.stats().computed_prompt_tokens, static_cast<int64_t>(a.size() + b.size()));
+}
+
+TEST(Engine, PreemptionUnderASmallBudgetLosesNothing) {
+  FP_REQUIRE_FILE(test::testdata(kStories));
+  auto m = load_stories();
+  auto prompts = make_prompts(*m, 64);
+  const int32_t n = 48;
+  EngineConfig big = small_config(16, true);
+  big.scheduler.max_num_batched_tokens = 256;
+  Engine e_big(*m, big);
+  auto want = run_all(e_big, prompts, n);
+
+  for (bool prefix : {true, false}) {
+    EngineConfig small = big;
+    small.max_model_len = 160;  // room for about three sequences of 160 tokens
+    small.kv_cache_bytes = m->kv_layout().bytes_per_token() * 16 * 32;
+    small.prefix_caching = prefix;
+    Engine e(*m, small);
+    EXPECT_EQ(e.capacity().n_blocks, 32);
+    auto got = run_all(e, prompts, n);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(got[i], want[i]) << "prompt " << i;
+    EXPECT_GT(e.stats().preemptions, 0) << "the budget was meant to force preemption";
+    EXPECT_EQ(e.stats().finished, 64);
+    if (e.blocks().prefix_cache()) e.blocks().prefix_cache()->clear();
+    EXPECT_EQ(e.pool().blocks().n_free(), e.pool().n_blocks()) << "blocks leaked";
+  }
+}
+
+TEST(Engine, CapacityPlanningArithmetic) {
+  // GQA: Llama-3.2-1B (16 layers, 8 KV heads x 64) -> 2 * 16 * 512 * 4 = 65536 B/token.
+  KvLayout gqa{16, 8 * 64, 8 * 64};
+  EXPECT_EQ(gqa.bytes_per_token(), 65536);
+  KvCapacity c = plan_kv_cache(gqa, 16, int64_t{1} << 30, 4096, 256);
+  EXPECT_EQ(c.n_blocks, (int64_t{1} << 30) / (65536 * 16));  // 1024 blocks
+  EXPECT_EQ(c.tokens(), 16384);
+  EXPECT_EQ(c.seqs_at_max_len, 4);
+  // Capped at max_num_seqs full sequences.
+  EXPECT_EQ(plan_kv_cache(gqa, 16, int64_t{1} << 30, 4096, 2).n_blocks, 512);
+  // MLA latent: DeepSeek-V3 (61 layers, 512 + 64 per token, no V rows).
+  KvLayout mla{61, 512 + 64, 0};
+  EXPECT_EQ(mla.bytes_per_token(), 61 * 576 * 4);
+  KvCapacity d = plan_kv_cache(mla, 64, int64_t{8} << 30, 32768, 1000);
+  EXPECT_EQ(d.n_blocks, (int64_t{8} << 30) / (61 * 576 * 4 * 64));
+  EXPECT_EQ(d.seqs_at_max_len, d.n_blocks / 512);
+  // A max-model-len that cannot fit is refused with the numbers.
+  try {
+    plan_kv_cache(gqa, 16, 100 << 20, 4096, 8);
+    FAIL() << "expected a refusal";
+  } catch (const Error& e) {
+    std::string msg = e.what();
+    EXPECT_NE(msg.find("104857600 bytes"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("--max-model-len 4096"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("1600 tokens"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("256 blocks"), std::string::npos) << msg;
+  }
+  EXPECT_THROW(plan_kv_cache(gqa, 24, int64_t{1} << 30, 4096, 8), Error);  // not a supported page size
+  EXPECT_EQ(parse_bytes("2GiB"), int64_t{2} << 30);
+  EXPECT_EQ(parse_bytes("512MiB"), int64_t{512} << 20);
+  EXPECT_EQ(parse_bytes("1000"), 1000);
+  EXPECT_THROW(parse_bytes("lots"), Error);
+  EXPECT_THROW(parse_bytes("5 parsecs"), Error);
+}
+
+TEST(Engine, EngineRefusesAMaxModelLenThatCannotFit) {
+  FP_REQUIRE_FILE(test::testdata(kStories));
+  auto m = load_stories();
+  EngineConfig c = small_config(16, true);
+  c.kv_cache_bytes = m->kv_layout().bytes_per_token() * 100;
+  c.max_model_len = 512;
+  try {
+    Engine e(*m, c);
+    FAIL() << "expected a refusal";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("--max-model-len 512"), std::string::npos) << err.what();
+  }
+}
+
+TEST(Engine, CopyOnWriteForkedSequences) {
+  KvPool pool(KvLayout{2, 4, 4}, 4, 8);
+  BlockManager bm(pool, false);
+  BlockTable parent, child;
+  ASSERT_TRUE(bm.ensure(parent, 0, 6));  // 2 blocks, the second partial
+  for (int64_t l = 0; l < 2; ++l)
+    for (int64_t i = 0; i < 8 * 4; ++i) pool.k(l)[parent.blocks[1] * 16 + i % 16] = static_cast<float>(i % 16);
+  bm.fork(parent, child);
+  EXPECT_EQ(pool.blocks().refcount(parent.blocks[0]), 2);
+  // The child writes position 6 (inside the shared partial block): it gets a copy of it.
+  ASSERT_TRUE(bm.ensure(child, 6, 7));
+  EXPECT_EQ(child.blocks[0], parent.blocks[0]);  // the full block stays shared
+  EXPECT_NE(child.blocks[1], parent.blocks[1]);
+  EXPECT_EQ(pool.blocks().refcount(parent.blocks[1]), 1);
+  for (int64_t i = 0; i < 16; ++i) EXPECT_EQ(pool.k(1)[child.blocks[1] * 16 + i], pool.k(1)[parent.blocks[1] * 16 + i]);
+  bm.release(child);
+  bm.release(parent);
+  EXPECT_EQ(pool.blocks().n_free(), 8);
+}
+
+TEST(Engine, RandomisedSchedulingKeepsItsInvariants) {
+  FP_REQUIRE_FILE(test::testdata(kStories));
+  auto m = load_stories();
+  std::mt19937 rng(1234);
+  for (int trial = 0; trial < 3; ++trial) {
+    EngineConfig c;
+    c.page_size = std::vector<int64_t>{1, 8, 16, 32}[static_cast<size_t>(trial) % 4];
+    c.max_model_len = 128;
+    c.kv_cache_bytes = m->kv_layout().bytes_per_token() * (160 + 100 * trial);
+    c.scheduler.max_num_batched_tokens = 24 + 40 * trial;
+    c.scheduler.max_num_seqs = 3 + 5 * trial;
+    c.prefix_caching = trial != 1;
+    Engine e(*m, c);
+    std::set<int64_t> live, cancelled;
+    std::vector<int64_t> all;
+    auto vocab = std::uniform_int_distribution<int32_t>(3, 511);
+    int arrivals = 0;
+    for (int step = 0; step < 4000 && (arrivals < 60 || e.has_work()); ++step) {
+      // Random arrivals (some sharing a prefix), random cancellations.
+      if (arrivals < 60 && rng() % 3 == 0) {
+        std::vector<int32_t> p{1};
+        const int len = 1 + static_cast<int>(rng() % 70);
+        const bool shared = rng() % 2;
+        for (int i = 0; i < len; ++i) p.push_back(shared && i < 40 ? 10 + i : vocab(rng));
+        Request r = greedy(p, 1 + static_cast<int32_t>(rng() % 40));
+        r.stop_at_eog = false;
+        const int64_t id = e.add_request(r);
+        live.insert(id);
+        all.push_back(id);
+        ++arrivals;
+      }
+      if (!live.empty() && rng() % 17 == 0) {
+        auto it = live.begin();
+        std::advance(it, static_cast<long>(rng() % live.size()));
+        if (e.cancel(*it)) cancelled.insert(*it);
+        live.erase(it);
+      }
+      for (const StepOutput& o : e.step())
+        if (o.finished) live.erase(o.id);
+      check_block_ownership(e);
+      if (HasFatalFailure()) return;
+      ASSERT_LE(e.stats().last_step_tokens, c.scheduler.max_num_batched_tokens);
+      ASSERT_LE(e.scheduler().n_running(), c.scheduler.max_num_seqs);
+    }
+    EXPECT_FALSE(e.has_work());
+    for (int64_t id : all) {
+      const Sequence* s = e.sequence(id);
+      ASSERT_TRUE(s);
+      EXPECT_EQ(s->state, SeqState::Finished) << "request " << id;
+      if (cancelled.count(id)) {
+        EXPECT_EQ(s->finish_reason, "cancelled");
+      } else {
+        EXPECT_EQ(s->finish_reason, "length");
+        EXPECT_EQ(s->n_generated(), s->req.max_new_tokens);
+      }
+    }
+    if (e.blocks().prefix_cache()) e.blocks().prefix_cache()->clear();
+    EXPECT_EQ(e.pool().blocks().n_free(), e.pool().n_blocks());
+  }
+}
+
+}  // namespace
+}  // namespace fp
