@@ -2,6 +2,9 @@
 // (provoked by masking the CPU's AVX2); `bench --json` has the contract's keys.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <sstream>
+
 #include <nlohmann/json.hpp>
 
 #include "core/cpu_features.h"
@@ -58,9 +61,70 @@ TEST(CliBench, JsonHasTheContractKeys) {
     ASSERT_TRUE(j.contains(k)) << k;
     EXPECT_GT(j[k].get<double>(), 0.0) << k;
   }
-  out = test::run_command(test::fastpath_bin() + " bench -q -b 4 -m " + stories() + " 2>&1", &rc);
+  // Batched decode: one entry per batch size above 1.
+  out = test::run_command(test::fastpath_bin() + " bench -q --json -p 0 -n 8 -r 1 --warmup 0 -b 1,4 -m " + stories(), &rc);
+  ASSERT_EQ(rc, 0) << out;
+  j = nlohmann::json::parse(out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << out;
+  ASSERT_TRUE(j.contains("decode_batches")) << out;
+  ASSERT_EQ(j["decode_batches"].size(), 1u);
+  EXPECT_EQ(j["decode_batches"][0]["batch"], 4);
+  EXPECT_GT(j["decode_batches"][0]["decode_tps"].get<double>(), 0.0);
+}
+
+TEST(CliBench, ServingRunReportsThroughputAndPrefixHits) {
+  FP_REQUIRE_FILE(stories());
+  int rc = -1;
+  std::string out = test::run_command(test::fastpath_bin() +
+                                          " bench -q --json --requests 12 --input-len 40 --output-len 8 --concurrency 1,4 "
+                                          "--shared-prefix-len 32 --kv-cache-memory 64MiB -m " + stories(), &rc);
+  ASSERT_EQ(rc, 0) << out;
+  auto j = nlohmann::json::parse(out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << out;
+  ASSERT_EQ(j["runs"].size(), 2u);
+  for (auto& r : j["runs"]) {
+    EXPECT_GT(r["output_tps"].get<double>(), 0.0);
+    EXPECT_GT(r["input_tps"].get<double>(), 0.0);
+  }
+  // 32 shared tokens = 2 blocks of 16. One at a time, every request after the first reuses
+  // them; with 4 in flight the first 4 start together, before any block is cached.
+  EXPECT_NEAR(j["runs"][0]["prefix_hit_rate"].get<double>(), 11.0 * 32 / (12 * 40), 1e-9);
+  EXPECT_NEAR(j["runs"][1]["prefix_hit_rate"].get<double>(), 8.0 * 32 / (12 * 40), 1e-9);
+}
+
+TEST(CliGenerate, BatchFileGivesEachPromptsOwnTextInOrder) {
+  FP_REQUIRE_FILE(stories());
+  std::string dir = test::temp_dir("batch_file");
+  const std::vector<std::string> prompts = {"Once upon a time", "Lily had a dog", "The sun was", "Tom"};
+  {
+    std::ofstream f(dir + "/in.jsonl");
+    for (size_t i = 0; i < prompts.size(); ++i)
+      f << nlohmann::json{{"prompt", prompts[i]}, {"max_tokens", 12 + static_cast<int>(i)}, {"temperature", 0}}.dump() << "\n";
+  }
+  int rc = -1;
+  std::string out = test::run_command(test::fastpath_bin() + " generate -q --batch-file " + dir + "/in.jsonl -m " + stories(), &rc);
+  ASSERT_EQ(rc, 0) << out;
+  std::istringstream lines(out);
+  std::string line;
+  size_t i = 0;
+  for (; std::getline(lines, line); ++i) {
+    ASSERT_LT(i, prompts.size());
+    auto j = nlohmann::json::parse(line);
+    EXPECT_EQ(j["index"], i);
+    std::string alone = test::run_command(test::fastpath_bin() + " generate -q --temp 0 -n " + std::to_string(12 + i) + " -p '" +
+                                              prompts[i] + "' -m " + stories(), &rc);
+    ASSERT_EQ(rc, 0);
+    EXPECT_EQ(j["text"].get<std::string>() + "\n", alone) << "prompt " << i;
+  }
+  EXPECT_EQ(i, prompts.size());
+  // A bad line is refused before anything runs, naming the file and line.
+  {
+    std::ofstream f(dir + "/bad.jsonl");
+    f << "{\"prompt\": \"ok\"}\n{\"prompt\": \"x\", \"temperature\": \"hot\"}\n";
+  }
+  out = test::run_command(test::fastpath_bin() + " generate -q --batch-file " + dir + "/bad.jsonl -m " + stories() + " 2>&1", &rc);
   EXPECT_EQ(rc, 1);
-  EXPECT_NE(out.find("--batch 4"), std::string::npos) << out;
+  EXPECT_NE(out.find("bad.jsonl:2: field 'temperature'"), std::string::npos) << out;
 }
 
 }  // namespace

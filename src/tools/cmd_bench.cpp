@@ -14,7 +14,9 @@
 #include "core/thread_pool.h"
 #include "kernels/cpu/ceiling.h"
 #include "kernels/ledger.h"
+#include "engine/engine.h"
 #include "tools/common.h"
+#include "tools/engine_options.h"
 
 namespace fp::tools {
 namespace {
@@ -67,7 +69,143 @@ double kv_bytes(const ModelConfig& c, double ctx) {
   return 2.0 * 4.0 * static_cast<double>(c.n_layers * c.n_kv_heads * c.head_dim) * ctx;
 }
 
+// Decode tokens/s for `batch` sequences stepping together (one token each per forward), each
+// with its own block table in one pool: the weights are read once per step for all of them.
+double batched_decode_tps(Model& model, int batch, int gen, std::mt19937& rng) {
+  const ModelConfig& cfg = model.config();
+  const int64_t page = 16, pages_per_seq = (gen + 1 + page - 1) / page;
+  KvPool pool(model.kv_layout(), page, pages_per_seq * batch);
+  std::vector<std::vector<int32_t>> tables(static_cast<size_t>(batch));
+  for (auto& t : tables)
+    for (int64_t p = 0; p < pages_per_seq; ++p) t.push_back(pool.blocks().allocate());
+  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(cfg.n_vocab - 1));
+  std::vector<float> logits(static_cast<size_t>(batch * cfg.n_vocab));
+  ForwardBatch fb;
+  auto step = [&](int pos) {
+    fb.clear();
+    for (auto& t : tables) {
+      int32_t id = tok(rng);
+      fb.add_sequence(&id, 1, pos, t.data(), static_cast<int64_t>(t.size()), true);
+    }
+    model.forward(fb, pool, logits.data());
+  };
+  step(0);
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 1; i <= gen; ++i) step(i);
+  return static_cast<double>(batch) * gen / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const double idx = p / 100.0 * static_cast<double>(v.size() - 1);
+  const size_t lo = static_cast<size_t>(idx), hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (idx - static_cast<double>(lo));
+}
+
+struct ServingResult {
+  int concurrency = 0;
+  double seconds = 0, input_tps = 0, output_tps = 0, total_tps = 0, hit_rate = 0;
+  double ttft_median_ms = 0, ttft_p95_ms = 0, tpot_median_ms = 0;
+  int64_t preemptions = 0, steps = 0;
+};
+
+// A closed loop: `concurrency` requests in flight, a new one submitted as each finishes.
+ServingResult serving_run(Model& model, const EngineConfig& ecfg, int requests, int input_len, int output_len,
+                          int concurrency, int shared_prefix, std::mt19937& rng) {
+  const ModelConfig& cfg = model.config();
+  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(cfg.n_vocab - 1));
+  std::vector<int32_t> prefix(static_cast<size_t>(shared_prefix));
+  for (auto& t : prefix) t = tok(rng);
+  std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(requests));
+  for (auto& p : prompts) {
+    p = prefix;
+    while (static_cast<int>(p.size()) < input_len) p.push_back(tok(rng));
+  }
+  Engine engine(model, ecfg);
+  log_info(engine.capacity().describe());
+  int submitted = 0, in_flight = 0;
+  std::vector<int64_t> ids;
+  auto submit = [&] {
+    Request r;
+    r.prompt = prompts[static_cast<size_t>(submitted++)];
+    r.max_new_tokens = output_len;
+    r.stop_at_eog = false;
+    r.sampling.temperature = 0;
+    ids.push_back(engine.add_request(r));
+    ++in_flight;
+  };
+  auto t0 = std::chrono::steady_clock::now();
+  while (submitted < requests && in_flight < concurrency) submit();
+  while (engine.has_work()) {
+    for (const StepOutput& o : engine.step())
+      if (o.finished) {
+        --in_flight;
+        if (submitted < requests) submit();
+      }
+  }
+  ServingResult r;
+  r.concurrency = concurrency;
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const EngineStats& st = engine.stats();
+  r.input_tps = static_cast<double>(st.prompt_tokens) / r.seconds;
+  r.output_tps = static_cast<double>(st.generated_tokens) / r.seconds;
+  r.total_tps = r.input_tps + r.output_tps;
+  r.hit_rate = st.prompt_tokens ? static_cast<double>(st.cached_prompt_tokens) / static_cast<double>(st.prompt_tokens) : 0;
+  r.preemptions = st.preemptions;
+  r.steps = st.steps;
+  std::vector<double> ttft, tpot;
+  for (int64_t id : ids) {
+    const Sequence* s = engine.sequence(id);
+    ttft.push_back((s->t_first_token - s->t_arrival) * 1e3);
+    if (s->n_generated() > 1) tpot.push_back((s->t_last_token - s->t_first_token) * 1e3 / static_cast<double>(s->n_generated() - 1));
+  }
+  r.ttft_median_ms = percentile(ttft, 50);
+  r.ttft_p95_ms = percentile(ttft, 95);
+  r.tpot_median_ms = percentile(tpot, 50);
+  return r;
+}
+
 }  // namespace
+
+template <class Opts>
+void run_serving_bench(Model& model, const Opts& o) {
+  EngineConfig ecfg = engine_config(o.engine);
+  if (ecfg.max_model_len <= 0) ecfg.max_model_len = std::min<int64_t>(model.config().max_context, o.input_len + o.output_len);
+  FP_CHECK(o.shared_prefix <= o.input_len, "--shared-prefix-len ", o.shared_prefix, " exceeds --input-len ", o.input_len);
+  std::mt19937 rng(1234);
+  nlohmann::json j;
+  j["model"] = model.file().path;
+  j["requests"] = o.requests;
+  j["input_len"] = o.input_len;
+  j["output_len"] = o.output_len;
+  j["shared_prefix_len"] = o.shared_prefix;
+  j["prefix_caching"] = ecfg.prefix_caching;
+  j["threads"] = thread_pool().size();
+  std::vector<ServingResult> results;
+  for (int c : o.concurrency) {
+    std::mt19937 run_rng(rng());
+    results.push_back(serving_run(model, ecfg, o.requests, o.input_len, o.output_len, c, o.shared_prefix, run_rng));
+    const ServingResult& r = results.back();
+    j["runs"].push_back({{"concurrency", c}, {"seconds", r.seconds}, {"input_tps", r.input_tps}, {"output_tps", r.output_tps},
+                         {"total_tps", r.total_tps}, {"prefix_hit_rate", r.hit_rate}, {"ttft_median_ms", r.ttft_median_ms},
+                         {"ttft_p95_ms", r.ttft_p95_ms}, {"tpot_median_ms", r.tpot_median_ms}, {"preemptions", r.preemptions},
+                         {"steps", r.steps}});
+  }
+  log_info(Ledger::global().summary_line());
+  if (o.json) {
+    std::cout << j.dump() << "\n";
+    return;
+  }
+  std::printf("model    %s; %d requests of %d in / %d out, shared prefix %d, prefix caching %s\n", model.file().path.c_str(),
+              o.requests, o.input_len, o.output_len, o.shared_prefix, ecfg.prefix_caching ? "on" : "off");
+  std::printf("%11s %9s %11s %11s %11s %9s %12s %12s %12s %8s\n", "concurrency", "seconds", "input t/s", "output t/s",
+              "total t/s", "hit rate", "TTFT p50 ms", "TTFT p95 ms", "TPOT p50 ms", "preempt");
+  for (const ServingResult& r : results)
+    std::printf("%11d %9.2f %11.2f %11.2f %11.2f %8.1f%% %12.1f %12.1f %12.1f %8lld\n", r.concurrency, r.seconds, r.input_tps,
+                r.output_tps, r.total_tps, 100 * r.hit_rate, r.ttft_median_ms, r.ttft_p95_ms, r.tpot_median_ms,
+                static_cast<long long>(r.preemptions));
+}
 
 void add_bench(CLI::App& app) {
   struct Opts {
@@ -75,21 +213,38 @@ void add_bench(CLI::App& app) {
     int prompt = 512, gen = 128, reps = 3, warmup = 1;
     std::vector<int> batch;
     bool json = false, recalibrate = false;
+    int requests = 0, input_len = 256, output_len = 128, shared_prefix = 0;
+    std::vector<int> concurrency{1};
+    EngineOptions engine;
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("bench", "measure prefill and decode tokens/s against this machine's ceiling");
   add_common(cmd, o->common, false);
   cmd->add_option("-p,--n-prompt", o->prompt, "prompt tokens for the prefill test (0 skips it)")->check(CLI::Range(0, 1 << 20));
   cmd->add_option("-n,--n-gen", o->gen, "tokens for the decode test (0 skips it)")->check(CLI::Range(0, 1 << 20));
-  cmd->add_option("-b,--batch", o->batch, "decode batch sizes (only 1 until the batched engine lands)");
+  cmd->add_option("-b,--batch", o->batch, "decode batch sizes besides 1 (sequences decoding together, e.g. -b 4,16)")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 4096));
+  cmd->add_option("--requests", o->requests, "serving benchmark: this many requests through the engine (instead of -p/-n)")
+      ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("--input-len", o->input_len, "serving benchmark: prompt tokens per request")->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--output-len", o->output_len, "serving benchmark: generated tokens per request")->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--concurrency", o->concurrency, "serving benchmark: requests in flight (several: 1,4,16)")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 1 << 16));
+  cmd->add_option("--shared-prefix-len", o->shared_prefix, "serving benchmark: leading prompt tokens all requests share")
+      ->check(CLI::Range(0, 1 << 20));
+  add_engine_options(cmd, o->engine);
   cmd->add_option("-r,--reps", o->reps, "timed repetitions (median reported)")->check(CLI::Range(1, 1000));
   cmd->add_option("--warmup", o->warmup, "untimed warm-up runs")->check(CLI::Range(0, 100));
   cmd->add_flag("--json", o->json, "one JSON object on stdout");
   cmd->add_flag("--recalibrate", o->recalibrate, "measure the machine's ceilings again instead of using the cache");
   cmd->callback([o] {
-    for (int b : o->batch)
-      FP_CHECK(b == 1, "--batch ", b, ": decode at batch sizes above 1 needs the batched engine (continuous batching), not built yet");
     auto model = load_with(o->common);
+    if (o->requests > 0) {
+      run_serving_bench(*model, *o);
+      return;
+    }
     const ModelConfig& cfg = model->config();
     const int threads = thread_pool().size();
     MachineCeiling ceil = machine_ceiling(threads, o->recalibrate);
@@ -162,6 +317,22 @@ void add_bench(CLI::App& app) {
       j["decode_ceiling_tps"] = ceiling_tps;
       j["decode_ceiling_fraction"] = s.median / ceiling_tps;
     }
+    for (int b : o->batch) {
+      if (b == 1 || o->gen <= 0) continue;
+      std::vector<double> tps;
+      for (int r = 0; r < o->warmup + o->reps; ++r) {
+        double t = batched_decode_tps(*model, b, o->gen, rng);
+        if (r >= o->warmup) tps.push_back(t);
+      }
+      Stats s = stats_of(tps);
+      // Ceiling at batch b: the weights once per step plus each sequence's KV.
+      double bytes_per_step = cost.weight_bytes_per_token + b * kv_bytes(cfg, o->gen / 2.0);
+      double ceiling_tps = std::min(ceil.read_gbps * 1e9 / bytes_per_step * b,
+                                    ceil.fma_gflops * 1e9 / (cost.matmul_flops_per_token + attention_flops(cfg, o->gen / 2.0)));
+      nlohmann::json e{{"batch", b}, {"decode_tps", s.median}, {"decode_tps_min", s.min}, {"decode_tps_max", s.max},
+                       {"decode_ceiling_tps", ceiling_tps}, {"decode_ceiling_fraction", s.median / ceiling_tps}};
+      j["decode_batches"].push_back(e);
+    }
     j["fallbacks"] = Ledger::global().fallbacks();
     log_info(Ledger::global().summary_line());
     if (o->json) {
@@ -182,6 +353,12 @@ void add_bench(CLI::App& app) {
                   j["decode_tps"].get<double>(), j["decode_tps_min"].get<double>(), j["decode_tps_max"].get<double>(),
                   j["decode_ceiling_tps"].get<double>(), 100 * j["decode_ceiling_fraction"].get<double>(),
                   j["decode_gbps"].get<double>(), ceil.read_gbps);
+    if (j.contains("decode_batches"))
+      for (auto& e : j["decode_batches"])
+        std::printf("%-12s %12.2f %8.2f - %-8.2f %14.2f %9.1f%%  (ceiling: min of bandwidth and FMA rooflines)\n",
+                    ("decode b=" + std::to_string(e["batch"].get<int>())).c_str(), e["decode_tps"].get<double>(),
+                    e["decode_tps_min"].get<double>(), e["decode_tps_max"].get<double>(), e["decode_ceiling_tps"].get<double>(),
+                    100 * e["decode_ceiling_fraction"].get<double>());
     std::printf("(the read ceiling is the largest of the cached calibration and two measurements taken beside the decode runs)\n");
   });
 }
