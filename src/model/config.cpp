@@ -1,6 +1,7 @@
 // model/config.cpp — validation, description and RoPE frequencies of a ModelConfig.
 #include "model/config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
@@ -24,6 +25,39 @@ void ModelConfig::validate(const std::string& where) const {
   FP_CHECK(rms_eps > 0 && std::isfinite(rms_eps), where, ": rms norm epsilon ", rms_eps, " must be positive");
   FP_CHECK(rope_theta > 0 && std::isfinite(rope_theta), where, ": rope theta ", rope_theta, " must be positive");
   FP_CHECK(rope_scaling.factor > 0, where, ": rope scaling factor ", rope_scaling.factor, " must be positive");
+  if (rope_scaling.type == "yarn")
+    need(rope_scaling.original_context > 0, "yarn original context length", rope_scaling.original_context, "must be positive");
+  if (moe.n_experts > 0) {
+    need(moe.n_used >= 1 && moe.n_used <= moe.n_experts, "experts per token", moe.n_used,
+         ("must be in [1, expert count " + std::to_string(moe.n_experts) + "]").c_str());
+    need(moe.ff > 0, "expert feed-forward length", moe.ff, "must be positive");
+    need(moe.n_shared >= 0, "shared expert count", moe.n_shared, "must not be negative");
+    need(moe.sparse_step >= 1, "decoder sparse step", moe.sparse_step, "must be positive");
+    need(moe.first_dense >= 0 && moe.first_dense <= n_layers, "leading dense layer count", moe.first_dense, "must be in [0, layers]");
+    need(moe.n_group >= 1 && moe.n_experts % moe.n_group == 0, "expert group count", moe.n_group,
+         ("must divide the expert count " + std::to_string(moe.n_experts)).c_str());
+    need(moe.topk_group >= 1 && moe.topk_group <= moe.n_group, "groups per token (topk_group)", moe.topk_group,
+         "must be in [1, expert group count]");
+    need(moe.n_used <= moe.topk_group * (moe.n_experts / moe.n_group), "experts per token", moe.n_used,
+         "must not exceed the experts of the selected groups");
+    FP_CHECK(moe.scoring == "softmax" || moe.scoring == "sigmoid", where, ": expert scoring function '", moe.scoring,
+             "' (must be softmax or sigmoid)");
+    FP_CHECK(std::isfinite(moe.scale) && moe.scale > 0, where, ": routed scaling factor ", moe.scale, " must be positive");
+    if (moe.group_score == "top2sum" && moe.n_group > 1)
+      need(moe.n_experts / moe.n_group >= 2, "experts per group", moe.n_experts / moe.n_group, "must be >= 2 for top-2 group scores");
+  }
+  if (mla.kv_lora_rank > 0) {
+    need(rot_dim < head_dim, "qk rope head dim", rot_dim, "must be smaller than the query/key head dim (nope + rope)");
+    need(v_head_dim > 0, "value head dim", v_head_dim, "must be positive");
+    need(mla.q_lora_rank >= 0, "q_lora_rank", mla.q_lora_rank, "must not be negative");
+  }
+}
+
+bool MoeConfig::is_moe_layer(int64_t l) const {
+  if (n_experts <= 0 || l < first_dense) return false;
+  for (int64_t d : dense_layers)
+    if (d == l) return false;
+  return (l + 1) % sparse_step == 0;
 }
 
 std::string ModelConfig::describe() const {
@@ -36,6 +70,21 @@ std::string ModelConfig::describe() const {
   os << ", rms eps " << rms_eps << (tied_output ? ", tied output" : ", untied output");
   if (qkv_bias) os << ", qkv bias";
   if (qk_norm) os << ", q/k norm";
+  if (mla.kv_lora_rank > 0)
+    os << ", MLA (q_lora " << mla.q_lora_rank << ", kv_lora " << mla.kv_lora_rank << ", nope " << head_dim - rot_dim
+       << ", rope " << rot_dim << ", v " << v_head_dim << ")";
+  if (moe.n_experts > 0) {
+    os << ", MoE " << moe.n_experts << " experts top-" << moe.n_used << " (ff " << moe.ff << ", " << moe.scoring;
+    if (moe.has_bias) os << " +bias";
+    if (moe.n_group > 1) os << ", groups " << moe.topk_group << "/" << moe.n_group << " by " << moe.group_score;
+    if (moe.norm_topk) os << ", normalised";
+    if (moe.scale != 1.0f) os << ", scale " << moe.scale;
+    if (moe.n_shared) os << ", " << moe.n_shared << " shared";
+    if (moe.first_dense) os << ", first " << moe.first_dense << " dense";
+    if (moe.sparse_step > 1) os << ", every " << moe.sparse_step << "th layer";
+    if (!moe.dense_layers.empty()) os << ", " << moe.dense_layers.size() << " mlp-only layers";
+    os << ")";
+  }
   return os.str();
 }
 
@@ -57,6 +106,17 @@ std::vector<float> ModelConfig::rope_inv_freq() const {
                         (rope_scaling.high_freq_factor - rope_scaling.low_freq_factor);
         inv = (1 - smooth) * inv / rope_scaling.factor + smooth * inv;
       }
+    } else if (rope_scaling.type == "yarn") {
+      // Dimensions that rotate fewer than beta_slow times over the original context are
+      // interpolated (slowed by `factor`), more than beta_fast kept, the band between blended.
+      const double rd = static_cast<double>(rot_dim), L = static_cast<double>(rope_scaling.original_context);
+      auto corr = [&](double rot) { return rd * std::log(L / (rot * 2 * M_PI)) / (2 * std::log(static_cast<double>(rope_theta))); };
+      double low = std::max(0.0, std::floor(corr(rope_scaling.beta_fast)));
+      double high = std::min(rd - 1, std::ceil(corr(rope_scaling.beta_slow)));
+      if (low == high) high += 0.001;
+      double ramp = std::clamp((static_cast<double>(i) - low) / (high - low), 0.0, 1.0);
+      double extrap = 1 - ramp;
+      inv = inv / rope_scaling.factor * (1 - extrap) + inv * extrap;
     }
     f[static_cast<size_t>(i)] = static_cast<float>(inv);
   }

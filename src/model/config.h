@@ -14,6 +14,35 @@ struct RopeScaling {
   float factor = 1.0f;
   float low_freq_factor = 1.0f, high_freq_factor = 4.0f;  // llama3
   int64_t original_context = 0;                            // llama3 / yarn
+  // YaRN: correction range (beta_fast / beta_slow rotations), the factor cos/sin are multiplied
+  // by (HF attention_factor; 1 for llama.cpp, which cancels it), and the softmax-scale factor
+  // mscale^2 with mscale = 1 + log_multiplier * ln(factor) (DeepSeek: 0.1 * mscale_all_dim).
+  float beta_fast = 32.0f, beta_slow = 1.0f;
+  float attn_factor = 1.0f;
+  float log_multiplier = 0.0f;
+};
+
+// Mixture-of-Experts FFN (qwen3_moe, deepseek2). n_experts == 0: every layer is dense.
+struct MoeConfig {
+  int64_t n_experts = 0, n_used = 0;  // routed experts, experts per token
+  int64_t ff = 0;                      // width of one routed expert
+  int64_t n_shared = 0;                // shared experts (their FFN is n_shared * ff wide)
+  int64_t first_dense = 0;             // DeepSeek first_k_dense_replace
+  int64_t sparse_step = 1;             // Qwen decoder_sparse_step
+  std::vector<int64_t> dense_layers;   // Qwen mlp_only_layers
+  std::string scoring = "softmax";     // or "sigmoid"
+  bool norm_topk = false;
+  float scale = 1.0f;                  // routed_scaling_factor
+  int64_t n_group = 1, topk_group = 1; // group-limited routing
+  std::string group_score = "max";     // "max" (V2) or "top2sum" (V3)
+  bool has_bias = false;               // e_score_correction_bias / exp_probs_b
+  bool is_moe_layer(int64_t l) const;
+};
+
+// Multi-head latent attention (deepseek2): head_dim = qk_nope + rot_dim, v_head_dim = v.
+struct MlaConfig {
+  int64_t q_lora_rank = 0;  // 0: q = attn_q · h (no query compression)
+  int64_t kv_lora_rank = 0; // 0: not MLA
 };
 
 struct ModelConfig {
@@ -31,10 +60,12 @@ struct ModelConfig {
   bool tied_output = false;  // output projection is the embedding table
   bool qkv_bias = false;     // Qwen2
   bool qk_norm = false;      // Qwen3: RMSNorm over each head of q and k before RoPE
+  MoeConfig moe;
+  MlaConfig mla;
 
   void validate(const std::string& where) const;  // throws naming `where` and the field
   std::string describe() const;
-  // Inverse RoPE frequencies, [rot_dim/2], with linear / llama3 scaling applied.
+  // Inverse RoPE frequencies, [rot_dim/2], with linear / llama3 / yarn scaling applied.
   std::vector<float> rope_inv_freq() const;
 };
 

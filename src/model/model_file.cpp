@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -64,8 +65,8 @@ void load_gguf(ModelFile& m, const std::string& path) {
   c.arch = g->get_string("general.architecture");
   c.name = g->get_string("general.name", std::filesystem::path(path).stem().string());
   const std::string a = c.arch + ".";
-  FP_CHECK(c.arch == "llama" || c.arch == "qwen2" || c.arch == "qwen3", path, ": general.architecture '", c.arch,
-           "' is not supported yet (supported: llama, qwen2, qwen3)");
+  FP_CHECK(c.arch == "llama" || c.arch == "qwen2" || c.arch == "qwen3" || c.arch == "qwen3moe" || c.arch == "deepseek2",
+           path, ": general.architecture '", c.arch, "' is not supported yet (supported: llama, qwen2, qwen3, qwen3moe, deepseek2)");
   c.dim = static_cast<int64_t>(g->get_uint(a + "embedding_length"));
   c.n_layers = static_cast<int64_t>(g->get_uint(a + "block_count"));
   c.hidden_dim = static_cast<int64_t>(g->get_uint(a + "feed_forward_length"));
@@ -75,22 +76,59 @@ void load_gguf(ModelFile& m, const std::string& path) {
   FP_CHECK(c.n_heads > 0, path, ": ", a, "attention.head_count is 0");
   c.head_dim = static_cast<int64_t>(g->get_uint(a + "attention.key_length", static_cast<uint64_t>(c.dim / c.n_heads)));
   c.v_head_dim = static_cast<int64_t>(g->get_uint(a + "attention.value_length", static_cast<uint64_t>(c.head_dim)));
+  if (c.arch == "deepseek2") {
+    // Newer llama.cpp converters write the absorbed-MLA view (key_length = kv_lora + rope, one KV
+    // head) and the per-head dims under *_mla; older ones the per-head dims directly.
+    c.head_dim = static_cast<int64_t>(g->get_uint(a + "attention.key_length_mla", static_cast<uint64_t>(c.head_dim)));
+    c.v_head_dim = static_cast<int64_t>(g->get_uint(a + "attention.value_length_mla", static_cast<uint64_t>(c.v_head_dim)));
+    c.n_kv_heads = c.n_heads;
+  }
   c.rot_dim = static_cast<int64_t>(g->get_uint(a + "rope.dimension_count", static_cast<uint64_t>(c.head_dim)));
   c.rope_theta = static_cast<float>(g->get_float(a + "rope.freq_base", 10000.0));
   c.rms_eps = static_cast<float>(g->get_float(a + "attention.layer_norm_rms_epsilon", 1e-5));
   // llama.cpp's converters permute Llama q/k rows so that adjacent pairs rotate; Qwen keeps NeoX halves.
-  c.rope_style = c.arch == "llama" ? RopeStyle::Adjacent : RopeStyle::NeoX;
+  // DeepSeek's GGUF keeps the checkpoint's interleaved (adjacent-pair) rotary layout.
+  c.rope_style = c.arch == "llama" || c.arch == "deepseek2" ? RopeStyle::Adjacent : RopeStyle::NeoX;
   std::string scaling = g->get_string(a + "rope.scaling.type", "none");
   if (scaling == "linear" || scaling == "yarn") {
     c.rope_scaling.type = scaling;
     c.rope_scaling.factor = static_cast<float>(g->get_float(a + "rope.scaling.factor", 1.0));
     c.rope_scaling.original_context = static_cast<int64_t>(g->get_uint(a + "rope.scaling.original_context_length", 0));
-    FP_CHECK(scaling != "yarn", path, ": rope scaling 'yarn' is not supported for ", c.arch, " yet");
+    FP_CHECK(scaling != "yarn" || c.arch == "deepseek2", path, ": rope scaling 'yarn' is not supported for ", c.arch, " yet");
+    if (scaling == "yarn") {
+      // llama.cpp: cos/sin unscaled (its attn_factor cancels ggml's), softmax scale times mscale^2.
+      c.rope_scaling.log_multiplier = static_cast<float>(g->get_float(a + "rope.scaling.yarn_log_multiplier", 0.1));
+      c.rope_scaling.beta_fast = static_cast<float>(g->get_float(a + "rope.scaling.yarn_beta_fast", 32.0));
+      c.rope_scaling.beta_slow = static_cast<float>(g->get_float(a + "rope.scaling.yarn_beta_slow", 1.0));
+    }
   } else {
     FP_CHECK(scaling == "none", path, ": ", a, "rope.scaling.type '", scaling, "' is not supported");
   }
   c.qkv_bias = c.arch == "qwen2";
-  c.qk_norm = c.arch == "qwen3";
+  c.qk_norm = c.arch == "qwen3" || c.arch == "qwen3moe";
+  if (c.arch == "qwen3moe" || c.arch == "deepseek2") {
+    MoeConfig& e = c.moe;
+    e.n_experts = static_cast<int64_t>(g->get_uint(a + "expert_count", 0));
+    e.n_used = static_cast<int64_t>(g->get_uint(a + "expert_used_count", 0));
+    e.ff = static_cast<int64_t>(g->get_uint(a + "expert_feed_forward_length", 0));
+    e.n_shared = static_cast<int64_t>(g->get_uint(a + "expert_shared_count", 0));
+    e.first_dense = static_cast<int64_t>(g->get_uint(a + "leading_dense_block_count", 0));
+    // llama.cpp normalises Qwen3-MoE's top-k weights unconditionally; DeepSeek says so per file.
+    e.norm_topk = g->get_bool(a + "expert_weights_norm", c.arch == "qwen3moe");
+    e.scale = static_cast<float>(g->get_float(a + "expert_weights_scale", 1.0));
+    const uint64_t gating = g->get_uint(a + "expert_gating_func", 1);
+    FP_CHECK(gating == 1 || gating == 2, path, ": ", a, "expert_gating_func = ", gating, " (1 softmax, 2 sigmoid)");
+    e.scoring = gating == 2 ? "sigmoid" : "softmax";
+    e.n_group = static_cast<int64_t>(g->get_uint(a + "expert_group_count", 1));
+    e.topk_group = static_cast<int64_t>(g->get_uint(a + "expert_group_used_count", static_cast<uint64_t>(e.n_group)));
+    e.group_score = gating == 2 ? "top2sum" : "max";
+    FP_CHECK(e.n_experts > 0, path, ": ", a, "expert_count is missing or 0");
+  }
+  if (c.arch == "deepseek2") {
+    c.mla.q_lora_rank = static_cast<int64_t>(g->get_uint(a + "attention.q_lora_rank", 0));
+    c.mla.kv_lora_rank = static_cast<int64_t>(g->get_uint(a + "attention.kv_lora_rank"));
+    FP_CHECK(c.mla.kv_lora_rank > 0, path, ": ", a, "attention.kv_lora_rank must be positive");
+  }
 
   for (auto& ti : g->tensors()) {
     int64_t shape[4];
@@ -103,6 +141,7 @@ void load_gguf(ModelFile& m, const std::string& path) {
   FP_CHECK(emb, path, ": missing tensor 'token_embd.weight'");
   c.n_vocab = static_cast<int64_t>(g->get_uint(a + "vocab_size", static_cast<uint64_t>(emb->dim(0))));
   if (g->has("tokenizer.ggml.model")) m.tokenizer = Tokenizer::from_gguf(*g);
+  if (c.arch == "deepseek2" || c.arch == "qwen3moe") c.moe.has_bias = m.find("blk." + std::to_string(c.moe.first_dense) + ".exp_probs_b.bias") != nullptr;
   if (m.find("rope_freqs.weight")) m.notes.push_back("rope_freqs.weight present: per-frequency RoPE factors applied");
   for (auto& [k, v] : g->metadata()) m.metadata.emplace_back(k, v.to_string(6));
   m.notes.push_back("GGUF v" + std::to_string(g->version()) + ", " + std::to_string(g->metadata().size()) +
@@ -190,6 +229,51 @@ double json_num(const nlohmann::json& j, const std::string& key, const std::stri
   return it->get<double>();
 }
 
+// MoE and MLA fields of a Qwen3-MoE / DeepSeek-V2 / DeepSeek-V3 config.json.
+void load_hf_moe(ModelConfig& c, const nlohmann::json& j, const std::string& cfg_path, const std::string& arch_cls) {
+  MoeConfig& e = c.moe;
+  e.n_used = json_int(j, "num_experts_per_tok", cfg_path);
+  e.ff = json_int(j, "moe_intermediate_size", cfg_path);
+  e.norm_topk = json_bool(j, "norm_topk_prob", cfg_path, false);
+  if (c.arch == "qwen3moe") {
+    e.n_experts = json_int(j, "num_experts", cfg_path);
+    e.sparse_step = json_int(j, "decoder_sparse_step", cfg_path, 1);
+    if (auto it = j.find("mlp_only_layers"); it != j.end() && !it->is_null()) {
+      FP_CHECK(it->is_array(), cfg_path, ": field 'mlp_only_layers' should be an array of layer indices");
+      for (auto& v : *it) {
+        FP_CHECK(v.is_number_integer(), cfg_path, ": mlp_only_layers holds ", short_dump(v), ", not a layer index");
+        e.dense_layers.push_back(v.get<int64_t>());
+      }
+    }
+    return;
+  }
+  const bool v3 = arch_cls == "DeepseekV3ForCausalLM";
+  e.n_experts = json_int(j, "n_routed_experts", cfg_path);
+  e.n_shared = json_int(j, "n_shared_experts", cfg_path, 0);
+  e.first_dense = json_int(j, "first_k_dense_replace", cfg_path, 0);
+  e.scale = static_cast<float>(json_num(j, "routed_scaling_factor", cfg_path, 1.0));
+  e.scoring = v3 ? "sigmoid" : json_str(j, "scoring_func", cfg_path, "softmax");
+  e.has_bias = v3;
+  const std::string method = json_str(j, "topk_method", cfg_path, v3 ? "noaux_tc" : "greedy");
+  if (v3 || method == "group_limited_greedy") {
+    e.n_group = json_int(j, "n_group", cfg_path, 1);
+    e.topk_group = json_int(j, "topk_group", cfg_path, e.n_group);
+  }
+  e.group_score = v3 ? "top2sum" : "max";
+  FP_CHECK(v3 || method == "greedy" || method == "group_limited_greedy", cfg_path, ": topk_method '", method,
+           "' is not supported for DeepSeek-V2 (greedy, group_limited_greedy)");
+  const int64_t q_lora = json_int(j, "q_lora_rank", cfg_path, 0);  // null: no query compression
+  c.mla.q_lora_rank = q_lora;
+  c.mla.kv_lora_rank = json_int(j, "kv_lora_rank", cfg_path);
+  const int64_t nope = json_int(j, "qk_nope_head_dim", cfg_path), rope = json_int(j, "qk_rope_head_dim", cfg_path);
+  c.head_dim = nope + rope;
+  c.rot_dim = rope;
+  c.v_head_dim = json_int(j, "v_head_dim", cfg_path);
+  c.n_kv_heads = c.n_heads;
+  // DeepSeek stores the rotary dims as interleaved pairs (V3 unless rope_interleave is false).
+  c.rope_style = !v3 || json_bool(j, "rope_interleave", cfg_path, true) ? RopeStyle::Adjacent : RopeStyle::NeoX;
+}
+
 void load_hf(ModelFile& m, const std::string& dir) {
   std::string cfg_path = dir + "/config.json";
   std::ifstream in(cfg_path);
@@ -207,7 +291,10 @@ void load_hf(ModelFile& m, const std::string& dir) {
   if (arch_cls == "LlamaForCausalLM" || arch_cls == "MistralForCausalLM") c.arch = "llama";
   else if (arch_cls == "Qwen2ForCausalLM") c.arch = "qwen2";
   else if (arch_cls == "Qwen3ForCausalLM") c.arch = "qwen3";
-  else fail(cfg_path, ": architectures[0] '", arch_cls, "' is not supported yet (LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)");
+  else if (arch_cls == "Qwen3MoeForCausalLM") c.arch = "qwen3moe";
+  else if (arch_cls == "DeepseekV3ForCausalLM" || arch_cls == "DeepseekV2ForCausalLM") c.arch = "deepseek2";
+  else fail(cfg_path, ": architectures[0] '", arch_cls, "' is not supported yet (LlamaForCausalLM, Qwen2ForCausalLM, ",
+            "Qwen3ForCausalLM, Qwen3MoeForCausalLM, DeepseekV3ForCausalLM, DeepseekV2ForCausalLM)");
   c.dim = json_int(j, "hidden_size", cfg_path);
   c.n_layers = json_int(j, "num_hidden_layers", cfg_path);
   c.n_heads = json_int(j, "num_attention_heads", cfg_path);
@@ -223,8 +310,12 @@ void load_hf(ModelFile& m, const std::string& dir) {
   c.rope_style = RopeStyle::NeoX;  // HF rotate_half
   c.tied_output = json_bool(j, "tie_word_embeddings", cfg_path, false);
   c.qkv_bias = c.arch == "qwen2" || json_bool(j, "attention_bias", cfg_path, false);
-  c.qk_norm = c.arch == "qwen3";
-  if (auto rs = j.find("rope_scaling"); rs != j.end() && rs->is_object()) {
+  c.qk_norm = c.arch == "qwen3" || c.arch == "qwen3moe";
+  if (c.arch == "qwen3moe" || c.arch == "deepseek2") load_hf_moe(c, j, cfg_path, arch_cls);
+  auto rs = j.find("rope_scaling");
+  if (rs == j.end() || !rs->is_object()) rs = j.find("rope_parameters");  // transformers v5 spelling
+  if (rs != j.end() && rs->is_object()) {
+    if (rs->contains("rope_theta")) c.rope_theta = static_cast<float>(json_num(*rs, "rope_theta", cfg_path, c.rope_theta));
     std::string type = json_str(*rs, "rope_type", cfg_path, json_str(*rs, "type", cfg_path, "none"));
     if (type == "linear" || type == "llama3") {
       c.rope_scaling.type = type;
@@ -232,6 +323,20 @@ void load_hf(ModelFile& m, const std::string& dir) {
       c.rope_scaling.low_freq_factor = static_cast<float>(json_num(*rs, "low_freq_factor", cfg_path, 1.0));
       c.rope_scaling.high_freq_factor = static_cast<float>(json_num(*rs, "high_freq_factor", cfg_path, 4.0));
       c.rope_scaling.original_context = json_int(*rs, "original_max_position_embeddings", cfg_path, 8192);
+    } else if (type == "yarn" && (c.arch == "deepseek2" || c.arch == "qwen3moe")) {
+      // transformers: cos/sin times attention_factor; DeepSeek's softmax scale times mscale(mscale_all_dim)^2.
+      RopeScaling& y = c.rope_scaling;
+      y.type = type;
+      y.factor = static_cast<float>(json_num(*rs, "factor", cfg_path, 1.0));
+      y.original_context = json_int(*rs, "original_max_position_embeddings", cfg_path, c.max_context);
+      y.beta_fast = static_cast<float>(json_num(*rs, "beta_fast", cfg_path, 32.0));
+      y.beta_slow = static_cast<float>(json_num(*rs, "beta_slow", cfg_path, 1.0));
+      auto get_mscale = [&](double ms_) { return y.factor <= 1 ? 1.0 : 0.1 * ms_ * std::log(static_cast<double>(y.factor)) + 1.0; };
+      const double ms = json_num(*rs, "mscale", cfg_path, 0.0), ms_all = json_num(*rs, "mscale_all_dim", cfg_path, 0.0);
+      double af = json_num(*rs, "attention_factor", cfg_path, 0.0);
+      if (af == 0.0) af = ms != 0.0 && ms_all != 0.0 ? get_mscale(ms) / get_mscale(ms_all) : get_mscale(1.0);
+      y.attn_factor = static_cast<float>(af);
+      y.log_multiplier = c.arch == "deepseek2" ? static_cast<float>(0.1 * ms_all) : 0.0f;
     } else if (type != "default" && type != "none") {
       fail(cfg_path, ": rope_scaling type '", type, "' is not supported for ", c.arch, " yet");
     }
@@ -304,7 +409,10 @@ std::unique_ptr<ModelFile> load_model_file(const std::string& path, const LoadOp
   for (auto [field, v] : {std::pair<const char*, int64_t>{"vocab size", c.n_vocab}, {"hidden size", c.dim},
                           {"layer count", c.n_layers}, {"attention head count", c.n_heads}, {"kv head count", c.n_kv_heads},
                           {"head dim", c.head_dim}, {"value head dim", c.v_head_dim}, {"rope dimension count", c.rot_dim},
-                          {"feed-forward length", c.hidden_dim}, {"context length", c.max_context}})
+                          {"feed-forward length", c.hidden_dim}, {"context length", c.max_context},
+                          {"expert count", c.moe.n_experts}, {"experts per token", c.moe.n_used}, {"expert feed-forward length", c.moe.ff},
+                          {"shared expert count", c.moe.n_shared}, {"expert group count", c.moe.n_group},
+                          {"q_lora_rank", c.mla.q_lora_rank}, {"kv_lora_rank", c.mla.kv_lora_rank}})
     FP_CHECK(v <= (int64_t{1} << (field == std::string("context length") ? 31 : 24)), path, ": ", field, " = ", v, " is implausibly large (corrupt header?)");
   m->config.validate(path);
   if (!opts.use_mmap) {

@@ -15,7 +15,16 @@ std::string canonical_base(const std::string& hf) {
       {"self_attn.q_proj.bias", "attn_q.bias"},         {"self_attn.k_proj.bias", "attn_k.bias"},
       {"self_attn.v_proj.bias", "attn_v.bias"},         {"self_attn.q_norm.weight", "attn_q_norm.weight"},
       {"self_attn.k_norm.weight", "attn_k_norm.weight"}, {"mlp.gate_proj.weight", "ffn_gate.weight"},
-      {"mlp.up_proj.weight", "ffn_up.weight"},          {"mlp.down_proj.weight", "ffn_down.weight"}};
+      {"mlp.up_proj.weight", "ffn_up.weight"},          {"mlp.down_proj.weight", "ffn_down.weight"},
+      // MoE (Qwen3-MoE, DeepSeek): router, selection bias, shared experts
+      {"mlp.gate.weight", "ffn_gate_inp.weight"},       {"mlp.gate.e_score_correction_bias", "exp_probs_b.bias"},
+      {"mlp.shared_experts.gate_proj.weight", "ffn_gate_shexp.weight"},
+      {"mlp.shared_experts.up_proj.weight", "ffn_up_shexp.weight"},
+      {"mlp.shared_experts.down_proj.weight", "ffn_down_shexp.weight"},
+      // MLA (DeepSeek-V2/V3)
+      {"self_attn.q_a_proj.weight", "attn_q_a.weight"}, {"self_attn.q_a_layernorm.weight", "attn_q_a_norm.weight"},
+      {"self_attn.q_b_proj.weight", "attn_q_b.weight"}, {"self_attn.kv_a_proj_with_mqa.weight", "attn_kv_a_mqa.weight"},
+      {"self_attn.kv_a_layernorm.weight", "attn_kv_a_norm.weight"}, {"self_attn.kv_b_proj.weight", "attn_kv_b.weight"}};
   if (hf == "model.embed_tokens.weight") return "token_embd.weight";
   if (hf == "model.norm.weight") return "output_norm.weight";
   if (hf == "lm_head.weight") return "output.weight";
@@ -26,6 +35,16 @@ std::string canonical_base(const std::string& hf) {
     std::string layer = hf.substr(prefix.size(), dot - prefix.size()), rest = hf.substr(dot + 1);
     for (auto& [from, to] : layer_map)
       if (rest == from) return "blk." + layer + "." + to;
+    // Routed experts stay one 2-D tensor each: mlp.experts.E.gate_proj.weight -> ffn_gate_exps.E.weight
+    const std::string ex = "mlp.experts.";
+    if (rest.rfind(ex, 0) == 0) {
+      size_t d2 = rest.find('.', ex.size());
+      if (d2 == std::string::npos || d2 == ex.size()) return {};
+      std::string e = rest.substr(ex.size(), d2 - ex.size()), proj = rest.substr(d2 + 1);
+      if (e.find_first_not_of("0123456789") != std::string::npos) return {};
+      for (const char* k : {"gate", "up", "down"})
+        if (proj == std::string(k) + "_proj.weight") return "blk." + layer + ".ffn_" + k + "_exps." + e + ".weight";
+    }
   }
   return {};
 }

@@ -1,0 +1,99 @@
+// kernels/ops_moe.h — op signatures of the Mixture-of-Experts and MLA (multi-head latent
+// attention) layers: expert routing, the expert FFN over a routed batch, and MLA attention over
+// a latent KV cache. Kept apart from ops.h; same conventions (F32 contiguous activations,
+// weights as Tensor views in any dtype the matmul kernels take).
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "core/tensor.h"
+
+namespace fp {
+
+enum class MoeScoring { Softmax, Sigmoid };
+// How a group of experts is scored for group-limited routing: DeepSeek-V2 takes the largest
+// expert score of the group, DeepSeek-V3 the sum of its two largest (bias included).
+enum class MoeGroupScore { Max, Top2Sum };
+
+// Routes each token of logits[n, n_expert] to k experts.
+//   probs = softmax(logits) or sigmoid(logits); choice = probs + bias (bias optional, [n_expert]).
+//   With n_group > 1: groups of n_expert / n_group consecutive experts are scored, only the best
+//   topk_group groups stay eligible (the others' choice scores become `masked`).
+//   ids = the k largest choice scores (ties: lower id first); weights = the unbiased probs of those,
+//   divided by their sum when norm_topk (+ norm_eps), then multiplied by scale.
+// ids[n, k] and weights[n, k] come out in descending choice order.
+struct MoeRouteArgs {
+  static constexpr const char* kName = "moe_route";
+  const float* logits = nullptr;
+  int64_t n = 0, n_expert = 0, k = 0;
+  MoeScoring scoring = MoeScoring::Softmax;
+  const float* bias = nullptr;
+  int64_t n_group = 1, topk_group = 1;
+  MoeGroupScore group_score = MoeGroupScore::Max;
+  float masked = 0.0f;  // choice score given to experts of dropped groups (HF V2: 0, V3: -inf)
+  bool norm_topk = false;
+  float norm_eps = 0.0f;
+  float scale = 1.0f;
+  int32_t* ids = nullptr;
+  float* weights = nullptr;
+  std::string shape_class() const;
+};
+
+// out[n, dim] = sum_j weights[i, j] * FFN_{ids[i, j]}(x[i]) + sum_s FFN_shared(x[i])
+// where FFN_e(x) = down_e · (silu(gate_e · x) ⊙ (up_e · x)).
+// gate/up/down point at n_expert 2-D views each: gate_e, up_e [ff, dim], down_e [dim, ff].
+// The shared expert (optional: shared_gate null) has width shared_ff and weight 1.
+struct MoeFfnArgs {
+  static constexpr const char* kName = "moe_ffn";
+  const float* x = nullptr;
+  int64_t n = 0, dim = 0;
+  const int32_t* ids = nullptr;
+  const float* weights = nullptr;
+  int64_t k = 0;
+  int64_t n_expert = 0, ff = 0;
+  const Tensor* gate = nullptr;
+  const Tensor* up = nullptr;
+  const Tensor* down = nullptr;
+  const Tensor* shared_gate = nullptr;
+  const Tensor* shared_up = nullptr;
+  const Tensor* shared_down = nullptr;
+  int64_t shared_ff = 0;
+  float* out = nullptr;
+  std::string shape_class() const;  // expert weight dtype, gemv/gemm (tokens per expert), shared
+};
+
+// MLA attention of a varlen batch against a latent KV cache (DeepSeek-V2/V3).
+// q[n, H, nope + rope]: per head [q_nope | q_pe], RoPE already applied to q_pe.
+// The cache row of position t of sequence s (slot as in AttentionArgs) is
+//   latent_pool + slot * latent_stride = [c (kv_lora, normalised) | k_pe (rope, RoPE applied)].
+// Head h sees key [W_UK_h c | k_pe] and value W_UV_h c, with per-head weights
+//   wk[h]   [nope, kv_lora]  (latent -> k_nope; the expanded form),
+//   wk_t[h] [kv_lora, nope]  (q_nope -> latent query; the absorbed form: q_nope·W_UK_h c = (W_UK_h^T q_nope)·c),
+//   wv[h]   [v_dim, kv_lora] (latent -> value).
+// out[n, H, v_dim] = softmax(q·k * scale) over positions 0..pos (causal) weighted sum of values.
+struct MlaAttentionArgs {
+  static constexpr const char* kName = "mla_attention";
+  const float* q = nullptr;
+  const int32_t* pos = nullptr;
+  int64_t n = 0;
+  int64_t n_seqs = 0;
+  const int32_t* seq_indptr = nullptr;
+  int64_t n_heads = 0, nope = 0, rope = 0, v_dim = 0, kv_lora = 0;
+  const float* latent_pool = nullptr;
+  int64_t latent_stride = 0;
+  int64_t page_size = 1;
+  const int32_t* page_indptr = nullptr;
+  const int32_t* page_ids = nullptr;
+  const int32_t* kv_len = nullptr;
+  const Tensor* wk = nullptr;
+  const Tensor* wk_t = nullptr;
+  const Tensor* wv = nullptr;
+  float scale = 1.0f;
+  float* out = nullptr;
+  std::string shape_class() const;
+  int64_t slot(int64_t s, int64_t t) const {
+    return static_cast<int64_t>(page_ids[page_indptr[s] + t / page_size]) * page_size + t % page_size;
+  }
+};
+
+}  // namespace fp

@@ -1,0 +1,247 @@
+// model/deepseek.cpp — DeepSeek-V2/V3 (GGUF deepseek2, HF DeepseekV2ForCausalLM /
+// DeepseekV3ForCausalLM): multi-head latent attention and a routed + shared expert FFN.
+//
+// Attention per layer (H heads, per head q/k = [nope | rope], v):
+//   q = attn_q · h, or attn_q_b · RMSNorm(attn_q_a · h) with query compression (q_lora_rank > 0)
+//   [c | k_pe] = attn_kv_a_mqa · h;  c = RMSNorm(c) (kv_lora values), k_pe (rope values) shared by all heads
+//   RoPE on q_pe and k_pe; the cache keeps only [c | k_pe] per token and layer;
+//   keys/values per head come from attn_kv_b (or its split attn_k_b / attn_v_b form) — see the
+//   mla_attention op for the two execution forms (expanded for prefill, absorbed for decode).
+// FFN: the first `first_dense` layers dense, the others MoE (see moe_layers.h).
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+#include "kernels/ops.h"
+#include "kernels/registry.h"
+#include "model/model.h"
+#include "model/moe_layers.h"
+
+namespace fp {
+namespace {
+
+struct DeepseekLayer {
+  const float *attn_norm, *ffn_norm, *kv_a_norm, *q_a_norm = nullptr;
+  const Tensor *wq = nullptr, *wq_a = nullptr, *wq_b = nullptr, *wkv_a, *wo;
+  std::vector<Tensor> wk, wk_t, wv;  // per head, see MlaAttentionArgs
+  bool moe = false;
+  const Tensor *w_gate = nullptr, *w_up = nullptr, *w_down = nullptr;
+  MoeLayerWeights experts;
+};
+
+class DeepseekModel : public Model {
+ public:
+  explicit DeepseekModel(std::shared_ptr<ModelFile> f) : Model(std::move(f)) {
+    const ModelConfig& c = config();
+    ModelFile& mf = *file_;
+    H_ = c.n_heads;
+    L_ = c.mla.kv_lora_rank;
+    rope_ = c.rot_dim;
+    nope_ = c.head_dim - c.rot_dim;
+    vd_ = c.v_head_dim;
+    FP_CHECK(L_ > 0, mf.path, ": deepseek2 needs kv_lora_rank > 0");
+    FP_CHECK(nope_ > 0, mf.path, ": deepseek2 needs key_length (", c.head_dim, ") > rope dims (", rope_, ")");
+    const int64_t qd = nope_ + rope_;
+    embed_ = &mf.get("token_embd.weight", {c.n_vocab, c.dim});
+    output_norm_ = load_vec_f32(mf, "output_norm.weight", c.dim);
+    output_ = c.tied_output ? embed_ : &mf.get("output.weight", {c.n_vocab, c.dim});
+    for (int64_t l = 0; l < c.n_layers; ++l) {
+      const std::string p = "blk." + std::to_string(l) + ".";
+      DeepseekLayer Y{};
+      Y.attn_norm = load_vec_f32(mf, p + "attn_norm.weight", c.dim);
+      Y.ffn_norm = load_vec_f32(mf, p + "ffn_norm.weight", c.dim);
+      if (c.mla.q_lora_rank > 0) {
+        Y.wq_a = &mf.get(p + "attn_q_a.weight", {c.mla.q_lora_rank, c.dim});
+        Y.q_a_norm = load_vec_f32(mf, p + "attn_q_a_norm.weight", c.mla.q_lora_rank);
+        Y.wq_b = &mf.get(p + "attn_q_b.weight", {H_ * qd, c.mla.q_lora_rank});
+      } else {
+        Y.wq = &mf.get(p + "attn_q.weight", {H_ * qd, c.dim});
+      }
+      Y.wkv_a = &mf.get(p + "attn_kv_a_mqa.weight", {L_ + rope_, c.dim});
+      Y.kv_a_norm = load_vec_f32(mf, p + "attn_kv_a_norm.weight", L_);
+      Y.wo = &mf.get(p + "attn_output.weight", {c.dim, H_ * vd_});
+      load_kv_b(mf, p, Y);
+      Y.moe = c.moe.is_moe_layer(l);
+      if (Y.moe) {
+        Y.experts = load_moe_layer(mf, p, c);
+      } else {
+        Y.w_gate = &mf.get(p + "ffn_gate.weight", {c.hidden_dim, c.dim});
+        Y.w_up = &mf.get(p + "ffn_up.weight", {c.hidden_dim, c.dim});
+        Y.w_down = &mf.get(p + "ffn_down.weight", {c.dim, c.hidden_dim});
+      }
+      layers_.push_back(std::move(Y));
+    }
+    inv_freq_ = c.rope_inv_freq();
+    const RopeScaling& rs = c.rope_scaling;
+    float mscale = 1.0f;
+    if (rs.type == "yarn") {
+      rope_mscale_ = rs.attn_factor;
+      if (rs.factor > 1.0f) mscale = 1.0f + rs.log_multiplier * std::log(rs.factor);
+    }
+    scale_ = mscale * mscale / std::sqrt(static_cast<float>(qd));
+  }
+
+  KvLayout kv_layout() const override { return KvLayout{config().n_layers, L_ + rope_, 0}; }
+
+  void forward(const ForwardBatch& b, KvPool& pool, float* logits) override {
+    const ModelConfig& c = config();
+    check_batch(b, pool);
+    FP_CHECK(pool.layout().k_width == L_ + rope_ && pool.layout().v_width == 0, "deepseek2: the KV pool holds ",
+             pool.layout().k_width, "+", pool.layout().v_width, " floats per token, the latent cache needs ", L_ + rope_, "+0");
+    const int64_t n = b.n_tokens();
+    if (n <= 0) return;
+    const int64_t qd = nope_ + rope_, lw = L_ + rope_;
+    resize(x_, n * c.dim);
+    resize(h_, n * c.dim);
+    resize(q_, n * H_ * qd);
+    resize(qa_, n * c.mla.q_lora_rank);
+    resize(kva_, n * lw);
+    resize(c_, n * L_);
+    resize(att_, n * H_ * vd_);
+    resize(gate_, n * std::max(c.hidden_dim, c.dim));
+    resize(up_, n * c.hidden_dim);
+    const int32_t* pos = b.positions.data();
+
+    MlaAttentionArgs att{};
+    att.q = q_.data();
+    att.pos = pos;
+    att.n = n;
+    att.n_seqs = b.n_seqs();
+    att.seq_indptr = b.seq_indptr.data();
+    att.n_heads = H_;
+    att.nope = nope_;
+    att.rope = rope_;
+    att.v_dim = vd_;
+    att.kv_lora = L_;
+    att.latent_stride = lw;
+    att.page_size = pool.page_size();
+    att.page_indptr = b.page_indptr.data();
+    att.page_ids = b.page_ids.data();
+    att.kv_len = b.kv_len.data();
+    att.scale = scale_;
+    att.out = att_.data();
+    slots_.resize(static_cast<size_t>(n));
+    for (int64_t s = 0; s < att.n_seqs; ++s)
+      for (int64_t i = b.seq_indptr[s]; i < b.seq_indptr[s + 1]; ++i) {
+        const int64_t t = pos[i];
+        slots_[static_cast<size_t>(i)] =
+            static_cast<int64_t>(b.page_ids[static_cast<size_t>(b.page_indptr[s] + t / att.page_size)]) * att.page_size + t % att.page_size;
+      }
+
+    dispatch(EmbeddingArgs{embed_, b.tokens.data(), n, x_.data()});
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      const DeepseekLayer& Y = layers_[l];
+      dispatch(RmsNormArgs{x_.data(), Y.attn_norm, n, c.dim, c.rms_eps, h_.data()});
+      if (Y.wq_a) {
+        dispatch(MatMulArgs{h_.data(), n, Y.wq_a, nullptr, qa_.data()});
+        dispatch(RmsNormArgs{qa_.data(), Y.q_a_norm, n, c.mla.q_lora_rank, c.rms_eps, qa_.data()});
+        dispatch(MatMulArgs{qa_.data(), n, Y.wq_b, nullptr, q_.data()});
+      } else {
+        dispatch(MatMulArgs{h_.data(), n, Y.wq, nullptr, q_.data()});
+      }
+      dispatch(MatMulArgs{h_.data(), n, Y.wkv_a, nullptr, kva_.data()});
+      for (int64_t i = 0; i < n; ++i) std::memcpy(c_.data() + i * L_, kva_.data() + i * lw, static_cast<size_t>(L_) * 4);
+      dispatch(RmsNormArgs{c_.data(), Y.kv_a_norm, n, L_, c.rms_eps, c_.data()});
+      // RoPE: the last `rope` values of every query head, and the one shared k_pe.
+      dispatch(RopeArgs{q_.data() + nope_, pos, n, H_, qd, rope_, H_ * qd, inv_freq_.data(), rope_mscale_, c.rope_style});
+      dispatch(RopeArgs{kva_.data() + L_, pos, n, 1, rope_, rope_, lw, inv_freq_.data(), rope_mscale_, c.rope_style});
+      float* kc = pool.k(static_cast<int64_t>(l));
+      for (int64_t i = 0; i < n; ++i) {
+        float* row = kc + slots_[static_cast<size_t>(i)] * lw;
+        std::memcpy(row, c_.data() + i * L_, static_cast<size_t>(L_) * 4);
+        std::memcpy(row + L_, kva_.data() + i * lw + L_, static_cast<size_t>(rope_) * 4);
+      }
+      att.latent_pool = kc;
+      att.wk = Y.wk.data();
+      att.wk_t = Y.wk_t.data();
+      att.wv = Y.wv.data();
+      dispatch(att);
+      dispatch(MatMulArgs{att_.data(), n, Y.wo, nullptr, h_.data()});
+      dispatch(AddArgs{x_.data(), h_.data(), n * c.dim, x_.data()});
+
+      dispatch(RmsNormArgs{x_.data(), Y.ffn_norm, n, c.dim, c.rms_eps, h_.data()});
+      if (Y.moe) {
+        moe_.run(Y.experts, c, h_.data(), n, gate_.data());
+        dispatch(AddArgs{x_.data(), gate_.data(), n * c.dim, x_.data()});
+      } else {
+        dispatch(MatMulArgs{h_.data(), n, Y.w_gate, nullptr, gate_.data()});
+        dispatch(MatMulArgs{h_.data(), n, Y.w_up, nullptr, up_.data()});
+        dispatch(SiluMulArgs{gate_.data(), up_.data(), n, c.hidden_dim, 0, 0, gate_.data()});
+        dispatch(MatMulArgs{gate_.data(), n, Y.w_down, nullptr, h_.data()});
+        dispatch(AddArgs{x_.data(), h_.data(), n * c.dim, x_.data()});
+      }
+    }
+
+    const int64_t rows = static_cast<int64_t>(b.logit_rows.size());
+    if (rows == 0) return;
+    for (int64_t r = 0; r < rows; ++r)
+      std::memcpy(h_.data() + r * c.dim, x_.data() + b.logit_rows[static_cast<size_t>(r)] * c.dim, static_cast<size_t>(c.dim) * 4);
+    dispatch(RmsNormArgs{h_.data(), output_norm_, rows, c.dim, c.rms_eps, h_.data()});
+    dispatch(MatMulArgs{h_.data(), rows, output_, nullptr, logits});
+  }
+
+ private:
+  // Per-head views of the KV up-projection. One tensor attn_kv_b [H * (nope + v), kv_lora]
+  // (rows per head: nope key rows, then v value rows), or llama.cpp's split form attn_k_b
+  // [H, kv_lora, nope] (already transposed for absorption) and attn_v_b [H, v, kv_lora].
+  // The missing orientation of W_UK is materialised in F32 once (H x nope x kv_lora values);
+  // block-scaled (FP8) weights are dequantized, since a head's rows need not start on a block.
+  void load_kv_b(ModelFile& mf, const std::string& p, DeepseekLayer& Y) {
+    auto f32_view = [](const float* base, int64_t rows, int64_t cols) { return Tensor::view(base, DType::F32, {rows, cols}); };
+    auto transpose = [&](const float* src, int64_t rows, int64_t cols) {  // src [rows, cols] -> [cols, rows]
+      float* dst = mf.own_f32(static_cast<size_t>(rows * cols));
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t k = 0; k < cols; ++k) dst[k * rows + r] = src[r * cols + k];
+      return dst;
+    };
+    if (const Tensor* kv = mf.find(p + "attn_kv_b.weight")) {
+      const Tensor& t = mf.get(p + "attn_kv_b.weight", {H_ * (nope_ + vd_), L_});
+      (void)kv;
+      const float* deq = t.block_scale || t.dtype != DType::F32 ? load_dequantized(mf, t) : static_cast<const float*>(t.data);
+      for (int64_t h = 0; h < H_; ++h) {
+        const int64_t r0 = h * (nope_ + vd_);
+        if (t.block_scale) {
+          Y.wk.push_back(f32_view(deq + r0 * L_, nope_, L_));
+          Y.wv.push_back(f32_view(deq + (r0 + nope_) * L_, vd_, L_));
+        } else {
+          Y.wk.push_back(Tensor::view(t.row_ptr(r0), t.dtype, {nope_, L_}));
+          Y.wv.push_back(Tensor::view(t.row_ptr(r0 + nope_), t.dtype, {vd_, L_}));
+        }
+        Y.wk_t.push_back(f32_view(transpose(deq + r0 * L_, nope_, L_), L_, nope_));
+      }
+      return;
+    }
+    const Tensor& kb = mf.get(p + "attn_k_b.weight", {H_, L_, nope_});
+    const Tensor& vb = mf.get(p + "attn_v_b.weight", {H_, vd_, L_});
+    FP_CHECK(!kb.block_scale && !vb.block_scale, mf.path, ": ", p, "attn_k_b/attn_v_b must not be block-scaled");
+    const float* kdeq = load_dequantized(mf, kb);
+    for (int64_t h = 0; h < H_; ++h) {
+      Y.wk_t.push_back(Tensor::view(kb.row_ptr(h * L_), kb.dtype, {L_, nope_}));
+      Y.wv.push_back(Tensor::view(vb.row_ptr(h * vd_), vb.dtype, {vd_, L_}));
+      Y.wk.push_back(f32_view(transpose(kdeq + h * L_ * nope_, L_, nope_), nope_, L_));
+    }
+  }
+
+  static void resize(std::vector<float>& v, int64_t n) {
+    if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
+  }
+
+  int64_t H_ = 0, L_ = 0, rope_ = 0, nope_ = 0, vd_ = 0;
+  float scale_ = 1.0f, rope_mscale_ = 1.0f;
+  const Tensor* embed_ = nullptr;
+  const Tensor* output_ = nullptr;
+  const float* output_norm_ = nullptr;
+  std::vector<DeepseekLayer> layers_;
+  std::vector<float> inv_freq_;
+  std::vector<float> x_, h_, q_, qa_, kva_, c_, att_, gate_, up_;
+  std::vector<int64_t> slots_;
+  MoeBlock moe_;
+};
+
+const bool registered =
+    register_architecture("deepseek2", [](std::shared_ptr<ModelFile> f) -> std::unique_ptr<Model> {
+      return std::make_unique<DeepseekModel>(std::move(f));
+    });
+
+}  // namespace
+}  // namespace fp

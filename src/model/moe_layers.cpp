@@ -1,0 +1,118 @@
+// model/moe_layers.cpp — expert weight views and the routed FFN block.
+#include "model/moe_layers.h"
+
+#include <limits>
+
+#include "core/error.h"
+#include "kernels/ops.h"
+#include "kernels/registry.h"
+
+namespace fp {
+
+const float* load_vec_f32(ModelFile& mf, const std::string& name, int64_t len) {
+  const Tensor& t = mf.get(name, {len});
+  if (t.dtype == DType::F32) return static_cast<const float*>(t.data);
+  float* buf = mf.own_f32(static_cast<size_t>(len));
+  dequantize_row(t.dtype, t.data, buf, len);
+  return buf;
+}
+
+float* load_dequantized(ModelFile& mf, const Tensor& w) {
+  const int64_t rows = w.rows(), cols = w.cols();
+  float* buf = mf.own_f32(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    float* dst = buf + r * cols;
+    dequantize_row(w.dtype, w.row_ptr(r), dst, cols);
+    if (w.block_scale) {
+      const int64_t sb = w.scale_block, sc = (cols + sb - 1) / sb;
+      for (int64_t k = 0; k < cols; ++k) dst[k] *= w.block_scale[(r / sb) * sc + k / sb];
+    }
+  }
+  return buf;
+}
+
+namespace {
+
+// Expert e's [out, in] matrix: a slice of the stacked GGUF tensor, or its own HF tensor.
+std::vector<Tensor> load_experts(ModelFile& mf, const std::string& prefix, const std::string& proj, int64_t n_expert,
+                                 int64_t out, int64_t in) {
+  std::vector<Tensor> v;
+  const std::string stacked = prefix + "ffn_" + proj + "_exps.weight";
+  if (mf.find(stacked)) {
+    const Tensor& t = mf.get(stacked, {n_expert, out, in});
+    FP_CHECK(!t.block_scale, mf.path, ": '", stacked, "' is block-scaled; stacked experts must not be");
+    const int64_t bytes = out * row_bytes(t.dtype, in);
+    for (int64_t e = 0; e < n_expert; ++e)
+      v.push_back(Tensor::view(static_cast<const uint8_t*>(t.data) + e * bytes, t.dtype, {out, in}));
+    return v;
+  }
+  for (int64_t e = 0; e < n_expert; ++e)
+    v.push_back(mf.get(prefix + "ffn_" + proj + "_exps." + std::to_string(e) + ".weight", {out, in}));
+  return v;
+}
+
+}  // namespace
+
+MoeLayerWeights load_moe_layer(ModelFile& mf, const std::string& p, const ModelConfig& c) {
+  const MoeConfig& m = c.moe;
+  MoeLayerWeights w;
+  w.router = &mf.get(p + "ffn_gate_inp.weight", {m.n_experts, c.dim});
+  if (mf.find(p + "exp_probs_b.bias")) w.bias = load_vec_f32(mf, p + "exp_probs_b.bias", m.n_experts);
+  w.gate = load_experts(mf, p, "gate", m.n_experts, m.ff, c.dim);
+  w.up = load_experts(mf, p, "up", m.n_experts, m.ff, c.dim);
+  w.down = load_experts(mf, p, "down", m.n_experts, c.dim, m.ff);
+  if (m.n_shared > 0) {
+    w.sh_ff = m.n_shared * m.ff;
+    w.sh_gate = &mf.get(p + "ffn_gate_shexp.weight", {w.sh_ff, c.dim});
+    w.sh_up = &mf.get(p + "ffn_up_shexp.weight", {w.sh_ff, c.dim});
+    w.sh_down = &mf.get(p + "ffn_down_shexp.weight", {c.dim, w.sh_ff});
+  }
+  return w;
+}
+
+void MoeBlock::run(const MoeLayerWeights& w, const ModelConfig& c, const float* h, int64_t n, float* out) {
+  const MoeConfig& m = c.moe;
+  if (static_cast<int64_t>(logits_.size()) < n * m.n_experts) logits_.resize(static_cast<size_t>(n * m.n_experts));
+  if (static_cast<int64_t>(ids_.size()) < n * m.n_used) {
+    ids_.resize(static_cast<size_t>(n * m.n_used));
+    weights_.resize(static_cast<size_t>(n * m.n_used));
+  }
+  dispatch(MatMulArgs{h, n, w.router, nullptr, logits_.data()});
+  MoeRouteArgs r;
+  r.logits = logits_.data();
+  r.n = n;
+  r.n_expert = m.n_experts;
+  r.k = m.n_used;
+  r.scoring = m.scoring == "sigmoid" ? MoeScoring::Sigmoid : MoeScoring::Softmax;
+  r.bias = w.bias;
+  r.n_group = m.n_group;
+  r.topk_group = m.topk_group;
+  // DeepSeek-V3 drops the other groups' experts (-inf); V2's group-limited greedy zeroes their scores.
+  r.group_score = m.group_score == "top2sum" ? MoeGroupScore::Top2Sum : MoeGroupScore::Max;
+  r.masked = m.group_score == "top2sum" ? -std::numeric_limits<float>::infinity() : 0.0f;
+  r.norm_topk = m.norm_topk;
+  r.scale = m.scale;
+  r.ids = ids_.data();
+  r.weights = weights_.data();
+  dispatch(r);
+  MoeFfnArgs f;
+  f.x = h;
+  f.n = n;
+  f.dim = c.dim;
+  f.ids = ids_.data();
+  f.weights = weights_.data();
+  f.k = m.n_used;
+  f.n_expert = m.n_experts;
+  f.ff = m.ff;
+  f.gate = w.gate.data();
+  f.up = w.up.data();
+  f.down = w.down.data();
+  f.shared_gate = w.sh_gate;
+  f.shared_up = w.sh_up;
+  f.shared_down = w.sh_down;
+  f.shared_ff = w.sh_ff;
+  f.out = out;
+  dispatch(f);
+}
+
+}  // namespace fp

@@ -1,0 +1,40 @@
+// model/moe_layers.h — building blocks shared by the MoE architectures (qwen3_moe.cpp,
+// deepseek.cpp): expert weights as per-expert 2-D views (GGUF's stacked [n_expert, out, in]
+// tensors or Hugging Face's one tensor per expert), and the routed FFN block: router matmul,
+// routing op, grouped expert op.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "kernels/ops_moe.h"
+#include "model/model_file.h"
+
+namespace fp {
+
+// A 1-D F32 view of a norm weight or bias (converted from F16/BF16 once at load).
+const float* load_vec_f32(ModelFile& mf, const std::string& name, int64_t len);
+// A weight dequantized (block scales applied) into an owned F32 [rows, cols] buffer.
+float* load_dequantized(ModelFile& mf, const Tensor& w);
+
+struct MoeLayerWeights {
+  const Tensor* router = nullptr;  // [n_expert, dim]
+  const float* bias = nullptr;     // [n_expert] selection bias (DeepSeek-V3), or null
+  std::vector<Tensor> gate, up, down;  // per expert: [ff, dim], [ff, dim], [dim, ff]
+  const Tensor *sh_gate = nullptr, *sh_up = nullptr, *sh_down = nullptr;  // shared experts, [sh_ff, dim] ...
+  int64_t sh_ff = 0;
+};
+
+// Loads layer `prefix` ("blk.N.")'s router, experts and (when config.moe.n_shared) shared experts.
+MoeLayerWeights load_moe_layer(ModelFile& mf, const std::string& prefix, const ModelConfig& c);
+
+// Routes h[n, dim] and runs the experts: out[n, dim] (shared experts included).
+class MoeBlock {
+ public:
+  void run(const MoeLayerWeights& w, const ModelConfig& c, const float* h, int64_t n, float* out);
+
+ private:
+  std::vector<float> logits_, weights_;
+  std::vector<int32_t> ids_;
+};
+
+}  // namespace fp

@@ -1,0 +1,164 @@
+// model/qwen3_moe.cpp — Qwen3-MoE (HF Qwen3MoeForCausalLM, GGUF qwen3moe): Qwen3 attention
+// (GQA, per-head q/k RMSNorm, NeoX RoPE) and, in the sparse layers, a softmax top-k router over
+// routed experts (norm_topk_prob). Dense layers (mlp_only_layers, decoder_sparse_step; in GGUF
+// a layer without ffn_gate_inp) keep a plain SwiGLU FFN.
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+#include "kernels/ops.h"
+#include "kernels/registry.h"
+#include "model/model.h"
+#include "model/moe_layers.h"
+
+namespace fp {
+namespace {
+
+struct Qwen3MoeLayer {
+  const float *attn_norm, *ffn_norm, *q_norm, *k_norm;
+  const Tensor *wq, *wk, *wv, *wo;
+  bool moe = false;
+  const Tensor *w_gate = nullptr, *w_up = nullptr, *w_down = nullptr;  // dense layers
+  MoeLayerWeights experts;
+};
+
+class Qwen3MoeModel : public Model {
+ public:
+  explicit Qwen3MoeModel(std::shared_ptr<ModelFile> f) : Model(std::move(f)) {
+    const ModelConfig& c = config();
+    ModelFile& mf = *file_;
+    FP_CHECK(c.v_head_dim == c.head_dim, mf.path, ": qwen3moe needs value_length == key_length");
+    FP_CHECK(c.moe.n_experts > 0, mf.path, ": qwen3moe needs an expert count");
+    const int64_t q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
+    embed_ = &mf.get("token_embd.weight", {c.n_vocab, c.dim});
+    output_norm_ = load_vec_f32(mf, "output_norm.weight", c.dim);
+    output_ = c.tied_output ? embed_ : &mf.get("output.weight", {c.n_vocab, c.dim});
+    for (int64_t l = 0; l < c.n_layers; ++l) {
+      const std::string p = "blk." + std::to_string(l) + ".";
+      Qwen3MoeLayer L{};
+      L.attn_norm = load_vec_f32(mf, p + "attn_norm.weight", c.dim);
+      L.ffn_norm = load_vec_f32(mf, p + "ffn_norm.weight", c.dim);
+      L.q_norm = load_vec_f32(mf, p + "attn_q_norm.weight", c.head_dim);
+      L.k_norm = load_vec_f32(mf, p + "attn_k_norm.weight", c.head_dim);
+      L.wq = &mf.get(p + "attn_q.weight", {q_dim, c.dim});
+      L.wk = &mf.get(p + "attn_k.weight", {kv_dim, c.dim});
+      L.wv = &mf.get(p + "attn_v.weight", {kv_dim, c.dim});
+      L.wo = &mf.get(p + "attn_output.weight", {c.dim, q_dim});
+      // HF says which layers are sparse in config.json; GGUF by the tensors present.
+      L.moe = c.source == "gguf" ? mf.find(p + "ffn_gate_inp.weight") != nullptr : c.moe.is_moe_layer(l);
+      if (L.moe) {
+        L.experts = load_moe_layer(mf, p, c);
+      } else {
+        L.w_gate = &mf.get(p + "ffn_gate.weight", {c.hidden_dim, c.dim});
+        L.w_up = &mf.get(p + "ffn_up.weight", {c.hidden_dim, c.dim});
+        L.w_down = &mf.get(p + "ffn_down.weight", {c.dim, c.hidden_dim});
+      }
+      layers_.push_back(std::move(L));
+    }
+    inv_freq_ = c.rope_inv_freq();
+  }
+
+  void forward(const ForwardBatch& b, KvPool& pool, float* logits) override {
+    const ModelConfig& c = config();
+    check_batch(b, pool);
+    const int64_t n = b.n_tokens();
+    if (n <= 0) return;
+    const int64_t q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
+    for (auto* v : {&x_, &h_}) resize(*v, n * c.dim);
+    resize(q_, n * q_dim);
+    resize(k_, n * kv_dim);
+    resize(v_, n * kv_dim);
+    resize(att_, n * q_dim);
+    resize(gate_, n * c.hidden_dim);
+    resize(up_, n * c.hidden_dim);
+    const int32_t* pos = b.positions.data();
+    const float mscale = c.rope_scaling.type == "yarn" ? c.rope_scaling.attn_factor : 1.0f;
+
+    AttentionArgs att{};
+    att.q = q_.data();
+    att.pos = pos;
+    att.n = n;
+    att.n_seqs = b.n_seqs();
+    att.seq_indptr = b.seq_indptr.data();
+    att.n_heads = c.n_heads;
+    att.n_kv_heads = c.n_kv_heads;
+    att.head_dim = att.v_dim = c.head_dim;
+    att.k_stride = att.v_stride = kv_dim;
+    att.page_size = pool.page_size();
+    att.page_indptr = b.page_indptr.data();
+    att.page_ids = b.page_ids.data();
+    att.kv_len = b.kv_len.data();
+    att.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    att.out = att_.data();
+    slots_.resize(static_cast<size_t>(n));
+    for (int64_t s = 0; s < att.n_seqs; ++s)
+      for (int64_t i = b.seq_indptr[s]; i < b.seq_indptr[s + 1]; ++i) slots_[static_cast<size_t>(i)] = att.slot(s, pos[i]);
+
+    dispatch(EmbeddingArgs{embed_, b.tokens.data(), n, x_.data()});
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      const Qwen3MoeLayer& L = layers_[l];
+      dispatch(RmsNormArgs{x_.data(), L.attn_norm, n, c.dim, c.rms_eps, h_.data()});
+      dispatch(MatMulArgs{h_.data(), n, L.wq, nullptr, q_.data()});
+      dispatch(MatMulArgs{h_.data(), n, L.wk, nullptr, k_.data()});
+      dispatch(MatMulArgs{h_.data(), n, L.wv, nullptr, v_.data()});
+      dispatch(RmsNormArgs{q_.data(), L.q_norm, n * c.n_heads, c.head_dim, c.rms_eps, q_.data()});
+      dispatch(RmsNormArgs{k_.data(), L.k_norm, n * c.n_kv_heads, c.head_dim, c.rms_eps, k_.data()});
+      dispatch(RopeArgs{q_.data(), pos, n, c.n_heads, c.head_dim, c.rot_dim, q_dim, inv_freq_.data(), mscale, c.rope_style});
+      dispatch(RopeArgs{k_.data(), pos, n, c.n_kv_heads, c.head_dim, c.rot_dim, kv_dim, inv_freq_.data(), mscale, c.rope_style});
+      float* kc = pool.k(static_cast<int64_t>(l));
+      float* vc = pool.v(static_cast<int64_t>(l));
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t slot = slots_[static_cast<size_t>(i)];
+        std::memcpy(kc + slot * kv_dim, k_.data() + i * kv_dim, static_cast<size_t>(kv_dim) * 4);
+        std::memcpy(vc + slot * kv_dim, v_.data() + i * kv_dim, static_cast<size_t>(kv_dim) * 4);
+      }
+      att.k_pool = kc;
+      att.v_pool = vc;
+      dispatch(att);
+      dispatch(MatMulArgs{att_.data(), n, L.wo, nullptr, h_.data()});
+      dispatch(AddArgs{x_.data(), h_.data(), n * c.dim, x_.data()});
+
+      dispatch(RmsNormArgs{x_.data(), L.ffn_norm, n, c.dim, c.rms_eps, h_.data()});
+      if (L.moe) {
+        resize(gate_, n * c.dim);
+        moe_.run(L.experts, c, h_.data(), n, gate_.data());
+      } else {
+        dispatch(MatMulArgs{h_.data(), n, L.w_gate, nullptr, gate_.data()});
+        dispatch(MatMulArgs{h_.data(), n, L.w_up, nullptr, up_.data()});
+        dispatch(SiluMulArgs{gate_.data(), up_.data(), n, c.hidden_dim, 0, 0, gate_.data()});
+        dispatch(MatMulArgs{gate_.data(), n, L.w_down, nullptr, h_.data()});
+        std::memcpy(gate_.data(), h_.data(), static_cast<size_t>(n * c.dim) * 4);
+      }
+      dispatch(AddArgs{x_.data(), gate_.data(), n * c.dim, x_.data()});
+    }
+
+    const int64_t rows = static_cast<int64_t>(b.logit_rows.size());
+    if (rows == 0) return;
+    for (int64_t r = 0; r < rows; ++r)
+      std::memcpy(h_.data() + r * c.dim, x_.data() + b.logit_rows[static_cast<size_t>(r)] * c.dim, static_cast<size_t>(c.dim) * 4);
+    dispatch(RmsNormArgs{h_.data(), output_norm_, rows, c.dim, c.rms_eps, h_.data()});
+    dispatch(MatMulArgs{h_.data(), rows, output_, nullptr, logits});
+  }
+
+ private:
+  static void resize(std::vector<float>& v, int64_t n) {
+    if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
+  }
+
+  const Tensor* embed_ = nullptr;
+  const Tensor* output_ = nullptr;
+  const float* output_norm_ = nullptr;
+  std::vector<Qwen3MoeLayer> layers_;
+  std::vector<float> inv_freq_;
+  std::vector<float> x_, h_, q_, k_, v_, att_, gate_, up_;
+  std::vector<int64_t> slots_;
+  MoeBlock moe_;
+};
+
+const bool registered =
+    register_architecture("qwen3moe", [](std::shared_ptr<ModelFile> f) -> std::unique_ptr<Model> {
+      return std::make_unique<Qwen3MoeModel>(std::move(f));
+    });
+
+}  // namespace
+}  // namespace fp
