@@ -5,7 +5,9 @@ oracle) for small random-weight models written by `fastpath synth`, stored in te
 The C++ test (tests/hf_golden_test.cpp) rewrites the same models with the same seed, loads them
 through both loaders, and compares its logits with these. Needs a venv with torch + transformers:
     python3 -m venv .venv && .venv/bin/pip install torch transformers safetensors
-    .venv/bin/python scripts/make_hf_golden.py build/fastpath
+    .venv/bin/python scripts/make_hf_golden.py build/fastpath [CASE_NAME ...]
+Cases cover Llama/Qwen2/Qwen3 and the MoE architectures (Qwen3-MoE, DeepSeek-V2/V3 with MLA);
+naming cases regenerates only those.
 """
 import json, os, subprocess, sys, tempfile
 
@@ -19,7 +21,10 @@ def main():
     fastpath = sys.argv[1] if len(sys.argv) > 1 else "build/fastpath"
     cases = json.load(open(CASES_FILE))
     out_dir = os.path.dirname(CASES_FILE)
+    only = set(sys.argv[2:])
     for case in cases["cases"]:
+        if only and case["name"] not in only:
+            continue
         with tempfile.TemporaryDirectory() as tmp:
             d = os.path.join(tmp, case["name"])
             subprocess.run([fastpath, "synth", "--arch", case["arch"], "--config", json.dumps(case["config"]),

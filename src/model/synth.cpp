@@ -43,8 +43,67 @@ uint64_t name_hash(const std::string& s) {
   return h;
 }
 
-ModelConfig config_from_json(const std::string& arch, const nlohmann::json& j) {
-  FP_CHECK(arch == "llama" || arch == "qwen2" || arch == "qwen3", "synth: --arch '", arch, "' is not one of llama, qwen2, qwen3");
+// synth --arch names: the dense ones, and Hugging Face model_type names for the MoE ones.
+std::string canonical_arch(const std::string& arch) {
+  if (arch == "qwen3_moe" || arch == "qwen3moe") return "qwen3moe";
+  if (arch == "deepseek_v3" || arch == "deepseek_v2") return "deepseek2";
+  FP_CHECK(arch == "llama" || arch == "qwen2" || arch == "qwen3", "synth: --arch '", arch,
+           "' is not one of llama, qwen2, qwen3, qwen3_moe, deepseek_v2, deepseek_v3");
+  return arch;
+}
+
+// MoE / MLA keys (Hugging Face names) with small defaults; the same values go into config.json.
+template <class GetI>
+void synth_moe_config(ModelConfig& c, const std::string& arch_in, const nlohmann::json& j, GetI geti) {
+  auto getz = [&](const char* k, int64_t def) {  // non-negative; null means 0
+    if (!j.contains(k) || j[k].is_null()) return def;
+    FP_CHECK(j[k].is_number_integer() && j[k].get<int64_t>() >= 0, "synth --config: '", k, "' should be a non-negative integer, found ", j[k].dump());
+    return j[k].get<int64_t>();
+  };
+  MoeConfig& e = c.moe;
+  e.n_used = geti("num_experts_per_tok", 2);
+  e.ff = geti("moe_intermediate_size", std::max<int64_t>(c.hidden_dim / 4, 8));
+  if (c.arch == "qwen3moe") {
+    e.n_experts = geti("num_experts", 8);
+    e.norm_topk = j.value("norm_topk_prob", true);
+    e.sparse_step = geti("decoder_sparse_step", 1);
+    if (j.contains("mlp_only_layers")) e.dense_layers = j["mlp_only_layers"].get<std::vector<int64_t>>();
+    return;
+  }
+  const bool v3 = arch_in == "deepseek_v3";
+  e.n_experts = geti("n_routed_experts", 8);
+  e.n_shared = getz("n_shared_experts", 1);
+  e.first_dense = getz("first_k_dense_replace", 1);
+  e.scale = j.value("routed_scaling_factor", v3 ? 2.5f : 1.0f);
+  e.norm_topk = j.value("norm_topk_prob", v3);
+  e.scoring = v3 ? "sigmoid" : "softmax";
+  e.has_bias = v3;
+  e.group_score = v3 ? "top2sum" : "max";
+  const bool grouped = v3 || j.value("topk_method", std::string("greedy")) == "group_limited_greedy";
+  e.n_group = grouped ? geti("n_group", 1) : 1;
+  e.topk_group = grouped ? geti("topk_group", e.n_group) : 1;
+  c.mla.q_lora_rank = getz("q_lora_rank", v3 ? 32 : 0);
+  c.mla.kv_lora_rank = geti("kv_lora_rank", 32);
+  c.rot_dim = geti("qk_rope_head_dim", 16);
+  c.head_dim = geti("qk_nope_head_dim", 32) + c.rot_dim;
+  c.v_head_dim = geti("v_head_dim", 32);
+  c.n_kv_heads = c.n_heads;
+  c.rope_style = RopeStyle::Adjacent;
+  if (c.rope_scaling.type == "yarn") {
+    auto& rs = j["rope_scaling"];
+    c.rope_scaling.original_context = rs.value("original_max_position_embeddings", int64_t{4096});
+    c.rope_scaling.beta_fast = rs.value("beta_fast", 32.0f);
+    c.rope_scaling.beta_slow = rs.value("beta_slow", 1.0f);
+    const float f = c.rope_scaling.factor;
+    auto get_mscale = [f](float m) { return f <= 1 ? 1.0f : 0.1f * m * std::log(f) + 1.0f; };
+    const float ms = rs.value("mscale", 0.0f), ms_all = rs.value("mscale_all_dim", 0.0f);
+    c.rope_scaling.attn_factor = ms != 0 && ms_all != 0 ? get_mscale(ms) / get_mscale(ms_all) : get_mscale(1.0f);
+    c.rope_scaling.log_multiplier = 0.1f * ms_all;
+  }
+}
+
+ModelConfig config_from_json(const std::string& arch_in, const nlohmann::json& j) {
+  const std::string arch = canonical_arch(arch_in);
   ModelConfig c;
   c.arch = arch;
   auto geti = [&](const char* k, int64_t def) {
@@ -65,7 +124,7 @@ ModelConfig config_from_json(const std::string& arch, const nlohmann::json& j) {
   c.rope_theta = j.value("rope_theta", 10000.0f);
   c.tied_output = j.value("tie_word_embeddings", false);
   c.qkv_bias = arch == "qwen2";
-  c.qk_norm = arch == "qwen3";
+  c.qk_norm = arch == "qwen3" || arch == "qwen3moe";
   if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) {
     auto& rs = j["rope_scaling"];
     c.rope_scaling.type = rs.value("rope_type", rs.value("type", std::string("none")));
@@ -73,9 +132,11 @@ ModelConfig config_from_json(const std::string& arch, const nlohmann::json& j) {
     c.rope_scaling.low_freq_factor = rs.value("low_freq_factor", 1.0f);
     c.rope_scaling.high_freq_factor = rs.value("high_freq_factor", 4.0f);
     c.rope_scaling.original_context = rs.value("original_max_position_embeddings", int64_t{8192});
-    FP_CHECK(c.rope_scaling.type == "linear" || c.rope_scaling.type == "llama3", "synth: rope_scaling type '",
-             c.rope_scaling.type, "' is not supported (linear, llama3)");
+    FP_CHECK(c.rope_scaling.type == "linear" || c.rope_scaling.type == "llama3" ||
+                 (c.rope_scaling.type == "yarn" && arch == "deepseek2"),
+             "synth: rope_scaling type '", c.rope_scaling.type, "' is not supported (linear, llama3; yarn for deepseek)");
   }
+  if (arch == "qwen3moe" || arch == "deepseek2") synth_moe_config(c, arch_in, j, geti);
   c.validate("synth --config");
   return c;
 }
@@ -96,6 +157,18 @@ std::map<std::string, HfTensor> make_weights(const ModelConfig& c, uint64_t seed
     w[name] = std::move(t);
   };
   int64_t q = c.n_heads * c.head_dim, kv = c.n_kv_heads * c.head_dim;
+  auto ffn = [&](const std::string& p, int64_t width) {  // p: "...mlp." or "...experts.E."
+    mat(p + "gate_proj.weight", width, c.dim);
+    mat(p + "up_proj.weight", width, c.dim);
+    mat(p + "down_proj.weight", c.dim, width);
+  };
+  auto moe = [&](const std::string& p) {  // p: "model.layers.N."
+    mat(p + "mlp.gate.weight", c.moe.n_experts, c.dim);
+    w[p + "mlp.gate.weight"].matrix = false;  // routers stay in full precision
+    if (c.moe.has_bias) vec(p + "mlp.gate.e_score_correction_bias", c.moe.n_experts, 0.0f, 0.1f);
+    for (int64_t e = 0; e < c.moe.n_experts; ++e) ffn(p + "mlp.experts." + std::to_string(e) + ".", c.moe.ff);
+    if (c.moe.n_shared > 0) ffn(p + "mlp.shared_experts.", c.moe.n_shared * c.moe.ff);
+  };
   {
     Normal rnd(seed ^ name_hash("model.embed_tokens.weight"));
     HfTensor t{{c.n_vocab, c.dim}, std::vector<float>(static_cast<size_t>(c.n_vocab * c.dim)), true};
@@ -106,15 +179,33 @@ std::map<std::string, HfTensor> make_weights(const ModelConfig& c, uint64_t seed
   if (!c.tied_output) mat("lm_head.weight", c.n_vocab, c.dim);
   for (int64_t l = 0; l < c.n_layers; ++l) {
     std::string p = "model.layers." + std::to_string(l) + ".";
+    if (c.arch == "deepseek2") {  // MLA attention
+      const int64_t L = c.mla.kv_lora_rank, nope = c.head_dim - c.rot_dim;
+      vec(p + "input_layernorm.weight", c.dim, 1.0f, 0.02f);
+      vec(p + "post_attention_layernorm.weight", c.dim, 1.0f, 0.02f);
+      if (c.mla.q_lora_rank > 0) {
+        mat(p + "self_attn.q_a_proj.weight", c.mla.q_lora_rank, c.dim);
+        vec(p + "self_attn.q_a_layernorm.weight", c.mla.q_lora_rank, 1.0f, 0.02f);
+        mat(p + "self_attn.q_b_proj.weight", q, c.mla.q_lora_rank);
+      } else {
+        mat(p + "self_attn.q_proj.weight", q, c.dim);
+      }
+      mat(p + "self_attn.kv_a_proj_with_mqa.weight", L + c.rot_dim, c.dim);
+      vec(p + "self_attn.kv_a_layernorm.weight", L, 1.0f, 0.02f);
+      mat(p + "self_attn.kv_b_proj.weight", c.n_heads * (nope + c.v_head_dim), L);
+      mat(p + "self_attn.o_proj.weight", c.dim, c.n_heads * c.v_head_dim);
+      if (c.moe.is_moe_layer(l)) moe(p);
+      else ffn(p + "mlp.", c.hidden_dim);
+      continue;
+    }
     vec(p + "input_layernorm.weight", c.dim, 1.0f, 0.02f);
     vec(p + "post_attention_layernorm.weight", c.dim, 1.0f, 0.02f);
     mat(p + "self_attn.q_proj.weight", q, c.dim);
     mat(p + "self_attn.k_proj.weight", kv, c.dim);
     mat(p + "self_attn.v_proj.weight", kv, c.dim);
     mat(p + "self_attn.o_proj.weight", c.dim, q);
-    mat(p + "mlp.gate_proj.weight", c.hidden_dim, c.dim);
-    mat(p + "mlp.up_proj.weight", c.hidden_dim, c.dim);
-    mat(p + "mlp.down_proj.weight", c.dim, c.hidden_dim);
+    if (c.arch == "qwen3moe" && c.moe.is_moe_layer(l)) moe(p);
+    else ffn(p + "mlp.", c.hidden_dim);
     if (c.qkv_bias) {
       vec(p + "self_attn.q_proj.bias", q, 0.0f, 0.1f);
       vec(p + "self_attn.k_proj.bias", kv, 0.0f, 0.1f);
@@ -180,6 +271,113 @@ void add_synth_vocab(GgufWriter& g, int64_t n_vocab) {
   g.set_u32("tokenizer.ggml.unknown_token_id", 0);
 }
 
+// config.json keys of the MoE architectures, every one written (transformers' defaults differ).
+void hf_moe_config(nlohmann::json& cfg, const ModelConfig& c, const std::string& arch_in) {
+  const MoeConfig& e = c.moe;
+  cfg["num_experts_per_tok"] = e.n_used;
+  cfg["moe_intermediate_size"] = e.ff;
+  cfg["norm_topk_prob"] = e.norm_topk;
+  if (c.arch == "qwen3moe") {
+    cfg["architectures"] = {"Qwen3MoeForCausalLM"};
+    cfg["model_type"] = "qwen3_moe";
+    cfg["num_experts"] = e.n_experts;
+    cfg["decoder_sparse_step"] = e.sparse_step;
+    cfg["mlp_only_layers"] = e.dense_layers;
+    return;
+  }
+  const bool v3 = arch_in == "deepseek_v3";
+  cfg["architectures"] = {v3 ? "DeepseekV3ForCausalLM" : "DeepseekV2ForCausalLM"};
+  cfg["model_type"] = v3 ? "deepseek_v3" : "deepseek_v2";
+  cfg["n_routed_experts"] = e.n_experts;
+  cfg["n_shared_experts"] = e.n_shared;
+  cfg["first_k_dense_replace"] = e.first_dense;
+  cfg["routed_scaling_factor"] = e.scale;
+  cfg["n_group"] = e.n_group;
+  cfg["topk_group"] = e.topk_group;
+  if (!v3) {
+    cfg["topk_method"] = e.n_group > 1 ? "group_limited_greedy" : "greedy";
+    cfg["scoring_func"] = "softmax";
+  }
+  cfg["q_lora_rank"] = c.mla.q_lora_rank > 0 ? nlohmann::json(c.mla.q_lora_rank) : nlohmann::json(nullptr);
+  cfg["kv_lora_rank"] = c.mla.kv_lora_rank;
+  cfg["qk_rope_head_dim"] = c.rot_dim;
+  cfg["qk_nope_head_dim"] = c.head_dim - c.rot_dim;
+  cfg["v_head_dim"] = c.v_head_dim;
+  cfg["head_dim"] = c.rot_dim;  // transformers' DeepSeek configs: head_dim is the rotary dim
+  cfg["rope_interleave"] = true;
+  cfg["attention_bias"] = false;
+  cfg["hidden_act"] = "silu";
+}
+
+// MoE / MLA keys as llama.cpp's converters write them.
+void add_moe_metadata(GgufWriter& g, const ModelConfig& c) {
+  const std::string a = c.arch + ".";
+  const MoeConfig& e = c.moe;
+  g.set_u32(a + "expert_count", static_cast<uint32_t>(e.n_experts));
+  g.set_u32(a + "expert_used_count", static_cast<uint32_t>(e.n_used));
+  g.set_u32(a + "expert_feed_forward_length", static_cast<uint32_t>(e.ff));
+  g.set_bool(a + "expert_weights_norm", e.norm_topk);
+  if (c.arch != "deepseek2") return;
+  FP_CHECK(e.scoring == "sigmoid" || e.group_score == "max", "synth: GGUF cannot express this routing");
+  g.set_u32(a + "leading_dense_block_count", static_cast<uint32_t>(e.first_dense));
+  g.set_u32(a + "expert_shared_count", static_cast<uint32_t>(e.n_shared));
+  g.set_f32(a + "expert_weights_scale", e.scale);
+  g.set_u32(a + "expert_gating_func", e.scoring == "sigmoid" ? 2 : 1);
+  g.set_u32(a + "expert_group_count", static_cast<uint32_t>(e.n_group));
+  g.set_u32(a + "expert_group_used_count", static_cast<uint32_t>(e.topk_group));
+  g.set_u32(a + "attention.q_lora_rank", static_cast<uint32_t>(c.mla.q_lora_rank));
+  g.set_u32(a + "attention.kv_lora_rank", static_cast<uint32_t>(c.mla.kv_lora_rank));
+  const RopeScaling& rs = c.rope_scaling;
+  if (rs.type == "yarn") {
+    // llama.cpp leaves cos/sin unscaled: only mscale == mscale_all_dim (attention factor 1) fits.
+    FP_CHECK(std::fabs(rs.attn_factor - 1.0f) < 1e-6f, "synth: GGUF yarn needs mscale == mscale_all_dim (attention factor ",
+             rs.attn_factor, ")");
+    g.set_string(a + "rope.scaling.type", "yarn");
+    g.set_f32(a + "rope.scaling.factor", rs.factor);
+    g.set_u32(a + "rope.scaling.original_context_length", static_cast<uint32_t>(rs.original_context));
+    g.set_f32(a + "rope.scaling.yarn_log_multiplier", rs.log_multiplier);
+    g.set_f32(a + "rope.scaling.yarn_beta_fast", rs.beta_fast);
+    g.set_f32(a + "rope.scaling.yarn_beta_slow", rs.beta_slow);
+  } else {
+    g.set_f32(a + "rope.scaling.yarn_log_multiplier", 0.0f);
+  }
+}
+
+// Canonical GGUF names and layout: routed experts stacked into [n_expert, out, in]; with
+// split_kv_b, attn_kv_b becomes llama.cpp's attn_k_b [H, kv_lora, nope] and attn_v_b [H, v, kv_lora].
+std::map<std::string, HfTensor> gguf_layout(const std::map<std::string, HfTensor>& w, const ModelConfig& c, bool split_kv_b) {
+  std::map<std::string, HfTensor> out;
+  for (auto& [name, t] : w) {
+    std::string gn = gguf_name(name);
+    if (size_t at = gn.find("_exps."); at != std::string::npos) {
+      const std::string stacked = gn.substr(0, at + 5) + ".weight";
+      const int64_t e = std::stoll(gn.substr(at + 6, gn.size() - at - 6 - 7));
+      HfTensor& st = out[stacked];
+      const int64_t per = t.shape[0] * t.shape[1];
+      if (st.data.empty()) st = HfTensor{{c.moe.n_experts, t.shape[0], t.shape[1]}, std::vector<float>(static_cast<size_t>(c.moe.n_experts * per)), true};
+      std::copy(t.data.begin(), t.data.end(), st.data.begin() + e * per);
+      continue;
+    }
+    if (split_kv_b && gn.ends_with("attn_kv_b.weight")) {
+      const int64_t H = c.n_heads, L = c.mla.kv_lora_rank, nope = c.head_dim - c.rot_dim, v = c.v_head_dim;
+      HfTensor kb{{H, L, nope}, std::vector<float>(static_cast<size_t>(H * L * nope)), true};
+      HfTensor vb{{H, v, L}, std::vector<float>(static_cast<size_t>(H * v * L)), true};
+      for (int64_t h = 0; h < H; ++h) {
+        const float* head = t.data.data() + h * (nope + v) * L;
+        for (int64_t j = 0; j < nope; ++j)
+          for (int64_t k = 0; k < L; ++k) kb.data[static_cast<size_t>((h * L + k) * nope + j)] = head[j * L + k];
+        std::copy(head + nope * L, head + (nope + v) * L, vb.data.begin() + h * v * L);
+      }
+      const std::string base = gn.substr(0, gn.size() - std::string("attn_kv_b.weight").size());
+      out[base + "attn_k_b.weight"] = std::move(kb);
+      out[base + "attn_v_b.weight"] = std::move(vb);
+      continue;
+    }
+    out[gn] = t;
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string synth_model(const SynthOptions& o) {
@@ -210,7 +408,8 @@ std::string synth_model(const SynthOptions& o) {
     g.set_u32(a + "attention.head_count", static_cast<uint32_t>(c.n_heads));
     g.set_u32(a + "attention.head_count_kv", static_cast<uint32_t>(c.n_kv_heads));
     g.set_u32(a + "attention.key_length", static_cast<uint32_t>(c.head_dim));
-    g.set_u32(a + "attention.value_length", static_cast<uint32_t>(c.head_dim));
+    g.set_u32(a + "attention.value_length", static_cast<uint32_t>(c.v_head_dim));
+    if (c.moe.n_experts > 0) add_moe_metadata(g, c);
     g.set_u32(a + "rope.dimension_count", static_cast<uint32_t>(c.rot_dim));
     g.set_u32(a + "vocab_size", static_cast<uint32_t>(c.n_vocab));
     g.set_f32(a + "rope.freq_base", c.rope_theta);
@@ -230,8 +429,7 @@ std::string synth_model(const SynthOptions& o) {
       g.add_tensor("rope_freqs.weight", DType::F32, {static_cast<int64_t>(factors.size())}, std::move(bytes));
     }
     if (c.n_vocab >= 3 + 256 + 52) add_synth_vocab(g, c.n_vocab);
-    for (auto& [name, t] : w) {
-      std::string gn = gguf_name(name);
+    for (auto& [gn, t] : gguf_layout(w, c, o.split_kv_b)) {
       std::vector<float> data = t.data;
       if (c.arch == "llama" && (gn.find("attn_q.weight") != std::string::npos))
         data = permute_rows_for_adjacent_rope(t, c.n_heads);
@@ -239,8 +437,7 @@ std::string synth_model(const SynthOptions& o) {
         data = permute_rows_for_adjacent_rope(t, c.n_kv_heads);
       DType ty = t.matrix ? o.type : DType::F32;
       FP_CHECK(ty != DType::F8_E4M3, "synth: GGUF has no FP8 type (write a safetensors directory for F8_E4M3)");
-      int64_t rows = t.shape[0], cols = t.shape.size() > 1 ? t.shape[1] : t.shape[0];
-      if (t.shape.size() == 1) rows = 1;
+      const int64_t cols = t.shape.back(), rows = static_cast<int64_t>(t.data.size()) / cols;
       FP_CHECK(cols % dtype_info(ty).block_elems == 0, "synth: tensor '", gn, "' rows have ", cols,
                " values, not a multiple of the ", dtype_name(ty), " block size ", dtype_info(ty).block_elems);
       std::vector<int64_t> ne(t.shape.rbegin(), t.shape.rend());
@@ -294,6 +491,7 @@ std::string synth_model(const SynthOptions& o) {
     cfg["rope_theta"] = c.rope_theta;
     cfg["tie_word_embeddings"] = c.tied_output;
     cfg["torch_dtype"] = o.type == DType::BF16 ? "bfloat16" : o.type == DType::F16 ? "float16" : "float32";
+    if (c.moe.n_experts > 0) hf_moe_config(cfg, c, o.arch);
     std::ofstream(o.out + "/config.json") << cfg.dump(2) << "\n";
     if (!o.tokenizer_json.empty()) std::filesystem::copy_file(o.tokenizer_json, o.out + "/tokenizer.json",
                                                               std::filesystem::copy_options::overwrite_existing);

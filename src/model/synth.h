@@ -1,4 +1,4 @@
-// model/synth.h — writes a model of any shape with random weights (llama, qwen2, qwen3), as
+// model/synth.h — writes a model of any shape with random weights (llama, qwen2, qwen3, qwen3_moe, deepseek_v2, deepseek_v3), as
 // GGUF (any supported tensor type) or as a Hugging Face directory (config.json +
 // model.safetensors), from the same random values, so the two loaders can be compared.
 #pragma once
@@ -21,6 +21,7 @@ struct SynthOptions {
   DType type = DType::F32;    // type of the 2-D matrices (GGUF: any; safetensors: F32/F16/BF16/F8_E4M3)
   uint64_t seed = 1;
   std::string tokenizer_json;  // optional tokenizer.json to copy into a safetensors directory
+  bool split_kv_b = false;     // deepseek GGUF: llama.cpp's newer attn_k_b / attn_v_b form instead of attn_kv_b
 };
 
 // Returns a one-line summary of what was written.

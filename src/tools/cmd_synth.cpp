@@ -15,10 +15,12 @@ void add_synth(CLI::App& app) {
   struct Opts {
     std::string arch = "llama", config = "{}", out, type = "f32", tokenizer;
     uint64_t seed = 1;
+    bool split_kv_b = false;
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("synth", "write a model with random weights: FILE.gguf, or a safetensors directory");
-  cmd->add_option("--arch", o->arch, "architecture: llama, qwen2, qwen3");
+  cmd->add_option("--arch", o->arch, "architecture: llama, qwen2, qwen3, qwen3_moe, deepseek_v2, deepseek_v3");
+  cmd->add_flag("--split-kv-b", o->split_kv_b, "deepseek GGUF: write attn_k_b/attn_v_b (newer llama.cpp form) instead of attn_kv_b");
   cmd->add_option("--config", o->config, "Hugging Face config.json keys as inline JSON, or a path to a JSON file");
   cmd->add_option("--out", o->out, "output: a path ending in .gguf, or a directory (config.json + model.safetensors)")->required();
   cmd->add_option("--type", o->type, "matrix type: f32 f16 bf16 q8_0 q4_0 q4_k q6_k (GGUF), fp8 (safetensors, 128x128 block scales)");
@@ -30,6 +32,7 @@ void add_synth(CLI::App& app) {
     so.out = o->out;
     so.seed = o->seed;
     so.tokenizer_json = o->tokenizer;
+    so.split_kv_b = o->split_kv_b;
     FP_CHECK(dtype_from_name(o->type, &so.type), "--type '", o->type, "' is not a known tensor type");
     std::string text = o->config;
     if (!text.empty() && text[0] != '{' && file_exists(text)) {
