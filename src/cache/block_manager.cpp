@@ -37,7 +37,7 @@ int64_t BlockManager::blocks_needed(const BlockTable& t, int64_t write_from, int
 bool BlockManager::ensure(BlockTable& t, int64_t write_from, int64_t n_tokens) {
   const int64_t need = blocks_needed(t, write_from, n_tokens);
   if (need == 0) return true;
-  if (need > n_available()) return false;
+  if (need > n_free() && need > n_available()) return false;  // (the tree walk only when the free list is short)
   const int64_t have = static_cast<int64_t>(t.blocks.size());
   for (int64_t b = write_from / page_size(); b < have && b * page_size() < n_tokens; ++b) {
     int32_t& blk = t.blocks[static_cast<size_t>(b)];
