@@ -380,6 +380,10 @@ void load_hf(ModelFile& m, const std::string& dir) {
              st->shape[1], "], expected [", sr, ", ", sc, "] for 128x128 blocks");
     w.block_scale = static_cast<const float*>(aligned(*st));
   }
+  // FP8 weights are only usable with their block scales (per-tensor FP8 is not supported).
+  for (auto& [name, t] : m.tensors)
+    FP_CHECK(t.dtype != DType::F8_E4M3 || t.block_scale, dir, ": FP8 weight '", name,
+             "' has no weight_scale_inv (128x128 block scales); the checkpoint is incomplete");
   if (!m.find("output.weight")) c.tied_output = true;
   if (file_exists(dir + "/tokenizer.json")) m.tokenizer = Tokenizer::from_hf_json(dir + "/tokenizer.json");
   m.notes.push_back("safetensors: " + std::to_string(set->files().size()) + " file(s), " + std::to_string(set->all().size()) + " tensors");

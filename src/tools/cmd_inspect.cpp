@@ -57,6 +57,16 @@ void add_inspect(CLI::App& app) {
     // Building the architecture checks every shape against the config.
     auto model = build_model(mf);
     out << "check:        every tensor the " << mf->config.arch << " architecture needs is present with the expected shape\n";
+    const KvLayout kv = model->kv_layout();
+    const ModelConfig& c = mf->config;
+    out << "kv cache:     " << kv.bytes_per_token() << " bytes per token (" << kv.n_layers << " layers x " << kv.k_width + kv.v_width
+        << " f32 values";
+    if (c.mla.kv_lora_rank > 0) {
+      // What caching the expanded per-head K and V would take instead of MLA's latent row.
+      const int64_t expanded = c.n_layers * c.n_heads * (c.head_dim + c.v_head_dim) * 4;
+      out << ": MLA latent kv_lora " << c.mla.kv_lora_rank << " + rope " << c.rot_dim << "; expanded K/V would be " << expanded;
+    }
+    out << ")\n";
   });
 }
 
