@@ -22,6 +22,9 @@ struct HfTensor {
   std::vector<int64_t> shape;  // row-major [out, in] for matrices
   std::vector<float> data;
   bool matrix = false;         // a 2-D weight that takes --type
+  // How the values are drawn (for lazy generation): 0 matrix N(0, sd), 1 vector base + N(0, sd), 2 N(0, 1).
+  int kind = 0;
+  float base = 0.0f, sd = 1.0f;
 };
 
 // Box-Muller over a 64-bit Mersenne Twister: the same values on every platform.
@@ -141,19 +144,32 @@ ModelConfig config_from_json(const std::string& arch_in, const nlohmann::json& j
   return c;
 }
 
-std::map<std::string, HfTensor> make_weights(const ModelConfig& c, uint64_t seed) {
+// Draws t's values (the same ones whether made up front or lazily).
+void fill_tensor(const std::string& name, HfTensor& t, uint64_t seed) {
+  Normal rnd(seed ^ name_hash(name));
+  int64_t n = 1;
+  for (auto d : t.shape) n *= d;
+  t.data.resize(static_cast<size_t>(n));
+  if (t.kind == 0)
+    for (auto& v : t.data) v = rnd() * t.sd;
+  else if (t.kind == 1)
+    for (auto& v : t.data) v = t.base + rnd() * t.sd;
+  else
+    for (auto& v : t.data) v = rnd();
+}
+
+// With lazy, only shapes and how to draw them (fill_tensor draws later): for models too big
+// to hold in memory as f32.
+std::map<std::string, HfTensor> make_weights(const ModelConfig& c, uint64_t seed, bool lazy = false) {
   std::map<std::string, HfTensor> w;
   auto mat = [&](const std::string& name, int64_t out, int64_t in) {
-    Normal rnd(seed ^ name_hash(name));
-    HfTensor t{{out, in}, std::vector<float>(static_cast<size_t>(out * in)), true};
-    float sd = 1.0f / std::sqrt(static_cast<float>(in));
-    for (auto& v : t.data) v = rnd() * sd;
+    HfTensor t{{out, in}, {}, true, 0, 0.0f, 1.0f / std::sqrt(static_cast<float>(in))};
+    if (!lazy) fill_tensor(name, t, seed);
     w[name] = std::move(t);
   };
   auto vec = [&](const std::string& name, int64_t n, float base, float sd) {
-    Normal rnd(seed ^ name_hash(name));
-    HfTensor t{{n}, std::vector<float>(static_cast<size_t>(n)), false};
-    for (auto& v : t.data) v = base + rnd() * sd;
+    HfTensor t{{n}, {}, false, 1, base, sd};
+    if (!lazy) fill_tensor(name, t, seed);
     w[name] = std::move(t);
   };
   int64_t q = c.n_heads * c.head_dim, kv = c.n_kv_heads * c.head_dim;
@@ -170,9 +186,8 @@ std::map<std::string, HfTensor> make_weights(const ModelConfig& c, uint64_t seed
     if (c.moe.n_shared > 0) ffn(p + "mlp.shared_experts.", c.moe.n_shared * c.moe.ff);
   };
   {
-    Normal rnd(seed ^ name_hash("model.embed_tokens.weight"));
-    HfTensor t{{c.n_vocab, c.dim}, std::vector<float>(static_cast<size_t>(c.n_vocab * c.dim)), true};
-    for (auto& v : t.data) v = rnd();
+    HfTensor t{{c.n_vocab, c.dim}, {}, true, 2, 0.0f, 1.0f};
+    if (!lazy) fill_tensor("model.embed_tokens.weight", t, seed);
     w["model.embed_tokens.weight"] = std::move(t);
   }
   vec("model.norm.weight", c.dim, 1.0f, 0.02f);
@@ -378,23 +393,137 @@ std::map<std::string, HfTensor> gguf_layout(const std::map<std::string, HfTensor
   return out;
 }
 
+// Writes the GGUF tensor by tensor, drawing each one just before it is written, so a model far
+// larger than memory as f32 (the DeepSeek-V2-Lite-shaped benchmark model) can be made. Same
+// tensors, names, order and values as the in-memory path. The metadata comes from `g` (no tensors).
+void write_gguf_streaming(const SynthOptions& o, const ModelConfig& c, const GgufWriter& g,
+                          std::map<std::string, HfTensor>& w) {
+  struct Part {
+    std::string src;
+    int how = 0;  // 0 as is, 1/2 Llama q/k rows permuted, 3 attn_k_b / 4 attn_v_b out of kv_b
+  };
+  struct Entry {
+    std::vector<int64_t> shape;
+    bool matrix = false;
+    std::vector<Part> parts;
+  };
+  std::map<std::string, Entry> plan;  // GGUF name order, as the in-memory writer's std::map
+  const int64_t H = c.n_heads, L = c.mla.kv_lora_rank, nope = c.head_dim - c.rot_dim, vd = c.v_head_dim;
+  for (auto& [name, t] : w) {
+    const std::string gn = gguf_name(name);
+    if (size_t at = gn.find("_exps."); at != std::string::npos) {
+      Entry& e = plan[gn.substr(0, at + 5) + ".weight"];
+      e.shape = {c.moe.n_experts, t.shape[0], t.shape[1]};
+      e.matrix = true;
+      e.parts.resize(static_cast<size_t>(c.moe.n_experts));
+      e.parts[static_cast<size_t>(std::stoll(gn.substr(at + 6, gn.size() - at - 6 - 7)))] = Part{name, 0};
+    } else if (o.split_kv_b && gn.ends_with("attn_kv_b.weight")) {
+      const std::string base = gn.substr(0, gn.size() - std::string("attn_kv_b.weight").size());
+      plan[base + "attn_k_b.weight"] = Entry{{H, L, nope}, true, {Part{name, 3}}};
+      plan[base + "attn_v_b.weight"] = Entry{{H, vd, L}, true, {Part{name, 4}}};
+    } else {
+      int how = 0;
+      if (c.arch == "llama" && gn.find("attn_q.weight") != std::string::npos) how = 1;
+      if (c.arch == "llama" && gn.find("attn_k.weight") != std::string::npos) how = 2;
+      plan[gn] = Entry{t.shape, t.matrix, {Part{name, how}}};
+    }
+  }
+  // Metadata with alignment 1 has no padding after it; the alignment value is then patched to 32.
+  std::vector<uint8_t> head = g.to_bytes(1);
+  const size_t kAlignValueAt = 4 + 4 + 8 + 8 + 8 + std::string("general.alignment").size() + 4;
+  const uint32_t align = 32;
+  std::memcpy(head.data() + kAlignValueAt, &align, 4);
+  const uint64_t n_tensors = plan.size();
+  std::memcpy(head.data() + 8, &n_tensors, 8);
+  auto put = [&head](const void* p, size_t n) { head.insert(head.end(), static_cast<const uint8_t*>(p), static_cast<const uint8_t*>(p) + n); };
+  uint64_t off = 0;
+  for (auto& [gn, e] : plan) {
+    const uint64_t len = gn.size();
+    put(&len, 8);
+    put(gn.data(), gn.size());
+    const uint32_t nd = static_cast<uint32_t>(e.shape.size());
+    put(&nd, 4);
+    for (auto it = e.shape.rbegin(); it != e.shape.rend(); ++it) put(&*it, 8);
+    const DType ty = e.matrix ? o.type : DType::F32;
+    const uint32_t tid = static_cast<uint32_t>(ty);
+    put(&tid, 4);
+    put(&off, 8);
+    int64_t rows = 1;
+    for (size_t i = 0; i + 1 < e.shape.size(); ++i) rows *= e.shape[i];
+    off += (static_cast<uint64_t>(rows * row_bytes(ty, e.shape.back())) + align - 1) / align * align;
+  }
+  head.resize((head.size() + align - 1) / align * align, 0);
+  std::ofstream out(o.out, std::ios::binary);
+  FP_CHECK(out, o.out, ": cannot open for writing");
+  out.write(reinterpret_cast<const char*>(head.data()), static_cast<std::streamsize>(head.size()));
+  for (auto& [gn, e] : plan) {
+    const DType ty = e.matrix ? o.type : DType::F32;
+    FP_CHECK(ty != DType::F8_E4M3, "synth: GGUF has no FP8 type (write a safetensors directory for F8_E4M3)");
+    const int64_t cols = e.shape.back();
+    FP_CHECK(cols % dtype_info(ty).block_elems == 0, "synth: tensor '", gn, "' rows have ", cols,
+             " values, not a multiple of the ", dtype_name(ty), " block size ", dtype_info(ty).block_elems);
+    uint64_t written = 0;
+    for (const Part& part : e.parts) {
+      HfTensor& t = w.at(part.src);
+      fill_tensor(part.src, t, o.seed);
+      if (!t.matrix && (o.type == DType::F16 || o.type == DType::BF16)) {  // as the in-memory path rounds them
+        std::vector<uint8_t> tmp(t.data.size() * 2);
+        quantize_row(o.type, t.data.data(), tmp.data(), static_cast<int64_t>(t.data.size()));
+        dequantize_row(o.type, tmp.data(), t.data.data(), static_cast<int64_t>(t.data.size()));
+      }
+      std::vector<float> data;
+      if (part.how == 1 || part.how == 2) {
+        data = permute_rows_for_adjacent_rope(t, part.how == 1 ? c.n_heads : c.n_kv_heads);
+      } else if (part.how == 3 || part.how == 4) {
+        data.resize(static_cast<size_t>(H * L * (part.how == 3 ? nope : vd)));
+        for (int64_t h = 0; h < H; ++h) {
+          const float* hd = t.data.data() + h * (nope + vd) * L;
+          if (part.how == 3)
+            for (int64_t j = 0; j < nope; ++j)
+              for (int64_t k = 0; k < L; ++k) data[static_cast<size_t>((h * L + k) * nope + j)] = hd[j * L + k];
+          else
+            std::copy(hd + nope * L, hd + (nope + vd) * L, data.begin() + h * vd * L);
+        }
+      } else {
+        data = std::move(t.data);
+      }
+      t.data = std::vector<float>();
+      auto bytes = encode_rows(ty, data.data(), static_cast<int64_t>(data.size()) / cols, cols);
+      out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+      written += bytes.size();
+    }
+    static const char zeros[32] = {};
+    out.write(zeros, static_cast<std::streamsize>((written + align - 1) / align * align - written));
+  }
+  FP_CHECK(out, o.out, ": write failed");
+}
+
 }  // namespace
 
 std::string synth_model(const SynthOptions& o) {
   ModelConfig c = config_from_json(o.arch, o.config);
-  auto w = make_weights(c, o.seed);
+  auto w = make_weights(c, o.seed, /*lazy=*/true);
+  int64_t params = 0;
+  for (auto& [n, t] : w) {
+    int64_t k = 1;
+    for (auto d : t.shape) k *= d;
+    params += k;
+  }
+  bool gguf = o.out.size() > 5 && o.out.compare(o.out.size() - 5, 5, ".gguf") == 0;
+  // Large GGUFs are drawn and written tensor by tensor (4 bytes per parameter would not fit).
+  const bool stream = gguf && (o.stream || params > (int64_t{1} << 28));
+  FP_CHECK(!stream || c.rope_scaling.type != "llama3", "synth: llama3 rope scaling is not supported when streaming a GGUF");
+  if (!stream)
+    for (auto& [n, t] : w) fill_tensor(n, t, o.seed);
   // Norms and biases are F32 in GGUF but take the checkpoint dtype in safetensors: round them
   // through that dtype in both, so the two files hold the same values.
-  if (o.type == DType::F16 || o.type == DType::BF16)
+  if (!stream && (o.type == DType::F16 || o.type == DType::BF16))
     for (auto& [n, t] : w)
       if (!t.matrix) {
         std::vector<uint8_t> tmp(t.data.size() * 2);
         quantize_row(o.type, t.data.data(), tmp.data(), static_cast<int64_t>(t.data.size()));
         dequantize_row(o.type, tmp.data(), t.data.data(), static_cast<int64_t>(t.data.size()));
       }
-  bool gguf = o.out.size() > 5 && o.out.compare(o.out.size() - 5, 5, ".gguf") == 0;
-  int64_t params = 0;
-  for (auto& [n, t] : w) params += static_cast<int64_t>(t.data.size());
 
   if (gguf) {
     GgufWriter g;
@@ -429,6 +558,11 @@ std::string synth_model(const SynthOptions& o) {
       g.add_tensor("rope_freqs.weight", DType::F32, {static_cast<int64_t>(factors.size())}, std::move(bytes));
     }
     if (c.n_vocab >= 3 + 256 + 52) add_synth_vocab(g, c.n_vocab);
+    if (stream) {
+      write_gguf_streaming(o, c, g, w);
+      return "synth: wrote " + o.out + " (" + c.arch + ", " + std::to_string(params) + " parameters, " + dtype_name(o.type) +
+             " matrices, streamed)";
+    }
     for (auto& [gn, t] : gguf_layout(w, c, o.split_kv_b)) {
       std::vector<float> data = t.data;
       if (c.arch == "llama" && (gn.find("attn_q.weight") != std::string::npos))

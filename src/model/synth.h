@@ -21,7 +21,8 @@ struct SynthOptions {
   DType type = DType::F32;    // type of the 2-D matrices (GGUF: any; safetensors: F32/F16/BF16/F8_E4M3)
   uint64_t seed = 1;
   std::string tokenizer_json;  // optional tokenizer.json to copy into a safetensors directory
-  bool split_kv_b = false;     // deepseek GGUF: llama.cpp's newer attn_k_b / attn_v_b form instead of attn_kv_b
+  bool split_kv_b = false;
+  bool stream = false;         // GGUF: draw and write tensor by tensor (automatic above 2^28 parameters)     // deepseek GGUF: llama.cpp's newer attn_k_b / attn_v_b form instead of attn_kv_b
 };
 
 // Returns a one-line summary of what was written.

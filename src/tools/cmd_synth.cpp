@@ -15,11 +15,12 @@ void add_synth(CLI::App& app) {
   struct Opts {
     std::string arch = "llama", config = "{}", out, type = "f32", tokenizer;
     uint64_t seed = 1;
-    bool split_kv_b = false;
+    bool split_kv_b = false, stream = false;
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("synth", "write a model with random weights: FILE.gguf, or a safetensors directory");
   cmd->add_option("--arch", o->arch, "architecture: llama, qwen2, qwen3, qwen3_moe, deepseek_v2, deepseek_v3");
+  cmd->add_flag("--stream", o->stream, "GGUF: write tensor by tensor (automatic for models above 2^28 parameters)");
   cmd->add_flag("--split-kv-b", o->split_kv_b, "deepseek GGUF: write attn_k_b/attn_v_b (newer llama.cpp form) instead of attn_kv_b");
   cmd->add_option("--config", o->config, "Hugging Face config.json keys as inline JSON, or a path to a JSON file");
   cmd->add_option("--out", o->out, "output: a path ending in .gguf, or a directory (config.json + model.safetensors)")->required();
@@ -33,6 +34,7 @@ void add_synth(CLI::App& app) {
     so.seed = o->seed;
     so.tokenizer_json = o->tokenizer;
     so.split_kv_b = o->split_kv_b;
+    so.stream = o->stream;
     FP_CHECK(dtype_from_name(o->type, &so.type), "--type '", o->type, "' is not a known tensor type");
     std::string text = o->config;
     if (!text.empty() && text[0] != '{' && file_exists(text)) {
