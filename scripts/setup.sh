@@ -3,7 +3,7 @@
 # Idempotent: skips apt when everything is already installed.
 set -euo pipefail
 PKGS=(cmake ninja-build g++ clang libclang-rt-14-dev nlohmann-json3-dev libcli11-dev
-      libgtest-dev libgmock-dev libbenchmark-dev python3)
+      libgtest-dev libgmock-dev libbenchmark-dev libcpp-httplib-dev pkgconf python3)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

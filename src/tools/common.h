@@ -34,5 +34,6 @@ void add_inspect(CLI::App& app);
 void add_synth(CLI::App& app);
 void add_bench(CLI::App& app);
 void add_audit(CLI::App& app);
+void add_bench_serve(CLI::App& app);
 
 }  // namespace fp::tools

@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   fp::tools::add_synth(app);
   fp::tools::add_bench(app);
   fp::tools::add_audit(app);
+  fp::tools::add_bench_serve(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
