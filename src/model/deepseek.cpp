@@ -200,7 +200,8 @@ class DeepseekModel : public Model {
       const float* deq = t.block_scale || t.dtype != DType::F32 ? load_dequantized(mf, t) : static_cast<const float*>(t.data);
       for (int64_t h = 0; h < H_; ++h) {
         const int64_t r0 = h * (nope_ + vd_);
-        if (t.block_scale) {
+        // Block-scaled or quantized: F32 copies (MLA decode's fused per-head GEMVs take F32/F16/BF16).
+        if (t.block_scale || (t.dtype != DType::F16 && t.dtype != DType::BF16 && t.dtype != DType::F32)) {
           Y.wk.push_back(f32_view(deq + r0 * L_, nope_, L_));
           Y.wv.push_back(f32_view(deq + (r0 + nope_) * L_, vd_, L_));
         } else {

@@ -18,6 +18,7 @@
 
 #include "core/cpu_features.h"
 #include "core/thread_pool.h"
+#include "kernels/cpu/moe_gemv.h"
 #include "kernels/cpu/simd_avx2.h"
 #include "kernels/ops.h"
 #include "kernels/ops_moe.h"
@@ -154,8 +155,16 @@ void mla_absorbed(const MlaAttentionArgs& a) {
   grow(o_lat, n * H * L);
   grow(tmp_in, n * std::max(a.nope, L));
   grow(tmp_out, n * std::max(L, V));
+  // Decode: the per-head projections as one parallel region each (see moe_gemv.h).
+  const bool fused = n <= 4 && moe_gemv::refuse(a.wk_t[0]).empty() && moe_gemv::refuse(a.wv[0]).empty();
+  std::vector<moe_gemv::Job> jobs;
   // q_lat[i, h] = W_UK_h^T q_nope[i, h]
-  for (int64_t h = 0; h < H; ++h) {
+  if (fused) {
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t h = 0; h < H; ++h) jobs.push_back({&a.wk_t[h], a.q + (i * H + h) * qd, q_lat.data() + (i * H + h) * L});
+    moe_gemv::run(jobs);
+  }
+  for (int64_t h = 0; !fused && h < H; ++h) {
     for (int64_t i = 0; i < n; ++i)
       std::memcpy(tmp_in.data() + i * a.nope, a.q + (i * H + h) * qd, static_cast<size_t>(a.nope) * 4);
     dispatch(MatMulArgs{tmp_in.data(), n, &a.wk_t[h], nullptr, tmp_out.data()});
@@ -205,6 +214,13 @@ void mla_absorbed(const MlaAttentionArgs& a) {
     }
   }
   // out[i, h] = W_UV_h o_lat[i, h]
+  if (fused) {
+    jobs.clear();
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t h = 0; h < H; ++h) jobs.push_back({&a.wv[h], o_lat.data() + (i * H + h) * L, a.out + (i * H + h) * V});
+    moe_gemv::run(jobs);
+    return;
+  }
   for (int64_t h = 0; h < H; ++h) {
     for (int64_t i = 0; i < n; ++i)
       std::memcpy(tmp_in.data() + i * L, o_lat.data() + (i * H + h) * L, static_cast<size_t>(L) * 4);
