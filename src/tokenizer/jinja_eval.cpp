@@ -68,6 +68,8 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b) {
     if (nums) return Value::number(a.as_double() + b.as_double());
     if (a.is_str() && b.is_str()) {
       if (a.s.size() + b.s.size() > kMaxBuiltString) raise("string too long");
+      if (a.markup || b.markup)  // Markup + str escapes the plain side
+        return Value::markup_str((a.markup ? a.s : html_escape(a.s)) + (b.markup ? b.s : html_escape(b.s)));
       return Value::str(a.s + b.s);
     }
     if (a.is_list() && b.is_list() && a.tuple == b.tuple) {
@@ -96,7 +98,9 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b) {
     if (seq->is_str()) {
       std::string s;
       for (int64_t k = 0; k < n; ++k) s += seq->s;
-      return Value::str(std::move(s));
+      Value out = Value::str(std::move(s));
+      out.markup = seq->markup;
+      return out;
     }
     ValueList items;
     for (int64_t k = 0; k < n; ++k) items.insert(items.end(), seq->list->begin(), seq->list->end());

@@ -91,21 +91,6 @@ bool parse_py_float(std::string s, double* out) {
   return *end == 0;
 }
 
-std::string html_escape(const std::string& s) {
-  std::string out;
-  for (const char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
-
 Value f_trim(const Value& in, CallArgs& a) {
   a.check(1, {"chars"});
   const Value& c = arg(a, 0, "chars");
@@ -207,8 +192,9 @@ Value f_last(const Value& in, CallArgs&) {
 
 Value f_list(const Value& in, CallArgs&) { return Value::make_list(iterate(in)); }
 Value f_string(const Value& in, CallArgs&) { return Value::str(soft_str(in)); }
-Value f_safe(const Value& in, CallArgs&) { return Value::str(soft_str(in)); }
-Value f_escape(const Value& in, CallArgs&) { return Value::str(html_escape(soft_str(in))); }
+Value f_safe(const Value& in, CallArgs&) { return Value::markup_str(soft_str(in)); }
+Value f_escape(const Value& in, CallArgs&) { return in.markup ? in : Value::markup_str(html_escape(soft_str(in))); }
+Value f_forceescape(const Value& in, CallArgs&) { return Value::markup_str(html_escape(soft_str(in))); }
 
 Value f_int(const Value& in, CallArgs& a) {
   a.check(2, {"default", "base"});
@@ -370,6 +356,7 @@ Value f_batch(const Value& in, CallArgs& a) {
 
 Value f_map(const Value& in, CallArgs& a) {
   ValueList out;
+  if (!truthy(in)) return Value::make_list();  // jinja2: `if value:` before iterating
   if (a.pos.empty()) {
     const Value* attribute = nullptr;
     Value def = Value::none();
@@ -398,6 +385,7 @@ Value f_map(const Value& in, CallArgs& a) {
 }
 
 Value select_impl(const Value& in, CallArgs& a, bool by_attr, bool keep) {
+  if (!truthy(in)) return Value::make_list();  // jinja2: `if value:` before iterating
   size_t k = 0;
   Value attribute;
   if (by_attr) {
@@ -522,7 +510,7 @@ const std::unordered_map<std::string_view, FilterFn>& filters() {
   static const std::unordered_map<std::string_view, FilterFn> table = {
       {"abs", f_abs}, {"attr", f_attr}, {"batch", f_batch}, {"capitalize", f_capitalize}, {"center", f_center},
       {"count", f_length}, {"d", f_default}, {"default", f_default}, {"dictsort", f_dictsort}, {"e", f_escape},
-      {"escape", f_escape}, {"first", f_first}, {"float", f_float}, {"forceescape", f_escape}, {"format", f_format},
+      {"escape", f_escape}, {"first", f_first}, {"float", f_float}, {"forceescape", f_forceescape}, {"format", f_format},
       {"indent", f_indent}, {"int", f_int}, {"items", f_items}, {"join", f_join}, {"last", f_last},
       {"length", f_length}, {"list", f_list}, {"lower", f_lower}, {"map", f_map}, {"max", f_max}, {"min", f_min},
       {"reject", f_reject}, {"rejectattr", f_rejectattr}, {"replace", f_replace}, {"reverse", f_reverse},
@@ -549,7 +537,7 @@ bool t_mapping(const Value& v, CallArgs&) { return v.is_dict(); }
 bool t_sequence(const Value& v, CallArgs&) { return v.is_str() || v.is_list() || v.is_dict() || v.is_undefined(); }
 bool t_iterable(const Value& v, CallArgs&) { return v.is_str() || v.is_list() || v.is_dict() || v.is_undefined(); }
 bool t_callable(const Value& v, CallArgs&) { return v.kind == Value::Func || v.is_undefined(); }
-bool t_escaped(const Value&, CallArgs&) { return false; }
+bool t_escaped(const Value& v, CallArgs&) { return v.markup; }
 
 int64_t int_of(const Value& v, const char* test) {
   if (!v.is_integral()) raise(std::string("test '") + test + "' needs an integer, got " + type_name(v));

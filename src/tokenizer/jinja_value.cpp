@@ -492,6 +492,21 @@ ValueList iterate(const Value& v) {
   }
 }
 
+std::string html_escape(const std::string& s) {
+  std::string out;
+  for (const char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&#34;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
 bool py_is_space(uint32_t cp) { return uni::is_space(cp) || (cp >= 0x1C && cp <= 0x1F); }
 
 std::vector<uint32_t> code_points(std::string_view s) {

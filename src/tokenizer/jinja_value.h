@@ -23,7 +23,8 @@ using ValueList = std::vector<Value>;
 struct Value {
   enum Kind : uint8_t { Undefined, None, Bool, Int, Float, Str, List, Dict, Object, Func };
   Kind kind = Undefined;
-  bool tuple = false;  // List: printed as (a, b)
+  bool tuple = false;   // List: printed as (a, b)
+  bool markup = false;  // Str: markupsafe.Markup (from |safe or |escape): `+` escapes the other side
   bool b = false;
   int64_t i = 0;
   double f = 0;
@@ -38,6 +39,7 @@ struct Value {
   static Value integer(int64_t x) { Value v; v.kind = Int; v.i = x; return v; }
   static Value number(double x) { Value v; v.kind = Float; v.f = x; return v; }
   static Value str(std::string x) { Value v; v.kind = Str; v.s = std::move(x); return v; }
+  static Value markup_str(std::string x) { Value v = str(std::move(x)); v.markup = true; return v; }
   static Value make_list(ValueList items = {}, bool is_tuple = false);
   static Value make_dict();
   // An attribute bag: "Namespace" (assignable with {% set ns.x %}) or "LoopContext".
@@ -111,6 +113,9 @@ std::string to_json_text(const Value& v, const JsonStyle& style);
 int64_t length(const Value& v);
 // The items a for loop visits: list items, dict keys, str characters; Undefined -> empty.
 ValueList iterate(const Value& v);
+
+// markupsafe.escape: & < > " ' as entities.
+std::string html_escape(const std::string& s);
 
 // UTF-8 helpers with Python's notion of characters and whitespace.
 bool py_is_space(uint32_t cp);
