@@ -4,6 +4,7 @@
 #include <httplib.h>
 
 #include <cmath>
+#include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -125,6 +126,12 @@ void split_seconds(double s, time_t& sec, time_t& usec) {
   usec = static_cast<time_t>((s - static_cast<double>(sec)) * 1e6);
 }
 
+std::string seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g s", s);
+  return buf;
+}
+
 httplib::Headers headers_for(const Target& t) {
   httplib::Headers h{{"Accept", "text/event-stream"}};
   if (!t.api_key.empty()) h.emplace("Authorization", "Bearer " + t.api_key);
@@ -138,7 +145,7 @@ std::string describe(httplib::Error e, const Target& t) {
     case httplib::Error::ConnectionTimeout:
       return "connecting to " + t.origin + " timed out";
     case httplib::Error::Read:
-      return "read failed: the connection dropped, or no data for " + std::to_string(t.request_timeout_s) + " s";
+      return "read failed: the connection dropped, or no data for " + seconds(t.request_timeout_s);
     case httplib::Error::Write:
       return "sending the request failed (connection dropped)";
     default:
@@ -157,6 +164,7 @@ std::unique_ptr<httplib::Client> make_client(const Target& t) {
   cli->set_read_timeout(sec, usec);
   cli->set_write_timeout(sec, usec);
   cli->set_keep_alive(true);
+  cli->set_tcp_nodelay(true);  // as aiohttp does: no Nagle wait between the headers and the body
   return cli;
 }
 
@@ -199,7 +207,7 @@ RequestRecord send_request(httplib::Client& cli, const Target& t, const Prompt& 
     double t_end = since();
     std::string transport;
     if (timed_out)
-      transport = "request timeout: still streaming after " + std::to_string(t.request_timeout_s) + " s";
+      transport = "request timeout: still streaming after " + seconds(t.request_timeout_s);
     else if (!sent)
       transport = describe(err, t);
     if (status == 0 && sent) status = res.status;

@@ -12,7 +12,7 @@ namespace fp::bench_serve {
 namespace {
 
 constexpr double kW = 760, kH = 440;                       // canvas, px
-constexpr double kLeft = 80, kRight = 80, kTop = 56, kBottom = 64;  // plot margins, px
+constexpr double kLeft = 80, kRight = 80, kTop = 60, kBottom = 64;  // plot margins, px
 const char* const kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd"};
 
 std::string esc(const std::string& s) {
@@ -133,6 +133,7 @@ std::string render_svg(const Chart& c) {
       << px(kW - 18) << " " << px(kTop + ph / 2) << ")\" fill=\"" << kColors[1] << "\">" << esc(c.y2_label)
       << "</text>\n";
   // Series: a line, markers when there are few points, and a legend entry.
+  double legend_x = kLeft;
   for (size_t k = 0; k < c.series.size(); ++k) {
     const Series& s = c.series[k];
     const char* color = kColors[k % std::size(kColors)];
@@ -151,10 +152,11 @@ std::string render_svg(const Chart& c) {
         if (std::isfinite(x) && std::isfinite(y))
           o << "<circle cx=\"" << px(X(x)) << "\" cy=\"" << px(Y(y, s.right_axis)) << "\" r=\"4\" fill=\"" << color
             << "\"/>\n";
-    double ly = kTop + 14 + 18 * static_cast<double>(k);
-    o << "<line x1=\"" << px(kLeft + 12) << "\" y1=\"" << px(ly - 4) << "\" x2=\"" << px(kLeft + 36) << "\" y2=\""
-      << px(ly - 4) << "\" stroke=\"" << color << "\" stroke-width=\"2\"/>\n";
-    o << "<text x=\"" << px(kLeft + 42) << "\" y=\"" << px(ly) << "\">" << esc(s.name) << "</text>\n";
+    // Legend: one row between the title and the plot.
+    o << "<line x1=\"" << px(legend_x) << "\" y1=\"40\" x2=\"" << px(legend_x + 24) << "\" y2=\"40\" stroke=\"" << color
+      << "\" stroke-width=\"2\"/>\n";
+    o << "<text x=\"" << px(legend_x + 30) << "\" y=\"44\">" << esc(s.name) << "</text>\n";
+    legend_x += 30 + 7 * static_cast<double>(s.name.size()) + 24;
   }
   o << "</svg>\n";
   return o.str();
