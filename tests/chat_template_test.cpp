@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -131,10 +132,24 @@ TEST(Jinja, StrftimeNowFormatsTheLocalTime) {
 }
 
 TEST(Jinja, TemplatesAreReusableAndThreadSafeToRender) {
-  const jinja::Template t("{% for m in messages %}{{ m.content }};{% endfor %}", "t");
+  const jinja::Template t("{% set ns = namespace(n=0) %}{% for m in messages %}{{ m.content }};"
+                          "{% set ns.n = ns.n + 1 %}{% endfor %}{{ ns.n }}",
+                          "t");
   for (int k = 0; k < 3; ++k)
-    EXPECT_EQ(t.render({{"messages", ojson::array({{{"content", std::to_string(k)}}})}}), std::to_string(k) + ";");
+    EXPECT_EQ(t.render({{"messages", ojson::array({{{"content", std::to_string(k)}}})}}), std::to_string(k) + ";1");
   EXPECT_THROW(t.render(ojson::array()), Error);  // variables must be an object
+  // One parsed template rendered from several threads at once (the server's case).
+  std::vector<std::thread> threads;
+  std::vector<std::string> outs(4);
+  for (size_t k = 0; k < outs.size(); ++k)
+    threads.emplace_back([&, k] {
+      ojson msgs = ojson::array();
+      for (size_t j = 0; j <= k; ++j) msgs.push_back({{"content", std::to_string(j)}});
+      for (int rep = 0; rep < 200; ++rep) outs[k] = t.render({{"messages", msgs}});
+    });
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(outs[0], "0;1");
+  EXPECT_EQ(outs[3], "0;1;2;3;4");
 }
 
 // Every prefix and many byte-mutated copies of the real templates: each renders or throws

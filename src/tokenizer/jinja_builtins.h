@@ -36,7 +36,7 @@ Value percent_format(const std::string& fmt, const ValueList& args, const Value*
 std::vector<std::pair<std::string, Value>> make_globals();
 
 // Largest string or list any builtin may build (the renderer applies its own output limit too).
-constexpr size_t kMaxBuiltString = size_t(64) << 20;
+constexpr size_t kMaxBuiltString = size_t(32) << 20;
 constexpr size_t kMaxListItems = size_t(1) << 20;
 constexpr int64_t kMaxRange = 100000;  // jinja2's sandbox MAX_RANGE
 

@@ -263,6 +263,10 @@ class Renderer {
       }
     } catch (const JinjaError& e) {
       fail_at(s.line, s.col, e.message);
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& e) {  // bad_alloc and the like: still an error with a position
+      fail_at(s.line, s.col, e.what());
     }
     return Flow::Normal;
   }
@@ -401,6 +405,10 @@ class Renderer {
       return v;
     } catch (const JinjaError& err) {
       fail_at(e.line, e.col, err.message);
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& err) {
+      fail_at(e.line, e.col, err.what());
     }
   }
 

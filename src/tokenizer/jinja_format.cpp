@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 
 #include "tokenizer/jinja_builtins.h"
 #include "tokenizer/unicode.h"
@@ -121,7 +122,12 @@ std::string format_value(const Value& v, const Spec& sp) {
     if (x < 0) head = "-";
     else if (sp.sign == '+') head = "+";
     else if (sp.sign == ' ') head = " ";
-    if (t == 'c') return align("", [&] { std::string c; uni::append_utf8(c, uint32_t(x)); return c; }(), sp, '<');
+    if (t == 'c') {
+      if (x < 0 || x > 0x10FFFF) raise("%c arg not in range(0x110000)");
+      std::string c;
+      uni::append_utf8(c, uint32_t(x));
+      return align("", c, sp, '<');
+    }
     const int base = t == 'x' || t == 'X' ? 16 : t == 'o' ? 8 : t == 'b' ? 2 : 10;
     std::string digits;
     uint64_t m = mag;
@@ -169,7 +175,10 @@ Value field_value(const std::string& field, const CallArgs& a, size_t& auto_inde
   const std::string head = field.substr(0, k);
   Value v;
   if (head.empty() || std::all_of(head.begin(), head.end(), is_digit)) {
-    const size_t idx = head.empty() ? auto_index++ : size_t(std::stoul(head));
+    size_t idx = auto_index;
+    if (head.empty()) ++auto_index;
+    else if (head.size() > 9) raise("Replacement index " + head + " out of range for positional args tuple");
+    else idx = size_t(std::atol(head.c_str()));
     if (idx >= a.pos.size()) raise("Replacement index " + std::to_string(idx) + " out of range for positional args tuple");
     v = a.pos[idx];
   } else {
@@ -191,8 +200,8 @@ Value field_value(const std::string& field, const CallArgs& a, size_t& auto_inde
       const size_t e = field.find(']', k);
       if (e == std::string::npos) raise("Missing ']' in format string");
       const std::string key = field.substr(k + 1, e - k - 1);
-      const bool num = !key.empty() && std::all_of(key.begin(), key.end(), is_digit);
-      v = get_item(v, num ? Value::integer(std::stoll(key)) : Value::str(key));
+      const bool num = !key.empty() && key.size() <= 18 && std::all_of(key.begin(), key.end(), is_digit);
+      v = get_item(v, num ? Value::integer(std::atoll(key.c_str())) : Value::str(key));
       k = e + 1;
     }
   }
