@@ -388,8 +388,8 @@ UNIT_CASES = {
     "error_tojson_undefined": ("{{ missing|tojson }}", {}),
     "error_compare_types": ("{{ 1 < 'a' }}", {}),
     "error_unpack": ("{% for a, b in [[1, 2, 3]] %}{% endfor %}", {}),
-    "error_deep_parens": ("{{ " + "(" * 5000 + "1" + ")" * 5000 + " }}", {}),
-    "error_deep_blocks": ("{% if true %}" * 3000 + "x" + "{% endif %}" * 3000, {}),
+    "error_deep_parens": ("{{ " + "(" * 1000 + "1" + ")" * 1000 + " }}", {}),
+    "error_deep_blocks": ("{% if true %}" * 600 + "x" + "{% endif %}" * 600, {}),
     "error_in_string_requires_string": ("{{ 1 in 'abc' }}", {}),
 }
 
