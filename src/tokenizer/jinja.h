@@ -12,8 +12,14 @@
 //   if-else, calls, filters, str/dict methods, range/dict/namespace.
 // Undefined behaves as jinja2's default Undefined: prints as "", is falsy and iterates empty;
 // arithmetic, calls, attribute access and subscripts on it are errors.
+// |safe and |escape give Markup strings: Markup + str escapes the str, as markupsafe does.
 // Every error (syntax or runtime) is an fp::Error naming the template, line and column.
 // Parsing bounds the nesting depth; rendering bounds the output size and the work done.
+// Not covered (an error, or a difference noted here): recursive for loops, {% call %}, macro
+// varargs/kwargs/caller, extends/include/import/block, {% do %}; range() and filters that return
+// generators in jinja2 (map, select, unique, reverse) give lists, which print differently;
+// integers are 64-bit (overflow is an error); upper/lower/title map Latin, Greek and Cyrillic
+// letters only; Markup survives +, * and |escape but not other filters or str methods.
 #pragma once
 #include <cstddef>
 #include <cstdint>
