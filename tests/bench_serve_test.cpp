@@ -661,7 +661,7 @@ TEST(BenchServeRun, TimeoutAndRefusedConnection) {
 TEST(BenchServeRun, CommandLineWritesJsonAndSvg) {
   FakeServer srv([](int k) { return std::string(k == 5 ? "500" : "ok"); });
   std::string dir = test::temp_dir("bench_serve_cli");
-  std::string cmd = test::fastpath_bin() + " bench-serve -q --port " + std::to_string(srv.port()) +
+  std::string cmd = test::fastpath_bin() + " bench-serve -q --request-timeout 60 --port " + std::to_string(srv.port()) +
                     " --num-prompts 6 --random-input-len 8 --random-output-len 6 --max-concurrency 1,3 --json " + dir +
                     "/r.json --svg " + dir + "/r.svg";
   int code = -1;
@@ -714,11 +714,11 @@ TEST(BenchServeRun, AgainstFastpathServe) {
     test::run_command("kill " + pid, &code);
     FAIL() << "fastpath serve wrote no port file; log:\n" << test::read_file(dir + "/serve.log");
   }
-  std::string cmd = test::fastpath_bin() + " bench-serve -q --port " + port + " -m " + model +
+  std::string cmd = test::fastpath_bin() + " bench-serve -q --request-timeout 60 --port " + port + " -m " + model +
                     " --num-prompts 8 --random-input-len 24 --random-output-len 12 --ignore-eos --num-warmups 1"
                     " --max-concurrency 1,4 --json " + dir + "/r.json --svg " + dir + "/r.svg";
   std::string out = test::run_command(cmd, &code);
-  std::string cmd_chat = test::fastpath_bin() + " bench-serve -q --port " + port + " -m " + model +
+  std::string cmd_chat = test::fastpath_bin() + " bench-serve -q --request-timeout 60 --port " + port + " -m " + model +
                          " --endpoint /v1/chat/completions --num-prompts 3 --random-input-len 16 --random-output-len 8"
                          " --ignore-eos --max-concurrency 2 --json " + dir + "/chat.json";
   int chat_code = -1;
