@@ -1,6 +1,7 @@
 // engine/engine.cpp — capacity planning and the engine step.
 #include "engine/engine.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -166,7 +167,7 @@ void Engine::finish(Sequence& s, const std::string& reason, std::vector<StepOutp
     out.back().finished = true;
     out.back().finish_reason = reason;
   } else {
-    out.push_back({s.id, -1, true, reason});
+    out.push_back({s.id, -1, true, reason, 0.0f, {}});
   }
 }
 
@@ -211,7 +212,16 @@ std::vector<StepOutput> Engine::step() {
     Sequence& s = *x.seq;
     if (!x.samples) continue;
     float* lg = logits_.data() + row++ * static_cast<size_t>(V);
-    const int32_t id = s.sampler->sample(lg, V, s.tokens);
+    // Log-probabilities come from the model's logits, before penalties and temperature.
+    double lse = 0;
+    if (s.req.logprobs >= 0) {
+      raw_.assign(lg, lg + V);
+      const float mx = *std::max_element(raw_.begin(), raw_.end());
+      double sum = 0;
+      for (float v : raw_) sum += std::exp(static_cast<double>(v - mx));
+      lse = mx + std::log(sum);
+    }
+    const int32_t id = s.sampler->sample(lg, V, s.tokens, static_cast<size_t>(s.n_prompt));
     if (s.t_first_token == 0) {
       s.t_first_token = t;
       if (s.cached_tokens) stats_.cached_prompt_tokens += s.cached_tokens;
@@ -223,7 +233,19 @@ std::vector<StepOutput> Engine::step() {
     }
     s.tokens.push_back(id);
     ++stats_.generated_tokens;
-    out.push_back({s.id, id, false, ""});
+    out.push_back({s.id, id, false, "", 0.0f, {}});
+    if (s.req.logprobs >= 0) {
+      StepOutput& o = out.back();
+      o.logprob = static_cast<float>(raw_[static_cast<size_t>(id)] - lse);
+      const int64_t k = std::min<int64_t>(s.req.logprobs, V);
+      std::vector<int32_t> idx(static_cast<size_t>(V));
+      for (int64_t i = 0; i < V; ++i) idx[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+      std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) {
+        return raw_[static_cast<size_t>(a)] > raw_[static_cast<size_t>(b)] || (raw_[static_cast<size_t>(a)] == raw_[static_cast<size_t>(b)] && a < b);
+      });
+      for (int64_t i = 0; i < k; ++i)
+        o.top_logprobs.push_back({idx[static_cast<size_t>(i)], static_cast<float>(raw_[static_cast<size_t>(idx[static_cast<size_t>(i)])] - lse)});
+    }
     if (s.n_generated() >= s.req.max_new_tokens || static_cast<int64_t>(s.tokens.size()) >= cfg_.max_model_len)
       finish(s, "length", out);
   }

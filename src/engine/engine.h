@@ -51,6 +51,8 @@ struct StepOutput {
   int32_t token = -1;         // the new token, -1 when none (prefill chunk, or finished on EOG)
   bool finished = false;
   std::string finish_reason;  // "stop" / "length" / "cancelled"
+  float logprob = 0;          // of `token` under the model's distribution (Request::logprobs >= 0)
+  std::vector<std::pair<int32_t, float>> top_logprobs;  // most likely tokens first
 };
 
 struct EngineStats {
@@ -101,7 +103,7 @@ class Engine {
   std::map<int64_t, std::unique_ptr<Sequence>> seqs_;
   int64_t next_id_ = 0;
   ForwardBatch batch_;
-  std::vector<float> logits_;
+  std::vector<float> logits_, raw_;
   EngineStats stats_;
 };
 

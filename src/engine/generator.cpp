@@ -46,7 +46,7 @@ GenerateResult generate(Model& model, const GenerateRequest& req, const std::fun
   res.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
   int32_t next_pos = static_cast<int32_t>(req.prompt.size());
   for (int32_t step = 0; step < req.max_new_tokens; ++step) {
-    int32_t id = sampler.sample(logits.data(), c.n_vocab, history);
+    int32_t id = sampler.sample(logits.data(), c.n_vocab, history, req.prompt.size());
     if (req.stop_at_eog && tok && tok->is_eog(id)) {
       res.finish_reason = "stop";
       break;

@@ -12,7 +12,13 @@ namespace fp {
 
 Sampler::Sampler(const SamplingParams& p) : p_(p), rng_(p.seed) {}
 
-int32_t Sampler::sample(float* logits, int64_t n_vocab, const std::vector<int32_t>& history) {
+int32_t Sampler::sample(float* logits, int64_t n_vocab, const std::vector<int32_t>& history, size_t n_prompt) {
+  if ((p_.presence_penalty != 0.0f || p_.frequency_penalty != 0.0f) && history.size() > n_prompt) {
+    counts_.clear();
+    for (size_t i = n_prompt; i < history.size(); ++i)
+      if (history[i] >= 0 && history[i] < n_vocab) ++counts_[history[i]];
+    for (auto& [t, c] : counts_) logits[t] -= p_.presence_penalty + p_.frequency_penalty * static_cast<float>(c);
+  }
   if (p_.repetition_penalty != 1.0f && p_.repetition_window > 0) {
     std::unordered_set<int32_t> seen;
     size_t start = history.size() > static_cast<size_t>(p_.repetition_window) ? history.size() - p_.repetition_window : 0;

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <random>
+#include <unordered_map>
 #include <vector>
 
 namespace fp {
@@ -14,20 +15,24 @@ struct SamplingParams {
   float min_p = 0.05f;       // <= 0: off
   float repetition_penalty = 1.0f;  // 1: off; llama.cpp semantics (divide positive logits, multiply negative)
   int32_t repetition_window = 64;   // how many recent tokens the penalty looks at
+  float presence_penalty = 0.0f;    // OpenAI: subtracted once from every token already generated
+  float frequency_penalty = 0.0f;   // OpenAI: subtracted per occurrence in the generated tokens
   uint64_t seed = 0;
 };
 
 class Sampler {
  public:
   explicit Sampler(const SamplingParams& p);
-  // logits: [n_vocab], modified in place by penalties. `history` holds the tokens so far.
-  int32_t sample(float* logits, int64_t n_vocab, const std::vector<int32_t>& history);
+  // logits: [n_vocab], modified in place by penalties. `history` holds the tokens so far, of
+  // which the first n_prompt are the prompt (presence/frequency penalties look at the rest).
+  int32_t sample(float* logits, int64_t n_vocab, const std::vector<int32_t>& history, size_t n_prompt = 0);
   const SamplingParams& params() const { return p_; }
 
  private:
   SamplingParams p_;
   std::mt19937_64 rng_;
   std::vector<std::pair<float, int32_t>> cand_;
+  std::unordered_map<int32_t, int32_t> counts_;
 };
 
 }  // namespace fp

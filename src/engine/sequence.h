@@ -16,6 +16,7 @@ struct Request {
   int32_t max_new_tokens = 128;
   SamplingParams sampling;
   bool stop_at_eog = true;
+  int32_t logprobs = -1;  // -1: none; else the sampled token's log-probability and this many top alternatives
 };
 
 enum class SeqState { Waiting, Running, Finished };

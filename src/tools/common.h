@@ -35,5 +35,6 @@ void add_synth(CLI::App& app);
 void add_bench(CLI::App& app);
 void add_audit(CLI::App& app);
 void add_bench_serve(CLI::App& app);
+void add_serve(CLI::App& app);
 
 }  // namespace fp::tools

@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   fp::tools::add_bench(app);
   fp::tools::add_audit(app);
   fp::tools::add_bench_serve(app);
+  fp::tools::add_serve(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,438 @@
+// server/http_server.cpp — routes, authentication, request limits, JSON and SSE responses,
+// client disconnects and graceful shutdown.
+#include "server/http_server.h"
+
+#include <httplib.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <sys/socket.h>
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "server/async_engine.h"
+#include "server/openai_api.h"
+
+namespace fp {
+
+namespace {
+
+using nlohmann::json;
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+int64_t unix_time() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string new_id(const char* prefix) {
+  static std::atomic<uint64_t> counter{0};
+  const uint64_t n = ++counter;
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%s-%llx%06llx", prefix, static_cast<unsigned long long>(unix_time()),
+                static_cast<unsigned long long>(n));
+  return buf;
+}
+
+// Debian's cpp-httplib is built with a listen backlog of 5: a burst of connections beyond
+// that is dropped by the kernel and clients see resets. httplib does not expose its socket,
+// so find our listening socket by its port and listen() again with a deep backlog (Linux
+// updates the backlog of a listening socket in place).
+void raise_listen_backlog(int port) {
+  for (int fd = 3; fd < 4096; ++fd) {
+    int accepting = 0;
+    socklen_t len = sizeof accepting;
+    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &len) != 0 || !accepting) continue;
+    sockaddr_storage addr{};
+    socklen_t alen = sizeof addr;
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &alen) != 0) continue;
+    int p = -1;
+    if (addr.ss_family == AF_INET) p = ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+    if (addr.ss_family == AF_INET6) p = ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
+    if (p == port) ::listen(fd, 4096);
+  }
+}
+
+void send_error(httplib::Response& res, const ApiError& e) {
+  res.status = e.status;
+  res.set_content(dump(e.body()), "application/json");
+}
+
+// One choice while its events arrive.
+struct Choice {
+  std::unique_ptr<ChoiceText> text;
+  std::string content;
+  std::string finish_reason;
+  bool done = false;
+  json logprobs = json::array();  // entries, in token order
+};
+
+// One API call: its parsed request, engine stream and choices.
+struct Call {
+  ApiRequest req;
+  std::shared_ptr<RequestStream> stream;
+  std::vector<Choice> choices;
+  std::string id, model;
+  int64_t created = 0;
+  bool role_sent = false;
+  bool wrote_any = false;
+  int idle_polls = 0;
+  int64_t completion_tokens() const {
+    int64_t n = 0;
+    for (auto& c : choices) n += c.text->tokens();
+    return n;
+  }
+  bool all_done() const {
+    for (auto& c : choices)
+      if (!c.done) return false;
+    return true;
+  }
+  json usage() const {
+    const int64_t p = static_cast<int64_t>(req.prompt.size()) * static_cast<int64_t>(choices.size() ? 1 : 0);
+    return {{"prompt_tokens", p}, {"completion_tokens", completion_tokens()}, {"total_tokens", p + completion_tokens()}};
+  }
+};
+
+std::string map_reason(const std::string& engine_reason) {
+  if (engine_reason == "stop" || engine_reason == "length") return engine_reason;
+  return "abort";  // cancelled by shutdown, or an engine error
+}
+
+}  // namespace
+
+struct HttpServer::Impl {
+  Model& model;
+  const Tokenizer& tok;
+  ChatTemplate tmpl;
+  ServerConfig cfg;
+  std::unique_ptr<AsyncEngine> engine;
+  httplib::Server svr;
+  ApiLimits limits;
+  std::atomic<bool> stopping{false};
+  std::atomic<int> bound_port{0};
+  std::atomic<int> active_calls{0};  // generate handlers and streams not yet finished
+
+  Impl(Model& m, ChatTemplate t, const ServerConfig& c) : model(m), tok(*m.tokenizer()), tmpl(std::move(t)), cfg(c) {}
+
+  // Feeds one event into its choice; returns the text to send now (may be empty).
+  std::string apply(Call& call, const TokenEvent& ev, json* lp_entry) {
+    Choice& ch = call.choices[static_cast<size_t>(ev.index)];
+    if (ch.done) return {};
+    std::string piece;
+    if (ev.token >= 0) {
+      piece = ch.text->push(ev.token);
+      if (call.req.base.logprobs >= 0) {
+        json e = call.req.chat ? chat_logprob_entry(tok, ev.token, ev.logprob, ev.top_logprobs)
+                               : completion_logprob_entry(tok, ev.token, ev.logprob, ev.top_logprobs);
+        ch.logprobs.push_back(e);
+        if (lp_entry) *lp_entry = e;
+      }
+      if (ch.text->stopped()) {
+        ch.done = true;
+        ch.finish_reason = "stop";
+        engine->cancel(call.stream, ev.index);  // the rest of this choice is not wanted
+      }
+    }
+    if (ev.finished && !ch.done) {
+      piece += ch.text->finish();
+      ch.done = true;
+      ch.finish_reason = ch.text->stopped() ? "stop" : map_reason(ev.finish_reason);
+    }
+    ch.content += piece;
+    return piece;
+  }
+
+  json completion_logprobs(const json& entries) const {
+    json tokens = json::array(), lps = json::array(), tops = json::array(), offsets = json::array();
+    int64_t off = 0;
+    for (auto& e : entries) {
+      tokens.push_back(e["token"]);
+      lps.push_back(e["logprob"]);
+      tops.push_back(e["top_logprobs"]);
+      offsets.push_back(off);
+      off += static_cast<int64_t>(e["token"].get<std::string>().size());
+    }
+    return {{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+  }
+
+  json final_response(const Call& call) const {
+    json choices = json::array();
+    for (size_t i = 0; i < call.choices.size(); ++i) {
+      const Choice& c = call.choices[i];
+      json lp = nullptr;
+      if (call.req.base.logprobs >= 0)
+        lp = call.req.chat ? json{{"content", c.logprobs}} : completion_logprobs(c.logprobs);
+      if (call.req.chat)
+        choices.push_back({{"index", i}, {"message", {{"role", "assistant"}, {"content", c.content}}}, {"logprobs", lp},
+                           {"finish_reason", c.finish_reason}});
+      else
+        choices.push_back({{"index", i}, {"text", c.content}, {"logprobs", lp}, {"finish_reason", c.finish_reason}});
+    }
+    return {{"id", call.id}, {"object", call.req.chat ? "chat.completion" : "text_completion"}, {"created", call.created},
+            {"model", call.model}, {"choices", choices}, {"usage", call.usage()}};
+  }
+
+  json chunk(const Call& call, json choices) const {
+    return {{"id", call.id}, {"object", call.req.chat ? "chat.completion.chunk" : "text_completion"}, {"created", call.created},
+            {"model", call.model}, {"choices", std::move(choices)}};
+  }
+
+  // SSE events for one engine event (content and/or the choice's end).
+  std::string sse_for(Call& call, const TokenEvent& ev) {
+    json lp_entry = nullptr;
+    const bool was_done = call.choices[static_cast<size_t>(ev.index)].done;
+    std::string piece = apply(call, ev, &lp_entry);
+    const Choice& ch = call.choices[static_cast<size_t>(ev.index)];
+    std::string out;
+    auto emit = [&](const json& choice) { out += "data: " + dump(chunk(call, json::array({choice}))) + "\n\n"; };
+    json lp = nullptr;
+    if (call.req.base.logprobs >= 0 && !lp_entry.is_null())
+      lp = call.req.chat ? json{{"content", json::array({lp_entry})}} : completion_logprobs(json::array({lp_entry}));
+    if (!piece.empty() || !lp.is_null()) {
+      if (call.req.chat)
+        emit({{"index", ev.index}, {"delta", {{"content", piece}}}, {"logprobs", lp}, {"finish_reason", nullptr}});
+      else
+        emit({{"index", ev.index}, {"text", piece}, {"logprobs", lp}, {"finish_reason", nullptr}});
+    }
+    if (ch.done && !was_done) {
+      if (call.req.chat)
+        emit({{"index", ev.index}, {"delta", json::object()}, {"logprobs", nullptr}, {"finish_reason", ch.finish_reason}});
+      else
+        emit({{"index", ev.index}, {"text", ""}, {"logprobs", nullptr}, {"finish_reason", ch.finish_reason}});
+    }
+    return out;
+  }
+
+  void handle_generate(const httplib::Request& hreq, httplib::Response& res, bool chat) {
+    json body;
+    try {
+      body = json::parse(hreq.body);
+    } catch (const std::exception& e) {
+      reject(res, ApiError{400, std::string("the body is not valid JSON: ") + e.what(), "invalid_request_error", ""});
+      return;
+    }
+    auto call = std::make_shared<Call>();
+    if (auto err = parse_request(body, chat, tok, &tmpl, limits, call->req)) {
+      reject(res, *err);
+      return;
+    }
+    if (!call->req.model.empty() && call->req.model != cfg.served_model_name) {
+      reject(res, ApiError{404, "The model `" + call->req.model + "` does not exist (this server serves `" + cfg.served_model_name + "`)",
+                           "NotFoundError", "model"});
+      return;
+    }
+    if (stopping) {
+      reject(res, ApiError{503, "the server is shutting down", "server_error", ""});
+      return;
+    }
+    call->id = new_id(chat ? "chatcmpl" : "cmpl");
+    call->model = cfg.served_model_name;
+    call->created = unix_time();
+    for (int i = 0; i < call->req.n; ++i) {
+      Choice c;
+      c.text = std::make_unique<ChoiceText>(tok, call->req.prompt, call->req.stop);
+      call->choices.push_back(std::move(c));
+    }
+    call->stream = engine->submit(call->req.group());
+    ++active_calls;
+
+    if (!call->req.stream) {
+      struct Done {
+        std::atomic<int>& n;
+        ~Done() { --n; }
+      } done{active_calls};
+      while (!call->all_done()) {
+        for (const TokenEvent& ev : call->stream->wait(100)) apply(*call, ev, nullptr);
+        if (call->stream->all_finished() && !call->all_done()) break;  // cannot happen; never spin
+      }
+      if (!call->stream->error().empty()) {
+        res.status = 500;
+        res.set_content(dump(ApiError{500, call->stream->error(), "server_error", ""}.body()), "application/json");
+        return;
+      }
+      res.set_content(dump(final_response(*call)), "application/json");
+      return;
+    }
+
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [this, call](size_t, httplib::DataSink& sink) {
+          std::string out;
+          if (call->req.chat && !call->role_sent) {
+            call->role_sent = true;
+            for (size_t i = 0; i < call->choices.size(); ++i)
+              out += "data: " +
+                     dump(chunk(*call, json::array({{{"index", i}, {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                                    {"logprobs", nullptr}, {"finish_reason", nullptr}}}))) +
+                     "\n\n";
+          }
+          for (const TokenEvent& ev : call->stream->wait(out.empty() ? 50 : 0)) out += sse_for(*call, ev);
+          if (call->all_done()) {
+            if (call->req.include_usage) {
+              json u = chunk(*call, json::array());
+              u["usage"] = call->usage();
+              out += "data: " + dump(u) + "\n\n";
+            }
+            out += "data: [DONE]\n\n";
+          }
+          if (!out.empty() && !sink.write(out.data(), out.size())) {
+            engine->cancel(call->stream);  // the client went away: free its KV now
+            return false;
+          }
+          if (!out.empty()) {
+            call->wrote_any = true;
+            call->idle_polls = 0;
+          } else if (call->wrote_any && ++call->idle_polls % 20 == 0 && !sink.is_writable()) {
+            // Nothing to send for a second: make sure the client is still there. (Not before the
+            // first write: a hang-up then is caught by that write.)
+            engine->cancel(call->stream);
+            return false;
+          }
+          if (call->all_done()) sink.done();
+          return true;
+        },
+        [this, call](bool success) {
+          if (!success || !call->all_done()) engine->cancel(call->stream);
+          --active_calls;
+        });
+  }
+
+  void reject(httplib::Response& res, const ApiError& e) {
+    {
+      std::lock_guard<std::mutex> lock(engine->metrics().mu);
+      ++engine->metrics().rejected;
+    }
+    send_error(res, e);
+  }
+
+  void setup_routes() {
+    svr.new_task_queue = [n = cfg.http_threads] { return new httplib::ThreadPool(static_cast<size_t>(n)); };
+    svr.set_payload_max_length(static_cast<size_t>(cfg.max_body_bytes));
+    svr.set_tcp_nodelay(true);  // SSE chunks go out at once (no Nagle / delayed-ACK stall)
+    svr.set_read_timeout(30, 0);
+    svr.set_write_timeout(30, 0);
+    svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      if (cfg.api_key.empty() || req.path.rfind("/v1/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
+      const std::string auth = req.get_header_value("Authorization");
+      if (auth == "Bearer " + cfg.api_key) return httplib::Server::HandlerResponse::Unhandled;
+      send_error(res, ApiError{401, auth.empty() ? "missing API key: send 'Authorization: Bearer <key>'" : "invalid API key",
+                               "authentication_error", ""});
+      return httplib::Server::HandlerResponse::Handled;
+    });
+    svr.Post("/v1/completions", [this](const httplib::Request& q, httplib::Response& r) { handle_generate(q, r, false); });
+    svr.Post("/v1/chat/completions", [this](const httplib::Request& q, httplib::Response& r) { handle_generate(q, r, true); });
+    svr.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+      json m = {{"id", cfg.served_model_name}, {"object", "model"}, {"created", unix_time()}, {"owned_by", "fastpath"},
+                {"max_model_len", engine->config().max_model_len}};
+      res.set_content(dump({{"object", "list"}, {"data", json::array({m})}}), "application/json");
+    });
+    svr.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+      res.status = stopping ? 503 : 200;
+      res.set_content(stopping ? "{\"status\":\"shutting down\"}" : "{\"status\":\"ok\"}", "application/json");
+    });
+    svr.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+      res.set_content(engine->metrics_text(), "text/plain; version=0.0.4");
+    });
+    auto ledger = [this](const httplib::Request&, httplib::Response& res) { res.set_content(engine->ledger_json(), "application/json"); };
+    svr.Get("/v1/ledger", ledger);
+    svr.Get("/ledger", ledger);
+    svr.set_error_handler([](const httplib::Request&, httplib::Response& res) {
+      if (!res.body.empty()) return;
+      std::string msg = res.status == 404 ? "no such route" : res.status == 413 ? "the request body is too large" : "request failed";
+      res.set_content(dump(ApiError{res.status, msg, "invalid_request_error", ""}.body()), "application/json");
+    });
+    svr.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+      std::string msg = "internal error";
+      try {
+        if (ep) std::rethrow_exception(ep);
+      } catch (const std::exception& e) {
+        msg = e.what();
+      } catch (...) {
+      }
+      res.status = 500;
+      res.set_content(dump(ApiError{500, msg, "server_error", ""}.body()), "application/json");
+    });
+  }
+};
+
+HttpServer::HttpServer(Model& model, ChatTemplate chat_template, const ServerConfig& cfg)
+    : impl_(std::make_unique<Impl>(model, std::move(chat_template), cfg)) {
+  FP_CHECK(model.tokenizer(), "serve: the model has no tokenizer");
+  Impl& s = *impl_;
+  s.engine = std::make_unique<AsyncEngine>(model, cfg.engine);
+  s.limits.max_model_len = s.engine->config().max_model_len;
+  s.setup_routes();
+}
+
+HttpServer::~HttpServer() { stop(); }
+
+int HttpServer::port() const { return impl_->bound_port.load(); }
+
+void HttpServer::stop() {
+  Impl& s = *impl_;
+  if (s.stopping.exchange(true)) return;
+  s.engine->shutdown();  // in-flight requests end as "cancelled"; their handlers return
+  // Give the handlers a moment to send their last events ("abort" and [DONE]) before the
+  // listener closes (httplib ends chunked responses as soon as it is shutting down).
+  for (int i = 0; i < 200 && s.active_calls.load() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  s.svr.stop();
+}
+
+void block_shutdown_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGUSR1);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+}
+
+int HttpServer::run(bool handle_signals, const std::function<void(int)>& on_listening) {
+  Impl& s = *impl_;
+  std::thread signal_thread;
+  sigset_t set;
+  if (handle_signals) {
+    // SIGINT/SIGTERM are taken by one thread with sigwait; every thread blocks them
+    // (block_shutdown_signals() ran before any thread was started). SIGUSR1 wakes it at exit.
+    block_shutdown_signals();
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGUSR1);
+    signal_thread = std::thread([this, set] {
+      int sig = 0;
+      sigwait(&set, &sig);
+      if (sig != SIGUSR1) log_info("signal ", sig, ": finishing in-flight requests as cancelled and shutting down");
+      stop();
+    });
+  }
+  const int port = s.cfg.port == 0 ? s.svr.bind_to_any_port(s.cfg.host) : (s.svr.bind_to_port(s.cfg.host, s.cfg.port) ? s.cfg.port : -1);
+  if (port < 0) {
+    if (signal_thread.joinable()) {
+      pthread_kill(signal_thread.native_handle(), SIGUSR1);
+      signal_thread.join();
+    }
+    fail("serve: cannot listen on ", s.cfg.host, ":", s.cfg.port, " (address in use or not allowed)");
+  }
+  s.bound_port = port;
+  raise_listen_backlog(port);
+  log_info("serving ", s.cfg.served_model_name, " on http://", s.cfg.host, ":", port, " (", s.engine->capacity().describe(), ")");
+  if (on_listening) on_listening(port);
+  const bool ok = s.svr.listen_after_bind();
+  stop();
+  if (signal_thread.joinable()) {
+    pthread_kill(signal_thread.native_handle(), SIGUSR1);
+    signal_thread.join();
+  }
+  log_info("server stopped");
+  return ok || s.stopping ? 0 : 1;
+}
+
+}  // namespace fp

@@ -1,0 +1,47 @@
+// server/http_server.h — `fastpath serve`: the OpenAI-compatible HTTP front end over the
+// AsyncEngine. Routes: POST /v1/completions, POST /v1/chat/completions (JSON or SSE),
+// GET /v1/models, GET /health, GET /metrics (Prometheus), GET /v1/ledger (fast-path ledger).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "engine/engine.h"
+#include "model/model.h"
+#include "tokenizer/chat_template.h"
+
+namespace fp {
+
+struct ServerConfig {
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  std::string api_key;               // when set, /v1/* needs "Authorization: Bearer <key>"
+  std::string served_model_name;     // default: the model file's name
+  int64_t max_body_bytes = 8 << 20;  // bigger bodies get 413
+  int http_threads = 256;            // connections served at once
+  EngineConfig engine;
+};
+
+// Blocks SIGINT/SIGTERM (and SIGUSR1) in the calling thread and every thread it starts later,
+// so that HttpServer::run can take them with sigwait. Call before any thread is created.
+void block_shutdown_signals();
+
+class HttpServer {
+ public:
+  HttpServer(Model& model, ChatTemplate chat_template, const ServerConfig& cfg);
+  ~HttpServer();
+  // Binds, calls on_listening(port), and serves until stop() (or SIGINT/SIGTERM when
+  // handle_signals). Returns the exit code.
+  int run(bool handle_signals, const std::function<void(int)>& on_listening = nullptr);
+  // Finishes: cancels in-flight requests (their clients get what was generated so far and a
+  // "cancelled" end) and stops listening.
+  void stop();
+  int port() const;  // the bound port (after run() started listening)
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace fp

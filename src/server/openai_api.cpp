@@ -1,0 +1,268 @@
+// server/openai_api.cpp — request validation, stop-string matching and logprob entries.
+#include "server/openai_api.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+
+namespace fp {
+
+nlohmann::json ApiError::body() const {
+  return {{"error", {{"message", message}, {"type", type}, {"param", param.empty() ? nlohmann::json(nullptr) : nlohmann::json(param)},
+                     {"code", status}}}};
+}
+
+std::vector<Request> ApiRequest::group() const {
+  std::vector<Request> out;
+  for (int i = 0; i < n; ++i) {
+    Request r = base;
+    if (seed_given) r.sampling.seed = base.sampling.seed + static_cast<uint64_t>(i);
+    else r.sampling.seed = base.sampling.seed * 6364136223846793005ull + static_cast<uint64_t>(i) + 1;
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+namespace {
+
+ApiError bad(const std::string& param, const std::string& msg) { return ApiError{400, msg, "invalid_request_error", param}; }
+
+// Reads an optional number field in [lo, hi]; integer when `integer`.
+std::optional<ApiError> number(const nlohmann::json& b, const char* key, double lo, double hi, bool integer, double& out) {
+  if (!b.contains(key) || b[key].is_null()) return std::nullopt;
+  const auto& v = b[key];
+  if (!v.is_number() || (integer && !v.is_number_integer()))
+    return bad(key, std::string("'") + key + "' must be " + (integer ? "an integer" : "a number") + ", got " + v.dump());
+  const double x = v.get<double>();
+  if (!(x >= lo && x <= hi)) {
+    std::string range = "[" + nlohmann::json(lo).dump() + ", " + nlohmann::json(hi).dump() + "]";
+    return bad(key, std::string("'") + key + "' must be in " + range + ", got " + v.dump());
+  }
+  out = x;
+  return std::nullopt;
+}
+
+std::optional<ApiError> boolean(const nlohmann::json& b, const char* key, bool& out) {
+  if (!b.contains(key) || b[key].is_null()) return std::nullopt;
+  if (!b[key].is_boolean()) return bad(key, std::string("'") + key + "' must be true or false, got " + b[key].dump());
+  out = b[key].get<bool>();
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<ApiError> parse_request(const nlohmann::json& b, bool chat, const Tokenizer& tok, const ChatTemplate* tmpl,
+                                      const ApiLimits& lim, ApiRequest& r) {
+  if (!b.is_object()) return bad("", "the request body must be a JSON object");
+  r.chat = chat;
+  if (b.contains("model") && !b["model"].is_null()) {
+    if (!b["model"].is_string()) return bad("model", "'model' must be a string");
+    r.model = b["model"].get<std::string>();
+  }
+  // The prompt.
+  if (chat) {
+    if (!b.contains("messages")) return bad("messages", "'messages' is required");
+    const auto& m = b["messages"];
+    if (!m.is_array() || m.empty()) return bad("messages", "'messages' must be a non-empty array of {role, content}");
+    nlohmann::ordered_json msgs = nlohmann::ordered_json::array();
+    for (size_t i = 0; i < m.size(); ++i) {
+      const auto& x = m[i];
+      const std::string where = "messages[" + std::to_string(i) + "]";
+      if (!x.is_object() || !x.contains("role") || !x["role"].is_string())
+        return bad(where + ".role", "'" + where + "' must be an object with a string 'role'");
+      if (x.contains("content") && !x["content"].is_string() && !x["content"].is_array() && !x["content"].is_null())
+        return bad(where + ".content", "'" + where + ".content' must be a string, an array of parts, or null");
+      if (x.contains("content") && x["content"].is_array())
+        for (const auto& part : x["content"])
+          if (!part.is_object() || (part.contains("text") && !part["text"].is_string()))
+            return bad(where + ".content", "'" + where + ".content' parts must be objects like {\"type\": \"text\", \"text\": ...}");
+      msgs.push_back(nlohmann::ordered_json::parse(x.dump()));
+    }
+    std::string text;
+    try {
+      text = tmpl ? tmpl->render(msgs, true) : render_plain_chat(msgs, true);
+    } catch (const Error& e) {
+      return bad("messages", std::string("the chat template refused the messages: ") + e.what());
+    }
+    r.prompt = tok.encode(text, /*add_special=*/false, /*parse_special=*/true);
+    // Templates that do not write BOS themselves (most SPM ones do) get it from the tokenizer.
+    if (tok.bos_id() >= 0 && (r.prompt.empty() || r.prompt[0] != tok.bos_id()) && (!tmpl || tmpl->is_fallback()))
+      r.prompt.insert(r.prompt.begin(), tok.bos_id());
+  } else {
+    if (!b.contains("prompt")) return bad("prompt", "'prompt' is required");
+    const auto& p = b["prompt"];
+    if (p.is_string()) {
+      r.prompt = tok.encode(p.get<std::string>(), true, true);
+    } else if (p.is_array() && p.size() == 1 && p[0].is_string()) {
+      r.prompt = tok.encode(p[0].get<std::string>(), true, true);
+    } else if (p.is_array() && !p.empty() && std::all_of(p.begin(), p.end(), [](const auto& x) { return x.is_number_integer(); })) {
+      for (const auto& x : p) {
+        const int64_t id = x.get<int64_t>();
+        if (id < 0 || id >= tok.n_vocab())
+          return bad("prompt", "token id " + std::to_string(id) + " in 'prompt' is outside the vocabulary [0, " +
+                                   std::to_string(tok.n_vocab()) + ")");
+        r.prompt.push_back(static_cast<int32_t>(id));
+      }
+    } else {
+      return bad("prompt", "'prompt' must be a string, a one-string array, or an array of token ids (batches of prompts are not supported)");
+    }
+  }
+  if (r.prompt.empty()) {
+    if (tok.bos_id() < 0) return bad("prompt", "the prompt is empty");
+    r.prompt.push_back(tok.bos_id());
+  }
+  const int64_t n_prompt = static_cast<int64_t>(r.prompt.size());
+  if (n_prompt >= lim.max_model_len)
+    return bad(chat ? "messages" : "prompt", "the prompt has " + std::to_string(n_prompt) +
+                                                 " tokens; this server's maximum context length is " +
+                                                 std::to_string(lim.max_model_len) + " tokens (--max-model-len)");
+  // Lengths.
+  double v = 0;
+  int64_t max_tokens = chat ? lim.max_model_len - n_prompt : 16;
+  for (const char* key : {"max_tokens", "max_completion_tokens"}) {
+    v = -1;
+    if (auto e = number(b, key, 0, 1e12, true, v)) return e;
+    if (v >= 0) {
+      if (n_prompt + static_cast<int64_t>(v) > lim.max_model_len)
+        return bad(key, "'" + std::string(key) + "' is " + std::to_string(static_cast<int64_t>(v)) + " but the prompt has " +
+                            std::to_string(n_prompt) + " tokens and the maximum context length is " +
+                            std::to_string(lim.max_model_len) + " tokens");
+      max_tokens = static_cast<int64_t>(v);
+    }
+  }
+  r.base.max_new_tokens = static_cast<int32_t>(max_tokens);
+  // Sampling: OpenAI defaults (temperature 1, top_p 1), no top-k / min-p unless asked.
+  SamplingParams& s = r.base.sampling;
+  s.temperature = 1.0f;
+  s.top_p = 1.0f;
+  s.top_k = 0;
+  s.min_p = 0.0f;
+  s.repetition_penalty = 1.0f;
+  if (auto e = number(b, "temperature", 0, 2, false, v = 1)) return e;
+  s.temperature = static_cast<float>(v);
+  if (auto e = number(b, "top_p", 1e-9, 1, false, v = 1)) return e;
+  s.top_p = static_cast<float>(v);
+  if (auto e = number(b, "top_k", -1, 1 << 30, true, v = 0)) return e;
+  s.top_k = static_cast<int32_t>(std::max(0.0, v));
+  if (auto e = number(b, "min_p", 0, 1, false, v = 0)) return e;
+  s.min_p = static_cast<float>(v);
+  if (auto e = number(b, "presence_penalty", -2, 2, false, v = 0)) return e;
+  s.presence_penalty = static_cast<float>(v);
+  if (auto e = number(b, "frequency_penalty", -2, 2, false, v = 0)) return e;
+  s.frequency_penalty = static_cast<float>(v);
+  if (auto e = number(b, "repetition_penalty", 1e-6, 100, false, v = 1)) return e;
+  s.repetition_penalty = static_cast<float>(v);
+  s.repetition_window = 1 << 30;
+  r.seed_given = b.contains("seed") && !b["seed"].is_null();
+  if (auto e = number(b, "seed", -9.2e18, 9.2e18, true, v = 0)) return e;
+  s.seed = r.seed_given ? static_cast<uint64_t>(b["seed"].get<int64_t>()) : 0;
+  if (auto e = number(b, "n", 1, lim.max_n, true, v = 1)) return e;
+  r.n = static_cast<int>(v);
+  bool ignore_eos = false;
+  if (auto e = boolean(b, "ignore_eos", ignore_eos)) return e;
+  r.base.stop_at_eog = !ignore_eos;
+  if (auto e = boolean(b, "stream", r.stream)) return e;
+  if (b.contains("stream_options") && !b["stream_options"].is_null()) {
+    if (!b["stream_options"].is_object()) return bad("stream_options", "'stream_options' must be an object");
+    if (auto e = boolean(b["stream_options"], "include_usage", r.include_usage)) {
+      e->param = "stream_options.include_usage";
+      return e;
+    }
+  }
+  // Stop strings.
+  if (b.contains("stop") && !b["stop"].is_null()) {
+    const auto& st = b["stop"];
+    if (st.is_string()) {
+      r.stop.push_back(st.get<std::string>());
+    } else if (st.is_array() && static_cast<int>(st.size()) <= lim.max_stop) {
+      for (const auto& x : st) {
+        if (!x.is_string()) return bad("stop", "'stop' must be a string or an array of strings");
+        r.stop.push_back(x.get<std::string>());
+      }
+    } else {
+      return bad("stop", "'stop' must be a string or an array of at most " + std::to_string(lim.max_stop) + " strings");
+    }
+    for (const auto& x : r.stop)
+      if (x.empty()) return bad("stop", "stop strings must not be empty");
+  }
+  // Log-probabilities.
+  r.base.logprobs = -1;
+  if (chat) {
+    if (auto e = boolean(b, "logprobs", r.chat_logprobs)) return e;
+    if (auto e = number(b, "top_logprobs", 0, lim.max_logprobs, true, v = 0)) return e;
+    if (b.contains("top_logprobs") && !b["top_logprobs"].is_null() && !r.chat_logprobs)
+      return bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    if (r.chat_logprobs) r.base.logprobs = static_cast<int32_t>(v);
+  } else if (b.contains("logprobs") && !b["logprobs"].is_null()) {
+    if (auto e = number(b, "logprobs", 0, lim.max_logprobs, true, v = 0)) return e;
+    r.base.logprobs = static_cast<int32_t>(v);
+  }
+  r.base.prompt = r.prompt;
+  return std::nullopt;
+}
+
+ChoiceText::ChoiceText(const Tokenizer& tok, const std::vector<int32_t>& prompt, std::vector<std::string> stop)
+    : dec_(tok), stop_(std::move(stop)) {
+  for (int32_t t : prompt) (void)dec_.push(t);
+  (void)dec_.flush();
+  for (const auto& s : stop_) max_stop_ = std::max(max_stop_, s.size());
+}
+
+std::string ChoiceText::release(bool all) {
+  // Earliest stop string in what is held back.
+  size_t best = std::string::npos;
+  for (const auto& s : stop_) best = std::min(best, held_.find(s));
+  if (best != std::string::npos) {
+    std::string out = held_.substr(0, best);
+    held_.clear();
+    stopped_ = true;
+    return out;
+  }
+  if (all || max_stop_ == 0) return std::exchange(held_, std::string());
+  // Keep the last max_stop-1 bytes (they may begin a stop string), cut at a character start.
+  if (held_.size() < max_stop_) return {};
+  size_t cut = held_.size() - (max_stop_ - 1);
+  while (cut > 0 && (static_cast<unsigned char>(held_[cut]) & 0xC0) == 0x80) --cut;
+  std::string out = held_.substr(0, cut);
+  held_.erase(0, cut);
+  return out;
+}
+
+std::string ChoiceText::push(int32_t token) {
+  if (stopped_) return {};
+  ++tokens_;
+  held_ += dec_.push(token);
+  return release(false);
+}
+
+std::string ChoiceText::finish() {
+  if (stopped_) return {};
+  held_ += dec_.flush();
+  return release(true);
+}
+
+nlohmann::json completion_logprob_entry(const Tokenizer& tok, int32_t token, float lp,
+                                        const std::vector<std::pair<int32_t, float>>& top) {
+  nlohmann::json alt = nlohmann::json::object();
+  for (auto& [t, l] : top) alt[tok.token_to_bytes(t, true)] = l;
+  return {{"token", tok.token_to_bytes(token, true)}, {"logprob", lp}, {"top_logprobs", alt}};
+}
+
+nlohmann::json chat_logprob_entry(const Tokenizer& tok, int32_t token, float lp, const std::vector<std::pair<int32_t, float>>& top) {
+  auto bytes_of = [&](int32_t t) {
+    std::string b = tok.token_to_bytes(t, true);
+    nlohmann::json arr = nlohmann::json::array();
+    for (unsigned char c : b) arr.push_back(static_cast<int>(c));
+    return std::make_pair(b, arr);
+  };
+  auto [text, bytes] = bytes_of(token);
+  nlohmann::json alts = nlohmann::json::array();
+  for (auto& [t, l] : top) {
+    auto [at, ab] = bytes_of(t);
+    alts.push_back({{"token", at}, {"logprob", l}, {"bytes", ab}});
+  }
+  return {{"token", text}, {"logprob", lp}, {"bytes", bytes}, {"top_logprobs", alts}};
+}
+
+}  // namespace fp

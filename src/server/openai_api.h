@@ -1,0 +1,78 @@
+// server/openai_api.h — the OpenAI request/response formats: validating a JSON body into
+// engine requests (400s name the offending field), detokenizing each choice with stop strings
+// matched across token boundaries, and building the response and SSE chunk objects.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/sequence.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace fp {
+
+// An OpenAI-style error: {"error": {"message", "type", "param", "code"}} with an HTTP status.
+struct ApiError {
+  int status = 400;
+  std::string message, type = "invalid_request_error", param;
+  nlohmann::json body() const;
+};
+
+struct ApiRequest {
+  bool chat = false;
+  std::string model;
+  std::vector<int32_t> prompt;
+  Request base;                 // prompt, max_new_tokens, sampling, stop_at_eog, logprobs
+  int n = 1;
+  bool seed_given = false;
+  std::vector<std::string> stop;
+  bool stream = false, include_usage = false;
+  bool chat_logprobs = false;   // chat: logprobs true (top_logprobs alternatives)
+  // The n engine requests (seeds seed, seed+1, ... when a seed was given).
+  std::vector<Request> group() const;
+};
+
+struct ApiLimits {
+  int64_t max_model_len = 0;
+  int max_n = 16;
+  int max_stop = 4;
+  int max_logprobs = 20;
+};
+
+// Parses and validates a /v1/completions (chat=false) or /v1/chat/completions body. Returns an
+// error instead of throwing for any problem with the request.
+std::optional<ApiError> parse_request(const nlohmann::json& body, bool chat, const Tokenizer& tok, const ChatTemplate* tmpl,
+                                      const ApiLimits& limits, ApiRequest& out);
+
+// One choice's text as it streams: StreamDecoder primed with the prompt, plus stop strings.
+// Text that could still be the start of a stop string is held back until it cannot be.
+class ChoiceText {
+ public:
+  ChoiceText(const Tokenizer& tok, const std::vector<int32_t>& prompt, std::vector<std::string> stop);
+  // Text now safe to send. After a stop string matched, stopped() is true and later tokens
+  // are ignored.
+  std::string push(int32_t token);
+  std::string finish();  // the held-back rest (no stop matched)
+  bool stopped() const { return stopped_; }
+  int64_t tokens() const { return tokens_; }  // tokens consumed up to the stop
+
+ private:
+  std::string release(bool all);
+  StreamDecoder dec_;
+  std::vector<std::string> stop_;
+  size_t max_stop_ = 0;
+  std::string held_;
+  bool stopped_ = false;
+  int64_t tokens_ = 0;
+};
+
+// Log-probability entries in the formats the two endpoints use.
+nlohmann::json completion_logprob_entry(const Tokenizer& tok, int32_t token, float lp,
+                                        const std::vector<std::pair<int32_t, float>>& top);
+nlohmann::json chat_logprob_entry(const Tokenizer& tok, int32_t token, float lp, const std::vector<std::pair<int32_t, float>>& top);
+
+}  // namespace fp

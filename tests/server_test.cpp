@@ -1,0 +1,371 @@
+// tests/server_test.cpp — `fastpath serve` over loopback: the OpenAI routes and formats, the
+// robustness suite (malformed and hostile requests get the right 4xx; 50 clients that drop
+// mid-stream beside 8 normal ones; the KV pool is fully free afterwards), API keys, metrics,
+// and graceful shutdown on SIGTERM.
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <fstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "test_util.h"
+
+extern char** environ;
+
+namespace fp {
+namespace {
+
+using nlohmann::json;
+
+std::string stories() { return test::testdata("models/stories260K/stories260K.gguf"); }
+
+// A `fastpath serve` child process on a free port.
+class ServerProcess {
+ public:
+  explicit ServerProcess(const std::vector<std::string>& extra, int max_model_len = 256) {
+    dir_ = test::temp_dir("serve");
+    port_file_ = dir_ + "/port";
+    std::vector<std::string> args = {test::fastpath_bin(), "serve", "-q", "-m", stories(), "--port", "0", "--port-file", port_file_,
+                                     "--kv-cache-memory", "64MiB", "--max-model-len", std::to_string(max_model_len)};
+    args.insert(args.end(), extra.begin(), extra.end());
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    EXPECT_EQ(posix_spawn(&pid_, argv[0], nullptr, nullptr, argv.data(), environ), 0);
+    for (int i = 0; i < 1000 && port_ == 0; ++i) {
+      std::ifstream f(port_file_);
+      if (!(f >> port_)) port_ = 0;
+      if (port_ == 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_GT(port_, 0) << "the server did not start";
+  }
+  ~ServerProcess() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  int port() const { return port_; }
+  httplib::Client client() const {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_read_timeout(60, 0);
+    return c;
+  }
+  // SIGTERM, then the exit status (or -1 if it did not exit within 10 s).
+  int terminate() {
+    kill(pid_, SIGTERM);
+    for (int i = 0; i < 1000; ++i) {
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return -1;
+  }
+
+ private:
+  std::string dir_, port_file_;
+  pid_t pid_ = -1;
+  int port_ = 0;
+};
+
+json post(httplib::Client& c, const std::string& path, const std::string& body, int* status, const httplib::Headers& h = {}) {
+  auto res = c.Post(path, h, body, "application/json");
+  if (!res) {
+    *status = -1;
+    return nullptr;
+  }
+  *status = res->status;
+  return json::parse(res->body, nullptr, false);
+}
+
+std::string greedy_text(const std::string& prompt, int n) {
+  int rc = -1;
+  std::string out = test::run_command(test::fastpath_bin() + " generate -q --temp 0 -n " + std::to_string(n) + " -p '" + prompt +
+                                          "' -m " + stories(), &rc);
+  EXPECT_EQ(rc, 0);
+  if (!out.empty() && out.back() == '\n') out.pop_back();
+  return out;
+}
+
+// Reads an SSE stream; returns the concatenated text of choice 0 and the parsed events.
+struct Streamed {
+  std::string error;  // transport error, if any
+  std::vector<json> events;
+  bool done = false;
+  std::map<int, std::string> text;
+  std::map<int, std::string> finish;
+};
+
+Streamed stream(httplib::Client& c, const std::string& path, const json& body, int drop_after = -1) {
+  Streamed s;
+  std::string buf;
+  int chunks = 0;
+  httplib::Request req;
+  req.method = "POST";
+  req.path = path;
+  req.body = body.dump();
+  req.set_header("Content-Type", "application/json");
+  req.content_receiver = [&](const char* data, size_t len, uint64_t, uint64_t) {
+    buf.append(data, len);
+    for (size_t pos; (pos = buf.find("\n\n")) != std::string::npos;) {
+      std::string ev = buf.substr(0, pos);
+      buf.erase(0, pos + 2);
+      if (ev.rfind("data: ", 0) != 0) continue;
+      std::string payload = ev.substr(6);
+      if (payload == "[DONE]") {
+        s.done = true;
+        continue;
+      }
+      json j = json::parse(payload, nullptr, false);
+      s.events.push_back(j);
+      for (auto& ch : j["choices"]) {
+        int i = ch["index"];
+        if (ch.contains("text")) s.text[i] += ch["text"].get<std::string>();
+        if (ch.contains("delta") && ch["delta"].contains("content")) s.text[i] += ch["delta"]["content"].get<std::string>();
+        if (!ch["finish_reason"].is_null()) s.finish[i] = ch["finish_reason"];
+      }
+      if (drop_after >= 0 && ++chunks >= drop_after) return false;  // hang up mid-stream
+    }
+    return true;
+  };
+  httplib::Response res;
+  httplib::Error err = httplib::Error::Success;
+  if (!c.send(req, res, err) && err != httplib::Error::Canceled) s.error = httplib::to_string(err);
+  if (res.status != 200 && res.status != -1) s.error += " HTTP " + std::to_string(res.status) + " " + buf.substr(0, 300);
+  return s;
+}
+
+// The value of one sample line "<name> <value>" of /metrics (-1 when absent).
+double metric(httplib::Client& c, const std::string& name) {
+  auto res = c.Get("/metrics");
+  if (!res) return -1;
+  const std::string key = "\n" + name + " ";
+  const size_t at = res->body.find(key);
+  if (at == std::string::npos) return -1;
+  return std::stod(res->body.substr(at + key.size()));
+}
+
+TEST(Server, OpenAiRoutesAndFormats) {
+  FP_REQUIRE_FILE(stories());
+  ServerProcess srv({});
+  auto c = srv.client();
+  auto health = c.Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  auto models = json::parse(c.Get("/v1/models")->body);
+  EXPECT_EQ(models["data"][0]["id"], "stories260K.gguf");
+
+  // Non-streaming completion = the greedy text of `generate`.
+  int st = 0;
+  json r = post(c, "/v1/completions", R"({"prompt": "Once upon a time", "max_tokens": 24, "temperature": 0})", &st);
+  ASSERT_EQ(st, 200) << r.dump();
+  EXPECT_EQ(r["object"], "text_completion");
+  EXPECT_EQ(r["choices"][0]["text"], greedy_text("Once upon a time", 24));
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(r["usage"]["completion_tokens"], 24);
+  EXPECT_EQ(r["usage"]["prompt_tokens"], 5);
+
+  // Streaming gives the same text; n = 2 gives two choices; usage at the end when asked.
+  Streamed s = stream(c, "/v1/completions",
+                      {{"prompt", "Once upon a time"}, {"max_tokens", 24}, {"temperature", 0}, {"stream", true}, {"n", 2},
+                       {"stream_options", {{"include_usage", true}}}});
+  EXPECT_TRUE(s.done);
+  EXPECT_EQ(s.text[0], r["choices"][0]["text"]);
+  EXPECT_EQ(s.text[1], r["choices"][0]["text"]);  // greedy: both choices agree
+  ASSERT_FALSE(s.events.empty());
+  EXPECT_EQ(s.events.back()["usage"]["completion_tokens"], 48);
+
+  // A stop string (matched across token boundaries) ends the text before it.
+  const std::string full = r["choices"][0]["text"];
+  const std::string stop = full.substr(10, 5);
+  Streamed st2 = stream(c, "/v1/completions",
+                        {{"prompt", "Once upon a time"}, {"max_tokens", 24}, {"temperature", 0}, {"stream", true}, {"stop", {stop}}});
+  EXPECT_EQ(st2.text[0], full.substr(0, full.find(stop)));
+  EXPECT_EQ(st2.finish[0], "stop");
+
+  // Chat: the plain fallback template, so the prompt is "user: ...\nassistant: ".
+  json chat = post(c, "/v1/chat/completions",
+                   R"({"messages": [{"role": "user", "content": "Tell me a story"}], "max_tokens": 16, "temperature": 0})", &st);
+  ASSERT_EQ(st, 200) << chat.dump();
+  EXPECT_EQ(chat["object"], "chat.completion");
+  EXPECT_EQ(chat["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(chat["choices"][0]["message"]["content"], greedy_text("user: Tell me a story\nassistant: ", 16));
+
+  // Logprobs: the chosen token's log-probability is the best of the top alternatives (greedy).
+  json lp = post(c, "/v1/completions", R"({"prompt": "Once", "max_tokens": 3, "temperature": 0, "logprobs": 2})", &st);
+  ASSERT_EQ(st, 200);
+  auto& l = lp["choices"][0]["logprobs"];
+  ASSERT_EQ(l["token_logprobs"].size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_LE(l["token_logprobs"][i].get<double>(), 0.0);
+    EXPECT_EQ(l["top_logprobs"][i].size(), 2u);
+  }
+  // Seeded sampling is reproducible.
+  const char* sampled = R"({"prompt": "Once", "max_tokens": 12, "temperature": 0.9, "seed": 7})";
+  EXPECT_EQ(post(c, "/v1/completions", sampled, &st)["choices"][0]["text"], post(c, "/v1/completions", sampled, &st)["choices"][0]["text"]);
+
+  auto ledger = c.Get("/v1/ledger");
+  ASSERT_TRUE(ledger);
+  EXPECT_NE(ledger->body.find("matmul"), std::string::npos);
+  EXPECT_EQ(srv.terminate(), 0);
+}
+
+TEST(Server, BadRequestsGetTheRight4xx) {
+  FP_REQUIRE_FILE(stories());
+  ServerProcess srv({});
+  auto c = srv.client();
+  struct Case {
+    std::string path, body;
+    int status;
+    std::string param;  // the field the error names
+  };
+  const std::string long_prompt(3000, 'a');
+  const std::vector<Case> cases = {
+      {"/v1/completions", "{not json", 400, ""},
+      {"/v1/completions", "[1, 2]", 400, ""},
+      {"/v1/completions", R"({"max_tokens": 5})", 400, "prompt"},
+      {"/v1/completions", R"({"prompt": 42})", 400, "prompt"},
+      {"/v1/completions", R"({"prompt": "hi", "max_tokens": "ten"})", 400, "max_tokens"},
+      {"/v1/completions", R"({"prompt": "hi", "max_tokens": -5})", 400, "max_tokens"},
+      {"/v1/completions", R"({"prompt": "hi", "max_tokens": 100000000000})", 400, "max_tokens"},
+      {"/v1/completions", R"({"prompt": "hi", "max_tokens": 254})", 400, "max_tokens"},  // 3 prompt tokens + 254 > 256
+      {"/v1/completions", R"({"prompt": "hi", "temperature": 7})", 400, "temperature"},
+      {"/v1/completions", R"({"prompt": "hi", "top_p": 0})", 400, "top_p"},
+      {"/v1/completions", R"({"prompt": "hi", "n": 0})", 400, "n"},
+      {"/v1/completions", R"({"prompt": "hi", "stop": [1, 2]})", 400, "stop"},
+      {"/v1/completions", R"({"prompt": "hi", "stream": "yes"})", 400, "stream"},
+      {"/v1/completions", R"({"prompt": "hi", "logprobs": 99})", 400, "logprobs"},
+      {"/v1/completions", R"({"prompt": [1, 99999]})", 400, "prompt"},
+      {"/v1/completions", "{\"prompt\": \"" + long_prompt + "\"}", 400, "prompt"},
+      {"/v1/completions", "{\"prompt\": \"bad \xff\xfe utf8\"}", 400, ""},
+      {"/v1/completions", R"({"prompt": "hi", "model": "gpt-4"})", 404, "model"},
+      {"/v1/chat/completions", R"({"messages": "hello"})", 400, "messages"},
+      {"/v1/chat/completions", R"({"messages": [{"content": "no role"}]})", 400, "messages[0].role"},
+      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}], "top_logprobs": 2})", 400, "top_logprobs"},
+      {"/v1/nothing", "{}", 404, ""},
+  };
+  for (const Case& k : cases) {
+    int st = 0;
+    json r = post(c, k.path, k.body, &st);
+    EXPECT_EQ(st, k.status) << k.body.substr(0, 200) << " -> " << r.dump();
+    ASSERT_TRUE(r.is_object() && r.contains("error")) << k.body.substr(0, 200);
+    EXPECT_FALSE(r["error"]["message"].get<std::string>().empty());
+    if (!k.param.empty()) {
+      EXPECT_EQ(r["error"]["param"], k.param) << k.body.substr(0, 200);
+    }
+  }
+  // A 10 MB body is refused (413) without reading it into a request.
+  int st = 0;
+  std::string huge = "{\"prompt\": \"" + std::string(10 << 20, 'x') + "\"}";
+  post(c, "/v1/completions", huge, &st);
+  EXPECT_EQ(st, 413);
+  // The server is still up and serving.
+  json ok = post(c, "/v1/completions", R"({"prompt": "Once", "max_tokens": 4})", &st);
+  EXPECT_EQ(st, 200) << ok.dump();
+  EXPECT_GT(metric(c, "fastpath:request_rejected_total"), 20);
+  EXPECT_EQ(srv.terminate(), 0);
+}
+
+TEST(Server, ApiKeyIsEnforcedOnV1Only) {
+  FP_REQUIRE_FILE(stories());
+  ServerProcess srv({"--api-key", "sekret"});
+  auto c = srv.client();
+  int st = 0;
+  json r = post(c, "/v1/completions", R"({"prompt": "Once", "max_tokens": 2})", &st);
+  EXPECT_EQ(st, 401);
+  EXPECT_EQ(r["error"]["type"], "authentication_error");
+  post(c, "/v1/completions", R"({"prompt": "Once", "max_tokens": 2})", &st, {{"Authorization", "Bearer wrong"}});
+  EXPECT_EQ(st, 401);
+  post(c, "/v1/completions", R"({"prompt": "Once", "max_tokens": 2})", &st, {{"Authorization", "Bearer sekret"}});
+  EXPECT_EQ(st, 200);
+  EXPECT_EQ(c.Get("/health")->status, 200);  // outside /v1: open
+  EXPECT_EQ(c.Get("/v1/models")->status, 401);
+}
+
+TEST(Server, DisconnectingClientsDoNotDisturbTheOthersAndFreeTheirKv) {
+  FP_REQUIRE_FILE(stories());
+  ServerProcess srv({});
+  auto probe = srv.client();
+  const double total_blocks = metric(probe, "fastpath:kv_cache_blocks_total");
+  ASSERT_GT(total_blocks, 0);
+  const std::vector<std::string> prompts = {"Once upon a time", "Lily had a dog", "The sun was hot", "Tom and Ben",
+                                            "A little bird", "The big tree", "One day", "Mom said"};
+  std::vector<std::string> want;
+  for (auto& p : prompts) want.push_back(greedy_text(p, 64));
+  std::vector<std::string> got(prompts.size());
+  std::atomic<int> dropped{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 50; ++i)
+    threads.emplace_back([&, i] {
+      auto c = srv.client();
+      Streamed s = stream(c, "/v1/completions",
+                          {{"prompt", prompts[static_cast<size_t>(i) % prompts.size()]}, {"max_tokens", 240}, {"ignore_eos", true},
+                           {"stream", true}},
+                          2 + i % 5);
+      if (!s.done) ++dropped;
+      EXPECT_TRUE(s.error.empty()) << s.error;
+      EXPECT_GE(s.events.size(), 2u) << "request " << i << " was dropped before it streamed";
+    });
+  for (size_t i = 0; i < prompts.size(); ++i)
+    threads.emplace_back([&, i] {
+      auto c = srv.client();
+      Streamed s = stream(c, "/v1/completions", {{"prompt", prompts[i]}, {"max_tokens", 64}, {"temperature", 0}, {"stream", true}});
+      EXPECT_TRUE(s.done) << prompts[i] << " " << s.error;
+      got[i] = s.text[0];
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(dropped.load(), 50);
+  for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(got[i], want[i]) << prompts[i];
+  // Every request ends (dropped ones cancelled) and every block comes back.
+  double free_blocks = -1, running = -1, ended = -1;
+  auto ended_requests = [&] {
+    return metric(probe, "fastpath:request_cancelled_total") +
+           metric(probe, "fastpath:request_success_total{finished_reason=\"length\"}") +
+           metric(probe, "fastpath:request_success_total{finished_reason=\"stop\"}");
+  };
+  for (int i = 0; i < 500; ++i) {
+    free_blocks = metric(probe, "fastpath:kv_cache_blocks_free");
+    running = metric(probe, "fastpath:num_requests_running");
+    ended = ended_requests();
+    if (free_blocks == total_blocks && running == 0 && ended == 58) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (ended != 58) fprintf(stderr, "%s\n", probe.Get("/metrics")->body.c_str());
+  EXPECT_EQ(free_blocks, total_blocks);
+  EXPECT_EQ(running, 0);
+  // Every request is accounted for: most dropped ones were cancelled (a dropped request whose
+  // last tokens were generated before the hang-up was noticed finishes as "length").
+  EXPECT_GE(metric(probe, "fastpath:request_cancelled_total"), 25);
+  EXPECT_EQ(ended, 58);
+  EXPECT_EQ(probe.Get("/health")->status, 200);
+  EXPECT_EQ(srv.terminate(), 0);
+}
+
+TEST(Server, SigtermEndsInFlightStreamsAndExitsZero) {
+  FP_REQUIRE_FILE(stories());
+  ServerProcess srv({}, 2048);
+  Streamed s;
+  std::thread t([&] {
+    auto c = srv.client();
+    s = stream(c, "/v1/completions", {{"prompt", "Once"}, {"max_tokens", 2000}, {"ignore_eos", true}, {"stream", true}});
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(srv.terminate(), 0);
+  t.join();
+  EXPECT_TRUE(s.done);
+  EXPECT_EQ(s.finish[0], "abort");
+}
+
+}  // namespace
+}  // namespace fp
