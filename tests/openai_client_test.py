@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""tests/openai_client_test.py — the official `openai` Python client against `fastpath serve`
+(stories260K over loopback): chat non-stream, chat stream, completions stream with `stop`,
+n=2, usage. Texts must equal the greedy output of `fastpath generate` for the same prompt.
+
+Run by CTest. Uses the repo's .venv (scripts/setup.sh installs `openai` there); exits 77
+(CTest: skipped) with the reason when the client or the test data is missing."""
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+SKIP = 77
+root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+venv_python = os.path.join(root, ".venv", "bin", "python")
+try:
+    import openai  # noqa: F401
+except ImportError:
+    if os.path.exists(venv_python) and os.path.realpath(sys.prefix) != os.path.realpath(os.path.join(root, ".venv")):
+        os.execv(venv_python, [venv_python] + sys.argv)
+    print("skipped: the openai package is not installed (scripts/setup.sh puts it in .venv)")
+    sys.exit(SKIP)
+import openai
+
+fastpath = sys.argv[1]
+testdata = os.environ.get("FASTPATH_TESTDATA", os.path.join(root, "..", "shared", "testdata"))
+model = os.path.join(testdata, "models", "stories260K", "stories260K.gguf")
+if not os.path.exists(model):
+    print(f"skipped: test data missing: {model}")
+    sys.exit(SKIP)
+
+
+def greedy(prompt, n):
+    out = subprocess.run([fastpath, "generate", "-q", "--temp", "0", "-n", str(n), "-p", prompt, "-m", model],
+                         check=True, capture_output=True, text=True).stdout
+    return out[:-1] if out.endswith("\n") else out
+
+
+failures = []
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what)
+    if not cond:
+        failures.append(what)
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    port_file = os.path.join(tmp, "port")
+    server = subprocess.Popen([fastpath, "serve", "-q", "-m", model, "--port", "0", "--port-file", port_file,
+                               "--kv-cache-memory", "64MiB", "--max-model-len", "512", "--api-key", "test-key"])
+    try:
+        for _ in range(1000):
+            if os.path.exists(port_file) and open(port_file).read().strip():
+                break
+            time.sleep(0.01)
+        port = int(open(port_file).read())
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="test-key", max_retries=0)
+        model_id = client.models.list().data[0].id
+        check(model_id == "stories260K.gguf", f"models.list -> {model_id}")
+
+        chat_prompt = "user: Tell me a story\nassistant: "  # the plain fallback template
+        want_chat = greedy(chat_prompt, 24)
+        messages = [{"role": "user", "content": "Tell me a story"}]
+
+        r = client.chat.completions.create(model=model_id, messages=messages, max_tokens=24, temperature=0)
+        check(r.choices[0].message.content == want_chat, "chat non-stream = generate")
+        check(r.choices[0].message.role == "assistant" and r.choices[0].finish_reason == "length", "chat role, finish_reason")
+        check(r.usage.completion_tokens == 24 and r.usage.prompt_tokens > 0
+              and r.usage.total_tokens == r.usage.prompt_tokens + 24, f"chat usage {r.usage}")
+
+        text, usage = "", None
+        for chunk in client.chat.completions.create(model=model_id, messages=messages, max_tokens=24, temperature=0,
+                                                    stream=True, stream_options={"include_usage": True}):
+            if chunk.choices and chunk.choices[0].delta.content:
+                text += chunk.choices[0].delta.content
+            if chunk.usage:
+                usage = chunk.usage
+        check(text == want_chat, "chat stream = generate")
+        check(usage is not None and usage.completion_tokens == 24, f"chat stream usage {usage}")
+
+        prompt = "Once upon a time"
+        want = greedy(prompt, 40)
+        stop = want[12:16]
+        text, finish = "", None
+        for chunk in client.completions.create(model=model_id, prompt=prompt, max_tokens=40, temperature=0, stream=True,
+                                               stop=[stop]):
+            text += chunk.choices[0].text
+            finish = chunk.choices[0].finish_reason or finish
+        check(text == want[:want.index(stop)], f"completions stream with stop {stop!r}: {text!r}")
+        check(finish == "stop", f"finish_reason {finish}")
+
+        r = client.completions.create(model=model_id, prompt=prompt, max_tokens=40, temperature=0, n=2)
+        check(len(r.choices) == 2 and all(c.text == want for c in r.choices), "n=2, both greedy = generate")
+        check(r.usage.completion_tokens == 80 and r.usage.prompt_tokens == 5, f"completions usage {r.usage}")
+
+        try:
+            openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="wrong", max_retries=0).models.list()
+            check(False, "a wrong API key is refused")
+        except openai.AuthenticationError:
+            check(True, "a wrong API key is refused")
+        try:
+            client.completions.create(model=model_id, prompt=prompt, max_tokens=-1)
+            check(False, "max_tokens=-1 is refused")
+        except openai.BadRequestError as e:
+            check("max_tokens" in str(e), "max_tokens=-1 is refused naming the field")
+    finally:
+        server.send_signal(signal.SIGTERM)
+        rc = server.wait(timeout=30)
+    check(rc == 0, f"server exit status {rc} after SIGTERM")
+
+sys.exit(1 if failures else 0)
