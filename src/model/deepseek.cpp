@@ -120,13 +120,7 @@ class DeepseekModel : public Model {
     att.kv_len = b.kv_len.data();
     att.scale = scale_;
     att.out = att_.data();
-    slots_.resize(static_cast<size_t>(n));
-    for (int64_t s = 0; s < att.n_seqs; ++s)
-      for (int64_t i = b.seq_indptr[s]; i < b.seq_indptr[s + 1]; ++i) {
-        const int64_t t = pos[i];
-        slots_[static_cast<size_t>(i)] =
-            static_cast<int64_t>(b.page_ids[static_cast<size_t>(b.page_indptr[s] + t / att.page_size)]) * att.page_size + t % att.page_size;
-      }
+    b.slots(pool.page_size(), slots_);
 
     dispatch(EmbeddingArgs{embed_, b.tokens.data(), n, x_.data()});
     for (size_t l = 0; l < layers_.size(); ++l) {
@@ -172,10 +166,8 @@ class DeepseekModel : public Model {
       }
     }
 
-    const int64_t rows = static_cast<int64_t>(b.logit_rows.size());
+    const int64_t rows = b.gather_logit_rows(x_.data(), c.dim, h_.data());
     if (rows == 0) return;
-    for (int64_t r = 0; r < rows; ++r)
-      std::memcpy(h_.data() + r * c.dim, x_.data() + b.logit_rows[static_cast<size_t>(r)] * c.dim, static_cast<size_t>(c.dim) * 4);
     dispatch(RmsNormArgs{h_.data(), output_norm_, rows, c.dim, c.rms_eps, h_.data()});
     dispatch(MatMulArgs{h_.data(), rows, output_, nullptr, logits});
   }

@@ -2,6 +2,7 @@
 #include "model/model.h"
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 
 #include "core/error.h"
@@ -69,6 +70,35 @@ void ForwardBatch::clear() {
   page_ids.clear();
   kv_len.clear();
   logit_rows.clear();
+}
+
+void ForwardBatch::slots(int64_t page_size, std::vector<int64_t>& out) const {
+  out.resize(tokens.size());
+  for (size_t s = 0; s + 1 < seq_indptr.size(); ++s)
+    for (int32_t i = seq_indptr[s]; i < seq_indptr[s + 1]; ++i) {
+      const int64_t t = positions[static_cast<size_t>(i)];
+      out[static_cast<size_t>(i)] =
+          static_cast<int64_t>(page_ids[static_cast<size_t>(page_indptr[s] + t / page_size)]) * page_size + t % page_size;
+    }
+}
+
+int64_t ForwardBatch::gather_logit_rows(const float* x, int64_t dim, float* out) const {
+  for (size_t r = 0; r < logit_rows.size(); ++r)
+    std::memcpy(out + static_cast<int64_t>(r) * dim, x + static_cast<int64_t>(logit_rows[r]) * dim, static_cast<size_t>(dim) * 4);
+  return static_cast<int64_t>(logit_rows.size());
+}
+
+AttentionArgs paged_attention_args(const ForwardBatch& b, const KvPool& pool) {
+  AttentionArgs a{};
+  a.pos = b.positions.data();
+  a.n = b.n_tokens();
+  a.n_seqs = b.n_seqs();
+  a.seq_indptr = b.seq_indptr.data();
+  a.page_size = pool.page_size();
+  a.page_indptr = b.page_indptr.data();
+  a.page_ids = b.page_ids.data();
+  a.kv_len = b.kv_len.data();
+  return a;
 }
 
 KvLayout Model::kv_layout() const {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cache/kv_pool.h"
+#include "kernels/ops.h"
 #include "model/model_file.h"
 
 namespace fp {
@@ -30,6 +31,10 @@ struct ForwardBatch {
   void add_sequence(const int32_t* toks, int64_t n, int64_t start, const int32_t* pages, int64_t n_pages,
                     bool want_logits, bool all_logits = false);
   void clear();
+  // The KV slot of every token (block table lookup at its position), for pages of page_size.
+  void slots(int64_t page_size, std::vector<int64_t>& out) const;
+  // Copies the rows of x ([n_tokens, dim]) listed in logit_rows to out, in order; returns how many.
+  int64_t gather_logit_rows(const float* x, int64_t dim, float* out) const;
 };
 
 // A single sequence's cache: a private pool and the blocks covering `capacity` positions. What
@@ -66,6 +71,10 @@ class Model {
   std::shared_ptr<ModelFile> file_;
   ForwardBatch single_;  // scratch for the one-sequence forward
 };
+
+// Attention arguments with the batch's index view (tokens, sequences, block tables, lengths)
+// filled in; the caller sets heads, dims, strides, scale, pools and output.
+AttentionArgs paged_attention_args(const ForwardBatch& b, const KvPool& pool);
 
 using ArchitectureFactory = std::function<std::unique_ptr<Model>(std::shared_ptr<ModelFile>)>;
 bool register_architecture(const std::string& arch, ArchitectureFactory factory);

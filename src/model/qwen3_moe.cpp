@@ -74,25 +74,15 @@ class Qwen3MoeModel : public Model {
     const int32_t* pos = b.positions.data();
     const float mscale = c.rope_scaling.type == "yarn" ? c.rope_scaling.attn_factor : 1.0f;
 
-    AttentionArgs att{};
+    AttentionArgs att = paged_attention_args(b, pool);
     att.q = q_.data();
-    att.pos = pos;
-    att.n = n;
-    att.n_seqs = b.n_seqs();
-    att.seq_indptr = b.seq_indptr.data();
     att.n_heads = c.n_heads;
     att.n_kv_heads = c.n_kv_heads;
     att.head_dim = att.v_dim = c.head_dim;
     att.k_stride = att.v_stride = kv_dim;
-    att.page_size = pool.page_size();
-    att.page_indptr = b.page_indptr.data();
-    att.page_ids = b.page_ids.data();
-    att.kv_len = b.kv_len.data();
     att.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
     att.out = att_.data();
-    slots_.resize(static_cast<size_t>(n));
-    for (int64_t s = 0; s < att.n_seqs; ++s)
-      for (int64_t i = b.seq_indptr[s]; i < b.seq_indptr[s + 1]; ++i) slots_[static_cast<size_t>(i)] = att.slot(s, pos[i]);
+    b.slots(pool.page_size(), slots_);
 
     dispatch(EmbeddingArgs{embed_, b.tokens.data(), n, x_.data()});
     for (size_t l = 0; l < layers_.size(); ++l) {
@@ -132,10 +122,8 @@ class Qwen3MoeModel : public Model {
       dispatch(AddArgs{x_.data(), gate_.data(), n * c.dim, x_.data()});
     }
 
-    const int64_t rows = static_cast<int64_t>(b.logit_rows.size());
+    const int64_t rows = b.gather_logit_rows(x_.data(), c.dim, h_.data());
     if (rows == 0) return;
-    for (int64_t r = 0; r < rows; ++r)
-      std::memcpy(h_.data() + r * c.dim, x_.data() + b.logit_rows[static_cast<size_t>(r)] * c.dim, static_cast<size_t>(c.dim) * 4);
     dispatch(RmsNormArgs{h_.data(), output_norm_, rows, c.dim, c.rms_eps, h_.data()});
     dispatch(MatMulArgs{h_.data(), rows, output_, nullptr, logits});
   }
