@@ -52,7 +52,7 @@ std::vector<MatMulCase> cases() {
   for (DType t : {DType::F32, DType::F16, DType::BF16, DType::F8_E4M3, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K}) {
     int64_t blk = dtype_info(t).block_elems;
     std::vector<int64_t> ins = blk == 1 ? std::vector<int64_t>{8, 13, 64, 300, 1024} : std::vector<int64_t>{blk, 2 * blk, 8 * blk};
-    for (int64_t n : {1, 2, 3, 4, 5, 7, 13})
+    for (int64_t n : {1, 2, 3, 4, 5, 7, 13, 16})
       for (int64_t out : {1, 17, 40})
         for (int64_t in : ins) cs.push_back({t, n, out, in, n == 3});
     cs.push_back({t, 1, 4099, ins.back(), false});  // many rows: every thread gets a share

@@ -474,7 +474,7 @@ void tile_q4_dispatch(int R, int T, const cpu::PackedW* const* w, const cpu::Pac
 
 void gemm_q4_interleaved(const MatMulArgs& a) {
   const bool mins = a.w->dtype == DType::Q4_K;
-  cpu::gemm_interleaved(a, 2, [&](int R, int T, const cpu::PackedW* const* w, const cpu::PackedX* const* x, int64_t groups,
+  cpu::gemm_interleaved(a, 2, 3, [&](int R, int T, const cpu::PackedW* const* w, const cpu::PackedX* const* x, int64_t groups,
                                   float* y, int64_t ldy, const float* bias) {
     if (mins) tile_q4_dispatch<true>(R, T, w, x, groups, y, ldy, bias);
     else tile_q4_dispatch<false>(R, T, w, x, groups, y, ldy, bias);

@@ -2,10 +2,13 @@
 // row-block / token-tile loop shared by the integer prefill kernels (see the header).
 #include "kernels/cpu/matmul_interleave.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cstring>
 #include <vector>
 
+#include "core/error.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/quantize_act.h"
 
@@ -16,39 +19,84 @@ bool interleaved_supported(const MatMulArgs& a) {
   return (t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_K) && a.w->cols() % 256 == 0 && !a.w->block_scale;
 }
 
-// dst lane j, chunk c  <-  block j, bytes 4c..4c+3
+// dst lane j, chunk c  <-  block j, bytes 4c..4c+3 (the scalar form, used for activations)
 static void interleave(const uint8_t blocks[8][32], uint8_t* dst) {
   for (int c = 0; c < 8; ++c)
     for (int j = 0; j < 8; ++j) std::memcpy(dst + c * 32 + j * 4, blocks[j] + 4 * c, 4);
 }
 
-void pack_weights(const Tensor& w, int64_t o, PackedW* dst) {
+// The same for weights, in registers: rows[j] holds block j's 32 bytes; an 8x8 transpose of
+// 32-bit words leaves chunk c of every block in out[c]. Weights are packed on every GEMM call,
+// so this runs once per weight byte per call and must cost far less than the dot products.
+#define FP_PACK_TARGET __attribute__((target("avx2,fma,f16c")))
+FP_PACK_TARGET static inline void transpose_store(const __m256i rows[8], uint8_t* dst) {
+  __m256i t[8], u[8];
+  for (int k = 0; k < 4; ++k) {
+    t[2 * k] = _mm256_unpacklo_epi32(rows[2 * k], rows[2 * k + 1]);      // chunks 0,1 | 4,5 of blocks 2k, 2k+1
+    t[2 * k + 1] = _mm256_unpackhi_epi32(rows[2 * k], rows[2 * k + 1]);  // chunks 2,3 | 6,7
+  }
+  for (int h = 0; h < 2; ++h) {  // h = 0: blocks 0-3, h = 1: blocks 4-7
+    const __m256i* q = t + 4 * h;
+    u[4 * h + 0] = _mm256_unpacklo_epi64(q[0], q[2]);  // chunk 0 | 4
+    u[4 * h + 1] = _mm256_unpackhi_epi64(q[0], q[2]);  // chunk 1 | 5
+    u[4 * h + 2] = _mm256_unpacklo_epi64(q[1], q[3]);  // chunk 2 | 6
+    u[4 * h + 3] = _mm256_unpackhi_epi64(q[1], q[3]);  // chunk 3 | 7
+  }
+  for (int c = 0; c < 4; ++c) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 32 * c), _mm256_permute2x128_si256(u[c], u[4 + c], 0x20));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 32 * (c + 4)), _mm256_permute2x128_si256(u[c], u[4 + c], 0x31));
+  }
+}
+
+FP_PACK_TARGET static inline __m256 f16x8(const uint16_t h[8]) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h)));
+}
+
+FP_PACK_TARGET void pack_weights(const Tensor& w, int64_t o, PackedW* dst) {
   const int64_t groups = w.cols() / 256;
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  const uint8_t* row = w.row_ptr(o);
   for (int64_t g = 0; g < groups; ++g) {
     PackedW& p = dst[g];
-    uint8_t blocks[8][32];
-    std::memset(p.init, 0, sizeof p.init);
-    std::memset(p.min, 0, sizeof p.min);
+    __m256i rows[8];
+    uint16_t h[8];
     if (w.dtype == DType::Q8_0) {
-      const BlockQ8_0* b = reinterpret_cast<const BlockQ8_0*>(w.row_ptr(o)) + g * 8;
+      const BlockQ8_0* b = reinterpret_cast<const BlockQ8_0*>(row) + g * 8;
       for (int j = 0; j < 8; ++j) {
-        std::memcpy(blocks[j], b[j].qs, 32);
-        int32_t sum = 0;
-        for (int k = 0; k < 32; ++k) sum += b[j].qs[k];
-        p.init[j] = -128 * sum;
-        p.scale[j] = f16_to_f32(b[j].d);
+        rows[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[j].qs));
+        h[j] = b[j].d;
       }
+      transpose_store(rows, p.q);
+      // Sum of each block's signed bytes: chunk vectors hold block j in lane j, so the lanes add up.
+      const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+      __m256i sum = _mm256_setzero_si256();
+      for (int c = 0; c < 8; ++c) {
+        __m256i chunk = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.q + 32 * c));
+        sum = _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, chunk), ones16));
+      }
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.init), _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(sum, 7)));
+      _mm256_storeu_ps(p.scale, f16x8(h));
+      _mm256_storeu_ps(p.min, _mm256_setzero_ps());
     } else if (w.dtype == DType::Q4_0) {
-      const BlockQ4_0* b = reinterpret_cast<const BlockQ4_0*>(w.row_ptr(o)) + g * 8;
+      const BlockQ4_0* b = reinterpret_cast<const BlockQ4_0*>(row) + g * 8;
       for (int j = 0; j < 8; ++j) {
-        for (int k = 0; k < 16; ++k) {
-          blocks[j][k] = b[j].qs[k] & 0xf;
-          blocks[j][k + 16] = b[j].qs[k] >> 4;
-        }
-        p.scale[j] = f16_to_f32(b[j].d);
+        __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[j].qs));
+        __m256i qq = _mm256_set_m128i(_mm_srli_epi16(q, 4), q);
+        rows[j] = _mm256_and_si256(qq, m4);  // low nibbles = elements 0..15, high = 16..31
+        h[j] = b[j].d;
       }
+      transpose_store(rows, p.q);
+      _mm256_storeu_ps(p.scale, f16x8(h));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.init), _mm256_setzero_si256());
+      _mm256_storeu_ps(p.min, _mm256_setzero_ps());
     } else {  // Q4_K: sub-block 2i = low nibbles of qs[32i..], 2i+1 = high nibbles
-      const BlockQ4_K& b = reinterpret_cast<const BlockQ4_K*>(w.row_ptr(o))[g];
+      const BlockQ4_K& b = reinterpret_cast<const BlockQ4_K*>(row)[g];
+      for (int i = 0; i < 4; ++i) {
+        __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * i));
+        rows[2 * i] = _mm256_and_si256(q, m4);
+        rows[2 * i + 1] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+      }
+      transpose_store(rows, p.q);
       uint8_t sc[8], m[8];
       for (int j = 0; j < 4; ++j) {
         sc[j] = b.scales[j] & 63;
@@ -56,18 +104,13 @@ void pack_weights(const Tensor& w, int64_t o, PackedW* dst) {
         sc[j + 4] = static_cast<uint8_t>((b.scales[j + 8] & 0xf) | ((b.scales[j] >> 6) << 4));
         m[j + 4] = static_cast<uint8_t>((b.scales[j + 8] >> 4) | ((b.scales[j + 4] >> 6) << 4));
       }
-      for (int i = 0; i < 4; ++i)
-        for (int k = 0; k < 32; ++k) {
-          blocks[2 * i][k] = b.qs[32 * i + k] & 0xf;
-          blocks[2 * i + 1][k] = b.qs[32 * i + k] >> 4;
-        }
       const float d = f16_to_f32(b.d), dmin = f16_to_f32(b.dmin);
       for (int j = 0; j < 8; ++j) {
         p.scale[j] = d * sc[j];
         p.min[j] = dmin * m[j];
       }
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.init), _mm256_setzero_si256());
     }
-    interleave(blocks, p.q);
   }
 }
 
@@ -109,15 +152,17 @@ void pack_activations(DType wtype, const float* x, int64_t K, PackedX* dst) {
   }
 }
 
-void gemm_interleaved(const MatMulArgs& a, int rows_per_tile, const InterleavedTile& tile) {
+void gemm_interleaved(const MatMulArgs& a, int rows_per_tile, int tokens_per_tile, const InterleavedTile& tile) {
+  FP_CHECK(rows_per_tile >= 1 && rows_per_tile <= kMaxTileRows && tokens_per_tile >= 1 && tokens_per_tile <= kMaxTileTokens,
+           "gemm_interleaved: tile of ", rows_per_tile, "x", tokens_per_tile, " is out of range");
   const Tensor& w = *a.w;
   const int64_t K = w.cols(), out = w.rows(), groups = K / 256;
   std::vector<PackedX> xp(static_cast<size_t>(a.n * groups));
   thread_pool().parallel_for(a.n, 16, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) pack_activations(w.dtype, a.x + i * K, K, xp.data() + i * groups);
   });
-  constexpr int64_t kRows = 32, kT = 3;
-  const int64_t kR = rows_per_tile;
+  constexpr int64_t kRows = 32;
+  const int64_t kR = rows_per_tile, kT = tokens_per_tile;
   thread_pool().parallel_for((out + kRows - 1) / kRows, 1, [&](int64_t b0, int64_t b1) {
     std::vector<PackedW> wp(static_cast<size_t>(kRows * groups));
     for (int64_t blk = b0; blk < b1; ++blk) {
@@ -125,11 +170,11 @@ void gemm_interleaved(const MatMulArgs& a, int rows_per_tile, const InterleavedT
       for (int64_t r = 0; r < rows; ++r) pack_weights(w, o0 + r, wp.data() + r * groups);
       for (int64_t t0 = 0; t0 < a.n; t0 += kT) {
         const int T = static_cast<int>(std::min(kT, a.n - t0));
-        const PackedX* xs[3];
+        const PackedX* xs[kMaxTileTokens];
         for (int t = 0; t < T; ++t) xs[t] = xp.data() + (t0 + t) * groups;
         for (int64_t r0 = 0; r0 < rows; r0 += kR) {
           const int R = static_cast<int>(std::min(kR, rows - r0));
-          const PackedW* ws[4];
+          const PackedW* ws[kMaxTileRows];
           for (int r = 0; r < R; ++r) ws[r] = wp.data() + (r0 + r) * groups;
           float* y = a.y + t0 * out + o0 + r0;
           const float* bias = a.bias ? a.bias + o0 + r0 : nullptr;

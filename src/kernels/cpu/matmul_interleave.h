@@ -29,10 +29,12 @@ bool interleaved_supported(const MatMulArgs& a);  // Q8_0/Q4_0/Q4_K with rows a 
 void pack_weights(const Tensor& w, int64_t row, PackedW* dst);
 void pack_activations(DType wtype, const float* x, int64_t K, PackedX* dst);
 
-// tile(R, T, weights[R], activations[T], groups, y, ldy, bias): y[t * ldy + r] for R <= 4 rows
-// and T <= 3 tokens. Rows go in blocks of 32 across threads; tokens in tiles of 3.
+// tile(R, T, weights[R], activations[T], groups, y, ldy, bias): y[t * ldy + r] for R rows and
+// T tokens, R <= rows_per_tile <= 4 and T <= tokens_per_tile <= 4. Rows go in blocks of 32
+// across threads (packed once per block), tokens in tiles of tokens_per_tile.
+constexpr int kMaxTileRows = 4, kMaxTileTokens = 4;
 using InterleavedTile = std::function<void(int, int, const PackedW* const*, const PackedX* const*, int64_t, float*,
                                            int64_t, const float*)>;
-void gemm_interleaved(const MatMulArgs& a, int rows_per_tile, const InterleavedTile& tile);
+void gemm_interleaved(const MatMulArgs& a, int rows_per_tile, int tokens_per_tile, const InterleavedTile& tile);
 
 }  // namespace fp::cpu
