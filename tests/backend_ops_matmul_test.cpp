@@ -6,6 +6,7 @@
 #include "backend_ops.h"
 #include "core/cpu_features.h"
 #include "core/dtype.h"
+#include "kernels/cpu/quantize_act.h"
 #include "kernels/ops.h"
 
 namespace fp {
@@ -87,6 +88,26 @@ TEST(BackendOps, ZeroTokensWritesNothing) {
   for (auto& k : OpRegistry<MatMulArgs>::instance().kernels())
     if (!k.refuse || k.refuse(a).empty()) k.run(a);
   EXPECT_TRUE(out.empty());
+}
+
+// The vectorized activation quantizer gives the scalar quantizer's blocks bit for bit,
+// including values that land exactly halfway between two integers and all-zero blocks.
+TEST(BackendOps, ActivationQuantizerMatchesScalar) {
+  for (int64_t blocks : {1, 2, 7, 64}) {
+    auto x = test::random_floats(static_cast<size_t>(blocks * QK8_0), static_cast<uint32_t>(blocks));
+    // Block 0: amax 127, so values k + 0.5 scale to exact ties; block 1 (if any): all zero.
+    for (int j = 0; j < QK8_0; ++j) x[static_cast<size_t>(j)] = (j == 0 ? 127.0f : static_cast<float>(j % 9) - 4.5f);
+    if (blocks > 1)
+      for (int j = 0; j < QK8_0; ++j) x[static_cast<size_t>(QK8_0 + j)] = 0.0f;
+    std::vector<BlockQ8_0> fast(static_cast<size_t>(blocks)), ref(static_cast<size_t>(blocks));
+    quantize_act_q8_0(x.data(), fast.data(), blocks * QK8_0);
+    quantize_row_q8_0(x.data(), ref.data(), blocks * QK8_0);
+    for (int64_t b = 0; b < blocks; ++b) {
+      EXPECT_EQ(fast[static_cast<size_t>(b)].d, ref[static_cast<size_t>(b)].d) << "block " << b;
+      for (int j = 0; j < QK8_0; ++j)
+        ASSERT_EQ(fast[static_cast<size_t>(b)].qs[j], ref[static_cast<size_t>(b)].qs[j]) << "block " << b << " value " << j;
+    }
+  }
 }
 
 }  // namespace
