@@ -286,42 +286,72 @@ constexpr int64_t kMR = 6;         // tokens per micro-kernel
 constexpr int64_t kKC = 256;       // K chunk (a multiple of every block size)
 constexpr int64_t kPanels = 8;     // panels packed together per K chunk
 
+// dst[k][8] <- src rows 0..7, columns k..k+7 (an 8x8 transpose in registers).
+FP_AVX2 inline void transpose8_store(const float* src, int64_t lds, float* dst, int64_t ldd) {
+  __m256 r[8], t[8];
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * lds);
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int h = 0; h < 2; ++h) {
+    const __m256* q = t + 4 * h;
+    r[4 * h + 0] = _mm256_shuffle_ps(q[0], q[2], 0x44);  // columns 0 | 4
+    r[4 * h + 1] = _mm256_shuffle_ps(q[0], q[2], 0xEE);  // columns 1 | 5
+    r[4 * h + 2] = _mm256_shuffle_ps(q[1], q[3], 0x44);  // columns 2 | 6
+    r[4 * h + 3] = _mm256_shuffle_ps(q[1], q[3], 0xEE);  // columns 3 | 7
+  }
+  for (int c = 0; c < 4; ++c) {
+    _mm256_storeu_ps(dst + c * ldd, _mm256_permute2f128_ps(r[c], r[4 + c], 0x20));
+    _mm256_storeu_ps(dst + (c + 4) * ldd, _mm256_permute2f128_ps(r[c], r[4 + c], 0x31));
+  }
+}
+
 // Dequantizes rows [o0, o0+rows) x columns [k0, k0+kc) of w into dst[k][16] (f32), zero-padding
-// missing rows. FP8 block scales are applied here.
+// missing rows. FP8 block scales are applied here. Rows are converted into tmp[16][kKC] first,
+// then turned into the panel 8 x 8 at a time (with few tokens per call, as an MoE expert gets,
+// a scalar scatter here cost more than the micro-kernel's FMAs).
 FP_AVX2 void pack_panel(const Tensor& w, int64_t o0, int64_t rows, int64_t k0, int64_t kc, float* dst, float* tmp) {
   const int64_t K = w.cols();
   const auto& info = dtype_info(w.dtype);
   const int64_t sb = w.scale_block, scale_cols = (K + sb - 1) / sb;
   for (int64_t r = 0; r < kNR; ++r) {
+    float* t = tmp + r * kKC;
     if (r >= rows) {
-      for (int64_t k = 0; k < kc; ++k) dst[k * kNR + r] = 0.0f;
+      std::memset(t, 0, static_cast<size_t>(kc) * sizeof(float));
       continue;
     }
     const uint8_t* row = w.row_ptr(o0 + r);
     int64_t k = 0;
     switch (w.dtype) {
-      case DType::F32: std::memcpy(tmp, reinterpret_cast<const float*>(row) + k0, static_cast<size_t>(kc) * 4); k = kc; break;
+      case DType::F32: std::memcpy(t, reinterpret_cast<const float*>(row) + k0, static_cast<size_t>(kc) * 4); k = kc; break;
       case DType::F16:
-        for (; k + 8 <= kc; k += 8) _mm256_storeu_ps(tmp + k, load8<DType::F16>(row, k0 + k));
+        for (; k + 8 <= kc; k += 8) _mm256_storeu_ps(t + k, load8<DType::F16>(row, k0 + k));
         break;
       case DType::BF16:
-        for (; k + 8 <= kc; k += 8) _mm256_storeu_ps(tmp + k, load8<DType::BF16>(row, k0 + k));
+        for (; k + 8 <= kc; k += 8) _mm256_storeu_ps(t + k, load8<DType::BF16>(row, k0 + k));
         break;
       case DType::F8_E4M3:
         for (; k + 8 <= kc; k += 8)
-          _mm256_storeu_ps(tmp + k, _mm256_mul_ps(load8<DType::F8_E4M3>(row, k0 + k), _mm256_set1_ps(kFp8Rescale)));
+          _mm256_storeu_ps(t + k, _mm256_mul_ps(load8<DType::F8_E4M3>(row, k0 + k), _mm256_set1_ps(kFp8Rescale)));
         break;
       default:
-        dequantize_row(w.dtype, row + k0 / info.block_elems * info.block_bytes, tmp, kc);
+        dequantize_row(w.dtype, row + k0 / info.block_elems * info.block_bytes, t, kc);
         k = kc;
     }
-    if (k < kc) dequantize_row(w.dtype, row + (k0 + k) * info.block_bytes, tmp + k, kc - k);
+    if (k < kc) dequantize_row(w.dtype, row + (k0 + k) * info.block_bytes, t + k, kc - k);
     if (w.block_scale) {
       const float* srow = w.block_scale + ((o0 + r) / sb) * scale_cols;
-      for (int64_t kk = 0; kk < kc; ++kk) tmp[kk] *= srow[(k0 + kk) / sb];
+      for (int64_t kk = 0; kk < kc; ++kk) t[kk] *= srow[(k0 + kk) / sb];
     }
-    for (int64_t kk = 0; kk < kc; ++kk) dst[kk * kNR + r] = tmp[kk];
   }
+  int64_t k = 0;
+  for (; k + 8 <= kc; k += 8) {
+    transpose8_store(tmp + k, kKC, dst + k * kNR, kNR);
+    transpose8_store(tmp + 8 * kKC + k, kKC, dst + k * kNR + 8, kNR);
+  }
+  for (; k < kc; ++k)
+    for (int64_t r = 0; r < kNR; ++r) dst[k * kNR + r] = tmp[r * kKC + k];
 }
 
 // y[MR tokens][cols] (+)= x[MR][kc] . pack[kc][16]. The 2 x MR accumulators are named
@@ -391,7 +421,7 @@ void gemm(const MatMulArgs& a) {
   const int64_t K = w.cols(), out = w.rows();
   const int64_t group_rows = kNR * kPanels, groups = (out + group_rows - 1) / group_rows;
   thread_pool().parallel_for(groups, 1, [&](int64_t g0, int64_t g1) {
-    std::vector<float> pack(static_cast<size_t>(kPanels * kKC * kNR)), tmp(static_cast<size_t>(kKC));
+    std::vector<float> pack(static_cast<size_t>(kPanels * kKC * kNR)), tmp(static_cast<size_t>(kNR * kKC));
     for (int64_t g = g0; g < g1; ++g) {
       const int64_t o_begin = g * group_rows, o_end = std::min(out, o_begin + group_rows);
       const int64_t panels = (o_end - o_begin + kNR - 1) / kNR;
