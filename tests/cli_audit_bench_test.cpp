@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/cpu_features.h"
+#include "model/synth.h"
 #include "test_util.h"
 
 namespace fp {
@@ -70,6 +71,34 @@ TEST(CliBench, JsonHasTheContractKeys) {
   ASSERT_EQ(j["decode_batches"].size(), 1u);
   EXPECT_EQ(j["decode_batches"][0]["batch"], 4);
   EXPECT_GT(j["decode_batches"][0]["decode_tps"].get<double>(), 0.0);
+}
+
+// An MoE token reads only its top-k routed experts: two models that differ only in experts per
+// token differ in decode bytes per token by exactly the unread experts' share.
+TEST(CliBench, MoeDecodeCeilingCountsOnlyTheSelectedExperts) {
+  const std::string dir = test::temp_dir("bench_moe_cost");
+  const int64_t hidden = 64, layers = 2, experts = 4, moe_ff = 32;
+  double bytes[2] = {0, 0};
+  const int used[2] = {2, 4};
+  for (int i = 0; i < 2; ++i) {
+    SynthOptions o;
+    o.arch = "qwen3_moe";
+    o.config = {{"hidden_size", hidden}, {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"head_dim", 16},
+                {"intermediate_size", 64}, {"num_hidden_layers", layers}, {"vocab_size", 512}, {"num_experts", experts},
+                {"num_experts_per_tok", used[i]}, {"moe_intermediate_size", moe_ff}};
+    o.type = DType::F16;
+    o.out = dir + "/moe" + std::to_string(used[i]) + ".gguf";
+    synth_model(o);
+    int rc = -1;
+    std::string out = test::run_command(test::fastpath_bin() + " bench -q --json -p 0 -n 2 -r 1 --warmup 0 -m " + o.out, &rc);
+    ASSERT_EQ(rc, 0) << out;
+    auto j = nlohmann::json::parse(out, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << out;
+    bytes[i] = j["decode_weight_bytes_per_token"].get<double>();
+  }
+  // gate, up and down of each expert: 3 x hidden x moe_ff F16 values; k = 2 leaves half unread.
+  const double unread = static_cast<double>(layers * experts * 3 * hidden * moe_ff * 2) * (1.0 - 2.0 / 4.0);
+  EXPECT_DOUBLE_EQ(bytes[1] - bytes[0], unread);
 }
 
 TEST(CliBench, ServingRunReportsThroughputAndPrefixHits) {

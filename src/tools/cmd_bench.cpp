@@ -3,6 +3,7 @@
 // decode = read bandwidth / weight bytes touched per token; prefill = peak FMA / FLOPs per token.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <random>
@@ -34,28 +35,48 @@ Stats stats_of(std::vector<double> v) {
   return s;
 }
 
-// What one token costs: bytes of weights a decode step reads, and matmul FLOPs.
+// What one token costs: bytes of weights a decode step reads, and matmul FLOPs. For an MoE
+// model a token reads only its n_used of the n_experts routed experts of each layer (shared
+// experts and everything else in full), so the routed experts' bytes count at that fraction.
 struct ModelCost {
-  double weight_bytes_per_token = 0;  // every matrix once + one embedding row
+  double dense_bytes = 0;             // every non-expert matrix once + one embedding row
+  double expert_bytes = 0;            // all routed experts' matrices
+  double expert_fraction = 1;         // n_used / n_experts (1 for a dense model)
   double matmul_flops_per_token = 0;  // 2 x parameters of every matrix the token passes through
   double params = 0;
+  bool integer_matmuls = false;       // most matrix bytes are integer-quantized: int8 dot rate applies
   std::string weight_types;
+
+  double weight_bytes_per_token() const { return dense_bytes + expert_bytes * expert_fraction; }
+  // A step of `batch` tokens with independent routing touches 1 - (1 - k/E)^batch of the experts
+  // on average (uniform routing).
+  double weight_bytes_per_step(int batch) const {
+    return dense_bytes + expert_bytes * (1.0 - std::pow(1.0 - expert_fraction, batch));
+  }
 };
 
 ModelCost model_cost(const Model& m) {
   ModelCost c;
   const ModelConfig& cfg = m.config();
+  if (cfg.moe.n_experts > 0) c.expert_fraction = static_cast<double>(cfg.moe.n_used) / static_cast<double>(cfg.moe.n_experts);
   std::map<std::string, int64_t> bytes_by_type;
+  int64_t int_bytes = 0, matrix_bytes = 0;
   for (auto& [name, t] : m.file().tensors) {
     c.params += static_cast<double>(t.numel());
-    bool embedding = name == "token_embd.weight";
-    if (embedding) c.weight_bytes_per_token += static_cast<double>(t.nbytes()) / static_cast<double>(t.rows());
+    const bool embedding = name == "token_embd.weight";
+    const bool expert = name.find("_exps") != std::string::npos;
+    if (embedding) c.dense_bytes += static_cast<double>(t.nbytes()) / static_cast<double>(t.rows());
     if (!embedding || cfg.tied_output) {
-      c.weight_bytes_per_token += static_cast<double>(t.nbytes());
-      if (t.ndim >= 2) c.matmul_flops_per_token += 2.0 * static_cast<double>(t.numel());
+      (expert ? c.expert_bytes : c.dense_bytes) += static_cast<double>(t.nbytes());
+      if (t.ndim >= 2) c.matmul_flops_per_token += 2.0 * static_cast<double>(t.numel()) * (expert ? c.expert_fraction : 1.0);
     }
-    if (t.ndim >= 2) bytes_by_type[dtype_name(t.dtype)] += t.nbytes();
+    if (t.ndim >= 2) {
+      bytes_by_type[dtype_name(t.dtype)] += t.nbytes();
+      matrix_bytes += t.nbytes();
+      if (dtype_info(t.dtype).quantized) int_bytes += t.nbytes();
+    }
   }
+  c.integer_matmuls = 2 * int_bytes > matrix_bytes;
   for (auto& [ty, b] : bytes_by_type) c.weight_types += (c.weight_types.empty() ? "" : " ") + ty + ":" + std::to_string(b >> 20) + "MiB";
   return c;
 }
@@ -64,9 +85,11 @@ ModelCost model_cost(const Model& m) {
 double attention_flops(const ModelConfig& c, double ctx) {
   return 2.0 * 2.0 * static_cast<double>(c.n_layers * c.n_heads * c.head_dim) * ctx;
 }
-// KV bytes one decode step reads at context ctx (f32 cache).
-double kv_bytes(const ModelConfig& c, double ctx) {
-  return 2.0 * 4.0 * static_cast<double>(c.n_layers * c.n_kv_heads * c.head_dim) * ctx;
+// KV bytes one decode step reads at context ctx: the model's own cache layout (GQA K and V, or
+// MLA's latent row), f32.
+double kv_bytes(const Model& m, double ctx) {
+  const KvLayout l = m.kv_layout();
+  return 4.0 * static_cast<double>(l.n_layers * (l.k_width + l.v_width)) * ctx;
 }
 
 // Decode tokens/s for `batch` sequences stepping together (one token each per forward), each
@@ -251,6 +274,12 @@ void add_bench(CLI::App& app) {
     set_num_threads(threads);
     log_info("ceiling: ", ceil.describe());
     ModelCost cost = model_cost(*model);
+    // The compute roofline: integer-quantized matmuls run int8 dot products, float ones FMAs;
+    // attention is float.
+    const double matmul_rate = (cost.integer_matmuls ? ceil.int8_gops : ceil.fma_gflops) * 1e9;
+    auto compute_seconds = [&](double matmul_flops, double attn_flops) {
+      return matmul_flops / matmul_rate + attn_flops / (ceil.fma_gflops * 1e9);
+    };
     FP_CHECK(o->prompt + o->gen + 1 <= cfg.max_context || cfg.max_context <= 0, "bench: -p ", o->prompt, " + -n ", o->gen,
              " exceeds the model's context of ", cfg.max_context);
     std::mt19937 rng(1234);
@@ -263,6 +292,7 @@ void add_bench(CLI::App& app) {
     j["arch"] = cfg.arch;
     j["params"] = cost.params;
     j["weight_types"] = cost.weight_types;
+    j["decode_weight_bytes_per_token"] = cost.weight_bytes_per_token();
     j["threads"] = threads;
     j["ceiling"] = {{"read_gbps", ceil.read_gbps}, {"fma_gflops", ceil.fma_gflops}, {"int8_gops", ceil.int8_gops}, {"cpu", ceil.cpu}};
 
@@ -279,7 +309,7 @@ void add_bench(CLI::App& app) {
       }
       Stats s = stats_of(tps);
       double flops = cost.matmul_flops_per_token + attention_flops(cfg, o->prompt / 2.0);
-      double ceiling_tps = ceil.fma_gflops * 1e9 / flops;
+      double ceiling_tps = 1.0 / compute_seconds(cost.matmul_flops_per_token, attention_flops(cfg, o->prompt / 2.0));
       j["prefill_tps"] = s.median;
       j["prefill_tps_min"] = s.min;
       j["prefill_tps_max"] = s.max;
@@ -308,7 +338,7 @@ void add_bench(CLI::App& app) {
       double bw = std::max({ceil.read_gbps, bw_before, measure_read_bandwidth_now()});
       ceil.read_gbps = bw;
       j["ceiling"]["read_gbps"] = bw;
-      double bytes = cost.weight_bytes_per_token + kv_bytes(cfg, o->gen / 2.0);
+      double bytes = cost.weight_bytes_per_token() + kv_bytes(*model, o->gen / 2.0);
       double ceiling_tps = bw * 1e9 / bytes;
       j["decode_tps"] = s.median;
       j["decode_tps_min"] = s.min;
@@ -326,9 +356,9 @@ void add_bench(CLI::App& app) {
       }
       Stats s = stats_of(tps);
       // Ceiling at batch b: the weights once per step plus each sequence's KV.
-      double bytes_per_step = cost.weight_bytes_per_token + b * kv_bytes(cfg, o->gen / 2.0);
+      double bytes_per_step = cost.weight_bytes_per_step(b) + b * kv_bytes(*model, o->gen / 2.0);
       double ceiling_tps = std::min(ceil.read_gbps * 1e9 / bytes_per_step * b,
-                                    ceil.fma_gflops * 1e9 / (cost.matmul_flops_per_token + attention_flops(cfg, o->gen / 2.0)));
+                                    1.0 / compute_seconds(cost.matmul_flops_per_token, attention_flops(cfg, o->gen / 2.0)));
       nlohmann::json e{{"batch", b}, {"decode_tps", s.median}, {"decode_tps_min", s.min}, {"decode_tps_max", s.max},
                        {"decode_ceiling_tps", ceiling_tps}, {"decode_ceiling_fraction", s.median / ceiling_tps}};
       j["decode_batches"].push_back(e);
@@ -344,10 +374,11 @@ void add_bench(CLI::App& app) {
     std::printf("machine  %s\n", ceil.describe().c_str());
     std::printf("%-12s %12s %18s %14s %10s  %s\n", "test", "tok/s", "spread (min-max)", "ceiling tok/s", "fraction", "achieved");
     if (j.contains("prefill_tps"))
-      std::printf("%-12s %12.2f %8.2f - %-8.2f %14.2f %9.1f%%  %.1f GFLOP/s of %.1f\n", ("prefill " + std::to_string(o->prompt)).c_str(),
+      std::printf("%-12s %12.2f %8.2f - %-8.2f %14.2f %9.1f%%  %.1f GFLOP/s (%s peak %.1f)\n", ("prefill " + std::to_string(o->prompt)).c_str(),
                   j["prefill_tps"].get<double>(), j["prefill_tps_min"].get<double>(), j["prefill_tps_max"].get<double>(),
                   j["prefill_ceiling_tps"].get<double>(), 100 * j["prefill_ceiling_fraction"].get<double>(),
-                  j["prefill_gflops"].get<double>(), ceil.fma_gflops);
+                  j["prefill_gflops"].get<double>(), cost.integer_matmuls ? "int8 dot" : "f32 FMA",
+                  matmul_rate / 1e9);
     if (j.contains("decode_tps"))
       std::printf("%-12s %12.2f %8.2f - %-8.2f %14.2f %9.1f%%  %.1f GB/s of %.1f\n", ("decode " + std::to_string(o->gen)).c_str(),
                   j["decode_tps"].get<double>(), j["decode_tps_min"].get<double>(), j["decode_tps_max"].get<double>(),
@@ -355,7 +386,7 @@ void add_bench(CLI::App& app) {
                   j["decode_gbps"].get<double>(), ceil.read_gbps);
     if (j.contains("decode_batches"))
       for (auto& e : j["decode_batches"])
-        std::printf("%-12s %12.2f %8.2f - %-8.2f %14.2f %9.1f%%  (ceiling: min of bandwidth and FMA rooflines)\n",
+        std::printf("%-12s %12.2f %8.2f - %-8.2f %14.2f %9.1f%%  (ceiling: min of bandwidth and compute rooflines)\n",
                     ("decode b=" + std::to_string(e["batch"].get<int>())).c_str(), e["decode_tps"].get<double>(),
                     e["decode_tps_min"].get<double>(), e["decode_tps_max"].get<double>(), e["decode_ceiling_tps"].get<double>(),
                     100 * e["decode_ceiling_fraction"].get<double>());
