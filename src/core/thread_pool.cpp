@@ -12,6 +12,17 @@
 namespace fp {
 
 namespace {
+// True on a thread while it runs a chunk of a parallel_for: a parallel_for issued from there
+// runs inline on that thread (the pool does not nest), so a kernel can hand whole work items
+// (an MoE expert each) to threads and still call ops that parallelize on their own elsewhere.
+thread_local bool t_in_region = false;
+
+struct RegionFlag {
+  bool saved = t_in_region;
+  RegionFlag() { t_in_region = true; }
+  ~RegionFlag() { t_in_region = saved; }
+};
+
 constexpr int kSpinIterations = 20000;  // ~50-100 us of pause loops before sleeping
 
 inline void chunk_range(int64_t n, int64_t chunks, int64_t c, int64_t* b, int64_t* e) {
@@ -49,6 +60,7 @@ void ThreadPool::worker_loop(int index) {
       int64_t b, e;
       chunk_range(n, chunks, index, &b, &e);
       try {
+        RegionFlag in_region;
         (*job_)(b, e);
       } catch (...) {
         std::lock_guard<std::mutex> lock(mu_);
@@ -65,7 +77,7 @@ void ThreadPool::worker_loop(int index) {
 void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0) return;
   int64_t chunks = std::min<int64_t>(n_threads_, (n + std::max<int64_t>(grain, 1) - 1) / std::max<int64_t>(grain, 1));
-  if (chunks <= 1) {
+  if (chunks <= 1 || t_in_region) {
     fn(0, n);
     return;
   }
@@ -83,6 +95,7 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void
   int64_t b, e;
   chunk_range(n, chunks, 0, &b, &e);
   try {
+    RegionFlag in_region;
     fn(b, e);
   } catch (...) {
     mine = std::current_exception();

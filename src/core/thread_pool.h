@@ -21,6 +21,7 @@ class ThreadPool {
   int size() const { return n_threads_; }
   // Splits [0, n) into contiguous chunks of at least `grain` items, one per thread at most,
   // and calls fn(begin, end) on each; returns when all are done. The first exception is rethrown.
+  // Called from inside fn (on any thread of the region), it runs fn(0, n) inline instead.
   void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 
  private:

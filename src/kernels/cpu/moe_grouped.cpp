@@ -2,15 +2,18 @@
 // the list of its tokens; each active expert runs once over all its tokens (one batched matmul
 // per projection in prefill, a GEMV over only the selected experts in decode), its output
 // scattered back with the routing weight. The shared expert runs over the whole batch as one
-// more group. The projections go through the matmul op, so the ledger shows their kernels.
+// more group, concurrently with the routed ones when the experts are spread over the threads.
+// The projections go through the matmul op, so the ledger shows their kernels.
 // "gemv" (decode, <= 4 tokens, float-like or Q8_0 weights) runs all selected experts' rows in
 // two parallel regions instead.
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <vector>
 
 #include "core/cpu_features.h"
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "kernels/cpu/moe_gemv.h"
 #include "kernels/ops.h"
 #include "kernels/ops_moe.h"
@@ -21,8 +24,6 @@ namespace {
 
 struct Scratch {
   std::vector<float> x, g, u, y;
-  std::vector<int32_t> count, start, tok;
-  std::vector<float> w;
 };
 
 void grow(std::vector<float>& v, int64_t n) {
@@ -30,65 +31,105 @@ void grow(std::vector<float>& v, int64_t n) {
 }
 
 // y[m, dim] = down · (silu(gate · x) ⊙ (up · x)) for x[m, dim].
-void run_ffn(const Tensor& gate, const Tensor& up, const Tensor& down, const float* x, int64_t m, Scratch& s, int64_t dim) {
+void run_ffn(const Tensor& gate, const Tensor& up, const Tensor& down, const float* x, int64_t m, Scratch& s, float* y) {
   const int64_t ff = gate.rows();
   grow(s.g, m * ff);
   grow(s.u, m * ff);
-  grow(s.y, m * dim);
   dispatch(MatMulArgs{x, m, &gate, nullptr, s.g.data()});
   dispatch(MatMulArgs{x, m, &up, nullptr, s.u.data()});
   dispatch(SiluMulArgs{s.g.data(), s.u.data(), m, ff, 0, 0, s.g.data()});
-  dispatch(MatMulArgs{s.g.data(), m, &down, nullptr, s.y.data()});
+  dispatch(MatMulArgs{s.g.data(), m, &down, nullptr, y});
 }
 
-void moe_ffn_grouped(const MoeFfnArgs& a) {
-  static thread_local Scratch s;
-  const int64_t E = a.n_expert, dim = a.dim, nk = a.n * a.k;
-  // Bucket the (token, weight) pairs by expert, tokens in increasing order within a bucket.
-  s.count.assign(static_cast<size_t>(E), 0);
+// The work of one forward: (token, expert) pairs bucketed by expert, tokens in increasing order
+// within a bucket; slot[j] is where pair j's output row lands.
+struct Buckets {
+  std::vector<int32_t> count, start, tok, slot;
+};
+
+void bucket(const MoeFfnArgs& a, Buckets& b) {
+  const int64_t E = a.n_expert, nk = a.n * a.k;
+  b.count.assign(static_cast<size_t>(E), 0);
   for (int64_t j = 0; j < nk; ++j) {
     FP_CHECK(a.ids[j] >= 0 && a.ids[j] < E, "moe_ffn: expert id ", a.ids[j], " is outside [0, ", E, ")");
-    ++s.count[static_cast<size_t>(a.ids[j])];
+    ++b.count[static_cast<size_t>(a.ids[j])];
   }
-  s.start.assign(static_cast<size_t>(E + 1), 0);
-  for (int64_t e = 0; e < E; ++e) s.start[static_cast<size_t>(e + 1)] = s.start[static_cast<size_t>(e)] + s.count[static_cast<size_t>(e)];
-  s.tok.resize(static_cast<size_t>(nk));
-  s.w.resize(static_cast<size_t>(nk));
-  std::vector<int32_t> fill(s.start.begin(), s.start.end() - 1);
+  b.start.assign(static_cast<size_t>(E + 1), 0);
+  for (int64_t e = 0; e < E; ++e) b.start[static_cast<size_t>(e + 1)] = b.start[static_cast<size_t>(e)] + b.count[static_cast<size_t>(e)];
+  b.tok.resize(static_cast<size_t>(nk));
+  b.slot.resize(static_cast<size_t>(nk));
+  std::vector<int32_t> fill(b.start.begin(), b.start.end() - 1);
   for (int64_t j = 0; j < nk; ++j) {
     const auto e = static_cast<size_t>(a.ids[j]);
-    s.tok[static_cast<size_t>(fill[e])] = static_cast<int32_t>(j / a.k);
-    s.w[static_cast<size_t>(fill[e])] = a.weights[j];
-    ++fill[e];
+    b.tok[static_cast<size_t>(fill[e])] = static_cast<int32_t>(j / a.k);
+    b.slot[static_cast<size_t>(j)] = fill[e]++;
   }
+}
 
-  // The shared expert first: it covers every token, so its output initialises `out`.
-  if (a.shared_gate) {
-    run_ffn(*a.shared_gate, *a.shared_up, *a.shared_down, a.x, a.n, s, dim);
-    std::memcpy(a.out, s.y.data(), static_cast<size_t>(a.n * dim) * 4);
-  } else {
-    std::fill(a.out, a.out + a.n * dim, 0.0f);
-  }
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t m = s.count[static_cast<size_t>(e)], b = s.start[static_cast<size_t>(e)];
-    if (m == 0) continue;
+// Each active expert (and the shared expert, over every token) is one work item: gather its
+// tokens, run its FFN as batched matmuls, write its rows to ys. Items go to threads whole,
+// biggest first, when there are enough of them to keep every thread busy; the shared expert then
+// runs concurrently with the routed ones, and a forward issues two parallel regions per layer
+// instead of three per expert. With few items, each item's matmuls split rows across threads.
+void moe_ffn_grouped(const MoeFfnArgs& a) {
+  // Per calling thread; the lambdas below run on pool threads too, so they use these references
+  // (a thread_local named inside them would be that thread's own, empty, instance).
+  static thread_local Buckets tl_buckets;
+  static thread_local std::vector<float> tl_rows;
+  Buckets& bk = tl_buckets;
+  std::vector<float>& ys = tl_rows;
+  const int64_t E = a.n_expert, dim = a.dim, nk = a.n * a.k;
+  bucket(a, bk);
+  grow(ys, (nk + (a.shared_gate ? a.n : 0)) * dim);
+  float* shared_y = ys.data() + nk * dim;
+
+  std::vector<int64_t> items;  // expert ids; E stands for the shared expert
+  for (int64_t e = 0; e < E; ++e)
+    if (bk.count[static_cast<size_t>(e)] > 0) items.push_back(e);
+  if (a.shared_gate) items.push_back(E);
+  auto rows_of = [&](int64_t e) { return e == E ? a.n : static_cast<int64_t>(bk.count[static_cast<size_t>(e)]); };
+  std::stable_sort(items.begin(), items.end(), [&](int64_t p, int64_t q) { return rows_of(p) > rows_of(q); });
+
+  auto run_item = [&](int64_t e) {
+    static thread_local Scratch s;
+    if (e == E) return run_ffn(*a.shared_gate, *a.shared_up, *a.shared_down, a.x, a.n, s, shared_y);
+    const int64_t m = bk.count[static_cast<size_t>(e)], b = bk.start[static_cast<size_t>(e)];
     const float* xe = a.x;
     bool identity = m == a.n;  // every token, in order: no gather
-    for (int64_t r = 0; identity && r < m; ++r) identity = s.tok[static_cast<size_t>(b + r)] == r;
+    for (int64_t r = 0; identity && r < m; ++r) identity = bk.tok[static_cast<size_t>(b + r)] == r;
     if (!identity) {
       grow(s.x, m * dim);
       for (int64_t r = 0; r < m; ++r)
-        std::memcpy(s.x.data() + r * dim, a.x + s.tok[static_cast<size_t>(b + r)] * dim, static_cast<size_t>(dim) * 4);
+        std::memcpy(s.x.data() + r * dim, a.x + bk.tok[static_cast<size_t>(b + r)] * dim, static_cast<size_t>(dim) * 4);
       xe = s.x.data();
     }
-    run_ffn(a.gate[e], a.up[e], a.down[e], xe, m, s, dim);
-    for (int64_t r = 0; r < m; ++r) {
-      float* o = a.out + s.tok[static_cast<size_t>(b + r)] * dim;
-      const float* y = s.y.data() + r * dim;
-      const float w = s.w[static_cast<size_t>(b + r)];
-      for (int64_t c = 0; c < dim; ++c) o[c] += w * y[c];
-    }
+    run_ffn(a.gate[e], a.up[e], a.down[e], xe, m, s, ys.data() + b * dim);
+  };
+
+  ThreadPool& pool = thread_pool();
+  const auto n_items = static_cast<int64_t>(items.size());
+  if (pool.size() > 1 && n_items >= 2 * pool.size()) {
+    std::atomic<int64_t> next{0};
+    pool.parallel_for(pool.size(), 1, [&](int64_t, int64_t) {
+      for (int64_t i; (i = next.fetch_add(1)) < n_items;) run_item(items[static_cast<size_t>(i)]);
+    });
+  } else {
+    for (int64_t e : items) run_item(e);
   }
+
+  // out[t] = shared(t) + sum_j w_j * expert_j(t), in the same order whatever ran where.
+  pool.parallel_for(a.n, 16, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      float* o = a.out + t * dim;
+      if (a.shared_gate) std::memcpy(o, shared_y + t * dim, static_cast<size_t>(dim) * 4);
+      else std::fill(o, o + dim, 0.0f);
+      for (int64_t j = 0; j < a.k; ++j) {
+        const float w = a.weights[t * a.k + j];
+        const float* y = ys.data() + static_cast<int64_t>(bk.slot[static_cast<size_t>(t * a.k + j)]) * dim;
+        for (int64_t c = 0; c < dim; ++c) o[c] += w * y[c];
+      }
+    }
+  });
 }
 
 // ------------------------------------------------------------------ decode: all experts at once
