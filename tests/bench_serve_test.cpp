@@ -682,6 +682,20 @@ TEST(BenchServeRun, CommandLineWritesJsonAndSvg) {
   EXPECT_TRUE(well_formed(svg, &why)) << why;
   EXPECT_NE(svg.find("max concurrency"), std::string::npos);
 
+  // A count per level; a list whose length does not match the levels is refused.
+  cmd = test::fastpath_bin() + " bench-serve -q --request-timeout 60 --port " + std::to_string(srv.port()) +
+        " --num-prompts 2,5 --random-input-len 8 --random-output-len 6 --max-concurrency 1,3 --json " + dir + "/n.json";
+  out = test::run_command(cmd, &code);
+  ASSERT_EQ(code, 0) << out;
+  j = json::parse(test::read_file(dir + "/n.json"));
+  ASSERT_EQ(j["levels"].size(), 2u);
+  EXPECT_EQ(j["levels"][0]["requests"].size(), 2u);
+  EXPECT_EQ(j["levels"][1]["requests"].size(), 5u);
+  EXPECT_EQ(j["dataset"]["num_prompts"], json::array({2, 5}));
+  out = test::run_command(test::fastpath_bin() + " bench-serve -q --port 1 --model x --num-prompts 2,5,7 --max-concurrency 1,3 2>&1", &code);
+  EXPECT_NE(code, 0);
+  EXPECT_NE(out.find("has 3 counts for 2 levels"), std::string::npos) << out;
+
   // Every request failing exits non-zero with the error, and still writes the report.
   std::string bad = test::fastpath_bin() + " bench-serve -q --port 1 --model x --num-prompts 2 2>&1";
   out = test::run_command(bad, &code);

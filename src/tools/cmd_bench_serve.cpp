@@ -6,6 +6,7 @@
 #include <ctime>
 #include <fstream>
 #include <iostream>
+#include <numeric>
 #include <sstream>
 
 #include "core/error.h"
@@ -28,6 +29,7 @@ struct BenchServeOptions {
   std::string model_path, tokenizer_path;
   DatasetOptions data;
   std::string concurrency, rate = "inf";
+  std::string num_prompts = "100";  // one count for every level, or one per level (8,16,32)
   int num_warmups = 0;
   bool ignore_eos = false;
   double temperature = 0, request_timeout = 600, connect_timeout = 10;
@@ -115,6 +117,31 @@ void write_file(const std::string& path, const std::string& text) {
   FP_CHECK(f.good(), path, ": write failed");
 }
 
+// Requests per level: one count for all, or a list as long as the list of levels.
+std::vector<int> prompts_per_level(const BenchServeOptions& o, size_t levels) {
+  std::vector<int> n;
+  for (const std::string& c : split_list(o.num_prompts)) {
+    size_t used = 0;
+    int v = -1;
+    try {
+      v = std::stoi(c, &used);
+    } catch (const std::exception&) {
+    }
+    FP_CHECK(used == c.size() && v >= 0, "--num-prompts '", o.num_prompts, "': expected counts >= 0 like 100 or 8,16,32");
+    n.push_back(v);
+  }
+  FP_CHECK(!n.empty(), "--num-prompts '", o.num_prompts, "': expected a count");
+  if (n.size() == 1) n.resize(levels, n.front());
+  FP_CHECK(n.size() == levels, "--num-prompts '", o.num_prompts, "' has ", n.size(), " counts for ", levels,
+           " levels: give one count, or one per level");
+  return n;
+}
+
+nlohmann::json per_level_json(const std::vector<int>& n) {
+  bool same = std::all_of(n.begin(), n.end(), [&](int v) { return v == n.front(); });
+  return same && !n.empty() ? nlohmann::json(n.front()) : nlohmann::json(n);
+}
+
 void run(const BenchServeOptions& o) {
   if (o.quiet) set_log_level(LogLevel::Error);
   Target t;
@@ -127,6 +154,7 @@ void run(const BenchServeOptions& o) {
   t.request_timeout_s = o.request_timeout;
   t.connect_timeout_s = std::min(o.connect_timeout, o.request_timeout);
   std::vector<Level> levels = levels_from(o);
+  const std::vector<int> n_prompts = prompts_per_level(o, levels.size());
   t.model = o.model;
   if (t.model.empty()) {
     std::vector<std::string> ids = list_models(t);
@@ -140,14 +168,14 @@ void run(const BenchServeOptions& o) {
   s.temperature = o.temperature;
   s.ignore_eos = o.ignore_eos;
   std::cout << "bench-serve: " << t.origin << t.path_prefix << t.endpoint << ", model '" << t.model << "', "
-            << o.data.num_prompts << " prompts per level" << (o.ignore_eos ? ", ignore_eos" : "") << "\n";
+            << o.num_prompts << " prompts per level" << (o.ignore_eos ? ", ignore_eos" : "") << "\n";
 
   nlohmann::json out;
   out["date"] = utc_now();
   out["base_url"] = t.origin + t.path_prefix;
   out["endpoint"] = t.endpoint;
   out["model"] = t.model;
-  out["dataset"] = {{"name", o.data.name},          {"num_prompts", o.data.num_prompts},
+  out["dataset"] = {{"name", o.data.name},          {"num_prompts", per_level_json(n_prompts)},
                     {"input_len", o.data.input_len}, {"output_len", o.data.output_len},
                     {"range_ratio", o.data.range_ratio}, {"prefix_len", o.data.prefix_len},
                     {"seed", o.data.seed}};
@@ -162,6 +190,7 @@ void run(const BenchServeOptions& o) {
     // Each level gets its own prompts (seeded by level), so a server's prefix cache does not
     // carry one level's prompts into the next; warm-up prompts are different again.
     DatasetOptions d = o.data;
+    d.num_prompts = n_prompts[i];
     d.seed = o.data.seed + 1000003ull * (i + 1);
     Dataset data = make_dataset(d, tok.get());
     if (i == 0) {
@@ -202,7 +231,7 @@ void run(const BenchServeOptions& o) {
     write_file(o.svg_path, render_svg(c));
     log_info("bench-serve: wrote ", o.svg_path);
   }
-  if (completed == 0 && o.data.num_prompts > 0) {
+  if (completed == 0 && std::accumulate(n_prompts.begin(), n_prompts.end(), 0) > 0) {
     log_error("bench-serve: every request failed (first error: ", results.front().first_error, ")");
     throw CLI::RuntimeError(1);
   }
@@ -225,7 +254,8 @@ void add_bench_serve(CLI::App& app) {
   cmd->add_option("--tokenizer", o->tokenizer_path,
                   "a tokenizer (.gguf, tokenizer.json, or a directory); with -m on a llama2.c .bin, its tokenizer.bin");
   cmd->add_option("--dataset-name", o->data.name, "random or shared-prefix")->capture_default_str();
-  cmd->add_option("--num-prompts", o->data.num_prompts, "requests per level")->capture_default_str();
+  cmd->add_option("--num-prompts", o->num_prompts, "requests per level; a list like 8,16,32 gives each level its own count")
+      ->capture_default_str();
   cmd->add_option("--random-input-len", o->data.input_len, "input tokens (the suffix after a shared prefix)")->capture_default_str();
   cmd->add_option("--random-output-len", o->data.output_len, "max_tokens per request")->capture_default_str();
   cmd->add_option("--random-range-ratio", o->data.range_ratio,
