@@ -12,6 +12,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <sstream>
+#include <iterator>
 #include <random>
 #include <thread>
 
@@ -701,6 +703,47 @@ TEST(BenchServeRun, CommandLineWritesJsonAndSvg) {
   out = test::run_command(bad, &code);
   EXPECT_NE(code, 0);
   EXPECT_NE(out.find("could not connect"), std::string::npos) << out;
+}
+
+// --compare reads earlier results and prints them side by side with ratios to the first.
+TEST(BenchServeRun, CompareResultsSideBySide) {
+  std::string dir = test::temp_dir("bench_serve_compare");
+  auto level = [](int c, double out_tps, double ttft) {
+    return json{{"label", "concurrency " + std::to_string(c)}, {"max_concurrency", c}, {"output_throughput", out_tps},
+                {"median_ttft_ms", ttft}, {"median_tpot_ms", nullptr}, {"completed", 8}, {"failed", 0}};
+  };
+  {
+    std::ofstream(dir + "/a.json") << json{{"levels", {level(1, 10.0, 100.0), level(16, 80.0, 900.0)}}}.dump();
+    std::ofstream(dir + "/b.json") << json{{"levels", {level(1, 5.0, 200.0), level(16, 20.0, 4000.0)}}}.dump();
+    std::ofstream(dir + "/bad.json") << json{{"levels", {json{{"label", "x"}}}}}.dump();
+  }
+  int code = -1;
+  std::string out = test::run_command(test::fastpath_bin() + " bench-serve -q --compare " + dir + "/a.json," + dir +
+                                          "/b.json --labels ours,peer --svg " + dir + "/c.svg",
+                                      &code);
+  ASSERT_EQ(code, 0) << out;
+  // Each row: level, server, output tok/s, ratio to the first server, TTFT p50, TPOT p50 (0: none), ok/failed.
+  auto row_of = [&](const std::string& level_name, const std::string& server) {
+    std::istringstream lines(out);
+    for (std::string line; std::getline(lines, line);) {
+      std::istringstream w(line);
+      std::vector<std::string> t{std::istream_iterator<std::string>(w), std::istream_iterator<std::string>()};
+      if (t.size() == 8 && t[0] + " " + t[1] == level_name && t[2] == server) return std::vector<std::string>(t.begin() + 3, t.end());
+    }
+    return std::vector<std::string>{};
+  };
+  EXPECT_EQ(row_of("concurrency 16", "peer"), (std::vector<std::string>{"20.00", "0.25x", "4000.0", "0.0", "8/0"})) << out;
+  EXPECT_EQ(row_of("concurrency 1", "ours"), (std::vector<std::string>{"10.00", "1.00x", "100.0", "0.0", "8/0"})) << out;
+  std::string why, svg = test::read_file(dir + "/c.svg");
+  EXPECT_TRUE(well_formed(svg, &why)) << why;
+  EXPECT_NE(svg.find("peer"), std::string::npos);
+  // A malformed result names the file and the level.
+  out = test::run_command(test::fastpath_bin() + " bench-serve -q --compare " + dir + "/bad.json 2>&1", &code);
+  EXPECT_NE(code, 0);
+  EXPECT_NE(out.find("bad.json: levels[0]"), std::string::npos) << out;
+  out = test::run_command(test::fastpath_bin() + " bench-serve -q --compare " + dir + "/a.json --labels x,y 2>&1", &code);
+  EXPECT_NE(code, 0);
+  EXPECT_NE(out.find("has 2 names for 1 files"), std::string::npos) << out;
 }
 
 // ---------------------------------------------------------------- against fastpath serve

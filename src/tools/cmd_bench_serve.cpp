@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "model/model_file.h"
+#include "tools/bench_serve/compare.h"
 #include "tools/bench_serve/report.h"
 #include "tools/bench_serve/runner.h"
 #include "tools/bench_serve/svg.h"
@@ -34,6 +35,7 @@ struct BenchServeOptions {
   bool ignore_eos = false;
   double temperature = 0, request_timeout = 600, connect_timeout = 10;
   std::string json_path, svg_path;
+  std::string compare, labels;  // --compare a.json,b.json [--labels fastpath,llama.cpp]
   bool no_requests_in_json = false, quiet = false;
 };
 
@@ -142,8 +144,24 @@ nlohmann::json per_level_json(const std::vector<int>& n) {
   return same && !n.empty() ? nlohmann::json(n.front()) : nlohmann::json(n);
 }
 
+// --compare: no load, only the side-by-side view of earlier --json results.
+void compare_runs(const BenchServeOptions& o) {
+  std::vector<std::string> files = split_list(o.compare), names = split_list(o.labels);
+  FP_CHECK(!files.empty(), "--compare '", o.compare, "': expected result files like a.json,b.json");
+  FP_CHECK(names.empty() || names.size() == files.size(), "--labels '", o.labels, "' has ", names.size(), " names for ",
+           files.size(), " files");
+  std::vector<RunSummary> runs;
+  for (size_t i = 0; i < files.size(); ++i) runs.push_back(read_run(files[i], names.empty() ? "" : names[i]));
+  print_runs(std::cout, runs);
+  if (!o.svg_path.empty()) {
+    write_file(o.svg_path, render_svg(runs_chart(runs, "bench-serve: output throughput per level")));
+    log_info("bench-serve: wrote ", o.svg_path);
+  }
+}
+
 void run(const BenchServeOptions& o) {
   if (o.quiet) set_log_level(LogLevel::Error);
+  if (!o.compare.empty()) return compare_runs(o);
   Target t;
   parse_base_url(o.base_url.empty() ? "http://" + o.host + ":" + std::to_string(o.port) : o.base_url, t.origin,
                  t.path_prefix);
@@ -273,6 +291,9 @@ void add_bench_serve(CLI::App& app) {
   cmd->add_flag("--no-request-records", o->no_requests_in_json, "leave the per-request records out of --json");
   cmd->add_option("--svg", o->svg_path,
                   "write a chart to FILE: throughput and p95 TTFT per level, or the latency CDFs of a single level");
+  cmd->add_option("--compare", o->compare,
+                  "no load: print earlier --json results side by side (a.json,b.json; the first is the baseline) and chart them with --svg");
+  cmd->add_option("--labels", o->labels, "names for the --compare files (fastpath,llama.cpp)");
   cmd->add_flag("-q,--quiet", o->quiet, "only errors on stderr");
   cmd->callback([o] { run(*o); });
 }
