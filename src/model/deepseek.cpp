@@ -176,42 +176,58 @@ class DeepseekModel : public Model {
   // Per-head views of the KV up-projection. One tensor attn_kv_b [H * (nope + v), kv_lora]
   // (rows per head: nope key rows, then v value rows), or llama.cpp's split form attn_k_b
   // [H, kv_lora, nope] (already transposed for absorption) and attn_v_b [H, v, kv_lora].
-  // The missing orientation of W_UK is materialised in F32 once (H x nope x kv_lora values);
-  // block-scaled (FP8) weights are dequantized, since a head's rows need not start on a block.
+  // The missing orientation of W_UK is materialised once: in the weights' own type for
+  // F32/F16/BF16 (a 16-bit transpose: at DeepSeek-V3 size 16 MiB per layer, where an F32 copy
+  // of the whole kv_b took 64 MiB more), in F32 for quantized or block-scaled (FP8) weights,
+  // which are dequantized since a head's rows need not start on a block.
   void load_kv_b(ModelFile& mf, const std::string& p, DeepseekLayer& Y) {
     auto f32_view = [](const float* base, int64_t rows, int64_t cols) { return Tensor::view(base, DType::F32, {rows, cols}); };
-    auto transpose = [&](const float* src, int64_t rows, int64_t cols) {  // src [rows, cols] -> [cols, rows]
-      float* dst = mf.own_f32(static_cast<size_t>(rows * cols));
+    // src [rows, cols] of `type` (F32, F16 or BF16) -> an owned [cols, rows] tensor of that type.
+    auto transposed = [&](const void* src, DType type, int64_t rows, int64_t cols) {
+      const size_t n = static_cast<size_t>(rows * cols);
+      if (type == DType::F32) {
+        const float* f = static_cast<const float*>(src);
+        float* dst = mf.own_f32(n);
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t k = 0; k < cols; ++k) dst[k * rows + r] = f[r * cols + k];
+        return Tensor::view(dst, type, {cols, rows});
+      }
+      const uint16_t* h = static_cast<const uint16_t*>(src);
+      auto buf = std::shared_ptr<uint16_t[]>(new uint16_t[n]);
+      mf.owners.push_back(std::shared_ptr<const void>(buf, buf.get()));
       for (int64_t r = 0; r < rows; ++r)
-        for (int64_t k = 0; k < cols; ++k) dst[k * rows + r] = src[r * cols + k];
-      return dst;
+        for (int64_t k = 0; k < cols; ++k) buf[static_cast<size_t>(k * rows + r)] = h[r * cols + k];
+      return Tensor::view(buf.get(), type, {cols, rows});
     };
-    if (const Tensor* kv = mf.find(p + "attn_kv_b.weight")) {
+    auto plain = [](const Tensor& t) {
+      return !t.block_scale && (t.dtype == DType::F32 || t.dtype == DType::F16 || t.dtype == DType::BF16);
+    };
+    if (mf.find(p + "attn_kv_b.weight")) {
       const Tensor& t = mf.get(p + "attn_kv_b.weight", {H_ * (nope_ + vd_), L_});
-      (void)kv;
-      const float* deq = t.block_scale || t.dtype != DType::F32 ? load_dequantized(mf, t) : static_cast<const float*>(t.data);
+      const float* deq = plain(t) ? nullptr : load_dequantized(mf, t);
       for (int64_t h = 0; h < H_; ++h) {
         const int64_t r0 = h * (nope_ + vd_);
-        // Block-scaled or quantized: F32 copies (MLA decode's fused per-head GEMVs take F32/F16/BF16).
-        if (t.block_scale || (t.dtype != DType::F16 && t.dtype != DType::BF16 && t.dtype != DType::F32)) {
-          Y.wk.push_back(f32_view(deq + r0 * L_, nope_, L_));
-          Y.wv.push_back(f32_view(deq + (r0 + nope_) * L_, vd_, L_));
-        } else {
+        if (plain(t)) {
           Y.wk.push_back(Tensor::view(t.row_ptr(r0), t.dtype, {nope_, L_}));
           Y.wv.push_back(Tensor::view(t.row_ptr(r0 + nope_), t.dtype, {vd_, L_}));
+          Y.wk_t.push_back(transposed(t.row_ptr(r0), t.dtype, nope_, L_));
+        } else {  // MLA decode's fused per-head GEMVs take F32/F16/BF16
+          Y.wk.push_back(f32_view(deq + r0 * L_, nope_, L_));
+          Y.wv.push_back(f32_view(deq + (r0 + nope_) * L_, vd_, L_));
+          Y.wk_t.push_back(transposed(deq + r0 * L_, DType::F32, nope_, L_));
         }
-        Y.wk_t.push_back(f32_view(transpose(deq + r0 * L_, nope_, L_), L_, nope_));
       }
       return;
     }
     const Tensor& kb = mf.get(p + "attn_k_b.weight", {H_, L_, nope_});
     const Tensor& vb = mf.get(p + "attn_v_b.weight", {H_, vd_, L_});
     FP_CHECK(!kb.block_scale && !vb.block_scale, mf.path, ": ", p, "attn_k_b/attn_v_b must not be block-scaled");
-    const float* kdeq = load_dequantized(mf, kb);
+    const float* kdeq = plain(kb) ? nullptr : load_dequantized(mf, kb);
     for (int64_t h = 0; h < H_; ++h) {
       Y.wk_t.push_back(Tensor::view(kb.row_ptr(h * L_), kb.dtype, {L_, nope_}));
       Y.wv.push_back(Tensor::view(vb.row_ptr(h * vd_), vb.dtype, {vd_, L_}));
-      Y.wk.push_back(f32_view(transpose(kdeq + h * L_ * nope_, L_, nope_), nope_, L_));
+      Y.wk.push_back(plain(kb) ? transposed(kb.row_ptr(h * L_), kb.dtype, L_, nope_)
+                               : transposed(kdeq + h * L_ * nope_, DType::F32, L_, nope_));
     }
   }
 
