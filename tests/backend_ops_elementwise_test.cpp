@@ -16,6 +16,7 @@
 #include "core/cpu_features.h"
 #include "kernels/cpu/exp_avx2.h"
 #include "kernels/ops.h"
+#include "kernels/registry.h"
 
 namespace fp {
 namespace {
@@ -51,6 +52,40 @@ TEST(BackendOps, RmsNormEveryKernelAgainstItsReference) {
         checked += test::check_kernels<RmsNormArgs>(label, make, "ref", 1e-5);
       }
   expect_fast_kernel_ran(checked, "rmsnorm");
+}
+
+// The fused form: every kernel's Q8_0 rows are exactly the quantization of its own f32 output
+// (which is unchanged by asking for them), in place or not; rows not a multiple of 32 are refused.
+TEST(BackendOps, RmsNormWithQ8OutputQuantizesItsOwnRows) {
+  int fast = 0;
+  for (auto& k : OpRegistry<RmsNormArgs>::instance().kernels())
+    for (int64_t n : {1, 3, 17})
+      for (int64_t d : {32, 64, 2048})
+        for (bool alias : {false, true}) {
+          auto x = test::random_floats(static_cast<size_t>(n * d), static_cast<uint32_t>(n * 31 + d));
+          auto w = test::random_floats(static_cast<size_t>(d), 5);
+          std::vector<float> plain = x, fused = x;
+          RmsNormArgs a{alias ? plain.data() : x.data(), w.data(), n, d, 1e-5f, plain.data()};
+          if (k.refuse && !k.refuse(a).empty()) continue;
+          k.run(a);
+          std::vector<BlockQ8_0> q(static_cast<size_t>(n * d / QK8_0)), expect(q.size());
+          RmsNormArgs b{alias ? fused.data() : x.data(), w.data(), n, d, 1e-5f, fused.data()};
+          b.q8 = q.data();
+          k.run(b);
+          ASSERT_EQ(plain, fused) << k.name << " n=" << n << " d=" << d;
+          quantize_row_q8_0(fused.data(), expect.data(), n * d);
+          for (size_t i = 0; i < q.size(); ++i) {
+            ASSERT_EQ(q[i].d, expect[i].d) << k.name << " block " << i;
+            ASSERT_EQ(0, std::memcmp(q[i].qs, expect[i].qs, sizeof q[i].qs)) << k.name << " block " << i;
+          }
+          if (k.name != "ref") ++fast;
+        }
+  expect_fast_kernel_ran(fast, "rmsnorm +q8_0");
+  std::vector<float> x(40, 1.0f), w(40, 1.0f), y(40);
+  std::vector<BlockQ8_0> q(2);
+  RmsNormArgs bad{x.data(), w.data(), 1, 40, 1e-5f, y.data()};
+  bad.q8 = q.data();
+  EXPECT_THROW(dispatch(bad), Error);
 }
 
 // ---------------------------------------------------------------- add

@@ -110,5 +110,34 @@ TEST(BackendOps, ActivationQuantizerMatchesScalar) {
   }
 }
 
+// Activations quantized once (MatMulArgs::xq, as a fused rmsnorm provides them) give every
+// kernel exactly the result it gives when it quantizes x itself.
+TEST(BackendOps, PreQuantizedActivationsGiveTheSameResult) {
+  int compared = 0;
+  for (const auto& c : cases()) {
+    if (c.type != DType::Q8_0 && c.type != DType::Q4_0) continue;
+    for (auto& k : OpRegistry<MatMulArgs>::instance().kernels()) {
+      MatMulData d;
+      std::vector<float> plain, fused;
+      MatMulArgs a = build(c, d, plain);
+      if (k.refuse && !k.refuse(a).empty()) continue;
+      k.run(a);
+      std::vector<BlockQ8_0> xq(static_cast<size_t>(c.n * c.in / QK8_0));
+      for (int64_t i = 0; i < c.n; ++i) quantize_act_q8_0(d.x.data() + i * c.in, xq.data() + i * (c.in / QK8_0), c.in);
+      fused.assign(plain.size(), NAN);
+      MatMulArgs b = a;
+      b.y = fused.data();
+      b.xq = xq.data();
+      k.run(b);
+      for (size_t i = 0; i < plain.size(); ++i)
+        ASSERT_EQ(plain[i], fused[i]) << k.name << " " << label(c) << " output " << i;
+      ++compared;
+    }
+  }
+  if (cpu_features().missing({"avx2", "fma", "f16c"}).empty()) {
+    EXPECT_GT(compared, 0);
+  }
+}
+
 }  // namespace
 }  // namespace fp

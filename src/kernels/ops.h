@@ -27,6 +27,10 @@ struct MatMulArgs {
   const Tensor* w = nullptr;
   const float* bias = nullptr;  // optional
   float* y = nullptr;
+  // Optional: x already quantized to Q8_0 (n rows of K/32 blocks, as quantize_act_q8_0 makes
+  // them; a fused rmsnorm writes it). Kernels that dot Q8_0/Q4_0 weights with 8-bit
+  // activations use it instead of quantizing x again; the others ignore it.
+  const BlockQ8_0* xq = nullptr;
   std::string shape_class() const;  // weight dtype and gemv (n <= 4) / gemm
 };
 
@@ -38,6 +42,9 @@ struct RmsNormArgs {
   int64_t n = 0, d = 0;
   float eps = 1e-5f;
   float* out = nullptr;
+  // Optional: also out's rows quantized to Q8_0 (d % 32 == 0), written while each row is in
+  // L1 — the activations of the Q8_0/Q4_0 matmuls that follow (MatMulArgs::xq), quantized once.
+  BlockQ8_0* q8 = nullptr;
   std::string shape_class() const;
 };
 

@@ -8,7 +8,9 @@
 #include <vector>
 
 #include "core/cpu_features.h"
+#include "core/error.h"
 #include "core/thread_pool.h"
+#include "kernels/cpu/quantize_act.h"
 #include "kernels/cpu/exp_avx2.h"
 #include "kernels/cpu/simd_avx2.h"
 #include "kernels/ops.h"
@@ -66,10 +68,12 @@ FP_AVX2 void rmsnorm_rows(const RmsNormArgs& a, int64_t r0, int64_t r1) {
     if (j < d)
       _mm256_maskstore_ps(y + j, tm, _mm256_mul_ps(_mm256_mul_ps(_mm256_maskload_ps(x + j, tm), inv),
                                                    _mm256_maskload_ps(a.weight + j, tm)));
+    if (a.q8) quantize_act_q8_0(y, a.q8 + r * (d / QK8_0), d);  // the row is still in L1
   }
 }
 
 void rmsnorm_avx2(const RmsNormArgs& a) {
+  FP_CHECK(!a.q8 || a.d % QK8_0 == 0, "rmsnorm: Q8_0 output needs rows that are a multiple of 32 (d = ", a.d, ")");
   thread_pool().parallel_for(a.n, row_grain(a.d), [&](int64_t b, int64_t e) { rmsnorm_rows(a, b, e); });
 }
 const bool reg_rmsnorm = register_kernel(avx2_kernel<RmsNormArgs>(rmsnorm_avx2));

@@ -255,12 +255,17 @@ void gemv(const MatMulArgs& a) {
     case DType::Q8_0:
     case DType::Q4_0: {
       const int64_t nb = K / QK8_0;
-      std::vector<BlockQ8_0> xq(static_cast<size_t>(a.n * nb));
-      for (int64_t i = 0; i < a.n; ++i) quantize_act_q8_0(a.x + i * K, xq.data() + i * nb, K);
+      std::vector<BlockQ8_0> own;
+      const BlockQ8_0* xq = a.xq;
+      if (!xq) {
+        own.resize(static_cast<size_t>(a.n * nb));
+        for (int64_t i = 0; i < a.n; ++i) quantize_act_q8_0(a.x + i * K, own.data() + i * nb, K);
+        xq = own.data();
+      }
       const bool q8 = a.w->dtype == DType::Q8_0;
       gemv_tokens(a, [&](auto N, int64_t i, int64_t r0, int64_t r1) {
-        if (q8) gemv_q8_0_like<DType::Q8_0, decltype(N)::value>(a, xq.data() + i * nb, i, r0, r1);
-        else gemv_q8_0_like<DType::Q4_0, decltype(N)::value>(a, xq.data() + i * nb, i, r0, r1);
+        if (q8) gemv_q8_0_like<DType::Q8_0, decltype(N)::value>(a, xq + i * nb, i, r0, r1);
+        else gemv_q8_0_like<DType::Q4_0, decltype(N)::value>(a, xq + i * nb, i, r0, r1);
       });
       return;
     }

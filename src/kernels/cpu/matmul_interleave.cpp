@@ -114,7 +114,7 @@ FP_PACK_TARGET void pack_weights(const Tensor& w, int64_t o, PackedW* dst) {
   }
 }
 
-void pack_activations(DType wtype, const float* x, int64_t K, PackedX* dst) {
+void pack_activations(DType wtype, const float* x, const BlockQ8_0* xq, int64_t K, PackedX* dst) {
   const int64_t groups = K / 256;
   uint8_t blocks[8][32];
   if (wtype == DType::Q4_K) {
@@ -132,12 +132,16 @@ void pack_activations(DType wtype, const float* x, int64_t K, PackedX* dst) {
     }
     return;
   }
-  std::vector<BlockQ8_0> q(static_cast<size_t>(groups * 8));
-  quantize_act_q8_0(x, q.data(), K);
+  std::vector<BlockQ8_0> own;
+  if (!xq) {
+    own.resize(static_cast<size_t>(groups * 8));
+    quantize_act_q8_0(x, own.data(), K);
+    xq = own.data();
+  }
   for (int64_t g = 0; g < groups; ++g) {
     PackedX& p = dst[g];
     for (int j = 0; j < 8; ++j) {
-      const BlockQ8_0& b = q[static_cast<size_t>(g * 8 + j)];
+      const BlockQ8_0& b = xq[g * 8 + j];
       int32_t sum = 0;
       for (int k = 0; k < 32; ++k) {
         // Q8_0 weights are signed, so the activations become the unsigned operand (x + 128).
@@ -159,7 +163,9 @@ void gemm_interleaved(const MatMulArgs& a, int rows_per_tile, int tokens_per_til
   const int64_t K = w.cols(), out = w.rows(), groups = K / 256;
   std::vector<PackedX> xp(static_cast<size_t>(a.n * groups));
   thread_pool().parallel_for(a.n, 16, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) pack_activations(w.dtype, a.x + i * K, K, xp.data() + i * groups);
+    for (int64_t i = i0; i < i1; ++i)
+      pack_activations(w.dtype, a.x + i * K, a.xq && w.dtype != DType::Q4_K ? a.xq + i * (K / QK8_0) : nullptr, K,
+                       xp.data() + i * groups);
   });
   constexpr int64_t kRows = 32;
   const int64_t kR = rows_per_tile, kT = tokens_per_tile;

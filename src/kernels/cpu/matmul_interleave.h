@@ -27,7 +27,8 @@ struct PackedX {
 
 bool interleaved_supported(const MatMulArgs& a);  // Q8_0/Q4_0/Q4_K with rows a multiple of 256
 void pack_weights(const Tensor& w, int64_t row, PackedW* dst);
-void pack_activations(DType wtype, const float* x, int64_t K, PackedX* dst);
+// xq: the row already quantized to Q8_0 (Q8_0/Q4_0 weights), or null to quantize x here.
+void pack_activations(DType wtype, const float* x, const BlockQ8_0* xq, int64_t K, PackedX* dst);
 
 // tile(R, T, weights[R], activations[T], groups, y, ldy, bias): y[t * ldy + r] for R rows and
 // T tokens, R <= rows_per_tile <= 4 and T <= tokens_per_tile <= 4. Rows go in blocks of 32

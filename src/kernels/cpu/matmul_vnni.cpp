@@ -27,7 +27,8 @@ namespace {
 
 // Activations of one call, quantized to Q8_0 blocks, in the two forms the kernels need.
 struct QuantizedActs {
-  std::vector<BlockQ8_0> q;       // signed
+  std::vector<BlockQ8_0> own;     // signed, when the call did not bring them (MatMulArgs::xq)
+  const BlockQ8_0* q = nullptr;   // signed
   std::vector<uint8_t> u;         // q + 128, 32 bytes per block
   std::vector<int32_t> sums;      // sum of q per block
 };
@@ -50,7 +51,7 @@ FP_VNNI void q8_0_rows(const MatMulArgs& a, const QuantizedActs& x, int64_t i0, 
         const int64_t xb = (i0 + i) * nb + b;
         __m256i xu = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.u.data() + xb * 32));
         __m256i dot = _mm256_dpbusd_epi32(init, xu, wq);
-        acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(dw * _cvtsh_ss(x.q[static_cast<size_t>(xb)].d)), acc[i]);
+        acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(dw * _cvtsh_ss(x.q[xb].d)), acc[i]);
       }
     }
     for (int i = 0; i < N; ++i) a.y[(i0 + i) * out + o] = avx2::hsum(acc[i]) + (a.bias ? a.bias[o] : 0.0f);
@@ -72,10 +73,10 @@ FP_VNNI void q4_0_rows(const MatMulArgs& a, const QuantizedActs& x, int64_t i0, 
       const float dw = _cvtsh_ss(wb[b].d);
       for (int i = 0; i < N; ++i) {
         const int64_t xb = (i0 + i) * nb + b;
-        __m256i xs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q[static_cast<size_t>(xb)].qs));
+        __m256i xs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q[xb].qs));
         __m256i init = _mm256_setr_epi32(-8 * x.sums[static_cast<size_t>(xb)], 0, 0, 0, 0, 0, 0, 0);
         __m256i dot = _mm256_dpbusd_epi32(init, wu, xs);
-        acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(dw * _cvtsh_ss(x.q[static_cast<size_t>(xb)].d)), acc[i]);
+        acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(dw * _cvtsh_ss(x.q[xb].d)), acc[i]);
       }
     }
     for (int i = 0; i < N; ++i) a.y[(i0 + i) * out + o] = avx2::hsum(acc[i]) + (a.bias ? a.bias[o] : 0.0f);
@@ -147,16 +148,21 @@ void matmul_vnni(const MatMulArgs& a) {
   FP_CHECK(a.w->dtype != DType::Q4_K, "matmul avx512vnni: Q4_K needs rows that are a multiple of 256");
   const int64_t K = a.w->cols(), nb = K / QK8_0;
   QuantizedActs x;
-  x.q.resize(static_cast<size_t>(a.n * nb));
-  for (int64_t i = 0; i < a.n; ++i) quantize_act_q8_0(a.x + i * K, x.q.data() + i * nb, K);
+  x.q = a.xq;
+  if (!x.q) {
+    x.own.resize(static_cast<size_t>(a.n * nb));
+    for (int64_t i = 0; i < a.n; ++i) quantize_act_q8_0(a.x + i * K, x.own.data() + i * nb, K);
+    x.q = x.own.data();
+  }
+  const auto blocks = static_cast<size_t>(a.n * nb);
   const bool q8 = a.w->dtype == DType::Q8_0;
   if (q8) {
-    x.u.resize(x.q.size() * 32);
-    for (size_t b = 0; b < x.q.size(); ++b)
+    x.u.resize(blocks * 32);
+    for (size_t b = 0; b < blocks; ++b)
       for (int j = 0; j < 32; ++j) x.u[b * 32 + static_cast<size_t>(j)] = static_cast<uint8_t>(x.q[b].qs[j] + 128);
   } else {
-    x.sums.resize(x.q.size());
-    for (size_t b = 0; b < x.q.size(); ++b) {
+    x.sums.resize(blocks);
+    for (size_t b = 0; b < blocks; ++b) {
       int32_t s = 0;
       for (int j = 0; j < 32; ++j) s += x.q[b].qs[j];
       x.sums[b] = s;

@@ -115,6 +115,7 @@ void matmul_ref_q8act(const MatMulArgs& a) {
 
 // ---- element-wise ----
 void rmsnorm_ref(const RmsNormArgs& a) {
+  FP_CHECK(!a.q8 || a.d % QK8_0 == 0, "rmsnorm: Q8_0 output needs rows that are a multiple of 32 (d = ", a.d, ")");
   for (int64_t i = 0; i < a.n; ++i) {
     const float* x = a.x + i * a.d;
     float* y = a.out + i * a.d;
@@ -122,6 +123,7 @@ void rmsnorm_ref(const RmsNormArgs& a) {
     for (int64_t j = 0; j < a.d; ++j) ss += x[j] * x[j];
     float inv = 1.0f / std::sqrt(ss / static_cast<float>(a.d) + a.eps);
     for (int64_t j = 0; j < a.d; ++j) y[j] = x[j] * inv * a.weight[j];
+    if (a.q8) quantize_row_q8_0(y, a.q8 + i * (a.d / QK8_0), a.d);
   }
 }
 
