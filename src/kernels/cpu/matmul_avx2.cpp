@@ -100,32 +100,46 @@ FP_AVX2_INLINE __m256i unpack_q4_0(const BlockQ4_0& b) {
 
 // Q8_0 / Q4_0 weights against Q8_0 activations xq[i * nb + b].
 template <DType T, int N>
-FP_AVX2 void gemv_q8_0_like(const MatMulArgs& a, const BlockQ8_0* xq, int64_t n_off, int64_t r0, int64_t r1) {
+FP_AVX2_INLINE void q8_0_like_block(const uint8_t* row, const BlockQ8_0* xq, const float* dx, int64_t nb, int64_t b,
+                                    __m256* acc) {
+  __m256i wq;
+  float dw;
+  if constexpr (T == DType::Q8_0) {
+    const BlockQ8_0& wb = reinterpret_cast<const BlockQ8_0*>(row)[b];
+    wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.qs));
+    dw = _cvtsh_ss(wb.d);
+  } else {
+    const BlockQ4_0& wb = reinterpret_cast<const BlockQ4_0*>(row)[b];
+    wq = unpack_q4_0(wb);
+    dw = _cvtsh_ss(wb.d);
+  }
+  for (int i = 0; i < N; ++i) {
+    __m256i p = dot_i8(wq, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[i * nb + b].qs)));
+    acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * dx[i * nb + b]), acc[i]);
+  }
+}
+
+// dx: the activation blocks' scales as f32. With one or two tokens the blocks alternate between
+// two accumulators per token, so consecutive FMAs do not wait on each other.
+template <DType T, int N>
+FP_AVX2 void gemv_q8_0_like(const MatMulArgs& a, const BlockQ8_0* xq, const float* dx, int64_t n_off, int64_t r0, int64_t r1) {
+  constexpr int U = N <= 2 ? 2 : 1;
   const Tensor& w = *a.w;
   const int64_t K = w.cols(), out = w.rows(), nb = K / QK8_0;
   for (int64_t o = r0; o < r1; ++o) {
     const uint8_t* row = w.row_ptr(o);  // once per row: row_ptr is an out-of-line call
-    __m256 acc[N];
-    for (int i = 0; i < N; ++i) acc[i] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b) {
-      __m256i wq;
-      float dw;
-      if constexpr (T == DType::Q8_0) {
-        const BlockQ8_0& wb = reinterpret_cast<const BlockQ8_0*>(row)[b];
-        wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.qs));
-        dw = _cvtsh_ss(wb.d);
-      } else {
-        const BlockQ4_0& wb = reinterpret_cast<const BlockQ4_0*>(row)[b];
-        wq = unpack_q4_0(wb);
-        dw = _cvtsh_ss(wb.d);
-      }
-      for (int i = 0; i < N; ++i) {
-        const BlockQ8_0& xb = xq[i * nb + b];
-        __m256i p = dot_i8(wq, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.qs)));
-        acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * _cvtsh_ss(xb.d)), acc[i]);
-      }
+    __m256 acc[U][N];
+    for (int u = 0; u < U; ++u)
+      for (int i = 0; i < N; ++i) acc[u][i] = _mm256_setzero_ps();
+    int64_t b = 0;
+    for (; b + U <= nb; b += U)
+      for (int u = 0; u < U; ++u) q8_0_like_block<T, N>(row, xq, dx, nb, b + u, acc[u]);
+    for (; b < nb; ++b) q8_0_like_block<T, N>(row, xq, dx, nb, b, acc[0]);
+    for (int i = 0; i < N; ++i) {
+      __m256 t = acc[0][i];
+      for (int u = 1; u < U; ++u) t = _mm256_add_ps(t, acc[u][i]);
+      a.y[(n_off + i) * out + o] = hsum(t) + (a.bias ? a.bias[o] : 0.0f);
     }
-    for (int i = 0; i < N; ++i) a.y[(n_off + i) * out + o] = hsum(acc[i]) + (a.bias ? a.bias[o] : 0.0f);
   }
 }
 
@@ -262,10 +276,12 @@ void gemv(const MatMulArgs& a) {
         for (int64_t i = 0; i < a.n; ++i) quantize_act_q8_0(a.x + i * K, own.data() + i * nb, K);
         xq = own.data();
       }
+      std::vector<float> dx(static_cast<size_t>(a.n * nb));
+      for (size_t b = 0; b < dx.size(); ++b) dx[b] = f16_to_f32(xq[b].d);
       const bool q8 = a.w->dtype == DType::Q8_0;
       gemv_tokens(a, [&](auto N, int64_t i, int64_t r0, int64_t r1) {
-        if (q8) gemv_q8_0_like<DType::Q8_0, decltype(N)::value>(a, xq + i * nb, i, r0, r1);
-        else gemv_q8_0_like<DType::Q4_0, decltype(N)::value>(a, xq + i * nb, i, r0, r1);
+        if (q8) gemv_q8_0_like<DType::Q8_0, decltype(N)::value>(a, xq + i * nb, dx.data() + i * nb, i, r0, r1);
+        else gemv_q8_0_like<DType::Q4_0, decltype(N)::value>(a, xq + i * nb, dx.data() + i * nb, i, r0, r1);
       });
       return;
     }

@@ -1,8 +1,9 @@
 // kernels/cpu/matmul_vnni.cpp — Q8_0, Q4_0 (and Q4_K prefill) matmul with AVX-512 VNNI (vpdpbusd on 256-bit
 // registers, AVX512-VL), every batch size. vpdpbusd multiplies unsigned by signed bytes and
-// accumulates in int32 without saturation, which saves the sign juggling AVX2 needs:
-//  - Q8_0 (signed weights): activations are offset to unsigned (x + 128); the offset's share,
-//    128 x sum(w), is subtracted through the accumulator's starting value, once per weight block.
+// accumulates in int32 without saturation (no int16 pair sums as AVX2's vpmaddubsw):
+//  - Q8_0 decode (signed weights): |w| times x with w's sign (vpsignb), two cheap ops per block.
+//    The prefill tiles instead offset the activations to unsigned (x + 128) and subtract the
+//    offset's share, 128 x sum(w), through the accumulator's start (computed when packing).
 //  - Q4_0 (weights q - 8, q in 0..15): the unsigned q meets the signed activations directly;
 //    the -8 x sum(x) term starts the accumulator (sum(x) per block is computed once per call).
 #include <algorithm>
@@ -29,32 +30,48 @@ namespace {
 struct QuantizedActs {
   std::vector<BlockQ8_0> own;     // signed, when the call did not bring them (MatMulArgs::xq)
   const BlockQ8_0* q = nullptr;   // signed
-  std::vector<uint8_t> u;         // q + 128, 32 bytes per block
+  std::vector<float> dx;          // per block scale as f32 (Q8_0 weights)
   std::vector<int32_t> sums;      // sum of q per block
 };
 
+// Q8_0 rows: |w| is the unsigned operand and the activations take w's sign (vpsignb), so the
+// product is w * x with no offset to cancel; the activation scales come as floats (x.dx).
+// Blocks go round-robin into U accumulators per token: one chain of dependent FMAs (4 cycles
+// each) per 32 weights capped a core at ~24 GB/s, below what DRAM gives two cores.
+template <int N>
+FP_VNNI inline void q8_0_block(const BlockQ8_0* wb, const BlockQ8_0* const* xs, const float* const* dx, int64_t b, __m256* acc) {
+  const __m256i wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb[b].qs));
+  const __m256i wabs = _mm256_abs_epi8(wq);
+  const float dw = _cvtsh_ss(wb[b].d);
+  for (int i = 0; i < N; ++i) {
+    const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs[i][b].qs));
+    const __m256i dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), wabs, _mm256_sign_epi8(xq, wq));
+    acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(dw * dx[i][b]), acc[i]);
+  }
+}
+
 template <int N>
 FP_VNNI void q8_0_rows(const MatMulArgs& a, const QuantizedActs& x, int64_t i0, int64_t r0, int64_t r1) {
+  constexpr int U = N <= 2 ? 4 : 2;
   const Tensor& w = *a.w;
   const int64_t K = w.cols(), out = w.rows(), nb = K / QK8_0;
-  const __m256i ones = _mm256_set1_epi8(1);
+  const BlockQ8_0* xs[N];
+  const float* dx[N];
+  for (int i = 0; i < N; ++i) xs[i] = x.q + (i0 + i) * nb, dx[i] = x.dx.data() + (i0 + i) * nb;
   for (int64_t o = r0; o < r1; ++o) {
     const BlockQ8_0* wb = reinterpret_cast<const BlockQ8_0*>(w.row_ptr(o));
-    __m256 acc[N];
-    for (int i = 0; i < N; ++i) acc[i] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b) {
-      __m256i wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb[b].qs));
-      // -128 x (partial sums of w over each 4 bytes): the offset's contribution, removed up front.
-      __m256i init = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), ones, wq), 7));
-      const float dw = _cvtsh_ss(wb[b].d);
-      for (int i = 0; i < N; ++i) {
-        const int64_t xb = (i0 + i) * nb + b;
-        __m256i xu = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.u.data() + xb * 32));
-        __m256i dot = _mm256_dpbusd_epi32(init, xu, wq);
-        acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(dw * _cvtsh_ss(x.q[xb].d)), acc[i]);
-      }
+    __m256 acc[U][N];
+    for (int u = 0; u < U; ++u)
+      for (int i = 0; i < N; ++i) acc[u][i] = _mm256_setzero_ps();
+    int64_t b = 0;
+    for (; b + U <= nb; b += U)
+      for (int u = 0; u < U; ++u) q8_0_block<N>(wb, xs, dx, b + u, acc[u]);
+    for (; b < nb; ++b) q8_0_block<N>(wb, xs, dx, b, acc[0]);
+    for (int i = 0; i < N; ++i) {
+      __m256 t = acc[0][i];
+      for (int u = 1; u < U; ++u) t = _mm256_add_ps(t, acc[u][i]);
+      a.y[(i0 + i) * out + o] = avx2::hsum(t) + (a.bias ? a.bias[o] : 0.0f);
     }
-    for (int i = 0; i < N; ++i) a.y[(i0 + i) * out + o] = avx2::hsum(acc[i]) + (a.bias ? a.bias[o] : 0.0f);
   }
 }
 
@@ -157,9 +174,8 @@ void matmul_vnni(const MatMulArgs& a) {
   const auto blocks = static_cast<size_t>(a.n * nb);
   const bool q8 = a.w->dtype == DType::Q8_0;
   if (q8) {
-    x.u.resize(blocks * 32);
-    for (size_t b = 0; b < blocks; ++b)
-      for (int j = 0; j < 32; ++j) x.u[b * 32 + static_cast<size_t>(j)] = static_cast<uint8_t>(x.q[b].qs[j] + 128);
+    x.dx.resize(blocks);
+    for (size_t b = 0; b < blocks; ++b) x.dx[b] = f16_to_f32(x.q[b].d);
   } else {
     x.sums.resize(blocks);
     for (size_t b = 0; b < blocks; ++b) {
