@@ -175,7 +175,7 @@ TEST(DeepseekCheckpoint, InspectPrintsLatentKvBytesPerToken) {
   ASSERT_EQ(rc, 0) << out;
   // (512 + 64) values x 2 layers x 4 bytes; expanded K/V: 2 x 4 heads x (192 + 128) x 4.
   EXPECT_NE(out.find("kv cache:     4608 bytes per token (2 layers x 576 f32 values: MLA latent kv_lora 512 + rope 64; "
-                     "expanded K/V would be 10240)"),
+                     "expanded K/V would be 10240); 2304 in f16/bf16 (--kv-cache-dtype)"),
             std::string::npos)
       << out;
   EXPECT_NE(out.find("MLA (q_lora 32, kv_lora 512, nope 128, rope 64, v 128)"), std::string::npos) << out;

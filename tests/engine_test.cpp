@@ -202,12 +202,27 @@ TEST(Engine, CapacityPlanningArithmetic) {
   EXPECT_EQ(c.seqs_at_max_len, 4);
   // Capped at max_num_seqs full sequences.
   EXPECT_EQ(plan_kv_cache(gqa, 16, int64_t{1} << 30, 4096, 2).n_blocks, 512);
+  // F16 (or BF16) values: half the bytes per token, twice the blocks for the same budget.
+  KvLayout gqa16 = gqa;
+  gqa16.dtype = DType::F16;
+  EXPECT_EQ(gqa16.bytes_per_token(), 32768);
+  KvCapacity c16 = plan_kv_cache(gqa16, 16, int64_t{1} << 30, 4096, 256);
+  EXPECT_EQ(c16.n_blocks, 2048);
+  EXPECT_EQ(c16.tokens(), 32768);
+  EXPECT_EQ(c16.seqs_at_max_len, 8);
+  EXPECT_NE(c16.describe().find("1 GiB F16 = 2048 blocks of 16 tokens (32768 tokens, 32768 B/token); 8 sequences"),
+            std::string::npos)
+      << c16.describe();
   // MLA latent: DeepSeek-V3 (61 layers, 512 + 64 per token, no V rows).
   KvLayout mla{61, 512 + 64, 0};
   EXPECT_EQ(mla.bytes_per_token(), 61 * 576 * 4);
   KvCapacity d = plan_kv_cache(mla, 64, int64_t{8} << 30, 32768, 1000);
   EXPECT_EQ(d.n_blocks, (int64_t{8} << 30) / (61 * 576 * 4 * 64));
   EXPECT_EQ(d.seqs_at_max_len, d.n_blocks / 512);
+  KvLayout mla16 = mla;
+  mla16.dtype = DType::BF16;
+  EXPECT_EQ(mla16.bytes_per_token(), 61 * 576 * 2);
+  EXPECT_EQ(plan_kv_cache(mla16, 64, int64_t{8} << 30, 32768, 1000).n_blocks, (int64_t{8} << 30) / (61 * 576 * 2 * 64));
   // A max-model-len that cannot fit is refused with the numbers.
   try {
     plan_kv_cache(gqa, 16, 100 << 20, 4096, 8);
@@ -241,13 +256,22 @@ TEST(Engine, EngineRefusesAMaxModelLenThatCannotFit) {
   }
 }
 
-TEST(Engine, CopyOnWriteForkedSequences) {
-  KvPool pool(KvLayout{2, 4, 4}, 4, 8);
+// A forked sequence shares its parent's blocks; its first write into the shared partial block
+// copies that block (K and V, every layer) — in each KV dtype.
+void check_copy_on_write(DType dt) {
+  KvPool pool(KvLayout{2, 4, 4, dt}, 4, 8);
   BlockManager bm(pool, false);
   BlockTable parent, child;
   ASSERT_TRUE(bm.ensure(parent, 0, 6));  // 2 blocks, the second partial
-  for (int64_t l = 0; l < 2; ++l)
-    for (int64_t i = 0; i < 8 * 4; ++i) pool.k(l)[parent.blocks[1] * 16 + i % 16] = static_cast<float>(i % 16);
+  // The second block's 4 slots get K rows 0..15 and V rows 100..115 (exact in every dtype).
+  std::vector<float> k_rows(16), v_rows(16);
+  std::vector<int64_t> slots;
+  for (size_t i = 0; i < 16; ++i) {
+    k_rows[i] = static_cast<float>(i);
+    v_rows[i] = 100.0f + static_cast<float>(i);
+  }
+  for (int64_t t = 0; t < 4; ++t) slots.push_back(parent.blocks[1] * 4 + t);
+  for (int64_t l = 0; l < 2; ++l) pool.write(l, slots.data(), 4, k_rows.data(), v_rows.data());
   bm.fork(parent, child);
   EXPECT_EQ(pool.blocks().refcount(parent.blocks[0]), 2);
   // The child writes position 6 (inside the shared partial block): it gets a copy of it.
@@ -255,10 +279,24 @@ TEST(Engine, CopyOnWriteForkedSequences) {
   EXPECT_EQ(child.blocks[0], parent.blocks[0]);  // the full block stays shared
   EXPECT_NE(child.blocks[1], parent.blocks[1]);
   EXPECT_EQ(pool.blocks().refcount(parent.blocks[1]), 1);
-  for (int64_t i = 0; i < 16; ++i) EXPECT_EQ(pool.k(1)[child.blocks[1] * 16 + i], pool.k(1)[parent.blocks[1] * 16 + i]);
+  for (int64_t t = 0; t < 4; ++t) {
+    float k[4], v[4];
+    pool.read(1, child.blocks[1] * 4 + t, k, v);
+    for (int64_t j = 0; j < 4; ++j) {
+      EXPECT_EQ(k[j], k_rows[static_cast<size_t>(t * 4 + j)]);
+      EXPECT_EQ(v[j], v_rows[static_cast<size_t>(t * 4 + j)]);
+    }
+  }
   bm.release(child);
   bm.release(parent);
   EXPECT_EQ(pool.blocks().n_free(), 8);
+}
+
+TEST(Engine, CopyOnWriteForkedSequences) {
+  for (DType dt : {DType::F32, DType::F16, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    check_copy_on_write(dt);
+  }
 }
 
 TEST(Engine, RandomisedSchedulingKeepsItsInvariants) {

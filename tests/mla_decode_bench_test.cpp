@@ -34,9 +34,13 @@ TEST(MlaDecodeBench, DISABLED_DecodeAtLongContext) {
   std::vector<float> logits(static_cast<size_t>(m->config().n_vocab));
   for (int64_t ctx : ctxs) {
     auto cache = m->new_cache(ctx + steps + 1, 256);
+    const int64_t slots = cache->pool->capacity_tokens();
+    std::vector<float> rows(static_cast<size_t>(slots * kv.k_width));
+    std::vector<int64_t> ids(static_cast<size_t>(slots));
+    for (int64_t i = 0; i < slots; ++i) ids[static_cast<size_t>(i)] = i;
     for (int64_t l = 0; l < kv.n_layers; ++l) {
-      float* k = cache->pool->k(l);
-      for (int64_t i = 0; i < cache->pool->capacity_tokens() * kv.k_width; ++i) k[i] = g(rng);
+      for (auto& x : rows) x = g(rng);
+      cache->pool->write(l, ids.data(), slots, rows.data(), nullptr);
     }
     cache->len = ctx;
     std::vector<double> ms;

@@ -160,11 +160,20 @@ TEST(BackendOps, MoeFfnKernelsMatchReference) {
   EXPECT_GT(checked, 0);
 }
 
-// MLA: two sequences in a paged latent pool (page 4), prefill chunks and single-token decode.
+// MLA: two sequences in a paged latent pool (page 4), prefill chunks and single-token decode,
+// with the latent pool in F32, F16 and BF16 (the reference reads the same pool).
 TEST(BackendOps, MlaAttentionKernelsMatchReference) {
-  const int64_t H = 4, L = 32, nope = 16, rope = 8, vd = 16, qd = nope + rope, lw = L + rope, page = 4;
+  const int64_t H = 4, nope = 16, vd = 16, page = 4;
   int checked = 0;
-  for (DType type : {DType::F32, DType::F16}) {
+  // (weight type, kv_lora, rope); the last has widths that are not multiples of 8 (the fast
+  // kernels' scalar tails).
+  struct Cfg {
+    DType type;
+    int64_t L, rope;
+  };
+  for (const Cfg& cfg : {Cfg{DType::F32, 32, 8}, Cfg{DType::F16, 32, 8}, Cfg{DType::F32, 36, 4}}) {
+    const DType type = cfg.type;
+    const int64_t L = cfg.L, rope = cfg.rope, qd = nope + rope, lw = L + rope;
     std::vector<Weight> wk, wv;
     std::vector<std::vector<float>> wkt_f(static_cast<size_t>(H));
     std::vector<Tensor> twk, twkt, twv;
@@ -182,46 +191,53 @@ TEST(BackendOps, MlaAttentionKernelsMatchReference) {
       twkt.push_back(Tensor::view(t.data(), DType::F32, {L, nope}));
     }
     auto pool = random_floats(static_cast<size_t>(8 * page * lw), 3);  // 8 pages
+    std::vector<uint16_t> pool16(pool.size());
     const std::vector<int32_t> page_ids = {5, 2, 7, 0, 1, 3};          // seq 0: 5,2,7; seq 1: 0,1,3
     const std::vector<int32_t> page_indptr = {0, 3, 6};
     struct Shape {
       std::vector<int32_t> seq_indptr, pos, kv_len;
     };
-    for (const Shape& sh : {Shape{{0, 5, 8}, {5, 6, 7, 8, 9, 0, 1, 2}, {10, 3}},    // prefill chunk + fresh prompt
-                            Shape{{0, 1, 2}, {11, 6}, {12, 7}}}) {                    // decode
-      const int64_t n = sh.seq_indptr.back();
-      auto q = random_floats(static_cast<size_t>(n * H * qd), 4);
-      auto make = [&](std::vector<float>& out) {
-        out.assign(static_cast<size_t>(n * H * vd), NAN);
-        MlaAttentionArgs a;
-        a.q = q.data();
-        a.pos = sh.pos.data();
-        a.n = n;
-        a.n_seqs = 2;
-        a.seq_indptr = sh.seq_indptr.data();
-        a.n_heads = H;
-        a.nope = nope;
-        a.rope = rope;
-        a.v_dim = vd;
-        a.kv_lora = L;
-        a.latent_pool = pool.data();
-        a.latent_stride = lw;
-        a.page_size = page;
-        a.page_indptr = page_indptr.data();
-        a.page_ids = page_ids.data();
-        a.kv_len = sh.kv_len.data();
-        a.wk = twk.data();
-        a.wk_t = twkt.data();
-        a.wv = twv.data();
-        a.scale = 1.0f / std::sqrt(static_cast<float>(qd));
-        a.out = out.data();
-        return a;
-      };
-      checked += check_kernels<MlaAttentionArgs>(std::string(dtype_name(type)) + (n == 2 ? " decode" : " prefill"), make, "ref",
-                                                 type == DType::F32 ? 1e-5 : 1e-3);
+    for (DType kv : {DType::F32, DType::F16, DType::BF16}) {
+      for (const Shape& sh : {Shape{{0, 5, 8}, {5, 6, 7, 8, 9, 0, 1, 2}, {10, 3}},    // prefill chunk + fresh prompt
+                              Shape{{0, 1, 2}, {11, 6}, {12, 7}}}) {                    // decode
+        if (kv != DType::F32) quantize_row(kv, pool.data(), pool16.data(), static_cast<int64_t>(pool.size()));
+        const int64_t n = sh.seq_indptr.back();
+        auto q = random_floats(static_cast<size_t>(n * H * qd), 4);
+        auto make = [&](std::vector<float>& out) {
+          out.assign(static_cast<size_t>(n * H * vd), NAN);
+          MlaAttentionArgs a;
+          a.q = q.data();
+          a.pos = sh.pos.data();
+          a.n = n;
+          a.n_seqs = 2;
+          a.seq_indptr = sh.seq_indptr.data();
+          a.n_heads = H;
+          a.nope = nope;
+          a.rope = rope;
+          a.v_dim = vd;
+          a.kv_lora = L;
+          a.latent_pool = kv == DType::F32 ? static_cast<const void*>(pool.data()) : pool16.data();
+          a.kv_dtype = kv;
+          a.latent_stride = lw;
+          a.page_size = page;
+          a.page_indptr = page_indptr.data();
+          a.page_ids = page_ids.data();
+          a.kv_len = sh.kv_len.data();
+          a.wk = twk.data();
+          a.wk_t = twkt.data();
+          a.wv = twv.data();
+          a.scale = 1.0f / std::sqrt(static_cast<float>(qd));
+          a.out = out.data();
+          return a;
+        };
+        checked += check_kernels<MlaAttentionArgs>(std::string(dtype_name(type)) + " L=" + std::to_string(L) + " rope=" +
+                                                       std::to_string(rope) + " kv=" + dtype_name(kv) +
+                                                       (n == 2 ? " decode" : " prefill"),
+                                                   make, "ref", type == DType::F32 ? 1e-5 : 1e-3);
+      }
     }
   }
-  EXPECT_GE(checked, 6);  // expanded on prefill, absorbed on both, at 1 and 2 threads
+  EXPECT_GE(checked, 18);  // expanded on prefill, absorbed on both, at 1 and 2 threads, for 3 KV dtypes
 }
 
 }  // namespace

@@ -2,8 +2,9 @@
 // layer, and the reference-counted allocator that hands blocks to sequences.
 //
 // A token's K/V for one layer lives in a *slot*: slot = block * page_size + offset. Layer l keeps
-// K rows of k_width floats and V rows of v_width floats, one per slot. For a standard GQA
-// cache k_width = n_kv_heads * head_dim and v_width = n_kv_heads * v_head_dim; for the MLA
+// K rows of k_width values and V rows of v_width values, one per slot, stored as the layout's
+// dtype (F32, F16 or BF16; writes convert from f32 with round-to-nearest-even). For a standard
+// GQA cache k_width = n_kv_heads * head_dim and v_width = n_kv_heads * v_head_dim; for the MLA
 // latent cache k_width = kv_lora_rank + rope_dim and v_width = 0 (one vector per token per layer).
 // Sequences own ordered lists of blocks (block tables); attention reads K/V through them.
 #pragma once
@@ -12,14 +13,17 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
+
 namespace fp {
 
-// What one token stores per layer.
+// What one token stores per layer, and in which element type.
 struct KvLayout {
   int64_t n_layers = 0;
-  int64_t k_width = 0;  // floats per token per layer on the K side
+  int64_t k_width = 0;  // values per token per layer on the K side
   int64_t v_width = 0;  // on the V side (0: the K row holds everything, as MLA's latent)
-  int64_t bytes_per_token() const { return n_layers * (k_width + v_width) * 4; }  // F32 storage
+  DType dtype = DType::F32;  // storage type of every K/V value
+  int64_t bytes_per_token() const { return n_layers * (k_width + v_width) * dtype_info(dtype).block_bytes; }
 };
 
 // Reference-counted block ids 0..n_blocks-1. A free block has count 0. Blocks are handed out
@@ -45,13 +49,19 @@ class KvPool {
  public:
   KvPool(const KvLayout& layout, int64_t page_size, int64_t n_blocks);
   const KvLayout& layout() const { return layout_; }
+  DType dtype() const { return layout_.dtype; }
   int64_t page_size() const { return page_size_; }
   int64_t n_blocks() const { return n_blocks_; }
   int64_t capacity_tokens() const { return n_blocks_ * page_size_; }
   int64_t bytes() const { return capacity_tokens() * layout_.bytes_per_token(); }
-  // Layer l's K rows ([n_blocks * page_size, k_width]) and V rows ([.., v_width]).
-  float* k(int64_t layer) { return k_[static_cast<size_t>(layer)].get(); }
-  float* v(int64_t layer) { return v_[static_cast<size_t>(layer)].get(); }
+  // Layer l's K rows ([n_blocks * page_size, k_width] values of dtype()) and V rows ([.., v_width]).
+  const void* k(int64_t layer) const { return k_[static_cast<size_t>(layer)].get(); }
+  const void* v(int64_t layer) const { return v_[static_cast<size_t>(layer)].get(); }
+  // Stores n tokens' rows into layer l at slots[0..n): k_rows [n, k_width], v_rows [n, v_width]
+  // (null when v_width is 0), converted from f32 to dtype() (round to nearest even).
+  void write(int64_t layer, const int64_t* slots, int64_t n, const float* k_rows, const float* v_rows);
+  // Reads one slot's rows back as f32 (v may be null): for tests and tools.
+  void read(int64_t layer, int64_t slot, float* k, float* v) const;
   // Copies every layer's rows of block `src` into block `dst` (copy-on-write).
   void copy_block(int32_t src, int32_t dst);
   BlockAllocator& blocks() { return blocks_; }
@@ -60,14 +70,24 @@ class KvPool {
  private:
   KvLayout layout_;
   int64_t page_size_, n_blocks_;
+  int64_t k_row_bytes_, v_row_bytes_;  // bytes of one slot's K / V row
   // Uninitialized: large pools are committed page by page as slots are first written (a slot
   // is always written before attention reads it).
-  std::vector<std::unique_ptr<float[]>> k_, v_;
+  std::vector<std::unique_ptr<uint8_t[]>> k_, v_;
   BlockAllocator blocks_;
 };
 
 // Page sizes the engine accepts (the kernels declare which of these they support).
 bool valid_page_size(int64_t page_size);
 std::string page_sizes_text();  // "1, 8, 16, 32, 64, 128, 256"
+
+// KV dtypes the pool stores (the attention kernels declare which of these they read).
+bool valid_kv_dtype(DType t);
+std::string kv_dtypes_text();  // "f32, f16, bf16"
+// "auto", "f32", "f16", "bf16" (any case) -> the dtype ("auto": kDefaultKvDtype); false otherwise.
+bool kv_dtype_from_name(const std::string& name, DType* out);
+// What --kv-cache-dtype auto means. F32: on the CPU kernels F16 measured no faster at the
+// contexts we serve (bench/RESULTS.md); it halves the memory per token, so it is one flag away.
+constexpr DType kDefaultKvDtype = DType::F32;
 
 }  // namespace fp

@@ -26,8 +26,8 @@ std::string gib(int64_t bytes) {
 
 std::string KvCapacity::describe() const {
   std::ostringstream os;
-  os << "KV cache: " << gib(n_blocks * page_size * bytes_per_token) << " = " << n_blocks << " blocks of " << page_size
-     << " tokens (" << tokens() << " tokens, " << bytes_per_token << " B/token); " << seqs_at_max_len
+  os << "KV cache: " << gib(n_blocks * page_size * bytes_per_token) << " " << dtype_name(dtype) << " = " << n_blocks
+     << " blocks of " << page_size << " tokens (" << tokens() << " tokens, " << bytes_per_token << " B/token); " << seqs_at_max_len
      << " sequences of max-model-len " << max_model_len << " at once";
   return os.str();
 }
@@ -36,7 +36,9 @@ KvCapacity plan_kv_cache(const KvLayout& layout, int64_t page_size, int64_t budg
                          int64_t max_num_seqs) {
   FP_CHECK(valid_page_size(page_size), "--page-size ", page_size, " is not one of ", page_sizes_text());
   FP_CHECK(max_model_len > 0, "--max-model-len must be positive, got ", max_model_len);
+  FP_CHECK(valid_kv_dtype(layout.dtype), "--kv-cache-dtype ", dtype_name(layout.dtype), " is not one of ", kv_dtypes_text());
   KvCapacity c;
+  c.dtype = layout.dtype;
   c.bytes_per_token = layout.bytes_per_token();
   c.page_size = page_size;
   c.budget_bytes = budget_bytes;
@@ -93,7 +95,8 @@ Engine::Engine(Model& model, const EngineConfig& cfg) : model_(model), cfg_(cfg)
   FP_CHECK(cfg_.scheduler.chunked_prefill || cfg_.scheduler.max_num_batched_tokens >= cfg_.max_model_len,
            "without chunked prefill --max-num-batched-tokens (", cfg_.scheduler.max_num_batched_tokens,
            ") must be at least --max-model-len (", cfg_.max_model_len, ")");
-  const KvLayout layout = model.kv_layout();
+  KvLayout layout = model.kv_layout();
+  layout.dtype = cfg_.kv_dtype;
   int64_t budget = cfg_.kv_cache_bytes;
   if (budget <= 0) {
     const int64_t avail = available_memory_bytes();

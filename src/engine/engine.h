@@ -21,6 +21,7 @@ namespace fp {
 
 struct EngineConfig {
   int64_t page_size = 16;
+  DType kv_dtype = kDefaultKvDtype;  // what the KV pool stores: F32, F16 or BF16
   int64_t kv_cache_bytes = 0;        // 0: kv_cache_fraction of available memory
   double kv_cache_fraction = 0.25;   // of MemAvailable, when kv_cache_bytes is 0
   int64_t max_model_len = 0;         // 0: the model's context length
@@ -30,14 +31,16 @@ struct EngineConfig {
 
 // Capacity planning: how many blocks a budget buys and what they hold.
 struct KvCapacity {
+  DType dtype = DType::F32;
   int64_t bytes_per_token = 0, page_size = 0, n_blocks = 0, budget_bytes = 0;
   int64_t tokens() const { return n_blocks * page_size; }
   int64_t max_model_len = 0;
   int64_t seqs_at_max_len = 0;  // whole sequences of max_model_len that fit at once
   std::string describe() const;
 };
-// Blocks for `budget_bytes` (never more than max_num_seqs full-length sequences need). Fails
-// with the numbers when one sequence of max_model_len cannot fit.
+// Blocks for `budget_bytes` (never more than max_num_seqs full-length sequences need), at the
+// layout's dtype (F16/BF16 hold twice the tokens of F32). Fails with the numbers when one
+// sequence of max_model_len cannot fit.
 KvCapacity plan_kv_cache(const KvLayout& layout, int64_t page_size, int64_t budget_bytes, int64_t max_model_len,
                          int64_t max_num_seqs);
 // Bytes of MemAvailable in /proc/meminfo (0 if unknown).

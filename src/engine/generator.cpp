@@ -16,7 +16,7 @@ GenerateResult generate(Model& model, const GenerateRequest& req, const std::fun
   FP_CHECK(static_cast<int64_t>(req.prompt.size()) <= c.max_context, "generate: the prompt has ", req.prompt.size(),
            " tokens but the model's context is ", c.max_context);
   int64_t capacity = std::min<int64_t>(total, c.max_context);
-  auto cache = model.new_cache(capacity);
+  auto cache = model.new_cache(capacity, 0, req.kv_dtype);
   const Tokenizer* tok = model.tokenizer();
   std::unique_ptr<StreamDecoder> stream;
   if (tok) stream = std::make_unique<StreamDecoder>(*tok);

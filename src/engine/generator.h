@@ -15,6 +15,7 @@ struct GenerateRequest {
   int32_t max_new_tokens = 128;
   SamplingParams sampling;
   bool stop_at_eog = true;
+  DType kv_dtype = DType::F32;  // what the KV cache stores (F32, F16, BF16)
 };
 
 struct GenerateResult {

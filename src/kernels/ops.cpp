@@ -23,7 +23,16 @@ std::string RopeArgs::shape_class() const {
 
 std::string AttentionArgs::shape_class() const {
   return "hd=" + std::to_string(head_dim) + " gqa=" + std::to_string(n_kv_heads ? n_heads / n_kv_heads : 0) +
-         (n == n_seqs ? " decode" : " prefill") + " page=" + std::to_string(page_size);
+         (n == n_seqs ? " decode" : " prefill") + " page=" + std::to_string(page_size) + " kv=" + dtype_name(kv_dtype);
+}
+
+std::string refuse_kv_dtype(DType t, std::initializer_list<DType> reads) {
+  std::string names;
+  for (DType r : reads) {
+    if (r == t) return {};
+    names += (names.empty() ? "" : ", ") + std::string(dtype_name(r));
+  }
+  return std::string("KV cache dtype ") + dtype_name(t) + ": this kernel reads " + names;
 }
 
 std::string SiluMulArgs::shape_class() const { return "f32"; }

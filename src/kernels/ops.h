@@ -3,6 +3,7 @@
 // weights are Tensor views in any supported dtype. Shapes are given per field.
 #pragma once
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 
 #include "core/tensor.h"
@@ -68,7 +69,8 @@ struct RopeArgs {
 // The n tokens belong to n_seqs sequences: sequence s owns tokens [seq_indptr[s], seq_indptr[s+1]).
 // q[n, n_heads, head_dim]; out[n, n_heads, v_dim]. Query head h reads KV head h / (n_heads / n_kv_heads).
 // K/V of sequence s at position t live in slot = page_ids[page_indptr[s] + t / page_size] * page_size
-// + t % page_size: k_pool + slot * k_stride + kv_head * head_dim (likewise V with v_stride, v_dim).
+// + t % page_size: element slot * k_stride + kv_head * head_dim of k_pool (likewise V with v_stride,
+// v_dim). Pool elements are kv_dtype (F32, F16 or BF16; each kernel declares which it reads).
 // The sequence's cache holds kv_len[s] positions; the query at position pos[i] sees 0..min(pos[i], kv_len-1).
 // (The index view is FlashInfer's indptr / indices with kv_len in place of the last page's length.)
 struct AttentionArgs {
@@ -79,21 +81,30 @@ struct AttentionArgs {
   int64_t n_seqs = 0;
   const int32_t* seq_indptr = nullptr;  // [n_seqs + 1]
   int64_t n_heads = 0, n_kv_heads = 0, head_dim = 0, v_dim = 0;
-  const float* k_pool = nullptr;
-  const float* v_pool = nullptr;
-  int64_t k_stride = 0, v_stride = 0;  // floats between slots
+  const void* k_pool = nullptr;
+  const void* v_pool = nullptr;
+  int64_t k_stride = 0, v_stride = 0;  // elements between slots
+  DType kv_dtype = DType::F32;         // element type of k_pool and v_pool
   int64_t page_size = 1;
   const int32_t* page_indptr = nullptr;  // [n_seqs + 1]
   const int32_t* page_ids = nullptr;
   const int32_t* kv_len = nullptr;  // [n_seqs]
   float scale = 1.0f;
   float* out = nullptr;
-  std::string shape_class() const;
+  std::string shape_class() const;  // head dim, GQA ratio, decode/prefill, page size, KV dtype
   // The slot holding position t of sequence s.
   int64_t slot(int64_t s, int64_t t) const {
     return static_cast<int64_t>(page_ids[page_indptr[s] + t / page_size]) * page_size + t % page_size;
   }
 };
+
+// Address of element `index` of a KV pool holding `t` values (F32, F16, BF16).
+inline const void* kv_element(const void* pool, DType t, int64_t index) {
+  return static_cast<const uint8_t*>(pool) + index * dtype_info(t).block_bytes;
+}
+// A kernel's answer to a KV pool of dtype t: empty when t is in `reads`, else the reason
+// ("KV cache dtype Q8_0: this kernel reads F32, F16").
+std::string refuse_kv_dtype(DType t, std::initializer_list<DType> reads);
 
 // out[n, d] = silu(gate) * up, where gate and up are rows of width d with the given row strides.
 struct SiluMulArgs {

@@ -18,7 +18,8 @@ std::string MoeFfnArgs::shape_class() const {
 
 std::string MlaAttentionArgs::shape_class() const {
   return "lora=" + std::to_string(kv_lora) + " rope=" + std::to_string(rope) + " nope=" + std::to_string(nope) +
-         " v=" + std::to_string(v_dim) + (n == n_seqs ? " decode" : " prefill") + " page=" + std::to_string(page_size);
+         " v=" + std::to_string(v_dim) + (n == n_seqs ? " decode" : " prefill") + " page=" + std::to_string(page_size) +
+         " kv=" + dtype_name(kv_dtype);
 }
 
 }  // namespace fp

@@ -65,7 +65,8 @@ struct MoeFfnArgs {
 // MLA attention of a varlen batch against a latent KV cache (DeepSeek-V2/V3).
 // q[n, H, nope + rope]: per head [q_nope | q_pe], RoPE already applied to q_pe.
 // The cache row of position t of sequence s (slot as in AttentionArgs) is
-//   latent_pool + slot * latent_stride = [c (kv_lora, normalised) | k_pe (rope, RoPE applied)].
+//   elements slot * latent_stride.. of latent_pool = [c (kv_lora, normalised) | k_pe (rope, RoPE applied)],
+//   stored as kv_dtype (F32, F16 or BF16; each kernel declares which it reads).
 // Head h sees key [W_UK_h c | k_pe] and value W_UV_h c, with per-head weights
 //   wk[h]   [nope, kv_lora]  (latent -> k_nope; the expanded form),
 //   wk_t[h] [kv_lora, nope]  (q_nope -> latent query; the absorbed form: q_nope·W_UK_h c = (W_UK_h^T q_nope)·c),
@@ -79,8 +80,9 @@ struct MlaAttentionArgs {
   int64_t n_seqs = 0;
   const int32_t* seq_indptr = nullptr;
   int64_t n_heads = 0, nope = 0, rope = 0, v_dim = 0, kv_lora = 0;
-  const float* latent_pool = nullptr;
-  int64_t latent_stride = 0;
+  const void* latent_pool = nullptr;
+  int64_t latent_stride = 0;  // elements between slots
+  DType kv_dtype = DType::F32;
   int64_t page_size = 1;
   const int32_t* page_indptr = nullptr;
   const int32_t* page_ids = nullptr;

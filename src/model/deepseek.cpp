@@ -87,7 +87,7 @@ class DeepseekModel : public Model {
     const ModelConfig& c = config();
     check_batch(b, pool);
     FP_CHECK(pool.layout().k_width == L_ + rope_ && pool.layout().v_width == 0, "deepseek2: the KV pool holds ",
-             pool.layout().k_width, "+", pool.layout().v_width, " floats per token, the latent cache needs ", L_ + rope_, "+0");
+             pool.layout().k_width, "+", pool.layout().v_width, " values per token, the latent cache needs ", L_ + rope_, "+0");
     const int64_t n = b.n_tokens();
     if (n <= 0) return;
     const int64_t qd = nope_ + rope_, lw = L_ + rope_;
@@ -114,6 +114,7 @@ class DeepseekModel : public Model {
     att.v_dim = vd_;
     att.kv_lora = L_;
     att.latent_stride = lw;
+    att.kv_dtype = pool.dtype();
     att.page_size = pool.page_size();
     att.page_indptr = b.page_indptr.data();
     att.page_ids = b.page_ids.data();
@@ -139,13 +140,10 @@ class DeepseekModel : public Model {
       // RoPE: the last `rope` values of every query head, and the one shared k_pe.
       dispatch(RopeArgs{q_.data() + nope_, pos, n, H_, qd, rope_, H_ * qd, inv_freq_.data(), rope_mscale_, c.rope_style});
       dispatch(RopeArgs{kva_.data() + L_, pos, n, 1, rope_, rope_, lw, inv_freq_.data(), rope_mscale_, c.rope_style});
-      float* kc = pool.k(static_cast<int64_t>(l));
-      for (int64_t i = 0; i < n; ++i) {
-        float* row = kc + slots_[static_cast<size_t>(i)] * lw;
-        std::memcpy(row, c_.data() + i * L_, static_cast<size_t>(L_) * 4);
-        std::memcpy(row + L_, kva_.data() + i * lw + L_, static_cast<size_t>(rope_) * 4);
-      }
-      att.latent_pool = kc;
+      // The latent rows [normalised c | k_pe]: c back over the raw c in kva_, then into the cache.
+      for (int64_t i = 0; i < n; ++i) std::memcpy(kva_.data() + i * lw, c_.data() + i * L_, static_cast<size_t>(L_) * 4);
+      pool.write(static_cast<int64_t>(l), slots_.data(), n, kva_.data(), nullptr);
+      att.latent_pool = pool.k(static_cast<int64_t>(l));
       att.wk = Y.wk.data();
       att.wk_t = Y.wk_t.data();
       att.wv = Y.wv.data();

@@ -106,15 +106,9 @@ class LlamaModel : public Model {
       }
       dispatch(RopeArgs{q_.data(), pos, n, c.n_heads, c.head_dim, c.rot_dim, q_dim, inv_freq_.data(), 1.0f, c.rope_style});
       dispatch(RopeArgs{k_.data(), pos, n, c.n_kv_heads, c.head_dim, c.rot_dim, kv_dim, inv_freq_.data(), 1.0f, c.rope_style});
-      float* kc = pool.k(static_cast<int64_t>(l));
-      float* vc = pool.v(static_cast<int64_t>(l));
-      for (int64_t i = 0; i < n; ++i) {
-        const int64_t slot = slots_[static_cast<size_t>(i)];
-        std::memcpy(kc + slot * kv_dim, k_.data() + i * kv_dim, static_cast<size_t>(kv_dim) * 4);
-        std::memcpy(vc + slot * v_dim, v_.data() + i * v_dim, static_cast<size_t>(v_dim) * 4);
-      }
-      att.k_pool = kc;
-      att.v_pool = vc;
+      pool.write(static_cast<int64_t>(l), slots_.data(), n, k_.data(), v_.data());
+      att.k_pool = pool.k(static_cast<int64_t>(l));
+      att.v_pool = pool.v(static_cast<int64_t>(l));
       dispatch(att);
       dispatch(MatMulArgs{att_.data(), n, L.wo, nullptr, h_.data()});
       dispatch(AddArgs{x_.data(), h_.data(), n * c.dim, x_.data()});

@@ -95,6 +95,7 @@ AttentionArgs paged_attention_args(const ForwardBatch& b, const KvPool& pool) {
   a.n_seqs = b.n_seqs();
   a.seq_indptr = b.seq_indptr.data();
   a.page_size = pool.page_size();
+  a.kv_dtype = pool.dtype();
   a.page_indptr = b.page_indptr.data();
   a.page_ids = b.page_ids.data();
   a.kv_len = b.kv_len.data();
@@ -128,13 +129,15 @@ void Model::check_batch(const ForwardBatch& b, const KvPool& pool) const {
   for (int32_t r : b.logit_rows) FP_CHECK(r >= 0 && r < n, "logit row ", r, " is outside the batch of ", n, " tokens");
 }
 
-std::unique_ptr<KvCache> Model::new_cache(int64_t capacity, int64_t page_size) const {
+std::unique_ptr<KvCache> Model::new_cache(int64_t capacity, int64_t page_size, DType kv_dtype) const {
   auto kv = std::make_unique<KvCache>();
   kv->capacity = capacity;
   if (page_size <= 0)  // the smallest power of two holding the sequence, at most 256
     for (page_size = 1; page_size < 256 && page_size < capacity;) page_size *= 2;
   const int64_t n_pages = (capacity + page_size - 1) / page_size;
-  kv->pool = std::make_unique<KvPool>(kv_layout(), page_size, n_pages);
+  KvLayout layout = kv_layout();
+  layout.dtype = kv_dtype;
+  kv->pool = std::make_unique<KvPool>(layout, page_size, n_pages);
   for (int64_t p = 0; p < n_pages; ++p) kv->pages.push_back(kv->pool->blocks().allocate());
   return kv;
 }

@@ -53,13 +53,15 @@ class Model {
   const ModelFile& file() const { return *file_; }
   const Tokenizer* tokenizer() const { return file_->tokenizer.get(); }
 
-  // What one token stores in the KV cache per layer (GQA K/V, or MLA's latent vector).
+  // What one token stores in the KV cache per layer (GQA K/V, or MLA's latent vector), in F32;
+  // the cache's owner picks the stored dtype (KvLayout::dtype).
   virtual KvLayout kv_layout() const;
   // Runs a varlen batch, writing K/V into `pool`; logits [batch.logit_rows.size(), n_vocab].
   virtual void forward(const ForwardBatch& batch, KvPool& pool, float* logits) = 0;
 
-  // One sequence: a private cache for `capacity` positions (pages of `page_size`, 0: automatic).
-  std::unique_ptr<KvCache> new_cache(int64_t capacity, int64_t page_size = 0) const;
+  // One sequence: a private cache for `capacity` positions (pages of `page_size`, 0: automatic),
+  // storing K/V as kv_dtype (F32, F16 or BF16).
+  std::unique_ptr<KvCache> new_cache(int64_t capacity, int64_t page_size = 0, DType kv_dtype = DType::F32) const;
   // Feeds tokens[0..n) at positions pos[0..n) into the cache. Writes logits for every
   // position ([n, n_vocab]) when all_logits, else only for the last one ([n_vocab]).
   void forward(const int32_t* tokens, const int32_t* pos, int64_t n, KvCache& cache, float* logits, bool all_logits);

@@ -10,6 +10,7 @@
 #include "core/log.h"
 #include "kernels/ledger.h"
 #include "tools/common.h"
+#include "tools/engine_options.h"
 
 namespace fp::tools {
 
@@ -18,6 +19,7 @@ void add_audit(CLI::App& app) {
     CommonOptions common;
     int prompt = 16, gen = 8;
     bool strict = false, json = false;
+    std::string kv_dtype = "auto";
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("audit", "run a short prefill + decode and print the fast-path ledger");
@@ -26,7 +28,9 @@ void add_audit(CLI::App& app) {
   cmd->add_option("-n,--n-gen", o->gen, "decode steps")->check(CLI::Range(0, 1 << 16));
   cmd->add_flag("--strict", o->strict, "exit with status 3 if any op fell back to a reference kernel");
   cmd->add_flag("--json", o->json, "print the ledger as JSON");
+  cmd->add_option("--kv-cache-dtype", o->kv_dtype, "KV cache element type: auto (= f32), f32, f16 or bf16")->capture_default_str();
   cmd->callback([o] {
+    const DType kv_dtype = kv_cache_dtype(o->kv_dtype);
     auto model = load_with(o->common);
     const ModelConfig& c = model->config();
     int total = std::min<int>(o->prompt + o->gen, static_cast<int>(c.max_context));
@@ -35,7 +39,7 @@ void add_audit(CLI::App& app) {
     std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(c.n_vocab - 1));
     std::vector<int32_t> ids(static_cast<size_t>(prompt)), pos(ids.size());
     for (size_t i = 0; i < ids.size(); ++i) ids[i] = tok(rng), pos[i] = static_cast<int32_t>(i);
-    auto cache = model->new_cache(total);
+    auto cache = model->new_cache(total, 0, kv_dtype);
     std::vector<float> logits(static_cast<size_t>(c.n_vocab));
     model->forward(ids.data(), pos.data(), prompt, *cache, logits.data(), false);
     for (int p = prompt; p < total; ++p) {
@@ -47,9 +51,9 @@ void add_audit(CLI::App& app) {
     if (o->json) {
       std::cout << l.json() << "\n";
     } else {
-      std::printf("model: %s (%s)\ncpu:   %s; features: %s\nrun:   prefill %d tokens, decode %d steps%s\n\n",
+      std::printf("model: %s (%s)\ncpu:   %s; features: %s\nrun:   prefill %d tokens, decode %d steps, KV cache %s%s\n\n",
                   model->file().path.c_str(), c.arch.c_str(), cpu_features().brand.c_str(), cpu_features().describe().c_str(),
-                  prompt, total - prompt, l.profiling() ? " (profiled)" : "");
+                  prompt, total - prompt, dtype_name(kv_dtype), l.profiling() ? " (profiled)" : "");
       std::cout << l.table() << "\n" << l.summary_line() << "\n";
       for (auto& f : fallbacks) std::printf("FALLBACK: %s\n", f.c_str());
     }

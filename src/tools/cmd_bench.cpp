@@ -86,18 +86,15 @@ double attention_flops(const ModelConfig& c, double ctx) {
   return 2.0 * 2.0 * static_cast<double>(c.n_layers * c.n_heads * c.head_dim) * ctx;
 }
 // KV bytes one decode step reads at context ctx: the model's own cache layout (GQA K and V, or
-// MLA's latent row), f32.
-double kv_bytes(const Model& m, double ctx) {
-  const KvLayout l = m.kv_layout();
-  return 4.0 * static_cast<double>(l.n_layers * (l.k_width + l.v_width)) * ctx;
-}
+// MLA's latent row) in the cache's dtype.
+double kv_bytes(const KvLayout& kv, double ctx) { return static_cast<double>(kv.bytes_per_token()) * ctx; }
 
 // Decode tokens/s for `batch` sequences stepping together (one token each per forward), each
 // with its own block table in one pool: the weights are read once per step for all of them.
-double batched_decode_tps(Model& model, int batch, int gen, std::mt19937& rng) {
+double batched_decode_tps(Model& model, const KvLayout& kv, int batch, int gen, std::mt19937& rng) {
   const ModelConfig& cfg = model.config();
   const int64_t page = 16, pages_per_seq = (gen + 1 + page - 1) / page;
-  KvPool pool(model.kv_layout(), page, pages_per_seq * batch);
+  KvPool pool(kv, page, pages_per_seq * batch);
   std::vector<std::vector<int32_t>> tables(static_cast<size_t>(batch));
   for (auto& t : tables)
     for (int64_t p = 0; p < pages_per_seq; ++p) t.push_back(pool.blocks().allocate());
@@ -280,6 +277,8 @@ void add_bench(CLI::App& app) {
     auto compute_seconds = [&](double matmul_flops, double attn_flops) {
       return matmul_flops / matmul_rate + attn_flops / (ceil.fma_gflops * 1e9);
     };
+    KvLayout kv = model->kv_layout();
+    kv.dtype = kv_cache_dtype(o->engine.kv_cache_dtype);
     FP_CHECK(o->prompt + o->gen + 1 <= cfg.max_context || cfg.max_context <= 0, "bench: -p ", o->prompt, " + -n ", o->gen,
              " exceeds the model's context of ", cfg.max_context);
     std::mt19937 rng(1234);
@@ -294,6 +293,7 @@ void add_bench(CLI::App& app) {
     j["weight_types"] = cost.weight_types;
     j["decode_weight_bytes_per_token"] = cost.weight_bytes_per_token();
     j["threads"] = threads;
+    j["kv_dtype"] = dtype_name(kv.dtype);
     j["ceiling"] = {{"read_gbps", ceil.read_gbps}, {"fma_gflops", ceil.fma_gflops}, {"int8_gops", ceil.int8_gops}, {"cpu", ceil.cpu}};
 
     if (o->prompt > 0) {
@@ -301,7 +301,7 @@ void add_bench(CLI::App& app) {
       for (size_t i = 0; i < ids.size(); ++i) ids[i] = tok(rng), pos[i] = static_cast<int32_t>(i);
       std::vector<double> tps;
       for (int r = 0; r < o->warmup + o->reps; ++r) {
-        auto cache = model->new_cache(o->prompt);
+        auto cache = model->new_cache(o->prompt, 0, kv.dtype);
         auto t0 = Clock::now();
         model->forward(ids.data(), pos.data(), o->prompt, *cache, logits.data(), false);
         double sec = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -322,7 +322,7 @@ void add_bench(CLI::App& app) {
       double bw_before = measure_read_bandwidth_now();
       std::vector<double> tps;
       for (int r = 0; r < o->warmup + o->reps; ++r) {
-        auto cache = model->new_cache(o->gen + 1);
+        auto cache = model->new_cache(o->gen + 1, 0, kv.dtype);
         int32_t id = tok(rng), p = 0;
         model->forward(&id, &p, 1, *cache, logits.data(), false);
         auto t0 = Clock::now();
@@ -338,7 +338,7 @@ void add_bench(CLI::App& app) {
       double bw = std::max({ceil.read_gbps, bw_before, measure_read_bandwidth_now()});
       ceil.read_gbps = bw;
       j["ceiling"]["read_gbps"] = bw;
-      double bytes = cost.weight_bytes_per_token() + kv_bytes(*model, o->gen / 2.0);
+      double bytes = cost.weight_bytes_per_token() + kv_bytes(kv, o->gen / 2.0);
       double ceiling_tps = bw * 1e9 / bytes;
       j["decode_tps"] = s.median;
       j["decode_tps_min"] = s.min;
@@ -351,12 +351,12 @@ void add_bench(CLI::App& app) {
       if (b == 1 || o->gen <= 0) continue;
       std::vector<double> tps;
       for (int r = 0; r < o->warmup + o->reps; ++r) {
-        double t = batched_decode_tps(*model, b, o->gen, rng);
+        double t = batched_decode_tps(*model, kv, b, o->gen, rng);
         if (r >= o->warmup) tps.push_back(t);
       }
       Stats s = stats_of(tps);
       // Ceiling at batch b: the weights once per step plus each sequence's KV.
-      double bytes_per_step = cost.weight_bytes_per_step(b) + b * kv_bytes(*model, o->gen / 2.0);
+      double bytes_per_step = cost.weight_bytes_per_step(b) + b * kv_bytes(kv, o->gen / 2.0);
       double ceiling_tps = std::min(ceil.read_gbps * 1e9 / bytes_per_step * b,
                                     1.0 / compute_seconds(cost.matmul_flops_per_token, attention_flops(cfg, o->gen / 2.0)));
       nlohmann::json e{{"batch", b}, {"decode_tps", s.median}, {"decode_tps_min", s.min}, {"decode_tps_max", s.max},
@@ -369,8 +369,8 @@ void add_bench(CLI::App& app) {
       std::cout << j.dump() << "\n";
       return;
     }
-    std::printf("model    %s (%s, %.3g params; %s)\n", model->file().path.c_str(), cfg.arch.c_str(), cost.params,
-                cost.weight_types.c_str());
+    std::printf("model    %s (%s, %.3g params; %s; KV cache %s, %lld B/token)\n", model->file().path.c_str(), cfg.arch.c_str(),
+                cost.params, cost.weight_types.c_str(), dtype_name(kv.dtype), static_cast<long long>(kv.bytes_per_token()));
     std::printf("machine  %s\n", ceil.describe().c_str());
     std::printf("%-12s %12s %18s %14s %10s  %s\n", "test", "tok/s", "spread (min-max)", "ceiling tok/s", "fraction", "achieved");
     if (j.contains("prefill_tps"))

@@ -165,6 +165,7 @@ void add_generate(CLI::App& app) {
     }
     req.max_new_tokens = o->n;
     req.stop_at_eog = !o->ignore_eos;
+    req.kv_dtype = kv_cache_dtype(o->engine.kv_cache_dtype);
     SamplingParams& s = req.sampling;
     s.temperature = o->temp;
     s.top_k = o->top_k;

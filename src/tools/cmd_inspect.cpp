@@ -66,7 +66,9 @@ void add_inspect(CLI::App& app) {
       const int64_t expanded = c.n_layers * c.n_heads * (c.head_dim + c.v_head_dim) * 4;
       out << ": MLA latent kv_lora " << c.mla.kv_lora_rank << " + rope " << c.rot_dim << "; expanded K/V would be " << expanded;
     }
-    out << ")\n";
+    KvLayout half = kv;
+    half.dtype = DType::F16;
+    out << "); " << half.bytes_per_token() << " in f16/bf16 (--kv-cache-dtype)\n";
   });
 }
 

@@ -1,10 +1,15 @@
 // tools/engine_options.cpp — engine flags to EngineConfig.
 #include "tools/engine_options.h"
 
+#include "core/error.h"
+
 namespace fp::tools {
 
 void add_engine_options(CLI::App* app, EngineOptions& o) {
   app->add_option("--page-size", o.page_size, "KV cache page size in tokens (1, 8, 16, 32, 64, 128 or 256)");
+  app->add_option("--kv-cache-dtype", o.kv_cache_dtype,
+                  "KV cache element type: auto (= f32), f32, f16 or bf16; f16/bf16 fit twice the tokens in the same memory")
+      ->capture_default_str();
   app->add_option("--kv-cache-memory", o.kv_cache_memory, "KV cache budget, e.g. 4GiB (default: a fraction of free RAM)");
   app->add_option("--kv-cache-fraction", o.kv_cache_fraction, "fraction of MemAvailable for the KV cache when --kv-cache-memory is not given")
       ->check(CLI::Range(0.001, 0.95));
@@ -18,6 +23,7 @@ void add_engine_options(CLI::App* app, EngineOptions& o) {
 EngineConfig engine_config(const EngineOptions& o) {
   EngineConfig c;
   c.page_size = o.page_size;
+  c.kv_dtype = kv_cache_dtype(o.kv_cache_dtype);
   c.kv_cache_bytes = o.kv_cache_memory.empty() ? 0 : parse_bytes(o.kv_cache_memory);
   c.kv_cache_fraction = o.kv_cache_fraction;
   c.max_model_len = o.max_model_len;
@@ -26,6 +32,12 @@ EngineConfig engine_config(const EngineOptions& o) {
   c.scheduler.max_num_seqs = o.max_num_seqs;
   c.scheduler.chunked_prefill = !o.no_chunked_prefill;
   return c;
+}
+
+DType kv_cache_dtype(const std::string& name) {
+  DType t;
+  FP_CHECK(kv_dtype_from_name(name, &t), "--kv-cache-dtype ", name, " is not one of auto, ", kv_dtypes_text());
+  return t;
 }
 
 }  // namespace fp::tools

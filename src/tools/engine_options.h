@@ -1,5 +1,6 @@
 // tools/engine_options.h — the serving-engine flags shared by `generate --batch-file`, `bench
-// --requests` and `serve`: page size, KV budget, max model length, batching limits.
+// --requests` and `serve`: page size, KV dtype and budget, max model length, batching limits.
+// (`generate` and `bench` also use --kv-cache-dtype for their one-sequence runs.)
 #pragma once
 #include <CLI/CLI.hpp>
 
@@ -11,6 +12,7 @@ namespace fp::tools {
 
 struct EngineOptions {
   int64_t page_size = 16;
+  std::string kv_cache_dtype = "auto";  // auto, f32, f16, bf16
   std::string kv_cache_memory;     // "8GiB"; empty: kv_cache_fraction of MemAvailable
   double kv_cache_fraction = 0.25;
   int64_t max_model_len = 0;
@@ -22,5 +24,7 @@ struct EngineOptions {
 
 void add_engine_options(CLI::App* app, EngineOptions& o);
 EngineConfig engine_config(const EngineOptions& o);
+// The dtype --kv-cache-dtype names; fails naming the value when it is not auto/f32/f16/bf16.
+DType kv_cache_dtype(const std::string& name);
 
 }  // namespace fp::tools

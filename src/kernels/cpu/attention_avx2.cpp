@@ -23,6 +23,11 @@
 //    (m, l, O); a final pass merges them: m* = max m_s,
 //    out = sum_s O_s e^(m_s - m*) / sum_s l_s e^(m_s - m*).
 // Items are taken from an atomic counter, most expensive (latest query blocks) first.
+//
+// The KV pool may hold F32, F16 or BF16 values: every function that reads it is a template on
+// the dtype and widens 8 values at a time in registers (avx2::load8: F16 through F16C's
+// vcvtph2ps, BF16 by a 16-bit shift), so a half-width cache moves half the bytes and is never
+// converted as a whole. Pool positions are element indices from a `const void*` base.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -40,6 +45,20 @@ namespace fp {
 namespace {
 
 using namespace avx2;
+
+template <DType KV>
+constexpr int64_t kElemBytes = KV == DType::F32 ? 4 : 2;
+template <DType KV>
+constexpr int64_t kLineElems = 64 / kElemBytes<KV>;  // pool elements per cache line (the prefetch step)
+
+template <DType KV>
+FP_AVX2_INLINE const void* kv_at(const void* base, int64_t i) {
+  return static_cast<const char*>(base) + i * kElemBytes<KV>;
+}
+template <DType KV>
+FP_AVX2_INLINE void prefetch_kv(const void* base, int64_t i) {
+  _mm_prefetch(static_cast<const char*>(base) + i * kElemBytes<KV>, _MM_HINT_T0);
+}
 
 constexpr int64_t kBk = 64;             // keys per block (the row stride of S and Kt)
 constexpr int64_t kRowsPerItem = 64;    // target query rows (tokens x group) per item
@@ -100,20 +119,21 @@ FP_AVX2 void scores_packed(const float* qs, int64_t rows, int64_t hd, const floa
 }
 
 // kt[d][t] = K row t (t < nk; rows nk.. up to a multiple of 16 repeat the last row, so the
-// padded scores are finite; they are masked out before the softmax). Row t is at k + sl[t] * ld;
+// padded scores are finite; they are masked out before the softmax). Row t is pool element sl[t] * ld of k;
 // sl[kBk + t] is row t of the next block (for the prefetch).
-FP_AVX2 void pack_kt(const float* k, const int64_t* sl, int64_t ld, int64_t nk, int64_t hd, float* kt, bool prefetch) {
+template <DType KV>
+FP_AVX2 void pack_kt(const void* k, const int64_t* sl, int64_t ld, int64_t nk, int64_t hd, float* kt, bool prefetch) {
   const int64_t nk16 = (nk + 15) & ~int64_t{15};
   for (int64_t t = 0; t < nk16; t += 8) {
-    const float* src[8];
-    for (int i = 0; i < 8; ++i) src[i] = k + sl[std::min<int64_t>(t + i, nk - 1)] * ld;
+    int64_t src[8];
+    for (int i = 0; i < 8; ++i) src[i] = sl[std::min<int64_t>(t + i, nk - 1)] * ld;
     for (int i = 0; prefetch && i < 8 && t + i < kBk; ++i)  // the same rows one block ahead
-      for (int64_t d = 0; d < hd; d += 16) _mm_prefetch(reinterpret_cast<const char*>(k + sl[t + i + kBk] * ld + d), _MM_HINT_T0);
+      for (int64_t d = 0; d < hd; d += kLineElems<KV>) prefetch_kv<KV>(k, sl[t + i + kBk] * ld + d);
     for (int64_t d = 0; d < hd; d += 8) {
-      __m256 r0 = _mm256_loadu_ps(src[0] + d), r1 = _mm256_loadu_ps(src[1] + d);
-      __m256 r2 = _mm256_loadu_ps(src[2] + d), r3 = _mm256_loadu_ps(src[3] + d);
-      __m256 r4 = _mm256_loadu_ps(src[4] + d), r5 = _mm256_loadu_ps(src[5] + d);
-      __m256 r6 = _mm256_loadu_ps(src[6] + d), r7 = _mm256_loadu_ps(src[7] + d);
+      __m256 r0 = load8<KV>(k, src[0] + d), r1 = load8<KV>(k, src[1] + d);
+      __m256 r2 = load8<KV>(k, src[2] + d), r3 = load8<KV>(k, src[3] + d);
+      __m256 r4 = load8<KV>(k, src[4] + d), r5 = load8<KV>(k, src[5] + d);
+      __m256 r6 = load8<KV>(k, src[6] + d), r7 = load8<KV>(k, src[7] + d);
       __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
       __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
       __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
@@ -145,13 +165,16 @@ FP_AVX2_INLINE __m256 hadd_tree8(const __m256* a) {
   return _mm256_add_ps(_mm256_permute2f128_ps(g0, g1, 0x20), _mm256_permute2f128_ps(g0, g1, 0x31));
 }
 
-FP_AVX2_INLINE float dot(const float* x, const float* y, int64_t len) {
+// x . (pool elements y0 .. y0 + len)
+template <DType KV>
+FP_AVX2_INLINE float dot(const float* x, const void* pool, int64_t y0, int64_t len) {
   __m256 acc = _mm256_setzero_ps();
-  for (int64_t d = 0; d < len; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(x + d), _mm256_loadu_ps(y + d), acc);
+  for (int64_t d = 0; d < len; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(x + d), load8<KV>(pool, y0 + d), acc);
   return hsum(acc);
 }
 
-FP_AVX2 void scores_direct(const float* qs, int64_t rows, int64_t hd, const float* k, const int64_t* sl, int64_t ld, int64_t nk,
+template <DType KV>
+FP_AVX2 void scores_direct(const float* qs, int64_t rows, int64_t hd, const void* k, const int64_t* sl, int64_t ld, int64_t nk,
                            float* s) {
   int64_t r = 0;
   for (; r + 2 <= rows; r += 2) {
@@ -159,10 +182,10 @@ FP_AVX2 void scores_direct(const float* qs, int64_t rows, int64_t hd, const floa
     float *s0 = s + r * kBk, *s1 = s0 + kBk;
     int64_t t = 0;
     for (; t + 4 <= nk; t += 4) {
-      const float* kr[4] = {k + sl[t] * ld, k + sl[t + 1] * ld, k + sl[t + 2] * ld, k + sl[t + 3] * ld};
+      const int64_t kr[4] = {sl[t] * ld, sl[t + 1] * ld, sl[t + 2] * ld, sl[t + 3] * ld};
       if (r == 0)  // the same keys one block ahead
         for (int i = 0; i < 4; ++i)
-          for (int64_t d = 0; d < hd; d += 16) _mm_prefetch(reinterpret_cast<const char*>(k + sl[t + i + kBk] * ld + d), _MM_HINT_T0);
+          for (int64_t d = 0; d < hd; d += kLineElems<KV>) prefetch_kv<KV>(k, sl[t + i + kBk] * ld + d);
       __m256 a[8];
 #pragma GCC unroll 8
       for (int i = 0; i < 8; ++i) a[i] = _mm256_setzero_ps();
@@ -170,7 +193,7 @@ FP_AVX2 void scores_direct(const float* qs, int64_t rows, int64_t hd, const floa
         __m256 qa = _mm256_loadu_ps(q0 + d), qb = _mm256_loadu_ps(q1 + d);
 #pragma GCC unroll 4
         for (int i = 0; i < 4; ++i) {
-          __m256 kv = _mm256_loadu_ps(kr[i] + d);
+          __m256 kv = load8<KV>(k, kr[i] + d);
           a[i] = _mm256_fmadd_ps(qa, kv, a[i]);
           a[4 + i] = _mm256_fmadd_ps(qb, kv, a[4 + i]);
         }
@@ -180,8 +203,8 @@ FP_AVX2 void scores_direct(const float* qs, int64_t rows, int64_t hd, const floa
       _mm_storeu_ps(s1 + t, _mm256_extractf128_ps(v, 1));
     }
     for (; t < nk; ++t) {
-      s0[t] = dot(q0, k + sl[t] * ld, hd);
-      s1[t] = dot(q1, k + sl[t] * ld, hd);
+      s0[t] = dot<KV>(q0, k, sl[t] * ld, hd);
+      s1[t] = dot<KV>(q1, k, sl[t] * ld, hd);
     }
   }
   if (r < rows) {
@@ -189,19 +212,19 @@ FP_AVX2 void scores_direct(const float* qs, int64_t rows, int64_t hd, const floa
     float* sr = s + r * kBk;
     int64_t t = 0;
     for (; t + 8 <= nk; t += 8) {
-      const float* kr[8];
-      for (int i = 0; i < 8; ++i) kr[i] = k + sl[t + i] * ld;
+      int64_t kr[8];
+      for (int i = 0; i < 8; ++i) kr[i] = sl[t + i] * ld;
       __m256 a[8];
 #pragma GCC unroll 8
       for (int i = 0; i < 8; ++i) a[i] = _mm256_setzero_ps();
       for (int64_t d = 0; d < hd; d += 8) {
         __m256 qv = _mm256_loadu_ps(q + d);
 #pragma GCC unroll 8
-        for (int i = 0; i < 8; ++i) a[i] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kr[i] + d), a[i]);
+        for (int i = 0; i < 8; ++i) a[i] = _mm256_fmadd_ps(qv, load8<KV>(k, kr[i] + d), a[i]);
       }
       _mm256_storeu_ps(sr + t, hadd_tree8(a));
     }
-    for (; t < nk; ++t) sr[t] = dot(q, k + sl[t] * ld, hd);
+    for (; t < nk; ++t) sr[t] = dot<KV>(q, k, sl[t] * ld, hd);
   }
 }
 
@@ -240,10 +263,11 @@ FP_AVX2 float softmax_step(float* p, int64_t valid, int64_t nk, float& m, float&
 }
 
 // ---------------------------------------------------------------- O = O * corr + P V
-// R rows, W x 8 output columns at a time; V row t at v + sl[t] * ld, straight from the cache.
-template <int R, int W>
-FP_AVX2_INLINE void pv_tile(const float* p, const float* v, const int64_t* sl, int64_t ld, int64_t nk, const float* corr,
-                            float* o, int64_t vd, bool prefetch) {
+// R rows, W x 8 output columns from column c0 on; V row t at pool element sl[t] * ld, straight
+// from the cache.
+template <DType KV, int R, int W>
+FP_AVX2_INLINE void pv_tile(const float* p, const void* v, int64_t c0, const int64_t* sl, int64_t ld, int64_t nk,
+                            const float* corr, float* o, int64_t vd, bool prefetch) {
   __m256 acc[R][W];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
@@ -253,13 +277,13 @@ FP_AVX2_INLINE void pv_tile(const float* p, const float* v, const int64_t* sl, i
   }
   for (int64_t t = 0; t < nk; ++t) {
     // The same columns of the V row one block ahead.
-    const float* vr = v + sl[t] * ld;
+    const int64_t vr = sl[t] * ld + c0;
 #pragma GCC unroll 4
-    for (int w = 0; w < W; w += 2)
-      if (prefetch) _mm_prefetch(reinterpret_cast<const char*>(v + sl[t + kBk] * ld + 8 * w), _MM_HINT_T0);
+    for (int w = 0; w < W; w += kLineElems<KV> / 8)
+      if (prefetch) prefetch_kv<KV>(v, sl[t + kBk] * ld + c0 + 8 * w);
     __m256 vv[W];
 #pragma GCC unroll 4
-    for (int w = 0; w < W; ++w) vv[w] = _mm256_loadu_ps(vr + 8 * w);
+    for (int w = 0; w < W; ++w) vv[w] = load8<KV>(v, vr + 8 * w);
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       __m256 pb = _mm256_broadcast_ss(p + r * kBk + t);
@@ -273,27 +297,28 @@ FP_AVX2_INLINE void pv_tile(const float* p, const float* v, const int64_t* sl, i
     for (int w = 0; w < W; ++w) _mm256_storeu_ps(o + r * vd + 8 * w, acc[r][w]);
 }
 
-template <int R>
-FP_AVX2 void pv_rows(const float* p, const float* v, const int64_t* sl, int64_t ld, int64_t nk, const float* corr, float* o,
+template <DType KV, int R>
+FP_AVX2 void pv_rows(const float* p, const void* v, const int64_t* sl, int64_t ld, int64_t nk, const float* corr, float* o,
                      int64_t vd, bool prefetch) {
   int64_t c = 0;
   if constexpr (R == 1) {  // one row: four column vectors in flight instead of two
-    for (; c + 32 <= vd; c += 32) pv_tile<1, 4>(p, v + c, sl, ld, nk, corr, o + c, vd, prefetch);
+    for (; c + 32 <= vd; c += 32) pv_tile<KV, 1, 4>(p, v, c, sl, ld, nk, corr, o + c, vd, prefetch);
   }
-  for (; c + 16 <= vd; c += 16) pv_tile<R, 2>(p, v + c, sl, ld, nk, corr, o + c, vd, prefetch);
-  if (c < vd) pv_tile<R, 1>(p, v + c, sl, ld, nk, corr, o + c, vd, prefetch);
+  for (; c + 16 <= vd; c += 16) pv_tile<KV, R, 2>(p, v, c, sl, ld, nk, corr, o + c, vd, prefetch);
+  if (c < vd) pv_tile<KV, R, 1>(p, v, c, sl, ld, nk, corr, o + c, vd, prefetch);
 }
 
 // prefetch: pull the V rows one block ahead (decode, where V streams from memory); done by the
 // first row tile only.
-FP_AVX2 void pv(const float* p, int64_t rows, const float* v, const int64_t* sl, int64_t ld, int64_t nk, const float* corr,
+template <DType KV>
+FP_AVX2 void pv(const float* p, int64_t rows, const void* v, const int64_t* sl, int64_t ld, int64_t nk, const float* corr,
                 float* o, int64_t vd, bool prefetch) {
   int64_t r = 0;
-  for (; r + 4 <= rows; r += 4) pv_rows<4>(p + r * kBk, v, sl, ld, nk, corr + r, o + r * vd, vd, prefetch && r == 0);
+  for (; r + 4 <= rows; r += 4) pv_rows<KV, 4>(p + r * kBk, v, sl, ld, nk, corr + r, o + r * vd, vd, prefetch && r == 0);
   switch (rows - r) {
-    case 3: pv_rows<3>(p + r * kBk, v, sl, ld, nk, corr + r, o + r * vd, vd, prefetch && r == 0); break;
-    case 2: pv_rows<2>(p + r * kBk, v, sl, ld, nk, corr + r, o + r * vd, vd, prefetch && r == 0); break;
-    case 1: pv_rows<1>(p + r * kBk, v, sl, ld, nk, corr + r, o + r * vd, vd, prefetch && r == 0); break;
+    case 3: pv_rows<KV, 3>(p + r * kBk, v, sl, ld, nk, corr + r, o + r * vd, vd, prefetch && r == 0); break;
+    case 2: pv_rows<KV, 2>(p + r * kBk, v, sl, ld, nk, corr + r, o + r * vd, vd, prefetch && r == 0); break;
+    case 1: pv_rows<KV, 1>(p + r * kBk, v, sl, ld, nk, corr + r, o + r * vd, vd, prefetch && r == 0); break;
     default: break;
   }
 }
@@ -302,7 +327,8 @@ FP_AVX2 void pv(const float* p, int64_t rows, const float* v, const int64_t* sl,
 // Sequence s: KV heads [kvh0, kvh0 + pl.heads_per_item), query block qb, KV split sp. Rows come
 // per KV head j in groups of rpg = tokens x group: row j * rpg + r is (token i0 + r / group,
 // head (kvh0 + j) * group + r % group). With part_m == nullptr the normalized result goes to
-// out; otherwise (m, l, O) go to the split's partial slots.
+// out; otherwise (m, l, O) go to the split's partial slots. KV: the pool's dtype.
+template <DType KV>
 FP_AVX2 void run_item(const AttentionArgs& a, const Plan& pl, int64_t s, int64_t kvh0, int64_t qb, int64_t sp,
                       int64_t max_splits, float* part_m, float* part_l, float* part_o) {
   const int64_t hd = a.head_dim, vd = a.v_dim, g = pl.group, nh = pl.heads_per_item;
@@ -351,21 +377,21 @@ FP_AVX2 void run_item(const AttentionArgs& a, const Plan& pl, int64_t s, int64_t
     }
     for (int64_t j = 0; j < nh; ++j) {
       const int64_t r0 = j * rpg;
-      const float* kb = a.k_pool + (kvh0 + j) * hd;
+      const void* kb = kv_at<KV>(a.k_pool, (kvh0 + j) * hd);
       float* sr = sc.s.data() + r0 * kBk;
       const float* qs = sc.qs.data() + r0 * hd;
       if (packed) {
-        pack_kt(kb, sl, a.k_stride, nk, hd, sc.kt.data(), stream);
+        pack_kt<KV>(kb, sl, a.k_stride, nk, hd, sc.kt.data(), stream);
         scores_packed(qs, rpg, hd, sc.kt.data(), nk, sr);
       } else {
-        scores_direct(qs, rpg, hd, kb, sl, a.k_stride, nk, sr);
+        scores_direct<KV>(qs, rpg, hd, kb, sl, a.k_stride, nk, sr);
       }
       for (int64_t r = r0; r < r0 + rpg; ++r) {
         int64_t valid = std::clamp<int64_t>(sc.len[static_cast<size_t>(r)] - t0, 0, nk);
         sc.corr[static_cast<size_t>(r)] = softmax_step(sc.s.data() + r * kBk, valid, nk, sc.m[static_cast<size_t>(r)],
                                                        sc.l[static_cast<size_t>(r)]);
       }
-      pv(sr, rpg, a.v_pool + (kvh0 + j) * vd, sl, a.v_stride, nk, sc.corr.data() + r0, sc.o.data() + r0 * vd, vd, stream);
+      pv<KV>(sr, rpg, kv_at<KV>(a.v_pool, (kvh0 + j) * vd), sl, a.v_stride, nk, sc.corr.data() + r0, sc.o.data() + r0 * vd, vd, stream);
     }
   }
   for (int64_t r = 0; r < rows; ++r) {
@@ -482,11 +508,16 @@ void attention_avx2(const AttentionArgs& a) {
     part_l.resize(static_cast<size_t>(slots));
     part_o.resize(static_cast<size_t>(slots * a.v_dim));
   }
+  using ItemFn = void (*)(const AttentionArgs&, const Plan&, int64_t, int64_t, int64_t, int64_t, int64_t, float*, float*,
+                          float*);
+  const ItemFn run_item_kv = a.kv_dtype == DType::F16    ? run_item<DType::F16>
+                             : a.kv_dtype == DType::BF16 ? run_item<DType::BF16>
+                                                         : run_item<DType::F32>;
   auto run_index = [&](int64_t it) {
     const Item& item = items[static_cast<size_t>(it)];
     const Plan& p = plans[static_cast<size_t>(item.seq)];
     const bool split = p.splits > 1;
-    run_item(a, p, item.seq, item.kvh0, item.qb, item.sp, max_splits, split ? part_m.data() : nullptr,
+    run_item_kv(a, p, item.seq, item.kvh0, item.qb, item.sp, max_splits, split ? part_m.data() : nullptr,
              split ? part_l.data() : nullptr, split ? part_o.data() : nullptr);
   };
   const int64_t n_items = static_cast<int64_t>(items.size());
@@ -521,7 +552,7 @@ std::string refuse_attention_avx2(const AttentionArgs& a) {
     return "head_dim " + std::to_string(a.head_dim) + " / v_dim " + std::to_string(a.v_dim) + " not a positive multiple of 8";
   if (a.page_size <= 0 || (a.page_size & (a.page_size - 1)) != 0)
     return "page size " + std::to_string(a.page_size) + " is not a power of two (supports 1, 2, 4, ..., any power of two)";
-  return {};
+  return refuse_kv_dtype(a.kv_dtype, {DType::F32, DType::F16, DType::BF16});
 }
 
 const bool registered =

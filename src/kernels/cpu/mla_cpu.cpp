@@ -9,6 +9,8 @@
 //   cached position costs H x (kv_lora + rope) multiply-adds for the scores and H x kv_lora for
 //   the sum, and the cache is read once per token for all heads. Positions are split into
 //   chunks across threads (partial softmax per chunk, merged per token).
+// The latent cache may hold F32, F16 or BF16: "expanded" converts the rows it copies out,
+// "absorbed" widens them in registers as it reads (avx2::load8), never the whole cache.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -44,9 +46,11 @@ void mla_expanded(const MlaAttentionArgs& a) {
     grow(K, T * H * qd);
     grow(V, T * H * a.v_dim);
     for (int64_t t = 0; t < T; ++t) {
-      const float* row = a.latent_pool + a.slot(s, t) * a.latent_stride;
-      std::memcpy(c.data() + t * L, row, static_cast<size_t>(L) * 4);
-      for (int64_t h = 0; h < H; ++h) std::memcpy(K.data() + (t * H + h) * qd + a.nope, row + L, static_cast<size_t>(a.rope) * 4);
+      const int64_t row = a.slot(s, t) * a.latent_stride;
+      float* pe = K.data() + t * H * qd + a.nope;  // head 0's k_pe, copied to the other heads below
+      dequantize_row(a.kv_dtype, kv_element(a.latent_pool, a.kv_dtype, row), c.data() + t * L, L);
+      dequantize_row(a.kv_dtype, kv_element(a.latent_pool, a.kv_dtype, row + L), pe, a.rope);
+      for (int64_t h = 1; h < H; ++h) std::memcpy(pe + h * qd, pe, static_cast<size_t>(a.rope) * 4);
     }
     for (int64_t h = 0; h < H; ++h) {
       dispatch(MatMulArgs{c.data(), T, &a.wk[h], nullptr, kn.data()});
@@ -85,48 +89,63 @@ void mla_expanded(const MlaAttentionArgs& a) {
 
 std::string refuse_expanded(const MlaAttentionArgs& a) {
   if (a.n == a.n_seqs) return "decode (one token per sequence): the absorbed form reads only the latent cache";
-  return {};
+  return refuse_kv_dtype(a.kv_dtype, {DType::F32, DType::F16, DType::BF16});
 }
 
 // ------------------------------------------------------------------ absorbed form
-FP_AVX2 float dot_avx2(const float* x, const float* y, int64_t d) {
+// Element j of a latent row (pool elements from row on) as f32, for the tails below 8.
+template <DType KV>
+float latent_at(const void* pool, int64_t row, int64_t j) {
+  if constexpr (KV == DType::F32) return static_cast<const float*>(pool)[row + j];
+  if constexpr (KV == DType::F16) return f16_to_f32(static_cast<const uint16_t*>(pool)[row + j]);
+  if constexpr (KV == DType::BF16) return bf16_to_f32(static_cast<const uint16_t*>(pool)[row + j]);
+}
+
+// x . (pool elements y0 .. y0 + d)
+template <DType KV>
+FP_AVX2 float dot_avx2(const float* x, const void* pool, int64_t y0, int64_t d) {
+  using avx2::load8;
   __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
   int64_t j = 0;
   for (; j + 32 <= d; j += 32) {
-    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + j), _mm256_loadu_ps(y + j), s0);
-    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + j + 8), _mm256_loadu_ps(y + j + 8), s1);
-    s2 = _mm256_fmadd_ps(_mm256_loadu_ps(x + j + 16), _mm256_loadu_ps(y + j + 16), s2);
-    s3 = _mm256_fmadd_ps(_mm256_loadu_ps(x + j + 24), _mm256_loadu_ps(y + j + 24), s3);
+    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + j), load8<KV>(pool, y0 + j), s0);
+    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + j + 8), load8<KV>(pool, y0 + j + 8), s1);
+    s2 = _mm256_fmadd_ps(_mm256_loadu_ps(x + j + 16), load8<KV>(pool, y0 + j + 16), s2);
+    s3 = _mm256_fmadd_ps(_mm256_loadu_ps(x + j + 24), load8<KV>(pool, y0 + j + 24), s3);
   }
-  for (; j + 8 <= d; j += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + j), _mm256_loadu_ps(y + j), s0);
+  for (; j + 8 <= d; j += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + j), load8<KV>(pool, y0 + j), s0);
   float s = avx2::hsum(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
-  for (; j < d; ++j) s += x[j] * y[j];
+  for (; j < d; ++j) s += x[j] * latent_at<KV>(pool, y0, j);
   return s;
 }
 
-// y += w * x
-FP_AVX2 void axpy_avx2(float w, const float* x, float* y, int64_t d) {
+// y += w * (pool elements x0 .. x0 + d)
+template <DType KV>
+FP_AVX2 void axpy_avx2(float w, const void* pool, int64_t x0, float* y, int64_t d) {
   const __m256 vw = _mm256_set1_ps(w);
   int64_t j = 0;
-  for (; j + 8 <= d; j += 8) _mm256_storeu_ps(y + j, _mm256_fmadd_ps(vw, _mm256_loadu_ps(x + j), _mm256_loadu_ps(y + j)));
-  for (; j < d; ++j) y[j] += w * x[j];
+  for (; j + 8 <= d; j += 8)
+    _mm256_storeu_ps(y + j, _mm256_fmadd_ps(vw, avx2::load8<KV>(pool, x0 + j), _mm256_loadu_ps(y + j)));
+  for (; j < d; ++j) y[j] += w * latent_at<KV>(pool, x0, j);
 }
 
 constexpr int64_t kChunk = 128;  // positions per work item
 
 // One work item: token i of sequence s over positions [t0, t1): per head the chunk's max score,
 // sum of exp(score - max) and the exp-weighted sum of latent rows.
-// part = [H] max, [H] sum, [H, L] acc.
+// part = [H] max, [H] sum, [H, L] acc. KV: the latent pool's dtype.
+template <DType KV>
 FP_AVX2 void latent_chunk(const MlaAttentionArgs& a, const float* q_lat, int64_t i, int64_t s, int64_t t0, int64_t t1,
                           float* part, std::vector<float>& sc) {
   const int64_t H = a.n_heads, L = a.kv_lora, qd = a.nope + a.rope, C = t1 - t0;
   sc.resize(static_cast<size_t>(H * C));
   for (int64_t t = t0; t < t1; ++t) {
-    const float* row = a.latent_pool + a.slot(s, t) * a.latent_stride;
+    const int64_t row = a.slot(s, t) * a.latent_stride;
     for (int64_t h = 0; h < H; ++h) {
       const float* ql = q_lat + (i * H + h) * L;
       const float* qpe = a.q + (i * H + h) * qd + a.nope;
-      sc[static_cast<size_t>(h * C + (t - t0))] = (dot_avx2(ql, row, L) + dot_avx2(qpe, row + L, a.rope)) * a.scale;
+      sc[static_cast<size_t>(h * C + (t - t0))] =
+          (dot_avx2<KV>(ql, a.latent_pool, row, L) + dot_avx2<KV>(qpe, a.latent_pool, row + L, a.rope)) * a.scale;
     }
   }
   float* mx = part;
@@ -143,8 +162,8 @@ FP_AVX2 void latent_chunk(const MlaAttentionArgs& a, const float* q_lat, int64_t
   }
   std::fill(acc, acc + H * L, 0.0f);
   for (int64_t t = t0; t < t1; ++t) {
-    const float* row = a.latent_pool + a.slot(s, t) * a.latent_stride;
-    for (int64_t h = 0; h < H; ++h) axpy_avx2(sc[static_cast<size_t>(h * C + (t - t0))], row, acc + h * L, L);
+    const int64_t row = a.slot(s, t) * a.latent_stride;
+    for (int64_t h = 0; h < H; ++h) axpy_avx2<KV>(sc[static_cast<size_t>(h * C + (t - t0))], a.latent_pool, row, acc + h * L, L);
   }
 }
 
@@ -188,11 +207,14 @@ void mla_absorbed(const MlaAttentionArgs& a) {
   grow(parts, static_cast<int64_t>(items.size()) * part_size);
   const float* ql = q_lat.data();
   float* pp = parts.data();
+  const auto chunk = a.kv_dtype == DType::F16    ? latent_chunk<DType::F16>
+                     : a.kv_dtype == DType::BF16 ? latent_chunk<DType::BF16>
+                                                 : latent_chunk<DType::F32>;
   thread_pool().parallel_for(static_cast<int64_t>(items.size()), 1, [&](int64_t b, int64_t e) {
     std::vector<float> sc;
     for (int64_t k = b; k < e; ++k) {
       const Item& it = items[static_cast<size_t>(k)];
-      latent_chunk(a, ql, it.i, it.s, it.t0, it.t1, pp + k * part_size, sc);
+      chunk(a, ql, it.i, it.s, it.t0, it.t1, pp + k * part_size, sc);
     }
   });
   // Merge the chunks of each token: o_lat = sum_c e^(m_c - M) acc_c / sum_c e^(m_c - M) l_c.
@@ -230,7 +252,11 @@ void mla_absorbed(const MlaAttentionArgs& a) {
   }
 }
 
-std::string refuse_absorbed(const MlaAttentionArgs&) { return cpu_features().missing({"avx2", "fma"}); }
+std::string refuse_absorbed(const MlaAttentionArgs& a) {
+  std::string why = cpu_features().missing({"avx2", "fma", "f16c"});
+  if (!why.empty()) return why;
+  return refuse_kv_dtype(a.kv_dtype, {DType::F32, DType::F16, DType::BF16});
+}
 
 const bool registered = [] {
   register_kernel(Kernel<MlaAttentionArgs>{"expanded", Backend::CPU, 100, false, refuse_expanded, mla_expanded});

@@ -1,11 +1,13 @@
 // kernels/cpu/mla_ref.cpp — reference MLA attention: for each query token and head, every
 // visible position's key [W_UK_h c | k_pe] and value W_UV_h c are rebuilt from the latent cache
 // with plain dequantized dot products, then softmax and the weighted sum. Slow and obvious.
+// Latent rows are converted from the pool's dtype (F32/F16/BF16) to f32 as they are read.
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
+#include "kernels/ops.h"
 #include "kernels/ops_moe.h"
 #include "kernels/registry.h"
 
@@ -29,7 +31,8 @@ void dequant(const Tensor& w, std::vector<float>& dst) {
 
 void mla_ref(const MlaAttentionArgs& a) {
   const int64_t H = a.n_heads, L = a.kv_lora, qd = a.nope + a.rope;
-  std::vector<float> wk, wv, k(static_cast<size_t>(qd)), v, p;
+  std::vector<float> wk, wv, k(static_cast<size_t>(qd)), v, p, latent(static_cast<size_t>(L + a.rope));
+  const float* row = latent.data();
   for (int64_t h = 0; h < H; ++h) {
     dequant(a.wk[h], wk);  // [nope, L]
     dequant(a.wv[h], wv);  // [v, L]
@@ -42,7 +45,7 @@ void mla_ref(const MlaAttentionArgs& a) {
         const int64_t len = std::min<int64_t>(a.pos[i] + 1, kv_len);
         float mx = -std::numeric_limits<float>::infinity();
         for (int64_t t = 0; t < len; ++t) {
-          const float* row = a.latent_pool + a.slot(s, t) * a.latent_stride;
+          dequantize_row(a.kv_dtype, kv_element(a.latent_pool, a.kv_dtype, a.slot(s, t) * a.latent_stride), latent.data(), L + a.rope);
           for (int64_t j = 0; j < a.nope; ++j) {
             float acc = 0;
             for (int64_t c = 0; c < L; ++c) acc += wk[static_cast<size_t>(j * L + c)] * row[c];
@@ -70,7 +73,9 @@ void mla_ref(const MlaAttentionArgs& a) {
   }
 }
 
-const bool registered = register_kernel(Kernel<MlaAttentionArgs>{"ref", Backend::CPU, 0, true, nullptr, mla_ref});
+std::string refuse_mla_ref(const MlaAttentionArgs& a) { return refuse_kv_dtype(a.kv_dtype, {DType::F32, DType::F16, DType::BF16}); }
+
+const bool registered = register_kernel(Kernel<MlaAttentionArgs>{"ref", Backend::CPU, 0, true, refuse_mla_ref, mla_ref});
 
 }  // namespace
 }  // namespace fp

@@ -183,9 +183,10 @@ void argmax_ref(const ArgmaxArgs& a) {
 }
 
 // ---- attention: scores, softmax, weighted sum; one query token and head at a time ----
+// K/V rows are converted from the pool's dtype to f32 as they are read.
 void attention_ref(const AttentionArgs& a) {
   int64_t group = a.n_heads / a.n_kv_heads;
-  std::vector<float> p;
+  std::vector<float> p, k(static_cast<size_t>(a.head_dim)), v(static_cast<size_t>(a.v_dim));
   for (int64_t s = 0; s < a.n_seqs; ++s) {
     const int64_t kv_len = a.kv_len[s];
     p.resize(static_cast<size_t>(std::max<int64_t>(kv_len, 1)));
@@ -196,9 +197,10 @@ void attention_ref(const AttentionArgs& a) {
         int64_t kvh = h / group;
         float mx = -std::numeric_limits<float>::infinity();
         for (int64_t t = 0; t < len; ++t) {
-          const float* k = a.k_pool + a.slot(s, t) * a.k_stride + kvh * a.head_dim;
+          dequantize_row(a.kv_dtype, kv_element(a.k_pool, a.kv_dtype, a.slot(s, t) * a.k_stride + kvh * a.head_dim), k.data(),
+                         a.head_dim);
           float dot = 0;
-          for (int64_t j = 0; j < a.head_dim; ++j) dot += q[j] * k[j];
+          for (int64_t j = 0; j < a.head_dim; ++j) dot += q[j] * k[static_cast<size_t>(j)];
           p[static_cast<size_t>(t)] = dot * a.scale;
           mx = std::max(mx, p[static_cast<size_t>(t)]);
         }
@@ -207,9 +209,10 @@ void attention_ref(const AttentionArgs& a) {
         float* o = a.out + (i * a.n_heads + h) * a.v_dim;
         std::fill(o, o + a.v_dim, 0.0f);
         for (int64_t t = 0; t < len; ++t) {
-          const float* v = a.v_pool + a.slot(s, t) * a.v_stride + kvh * a.v_dim;
+          dequantize_row(a.kv_dtype, kv_element(a.v_pool, a.kv_dtype, a.slot(s, t) * a.v_stride + kvh * a.v_dim), v.data(),
+                         a.v_dim);
           float w = p[static_cast<size_t>(t)] / sum;
-          for (int64_t j = 0; j < a.v_dim; ++j) o[j] += w * v[j];
+          for (int64_t j = 0; j < a.v_dim; ++j) o[j] += w * v[static_cast<size_t>(j)];
         }
       }
     }
@@ -219,7 +222,7 @@ void attention_ref(const AttentionArgs& a) {
 std::string refuse_attention(const AttentionArgs& a) {
   if (a.n_kv_heads <= 0 || a.n_heads % a.n_kv_heads != 0)
     return "n_heads " + std::to_string(a.n_heads) + " is not a multiple of n_kv_heads " + std::to_string(a.n_kv_heads);
-  return {};
+  return refuse_kv_dtype(a.kv_dtype, {DType::F32, DType::F16, DType::BF16});
 }
 
 template <class Args>
