@@ -153,7 +153,8 @@ void bench_argmax() {
 
 // ---------------------------------------------------------------- attention
 // Decode: one token at the end of a kv_len cache. Prefill: n tokens from pos0 (a cached prefix
-// of pos0 tokens). Bytes: q + the K/V rows read once + out; FLOPs: 2 (hd + vd) per (head, key).
+// of pos0 tokens). Each with the KV pool in F32, F16 and BF16 (kv=...). Bytes: q + the K/V rows
+// read once (in the pool's dtype) + out; FLOPs: 2 (hd + vd) per (head, key).
 void bench_attention() {
   struct S {
     const char* what;
@@ -161,7 +162,8 @@ void bench_attention() {
   };
   for (S s : {S{"decode", 1, 32, 8, 64, 511}, S{"decode", 1, 32, 8, 64, 4095}, S{"decode", 1, 32, 8, 128, 4095},
               S{"decode", 1, 8, 1, 128, 4095}, S{"decode", 1, 8, 1, 128, 16383},
-              S{"prefill", 256, 32, 8, 64, 0}, S{"prefill", 128, 32, 8, 128, 1024}}) {
+              S{"prefill", 256, 32, 8, 64, 0}, S{"prefill", 128, 32, 8, 128, 1024}})
+  for (DType kv : {DType::F32, DType::F16, DType::BF16}) {
     const int64_t kv_len = s.pos0 + s.n;
     auto q = std::make_shared<std::vector<float>>(randn(static_cast<size_t>(s.n * s.heads * s.hd), 1));
     auto k = std::make_shared<std::vector<float>>(randn(static_cast<size_t>(kv_len * s.kv_heads * s.hd), 2));
@@ -173,10 +175,11 @@ void bench_attention() {
       keys += static_cast<double>(s.pos0 + i + 1);
     }
     auto o = std::make_shared<std::vector<float>>(static_cast<size_t>(s.n * s.heads * s.hd));
-    Work wk{4.0 * static_cast<double>(2 * s.n * s.heads * s.hd + 2 * kv_len * s.kv_heads * s.hd),
+    const double kv_bytes = static_cast<double>(dtype_info(kv).block_bytes);
+    Work wk{4.0 * static_cast<double>(2 * s.n * s.heads * s.hd) + kv_bytes * static_cast<double>(2 * kv_len * s.kv_heads * s.hd),
             keys * static_cast<double>(s.heads) * 2.0 * static_cast<double>(2 * s.hd)};
     std::string shape = std::string(s.what) + ",n=" + std::to_string(s.n) + ",kv_len=" + std::to_string(kv_len) +
-                        ",heads=" + std::to_string(s.heads) + "/" + std::to_string(s.kv_heads) + ",hd=" + std::to_string(s.hd);
+                        ",heads=" + std::to_string(s.heads) + "/" + std::to_string(s.kv_heads) + ",hd=" + std::to_string(s.hd) + ",kv=" + dtype_name(kv);
     float scale = 1.0f / std::sqrt(static_cast<float>(s.hd));
     // One sequence in pages of 16 tokens, blocks in order.
     auto idx = std::make_shared<std::vector<int32_t>>();  // seq_indptr[2], page_indptr[2], kv_len[1], pages...
@@ -185,6 +188,14 @@ void bench_attention() {
     for (int64_t p = 0; p < pages; ++p) idx->push_back(static_cast<int32_t>(p));
     k->resize(static_cast<size_t>(pages * 16 * s.kv_heads * s.hd));
     v->resize(k->size());
+    // The pool in the benchmarked dtype (F32: k and v themselves).
+    auto k16 = std::make_shared<std::vector<uint16_t>>(), v16 = std::make_shared<std::vector<uint16_t>>();
+    if (kv != DType::F32) {
+      k16->resize(k->size());
+      v16->resize(v->size());
+      quantize_row(kv, k->data(), k16->data(), static_cast<int64_t>(k->size()));
+      quantize_row(kv, v->data(), v16->data(), static_cast<int64_t>(v->size()));
+    }
     register_op<AttentionArgs>(shape, wk, [=] {
       AttentionArgs a{};
       a.q = q->data();
@@ -195,8 +206,9 @@ void bench_attention() {
       a.n_heads = s.heads;
       a.n_kv_heads = s.kv_heads;
       a.head_dim = a.v_dim = s.hd;
-      a.k_pool = k->data();
-      a.v_pool = v->data();
+      a.k_pool = kv == DType::F32 ? static_cast<const void*>(k->data()) : k16->data();
+      a.v_pool = kv == DType::F32 ? static_cast<const void*>(v->data()) : v16->data();
+      a.kv_dtype = kv;
       a.k_stride = a.v_stride = s.kv_heads * s.hd;
       a.page_size = 16;
       a.page_indptr = idx->data() + 2;
