@@ -86,8 +86,9 @@ bool valid_kv_dtype(DType t);
 std::string kv_dtypes_text();  // "f32, f16, bf16"
 // "auto", "f32", "f16", "bf16" (any case) -> the dtype ("auto": kDefaultKvDtype); false otherwise.
 bool kv_dtype_from_name(const std::string& name, DType* out);
-// What --kv-cache-dtype auto means. F32: on the CPU kernels F16 measured no faster at the
-// contexts we serve (bench/RESULTS.md); it halves the memory per token, so it is one flag away.
+// What --kv-cache-dtype auto means: F32, exact. F16/BF16 halve the bytes per token and measured
+// as fast or faster (bench/RESULTS.md), but they move the logits (and F16 overflows past 65504),
+// so the narrower cache is the user's choice, not a silent change of every run's numbers.
 constexpr DType kDefaultKvDtype = DType::F32;
 
 }  // namespace fp
