@@ -42,5 +42,6 @@ void add_bench(CLI::App& app);
 void add_audit(CLI::App& app);
 void add_bench_serve(CLI::App& app);
 void add_serve(CLI::App& app);
+void add_plan(CLI::App& app);
 
 }  // namespace fp::tools

@@ -24,6 +24,7 @@ int run(int argc, char** argv, bool& failed) {
   fp::tools::add_audit(app);
   fp::tools::add_bench_serve(app);
   fp::tools::add_serve(app);
+  fp::tools::add_plan(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
