@@ -4,6 +4,8 @@
 #include <chrono>
 
 #include "core/error.h"
+#include "kernels/registry.h"
+#include "parallel/collectives.h"
 
 namespace fp {
 
@@ -47,6 +49,10 @@ GenerateResult generate(Model& model, const GenerateRequest& req, const std::fun
   int32_t next_pos = static_cast<int32_t>(req.prompt.size());
   for (int32_t step = 0; step < req.max_new_tokens; ++step) {
     int32_t id = sampler.sample(logits.data(), c.n_vocab, history, req.prompt.size());
+    // Tensor parallel: every rank holds the same logits, but only rank 0's choice counts (the
+    // ranks' seeds may differ), so every rank feeds the same token next.
+    if (Communicator* tp = model.tensor_parallel(); tp && tp->size() > 1)
+      dispatch(BroadcastArgs{tp, &id, sizeof(id), 0});
     if (req.stop_at_eog && tok && tok->is_eog(id)) {
       res.finish_reason = "stop";
       break;

@@ -1,14 +1,25 @@
 // model/llama.cpp — the Llama-family architecture: Llama (GQA, RoPE with linear / llama3
 // scaling, tied or untied output), Qwen2 (q/k/v bias) and Qwen3 (per-head q/k RMSNorm).
 // Every computation goes through the op registry (kernels/ops.h).
+//
+// Tensor parallel (Megatron-style, when built with a communicator of several ranks): each rank
+// holds the heads [rank * n_heads / tp, ...) of q and their KV heads of k/v (row slices: views
+// into the file), the matching columns of attn_output (copied), a block-aligned share of the FFN
+// width in gate/up (row views) and down (copied columns). Attention and FFN then produce partial
+// sums of the residual update; one all-reduce after attn_output and one after ffn_down per layer
+// complete them. Embedding, norms and the output projection are replicated on every rank, so
+// every rank computes the same logits.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <deque>
 
 #include "core/error.h"
 #include "kernels/ops.h"
 #include "kernels/registry.h"
 #include "model/model.h"
+#include "parallel/collectives.h"
+#include "parallel/shard.h"
 
 namespace fp {
 namespace {
@@ -19,16 +30,23 @@ struct LlamaLayer {
   const Tensor *wq, *wk, *wv, *wo, *w_gate, *w_up, *w_down;
   const float *bq = nullptr, *bk = nullptr, *bv = nullptr;       // Qwen2
   const float *q_norm = nullptr, *k_norm = nullptr;              // Qwen3, [head_dim]
+  int64_t ffn_width = 0;  // this rank's share of the FFN width (hidden_dim on one rank)
 };
 
 class LlamaModel : public Model {
  public:
-  explicit LlamaModel(std::shared_ptr<ModelFile> f) : Model(std::move(f)) {
+  LlamaModel(std::shared_ptr<ModelFile> f, std::shared_ptr<Communicator> tp) : Model(std::move(f)) {
+    tp_ = std::move(tp);
     const ModelConfig& c = config();
     ModelFile& mf = *file_;
     const int64_t q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
     const int64_t v_dim = c.n_kv_heads * c.v_head_dim, o_in = c.n_heads * c.v_head_dim;
     FP_CHECK(c.v_head_dim == c.head_dim, mf.path, ": ", c.arch, " needs value_length == key_length");
+    const int ranks = tp_size(), rank = tp_ ? tp_->rank() : 0;
+    FP_CHECK(c.n_heads % ranks == 0 && c.n_kv_heads % ranks == 0, mf.path, ": --tensor-parallel-size ", ranks,
+             " must divide the attention heads (", c.n_heads, ") and the KV heads (", c.n_kv_heads, ")");
+    heads_ = c.n_heads / ranks;
+    kv_heads_ = c.n_kv_heads / ranks;
     embed_ = &mf.get("token_embd.weight", {c.n_vocab, c.dim});
     output_norm_ = vec_f32("output_norm.weight", c.dim);
     output_ = c.tied_output ? embed_ : &mf.get("output.weight", {c.n_vocab, c.dim});
@@ -53,6 +71,8 @@ class LlamaModel : public Model {
         L.q_norm = vec_f32(p + "attn_q_norm.weight", c.head_dim);
         L.k_norm = vec_f32(p + "attn_k_norm.weight", c.head_dim);
       }
+      L.ffn_width = c.hidden_dim;
+      if (ranks > 1) shard_layer(L, rank, ranks);
       layers_.push_back(L);
     }
     inv_freq_ = c.rope_inv_freq();
@@ -64,27 +84,36 @@ class LlamaModel : public Model {
     }
   }
 
+  // This rank's KV heads only.
+  KvLayout kv_layout() const override {
+    const ModelConfig& c = config();
+    return KvLayout{c.n_layers, kv_heads_ * c.head_dim, kv_heads_ * c.v_head_dim};
+  }
+
   void forward(const ForwardBatch& b, KvPool& pool, float* logits) override {
     const ModelConfig& c = config();
     check_batch(b, pool);
     const int64_t n = b.n_tokens();
     if (n <= 0) return;
-    const int64_t q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
-    const int64_t v_dim = c.n_kv_heads * c.v_head_dim, att_dim = c.n_heads * c.v_head_dim;
+    // Per-rank widths: this rank's heads and FFN share (the whole model on one rank).
+    const int64_t q_dim = heads_ * c.head_dim, kv_dim = kv_heads_ * c.head_dim;
+    const int64_t v_dim = kv_heads_ * c.v_head_dim, att_dim = heads_ * c.v_head_dim;
+    int64_t ffn = 0;  // the widest FFN share of the layers (their weight types may differ)
+    for (const LlamaLayer& L : layers_) ffn = std::max(ffn, L.ffn_width);
     resize(x_, n * c.dim);
     resize(h_, n * c.dim);
     resize(q_, n * q_dim);
     resize(k_, n * kv_dim);
     resize(v_, n * v_dim);
     resize(att_, n * att_dim);
-    resize(gate_, n * c.hidden_dim);
-    resize(up_, n * c.hidden_dim);
+    resize(gate_, n * ffn);
+    resize(up_, n * ffn);
     const int32_t* pos = b.positions.data();
 
     AttentionArgs att = paged_attention_args(b, pool);
     att.q = q_.data();
-    att.n_heads = c.n_heads;
-    att.n_kv_heads = c.n_kv_heads;
+    att.n_heads = heads_;
+    att.n_kv_heads = kv_heads_;
     att.head_dim = c.head_dim;
     att.v_dim = c.v_head_dim;
     att.k_stride = kv_dim;
@@ -101,23 +130,25 @@ class LlamaModel : public Model {
       dispatch(MatMulArgs{h_.data(), n, L.wk, L.bk, k_.data()});
       dispatch(MatMulArgs{h_.data(), n, L.wv, L.bv, v_.data()});
       if (c.qk_norm) {
-        dispatch(RmsNormArgs{q_.data(), L.q_norm, n * c.n_heads, c.head_dim, c.rms_eps, q_.data()});
-        dispatch(RmsNormArgs{k_.data(), L.k_norm, n * c.n_kv_heads, c.head_dim, c.rms_eps, k_.data()});
+        dispatch(RmsNormArgs{q_.data(), L.q_norm, n * heads_, c.head_dim, c.rms_eps, q_.data()});
+        dispatch(RmsNormArgs{k_.data(), L.k_norm, n * kv_heads_, c.head_dim, c.rms_eps, k_.data()});
       }
-      dispatch(RopeArgs{q_.data(), pos, n, c.n_heads, c.head_dim, c.rot_dim, q_dim, inv_freq_.data(), 1.0f, c.rope_style});
-      dispatch(RopeArgs{k_.data(), pos, n, c.n_kv_heads, c.head_dim, c.rot_dim, kv_dim, inv_freq_.data(), 1.0f, c.rope_style});
+      dispatch(RopeArgs{q_.data(), pos, n, heads_, c.head_dim, c.rot_dim, q_dim, inv_freq_.data(), 1.0f, c.rope_style});
+      dispatch(RopeArgs{k_.data(), pos, n, kv_heads_, c.head_dim, c.rot_dim, kv_dim, inv_freq_.data(), 1.0f, c.rope_style});
       pool.write(static_cast<int64_t>(l), slots_.data(), n, k_.data(), v_.data());
       att.k_pool = pool.k(static_cast<int64_t>(l));
       att.v_pool = pool.v(static_cast<int64_t>(l));
       dispatch(att);
       dispatch(MatMulArgs{att_.data(), n, L.wo, nullptr, h_.data()});
+      if (tp_size() > 1) dispatch(AllReduceArgs{tp_.get(), h_.data(), n * c.dim});  // sum the heads' shares
       dispatch(AddArgs{x_.data(), h_.data(), n * c.dim, x_.data()});
 
       dispatch(RmsNormArgs{x_.data(), L.ffn_norm, n, c.dim, c.rms_eps, h_.data()});
       dispatch(MatMulArgs{h_.data(), n, L.w_gate, nullptr, gate_.data()});
       dispatch(MatMulArgs{h_.data(), n, L.w_up, nullptr, up_.data()});
-      dispatch(SiluMulArgs{gate_.data(), up_.data(), n, c.hidden_dim, 0, 0, gate_.data()});
+      dispatch(SiluMulArgs{gate_.data(), up_.data(), n, L.ffn_width, 0, 0, gate_.data()});
       dispatch(MatMulArgs{gate_.data(), n, L.w_down, nullptr, h_.data()});
+      if (tp_size() > 1) dispatch(AllReduceArgs{tp_.get(), h_.data(), n * c.dim});  // sum the FFN shares
       dispatch(AddArgs{x_.data(), h_.data(), n * c.dim, x_.data()});
     }
 
@@ -129,6 +160,34 @@ class LlamaModel : public Model {
   }
 
  private:
+  // Replaces a layer's full weights by this rank's slices (see the comment at the top).
+  void shard_layer(LlamaLayer& L, int rank, int ranks) {
+    const ModelConfig& c = config();
+    const Range q{rank * heads_ * c.head_dim, heads_ * c.head_dim};
+    const Range kv{rank * kv_heads_ * c.head_dim, kv_heads_ * c.head_dim};
+    const Range o{rank * heads_ * c.v_head_dim, heads_ * c.v_head_dim};
+    // The FFN share must fall on block boundaries of ffn_down's rows (its columns are cut).
+    const Range f = split_range(c.hidden_dim, ranks, rank, column_alignment(*L.w_down), "FFN width (hidden_dim)");
+    L.ffn_width = f.len;
+    L.wq = keep(slice_rows(*L.wq, q));
+    L.wk = keep(slice_rows(*L.wk, kv));
+    L.wv = keep(slice_rows(*L.wv, kv));
+    L.wo = keep(copy_columns(*L.wo, o));
+    L.w_gate = keep(slice_rows(*L.w_gate, f));
+    L.w_up = keep(slice_rows(*L.w_up, f));
+    L.w_down = keep(copy_columns(*L.w_down, f));
+    if (L.bq) {
+      L.bq += q.begin;
+      L.bk += kv.begin;
+      L.bv += kv.begin;
+    }
+  }
+  const Tensor* keep(const Tensor& t) { return &shards_.emplace_back(t); }
+  const Tensor* keep(OwnedTensor t) {
+    file_->owners.push_back(t.bytes);
+    return keep(t.view);
+  }
+
   // A 1-D F32 view of a norm weight or bias, converted from F16/BF16 once at load.
   const float* vec_f32(const std::string& name, int64_t len) {
     const Tensor& t = file_->get(name, {len});
@@ -145,15 +204,20 @@ class LlamaModel : public Model {
   const Tensor* output_ = nullptr;
   const float* output_norm_ = nullptr;
   std::vector<LlamaLayer> layers_;
+  int64_t heads_ = 0, kv_heads_ = 0;  // this rank's query and KV heads
+  std::deque<Tensor> shards_;         // this rank's weight slices (stable addresses)
   std::vector<float> inv_freq_;
   std::vector<float> x_, h_, q_, k_, v_, att_, gate_, up_;
   std::vector<int64_t> slots_;
 };
 
-std::unique_ptr<Model> make_llama(std::shared_ptr<ModelFile> f) { return std::make_unique<LlamaModel>(std::move(f)); }
+std::unique_ptr<Model> make_llama(std::shared_ptr<ModelFile> f, std::shared_ptr<Communicator> tp) {
+  return std::make_unique<LlamaModel>(std::move(f), std::move(tp));
+}
 
-const bool registered = register_architecture("llama", make_llama) && register_architecture("qwen2", make_llama) &&
-                        register_architecture("qwen3", make_llama);
+const bool registered = register_sharded_architecture("llama", make_llama) &&
+                        register_sharded_architecture("qwen2", make_llama) &&
+                        register_sharded_architecture("qwen3", make_llama);
 
 }  // namespace
 }  // namespace fp

@@ -11,14 +11,26 @@
 namespace fp {
 
 namespace {
-std::map<std::string, ArchitectureFactory>& registry() {
-  static std::map<std::string, ArchitectureFactory> r;
+struct Architecture {
+  ShardedArchitectureFactory make;
+  bool sharded = false;  // can split across tensor-parallel ranks
+};
+std::map<std::string, Architecture>& registry() {
+  static std::map<std::string, Architecture> r;
   return r;
 }
 }  // namespace
 
 bool register_architecture(const std::string& arch, ArchitectureFactory factory) {
-  registry()[arch] = std::move(factory);
+  registry()[arch] = {[f = std::move(factory)](std::shared_ptr<ModelFile> file, std::shared_ptr<Communicator>) {
+                        return f(std::move(file));
+                      },
+                      false};
+  return true;
+}
+
+bool register_sharded_architecture(const std::string& arch, ShardedArchitectureFactory factory) {
+  registry()[arch] = {std::move(factory), true};
   return true;
 }
 
@@ -28,21 +40,26 @@ std::vector<std::string> registered_architectures() {
   return out;
 }
 
-std::unique_ptr<Model> build_model(std::shared_ptr<ModelFile> file) {
+std::unique_ptr<Model> build_model(std::shared_ptr<ModelFile> file, std::shared_ptr<Communicator> tp) {
   auto it = registry().find(file->config.arch);
   if (it == registry().end()) {
     std::string known;
     for (auto& a : registered_architectures()) known += (known.empty() ? "" : ", ") + a;
     fail(file->path, ": no architecture '", file->config.arch, "' (registered: ", known, ")");
   }
-  return it->second(std::move(file));
+  if (tp && tp->size() > 1) {
+    FP_CHECK(it->second.sharded, file->path, ": tensor parallelism is not implemented for architecture '",
+             file->config.arch, "' yet (--tensor-parallel-size ", tp->size(), "); llama, qwen2 and qwen3 can be split");
+    return it->second.make(std::move(file), std::move(tp));
+  }
+  return it->second.make(std::move(file), nullptr);
 }
 
-std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& opts) {
+std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& opts, std::shared_ptr<Communicator> tp) {
   std::shared_ptr<ModelFile> f(load_model_file(path, opts).release());
   log_info("loaded ", path, ": ", f->format, ", ", f->tensors.size(), " tensors, ",
            static_cast<double>(f->file_bytes) / (1 << 20), " MiB in ", f->load_seconds * 1000, " ms");
-  return build_model(std::move(f));
+  return build_model(std::move(f), std::move(tp));
 }
 
 void ForwardBatch::add_sequence(const int32_t* toks, int64_t n, int64_t start, const int32_t* pages, int64_t n_pages,

@@ -9,6 +9,7 @@
 #include "cache/kv_pool.h"
 #include "kernels/ops.h"
 #include "model/model_file.h"
+#include "parallel/communicator.h"
 
 namespace fp {
 
@@ -52,6 +53,10 @@ class Model {
   const ModelConfig& config() const { return file_->config; }
   const ModelFile& file() const { return *file_; }
   const Tokenizer* tokenizer() const { return file_->tokenizer.get(); }
+  // The ranks this model's weights are split across (tensor parallel); null when not split.
+  // Every rank runs the same forward calls; each holds its slice of the weights and KV heads.
+  Communicator* tensor_parallel() const { return tp_.get(); }
+  int tp_size() const { return tp_ ? tp_->size() : 1; }
 
   // What one token stores in the KV cache per layer (GQA K/V, or MLA's latent vector), in F32;
   // the cache's owner picks the stored dtype (KvLayout::dtype).
@@ -71,6 +76,7 @@ class Model {
   // Checks the batch against the pool and the vocabulary (every architecture calls it first).
   void check_batch(const ForwardBatch& batch, const KvPool& pool) const;
   std::shared_ptr<ModelFile> file_;
+  std::shared_ptr<Communicator> tp_;  // set by architectures that split across ranks
   ForwardBatch single_;  // scratch for the one-sequence forward
 };
 
@@ -80,10 +86,17 @@ AttentionArgs paged_attention_args(const ForwardBatch& b, const KvPool& pool);
 
 using ArchitectureFactory = std::function<std::unique_ptr<Model>(std::shared_ptr<ModelFile>)>;
 bool register_architecture(const std::string& arch, ArchitectureFactory factory);
+// An architecture that can split itself across the ranks of `tp` (tensor parallel).
+using ShardedArchitectureFactory =
+    std::function<std::unique_ptr<Model>(std::shared_ptr<ModelFile>, std::shared_ptr<Communicator> tp)>;
+bool register_sharded_architecture(const std::string& arch, ShardedArchitectureFactory factory);
 std::vector<std::string> registered_architectures();
 // Builds the model for file->config.arch, checking every tensor's shape against the config.
-std::unique_ptr<Model> build_model(std::shared_ptr<ModelFile> file);
+// With a communicator of more than one rank, this rank's tensor-parallel slice (an error for
+// architectures that cannot be split yet).
+std::unique_ptr<Model> build_model(std::shared_ptr<ModelFile> file, std::shared_ptr<Communicator> tp = nullptr);
 // load_model_file + build_model.
-std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& opts = {});
+std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& opts = {},
+                                  std::shared_ptr<Communicator> tp = nullptr);
 
 }  // namespace fp

@@ -51,9 +51,12 @@ void add_audit(CLI::App& app) {
     if (o->json) {
       std::cout << l.json() << "\n";
     } else {
-      std::printf("model: %s (%s)\ncpu:   %s; features: %s\nrun:   prefill %d tokens, decode %d steps, KV cache %s%s\n\n",
+      const std::string tp = model->tp_size() > 1 ? ", tensor parallel over " + std::to_string(model->tp_size()) + " ranks (" +
+                                                       model->tensor_parallel()->backend() + "; rank 0's ledger)"
+                                                 : "";
+      std::printf("model: %s (%s)\ncpu:   %s; features: %s\nrun:   prefill %d tokens, decode %d steps, KV cache %s%s%s\n\n",
                   model->file().path.c_str(), c.arch.c_str(), cpu_features().brand.c_str(), cpu_features().describe().c_str(),
-                  prompt, total - prompt, dtype_name(kv_dtype), l.profiling() ? " (profiled)" : "");
+                  prompt, total - prompt, dtype_name(kv_dtype), l.profiling() ? " (profiled)" : "", tp.c_str());
       std::cout << l.table() << "\n" << l.summary_line() << "\n";
       for (auto& f : fallbacks) std::printf("FALLBACK: %s\n", f.c_str());
     }

@@ -260,6 +260,7 @@ void add_bench(CLI::App& app) {
   cmd->add_flag("--json", o->json, "one JSON object on stdout");
   cmd->add_flag("--recalibrate", o->recalibrate, "measure the machine's ceilings again instead of using the cache");
   cmd->callback([o] {
+    if (o->requests > 0) require_single_rank(o->common, "bench --requests");
     auto model = load_with(o->common);
     if (o->requests > 0) {
       run_serving_bench(*model, *o);
@@ -294,6 +295,7 @@ void add_bench(CLI::App& app) {
     j["decode_weight_bytes_per_token"] = cost.weight_bytes_per_token();
     j["threads"] = threads;
     j["kv_dtype"] = dtype_name(kv.dtype);
+    j["tensor_parallel_size"] = model->tp_size();  // ceilings are measured by each rank alone
     j["ceiling"] = {{"read_gbps", ceil.read_gbps}, {"fma_gflops", ceil.fma_gflops}, {"int8_gops", ceil.int8_gops}, {"cpu", ceil.cpu}};
 
     if (o->prompt > 0) {

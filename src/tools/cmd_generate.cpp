@@ -150,6 +150,7 @@ void add_generate(CLI::App& app) {
                   "seed, ignore_eos}); runs them together and prints one JSON result per line, in order");
   add_engine_options(cmd, o->engine);
   cmd->callback([o] {
+    if (!o->batch_file.empty()) require_single_rank(o->common, "generate --batch-file");
     auto model = load_with(o->common);
     const Tokenizer* tok = model->tokenizer();
     FP_CHECK(tok, o->common.model, ": the model has no tokenizer (for llama2.c pass --tokenizer)");

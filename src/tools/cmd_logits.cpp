@@ -52,6 +52,7 @@ void add_logits(CLI::App& app) {
     } else {
       model->forward(ids.data(), pos.data(), n, *cache, logits.data(), true);
     }
+    if (!is_output_rank()) return;  // tensor parallel: every rank has the same logits; rank 0 writes
     std::ofstream out(o->out, std::ios::binary);
     FP_CHECK(out, o->out, ": cannot open for writing");
     out.write(reinterpret_cast<const char*>(logits.data()), static_cast<std::streamsize>(logits.size() * 4));

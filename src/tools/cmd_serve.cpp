@@ -32,6 +32,7 @@ void add_serve(CLI::App& app) {
                   "chat template source: a .jinja file, a tokenizer_config.json, a model directory or .gguf (default: the model's own)");
   cmd->callback([o] {
     block_shutdown_signals();  // before the kernel and engine threads start
+    require_single_rank(o->common, "serve");
     auto model = load_with(o->common);
     FP_CHECK(model->tokenizer(), o->common.model, ": the model has no tokenizer (for llama2.c pass --tokenizer)");
     const std::string path = model->file().path;

@@ -1,12 +1,18 @@
 // tools/common.cpp — shared option handling.
 #include "tools/common.h"
 
+#include <fcntl.h>
+#include <algorithm>
+#include <cstdio>
+#include <unistd.h>
+
 #include "core/error.h"
 #include "core/log.h"
 #include "core/paths.h"
 #include "core/thread_pool.h"
 #include "kernels/ledger.h"
 #include "kernels/registry.h"
+#include "parallel/communicator.h"
 
 namespace fp::tools {
 
@@ -19,11 +25,31 @@ void add_common(CLI::App* app, CommonOptions& o, bool model_required) {
   app->add_flag("--profile", o.profile, "time every kernel call for the ledger");
   app->add_flag("-q,--quiet", o.quiet, "only errors on stderr");
   app->add_flag("--no-mmap", o.no_mmap, "copy the weights into (huge-page) anonymous memory instead of mapping the file");
+  app->add_option("--tensor-parallel-size,--tp", o.tensor_parallel,
+                  "split the model across this many ranks (launch as mpirun -np N; needs a build with MPI)")
+      ->check(CLI::Range(1, 1 << 16));
+}
+
+bool is_output_rank() {
+  const Communicator* w = current_world();
+  return w ? w->rank() == 0 : launched_rank() == 0;
 }
 
 void apply_runtime(const CommonOptions& o) {
   if (o.quiet) set_log_level(LogLevel::Error);
-  set_num_threads(o.threads);
+  if (!is_output_rank()) {
+    // Rank 0 alone writes output: the others keep only errors on stderr, and nothing on stdout.
+    set_log_level(LogLevel::Error);
+    const int null_fd = ::open("/dev/null", O_WRONLY);
+    if (null_fd >= 0) {
+      std::fflush(stdout);
+      ::dup2(null_fd, STDOUT_FILENO);
+      ::close(null_fd);
+    }
+  }
+  // Ranks sharing this machine share its cores (default: all cores for one process).
+  const int local = launched_local_size();
+  set_num_threads(o.threads == 0 && local > 1 ? std::max(1, default_num_threads() / local) : o.threads);
   for (const auto& kv : o.kernels) {
     auto eq = kv.find('=');
     FP_CHECK(eq != std::string::npos && eq > 0 && eq + 1 < kv.size(), "--kernel '", kv, "': expected op=name");
@@ -32,13 +58,25 @@ void apply_runtime(const CommonOptions& o) {
   Ledger::global().set_profiling(o.profile);
 }
 
+void require_single_rank(const CommonOptions& o, const std::string& what) {
+  FP_CHECK(o.tensor_parallel == 1, what, " does not run tensor parallel yet (--tensor-parallel-size ", o.tensor_parallel,
+           "); generate (one prompt), logits, audit and bench -p/-n do");
+}
+
 std::unique_ptr<Model> load_with(const CommonOptions& o) {
+  std::shared_ptr<Communicator> world = open_world(o.tensor_parallel);
   apply_runtime(o);
   LoadOptions lo;
   lo.tokenizer_path = o.tokenizer;
   lo.use_mmap = !o.no_mmap;
+  // Split across ranks, each touches only the pages of its slices (prefaulting would read all).
+  if (world->size() > 1) lo.prefault = false;
   std::string path = o.model.empty() ? default_model_path() : o.model;
-  return load_model(path, lo);
+  auto model = load_model(path, lo, world->size() > 1 ? world : nullptr);
+  if (world->size() > 1)
+    log_info("tensor parallel: rank ", world->rank(), " of ", world->size(), " (", world->backend(), "), ",
+             thread_pool().size(), " threads per rank");
+  return model;
 }
 
 }  // namespace fp::tools

@@ -19,13 +19,19 @@ struct CommonOptions {
   bool profile = false;
   bool quiet = false;
   bool no_mmap = false;
+  int tensor_parallel = 1;         // ranks the model is split across (mpirun -np N)
 };
 
-// Adds -m, --tokenizer, -t, --kernel, --profile, -q to a subcommand.
+// Adds -m, --tokenizer, -t, --kernel, --profile, -q, --no-mmap, --tensor-parallel-size to a subcommand.
 void add_common(CLI::App* app, CommonOptions& o, bool model_required);
-// Applies threads / kernel overrides / log level, then loads the model (default model when -m is empty).
+// Opens the ranks (--tensor-parallel-size; MPI when more than one), applies threads / kernel
+// overrides / log level, then loads this rank's part of the model (default model when -m is empty).
 std::unique_ptr<Model> load_with(const CommonOptions& o);
 void apply_runtime(const CommonOptions& o);
+// Throws when --tensor-parallel-size asks for ranks that `what` cannot use yet.
+void require_single_rank(const CommonOptions& o, const std::string& what);
+// Rank 0 of a parallel run, or the only process: the one that writes files and output.
+bool is_output_rank();
 
 void add_generate(CLI::App& app);
 void add_tokenize(CLI::App& app);
@@ -36,5 +42,6 @@ void add_bench(CLI::App& app);
 void add_audit(CLI::App& app);
 void add_bench_serve(CLI::App& app);
 void add_serve(CLI::App& app);
+void add_plan(CLI::App& app);
 
 }  // namespace fp::tools

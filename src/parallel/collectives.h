@@ -1,0 +1,72 @@
+// parallel/collectives.h — the collective ops. Each is an argument struct dispatched through the
+// op registry like any kernel op, so the ledger shows which implementation ran each collective
+// (and why the others were refused). Kernels: one per communicator backend ("single", "mpi",
+// which call the backend's own collective) and "ref", the reference: every collective built
+// from blocking point-to-point messages in a fixed rank order (sums added in rank order 0..n-1),
+// plain and obviously right, used as the oracle in tests.
+//
+// The shape class names the backend and the rank count, the things the kernels' answers depend on.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "parallel/communicator.h"
+
+namespace fp {
+
+// data[n] (F32) = the sum of every rank's data[n], on every rank.
+struct AllReduceArgs {
+  static constexpr const char* kName = "all_reduce";
+  Communicator* comm = nullptr;
+  float* data = nullptr;
+  int64_t n = 0;
+  std::string shape_class() const;
+};
+
+// recv[size * bytes] = each rank's send[bytes], in rank order.
+struct AllGatherArgs {
+  static constexpr const char* kName = "all_gather";
+  Communicator* comm = nullptr;
+  const void* send = nullptr;
+  void* recv = nullptr;
+  int64_t bytes = 0;
+  std::string shape_class() const;
+};
+
+// send[size * n] (F32) summed over ranks; rank r receives block r: recv[n].
+struct ReduceScatterArgs {
+  static constexpr const char* kName = "reduce_scatter";
+  Communicator* comm = nullptr;
+  const float* send = nullptr;
+  float* recv = nullptr;
+  int64_t n = 0;
+  std::string shape_class() const;
+};
+
+// Block j of send goes to rank j. Equal blocks of `bytes` when send_bytes is null; otherwise
+// send_bytes[j] / recv_bytes[j] bytes to / from rank j, blocks back to back.
+struct AllToAllArgs {
+  static constexpr const char* kName = "all_to_all";
+  Communicator* comm = nullptr;
+  const void* send = nullptr;
+  void* recv = nullptr;
+  int64_t bytes = 0;
+  const int64_t* send_bytes = nullptr;
+  const int64_t* recv_bytes = nullptr;
+  std::string shape_class() const;
+};
+
+// data[bytes] of rank root, copied to every rank.
+struct BroadcastArgs {
+  static constexpr const char* kName = "broadcast";
+  Communicator* comm = nullptr;
+  void* data = nullptr;
+  int64_t bytes = 0;
+  int root = 0;
+  std::string shape_class() const;
+};
+
+// The refusal of a backend kernel for a communicator of another backend ("" when it matches).
+std::string refuse_unless_backend(const Communicator* comm, const char* backend);
+
+}  // namespace fp

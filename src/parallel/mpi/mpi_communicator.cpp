@@ -1,0 +1,130 @@
+// parallel/mpi/mpi_communicator.cpp — the MPI communicator (ranks are MPI processes on one
+// machine or many) and the "mpi" kernels of the collective ops. Built as its own library, only
+// when CMake finds MPI, so nothing else in fastpath includes mpi.h; it registers itself as the
+// "mpi" world backend.
+#include <mpi.h>
+
+#include <climits>
+#include <cstdlib>
+#include <vector>
+
+#include "core/error.h"
+#include "kernels/registry.h"
+#include "parallel/collectives.h"
+
+namespace fp {
+namespace {
+
+void check(int rc, const char* what) {
+  if (rc == MPI_SUCCESS) return;
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, msg, &len);
+  fail(what, " failed: ", std::string(msg, static_cast<size_t>(len)));
+}
+
+// MPI counts are ints.
+int count(int64_t n, const char* what) {
+  FP_CHECK(n >= 0 && n <= INT_MAX, what, ": ", n, " elements is more than one MPI call can carry (", INT_MAX, ")");
+  return static_cast<int>(n);
+}
+
+class MpiCommunicator : public Communicator {
+ public:
+  MpiCommunicator() {
+    int inited = 0;
+    MPI_Initialized(&inited);
+    if (!inited) {
+      int provided = 0;  // one thread (the caller's) makes MPI calls; kernels' workers never do
+      check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+      owns_init_ = true;
+    }
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  }
+  ~MpiCommunicator() override {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (owns_init_ && !finalized) MPI_Finalize();
+  }
+
+  const char* backend() const override { return "mpi"; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  void all_reduce_sum(float* data, int64_t n) override {
+    check(MPI_Allreduce(MPI_IN_PLACE, data, count(n, "all_reduce"), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
+  }
+  void all_gather(const void* send, void* recv, int64_t bytes) override {
+    const int b = count(bytes, "all_gather");
+    check(MPI_Allgather(send, b, MPI_BYTE, recv, b, MPI_BYTE, MPI_COMM_WORLD), "MPI_Allgather");
+  }
+  void reduce_scatter_sum(const float* send, float* recv, int64_t n) override {
+    check(MPI_Reduce_scatter_block(send, recv, count(n, "reduce_scatter"), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
+          "MPI_Reduce_scatter_block");
+  }
+  void all_to_all(const void* send, void* recv, int64_t bytes) override {
+    const int b = count(bytes, "all_to_all");
+    check(MPI_Alltoall(send, b, MPI_BYTE, recv, b, MPI_BYTE, MPI_COMM_WORLD), "MPI_Alltoall");
+  }
+  void all_to_all_v(const void* send, const int64_t* send_bytes, void* recv, const int64_t* recv_bytes) override {
+    const size_t n = static_cast<size_t>(size_);
+    std::vector<int> sc(n), sd(n), rc(n), rd(n);
+    int64_t so = 0, ro = 0;
+    for (size_t j = 0; j < n; ++j) {
+      sc[j] = count(send_bytes[j], "all_to_all_v");
+      rc[j] = count(recv_bytes[j], "all_to_all_v");
+      sd[j] = count(so, "all_to_all_v offset");
+      rd[j] = count(ro, "all_to_all_v offset");
+      so += send_bytes[j];
+      ro += recv_bytes[j];
+    }
+    check(MPI_Alltoallv(send, sc.data(), sd.data(), MPI_BYTE, recv, rc.data(), rd.data(), MPI_BYTE, MPI_COMM_WORLD),
+          "MPI_Alltoallv");
+  }
+  void broadcast(void* data, int64_t bytes, int root) override {
+    FP_CHECK(root >= 0 && root < size_, "broadcast from rank ", root, " of ", size_);
+    check(MPI_Bcast(data, count(bytes, "broadcast"), MPI_BYTE, root, MPI_COMM_WORLD), "MPI_Bcast");
+  }
+  void barrier() override { check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); }
+  void send(const void* data, int64_t bytes, int to) override {
+    check(MPI_Send(data, count(bytes, "send"), MPI_BYTE, to, kTag, MPI_COMM_WORLD), "MPI_Send");
+  }
+  void recv(void* data, int64_t bytes, int from) override {
+    check(MPI_Recv(data, count(bytes, "recv"), MPI_BYTE, from, kTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE), "MPI_Recv");
+  }
+  void abort(int code) override {
+    MPI_Abort(MPI_COMM_WORLD, code);
+    std::_Exit(code);  // MPI_Abort does not return; this keeps [[noreturn]] honest
+  }
+
+ private:
+  static constexpr int kTag = 7;
+  int rank_ = 0, size_ = 1;
+  bool owns_init_ = false;
+};
+
+// "mpi" kernels: MPI's own collectives (whatever algorithm the MPI library picks for the size).
+template <class Args>
+Kernel<Args> mpi_kernel(std::function<void(const Args&)> run) {
+  return Kernel<Args>{"mpi", Backend::CPU, 100, false, [](const Args& a) { return refuse_unless_backend(a.comm, "mpi"); },
+                      std::move(run)};
+}
+
+const bool registered = [] {
+  register_world_backend("mpi", [] { return std::make_shared<MpiCommunicator>(); });
+  register_kernel(mpi_kernel<AllReduceArgs>([](const AllReduceArgs& a) { a.comm->all_reduce_sum(a.data, a.n); }));
+  register_kernel(mpi_kernel<AllGatherArgs>([](const AllGatherArgs& a) { a.comm->all_gather(a.send, a.recv, a.bytes); }));
+  register_kernel(mpi_kernel<ReduceScatterArgs>(
+      [](const ReduceScatterArgs& a) { a.comm->reduce_scatter_sum(a.send, a.recv, a.n); }));
+  register_kernel(mpi_kernel<AllToAllArgs>([](const AllToAllArgs& a) {
+    if (a.send_bytes) a.comm->all_to_all_v(a.send, a.send_bytes, a.recv, a.recv_bytes);
+    else a.comm->all_to_all(a.send, a.recv, a.bytes);
+  }));
+  register_kernel(mpi_kernel<BroadcastArgs>([](const BroadcastArgs& a) { a.comm->broadcast(a.data, a.bytes, a.root); }));
+  return true;
+}();
+
+}  // namespace
+}  // namespace fp

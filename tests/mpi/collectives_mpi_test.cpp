@@ -1,0 +1,163 @@
+// tests/mpi/collectives_mpi_test.cpp — every collective op on the MPI communicator, with its
+// "mpi" kernel (MPI's own collectives) and with the "ref" kernel (point-to-point, rank order),
+// against sums and layouts computed locally from each rank's seeded random data, for sizes from
+// one element to 64K+; and what the ledger records.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "kernels/ledger.h"
+#include "kernels/registry.h"
+#include "mpi_test_util.h"
+#include "parallel/collectives.h"
+
+namespace fp {
+namespace {
+
+// What rank `r` contributes (every rank can compute every other rank's data).
+std::vector<float> data_of(int r, int64_t n, int salt) {
+  std::mt19937 rng(static_cast<uint32_t>(r * 7919 + salt));
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = u(rng);
+  return v;
+}
+
+const int64_t kSizes[] = {1, 3, 1000, 65537};
+const char* const kOps[] = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast"};
+
+// Runs each test once with MPI's collectives and once with the reference kernels.
+class Collectives : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    FP_REQUIRE_RANKS(2);
+    comm_ = test::world_comm();
+    for (const char* op : kOps) KernelOverrides::global().force(op, GetParam());
+  }
+  void TearDown() override { KernelOverrides::global().clear(); }
+  std::shared_ptr<Communicator> comm_;
+};
+
+TEST_P(Collectives, AllReduceSumsEveryRank) {
+  const int me = comm_->rank(), ranks = comm_->size();
+  for (int64_t n : kSizes) {
+    std::vector<float> got = data_of(me, n, 1), expect(static_cast<size_t>(n), 0.0f);
+    for (int r = 0; r < ranks; ++r) {  // in rank order, as the reference adds
+      std::vector<float> d = data_of(r, n, 1);
+      for (size_t i = 0; i < d.size(); ++i) expect[i] += d[i];
+    }
+    dispatch(AllReduceArgs{comm_.get(), got.data(), n});
+    for (size_t i = 0; i < got.size(); ++i) {
+      if (GetParam() == "ref") ASSERT_EQ(got[i], expect[i]) << "n=" << n << " i=" << i;
+      else ASSERT_NEAR(got[i], expect[i], 1e-5f) << "n=" << n << " i=" << i;
+    }
+    // Every rank must hold the same bits (tensor-parallel ranks must stay in step).
+    std::vector<float> all(got.size() * static_cast<size_t>(ranks));
+    dispatch(AllGatherArgs{comm_.get(), got.data(), all.data(), n * 4});
+    for (int r = 0; r < ranks; ++r)
+      ASSERT_EQ(std::memcmp(all.data() + r * n, got.data(), static_cast<size_t>(n) * 4), 0) << "rank " << r << " differs, n=" << n;
+  }
+}
+
+TEST_P(Collectives, AllGatherConcatenatesInRankOrder) {
+  const int me = comm_->rank(), ranks = comm_->size();
+  for (int64_t n : kSizes) {
+    std::vector<float> mine = data_of(me, n, 2), got(static_cast<size_t>(n * ranks), NAN);
+    dispatch(AllGatherArgs{comm_.get(), mine.data(), got.data(), n * 4});
+    for (int r = 0; r < ranks; ++r)
+      ASSERT_EQ(std::memcmp(got.data() + r * n, data_of(r, n, 2).data(), static_cast<size_t>(n) * 4), 0) << "block " << r;
+  }
+}
+
+TEST_P(Collectives, ReduceScatterKeepsThisRanksBlockOfTheSum) {
+  const int me = comm_->rank(), ranks = comm_->size();
+  for (int64_t n : kSizes) {
+    std::vector<float> send = data_of(me, n * ranks, 3), got(static_cast<size_t>(n), NAN);
+    std::vector<float> expect(static_cast<size_t>(n), 0.0f);
+    for (int r = 0; r < ranks; ++r) {
+      std::vector<float> d = data_of(r, n * ranks, 3);
+      for (int64_t i = 0; i < n; ++i) expect[static_cast<size_t>(i)] += d[static_cast<size_t>(me * n + i)];
+    }
+    dispatch(ReduceScatterArgs{comm_.get(), send.data(), got.data(), n});
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], expect[i], 1e-5f) << "n=" << n << " i=" << i;
+  }
+}
+
+TEST_P(Collectives, AllToAllDeliversBlockJToRankJ) {
+  const int me = comm_->rank(), ranks = comm_->size();
+  for (int64_t n : kSizes) {
+    std::vector<float> send, got(static_cast<size_t>(n * ranks), NAN);
+    for (int j = 0; j < ranks; ++j) {
+      auto b = data_of(me * 100 + j, n, 4);  // from me to j
+      send.insert(send.end(), b.begin(), b.end());
+    }
+    dispatch(AllToAllArgs{comm_.get(), send.data(), got.data(), n * 4});
+    for (int j = 0; j < ranks; ++j)
+      ASSERT_EQ(std::memcmp(got.data() + j * n, data_of(j * 100 + me, n, 4).data(), static_cast<size_t>(n) * 4), 0)
+          << "block from rank " << j << ", n=" << n;
+  }
+}
+
+TEST_P(Collectives, AllToAllVMovesBlocksOfEveryLength) {
+  const int me = comm_->rank(), ranks = comm_->size();
+  // Rank i sends (i + j + 1) * 5 floats to rank j; the block from j holds data_of(j * 100 + me).
+  auto len = [](int from, int to) { return static_cast<int64_t>(from + to + 1) * 5; };
+  std::vector<float> send;
+  std::vector<int64_t> sb, rb;
+  int64_t total = 0;
+  for (int j = 0; j < ranks; ++j) {
+    auto b = data_of(me * 100 + j, len(me, j), 5);
+    send.insert(send.end(), b.begin(), b.end());
+    sb.push_back(len(me, j) * 4);
+    rb.push_back(len(j, me) * 4);
+    total += len(j, me);
+  }
+  std::vector<float> got(static_cast<size_t>(total), NAN);
+  dispatch(AllToAllArgs{comm_.get(), send.data(), got.data(), 0, sb.data(), rb.data()});
+  int64_t off = 0;
+  for (int j = 0; j < ranks; ++j) {
+    ASSERT_EQ(std::memcmp(got.data() + off, data_of(j * 100 + me, len(j, me), 5).data(), static_cast<size_t>(len(j, me)) * 4), 0)
+        << "block from rank " << j;
+    off += len(j, me);
+  }
+}
+
+TEST_P(Collectives, BroadcastFromEveryRoot) {
+  const int me = comm_->rank(), ranks = comm_->size();
+  for (int root = 0; root < ranks; ++root)
+    for (int64_t n : kSizes) {
+      std::vector<float> v = me == root ? data_of(root, n, 6) : std::vector<float>(static_cast<size_t>(n), NAN);
+      dispatch(BroadcastArgs{comm_.get(), v.data(), n * 4, root});
+      ASSERT_EQ(std::memcmp(v.data(), data_of(root, n, 6).data(), static_cast<size_t>(n) * 4), 0) << "root " << root;
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Kernels, Collectives, ::testing::Values("mpi", "ref"));
+
+TEST(CollectivesLedger, RecordsTheMpiKernelAndWhySingleWasRefused) {
+  FP_REQUIRE_RANKS(2);
+  auto comm = test::world_comm();
+  KernelOverrides::global().clear();
+  float x = 1.0f;
+  dispatch(AllReduceArgs{comm.get(), &x, 1});
+  EXPECT_EQ(x, static_cast<float>(comm->size()));
+  const std::string cls = "f32 sum comm=mpi ranks=" + std::to_string(comm->size());
+  bool found = false;
+  for (const LedgerEntry& e : Ledger::global().snapshot()) {
+    if (e.op != "all_reduce" || e.shape_class != cls) continue;
+    found = true;
+    EXPECT_EQ(e.kernel, "mpi");
+    EXPECT_FALSE(e.fallback());
+    bool single_refused = false;
+    for (auto& [k, why] : e.refused) single_refused |= k == "single" && why == "the communicator is mpi, not single";
+    EXPECT_TRUE(single_refused) << Ledger::global().table();
+  }
+  EXPECT_TRUE(found) << Ledger::global().table();
+  comm->barrier();
+}
+
+}  // namespace
+}  // namespace fp

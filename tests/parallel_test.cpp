@@ -1,0 +1,141 @@
+// tests/parallel_test.cpp — the single-rank side of parallel/: splitting ranges on block
+// boundaries, row views and column copies of F32 and Q8_0 weights (same values as the whole),
+// the collective ops on one rank (and their ledger entries), and the errors for ranks this
+// process does not have. The multi-rank suites are in tests/mpi/ (run under mpirun).
+#include <gtest/gtest.h>
+
+#include <random>
+#include <vector>
+
+#include "core/error.h"
+#include "kernels/ledger.h"
+#include "kernels/registry.h"
+#include "parallel/collectives.h"
+#include "parallel/communicator.h"
+#include "parallel/shard.h"
+
+namespace fp {
+namespace {
+
+TEST(SplitRange, EqualPiecesThenTheRemainderOnTheFirstRanks) {
+  Range a = split_range(172, 2, 0, 1, "w"), b = split_range(172, 2, 1, 1, "w");
+  EXPECT_EQ(a.begin, 0);
+  EXPECT_EQ(a.len, 86);
+  EXPECT_EQ(b.begin, 86);
+  EXPECT_EQ(b.len, 86);
+  // 96 in blocks of 32 over 2 ranks: 64 + 32.
+  EXPECT_EQ(split_range(96, 2, 0, 32, "w").len, 64);
+  Range c = split_range(96, 2, 1, 32, "w");
+  EXPECT_EQ(c.begin, 64);
+  EXPECT_EQ(c.len, 32);
+}
+
+TEST(SplitRange, RefusesEmptyPiecesAndMisalignedTotals) {
+  EXPECT_THROW(split_range(64, 3, 0, 32, "FFN width"), Error);  // 2 blocks over 3 ranks
+  try {
+    split_range(100, 2, 0, 32, "FFN width");
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("FFN width: 100 is not a multiple of 32"), std::string::npos) << e.what();
+  }
+}
+
+// A [rows, cols] weight of type t from random values, and those values dequantized.
+struct Weight {
+  std::vector<uint8_t> bytes;
+  Tensor t;
+  std::vector<float> values;  // what the stored weight holds, [rows, cols]
+};
+Weight make_weight(DType type, int64_t rows, int64_t cols) {
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::vector<float> src(static_cast<size_t>(rows * cols));
+  for (float& v : src) v = u(rng);
+  Weight w;
+  w.bytes.resize(static_cast<size_t>(rows * row_bytes(type, cols)));
+  for (int64_t r = 0; r < rows; ++r)
+    quantize_row(type, src.data() + r * cols, w.bytes.data() + r * row_bytes(type, cols), cols);
+  w.t = Tensor::view(w.bytes.data(), type, {rows, cols});
+  w.values.resize(src.size());
+  for (int64_t r = 0; r < rows; ++r) dequantize_row(type, w.t.row_ptr(r), w.values.data() + r * cols, cols);
+  return w;
+}
+
+TEST(Shard, RowViewsAndColumnCopiesHoldTheWholeWeightsValues) {
+  for (DType type : {DType::F32, DType::Q8_0}) {
+    const int64_t rows = 6, cols = 128;
+    Weight w = make_weight(type, rows, cols);
+    Tensor rv = slice_rows(w.t, Range{2, 3});
+    EXPECT_EQ(rv.data, w.t.row_ptr(2)) << "a row slice is a view, not a copy";
+    OwnedTensor cv = copy_columns(w.t, Range{32, 64});
+    ASSERT_EQ(cv.view.dim(0), rows);
+    ASSERT_EQ(cv.view.dim(1), 64);
+    std::vector<float> row(64);
+    for (int64_t r = 0; r < rows; ++r) {
+      dequantize_row(type, cv.view.row_ptr(r), row.data(), 64);
+      for (int64_t c = 0; c < 64; ++c) ASSERT_EQ(row[static_cast<size_t>(c)], w.values[static_cast<size_t>(r * cols + 32 + c)]);
+    }
+  }
+}
+
+TEST(Shard, RefusesAColumnCutInsideABlock) {
+  Weight w = make_weight(DType::Q8_0, 2, 64);
+  try {
+    copy_columns(w.t, Range{16, 48});
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("holds blocks of 32 values per row"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Collectives, OneRankRunsTheSingleKernelsAndTheLedgerSaysSo) {
+  SingleCommunicator one;
+  std::vector<float> x = {1, 2, 3}, g(3), rs(3);
+  dispatch(AllReduceArgs{&one, x.data(), 3});
+  EXPECT_EQ(x, (std::vector<float>{1, 2, 3}));
+  dispatch(AllGatherArgs{&one, x.data(), g.data(), 12});
+  EXPECT_EQ(g, x);
+  dispatch(ReduceScatterArgs{&one, x.data(), rs.data(), 3});
+  EXPECT_EQ(rs, x);
+  int32_t token = 42;
+  dispatch(BroadcastArgs{&one, &token, 4, 0});
+  EXPECT_EQ(token, 42);
+  bool seen = false;
+  for (const LedgerEntry& e : Ledger::global().snapshot())
+    if (e.op == "all_reduce" && e.shape_class == "f32 sum comm=single ranks=1") {
+      seen = true;
+      EXPECT_EQ(e.kernel, "single");
+    }
+  EXPECT_TRUE(seen) << Ledger::global().table();
+  EXPECT_THROW(dispatch(BroadcastArgs{&one, &token, 4, 1}), Error);  // there is no rank 1
+}
+
+TEST(Collectives, ReferenceKernelsOnOneRank) {
+  SingleCommunicator one;
+  for (const char* op : {"all_reduce", "all_gather", "all_to_all"}) KernelOverrides::global().force(op, "ref");
+  std::vector<float> x = {1, 2, 3}, g(3), a(3);
+  dispatch(AllReduceArgs{&one, x.data(), 3});
+  dispatch(AllGatherArgs{&one, x.data(), g.data(), 12});
+  dispatch(AllToAllArgs{&one, x.data(), a.data(), 12});
+  KernelOverrides::global().clear();
+  EXPECT_EQ(x, (std::vector<float>{1, 2, 3}));
+  EXPECT_EQ(g, x);
+  EXPECT_EQ(a, x);
+}
+
+TEST(World, TensorParallelSizeMustMatchTheLaunch) {
+  if (launched_world_size() != 1) GTEST_SKIP() << "run under a launcher";
+  try {
+    open_world(2);
+    ADD_FAILURE() << "two ranks without mpirun should be refused";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    // With MPI built: the world has 1 rank; without: this build has no MPI. Both name the size.
+    EXPECT_NE(m.find("--tensor-parallel-size 2"), std::string::npos) << m;
+    EXPECT_TRUE(m.find("MPI world has 1 rank") != std::string::npos || m.find("needs MPI") != std::string::npos) << m;
+  }
+  EXPECT_THROW(open_world(0), Error);
+}
+
+}  // namespace
+}  // namespace fp
