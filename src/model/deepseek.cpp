@@ -126,15 +126,16 @@ class DeepseekModel : public Model {
     dispatch(EmbeddingArgs{embed_, b.tokens.data(), n, x_.data()});
     for (size_t l = 0; l < layers_.size(); ++l) {
       const DeepseekLayer& Y = layers_[l];
-      dispatch(RmsNormArgs{x_.data(), Y.attn_norm, n, c.dim, c.rms_eps, h_.data()});
+      const BlockQ8_0* hq =
+          rmsnorm_for({x_.data(), Y.attn_norm, n, c.dim, c.rms_eps, h_.data()}, {Y.wq_a ? Y.wq_a : Y.wq, Y.wkv_a}, hq_);
       if (Y.wq_a) {
-        dispatch(MatMulArgs{h_.data(), n, Y.wq_a, nullptr, qa_.data()});
+        dispatch(MatMulArgs{h_.data(), n, Y.wq_a, nullptr, qa_.data(), hq});
         dispatch(RmsNormArgs{qa_.data(), Y.q_a_norm, n, c.mla.q_lora_rank, c.rms_eps, qa_.data()});
         dispatch(MatMulArgs{qa_.data(), n, Y.wq_b, nullptr, q_.data()});
       } else {
-        dispatch(MatMulArgs{h_.data(), n, Y.wq, nullptr, q_.data()});
+        dispatch(MatMulArgs{h_.data(), n, Y.wq, nullptr, q_.data(), hq});
       }
-      dispatch(MatMulArgs{h_.data(), n, Y.wkv_a, nullptr, kva_.data()});
+      dispatch(MatMulArgs{h_.data(), n, Y.wkv_a, nullptr, kva_.data(), hq});
       for (int64_t i = 0; i < n; ++i) std::memcpy(c_.data() + i * L_, kva_.data() + i * lw, static_cast<size_t>(L_) * 4);
       dispatch(RmsNormArgs{c_.data(), Y.kv_a_norm, n, L_, c.rms_eps, c_.data()});
       // RoPE: the last `rope` values of every query head, and the one shared k_pe.
@@ -241,6 +242,7 @@ class DeepseekModel : public Model {
   std::vector<DeepseekLayer> layers_;
   std::vector<float> inv_freq_;
   std::vector<float> x_, h_, q_, qa_, kva_, c_, att_, gate_, up_;
+  std::vector<BlockQ8_0> hq_;  // the normalised input quantized once for Q8_0/Q4_0 matmuls
   std::vector<int64_t> slots_;
   MoeBlock moe_;
 };

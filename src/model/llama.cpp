@@ -125,10 +125,10 @@ class LlamaModel : public Model {
     dispatch(EmbeddingArgs{embed_, b.tokens.data(), n, x_.data()});
     for (size_t l = 0; l < layers_.size(); ++l) {
       const LlamaLayer& L = layers_[l];
-      dispatch(RmsNormArgs{x_.data(), L.attn_norm, n, c.dim, c.rms_eps, h_.data()});
-      dispatch(MatMulArgs{h_.data(), n, L.wq, L.bq, q_.data()});
-      dispatch(MatMulArgs{h_.data(), n, L.wk, L.bk, k_.data()});
-      dispatch(MatMulArgs{h_.data(), n, L.wv, L.bv, v_.data()});
+      const BlockQ8_0* hq = rmsnorm_for({x_.data(), L.attn_norm, n, c.dim, c.rms_eps, h_.data()}, {L.wq, L.wk, L.wv}, hq_);
+      dispatch(MatMulArgs{h_.data(), n, L.wq, L.bq, q_.data(), hq});
+      dispatch(MatMulArgs{h_.data(), n, L.wk, L.bk, k_.data(), hq});
+      dispatch(MatMulArgs{h_.data(), n, L.wv, L.bv, v_.data(), hq});
       if (c.qk_norm) {
         dispatch(RmsNormArgs{q_.data(), L.q_norm, n * heads_, c.head_dim, c.rms_eps, q_.data()});
         dispatch(RmsNormArgs{k_.data(), L.k_norm, n * kv_heads_, c.head_dim, c.rms_eps, k_.data()});
@@ -143,9 +143,9 @@ class LlamaModel : public Model {
       if (tp_size() > 1) dispatch(AllReduceArgs{tp_.get(), h_.data(), n * c.dim});  // sum the heads' shares
       dispatch(AddArgs{x_.data(), h_.data(), n * c.dim, x_.data()});
 
-      dispatch(RmsNormArgs{x_.data(), L.ffn_norm, n, c.dim, c.rms_eps, h_.data()});
-      dispatch(MatMulArgs{h_.data(), n, L.w_gate, nullptr, gate_.data()});
-      dispatch(MatMulArgs{h_.data(), n, L.w_up, nullptr, up_.data()});
+      hq = rmsnorm_for({x_.data(), L.ffn_norm, n, c.dim, c.rms_eps, h_.data()}, {L.w_gate, L.w_up}, hq_);
+      dispatch(MatMulArgs{h_.data(), n, L.w_gate, nullptr, gate_.data(), hq});
+      dispatch(MatMulArgs{h_.data(), n, L.w_up, nullptr, up_.data(), hq});
       dispatch(SiluMulArgs{gate_.data(), up_.data(), n, L.ffn_width, 0, 0, gate_.data()});
       dispatch(MatMulArgs{gate_.data(), n, L.w_down, nullptr, h_.data()});
       if (tp_size() > 1) dispatch(AllReduceArgs{tp_.get(), h_.data(), n * c.dim});  // sum the FFN shares
@@ -208,6 +208,7 @@ class LlamaModel : public Model {
   std::deque<Tensor> shards_;         // this rank's weight slices (stable addresses)
   std::vector<float> inv_freq_;
   std::vector<float> x_, h_, q_, k_, v_, att_, gate_, up_;
+  std::vector<BlockQ8_0> hq_;  // the normalised input quantized once for Q8_0/Q4_0 matmuls
   std::vector<int64_t> slots_;
 };
 

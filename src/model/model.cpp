@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "kernels/registry.h"
 
 namespace fp {
 
@@ -173,6 +174,20 @@ void Model::forward(const int32_t* tokens, const int32_t* pos, int64_t n, KvCach
   b.kv_len[0] = static_cast<int32_t>(kv_len);
   forward(b, *cache.pool, logits);
   cache.len = kv_len;
+}
+
+const BlockQ8_0* rmsnorm_for(RmsNormArgs norm, std::initializer_list<const Tensor*> ws, std::vector<BlockQ8_0>& blocks) {
+  bool q8 = norm.d % QK8_0 == 0 && ws.size() > 0;
+  for (const Tensor* w : ws) q8 = q8 && w && !w->block_scale && (w->dtype == DType::Q8_0 || w->dtype == DType::Q4_0);
+  if (!q8) {
+    dispatch(norm);
+    return nullptr;
+  }
+  const auto need = static_cast<size_t>(norm.n * (norm.d / QK8_0));
+  if (blocks.size() < need) blocks.resize(need);
+  norm.q8 = blocks.data();
+  dispatch(norm);
+  return blocks.data();
 }
 
 }  // namespace fp

@@ -85,6 +85,12 @@ class Model {
 AttentionArgs paged_attention_args(const ForwardBatch& b, const KvPool& pool);
 
 using ArchitectureFactory = std::function<std::unique_ptr<Model>(std::shared_ptr<ModelFile>)>;
+// Dispatches `norm`. When every weight in `ws` dots Q8_0 activations (Q8_0 or Q4_0 weights),
+// the norm also writes its rows quantized to Q8_0 into `blocks` and the result points at them,
+// for MatMulArgs::xq — the matmuls that share the normalised input quantize it once (issue 3's
+// fused rmsnorm + quantize). Otherwise returns null and the matmuls quantize as usual.
+const BlockQ8_0* rmsnorm_for(RmsNormArgs norm, std::initializer_list<const Tensor*> ws, std::vector<BlockQ8_0>& blocks);
+
 bool register_architecture(const std::string& arch, ArchitectureFactory factory);
 // An architecture that can split itself across the ranks of `tp` (tensor parallel).
 using ShardedArchitectureFactory =

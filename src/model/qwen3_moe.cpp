@@ -87,10 +87,10 @@ class Qwen3MoeModel : public Model {
     dispatch(EmbeddingArgs{embed_, b.tokens.data(), n, x_.data()});
     for (size_t l = 0; l < layers_.size(); ++l) {
       const Qwen3MoeLayer& L = layers_[l];
-      dispatch(RmsNormArgs{x_.data(), L.attn_norm, n, c.dim, c.rms_eps, h_.data()});
-      dispatch(MatMulArgs{h_.data(), n, L.wq, nullptr, q_.data()});
-      dispatch(MatMulArgs{h_.data(), n, L.wk, nullptr, k_.data()});
-      dispatch(MatMulArgs{h_.data(), n, L.wv, nullptr, v_.data()});
+      const BlockQ8_0* hq = rmsnorm_for({x_.data(), L.attn_norm, n, c.dim, c.rms_eps, h_.data()}, {L.wq, L.wk, L.wv}, hq_);
+      dispatch(MatMulArgs{h_.data(), n, L.wq, nullptr, q_.data(), hq});
+      dispatch(MatMulArgs{h_.data(), n, L.wk, nullptr, k_.data(), hq});
+      dispatch(MatMulArgs{h_.data(), n, L.wv, nullptr, v_.data(), hq});
       dispatch(RmsNormArgs{q_.data(), L.q_norm, n * c.n_heads, c.head_dim, c.rms_eps, q_.data()});
       dispatch(RmsNormArgs{k_.data(), L.k_norm, n * c.n_kv_heads, c.head_dim, c.rms_eps, k_.data()});
       dispatch(RopeArgs{q_.data(), pos, n, c.n_heads, c.head_dim, c.rot_dim, q_dim, inv_freq_.data(), mscale, c.rope_style});
@@ -133,6 +133,7 @@ class Qwen3MoeModel : public Model {
   std::vector<Qwen3MoeLayer> layers_;
   std::vector<float> inv_freq_;
   std::vector<float> x_, h_, q_, k_, v_, att_, gate_, up_;
+  std::vector<BlockQ8_0> hq_;  // the normalised input quantized once for Q8_0/Q4_0 matmuls
   std::vector<int64_t> slots_;
   MoeBlock moe_;
 };
