@@ -47,18 +47,24 @@ std::vector<std::string> split_list(const std::string& s) {
   return out;
 }
 
-std::vector<Level> levels_from(const BenchServeOptions& o) {
-  std::vector<int> conc;
-  for (const std::string& c : split_list(o.concurrency)) {
+// "1,4,16" -> {1, 4, 16}; any item that is not an integer >= min is an error naming the flag.
+std::vector<int> int_list(const std::string& text, const char* flag, int min, const char* expected) {
+  std::vector<int> out;
+  for (const std::string& c : split_list(text)) {
     size_t used = 0;
-    int v = -1;
+    int v = min - 1;
     try {
       v = std::stoi(c, &used);
     } catch (const std::exception&) {
     }
-    FP_CHECK(used == c.size() && v >= 1, "--max-concurrency '", o.concurrency, "': expected positive integers like 1,4,16");
-    conc.push_back(v);
+    FP_CHECK(used == c.size() && v >= min, flag, " '", text, "': expected ", expected);
+    out.push_back(v);
   }
+  return out;
+}
+
+std::vector<Level> levels_from(const BenchServeOptions& o) {
+  std::vector<int> conc = int_list(o.concurrency, "--max-concurrency", 1, "positive integers like 1,4,16");
   if (conc.empty()) conc.push_back(0);
   std::vector<double> rates;
   for (const std::string& r : split_list(o.rate)) {
@@ -121,17 +127,7 @@ void write_file(const std::string& path, const std::string& text) {
 
 // Requests per level: one count for all, or a list as long as the list of levels.
 std::vector<int> prompts_per_level(const BenchServeOptions& o, size_t levels) {
-  std::vector<int> n;
-  for (const std::string& c : split_list(o.num_prompts)) {
-    size_t used = 0;
-    int v = -1;
-    try {
-      v = std::stoi(c, &used);
-    } catch (const std::exception&) {
-    }
-    FP_CHECK(used == c.size() && v >= 0, "--num-prompts '", o.num_prompts, "': expected counts >= 0 like 100 or 8,16,32");
-    n.push_back(v);
-  }
+  std::vector<int> n = int_list(o.num_prompts, "--num-prompts", 0, "counts >= 0 like 100 or 8,16,32");
   FP_CHECK(!n.empty(), "--num-prompts '", o.num_prompts, "': expected a count");
   if (n.size() == 1) n.resize(levels, n.front());
   FP_CHECK(n.size() == levels, "--num-prompts '", o.num_prompts, "' has ", n.size(), " counts for ", levels,
