@@ -42,9 +42,13 @@ load() {  # PORT NAME
 echo "== fastpath serve ($MODEL, $THREADS threads)"
 rm -f "$OUT/fastpath.port"
 build/fastpath serve -q -m "$MODEL" -t "$THREADS" --host 127.0.0.1 --port 0 --port-file "$OUT/fastpath.port" \
-  --max-num-seqs 16 --kv-cache-memory 4GiB &
+  --max-num-seqs 16 --kv-cache-memory 4GiB --max-model-len 4096 &
 pids+=($!)
-for _ in $(seq 1 300); do [ -s "$OUT/fastpath.port" ] && break; sleep 1; done
+for _ in $(seq 1 300); do
+  [ -s "$OUT/fastpath.port" ] && break
+  kill -0 "${pids[-1]}" 2>/dev/null || { echo "fastpath serve exited (see its error above)" >&2; exit 1; }
+  sleep 1
+done
 port=$(cat "$OUT/fastpath.port")
 wait_http "http://127.0.0.1:$port/health" 300
 load "$port" fastpath
