@@ -117,13 +117,10 @@ void all_to_all_ref(const AllToAllArgs& a) {
 
 // ---- "single": one rank; the communicator's own (trivial) collectives ---------------------
 
-std::string refuse_single(const Communicator* c) { return refuse_unless_backend(c, "single"); }
-
-// Asked first (priority 110, above "mpi" at 100), so an MPI run's ledger shows why it was refused.
 template <class Args>
-Kernel<Args> single_kernel(std::function<void(const Args&)> run) {
-  return Kernel<Args>{"single", Backend::CPU, 110, false, [](const Args& a) { return refuse_single(a.comm); },
-                      std::move(run)};
+Kernel<Args> backend_kernel(const char* backend, int priority, std::function<void(const Args&)> run) {
+  return Kernel<Args>{backend, Backend::CPU, priority, false,
+                      [backend](const Args& a) { return refuse_unless_backend(a.comm, backend); }, std::move(run)};
 }
 
 template <class Args>
@@ -137,17 +134,25 @@ const bool registered = [] {
   register_kernel(ref_kernel<ReduceScatterArgs>(reduce_scatter_ref));
   register_kernel(ref_kernel<AllToAllArgs>(all_to_all_ref));
   register_kernel(ref_kernel<BroadcastArgs>(broadcast_ref));
-  register_kernel(single_kernel<AllReduceArgs>([](const AllReduceArgs& a) { a.comm->all_reduce_sum(a.data, a.n); }));
-  register_kernel(single_kernel<AllGatherArgs>([](const AllGatherArgs& a) { a.comm->all_gather(a.send, a.recv, a.bytes); }));
-  register_kernel(single_kernel<ReduceScatterArgs>(
-      [](const ReduceScatterArgs& a) { a.comm->reduce_scatter_sum(a.send, a.recv, a.n); }));
-  register_kernel(single_kernel<AllToAllArgs>([](const AllToAllArgs& a) {
-    if (a.send_bytes) a.comm->all_to_all_v(a.send, a.send_bytes, a.recv, a.recv_bytes);
-    else a.comm->all_to_all(a.send, a.recv, a.bytes);
-  }));
-  register_kernel(single_kernel<BroadcastArgs>([](const BroadcastArgs& a) { a.comm->broadcast(a.data, a.bytes, a.root); }));
+  // Asked first (priority 110, above "mpi" at 100), so an MPI run's ledger shows why it was refused.
+  register_backend_collectives("single", 110);
   return true;
 }();
 
 }  // namespace
+
+void register_backend_collectives(const char* backend, int priority) {
+  register_kernel(backend_kernel<AllReduceArgs>(backend, priority,
+                                                [](const AllReduceArgs& a) { a.comm->all_reduce_sum(a.data, a.n); }));
+  register_kernel(backend_kernel<AllGatherArgs>(backend, priority,
+                                                [](const AllGatherArgs& a) { a.comm->all_gather(a.send, a.recv, a.bytes); }));
+  register_kernel(backend_kernel<ReduceScatterArgs>(
+      backend, priority, [](const ReduceScatterArgs& a) { a.comm->reduce_scatter_sum(a.send, a.recv, a.n); }));
+  register_kernel(backend_kernel<AllToAllArgs>(backend, priority, [](const AllToAllArgs& a) {
+    if (a.send_bytes) a.comm->all_to_all_v(a.send, a.send_bytes, a.recv, a.recv_bytes);
+    else a.comm->all_to_all(a.send, a.recv, a.bytes);
+  }));
+  register_kernel(backend_kernel<BroadcastArgs>(backend, priority,
+                                                [](const BroadcastArgs& a) { a.comm->broadcast(a.data, a.bytes, a.root); }));
+}
 }  // namespace fp

@@ -69,4 +69,9 @@ struct BroadcastArgs {
 // The refusal of a backend kernel for a communicator of another backend ("" when it matches).
 std::string refuse_unless_backend(const Communicator* comm, const char* backend);
 
+// Registers one kernel per collective op named `backend` ("single", "mpi", ...): each calls the
+// communicator's own method and refuses communicators of other backends. `backend` must outlive
+// the registry (a string literal).
+void register_backend_collectives(const char* backend, int priority);
+
 }  // namespace fp

@@ -106,23 +106,9 @@ class MpiCommunicator : public Communicator {
 };
 
 // "mpi" kernels: MPI's own collectives (whatever algorithm the MPI library picks for the size).
-template <class Args>
-Kernel<Args> mpi_kernel(std::function<void(const Args&)> run) {
-  return Kernel<Args>{"mpi", Backend::CPU, 100, false, [](const Args& a) { return refuse_unless_backend(a.comm, "mpi"); },
-                      std::move(run)};
-}
-
 const bool registered = [] {
   register_world_backend("mpi", [] { return std::make_shared<MpiCommunicator>(); });
-  register_kernel(mpi_kernel<AllReduceArgs>([](const AllReduceArgs& a) { a.comm->all_reduce_sum(a.data, a.n); }));
-  register_kernel(mpi_kernel<AllGatherArgs>([](const AllGatherArgs& a) { a.comm->all_gather(a.send, a.recv, a.bytes); }));
-  register_kernel(mpi_kernel<ReduceScatterArgs>(
-      [](const ReduceScatterArgs& a) { a.comm->reduce_scatter_sum(a.send, a.recv, a.n); }));
-  register_kernel(mpi_kernel<AllToAllArgs>([](const AllToAllArgs& a) {
-    if (a.send_bytes) a.comm->all_to_all_v(a.send, a.send_bytes, a.recv, a.recv_bytes);
-    else a.comm->all_to_all(a.send, a.recv, a.bytes);
-  }));
-  register_kernel(mpi_kernel<BroadcastArgs>([](const BroadcastArgs& a) { a.comm->broadcast(a.data, a.bytes, a.root); }));
+  register_backend_collectives("mpi", 100);
   return true;
 }();
 
