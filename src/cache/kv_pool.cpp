@@ -1,4 +1,4 @@
-// cache/kv_pool.cpp — the block allocator, the paged K/V storage (and its f32 -> dtype writes).
+// cache/kv_pool.cpp — the block allocator and the paged K/V storage (written through the kv_write op).
 #include "cache/kv_pool.h"
 
 #include <algorithm>
@@ -6,6 +6,8 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "kernels/ops.h"
+#include "kernels/registry.h"
 
 namespace fp {
 
@@ -43,48 +45,50 @@ int32_t BlockAllocator::refcount(int32_t block) const {
   return refs_[static_cast<size_t>(block)];
 }
 
-KvPool::KvPool(const KvLayout& layout, int64_t page_size, int64_t n_blocks)
-    : layout_(layout), page_size_(page_size), n_blocks_(n_blocks), blocks_(n_blocks) {
+KvPool::KvPool(const KvLayout& layout, int64_t page_size, int64_t n_blocks, Device device)
+    : layout_(layout), page_size_(page_size), n_blocks_(n_blocks), device_(device), blocks_(n_blocks) {
   FP_CHECK(page_size > 0, "KV page size must be positive, got ", page_size);
   FP_CHECK(n_blocks >= 0, "KV block count must be >= 0, got ", n_blocks);
   FP_CHECK(valid_kv_dtype(layout.dtype), "KV cache dtype ", dtype_name(layout.dtype), " is not one of ", kv_dtypes_text());
   k_row_bytes_ = row_bytes(layout.dtype, layout.k_width);
   v_row_bytes_ = row_bytes(layout.dtype, layout.v_width);
   const size_t slots = static_cast<size_t>(n_blocks * page_size);
-  k_.resize(static_cast<size_t>(layout.n_layers));
-  v_.resize(static_cast<size_t>(layout.n_layers));
-  for (auto& k : k_) k.reset(new uint8_t[std::max<size_t>(1, slots * static_cast<size_t>(k_row_bytes_))]);
-  for (auto& v : v_) v.reset(new uint8_t[std::max<size_t>(1, slots * static_cast<size_t>(v_row_bytes_))]);
+  for (int64_t l = 0; l < layout.n_layers; ++l) {
+    k_.emplace_back(device, std::max<size_t>(1, slots * static_cast<size_t>(k_row_bytes_)));
+    v_.emplace_back(device, std::max<size_t>(1, slots * static_cast<size_t>(v_row_bytes_)));
+  }
 }
 
 void KvPool::write(int64_t layer, const int64_t* slots, int64_t n, const float* k_rows, const float* v_rows) {
   FP_CHECK(layer >= 0 && layer < layout_.n_layers, "KV write: layer ", layer, " of ", layout_.n_layers);
-  uint8_t* kc = k_[static_cast<size_t>(layer)].get();
-  uint8_t* vc = v_[static_cast<size_t>(layer)].get();
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t slot = slots[i];
-    FP_CHECK(slot >= 0 && slot < capacity_tokens(), "KV write: slot ", slot, " is outside the pool (", capacity_tokens(),
-             " slots)");
-    quantize_row(layout_.dtype, k_rows + i * layout_.k_width, kc + slot * k_row_bytes_, layout_.k_width);
-    if (layout_.v_width)
-      quantize_row(layout_.dtype, v_rows + i * layout_.v_width, vc + slot * v_row_bytes_, layout_.v_width);
-  }
+  if (device_ == Device::CPU)
+    for (int64_t i = 0; i < n; ++i)
+      FP_CHECK(slots[i] >= 0 && slots[i] < capacity_tokens(), "KV write: slot ", slots[i], " is outside the pool (",
+               capacity_tokens(), " slots)");
+  const size_t l = static_cast<size_t>(layer);
+  dispatch(KvWriteArgs{k_[l].data(), v_[l].data(), layout_.dtype, layout_.k_width, layout_.v_width, slots, n, k_rows,
+                       layout_.v_width ? v_rows : nullptr});
 }
 
 void KvPool::read(int64_t layer, int64_t slot, float* k, float* v) const {
   FP_CHECK(layer >= 0 && layer < layout_.n_layers && slot >= 0 && slot < capacity_tokens(), "KV read: layer ", layer,
            " slot ", slot, " is outside the pool");
-  dequantize_row(layout_.dtype, k_[static_cast<size_t>(layer)].get() + slot * k_row_bytes_, k, layout_.k_width);
-  if (v && layout_.v_width)
-    dequantize_row(layout_.dtype, v_[static_cast<size_t>(layer)].get() + slot * v_row_bytes_, v, layout_.v_width);
+  const size_t l = static_cast<size_t>(layer);
+  std::vector<uint8_t> row(static_cast<size_t>(std::max(k_row_bytes_, v_row_bytes_)));
+  copy_bytes(Device::CPU, row.data(), device_, k_[l].as<uint8_t>() + slot * k_row_bytes_, static_cast<size_t>(k_row_bytes_));
+  dequantize_row(layout_.dtype, row.data(), k, layout_.k_width);
+  if (v && layout_.v_width) {
+    copy_bytes(Device::CPU, row.data(), device_, v_[l].as<uint8_t>() + slot * v_row_bytes_, static_cast<size_t>(v_row_bytes_));
+    dequantize_row(layout_.dtype, row.data(), v, layout_.v_width);
+  }
 }
 
 void KvPool::copy_block(int32_t src, int32_t dst) {
   FP_CHECK(src >= 0 && src < n_blocks_ && dst >= 0 && dst < n_blocks_, "copy_block: invalid block ", src, " -> ", dst);
   const size_t kb = static_cast<size_t>(page_size_ * k_row_bytes_), vb = static_cast<size_t>(page_size_ * v_row_bytes_);
   for (size_t l = 0; l < k_.size(); ++l) {
-    std::memcpy(k_[l].get() + dst * kb, k_[l].get() + src * kb, kb);
-    if (vb) std::memcpy(v_[l].get() + dst * vb, v_[l].get() + src * vb, vb);
+    copy_bytes(device_, k_[l].as<uint8_t>() + dst * kb, device_, k_[l].as<uint8_t>() + src * kb, kb);
+    if (vb) copy_bytes(device_, v_[l].as<uint8_t>() + dst * vb, device_, v_[l].as<uint8_t>() + src * vb, vb);
   }
 }
 

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/device.h"
 #include "core/dtype.h"
 
 namespace fp {
@@ -47,20 +48,23 @@ class BlockAllocator {
 
 class KvPool {
  public:
-  KvPool(const KvLayout& layout, int64_t page_size, int64_t n_blocks);
+  // The storage lives on `device` (host memory, or the GPU's for a model placed on CUDA).
+  KvPool(const KvLayout& layout, int64_t page_size, int64_t n_blocks, Device device = Device::CPU);
   const KvLayout& layout() const { return layout_; }
+  Device device() const { return device_; }
   DType dtype() const { return layout_.dtype; }
   int64_t page_size() const { return page_size_; }
   int64_t n_blocks() const { return n_blocks_; }
   int64_t capacity_tokens() const { return n_blocks_ * page_size_; }
   int64_t bytes() const { return capacity_tokens() * layout_.bytes_per_token(); }
   // Layer l's K rows ([n_blocks * page_size, k_width] values of dtype()) and V rows ([.., v_width]).
-  const void* k(int64_t layer) const { return k_[static_cast<size_t>(layer)].get(); }
-  const void* v(int64_t layer) const { return v_[static_cast<size_t>(layer)].get(); }
+  const void* k(int64_t layer) const { return k_[static_cast<size_t>(layer)].data(); }
+  const void* v(int64_t layer) const { return v_[static_cast<size_t>(layer)].data(); }
   // Stores n tokens' rows into layer l at slots[0..n): k_rows [n, k_width], v_rows [n, v_width]
-  // (null when v_width is 0), converted from f32 to dtype() (round to nearest even).
+  // (null when v_width is 0), converted from f32 to dtype() (round to nearest even) by the
+  // kv_write op. slots and rows are in the pool's device memory; host slots are bounds-checked.
   void write(int64_t layer, const int64_t* slots, int64_t n, const float* k_rows, const float* v_rows);
-  // Reads one slot's rows back as f32 (v may be null): for tests and tools.
+  // Reads one slot's rows back into host f32 (v may be null): for tests and tools.
   void read(int64_t layer, int64_t slot, float* k, float* v) const;
   // Copies every layer's rows of block `src` into block `dst` (copy-on-write).
   void copy_block(int32_t src, int32_t dst);
@@ -70,10 +74,11 @@ class KvPool {
  private:
   KvLayout layout_;
   int64_t page_size_, n_blocks_;
+  Device device_;
   int64_t k_row_bytes_, v_row_bytes_;  // bytes of one slot's K / V row
-  // Uninitialized: large pools are committed page by page as slots are first written (a slot
-  // is always written before attention reads it).
-  std::vector<std::unique_ptr<uint8_t[]>> k_, v_;
+  // Uninitialized: large host pools are committed page by page as slots are first written (a
+  // slot is always written before attention reads it).
+  std::vector<DeviceBuffer> k_, v_;
   BlockAllocator blocks_;
 };
 

@@ -35,6 +35,7 @@ std::string refuse_kv_dtype(DType t, std::initializer_list<DType> reads) {
   return std::string("KV cache dtype ") + dtype_name(t) + ": this kernel reads " + names;
 }
 
+std::string KvWriteArgs::shape_class() const { return std::string("kv=") + dtype_name(dtype); }
 std::string SiluMulArgs::shape_class() const { return "f32"; }
 std::string AddArgs::shape_class() const { return "f32"; }
 std::string SoftmaxArgs::shape_class() const { return "f32"; }

@@ -98,6 +98,22 @@ struct AttentionArgs {
   }
 };
 
+// Stores n tokens' K/V rows into a paged pool's layer: row i of k_rows [n, k_width] (f32) goes to
+// slot slots[i] of k_pool (k_width values of dtype per slot), likewise v_rows into v_pool (skipped
+// when v_width is 0, as for MLA's latent cache). F16/BF16 round to nearest even.
+struct KvWriteArgs {
+  static constexpr const char* kName = "kv_write";
+  void* k_pool = nullptr;
+  void* v_pool = nullptr;
+  DType dtype = DType::F32;
+  int64_t k_width = 0, v_width = 0;
+  const int64_t* slots = nullptr;  // [n]
+  int64_t n = 0;
+  const float* k_rows = nullptr;
+  const float* v_rows = nullptr;
+  std::string shape_class() const;
+};
+
 // Address of element `index` of a KV pool holding `t` values (F32, F16, BF16).
 inline const void* kv_element(const void* pool, DType t, int64_t index) {
   return static_cast<const uint8_t*>(pool) + index * dtype_info(t).block_bytes;

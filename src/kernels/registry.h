@@ -6,6 +6,10 @@
 // call, otherwise the reason it cannot. Dispatch asks the candidates best first, caches the
 // decision per shape class, and records it in the ledger. Registration is one line beside the
 // kernel:  static const bool reg = register_kernel<RmsNormArgs>({...});
+//
+// Backends: a call runs on the calling thread's execution device (core/device.h,
+// current_device()); only that backend's kernels are candidates, and its decisions are cached
+// and recorded apart ("cuda: " before the shape class), so the ledger shows both sides.
 #pragma once
 #include <algorithm>
 #include <chrono>
@@ -15,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "core/device.h"
 #include "core/error.h"
 #include "kernels/ledger.h"
 
@@ -22,6 +27,7 @@ namespace fp {
 
 enum class Backend { CPU, CUDA };
 inline const char* backend_name(Backend b) { return b == Backend::CPU ? "cpu" : "cuda"; }
+inline Backend backend_of(Device d) { return d == Device::CPU ? Backend::CPU : Backend::CUDA; }
 
 // Forget every cached decision of every op (after changing overrides or resetting the ledger).
 void invalidate_all_dispatch();
@@ -102,7 +108,9 @@ class OpRegistry {
   };
 
   Decision decide(const Args& args) {
+    const Backend backend = backend_of(current_device());
     std::string cls = args.shape_class();
+    if (backend != Backend::CPU) cls = std::string(backend_name(backend)) + ": " + cls;
     std::lock_guard<std::mutex> lock(mu_);
     auto it = cache_.find(cls);
     if (it != cache_.end()) return it->second;
@@ -111,6 +119,7 @@ class OpRegistry {
     e->refused.clear();
     const std::string* forced = KernelOverrides::global().forced(Args::kName);
     for (const auto& k : kernels_) {
+      if (k.backend != backend) continue;  // another device's kernel: not a candidate here
       if (forced && k.name != *forced) continue;
       std::string why = k.refuse ? k.refuse(args) : std::string();
       if (!why.empty()) {
@@ -122,7 +131,8 @@ class OpRegistry {
       break;
     }
     if (!d.kernel) {
-      if (forced) fail("kernel ", Args::kName, "=", *forced, " was forced but no such kernel is registered");
+      if (forced)
+        fail("kernel ", Args::kName, "=", *forced, " was forced but no ", backend_name(backend), " kernel of that name is registered");
       std::string reasons;
       for (auto& [n, r] : e->refused) reasons += "; " + n + ": " + r;
       fail("no kernel can run op ", Args::kName, " for ", cls, reasons);

@@ -225,6 +225,16 @@ std::string refuse_attention(const AttentionArgs& a) {
   return refuse_kv_dtype(a.kv_dtype, {DType::F32, DType::F16, DType::BF16});
 }
 
+// ---- kv_write: convert each row to the pool's dtype at its slot ----
+void kv_write_ref(const KvWriteArgs& a) {
+  const int64_t kb = row_bytes(a.dtype, a.k_width), vb = row_bytes(a.dtype, a.v_width);
+  for (int64_t i = 0; i < a.n; ++i) {
+    quantize_row(a.dtype, a.k_rows + i * a.k_width, static_cast<uint8_t*>(a.k_pool) + a.slots[i] * kb, a.k_width);
+    if (a.v_width)
+      quantize_row(a.dtype, a.v_rows + i * a.v_width, static_cast<uint8_t*>(a.v_pool) + a.slots[i] * vb, a.v_width);
+  }
+}
+
 template <class Args>
 Kernel<Args> ref(void (*run)(const Args&), std::string (*refuse)(const Args&) = nullptr, const char* name = "ref") {
   Kernel<Args> k;
@@ -244,6 +254,7 @@ const bool registered = [] {
   register_kernel(ref<RmsNormArgs>(rmsnorm_ref));
   register_kernel(ref<RopeArgs>(rope_ref));
   register_kernel(ref<AttentionArgs>(attention_ref, refuse_attention));
+  register_kernel(ref<KvWriteArgs>(kv_write_ref));
   register_kernel(ref<SiluMulArgs>(silu_mul_ref));
   register_kernel(ref<AddArgs>(add_ref));
   register_kernel(ref<SoftmaxArgs>(softmax_ref));

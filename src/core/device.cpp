@@ -1,0 +1,89 @@
+// core/device.cpp — the device memory table, DeviceBuffer and the thread's execution device.
+#include "core/device.h"
+
+#include <cctype>
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+
+#include "core/error.h"
+
+namespace fp {
+namespace {
+DeviceMemoryOps g_cuda;  // filled by the CUDA backend's registrar when it is compiled in
+thread_local Device t_device = Device::CPU;
+}  // namespace
+
+const char* device_name(Device d) { return d == Device::CPU ? "cpu" : "cuda"; }
+
+bool device_from_name(const std::string& name, Device* out) {
+  std::string n;
+  for (char c : name) n += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (n == "cpu") *out = Device::CPU;
+  else if (n == "cuda" || n == "gpu") *out = Device::CUDA;
+  else return false;
+  return true;
+}
+
+void register_device_memory(Device d, const DeviceMemoryOps& ops) {
+  FP_CHECK(d == Device::CUDA, "only the CUDA device registers memory functions");
+  g_cuda = ops;
+}
+
+std::string device_unavailable(Device d) {
+  if (d == Device::CPU) return "";
+  if (!g_cuda.unavailable) return "fastpath was built without CUDA (nvcc was not found when it was configured)";
+  return g_cuda.unavailable();
+}
+
+const DeviceMemoryOps& device_memory(Device d) {
+  FP_CHECK(d == Device::CUDA, "device_memory(cpu): host memory needs no device functions");
+  std::string why = device_unavailable(d);
+  FP_CHECK(why.empty(), "device ", device_name(d), " cannot be used: ", why);
+  return g_cuda;
+}
+
+void copy_bytes(Device dst_dev, void* dst, Device src_dev, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  if (dst_dev == Device::CPU && src_dev == Device::CPU) {
+    std::memcpy(dst, src, bytes);
+    return;
+  }
+  device_memory(Device::CUDA).copy(dst, src, bytes);
+}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
+  if (this != &o) {
+    reset();
+    device_ = o.device_;
+    data_ = std::exchange(o.data_, nullptr);
+    bytes_ = std::exchange(o.bytes_, 0);
+  }
+  return *this;
+}
+
+void DeviceBuffer::reserve(size_t bytes) {
+  if (bytes <= bytes_) return;
+  reset();
+  if (device_ == Device::CPU) {
+    data_ = std::malloc(bytes);
+    FP_CHECK(data_, "out of host memory allocating ", bytes, " bytes");
+  } else {
+    data_ = device_memory(device_).alloc(bytes);
+  }
+  bytes_ = bytes;
+}
+
+void DeviceBuffer::reset() {
+  if (!data_) return;
+  if (device_ == Device::CPU) std::free(data_);
+  else device_memory(device_).release(data_);
+  data_ = nullptr;
+  bytes_ = 0;
+}
+
+Device current_device() { return t_device; }
+DeviceScope::DeviceScope(Device d) : saved_(t_device) { t_device = d; }
+DeviceScope::~DeviceScope() { t_device = saved_; }
+
+}  // namespace fp

@@ -1,0 +1,81 @@
+// core/device.h — where data lives and ops run: memory on a compute device behind a small table
+// of functions that a backend registers (so core/ never includes a GPU runtime), an owning
+// buffer, and the thread's execution device that the op dispatcher reads.
+//
+// A backend that is not compiled in, or compiled in but without a usable device, says why
+// through device_unavailable(): "built without CUDA (nvcc was not found at configure time)",
+// "no CUDA device: CUDA driver version is insufficient for CUDA runtime version".
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "core/tensor.h"
+
+namespace fp {
+
+const char* device_name(Device d);                       // "cpu", "cuda"
+bool device_from_name(const std::string& name, Device* out);  // "cpu" / "cuda" (any case)
+
+// Memory functions of a device backend. copy() moves bytes between any two addresses of the
+// host or the device (the direction follows from the pointers, as with unified addressing);
+// every function throws fp::Error on failure, naming the call.
+struct DeviceMemoryOps {
+  std::string (*unavailable)() = nullptr;  // "" when the device can be used, else why not
+  void* (*alloc)(size_t bytes) = nullptr;
+  void (*release)(void* p) = nullptr;
+  void (*copy)(void* dst, const void* src, size_t bytes) = nullptr;
+  void (*fill_zero)(void* p, size_t bytes) = nullptr;
+  void (*synchronize)() = nullptr;  // waits for all work queued on the device
+  size_t (*free_bytes)() = nullptr;  // free device memory
+};
+void register_device_memory(Device d, const DeviceMemoryOps& ops);
+// "" when d can be used (always for the CPU), else the reason.
+std::string device_unavailable(Device d);
+// The device's functions; throws with device_unavailable(d) when it cannot be used.
+const DeviceMemoryOps& device_memory(Device d);
+
+// Bytes between host and device memory (either side may be the host; CPU-to-CPU is memcpy).
+void copy_bytes(Device dst_dev, void* dst, Device src_dev, const void* src, size_t bytes);
+
+// An owning, uninitialised byte buffer on one device, grown (never shrunk) by reserve().
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(Device d, size_t bytes = 0) : device_(d) { reserve(bytes); }
+  ~DeviceBuffer() { reset(); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  DeviceBuffer(DeviceBuffer&& o) noexcept { *this = std::move(o); }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
+
+  Device device() const { return device_; }
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+  // Makes room for `bytes` (old contents are not kept when the buffer grows).
+  void reserve(size_t bytes);
+  void reset();
+  template <class T>
+  T* as() const { return static_cast<T*>(data_); }
+
+ private:
+  Device device_ = Device::CPU;
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// The device the calling thread's ops run on (what dispatch() picks kernels for). CPU unless a
+// DeviceScope is active: a model placed on CUDA runs its forward inside DeviceScope(CUDA).
+Device current_device();
+class DeviceScope {
+ public:
+  explicit DeviceScope(Device d);
+  ~DeviceScope();
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  Device saved_;
+};
+
+}  // namespace fp

@@ -1,0 +1,128 @@
+// kernels/cuda/cuda_context.cpp — device discovery, the stream, cuBLAS, scratch, and the CUDA
+// device-memory functions registered with core/device.h.
+#include "kernels/cuda/cuda_context.h"
+
+#include <mutex>
+#include <vector>
+
+#include "core/device.h"
+#include "core/error.h"
+
+namespace fp::cuda {
+namespace {
+
+struct Context {
+  cudaStream_t stream = nullptr;
+  cublasHandle_t cublas = nullptr;
+  std::vector<std::pair<void*, size_t>> scratch;
+  int sm_count = 0;
+};
+
+std::once_flag g_probe_once;
+std::string g_unavailable;
+
+void probe() {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    g_unavailable = std::string("no CUDA device: ") + cudaGetErrorString(e);
+    cudaGetLastError();  // clear the sticky error of the failed probe
+    return;
+  }
+  if (n == 0) g_unavailable = "no CUDA device: the driver reports 0 devices";
+}
+
+Context& ctx() {
+  static Context* c = [] {
+    std::string why = unavailable();
+    FP_CHECK(why.empty(), "CUDA: ", why);
+    auto* c2 = new Context();  // lives for the process: CUDA objects must not be destroyed after the driver unloads
+    FP_CUDA(cudaSetDevice(0));
+    FP_CUDA(cudaStreamCreateWithFlags(&c2->stream, cudaStreamNonBlocking));
+    FP_CUBLAS(cublasCreate(&c2->cublas));
+    FP_CUBLAS(cublasSetStream(c2->cublas, c2->stream));
+    FP_CUDA(cudaDeviceGetAttribute(&c2->sm_count, cudaDevAttrMultiProcessorCount, 0));
+    return c2;
+  }();
+  return *c;
+}
+
+// ---- core/device.h memory functions ----
+std::string mem_unavailable() { return unavailable(); }
+void* mem_alloc(size_t bytes) {
+  ctx();
+  void* p = nullptr;
+  cudaError_t e = cudaMalloc(&p, bytes);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    size_t free_b = 0, total = 0;
+    cudaMemGetInfo(&free_b, &total);
+    fail("CUDA: cannot allocate ", bytes, " bytes of device memory (", cudaGetErrorString(e), "; ", free_b, " of ",
+         total, " bytes free)");
+  }
+  return p;
+}
+void mem_release(void* p) { cudaFree(p); }
+void mem_copy(void* dst, const void* src, size_t bytes) {
+  FP_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, ctx().stream));
+  FP_CUDA(cudaStreamSynchronize(ctx().stream));
+}
+void mem_zero(void* p, size_t bytes) {
+  FP_CUDA(cudaMemsetAsync(p, 0, bytes, ctx().stream));
+  FP_CUDA(cudaStreamSynchronize(ctx().stream));
+}
+void mem_sync() { FP_CUDA(cudaStreamSynchronize(ctx().stream)); }
+size_t mem_free_bytes() {
+  size_t free_b = 0, total = 0;
+  FP_CUDA(cudaMemGetInfo(&free_b, &total));
+  return free_b;
+}
+
+const bool registered = [] {
+  DeviceMemoryOps ops;
+  ops.unavailable = mem_unavailable;
+  ops.alloc = mem_alloc;
+  ops.release = mem_release;
+  ops.copy = mem_copy;
+  ops.fill_zero = mem_zero;
+  ops.synchronize = mem_sync;
+  ops.free_bytes = mem_free_bytes;
+  register_device_memory(Device::CUDA, ops);
+  return true;
+}();
+
+}  // namespace
+
+std::string unavailable() {
+  std::call_once(g_probe_once, probe);
+  return g_unavailable;
+}
+cudaStream_t stream() { return ctx().stream; }
+cublasHandle_t cublas() { return ctx().cublas; }
+int sm_count() { return ctx().sm_count; }
+
+void* scratch(size_t bytes, int slot) {
+  auto& s = ctx().scratch;
+  if (s.size() <= static_cast<size_t>(slot)) s.resize(static_cast<size_t>(slot) + 1, {nullptr, 0});
+  auto& [p, have] = s[static_cast<size_t>(slot)];
+  if (have < bytes) {
+    if (p) {
+      FP_CUDA(cudaStreamSynchronize(ctx().stream));  // the old region may still be in use by queued work
+      cudaFree(p);
+    }
+    p = mem_alloc(bytes);
+    have = bytes;
+  }
+  return p;
+}
+
+void fail_cuda(cudaError_t e, const char* what, const char* file, int line) {
+  cudaGetLastError();
+  fail("CUDA error in ", what, " (", file, ":", line, "): ", cudaGetErrorName(e), ": ", cudaGetErrorString(e));
+}
+
+void fail_cublas(cublasStatus_t s, const char* what, const char* file, int line) {
+  fail("cuBLAS error in ", what, " (", file, ":", line, "): ", cublasGetStatusName(s), ": ", cublasGetStatusString(s));
+}
+
+}  // namespace fp::cuda

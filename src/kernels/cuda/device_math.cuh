@@ -1,0 +1,66 @@
+// kernels/cuda/device_math.cuh — device-side helpers shared by the .cu files: f16/bf16 loads as
+// float, warp and block reductions, the GGUF block layouts, and launch-size arithmetic.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace fp::cuda {
+
+__device__ __forceinline__ float half_bits_to_float(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+__device__ __forceinline__ float bf16_bits_to_float(uint16_t b) { return __uint_as_float(static_cast<uint32_t>(b) << 16); }
+// Round to nearest even, as the CPU's f32 -> f16 / bf16 conversions (NaN stays NaN).
+__device__ __forceinline__ uint16_t float_to_half_bits(float f) { return __half_as_ushort(__float2half_rn(f)); }
+__device__ __forceinline__ uint16_t float_to_bf16_bits(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the total.
+__device__ __forceinline__ float block_sum(float v) {
+  __shared__ float partial[32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
+  v = warp_sum(v);
+  __syncthreads();  // partial[] may still be read by a previous call
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  v = lane < warps ? partial[lane] : 0.0f;
+  return warp_sum(v);
+}
+__device__ __forceinline__ float block_max(float v) {
+  __shared__ float partial[32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
+  v = warp_max(v);
+  __syncthreads();
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  v = lane < warps ? partial[lane] : -INFINITY;
+  return warp_max(v);
+}
+
+// Element c of a row of `dtype` (F32, F16, BF16, Q8_0) as float.
+__device__ __forceinline__ float load_element(const uint8_t* row, DType dtype, int64_t c) {
+  switch (dtype) {
+    case DType::F32: return reinterpret_cast<const float*>(row)[c];
+    case DType::F16: return half_bits_to_float(reinterpret_cast<const uint16_t*>(row)[c]);
+    case DType::BF16: return bf16_bits_to_float(reinterpret_cast<const uint16_t*>(row)[c]);
+    case DType::Q8_0: {
+      const auto* b = reinterpret_cast<const BlockQ8_0*>(row) + c / QK8_0;
+      return half_bits_to_float(b->d) * static_cast<float>(b->qs[c % QK8_0]);
+    }
+    default: return 0.0f;  // refused on the host before launch
+  }
+}
+
+inline unsigned blocks_for(int64_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
+
+}  // namespace fp::cuda

@@ -1,0 +1,196 @@
+// kernels/cuda/elementwise.cu — the CUDA kernels of the row-wise and element-wise ops:
+// embedding, RMSNorm, RoPE, SiLU-and-multiply, add, softmax, argmax and the KV-cache write.
+// Each mirrors its reference in kernels/cpu/reference.cpp; rows go one per block, elements
+// one per thread.
+#include "kernels/cuda/cuda_context.h"
+#include "kernels/cuda/device_math.cuh"
+#include "kernels/cuda/launch.h"
+
+namespace fp::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+__global__ void embedding_kernel(const uint8_t* table, DType dtype, int64_t row_bytes, int64_t dim, const int32_t* ids,
+                                 float* out) {
+  const int64_t i = blockIdx.x;
+  const uint8_t* row = table + static_cast<int64_t>(ids[i]) * row_bytes;
+  for (int64_t c = threadIdx.x; c < dim; c += blockDim.x) out[i * dim + c] = load_element(row, dtype, c);
+}
+
+__global__ void rmsnorm_kernel(const float* x, const float* w, int64_t d, float eps, float* out) {
+  const float* xr = x + blockIdx.x * d;
+  float* yr = out + blockIdx.x * d;
+  float ss = 0.0f;
+  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) ss += xr[j] * xr[j];
+  ss = block_sum(ss);
+  const float inv = rsqrtf(ss / static_cast<float>(d) + eps);
+  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) yr[j] = xr[j] * inv * w[j];
+}
+
+// One thread per (token, pair index i, head).
+__global__ void rope_kernel(float* x, const int32_t* pos, int64_t n, int64_t n_heads, int64_t head_dim, int64_t half,
+                            int64_t row_stride, const float* inv_freq, float mscale, bool neox) {
+  const int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (idx >= n * half * n_heads) return;
+  const int64_t h = idx % n_heads, i = (idx / n_heads) % half, t = idx / (n_heads * half);
+  const float angle = static_cast<float>(pos[t]) * inv_freq[i];
+  float s, c;
+  sincosf(angle, &s, &c);
+  c *= mscale;
+  s *= mscale;
+  float* xh = x + t * row_stride + h * head_dim;
+  const int64_t i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
+  const float x0 = xh[i0], x1 = xh[i1];
+  xh[i0] = x0 * c - x1 * s;
+  xh[i1] = x0 * s + x1 * c;
+}
+
+__global__ void silu_mul_kernel(const float* gate, const float* up, int64_t n, int64_t d, int64_t gs, int64_t us, float* out) {
+  const int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (idx >= n * d) return;
+  const int64_t i = idx / d, j = idx % d;
+  const float g = gate[i * gs + j];
+  out[idx] = g / (1.0f + expf(-g)) * up[i * us + j];
+}
+
+__global__ void add_kernel(const float* a, const float* b, int64_t n, float* out) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) out[i] = a[i] + b[i];
+}
+
+__global__ void softmax_kernel(float* x, int64_t d) {
+  float* r = x + blockIdx.x * d;
+  float mx = -INFINITY;
+  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) mx = fmaxf(mx, r[j]);
+  mx = block_max(mx);
+  float sum = 0.0f;
+  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) sum += (r[j] = expf(r[j] - mx));
+  sum = block_sum(sum);
+  const float inv = 1.0f / sum;
+  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) r[j] *= inv;
+}
+
+// First index of the largest value, as the reference scans: a NaN never wins, except at index 0
+// where nothing beats it. Each thread keeps its best (value, lowest index), then a block-wide
+// reduction that prefers the lower index on equal values.
+__global__ void argmax_kernel(const float* x, int64_t d, int32_t* out) {
+  const float* r = x + blockIdx.x * d;
+  if (isnan(r[0])) {
+    if (threadIdx.x == 0) out[blockIdx.x] = 0;
+    return;
+  }
+  float best = -INFINITY;
+  int64_t at = d;  // "none yet" sorts after every real index
+  for (int64_t j = threadIdx.x; j < d; j += blockDim.x)
+    if (!isnan(r[j]) && (at == d || r[j] > best)) {  // j grows: a later equal value never wins
+      best = r[j];
+      at = j;
+    }
+  __shared__ float sv[kThreads];
+  __shared__ int64_t si[kThreads];
+  sv[threadIdx.x] = best;
+  si[threadIdx.x] = at;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) {
+      const float v2 = sv[threadIdx.x + s];
+      const int64_t i2 = si[threadIdx.x + s];
+      const bool take = i2 < d && (si[threadIdx.x] == d || v2 > sv[threadIdx.x] || (v2 == sv[threadIdx.x] && i2 < si[threadIdx.x]));
+      if (take) {
+        sv[threadIdx.x] = v2;
+        si[threadIdx.x] = i2;
+      }
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) out[blockIdx.x] = static_cast<int32_t>(si[0] == d ? 0 : si[0]);
+}
+
+// One thread per (token, element) of the K side and of the V side.
+__global__ void kv_write_kernel(uint8_t* pool, DType dtype, int64_t width, const int64_t* slots, int64_t n, const float* rows) {
+  const int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (idx >= n * width) return;
+  const int64_t i = idx / width, j = idx % width;
+  const int64_t dst = slots[i] * width + j;
+  const float v = rows[idx];
+  if (dtype == DType::F32) reinterpret_cast<float*>(pool)[dst] = v;
+  else if (dtype == DType::F16) reinterpret_cast<uint16_t*>(pool)[dst] = float_to_half_bits(v);
+  else reinterpret_cast<uint16_t*>(pool)[dst] = float_to_bf16_bits(v);
+}
+
+}  // namespace
+
+std::string refuse_embedding(const EmbeddingArgs& a) {
+  const DType t = a.table->dtype;
+  if (t != DType::F32 && t != DType::F16 && t != DType::BF16 && t != DType::Q8_0)
+    return std::string("table is ") + dtype_name(t) + ", this kernel reads F32, F16, BF16, Q8_0";
+  return {};
+}
+
+void embedding(const EmbeddingArgs& a) {
+  if (a.n == 0) return;
+  const Tensor& t = *a.table;
+  embedding_kernel<<<static_cast<unsigned>(a.n), kThreads, 0, stream()>>>(static_cast<const uint8_t*>(t.data), t.dtype,
+                                                                           row_bytes(t.dtype, t.cols()), t.cols(), a.ids, a.out);
+  FP_CUDA_LAUNCHED("embedding");
+}
+
+std::string refuse_rmsnorm(const RmsNormArgs& a) {
+  return a.q8 ? "a fused Q8_0 output is the CPU matmuls' activation layout" : "";
+}
+
+void rmsnorm(const RmsNormArgs& a) {
+  if (a.n == 0) return;
+  rmsnorm_kernel<<<static_cast<unsigned>(a.n), kThreads, 0, stream()>>>(a.x, a.weight, a.d, a.eps, a.out);
+  FP_CUDA_LAUNCHED("rmsnorm");
+}
+
+void rope(const RopeArgs& a) {
+  const int64_t half = a.rot_dim / 2, total = a.n * half * a.n_heads;
+  if (total == 0) return;
+  rope_kernel<<<blocks_for(total, kThreads), kThreads, 0, stream()>>>(a.x, a.pos, a.n, a.n_heads, a.head_dim, half,
+                                                                       a.row_stride, a.inv_freq, a.mscale,
+                                                                       a.style == RopeStyle::NeoX);
+  FP_CUDA_LAUNCHED("rope");
+}
+
+void silu_mul(const SiluMulArgs& a) {
+  const int64_t total = a.n * a.d;
+  if (total == 0) return;
+  silu_mul_kernel<<<blocks_for(total, kThreads), kThreads, 0, stream()>>>(
+      a.gate, a.up, a.n, a.d, a.gate_stride ? a.gate_stride : a.d, a.up_stride ? a.up_stride : a.d, a.out);
+  FP_CUDA_LAUNCHED("silu_mul");
+}
+
+void add(const AddArgs& a) {
+  if (a.n == 0) return;
+  add_kernel<<<blocks_for(a.n, kThreads), kThreads, 0, stream()>>>(a.a, a.b, a.n, a.out);
+  FP_CUDA_LAUNCHED("add");
+}
+
+void softmax(const SoftmaxArgs& a) {
+  if (a.n == 0 || a.d == 0) return;
+  softmax_kernel<<<static_cast<unsigned>(a.n), kThreads, 0, stream()>>>(a.x, a.d);
+  FP_CUDA_LAUNCHED("softmax");
+}
+
+void argmax(const ArgmaxArgs& a) {
+  if (a.n == 0) return;
+  argmax_kernel<<<static_cast<unsigned>(a.n), kThreads, 0, stream()>>>(a.x, a.d, a.out);
+  FP_CUDA_LAUNCHED("argmax");
+}
+
+void kv_write(const KvWriteArgs& a) {
+  if (a.n == 0) return;
+  kv_write_kernel<<<blocks_for(a.n * a.k_width, kThreads), kThreads, 0, stream()>>>(static_cast<uint8_t*>(a.k_pool), a.dtype,
+                                                                                    a.k_width, a.slots, a.n, a.k_rows);
+  FP_CUDA_LAUNCHED("kv_write k");
+  if (a.v_width && a.v_rows) {
+    kv_write_kernel<<<blocks_for(a.n * a.v_width, kThreads), kThreads, 0, stream()>>>(
+        static_cast<uint8_t*>(a.v_pool), a.dtype, a.v_width, a.slots, a.n, a.v_rows);
+    FP_CUDA_LAUNCHED("kv_write v");
+  }
+}
+
+}  // namespace fp::cuda

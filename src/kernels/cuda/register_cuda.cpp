@@ -1,0 +1,38 @@
+// kernels/cuda/register_cuda.cpp — registers the CUDA kernels with the op registry (backend
+// "cuda"): dispatch offers them for calls made under DeviceScope(Device::CUDA), where every
+// pointer is device memory. The kernels themselves are in the .cu files beside this one.
+#include "kernels/cuda/launch.h"
+#include "kernels/registry.h"
+
+namespace fp::cuda {
+namespace {
+
+template <class Args>
+Kernel<Args> cuda_kernel(void (*run)(const Args&), std::string (*refuse)(const Args&) = nullptr, const char* name = "cuda") {
+  Kernel<Args> k;
+  k.name = name;
+  k.backend = Backend::CUDA;
+  k.priority = 100;
+  if (refuse) k.refuse = refuse;
+  k.run = run;
+  return k;
+}
+
+std::string refuse_kv_write(const KvWriteArgs& a) { return refuse_kv_dtype(a.dtype, {DType::F32, DType::F16, DType::BF16}); }
+
+const bool registered = [] {
+  register_kernel(cuda_kernel<EmbeddingArgs>(embedding, refuse_embedding));
+  register_kernel(cuda_kernel<MatMulArgs>(matmul, refuse_matmul));
+  register_kernel(cuda_kernel<RmsNormArgs>(rmsnorm, refuse_rmsnorm));
+  register_kernel(cuda_kernel<RopeArgs>(rope));
+  register_kernel(cuda_kernel<AttentionArgs>(attention, refuse_attention));
+  register_kernel(cuda_kernel<KvWriteArgs>(kv_write, refuse_kv_write));
+  register_kernel(cuda_kernel<SiluMulArgs>(silu_mul));
+  register_kernel(cuda_kernel<AddArgs>(add));
+  register_kernel(cuda_kernel<SoftmaxArgs>(softmax));
+  register_kernel(cuda_kernel<ArgmaxArgs>(argmax));
+  return true;
+}();
+
+}  // namespace
+}  // namespace fp::cuda
