@@ -99,12 +99,15 @@ Engine::Engine(Model& model, const EngineConfig& cfg) : model_(model), cfg_(cfg)
   layout.dtype = cfg_.kv_dtype;
   int64_t budget = cfg_.kv_cache_bytes;
   if (budget <= 0) {
-    const int64_t avail = available_memory_bytes();
-    FP_CHECK(avail > 0, "cannot read MemAvailable from /proc/meminfo; pass --kv-cache-memory");
+    // A fraction of what is free where the cache will live: host RAM, or the GPU's memory after
+    // the weights were uploaded (--gpu-memory-utilization, like vLLM's).
+    const int64_t avail = model.device() == Device::CPU ? available_memory_bytes()
+                                                        : static_cast<int64_t>(device_memory(model.device()).free_bytes());
+    FP_CHECK(avail > 0, "cannot read the free memory of the ", device_name(model.device()), "; pass --kv-cache-memory");
     budget = static_cast<int64_t>(static_cast<double>(avail) * cfg_.kv_cache_fraction);
   }
   capacity_ = plan_kv_cache(layout, cfg_.page_size, budget, cfg_.max_model_len, cfg_.scheduler.max_num_seqs);
-  pool_ = std::make_unique<KvPool>(layout, cfg_.page_size, capacity_.n_blocks);
+  pool_ = std::make_unique<KvPool>(layout, cfg_.page_size, capacity_.n_blocks, model.device());
   blocks_ = std::make_unique<BlockManager>(*pool_, cfg_.prefix_caching);
   scheduler_ = std::make_unique<Scheduler>(cfg_.scheduler, *blocks_);
 }

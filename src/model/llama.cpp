@@ -9,12 +9,17 @@
 // sums of the residual update; one all-reduce after attn_output and one after ffn_down per layer
 // complete them. Embedding, norms and the output projection are replicated on every rank, so
 // every rank computes the same logits.
+//
+// On another device (--device cuda) the weights are uploaded once at load (DeviceWeights), the
+// activations and the KV cache live there, the batch's index arrays are staged there each step,
+// and every op dispatches to that device's kernels; only the logits come back to the host.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <deque>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "kernels/ops.h"
 #include "kernels/registry.h"
 #include "model/model.h"
@@ -82,6 +87,8 @@ class LlamaModel : public Model {
       dequantize_row(rf->dtype, rf->data, factors.data(), rf->numel());
       for (size_t i = 0; i < inv_freq_.size(); ++i) inv_freq_[i] /= factors[i];
     }
+    inv_freq_at_ = inv_freq_.data();
+    if (device() != Device::CPU) place_on_device();
   }
 
   // This rank's KV heads only.
@@ -100,18 +107,22 @@ class LlamaModel : public Model {
     const int64_t v_dim = kv_heads_ * c.v_head_dim, att_dim = heads_ * c.v_head_dim;
     int64_t ffn = 0;  // the widest FFN share of the layers (their weight types may differ)
     for (const LlamaLayer& L : layers_) ffn = std::max(ffn, L.ffn_width);
-    resize(x_, n * c.dim);
-    resize(h_, n * c.dim);
-    resize(q_, n * q_dim);
-    resize(k_, n * kv_dim);
-    resize(v_, n * v_dim);
-    resize(att_, n * att_dim);
-    resize(gate_, n * ffn);
-    resize(up_, n * ffn);
-    const int32_t* pos = b.positions.data();
+    FP_CHECK(pool.device() == device(), "the KV cache is on ", device_name(pool.device()), " but the model runs on ",
+             device_name(device()));
+    DeviceScope scope(device());  // every op below runs on the model's device
+    float* x = act_.f32(0, n * c.dim);
+    float* h = act_.f32(1, n * c.dim);
+    float* q = act_.f32(2, n * q_dim);
+    float* k = act_.f32(3, n * kv_dim);
+    float* v = act_.f32(4, n * v_dim);
+    float* att_out = act_.f32(5, n * att_dim);
+    float* gate = act_.f32(6, n * ffn);
+    float* up = act_.f32(7, n * ffn);
+    const StagedBatch sb = stager_.stage(b, pool.page_size());
+    const int32_t* pos = sb.positions;
 
-    AttentionArgs att = paged_attention_args(b, pool);
-    att.q = q_.data();
+    AttentionArgs att = paged_attention_args(sb, pool);
+    att.q = q;
     att.n_heads = heads_;
     att.n_kv_heads = kv_heads_;
     att.head_dim = c.head_dim;
@@ -119,44 +130,52 @@ class LlamaModel : public Model {
     att.k_stride = kv_dim;
     att.v_stride = v_dim;
     att.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-    att.out = att_.data();
-    b.slots(pool.page_size(), slots_);
+    att.out = att_out;
 
-    dispatch(EmbeddingArgs{embed_, b.tokens.data(), n, x_.data()});
+    dispatch(EmbeddingArgs{embed_, sb.tokens, n, x});
     for (size_t l = 0; l < layers_.size(); ++l) {
       const LlamaLayer& L = layers_[l];
-      const BlockQ8_0* hq = rmsnorm_for({x_.data(), L.attn_norm, n, c.dim, c.rms_eps, h_.data()}, {L.wq, L.wk, L.wv}, hq_);
-      dispatch(MatMulArgs{h_.data(), n, L.wq, L.bq, q_.data(), hq});
-      dispatch(MatMulArgs{h_.data(), n, L.wk, L.bk, k_.data(), hq});
-      dispatch(MatMulArgs{h_.data(), n, L.wv, L.bv, v_.data(), hq});
+      const BlockQ8_0* hq = rmsnorm_for({x, L.attn_norm, n, c.dim, c.rms_eps, h}, {L.wq, L.wk, L.wv}, hq_);
+      dispatch(MatMulArgs{h, n, L.wq, L.bq, q, hq});
+      dispatch(MatMulArgs{h, n, L.wk, L.bk, k, hq});
+      dispatch(MatMulArgs{h, n, L.wv, L.bv, v, hq});
       if (c.qk_norm) {
-        dispatch(RmsNormArgs{q_.data(), L.q_norm, n * heads_, c.head_dim, c.rms_eps, q_.data()});
-        dispatch(RmsNormArgs{k_.data(), L.k_norm, n * kv_heads_, c.head_dim, c.rms_eps, k_.data()});
+        dispatch(RmsNormArgs{q, L.q_norm, n * heads_, c.head_dim, c.rms_eps, q});
+        dispatch(RmsNormArgs{k, L.k_norm, n * kv_heads_, c.head_dim, c.rms_eps, k});
       }
-      dispatch(RopeArgs{q_.data(), pos, n, heads_, c.head_dim, c.rot_dim, q_dim, inv_freq_.data(), 1.0f, c.rope_style});
-      dispatch(RopeArgs{k_.data(), pos, n, kv_heads_, c.head_dim, c.rot_dim, kv_dim, inv_freq_.data(), 1.0f, c.rope_style});
-      pool.write(static_cast<int64_t>(l), slots_.data(), n, k_.data(), v_.data());
+      dispatch(RopeArgs{q, pos, n, heads_, c.head_dim, c.rot_dim, q_dim, inv_freq_at_, 1.0f, c.rope_style});
+      dispatch(RopeArgs{k, pos, n, kv_heads_, c.head_dim, c.rot_dim, kv_dim, inv_freq_at_, 1.0f, c.rope_style});
+      pool.write(static_cast<int64_t>(l), sb.slots, n, k, v);
       att.k_pool = pool.k(static_cast<int64_t>(l));
       att.v_pool = pool.v(static_cast<int64_t>(l));
       dispatch(att);
-      dispatch(MatMulArgs{att_.data(), n, L.wo, nullptr, h_.data()});
-      if (tp_size() > 1) dispatch(AllReduceArgs{tp_.get(), h_.data(), n * c.dim});  // sum the heads' shares
-      dispatch(AddArgs{x_.data(), h_.data(), n * c.dim, x_.data()});
+      dispatch(MatMulArgs{att_out, n, L.wo, nullptr, h});
+      if (tp_size() > 1) dispatch(AllReduceArgs{tp_.get(), h, n * c.dim});  // sum the heads' shares
+      dispatch(AddArgs{x, h, n * c.dim, x});
 
-      hq = rmsnorm_for({x_.data(), L.ffn_norm, n, c.dim, c.rms_eps, h_.data()}, {L.w_gate, L.w_up}, hq_);
-      dispatch(MatMulArgs{h_.data(), n, L.w_gate, nullptr, gate_.data(), hq});
-      dispatch(MatMulArgs{h_.data(), n, L.w_up, nullptr, up_.data(), hq});
-      dispatch(SiluMulArgs{gate_.data(), up_.data(), n, L.ffn_width, 0, 0, gate_.data()});
-      dispatch(MatMulArgs{gate_.data(), n, L.w_down, nullptr, h_.data()});
-      if (tp_size() > 1) dispatch(AllReduceArgs{tp_.get(), h_.data(), n * c.dim});  // sum the FFN shares
-      dispatch(AddArgs{x_.data(), h_.data(), n * c.dim, x_.data()});
+      hq = rmsnorm_for({x, L.ffn_norm, n, c.dim, c.rms_eps, h}, {L.w_gate, L.w_up}, hq_);
+      dispatch(MatMulArgs{h, n, L.w_gate, nullptr, gate, hq});
+      dispatch(MatMulArgs{h, n, L.w_up, nullptr, up, hq});
+      dispatch(SiluMulArgs{gate, up, n, L.ffn_width, 0, 0, gate});
+      dispatch(MatMulArgs{gate, n, L.w_down, nullptr, h});
+      if (tp_size() > 1) dispatch(AllReduceArgs{tp_.get(), h, n * c.dim});  // sum the FFN shares
+      dispatch(AddArgs{x, h, n * c.dim, x});
     }
 
-    // Final norm and output projection, only for the rows whose logits are wanted.
-    const int64_t rows = b.gather_logit_rows(x_.data(), c.dim, h_.data());
+    // Final norm and output projection, only for the rows whose logits are wanted (gathered by
+    // the embedding op over x seen as a [n, dim] table).
+    const int64_t rows = sb.n_logits;
     if (rows == 0) return;
-    dispatch(RmsNormArgs{h_.data(), output_norm_, rows, c.dim, c.rms_eps, h_.data()});
-    dispatch(MatMulArgs{h_.data(), rows, output_, nullptr, logits});
+    const Tensor x_rows = on_device(Tensor::view(x, DType::F32, {n, c.dim}));
+    dispatch(EmbeddingArgs{&x_rows, sb.logit_rows, rows, h});
+    dispatch(RmsNormArgs{h, output_norm_, rows, c.dim, c.rms_eps, h});
+    if (device() == Device::CPU) {
+      dispatch(MatMulArgs{h, rows, output_, nullptr, logits});
+      return;
+    }
+    float* dev_logits = act_.f32(8, rows * c.n_vocab);
+    dispatch(MatMulArgs{h, rows, output_, nullptr, dev_logits});
+    copy_bytes(Device::CPU, logits, device(), dev_logits, static_cast<size_t>(rows * c.n_vocab) * sizeof(float));
   }
 
  private:
@@ -183,6 +202,32 @@ class LlamaModel : public Model {
     }
   }
   const Tensor* keep(const Tensor& t) { return &shards_.emplace_back(t); }
+
+  // Uploads every weight the forward reads and points the layers at the device copies.
+  void place_on_device() {
+    const ModelConfig& c = config();
+    DeviceWeights& dw = weights_;
+    embed_ = dw.tensor(embed_);
+    output_ = dw.tensor(output_);
+    output_norm_ = dw.floats(output_norm_, c.dim);
+    for (LlamaLayer& L : layers_) {
+      L.attn_norm = dw.floats(L.attn_norm, c.dim);
+      L.ffn_norm = dw.floats(L.ffn_norm, c.dim);
+      for (const Tensor** w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) *w = dw.tensor(*w);
+      L.bq = dw.floats(L.bq, heads_ * c.head_dim);
+      L.bk = dw.floats(L.bk, kv_heads_ * c.head_dim);
+      L.bv = dw.floats(L.bv, kv_heads_ * c.v_head_dim);
+      L.q_norm = dw.floats(L.q_norm, c.head_dim);
+      L.k_norm = dw.floats(L.k_norm, c.head_dim);
+    }
+    inv_freq_at_ = dw.floats(inv_freq_.data(), static_cast<int64_t>(inv_freq_.size()));
+    log_info("placed the weights on ", device_name(device()), ": ", static_cast<double>(dw.bytes()) / (1 << 20), " MiB");
+  }
+  // A view made on the host describing device memory.
+  Tensor on_device(Tensor t) const {
+    t.device = device();
+    return t;
+  }
   const Tensor* keep(OwnedTensor t) {
     file_->owners.push_back(t.bytes);
     return keep(t.view);
@@ -196,9 +241,6 @@ class LlamaModel : public Model {
     dequantize_row(t.dtype, t.data, buf, len);
     return buf;
   }
-  static void resize(std::vector<float>& v, int64_t n) {
-    if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
-  }
 
   const Tensor* embed_ = nullptr;
   const Tensor* output_ = nullptr;
@@ -207,18 +249,20 @@ class LlamaModel : public Model {
   int64_t heads_ = 0, kv_heads_ = 0;  // this rank's query and KV heads
   std::deque<Tensor> shards_;         // this rank's weight slices (stable addresses)
   std::vector<float> inv_freq_;
-  std::vector<float> x_, h_, q_, k_, v_, att_, gate_, up_;
+  const float* inv_freq_at_ = nullptr;  // inv_freq_ where the kernels read it (host or device)
+  DeviceWeights weights_{device()};
+  Activations act_{device()};     // x, h, q, k, v, attention out, gate, up, device logits
+  BatchStager stager_{device()};
   std::vector<BlockQ8_0> hq_;  // the normalised input quantized once for Q8_0/Q4_0 matmuls
-  std::vector<int64_t> slots_;
 };
 
 std::unique_ptr<Model> make_llama(std::shared_ptr<ModelFile> f, std::shared_ptr<Communicator> tp) {
   return std::make_unique<LlamaModel>(std::move(f), std::move(tp));
 }
 
-const bool registered = register_sharded_architecture("llama", make_llama) &&
-                        register_sharded_architecture("qwen2", make_llama) &&
-                        register_sharded_architecture("qwen3", make_llama);
+const bool registered = register_sharded_architecture("llama", make_llama, true) &&
+                        register_sharded_architecture("qwen2", make_llama, true) &&
+                        register_sharded_architecture("qwen3", make_llama, true);
 
 }  // namespace
 }  // namespace fp

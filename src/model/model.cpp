@@ -15,6 +15,7 @@ namespace {
 struct Architecture {
   ShardedArchitectureFactory make;
   bool sharded = false;  // can split across tensor-parallel ranks
+  bool cuda = false;     // can run on Device::CUDA
 };
 std::map<std::string, Architecture>& registry() {
   static std::map<std::string, Architecture> r;
@@ -30,8 +31,8 @@ bool register_architecture(const std::string& arch, ArchitectureFactory factory)
   return true;
 }
 
-bool register_sharded_architecture(const std::string& arch, ShardedArchitectureFactory factory) {
-  registry()[arch] = {std::move(factory), true};
+bool register_sharded_architecture(const std::string& arch, ShardedArchitectureFactory factory, bool runs_on_cuda) {
+  registry()[arch] = {std::move(factory), true, runs_on_cuda};
   return true;
 }
 
@@ -47,6 +48,14 @@ std::unique_ptr<Model> build_model(std::shared_ptr<ModelFile> file, std::shared_
     std::string known;
     for (auto& a : registered_architectures()) known += (known.empty() ? "" : ", ") + a;
     fail(file->path, ": no architecture '", file->config.arch, "' (registered: ", known, ")");
+  }
+  if (file->device != Device::CPU) {
+    const std::string why = device_unavailable(file->device);
+    FP_CHECK(why.empty(), "--device ", device_name(file->device), ": ", why);
+    FP_CHECK(it->second.cuda, file->path, ": architecture '", file->config.arch, "' does not run on ",
+             device_name(file->device), " yet (llama, qwen2 and qwen3 do); use --device cpu");
+    FP_CHECK(!tp || tp->size() == 1, "--device ", device_name(file->device),
+             " with --tensor-parallel-size > 1 is not implemented yet (NCCL ranks are future work)");
   }
   if (tp && tp->size() > 1) {
     FP_CHECK(it->second.sharded, file->path, ": tensor parallelism is not implemented for architecture '",
@@ -106,6 +115,20 @@ int64_t ForwardBatch::gather_logit_rows(const float* x, int64_t dim, float* out)
   return static_cast<int64_t>(logit_rows.size());
 }
 
+AttentionArgs paged_attention_args(const StagedBatch& b, const KvPool& pool) {
+  AttentionArgs a{};
+  a.pos = b.positions;
+  a.n = b.n;
+  a.n_seqs = b.n_seqs;
+  a.seq_indptr = b.seq_indptr;
+  a.page_size = pool.page_size();
+  a.kv_dtype = pool.dtype();
+  a.page_indptr = b.page_indptr;
+  a.page_ids = b.page_ids;
+  a.kv_len = b.kv_len;
+  return a;
+}
+
 AttentionArgs paged_attention_args(const ForwardBatch& b, const KvPool& pool) {
   AttentionArgs a{};
   a.pos = b.positions.data();
@@ -155,7 +178,7 @@ std::unique_ptr<KvCache> Model::new_cache(int64_t capacity, int64_t page_size, D
   const int64_t n_pages = (capacity + page_size - 1) / page_size;
   KvLayout layout = kv_layout();
   layout.dtype = kv_dtype;
-  kv->pool = std::make_unique<KvPool>(layout, page_size, n_pages);
+  kv->pool = std::make_unique<KvPool>(layout, page_size, n_pages, device());
   for (int64_t p = 0; p < n_pages; ++p) kv->pages.push_back(kv->pool->blocks().allocate());
   return kv;
 }
@@ -177,7 +200,7 @@ void Model::forward(const int32_t* tokens, const int32_t* pos, int64_t n, KvCach
 }
 
 const BlockQ8_0* rmsnorm_for(RmsNormArgs norm, std::initializer_list<const Tensor*> ws, std::vector<BlockQ8_0>& blocks) {
-  bool q8 = norm.d % QK8_0 == 0 && ws.size() > 0;
+  bool q8 = norm.d % QK8_0 == 0 && ws.size() > 0 && current_device() == Device::CPU;
   for (const Tensor* w : ws) q8 = q8 && w && !w->block_scale && (w->dtype == DType::Q8_0 || w->dtype == DType::Q4_0);
   if (!q8) {
     dispatch(norm);

@@ -9,6 +9,7 @@
 #include "cache/kv_pool.h"
 #include "kernels/ops.h"
 #include "model/model_file.h"
+#include "model/placement.h"
 #include "parallel/communicator.h"
 
 namespace fp {
@@ -56,6 +57,8 @@ class Model {
   // The ranks this model's weights are split across (tensor parallel); null when not split.
   // Every rank runs the same forward calls; each holds its slice of the weights and KV heads.
   Communicator* tensor_parallel() const { return tp_.get(); }
+  // Where the weights, activations and the caches this model makes live, and its ops run.
+  Device device() const { return file_->device; }
   int tp_size() const { return tp_ ? tp_->size() : 1; }
 
   // What one token stores in the KV cache per layer (GQA K/V, or MLA's latent vector), in F32;
@@ -83,6 +86,7 @@ class Model {
 // Attention arguments with the batch's index view (tokens, sequences, block tables, lengths)
 // filled in; the caller sets heads, dims, strides, scale, pools and output.
 AttentionArgs paged_attention_args(const ForwardBatch& b, const KvPool& pool);
+AttentionArgs paged_attention_args(const StagedBatch& b, const KvPool& pool);
 
 using ArchitectureFactory = std::function<std::unique_ptr<Model>(std::shared_ptr<ModelFile>)>;
 // Dispatches `norm`. When every weight in `ws` dots Q8_0 activations (Q8_0 or Q4_0 weights),
@@ -95,7 +99,8 @@ bool register_architecture(const std::string& arch, ArchitectureFactory factory)
 // An architecture that can split itself across the ranks of `tp` (tensor parallel).
 using ShardedArchitectureFactory =
     std::function<std::unique_ptr<Model>(std::shared_ptr<ModelFile>, std::shared_ptr<Communicator> tp)>;
-bool register_sharded_architecture(const std::string& arch, ShardedArchitectureFactory factory);
+// runs_on_cuda: the architecture places itself on Device::CUDA when its file asks for it.
+bool register_sharded_architecture(const std::string& arch, ShardedArchitectureFactory factory, bool runs_on_cuda = false);
 std::vector<std::string> registered_architectures();
 // Builds the model for file->config.arch, checking every tensor's shape against the config.
 // With a communicator of more than one rank, this rank's tensor-parallel slice (an error for

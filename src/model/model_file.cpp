@@ -451,6 +451,7 @@ std::unique_ptr<ModelFile> load_model_file(const std::string& path, const LoadOp
     bar.finish();
   }
   m->load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  m->device = opts.device;
   return m;
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/device.h"
 #include "core/tensor.h"
 #include "model/config.h"
 #include "tokenizer/tokenizer.h"
@@ -19,6 +20,8 @@ struct LoadOptions {
   // Copy the weights out of the file mapping into anonymous memory backed by transparent huge
   // pages (--no-mmap): fewer TLB misses when decode streams every weight each token.
   bool use_mmap = true;
+  // Where the model runs (--device): the architecture uploads its weights there once.
+  Device device = Device::CPU;
 };
 
 struct ModelFile {
@@ -31,6 +34,7 @@ struct ModelFile {
   std::vector<std::pair<std::string, std::string>> metadata;  // file metadata as key / printable value
   uint64_t file_bytes = 0;
   double load_seconds = 0;
+  Device device = Device::CPU;  // where the model built from this file runs (LoadOptions::device)
 
   const Tensor* find(const std::string& name) const;
   // The tensor, checked against the expected shape (outermost first); throws naming the

@@ -28,6 +28,8 @@ void add_common(CLI::App* app, CommonOptions& o, bool model_required) {
   app->add_option("--tensor-parallel-size,--tp", o.tensor_parallel,
                   "split the model across this many ranks (launch as mpirun -np N; needs a build with MPI)")
       ->check(CLI::Range(1, 1 << 16));
+  app->add_option("--device", o.device, "where the model runs: cpu or cuda (weights, KV cache and every op on the GPU)")
+      ->capture_default_str();
 }
 
 bool is_output_rank() {
@@ -69,6 +71,7 @@ std::unique_ptr<Model> load_with(const CommonOptions& o) {
   LoadOptions lo;
   lo.tokenizer_path = o.tokenizer;
   lo.use_mmap = !o.no_mmap;
+  FP_CHECK(device_from_name(o.device, &lo.device), "--device '", o.device, "': expected cpu or cuda");
   // Split across ranks, each touches only the pages of its slices (prefaulting would read all).
   if (world->size() > 1) lo.prefault = false;
   std::string path = o.model.empty() ? default_model_path() : o.model;

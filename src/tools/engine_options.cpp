@@ -11,7 +11,8 @@ void add_engine_options(CLI::App* app, EngineOptions& o) {
                   "KV cache element type: auto (= f32), f32, f16 or bf16; f16/bf16 fit twice the tokens in the same memory")
       ->capture_default_str();
   app->add_option("--kv-cache-memory", o.kv_cache_memory, "KV cache budget, e.g. 4GiB (default: a fraction of free RAM)");
-  app->add_option("--kv-cache-fraction", o.kv_cache_fraction, "fraction of MemAvailable for the KV cache when --kv-cache-memory is not given")
+  app->add_option("--kv-cache-fraction,--gpu-memory-utilization", o.kv_cache_fraction,
+                  "fraction of free memory for the KV cache when --kv-cache-memory is not given (host MemAvailable; on --device cuda the GPU's free memory after the weights)")
       ->check(CLI::Range(0.001, 0.95));
   app->add_option("--max-model-len", o.max_model_len, "longest sequence (prompt + output) in tokens (default: the model's context)");
   app->add_option("--max-num-batched-tokens", o.max_num_batched_tokens, "token budget of one engine step")->check(CLI::Range(1, 1 << 24));

@@ -1,0 +1,78 @@
+// model/placement.h — running a model on a device other than the host: its weights uploaded
+// once at load (DeviceWeights), its activation buffers on that device (Activations), and each
+// step's batch index arrays staged there in one copy (StagedBatch). On the CPU all three are
+// free: no copies, the pointers are the host's.
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <vector>
+
+#include "core/device.h"
+#include "core/tensor.h"
+
+namespace fp {
+
+struct ForwardBatch;
+
+// Weights on one device. Each host tensor (and vector) is uploaded once; asking again for the
+// same host data returns the same device copy (a tied embedding and output share one).
+class DeviceWeights {
+ public:
+  explicit DeviceWeights(Device d) : device_(d) {}
+  Device device() const { return device_; }
+  // The tensor with its bytes (and block scales) on the device; t itself on the CPU.
+  const Tensor* tensor(const Tensor* t);
+  // n floats on the device; p itself on the CPU. Null stays null.
+  const float* floats(const float* p, int64_t n);
+  size_t bytes() const { return bytes_; }
+
+ private:
+  const void* upload(const void* host, size_t bytes);
+  Device device_;
+  std::map<const void*, const Tensor*> tensors_;
+  std::map<const void*, const void*> copies_;
+  std::deque<Tensor> views_;
+  std::deque<DeviceBuffer> buffers_;
+  size_t bytes_ = 0;
+};
+
+// Scratch activation buffers of one forward, on the model's device, numbered by the caller.
+class Activations {
+ public:
+  explicit Activations(Device d) : device_(d) {}
+  // Buffer `slot`, holding at least n floats (contents are not kept when it grows).
+  float* f32(size_t slot, int64_t n);
+
+ private:
+  Device device_;
+  std::vector<DeviceBuffer> buffers_;
+};
+
+// A ForwardBatch's index arrays where the kernels read them: the host vectors themselves on the
+// CPU, one upload per step otherwise. slots[i] is token i's KV slot (block table lookup).
+struct StagedBatch {
+  int64_t n = 0, n_seqs = 0, n_logits = 0;
+  const int32_t* tokens = nullptr;
+  const int32_t* positions = nullptr;
+  const int32_t* seq_indptr = nullptr;
+  const int32_t* page_indptr = nullptr;
+  const int32_t* page_ids = nullptr;
+  const int32_t* kv_len = nullptr;
+  const int32_t* logit_rows = nullptr;
+  const int64_t* slots = nullptr;
+};
+
+class BatchStager {
+ public:
+  explicit BatchStager(Device d) : device_(d), staging_(d) {}
+  StagedBatch stage(const ForwardBatch& b, int64_t page_size);
+
+ private:
+  Device device_;
+  std::vector<int64_t> slots_;
+  std::vector<uint8_t> host_;
+  DeviceBuffer staging_;
+};
+
+}  // namespace fp
