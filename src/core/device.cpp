@@ -25,9 +25,9 @@ bool device_from_name(const std::string& name, Device* out) {
   return true;
 }
 
-void register_device_memory(Device d, const DeviceMemoryOps& ops) {
+DeviceMemoryOps register_device_memory(Device d, const DeviceMemoryOps& ops) {
   FP_CHECK(d == Device::CUDA, "only the CUDA device registers memory functions");
-  g_cuda = ops;
+  return std::exchange(g_cuda, ops);
 }
 
 std::string device_unavailable(Device d) {

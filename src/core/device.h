@@ -29,7 +29,9 @@ struct DeviceMemoryOps {
   void (*synchronize)() = nullptr;  // waits for all work queued on the device
   size_t (*free_bytes)() = nullptr;  // free device memory
 };
-void register_device_memory(Device d, const DeviceMemoryOps& ops);
+// Installs a device's functions; returns the ones it replaces (tests swap in a host-memory
+// stand-in and put the real ones back).
+DeviceMemoryOps register_device_memory(Device d, const DeviceMemoryOps& ops);
 // "" when d can be used (always for the CPU), else the reason.
 std::string device_unavailable(Device d);
 // The device's functions; throws with device_unavailable(d) when it cannot be used.

@@ -1,19 +1,27 @@
 // kernels/cuda/register_cuda.cpp — registers the CUDA kernels with the op registry (backend
 // "cuda"): dispatch offers them for calls made under DeviceScope(Device::CUDA), where every
 // pointer is device memory. The kernels themselves are in the .cu files beside this one.
+#include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/registry.h"
 
 namespace fp::cuda {
 namespace {
 
+// Every CUDA kernel first refuses when no GPU can be used (the reason names why), so a process
+// without one never launches: only a stand-in device (tests/device_placement_test.cpp) gets
+// "cuda" calls there.
 template <class Args>
 Kernel<Args> cuda_kernel(void (*run)(const Args&), std::string (*refuse)(const Args&) = nullptr, const char* name = "cuda") {
   Kernel<Args> k;
   k.name = name;
   k.backend = Backend::CUDA;
   k.priority = 100;
-  if (refuse) k.refuse = refuse;
+  k.refuse = [refuse](const Args& a) {
+    std::string why = unavailable();
+    if (why.empty() && refuse) why = refuse(a);
+    return why;
+  };
   k.run = run;
   return k;
 }

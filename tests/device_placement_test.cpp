@@ -1,0 +1,268 @@
+// tests/device_placement_test.cpp — a model placed on a device other than the host.
+//
+// Without a GPU, a host-memory stand-in takes the CUDA device's place: its memory functions
+// are malloc/memcpy and every op gets a "cuda"-backend kernel named "emulated" that runs the CPU
+// reference (the real CUDA kernels refuse, naming the missing GPU). That exercises everything a
+// model does to run on a device except the GPU kernels themselves — weights uploaded once, the
+// batch staged, the KV pool and activations on the device, logits copied back, dispatch scoped
+// to the device and recorded as such in the ledger — against the same model on the CPU.
+// With a GPU, the CudaModel tests at the end run the real thing (stories260K, greedy text equal
+// to the CPU's); here they report "skipped: no GPU".
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "core/device.h"
+#include "engine/engine.h"
+#include "engine/generator.h"
+#include "kernels/ledger.h"
+#include "kernels/ops.h"
+#include "kernels/registry.h"
+#include "backend_ops.h"
+#include "test_util.h"
+
+namespace fp {
+namespace {
+
+const char* kStories = "models/stories260K/stories260K.gguf";
+
+template <class Args>
+void register_emulated() {
+  for (const auto& k : OpRegistry<Args>::instance().kernels())
+    if (k.backend == Backend::CPU && k.name == "ref") {
+      Kernel<Args> e = k;
+      e.name = "emulated";
+      e.backend = Backend::CUDA;
+      e.priority = -100;  // below the real CUDA kernels, which refuse without a GPU
+      e.reference = false;
+      register_kernel(std::move(e));
+      return;
+    }
+  FAIL() << "no CPU reference kernel for " << Args::kName;
+}
+
+// Swaps the host-memory stand-in in for the CUDA device for the life of the object.
+class EmulatedDevice {
+ public:
+  EmulatedDevice() {
+    static const bool kernels = [] {
+      register_emulated<EmbeddingArgs>();
+      register_emulated<MatMulArgs>();
+      register_emulated<RmsNormArgs>();
+      register_emulated<RopeArgs>();
+      register_emulated<AttentionArgs>();
+      register_emulated<KvWriteArgs>();
+      register_emulated<SiluMulArgs>();
+      register_emulated<AddArgs>();
+      register_emulated<SoftmaxArgs>();
+      register_emulated<ArgmaxArgs>();
+      return true;
+    }();
+    (void)kernels;
+    DeviceMemoryOps ops;
+    ops.unavailable = [] { return std::string(); };
+    ops.alloc = [](size_t bytes) { return std::malloc(bytes); };
+    ops.release = [](void* p) { std::free(p); };
+    ops.copy = [](void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); };
+    ops.fill_zero = [](void* p, size_t bytes) { std::memset(p, 0, bytes); };
+    ops.synchronize = [] {};
+    ops.free_bytes = [] { return static_cast<size_t>(1) << 30; };
+    saved_ = register_device_memory(Device::CUDA, ops);
+    invalidate_all_dispatch();
+  }
+  ~EmulatedDevice() {
+    register_device_memory(Device::CUDA, saved_);
+    invalidate_all_dispatch();
+  }
+
+ private:
+  DeviceMemoryOps saved_;
+};
+
+#define FP_REQUIRE_NO_GPU()                                                                          \
+  do {                                                                                               \
+    if (device_unavailable(Device::CUDA).empty())                                                    \
+      GTEST_SKIP() << "a GPU is present: the CudaModel tests run the real device instead of a stand-in"; \
+  } while (0)
+
+std::unique_ptr<Model> load_on(Device d) {
+  LoadOptions lo;
+  lo.device = d;
+  return load_model(test::testdata(kStories), lo);
+}
+
+std::vector<int32_t> greedy_tokens(Model& m, const std::string& prompt, int32_t n) {
+  GenerateRequest g;
+  g.prompt = m.tokenizer()->encode(prompt, true, false);
+  g.max_new_tokens = n;
+  g.sampling.temperature = 0;
+  return generate(m, g).tokens;
+}
+
+const char* kPrompts[] = {"Once upon a time", "The little dog ran", "Lily wanted to", "One day, the sun"};
+
+TEST(DevicePlacement, StandInDeviceGivesTheCpuModelsLogitsAndText) {
+  FP_REQUIRE_FILE(test::testdata(kStories));
+  FP_REQUIRE_NO_GPU();
+  auto cpu = load_on(Device::CPU);
+  EmulatedDevice dev;
+  Ledger::global().reset();
+  auto gpu = load_on(Device::CUDA);
+  ASSERT_EQ(gpu->device(), Device::CUDA);
+
+  // Logits of every position of a prompt fed as one batch.
+  const auto ids = cpu->tokenizer()->encode("Once upon a time, there was a little girl", true, false);
+  const int64_t n = static_cast<int64_t>(ids.size()), vocab = cpu->config().n_vocab;
+  std::vector<int32_t> pos(ids.size());
+  for (size_t i = 0; i < pos.size(); ++i) pos[i] = static_cast<int32_t>(i);
+  std::vector<float> want(static_cast<size_t>(n * vocab)), got(want.size(), NAN);
+  auto cpu_cache = cpu->new_cache(64), gpu_cache = gpu->new_cache(64);
+  EXPECT_EQ(cpu_cache->pool->device(), Device::CPU);
+  EXPECT_EQ(gpu_cache->pool->device(), Device::CUDA);
+  cpu->forward(ids.data(), pos.data(), n, *cpu_cache, want.data(), true);
+  gpu->forward(ids.data(), pos.data(), n, *gpu_cache, got.data(), true);
+  double err = 0, norm = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(got[i])) << "logit " << i << " not written";
+    err += (got[i] - want[i]) * (got[i] - want[i]);
+    norm += want[i] * want[i];
+  }
+  EXPECT_LT(std::sqrt(err / norm), 1e-5) << "device logits differ from the CPU's";
+
+  for (const char* p : kPrompts) EXPECT_EQ(greedy_tokens(*gpu, p, 40), greedy_tokens(*cpu, p, 40)) << p;
+
+  // The ledger recorded the device's calls as such: backend cuda, the stand-in kernel, the real
+  // CUDA kernel refused with the reason.
+  int cuda_entries = 0;
+  for (const LedgerEntry& e : Ledger::global().snapshot()) {
+    if (e.backend != "cuda") continue;
+    ++cuda_entries;
+    EXPECT_EQ(e.kernel, "emulated") << e.op;
+    EXPECT_EQ(e.shape_class.rfind("cuda: ", 0), 0u) << e.shape_class;
+    bool refused_cuda = false;
+    for (auto& [k, why] : e.refused) refused_cuda |= k == "cuda" && !why.empty();
+    if (!e.refused.empty()) {
+      EXPECT_TRUE(refused_cuda) << e.op;
+    }
+  }
+  EXPECT_GE(cuda_entries, 8);  // embedding, matmul, rmsnorm, rope, kv_write, attention, silu_mul, add
+}
+
+TEST(DevicePlacement, StandInDeviceServesABatchLikeTheCpu) {
+  FP_REQUIRE_FILE(test::testdata(kStories));
+  FP_REQUIRE_NO_GPU();
+  auto cpu = load_on(Device::CPU);
+  std::vector<std::vector<int32_t>> want;
+  for (const char* p : kPrompts) want.push_back(greedy_tokens(*cpu, p, 24));
+
+  EmulatedDevice dev;
+  auto gpu = load_on(Device::CUDA);
+  EngineConfig c;
+  c.page_size = 16;
+  c.kv_cache_bytes = 4 << 20;
+  c.max_model_len = 256;
+  c.scheduler.chunked_prefill = true;
+  c.scheduler.max_num_batched_tokens = 8;  // prefills in chunks, mixed with decodes
+  c.scheduler.max_num_seqs = 8;
+  Engine e(*gpu, c);
+  EXPECT_EQ(e.pool().device(), Device::CUDA);
+  std::vector<int64_t> ids;
+  for (const char* p : kPrompts) {
+    Request r;
+    r.prompt = gpu->tokenizer()->encode(p, true, false);
+    r.max_new_tokens = 24;
+    r.sampling.temperature = 0;
+    ids.push_back(e.add_request(r));
+  }
+  for (int guard = 0; e.has_work() && guard < 10000; ++guard) e.step();
+  ASSERT_FALSE(e.has_work());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const Sequence* s = e.sequence(ids[i]);
+    EXPECT_EQ(std::vector<int32_t>(s->tokens.begin() + s->n_prompt, s->tokens.end()), want[i]) << kPrompts[i];
+  }
+}
+
+TEST(DevicePlacement, KvPoolOnADeviceWritesReadsAndCopiesBlocks) {
+  FP_REQUIRE_NO_GPU();
+  EmulatedDevice dev;
+  for (DType t : {DType::F32, DType::F16, DType::BF16}) {
+    KvPool pool(KvLayout{2, 8, 4, t}, 4, 3, Device::CUDA);
+    auto k = test::random_floats(2 * 8, 1), v = test::random_floats(2 * 4, 2);
+    DeviceBuffer dk(Device::CUDA, k.size() * 4), dv(Device::CUDA, v.size() * 4), ds(Device::CUDA, 16);
+    const int64_t slots[2] = {1, 6};
+    copy_bytes(Device::CUDA, dk.data(), Device::CPU, k.data(), k.size() * 4);
+    copy_bytes(Device::CUDA, dv.data(), Device::CPU, v.data(), v.size() * 4);
+    copy_bytes(Device::CUDA, ds.data(), Device::CPU, slots, 16);
+    {
+      DeviceScope scope(Device::CUDA);
+      pool.write(1, ds.as<int64_t>(), 2, dk.as<float>(), dv.as<float>());
+    }
+    pool.copy_block(1, 2);  // slot 6 (block 1, offset 2) -> slot 10
+    const double tol = t == DType::F32 ? 0 : t == DType::F16 ? 1e-3 : 1e-2;
+    for (auto [slot, row] : {std::pair<int64_t, int>{1, 0}, {6, 1}, {10, 1}}) {
+      float rk[8], rv[4];
+      pool.read(1, slot, rk, rv);
+      for (int j = 0; j < 8; ++j) EXPECT_NEAR(rk[j], k[static_cast<size_t>(row * 8 + j)], tol * 4) << dtype_name(t) << " slot " << slot;
+      for (int j = 0; j < 4; ++j) EXPECT_NEAR(rv[j], v[static_cast<size_t>(row * 4 + j)], tol * 4) << dtype_name(t) << " slot " << slot;
+    }
+  }
+}
+
+TEST(DevicePlacement, NoGpuIsAClearError) {
+  FP_REQUIRE_FILE(test::testdata(kStories));
+  FP_REQUIRE_NO_GPU();
+  const std::string why = device_unavailable(Device::CUDA);
+  EXPECT_FALSE(why.empty());
+  EXPECT_THROW(DeviceBuffer(Device::CUDA, 16), Error);
+  int rc = 0;
+  std::string out = test::run_command(test::fastpath_bin() + " generate -q -m " + test::testdata(kStories) +
+                                          " -p hi -n 2 --device cuda 2>&1",
+                                      &rc);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("--device cuda: "), std::string::npos) << out;
+  EXPECT_NE(out.find(why), std::string::npos) << out;
+}
+
+// ---- the real GPU (skipped here) ----
+#define FP_REQUIRE_GPU()                                                             \
+  do {                                                                               \
+    const std::string why_ = device_unavailable(Device::CUDA);                       \
+    if (!why_.empty()) GTEST_SKIP() << "skipped: no GPU (" << why_ << ")";           \
+  } while (0)
+
+TEST(CudaModel, GreedyTextEqualsTheCpusAndLogitsAgree) {
+  FP_REQUIRE_GPU();
+  FP_REQUIRE_FILE(test::testdata(kStories));
+  auto cpu = load_on(Device::CPU);
+  auto gpu = load_on(Device::CUDA);
+  for (const char* p : kPrompts) EXPECT_EQ(greedy_tokens(*gpu, p, 64), greedy_tokens(*cpu, p, 64)) << p;
+  const auto ids = cpu->tokenizer()->encode("Once upon a time, there was a little girl", true, false);
+  const int64_t n = static_cast<int64_t>(ids.size()), vocab = cpu->config().n_vocab;
+  std::vector<int32_t> pos(ids.size());
+  for (size_t i = 0; i < pos.size(); ++i) pos[i] = static_cast<int32_t>(i);
+  std::vector<float> want(static_cast<size_t>(n * vocab)), got(want.size(), NAN);
+  auto cc = cpu->new_cache(64), gc = gpu->new_cache(64);
+  cpu->forward(ids.data(), pos.data(), n, *cc, want.data(), true);
+  gpu->forward(ids.data(), pos.data(), n, *gc, got.data(), true);
+  double err = 0, norm = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(got[i])) << "logit " << i;
+    err += (got[i] - want[i]) * (got[i] - want[i]);
+    norm += want[i] * want[i];
+  }
+  EXPECT_LT(std::sqrt(err / norm), 1e-3);
+}
+
+TEST(CudaModel, AuditStrictShowsNoFallback) {
+  FP_REQUIRE_GPU();
+  FP_REQUIRE_FILE(test::testdata(kStories));
+  int rc = 0;
+  std::string out = test::run_command(test::fastpath_bin() + " audit --strict --device cuda -m " + test::testdata(kStories) + " 2>&1", &rc);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("cuda"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace fp
