@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "model/model.h"
+#include "core/thread_pool.h"
 #include "model/synth.h"
 #include "test_util.h"
 
@@ -105,6 +106,46 @@ TEST(SynthModel, BadConfigsAreRejectedWithTheField) {
   EXPECT_THROW(write(dir, "mamba", {}, DType::F32, "x.gguf"), Error);
   EXPECT_THROW(write(dir, "llama", {{"hidden_size", 64}}, DType::Q4_K, "y.gguf"), Error);  // 64 % 256 != 0
   EXPECT_THROW(write(dir, "llama", {{"hidden_size", 64}}, DType::Q8_0, "z_hf"), Error);    // no Q8_0 in safetensors
+}
+
+}  // namespace
+}  // namespace fp
+
+namespace fp {
+namespace {
+
+// --fast-fill draws values from a counter, in parallel: the same file at any thread count, and
+// values that look like the default draws (mean ~0, unit-ish spread, nothing non-finite).
+TEST(Synth, FastFillIsTheSameAtAnyThreadCount) {
+  const std::string dir = test::temp_dir("synth_fast_fill");
+  std::vector<std::string> files;
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    SynthOptions o;
+    o.arch = "llama";
+    o.config = nlohmann::json::parse(R"({"hidden_size":64,"intermediate_size":160,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"vocab_size":300})");
+    o.type = DType::F32;
+    o.fast_fill = true;
+    o.out = dir + "/t" + std::to_string(threads) + ".gguf";
+    synth_model(o);
+    files.push_back(test::read_file(o.out));
+  }
+  set_num_threads(0);
+  ASSERT_FALSE(files[0].empty());
+  EXPECT_EQ(files[0], files[1]);
+  auto m = load_model(dir + "/t1.gguf");
+  const Tensor* w = m->file().find("blk.0.ffn_up.weight");
+  ASSERT_TRUE(w);
+  const float* v = static_cast<const float*>(w->data);
+  double sum = 0, sq = 0;
+  for (int64_t i = 0; i < w->numel(); ++i) {
+    ASSERT_TRUE(std::isfinite(v[i]));
+    sum += v[i];
+    sq += static_cast<double>(v[i]) * v[i];
+  }
+  const double mean = sum / static_cast<double>(w->numel()), sd = std::sqrt(sq / static_cast<double>(w->numel()) - mean * mean);
+  EXPECT_LT(std::abs(mean), 0.2 * sd);
+  EXPECT_GT(sd, 0.0);
 }
 
 }  // namespace

@@ -17,6 +17,13 @@ namespace fp {
 const char* device_name(Device d);                       // "cpu", "cuda"
 bool device_from_name(const std::string& name, Device* out);  // "cpu" / "cuda" (any case)
 
+// What a device's silicon allows, measured on it (bench prints figures as fractions of these).
+struct DeviceCeilings {
+  std::string name;          // e.g. "NVIDIA H200 (132 SMs, 139.8 GiB)"
+  double copy_gbps = 0;      // device-to-device copy, bytes read + bytes written per second / 1e9
+  double bf16_gflops = 0;    // dense BF16 matrix product through the vendor library (cuBLAS), GFLOP/s
+};
+
 // Memory functions of a device backend. copy() moves bytes between any two addresses of the
 // host or the device (the direction follows from the pointers, as with unified addressing);
 // every function throws fp::Error on failure, naming the call.
@@ -28,6 +35,7 @@ struct DeviceMemoryOps {
   void (*fill_zero)(void* p, size_t bytes) = nullptr;
   void (*synchronize)() = nullptr;  // waits for all work queued on the device
   size_t (*free_bytes)() = nullptr;  // free device memory
+  DeviceCeilings (*measure_ceilings)() = nullptr;  // a second or two of copies and matrix products
 };
 // Installs a device's functions; returns the ones it replaces (tests swap in a host-memory
 // stand-in and put the real ones back).

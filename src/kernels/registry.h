@@ -85,6 +85,8 @@ class OpRegistry {
     if (ledger.profiling()) {
       auto t0 = std::chrono::steady_clock::now();
       d.kernel->run(args);
+      // Device kernels return at launch: wait for this one so its time is its own.
+      if (d.kernel->backend != Backend::CPU) device_memory(Device::CUDA).synchronize();
       auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
       d.entry->nanos += static_cast<uint64_t>(ns);
     } else {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "formats/gguf.h"
 #include "formats/safetensors.h"
 #include "model/config.h"
@@ -144,12 +145,36 @@ ModelConfig config_from_json(const std::string& arch_in, const nlohmann::json& j
   return c;
 }
 
+// Counter-based normal draws: value i comes from splitmix64(key + i) alone, so a tensor fills in
+// parallel chunks with the same values at any thread count (--fast-fill, for benchmark models of
+// billions of parameters; the default Mersenne Twister stream is what the golden files were made from).
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+void fill_tensor_fast(const std::string& name, HfTensor& t, uint64_t seed, int64_t n) {
+  const uint64_t key = seed ^ name_hash(name);
+  thread_pool().parallel_for(n, 1 << 16, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const uint64_t r = splitmix64(key + static_cast<uint64_t>(i));
+      const float u1 = (static_cast<float>(r >> 40) + 1.0f) / 16777217.0f;  // (0, 1]
+      const float u2 = static_cast<float>((r >> 16) & 0xffffff) / 16777216.0f;
+      const float z = std::sqrt(-2.0f * std::log(u1)) * std::cos(6.2831853f * u2);
+      float& v = t.data[static_cast<size_t>(i)];
+      v = t.kind == 0 ? z * t.sd : t.kind == 1 ? t.base + z * t.sd : z;
+    }
+  });
+}
+
 // Draws t's values (the same ones whether made up front or lazily).
-void fill_tensor(const std::string& name, HfTensor& t, uint64_t seed) {
-  Normal rnd(seed ^ name_hash(name));
+void fill_tensor(const std::string& name, HfTensor& t, uint64_t seed, bool fast = false) {
   int64_t n = 1;
   for (auto d : t.shape) n *= d;
   t.data.resize(static_cast<size_t>(n));
+  if (fast) return fill_tensor_fast(name, t, seed, n);
+  Normal rnd(seed ^ name_hash(name));
   if (t.kind == 0)
     for (auto& v : t.data) v = rnd() * t.sd;
   else if (t.kind == 1)
@@ -465,7 +490,7 @@ void write_gguf_streaming(const SynthOptions& o, const ModelConfig& c, const Ggu
     uint64_t written = 0;
     for (const Part& part : e.parts) {
       HfTensor& t = w.at(part.src);
-      fill_tensor(part.src, t, o.seed);
+      fill_tensor(part.src, t, o.seed, o.fast_fill);
       if (!t.matrix && (o.type == DType::F16 || o.type == DType::BF16)) {  // as the in-memory path rounds them
         std::vector<uint8_t> tmp(t.data.size() * 2);
         quantize_row(o.type, t.data.data(), tmp.data(), static_cast<int64_t>(t.data.size()));
@@ -514,7 +539,7 @@ std::string synth_model(const SynthOptions& o) {
   const bool stream = gguf && (o.stream || params > (int64_t{1} << 28));
   FP_CHECK(!stream || c.rope_scaling.type != "llama3", "synth: llama3 rope scaling is not supported when streaming a GGUF");
   if (!stream)
-    for (auto& [n, t] : w) fill_tensor(n, t, o.seed);
+    for (auto& [n, t] : w) fill_tensor(n, t, o.seed, o.fast_fill);
   // Norms and biases are F32 in GGUF but take the checkpoint dtype in safetensors: round them
   // through that dtype in both, so the two files hold the same values.
   if (!stream && (o.type == DType::F16 || o.type == DType::BF16))

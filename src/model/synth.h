@@ -22,6 +22,7 @@ struct SynthOptions {
   uint64_t seed = 1;
   std::string tokenizer_json;  // optional tokenizer.json to copy into a safetensors directory
   bool split_kv_b = false;
+  bool fast_fill = false;      // counter-based random values drawn in parallel (large benchmark models)
   bool stream = false;         // GGUF: draw and write tensor by tensor (automatic above 2^28 parameters)     // deepseek GGUF: llama.cpp's newer attn_k_b / attn_v_b form instead of attn_kv_b
 };
 

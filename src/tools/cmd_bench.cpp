@@ -268,9 +268,25 @@ void add_bench(CLI::App& app) {
     }
     const ModelConfig& cfg = model->config();
     const int threads = thread_pool().size();
-    MachineCeiling ceil = machine_ceiling(threads, o->recalibrate);
-    set_num_threads(threads);
-    log_info("ceiling: ", ceil.describe());
+    const bool on_device = model->device() != Device::CPU;
+    MachineCeiling ceil;
+    if (on_device) {
+      // The GPU's ceilings, measured now: copy bandwidth for decode, the BF16 matrix rate for
+      // prefill (float and quantized weights alike run BF16/F16 tensor-core products there).
+      const DeviceCeilings dc = device_memory(model->device()).measure_ceilings();
+      ceil.cpu = dc.name;
+      ceil.read_gbps = dc.copy_gbps;
+      ceil.fma_gflops = ceil.int8_gops = dc.bf16_gflops;
+      ceil.threads = 0;
+    } else {
+      ceil = machine_ceiling(threads, o->recalibrate);
+      set_num_threads(threads);
+    }
+    const std::string machine =
+        on_device ? ceil.cpu + ": device copy " + std::to_string(static_cast<int>(ceil.read_gbps)) + " GB/s, BF16 cuBLAS " +
+                        std::to_string(static_cast<int>(ceil.fma_gflops)) + " GFLOP/s (measured now)"
+                  : ceil.describe();
+    log_info("ceiling: ", machine);
     ModelCost cost = model_cost(*model);
     // The compute roofline: integer-quantized matmuls run int8 dot products, float ones FMAs;
     // attention is float.
@@ -294,6 +310,7 @@ void add_bench(CLI::App& app) {
     j["weight_types"] = cost.weight_types;
     j["decode_weight_bytes_per_token"] = cost.weight_bytes_per_token();
     j["threads"] = threads;
+    j["device"] = device_name(model->device());
     j["kv_dtype"] = dtype_name(kv.dtype);
     j["tensor_parallel_size"] = model->tp_size();  // ceilings are measured by each rank alone
     j["ceiling"] = {{"read_gbps", ceil.read_gbps}, {"fma_gflops", ceil.fma_gflops}, {"int8_gops", ceil.int8_gops}, {"cpu", ceil.cpu}};
@@ -321,7 +338,7 @@ void add_bench(CLI::App& app) {
     }
     if (o->gen > 0) {
       // Bandwidth is measured before and after the decode runs; the larger figure is the ceiling.
-      double bw_before = measure_read_bandwidth_now();
+      double bw_before = on_device ? 0.0 : measure_read_bandwidth_now();
       std::vector<double> tps;
       for (int r = 0; r < o->warmup + o->reps; ++r) {
         auto cache = model->new_cache(o->gen + 1, 0, kv.dtype);
@@ -337,7 +354,7 @@ void add_bench(CLI::App& app) {
         if (r >= o->warmup) tps.push_back(o->gen / sec);
       }
       Stats s = stats_of(tps);
-      double bw = std::max({ceil.read_gbps, bw_before, measure_read_bandwidth_now()});
+      double bw = std::max({ceil.read_gbps, bw_before, on_device ? 0.0 : measure_read_bandwidth_now()});
       ceil.read_gbps = bw;
       j["ceiling"]["read_gbps"] = bw;
       double bytes = cost.weight_bytes_per_token() + kv_bytes(kv, o->gen / 2.0);
@@ -373,13 +390,13 @@ void add_bench(CLI::App& app) {
     }
     std::printf("model    %s (%s, %.3g params; %s; KV cache %s, %lld B/token)\n", model->file().path.c_str(), cfg.arch.c_str(),
                 cost.params, cost.weight_types.c_str(), dtype_name(kv.dtype), static_cast<long long>(kv.bytes_per_token()));
-    std::printf("machine  %s\n", ceil.describe().c_str());
+    std::printf("machine  %s\n", machine.c_str());
     std::printf("%-12s %12s %18s %14s %10s  %s\n", "test", "tok/s", "spread (min-max)", "ceiling tok/s", "fraction", "achieved");
     if (j.contains("prefill_tps"))
       std::printf("%-12s %12.2f %8.2f - %-8.2f %14.2f %9.1f%%  %.1f GFLOP/s (%s peak %.1f)\n", ("prefill " + std::to_string(o->prompt)).c_str(),
                   j["prefill_tps"].get<double>(), j["prefill_tps_min"].get<double>(), j["prefill_tps_max"].get<double>(),
                   j["prefill_ceiling_tps"].get<double>(), 100 * j["prefill_ceiling_fraction"].get<double>(),
-                  j["prefill_gflops"].get<double>(), cost.integer_matmuls ? "int8 dot" : "f32 FMA",
+                  j["prefill_gflops"].get<double>(), on_device ? "bf16 cuBLAS" : cost.integer_matmuls ? "int8 dot" : "f32 FMA",
                   matmul_rate / 1e9);
     if (j.contains("decode_tps"))
       std::printf("%-12s %12.2f %8.2f - %-8.2f %14.2f %9.1f%%  %.1f GB/s of %.1f\n", ("decode " + std::to_string(o->gen)).c_str(),

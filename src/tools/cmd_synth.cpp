@@ -15,7 +15,7 @@ void add_synth(CLI::App& app) {
   struct Opts {
     std::string arch = "llama", config = "{}", out, type = "f32", tokenizer;
     uint64_t seed = 1;
-    bool split_kv_b = false, stream = false;
+    bool split_kv_b = false, stream = false, fast_fill = false;
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("synth", "write a model with random weights: FILE.gguf, or a safetensors directory");
@@ -26,6 +26,7 @@ void add_synth(CLI::App& app) {
   cmd->add_option("--out", o->out, "output: a path ending in .gguf, or a directory (config.json + model.safetensors)")->required();
   cmd->add_option("--type", o->type, "matrix type: f32 f16 bf16 q8_0 q4_0 q4_k q6_k (GGUF), fp8 (safetensors, 128x128 block scales)");
   cmd->add_option("--seed", o->seed, "random seed");
+  cmd->add_flag("--fast-fill", o->fast_fill, "draw the random values in parallel (counter-based; other values than the default stream) for large benchmark models");
   cmd->add_option("--tokenizer", o->tokenizer, "tokenizer.json to copy into a safetensors directory");
   cmd->callback([o] {
     SynthOptions so;
@@ -35,6 +36,7 @@ void add_synth(CLI::App& app) {
     so.tokenizer_json = o->tokenizer;
     so.split_kv_b = o->split_kv_b;
     so.stream = o->stream;
+    so.fast_fill = o->fast_fill;
     FP_CHECK(dtype_from_name(o->type, &so.type), "--type '", o->type, "' is not a known tensor type");
     std::string text = o->config;
     if (!text.empty() && text[0] != '{' && file_exists(text)) {

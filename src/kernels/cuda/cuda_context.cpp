@@ -9,6 +9,7 @@
 #include "core/error.h"
 
 namespace fp::cuda {
+DeviceCeilings measure_ceilings();  // ceiling.cu
 namespace {
 
 struct Context {
@@ -87,6 +88,7 @@ const bool registered = [] {
   ops.fill_zero = mem_zero;
   ops.synchronize = mem_sync;
   ops.free_bytes = mem_free_bytes;
+  ops.measure_ceilings = measure_ceilings;
   register_device_memory(Device::CUDA, ops);
   return true;
 }();

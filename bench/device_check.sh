@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# bench/device_check.sh — the CUDA backend's whole check on the GPU machine, in one device call
+# (issue 8). Prepare first, here: bench/device_prepare.sh (builds, packs device-bundle/), then
+#   run(command="bash bench/device_check.sh", carry=["device-bundle"], timeout_s=480)
+# It runs every CUDA op test against the CPU reference and the model tests (stories260K greedy
+# text on the GPU equals the CPU's; audit --strict), measures the ceilings (device copy
+# bandwidth, cuBLAS BF16 rate), times prefill and decode on synth models of the Llama-3-8B shape
+# (8 of its 32 layers, BF16, Q8_0 and FP8 block-scaled), and prints a short table last. Logs and
+# JSON go to $OUT. Every step has its own time limit; a failing step is reported and the next runs.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+B=$PWD/device-bundle
+OUT=${OUT:-$PWD/device-out}
+mkdir -p "$OUT"
+SUMMARY=$OUT/summary.txt
+: > "$SUMMARY"
+row() { printf '%-46s %s\n' "$1" "$2" >> "$SUMMARY"; }
+step() { echo "== [${SECONDS}s] $*"; }
+
+export FASTPATH_TESTDATA=$B/testdata
+libs=$B/lib
+for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib; do [ -d "$d" ] && libs=$libs:$d; done
+pylib=$(python3 -c 'import nvidia.cublas, os; print(os.path.join(list(nvidia.cublas.__path__)[0], "lib"))' 2>/dev/null || true)
+[ -n "$pylib" ] && libs=$libs:$pylib
+export LD_LIBRARY_PATH=$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+FP=$B/bin/fastpath
+TESTS=$B/bin/fastpath_tests
+M=$B/testdata/models/stories260K/stories260K.gguf
+
+step "machine"
+nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv > "$OUT/gpu.txt" 2>&1
+cat "$OUT/gpu.txt"
+row "bundle commit" "$(cat "$B/COMMIT" 2>/dev/null)"
+row "gpu" "$(tail -n 1 "$OUT/gpu.txt")"
+if ldd "$FP" | grep -q "not found"; then
+  ldd "$FP" | tee "$OUT/ldd.txt"
+  row "binaries" "MISSING LIBRARIES (see ldd.txt)"
+  cat "$SUMMARY"
+  exit 2
+fi
+
+step "CUDA op tests and model tests"
+timeout 240 "$TESTS" --gtest_filter='Cuda*:DevicePlacement*' > "$OUT/tests.log" 2>&1
+rc=$?
+grep -E '^\[  (PASSED|FAILED|SKIPPED)  \]|^\[  FAILED  \]' "$OUT/tests.log" | head -40
+row "CUDA tests (exit $rc)" "$(grep -cE '^\[       OK \]' "$OUT/tests.log") ok, $(grep -cE '^\[  FAILED  \] [A-Za-z]' "$OUT/tests.log") failed, $(grep -cE '^\[  SKIPPED \] [A-Za-z]' "$OUT/tests.log") skipped"
+
+step "stories260K greedy text, cpu vs cuda"
+timeout 60 "$FP" generate -q -m "$M" -p "Once upon a time" -n 64 --device cpu > "$OUT/generate_cpu.txt" 2>&1
+timeout 60 "$FP" generate -q -m "$M" -p "Once upon a time" -n 64 --device cuda > "$OUT/generate_cuda.txt" 2>&1
+if cmp -s "$OUT/generate_cpu.txt" "$OUT/generate_cuda.txt"; then row "stories260K greedy 64 tokens" "same text on cuda and cpu"
+else row "stories260K greedy 64 tokens" "DIFFERENT (generate_*.txt)"; fi
+
+step "audit --strict --device cuda"
+timeout 60 "$FP" audit --strict --profile --device cuda -m "$M" > "$OUT/audit_stories.txt" 2>&1
+row "audit --strict (stories260K)" "exit $? ($(grep -c ' cuda ' "$OUT/audit_stories.txt") cuda rows)"
+
+# Llama-3-8B shape, 8 of its 32 layers (per-layer work is identical; the roofline fractions hold).
+CFG='{"hidden_size":4096,"intermediate_size":14336,"num_hidden_layers":8,"num_attention_heads":32,"num_key_value_heads":8,"vocab_size":128256,"max_position_embeddings":8192,"rope_theta":500000.0,"rms_norm_eps":1e-5,"tie_word_embeddings":false}'
+SYN=$OUT/../device-models
+mkdir -p "$SYN"
+bench_model() {  # label, model path, extra bench args...
+  local label=$1 model=$2; shift 2
+  step "bench $label"
+  timeout 150 "$FP" bench -q --device cuda -m "$model" "$@" --json > "$OUT/bench_$label.json" 2> "$OUT/bench_$label.err"
+  local rc=$?
+  if [ $rc -ne 0 ]; then row "bench $label" "FAILED (exit $rc, bench_$label.err)"; tail -n 5 "$OUT/bench_$label.err"; return; fi
+  python3 - "$OUT/bench_$label.json" "$label" >> "$SUMMARY" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1])); label = sys.argv[2]; c = j["ceiling"]
+def f(k): return j.get(k, float("nan"))
+print(f"{'ceilings':46s} copy {c['read_gbps']:.0f} GB/s, bf16 cuBLAS {c['fma_gflops']/1000:.0f} TFLOP/s")
+if "prefill_tps" in j:
+    print(f"{label + ' prefill':46s} {f('prefill_tps'):.0f} tok/s = {100*f('prefill_ceiling_fraction'):.1f}% of the bf16 rate")
+if "decode_tps" in j:
+    print(f"{label + ' decode b=1':46s} {f('decode_tps'):.1f} tok/s = {100*f('decode_ceiling_fraction'):.1f}% of copy bandwidth ({f('decode_gbps'):.0f} GB/s)")
+for e in j.get("decode_batches", []):
+    print(f"{label + ' decode b=' + str(e['batch']):46s} {e['decode_tps']:.1f} tok/s = {100*e['decode_ceiling_fraction']:.1f}% of its roofline")
+PY
+}
+for T in bf16 q8_0; do
+  step "synth llama-8B-shape $T"
+  timeout 150 "$FP" synth --arch llama --fast-fill --config "$CFG" --type $T --out "$SYN/llama8b-8l-$T.gguf" > "$OUT/synth_$T.log" 2>&1 \
+    || row "synth $T" "FAILED (synth_$T.log)"
+  [ -f "$SYN/llama8b-8l-$T.gguf" ] && bench_model "8b8l-$T" "$SYN/llama8b-8l-$T.gguf" -p 4096 -n 64 -b 16,64 -r 3 --warmup 1 --kv-cache-dtype bf16
+  rm -f "$SYN/llama8b-8l-$T.gguf"
+done
+step "synth llama-8B-shape fp8 (safetensors, 128x128 block scales)"
+timeout 150 "$FP" synth --arch llama --fast-fill --config "$CFG" --type fp8 --out "$SYN/llama8b-8l-fp8" > "$OUT/synth_fp8.log" 2>&1 \
+  || row "synth fp8" "FAILED (synth_fp8.log)"
+[ -d "$SYN/llama8b-8l-fp8" ] && bench_model "8b8l-fp8" "$SYN/llama8b-8l-fp8" -p 4096 -n 64 -r 3 --warmup 1 --kv-cache-dtype bf16
+rm -rf "$SYN"
+
+echo
+echo "==== device check summary (${SECONDS}s) ===="
+cat "$SUMMARY"
