@@ -13,6 +13,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <utility>
 
 #include "core/device.h"
 #include "engine/engine.h"
@@ -28,11 +30,20 @@ namespace {
 
 const char* kStories = "models/stories260K/stories260K.gguf";
 
+// The stand-in's graphs: while recording, the emulated kernels append their call (arguments by
+// value, as a CUDA kernel's parameters are) to a tape instead of running; a launch replays it.
+using Tape = std::vector<std::function<void()>>;
+Tape* g_recording = nullptr;
+
 template <class Args>
 void register_emulated() {
   for (const auto& k : OpRegistry<Args>::instance().kernels())
     if (k.backend == Backend::CPU && k.name == "ref") {
       Kernel<Args> e = k;
+      e.run = [inner = k.run](const Args& a) {
+        if (g_recording) g_recording->push_back([inner, a] { inner(a); });
+        else inner(a);
+      };
       e.name = "emulated";
       e.backend = Backend::CUDA;
       e.priority = -100;  // below the real CUDA kernels, which refuse without a GPU
@@ -70,15 +81,26 @@ class EmulatedDevice {
     ops.synchronize = [] {};
     ops.free_bytes = [] { return static_cast<size_t>(1) << 30; };
     saved_ = register_device_memory(Device::CUDA, ops);
+    DeviceGraphOps graphs;
+    graphs.begin_capture = [] { g_recording = new Tape; };
+    graphs.end_capture = [] { return static_cast<void*>(std::exchange(g_recording, nullptr)); };
+    graphs.abort_capture = [] { delete std::exchange(g_recording, nullptr); };
+    graphs.launch = [](void* t) {
+      for (auto& call : *static_cast<Tape*>(t)) call();
+    };
+    graphs.destroy = [](void* t) { delete static_cast<Tape*>(t); };
+    saved_graphs_ = register_device_graphs(Device::CUDA, graphs);
     invalidate_all_dispatch();
   }
   ~EmulatedDevice() {
     register_device_memory(Device::CUDA, saved_);
+    register_device_graphs(Device::CUDA, saved_graphs_);
     invalidate_all_dispatch();
   }
 
  private:
   DeviceMemoryOps saved_;
+  DeviceGraphOps saved_graphs_;
 };
 
 #define FP_REQUIRE_NO_GPU()                                                                          \
@@ -181,6 +203,57 @@ TEST(DevicePlacement, StandInDeviceServesABatchLikeTheCpu) {
   for (size_t i = 0; i < ids.size(); ++i) {
     const Sequence* s = e.sequence(ids[i]);
     EXPECT_EQ(std::vector<int32_t>(s->tokens.begin() + s->n_prompt, s->tokens.end()), want[i]) << kPrompts[i];
+  }
+}
+
+// Decode steps replay recorded graphs: the same tokens as running every step eagerly, and the
+// ledger counts the steps that were recorded, replayed, and run eagerly (with why).
+TEST(DevicePlacement, DecodeStepsReplayRecordedGraphs) {
+  FP_REQUIRE_FILE(test::testdata(kStories));
+  FP_REQUIRE_NO_GPU();
+  auto cpu = load_on(Device::CPU);
+  std::vector<std::vector<int32_t>> want;
+  for (const char* p : kPrompts) want.push_back(greedy_tokens(*cpu, p, 32));
+  EmulatedDevice dev;
+  for (bool graphs : {true, false}) {
+    Ledger::global().reset();
+    LoadOptions lo;
+    lo.device = Device::CUDA;
+    lo.device_graphs = graphs;
+    auto gpu = load_model(test::testdata(kStories), lo);
+    // One sequence alone, then four decoding together through the engine.
+    EXPECT_EQ(greedy_tokens(*gpu, kPrompts[0], 32), want[0]);
+    EngineConfig c;
+    c.page_size = 16;
+    c.kv_cache_bytes = 4 << 20;
+    c.max_model_len = 256;
+    c.scheduler.max_num_seqs = 8;
+    Engine e(*gpu, c);
+    std::vector<int64_t> ids;
+    for (const char* p : kPrompts) {
+      Request r;
+      r.prompt = gpu->tokenizer()->encode(p, true, false);
+      r.max_new_tokens = 32;
+      r.sampling.temperature = 0;
+      ids.push_back(e.add_request(r));
+    }
+    for (int guard = 0; e.has_work() && guard < 10000; ++guard) e.step();
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const Sequence* s = e.sequence(ids[i]);
+      EXPECT_EQ(std::vector<int32_t>(s->tokens.begin() + s->n_prompt, s->tokens.end()), want[i])
+          << kPrompts[i] << (graphs ? " with graphs" : " eager");
+    }
+    auto steps = Ledger::global().steps();
+    if (graphs) {
+      EXPECT_GT(steps["replayed"], 30u);  // most decode steps
+      EXPECT_GE(steps["recorded"], 2u);   // batch 1 alone, batch 4 in the engine (and smaller as sequences finish)
+      EXPECT_GE(steps["eager: prefill or mixed step"], 2u);
+      EXPECT_GE(steps["eager: first step of its shape (buffers are allocated)"], 2u);
+    } else {
+      EXPECT_EQ(steps.count("replayed"), 0u);
+      EXPECT_GT(steps["eager: graphs off (--no-cuda-graphs)"], 30u);
+    }
+    EXPECT_NE(Ledger::global().table().find("device steps:"), std::string::npos);
   }
 }
 

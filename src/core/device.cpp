@@ -1,6 +1,7 @@
 // core/device.cpp — the device memory table, DeviceBuffer and the thread's execution device.
 #include "core/device.h"
 
+#include <atomic>
 #include <cctype>
 #include <cstdlib>
 #include <cstring>
@@ -11,6 +12,8 @@
 namespace fp {
 namespace {
 DeviceMemoryOps g_cuda;  // filled by the CUDA backend's registrar when it is compiled in
+DeviceGraphOps g_cuda_graphs;
+std::atomic<uint64_t> g_epoch{0};
 thread_local Device t_device = Device::CPU;
 }  // namespace
 
@@ -29,6 +32,19 @@ DeviceMemoryOps register_device_memory(Device d, const DeviceMemoryOps& ops) {
   FP_CHECK(d == Device::CUDA, "only the CUDA device registers memory functions");
   return std::exchange(g_cuda, ops);
 }
+
+DeviceGraphOps register_device_graphs(Device d, const DeviceGraphOps& ops) {
+  FP_CHECK(d == Device::CUDA, "only the CUDA device registers graph functions");
+  return std::exchange(g_cuda_graphs, ops);
+}
+
+const DeviceGraphOps* device_graphs(Device d) {
+  if (d == Device::CPU || !g_cuda_graphs.begin_capture || !device_unavailable(d).empty()) return nullptr;
+  return &g_cuda_graphs;
+}
+
+uint64_t device_memory_epoch() { return g_epoch.load(); }
+void note_device_allocation() { ++g_epoch; }
 
 std::string device_unavailable(Device d) {
   if (d == Device::CPU) return "";
@@ -70,6 +86,7 @@ void DeviceBuffer::reserve(size_t bytes) {
     FP_CHECK(data_, "out of host memory allocating ", bytes, " bytes");
   } else {
     data_ = device_memory(device_).alloc(bytes);
+    note_device_allocation();
   }
   bytes_ = bytes;
 }

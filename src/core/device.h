@@ -48,6 +48,22 @@ const DeviceMemoryOps& device_memory(Device d);
 // Bytes between host and device memory (either side may be the host; CPU-to-CPU is memcpy).
 void copy_bytes(Device dst_dev, void* dst, Device src_dev, const void* src, size_t bytes);
 
+// Recording a device's queued work as a graph and replaying it (CUDA graphs): a decode step's
+// hundreds of kernel launches become one. Registered by the CUDA backend; null elsewhere.
+struct DeviceGraphOps {
+  void (*begin_capture)() = nullptr;  // work queued from now on is recorded, not run
+  void* (*end_capture)() = nullptr;   // the recording as an executable graph; throws if capture failed
+  void (*abort_capture)() = nullptr;  // ends a capture after an error, discarding it (never throws)
+  void (*launch)(void* graph) = nullptr;
+  void (*destroy)(void* graph) = nullptr;
+};
+DeviceGraphOps register_device_graphs(Device d, const DeviceGraphOps& ops);
+const DeviceGraphOps* device_graphs(Device d);  // null when the device has none
+// Bumped whenever device memory is (re)allocated: a recorded graph holds raw addresses, so one
+// recorded under another epoch may point at freed memory and must be recorded again.
+uint64_t device_memory_epoch();
+void note_device_allocation();
+
 // An owning, uninitialised byte buffer on one device, grown (never shrunk) by reserve().
 class DeviceBuffer {
  public:

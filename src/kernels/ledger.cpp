@@ -36,6 +36,17 @@ void Ledger::reset() {
   invalidate_all_dispatch();  // cached decisions point into the entries
   std::lock_guard<std::mutex> lock(mu_);
   entries_.clear();
+  steps_.clear();
+}
+
+void Ledger::note_step(const std::string& how) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++steps_[how];
+}
+
+std::map<std::string, uint64_t> Ledger::steps() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return steps_;
 }
 
 std::vector<std::string> Ledger::fallbacks() const {
@@ -62,6 +73,12 @@ std::string Ledger::table() const {
     os << "  " << status << "\n";
     for (auto& [k, why] : e.refused) os << "    refused " << k << ": " << why << "\n";
   }
+  auto st = steps();
+  if (!st.empty()) {
+    os << "device steps:";
+    for (auto& [how, n] : st) os << "  " << how << " x" << n;
+    os << "\n";
+  }
   return os.str();
 }
 
@@ -84,6 +101,7 @@ std::string Ledger::json() const {
     j["entries"].push_back(r);
   }
   j["fallbacks"] = fallbacks();
+  j["device_steps"] = steps();
   return j.dump(2);
 }
 
@@ -102,6 +120,7 @@ std::string Ledger::summary_line() const {
   os << "ledger: " << ops.size() << " ops, " << entries.size() << " shape classes, " << fallbacks << " fallbacks, "
      << refs << " on reference kernels; kernels:";
   for (auto& [k, n] : kernels) os << ' ' << k;
+  for (auto& [how, n] : steps()) os << "; steps " << how << " x" << n;
   return os.str();
 }
 

@@ -34,6 +34,12 @@ class Ledger {
   bool profiling() const { return profiling_; }
   void set_profiling(bool on) { profiling_ = on; }
 
+  // Graph coverage of the forward steps run on a device: how each step ran — "replayed" (a
+  // recorded CUDA graph), "recorded" (captured, then replayed), or "eager: <why not a graph>".
+  // Calls made inside a recording are counted once in the entries; replays only here.
+  void note_step(const std::string& how);
+  std::map<std::string, uint64_t> steps() const;
+
   // Ops whose entries include a fallback (for --strict).
   std::vector<std::string> fallbacks() const;
   std::string table() const;       // human-readable, one row per entry
@@ -43,6 +49,7 @@ class Ledger {
  private:
   mutable std::mutex mu_;
   std::map<std::pair<std::string, std::string>, LedgerEntry> entries_;
+  std::map<std::string, uint64_t> steps_;
   bool profiling_ = false;
 };
 

@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstring>
 #include <deque>
+#include <map>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -132,50 +133,51 @@ class LlamaModel : public Model {
     att.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
     att.out = att_out;
 
-    dispatch(EmbeddingArgs{embed_, sb.tokens, n, x});
-    for (size_t l = 0; l < layers_.size(); ++l) {
-      const LlamaLayer& L = layers_[l];
-      const BlockQ8_0* hq = rmsnorm_for({x, L.attn_norm, n, c.dim, c.rms_eps, h}, {L.wq, L.wk, L.wv}, hq_);
-      dispatch(MatMulArgs{h, n, L.wq, L.bq, q, hq});
-      dispatch(MatMulArgs{h, n, L.wk, L.bk, k, hq});
-      dispatch(MatMulArgs{h, n, L.wv, L.bv, v, hq});
-      if (c.qk_norm) {
-        dispatch(RmsNormArgs{q, L.q_norm, n * heads_, c.head_dim, c.rms_eps, q});
-        dispatch(RmsNormArgs{k, L.k_norm, n * kv_heads_, c.head_dim, c.rms_eps, k});
-      }
-      dispatch(RopeArgs{q, pos, n, heads_, c.head_dim, c.rot_dim, q_dim, inv_freq_at_, 1.0f, c.rope_style});
-      dispatch(RopeArgs{k, pos, n, kv_heads_, c.head_dim, c.rot_dim, kv_dim, inv_freq_at_, 1.0f, c.rope_style});
-      pool.write(static_cast<int64_t>(l), sb.slots, n, k, v);
-      att.k_pool = pool.k(static_cast<int64_t>(l));
-      att.v_pool = pool.v(static_cast<int64_t>(l));
-      dispatch(att);
-      dispatch(MatMulArgs{att_out, n, L.wo, nullptr, h});
-      if (tp_size() > 1) dispatch(AllReduceArgs{tp_.get(), h, n * c.dim});  // sum the heads' shares
-      dispatch(AddArgs{x, h, n * c.dim, x});
-
-      hq = rmsnorm_for({x, L.ffn_norm, n, c.dim, c.rms_eps, h}, {L.w_gate, L.w_up}, hq_);
-      dispatch(MatMulArgs{h, n, L.w_gate, nullptr, gate, hq});
-      dispatch(MatMulArgs{h, n, L.w_up, nullptr, up, hq});
-      dispatch(SiluMulArgs{gate, up, n, L.ffn_width, 0, 0, gate});
-      dispatch(MatMulArgs{gate, n, L.w_down, nullptr, h});
-      if (tp_size() > 1) dispatch(AllReduceArgs{tp_.get(), h, n * c.dim});  // sum the FFN shares
-      dispatch(AddArgs{x, h, n * c.dim, x});
-    }
-
-    // Final norm and output projection, only for the rows whose logits are wanted (gathered by
-    // the embedding op over x seen as a [n, dim] table).
     const int64_t rows = sb.n_logits;
-    if (rows == 0) return;
-    const Tensor x_rows = on_device(Tensor::view(x, DType::F32, {n, c.dim}));
-    dispatch(EmbeddingArgs{&x_rows, sb.logit_rows, rows, h});
-    dispatch(RmsNormArgs{h, output_norm_, rows, c.dim, c.rms_eps, h});
-    if (device() == Device::CPU) {
-      dispatch(MatMulArgs{h, rows, output_, nullptr, logits});
-      return;
-    }
-    float* dev_logits = act_.f32(8, rows * c.n_vocab);
-    dispatch(MatMulArgs{h, rows, output_, nullptr, dev_logits});
-    copy_bytes(Device::CPU, logits, device(), dev_logits, static_cast<size_t>(rows * c.n_vocab) * sizeof(float));
+    float* out_logits = device() == Device::CPU ? logits : act_.f32(8, rows * c.n_vocab);
+    // Every op of the step, on the device: replayed as one recorded graph for repeated decode shapes.
+    graphs_.run(n, sb.n_seqs, rows, &pool, [&] {
+      dispatch(EmbeddingArgs{embed_, sb.tokens, n, x});
+      for (size_t l = 0; l < layers_.size(); ++l) {
+        const LlamaLayer& L = layers_[l];
+        const BlockQ8_0* hq = rmsnorm_for({x, L.attn_norm, n, c.dim, c.rms_eps, h}, {L.wq, L.wk, L.wv}, hq_);
+        dispatch(MatMulArgs{h, n, L.wq, L.bq, q, hq});
+        dispatch(MatMulArgs{h, n, L.wk, L.bk, k, hq});
+        dispatch(MatMulArgs{h, n, L.wv, L.bv, v, hq});
+        if (c.qk_norm) {
+          dispatch(RmsNormArgs{q, L.q_norm, n * heads_, c.head_dim, c.rms_eps, q});
+          dispatch(RmsNormArgs{k, L.k_norm, n * kv_heads_, c.head_dim, c.rms_eps, k});
+        }
+        dispatch(RopeArgs{q, pos, n, heads_, c.head_dim, c.rot_dim, q_dim, inv_freq_at_, 1.0f, c.rope_style});
+        dispatch(RopeArgs{k, pos, n, kv_heads_, c.head_dim, c.rot_dim, kv_dim, inv_freq_at_, 1.0f, c.rope_style});
+        pool.write(static_cast<int64_t>(l), sb.slots, n, k, v);
+        att.k_pool = pool.k(static_cast<int64_t>(l));
+        att.v_pool = pool.v(static_cast<int64_t>(l));
+        dispatch(att);
+        dispatch(MatMulArgs{att_out, n, L.wo, nullptr, h});
+        if (tp_size() > 1) dispatch(AllReduceArgs{tp_.get(), h, n * c.dim});  // sum the heads' shares
+        dispatch(AddArgs{x, h, n * c.dim, x});
+
+        hq = rmsnorm_for({x, L.ffn_norm, n, c.dim, c.rms_eps, h}, {L.w_gate, L.w_up}, hq_);
+        dispatch(MatMulArgs{h, n, L.w_gate, nullptr, gate, hq});
+        dispatch(MatMulArgs{h, n, L.w_up, nullptr, up, hq});
+        dispatch(SiluMulArgs{gate, up, n, L.ffn_width, 0, 0, gate});
+        dispatch(MatMulArgs{gate, n, L.w_down, nullptr, h});
+        if (tp_size() > 1) dispatch(AllReduceArgs{tp_.get(), h, n * c.dim});  // sum the FFN shares
+        dispatch(AddArgs{x, h, n * c.dim, x});
+      }
+      // Final norm and output projection, only for the rows whose logits are wanted (gathered by
+      // the embedding op over x seen as a [n, dim] table).
+      if (rows == 0) return;
+      // One view per step size, kept: a recorded graph of this size reads it when replayed.
+      Tensor& x_rows = x_rows_[n];
+      x_rows = on_device(Tensor::view(x, DType::F32, {n, c.dim}));
+      dispatch(EmbeddingArgs{&x_rows, sb.logit_rows, rows, h});
+      dispatch(RmsNormArgs{h, output_norm_, rows, c.dim, c.rms_eps, h});
+      dispatch(MatMulArgs{h, rows, output_, nullptr, out_logits});
+    });
+    if (device() != Device::CPU && rows > 0)
+      copy_bytes(Device::CPU, logits, device(), out_logits, static_cast<size_t>(rows * c.n_vocab) * sizeof(float));
   }
 
  private:
@@ -253,6 +255,8 @@ class LlamaModel : public Model {
   DeviceWeights weights_{device()};
   Activations act_{device()};     // x, h, q, k, v, attention out, gate, up, device logits
   BatchStager stager_{device()};
+  StepGraphs graphs_{device(), file_->device_graphs};
+  std::map<int64_t, Tensor> x_rows_;  // x seen as a table of n rows, for gathering the logit rows
   std::vector<BlockQ8_0> hq_;  // the normalised input quantized once for Q8_0/Q4_0 matmuls
 };
 

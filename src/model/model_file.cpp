@@ -452,6 +452,7 @@ std::unique_ptr<ModelFile> load_model_file(const std::string& path, const LoadOp
   }
   m->load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   m->device = opts.device;
+  m->device_graphs = opts.device_graphs;
   return m;
 }
 

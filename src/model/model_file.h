@@ -22,6 +22,7 @@ struct LoadOptions {
   bool use_mmap = true;
   // Where the model runs (--device): the architecture uploads its weights there once.
   Device device = Device::CPU;
+  bool device_graphs = true;  // decode steps on a GPU replay recorded CUDA graphs (--no-cuda-graphs)
 };
 
 struct ModelFile {
@@ -35,6 +36,7 @@ struct ModelFile {
   uint64_t file_bytes = 0;
   double load_seconds = 0;
   Device device = Device::CPU;  // where the model built from this file runs (LoadOptions::device)
+  bool device_graphs = true;    // LoadOptions::device_graphs
 
   const Tensor* find(const std::string& name) const;
   // The tensor, checked against the expected shape (outermost first); throws naming the

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "kernels/ledger.h"
 #include "model/model.h"
 
 namespace fp {
@@ -64,7 +65,10 @@ StagedBatch BatchStager::stage(const ForwardBatch& b, int64_t page_size) {
     s.slots = slots_.data();
     return s;
   }
-  // One host image of every array (8-byte aligned pieces), one copy to the device.
+  // One host image of every array (8-byte aligned pieces), one copy to the device. The pieces
+  // whose sizes follow from (tokens, sequences, logit rows) come first and the block tables,
+  // whose length grows as sequences do, last: a step graph recorded for one shape then finds
+  // every array where it was recorded.
   struct Piece {
     const void* src;
     size_t bytes;
@@ -73,8 +77,8 @@ StagedBatch BatchStager::stage(const ForwardBatch& b, int64_t page_size) {
   auto pieces = std::vector<Piece>{
       {slots_.data(), slots_.size() * 8, 0},           {b.tokens.data(), b.tokens.size() * 4, 0},
       {b.positions.data(), b.positions.size() * 4, 0}, {b.seq_indptr.data(), b.seq_indptr.size() * 4, 0},
-      {b.page_indptr.data(), b.page_indptr.size() * 4, 0}, {b.page_ids.data(), b.page_ids.size() * 4, 0},
-      {b.kv_len.data(), b.kv_len.size() * 4, 0},       {b.logit_rows.data(), b.logit_rows.size() * 4, 0}};
+      {b.page_indptr.data(), b.page_indptr.size() * 4, 0}, {b.kv_len.data(), b.kv_len.size() * 4, 0},
+      {b.logit_rows.data(), b.logit_rows.size() * 4, 0}, {b.page_ids.data(), b.page_ids.size() * 4, 0}};
   size_t total = 0;
   for (Piece& p : pieces) {
     p.at = total;
@@ -91,10 +95,71 @@ StagedBatch BatchStager::stage(const ForwardBatch& b, int64_t page_size) {
   s.positions = reinterpret_cast<const int32_t*>(base + pieces[2].at);
   s.seq_indptr = reinterpret_cast<const int32_t*>(base + pieces[3].at);
   s.page_indptr = reinterpret_cast<const int32_t*>(base + pieces[4].at);
-  s.page_ids = reinterpret_cast<const int32_t*>(base + pieces[5].at);
-  s.kv_len = reinterpret_cast<const int32_t*>(base + pieces[6].at);
-  s.logit_rows = reinterpret_cast<const int32_t*>(base + pieces[7].at);
+  s.kv_len = reinterpret_cast<const int32_t*>(base + pieces[5].at);
+  s.logit_rows = reinterpret_cast<const int32_t*>(base + pieces[6].at);
+  s.page_ids = reinterpret_cast<const int32_t*>(base + pieces[7].at);
   return s;
+}
+
+StepGraphs::~StepGraphs() {
+  const DeviceGraphOps* g = device_graphs(device_);
+  for (auto& [k, e] : graphs_)
+    if (e.graph && g) g->destroy(e.graph);
+}
+
+void StepGraphs::run(int64_t n, int64_t n_seqs, int64_t n_logits, const void* pool_key, const std::function<void()>& body) {
+  if (device_ == Device::CPU) return body();
+  Ledger& ledger = Ledger::global();
+  const DeviceGraphOps* g = device_graphs(device_);
+  std::string why;
+  if (!enabled_) why = "graphs off (--no-cuda-graphs)";
+  else if (!g) why = "the device records no graphs";
+  else if (n != n_seqs) why = "prefill or mixed step";
+  else if (ledger.profiling()) why = "profiling (each kernel is timed alone)";
+  else if (graphs_.size() >= 256 && !graphs_.count(Key{n, n_seqs, n_logits, pool_key})) why = "256 step shapes recorded already";
+  if (!why.empty()) {
+    ledger.note_step("eager: " + why);
+    return body();
+  }
+  Entry& e = graphs_[Key{n, n_seqs, n_logits, pool_key}];
+  if (e.failed) {
+    ledger.note_step("eager: recording this shape failed before");
+    return body();
+  }
+  if (e.graph && e.epoch == device_memory_epoch()) {
+    g->launch(e.graph);
+    ledger.note_step("replayed");
+    return;
+  }
+  if (e.graph) {  // device memory moved since: the graph may point at freed buffers
+    g->destroy(e.graph);
+    e.graph = nullptr;
+  }
+  if (++e.seen == 1) {
+    ledger.note_step("eager: first step of its shape (buffers are allocated)");
+    return body();
+  }
+  const uint64_t epoch = device_memory_epoch();
+  g->begin_capture();
+  try {
+    body();
+    e.graph = g->end_capture();
+  } catch (const std::exception& err) {
+    g->abort_capture();
+    e.failed = true;
+    ledger.note_step(std::string("eager: recording failed: ") + err.what());
+    return body();  // nothing of the step ran while it was being recorded
+  }
+  if (device_memory_epoch() != epoch) {  // something allocated while recording: do not trust it
+    g->destroy(e.graph);
+    e.graph = nullptr;
+    e.failed = true;
+    ledger.note_step("eager: memory was allocated while recording");
+    return body();
+  }
+  e.epoch = epoch;
+  g->launch(e.graph);
+  ledger.note_step("recorded");
 }
 
 }  // namespace fp

@@ -5,7 +5,10 @@
 #pragma once
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/device.h"
@@ -73,6 +76,35 @@ class BatchStager {
   std::vector<int64_t> slots_;
   std::vector<uint8_t> host_;
   DeviceBuffer staging_;
+};
+
+// Forward steps as device graphs (CUDA graphs): the device work of a step — hundreds of kernel
+// launches — recorded once per step shape and replayed as one launch. A shape's first step runs
+// eagerly (its buffers and scratch get allocated), the second is recorded and replayed, later
+// ones replay, as long as no device memory was reallocated since (device_memory_epoch). Only
+// decode steps (one token per sequence) are candidates: their shapes repeat. Each step's way
+// is counted in the ledger (Ledger::note_step), with the reason when it ran eagerly.
+class StepGraphs {
+ public:
+  StepGraphs(Device d, bool enabled) : device_(d), enabled_(enabled) {}
+  ~StepGraphs();
+  StepGraphs(const StepGraphs&) = delete;
+  StepGraphs& operator=(const StepGraphs&) = delete;
+  // Runs `body` (device work only: no host synchronisation, no allocation) for a step of batch
+  // shape (n tokens, n_seqs sequences, n_logits logit rows) writing into `pool_key`'s cache.
+  void run(int64_t n, int64_t n_seqs, int64_t n_logits, const void* pool_key, const std::function<void()>& body);
+
+ private:
+  using Key = std::tuple<int64_t, int64_t, int64_t, const void*>;
+  struct Entry {
+    void* graph = nullptr;
+    uint64_t epoch = 0;
+    int seen = 0;
+    bool failed = false;  // recording failed once: this shape runs eagerly from now on
+  };
+  Device device_;
+  bool enabled_;
+  std::map<Key, Entry> graphs_;
 };
 
 }  // namespace fp

@@ -30,6 +30,7 @@ void add_common(CLI::App* app, CommonOptions& o, bool model_required) {
       ->check(CLI::Range(1, 1 << 16));
   app->add_option("--device", o.device, "where the model runs: cpu or cuda (weights, KV cache and every op on the GPU)")
       ->capture_default_str();
+  app->add_flag("--no-cuda-graphs", o.no_cuda_graphs, "on --device cuda, run every decode step eagerly instead of replaying recorded CUDA graphs");
 }
 
 bool is_output_rank() {
@@ -72,6 +73,7 @@ std::unique_ptr<Model> load_with(const CommonOptions& o) {
   lo.tokenizer_path = o.tokenizer;
   lo.use_mmap = !o.no_mmap;
   FP_CHECK(device_from_name(o.device, &lo.device), "--device '", o.device, "': expected cpu or cuda");
+  lo.device_graphs = !o.no_cuda_graphs;
   // Split across ranks, each touches only the pages of its slices (prefaulting would read all).
   if (world->size() > 1) lo.prefault = false;
   std::string path = o.model.empty() ? default_model_path() : o.model;

@@ -21,6 +21,7 @@ struct CommonOptions {
   bool no_mmap = false;
   int tensor_parallel = 1;         // ranks the model is split across (mpirun -np N)
   std::string device = "cpu";      // where the model runs: cpu or cuda
+  bool no_cuda_graphs = false;
 };
 
 // Adds -m, --tokenizer, -t, --kernel, --profile, -q, --no-mmap, --tensor-parallel-size, --device to a subcommand.

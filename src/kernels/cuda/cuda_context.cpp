@@ -42,6 +42,11 @@ Context& ctx() {
     FP_CUDA(cudaStreamCreateWithFlags(&c2->stream, cudaStreamNonBlocking));
     FP_CUBLAS(cublasCreate(&c2->cublas));
     FP_CUBLAS(cublasSetStream(c2->cublas, c2->stream));
+    // A workspace of our own, so cuBLAS never allocates while a graph is being recorded.
+    void* ws = nullptr;
+    const size_t ws_bytes = size_t{32} << 20;
+    FP_CUDA(cudaMalloc(&ws, ws_bytes));
+    FP_CUBLAS(cublasSetWorkspace(c2->cublas, ws, ws_bytes));
     FP_CUDA(cudaDeviceGetAttribute(&c2->sm_count, cudaDevAttrMultiProcessorCount, 0));
     return c2;
   }();
@@ -79,7 +84,36 @@ size_t mem_free_bytes() {
   return free_b;
 }
 
+// ---- core/device.h graph functions ----
+void graph_begin() { FP_CUDA(cudaStreamBeginCapture(ctx().stream, cudaStreamCaptureModeThreadLocal)); }
+void* graph_end() {
+  cudaGraph_t g = nullptr;
+  FP_CUDA(cudaStreamEndCapture(ctx().stream, &g));
+  cudaGraphExec_t exec = nullptr;
+  cudaError_t e = cudaGraphInstantiate(&exec, g, 0);
+  cudaGraphDestroy(g);
+  FP_CUDA(e);
+  return exec;
+}
+void graph_abort() {
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(ctx().stream, &st) == cudaSuccess && st != cudaStreamCaptureStatusNone) {
+    cudaGraph_t g = nullptr;
+    if (cudaStreamEndCapture(ctx().stream, &g) == cudaSuccess && g) cudaGraphDestroy(g);
+  }
+  cudaGetLastError();
+}
+void graph_launch(void* exec) { FP_CUDA(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec), ctx().stream)); }
+void graph_destroy(void* exec) { cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec)); }
+
 const bool registered = [] {
+  DeviceGraphOps graphs;
+  graphs.begin_capture = graph_begin;
+  graphs.end_capture = graph_end;
+  graphs.abort_capture = graph_abort;
+  graphs.launch = graph_launch;
+  graphs.destroy = graph_destroy;
+  register_device_graphs(Device::CUDA, graphs);
   DeviceMemoryOps ops;
   ops.unavailable = mem_unavailable;
   ops.alloc = mem_alloc;
@@ -114,6 +148,7 @@ void* scratch(size_t bytes, int slot) {
     }
     p = mem_alloc(bytes);
     have = bytes;
+    note_device_allocation();  // graphs recorded with the old region must be recorded again
   }
   return p;
 }
