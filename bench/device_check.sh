@@ -83,6 +83,9 @@ for T in bf16 q8_0; do
   timeout 150 "$FP" synth --arch llama --fast-fill --config "$CFG" --type $T --out "$SYN/llama8b-8l-$T.gguf" > "$OUT/synth_$T.log" 2>&1 \
     || row "synth $T" "FAILED (synth_$T.log)"
   [ -f "$SYN/llama8b-8l-$T.gguf" ] && bench_model "8b8l-$T" "$SYN/llama8b-8l-$T.gguf" -p 4096 -n 64 -b 16,64 -r 3 --warmup 1 --kv-cache-dtype bf16
+  # Decode with every step eager, for the CUDA-graph comparison (issue 8: batch 64 with and without).
+  [ "$T" = bf16 ] && [ -f "$SYN/llama8b-8l-$T.gguf" ] && \
+    bench_model "8b8l-$T-nographs" "$SYN/llama8b-8l-$T.gguf" -p 0 -n 64 -b 64 -r 3 --warmup 1 --kv-cache-dtype bf16 --no-cuda-graphs
   rm -f "$SYN/llama8b-8l-$T.gguf"
 done
 step "synth llama-8B-shape fp8 (safetensors, 128x128 block scales)"
