@@ -158,8 +158,10 @@ void run_all_kv_dtypes(const std::vector<AttnCase>& cases, Coverage& cov) {
 
 // (heads, kv_heads): GQA ratios 1, 2, 4, 7 (Qwen2-7B's 28/4), 8, 16.
 const std::vector<std::pair<int64_t, int64_t>> kHeads = {{4, 4}, {4, 2}, {8, 2}, {28, 4}, {8, 1}, {32, 2}};
-// (head_dim, v_dim): stories260K's 8, 16, 64, 96, 128, 256, DeepSeek's 192/128, and an odd one.
-const std::vector<std::pair<int64_t, int64_t>> kDims = {{8, 8}, {16, 16}, {64, 64}, {96, 96}, {128, 128}, {256, 256}, {192, 128}, {80, 72}};
+// (head_dim, v_dim): stories260K's 8, 16, 64, 96, 128, 256, DeepSeek's 192/128, v_dim != head_dim,
+// and 18 (rows the 16-byte K/V loads cannot take: the element-wise path).
+const std::vector<std::pair<int64_t, int64_t>> kDims = {{8, 8},     {16, 16},   {64, 64}, {96, 96}, {128, 128},
+                                                        {256, 256}, {192, 128}, {80, 72}, {18, 18}};
 
 TEST(CudaOpsAttention, DecodeAgainstTheReference) {
   FP_SKIP_WITHOUT_GPU();

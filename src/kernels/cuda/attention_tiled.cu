@@ -8,8 +8,8 @@
 //
 // A block owns R rows (query token, query head) that read the same KV head. It walks its
 // sequence's visible positions in tiles of T: the tile's slots (through the page table), then
-// K and V rows converted to f32 in shared memory (rows padded by one float: conflict-free
-// column reads), scores for every (row, position) pair, an online-softmax update per row (one
+// K and V rows converted to f32 in shared memory (16-byte loads where the dims, strides and
+// pools allow; rows padded by one float: conflict-free column reads), scores for every (row, position) pair, an online-softmax update per row (one
 // warp per row), and acc[row, d] += p * V. Each row has its own causal limit
 // min(pos[i], kv_len[s] - 1) + 1, so scrambled positions and positions beyond kv_len are fine.
 // A token tile may straddle sequences (the host does not know seq_indptr): the block handles
@@ -49,6 +49,7 @@ struct TileParams {
   const int32_t* kv_len;
   float scale;
   int bq, hb, head_chunks, tile, nsplit;
+  bool vec;  // K/V rows load 16 bytes at a time (dims, strides and pools aligned to that)
   float* out;       // nsplit == 1
   float* part_acc;  // nsplit > 1: [n, n_heads, nsplit, v_dim]
   float* part_ml;   // [n, n_heads, nsplit, 2]: running max, sum
@@ -58,6 +59,46 @@ __device__ __forceinline__ float kv_load(const uint8_t* pool, DType t, int64_t i
   if (t == DType::F32) return __ldg(reinterpret_cast<const float*>(pool) + index);
   const uint16_t bits = __ldg(reinterpret_cast<const uint16_t*>(pool) + index);
   return t == DType::F16 ? half_bits_to_float(bits) : bf16_bits_to_float(bits);
+}
+
+// Rows of a K or V tile into shared memory as f32: dst[t][0..width) for t < nt (zeros beyond),
+// row pitch width + 1. Element d of row t is pool[slots[t] * stride + off + d]. vec: 16-byte loads
+// (4 F32 or 8 F16/BF16 values), else one element per load; coalesced along the row either way.
+__device__ __forceinline__ void load_tile(const uint8_t* pool, DType dt, int64_t stride, int64_t off, int width,
+                                          const int64_t* slots, int nt, int T, bool vec, float* dst) {
+  if (vec) {
+    const int per = dt == DType::F32 ? 4 : 8, nv = width / per;
+    for (int e = threadIdx.x; e < T * nv; e += kThreads) {
+      const int t = e / nv, d0 = (e % nv) * per;
+      float* out = dst + t * (width + 1) + d0;
+      if (t >= nt) {
+        for (int j = 0; j < per; ++j) out[j] = 0.0f;
+        continue;
+      }
+      const int64_t idx = slots[t] * stride + off + d0;
+      if (dt == DType::F32) {
+        const float4 v = __ldg(reinterpret_cast<const float4*>(pool) + idx / 4);
+        out[0] = v.x;
+        out[1] = v.y;
+        out[2] = v.z;
+        out[3] = v.w;
+      } else {
+        const uint4 u = __ldg(reinterpret_cast<const uint4*>(pool) + idx / 8);
+        const uint32_t words[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const uint16_t lo = static_cast<uint16_t>(words[k] & 0xffffu), hi = static_cast<uint16_t>(words[k] >> 16);
+          out[2 * k] = dt == DType::F16 ? half_bits_to_float(lo) : bf16_bits_to_float(lo);
+          out[2 * k + 1] = dt == DType::F16 ? half_bits_to_float(hi) : bf16_bits_to_float(hi);
+        }
+      }
+    }
+  } else {
+    for (int e = threadIdx.x; e < T * width; e += kThreads) {
+      const int t = e / width, d = e % width;
+      dst[t * (width + 1) + d] = t < nt ? kv_load(pool, dt, slots[t] * stride + off + d) : 0.0f;
+    }
+  }
 }
 
 // The sequence of token i: the last s with seq_indptr[s] <= i (empty sequences repeat a value).
@@ -132,14 +173,8 @@ __global__ void __launch_bounds__(kThreads) attention_tile_kernel(TileParams p) 
         slots[tid] = tid < nt ? static_cast<int64_t>(pages[t / p.page_size]) * p.page_size + t % p.page_size : 0;
       }
       __syncthreads();  // slots ready; the previous tile's readers of ks, vs, ps are done
-      for (int e = tid; e < T * D; e += kThreads) {
-        const int t = e / D, d = e % D;
-        ks[t * (D + 1) + d] = t < nt ? kv_load(p.k_pool, p.kv_dtype, slots[t] * p.k_stride + kvh * D + d) : 0.0f;
-      }
-      for (int e = tid; e < T * Dv; e += kThreads) {
-        const int t = e / Dv, d = e % Dv;
-        vs[t * (Dv + 1) + d] = t < nt ? kv_load(p.v_pool, p.kv_dtype, slots[t] * p.v_stride + kvh * Dv + d) : 0.0f;
-      }
+      load_tile(p.k_pool, p.kv_dtype, p.k_stride, kvh * D, D, slots, nt, T, p.vec, ks);
+      load_tile(p.v_pool, p.kv_dtype, p.v_stride, kvh * Dv, Dv, slots, nt, T, p.vec, vs);
       __syncthreads();
       for (int e = tid; e < R * T; e += kThreads) {
         const int r = e / T, t = e % T;
@@ -269,6 +304,9 @@ void run_tiles(const AttentionArgs& a, bool decode) {
   p.bq = decode ? 1 : std::max(1, rmax / p.hb);
   p.head_chunks = static_cast<int>((group + p.hb - 1) / p.hb);
   p.tile = tile;
+  const int64_t per = a.kv_dtype == DType::F32 ? 4 : 8;
+  p.vec = a.head_dim % per == 0 && a.v_dim % per == 0 && a.k_stride % per == 0 && a.v_stride % per == 0 &&
+          reinterpret_cast<uintptr_t>(a.k_pool) % 16 == 0 && reinterpret_cast<uintptr_t>(a.v_pool) % 16 == 0;
   const int64_t blocks = (a.n + p.bq - 1) / p.bq * a.n_kv_heads * p.head_chunks;
   FP_CHECK(blocks < (int64_t{1} << 31), "attention: ", blocks, " blocks");
   // Splits until the grid covers the GPU about twice (the host cannot see kv_len: a split past
