@@ -426,14 +426,20 @@ TEST(CudaOps, RefusalsCarryReasons) {
     // Without a GPU every CUDA kernel refuses first, with the reason (so nothing ever launches).
     Tensor w = Tensor::view(f.data(), DType::F32, {4, 256});
     const MatMulArgs mm{f.data(), 1, &w, nullptr, f.data()};
-    for (const auto& k : OpRegistry<MatMulArgs>::instance().kernels())
-      if (k.backend == Backend::CUDA) EXPECT_EQ(why(&k, mm), no_gpu) << k.name;
+    for (const auto& k : OpRegistry<MatMulArgs>::instance().kernels()) {
+      if (k.backend == Backend::CUDA) {
+        EXPECT_EQ(why(&k, mm), no_gpu) << k.name;
+      }
+    }
     AttentionArgs at{};
     at.n = at.n_seqs = 1;
     at.n_heads = at.n_kv_heads = 1;
     at.head_dim = at.v_dim = 64;
-    for (const auto& k : OpRegistry<AttentionArgs>::instance().kernels())
-      if (k.backend == Backend::CUDA) EXPECT_EQ(why(&k, at), no_gpu) << k.name;
+    for (const auto& k : OpRegistry<AttentionArgs>::instance().kernels()) {
+      if (k.backend == Backend::CUDA) {
+        EXPECT_EQ(why(&k, at), no_gpu) << k.name;
+      }
+    }
     GTEST_SKIP() << "skipped: no GPU (" << no_gpu << "); checked that the CUDA kernels refuse with that reason";
   }
   std::vector<uint8_t> q6(static_cast<size_t>(row_bytes(DType::Q6_K, 256)) * 4);
