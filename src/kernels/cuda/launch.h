@@ -21,12 +21,23 @@ void softmax(const SoftmaxArgs& a);
 void argmax(const ArgmaxArgs& a);
 void kv_write(const KvWriteArgs& a);
 
-// attention.cu
+// attention.cu: the plain kernel, one warp per (token, head)
 std::string refuse_attention(const AttentionArgs& a);
 void attention(const AttentionArgs& a);
+// attention_tiled.cu: split-KV decode (n == n_seqs) and tiled prefill (any batch)
+std::string refuse_attention_split_kv(const AttentionArgs& a);
+void attention_split_kv(const AttentionArgs& a);
+std::string refuse_attention_tiled(const AttentionArgs& a);
+void attention_tiled(const AttentionArgs& a);
 
-// matmul.cu
+// matmul.cu: the plain kernel (every weight dtype below, any alignment)
 std::string refuse_matmul(const MatMulArgs& a);
 void matmul(const MatMulArgs& a);
+// gemv.cu: decode, n <= 8 tokens
+std::string refuse_gemv(const MatMulArgs& a);
+void gemv(const MatMulArgs& a);
+// gemm_cublas.cu: cuBLAS GemmEx (quantized weights dequantized to F16/BF16 first)
+std::string refuse_gemm_cublas(const MatMulArgs& a);
+void gemm_cublas(const MatMulArgs& a);
 
 }  // namespace fp::cuda

@@ -12,11 +12,12 @@ namespace {
 // without one never launches: only a stand-in device (tests/device_placement_test.cpp) gets
 // "cuda" calls there.
 template <class Args>
-Kernel<Args> cuda_kernel(void (*run)(const Args&), std::string (*refuse)(const Args&) = nullptr, const char* name = "cuda") {
+Kernel<Args> cuda_kernel(void (*run)(const Args&), std::string (*refuse)(const Args&) = nullptr, const char* name = "cuda",
+                         int priority = 100) {
   Kernel<Args> k;
   k.name = name;
   k.backend = Backend::CUDA;
-  k.priority = 100;
+  k.priority = priority;
   k.refuse = [refuse](const Args& a) {
     std::string why = unavailable();
     if (why.empty() && refuse) why = refuse(a);
@@ -30,9 +31,14 @@ std::string refuse_kv_write(const KvWriteArgs& a) { return refuse_kv_dtype(a.dty
 
 const bool registered = [] {
   register_kernel(cuda_kernel<EmbeddingArgs>(embedding, refuse_embedding));
+  // Best first: the decode GEMV, cuBLAS, then the plain kernels ("cuda") that read everything.
+  register_kernel(cuda_kernel<MatMulArgs>(gemv, refuse_gemv, "gemv", 130));
+  register_kernel(cuda_kernel<MatMulArgs>(gemm_cublas, refuse_gemm_cublas, "cublas", 120));
   register_kernel(cuda_kernel<MatMulArgs>(matmul, refuse_matmul));
   register_kernel(cuda_kernel<RmsNormArgs>(rmsnorm, refuse_rmsnorm));
   register_kernel(cuda_kernel<RopeArgs>(rope));
+  register_kernel(cuda_kernel<AttentionArgs>(attention_split_kv, refuse_attention_split_kv, "split_kv", 130));
+  register_kernel(cuda_kernel<AttentionArgs>(attention_tiled, refuse_attention_tiled, "tiled", 120));
   register_kernel(cuda_kernel<AttentionArgs>(attention, refuse_attention));
   register_kernel(cuda_kernel<KvWriteArgs>(kv_write, refuse_kv_write));
   register_kernel(cuda_kernel<SiluMulArgs>(silu_mul));

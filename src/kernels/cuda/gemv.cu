@@ -1,0 +1,156 @@
+// kernels/cuda/gemv.cu — the decode matmul: y[n, out] = x[n, in] · W^T (+ bias) for n <= 8
+// tokens, W in F32, F16, BF16, Q8_0, Q4_K or F8_E4M3 (128x128 block scales or none).
+//
+// Memory-bound: every weight byte is read once and used for all n tokens. A block of 256
+// threads owns kRows = 4 consecutive weight rows; its threads split the row into chunks of 8
+// weights (16-byte loads for F16/BF16, see weights.cuh) strided by 256, so each thread keeps
+// kRows independent weight loads in flight per step and reuses each 8-float slice of the n
+// activation rows (read from L1/L2) for all kRows rows. Partial sums meet in shared memory.
+// Grid: ceil(out / 4) blocks.
+#include "core/error.h"
+#include "kernels/cuda/cuda_context.h"
+#include "kernels/cuda/launch.h"
+#include "kernels/cuda/weights.cuh"
+
+namespace fp::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kRows = 4;
+constexpr int kMaxTokens = 8;
+
+// x [NT, in] (row stride in), W rows of row_bytes; scale: FP8 block scales or null.
+template <DType T, int NT>
+__global__ void __launch_bounds__(kThreads) gemv_kernel(const float* __restrict__ x, const uint8_t* __restrict__ w,
+                                                        int64_t row_bytes, int64_t out, int64_t in,
+                                                        const float* __restrict__ scale, int64_t sb, int64_t scale_cols,
+                                                        const float* __restrict__ bias, float* __restrict__ y,
+                                                        int64_t y_stride) {
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kRows;
+  const int64_t chunks = in / 8;
+  float acc[kRows][NT];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r)
+#pragma unroll
+    for (int t = 0; t < NT; ++t) acc[r][t] = 0.0f;
+
+  for (int64_t c = threadIdx.x; c < chunks; c += kThreads) {
+    float wv[kRows][8];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int64_t o = row0 + r;
+      if (o < out) {
+        load8<T>(w + o * row_bytes, c, wv[r]);
+        if (scale) {
+          const float s = __ldg(scale + (o / sb) * scale_cols + (8 * c) / sb);
+#pragma unroll
+          for (int j = 0; j < 8; ++j) wv[r][j] *= s;
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) wv[r][j] = 0.0f;
+      }
+    }
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      const float4* xp = reinterpret_cast<const float4*>(x + t * in) + 2 * c;
+      const float4 a = __ldg(xp), b = __ldg(xp + 1);
+      const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+      for (int r = 0; r < kRows; ++r)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[r][t] += wv[r][j] * xv[j];
+    }
+  }
+
+  __shared__ float red[kThreads / 32][kRows * NT];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int r = 0; r < kRows; ++r)
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      const float v = warp_sum(acc[r][t]);
+      if (lane == 0) red[warp][r * NT + t] = v;
+    }
+  __syncthreads();
+  if (threadIdx.x < kRows * NT) {
+    const int r = threadIdx.x / NT, t = threadIdx.x % NT;
+    const int64_t o = row0 + r;
+    if (o < out) {
+      float s = 0.0f;
+#pragma unroll
+      for (int k = 0; k < kThreads / 32; ++k) s += red[k][threadIdx.x];
+      y[t * y_stride + o] = s + (bias ? bias[o] : 0.0f);
+    }
+  }
+}
+
+template <DType T>
+void launch_gemv(const MatMulArgs& a, const float* x, int nt, float* y) {
+  const Tensor& w = *a.w;
+  const int64_t out = w.rows(), in = w.cols();
+  const int64_t sb = w.block_scale ? w.scale_block : 1;
+  const dim3 grid(static_cast<unsigned>((out + kRows - 1) / kRows));
+  const auto* wp = static_cast<const uint8_t*>(w.data);
+  const int64_t rb = row_bytes(w.dtype, in), sc = (in + sb - 1) / sb;
+#define FP_GEMV_CASE(N)                                                                                           \
+  case N:                                                                                                         \
+    gemv_kernel<T, N><<<grid, kThreads, 0, stream()>>>(x, wp, rb, out, in, w.block_scale, sb, sc, a.bias, y, out); \
+    break;
+  switch (nt) {
+    FP_GEMV_CASE(1)
+    FP_GEMV_CASE(2)
+    FP_GEMV_CASE(3)
+    FP_GEMV_CASE(4)
+    FP_GEMV_CASE(5)
+    FP_GEMV_CASE(6)
+    FP_GEMV_CASE(7)
+    FP_GEMV_CASE(8)
+    default: fail("gemv: ", nt, " tokens in one launch (at most ", kMaxTokens, ")");
+  }
+#undef FP_GEMV_CASE
+  FP_CUDA_LAUNCHED("gemv");
+}
+
+bool aligned(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+
+// The alignment the chunk loads need (weights.cuh): of the weight data and of x.
+uintptr_t weight_alignment(DType t) { return t == DType::Q8_0 ? 2 : t == DType::F8_E4M3 ? 8 : 16; }
+
+}  // namespace
+
+std::string refuse_gemv(const MatMulArgs& a) {
+  const DType t = a.w->dtype;
+  if (t != DType::F32 && t != DType::F16 && t != DType::BF16 && t != DType::Q8_0 && t != DType::Q4_K && t != DType::F8_E4M3)
+    return std::string("weights are ") + dtype_name(t) + ", this kernel reads F32, F16, BF16, Q8_0, Q4_K, F8_E4M3";
+  if (a.n > kMaxTokens) return "n=" + std::to_string(a.n) + " tokens: the GEMV is for at most 8 (decode)";
+  if (a.w->cols() % 8 != 0) return "in=" + std::to_string(a.w->cols()) + " is not a multiple of 8";
+  if (a.w->block_scale && (a.w->scale_block <= 0 || a.w->scale_block % 8 != 0))
+    return "block scales with scale_block " + std::to_string(a.w->scale_block) + " (needs a multiple of 8)";
+  return {};
+}
+
+void gemv(const MatMulArgs& a) {
+  const Tensor& w = *a.w;
+  const int64_t out = w.rows();
+  if (a.n == 0 || out == 0) return;
+  // Checked per call, not in refuse (dispatch caches a decision per shape class): a view at an
+  // odd address runs on the plain kernel rather than faulting.
+  if (w.cols() == 0 || !aligned(w.data, weight_alignment(w.dtype)) || !aligned(a.x, 16)) return matmul(a);
+  for (int64_t t0 = 0; t0 < a.n; t0 += kMaxTokens) {
+    const int nt = static_cast<int>(std::min<int64_t>(kMaxTokens, a.n - t0));
+    const float* x = a.x + t0 * w.cols();
+    float* y = a.y + t0 * out;
+    switch (w.dtype) {
+      case DType::F32: launch_gemv<DType::F32>(a, x, nt, y); break;
+      case DType::F16: launch_gemv<DType::F16>(a, x, nt, y); break;
+      case DType::BF16: launch_gemv<DType::BF16>(a, x, nt, y); break;
+      case DType::Q8_0: launch_gemv<DType::Q8_0>(a, x, nt, y); break;
+      case DType::Q4_K: launch_gemv<DType::Q4_K>(a, x, nt, y); break;
+      case DType::F8_E4M3: launch_gemv<DType::F8_E4M3>(a, x, nt, y); break;
+      default: fail("gemv: weights of ", dtype_name(w.dtype));
+    }
+  }
+}
+
+}  // namespace fp::cuda
