@@ -1,6 +1,7 @@
 // tests/backend_ops_matmul_test.cpp — every matmul kernel against its reference twin over
 // weight dtypes and shapes: 1..4 tokens (GEMV path) and more (GEMM path), odd row counts,
-// K tails, large K, biases, FP8 block scales with partial tiles.
+// K tails, large K, biases, FP8 block scales with partial tiles; Q8_0_X8 (Q8_0 repacked at
+// load) against its reference and against the Q8_0 reference on the same weights.
 #include <gtest/gtest.h>
 
 #include "backend_ops.h"
@@ -50,7 +51,8 @@ std::string label(const MatMulCase& c) {
 
 std::vector<MatMulCase> cases() {
   std::vector<MatMulCase> cs;
-  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::F8_E4M3, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K}) {
+  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::F8_E4M3, DType::Q8_0, DType::Q8_0_X8, DType::Q4_0, DType::Q4_K,
+                  DType::Q6_K}) {
     int64_t blk = dtype_info(t).block_elems;
     std::vector<int64_t> ins = blk == 1 ? std::vector<int64_t>{8, 13, 64, 300, 1024} : std::vector<int64_t>{blk, 2 * blk, 8 * blk};
     for (int64_t n : {1, 2, 3, 4, 5, 7, 13, 16})
@@ -78,6 +80,44 @@ TEST(BackendOps, MatMulEveryKernelAgainstItsReference) {
   if (cpu_features().missing({"avx2", "fma", "f16c"}).empty()) {
     EXPECT_GT(checked, 0);
   }
+}
+
+// The repacked layout changes nothing but the order of the bytes: every kernel on Q8_0_X8
+// weights gives ref_q8act's result on the Q8_0 weights they were repacked from.
+TEST(BackendOps, RepackedQ8_0MatchesTheQ8_0Reference) {
+  const Kernel<MatMulArgs>* ref = nullptr;
+  for (auto& k : OpRegistry<MatMulArgs>::instance().kernels())
+    if (k.name == "ref_q8act") ref = &k;
+  ASSERT_TRUE(ref);
+  int checked = 0;
+  for (const auto& c : cases()) {
+    if (c.type != DType::Q8_0 || c.in % QK8_0X8 != 0) continue;
+    MatMulData d;
+    std::vector<float> want;
+    MatMulArgs a = build(c, d, want);
+    ref->run(a);
+    std::vector<uint8_t> packed = d.w;
+    pack_q8_0_x8(reinterpret_cast<const BlockQ8_0*>(d.w.data()), reinterpret_cast<BlockQ8_0x8*>(packed.data()),
+                 c.out * c.in / QK8_0X8);
+    Tensor pt = Tensor::view(packed.data(), DType::Q8_0_X8, {c.out, c.in});
+    for (auto& k : OpRegistry<MatMulArgs>::instance().kernels()) {
+      if (k.name == "ref") continue;  // f32 activations, not 8-bit ones
+      for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        std::vector<float> got(want.size(), NAN);
+        MatMulArgs b = a;
+        b.w = &pt;
+        b.y = got.data();
+        if (k.refuse && !k.refuse(b).empty()) continue;
+        k.run(b);
+        EXPECT_LE(test::normalised_error(got, want), 1e-4) << k.name << " on Q8_0_X8 vs ref_q8act on Q8_0, " << label(c)
+                                                           << " (threads " << threads << ")";
+        ++checked;
+      }
+    }
+    set_num_threads(0);
+  }
+  EXPECT_GT(checked, 0);
 }
 
 TEST(BackendOps, ZeroTokensWritesNothing) {
@@ -115,7 +155,7 @@ TEST(BackendOps, ActivationQuantizerMatchesScalar) {
 TEST(BackendOps, PreQuantizedActivationsGiveTheSameResult) {
   int compared = 0;
   for (const auto& c : cases()) {
-    if (c.type != DType::Q8_0 && c.type != DType::Q4_0) continue;
+    if (c.type != DType::Q8_0 && c.type != DType::Q4_0 && c.type != DType::Q8_0_X8) continue;
     for (auto& k : OpRegistry<MatMulArgs>::instance().kernels()) {
       if (k.backend != Backend::CPU) continue;
       MatMulData d;

@@ -14,7 +14,8 @@ const DTypeInfo& dtype_info(DType t) {
   static const DTypeInfo f32{"F32", 1, 4, false}, f16{"F16", 1, 2, false}, bf16{"BF16", 1, 2, false},
       f8{"F8_E4M3", 1, 1, false}, q8_0{"Q8_0", QK8_0, sizeof(BlockQ8_0), true},
       q4_0{"Q4_0", QK4_0, sizeof(BlockQ4_0), true}, q4_k{"Q4_K", QK_K, sizeof(BlockQ4_K), true},
-      q6_k{"Q6_K", QK_K, sizeof(BlockQ6_K), true}, i8{"I8", 1, 1, false}, i16{"I16", 1, 2, false},
+      q6_k{"Q6_K", QK_K, sizeof(BlockQ6_K), true},
+      q8_0_x8{"Q8_0_X8", QK8_0X8, sizeof(BlockQ8_0x8), true}, i8{"I8", 1, 1, false}, i16{"I16", 1, 2, false},
       i32{"I32", 1, 4, false}, i64{"I64", 1, 8, false}, f64{"F64", 1, 8, false};
   switch (t) {
     case DType::F32: return f32;
@@ -25,6 +26,7 @@ const DTypeInfo& dtype_info(DType t) {
     case DType::Q4_0: return q4_0;
     case DType::Q4_K: return q4_k;
     case DType::Q6_K: return q6_k;
+    case DType::Q8_0_X8: return q8_0_x8;
     case DType::I8: return i8;
     case DType::I16: return i16;
     case DType::I32: return i32;
@@ -337,6 +339,32 @@ void quant_q6_k(const float* x, BlockQ6_K* b, int64_t nb) {
 
 }  // namespace
 
+void pack_q8_0_x8(const BlockQ8_0* src, BlockQ8_0x8* dst, int64_t groups) {
+  for (int64_t g = 0; g < groups; ++g) {
+    BlockQ8_0 b[8];
+    std::memcpy(b, src + 8 * g, sizeof b);  // a copy first: dst may overlap src
+    BlockQ8_0x8& p = dst[g];
+    for (int j = 0; j < 8; ++j) {
+      p.d[j] = b[j].d;
+      for (int c = 0; c < 8; ++c)
+        for (int k = 0; k < 4; ++k) p.qs[32 * c + 4 * j + k] = static_cast<uint8_t>(b[j].qs[4 * c + k] + 128);
+    }
+  }
+}
+
+void unpack_q8_0_x8(const BlockQ8_0x8* src, BlockQ8_0* dst, int64_t groups) {
+  for (int64_t g = 0; g < groups; ++g) {
+    BlockQ8_0x8 p;
+    std::memcpy(&p, src + g, sizeof p);
+    BlockQ8_0* b = dst + 8 * g;
+    for (int j = 0; j < 8; ++j) {
+      b[j].d = p.d[j];
+      for (int c = 0; c < 8; ++c)
+        for (int k = 0; k < 4; ++k) b[j].qs[4 * c + k] = static_cast<int8_t>(p.qs[32 * c + 4 * j + k] - 128);
+    }
+  }
+}
+
 void quantize_row_q8_0(const float* x, BlockQ8_0* b, int64_t n) {
   check_blocks(DType::Q8_0, n);
   for (int64_t i = 0; i < n / QK8_0; ++i) {
@@ -372,6 +400,13 @@ void dequantize_row(DType t, const void* src, float* y, int64_t n) {
     case DType::Q4_0: dequant_q4_0(static_cast<const BlockQ4_0*>(src), y, n / QK4_0); return;
     case DType::Q4_K: dequant_q4_k(static_cast<const BlockQ4_K*>(src), y, n / QK_K); return;
     case DType::Q6_K: dequant_q6_k(static_cast<const BlockQ6_K*>(src), y, n / QK_K); return;
+    case DType::Q8_0_X8:
+      for (int64_t g = 0; g < n / QK8_0X8; ++g) {
+        BlockQ8_0 b[8];
+        unpack_q8_0_x8(static_cast<const BlockQ8_0x8*>(src) + g, b, 1);
+        dequant_q8_0(b, y + g * QK8_0X8, 8);
+      }
+      return;
     case DType::F64: {
       auto s = static_cast<const double*>(src);
       for (int64_t i = 0; i < n; ++i) y[i] = static_cast<float>(s[i]);
@@ -404,6 +439,10 @@ void quantize_row(DType t, const float* x, void* dst, int64_t n) {
     case DType::Q4_0: quant_q4_0(x, static_cast<BlockQ4_0*>(dst), n / QK4_0); return;
     case DType::Q4_K: quant_q4_k(x, static_cast<BlockQ4_K*>(dst), n / QK_K); return;
     case DType::Q6_K: quant_q6_k(x, static_cast<BlockQ6_K*>(dst), n / QK_K); return;
+    case DType::Q8_0_X8:  // as Q8_0, then repacked in place
+      quantize_row_q8_0(x, static_cast<BlockQ8_0*>(dst), n);
+      pack_q8_0_x8(static_cast<const BlockQ8_0*>(dst), static_cast<BlockQ8_0x8*>(dst), n / QK8_0X8);
+      return;
     default: fail("cannot quantize F32 to ", dtype_name(t));
   }
 }

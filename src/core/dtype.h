@@ -24,6 +24,8 @@ enum class DType : uint32_t {
   F64 = 28,
   BF16 = 30,
   F8_E4M3 = 1000,
+  // Q8_0 repacked at load for the CPU matmul kernels (BlockQ8_0x8 below); never in a file.
+  Q8_0_X8 = 1001,
 };
 
 struct DTypeInfo {
@@ -79,7 +81,18 @@ struct BlockQ6_K {
   int8_t scales[QK_K / 16];  // 8-bit scales of 16-element groups
   uint16_t d;
 };
+// Eight consecutive Q8_0 blocks of one row (256 values), interleaved for 8-lane integer dot
+// products: qs[32c + 4j + k] = block j's value 4c + k, plus 128 (so unsigned, 0..255), and d[j]
+// = block j's f16 scale. One 32-byte load (chunk c) holds 4 values of each of the 8 blocks, so
+// a multiply-accumulate per chunk leaves block j's dot product in int32 lane j. Same bytes as
+// the 8 Q8_0 blocks it replaces (8 x 34 = 272), so a row keeps its size; see docs/design.md.
+constexpr int QK8_0X8 = 256;
+struct BlockQ8_0x8 {
+  uint16_t d[8];
+  uint8_t qs[QK8_0X8];
+};
 static_assert(sizeof(BlockQ8_0) == 34);
+static_assert(sizeof(BlockQ8_0x8) == 8 * sizeof(BlockQ8_0));
 static_assert(sizeof(BlockQ4_0) == 18);
 static_assert(sizeof(BlockQ4_K) == 144);
 static_assert(sizeof(BlockQ6_K) == 210);
@@ -88,6 +101,11 @@ static_assert(sizeof(BlockQ6_K) == 210);
 void dequantize_row(DType t, const void* src, float* dst, int64_t n);
 // Quantize/convert n f32 values into type t at dst (row_bytes(t, n) bytes).
 void quantize_row(DType t, const float* src, void* dst, int64_t n);
+
+// Q8_0 <-> Q8_0_X8, `groups` groups of 8 blocks; exact both ways. dst may equal src (each
+// group is rewritten over the bytes of the blocks it came from).
+void pack_q8_0_x8(const BlockQ8_0* src, BlockQ8_0x8* dst, int64_t groups);
+void unpack_q8_0_x8(const BlockQ8_0x8* src, BlockQ8_0* dst, int64_t groups);
 
 // ggml's Q8_0 quantizer (round half away from zero), used for activations too.
 void quantize_row_q8_0(const float* src, BlockQ8_0* dst, int64_t n);

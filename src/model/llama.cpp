@@ -24,6 +24,7 @@
 #include "kernels/ops.h"
 #include "kernels/registry.h"
 #include "model/model.h"
+#include "model/repack.h"
 #include "parallel/collectives.h"
 #include "parallel/shard.h"
 
@@ -81,6 +82,14 @@ class LlamaModel : public Model {
       if (ranks > 1) shard_layer(L, rank, ranks);
       layers_.push_back(L);
     }
+    // Q8_0 matmul weights into the CPU kernels' interleaved layout, after sharding (slices of
+    // this rank only). The embedding reads the repacked table too when the output is tied.
+    WeightRepacker rp(mf);
+    output_ = rp.repack(output_);
+    if (c.tied_output) embed_ = output_;
+    for (LlamaLayer& L : layers_)
+      for (const Tensor** w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) *w = rp.repack(*w);
+    rp.report();
     inv_freq_ = c.rope_inv_freq();
     if (const Tensor* rf = mf.find("rope_freqs.weight")) {  // GGUF llama3: per-frequency divisors
       FP_CHECK(rf->numel() == c.rot_dim / 2, mf.path, ": rope_freqs.weight has ", rf->numel(), " values, expected ", c.rot_dim / 2);
@@ -232,6 +241,7 @@ class LlamaModel : public Model {
   }
   const Tensor* keep(OwnedTensor t) {
     file_->owners.push_back(t.bytes);
+    if (file_->repack_weights) repack_in_place(t.view);  // our own copy: rewritten where it lies
     return keep(t.view);
   }
 

@@ -201,7 +201,8 @@ void Model::forward(const int32_t* tokens, const int32_t* pos, int64_t n, KvCach
 
 const BlockQ8_0* rmsnorm_for(RmsNormArgs norm, std::initializer_list<const Tensor*> ws, std::vector<BlockQ8_0>& blocks) {
   bool q8 = norm.d % QK8_0 == 0 && ws.size() > 0 && current_device() == Device::CPU;
-  for (const Tensor* w : ws) q8 = q8 && w && !w->block_scale && (w->dtype == DType::Q8_0 || w->dtype == DType::Q4_0);
+  for (const Tensor* w : ws)
+    q8 = q8 && w && !w->block_scale && (w->dtype == DType::Q8_0 || w->dtype == DType::Q4_0 || w->dtype == DType::Q8_0_X8);
   if (!q8) {
     dispatch(norm);
     return nullptr;

@@ -437,6 +437,7 @@ std::unique_ptr<ModelFile> load_model_file(const std::string& path, const LoadOp
     }
     bar.finish();
     m->notes.push_back("weights copied to anonymous memory (--no-mmap)");
+    m->weights_writable = true;
   } else if (opts.prefault) {  // fault the weights in now, with a progress bar on a terminal
     uint64_t total = 0, done = 0;
     for (auto& [n, t] : m->tensors) total += static_cast<uint64_t>(t.nbytes());
@@ -450,6 +451,7 @@ std::unique_ptr<ModelFile> load_model_file(const std::string& path, const LoadOp
     }
     bar.finish();
   }
+  m->repack_weights = opts.repack && opts.device == Device::CPU;  // Q8_0_X8 is the CPU kernels' layout
   m->load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   m->device = opts.device;
   m->device_graphs = opts.device_graphs;

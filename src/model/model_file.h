@@ -23,6 +23,9 @@ struct LoadOptions {
   // Where the model runs (--device): the architecture uploads its weights there once.
   Device device = Device::CPU;
   bool device_graphs = true;  // decode steps on a GPU replay recorded CUDA graphs (--no-cuda-graphs)
+  // Repack Q8_0 matmul weights into Q8_0_X8 as the model is built (model/repack.h); --no-repack.
+  // CPU only: on another device the weights keep the file's layout.
+  bool repack = true;
 };
 
 struct ModelFile {
@@ -37,6 +40,8 @@ struct ModelFile {
   double load_seconds = 0;
   Device device = Device::CPU;  // where the model built from this file runs (LoadOptions::device)
   bool device_graphs = true;    // LoadOptions::device_graphs
+  bool weights_writable = false;  // tensors live in memory this process owns (--no-mmap), not a read-only mapping
+  bool repack_weights = true;     // LoadOptions::repack on the CPU, for the architecture as it is built
 
   const Tensor* find(const std::string& name) const;
   // The tensor, checked against the expected shape (outermost first); throws naming the

@@ -25,6 +25,8 @@ void add_common(CLI::App* app, CommonOptions& o, bool model_required) {
   app->add_flag("--profile", o.profile, "time every kernel call for the ledger");
   app->add_flag("-q,--quiet", o.quiet, "only errors on stderr");
   app->add_flag("--no-mmap", o.no_mmap, "copy the weights into (huge-page) anonymous memory instead of mapping the file");
+  app->add_flag("--no-repack", o.no_repack,
+                "keep Q8_0 matmul weights in the file's layout instead of repacking them at load into Q8_0_X8 (the CPU kernels' interleaved layout)");
   app->add_option("--tensor-parallel-size,--tp", o.tensor_parallel,
                   "split the model across this many ranks (launch as mpirun -np N; needs a build with MPI)")
       ->check(CLI::Range(1, 1 << 16));
@@ -74,6 +76,7 @@ std::unique_ptr<Model> load_with(const CommonOptions& o) {
   lo.use_mmap = !o.no_mmap;
   FP_CHECK(device_from_name(o.device, &lo.device), "--device '", o.device, "': expected cpu or cuda");
   lo.device_graphs = !o.no_cuda_graphs;
+  lo.repack = !o.no_repack;
   // Split across ranks, each touches only the pages of its slices (prefaulting would read all).
   if (world->size() > 1) lo.prefault = false;
   std::string path = o.model.empty() ? default_model_path() : o.model;

@@ -19,12 +19,14 @@ struct CommonOptions {
   bool profile = false;
   bool quiet = false;
   bool no_mmap = false;
+  bool no_repack = false;          // keep Q8_0 weights as in the file (model/repack.h)
   int tensor_parallel = 1;         // ranks the model is split across (mpirun -np N)
   std::string device = "cpu";      // where the model runs: cpu or cuda
   bool no_cuda_graphs = false;
 };
 
-// Adds -m, --tokenizer, -t, --kernel, --profile, -q, --no-mmap, --tensor-parallel-size, --device to a subcommand.
+// Adds -m, --tokenizer, -t, --kernel, --profile, -q, --no-mmap, --no-repack, --tensor-parallel-size, --device to a
+// subcommand.
 void add_common(CLI::App* app, CommonOptions& o, bool model_required);
 // Opens the ranks (--tensor-parallel-size; MPI when more than one), applies threads / kernel
 // overrides / log level, then loads this rank's part of the model (default model when -m is empty).

@@ -120,6 +120,22 @@ INSTANTIATE_TEST_SUITE_P(Archs, TensorParallelSynth,
                                            SynthCase{"qwen3", DType::F16}),
                          [](const auto& p) { return p.param.arch; });
 
+// Q8_0 rows of 256 values and more: every rank repacks its shares to Q8_0_X8 after sharding
+// (row slices into new buffers, copied columns in place; on 2 ranks the 384-column attention
+// output share stays Q8_0) and still gives the one-rank logits.
+TEST(TensorParallel, RepackedQ8_0MatchesOneRank) {
+  FP_REQUIRE_RANKS(2);
+  SynthOptions o;
+  o.arch = "llama";
+  o.config = {{"hidden_size", 256},        {"num_attention_heads", 12}, {"num_key_value_heads", 6}, {"head_dim", 64},
+              {"intermediate_size", 1536}, {"num_hidden_layers", 2},    {"vocab_size", 256}};
+  o.type = DType::Q8_0;
+  o.seed = 13;
+  o.out = test::temp_dir("tp_repack") + "/model.gguf";
+  synth_model(o);
+  expect_same_as_one_rank(o.out, {1, 9, 200, 33, 71, 4, 150, 88}, 24);
+}
+
 TEST(TensorParallel, RefusesAColumnCutInsideAQuantBlock) {
   FP_REQUIRE_RANKS(2);
   // 6 heads of 16 on 2 ranks: 48 attention-output columns each, not a multiple of Q8_0's 32.

@@ -2,7 +2,8 @@
 //  - GEMV path (n <= 4 tokens, decode): memory-bound; each weight row is streamed once and
 //    dotted with all n activation rows. Float-like weights (F32/F16/BF16/FP8) are widened to f32
 //    in registers; Q8_0/Q4_0 use int8 dot products against Q8_0-quantized activations, Q4_K/Q6_K
-//    against Q8_K-quantized activations (as ggml does).
+//    against Q8_K-quantized activations (as ggml does). Q8_0_X8 (Q8_0 repacked at load) runs
+//    one interleaved integer kernel at every batch size.
 //  - GEMM path for float-like weights (n > 4, prefill): compute-bound; 16-row weight panels are
 //    widened to f32 and packed [k][16], then a 6x16 register-blocked FMA micro-kernel sweeps the
 //    tokens. Quantized weights keep the integer path at every n, with rows blocked to stay in L2.
@@ -532,12 +533,54 @@ void gemm_q4_interleaved(const MatMulArgs& a) {
   });
 }
 
+// ------------------------------------------------------------------ Q8_0_X8 (packed at load)
+// One weight row against T <= 4 tokens of interleaved activations. The stored w + 128 turns
+// back into signed w with one xor; then |w| x sign(x, w) as in dot_i8 (vpmaddubsw would
+// saturate on the unsigned w + 128). Lane j of the int32 sums holds block j of the group.
+template <int T>
+FP_AVX2 void row_q8_0_x8(const BlockQ8_0x8* w, const cpu::PackedX* const* x, int64_t groups, float* y, int64_t ldy, float bias) {
+  __m256 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80)), ones = _mm256_set1_epi16(1);
+  for (int64_t g = 0; g < groups; ++g) {
+    __m256i isum[T];
+    for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
+    for (int c = 0; c < 8; ++c) {
+      const __m256i wv = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[g].qs + 32 * c)), flip);
+      const __m256i wabs = _mm256_abs_epi8(wv);
+      for (int t = 0; t < T; ++t) {
+        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[t][g].q + 32 * c));
+        isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(_mm256_maddubs_epi16(wabs, _mm256_sign_epi8(xv, wv)), ones));
+      }
+    }
+    const __m256 ws = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w[g].d)));
+    for (int t = 0; t < T; ++t)
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(ws, _mm256_loadu_ps(x[t][g].d)), acc[t]);
+  }
+  for (int t = 0; t < T; ++t) y[t * ldy] = hsum(acc[t]) + bias;
+}
+
+void matmul_q8_0_x8(const MatMulArgs& a) {
+  const Tensor& w = *a.w;
+  const int64_t out = w.rows(), groups = w.cols() / QK8_0X8;
+  const std::vector<cpu::PackedX> xp = cpu::pack_all_activations(a);
+  gemv_tokens(a, [&](auto N, int64_t i, int64_t r0, int64_t r1) {
+    constexpr int T = decltype(N)::value;
+    const cpu::PackedX* xs[T];
+    for (int t = 0; t < T; ++t) xs[t] = xp.data() + (i + t) * groups;
+    for (int64_t o = r0; o < r1; ++o)
+      row_q8_0_x8<T>(reinterpret_cast<const BlockQ8_0x8*>(w.row_ptr(o)), xs, groups, a.y + i * out + o, out,
+                     a.bias ? a.bias[o] : 0.0f);
+  });
+}
+
 // Float-like weights: GEMV for a few tokens, packed FMA GEMM beyond. Quantized weights: integer
 // dot products at every batch size (the int8 multiply-add rate is above the f32 FMA rate).
 void matmul_avx2(const MatMulArgs& a) {
   if (a.n <= 0) return;
   const DType t = a.w->dtype;
-  if (a.n > kGemvMaxTokens && (t == DType::Q4_0 || t == DType::Q4_K) && cpu::interleaved_supported(a)) gemm_q4_interleaved(a);
+  if (t == DType::Q8_0_X8) matmul_q8_0_x8(a);
+  else if (a.n > kGemvMaxTokens && (t == DType::Q4_0 || t == DType::Q4_K) && cpu::interleaved_supported(a)) gemm_q4_interleaved(a);
   else if (a.n <= kGemvMaxTokens || dtype_info(t).quantized) gemv(a);
   else gemm(a);
 }
@@ -547,7 +590,7 @@ std::string refuse_matmul_avx2(const MatMulArgs& a) {
   if (!cpu.empty()) return cpu;
   switch (a.w->dtype) {
     case DType::F32: case DType::F16: case DType::BF16: case DType::F8_E4M3:
-    case DType::Q8_0: case DType::Q4_0: case DType::Q4_K: case DType::Q6_K: break;
+    case DType::Q8_0: case DType::Q4_0: case DType::Q4_K: case DType::Q6_K: case DType::Q8_0_X8: break;
     default: return std::string("no AVX2 kernel for weights of type ") + dtype_name(a.w->dtype);
   }
   if (a.w->block_scale && a.w->dtype != DType::F8_E4M3) return "block scales are only supported on FP8 weights";

@@ -149,11 +149,25 @@ void pack_activations(DType wtype, const float* x, const BlockQ8_0* xq, int64_t 
         sum += b.qs[k];
       }
       p.d[j] = f16_to_f32(b.d);
-      p.init[j] = wtype == DType::Q4_0 ? -8 * sum : 0;
+      // The unsigned weights carry an offset (Q4_0: q = w + 8, Q8_0_X8: q = w + 128) whose
+      // share of the dot product, offset x sum(x), starts the accumulator negated.
+      p.init[j] = wtype == DType::Q4_0 ? -8 * sum : wtype == DType::Q8_0_X8 ? -128 * sum : 0;
       p.bsum[j] = 0;
     }
     interleave(blocks, p.q);
   }
+}
+
+std::vector<PackedX> pack_all_activations(const MatMulArgs& a) {
+  const Tensor& w = *a.w;
+  const int64_t K = w.cols(), groups = K / 256;
+  std::vector<PackedX> xp(static_cast<size_t>(a.n * groups));
+  thread_pool().parallel_for(a.n, 16, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i)
+      pack_activations(w.dtype, a.x + i * K, a.xq && w.dtype != DType::Q4_K ? a.xq + i * (K / QK8_0) : nullptr, K,
+                       xp.data() + i * groups);
+  });
+  return xp;
 }
 
 void gemm_interleaved(const MatMulArgs& a, int rows_per_tile, int tokens_per_tile, const InterleavedTile& tile) {
@@ -161,12 +175,7 @@ void gemm_interleaved(const MatMulArgs& a, int rows_per_tile, int tokens_per_til
            "gemm_interleaved: tile of ", rows_per_tile, "x", tokens_per_tile, " is out of range");
   const Tensor& w = *a.w;
   const int64_t K = w.cols(), out = w.rows(), groups = K / 256;
-  std::vector<PackedX> xp(static_cast<size_t>(a.n * groups));
-  thread_pool().parallel_for(a.n, 16, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i)
-      pack_activations(w.dtype, a.x + i * K, a.xq && w.dtype != DType::Q4_K ? a.xq + i * (K / QK8_0) : nullptr, K,
-                       xp.data() + i * groups);
-  });
+  const std::vector<PackedX> xp = pack_all_activations(a);
   constexpr int64_t kRows = 32;
   const int64_t kR = rows_per_tile, kT = tokens_per_tile;
   thread_pool().parallel_for((out + kRows - 1) / kRows, 1, [&](int64_t b0, int64_t b1) {

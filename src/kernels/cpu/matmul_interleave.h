@@ -4,9 +4,12 @@
 // per-block scales apply with one multiply-add per 8 blocks instead of one per block. A "group"
 // is 8 blocks = 256 values (one Q4_K super-block). Weights are repacked per row block (kept in
 // L2), activations once per call. Used by the AVX-512 VNNI and the AVX2 kernels.
+// Q8_0_X8 weights (core/dtype.h) are already in this layout, packed once at load: the kernels
+// read them in place and only the activations are packed per call.
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 #include "kernels/ops.h"
 
@@ -21,14 +24,16 @@ struct PackedW {
 struct PackedX {
   uint8_t q[256];    // Q8_0 weights: x + 128 (unsigned); otherwise signed x
   float d[8];        // per block activation scale
-  int32_t init[8];   // Q4_0: -8 * sum(x) per block, for the weights' -8 offset
+  int32_t init[8];   // Q4_0: -8 * sum(x) per block, for the weights' -8 offset; Q8_0_X8: -128 * sum(x)
   float bsum[8];     // Q4_K: d * sum(x) per sub-block, for the minimums
 };
 
 bool interleaved_supported(const MatMulArgs& a);  // Q8_0/Q4_0/Q4_K with rows a multiple of 256
 void pack_weights(const Tensor& w, int64_t row, PackedW* dst);
-// xq: the row already quantized to Q8_0 (Q8_0/Q4_0 weights), or null to quantize x here.
+// xq: the row already quantized to Q8_0 (Q8_0/Q4_0/Q8_0_X8 weights), or null to quantize x here.
 void pack_activations(DType wtype, const float* x, const BlockQ8_0* xq, int64_t K, PackedX* dst);
+// All a.n rows of the call's activations, K / 256 groups per row (threads share the rows).
+std::vector<PackedX> pack_all_activations(const MatMulArgs& a);
 
 // tile(R, T, weights[R], activations[T], groups, y, ldy, bias): y[t * ldy + r] for R rows and
 // T tokens, R <= rows_per_tile <= 4 and T <= tokens_per_tile <= 4. Rows go in blocks of 32

@@ -4,6 +4,8 @@
 //  - Q8_0 decode (signed weights): |w| times x with w's sign (vpsignb), two cheap ops per block.
 //    The prefill tiles instead offset the activations to unsigned (x + 128) and subtract the
 //    offset's share, 128 x sum(w), through the accumulator's start (computed when packing).
+//  - Q8_0_X8 (repacked at load: w + 128, interleaved): the unsigned weights meet the signed
+//    activations; the accumulator starts at -128 x sum(x). One tile kernel at every batch size.
 //  - Q4_0 (weights q - 8, q in 0..15): the unsigned q meets the signed activations directly;
 //    the -8 x sum(x) term starts the accumulator (sum(x) per block is computed once per call).
 #include <algorithm>
@@ -100,10 +102,19 @@ FP_VNNI void q4_0_rows(const MatMulArgs& a, const QuantizedActs& x, int64_t i0, 
   }
 }
 
+// The weight groups a tile reads: repacked per call (PackedW), or at load (Q8_0_X8 rows).
+FP_VNNI inline const uint8_t* group_q(const cpu::PackedW& p) { return p.q; }
+FP_VNNI inline __m256 group_scale(const cpu::PackedW& p) { return _mm256_loadu_ps(p.scale); }
+FP_VNNI inline const uint8_t* group_q(const BlockQ8_0x8& p) { return p.qs; }
+FP_VNNI inline __m256 group_scale(const BlockQ8_0x8& p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p.d)));
+}
+
 // y[t][o] for R rows x T tokens over all groups. kWeightsUnsigned: weights are the unsigned
-// operand of vpdpbusd (Q4_0, Q4_K), else the activations are (Q8_0).
-template <int R, int T, bool kWeightsUnsigned, bool kMins>
-FP_VNNI void tile_kernel(const cpu::PackedW* const* w, const cpu::PackedX* const* x, int64_t groups, float* y, int64_t ldy,
+// operand of vpdpbusd (Q4_0, Q4_K, Q8_0_X8; the activations' init cancels their offset), else
+// the activations are (Q8_0 repacked per call; the weights' init cancels x's offset).
+template <int R, int T, bool kWeightsUnsigned, bool kMins, class WG>
+FP_VNNI void tile_kernel(const WG* const* w, const cpu::PackedX* const* x, int64_t groups, float* y, int64_t ldy,
                          const float* bias) {
   __m256 acc[R][T];
   for (int r = 0; r < R; ++r)
@@ -111,12 +122,13 @@ FP_VNNI void tile_kernel(const cpu::PackedW* const* w, const cpu::PackedX* const
   for (int64_t g = 0; g < groups; ++g) {
     __m256i iacc[R][T];
     for (int r = 0; r < R; ++r)
-      for (int t = 0; t < T; ++t)
-        iacc[r][t] = kWeightsUnsigned ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[t][g].init))
-                                      : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[r][g].init));
+      for (int t = 0; t < T; ++t) {
+        if constexpr (kWeightsUnsigned) iacc[r][t] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[t][g].init));
+        else iacc[r][t] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[r][g].init));
+      }
     for (int c = 0; c < 8; ++c) {
       __m256i wv[R];
-      for (int r = 0; r < R; ++r) wv[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[r][g].q + 32 * c));
+      for (int r = 0; r < R; ++r) wv[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(group_q(w[r][g]) + 32 * c));
       for (int t = 0; t < T; ++t) {
         __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[t][g].q + 32 * c));
         for (int r = 0; r < R; ++r)
@@ -124,11 +136,11 @@ FP_VNNI void tile_kernel(const cpu::PackedW* const* w, const cpu::PackedX* const
       }
     }
     for (int r = 0; r < R; ++r) {
-      __m256 ws = _mm256_loadu_ps(w[r][g].scale);
+      __m256 ws = group_scale(w[r][g]);
       for (int t = 0; t < T; ++t) {
         __m256 s = _mm256_mul_ps(ws, _mm256_loadu_ps(x[t][g].d));
         acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(iacc[r][t]), s, acc[r][t]);
-        if (kMins) acc[r][t] = _mm256_fnmadd_ps(_mm256_loadu_ps(w[r][g].min), _mm256_loadu_ps(x[t][g].bsum), acc[r][t]);
+        if constexpr (kMins) acc[r][t] = _mm256_fnmadd_ps(_mm256_loadu_ps(w[r][g].min), _mm256_loadu_ps(x[t][g].bsum), acc[r][t]);
       }
     }
   }
@@ -136,17 +148,47 @@ FP_VNNI void tile_kernel(const cpu::PackedW* const* w, const cpu::PackedX* const
     for (int t = 0; t < T; ++t) y[t * ldy + r] = avx2::hsum(acc[r][t]) + (bias ? bias[r] : 0.0f);
 }
 
-template <bool U, bool M>
-void tile_dispatch(int R, int T, const cpu::PackedW* const* w, const cpu::PackedX* const* x, int64_t groups, float* y, int64_t ldy,
+template <bool U, bool M, class WG>
+void tile_dispatch(int R, int T, const WG* const* w, const cpu::PackedX* const* x, int64_t groups, float* y, int64_t ldy,
                    const float* bias) {
   // R in 1..4 rows, T in 1..4 tokens (4 x 4 int32 accumulators + 4 weight vectors fit the 32
   // registers AVX-512VL gives 256-bit code).
   switch (R * 8 + T) {
-#define FP_TILE(r, t) case r * 8 + t: return tile_kernel<r, t, U, M>(w, x, groups, y, ldy, bias);
+#define FP_TILE(r, t) case r * 8 + t: return tile_kernel<r, t, U, M, WG>(w, x, groups, y, ldy, bias);
     FP_TILE(1, 1) FP_TILE(1, 2) FP_TILE(1, 3) FP_TILE(1, 4) FP_TILE(2, 1) FP_TILE(2, 2) FP_TILE(2, 3) FP_TILE(2, 4)
     FP_TILE(3, 1) FP_TILE(3, 2) FP_TILE(3, 3) FP_TILE(3, 4) FP_TILE(4, 1) FP_TILE(4, 2) FP_TILE(4, 3) FP_TILE(4, 4)
 #undef FP_TILE
   }
+}
+
+// Q8_0_X8 (packed at load), every batch size: the same 4 x 4 tiles read the weight rows where
+// they lie. Decode (n <= 4) streams each thread's rows once per call; beyond, rows go in blocks
+// of 32 that stay in L2 while the token groups pass (cpu::gemv_tokens).
+void matmul_q8_0_x8(const MatMulArgs& a) {
+  const Tensor& w = *a.w;
+  const int64_t out = w.rows(), groups = w.cols() / QK8_0X8;
+  const std::vector<cpu::PackedX> xp = cpu::pack_all_activations(a);
+  // Decode is bound by memory: one row at a time reads the matrix as one sequential stream
+  // (4 rows side by side, 4 streams, measured slower). Larger batches reuse each loaded vector.
+  const int64_t tile_rows = a.n <= cpu::kGemvMaxTokens ? 1 : cpu::kMaxTileRows;
+  cpu::gemv_tokens(a, [&](auto N, int64_t i, int64_t r0, int64_t r1) {
+    constexpr int T = decltype(N)::value;
+    const cpu::PackedX* xs[T];
+    for (int t = 0; t < T; ++t) xs[t] = xp.data() + (i + t) * groups;
+    if (tile_rows > 1 && i == 0) {
+      // Batches: while the token groups pass over this L2-sized block of rows, the next block
+      // streams into L2 in order (the tiles would read it as 4 rows side by side).
+      const auto* p = w.row_ptr(r1);
+      const auto* end = w.row_ptr(std::min(out, r1 + (r1 - r0)));
+      for (; p < end; p += 64) _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T1);
+    }
+    for (int64_t o = r0; o < r1; o += tile_rows) {
+      const int R = static_cast<int>(std::min<int64_t>(tile_rows, r1 - o));
+      const BlockQ8_0x8* ws[cpu::kMaxTileRows];
+      for (int r = 0; r < R; ++r) ws[r] = reinterpret_cast<const BlockQ8_0x8*>(w.row_ptr(o + r));
+      tile_dispatch<true, false>(R, T, ws, xs, groups, a.y + i * out + o, out, a.bias ? a.bias + o : nullptr);
+    }
+  });
 }
 
 void gemm_interleaved_vnni(const MatMulArgs& a) {
@@ -161,6 +203,7 @@ void gemm_interleaved_vnni(const MatMulArgs& a) {
 
 void matmul_vnni(const MatMulArgs& a) {
   if (a.n <= 0) return;
+  if (a.w->dtype == DType::Q8_0_X8) return matmul_q8_0_x8(a);
   if (a.n > cpu::kGemvMaxTokens && a.w->cols() % 256 == 0) return gemm_interleaved_vnni(a);
   FP_CHECK(a.w->dtype != DType::Q4_K, "matmul avx512vnni: Q4_K needs rows that are a multiple of 256");
   const int64_t K = a.w->cols(), nb = K / QK8_0;
@@ -194,8 +237,8 @@ std::string refuse_vnni(const MatMulArgs& a) {
   std::string cpu = cpu_features().missing({"avx2", "fma", "f16c", "avx512f", "avx512vl", "avx512bw", "avx512_vnni"});
   if (!cpu.empty()) return cpu;
   const DType t = a.w->dtype;
-  if (t != DType::Q8_0 && t != DType::Q4_0 && t != DType::Q4_K)
-    return std::string("only Q8_0/Q4_0/Q4_K weights (these are ") + dtype_name(t) + ")";
+  if (t != DType::Q8_0 && t != DType::Q4_0 && t != DType::Q4_K && t != DType::Q8_0_X8)
+    return std::string("only Q8_0/Q4_0/Q4_K/Q8_0_X8 weights (these are ") + dtype_name(t) + ")";
   if (t == DType::Q4_K && a.n <= cpu::kGemvMaxTokens) return "Q4_K decode (<= 4 tokens) is left to the AVX2 kernel";
   return {};
 }

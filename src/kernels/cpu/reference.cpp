@@ -56,8 +56,8 @@ void matmul_ref(const MatMulArgs& a) {
 // K-quants (dequantized weights dotted with the dequantized 8-bit activations).
 std::string refuse_q8act(const MatMulArgs& a) {
   DType t = a.w->dtype;
-  if (t != DType::Q8_0 && t != DType::Q4_0 && t != DType::Q4_K && t != DType::Q6_K)
-    return std::string("weights are ") + dtype_name(t) + ", needs Q8_0, Q4_0, Q4_K or Q6_K";
+  if (t != DType::Q8_0 && t != DType::Q4_0 && t != DType::Q4_K && t != DType::Q6_K && t != DType::Q8_0_X8)
+    return std::string("weights are ") + dtype_name(t) + ", needs Q8_0, Q4_0, Q4_K, Q6_K or Q8_0_X8";
   return {};
 }
 
@@ -87,15 +87,19 @@ void matmul_ref_q8act(const MatMulArgs& a) {
   int64_t out = w.rows(), in = w.cols(), nb = in / QK8_0;
   std::vector<BlockQ8_0> xq(static_cast<size_t>(a.n * nb));
   for (int64_t i = 0; i < a.n; ++i) quantize_row_q8_0(a.x + i * in, xq.data() + i * nb, in);
+  std::vector<BlockQ8_0> unpacked(static_cast<size_t>(w.dtype == DType::Q8_0_X8 ? nb : 0));
   for (int64_t o = 0; o < out; ++o) {
+    // Q8_0_X8: the row's Q8_0 blocks back in their file order (the repacking is exact).
+    if (w.dtype == DType::Q8_0_X8)
+      unpack_q8_0_x8(reinterpret_cast<const BlockQ8_0x8*>(w.row_ptr(o)), unpacked.data(), nb / 8);
     for (int64_t i = 0; i < a.n; ++i) {
       const BlockQ8_0* xb = xq.data() + i * nb;
       float s = 0;
       for (int64_t b = 0; b < nb; ++b) {
         int32_t isum = 0;
         float dw;
-        if (w.dtype == DType::Q8_0) {
-          const auto* wb = reinterpret_cast<const BlockQ8_0*>(w.row_ptr(o)) + b;
+        if (w.dtype == DType::Q8_0 || w.dtype == DType::Q8_0_X8) {
+          const auto* wb = (w.dtype == DType::Q8_0 ? reinterpret_cast<const BlockQ8_0*>(w.row_ptr(o)) : unpacked.data()) + b;
           for (int j = 0; j < QK8_0; ++j) isum += wb->qs[j] * xb[b].qs[j];
           dw = f16_to_f32(wb->d);
         } else {

@@ -1,0 +1,88 @@
+// model/repack.cpp — Q8_0 -> Q8_0_X8 at load (see repack.h).
+#include "model/repack.h"
+
+#include <sys/mman.h>
+
+#include <chrono>
+#include <memory>
+
+#include "core/log.h"
+#include "core/thread_pool.h"
+
+namespace fp {
+
+bool repackable(const Tensor& w) {
+  return w.dtype == DType::Q8_0 && w.ndim == 2 && w.is_contiguous() && w.cols() % QK8_0X8 == 0 && !w.block_scale &&
+         w.device == Device::CPU;
+}
+
+namespace {
+
+// Rows of src (Q8_0) into dst (Q8_0_X8, the same number of bytes); dst may equal src.
+void repack_rows(const Tensor& src, void* dst) {
+  const int64_t groups = src.cols() / QK8_0X8, rb = row_bytes(DType::Q8_0, src.cols());
+  thread_pool().parallel_for(src.rows(), 64, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      pack_q8_0_x8(reinterpret_cast<const BlockQ8_0*>(src.row_ptr(r)), reinterpret_cast<BlockQ8_0x8*>(static_cast<uint8_t*>(dst) + r * rb),
+                   groups);
+  });
+}
+
+}  // namespace
+
+bool repack_in_place(Tensor& w) {
+  if (!repackable(w)) return false;
+  repack_rows(w, w.data);
+  w.dtype = DType::Q8_0_X8;
+  return true;
+}
+
+const Tensor* WeightRepacker::repack(const Tensor* w) {
+  if (!f_.repack_weights || !w || !repackable(*w)) return w;
+  const auto t0 = std::chrono::steady_clock::now();
+  Tensor* entry = nullptr;  // w's entry in the file's tensor table, when w is a whole file tensor
+  for (auto& [name, t] : f_.tensors)
+    if (&t == w) entry = &t;
+  const int64_t bytes = w->nbytes();
+  const Tensor* out = nullptr;
+  if (entry && f_.weights_writable) {
+    repack_in_place(*entry);
+    out = entry;
+  } else {
+    auto buf = std::shared_ptr<uint8_t[]>(new uint8_t[static_cast<size_t>(bytes)]);
+    repack_rows(*w, buf.get());
+    f_.owners.push_back(std::shared_ptr<const void>(buf, buf.get()));
+    new_bytes_ += bytes;
+    if (entry) {
+      // The mapped pages wholly inside the tensor are no longer read: give them back (they stay
+      // in the page cache, re-read from the file if anything touches them again).
+      const auto page = static_cast<uintptr_t>(4096), begin = reinterpret_cast<uintptr_t>(entry->data);
+      const uintptr_t lo = (begin + page - 1) / page * page, hi = (begin + static_cast<uintptr_t>(bytes)) / page * page;
+      if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+      entry->data = buf.get();
+      entry->dtype = DType::Q8_0_X8;
+      out = entry;
+    } else {
+      auto view = std::make_shared<Tensor>(*w);
+      view->data = buf.get();
+      view->dtype = DType::Q8_0_X8;
+      f_.owners.push_back(view);
+      out = view.get();
+    }
+  }
+  ++tensors_;
+  bytes_ += bytes;
+  seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return out;
+}
+
+void WeightRepacker::report() const {
+  if (tensors_ == 0) return;
+  log_info("repacked ", tensors_, " Q8_0 matmul weights (", static_cast<double>(bytes_) / (1 << 20), " MiB) to Q8_0_X8 in ",
+           seconds_ * 1000, " ms; ",
+           new_bytes_ == 0 ? std::string("in place, no extra memory")
+                           : std::to_string(static_cast<double>(new_bytes_) / (1 << 20)) +
+                                 " MiB in new buffers (the file is mapped read-only, or these are row slices)");
+}
+
+}  // namespace fp

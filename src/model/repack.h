@@ -1,0 +1,40 @@
+// model/repack.h — Q8_0 matmul weights repacked once at load into Q8_0_X8 (core/dtype.h), the
+// interleaved layout the CPU matmul kernels read at every batch size, so batched decode and
+// prefill no longer repack weights on every call. Same bytes per row, so the repacked tensor
+// replaces the Q8_0 one: no second copy is kept. See docs/design.md, "Weights repacked at load".
+#pragma once
+#include <cstdint>
+
+#include "core/tensor.h"
+#include "model/model_file.h"
+
+namespace fp {
+
+// Whether a weight can be repacked: Q8_0, 2-D, contiguous, rows a multiple of 256 values, no
+// block scales. Everything else (Q4_0, K-quants, 3-D MoE expert stacks, short rows) is left as is.
+bool repackable(const Tensor& w);
+// Repacks a weight whose bytes this model owns and may rewrite (a tensor-parallel column copy)
+// where it lies; false (and untouched) when it is not repackable.
+bool repack_in_place(Tensor& w);
+
+// Repacks the matmul weights of one model as it is built (ModelFile::repack_weights; the
+// --no-repack flag turns it off). Call repack() on every weight that only MatMulArgs reads.
+class WeightRepacker {
+ public:
+  explicit WeightRepacker(ModelFile& f) : f_(f) {}
+  // The weight to use in place of w: w when it is not repackable or repacking is off. A whole
+  // file tensor is repacked where it lies when the weights sit in writable memory (--no-mmap),
+  // else into a new buffer, and its mapped pages are given back; the file's tensor entry then
+  // describes the repacked bytes, so every user of it (a tied embedding) sees one layout. Any
+  // other view (a tensor-parallel row slice into the file) gets a new buffer of its own.
+  const Tensor* repack(const Tensor* w);
+  // Logs what was repacked and what it cost (one line), if anything was.
+  void report() const;
+
+ private:
+  ModelFile& f_;
+  int64_t tensors_ = 0, bytes_ = 0, new_bytes_ = 0;
+  double seconds_ = 0;
+};
+
+}  // namespace fp

@@ -1,0 +1,139 @@
+// tests/repack_test.cpp — Q8_0 weights repacked at load into Q8_0_X8 (model/repack.h): the
+// repacking is exact both ways (in place too) and dequantizes to the same values; a Q8_0 model
+// gives the same logits repacked or not, mapped or copied (--no-mmap), on the fast kernels and
+// on the forced reference; what is not repackable (short rows, other dtypes) stays as it was.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "backend_ops.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "kernels/registry.h"
+#include "model/model.h"
+#include "model/repack.h"
+#include "model/synth.h"
+#include "test_util.h"
+
+namespace fp {
+namespace {
+
+// Random Q8_0 blocks over the whole int8 range (-128 too, which ggml's quantizer never writes).
+std::vector<BlockQ8_0> random_blocks(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> q(-128, 127), h(0, 0x7bff);
+  std::vector<BlockQ8_0> b(static_cast<size_t>(n));
+  for (auto& blk : b) {
+    blk.d = static_cast<uint16_t>(h(rng));
+    for (auto& v : blk.qs) v = static_cast<int8_t>(q(rng));
+  }
+  return b;
+}
+
+TEST(Repack, RoundTripsExactlyAndInPlace) {
+  for (int64_t groups : {1, 3, 64}) {
+    auto src = random_blocks(8 * groups, static_cast<uint32_t>(groups));
+    std::vector<BlockQ8_0x8> packed(static_cast<size_t>(groups));
+    pack_q8_0_x8(src.data(), packed.data(), groups);
+    // The layout: block j's value 4c + k at qs[32c + 4j + k], plus 128.
+    EXPECT_EQ(packed[0].qs[32 * 2 + 4 * 5 + 3], static_cast<uint8_t>(src[5].qs[4 * 2 + 3] + 128));
+    EXPECT_EQ(packed[0].d[7], src[7].d);
+    std::vector<BlockQ8_0> back(src.size());
+    unpack_q8_0_x8(packed.data(), back.data(), groups);
+    ASSERT_EQ(std::memcmp(back.data(), src.data(), src.size() * sizeof(BlockQ8_0)), 0) << groups << " groups";
+    // In place: the same bytes as the out-of-place repacking.
+    std::vector<BlockQ8_0> inplace = src;
+    pack_q8_0_x8(inplace.data(), reinterpret_cast<BlockQ8_0x8*>(inplace.data()), groups);
+    ASSERT_EQ(std::memcmp(inplace.data(), packed.data(), packed.size() * sizeof(BlockQ8_0x8)), 0);
+    unpack_q8_0_x8(reinterpret_cast<const BlockQ8_0x8*>(inplace.data()), inplace.data(), groups);
+    ASSERT_EQ(std::memcmp(inplace.data(), src.data(), src.size() * sizeof(BlockQ8_0)), 0);
+    // Dequantized: the same floats as the Q8_0 blocks.
+    const int64_t n = groups * QK8_0X8;
+    std::vector<float> a(static_cast<size_t>(n)), b(static_cast<size_t>(n));
+    dequantize_row(DType::Q8_0, src.data(), a.data(), n);
+    dequantize_row(DType::Q8_0_X8, packed.data(), b.data(), n);
+    ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+  }
+  EXPECT_EQ(row_bytes(DType::Q8_0_X8, 2048), row_bytes(DType::Q8_0, 2048));
+  EXPECT_THROW(row_bytes(DType::Q8_0_X8, 32), Error);  // a row holds whole groups of 256
+}
+
+TEST(Repack, OnlyQ8_0MatricesOfWholeGroups) {
+  std::vector<uint8_t> bytes(static_cast<size_t>(row_bytes(DType::Q8_0, 512) * 4));
+  EXPECT_TRUE(repackable(Tensor::view(bytes.data(), DType::Q8_0, {4, 512})));
+  EXPECT_FALSE(repackable(Tensor::view(bytes.data(), DType::Q8_0, {8, 224})));  // 7 blocks a row
+  EXPECT_FALSE(repackable(Tensor::view(bytes.data(), DType::Q4_0, {4, 512})));
+  EXPECT_FALSE(repackable(Tensor::view(bytes.data(), DType::Q8_0, {2, 2, 512})));  // an expert stack
+  Tensor t = Tensor::view(bytes.data(), DType::Q8_0, {4, 512});
+  EXPECT_TRUE(repack_in_place(t));
+  EXPECT_EQ(t.dtype, DType::Q8_0_X8);
+  EXPECT_FALSE(repack_in_place(t));  // already repacked
+}
+
+std::string synth_q8(const std::string& dir, const std::string& name, nlohmann::json cfg) {
+  SynthOptions o;
+  o.arch = "llama";
+  o.config = std::move(cfg);
+  o.type = DType::Q8_0;
+  o.seed = 5;
+  o.out = dir + "/" + name;
+  synth_model(o);
+  return o.out;
+}
+
+// Every position of a prompt as one batch (the GEMM path), then two tokens decoded (GEMV).
+std::vector<float> logits(const std::string& path, bool repack, bool mmap, DType* output_type = nullptr) {
+  LoadOptions lo;
+  lo.prefault = false;
+  lo.repack = repack;
+  lo.use_mmap = mmap;
+  auto m = load_model(path, lo);
+  const std::vector<int32_t> ids = {1, 17, 300, 5, 99, 42, 260, 7, 511, 3, 128};
+  const int64_t n = static_cast<int64_t>(ids.size()), V = m->config().n_vocab;
+  auto cache = m->new_cache(n + 2);
+  std::vector<float> out(static_cast<size_t>((n + 2) * V));
+  std::vector<int32_t> pos(ids.size());
+  for (size_t i = 0; i < pos.size(); ++i) pos[i] = static_cast<int32_t>(i);
+  m->forward(ids.data(), pos.data(), n, *cache, out.data(), true);
+  for (int32_t p = static_cast<int32_t>(n), id = 9; p < n + 2; ++p, id += 30) m->forward(&id, &p, 1, *cache, out.data() + p * V, false);
+  if (output_type) *output_type = m->file().get("token_embd.weight").dtype;
+  return out;
+}
+
+TEST(Repack, ModelGivesTheSameLogits) {
+  const std::string dir = test::temp_dir("repack_model");
+  for (bool tied : {true, false}) {
+    // Rows of 256 and 512 values repack; the 96-wide FFN of the second model leaves ffn_down
+    // (rows of 96) and nothing else changes.
+    for (int64_t ffn : {512, 96}) {
+      const std::string path = synth_q8(dir, "m" + std::to_string(tied) + std::to_string(ffn) + ".gguf",
+                                        {{"hidden_size", 256}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},
+                                         {"intermediate_size", ffn}, {"vocab_size", 512}, {"num_hidden_layers", 2},
+                                         {"tie_word_embeddings", tied}});
+      SCOPED_TRACE(path);
+      DType plain_t, packed_t, copied_t;
+      const auto plain = logits(path, false, true, &plain_t);
+      const auto packed = logits(path, true, true, &packed_t);
+      const auto copied = logits(path, true, false, &copied_t);
+      EXPECT_EQ(plain_t, DType::Q8_0);
+      EXPECT_EQ(packed_t, tied ? DType::Q8_0_X8 : DType::Q8_0);  // the table is repacked when it is the output too
+      EXPECT_EQ(copied_t, packed_t);
+      // Same integer products; the float sums of the GEMV path may run in another order.
+      EXPECT_LE(test::normalised_error(packed, plain), 1e-5);
+      EXPECT_EQ(packed, copied);
+      // The reference kernel reads the repacked weights too (dequantized, exactly).
+      KernelOverrides::global().force("matmul", "ref");
+      invalidate_all_dispatch();
+      const auto ref_plain = logits(path, false, true), ref_packed = logits(path, true, true);
+      KernelOverrides::global().clear();
+      invalidate_all_dispatch();
+      EXPECT_EQ(ref_packed, ref_plain);
+      EXPECT_LE(test::normalised_error(plain, ref_plain), 0.02);  // 8-bit activations vs f32
+    }
+  }
+}
+
+}  // namespace
+}  // namespace fp
