@@ -125,6 +125,35 @@ std::vector<int32_t> greedy_tokens(Model& m, const std::string& prompt, int32_t 
 
 const char* kPrompts[] = {"Once upon a time", "The little dog ran", "Lily wanted to", "One day, the sun"};
 
+// Every prompt of kPrompts through one engine on m (greedy, n tokens each); the tokens generated.
+std::vector<std::vector<int32_t>> serve_prompts(Model& m, int32_t n, bool chunked) {
+  EngineConfig c;
+  c.page_size = 16;
+  c.kv_cache_bytes = 4 << 20;
+  c.max_model_len = 256;
+  c.scheduler.chunked_prefill = chunked;
+  if (chunked) c.scheduler.max_num_batched_tokens = 8;  // prefills in chunks, mixed with decodes
+  c.scheduler.max_num_seqs = 8;
+  Engine e(m, c);
+  EXPECT_EQ(e.pool().device(), m.device());
+  std::vector<int64_t> ids;
+  for (const char* p : kPrompts) {
+    Request r;
+    r.prompt = m.tokenizer()->encode(p, true, false);
+    r.max_new_tokens = n;
+    r.sampling.temperature = 0;
+    ids.push_back(e.add_request(r));
+  }
+  for (int guard = 0; e.has_work() && guard < 10000; ++guard) e.step();
+  EXPECT_FALSE(e.has_work());
+  std::vector<std::vector<int32_t>> out;
+  for (int64_t id : ids) {
+    const Sequence* s = e.sequence(id);
+    out.emplace_back(s->tokens.begin() + s->n_prompt, s->tokens.end());
+  }
+  return out;
+}
+
 TEST(DevicePlacement, StandInDeviceGivesTheCpuModelsLogitsAndText) {
   FP_REQUIRE_FILE(test::testdata(kStories));
   FP_REQUIRE_NO_GPU();
@@ -181,29 +210,9 @@ TEST(DevicePlacement, StandInDeviceServesABatchLikeTheCpu) {
 
   EmulatedDevice dev;
   auto gpu = load_on(Device::CUDA);
-  EngineConfig c;
-  c.page_size = 16;
-  c.kv_cache_bytes = 4 << 20;
-  c.max_model_len = 256;
-  c.scheduler.chunked_prefill = true;
-  c.scheduler.max_num_batched_tokens = 8;  // prefills in chunks, mixed with decodes
-  c.scheduler.max_num_seqs = 8;
-  Engine e(*gpu, c);
-  EXPECT_EQ(e.pool().device(), Device::CUDA);
-  std::vector<int64_t> ids;
-  for (const char* p : kPrompts) {
-    Request r;
-    r.prompt = gpu->tokenizer()->encode(p, true, false);
-    r.max_new_tokens = 24;
-    r.sampling.temperature = 0;
-    ids.push_back(e.add_request(r));
-  }
-  for (int guard = 0; e.has_work() && guard < 10000; ++guard) e.step();
-  ASSERT_FALSE(e.has_work());
-  for (size_t i = 0; i < ids.size(); ++i) {
-    const Sequence* s = e.sequence(ids[i]);
-    EXPECT_EQ(std::vector<int32_t>(s->tokens.begin() + s->n_prompt, s->tokens.end()), want[i]) << kPrompts[i];
-  }
+  auto got = serve_prompts(*gpu, 24, true);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(got[i], want[i]) << kPrompts[i];
 }
 
 // Decode steps replay recorded graphs: the same tokens as running every step eagerly, and the
@@ -223,26 +232,9 @@ TEST(DevicePlacement, DecodeStepsReplayRecordedGraphs) {
     auto gpu = load_model(test::testdata(kStories), lo);
     // One sequence alone, then four decoding together through the engine.
     EXPECT_EQ(greedy_tokens(*gpu, kPrompts[0], 32), want[0]);
-    EngineConfig c;
-    c.page_size = 16;
-    c.kv_cache_bytes = 4 << 20;
-    c.max_model_len = 256;
-    c.scheduler.max_num_seqs = 8;
-    Engine e(*gpu, c);
-    std::vector<int64_t> ids;
-    for (const char* p : kPrompts) {
-      Request r;
-      r.prompt = gpu->tokenizer()->encode(p, true, false);
-      r.max_new_tokens = 32;
-      r.sampling.temperature = 0;
-      ids.push_back(e.add_request(r));
-    }
-    for (int guard = 0; e.has_work() && guard < 10000; ++guard) e.step();
-    for (size_t i = 0; i < ids.size(); ++i) {
-      const Sequence* s = e.sequence(ids[i]);
-      EXPECT_EQ(std::vector<int32_t>(s->tokens.begin() + s->n_prompt, s->tokens.end()), want[i])
-          << kPrompts[i] << (graphs ? " with graphs" : " eager");
-    }
+    auto got = serve_prompts(*gpu, 32, false);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(got[i], want[i]) << kPrompts[i] << (graphs ? " with graphs" : " eager");
     auto steps = Ledger::global().steps();
     if (graphs) {
       EXPECT_GT(steps["replayed"], 30u);  // most decode steps

@@ -130,17 +130,7 @@ AttentionArgs paged_attention_args(const StagedBatch& b, const KvPool& pool) {
 }
 
 AttentionArgs paged_attention_args(const ForwardBatch& b, const KvPool& pool) {
-  AttentionArgs a{};
-  a.pos = b.positions.data();
-  a.n = b.n_tokens();
-  a.n_seqs = b.n_seqs();
-  a.seq_indptr = b.seq_indptr.data();
-  a.page_size = pool.page_size();
-  a.kv_dtype = pool.dtype();
-  a.page_indptr = b.page_indptr.data();
-  a.page_ids = b.page_ids.data();
-  a.kv_len = b.kv_len.data();
-  return a;
+  return paged_attention_args(host_view(b), pool);
 }
 
 KvLayout Model::kv_layout() const {

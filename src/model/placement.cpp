@@ -48,20 +48,25 @@ float* Activations::f32(size_t slot, int64_t n) {
   return b.as<float>();
 }
 
-StagedBatch BatchStager::stage(const ForwardBatch& b, int64_t page_size) {
-  b.slots(page_size, slots_);
+StagedBatch host_view(const ForwardBatch& b) {
   StagedBatch s;
   s.n = b.n_tokens();
   s.n_seqs = b.n_seqs();
   s.n_logits = static_cast<int64_t>(b.logit_rows.size());
+  s.tokens = b.tokens.data();
+  s.positions = b.positions.data();
+  s.seq_indptr = b.seq_indptr.data();
+  s.page_indptr = b.page_indptr.data();
+  s.page_ids = b.page_ids.data();
+  s.kv_len = b.kv_len.data();
+  s.logit_rows = b.logit_rows.data();
+  return s;
+}
+
+StagedBatch BatchStager::stage(const ForwardBatch& b, int64_t page_size) {
+  b.slots(page_size, slots_);
+  StagedBatch s = host_view(b);
   if (device_ == Device::CPU) {
-    s.tokens = b.tokens.data();
-    s.positions = b.positions.data();
-    s.seq_indptr = b.seq_indptr.data();
-    s.page_indptr = b.page_indptr.data();
-    s.page_ids = b.page_ids.data();
-    s.kv_len = b.kv_len.data();
-    s.logit_rows = b.logit_rows.data();
     s.slots = slots_.data();
     return s;
   }

@@ -66,6 +66,9 @@ struct StagedBatch {
   const int64_t* slots = nullptr;
 };
 
+// The host arrays of b seen as a StagedBatch (slots left null: see ForwardBatch::slots).
+StagedBatch host_view(const ForwardBatch& b);
+
 class BatchStager {
  public:
   explicit BatchStager(Device d) : device_(d), staging_(d) {}
