@@ -22,6 +22,12 @@
 namespace fp {
 namespace {
 
+LoadOptions no_prefault() {
+  LoadOptions o;
+  o.prefault = false;
+  return o;
+}
+
 using Bytes = std::vector<uint8_t>;
 
 Bytes read_bytes(const std::string& path) {
@@ -388,7 +394,7 @@ std::string synth(const std::string& out, nlohmann::json config = tiny_config())
 }
 
 void load_and_build(const std::string& path) {
-  std::shared_ptr<ModelFile> f(load_model_file(path, LoadOptions{"", false}).release());
+  std::shared_ptr<ModelFile> f(load_model_file(path, no_prefault()).release());
   build_model(std::move(f));
 }
 
@@ -454,7 +460,7 @@ TEST(GgufCorrupt, FlipsThroughModelLoader) {
     b[pos[i]] ^= masks[i % 5];
     write_bytes(path, b);
     s.check(outcome([&] {
-      std::shared_ptr<ModelFile> f(load_model_file(path, LoadOptions{"", false}).release());
+      std::shared_ptr<ModelFile> f(load_model_file(path, no_prefault()).release());
       auto model = build_model(f);
       auto cache = model->new_cache(2);
       std::vector<float> logits(static_cast<size_t>(f->config.n_vocab));
@@ -673,7 +679,7 @@ TEST(SafetensorsCorrupt, MisalignedTensorDataIsCopied) {
     f.reset();
     wr.write(dir + "/model.safetensors");
   }
-  std::shared_ptr<ModelFile> mf(load_model_file(dir, LoadOptions{"", false}).release());
+  std::shared_ptr<ModelFile> mf(load_model_file(dir, no_prefault()).release());
   for (auto& [name, t] : mf->tensors) EXPECT_EQ(reinterpret_cast<uintptr_t>(t.data) % 4, 0u) << name;
   auto model = build_model(mf);
   auto cache = model->new_cache(4);

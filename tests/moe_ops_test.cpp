@@ -8,11 +8,13 @@
 
 #include "backend_ops.h"
 #include "kernels/ops_moe.h"
+#include "kernels/registry.h"
 
 namespace fp {
 namespace {
 
 using test::check_kernels;
+using test::normalised_error;
 using test::random_floats;
 
 // A weight [rows, cols] of `type` from random floats (sd 1/sqrt(cols)), kept alive by the caller.
@@ -122,7 +124,13 @@ TEST(BackendOps, MoeFfnKernelsMatchReference) {
     Weight sg(type, 2 * ff, dim, 401), su(type, 2 * ff, dim, 402), sd(type, dim, 2 * ff, 403);
     std::vector<Tensor> g, u, d;
     for (int64_t e = 0; e < E; ++e) g.push_back(gate[static_cast<size_t>(e)].t), u.push_back(up[static_cast<size_t>(e)].t), d.push_back(down[static_cast<size_t>(e)].t);
-    for (int64_t n : {1, 3, 17}) {
+    // Expert parallel: this rank holds experts [begin, end) only; the others are empty views
+    // (reading one would fail), and the output is the partial sum of the local selections.
+    std::vector<Tensor> g_local = g, u_local = u, d_local = d;
+    for (int64_t e = 0; e < E; ++e)
+      if (e < 2 || e >= 5) g_local[static_cast<size_t>(e)] = u_local[static_cast<size_t>(e)] = d_local[static_cast<size_t>(e)] = Tensor{};
+    for (int64_t n : {1, 3, 17})
+    for (bool local : {false, true}) {
       for (bool shared : {false, true}) {
         auto x = random_floats(static_cast<size_t>(n * dim), 7);
         std::vector<int32_t> ids(static_cast<size_t>(n * k));
@@ -143,21 +151,92 @@ TEST(BackendOps, MoeFfnKernelsMatchReference) {
           a.k = k;
           a.n_expert = E;
           a.ff = ff;
-          a.gate = g.data();
-          a.up = u.data();
-          a.down = d.data();
+          a.gate = local ? g_local.data() : g.data();
+          a.up = local ? u_local.data() : u.data();
+          a.down = local ? d_local.data() : d.data();
+          if (local) a.expert_begin = 2, a.expert_end = 5;
           if (shared) a.shared_gate = &sg.t, a.shared_up = &su.t, a.shared_down = &sd.t, a.shared_ff = 2 * ff;
           a.out = out.data();
           return a;
         };
         // Q8_0: the matmul kernels round activations to 8 bits, the reference does not.
         const double tol = type == DType::Q8_0 ? 3e-2 : 1e-4;
-        checked += check_kernels<MoeFfnArgs>(std::string(dtype_name(type)) + " n=" + std::to_string(n) + (shared ? " +shared" : ""),
+        checked += check_kernels<MoeFfnArgs>(std::string(dtype_name(type)) + " n=" + std::to_string(n) + (shared ? " +shared" : "") +
+                                                 (local ? " experts 2..4" : ""),
                                              make, "ref", tol);
       }
     }
   }
   EXPECT_GT(checked, 0);
+}
+
+// Expert parallel as the model uses it: the ranks' partial outputs (experts split into 1, 2 or 3
+// ranges, the shared expert's width split across the ranks) add up to the whole FFN, with every
+// kernel the dispatcher picks (gemv for 2 tokens, grouped for 9).
+TEST(MoeOps, ExpertRangesAddUpToTheWholeFfn) {
+  const int64_t dim = 48, ff = 32, E = 7, k = 3;
+  std::vector<Weight> gate, up, down;
+  for (int64_t e = 0; e < E; ++e) {
+    gate.emplace_back(DType::F32, ff, dim, static_cast<uint32_t>(10 + e));
+    up.emplace_back(DType::F32, ff, dim, static_cast<uint32_t>(20 + e));
+    down.emplace_back(DType::F32, dim, ff, static_cast<uint32_t>(30 + e));
+  }
+  Weight sg(DType::F32, 2 * ff, dim, 41), su(DType::F32, 2 * ff, dim, 42), sd(DType::F32, dim, 2 * ff, 43);
+  for (int64_t n : {2, 9}) {
+    auto x = random_floats(static_cast<size_t>(n * dim), 5);
+    std::vector<int32_t> ids(static_cast<size_t>(n * k));
+    std::vector<float> w(ids.size());
+    for (size_t j = 0; j < ids.size(); ++j) {
+      ids[j] = static_cast<int32_t>((j * 3 + j / 3) % E);
+      w[j] = 0.2f + 0.1f * static_cast<float>(j % 3);
+    }
+    auto run = [&](int64_t begin, int64_t end, int64_t sh_begin, int64_t sh_len) {
+      std::vector<Tensor> g(static_cast<size_t>(E)), u(g.size()), d(g.size());
+      for (int64_t e = begin; e < end; ++e) {
+        g[static_cast<size_t>(e)] = gate[static_cast<size_t>(e)].t;
+        u[static_cast<size_t>(e)] = up[static_cast<size_t>(e)].t;
+        d[static_cast<size_t>(e)] = down[static_cast<size_t>(e)].t;
+      }
+      // This rank's slice of the shared expert: rows of gate/up, the same columns of down.
+      std::vector<float> dcols(static_cast<size_t>(dim * sh_len));
+      const float* dsrc = static_cast<const float*>(sd.t.data);
+      for (int64_t r = 0; r < dim; ++r)
+        for (int64_t c = 0; c < sh_len; ++c) dcols[static_cast<size_t>(r * sh_len + c)] = dsrc[r * 2 * ff + sh_begin + c];
+      Tensor sgv = Tensor::view(sg.t.row_ptr(sh_begin), DType::F32, {sh_len, dim});
+      Tensor suv = Tensor::view(su.t.row_ptr(sh_begin), DType::F32, {sh_len, dim});
+      Tensor sdv = Tensor::view(dcols.data(), DType::F32, {dim, sh_len});
+      std::vector<float> out(static_cast<size_t>(n * dim), NAN);
+      MoeFfnArgs a;
+      a.x = x.data();
+      a.n = n;
+      a.dim = dim;
+      a.ids = ids.data();
+      a.weights = w.data();
+      a.k = k;
+      a.n_expert = E;
+      a.ff = ff;
+      a.gate = g.data();
+      a.up = u.data();
+      a.down = d.data();
+      a.shared_gate = &sgv, a.shared_up = &suv, a.shared_down = &sdv, a.shared_ff = sh_len;
+      a.expert_begin = begin;
+      a.expert_end = end;
+      a.out = out.data();
+      dispatch(a);
+      return out;
+    };
+    const std::vector<float> whole = run(0, E, 0, 2 * ff);
+    for (int ranks : {2, 3}) {
+      std::vector<float> sum(whole.size(), 0.0f);
+      for (int r = 0; r < ranks; ++r) {
+        const int64_t b = E * r / ranks, e = E * (r + 1) / ranks;
+        const int64_t sb = 2 * ff * r / ranks, se = 2 * ff * (r + 1) / ranks;
+        const std::vector<float> part = run(b, e, sb, se - sb);
+        for (size_t i = 0; i < sum.size(); ++i) sum[i] += part[i];
+      }
+      EXPECT_LE(normalised_error(sum, whole), 1e-5) << "n=" << n << " ranks=" << ranks;
+    }
+  }
 }
 
 // MLA: two sequences in a paged latent pool (page 4), prefill chunks and single-token decode,

@@ -10,9 +10,12 @@ std::string MoeRouteArgs::shape_class() const {
 
 std::string MoeFfnArgs::shape_class() const {
   // Tokens per active expert decide between GEMV and GEMM paths of the matmul kernels.
-  std::string s = std::string("w=") + dtype_name(gate->dtype) + (n <= 4 ? " gemv" : " gemm");
-  if (gate->block_scale) s += " block-scaled";
+  const Tensor& g = gate[expert_begin];  // the first expert this rank holds
+  std::string s = std::string("w=") + dtype_name(g.dtype) + (n <= 4 ? " gemv" : " gemm");
+  if (g.block_scale) s += " block-scaled";
   if (shared_gate) s += " +shared";
+  if (expert_begin > 0 || local_end() < n_expert)
+    s += " experts " + std::to_string(expert_begin) + ".." + std::to_string(local_end() - 1) + " of " + std::to_string(n_expert);
   return s;
 }
 

@@ -43,6 +43,10 @@ struct MoeRouteArgs {
 // where FFN_e(x) = down_e · (silu(gate_e · x) ⊙ (up_e · x)).
 // gate/up/down point at n_expert 2-D views each: gate_e, up_e [ff, dim], down_e [dim, ff].
 // The shared expert (optional: shared_gate null) has width shared_ff and weight 1.
+// Expert parallel: a rank holds only experts [expert_begin, expert_end) (the other entries of
+// gate/up/down are never read and may be empty); selections of other experts contribute nothing
+// here, so out is this rank's partial sum, completed by an all-reduce over the ranks. The
+// default range (0, -1) means every expert.
 struct MoeFfnArgs {
   static constexpr const char* kName = "moe_ffn";
   const float* x = nullptr;
@@ -58,8 +62,12 @@ struct MoeFfnArgs {
   const Tensor* shared_up = nullptr;
   const Tensor* shared_down = nullptr;
   int64_t shared_ff = 0;
+  int64_t expert_begin = 0, expert_end = -1;
   float* out = nullptr;
-  std::string shape_class() const;  // expert weight dtype, gemv/gemm (tokens per expert), shared
+  std::string shape_class() const;  // expert weight dtype, gemv/gemm (tokens per expert), shared, local range
+  int64_t local_end() const { return expert_end < 0 ? n_expert : expert_end; }
+  // Whether expert e's selections are computed here (held by this rank).
+  bool is_local(int32_t e) const { return e >= expert_begin && e < local_end(); }
 };
 
 // MLA attention of a varlen batch against a latent KV cache (DeepSeek-V2/V3).

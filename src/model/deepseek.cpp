@@ -8,6 +8,11 @@
 //   keys/values per head come from attn_kv_b (or its split attn_k_b / attn_v_b form) — see the
 //   mla_attention op for the two execution forms (expanded for prefill, absorbed for decode).
 // FFN: the first `first_dense` layers dense, the others MoE (see moe_layers.h).
+//
+// Split across ranks: expert parallel only (--expert-parallel-size N): each rank holds E/N whole
+// routed experts and a slice of the shared experts' and dense layers' width, and one all-reduce
+// per layer sums the FFN shares. MLA attention is replicated: its latent KV cache has no heads to
+// split, so tensor parallel attention would still keep the whole cache on every rank.
 #include <cmath>
 #include <cstring>
 
@@ -16,6 +21,7 @@
 #include "kernels/registry.h"
 #include "model/model.h"
 #include "model/moe_layers.h"
+#include "parallel/collectives.h"
 
 namespace fp {
 namespace {
@@ -26,14 +32,21 @@ struct DeepseekLayer {
   std::vector<Tensor> wk, wk_t, wv;  // per head, see MlaAttentionArgs
   bool moe = false;
   const Tensor *w_gate = nullptr, *w_up = nullptr, *w_down = nullptr;
+  int64_t ffn_width = 0;  // this rank's share of a dense layer's FFN width
   MoeLayerWeights experts;
 };
 
 class DeepseekModel : public Model {
  public:
-  explicit DeepseekModel(std::shared_ptr<ModelFile> f) : Model(std::move(f)) {
+  DeepseekModel(std::shared_ptr<ModelFile> f, std::shared_ptr<Communicator> comm) : Model(std::move(f)) {
+    tp_ = std::move(comm);
     const ModelConfig& c = config();
     ModelFile& mf = *file_;
+    const int ranks = tp_size(), rank = tp_ ? tp_->rank() : 0;
+    FP_CHECK(ranks == 1 || parallel().tp == 1, mf.path, ": ", c.arch, " splits across ranks by experts only: MLA attention "
+             "is replicated (its latent KV cache has no heads to split); use --expert-parallel-size ", ranks,
+             " without --tensor-parallel-size");
+    const FfnSplit split{rank, ranks, true, &shards_};
     H_ = c.n_heads;
     L_ = c.mla.kv_lora_rank;
     rope_ = c.rot_dim;
@@ -64,10 +77,12 @@ class DeepseekModel : public Model {
       Y.moe = c.moe.is_moe_layer(l);
       if (Y.moe) {
         Y.experts = load_moe_layer(mf, p, c);
+        shard_moe_layer(mf, split, Y.experts);
       } else {
         Y.w_gate = &mf.get(p + "ffn_gate.weight", {c.hidden_dim, c.dim});
         Y.w_up = &mf.get(p + "ffn_up.weight", {c.hidden_dim, c.dim});
         Y.w_down = &mf.get(p + "ffn_down.weight", {c.dim, c.hidden_dim});
+        Y.ffn_width = ranks > 1 ? shard_ffn(mf, split, Y.w_gate, Y.w_up, Y.w_down, "FFN width (intermediate_size)") : c.hidden_dim;
       }
       layers_.push_back(std::move(Y));
     }
@@ -155,12 +170,14 @@ class DeepseekModel : public Model {
       dispatch(RmsNormArgs{x_.data(), Y.ffn_norm, n, c.dim, c.rms_eps, h_.data()});
       if (Y.moe) {
         moe_.run(Y.experts, c, h_.data(), n, gate_.data());
+        if (tp_size() > 1) dispatch(AllReduceArgs{tp_.get(), gate_.data(), n * c.dim});  // sum the ranks' experts
         dispatch(AddArgs{x_.data(), gate_.data(), n * c.dim, x_.data()});
       } else {
         dispatch(MatMulArgs{h_.data(), n, Y.w_gate, nullptr, gate_.data()});
         dispatch(MatMulArgs{h_.data(), n, Y.w_up, nullptr, up_.data()});
-        dispatch(SiluMulArgs{gate_.data(), up_.data(), n, c.hidden_dim, 0, 0, gate_.data()});
+        dispatch(SiluMulArgs{gate_.data(), up_.data(), n, Y.ffn_width, 0, 0, gate_.data()});
         dispatch(MatMulArgs{gate_.data(), n, Y.w_down, nullptr, h_.data()});
+        if (tp_size() > 1) dispatch(AllReduceArgs{tp_.get(), h_.data(), n * c.dim});  // sum the FFN shares
         dispatch(AddArgs{x_.data(), h_.data(), n * c.dim, x_.data()});
       }
     }
@@ -245,11 +262,12 @@ class DeepseekModel : public Model {
   std::vector<BlockQ8_0> hq_;  // the normalised input quantized once for Q8_0/Q4_0 matmuls
   std::vector<int64_t> slots_;
   MoeBlock moe_;
+  std::deque<Tensor> shards_;  // this rank's weight slices (stable addresses)
 };
 
-const bool registered =
-    register_architecture("deepseek2", [](std::shared_ptr<ModelFile> f) -> std::unique_ptr<Model> {
-      return std::make_unique<DeepseekModel>(std::move(f));
+const bool registered = register_sharded_architecture(
+    "deepseek2", [](std::shared_ptr<ModelFile> f, std::shared_ptr<Communicator> comm) -> std::unique_ptr<Model> {
+      return std::make_unique<DeepseekModel>(std::move(f), std::move(comm));
     });
 
 }  // namespace

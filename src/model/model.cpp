@@ -42,6 +42,18 @@ std::vector<std::string> registered_architectures() {
   return out;
 }
 
+ParallelSizes resolve_parallel(ParallelSizes p, int ranks, const ModelConfig& c) {
+  if (p.tp == 0 && p.ep == 0) return ParallelSizes{ranks, 1};  // tensor parallel, the dense default
+  if (p.tp == 0) p.tp = 1;
+  if (p.ep == 0) p.ep = 1;
+  FP_CHECK((p.tp == 1 || p.tp == ranks) && (p.ep == 1 || p.ep == ranks) && std::max(p.tp, p.ep) == ranks,
+           "--tensor-parallel-size ", p.tp, " and --expert-parallel-size ", p.ep, " on ", ranks,
+           " ranks: each must be 1 or the number of ranks, and one of them the number of ranks");
+  FP_CHECK(p.ep == 1 || c.moe.n_experts > 0, "--expert-parallel-size ", p.ep, ": the model has no routed experts (",
+           c.arch, ")");
+  return p;
+}
+
 std::unique_ptr<Model> build_model(std::shared_ptr<ModelFile> file, std::shared_ptr<Communicator> tp) {
   auto it = registry().find(file->config.arch);
   if (it == registry().end()) {
@@ -58,10 +70,12 @@ std::unique_ptr<Model> build_model(std::shared_ptr<ModelFile> file, std::shared_
              " with --tensor-parallel-size > 1 is not implemented yet (NCCL ranks are future work)");
   }
   if (tp && tp->size() > 1) {
-    FP_CHECK(it->second.sharded, file->path, ": tensor parallelism is not implemented for architecture '",
-             file->config.arch, "' yet (--tensor-parallel-size ", tp->size(), "); llama, qwen2 and qwen3 can be split");
+    FP_CHECK(it->second.sharded, file->path, ": splitting across ranks is not implemented for architecture '",
+             file->config.arch, "' yet (", tp->size(), " ranks); llama, qwen2, qwen3, qwen3moe and deepseek2 can be split");
+    file->parallel = resolve_parallel(file->parallel, tp->size(), file->config);
     return it->second.make(std::move(file), std::move(tp));
   }
+  file->parallel = ParallelSizes{1, 1};
   return it->second.make(std::move(file), nullptr);
 }
 

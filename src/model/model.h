@@ -54,12 +54,15 @@ class Model {
   const ModelConfig& config() const { return file_->config; }
   const ModelFile& file() const { return *file_; }
   const Tokenizer* tokenizer() const { return file_->tokenizer.get(); }
-  // The ranks this model's weights are split across (tensor parallel); null when not split.
-  // Every rank runs the same forward calls; each holds its slice of the weights and KV heads.
+  // The ranks this model's weights are split across (tensor and/or expert parallel, see
+  // parallel()); null when not split. Every rank runs the same forward calls; each holds its
+  // slice of the weights (and, with attention split, of the KV heads).
   Communicator* tensor_parallel() const { return tp_.get(); }
   // Where the weights, activations and the caches this model makes live, and its ops run.
   Device device() const { return file_->device; }
   int tp_size() const { return tp_ ? tp_->size() : 1; }
+  // How the ranks split the model (tensor / expert parallel; {1, 1} on one rank).
+  ParallelSizes parallel() const { return file_->parallel; }
 
   // What one token stores in the KV cache per layer (GQA K/V, or MLA's latent vector), in F32;
   // the cache's owner picks the stored dtype (KvLayout::dtype).
@@ -87,6 +90,10 @@ class Model {
 // filled in; the caller sets heads, dims, strides, scale, pools and output.
 AttentionArgs paged_attention_args(const ForwardBatch& b, const KvPool& pool);
 AttentionArgs paged_attention_args(const StagedBatch& b, const KvPool& pool);
+
+// The sizes a model on `ranks` ranks is split by (see ParallelSizes): 0s filled in, checked
+// (each 1 or ranks; expert parallel only for models with routed experts).
+ParallelSizes resolve_parallel(ParallelSizes requested, int ranks, const ModelConfig& config);
 
 using ArchitectureFactory = std::function<std::unique_ptr<Model>(std::shared_ptr<ModelFile>)>;
 // Dispatches `norm`. When every weight in `ws` dots Q8_0 activations (Q8_0, Q8_0_X8 or Q4_0 weights),

@@ -455,6 +455,7 @@ std::unique_ptr<ModelFile> load_model_file(const std::string& path, const LoadOp
   m->load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   m->device = opts.device;
   m->device_graphs = opts.device_graphs;
+  m->parallel = opts.parallel;
   return m;
 }
 

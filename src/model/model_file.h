@@ -14,6 +14,17 @@
 
 namespace fp {
 
+// How a model is split across the ranks of its communicator (--tensor-parallel-size,
+// --expert-parallel-size). Each is 1 or the number of ranks; 0 means "not said": a model built
+// with a communicator of N ranks and neither set is tensor parallel over N (the dense default).
+//   tp = N: attention heads split across the ranks (Megatron), and, for MoE models without
+//           expert parallelism, every expert's FFN width too.
+//   ep = N: the routed experts partitioned across the ranks (each holds E/N whole experts);
+//           attention is split when tp = N too, else replicated on every rank.
+struct ParallelSizes {
+  int tp = 0, ep = 0;
+};
+
 struct LoadOptions {
   std::string tokenizer_path;  // llama2.c: tokenizer.bin (default: tokenizer.bin / tok<vocab>.bin beside the model)
   bool prefault = true;        // touch all pages at load (progress bar on a terminal)
@@ -26,6 +37,7 @@ struct LoadOptions {
   // Repack Q8_0 matmul weights into Q8_0_X8 as the model is built (model/repack.h); --no-repack.
   // CPU only: on another device the weights keep the file's layout.
   bool repack = true;
+  ParallelSizes parallel;  // used by build_model with a communicator of several ranks
 };
 
 struct ModelFile {
@@ -42,6 +54,7 @@ struct ModelFile {
   bool device_graphs = true;    // LoadOptions::device_graphs
   bool weights_writable = false;  // tensors live in memory this process owns (--no-mmap), not a read-only mapping
   bool repack_weights = true;     // LoadOptions::repack on the CPU, for the architecture as it is built
+  ParallelSizes parallel;         // LoadOptions::parallel; build_model resolves it against the ranks
 
   const Tensor* find(const std::string& name) const;
   // The tensor, checked against the expected shape (outermost first); throws naming the

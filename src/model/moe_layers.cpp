@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "kernels/ops.h"
 #include "kernels/registry.h"
+#include "parallel/shard.h"
 
 namespace fp {
 
@@ -70,6 +71,41 @@ MoeLayerWeights load_moe_layer(ModelFile& mf, const std::string& p, const ModelC
   return w;
 }
 
+int64_t shard_ffn(ModelFile& mf, const FfnSplit& s, const Tensor*& gate, const Tensor*& up, const Tensor*& down,
+                  const char* what) {
+  const Range f = split_range(gate->rows(), s.ranks, s.rank, column_alignment(*down), what);
+  gate = &s.kept->emplace_back(slice_rows(*gate, f));
+  up = &s.kept->emplace_back(slice_rows(*up, f));
+  OwnedTensor d = copy_columns(*down, f);
+  mf.owners.push_back(d.bytes);
+  down = &s.kept->emplace_back(d.view);
+  return f.len;
+}
+
+void shard_moe_layer(ModelFile& mf, const FfnSplit& s, MoeLayerWeights& w) {
+  if (s.ranks <= 1) return;
+  if (w.sh_gate) w.sh_ff = shard_ffn(mf, s, w.sh_gate, w.sh_up, w.sh_down, "shared experts' width");
+  const auto E = static_cast<int64_t>(w.gate.size());
+  if (s.partition_experts) {
+    const Range r = split_range(E, s.ranks, s.rank, 1, "routed experts");
+    w.expert_begin = r.begin;
+    w.expert_end = r.begin + r.len;
+    for (int64_t e = 0; e < E; ++e)
+      if (e < w.expert_begin || e >= w.expert_end) {
+        const auto i = static_cast<size_t>(e);
+        w.gate[i] = w.up[i] = w.down[i] = Tensor{};
+      }
+    return;
+  }
+  for (size_t e = 0; e < w.gate.size(); ++e) {
+    const Tensor *g = &w.gate[e], *u = &w.up[e], *d = &w.down[e];
+    shard_ffn(mf, s, g, u, d, "expert FFN width (moe_intermediate_size)");
+    w.gate[e] = *g;
+    w.up[e] = *u;
+    w.down[e] = *d;
+  }
+}
+
 void MoeBlock::run(const MoeLayerWeights& w, const ModelConfig& c, const float* h, int64_t n, float* out) {
   const MoeConfig& m = c.moe;
   if (static_cast<int64_t>(logits_.size()) < n * m.n_experts) logits_.resize(static_cast<size_t>(n * m.n_experts));
@@ -103,7 +139,9 @@ void MoeBlock::run(const MoeLayerWeights& w, const ModelConfig& c, const float* 
   f.weights = weights_.data();
   f.k = m.n_used;
   f.n_expert = m.n_experts;
-  f.ff = m.ff;
+  f.ff = w.gate[static_cast<size_t>(w.expert_begin)].rows();  // this rank's width of an expert
+  f.expert_begin = w.expert_begin;
+  f.expert_end = w.expert_end;
   f.gate = w.gate.data();
   f.up = w.up.data();
   f.down = w.down.data();

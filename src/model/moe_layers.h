@@ -3,6 +3,7 @@
 // tensors or Hugging Face's one tensor per expert), and the routed FFN block: router matmul,
 // routing op, grouped expert op.
 #pragma once
+#include <deque>
 #include <string>
 #include <vector>
 
@@ -22,7 +23,24 @@ struct MoeLayerWeights {
   std::vector<Tensor> gate, up, down;  // per expert: [ff, dim], [ff, dim], [dim, ff]
   const Tensor *sh_gate = nullptr, *sh_up = nullptr, *sh_down = nullptr;  // shared experts, [sh_ff, dim] ...
   int64_t sh_ff = 0;
+  int64_t expert_begin = 0, expert_end = -1;  // the experts this rank holds (expert parallel; -1: all)
 };
+
+// How a rank cuts its FFN weights when the model is split across `ranks` ranks.
+struct FfnSplit {
+  int rank = 0, ranks = 1;
+  bool partition_experts = false;  // expert parallel: whole experts per rank, else slices of every expert
+  std::deque<Tensor>* kept = nullptr;  // where the slices' Tensor views live (stable addresses)
+};
+
+// A SwiGLU FFN cut to this rank's share of its width: gate/up rows (views into the file), down's
+// matching columns (copied; the share stays on down's quant-block boundaries). Returns the width.
+int64_t shard_ffn(ModelFile& mf, const FfnSplit& s, const Tensor*& gate, const Tensor*& up, const Tensor*& down,
+                  const char* what);
+// A MoE layer cut for this rank: with partition_experts, experts [E*r/R, E*(r+1)/R) kept and the
+// others emptied (their pages never touched); otherwise every expert's width sliced as above. The
+// shared experts' width is sliced in both cases, so each rank's block output is a partial sum.
+void shard_moe_layer(ModelFile& mf, const FfnSplit& s, MoeLayerWeights& w);
 
 // Loads layer `prefix` ("blk.N.")'s router, experts and (when config.moe.n_shared) shared experts.
 MoeLayerWeights load_moe_layer(ModelFile& mf, const std::string& prefix, const ModelConfig& c);

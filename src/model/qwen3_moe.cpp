@@ -2,6 +2,13 @@
 // (GQA, per-head q/k RMSNorm, NeoX RoPE) and, in the sparse layers, a softmax top-k router over
 // routed experts (norm_topk_prob). Dense layers (mlp_only_layers, decoder_sparse_step; in GGUF
 // a layer without ffn_gate_inp) keep a plain SwiGLU FFN.
+//
+// Split across ranks (parallel(), see ParallelSizes): with tp = N the attention heads are split
+// as in llama.cpp (q/k/v row views, attn_output columns copied, an all-reduce after it); with
+// ep = N each rank holds E/N whole experts, else (tp only) a slice of every expert's width. The
+// dense layers' FFN and the shared experts are split by width in both cases, so every rank's FFN
+// output is a partial sum and one all-reduce per layer completes it.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -10,6 +17,8 @@
 #include "kernels/registry.h"
 #include "model/model.h"
 #include "model/moe_layers.h"
+#include "parallel/collectives.h"
+#include "parallel/shard.h"
 
 namespace fp {
 namespace {
@@ -19,14 +28,23 @@ struct Qwen3MoeLayer {
   const Tensor *wq, *wk, *wv, *wo;
   bool moe = false;
   const Tensor *w_gate = nullptr, *w_up = nullptr, *w_down = nullptr;  // dense layers
+  int64_t ffn_width = 0;  // this rank's share of a dense layer's FFN width
   MoeLayerWeights experts;
 };
 
 class Qwen3MoeModel : public Model {
  public:
-  explicit Qwen3MoeModel(std::shared_ptr<ModelFile> f) : Model(std::move(f)) {
+  Qwen3MoeModel(std::shared_ptr<ModelFile> f, std::shared_ptr<Communicator> comm) : Model(std::move(f)) {
+    tp_ = std::move(comm);
     const ModelConfig& c = config();
     ModelFile& mf = *file_;
+    const int ranks = tp_size(), rank = tp_ ? tp_->rank() : 0;
+    attn_ranks_ = parallel().tp > 1 ? ranks : 1;  // attention heads split, or replicated on every rank
+    FP_CHECK(c.n_heads % attn_ranks_ == 0 && c.n_kv_heads % attn_ranks_ == 0, mf.path, ": --tensor-parallel-size ",
+             attn_ranks_, " must divide the attention heads (", c.n_heads, ") and the KV heads (", c.n_kv_heads, ")");
+    heads_ = c.n_heads / attn_ranks_;
+    kv_heads_ = c.n_kv_heads / attn_ranks_;
+    const FfnSplit split{rank, ranks, parallel().ep > 1, &shards_};
     FP_CHECK(c.v_head_dim == c.head_dim, mf.path, ": qwen3moe needs value_length == key_length");
     FP_CHECK(c.moe.n_experts > 0, mf.path, ": qwen3moe needs an expert count");
     const int64_t q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
@@ -48,14 +66,31 @@ class Qwen3MoeModel : public Model {
       L.moe = c.source == "gguf" ? mf.find(p + "ffn_gate_inp.weight") != nullptr : c.moe.is_moe_layer(l);
       if (L.moe) {
         L.experts = load_moe_layer(mf, p, c);
+        shard_moe_layer(mf, split, L.experts);
       } else {
         L.w_gate = &mf.get(p + "ffn_gate.weight", {c.hidden_dim, c.dim});
         L.w_up = &mf.get(p + "ffn_up.weight", {c.hidden_dim, c.dim});
         L.w_down = &mf.get(p + "ffn_down.weight", {c.dim, c.hidden_dim});
+        L.ffn_width = ranks > 1 ? shard_ffn(mf, split, L.w_gate, L.w_up, L.w_down, "FFN width (hidden_dim)") : c.hidden_dim;
+      }
+      if (attn_ranks_ > 1) {  // this rank's heads: q/k/v rows, attn_output's columns
+        const Range q{rank * heads_ * c.head_dim, heads_ * c.head_dim}, kv{rank * kv_heads_ * c.head_dim, kv_heads_ * c.head_dim};
+        L.wq = &shards_.emplace_back(slice_rows(*L.wq, q));
+        L.wk = &shards_.emplace_back(slice_rows(*L.wk, kv));
+        L.wv = &shards_.emplace_back(slice_rows(*L.wv, kv));
+        OwnedTensor o = copy_columns(*L.wo, q);
+        mf.owners.push_back(o.bytes);
+        L.wo = &shards_.emplace_back(o.view);
       }
       layers_.push_back(std::move(L));
     }
     inv_freq_ = c.rope_inv_freq();
+  }
+
+  // This rank's KV heads only (all of them when attention is replicated).
+  KvLayout kv_layout() const override {
+    const ModelConfig& c = config();
+    return KvLayout{c.n_layers, kv_heads_ * c.head_dim, kv_heads_ * c.head_dim};
   }
 
   void forward(const ForwardBatch& b, KvPool& pool, float* logits) override {
@@ -63,21 +98,21 @@ class Qwen3MoeModel : public Model {
     check_batch(b, pool);
     const int64_t n = b.n_tokens();
     if (n <= 0) return;
-    const int64_t q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
+    const int64_t q_dim = heads_ * c.head_dim, kv_dim = kv_heads_ * c.head_dim;
     for (auto* v : {&x_, &h_}) resize(*v, n * c.dim);
     resize(q_, n * q_dim);
     resize(k_, n * kv_dim);
     resize(v_, n * kv_dim);
     resize(att_, n * q_dim);
-    resize(gate_, n * c.hidden_dim);
+    resize(gate_, n * std::max(c.hidden_dim, c.dim));
     resize(up_, n * c.hidden_dim);
     const int32_t* pos = b.positions.data();
     const float mscale = c.rope_scaling.type == "yarn" ? c.rope_scaling.attn_factor : 1.0f;
 
     AttentionArgs att = paged_attention_args(b, pool);
     att.q = q_.data();
-    att.n_heads = c.n_heads;
-    att.n_kv_heads = c.n_kv_heads;
+    att.n_heads = heads_;
+    att.n_kv_heads = kv_heads_;
     att.head_dim = att.v_dim = c.head_dim;
     att.k_stride = att.v_stride = kv_dim;
     att.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
@@ -91,28 +126,29 @@ class Qwen3MoeModel : public Model {
       dispatch(MatMulArgs{h_.data(), n, L.wq, nullptr, q_.data(), hq});
       dispatch(MatMulArgs{h_.data(), n, L.wk, nullptr, k_.data(), hq});
       dispatch(MatMulArgs{h_.data(), n, L.wv, nullptr, v_.data(), hq});
-      dispatch(RmsNormArgs{q_.data(), L.q_norm, n * c.n_heads, c.head_dim, c.rms_eps, q_.data()});
-      dispatch(RmsNormArgs{k_.data(), L.k_norm, n * c.n_kv_heads, c.head_dim, c.rms_eps, k_.data()});
-      dispatch(RopeArgs{q_.data(), pos, n, c.n_heads, c.head_dim, c.rot_dim, q_dim, inv_freq_.data(), mscale, c.rope_style});
-      dispatch(RopeArgs{k_.data(), pos, n, c.n_kv_heads, c.head_dim, c.rot_dim, kv_dim, inv_freq_.data(), mscale, c.rope_style});
+      dispatch(RmsNormArgs{q_.data(), L.q_norm, n * heads_, c.head_dim, c.rms_eps, q_.data()});
+      dispatch(RmsNormArgs{k_.data(), L.k_norm, n * kv_heads_, c.head_dim, c.rms_eps, k_.data()});
+      dispatch(RopeArgs{q_.data(), pos, n, heads_, c.head_dim, c.rot_dim, q_dim, inv_freq_.data(), mscale, c.rope_style});
+      dispatch(RopeArgs{k_.data(), pos, n, kv_heads_, c.head_dim, c.rot_dim, kv_dim, inv_freq_.data(), mscale, c.rope_style});
       pool.write(static_cast<int64_t>(l), slots_.data(), n, k_.data(), v_.data());
       att.k_pool = pool.k(static_cast<int64_t>(l));
       att.v_pool = pool.v(static_cast<int64_t>(l));
       dispatch(att);
       dispatch(MatMulArgs{att_.data(), n, L.wo, nullptr, h_.data()});
+      if (attn_ranks_ > 1) dispatch(AllReduceArgs{tp_.get(), h_.data(), n * c.dim});  // sum the heads' shares
       dispatch(AddArgs{x_.data(), h_.data(), n * c.dim, x_.data()});
 
       dispatch(RmsNormArgs{x_.data(), L.ffn_norm, n, c.dim, c.rms_eps, h_.data()});
       if (L.moe) {
-        resize(gate_, n * c.dim);
         moe_.run(L.experts, c, h_.data(), n, gate_.data());
       } else {
         dispatch(MatMulArgs{h_.data(), n, L.w_gate, nullptr, gate_.data()});
         dispatch(MatMulArgs{h_.data(), n, L.w_up, nullptr, up_.data()});
-        dispatch(SiluMulArgs{gate_.data(), up_.data(), n, c.hidden_dim, 0, 0, gate_.data()});
+        dispatch(SiluMulArgs{gate_.data(), up_.data(), n, L.ffn_width, 0, 0, gate_.data()});
         dispatch(MatMulArgs{gate_.data(), n, L.w_down, nullptr, h_.data()});
         std::memcpy(gate_.data(), h_.data(), static_cast<size_t>(n * c.dim) * 4);
       }
+      if (tp_size() > 1) dispatch(AllReduceArgs{tp_.get(), gate_.data(), n * c.dim});  // sum the ranks' FFN shares
       dispatch(AddArgs{x_.data(), gate_.data(), n * c.dim, x_.data()});
     }
 
@@ -136,11 +172,14 @@ class Qwen3MoeModel : public Model {
   std::vector<BlockQ8_0> hq_;  // the normalised input quantized once for Q8_0/Q4_0 matmuls
   std::vector<int64_t> slots_;
   MoeBlock moe_;
+  int attn_ranks_ = 1;                // ranks the attention heads are split across (1: replicated)
+  int64_t heads_ = 0, kv_heads_ = 0;  // this rank's query and KV heads
+  std::deque<Tensor> shards_;         // this rank's weight slices (stable addresses)
 };
 
-const bool registered =
-    register_architecture("qwen3moe", [](std::shared_ptr<ModelFile> f) -> std::unique_ptr<Model> {
-      return std::make_unique<Qwen3MoeModel>(std::move(f));
+const bool registered = register_sharded_architecture(
+    "qwen3moe", [](std::shared_ptr<ModelFile> f, std::shared_ptr<Communicator> comm) -> std::unique_ptr<Model> {
+      return std::make_unique<Qwen3MoeModel>(std::move(f), std::move(comm));
     });
 
 }  // namespace

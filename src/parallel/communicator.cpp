@@ -66,31 +66,31 @@ int launched_world_size() { return env_int({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", 
 int launched_local_size() { return env_int({"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}, 1); }
 int launched_rank() { return env_int({"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"}, 0); }
 
-std::shared_ptr<Communicator> open_world(int tp_size) {
-  FP_CHECK(tp_size >= 1, "--tensor-parallel-size must be at least 1, got ", tp_size);
+std::shared_ptr<Communicator> open_world(int tp_size, const char* flag) {
+  FP_CHECK(tp_size >= 1, flag, " must be at least 1, got ", tp_size);
   auto& w = world();
   if (w) {
-    FP_CHECK(w->size() == tp_size, "--tensor-parallel-size ", tp_size, " but this process already runs with ",
+    FP_CHECK(w->size() == tp_size, flag, " ", tp_size, " but this process already runs with ",
              w->size(), " ranks");
     return w;
   }
   const int launched = launched_world_size();
   if (tp_size == 1) {
     FP_CHECK(launched == 1, "this process is one of ", launched, " ranks (mpirun -np ", launched,
-             ") but --tensor-parallel-size is 1; pass --tensor-parallel-size ", launched, " or run without mpirun");
+             ") but ", flag, " is 1; pass ", flag, " ", launched, " or run without mpirun");
     w = std::make_shared<SingleCommunicator>();
     return w;
   }
-  FP_CHECK(has_world_backend("mpi"), "--tensor-parallel-size ", tp_size,
+  FP_CHECK(has_world_backend("mpi"), flag, " ", tp_size,
            " needs MPI, and this build has none (install libopenmpi-dev, reconfigure, and run under mpirun -np ",
            tp_size, ")");
-  FP_CHECK(launched == tp_size, "--tensor-parallel-size ", tp_size, " but the MPI world has ", launched,
+  FP_CHECK(launched == tp_size, flag, " ", tp_size, " but the MPI world has ", launched,
            " rank(s); launch with mpirun -np ", tp_size);
   w = backends()["mpi"]();
   if (w->size() != tp_size) {  // the environment said one thing, MPI another
     const int n = w->size();
     close_world(false);
-    fail("--tensor-parallel-size ", tp_size, " but the MPI world has ", n, " rank(s)");
+    fail(flag, " ", tp_size, " but the MPI world has ", n, " rank(s)");
   }
   return w;
 }

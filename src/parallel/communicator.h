@@ -76,7 +76,7 @@ int launched_rank();
 // The communicator for a tensor-parallel size: "single" for 1 (checking that the process was
 // not launched as one of several ranks), MPI otherwise. Checks that tp_size equals the world
 // size, with both numbers in the error. The world stays open until close_world().
-std::shared_ptr<Communicator> open_world(int tp_size);
+std::shared_ptr<Communicator> open_world(int tp_size, const char* flag = "--tensor-parallel-size");
 // The world opened by open_world, or null.
 Communicator* current_world();
 // End of the program: ok closes the world normally (MPI_Finalize); !ok with several ranks

@@ -51,7 +51,9 @@ void add_audit(CLI::App& app) {
     if (o->json) {
       std::cout << l.json() << "\n";
     } else {
-      const std::string tp = model->tp_size() > 1 ? ", tensor parallel over " + std::to_string(model->tp_size()) + " ranks (" +
+      const ParallelSizes ps = model->parallel();
+      const std::string tp = model->tp_size() > 1 ? ", split over " + std::to_string(model->tp_size()) + " ranks (tensor parallel " +
+                                                       std::to_string(ps.tp) + ", expert parallel " + std::to_string(ps.ep) + "; " +
                                                        model->tensor_parallel()->backend() + "; rank 0's ledger)"
                                                  : "";
       std::printf("model: %s (%s)\ncpu:   %s; features: %s\nrun:   prefill %d tokens, decode %d steps, KV cache %s%s%s\n\n",

@@ -312,7 +312,9 @@ void add_bench(CLI::App& app) {
     j["threads"] = threads;
     j["device"] = device_name(model->device());
     j["kv_dtype"] = dtype_name(kv.dtype);
-    j["tensor_parallel_size"] = model->tp_size();  // ceilings are measured by each rank alone
+    j["ranks"] = model->tp_size();  // ceilings are measured by each rank alone
+    j["tensor_parallel_size"] = model->parallel().tp;
+    j["expert_parallel_size"] = model->parallel().ep;
     j["ceiling"] = {{"read_gbps", ceil.read_gbps}, {"fma_gflops", ceil.fma_gflops}, {"int8_gops", ceil.int8_gops}, {"cpu", ceil.cpu}};
 
     if (o->prompt > 0) {

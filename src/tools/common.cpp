@@ -30,6 +30,10 @@ void add_common(CLI::App* app, CommonOptions& o, bool model_required) {
   app->add_option("--tensor-parallel-size,--tp", o.tensor_parallel,
                   "split the model across this many ranks (launch as mpirun -np N; needs a build with MPI)")
       ->check(CLI::Range(1, 1 << 16));
+  app->add_option("--expert-parallel-size,--ep", o.expert_parallel,
+                  "partition a MoE model's routed experts across this many ranks (mpirun -np N); attention is split too "
+                  "with --tensor-parallel-size N, else replicated")
+      ->check(CLI::Range(1, 1 << 16));
   app->add_option("--device", o.device, "where the model runs: cpu or cuda (weights, KV cache and every op on the GPU)")
       ->capture_default_str();
   app->add_flag("--no-cuda-graphs", o.no_cuda_graphs, "on --device cuda, run every decode step eagerly instead of replaying recorded CUDA graphs");
@@ -64,12 +68,12 @@ void apply_runtime(const CommonOptions& o) {
 }
 
 void require_single_rank(const CommonOptions& o, const std::string& what) {
-  FP_CHECK(o.tensor_parallel == 1, what, " does not run tensor parallel yet (--tensor-parallel-size ", o.tensor_parallel,
-           "); generate (one prompt), logits, audit and bench -p/-n do");
+  FP_CHECK(o.ranks() == 1, what, " does not run on several ranks yet (--tensor-parallel-size ", o.tensor_parallel,
+           ", --expert-parallel-size ", o.expert_parallel, "); generate (one prompt), logits, audit and bench -p/-n do");
 }
 
 std::unique_ptr<Model> load_with(const CommonOptions& o) {
-  std::shared_ptr<Communicator> world = open_world(o.tensor_parallel);
+  std::shared_ptr<Communicator> world = open_world(o.ranks(), o.expert_parallel > o.tensor_parallel ? "--expert-parallel-size" : "--tensor-parallel-size");
   apply_runtime(o);
   LoadOptions lo;
   lo.tokenizer_path = o.tokenizer;
@@ -77,13 +81,14 @@ std::unique_ptr<Model> load_with(const CommonOptions& o) {
   FP_CHECK(device_from_name(o.device, &lo.device), "--device '", o.device, "': expected cpu or cuda");
   lo.device_graphs = !o.no_cuda_graphs;
   lo.repack = !o.no_repack;
+  lo.parallel = ParallelSizes{o.tensor_parallel, o.expert_parallel};
   // Split across ranks, each touches only the pages of its slices (prefaulting would read all).
   if (world->size() > 1) lo.prefault = false;
   std::string path = o.model.empty() ? default_model_path() : o.model;
   auto model = load_model(path, lo, world->size() > 1 ? world : nullptr);
   if (world->size() > 1)
-    log_info("tensor parallel: rank ", world->rank(), " of ", world->size(), " (", world->backend(), "), ",
-             thread_pool().size(), " threads per rank");
+    log_info("parallel: rank ", world->rank(), " of ", world->size(), " (", world->backend(), "), tensor parallel ",
+             model->parallel().tp, ", expert parallel ", model->parallel().ep, ", ", thread_pool().size(), " threads per rank");
   return model;
 }
 

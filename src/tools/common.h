@@ -20,19 +20,21 @@ struct CommonOptions {
   bool quiet = false;
   bool no_mmap = false;
   bool no_repack = false;          // keep Q8_0 weights as in the file (model/repack.h)
-  int tensor_parallel = 1;         // ranks the model is split across (mpirun -np N)
+  int tensor_parallel = 1;         // ranks the attention heads (and FFN widths) are split across (mpirun -np N)
+  int expert_parallel = 1;         // ranks the routed experts are partitioned across (MoE models)
+  int ranks() const { return tensor_parallel > expert_parallel ? tensor_parallel : expert_parallel; }
   std::string device = "cpu";      // where the model runs: cpu or cuda
   bool no_cuda_graphs = false;
 };
 
-// Adds -m, --tokenizer, -t, --kernel, --profile, -q, --no-mmap, --no-repack, --tensor-parallel-size, --device to a
-// subcommand.
+// Adds -m, --tokenizer, -t, --kernel, --profile, -q, --no-mmap, --no-repack, --tensor-parallel-size,
+// --expert-parallel-size, --device to a subcommand.
 void add_common(CLI::App* app, CommonOptions& o, bool model_required);
-// Opens the ranks (--tensor-parallel-size; MPI when more than one), applies threads / kernel
+// Opens the ranks (the larger of --tensor-parallel-size and --expert-parallel-size; MPI when more than one), applies threads / kernel
 // overrides / log level, then loads this rank's part of the model (default model when -m is empty).
 std::unique_ptr<Model> load_with(const CommonOptions& o);
 void apply_runtime(const CommonOptions& o);
-// Throws when --tensor-parallel-size asks for ranks that `what` cannot use yet.
+// Throws when --tensor-parallel-size / --expert-parallel-size ask for ranks that `what` cannot use yet.
 void require_single_rank(const CommonOptions& o, const std::string& what);
 // Rank 0 of a parallel run, or the only process: the one that writes files and output.
 bool is_output_rank();

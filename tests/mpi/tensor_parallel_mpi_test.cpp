@@ -2,7 +2,8 @@
 // (within 1e-4 relative) and the greedy tokens (exactly) of the same model on one rank: the
 // real stories260K, and synth models with GQA (12 query heads over 6 KV heads) for llama (Q8_0:
 // column cuts on block boundaries, an uneven FFN split on 2 ranks), qwen2 (q/k/v biases) and
-// qwen3 (q/k norms). Every rank also builds the whole model and compares locally.
+// qwen3 (q/k norms); and MoE models split by expert width or partitioned by expert (qwen3moe,
+// deepseek). Every rank also builds the whole model and compares locally.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 
 #include "core/error.h"
 #include "engine/generator.h"
+#include "kernels/ledger.h"
 #include "model/model.h"
 #include "model/synth.h"
 #include "mpi_test_util.h"
@@ -53,16 +55,17 @@ std::vector<int32_t> greedy(Model& m, const std::vector<int32_t>& prompt, int n)
   return generate(m, r).tokens;
 }
 
-std::unique_ptr<Model> load(const std::string& path, std::shared_ptr<Communicator> tp) {
+std::unique_ptr<Model> load(const std::string& path, std::shared_ptr<Communicator> tp, ParallelSizes ps = {}) {
   LoadOptions lo;
   lo.prefault = false;
+  lo.parallel = ps;
   return load_model(path, lo, std::move(tp));
 }
 
 // Both ways on this rank: the whole model, and this rank's slice with the all-reduces.
-void expect_same_as_one_rank(const std::string& path, const std::vector<int32_t>& prompt, int n_gen) {
+void expect_same_as_one_rank(const std::string& path, const std::vector<int32_t>& prompt, int n_gen, ParallelSizes ps = {}) {
   auto whole = load(path, nullptr);
-  auto split = load(path, test::world_comm());
+  auto split = load(path, test::world_comm(), ps);
   ASSERT_EQ(split->tp_size(), test::world_comm()->size());
   const std::vector<int32_t> decode = {5, 17, 42, 7};
   const auto a = run_logits(*split, prompt, decode), b = run_logits(*whole, prompt, decode);
@@ -134,6 +137,89 @@ TEST(TensorParallel, RepackedQ8_0MatchesOneRank) {
   o.out = test::temp_dir("tp_repack") + "/model.gguf";
   synth_model(o);
   expect_same_as_one_rank(o.out, {1, 9, 200, 33, 71, 4, 150, 88}, 24);
+}
+
+// MoE models split across the ranks (issue 7): qwen3moe with experts sliced by width (tp = N),
+// partitioned whole (ep = N, attention replicated) and both (attention heads split, experts
+// partitioned); deepseek (MLA replicated, experts partitioned). A dense layer, shared experts
+// (DeepSeek) and Q8_0 column cuts are on every path; 6 experts split 3+3 or 2+2+2, widths of 96
+// split 64+32 or 32x3.
+struct MoeSplitCase {
+  std::string name, arch;
+  DType type;
+  ParallelSizes ps;  // 0: the number of ranks
+};
+
+void PrintTo(const MoeSplitCase& c, std::ostream* os) { *os << c.name; }
+
+class MoeSplit : public ::testing::TestWithParam<MoeSplitCase> {};
+
+TEST_P(MoeSplit, MatchesOneRank) {
+  FP_REQUIRE_RANKS(2);
+  const MoeSplitCase& c = GetParam();
+  const int ranks = test::world_comm()->size(), rank = test::world_comm()->rank();
+  const ParallelSizes ps{c.ps.tp == 0 ? ranks : c.ps.tp, c.ps.ep == 0 ? ranks : c.ps.ep};
+  SynthOptions o;
+  o.arch = c.arch;
+  if (c.arch == "qwen3_moe")
+    o.config = {{"hidden_size", 64},  {"num_attention_heads", 12}, {"num_key_value_heads", 6}, {"head_dim", 16},
+                {"intermediate_size", 96}, {"num_hidden_layers", 3}, {"vocab_size", 256}, {"num_experts", 6},
+                {"num_experts_per_tok", 2}, {"moe_intermediate_size", 96}, {"mlp_only_layers", {1}}};
+  else
+    o.config = {{"hidden_size", 64}, {"num_attention_heads", 2}, {"intermediate_size", 96}, {"num_hidden_layers", 3},
+                {"vocab_size", 256}, {"n_routed_experts", 6}, {"num_experts_per_tok", 2}, {"moe_intermediate_size", 96},
+                {"n_shared_experts", 1}, {"first_k_dense_replace", 1}, {"q_lora_rank", 32}, {"kv_lora_rank", 32},
+                {"qk_rope_head_dim", 16}, {"qk_nope_head_dim", 32}, {"v_head_dim", 32}};
+  o.type = c.type;
+  o.seed = 17;
+  o.out = test::temp_dir("moe_split_" + c.name) + "/model.gguf";
+  synth_model(o);
+  Ledger::global().reset();
+  expect_same_as_one_rank(o.out, {1, 9, 200, 33, 71, 4, 150, 88, 3, 12}, 16, ps);
+  // With experts partitioned, this rank's moe_ffn calls name its range of the 6 experts.
+  const std::string table = Ledger::global().table();
+  const int64_t b = 6 * rank / ranks, e = 6 * (rank + 1) / ranks;  // split_range's pieces for 6 / 2 or 3
+  const std::string range = "experts " + std::to_string(b) + ".." + std::to_string(e - 1) + " of 6";
+  EXPECT_EQ(table.find(range) != std::string::npos, ps.ep > 1) << range << "\n" << table;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, MoeSplit,
+    ::testing::Values(MoeSplitCase{"qwen3moe_tp", "qwen3_moe", DType::Q8_0, {0, 1}},
+                      MoeSplitCase{"qwen3moe_ep", "qwen3_moe", DType::Q8_0, {1, 0}},
+                      MoeSplitCase{"qwen3moe_tp_ep", "qwen3_moe", DType::F16, {0, 0}},
+                      MoeSplitCase{"deepseek_v3_ep", "deepseek_v3", DType::Q8_0, {1, 0}},
+                      MoeSplitCase{"deepseek_v2_ep", "deepseek_v2", DType::F32, {1, 0}}),
+    [](const auto& p) { return p.param.name; });
+
+TEST(ExpertParallel, RefusesLayoutsItCannotRun) {
+  FP_REQUIRE_RANKS(2);
+  const int ranks = test::world_comm()->size();
+  SynthOptions o;
+  o.arch = "deepseek_v3";
+  o.config = {{"hidden_size", 64}, {"num_attention_heads", 2}, {"intermediate_size", 96}, {"num_hidden_layers", 2},
+              {"vocab_size", 256}, {"n_routed_experts", 6}, {"num_experts_per_tok", 2}, {"moe_intermediate_size", 96},
+              {"kv_lora_rank", 32}, {"qk_rope_head_dim", 16}, {"qk_nope_head_dim", 32}, {"v_head_dim", 32}};
+  o.out = test::temp_dir("ep_refuse") + "/ds.gguf";
+  synth_model(o);
+  auto refused = [&](const std::string& path, ParallelSizes ps, const std::string& want) {
+    try {
+      load(path, test::world_comm(), ps);
+      ADD_FAILURE() << "expected a refusal containing '" << want << "'";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  };
+  refused(o.out, {ranks, 1}, "splits across ranks by experts only");
+  refused(o.out, {ranks, ranks}, "splits across ranks by experts only");
+  refused(o.out, {1, 1}, "each must be 1 or the number of ranks");
+  SynthOptions d;
+  d.arch = "llama";
+  d.config = {{"hidden_size", 64}, {"num_attention_heads", 6}, {"num_key_value_heads", 6}, {"num_hidden_layers", 1},
+              {"vocab_size", 256}};
+  d.out = test::temp_dir("ep_refuse") + "/dense.gguf";
+  synth_model(d);
+  refused(d.out, {1, ranks}, "has no routed experts");
 }
 
 TEST(TensorParallel, RefusesAColumnCutInsideAQuantBlock) {

@@ -47,6 +47,33 @@ err=$(run2 2 "$bin" "${gen[@]}" 2>&1); rc=$?
 err=$(run2 3 "$bin" "${gen[@]}" --tensor-parallel-size 3 2>&1); rc=$?
 [ $rc != 0 ] && grep -q "must divide the attention heads (8) and the KV heads (4)" <<<"$err"; check "3 ranks cannot split 8 heads" $?
 err=$(run2 2 "$bin" generate -m "$model" --batch-file /dev/null --tensor-parallel-size 2 2>&1); rc=$?
-[ $rc != 0 ] && grep -q "does not run tensor parallel yet" <<<"$err"; check "batch-file with TP is refused" $?
+[ $rc != 0 ] && grep -q "does not run on several ranks yet" <<<"$err"; check "batch-file with TP is refused" $?
+
+# Expert parallel from the command line: a small DeepSeek-V3-shaped model (MLA replicated,
+# experts partitioned; synth models carry no tokenizer, so token ids) gives the one-rank logits;
+# audit names each rank's expert range.
+ds=$tmp/ds.gguf
+"$bin" synth --arch deepseek_v3 --type q8_0 --out "$ds" --config '{"hidden_size": 64, "num_attention_heads": 2,
+  "intermediate_size": 96, "num_hidden_layers": 3, "vocab_size": 256, "n_routed_experts": 6, "num_experts_per_tok": 2,
+  "moe_intermediate_size": 96, "n_shared_experts": 1, "first_k_dense_replace": 1, "kv_lora_rank": 32,
+  "qk_rope_head_dim": 16, "qk_nope_head_dim": 32, "v_head_dim": 32}' >/dev/null
+ds_toks="1 9 200 33 71 4 150 88"
+"$bin" logits -m "$ds" --tokens "$ds_toks" --out "$tmp/ds1.f32" -q -t 1
+run2 2 "$bin" logits -m "$ds" --tokens "$ds_toks" --out "$tmp/ds2.f32" -q -t 1 --expert-parallel-size 2
+python3 - "$tmp/ds1.f32" "$tmp/ds2.f32" <<'PY'
+import array, sys
+a, b = (array.array('f', open(p, 'rb').read()) for p in sys.argv[1:3])
+assert len(a) == len(b) == 8 * 256, (len(a), len(b))
+err = max(abs(x - y) for x, y in zip(a, b)); top = max(abs(x) for x in a)
+print(f"EP logits: max abs diff {err:.3g}, relative {err / top:.3g}")
+sys.exit(0 if err / top < 1e-4 else 1)
+PY
+check "logits with EP=2 within 1e-4 of one rank" $?
+audit=$(run2 2 "$bin" audit -m "$ds" -p 8 -n 2 -t 1 --ep 2)
+grep -q 'expert parallel 2' <<<"$audit" && grep -Eq '^moe_ffn .*experts 0\.\.2 of 6' <<<"$audit"; check "audit shows rank 0's experts 0..2" $?
+err=$(run2 2 "$bin" logits -m "$ds" --tokens "$ds_toks" --out "$tmp/x.f32" -t 1 --tensor-parallel-size 2 2>&1); rc=$?
+[ $rc != 0 ] && grep -q "by experts only" <<<"$err"; check "TP on MLA is refused with the reason" $?
+err=$("$bin" logits -m "$ds" --tokens "$ds_toks" --out "$tmp/x.f32" -t 1 --expert-parallel-size 2 2>&1); rc=$?
+[ $rc != 0 ] && grep -q "expert-parallel-size 2 but the MPI world has 1 rank" <<<"$err"; check "EP 2 without mpirun is refused" $?
 
 exit $failures

@@ -42,7 +42,7 @@ void run_ffn(const Tensor& gate, const Tensor& up, const Tensor& down, const flo
 }
 
 // The work of one forward: (token, expert) pairs bucketed by expert, tokens in increasing order
-// within a bucket; slot[j] is where pair j's output row lands.
+// within a bucket; slot[j] is where pair j's output row lands (-1: another rank's expert).
 struct Buckets {
   std::vector<int32_t> count, start, tok, slot;
 };
@@ -52,7 +52,7 @@ void bucket(const MoeFfnArgs& a, Buckets& b) {
   b.count.assign(static_cast<size_t>(E), 0);
   for (int64_t j = 0; j < nk; ++j) {
     FP_CHECK(a.ids[j] >= 0 && a.ids[j] < E, "moe_ffn: expert id ", a.ids[j], " is outside [0, ", E, ")");
-    ++b.count[static_cast<size_t>(a.ids[j])];
+    if (a.is_local(a.ids[j])) ++b.count[static_cast<size_t>(a.ids[j])];
   }
   b.start.assign(static_cast<size_t>(E + 1), 0);
   for (int64_t e = 0; e < E; ++e) b.start[static_cast<size_t>(e + 1)] = b.start[static_cast<size_t>(e)] + b.count[static_cast<size_t>(e)];
@@ -61,6 +61,10 @@ void bucket(const MoeFfnArgs& a, Buckets& b) {
   std::vector<int32_t> fill(b.start.begin(), b.start.end() - 1);
   for (int64_t j = 0; j < nk; ++j) {
     const auto e = static_cast<size_t>(a.ids[j]);
+    if (!a.is_local(a.ids[j])) {
+      b.slot[static_cast<size_t>(j)] = -1;
+      continue;
+    }
     b.tok[static_cast<size_t>(fill[e])] = static_cast<int32_t>(j / a.k);
     b.slot[static_cast<size_t>(j)] = fill[e]++;
   }
@@ -124,8 +128,10 @@ void moe_ffn_grouped(const MoeFfnArgs& a) {
       if (a.shared_gate) std::memcpy(o, shared_y + t * dim, static_cast<size_t>(dim) * 4);
       else std::fill(o, o + dim, 0.0f);
       for (int64_t j = 0; j < a.k; ++j) {
+        const int32_t slot = bk.slot[static_cast<size_t>(t * a.k + j)];
+        if (slot < 0) continue;  // another rank's expert
         const float w = a.weights[t * a.k + j];
-        const float* y = ys.data() + static_cast<int64_t>(bk.slot[static_cast<size_t>(t * a.k + j)]) * dim;
+        const float* y = ys.data() + static_cast<int64_t>(slot) * dim;
         for (int64_t c = 0; c < dim; ++c) o[c] += w * y[c];
       }
     }
@@ -148,9 +154,13 @@ void moe_ffn_gemv(const MoeFfnArgs& a) {
     for (int64_t j = 0; j < a.k; ++j) {
       const int32_t e = a.ids[i * a.k + j];
       FP_CHECK(e >= 0 && e < a.n_expert, "moe_ffn: expert id ", e, " is outside [0, ", a.n_expert, ")");
-      groups.push_back({i, &a.gate[e], &a.up[e], &a.down[e], a.weights[i * a.k + j]});
+      if (a.is_local(e)) groups.push_back({i, &a.gate[e], &a.up[e], &a.down[e], a.weights[i * a.k + j]});
     }
     if (a.shared_gate) groups.push_back({i, a.shared_gate, a.shared_up, a.shared_down, 1.0f});
+  }
+  if (groups.empty()) {  // every selection is another rank's and there is no shared expert here
+    std::fill(a.out, a.out + a.n * a.dim, 0.0f);
+    return;
   }
   std::vector<int64_t> off(groups.size() + 1, 0);  // hidden offsets
   for (size_t q = 0; q < groups.size(); ++q) off[q + 1] = off[q] + groups[q].gate->rows();
@@ -179,7 +189,7 @@ void moe_ffn_gemv(const MoeFfnArgs& a) {
 std::string refuse_gemv(const MoeFfnArgs& a) {
   if (a.n > 4) return "more than 4 tokens: the grouped batched matmuls are faster";
   if (std::string m = cpu_features().missing({"avx2", "fma", "f16c"}); !m.empty()) return m;
-  for (int64_t e = 0; e < a.n_expert; ++e)
+  for (int64_t e = a.expert_begin; e < a.local_end(); ++e)
     for (const Tensor* t : {&a.gate[e], &a.up[e], &a.down[e]})
       if (std::string why = moe_gemv::refuse(*t); !why.empty()) return "expert " + std::to_string(e) + ": " + why;
   if (a.shared_gate)

@@ -116,6 +116,7 @@ void moe_ffn_ref(const MoeFfnArgs& a) {
     for (int64_t j = 0; j < a.k; ++j) {
       const int32_t e = a.ids[i * a.k + j];
       FP_CHECK(e >= 0 && e < a.n_expert, "moe_ffn: expert id ", e, " is outside [0, ", a.n_expert, ")");
+      if (!a.is_local(e)) continue;  // another rank's expert (expert parallel)
       ffn_add(a.gate[e], a.up[e], a.down[e], x, a.weights[i * a.k + j], o, a.dim);
     }
     if (a.shared_gate) ffn_add(*a.shared_gate, *a.shared_up, *a.shared_down, x, 1.0f, o, a.dim);
