@@ -43,6 +43,8 @@ class DeepseekModel : public Model {
     const ModelConfig& c = config();
     ModelFile& mf = *file_;
     const int ranks = tp_size(), rank = tp_ ? tp_->rank() : 0;
+    FP_CHECK(parallel().cp == 1, mf.path, ": context-parallel prefill (--prefill-context-parallel-size) is built for the "
+             "llama family only, not ", c.arch);
     FP_CHECK(ranks == 1 || parallel().tp == 1, mf.path, ": ", c.arch, " splits across ranks by experts only: MLA attention "
              "is replicated (its latent KV cache has no heads to split); use --expert-parallel-size ", ranks,
              " without --tensor-parallel-size");

@@ -10,6 +10,14 @@
 // complete them. Embedding, norms and the output projection are replicated on every rank, so
 // every rank computes the same logits.
 //
+// Prefill context parallel (--prefill-context-parallel-size N, CPU): a batch that holds prefill
+// tokens is cut into N runs of consecutive tokens; each rank runs its run through every layer
+// with the whole weights, all-gathers the K/V rows of the layer so that its cache holds the whole
+// batch, and attends its queries over them; the last hidden rows are all-gathered for the logits.
+// Decode batches keep the tensor-parallel layout (or run whole when tp = 1): the two phases use
+// different layouts on the same ranks. Every rank then keeps every KV head: a TP step reads its
+// heads out of the whole cache and all-gathers its new K/V rows to write every head.
+//
 // On another device (--device cuda) the weights are uploaded once at load (DeviceWeights), the
 // activations and the KV cache live there, the batch's index arrays are staged there each step,
 // and every op dispatches to that device's kernels; only the logits come back to the host.
@@ -49,7 +57,12 @@ class LlamaModel : public Model {
     const int64_t q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
     const int64_t v_dim = c.n_kv_heads * c.v_head_dim, o_in = c.n_heads * c.v_head_dim;
     FP_CHECK(c.v_head_dim == c.head_dim, mf.path, ": ", c.arch, " needs value_length == key_length");
-    const int ranks = tp_size(), rank = tp_ ? tp_->rank() : 0;
+    const int ranks = parallel().tp > 1 ? tp_size() : 1, rank = tp_ ? tp_->rank() : 0;  // tensor-parallel ranks
+    context_parallel_ = parallel().cp > 1;
+    FP_CHECK(!context_parallel_ || device() == Device::CPU, "--prefill-context-parallel-size runs on the CPU only");
+    // The whole weights for context-parallel prefill and the TP slices for decode share bytes,
+    // so neither is repacked in place (Q8_0 stays in the file's layout).
+    if (context_parallel_ && ranks > 1) file_->repack_weights = false;
     FP_CHECK(c.n_heads % ranks == 0 && c.n_kv_heads % ranks == 0, mf.path, ": --tensor-parallel-size ", ranks,
              " must divide the attention heads (", c.n_heads, ") and the KV heads (", c.n_kv_heads, ")");
     heads_ = c.n_heads / ranks;
@@ -79,17 +92,20 @@ class LlamaModel : public Model {
         L.k_norm = vec_f32(p + "attn_k_norm.weight", c.head_dim);
       }
       L.ffn_width = c.hidden_dim;
+      if (context_parallel_ && ranks > 1) whole_layers_.push_back(L);
       if (ranks > 1) shard_layer(L, rank, ranks);
       layers_.push_back(L);
     }
     // Q8_0 matmul weights into the CPU kernels' interleaved layout, after sharding (slices of
     // this rank only). The embedding reads the repacked table too when the output is tied.
-    WeightRepacker rp(mf);
-    output_ = rp.repack(output_);
-    if (c.tied_output) embed_ = output_;
-    for (LlamaLayer& L : layers_)
-      for (const Tensor** w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) *w = rp.repack(*w);
-    rp.report();
+    if (file_->repack_weights) {
+      WeightRepacker rp(mf);
+      output_ = rp.repack(output_);
+      if (c.tied_output) embed_ = output_;
+      for (LlamaLayer& L : layers_)
+        for (const Tensor** w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) *w = rp.repack(*w);
+      rp.report();
+    }
     inv_freq_ = c.rope_inv_freq();
     if (const Tensor* rf = mf.find("rope_freqs.weight")) {  // GGUF llama3: per-frequency divisors
       FP_CHECK(rf->numel() == c.rot_dim / 2, mf.path, ": rope_freqs.weight has ", rf->numel(), " values, expected ", c.rot_dim / 2);
@@ -101,10 +117,11 @@ class LlamaModel : public Model {
     if (device() != Device::CPU) place_on_device();
   }
 
-  // This rank's KV heads only.
+  // This rank's KV heads only; every head with context-parallel prefill.
   KvLayout kv_layout() const override {
     const ModelConfig& c = config();
-    return KvLayout{c.n_layers, kv_heads_ * c.head_dim, kv_heads_ * c.v_head_dim};
+    const int64_t h = context_parallel_ ? c.n_kv_heads : kv_heads_;
+    return KvLayout{c.n_layers, h * c.head_dim, h * c.v_head_dim};
   }
 
   void forward(const ForwardBatch& b, KvPool& pool, float* logits) override {
@@ -112,6 +129,9 @@ class LlamaModel : public Model {
     check_batch(b, pool);
     const int64_t n = b.n_tokens();
     if (n <= 0) return;
+    // Prefill phase: context parallel when every rank gets at least one token.
+    if (context_parallel_ && n > b.n_seqs() && n >= tp_size()) return forward_context_parallel(b, pool, logits);
+    const bool tp = heads_ < c.n_heads;  // attention heads split across the ranks
     // Per-rank widths: this rank's heads and FFN share (the whole model on one rank).
     const int64_t q_dim = heads_ * c.head_dim, kv_dim = kv_heads_ * c.head_dim;
     const int64_t v_dim = kv_heads_ * c.v_head_dim, att_dim = heads_ * c.v_head_dim;
@@ -137,8 +157,11 @@ class LlamaModel : public Model {
     att.n_kv_heads = kv_heads_;
     att.head_dim = c.head_dim;
     att.v_dim = c.v_head_dim;
-    att.k_stride = kv_dim;
-    att.v_stride = v_dim;
+    // This rank's heads of the cache: all of it, or (context parallel) a slice of every row.
+    att.k_stride = pool.layout().k_width;
+    att.v_stride = pool.layout().v_width;
+    const bool every_head = pool.layout().k_width != kv_dim;  // a TP step over a cache of every head
+    const int64_t k_off = every_head ? tp_->rank() * kv_dim : 0, v_off = every_head ? tp_->rank() * v_dim : 0;
     att.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
     att.out = att_out;
 
@@ -159,12 +182,13 @@ class LlamaModel : public Model {
         }
         dispatch(RopeArgs{q, pos, n, heads_, c.head_dim, c.rot_dim, q_dim, inv_freq_at_, 1.0f, c.rope_style});
         dispatch(RopeArgs{k, pos, n, kv_heads_, c.head_dim, c.rot_dim, kv_dim, inv_freq_at_, 1.0f, c.rope_style});
-        pool.write(static_cast<int64_t>(l), sb.slots, n, k, v);
-        att.k_pool = pool.k(static_cast<int64_t>(l));
-        att.v_pool = pool.v(static_cast<int64_t>(l));
+        if (every_head) write_every_head(pool, static_cast<int64_t>(l), sb.slots, n, k, v, kv_dim, v_dim);
+        else pool.write(static_cast<int64_t>(l), sb.slots, n, k, v);
+        att.k_pool = kv_element(pool.k(static_cast<int64_t>(l)), pool.dtype(), k_off);
+        att.v_pool = kv_element(pool.v(static_cast<int64_t>(l)), pool.dtype(), v_off);
         dispatch(att);
         dispatch(MatMulArgs{att_out, n, L.wo, nullptr, h});
-        if (tp_size() > 1) dispatch(AllReduceArgs{tp_.get(), h, n * c.dim});  // sum the heads' shares
+        if (tp) dispatch(AllReduceArgs{tp_.get(), h, n * c.dim});  // sum the heads' shares
         dispatch(AddArgs{x, h, n * c.dim, x});
 
         hq = rmsnorm_for({x, L.ffn_norm, n, c.dim, c.rms_eps, h}, {L.w_gate, L.w_up}, hq_);
@@ -172,7 +196,7 @@ class LlamaModel : public Model {
         dispatch(MatMulArgs{h, n, L.w_up, nullptr, up, hq});
         dispatch(SiluMulArgs{gate, up, n, L.ffn_width, 0, 0, gate});
         dispatch(MatMulArgs{gate, n, L.w_down, nullptr, h});
-        if (tp_size() > 1) dispatch(AllReduceArgs{tp_.get(), h, n * c.dim});  // sum the FFN shares
+        if (tp) dispatch(AllReduceArgs{tp_.get(), h, n * c.dim});  // sum the FFN shares
         dispatch(AddArgs{x, h, n * c.dim, x});
       }
       // Final norm and output projection, only for the rows whose logits are wanted (gathered by
@@ -190,6 +214,123 @@ class LlamaModel : public Model {
   }
 
  private:
+  // The layers context-parallel prefill runs: the whole weights.
+  const std::vector<LlamaLayer>& whole_layers() const { return whole_layers_.empty() ? layers_ : whole_layers_; }
+
+  // Prefill context parallel (see the comment at the top): this rank runs tokens [t0, t1) of the
+  // batch through every layer; K/V rows and the last hidden rows are all-gathered.
+  void forward_context_parallel(const ForwardBatch& b, KvPool& pool, float* logits) {
+    const ModelConfig& c = config();
+    const int R = tp_size(), r = tp_->rank();
+    const int64_t n = b.n_tokens(), t0 = n * r / R, t1 = n * (r + 1) / R, m = t1 - t0, chunk = (n + R - 1) / R;
+    auto begin = [&](int rr) { return n * rr / R; };
+    const int64_t q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim, v_dim = c.n_kv_heads * c.v_head_dim;
+    int64_t ffn = 0;
+    for (const LlamaLayer& L : whole_layers()) ffn = std::max(ffn, L.ffn_width);
+    auto buf = [](std::vector<float>& v, int64_t len) {
+      v.assign(static_cast<size_t>(len), 0.0f);  // zeros: the padding of a short run is sent too
+      return v.data();
+    };
+    float* x = buf(cp_.x, chunk * c.dim);
+    float* h = buf(cp_.h, chunk * c.dim);
+    float* q = buf(cp_.q, m * q_dim);
+    float* k = buf(cp_.k, chunk * kv_dim);
+    float* v = buf(cp_.v, chunk * v_dim);
+    float* att_out = buf(cp_.att, m * q_dim);
+    float* gate = buf(cp_.gate, m * ffn);
+    float* up = buf(cp_.up, m * ffn);
+    float* k_all = buf(cp_.k_all, R * chunk * kv_dim);
+    float* v_all = buf(cp_.v_all, R * chunk * v_dim);
+    b.slots(pool.page_size(), cp_.slots);
+
+    // This rank's run as a batch of its own: each sequence's tokens inside [t0, t1), with the
+    // whole block table; its kv_len ends at its last token here (attention is causal).
+    ForwardBatch& sub = cp_.batch;
+    sub.clear();
+    for (int64_t s = 0; s < b.n_seqs(); ++s) {
+      const int64_t lo = std::max<int64_t>(b.seq_indptr[s], t0), hi = std::min<int64_t>(b.seq_indptr[s + 1], t1);
+      if (lo >= hi) continue;
+      const int32_t p0 = b.page_indptr[s], p1 = b.page_indptr[s + 1];
+      sub.add_sequence(b.tokens.data() + lo, hi - lo, b.positions[lo], b.page_ids.data() + p0, p1 - p0, false);
+    }
+    const int32_t* pos = sub.positions.data();
+    AttentionArgs att = paged_attention_args(sub, pool);
+    att.q = q;
+    att.n_heads = c.n_heads;
+    att.n_kv_heads = c.n_kv_heads;
+    att.head_dim = c.head_dim;
+    att.v_dim = c.v_head_dim;
+    att.k_stride = kv_dim;
+    att.v_stride = v_dim;
+    att.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    att.out = att_out;
+
+    dispatch(EmbeddingArgs{embed_, sub.tokens.data(), m, x});
+    for (size_t l = 0; l < whole_layers().size(); ++l) {
+      const LlamaLayer& L = whole_layers()[l];
+      const BlockQ8_0* hq = rmsnorm_for({x, L.attn_norm, m, c.dim, c.rms_eps, h}, {L.wq, L.wk, L.wv}, hq_);
+      dispatch(MatMulArgs{h, m, L.wq, L.bq, q, hq});
+      dispatch(MatMulArgs{h, m, L.wk, L.bk, k, hq});
+      dispatch(MatMulArgs{h, m, L.wv, L.bv, v, hq});
+      if (c.qk_norm) {
+        dispatch(RmsNormArgs{q, L.q_norm, m * c.n_heads, c.head_dim, c.rms_eps, q});
+        dispatch(RmsNormArgs{k, L.k_norm, m * c.n_kv_heads, c.head_dim, c.rms_eps, k});
+      }
+      dispatch(RopeArgs{q, pos, m, c.n_heads, c.head_dim, c.rot_dim, q_dim, inv_freq_at_, 1.0f, c.rope_style});
+      dispatch(RopeArgs{k, pos, m, c.n_kv_heads, c.head_dim, c.rot_dim, kv_dim, inv_freq_at_, 1.0f, c.rope_style});
+      // Every rank's K/V rows (runs padded to `chunk` rows), so each cache holds the whole batch.
+      dispatch(AllGatherArgs{tp_.get(), k, k_all, chunk * kv_dim * 4});
+      dispatch(AllGatherArgs{tp_.get(), v, v_all, chunk * v_dim * 4});
+      for (int rr = 0; rr < R; ++rr)
+        pool.write(static_cast<int64_t>(l), cp_.slots.data() + begin(rr), begin(rr + 1) - begin(rr), k_all + rr * chunk * kv_dim,
+                   v_all + rr * chunk * v_dim);
+      att.k_pool = pool.k(static_cast<int64_t>(l));
+      att.v_pool = pool.v(static_cast<int64_t>(l));
+      dispatch(att);
+      dispatch(MatMulArgs{att_out, m, L.wo, nullptr, h});
+      dispatch(AddArgs{x, h, m * c.dim, x});
+      hq = rmsnorm_for({x, L.ffn_norm, m, c.dim, c.rms_eps, h}, {L.w_gate, L.w_up}, hq_);
+      dispatch(MatMulArgs{h, m, L.w_gate, nullptr, gate, hq});
+      dispatch(MatMulArgs{h, m, L.w_up, nullptr, up, hq});
+      dispatch(SiluMulArgs{gate, up, m, L.ffn_width, 0, 0, gate});
+      dispatch(MatMulArgs{gate, m, L.w_down, nullptr, h});
+      dispatch(AddArgs{x, h, m * c.dim, x});
+    }
+    // The logit rows may lie in any rank's run: gather every run's last hidden rows.
+    const auto rows = static_cast<int64_t>(b.logit_rows.size());
+    if (rows == 0) return;
+    float* x_all = buf(cp_.x_all, R * chunk * c.dim);
+    dispatch(AllGatherArgs{tp_.get(), x, x_all, chunk * c.dim * 4});
+    float* xr = buf(cp_.rows, rows * c.dim);
+    for (int64_t i = 0; i < rows; ++i) {
+      const int64_t t = b.logit_rows[static_cast<size_t>(i)];
+      int rr = 0;
+      while (t >= begin(rr + 1)) ++rr;
+      std::memcpy(xr + i * c.dim, x_all + (rr * chunk + t - begin(rr)) * c.dim, static_cast<size_t>(c.dim) * 4);
+    }
+    dispatch(RmsNormArgs{xr, output_norm_, rows, c.dim, c.rms_eps, xr});
+    dispatch(MatMulArgs{xr, rows, output_, nullptr, logits});
+  }
+
+  // A tensor-parallel step over a cache of every head: this rank's K/V rows [n, kv_dim] and
+  // [n, v_dim] are all-gathered and written as whole rows (rank r's heads at column r * width).
+  void write_every_head(KvPool& pool, int64_t layer, const int64_t* slots, int64_t n, const float* k, const float* v,
+                        int64_t kv_dim, int64_t v_dim) {
+    const int R = tp_size();
+    auto whole = [&](const float* part, int64_t w, std::vector<float>& gathered, std::vector<float>& rows) {
+      gathered.resize(static_cast<size_t>(R * n * w));
+      dispatch(AllGatherArgs{tp_.get(), part, gathered.data(), n * w * 4});
+      rows.resize(static_cast<size_t>(n * R * w));
+      for (int rr = 0; rr < R; ++rr)
+        for (int64_t i = 0; i < n; ++i)
+          std::memcpy(rows.data() + (i * R + rr) * w, gathered.data() + (rr * n + i) * w, static_cast<size_t>(w) * 4);
+      return rows.data();
+    };
+    const float* kr = whole(k, kv_dim, cp_.k_all, cp_.k);
+    const float* vr = whole(v, v_dim, cp_.v_all, cp_.v);
+    pool.write(layer, slots, n, kr, vr);
+  }
+
   // Replaces a layer's full weights by this rank's slices (see the comment at the top).
   void shard_layer(LlamaLayer& L, int rank, int ranks) {
     const ModelConfig& c = config();
@@ -259,6 +400,13 @@ class LlamaModel : public Model {
   const float* output_norm_ = nullptr;
   std::vector<LlamaLayer> layers_;
   int64_t heads_ = 0, kv_heads_ = 0;  // this rank's query and KV heads
+  bool context_parallel_ = false;       // prefill runs context parallel (ParallelSizes::cp)
+  std::vector<LlamaLayer> whole_layers_;  // context parallel with TP decode: the unsplit weights
+  struct ContextParallelScratch {
+    std::vector<float> x, h, q, k, v, att, gate, up, k_all, v_all, x_all, rows;
+    std::vector<int64_t> slots;
+    ForwardBatch batch;
+  } cp_;
   std::deque<Tensor> shards_;         // this rank's weight slices (stable addresses)
   std::vector<float> inv_freq_;
   const float* inv_freq_at_ = nullptr;  // inv_freq_ where the kernels read it (host or device)

@@ -43,11 +43,13 @@ std::vector<std::string> registered_architectures() {
 }
 
 ParallelSizes resolve_parallel(ParallelSizes p, int ranks, const ModelConfig& c) {
-  if (p.tp == 0 && p.ep == 0) return ParallelSizes{ranks, 1};  // tensor parallel, the dense default
+  if (p.tp == 0 && p.ep == 0 && p.cp == 0) return ParallelSizes{ranks, 1, 1};  // tensor parallel, the dense default
   if (p.tp == 0) p.tp = 1;
   if (p.ep == 0) p.ep = 1;
-  FP_CHECK((p.tp == 1 || p.tp == ranks) && (p.ep == 1 || p.ep == ranks) && std::max(p.tp, p.ep) == ranks,
-           "--tensor-parallel-size ", p.tp, " and --expert-parallel-size ", p.ep, " on ", ranks,
+  if (p.cp == 0) p.cp = 1;
+  auto ok = [&](int v) { return v == 1 || v == ranks; };
+  FP_CHECK(ok(p.tp) && ok(p.ep) && ok(p.cp) && std::max({p.tp, p.ep, p.cp}) == ranks, "--tensor-parallel-size ", p.tp,
+           ", --expert-parallel-size ", p.ep, " and --prefill-context-parallel-size ", p.cp, " on ", ranks,
            " ranks: each must be 1 or the number of ranks, and one of them the number of ranks");
   FP_CHECK(p.ep == 1 || c.moe.n_experts > 0, "--expert-parallel-size ", p.ep, ": the model has no routed experts (",
            c.arch, ")");
@@ -75,7 +77,7 @@ std::unique_ptr<Model> build_model(std::shared_ptr<ModelFile> file, std::shared_
     file->parallel = resolve_parallel(file->parallel, tp->size(), file->config);
     return it->second.make(std::move(file), std::move(tp));
   }
-  file->parallel = ParallelSizes{1, 1};
+  file->parallel = ParallelSizes{1, 1, 1};
   return it->second.make(std::move(file), nullptr);
 }
 

@@ -61,7 +61,7 @@ class Model {
   // Where the weights, activations and the caches this model makes live, and its ops run.
   Device device() const { return file_->device; }
   int tp_size() const { return tp_ ? tp_->size() : 1; }
-  // How the ranks split the model (tensor / expert parallel; {1, 1} on one rank).
+  // How the ranks split the model (tensor / expert / prefill context parallel; all 1 on one rank).
   ParallelSizes parallel() const { return file_->parallel; }
 
   // What one token stores in the KV cache per layer (GQA K/V, or MLA's latent vector), in F32;

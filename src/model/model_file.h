@@ -21,8 +21,12 @@ namespace fp {
 //           expert parallelism, every expert's FFN width too.
 //   ep = N: the routed experts partitioned across the ranks (each holds E/N whole experts);
 //           attention is split when tp = N too, else replicated on every rank.
+//   cp = N: prefill context parallel (llama family): a batch with prefill tokens is cut into N
+//           runs of consecutive tokens, one per rank, each through the whole model; the ranks
+//           exchange K/V per layer. Other batches (decode) use the tp layout. A different layout
+//           per phase on the same ranks: every rank keeps the whole KV cache (all heads).
 struct ParallelSizes {
-  int tp = 0, ep = 0;
+  int tp = 0, ep = 0, cp = 0;
 };
 
 struct LoadOptions {

@@ -39,6 +39,8 @@ class Qwen3MoeModel : public Model {
     const ModelConfig& c = config();
     ModelFile& mf = *file_;
     const int ranks = tp_size(), rank = tp_ ? tp_->rank() : 0;
+    FP_CHECK(parallel().cp == 1, mf.path, ": context-parallel prefill (--prefill-context-parallel-size) is built for the "
+             "llama family only, not ", c.arch);
     attn_ranks_ = parallel().tp > 1 ? ranks : 1;  // attention heads split, or replicated on every rank
     FP_CHECK(c.n_heads % attn_ranks_ == 0 && c.n_kv_heads % attn_ranks_ == 0, mf.path, ": --tensor-parallel-size ",
              attn_ranks_, " must divide the attention heads (", c.n_heads, ") and the KV heads (", c.n_kv_heads, ")");

@@ -34,6 +34,10 @@ void add_common(CLI::App* app, CommonOptions& o, bool model_required) {
                   "partition a MoE model's routed experts across this many ranks (mpirun -np N); attention is split too "
                   "with --tensor-parallel-size N, else replicated")
       ->check(CLI::Range(1, 1 << 16));
+  app->add_option("--prefill-context-parallel-size,--pcp", o.context_parallel,
+                  "cut each prefill batch's tokens across this many ranks (mpirun -np N; llama family, CPU); decode "
+                  "keeps the --tensor-parallel-size layout")
+      ->check(CLI::Range(1, 1 << 16));
   app->add_option("--device", o.device, "where the model runs: cpu or cuda (weights, KV cache and every op on the GPU)")
       ->capture_default_str();
   app->add_flag("--no-cuda-graphs", o.no_cuda_graphs, "on --device cuda, run every decode step eagerly instead of replaying recorded CUDA graphs");
@@ -69,11 +73,14 @@ void apply_runtime(const CommonOptions& o) {
 
 void require_single_rank(const CommonOptions& o, const std::string& what) {
   FP_CHECK(o.ranks() == 1, what, " does not run on several ranks yet (--tensor-parallel-size ", o.tensor_parallel,
-           ", --expert-parallel-size ", o.expert_parallel, "); generate (one prompt), logits, audit and bench -p/-n do");
+           ", --expert-parallel-size ", o.expert_parallel, ", --prefill-context-parallel-size ", o.context_parallel,
+           "); generate (one prompt), logits, audit and bench -p/-n do");
 }
 
 std::unique_ptr<Model> load_with(const CommonOptions& o) {
-  std::shared_ptr<Communicator> world = open_world(o.ranks(), o.expert_parallel > o.tensor_parallel ? "--expert-parallel-size" : "--tensor-parallel-size");
+  std::shared_ptr<Communicator> world = open_world(o.ranks(), o.ranks() == o.tensor_parallel   ? "--tensor-parallel-size"
+                                                               : o.ranks() == o.expert_parallel ? "--expert-parallel-size"
+                                                                                                : "--prefill-context-parallel-size");
   apply_runtime(o);
   LoadOptions lo;
   lo.tokenizer_path = o.tokenizer;
@@ -81,14 +88,15 @@ std::unique_ptr<Model> load_with(const CommonOptions& o) {
   FP_CHECK(device_from_name(o.device, &lo.device), "--device '", o.device, "': expected cpu or cuda");
   lo.device_graphs = !o.no_cuda_graphs;
   lo.repack = !o.no_repack;
-  lo.parallel = ParallelSizes{o.tensor_parallel, o.expert_parallel};
+  lo.parallel = ParallelSizes{o.tensor_parallel, o.expert_parallel, o.context_parallel};
   // Split across ranks, each touches only the pages of its slices (prefaulting would read all).
   if (world->size() > 1) lo.prefault = false;
   std::string path = o.model.empty() ? default_model_path() : o.model;
   auto model = load_model(path, lo, world->size() > 1 ? world : nullptr);
   if (world->size() > 1)
     log_info("parallel: rank ", world->rank(), " of ", world->size(), " (", world->backend(), "), tensor parallel ",
-             model->parallel().tp, ", expert parallel ", model->parallel().ep, ", ", thread_pool().size(), " threads per rank");
+             model->parallel().tp, ", expert parallel ", model->parallel().ep, ", prefill context parallel ",
+             model->parallel().cp, ", ", thread_pool().size(), " threads per rank");
   return model;
 }
 

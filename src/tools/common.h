@@ -3,6 +3,7 @@
 #pragma once
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -22,13 +23,14 @@ struct CommonOptions {
   bool no_repack = false;          // keep Q8_0 weights as in the file (model/repack.h)
   int tensor_parallel = 1;         // ranks the attention heads (and FFN widths) are split across (mpirun -np N)
   int expert_parallel = 1;         // ranks the routed experts are partitioned across (MoE models)
-  int ranks() const { return tensor_parallel > expert_parallel ? tensor_parallel : expert_parallel; }
+  int context_parallel = 1;        // ranks a prefill batch's tokens are cut across (llama family)
+  int ranks() const { return std::max({tensor_parallel, expert_parallel, context_parallel}); }
   std::string device = "cpu";      // where the model runs: cpu or cuda
   bool no_cuda_graphs = false;
 };
 
 // Adds -m, --tokenizer, -t, --kernel, --profile, -q, --no-mmap, --no-repack, --tensor-parallel-size,
-// --expert-parallel-size, --device to a subcommand.
+// --expert-parallel-size, --prefill-context-parallel-size, --device to a subcommand.
 void add_common(CLI::App* app, CommonOptions& o, bool model_required);
 // Opens the ranks (the larger of --tensor-parallel-size and --expert-parallel-size; MPI when more than one), applies threads / kernel
 // overrides / log level, then loads this rank's part of the model (default model when -m is empty).

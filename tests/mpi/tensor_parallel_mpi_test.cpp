@@ -222,6 +222,86 @@ TEST(ExpertParallel, RefusesLayoutsItCannotRun) {
   refused(d.out, {1, ranks}, "has no routed experts");
 }
 
+// Prefill context parallel (issue 7): prefill batches cut into runs of tokens across the ranks,
+// decode in the tensor-parallel layout (or whole on every rank when tp = 1): a different layout
+// per phase on the same ranks. Against one rank: the prompt's logits (every position), token by
+// token decode, greedy text; and a varlen batch of three sequences whose runs cross sequence
+// boundaries, over a paged cache, then one decode step of all three.
+std::vector<float> run_varlen(Model& m) {
+  const int64_t V = m.config().n_vocab, page = 4;
+  KvPool pool(m.kv_layout(), page, 32);
+  const std::vector<std::vector<int32_t>> prompts = {{1, 9, 200, 33, 71}, {4, 150}, {88, 3, 12, 7, 90, 61, 20}};
+  std::vector<std::vector<int32_t>> pages(prompts.size());
+  int32_t next = 0;
+  for (auto& p : pages)
+    for (int i = 0; i < 3; ++i) p.push_back(next++);
+  ForwardBatch b;
+  for (size_t s = 0; s < prompts.size(); ++s)
+    b.add_sequence(prompts[s].data(), static_cast<int64_t>(prompts[s].size()), 0, pages[s].data(), 3, true, s == 1);
+  std::vector<float> out(static_cast<size_t>(b.logit_rows.size()) * static_cast<size_t>(V));
+  m.forward(b, pool, out.data());
+  ForwardBatch d;  // one decode step of every sequence
+  const int32_t next_tok[] = {5, 6, 7};
+  for (size_t s = 0; s < prompts.size(); ++s)
+    d.add_sequence(&next_tok[s], 1, static_cast<int64_t>(prompts[s].size()), pages[s].data(), 3, true);
+  std::vector<float> dec(3 * static_cast<size_t>(V));
+  m.forward(d, pool, dec.data());
+  out.insert(out.end(), dec.begin(), dec.end());
+  return out;
+}
+
+struct ContextCase {
+  std::string name, path;  // path: empty = a synth model of `arch`
+  std::string arch;
+  DType type;
+  bool tp;  // decode tensor parallel (else whole on every rank)
+};
+
+void PrintTo(const ContextCase& c, std::ostream* os) { *os << c.name; }
+
+class ContextParallel : public ::testing::TestWithParam<ContextCase> {};
+
+TEST_P(ContextParallel, PrefillAcrossRanksMatchesOneRank) {
+  FP_REQUIRE_RANKS(2);
+  const ContextCase& c = GetParam();
+  const int ranks = test::world_comm()->size();
+  std::string path = c.path.empty() ? "" : test::testdata(c.path);
+  if (!path.empty()) {
+    FP_REQUIRE_FILE(path);
+    if (c.tp && 8 % ranks != 0) GTEST_SKIP() << "stories260K's 8 heads / 4 KV heads do not split " << ranks << " ways";
+  } else {
+    SynthOptions o;
+    o.arch = c.arch;
+    o.config = {{"hidden_size", 64},        {"num_attention_heads", 12}, {"num_key_value_heads", 6}, {"head_dim", 16},
+                {"intermediate_size", 96}, {"num_hidden_layers", 2},    {"vocab_size", 256}};
+    o.type = c.type;
+    o.seed = 23;
+    o.out = test::temp_dir("cp_" + c.name) + "/model.gguf";
+    synth_model(o);
+    path = o.out;
+  }
+  const ParallelSizes ps{c.tp ? ranks : 1, 1, ranks};
+  Ledger::global().reset();
+  expect_same_as_one_rank(path, {1, 9, 200, 33, 71, 4, 150, 88, 3, 12, 7}, 16, ps);
+  auto whole = load(path, nullptr);
+  auto split = load(path, test::world_comm(), ps);
+  EXPECT_EQ(split->kv_layout().k_width, whole->kv_layout().k_width) << "context parallel keeps every KV head";
+  EXPECT_LT(rel_diff(run_varlen(*split), run_varlen(*whole)), 1e-4);
+  // The prefill exchanged K/V (all_gather); TP decode summed partial outputs (all_reduce).
+  const std::string table = Ledger::global().table();
+  EXPECT_NE(table.find("all_gather"), std::string::npos) << table;
+  EXPECT_EQ(table.find("all_reduce") != std::string::npos, c.tp) << table;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, ContextParallel,
+    ::testing::Values(ContextCase{"stories_cp", kStories, "", DType::F32, false},
+                      ContextCase{"stories_cp_tp", kStories, "", DType::F32, true},
+                      ContextCase{"llama_q8_cp_tp", "", "llama", DType::Q8_0, true},
+                      ContextCase{"qwen2_cp", "", "qwen2", DType::F32, false},
+                      ContextCase{"qwen3_cp_tp", "", "qwen3", DType::F16, true}),
+    [](const auto& p) { return p.param.name; });
+
 TEST(TensorParallel, RefusesAColumnCutInsideAQuantBlock) {
   FP_REQUIRE_RANKS(2);
   // 6 heads of 16 on 2 ranks: 48 attention-output columns each, not a multiple of Q8_0's 32.

@@ -49,6 +49,13 @@ err=$(run2 3 "$bin" "${gen[@]}" --tensor-parallel-size 3 2>&1); rc=$?
 err=$(run2 2 "$bin" generate -m "$model" --batch-file /dev/null --tensor-parallel-size 2 2>&1); rc=$?
 [ $rc != 0 ] && grep -q "does not run on several ranks yet" <<<"$err"; check "batch-file with TP is refused" $?
 
+# Prefill context parallel + tensor-parallel decode: one layout per phase on the same 2 ranks.
+two=$(run2 2 "$bin" "${gen[@]}" --prefill-context-parallel-size 2 --tensor-parallel-size 2 -q)
+one=$("$bin" "${gen[@]}" -q)
+[ -n "$one" ] && [ "$one" = "$two" ]; check "greedy text with prefill CP=2 + decode TP=2 equals one rank" $?
+audit=$(run2 2 "$bin" audit -m "$model" -p 8 -n 2 -t 1 --pcp 2 --tp 2)
+grep -Eq '^all_gather ' <<<"$audit" && grep -Eq '^all_reduce ' <<<"$audit"; check "audit shows CP's all_gather and TP's all_reduce" $?
+
 # Expert parallel from the command line: a small DeepSeek-V3-shaped model (MLA replicated,
 # experts partitioned; synth models carry no tokenizer, so token ids) gives the one-rank logits;
 # audit names each rank's expert range.
@@ -73,6 +80,8 @@ audit=$(run2 2 "$bin" audit -m "$ds" -p 8 -n 2 -t 1 --ep 2)
 grep -q 'expert parallel 2' <<<"$audit" && grep -Eq '^moe_ffn .*experts 0\.\.2 of 6' <<<"$audit"; check "audit shows rank 0's experts 0..2" $?
 err=$(run2 2 "$bin" logits -m "$ds" --tokens "$ds_toks" --out "$tmp/x.f32" -t 1 --tensor-parallel-size 2 2>&1); rc=$?
 [ $rc != 0 ] && grep -q "by experts only" <<<"$err"; check "TP on MLA is refused with the reason" $?
+err=$(run2 2 "$bin" logits -m "$ds" --tokens "$ds_toks" --out "$tmp/x.f32" -t 1 --pcp 2 --ep 2 2>&1); rc=$?
+[ $rc != 0 ] && grep -q "llama family only" <<<"$err"; check "context parallel on deepseek is refused" $?
 err=$("$bin" logits -m "$ds" --tokens "$ds_toks" --out "$tmp/x.f32" -t 1 --expert-parallel-size 2 2>&1); rc=$?
 [ $rc != 0 ] && grep -q "expert-parallel-size 2 but the MPI world has 1 rank" <<<"$err"; check "EP 2 without mpirun is refused" $?
 
