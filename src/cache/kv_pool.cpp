@@ -90,6 +90,7 @@ void KvPool::copy_block(int32_t src, int32_t dst) {
     copy_bytes(device_, k_[l].as<uint8_t>() + dst * kb, device_, k_[l].as<uint8_t>() + src * kb, kb);
     if (vb) copy_bytes(device_, v_[l].as<uint8_t>() + dst * vb, device_, v_[l].as<uint8_t>() + src * vb, vb);
   }
+  if (record_copies_) copies_.insert(copies_.end(), {src, dst});
 }
 
 bool valid_page_size(int64_t page_size) {

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/device.h"
@@ -68,6 +69,10 @@ class KvPool {
   void read(int64_t layer, int64_t slot, float* k, float* v) const;
   // Copies every layer's rows of block `src` into block `dst` (copy-on-write).
   void copy_block(int32_t src, int32_t dst);
+  // With recording on, copy_block also notes (src, dst); take_copies returns and clears the
+  // notes (the engine sends them to the other ranks of a split model, engine/followers.h).
+  void record_copies(bool on) { record_copies_ = on; }
+  std::vector<int32_t> take_copies() { return std::exchange(copies_, {}); }
   BlockAllocator& blocks() { return blocks_; }
   const BlockAllocator& blocks() const { return blocks_; }
 
@@ -76,6 +81,8 @@ class KvPool {
   int64_t page_size_, n_blocks_;
   Device device_;
   int64_t k_row_bytes_, v_row_bytes_;  // bytes of one slot's K / V row
+  bool record_copies_ = false;
+  std::vector<int32_t> copies_;  // (src, dst) pairs while recording
   // Uninitialized: large host pools are committed page by page as slots are first written (a
   // slot is always written before attention reads it).
   std::vector<DeviceBuffer> k_, v_;

@@ -110,6 +110,10 @@ Engine::Engine(Model& model, const EngineConfig& cfg) : model_(model), cfg_(cfg)
   pool_ = std::make_unique<KvPool>(layout, cfg_.page_size, capacity_.n_blocks, model.device());
   blocks_ = std::make_unique<BlockManager>(*pool_, cfg_.prefix_caching);
   scheduler_ = std::make_unique<Scheduler>(cfg_.scheduler, *blocks_);
+  if (Communicator* comm = model.tensor_parallel(); comm && comm->size() > 1) {
+    followers_ = std::make_unique<StepSender>(comm, *pool_);  // the same pool on every rank
+    pool_->record_copies(true);
+  }
 }
 
 Engine::~Engine() = default;
@@ -208,6 +212,7 @@ std::vector<StepOutput> Engine::step() {
   }
   const int64_t V = model_.config().n_vocab;
   logits_.resize(batch_.logit_rows.size() * static_cast<size_t>(V));
+  if (followers_) followers_->send_step(batch_, pool_->take_copies());
   model_.forward(batch_, *pool_, logits_.data());
   scheduler_->commit(sched);
   // 3. Postprocess: sample, append, finish.

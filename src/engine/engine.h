@@ -3,7 +3,8 @@
 //   batch  = scheduler.schedule()          which sequences, how many tokens each
 //   logits = model.forward(batch)          one varlen forward over all of them
 //   sample, append, finish, free            per sequence
-// The KV pool is sized by capacity planning (plan_kv_cache) from a memory budget.
+// The KV pool is sized by capacity planning (plan_kv_cache) from a memory budget. With a model
+// split across ranks the engine runs on rank 0 and the others follow (engine/followers.h).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "cache/block_manager.h"
+#include "engine/followers.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
 #include "model/model.h"
@@ -101,6 +103,7 @@ class Engine {
   EngineConfig cfg_;
   KvCapacity capacity_;
   std::unique_ptr<KvPool> pool_;
+  std::unique_ptr<StepSender> followers_;  // a model split across ranks: sends each step to the others
   std::unique_ptr<BlockManager> blocks_;
   std::unique_ptr<Scheduler> scheduler_;
   std::map<int64_t, std::unique_ptr<Sequence>> seqs_;

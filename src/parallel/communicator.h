@@ -35,6 +35,10 @@ class Communicator {
   virtual void all_to_all_v(const void* send, const int64_t* send_bytes, void* recv, const int64_t* recv_bytes) = 0;
   // data[bytes] of rank `root` copied to every rank.
   virtual void broadcast(void* data, int64_t bytes, int root) = 0;
+  // The same, for a broadcast the other ranks may wait on for a long time (a follower waiting for
+  // the next request): waiting ranks sleep between checks instead of spinning on a core. It
+  // matches only broadcast_idle on the other ranks.
+  virtual void broadcast_idle(void* data, int64_t bytes, int root) { broadcast(data, bytes, root); }
   virtual void barrier() = 0;
   // Point to point (blocking); the reference collectives are built from these.
   virtual void send(const void* data, int64_t bytes, int to) = 0;

@@ -16,6 +16,7 @@
 #include "kernels/cpu/ceiling.h"
 #include "kernels/ledger.h"
 #include "engine/engine.h"
+#include "engine/followers.h"
 #include "tools/common.h"
 #include "tools/engine_options.h"
 
@@ -260,10 +261,12 @@ void add_bench(CLI::App& app) {
   cmd->add_flag("--json", o->json, "one JSON object on stdout");
   cmd->add_flag("--recalibrate", o->recalibrate, "measure the machine's ceilings again instead of using the cache");
   cmd->callback([o] {
-    if (o->requests > 0) require_single_rank(o->common, "bench --requests");
     auto model = load_with(o->common);
     if (o->requests > 0) {
+      // Several ranks: rank 0 runs the engine, the others follow its steps.
+      if (!is_output_rank()) return follow_engines(*model);
       run_serving_bench(*model, *o);
+      release_followers(*model);
       return;
     }
     const ModelConfig& cfg = model->config();

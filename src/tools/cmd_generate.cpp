@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "engine/engine.h"
+#include "engine/followers.h"
 #include "engine/generator.h"
 #include "kernels/ledger.h"
 #include "tools/common.h"
@@ -150,12 +151,14 @@ void add_generate(CLI::App& app) {
                   "seed, ignore_eos}); runs them together and prints one JSON result per line, in order");
   add_engine_options(cmd, o->engine);
   cmd->callback([o] {
-    if (!o->batch_file.empty()) require_single_rank(o->common, "generate --batch-file");
     auto model = load_with(o->common);
     const Tokenizer* tok = model->tokenizer();
     FP_CHECK(tok, o->common.model, ": the model has no tokenizer (for llama2.c pass --tokenizer)");
     if (!o->batch_file.empty()) {
+      // Several ranks: rank 0 runs the engine, the others follow its steps.
+      if (!is_output_rank()) return follow_engines(*model);
       run_batch_file(*model, *o);
+      release_followers(*model);
       return;
     }
     GenerateRequest req;

@@ -1,6 +1,7 @@
 // tools/cmd_serve.cpp — `fastpath serve`: the OpenAI-compatible server.
 #include <fstream>
 
+#include "engine/followers.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "kernels/ledger.h"
@@ -32,8 +33,9 @@ void add_serve(CLI::App& app) {
                   "chat template source: a .jinja file, a tokenizer_config.json, a model directory or .gguf (default: the model's own)");
   cmd->callback([o] {
     block_shutdown_signals();  // before the kernel and engine threads start
-    require_single_rank(o->common, "serve");
     auto model = load_with(o->common);
+    // Several ranks: rank 0 owns the HTTP server and the engine, the others follow its steps.
+    if (!is_output_rank()) return follow_engines(*model);
     FP_CHECK(model->tokenizer(), o->common.model, ": the model has no tokenizer (for llama2.c pass --tokenizer)");
     const std::string path = model->file().path;
     ServerConfig cfg = o->server;
@@ -49,6 +51,7 @@ void add_serve(CLI::App& app) {
     const int rc = server.run(/*handle_signals=*/true, [pf = o->port_file](int port) {
       if (!pf.empty()) std::ofstream(pf) << port << "\n";
     });
+    release_followers(*model);
     log_info(Ledger::global().summary_line());
     if (rc != 0) throw CLI::RuntimeError(rc);
   });

@@ -46,8 +46,6 @@ err=$(run2 2 "$bin" "${gen[@]}" 2>&1); rc=$?
 [ $rc != 0 ] && grep -q "one of 2 ranks" <<<"$err"; check "2 ranks with TP 1 are refused" $?
 err=$(run2 3 "$bin" "${gen[@]}" --tensor-parallel-size 3 2>&1); rc=$?
 [ $rc != 0 ] && grep -q "must divide the attention heads (8) and the KV heads (4)" <<<"$err"; check "3 ranks cannot split 8 heads" $?
-err=$(run2 2 "$bin" generate -m "$model" --batch-file /dev/null --tensor-parallel-size 2 2>&1); rc=$?
-[ $rc != 0 ] && grep -q "does not run on several ranks yet" <<<"$err"; check "batch-file with TP is refused" $?
 
 # Prefill context parallel + tensor-parallel decode: one layout per phase on the same 2 ranks.
 two=$(run2 2 "$bin" "${gen[@]}" --prefill-context-parallel-size 2 --tensor-parallel-size 2 -q)
@@ -55,6 +53,33 @@ one=$("$bin" "${gen[@]}" -q)
 [ -n "$one" ] && [ "$one" = "$two" ]; check "greedy text with prefill CP=2 + decode TP=2 equals one rank" $?
 audit=$(run2 2 "$bin" audit -m "$model" -p 8 -n 2 -t 1 --pcp 2 --tp 2)
 grep -Eq '^all_gather ' <<<"$audit" && grep -Eq '^all_reduce ' <<<"$audit"; check "audit shows CP's all_gather and TP's all_reduce" $?
+
+# The engine across ranks: rank 0 schedules, the others follow each step. A batch file gives the
+# one-rank results; `serve` under mpirun answers a completion with the one-rank greedy text and
+# shuts down cleanly on SIGTERM (the followers are released).
+printf '%s\n' '{"prompt": "Once upon a time", "max_tokens": 30}' '{"prompt": "The little dog", "max_tokens": 20}' \
+  '{"prompt": "Lily", "max_tokens": 25}' > "$tmp/batch.jsonl"
+one=$("$bin" generate -m "$model" --batch-file "$tmp/batch.jsonl" --temp 0 -t 1 -q --kv-cache-memory 64MiB)
+two=$(run2 2 "$bin" generate -m "$model" --batch-file "$tmp/batch.jsonl" --temp 0 -t 1 -q --kv-cache-memory 64MiB --tp 2)
+[ -n "$one" ] && [ "$one" = "$two" ]; check "batch file with TP=2 equals one rank" $?
+want=$("$bin" generate -m "$model" -p "Once upon a time" -n 24 --temp 0 -t 1 -q --ignore-eos)
+"$mpiexec" --oversubscribe -np 2 "$bin" serve -m "$model" --tp 2 -t 1 --port 0 --port-file "$tmp/port" \
+  --kv-cache-memory 64MiB 2>"$tmp/serve.log" &
+srv=$!  # mpirun itself: it forwards SIGTERM to the ranks
+for _ in $(seq 100); do [ -s "$tmp/port" ] && break; sleep 0.1; done
+got=$(python3 - "$(cat "$tmp/port" 2>/dev/null)" <<'PY'
+import json, sys, urllib.request
+body = json.dumps({"prompt": "Once upon a time", "max_tokens": 24, "temperature": 0, "ignore_eos": True}).encode()
+req = urllib.request.Request(f"http://127.0.0.1:{sys.argv[1]}/v1/completions", body, {"Content-Type": "application/json"})
+print(json.load(urllib.request.urlopen(req, timeout=60))["choices"][0]["text"])
+PY
+)
+[ -n "$got" ] && [ "$got" = "$want" ]; check "serve under mpirun -np 2 --tp 2 answers with the one-rank text" $?
+# mpirun forwards SIGTERM to the ranks (its own exit status then reports the signal): rank 0
+# finishes and releases the follower, and both ranks exit.
+kill -TERM $srv; wait $srv
+grep -q "server stopped" "$tmp/serve.log" && ! pgrep -f "port-file $tmp/port" >/dev/null
+check "serve under mpirun stops cleanly on SIGTERM" $?
 
 # Expert parallel from the command line: a small DeepSeek-V3-shaped model (MLA replicated,
 # experts partitioned; synth models carry no tokenizer, so token ids) gives the one-rank logits;

@@ -2,6 +2,10 @@
 // machine or many) and the "mpi" kernels of the collective ops. Built as its own library, only
 // when CMake finds MPI, so nothing else in fastpath includes mpi.h; it registers itself as the
 // "mpi" world backend.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <thread>
 #include <mpi.h>
 
 #include <climits>
@@ -35,8 +39,12 @@ class MpiCommunicator : public Communicator {
     int inited = 0;
     MPI_Initialized(&inited);
     if (!inited) {
-      int provided = 0;  // one thread (the caller's) makes MPI calls; kernels' workers never do
-      check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+      // One thread at a time makes MPI calls, not always the main one: `serve` steps its engine
+      // (and its collectives) on the engine thread. Kernels' worker threads never call MPI.
+      int provided = 0;
+      check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread");
+      if (provided < MPI_THREAD_SERIALIZED)
+        std::fprintf(stderr, "[fastpath warn] MPI provides thread level %d, below MPI_THREAD_SERIALIZED\n", provided);
       owns_init_ = true;
     }
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
@@ -82,6 +90,19 @@ class MpiCommunicator : public Communicator {
     }
     check(MPI_Alltoallv(send, sc.data(), sd.data(), MPI_BYTE, recv, rc.data(), rd.data(), MPI_BYTE, MPI_COMM_WORLD),
           "MPI_Alltoallv");
+  }
+  void broadcast_idle(void* data, int64_t bytes, int root) override {
+    FP_CHECK(root >= 0 && root < size_, "broadcast from rank ", root, " of ", size_);
+    MPI_Request req;
+    check(MPI_Ibcast(data, count(bytes, "broadcast"), MPI_BYTE, root, MPI_COMM_WORLD, &req), "MPI_Ibcast");
+    // MPI's blocking calls poll: an idle follower would hold a core at 100%. Test, then sleep
+    // 20 us, doubling up to 2 ms (the added latency of a step after an idle spell).
+    for (int done = 0, us = 20;;) {
+      check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test");
+      if (done) return;
+      std::this_thread::sleep_for(std::chrono::microseconds(us));
+      us = std::min(2 * us, 2000);
+    }
   }
   void broadcast(void* data, int64_t bytes, int root) override {
     FP_CHECK(root >= 0 && root < size_, "broadcast from rank ", root, " of ", size_);

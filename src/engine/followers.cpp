@@ -1,0 +1,111 @@
+// engine/followers.cpp — rank 0 sends each engine step to the other ranks (see followers.h).
+#include "engine/followers.h"
+
+#include <cstring>
+#include <memory>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "kernels/registry.h"
+#include "parallel/collectives.h"
+
+namespace fp {
+namespace {
+
+enum Command : int64_t { kEngine = 1, kStep = 2, kEnd = 3, kExit = 4 };
+constexpr int kHeaderWords = 8;
+
+void broadcast(Communicator* comm, void* data, int64_t bytes) {
+  if (bytes > 0) dispatch(BroadcastArgs{comm, data, bytes, 0});
+}
+
+// Headers go by broadcast_idle: followers wait on them between requests without spinning.
+void send_header(Communicator* comm, std::initializer_list<int64_t> words) {
+  int64_t h[kHeaderWords] = {};
+  int i = 0;
+  for (int64_t w : words) h[i++] = w;
+  comm->broadcast_idle(h, sizeof h, 0);
+}
+
+// The batch's arrays back to back, in this order (both sides use it).
+std::vector<std::vector<int32_t>*> arrays(ForwardBatch& b) {
+  return {&b.tokens, &b.positions, &b.seq_indptr, &b.page_indptr, &b.page_ids, &b.kv_len, &b.logit_rows};
+}
+
+}  // namespace
+
+StepSender::StepSender(Communicator* comm, const KvPool& pool) : comm_(comm) {
+  FP_CHECK(comm_->rank() == 0, "the engine runs on rank 0; the other ranks follow (follow_engines)");
+  send_header(comm_, {kEngine, pool.n_blocks(), pool.page_size(), static_cast<int64_t>(pool.dtype())});
+}
+
+StepSender::~StepSender() {
+  try {
+    send_header(comm_, {kEnd});
+  } catch (const std::exception& e) {
+    log_warn("could not tell the other ranks the engine ended: ", e.what());
+  }
+}
+
+void StepSender::send_step(const ForwardBatch& batch, const std::vector<int32_t>& copies) {
+  send_header(comm_, {kStep, batch.n_tokens(), batch.n_seqs(), static_cast<int64_t>(batch.page_ids.size()),
+                      static_cast<int64_t>(batch.logit_rows.size()), static_cast<int64_t>(copies.size() / 2)});
+  std::vector<int32_t> flat(copies);
+  for (auto* a : arrays(const_cast<ForwardBatch&>(batch))) flat.insert(flat.end(), a->begin(), a->end());
+  broadcast(comm_, flat.data(), static_cast<int64_t>(flat.size() * sizeof(int32_t)));
+}
+
+void follow_engines(Model& model) {
+  Communicator* comm = model.tensor_parallel();
+  if (!comm || comm->size() == 1) return;
+  FP_CHECK(comm->rank() != 0, "follow_engines runs on the ranks other than 0");
+  std::unique_ptr<KvPool> pool;
+  ForwardBatch b;
+  std::vector<int32_t> flat;
+  std::vector<float> logits;
+  for (;;) {
+    int64_t h[kHeaderWords] = {};
+    comm->broadcast_idle(h, sizeof h, 0);
+    switch (h[0]) {
+      case kEngine: {
+        KvLayout layout = model.kv_layout();
+        layout.dtype = static_cast<DType>(h[3]);
+        pool = std::make_unique<KvPool>(layout, h[2], h[1], model.device());
+        break;
+      }
+      case kStep: {
+        FP_CHECK(pool, "rank ", comm->rank(), ": a step arrived before its engine");
+        const int64_t n = h[1], seqs = h[2], pages = h[3], rows = h[4], copies = h[5];
+        const int64_t sizes[] = {n, n, seqs + 1, seqs + 1, pages, seqs, rows};
+        int64_t total = 2 * copies;
+        for (int64_t s : sizes) total += s;
+        flat.resize(static_cast<size_t>(total));
+        broadcast(comm, flat.data(), total * static_cast<int64_t>(sizeof(int32_t)));
+        const int32_t* p = flat.data();
+        for (int64_t i = 0; i < copies; ++i, p += 2) pool->copy_block(p[0], p[1]);
+        int k = 0;
+        for (auto* a : arrays(b)) {
+          a->assign(p, p + sizes[k]);
+          p += sizes[k++];
+        }
+        logits.resize(static_cast<size_t>(rows * model.config().n_vocab));
+        model.forward(b, *pool, logits.data());
+        break;
+      }
+      case kEnd:
+        pool.reset();
+        break;
+      case kExit:
+        return;
+      default:
+        fail("rank ", comm->rank(), ": unknown command ", h[0], " from rank 0");
+    }
+  }
+}
+
+void release_followers(Model& model) {
+  Communicator* comm = model.tensor_parallel();
+  if (comm && comm->size() > 1 && comm->rank() == 0) send_header(comm, {kExit});
+}
+
+}  // namespace fp
