@@ -157,6 +157,20 @@ TEST(Planner, CommandPrintsLayoutsForTheShippedHardware) {
   EXPECT_NE(out.find("TP8                    does not fit: TP=8 does not divide the 8 heads / 4 KV heads"), std::string::npos) << out;
 }
 
+TEST(Planner, CommandReadsMoeMlaModelFiles) {
+  // ds3-tiny (fixtures README): 1 dense + 2 MoE layers, MLA, one shared expert.
+  const std::string model = test::testdata("models/fixtures/ds3-tiny.gguf");
+  FP_REQUIRE_FILE(model);
+  int rc = 0;
+  const std::string out = test::run_command(test::fastpath_bin() + " plan -m " + model + " --hardware " +
+                                                FASTPATH_SOURCE_DIR_FOR_TESTS + "/hardware/pcie5-8x48gb.json 2>&1",
+                                            &rc);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("4 heads / 4 KV heads, MLA latent 32 + rope 16, 8 experts (top 2) on 2 layers"), std::string::npos) << out;
+  EXPECT_NE(out.find("DP8-attn+EP8"), std::string::npos) << out;
+  EXPECT_NE(out.find("best decode layout at concurrency 16: "), std::string::npos) << out;
+}
+
 // A tiny MoE + MLA model: 2 layers, both with 4 routed experts of 1e8 B (top 2) and a shared
 // expert (2e8 B over both layers); dim 1000, 4 heads, latent 100 + rope 20, nope 44 (head_dim 64).
 PlanModel tiny_moe() {
