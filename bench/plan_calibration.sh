@@ -8,7 +8,8 @@
 #             bandwidth; int8 GOP/s for Q8_0/Q4 weights, f32 FMA GFLOP/s otherwise) with the
 #             shipped file's link figures: for 1 rank x 2 threads as one device, for 2 ranks.
 # Needs a build with MPI (build/fastpath) and python3. GEN (default 64) sets the decode length,
-# REPS (default 3) the repetitions.
+# REPS (default 3) the repetitions; the weights are copied into memory (--no-mmap, as plan assumes:
+# read from memory at the measured bandwidth, not faulted in from the page cache).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 model=${1:?usage: bench/plan_calibration.sh MODEL.gguf}
@@ -19,9 +20,9 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
 
-echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
-"$bin" bench -q --json -m "$model" -p 128 -n "$gen" -t 2 -r "$reps" > "$tmp/r1.json"
-mpirun --oversubscribe -np 2 "$bin" bench -q --json -m "$model" -p 128 -n "$gen" --tp 2 -t 1 -r "$reps" > "$tmp/r2.json"
+echo "$(date -u '+%F %T UTC'), load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+"$bin" bench -q --json --no-mmap -m "$model" -p 128 -n "$gen" -t 2 -r "$reps" > "$tmp/r1.json"
+mpirun --oversubscribe -np 2 "$bin" bench -q --json --no-mmap -m "$model" -p 128 -n "$gen" --tp 2 -t 1 -r "$reps" > "$tmp/r2.json"
 echo "load average after:  $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # Hardware files from the measured ceilings (the 2-rank run's are one rank's, at 1 thread).
