@@ -4,9 +4,10 @@
 # 2 MPI ranks x 1 thread with --tp 2, then the planner's predictions for the same shapes, printed
 # side by side with the relative error (predicted / measured - 1). Predictions come three ways:
 #   shipped   hardware/cpu-2rank-this-vm.json as committed (the 2-rank run only)
-#   measured  a hardware file written from the ceilings bench measured in this run (read
-#             bandwidth; int8 GOP/s for Q8_0/Q4 weights, f32 FMA GFLOP/s otherwise) with the
-#             shipped file's link figures: for 1 rank x 2 threads as one device, for 2 ranks.
+#   bench     a hardware file written from the ceilings bench reported in this run (its cached
+#             calibration; read bandwidth the larger of that and probes beside the decode runs;
+#             int8 GOP/s for Q8_0/Q4 weights, f32 FMA GFLOP/s otherwise) with the shipped file's
+#             link figures: for 1 rank x 2 threads as one device, and for the 2 ranks.
 # Needs a build with MPI (build/fastpath) and python3. GEN (default 64) sets the decode length,
 # REPS (default 3) the repetitions; the weights are copied into memory (--no-mmap, as plan assumes:
 # read from memory at the measured bandwidth, not faulted in from the page cache).
@@ -60,7 +61,7 @@ for run, layout_name, hws in (("1 rank x 2 threads", "TP1", ["hw-r1"]),
                               ("2 ranks x 1 thread, --tp 2", "TP2", ["cpu-2rank-this-vm", "hw-r2"])):
     m = load("r1" if layout_name == "TP1" else "r2")
     for hw in hws:
-        src = "shipped" if hw == "cpu-2rank-this-vm" else "measured"
+        src = "shipped" if hw == "cpu-2rank-this-vm" else "bench"
         pf = layout(load(f"plan-prefill-{hw}"), layout_name)
         de = layout(load(f"plan-decode-{hw}"), layout_name)
         for phase, meas, pred, b in (("prefill 128", m["prefill_tps"], pf["prefill"]["input_tps"], pf["prefill"]),
@@ -72,6 +73,6 @@ for run, src, phase, pred, meas, b in rows:
           f"{b['bottleneck']} ({b['compute_ms']:.2f} / {b['memory_ms']:.2f} / {b['comm_ms']:.3f})")
 for run in ("r1", "r2"):
     c = load(run)["ceiling"]
-    print(f"ceilings measured in {run} ({'2 threads' if run == 'r1' else 'rank 0, 1 thread'}): read {c['read_gbps']:.1f} GB/s, "
+    print(f"ceilings bench reported in {run} ({'2 threads' if run == 'r1' else 'rank 0, 1 thread'}): read {c['read_gbps']:.1f} GB/s, "
           f"f32 FMA {c['fma_gflops']:.0f} GFLOP/s, int8 {c['int8_gops']:.0f} GOP/s")
 EOF
