@@ -1,5 +1,10 @@
-// tests/planner_test.cpp — the `plan` cost model against figures worked out by hand for a small
-// case (2 layers, 2 devices), the refusal of a model that fits no layout, and hardware JSON errors.
+// tests/planner_test.cpp — the `plan` cost model against figures worked out by hand: a small dense
+// case (2 layers, 2 devices) and a tiny MoE + MLA case (expected distinct experts, EP weights,
+// latent KV, all-to-all and CP all-gather volumes); refusals that say what is short; config.json
+// and hardware JSON errors; and a DeepSeek-V3-shaped model choosing different decode layouts on
+// the shipped 8x PCIe and 8x NVLink boxes.
+#include <fstream>
+
 #include <gtest/gtest.h>
 
 #include "core/error.h"
@@ -50,18 +55,23 @@ TEST(Planner, SmallCaseMatchesHandArithmetic) {
   w.output_len = 200;
   w.concurrency = {1};
   auto plans = plan_layouts(small_model(), two_devices(), w);
-  ASSERT_EQ(plans.size(), 2u);
-  const LayoutPlan &tp1 = plans[0], &tp2 = plans[1];
+  ASSERT_EQ(plans.size(), 3u);  // DP2, CP2 (prefill only), TP2
+  const LayoutPlan &tp1 = plans[0], &tp2 = plans[2];
   ASSERT_TRUE(tp1.fits && tp2.fits);
-  EXPECT_EQ(tp1.dp, 2);
-  EXPECT_EQ(tp2.dp, 1);
+  EXPECT_EQ(tp1.layout.name, "DP2");
+  EXPECT_EQ(plans[1].layout.name, "CP2");
+  EXPECT_EQ(tp2.layout.name, "TP2");
+  EXPECT_EQ(tp1.layout.groups, 2);
+  EXPECT_EQ(tp2.layout.groups, 1);
 
-  // TP=1: 9e9 B of weights; KV per token 2 (K,V) * 2 layers * 4 heads * 128 * 2 B = 4096 B;
-  // free 16 GiB - 9e9 B = 8179869184 B -> 1997038 tokens -> 1664 sequences of 1200.
+  // TP=1: 9e9 B of weights; activations 1000 tokens * 4 * 1024 * 2 B = 8192000 B (ff = 0);
+  // KV per token 2 (K,V) * 2 layers * 4 heads * 128 * 2 B = 4096 B;
+  // free 16 GiB - 9e9 - 8192000 B = 8171677184 B -> 1995038 tokens -> 1662 sequences of 1200.
   expect_rel(tp1.weight_gib, 9e9 / (1 << 30), "TP1 weights");
+  expect_rel(tp1.activation_gib, 8192000.0 / (1 << 30), "TP1 activations");
   EXPECT_EQ(tp1.kv_bytes_per_token, 4096);
-  EXPECT_EQ(tp1.kv_capacity_tokens, 1997038);
-  EXPECT_EQ(tp1.max_sequences, 1664);
+  EXPECT_EQ(tp1.kv_capacity_tokens, 1995038);
+  EXPECT_EQ(tp1.max_sequences, 1662);
   // TP=2: 1e9 + 4e9 B; 2048 B of KV per token per device.
   expect_rel(tp2.weight_gib, 5e9 / (1 << 30), "TP2 weights");
   EXPECT_EQ(tp2.kv_bytes_per_token, 2048);
@@ -106,17 +116,22 @@ TEST(Planner, SaysWhatIsShortWhenNothingFits) {
     EXPECT_FALSE(p.fits);
     EXPECT_NE(p.why_not.find("short by"), std::string::npos) << p.why_not;
   }
-  EXPECT_NE(plans[1].why_not.find("weights need 4.66 GiB per device, 4.00 GiB available (short by 0.66 GiB)"), std::string::npos) << plans[1].why_not;
+  // TP2: 5e9 B = 4.657 GiB of weights + 1024 * 4 * 1024 * 2 B = 0.0078 GiB of activations.
+  EXPECT_NE(plans[2].why_not.find("weights 4.66 GiB + activations 0.01 GiB per device, 4.00 GiB available (short by 0.66 GiB)"),
+            std::string::npos)
+      << plans[2].why_not;
 }
 
 TEST(Planner, SkipsSizesThatDoNotDivideTheHeads) {
   PlanHardware hw = two_devices();
   hw.devices = 8;  // TP=8 does not divide 4 KV heads
   auto plans = plan_layouts(small_model(), hw, PlanWorkload{});
-  ASSERT_EQ(plans.size(), 4u);  // 1, 2, 4, 8
-  EXPECT_TRUE(plans[2].fits);
-  EXPECT_FALSE(plans[3].fits);
-  EXPECT_NE(plans[3].why_not.find("does not divide the 8 heads / 4 KV heads"), std::string::npos) << plans[3].why_not;
+  ASSERT_EQ(plans.size(), 7u);  // DP8, CP8, TP2xDP4, CP4xTP2, TP4xDP2, CP2xTP4, TP8
+  EXPECT_EQ(plans[4].layout.name, "TP4xDP2");
+  EXPECT_TRUE(plans[4].fits);
+  EXPECT_EQ(plans[6].layout.name, "TP8");
+  EXPECT_FALSE(plans[6].fits);
+  EXPECT_NE(plans[6].why_not.find("does not divide the 8 heads / 4 KV heads"), std::string::npos) << plans[6].why_not;
 }
 
 TEST(Planner, HardwareJsonErrorsNameTheField) {
@@ -139,7 +154,254 @@ TEST(Planner, CommandPrintsLayoutsForTheShippedHardware) {
                                             &rc);
   EXPECT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("<- best prefill"), std::string::npos) << out;
-  EXPECT_NE(out.find("TP8xDP1    does not fit: TP=8 does not divide the 8 heads / 4 KV heads"), std::string::npos) << out;
+  EXPECT_NE(out.find("TP8                    does not fit: TP=8 does not divide the 8 heads / 4 KV heads"), std::string::npos) << out;
+}
+
+TEST(Planner, CommandReadsMoeMlaModelFiles) {
+  // ds3-tiny (fixtures README): 1 dense + 2 MoE layers, MLA, one shared expert.
+  const std::string model = test::testdata("models/fixtures/ds3-tiny.gguf");
+  FP_REQUIRE_FILE(model);
+  int rc = 0;
+  const std::string out = test::run_command(test::fastpath_bin() + " plan -m " + model + " --hardware " +
+                                                FASTPATH_SOURCE_DIR_FOR_TESTS + "/hardware/pcie5-8x48gb.json 2>&1",
+                                            &rc);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("4 heads / 4 KV heads, MLA latent 32 + rope 16, 8 experts (top 2) on 2 layers"), std::string::npos) << out;
+  EXPECT_NE(out.find("DP8-attn+EP8"), std::string::npos) << out;
+  EXPECT_NE(out.find("best decode layout at concurrency 16: "), std::string::npos) << out;
+}
+
+// A tiny MoE + MLA model: 2 layers, both with 4 routed experts of 1e8 B (top 2) and a shared
+// expert (2e8 B over both layers); dim 1000, 4 heads, latent 100 + rope 20, nope 44 (head_dim 64).
+PlanModel tiny_moe() {
+  PlanModel m;
+  m.name = "tiny-moe";
+  m.n_layers = 2;
+  m.dim = 1000;
+  m.n_heads = m.n_kv_heads = 4;
+  m.head_dim = 64;
+  m.v_head_dim = 64;
+  m.kv_lora_rank = 100;
+  m.rope_dim = 20;
+  m.split_bytes = 4e8;
+  m.replicated_bytes = 1e8;
+  m.matmul_flops_per_token = 1e9;
+  m.n_experts = 4;
+  m.n_used = 2;
+  m.n_moe_layers = 2;
+  m.expert_bytes = 1e8;
+  m.expert_flops = 1e8;
+  m.shared_bytes = 2e8;
+  m.shared_flops = 4e8;
+  return m;
+}
+
+TEST(Planner, CollectivesAndExpertsByHand) {
+  PlanHardware hw = two_devices();
+  hw.collective_us = 5;
+  // All-gather of 24000 B on 2 ranks: 5 us + 1/2 * 24000 / 10 GB/s + 1 * 10 us = 16.2 us.
+  expect_rel(ring_all_gather_seconds(24000, 2, hw), 5e-6 + 1.2e-6 + 1e-5, "all-gather");
+  // All-to-all with 4000 B leaving a rank of 4: 5 us + 4000 / 10 GB/s + 3 * 10 us = 35.4 us.
+  expect_rel(all_to_all_seconds(4000, 4, hw), 5e-6 + 4e-7 + 3e-5, "all-to-all");
+  EXPECT_EQ(all_to_all_seconds(4000, 1, hw), 0.0);
+  // 3 tokens picking 2 of 4 experts: each expert missed with (1 - 2/4)^3 = 1/8 -> 4 * 7/8 = 3.5.
+  expect_rel(expected_distinct_experts(4, 2, 3), 3.5, "distinct experts");
+  // 256 experts, top 8, one token: exactly its 8.
+  expect_rel(expected_distinct_experts(256, 8, 1), 8, "one token");
+}
+
+TEST(Planner, TinyMoeMlaMatchesHandArithmetic) {
+  PlanWorkload w;
+  w.input_len = 100;
+  w.output_len = 20;
+  w.concurrency = {4};
+  auto plans = plan_layouts(tiny_moe(), two_devices(), w);
+  std::vector<std::string> names;
+  for (const LayoutPlan& p : plans) names.push_back(p.layout.name);
+  ASSERT_EQ(names, (std::vector<std::string>{"DP2", "CP2", "TP2", "DP2-attn+EP2", "CP2-attn+EP2", "TP2+EP2"}));
+  const LayoutPlan &dp = plans[0], &tp = plans[2], &ep = plans[3], &cp_ep = plans[4];
+  ASSERT_TRUE(dp.fits && tp.fits && ep.fits && cp_ep.fits);
+
+  // Weights per device. Routed experts: 2 layers * 4 * 1e8 = 8e8 B.
+  // DP2: everything on each device, 1e8 + 4e8 + 2e8 + 8e8 = 1.5e9.
+  // TP2: 1e8 replicated + (4e8 + 2e8 + 8e8) / 2 = 8e8.
+  // DP2-attn+EP2: 1e8 + 4e8 (attention replicated) + 2e8 (shared replicated) + 8e8 / 2 = 1.1e9.
+  expect_rel(dp.weight_gib, 1.5e9 / (1 << 30), "DP2 weights");
+  expect_rel(tp.weight_gib, 8e8 / (1 << 30), "TP2 weights");
+  expect_rel(ep.weight_gib, 1.1e9 / (1 << 30), "EP2 weights");
+  // MLA KV: 2 layers * (100 + 20) * 2 B = 480 B per token, the same under TP2 (not split by heads).
+  EXPECT_EQ(tp.kv_bytes_per_token, 480);
+  EXPECT_EQ(ep.kv_bytes_per_token, 480);
+  // So TP2's one group and each of DP-attention's two groups hold a whole cache each:
+  // TP2 free 16 GiB - 8e8 - 100 * 4000 * 2 B activations = 16379069184 B -> 34123060 tokens.
+  EXPECT_EQ(tp.kv_capacity_tokens, 34123060);
+
+  // Decode, 4 sequences, mean context 100 + 20/2 = 110.
+  // TP2: one group of 4. 2 all-reduces per layer of 4 * 1000 * 2 B on 2 ranks:
+  // 4 * (1/2 * 2 * 8000 B / 10 GB/s + 2 * 10 us) = 4 * 20.8 us = 83.2 us.
+  // Memory: 1e8 + 4e8/2 + 4 * 110 * 480 (KV, replicated) + (2e8 + 2 layers * 3.75 distinct * 1e8) / 2
+  //   with 4 tokens touching 4 * (1 - 0.5^4) = 3.75 experts: 775211200 B -> 0.7752112 ms.
+  const PhaseCost& dt = tp.decode[0];
+  expect_rel(dt.comm_s, 83.2e-6, "TP2 decode comm");
+  expect_rel(dt.memory_s, 775211200 / 1e12, "TP2 decode memory");
+  // DP2-attn+EP2: two groups of 2 sequences; each rank sends 2 tokens * 2 experts * 1/2 leaving
+  // * 1000 * 2 B = 4000 B per all-to-all: 4000 / 10 GB/s + 1 * 10 us = 10.4 us; dispatch and
+  // combine on both layers: 4 * 10.4 = 41.6 us (no all-reduce: one rank per group).
+  // Memory: 1e8 + 4e8 + 2 * 110 * 480 + 2e8 + 2 layers * 3.75 / 2 * 1e8 = 1075105600 B.
+  // Compute: (2 * 1e9 + 2 * 110 * 2*2*4*(2*100 + 20)) + 2 * 4e8 + 4 tokens * 2 * 2 layers * 1e8 / 2
+  //   = 3600774400 FLOPs / 1e14.
+  const PhaseCost& de = ep.decode[0];
+  expect_rel(de.comm_s, 41.6e-6, "EP2 decode comm");
+  expect_rel(de.memory_s, 1075105600 / 1e12, "EP2 decode memory");
+  expect_rel(de.compute_s, 3600774400 / 1e14, "EP2 decode compute");
+  expect_rel(de.tokens_per_s, 4 / (1075105600 / 1e12 + 41.6e-6), "EP2 decode tok/s");
+  EXPECT_EQ(de.batch, 2);
+  // CP2-attn+EP2 prefill: one prompt of 100, 50 tokens per rank. Each layer all-gathers the
+  // chunks' latent rows, 100 * 240 B: 1/2 * 24000 / 10 GB/s + 10 us = 11.2 us; the MoE sends
+  // 50 * 2 * 1/2 * 2000 = 100000 B: 10 us + 10 us = 20 us, twice per layer.
+  // 2 * 11.2 + 2 * 2 * 20 = 102.4 us.
+  expect_rel(cp_ep.prefill.comm_s, 102.4e-6, "CP2 EP2 prefill comm");
+  EXPECT_TRUE(cp_ep.decode.empty());
+}
+
+TEST(Planner, MoeRefusalSaysWhatIsShort) {
+  PlanHardware hw = two_devices();
+  hw.memory_gib = 0.5;
+  auto plans = plan_layouts(tiny_moe(), hw, PlanWorkload{});
+  for (const LayoutPlan& p : plans) {
+    EXPECT_FALSE(p.fits) << p.layout.name;
+    EXPECT_NE(p.why_not.find("short by"), std::string::npos) << p.why_not;
+  }
+  // TP2: 8e8 B = 0.745 GiB + 1024 * 4 * 1000 * 2 B = 0.0076 GiB, short by 0.253 GiB.
+  EXPECT_NE(plans[2].why_not.find("weights 0.75 GiB + activations 0.01 GiB per device, 0.50 GiB available (short by 0.25 GiB)"),
+            std::string::npos)
+      << plans[2].why_not;
+  // DP2-attn+EP2: 1.1e9 B = 1.024 GiB + 0.0076 GiB, short by 0.532 GiB.
+  EXPECT_NE(plans[3].why_not.find("(short by 0.53 GiB)"), std::string::npos) << plans[3].why_not;
+}
+
+// DeepSeek-V3's config.json (the fields plan reads), FP8 weights at 1 byte per parameter.
+nlohmann::json deepseek_v3_config() {
+  return nlohmann::json::parse(R"({"model_type": "deepseek_v3", "hidden_size": 7168, "intermediate_size": 18432,
+    "moe_intermediate_size": 2048, "num_hidden_layers": 61, "num_attention_heads": 128, "num_key_value_heads": 128,
+    "n_routed_experts": 256, "num_experts_per_tok": 8, "n_shared_experts": 1, "first_k_dense_replace": 3,
+    "kv_lora_rank": 512, "q_lora_rank": 1536, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128,
+    "vocab_size": 129280, "tie_word_embeddings": false})");
+}
+
+TEST(Planner, ReadsDeepSeekV3Config) {
+  const PlanModel m = plan_model_from_hf_config(deepseek_v3_config(), "v3.json", 1);
+  EXPECT_EQ(m.n_moe_layers, 58);  // 61 - first 3 dense
+  EXPECT_EQ(m.head_dim, 192);     // nope 128 + rope 64
+  // Attention split by heads, per layer: q_b 1536*128*192 + kv_b 512*128*256 + o 128*128*7168
+  //   = 171966464; 61 layers = 10489954304; dense FFN 3 * 3*7168*18432 = 1189085184.
+  expect_rel(m.split_bytes, 10489954304.0 + 1189085184.0, "attention + dense FFN");
+  expect_rel(m.expert_bytes, 3.0 * 7168 * 2048, "one expert");
+  expect_rel(m.shared_bytes, 58.0 * 3 * 7168 * 2048, "shared experts");
+  // Replicated: embedding + output 2 * 129280 * 7168, routers 58 * 7168 * 256, and the head-less
+  // down-projections q_a 7168*1536 + kv_a 7168*576 on 61 layers.
+  expect_rel(m.replicated_bytes, 2.0 * 129280 * 7168 + 58.0 * 7168 * 256 + 61.0 * 7168 * (1536 + 576), "replicated");
+  // All together: 671025397760 parameters, DeepSeek's "671B".
+  const double total = m.split_bytes + m.shared_bytes + m.replicated_bytes + 58.0 * 256 * m.expert_bytes;
+  expect_rel(total, 671025397760.0, "total");
+}
+
+TEST(Planner, ReadsQwenMoeSparseLayers) {
+  // 4 layers, sparse every 2nd ((l + 1) % 2 == 0: layers 1, 3), layer 3 forced dense: 1 MoE layer.
+  nlohmann::json j{{"hidden_size", 64}, {"num_hidden_layers", 4}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},
+                   {"head_dim", 16}, {"vocab_size", 100}, {"intermediate_size", 96}, {"num_experts", 8},
+                   {"num_experts_per_tok", 2}, {"moe_intermediate_size", 32}, {"decoder_sparse_step", 2},
+                   {"mlp_only_layers", {3}}};
+  const PlanModel m = plan_model_from_hf_config(j, "qwen.json", 2);
+  EXPECT_EQ(m.n_moe_layers, 1);
+  EXPECT_EQ(m.n_experts, 8);
+  // Attention 4 layers * (64*64 + 2*64*32 + 64*64) + 3 dense FFNs * 3*64*96, 2 B each.
+  expect_rel(m.split_bytes, (4.0 * (4096 + 4096 + 4096) + 3.0 * 18432) * 2, "split");
+  expect_rel(m.expert_bytes, 3.0 * 64 * 32 * 2, "expert");
+}
+
+TEST(Planner, ConfigErrorsNameTheField) {
+  auto error_of = [](const nlohmann::json& j) -> std::string {
+    try {
+      plan_model_from_hf_config(j, "cfg.json", 1);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  nlohmann::json j = deepseek_v3_config();
+  j.erase("moe_intermediate_size");
+  EXPECT_NE(error_of(j).find("cfg.json: field 'moe_intermediate_size'"), std::string::npos) << error_of(j);
+  j = deepseek_v3_config();
+  j["num_experts_per_tok"] = 300;
+  EXPECT_NE(error_of(j).find("field 'num_experts_per_tok' (300) exceeds the 256 routed experts"), std::string::npos)
+      << error_of(j);
+  j = deepseek_v3_config();
+  j["qk_rope_head_dim"] = "64";
+  EXPECT_NE(error_of(j).find("cfg.json: field 'qk_rope_head_dim' must be a positive integer"), std::string::npos)
+      << error_of(j);
+  j = deepseek_v3_config();
+  j["mlp_only_layers"] = 3;
+  EXPECT_NE(error_of(j).find("field 'mlp_only_layers' must be an array"), std::string::npos) << error_of(j);
+}
+
+PlanHardware shipped(const std::string& file) {
+  const std::string path = std::string(FASTPATH_SOURCE_DIR_FOR_TESTS) + "/hardware/" + file;
+  std::ifstream in(path);
+  return hardware_from_json(nlohmann::json::parse(in), path);
+}
+
+// DeepSeek-V3 FP8 (625 GiB) on the two 8-GPU boxes it fits: PCIe Gen5 96 GB and H200 NVLink.
+// At 64 concurrent requests the PCIe box is better off with DP attention + EP (TP8's 122
+// all-reduces per step cost more over 40 GB/s than EP's all-to-alls); NVLink makes them cheap
+// and TP8, which splits the attention weights, wins.
+TEST(Planner, DeepSeekV3DecodeLayoutDiffersOnPcieAndNvlink) {
+  const PlanModel m = plan_model_from_hf_config(deepseek_v3_config(), "v3.json", 1);
+  PlanWorkload w;
+  w.concurrency = {64};
+  const auto pcie = plan_layouts(m, shipped("pcie5-8x96gb.json"), w);
+  const auto nvlink = plan_layouts(m, shipped("h200-8x-nvlink.json"), w);
+  const LayoutPlan *bp = best_decode(pcie, 0), *bn = best_decode(nvlink, 0);
+  ASSERT_TRUE(bp && bn);
+  EXPECT_EQ(bp->layout.name, "DP4xTP2-attn+EP8");
+  EXPECT_EQ(bn->layout.name, "TP8");
+  const std::string why = explain_best(pcie, *bp, true, 0);
+  EXPECT_NE(why.find("rather than TP8"), std::string::npos) << why;
+  EXPECT_NE(why.find("less communication per token"), std::string::npos) << why;
+  // The reason is the step costs themselves: on PCIe the winner communicates less than TP8.
+  const LayoutPlan* tp8 = nullptr;
+  for (const LayoutPlan& p : pcie)
+    if (p.layout.name == "TP8") tp8 = &p;
+  ASSERT_TRUE(tp8 && tp8->fits);
+  EXPECT_LT(bp->decode[0].comm_s, tp8->decode[0].comm_s);
+  EXPECT_NE(explain_best(nvlink, *bn, true, 0).find("communication"), std::string::npos);
+}
+
+TEST(Planner, DeepSeekV3DoesNotFitEightH100s) {
+  const PlanModel m = plan_model_from_hf_config(deepseek_v3_config(), "v3.json", 1);
+  for (const LayoutPlan& p : plan_layouts(m, shipped("h100-8x-nvlink.json"), PlanWorkload{})) {
+    EXPECT_FALSE(p.fits) << p.layout.name;
+    EXPECT_NE(p.why_not.find("short by"), std::string::npos) << p.why_not;
+  }
+}
+
+TEST(Planner, CommandExplainsDeepSeekV3Choices) {
+  const std::string dir = test::temp_dir("planner_v3");
+  const std::string cfg = dir + "/config.json";
+  std::ofstream(cfg) << deepseek_v3_config().dump();
+  int rc = 0;
+  const std::string out = test::run_command(test::fastpath_bin() + " plan -m " + cfg + " --weight-bytes 1 --hardware " +
+                                                FASTPATH_SOURCE_DIR_FOR_TESTS + "/hardware/pcie5-8x96gb.json 2>&1",
+                                            &rc);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("best decode layout at concurrency 64: DP4xTP2-attn+EP8"), std::string::npos) << out;
+  EXPECT_NE(out.find("prefill and decode differ"), std::string::npos) << out;
+  const std::string h100 = test::run_command(test::fastpath_bin() + " plan -m " + cfg + " --weight-bytes 1 --hardware " +
+                                                 FASTPATH_SOURCE_DIR_FOR_TESTS + "/hardware/h100-8x-nvlink.json 2>&1",
+                                             &rc);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(h100.find("does not fit"), std::string::npos) << h100;
+  EXPECT_NE(h100.find("TP8: weights 80.47 GiB"), std::string::npos) << h100;
 }
 
 }  // namespace

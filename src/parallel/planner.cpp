@@ -1,4 +1,5 @@
-// parallel/planner.cpp — the layout cost model (see planner.h for the formulas).
+// parallel/planner.cpp — the layout cost model (see planner.h for the formulas and layouts), and
+// the PlanModel of a Hugging Face config.json.
 #include "parallel/planner.h"
 
 #include <algorithm>
@@ -28,17 +29,153 @@ std::string bottleneck_of(const PhaseCost& c) {
   return c.compute_s >= c.memory_s ? "compute" : "memory bandwidth";
 }
 
-std::string gib(double bytes) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%.2f GiB", bytes / kGiB);
-  return b;
+std::string fmt(const char* f, double a, double b = 0, double c = 0, double d = 0) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, f, a, b, c, d);
+  return buf;
 }
+
+std::string gib(double bytes) { return fmt("%.2f GiB", bytes / kGiB); }
 
 void finish(PhaseCost& c) {
   c.seconds = std::max(c.compute_s, c.memory_s) + c.comm_s;
   c.bottleneck = bottleneck_of(c);
 }
+
+// What one step runs through the layers, seen from one rank of one group.
+struct StepShape {
+  double tokens = 0;      // tokens of this group
+  double all_tokens = 0;  // tokens of every group (what EP-partitioned experts see)
+  double attn_flops = 0;  // the group's attention score and value FLOPs
+  double kv_read = 0;     // KV bytes one rank reads
+  double kv_gather = 0;   // CP: K/V bytes of one layer all-gathered across the groups
+};
+
+PhaseCost step_cost(const PlanModel& m, const Layout& l, const PlanHardware& hw, const StepShape& s) {
+  const double t = l.tp, L = static_cast<double>(m.n_layers), moe_l = static_cast<double>(m.n_moe_layers);
+  const double k = static_cast<double>(m.n_used), hidden = static_cast<double>(m.dim) * hw.activation_bytes;
+  const double hidden_all = s.tokens * hidden;  // the group's hidden states, bytes
+  double flops = (s.tokens * m.matmul_flops_per_token + s.attn_flops) / t;
+  double bytes = m.replicated_bytes + m.split_bytes / t + s.kv_read;
+  // Dense layers: all-reduce after attention and after the FFN.
+  double comm = 2 * (L - moe_l) * ring_all_reduce_seconds(hidden_all, l.tp, hw);
+  if (m.moe() && l.ep == 1) {  // experts sliced like the FFN
+    flops += s.tokens * (m.shared_flops + moe_l * k * m.expert_flops) / t;
+    bytes += (m.shared_bytes + moe_l * expected_distinct_experts(m.n_experts, m.n_used, s.tokens) * m.expert_bytes) / t;
+    comm += 2 * moe_l * ring_all_reduce_seconds(hidden_all, l.tp, hw);
+  } else if (m.moe()) {  // experts partitioned over ep ranks, tokens dispatched and combined
+    const double ep = l.ep;
+    flops += s.tokens / t * m.shared_flops + s.all_tokens * k * moe_l * m.expert_flops / ep;
+    bytes += m.shared_bytes + moe_l * expected_distinct_experts(m.n_experts, m.n_used, s.all_tokens) / ep * m.expert_bytes;
+    const double a2a = all_to_all_seconds(s.tokens / t * k * (ep - 1) / ep * hidden, l.ep, hw);
+    comm += moe_l * (ring_all_reduce_seconds(hidden_all, l.tp, hw) + 2 * a2a + ring_all_gather_seconds(hidden_all, l.tp, hw));
+  }
+  if (l.cp) comm += L * ring_all_gather_seconds(s.kv_gather, l.groups, hw);
+  PhaseCost c;
+  c.compute_s = flops / (hw.compute_tflops * 1e12);
+  c.memory_s = bytes / (hw.memory_bandwidth_gbps * 1e9);
+  c.comm_s = comm;
+  finish(c);
+  return c;
+}
+
+double resident_weight_bytes(const PlanModel& m, const Layout& l) {
+  const double routed = static_cast<double>(m.n_moe_layers * m.n_experts) * m.expert_bytes;
+  if (l.ep == 1) return m.replicated_bytes + (m.split_bytes + m.shared_bytes + routed) / l.tp;
+  return m.replicated_bytes + m.split_bytes / l.tp + m.shared_bytes + routed / l.ep;
+}
+
+std::string tp_dp_name(int t, int g) {
+  if (g == 1) return "TP" + std::to_string(t);
+  if (t == 1) return "DP" + std::to_string(g);
+  return "TP" + std::to_string(t) + "xDP" + std::to_string(g);
+}
+
+int64_t int_field(const nlohmann::json& j, const char* k, const std::string& where, bool required, int64_t fallback) {
+  if (!j.contains(k) || j[k].is_null()) {
+    FP_CHECK(!required, where, ": field '", k, "' (a positive integer) is required");
+    return fallback;
+  }
+  FP_CHECK(j[k].is_number_integer() && j[k].get<int64_t>() >= (required ? 1 : 0), where, ": field '", k, "' must be a ",
+           required ? "positive" : "non-negative", " integer, got ", j[k].dump());
+  return j[k].get<int64_t>();
+}
 }  // namespace
+
+PlanModel plan_model_from_hf_config(const nlohmann::json& j, const std::string& where, double wb) {
+  FP_CHECK(j.is_object(), where, ": expected a JSON object");
+  auto get = [&](const char* k) { return int_field(j, k, where, true, 0); };
+  auto opt = [&](const char* k, int64_t fallback) { return int_field(j, k, where, false, fallback); };
+  PlanModel m;
+  m.name = where;
+  m.dim = get("hidden_size");
+  m.n_layers = get("num_hidden_layers");
+  m.n_heads = get("num_attention_heads");
+  m.n_kv_heads = j.contains("num_key_value_heads") ? get("num_key_value_heads") : m.n_heads;
+  m.head_dim = j.contains("head_dim") && !j["head_dim"].is_null() ? get("head_dim") : m.dim / m.n_heads;
+  const double d = static_cast<double>(m.dim), H = static_cast<double>(m.n_heads), vocab = static_cast<double>(get("vocab_size"));
+
+  // Experts: DeepSeek's n_routed_experts or Qwen's num_experts; which layers have them.
+  m.n_experts = j.contains("n_routed_experts") ? opt("n_routed_experts", 0) : opt("num_experts", 0);
+  int64_t moe_ff = 0, shared_ff = 0, first_dense = 0, step = 1;
+  std::vector<int64_t> mlp_only;
+  if (m.moe()) {
+    m.n_used = get("num_experts_per_tok");
+    FP_CHECK(m.n_used <= m.n_experts, where, ": field 'num_experts_per_tok' (", m.n_used, ") exceeds the ", m.n_experts,
+             " routed experts");
+    moe_ff = get("moe_intermediate_size");
+    shared_ff = opt("n_shared_experts", 0) * moe_ff;
+    if (j.contains("shared_expert_intermediate_size")) shared_ff = opt("shared_expert_intermediate_size", 0);  // qwen2_moe
+    first_dense = opt("first_k_dense_replace", 0);
+    step = j.contains("decoder_sparse_step") ? get("decoder_sparse_step") : 1;
+    if (j.contains("mlp_only_layers")) {
+      FP_CHECK(j["mlp_only_layers"].is_array(), where, ": field 'mlp_only_layers' must be an array of layer indices");
+      for (const auto& v : j["mlp_only_layers"]) {
+        FP_CHECK(v.is_number_integer(), where, ": field 'mlp_only_layers' must be an array of layer indices, has ", v.dump());
+        mlp_only.push_back(v.get<int64_t>());
+      }
+    }
+  }
+  for (int64_t l = 0; l < m.n_layers; ++l)
+    if (m.moe() && l >= first_dense && (l + 1) % step == 0 && std::find(mlp_only.begin(), mlp_only.end(), l) == mlp_only.end())
+      ++m.n_moe_layers;
+  const double n_dense = static_cast<double>(m.n_layers - m.n_moe_layers), n_moe = static_cast<double>(m.n_moe_layers);
+  const double ff = n_dense > 0 ? static_cast<double>(get("intermediate_size")) : 0;
+
+  // Attention: GQA q, k, v, o; or MLA's compressed query, latent K/V row, its up-projection, o.
+  double attn = 0, attn_replicated = 0;
+  m.kv_lora_rank = opt("kv_lora_rank", 0);
+  if (m.mla()) {
+    m.rope_dim = get("qk_rope_head_dim");
+    const int64_t nope = get("qk_nope_head_dim");
+    m.v_head_dim = get("v_head_dim");
+    m.head_dim = nope + m.rope_dim;
+    m.n_kv_heads = m.n_heads;
+    const double q_lora = static_cast<double>(opt("q_lora_rank", 0)), qk = H * static_cast<double>(m.head_dim);
+    const double kv_lora = static_cast<double>(m.kv_lora_rank), v = static_cast<double>(m.v_head_dim);
+    // The down-projections to q_lora and to the latent row have no heads: every TP rank holds them.
+    attn_replicated = (q_lora > 0 ? d * q_lora : 0) + d * (kv_lora + static_cast<double>(m.rope_dim));
+    attn = (q_lora > 0 ? q_lora * qk : d * qk) + kv_lora * H * static_cast<double>(nope + m.v_head_dim) + H * v * d;
+  } else {
+    const double q = H * static_cast<double>(m.head_dim), kv = static_cast<double>(m.n_kv_heads * m.head_dim);
+    attn = d * q + 2 * d * kv + q * d;
+  }
+  const bool tied = j.value("tie_word_embeddings", false);
+  const double layers = static_cast<double>(m.n_layers) * attn + n_dense * 3 * d * ff;  // split across TP
+  const double routers = n_moe * d * static_cast<double>(m.n_experts) + static_cast<double>(m.n_layers) * attn_replicated;
+  m.split_bytes = layers * wb;
+  m.replicated_bytes = ((tied ? 1 : 2) * vocab * d + routers) * wb;
+  m.matmul_flops_per_token = 2 * (layers + vocab * d + routers);  // (the cost model divides all of it over TP ranks)
+  m.ff = static_cast<int64_t>(ff);
+  if (m.moe()) {
+    m.expert_bytes = 3 * d * static_cast<double>(moe_ff) * wb;
+    m.expert_flops = 6 * d * static_cast<double>(moe_ff);
+    m.shared_bytes = n_moe * 3 * d * static_cast<double>(shared_ff) * wb;
+    m.shared_flops = n_moe * 6 * d * static_cast<double>(shared_ff);
+    m.ff = std::max(m.ff, m.n_used * moe_ff + shared_ff);
+  }
+  return m;
+}
 
 PlanHardware hardware_from_json(const nlohmann::json& j, const std::string& where) {
   FP_CHECK(j.is_object(), where, ": expected a JSON object");
@@ -61,6 +198,7 @@ PlanHardware hardware_from_json(const nlohmann::json& j, const std::string& wher
     h.link = l.value("kind", "link");
     h.link_gbps = positive(l, "bandwidth_gbps", where + " interconnect", true, 0);
     h.link_latency_us = positive(l, "latency_us", where + " interconnect", false, 0);
+    h.collective_us = positive(l, "collective_us", where + " interconnect", false, 0);
   }
   return h;
 }
@@ -68,34 +206,90 @@ PlanHardware hardware_from_json(const nlohmann::json& j, const std::string& wher
 double ring_all_reduce_seconds(double bytes, int ranks, const PlanHardware& hw) {
   if (ranks <= 1) return 0;
   const double n = ranks;
-  return 2 * (n - 1) / n * bytes / (hw.link_gbps * 1e9) + 2 * (n - 1) * hw.link_latency_us * 1e-6;
+  return hw.collective_us * 1e-6 + 2 * (n - 1) / n * bytes / (hw.link_gbps * 1e9) + 2 * (n - 1) * hw.link_latency_us * 1e-6;
+}
+
+double ring_all_gather_seconds(double bytes, int ranks, const PlanHardware& hw) {
+  if (ranks <= 1) return 0;
+  const double n = ranks;
+  return hw.collective_us * 1e-6 + (n - 1) / n * bytes / (hw.link_gbps * 1e9) + (n - 1) * hw.link_latency_us * 1e-6;
+}
+
+double all_to_all_seconds(double bytes_leaving, int ranks, const PlanHardware& hw) {
+  if (ranks <= 1) return 0;
+  return hw.collective_us * 1e-6 + bytes_leaving / (hw.link_gbps * 1e9) + (ranks - 1) * hw.link_latency_us * 1e-6;
+}
+
+double expected_distinct_experts(int64_t experts, int64_t used, double tokens) {
+  if (experts <= 0) return 0;
+  const double e = static_cast<double>(experts);
+  return e * (1 - std::pow(1 - static_cast<double>(used) / e, tokens));
+}
+
+std::vector<Layout> enumerate_layouts(const PlanModel& m, int n) {
+  std::vector<Layout> out;
+  for (int t = 1; t <= n; ++t) {
+    if (n % t != 0) continue;
+    const int g = n / t;
+    out.push_back({tp_dp_name(t, g), t, g, 1, false});
+    if (g > 1) out.push_back({"CP" + std::to_string(g) + (t > 1 ? "xTP" + std::to_string(t) : ""), t, g, 1, true});
+  }
+  if (!m.moe() || n == 1) return out;
+  const std::string ep = "+EP" + std::to_string(n);
+  for (int t = 1; t <= n; ++t) {
+    if (n % t != 0) continue;
+    const int g = n / t;
+    const std::string tp = t > 1 ? "xTP" + std::to_string(t) : "";
+    out.push_back({g == 1 ? "TP" + std::to_string(t) + ep : "DP" + std::to_string(g) + tp + "-attn" + ep, t, g, n, false});
+    if (g > 1) out.push_back({"CP" + std::to_string(g) + tp + "-attn" + ep, t, g, n, true});
+  }
+  return out;
 }
 
 std::vector<LayoutPlan> plan_layouts(const PlanModel& m, const PlanHardware& hw, const PlanWorkload& w) {
   FP_CHECK(m.n_layers > 0 && m.dim > 0 && m.n_heads > 0 && m.n_kv_heads > 0 && m.head_dim > 0, "plan: model '", m.name,
            "' has no layers or heads");
+  FP_CHECK(!m.moe() || (m.n_used >= 1 && m.n_used <= m.n_experts && m.n_moe_layers <= m.n_layers), "plan: model '", m.name,
+           "' has ", m.n_used, " of ", m.n_experts, " experts per token on ", m.n_moe_layers, " layers");
   FP_CHECK(w.input_len >= 1 && w.output_len >= 1, "plan: input and output lengths must be at least 1");
-  const double L = static_cast<double>(m.n_layers), att = static_cast<double>(m.n_heads * m.head_dim);
+  const double L = static_cast<double>(m.n_layers), H = static_cast<double>(m.n_heads);
   const double in = static_cast<double>(w.input_len), seq = static_cast<double>(w.input_len + w.output_len);
   const double ctx = in + static_cast<double>(w.output_len) / 2;  // mean context during decode
+  // Attention FLOPs per query token per context position: QK^T and PV, 2 FLOPs a multiply-add.
+  // MLA prefill expands the latent rows to per-head K (nope + rope) and V; decode attends over the
+  // latent rows themselves (scores over kv_lora + rope, values over kv_lora).
+  const double hd = static_cast<double>(m.head_dim);
+  const double attn_prefill = m.mla() ? 2 * L * H * (hd + static_cast<double>(m.v_head_dim)) : 4 * L * H * hd;
+  const double attn_decode =
+      m.mla() ? 2 * L * H * static_cast<double>(2 * m.kv_lora_rank + m.rope_dim) : 4 * L * H * hd;
   std::vector<LayoutPlan> out;
-  for (int tp = 1; tp <= hw.devices; ++tp) {
-    if (hw.devices % tp != 0) continue;
+  for (const Layout& l : enumerate_layouts(m, hw.devices)) {
     LayoutPlan p;
-    p.tp = tp;
-    p.dp = hw.devices / tp;
-    if (m.n_heads % tp != 0 || m.n_kv_heads % tp != 0) {
-      p.why_not = "TP=" + std::to_string(tp) + " does not divide the " + std::to_string(m.n_heads) + " heads / " +
+    p.layout = l;
+    const std::string at = l.name + ": ";
+    if (m.n_heads % l.tp != 0 || m.n_kv_heads % l.tp != 0) {
+      p.why_not = "TP=" + std::to_string(l.tp) + " does not divide the " + std::to_string(m.n_heads) + " heads / " +
                   std::to_string(m.n_kv_heads) + " KV heads";
       out.push_back(p);
       continue;
     }
-    const double weights = m.replicated_bytes + m.split_bytes / tp;
+    if (m.moe() && m.n_experts % l.ep != 0) {
+      p.why_not = "EP=" + std::to_string(l.ep) + " does not divide the " + std::to_string(m.n_experts) + " experts";
+      out.push_back(p);
+      continue;
+    }
+    const double weights = resident_weight_bytes(m, l);
+    const double prompt = l.cp ? in / l.groups : in;  // tokens a group prefills at once
+    const double activations =
+        prompt * (4 * static_cast<double>(m.dim) + 2 * static_cast<double>(m.ff) / l.tp) * hw.activation_bytes;
     p.weight_gib = weights / kGiB;
-    p.kv_bytes_per_token = 2 * L * static_cast<double>(m.n_kv_heads / tp * m.head_dim) * hw.kv_bytes;  // K and V
-    const double free_bytes = (hw.memory_gib - hw.reserved_gib) * kGiB - weights;
+    p.activation_gib = activations / kGiB;
+    p.kv_bytes_per_token = m.mla() ? L * static_cast<double>(m.kv_lora_rank + m.rope_dim) * hw.kv_bytes
+                                   : 2 * L * static_cast<double>(m.n_kv_heads / l.tp * m.head_dim) * hw.kv_bytes;
+    const double available = (hw.memory_gib - hw.reserved_gib) * kGiB;
+    const double free_bytes = available - weights - activations;
     if (free_bytes <= 0) {
-      p.why_not = "weights need " + gib(weights) + " per device, " + gib((hw.memory_gib - hw.reserved_gib) * kGiB) +
+      p.why_not = "weights " + gib(weights) + " + activations " + gib(activations) + " per device, " + gib(available) +
                   " available (short by " + gib(-free_bytes) + ")";
       out.push_back(p);
       continue;
@@ -103,40 +297,86 @@ std::vector<LayoutPlan> plan_layouts(const PlanModel& m, const PlanHardware& hw,
     p.kv_capacity_tokens = static_cast<int64_t>(std::floor(free_bytes / p.kv_bytes_per_token));
     p.max_sequences = static_cast<int64_t>(std::floor(static_cast<double>(p.kv_capacity_tokens) / seq));
     if (p.max_sequences < 1) {
-      p.why_not = "the KV cache holds " + std::to_string(p.kv_capacity_tokens) + " tokens per replica, one sequence needs " +
-                  std::to_string(w.input_len + w.output_len);
+      p.why_not = "the KV cache holds " + std::to_string(p.kv_capacity_tokens) + " tokens per group, one sequence needs " +
+                  std::to_string(w.input_len + w.output_len) + " (short by " +
+                  std::to_string(w.input_len + w.output_len - p.kv_capacity_tokens) + " tokens)";
       out.push_back(p);
       continue;
     }
     p.fits = true;
-    const double flops = hw.compute_tflops * 1e12, bw = hw.memory_bandwidth_gbps * 1e9;
-    // Prefill: one prompt per replica. Attention: QK^T and PV over the causal half, 2 FLOPs each.
-    PhaseCost& pf = p.prefill;
-    pf.batch = 1;
-    pf.compute_s = (in * m.matmul_flops_per_token + 4 * L * att * in * in / 2) / tp / flops;
-    pf.memory_s = weights / bw;
-    pf.comm_s = 2 * L * ring_all_reduce_seconds(in * static_cast<double>(m.dim) * hw.activation_bytes, tp, hw);
-    finish(pf);
-    pf.tokens_per_s = p.dp * in / pf.seconds;
-    // Decode: every replica steps its share of the sequences, reading its weights once and
-    // each sequence's KV.
+    // Prefill: one prompt per group, groups in parallel; CP: one prompt over the groups, each
+    // chunk attending to the earlier ones (balanced, so the causal work splits evenly).
+    StepShape pf;
+    pf.tokens = prompt;
+    pf.all_tokens = l.cp ? in : in * l.groups;
+    pf.attn_flops = attn_prefill * in * in / 2 / (l.cp ? l.groups : 1);
+    pf.kv_gather = l.cp ? in * p.kv_bytes_per_token / L : 0;
+    p.prefill = step_cost(m, l, hw, pf);
+    p.prefill.batch = 1;
+    p.prefill.tokens_per_s = (l.cp ? in : in * l.groups) / p.prefill.seconds;
+    if (l.cp) {  // prefill only
+      out.push_back(p);
+      continue;
+    }
+    // Decode: every group steps its share of the sequences, reading its weights once, the
+    // experts its tokens touch, and each sequence's KV.
     for (int c : w.concurrency) {
-      PhaseCost d;
-      const int64_t want = (c + p.dp - 1) / p.dp;
-      d.batch = std::min<int64_t>(want, p.max_sequences);
-      d.kv_capped = d.batch < want;
-      const double b = static_cast<double>(d.batch);
-      d.compute_s = b * (m.matmul_flops_per_token + 4 * L * att * ctx) / tp / flops;
-      d.memory_s = (weights + b * ctx * p.kv_bytes_per_token) / bw;
-      d.comm_s = 2 * L * ring_all_reduce_seconds(b * static_cast<double>(m.dim) * hw.activation_bytes, tp, hw);
-      finish(d);
-      const double active = std::min(static_cast<double>(c), b * p.dp);  // sequences stepping together
-      d.tokens_per_s = active / d.seconds;
+      const int64_t want = (c + l.groups - 1) / l.groups;
+      StepShape s;
+      const int64_t batch = std::min<int64_t>(want, p.max_sequences);
+      s.tokens = static_cast<double>(batch);
+      s.all_tokens = std::min(static_cast<double>(c), s.tokens * l.groups);  // sequences stepping together
+      s.attn_flops = attn_decode * s.tokens * ctx;
+      s.kv_read = s.tokens * ctx * p.kv_bytes_per_token;
+      PhaseCost d = step_cost(m, l, hw, s);
+      d.batch = batch;
+      d.kv_capped = batch < want;
+      d.tokens_per_s = s.all_tokens / d.seconds;
       p.decode.push_back(d);
     }
     out.push_back(p);
   }
   return out;
+}
+
+const LayoutPlan* best_prefill(const std::vector<LayoutPlan>& plans) {
+  const LayoutPlan* best = nullptr;
+  for (const LayoutPlan& p : plans)
+    if (p.fits && (!best || p.prefill.tokens_per_s > best->prefill.tokens_per_s)) best = &p;
+  return best;
+}
+
+const LayoutPlan* best_decode(const std::vector<LayoutPlan>& plans, size_t i) {
+  const LayoutPlan* best = nullptr;
+  for (const LayoutPlan& p : plans)
+    if (p.fits && i < p.decode.size() && (!best || p.decode[i].tokens_per_s > best->decode[i].tokens_per_s)) best = &p;
+  return best;
+}
+
+std::string explain_best(const std::vector<LayoutPlan>& plans, const LayoutPlan& best, bool decode, size_t i) {
+  auto cost = [&](const LayoutPlan& p) -> const PhaseCost& { return decode ? p.decode[i] : p.prefill; };
+  const LayoutPlan* next = nullptr;
+  for (const LayoutPlan& p : plans)
+    if (&p != &best && p.fits && (!decode || i < p.decode.size()) &&
+        (!next || cost(p).tokens_per_s > cost(*next).tokens_per_s))
+      next = &p;
+  if (!next) return "";
+  const PhaseCost &a = cost(best), &b = cost(*next);
+  // Compare per token: layouts step different numbers of tokens (groups, KV caps, CP).
+  auto tokens = [](const PhaseCost& c) { return c.tokens_per_s * c.seconds; };
+  const double ta = tokens(a), tb = tokens(b);
+  const double comm_saved = b.comm_s / tb - a.comm_s / ta;
+  const double roof_saved = std::max(b.compute_s, b.memory_s) / tb - std::max(a.compute_s, a.memory_s) / ta;
+  std::string lead;
+  if (comm_saved > 0 && comm_saved >= roof_saved) lead = "less communication per token";
+  else if (roof_saved > 0) lead = b.compute_s >= b.memory_s ? "less compute per token" : "less memory traffic per token";
+  else lead = "more tokens per step";
+  std::string s = best.layout.name + " rather than " + next->layout.name +
+                  fmt(" (%.1f vs %.1f tok/s): ", a.tokens_per_s, b.tokens_per_s) + lead +
+                  fmt("; per step of %.0f vs %.0f tokens: communication %.3f vs %.3f ms,", ta, tb, a.comm_s * 1e3, b.comm_s * 1e3) +
+                  fmt(" compute %.3f vs %.3f ms, memory %.3f vs %.3f ms", a.compute_s * 1e3, b.compute_s * 1e3, a.memory_s * 1e3,
+                      b.memory_s * 1e3);
+  return s;
 }
 
 }  // namespace fp

@@ -1,7 +1,8 @@
-// tools/cmd_plan.cpp — `fastpath plan`: for a model (a model file, or a Hugging Face
-// config.json of a dense llama/qwen2/qwen3 shape) on a described machine (hardware/*.json),
-// every tensor-parallel x data-parallel layout with its memory per device and predicted prefill
-// and decode throughput, the best per phase, and what limits each (parallel/planner.h).
+// tools/cmd_plan.cpp — `fastpath plan`: for a model (a model file, or a Hugging Face config.json;
+// dense, MoE, MLA) on a described machine (hardware/*.json), each parallel layout (TP, DP, CP,
+// EP, DP attention) with its memory per device and predicted prefill and decode throughput, the
+// best per phase with the reason from the step costs, and what limits each (parallel/planner.h).
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -27,63 +28,148 @@ nlohmann::json read_json(const std::string& path) {
   }
 }
 
-// A dense model from its Hugging Face config.json, weights of `weight_bytes` per parameter.
-PlanModel model_from_config(const std::string& path, double weight_bytes) {
-  const nlohmann::json j = read_json(path);
-  auto get = [&](const char* k) {
-    FP_CHECK(j.contains(k) && j[k].is_number_integer() && j[k].get<int64_t>() > 0, path, ": field '", k,
-             "' (a positive integer) is required");
-    return j[k].get<int64_t>();
-  };
-  FP_CHECK(!j.contains("num_experts") && !j.contains("n_routed_experts") && !j.contains("kv_lora_rank"), path,
-           ": plan covers dense llama/qwen2/qwen3 shapes so far (this config has experts or latent attention)");
-  PlanModel m;
-  m.name = path;
-  m.dim = get("hidden_size");
-  m.n_layers = get("num_hidden_layers");
-  m.n_heads = get("num_attention_heads");
-  m.n_kv_heads = j.contains("num_key_value_heads") ? get("num_key_value_heads") : m.n_heads;
-  m.head_dim = j.contains("head_dim") ? get("head_dim") : m.dim / m.n_heads;
-  const double ff = static_cast<double>(get("intermediate_size")), vocab = static_cast<double>(get("vocab_size"));
-  const double d = static_cast<double>(m.dim), q = static_cast<double>(m.n_heads * m.head_dim);
-  const double kv = static_cast<double>(m.n_kv_heads * m.head_dim);
-  const double per_layer = d * q + 2 * d * kv + q * d + 3 * d * ff;  // q, k, v, o; gate, up, down
-  const bool tied = j.value("tie_word_embeddings", false);
-  m.split_bytes = static_cast<double>(m.n_layers) * per_layer * weight_bytes;
-  m.replicated_bytes = (tied ? 1 : 2) * vocab * d * weight_bytes;
-  m.matmul_flops_per_token = 2 * (static_cast<double>(m.n_layers) * per_layer + vocab * d);
-  return m;
-}
-
-// A dense model from its file: the layers' matrices are split, everything else replicated.
+// A model from its file: layer matrices split, routed experts ("_exps") and shared experts
+// ("_shexp") counted apart, routers and everything else replicated.
 PlanModel model_from_file(const std::string& path) {
   LoadOptions lo;
   lo.prefault = false;
   auto f = load_model_file(path, lo);
   const ModelConfig& c = f->config;
-  FP_CHECK(c.moe.n_experts == 0 && c.mla.kv_lora_rank == 0, path, ": plan covers dense llama/qwen2/qwen3 models so far (",
-           c.arch, " has experts or latent attention)");
   PlanModel m;
   m.name = c.name.empty() ? path : c.name;
   m.n_layers = c.n_layers;
   m.dim = c.dim;
   m.n_heads = c.n_heads;
-  m.n_kv_heads = c.n_kv_heads;
+  m.n_kv_heads = c.mla.kv_lora_rank > 0 ? c.n_heads : c.n_kv_heads;
   m.head_dim = c.head_dim;
+  m.ff = c.hidden_dim;
+  m.kv_lora_rank = c.mla.kv_lora_rank;
+  m.rope_dim = c.rot_dim;
+  m.v_head_dim = c.v_head_dim;
+  m.n_experts = c.moe.n_experts;
+  m.n_used = c.moe.n_used;
+  double routed_bytes = 0, routed_flops = 0;
   for (const auto& [name, t] : f->tensors) {
-    const double bytes = static_cast<double>(t.nbytes());
-    const bool layer_matrix = name.rfind("blk.", 0) == 0 && t.ndim == 2;
-    (layer_matrix ? m.split_bytes : m.replicated_bytes) += bytes;
-    const bool embedding = name == "token_embd.weight";
-    if (t.ndim == 2 && (!embedding || c.tied_output)) m.matmul_flops_per_token += 2.0 * static_cast<double>(t.numel());
+    const double bytes = static_cast<double>(t.nbytes()), flops = 2.0 * static_cast<double>(t.numel());
+    const bool layer = name.rfind("blk.", 0) == 0;
+    if (layer && name.find("_exps") != std::string::npos) {
+      routed_bytes += bytes;
+      routed_flops += flops;
+    } else if (layer && name.find("_shexp") != std::string::npos) {
+      m.shared_bytes += bytes;
+      if (t.ndim == 2) m.shared_flops += flops;
+    } else {
+      const bool router = name.find("ffn_gate_inp") != std::string::npos;
+      if (router && t.ndim == 2) ++m.n_moe_layers;
+      (layer && t.ndim == 2 && !router ? m.split_bytes : m.replicated_bytes) += bytes;
+      const bool embedding = name == "token_embd.weight";
+      if (t.ndim == 2 && (!embedding || c.tied_output)) m.matmul_flops_per_token += flops;
+    }
+  }
+  if (m.moe()) {
+    FP_CHECK(m.n_moe_layers > 0, path, ": ", c.arch, " has ", m.n_experts, " experts but no router tensors (ffn_gate_inp)");
+    const double n = static_cast<double>(m.n_moe_layers * m.n_experts);
+    m.expert_bytes = routed_bytes / n;
+    m.expert_flops = routed_flops / n;
+    m.ff = std::max(m.ff, (m.n_used + c.moe.n_shared) * c.moe.ff);
   }
   return m;
 }
 
-std::string gib(double v) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%.2f", v);
-  return b;
+void print_text(const PlanModel& m, const PlanHardware& hw, const PlanWorkload& w, const std::vector<LayoutPlan>& plans) {
+  const double g = 1024.0 * 1024.0 * 1024.0;
+  std::printf("model     %s: %lld layers, dim %lld, %lld heads / %lld KV heads", m.name.c_str(),
+              static_cast<long long>(m.n_layers), static_cast<long long>(m.dim), static_cast<long long>(m.n_heads),
+              static_cast<long long>(m.n_kv_heads));
+  if (m.mla()) std::printf(", MLA latent %lld + rope %lld", static_cast<long long>(m.kv_lora_rank), static_cast<long long>(m.rope_dim));
+  if (m.moe())
+    std::printf(", %lld experts (top %lld) on %lld layers", static_cast<long long>(m.n_experts), static_cast<long long>(m.n_used),
+                static_cast<long long>(m.n_moe_layers));
+  const double routed = static_cast<double>(m.n_experts * m.n_moe_layers) * m.expert_bytes;
+  std::printf("\n          weights %.2f GiB split over TP", m.split_bytes / g);
+  if (m.moe()) std::printf(" + %.2f GiB routed experts + %.2f GiB shared experts", routed / g, m.shared_bytes / g);
+  std::printf(" + %.2f GiB replicated\n", m.replicated_bytes / g);
+  std::printf("hardware  %s: %d devices x %.4g GiB, %.4g GB/s, %.4g TFLOP/s; %s %.4g GB/s, %.4g us per step + %.4g us per call\n",
+              hw.name.c_str(), hw.devices, hw.memory_gib, hw.memory_bandwidth_gbps, hw.compute_tflops, hw.link.c_str(),
+              hw.link_gbps, hw.link_latency_us, hw.collective_us);
+  std::printf("workload  %lld input + %lld output tokens per request\n\n", static_cast<long long>(w.input_len),
+              static_cast<long long>(w.output_len));
+  const LayoutPlan* bp = best_prefill(plans);
+  std::printf("%-22s %8s %8s %12s %9s %14s  %s\n", "layout (per device:)", "weights", "activ.", "KV tok/group",
+              "max seqs", "prefill tok/s", "bottleneck (compute / memory / comm ms)");
+  for (const LayoutPlan& p : plans) {
+    const char* name = p.layout.name.c_str();
+    if (!p.fits) {
+      std::printf("%-22s does not fit: %s\n", name, p.why_not.c_str());
+      continue;
+    }
+    const PhaseCost& f = p.prefill;
+    std::printf("%-22s %8.2f %8.2f %12lld %9lld %14.1f  %s (%.2f / %.2f / %.2f)%s\n", name, p.weight_gib, p.activation_gib,
+                static_cast<long long>(p.kv_capacity_tokens), static_cast<long long>(p.max_sequences * p.layout.groups),
+                f.tokens_per_s, f.bottleneck.c_str(), f.compute_s * 1e3, f.memory_s * 1e3, f.comm_s * 1e3,
+                &p == bp ? "  <- best prefill" : "");
+  }
+  std::printf("(GiB per device; max seqs over all groups; CP layouts are prefill only)\n");
+  for (size_t i = 0; i < w.concurrency.size(); ++i) {
+    const LayoutPlan* bd = best_decode(plans, i);
+    std::printf("\ndecode at concurrency %d:\n%-22s %14s  %s\n", w.concurrency[i], "layout", "output tok/s",
+                "bottleneck (compute / memory / comm ms per step)");
+    for (const LayoutPlan& p : plans) {
+      if (!p.fits || p.decode.empty()) continue;
+      const PhaseCost& d = p.decode[i];
+      const std::string capped = d.kv_capped ? " [KV holds " + std::to_string(p.max_sequences) + " seqs per group]" : "";
+      std::printf("%-22s %14.1f  %s (%.3f / %.3f / %.3f)%s%s\n", p.layout.name.c_str(), d.tokens_per_s, d.bottleneck.c_str(),
+                  d.compute_s * 1e3, d.memory_s * 1e3, d.comm_s * 1e3, capped.c_str(), &p == bd ? "  <- best" : "");
+    }
+  }
+  std::printf("\nbest prefill layout: %s, %.1f input tok/s, %s-bound\n  why: %s\n", bp->layout.name.c_str(),
+              bp->prefill.tokens_per_s, bp->prefill.bottleneck.c_str(), explain_best(plans, *bp, false, 0).c_str());
+  for (size_t i = 0; i < w.concurrency.size(); ++i) {
+    const LayoutPlan* bd = best_decode(plans, i);
+    if (!bd) continue;
+    std::printf("best decode layout at concurrency %d: %s, %.1f output tok/s, %s-bound\n  why: %s\n", w.concurrency[i],
+                bd->layout.name.c_str(), bd->decode[i].tokens_per_s, bd->decode[i].bottleneck.c_str(),
+                explain_best(plans, *bd, true, i).c_str());
+    if (bd != bp)
+      std::printf("  prefill and decode differ at concurrency %d: prefill on %s, decode on %s\n", w.concurrency[i],
+                  bp->layout.name.c_str(), bd->layout.name.c_str());
+  }
+  std::printf("\n(rooflines without measured efficiencies: upper bounds; communication is not overlapped)\n");
+}
+
+void print_json(const PlanModel& m, const PlanHardware& hw, const PlanWorkload& w, const std::vector<LayoutPlan>& plans) {
+  nlohmann::json j;
+  j["model"] = m.name;
+  j["hardware"] = hw.name;
+  j["best_prefill"] = best_prefill(plans)->layout.name;
+  for (const LayoutPlan& p : plans) {
+    nlohmann::json e{{"layout", p.layout.name}, {"tp", p.layout.tp}, {"groups", p.layout.groups}, {"ep", p.layout.ep},
+                     {"cp", p.layout.cp}, {"fits", p.fits}};
+    if (!p.fits) e["why_not"] = p.why_not;
+    else {
+      e["weight_gib_per_device"] = p.weight_gib;
+      e["activation_gib_per_device"] = p.activation_gib;
+      e["kv_capacity_tokens_per_group"] = p.kv_capacity_tokens;
+      auto cost = [](const PhaseCost& c) {
+        return nlohmann::json{{"bottleneck", c.bottleneck}, {"compute_ms", c.compute_s * 1e3}, {"memory_ms", c.memory_s * 1e3},
+                              {"comm_ms", c.comm_s * 1e3}};
+      };
+      e["prefill"] = cost(p.prefill);
+      e["prefill"]["input_tps"] = p.prefill.tokens_per_s;
+      for (size_t i = 0; i < p.decode.size(); ++i) {
+        nlohmann::json d = cost(p.decode[i]);
+        d["concurrency"] = w.concurrency[i];
+        d["output_tps"] = p.decode[i].tokens_per_s;
+        d["kv_capped"] = p.decode[i].kv_capped;
+        e["decode"].push_back(d);
+      }
+    }
+    j["layouts"].push_back(e);
+  }
+  for (size_t i = 0; i < w.concurrency.size(); ++i)
+    if (const LayoutPlan* bd = best_decode(plans, i))
+      j["best_decode"].push_back({{"concurrency", w.concurrency[i]}, {"layout", bd->layout.name}});
+  std::cout << j.dump(2) << "\n";
 }
 
 }  // namespace
@@ -97,89 +183,29 @@ void add_plan(CLI::App& app) {
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("plan", "predict memory per device and throughput of each parallel layout on a machine");
-  cmd->add_option("--model,-m", o->model, "a model file / directory, or a Hugging Face config.json (dense shapes)")->required();
+  cmd->add_option("--model,-m", o->model, "a model file / directory, or a Hugging Face config.json")->required();
   cmd->add_option("--hardware", o->hardware, "machine description (hardware/*.json)")->required();
   cmd->add_option("--input-len", o->work.input_len, "prompt tokens per request")->check(CLI::Range(1, 1 << 24));
   cmd->add_option("--output-len", o->work.output_len, "generated tokens per request")->check(CLI::Range(1, 1 << 24));
   cmd->add_option("--concurrency", o->work.concurrency, "requests in flight for decode (e.g. 1,16,64)")
       ->delimiter(',')
       ->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--weight-bytes", o->weight_bytes, "bytes per parameter when --model is a config.json (bf16: 2)")
+  cmd->add_option("--weight-bytes", o->weight_bytes, "bytes per parameter when --model is a config.json (bf16: 2, fp8: 1)")
       ->check(CLI::Range(0.1, 8.0));
   cmd->add_flag("--json", o->json, "print the layouts as JSON");
   cmd->callback([o] {
     const bool config_only = o->model.size() > 5 && o->model.substr(o->model.size() - 5) == ".json";
-    const PlanModel m = config_only ? model_from_config(o->model, o->weight_bytes) : model_from_file(o->model);
+    const PlanModel m = config_only ? plan_model_from_hf_config(read_json(o->model), o->model, o->weight_bytes)
+                                    : model_from_file(o->model);
     const PlanHardware hw = hardware_from_json(read_json(o->hardware), o->hardware);
     const std::vector<LayoutPlan> plans = plan_layouts(m, hw, o->work);
-    const LayoutPlan* best_prefill = nullptr;
-    std::vector<const LayoutPlan*> best_decode(o->work.concurrency.size(), nullptr);
-    for (const LayoutPlan& p : plans) {
-      if (!p.fits) continue;
-      if (!best_prefill || p.prefill.tokens_per_s > best_prefill->prefill.tokens_per_s) best_prefill = &p;
-      for (size_t i = 0; i < best_decode.size(); ++i)
-        if (!best_decode[i] || p.decode[i].tokens_per_s > best_decode[i]->decode[i].tokens_per_s) best_decode[i] = &p;
-    }
-    if (!best_prefill) {
+    if (!best_prefill(plans)) {
       std::string why;
-      for (const LayoutPlan& p : plans) why += "\n  TP=" + std::to_string(p.tp) + " x DP=" + std::to_string(p.dp) + ": " + p.why_not;
+      for (const LayoutPlan& p : plans) why += "\n  " + p.layout.name + ": " + p.why_not;
       fail(m.name, " does not fit ", hw.name, " in any layout:", why);
     }
-    if (o->json) {
-      nlohmann::json j;
-      j["model"] = m.name;
-      j["hardware"] = hw.name;
-      for (const LayoutPlan& p : plans) {
-        nlohmann::json e{{"tp", p.tp}, {"dp", p.dp}, {"fits", p.fits}};
-        if (!p.fits) e["why_not"] = p.why_not;
-        else {
-          e["weight_gib_per_device"] = p.weight_gib;
-          e["kv_capacity_tokens"] = p.kv_capacity_tokens;
-          e["prefill"] = {{"input_tps", p.prefill.tokens_per_s}, {"bottleneck", p.prefill.bottleneck}};
-          for (size_t i = 0; i < p.decode.size(); ++i)
-            e["decode"].push_back({{"concurrency", o->work.concurrency[i]}, {"output_tps", p.decode[i].tokens_per_s},
-                                   {"bottleneck", p.decode[i].bottleneck}, {"kv_capped", p.decode[i].kv_capped}});
-        }
-        j["layouts"].push_back(e);
-      }
-      std::cout << j.dump(2) << "\n";
-      return;
-    }
-    std::printf("model     %s: %lld layers, dim %lld, %lld heads / %lld KV heads; weights %s GiB split + %s GiB replicated\n",
-                m.name.c_str(), static_cast<long long>(m.n_layers), static_cast<long long>(m.dim),
-                static_cast<long long>(m.n_heads), static_cast<long long>(m.n_kv_heads), gib(m.split_bytes / (1 << 30)).c_str(),
-                gib(m.replicated_bytes / (1 << 30)).c_str());
-    std::printf("hardware  %s: %d devices x %.0f GiB, %.0f GB/s, %.0f TFLOP/s; %s %.0f GB/s, %.1f us\n", hw.name.c_str(),
-                hw.devices, hw.memory_gib, hw.memory_bandwidth_gbps, hw.compute_tflops, hw.link.c_str(), hw.link_gbps,
-                hw.link_latency_us);
-    std::printf("workload  %lld input + %lld output tokens per request\n\n", static_cast<long long>(o->work.input_len),
-                static_cast<long long>(o->work.output_len));
-    std::printf("%-10s %12s %14s %9s %14s  %s\n", "layout", "weights GiB", "KV tokens", "max seqs", "prefill tok/s",
-                "prefill bottleneck (compute / memory / comm ms)");
-    for (const LayoutPlan& p : plans) {
-      const std::string name = "TP" + std::to_string(p.tp) + "xDP" + std::to_string(p.dp);
-      if (!p.fits) {
-        std::printf("%-10s does not fit: %s\n", name.c_str(), p.why_not.c_str());
-        continue;
-      }
-      const PhaseCost& f = p.prefill;
-      std::printf("%-10s %12.2f %14lld %9lld %14.1f  %s (%.2f / %.2f / %.2f)%s\n", name.c_str(), p.weight_gib,
-                  static_cast<long long>(p.kv_capacity_tokens), static_cast<long long>(p.max_sequences), f.tokens_per_s,
-                  f.bottleneck.c_str(), f.compute_s * 1e3, f.memory_s * 1e3, f.comm_s * 1e3, &p == best_prefill ? "  <- best prefill" : "");
-    }
-    for (size_t i = 0; i < o->work.concurrency.size(); ++i) {
-      std::printf("\ndecode at concurrency %d:\n%-10s %14s  %s\n", o->work.concurrency[i], "layout", "output tok/s",
-                  "bottleneck (compute / memory / comm ms per step)");
-      for (const LayoutPlan& p : plans) {
-        if (!p.fits) continue;
-        const PhaseCost& d = p.decode[i];
-        const std::string capped = d.kv_capped ? " [KV holds " + std::to_string(p.max_sequences) + " seqs per replica]" : "";
-        const std::string name = "TP" + std::to_string(p.tp) + "xDP" + std::to_string(p.dp);
-        std::printf("%-10s %14.1f  %s (%.3f / %.3f / %.3f)%s%s\n", name.c_str(), d.tokens_per_s, d.bottleneck.c_str(),
-                    d.compute_s * 1e3, d.memory_s * 1e3, d.comm_s * 1e3, capped.c_str(), &p == best_decode[i] ? "  <- best" : "");
-      }
-    }
-    std::printf("\n(rooflines without measured efficiencies: upper bounds; communication is not overlapped)\n");
+    if (o->json) print_json(m, hw, o->work, plans);
+    else print_text(m, hw, o->work, plans);
   });
 }
 
