@@ -68,8 +68,11 @@ std::unique_ptr<Model> build_model(std::shared_ptr<ModelFile> file, std::shared_
     FP_CHECK(why.empty(), "--device ", device_name(file->device), ": ", why);
     FP_CHECK(it->second.cuda, file->path, ": architecture '", file->config.arch, "' does not run on ",
              device_name(file->device), " yet (llama, qwen2 and qwen3 do); use --device cpu");
-    FP_CHECK(!tp || tp->size() == 1, "--device ", device_name(file->device),
-             " with --tensor-parallel-size > 1 is not implemented yet (NCCL ranks are future work)");
+    if (tp && tp->size() > 1) {
+      FP_CHECK(std::string(tp->backend()) == "nccl", "--device ", device_name(file->device), " on ", tp->size(),
+               " ranks needs the NCCL communicator, not ", tp->backend());
+      file->device_graphs = false;  // NCCL collectives here wait for their result: not capturable in a graph
+    }
   }
   if (tp && tp->size() > 1) {
     FP_CHECK(it->second.sharded, file->path, ": splitting across ranks is not implemented for architecture '",

@@ -118,8 +118,9 @@ void all_to_all_ref(const AllToAllArgs& a) {
 // ---- "single": one rank; the communicator's own (trivial) collectives ---------------------
 
 template <class Args>
-Kernel<Args> backend_kernel(const char* backend, int priority, std::function<void(const Args&)> run) {
-  return Kernel<Args>{backend, Backend::CPU, priority, false,
+Kernel<Args> backend_kernel(const char* backend, int priority, std::function<void(const Args&)> run,
+                            Backend device = Backend::CPU) {
+  return Kernel<Args>{backend, device, priority, false,
                       [backend](const Args& a) { return refuse_unless_backend(a.comm, backend); }, std::move(run)};
 }
 
@@ -141,18 +142,21 @@ const bool registered = [] {
 
 }  // namespace
 
-void register_backend_collectives(const char* backend, int priority) {
-  register_kernel(backend_kernel<AllReduceArgs>(backend, priority,
-                                                [](const AllReduceArgs& a) { a.comm->all_reduce_sum(a.data, a.n); }));
-  register_kernel(backend_kernel<AllGatherArgs>(backend, priority,
-                                                [](const AllGatherArgs& a) { a.comm->all_gather(a.send, a.recv, a.bytes); }));
+void register_backend_collectives(const char* backend, int priority, Backend device) {
+  register_kernel(backend_kernel<AllReduceArgs>(
+      backend, priority, [](const AllReduceArgs& a) { a.comm->all_reduce_sum(a.data, a.n); }, device));
+  register_kernel(backend_kernel<AllGatherArgs>(
+      backend, priority, [](const AllGatherArgs& a) { a.comm->all_gather(a.send, a.recv, a.bytes); }, device));
   register_kernel(backend_kernel<ReduceScatterArgs>(
-      backend, priority, [](const ReduceScatterArgs& a) { a.comm->reduce_scatter_sum(a.send, a.recv, a.n); }));
-  register_kernel(backend_kernel<AllToAllArgs>(backend, priority, [](const AllToAllArgs& a) {
-    if (a.send_bytes) a.comm->all_to_all_v(a.send, a.send_bytes, a.recv, a.recv_bytes);
-    else a.comm->all_to_all(a.send, a.recv, a.bytes);
-  }));
-  register_kernel(backend_kernel<BroadcastArgs>(backend, priority,
-                                                [](const BroadcastArgs& a) { a.comm->broadcast(a.data, a.bytes, a.root); }));
+      backend, priority, [](const ReduceScatterArgs& a) { a.comm->reduce_scatter_sum(a.send, a.recv, a.n); }, device));
+  register_kernel(backend_kernel<AllToAllArgs>(
+      backend, priority,
+      [](const AllToAllArgs& a) {
+        if (a.send_bytes) a.comm->all_to_all_v(a.send, a.send_bytes, a.recv, a.recv_bytes);
+        else a.comm->all_to_all(a.send, a.recv, a.bytes);
+      },
+      device));
+  register_kernel(backend_kernel<BroadcastArgs>(
+      backend, priority, [](const BroadcastArgs& a) { a.comm->broadcast(a.data, a.bytes, a.root); }, device));
 }
 }  // namespace fp

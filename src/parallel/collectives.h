@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <string>
 
+#include "kernels/registry.h"
 #include "parallel/communicator.h"
 
 namespace fp {
@@ -72,6 +73,7 @@ std::string refuse_unless_backend(const Communicator* comm, const char* backend)
 // Registers one kernel per collective op named `backend` ("single", "mpi", ...): each calls the
 // communicator's own method and refuses communicators of other backends. `backend` must outlive
 // the registry (a string literal).
-void register_backend_collectives(const char* backend, int priority);
+// `device`: where the kernels' data lives (Backend::CUDA for a GPU communicator's device buffers).
+void register_backend_collectives(const char* backend, int priority, Backend device = Backend::CPU);
 
 }  // namespace fp

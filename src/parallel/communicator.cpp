@@ -62,6 +62,24 @@ bool register_world_backend(const std::string& name, WorldFactory factory) {
 
 bool has_world_backend(const std::string& name) { return backends().count(name) > 0; }
 
+namespace {
+std::map<std::string, DeviceCommFactory>& device_comms() {
+  static std::map<std::string, DeviceCommFactory> m;
+  return m;
+}
+}  // namespace
+
+bool register_device_communicator(const std::string& device, DeviceCommFactory factory) {
+  device_comms()[device] = std::move(factory);
+  return true;
+}
+
+std::shared_ptr<Communicator> open_device_communicator(const std::string& device, std::shared_ptr<Communicator> host) {
+  auto it = device_comms().find(device);
+  FP_CHECK(it != device_comms().end(), "several ranks on --device ", device, " need a device communicator (NCCL for cuda), and this build has none");
+  return it->second(std::move(host));
+}
+
 int launched_world_size() { return env_int({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"}, 1); }
 int launched_local_size() { return env_int({"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}, 1); }
 int launched_rank() { return env_int({"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"}, 0); }

@@ -71,6 +71,14 @@ using WorldFactory = std::function<std::shared_ptr<Communicator>()>;
 bool register_world_backend(const std::string& name, WorldFactory factory);
 bool has_world_backend(const std::string& name);
 
+// A communicator over the same ranks for data in a device's memory (NCCL for CUDA GPUs),
+// bootstrapped over the host world; registered by that device's library. It also carries
+// host-memory collectives (through the host world), so a model on the device uses it for both.
+using DeviceCommFactory = std::function<std::shared_ptr<Communicator>(std::shared_ptr<Communicator> host)>;
+bool register_device_communicator(const std::string& device, DeviceCommFactory factory);
+// Throws naming why when this build has none for `device` ("cuda").
+std::shared_ptr<Communicator> open_device_communicator(const std::string& device, std::shared_ptr<Communicator> host);
+
 // Ranks this process was launched with, from the launcher's environment (OpenMPI's
 // OMPI_COMM_WORLD_SIZE, PMI_SIZE, ...) without initialising anything; 1 when not launched by one.
 int launched_world_size();

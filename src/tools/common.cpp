@@ -92,9 +92,12 @@ std::unique_ptr<Model> load_with(const CommonOptions& o) {
   // Split across ranks, each touches only the pages of its slices (prefaulting would read all).
   if (world->size() > 1) lo.prefault = false;
   std::string path = o.model.empty() ? default_model_path() : o.model;
-  auto model = load_model(path, lo, world->size() > 1 ? world : nullptr);
+  // GPU ranks talk through NCCL (bootstrapped over the MPI world); CPU ranks through MPI.
+  std::shared_ptr<Communicator> comm = world;
+  if (world->size() > 1 && lo.device != Device::CPU) comm = open_device_communicator(device_name(lo.device), world);
+  auto model = load_model(path, lo, world->size() > 1 ? comm : nullptr);
   if (world->size() > 1)
-    log_info("parallel: rank ", world->rank(), " of ", world->size(), " (", world->backend(), "), tensor parallel ",
+    log_info("parallel: rank ", world->rank(), " of ", world->size(), " (", comm->backend(), "), tensor parallel ",
              model->parallel().tp, ", expert parallel ", model->parallel().ep, ", prefill context parallel ",
              model->parallel().cp, ", ", thread_pool().size(), " threads per rank");
   return model;
