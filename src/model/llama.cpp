@@ -172,16 +172,7 @@ class LlamaModel : public Model {
       dispatch(EmbeddingArgs{embed_, sb.tokens, n, x});
       for (size_t l = 0; l < layers_.size(); ++l) {
         const LlamaLayer& L = layers_[l];
-        const BlockQ8_0* hq = rmsnorm_for({x, L.attn_norm, n, c.dim, c.rms_eps, h}, {L.wq, L.wk, L.wv}, hq_);
-        dispatch(MatMulArgs{h, n, L.wq, L.bq, q, hq});
-        dispatch(MatMulArgs{h, n, L.wk, L.bk, k, hq});
-        dispatch(MatMulArgs{h, n, L.wv, L.bv, v, hq});
-        if (c.qk_norm) {
-          dispatch(RmsNormArgs{q, L.q_norm, n * heads_, c.head_dim, c.rms_eps, q});
-          dispatch(RmsNormArgs{k, L.k_norm, n * kv_heads_, c.head_dim, c.rms_eps, k});
-        }
-        dispatch(RopeArgs{q, pos, n, heads_, c.head_dim, c.rot_dim, q_dim, inv_freq_at_, 1.0f, c.rope_style});
-        dispatch(RopeArgs{k, pos, n, kv_heads_, c.head_dim, c.rot_dim, kv_dim, inv_freq_at_, 1.0f, c.rope_style});
+        attention_inputs(L, x, h, n, heads_, kv_heads_, pos, q, k, v);
         if (every_head) write_every_head(pool, static_cast<int64_t>(l), sb.slots, n, k, v, kv_dim, v_dim);
         else pool.write(static_cast<int64_t>(l), sb.slots, n, k, v);
         att.k_pool = kv_element(pool.k(static_cast<int64_t>(l)), pool.dtype(), k_off);
@@ -190,14 +181,7 @@ class LlamaModel : public Model {
         dispatch(MatMulArgs{att_out, n, L.wo, nullptr, h});
         if (tp) dispatch(AllReduceArgs{tp_.get(), h, n * c.dim});  // sum the heads' shares
         dispatch(AddArgs{x, h, n * c.dim, x});
-
-        hq = rmsnorm_for({x, L.ffn_norm, n, c.dim, c.rms_eps, h}, {L.w_gate, L.w_up}, hq_);
-        dispatch(MatMulArgs{h, n, L.w_gate, nullptr, gate, hq});
-        dispatch(MatMulArgs{h, n, L.w_up, nullptr, up, hq});
-        dispatch(SiluMulArgs{gate, up, n, L.ffn_width, 0, 0, gate});
-        dispatch(MatMulArgs{gate, n, L.w_down, nullptr, h});
-        if (tp) dispatch(AllReduceArgs{tp_.get(), h, n * c.dim});  // sum the FFN shares
-        dispatch(AddArgs{x, h, n * c.dim, x});
+        ffn_residual(L, x, h, gate, up, n, tp);  // summing the ranks' FFN shares under TP
       }
       // Final norm and output projection, only for the rows whose logits are wanted (gathered by
       // the embedding op over x seen as a [n, dim] table).
@@ -214,6 +198,36 @@ class LlamaModel : public Model {
   }
 
  private:
+  // Layer L's attention inputs for n rows of x (h receives the normalised rows): q [n, heads *
+  // head_dim], k and v [n, kv_heads * head_dim] with biases, q/k norms and RoPE at positions pos.
+  void attention_inputs(const LlamaLayer& L, const float* x, float* h, int64_t n, int64_t heads, int64_t kv_heads,
+                        const int32_t* pos, float* q, float* k, float* v) {
+    const ModelConfig& c = config();
+    const BlockQ8_0* hq = rmsnorm_for({x, L.attn_norm, n, c.dim, c.rms_eps, h}, {L.wq, L.wk, L.wv}, hq_);
+    dispatch(MatMulArgs{h, n, L.wq, L.bq, q, hq});
+    dispatch(MatMulArgs{h, n, L.wk, L.bk, k, hq});
+    dispatch(MatMulArgs{h, n, L.wv, L.bv, v, hq});
+    if (c.qk_norm) {
+      dispatch(RmsNormArgs{q, L.q_norm, n * heads, c.head_dim, c.rms_eps, q});
+      dispatch(RmsNormArgs{k, L.k_norm, n * kv_heads, c.head_dim, c.rms_eps, k});
+    }
+    dispatch(RopeArgs{q, pos, n, heads, c.head_dim, c.rot_dim, heads * c.head_dim, inv_freq_at_, 1.0f, c.rope_style});
+    dispatch(RopeArgs{k, pos, n, kv_heads, c.head_dim, c.rot_dim, kv_heads * c.head_dim, inv_freq_at_, 1.0f, c.rope_style});
+  }
+
+  // x += FFN(RMSNorm(x)) for n rows (h, gate, up: scratch); with `sum_ranks` the ranks' partial
+  // FFN outputs are all-reduced before the add (tensor parallel).
+  void ffn_residual(const LlamaLayer& L, float* x, float* h, float* gate, float* up, int64_t n, bool sum_ranks) {
+    const ModelConfig& c = config();
+    const BlockQ8_0* hq = rmsnorm_for({x, L.ffn_norm, n, c.dim, c.rms_eps, h}, {L.w_gate, L.w_up}, hq_);
+    dispatch(MatMulArgs{h, n, L.w_gate, nullptr, gate, hq});
+    dispatch(MatMulArgs{h, n, L.w_up, nullptr, up, hq});
+    dispatch(SiluMulArgs{gate, up, n, L.ffn_width, 0, 0, gate});
+    dispatch(MatMulArgs{gate, n, L.w_down, nullptr, h});
+    if (sum_ranks) dispatch(AllReduceArgs{tp_.get(), h, n * c.dim});
+    dispatch(AddArgs{x, h, n * c.dim, x});
+  }
+
   // The layers context-parallel prefill runs: the whole weights.
   const std::vector<LlamaLayer>& whole_layers() const { return whole_layers_.empty() ? layers_ : whole_layers_; }
 
@@ -268,16 +282,7 @@ class LlamaModel : public Model {
     dispatch(EmbeddingArgs{embed_, sub.tokens.data(), m, x});
     for (size_t l = 0; l < whole_layers().size(); ++l) {
       const LlamaLayer& L = whole_layers()[l];
-      const BlockQ8_0* hq = rmsnorm_for({x, L.attn_norm, m, c.dim, c.rms_eps, h}, {L.wq, L.wk, L.wv}, hq_);
-      dispatch(MatMulArgs{h, m, L.wq, L.bq, q, hq});
-      dispatch(MatMulArgs{h, m, L.wk, L.bk, k, hq});
-      dispatch(MatMulArgs{h, m, L.wv, L.bv, v, hq});
-      if (c.qk_norm) {
-        dispatch(RmsNormArgs{q, L.q_norm, m * c.n_heads, c.head_dim, c.rms_eps, q});
-        dispatch(RmsNormArgs{k, L.k_norm, m * c.n_kv_heads, c.head_dim, c.rms_eps, k});
-      }
-      dispatch(RopeArgs{q, pos, m, c.n_heads, c.head_dim, c.rot_dim, q_dim, inv_freq_at_, 1.0f, c.rope_style});
-      dispatch(RopeArgs{k, pos, m, c.n_kv_heads, c.head_dim, c.rot_dim, kv_dim, inv_freq_at_, 1.0f, c.rope_style});
+      attention_inputs(L, x, h, m, c.n_heads, c.n_kv_heads, pos, q, k, v);
       // Every rank's K/V rows (runs padded to `chunk` rows), so each cache holds the whole batch.
       dispatch(AllGatherArgs{tp_.get(), k, k_all, chunk * kv_dim * 4});
       dispatch(AllGatherArgs{tp_.get(), v, v_all, chunk * v_dim * 4});
@@ -289,12 +294,7 @@ class LlamaModel : public Model {
       dispatch(att);
       dispatch(MatMulArgs{att_out, m, L.wo, nullptr, h});
       dispatch(AddArgs{x, h, m * c.dim, x});
-      hq = rmsnorm_for({x, L.ffn_norm, m, c.dim, c.rms_eps, h}, {L.w_gate, L.w_up}, hq_);
-      dispatch(MatMulArgs{h, m, L.w_gate, nullptr, gate, hq});
-      dispatch(MatMulArgs{h, m, L.w_up, nullptr, up, hq});
-      dispatch(SiluMulArgs{gate, up, m, L.ffn_width, 0, 0, gate});
-      dispatch(MatMulArgs{gate, m, L.w_down, nullptr, h});
-      dispatch(AddArgs{x, h, m * c.dim, x});
+      ffn_residual(L, x, h, gate, up, m, false);
     }
     // The logit rows may lie in any rank's run: gather every run's last hidden rows.
     const auto rows = static_cast<int64_t>(b.logit_rows.size());
