@@ -105,6 +105,22 @@ TEST(MoeRoute, RefusesMoreExpertsThanThereAre) {
   EXPECT_THROW(route(a, l), Error);
 }
 
+// moe_ffn arguments for n tokens of x routed by ids / w (k per token) over E experts of width ff;
+// the caller sets the expert tables, the shared expert, the range and the output.
+MoeFfnArgs routed(const std::vector<float>& x, int64_t n, int64_t dim, const std::vector<int32_t>& ids,
+                  const std::vector<float>& w, int64_t k, int64_t E, int64_t ff) {
+  MoeFfnArgs a;
+  a.x = x.data();
+  a.n = n;
+  a.dim = dim;
+  a.ids = ids.data();
+  a.weights = w.data();
+  a.k = k;
+  a.n_expert = E;
+  a.ff = ff;
+  return a;
+}
+
 struct MoeCase {
   DType type;
   int64_t n;
@@ -142,15 +158,7 @@ TEST(BackendOps, MoeFfnKernelsMatchReference) {
           }
         auto make = [&](std::vector<float>& out) {
           out.assign(static_cast<size_t>(n * dim), NAN);
-          MoeFfnArgs a;
-          a.x = x.data();
-          a.n = n;
-          a.dim = dim;
-          a.ids = ids.data();
-          a.weights = w.data();
-          a.k = k;
-          a.n_expert = E;
-          a.ff = ff;
+          MoeFfnArgs a = routed(x, n, dim, ids, w, k, E, ff);
           a.gate = local ? g_local.data() : g.data();
           a.up = local ? u_local.data() : u.data();
           a.down = local ? d_local.data() : d.data();
@@ -206,15 +214,7 @@ TEST(MoeOps, ExpertRangesAddUpToTheWholeFfn) {
       Tensor suv = Tensor::view(su.t.row_ptr(sh_begin), DType::F32, {sh_len, dim});
       Tensor sdv = Tensor::view(dcols.data(), DType::F32, {dim, sh_len});
       std::vector<float> out(static_cast<size_t>(n * dim), NAN);
-      MoeFfnArgs a;
-      a.x = x.data();
-      a.n = n;
-      a.dim = dim;
-      a.ids = ids.data();
-      a.weights = w.data();
-      a.k = k;
-      a.n_expert = E;
-      a.ff = ff;
+      MoeFfnArgs a = routed(x, n, dim, ids, w, k, E, ff);
       a.gate = g.data();
       a.up = u.data();
       a.down = d.data();

@@ -14,6 +14,16 @@ check() {  # check NAME CONDITION-RESULT
   if [ "$2" = 0 ]; then echo "ok   $1"; else echo "FAIL $1"; failures=$((failures + 1)); fi
 }
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+same_logits() {  # same_logits A.f32 B.f32 COUNT: both hold COUNT floats, within 1e-4 of the largest
+  python3 - "$@" <<'PY'
+import array, sys
+a, b = (array.array('f', open(p, 'rb').read()) for p in sys.argv[1:3])
+assert len(a) == len(b) == int(sys.argv[3]), (len(a), len(b))
+err = max(abs(x - y) for x, y in zip(a, b)); top = max(abs(x) for x in a)
+print(f"logits: max abs diff {err:.3g}, relative {err / top:.3g}")
+sys.exit(0 if err / top < 1e-4 else 1)
+PY
+}
 gen=(generate -m "$model" -p "Once upon a time" -n 48 --temp 0 -t 1)
 
 one=$("$bin" "${gen[@]}" -q)
@@ -24,14 +34,7 @@ two=$(run2 2 "$bin" "${gen[@]}" --tensor-parallel-size 2 -q)
 toks="1 403 407 261 378 1 22 33"
 "$bin" logits -m "$model" --tokens "$toks" --out "$tmp/one.f32" -q -t 1
 run2 2 "$bin" logits -m "$model" --tokens "$toks" --out "$tmp/two.f32" -q -t 1 --tensor-parallel-size 2
-python3 - "$tmp/one.f32" "$tmp/two.f32" <<'PY'
-import array, sys
-a, b = (array.array('f', open(p, 'rb').read()) for p in sys.argv[1:3])
-assert len(a) == len(b) == 8 * 512, (len(a), len(b))
-err = max(abs(x - y) for x, y in zip(a, b)); top = max(abs(x) for x in a)
-print(f"logits: max abs diff {err:.3g}, relative {err / top:.3g}")
-sys.exit(0 if err / top < 1e-4 else 1)
-PY
+same_logits "$tmp/one.f32" "$tmp/two.f32" $((8 * 512))
 check "logits with TP=2 within 1e-4 of TP=1" $?
 
 audit=$(run2 2 "$bin" audit -m "$model" -p 8 -n 2 -t 1 --tensor-parallel-size 2)
@@ -92,14 +95,7 @@ ds=$tmp/ds.gguf
 ds_toks="1 9 200 33 71 4 150 88"
 "$bin" logits -m "$ds" --tokens "$ds_toks" --out "$tmp/ds1.f32" -q -t 1
 run2 2 "$bin" logits -m "$ds" --tokens "$ds_toks" --out "$tmp/ds2.f32" -q -t 1 --expert-parallel-size 2
-python3 - "$tmp/ds1.f32" "$tmp/ds2.f32" <<'PY'
-import array, sys
-a, b = (array.array('f', open(p, 'rb').read()) for p in sys.argv[1:3])
-assert len(a) == len(b) == 8 * 256, (len(a), len(b))
-err = max(abs(x - y) for x, y in zip(a, b)); top = max(abs(x) for x in a)
-print(f"EP logits: max abs diff {err:.3g}, relative {err / top:.3g}")
-sys.exit(0 if err / top < 1e-4 else 1)
-PY
+same_logits "$tmp/ds1.f32" "$tmp/ds2.f32" $((8 * 256))
 check "logits with EP=2 within 1e-4 of one rank" $?
 audit=$(run2 2 "$bin" audit -m "$ds" -p 8 -n 2 -t 1 --ep 2)
 grep -q 'expert parallel 2' <<<"$audit" && grep -Eq '^moe_ffn .*experts 0\.\.2 of 6' <<<"$audit"; check "audit shows rank 0's experts 0..2" $?
