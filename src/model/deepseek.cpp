@@ -12,13 +12,16 @@
 // Split across ranks: expert parallel only (--expert-parallel-size N): each rank holds E/N whole
 // routed experts and a slice of the shared experts' and dense layers' width, and one all-reduce
 // per layer sums the FFN shares. MLA attention is replicated: its latent KV cache has no heads to
-// split, so tensor parallel attention would still keep the whole cache on every rank.
+// split, so tensor parallel attention would still keep the whole cache on every rank. With cp = N
+// (prefill context parallel, model/context_parallel.h) every rank holds the whole model: prefill
+// batches run one run of tokens per rank, exchanging the latent rows; decode runs whole.
 #include <cmath>
 #include <cstring>
 
 #include "core/error.h"
 #include "kernels/ops.h"
 #include "kernels/registry.h"
+#include "model/context_parallel.h"
 #include "model/model.h"
 #include "model/moe_layers.h"
 #include "parallel/collectives.h"
@@ -42,11 +45,15 @@ class DeepseekModel : public Model {
     tp_ = std::move(comm);
     const ModelConfig& c = config();
     ModelFile& mf = *file_;
-    const int ranks = tp_size(), rank = tp_ ? tp_->rank() : 0;
-    FP_CHECK(parallel().cp == 1, mf.path, ": context-parallel prefill (--prefill-context-parallel-size) is built for the "
-             "llama family only, not ", c.arch);
-    FP_CHECK(ranks == 1 || parallel().tp == 1, mf.path, ": ", c.arch, " splits across ranks by experts only: MLA attention "
-             "is replicated (its latent KV cache has no heads to split); use --expert-parallel-size ", ranks,
+    const int rank = tp_ ? tp_->rank() : 0;
+    // Ranks the experts are split across; 1 with context parallel (the whole model on every rank).
+    const int ranks = parallel().ep > 1 ? tp_size() : 1;
+    FP_CHECK(parallel().cp == 1 || parallel().ep == 1, mf.path, ": context-parallel prefill of ", c.arch,
+             " runs with the whole model on every rank: drop --expert-parallel-size");
+    context_parallel_ = parallel().cp > 1;
+    ffn_split_ = ranks > 1;
+    FP_CHECK(tp_size() == 1 || parallel().tp == 1, mf.path, ": ", c.arch, " splits across ranks by experts only: MLA attention "
+             "is replicated (its latent KV cache has no heads to split); use --expert-parallel-size ", tp_size(),
              " without --tensor-parallel-size");
     const FfnSplit split{rank, ranks, true, &shards_};
     H_ = c.n_heads;
@@ -105,26 +112,30 @@ class DeepseekModel : public Model {
     check_batch(b, pool);
     FP_CHECK(pool.layout().k_width == L_ + rope_ && pool.layout().v_width == 0, "deepseek2: the KV pool holds ",
              pool.layout().k_width, "+", pool.layout().v_width, " values per token, the latent cache needs ", L_ + rope_, "+0");
-    const int64_t n = b.n_tokens();
-    if (n <= 0) return;
+    if (b.n_tokens() <= 0) return;
+    // Prefill context parallel: this rank runs its run of the tokens (model/context_parallel.h).
+    const bool cp = context_parallel_ && ContextParallelStep::applies(b, tp_size());
+    if (cp) cp_.begin(tp_.get(), b, pool.page_size());
+    const ForwardBatch& run = cp ? cp_.run() : b;
+    const int64_t n = run.n_tokens(), padded = cp ? cp_.padded_rows() : n;  // rows sent by the gathers
     const int64_t qd = nope_ + rope_, lw = L_ + rope_;
-    resize(x_, n * c.dim);
-    resize(h_, n * c.dim);
+    resize(x_, padded * c.dim);
+    resize(h_, padded * c.dim);
     resize(q_, n * H_ * qd);
     resize(qa_, n * c.mla.q_lora_rank);
-    resize(kva_, n * lw);
+    resize(kva_, padded * lw);
     resize(c_, n * L_);
     resize(att_, n * H_ * vd_);
     resize(gate_, n * std::max(c.hidden_dim, c.dim));
     resize(up_, n * c.hidden_dim);
-    const int32_t* pos = b.positions.data();
+    const int32_t* pos = run.positions.data();
 
     MlaAttentionArgs att{};
     att.q = q_.data();
     att.pos = pos;
     att.n = n;
-    att.n_seqs = b.n_seqs();
-    att.seq_indptr = b.seq_indptr.data();
+    att.n_seqs = run.n_seqs();
+    att.seq_indptr = run.seq_indptr.data();
     att.n_heads = H_;
     att.nope = nope_;
     att.rope = rope_;
@@ -133,14 +144,14 @@ class DeepseekModel : public Model {
     att.latent_stride = lw;
     att.kv_dtype = pool.dtype();
     att.page_size = pool.page_size();
-    att.page_indptr = b.page_indptr.data();
-    att.page_ids = b.page_ids.data();
-    att.kv_len = b.kv_len.data();
+    att.page_indptr = run.page_indptr.data();
+    att.page_ids = run.page_ids.data();
+    att.kv_len = run.kv_len.data();
     att.scale = scale_;
     att.out = att_.data();
-    b.slots(pool.page_size(), slots_);
+    run.slots(pool.page_size(), slots_);
 
-    dispatch(EmbeddingArgs{embed_, b.tokens.data(), n, x_.data()});
+    dispatch(EmbeddingArgs{embed_, run.tokens.data(), n, x_.data()});
     for (size_t l = 0; l < layers_.size(); ++l) {
       const DeepseekLayer& Y = layers_[l];
       const BlockQ8_0* hq =
@@ -160,7 +171,8 @@ class DeepseekModel : public Model {
       dispatch(RopeArgs{kva_.data() + L_, pos, n, 1, rope_, rope_, lw, inv_freq_.data(), rope_mscale_, c.rope_style});
       // The latent rows [normalised c | k_pe]: c back over the raw c in kva_, then into the cache.
       for (int64_t i = 0; i < n; ++i) std::memcpy(kva_.data() + i * lw, c_.data() + i * L_, static_cast<size_t>(L_) * 4);
-      pool.write(static_cast<int64_t>(l), slots_.data(), n, kva_.data(), nullptr);
+      if (cp) cp_.write_kv(pool, static_cast<int64_t>(l), kva_.data(), nullptr);  // every rank's rows
+      else pool.write(static_cast<int64_t>(l), slots_.data(), n, kva_.data(), nullptr);
       att.latent_pool = pool.k(static_cast<int64_t>(l));
       att.wk = Y.wk.data();
       att.wk_t = Y.wk_t.data();
@@ -172,22 +184,23 @@ class DeepseekModel : public Model {
       dispatch(RmsNormArgs{x_.data(), Y.ffn_norm, n, c.dim, c.rms_eps, h_.data()});
       if (Y.moe) {
         moe_.run(Y.experts, c, h_.data(), n, gate_.data());
-        if (tp_size() > 1) dispatch(AllReduceArgs{tp_.get(), gate_.data(), n * c.dim});  // sum the ranks' experts
+        if (ffn_split_) dispatch(AllReduceArgs{tp_.get(), gate_.data(), n * c.dim});  // sum the ranks' experts
         dispatch(AddArgs{x_.data(), gate_.data(), n * c.dim, x_.data()});
       } else {
         dispatch(MatMulArgs{h_.data(), n, Y.w_gate, nullptr, gate_.data()});
         dispatch(MatMulArgs{h_.data(), n, Y.w_up, nullptr, up_.data()});
         dispatch(SiluMulArgs{gate_.data(), up_.data(), n, Y.ffn_width, 0, 0, gate_.data()});
         dispatch(MatMulArgs{gate_.data(), n, Y.w_down, nullptr, h_.data()});
-        if (tp_size() > 1) dispatch(AllReduceArgs{tp_.get(), h_.data(), n * c.dim});  // sum the FFN shares
+        if (ffn_split_) dispatch(AllReduceArgs{tp_.get(), h_.data(), n * c.dim});  // sum the FFN shares
         dispatch(AddArgs{x_.data(), h_.data(), n * c.dim, x_.data()});
       }
     }
 
-    const int64_t rows = b.gather_logit_rows(x_.data(), c.dim, h_.data());
+    resize(rows_, static_cast<int64_t>(b.logit_rows.size()) * c.dim);
+    const int64_t rows = cp ? cp_.gather_logit_rows(x_.data(), c.dim, rows_.data()) : b.gather_logit_rows(x_.data(), c.dim, rows_.data());
     if (rows == 0) return;
-    dispatch(RmsNormArgs{h_.data(), output_norm_, rows, c.dim, c.rms_eps, h_.data()});
-    dispatch(MatMulArgs{h_.data(), rows, output_, nullptr, logits});
+    dispatch(RmsNormArgs{rows_.data(), output_norm_, rows, c.dim, c.rms_eps, rows_.data()});
+    dispatch(MatMulArgs{rows_.data(), rows, output_, nullptr, logits});
   }
 
  private:
@@ -260,11 +273,14 @@ class DeepseekModel : public Model {
   const float* output_norm_ = nullptr;
   std::vector<DeepseekLayer> layers_;
   std::vector<float> inv_freq_;
-  std::vector<float> x_, h_, q_, qa_, kva_, c_, att_, gate_, up_;
+  std::vector<float> x_, h_, q_, qa_, kva_, c_, att_, gate_, up_, rows_;
   std::vector<BlockQ8_0> hq_;  // the normalised input quantized once for Q8_0/Q4_0 matmuls
   std::vector<int64_t> slots_;
   MoeBlock moe_;
   std::deque<Tensor> shards_;  // this rank's weight slices (stable addresses)
+  bool context_parallel_ = false;  // prefill batches run context parallel
+  bool ffn_split_ = false;         // experts / FFN widths split across the ranks (an all-reduce per layer)
+  ContextParallelStep cp_;
 };
 
 const bool registered = register_sharded_architecture(

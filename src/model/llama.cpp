@@ -31,6 +31,7 @@
 #include "core/log.h"
 #include "kernels/ops.h"
 #include "kernels/registry.h"
+#include "model/context_parallel.h"
 #include "model/model.h"
 #include "model/repack.h"
 #include "parallel/collectives.h"
@@ -130,7 +131,7 @@ class LlamaModel : public Model {
     const int64_t n = b.n_tokens();
     if (n <= 0) return;
     // Prefill phase: context parallel when every rank gets at least one token.
-    if (context_parallel_ && n > b.n_seqs() && n >= tp_size()) return forward_context_parallel(b, pool, logits);
+    if (context_parallel_ && ContextParallelStep::applies(b, tp_size())) return forward_context_parallel(b, pool, logits);
     const bool tp = heads_ < c.n_heads;  // attention heads split across the ranks
     // Per-rank widths: this rank's heads and FFN share (the whole model on one rank).
     const int64_t q_dim = heads_ * c.head_dim, kv_dim = kv_heads_ * c.head_dim;
@@ -231,13 +232,14 @@ class LlamaModel : public Model {
   // The layers context-parallel prefill runs: the whole weights.
   const std::vector<LlamaLayer>& whole_layers() const { return whole_layers_.empty() ? layers_ : whole_layers_; }
 
-  // Prefill context parallel (see the comment at the top): this rank runs tokens [t0, t1) of the
-  // batch through every layer; K/V rows and the last hidden rows are all-gathered.
+  // Prefill context parallel (see the comment at the top and model/context_parallel.h): this
+  // rank runs its run of the batch's tokens through every layer with the whole weights.
   void forward_context_parallel(const ForwardBatch& b, KvPool& pool, float* logits) {
     const ModelConfig& c = config();
-    const int R = tp_size(), r = tp_->rank();
-    const int64_t n = b.n_tokens(), t0 = n * r / R, t1 = n * (r + 1) / R, m = t1 - t0, chunk = (n + R - 1) / R;
-    auto begin = [&](int rr) { return n * rr / R; };
+    ContextParallelStep& cp = cp_.step;
+    cp.begin(tp_.get(), b, pool.page_size());
+    const ForwardBatch& run = cp.run();
+    const int64_t m = cp.rows(), padded = cp.padded_rows();
     const int64_t q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim, v_dim = c.n_kv_heads * c.v_head_dim;
     int64_t ffn = 0;
     for (const LlamaLayer& L : whole_layers()) ffn = std::max(ffn, L.ffn_width);
@@ -245,30 +247,16 @@ class LlamaModel : public Model {
       v.assign(static_cast<size_t>(len), 0.0f);  // zeros: the padding of a short run is sent too
       return v.data();
     };
-    float* x = buf(cp_.x, chunk * c.dim);
-    float* h = buf(cp_.h, chunk * c.dim);
+    float* x = buf(cp_.x, padded * c.dim);
+    float* h = buf(cp_.h, padded * c.dim);
     float* q = buf(cp_.q, m * q_dim);
-    float* k = buf(cp_.k, chunk * kv_dim);
-    float* v = buf(cp_.v, chunk * v_dim);
+    float* k = buf(cp_.k, padded * kv_dim);
+    float* v = buf(cp_.v, padded * v_dim);
     float* att_out = buf(cp_.att, m * q_dim);
     float* gate = buf(cp_.gate, m * ffn);
     float* up = buf(cp_.up, m * ffn);
-    float* k_all = buf(cp_.k_all, R * chunk * kv_dim);
-    float* v_all = buf(cp_.v_all, R * chunk * v_dim);
-    b.slots(pool.page_size(), cp_.slots);
 
-    // This rank's run as a batch of its own: each sequence's tokens inside [t0, t1), with the
-    // whole block table; its kv_len ends at its last token here (attention is causal).
-    ForwardBatch& sub = cp_.batch;
-    sub.clear();
-    for (int64_t s = 0; s < b.n_seqs(); ++s) {
-      const int64_t lo = std::max<int64_t>(b.seq_indptr[s], t0), hi = std::min<int64_t>(b.seq_indptr[s + 1], t1);
-      if (lo >= hi) continue;
-      const int32_t p0 = b.page_indptr[s], p1 = b.page_indptr[s + 1];
-      sub.add_sequence(b.tokens.data() + lo, hi - lo, b.positions[lo], b.page_ids.data() + p0, p1 - p0, false);
-    }
-    const int32_t* pos = sub.positions.data();
-    AttentionArgs att = paged_attention_args(sub, pool);
+    AttentionArgs att = paged_attention_args(run, pool);
     att.q = q;
     att.n_heads = c.n_heads;
     att.n_kv_heads = c.n_kv_heads;
@@ -279,16 +267,11 @@ class LlamaModel : public Model {
     att.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
     att.out = att_out;
 
-    dispatch(EmbeddingArgs{embed_, sub.tokens.data(), m, x});
+    dispatch(EmbeddingArgs{embed_, run.tokens.data(), m, x});
     for (size_t l = 0; l < whole_layers().size(); ++l) {
       const LlamaLayer& L = whole_layers()[l];
-      attention_inputs(L, x, h, m, c.n_heads, c.n_kv_heads, pos, q, k, v);
-      // Every rank's K/V rows (runs padded to `chunk` rows), so each cache holds the whole batch.
-      dispatch(AllGatherArgs{tp_.get(), k, k_all, chunk * kv_dim * 4});
-      dispatch(AllGatherArgs{tp_.get(), v, v_all, chunk * v_dim * 4});
-      for (int rr = 0; rr < R; ++rr)
-        pool.write(static_cast<int64_t>(l), cp_.slots.data() + begin(rr), begin(rr + 1) - begin(rr), k_all + rr * chunk * kv_dim,
-                   v_all + rr * chunk * v_dim);
+      attention_inputs(L, x, h, m, c.n_heads, c.n_kv_heads, run.positions.data(), q, k, v);
+      cp.write_kv(pool, static_cast<int64_t>(l), k, v);  // every rank's rows: the cache holds the whole batch
       att.k_pool = pool.k(static_cast<int64_t>(l));
       att.v_pool = pool.v(static_cast<int64_t>(l));
       dispatch(att);
@@ -296,18 +279,10 @@ class LlamaModel : public Model {
       dispatch(AddArgs{x, h, m * c.dim, x});
       ffn_residual(L, x, h, gate, up, m, false);
     }
-    // The logit rows may lie in any rank's run: gather every run's last hidden rows.
-    const auto rows = static_cast<int64_t>(b.logit_rows.size());
+    // The logit rows may lie in any rank's run.
+    float* xr = buf(cp_.rows, static_cast<int64_t>(b.logit_rows.size()) * c.dim);
+    const int64_t rows = cp.gather_logit_rows(x, c.dim, xr);
     if (rows == 0) return;
-    float* x_all = buf(cp_.x_all, R * chunk * c.dim);
-    dispatch(AllGatherArgs{tp_.get(), x, x_all, chunk * c.dim * 4});
-    float* xr = buf(cp_.rows, rows * c.dim);
-    for (int64_t i = 0; i < rows; ++i) {
-      const int64_t t = b.logit_rows[static_cast<size_t>(i)];
-      int rr = 0;
-      while (t >= begin(rr + 1)) ++rr;
-      std::memcpy(xr + i * c.dim, x_all + (rr * chunk + t - begin(rr)) * c.dim, static_cast<size_t>(c.dim) * 4);
-    }
     dispatch(RmsNormArgs{xr, output_norm_, rows, c.dim, c.rms_eps, xr});
     dispatch(MatMulArgs{xr, rows, output_, nullptr, logits});
   }
@@ -403,9 +378,8 @@ class LlamaModel : public Model {
   bool context_parallel_ = false;       // prefill runs context parallel (ParallelSizes::cp)
   std::vector<LlamaLayer> whole_layers_;  // context parallel with TP decode: the unsplit weights
   struct ContextParallelScratch {
-    std::vector<float> x, h, q, k, v, att, gate, up, k_all, v_all, x_all, rows;
-    std::vector<int64_t> slots;
-    ForwardBatch batch;
+    ContextParallelStep step;
+    std::vector<float> x, h, q, k, v, att, gate, up, k_all, v_all, rows;
   } cp_;
   std::deque<Tensor> shards_;         // this rank's weight slices (stable addresses)
   std::vector<float> inv_freq_;

@@ -7,7 +7,9 @@
 // as in llama.cpp (q/k/v row views, attn_output columns copied, an all-reduce after it); with
 // ep = N each rank holds E/N whole experts, else (tp only) a slice of every expert's width. The
 // dense layers' FFN and the shared experts are split by width in both cases, so every rank's FFN
-// output is a partial sum and one all-reduce per layer completes it.
+// output is a partial sum and one all-reduce per layer completes it. With cp = N (prefill
+// context parallel, model/context_parallel.h) every rank holds the whole model: prefill batches
+// run one run of tokens per rank, decode batches run whole on every rank.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -15,6 +17,7 @@
 #include "core/error.h"
 #include "kernels/ops.h"
 #include "kernels/registry.h"
+#include "model/context_parallel.h"
 #include "model/model.h"
 #include "model/moe_layers.h"
 #include "parallel/collectives.h"
@@ -38,9 +41,14 @@ class Qwen3MoeModel : public Model {
     tp_ = std::move(comm);
     const ModelConfig& c = config();
     ModelFile& mf = *file_;
-    const int ranks = tp_size(), rank = tp_ ? tp_->rank() : 0;
-    FP_CHECK(parallel().cp == 1, mf.path, ": context-parallel prefill (--prefill-context-parallel-size) is built for the "
-             "llama family only, not ", c.arch);
+    const int rank = tp_ ? tp_->rank() : 0;
+    // Ranks the weights are split across (tensor or expert parallel); 1 with context parallel,
+    // whose prefill runs the whole model on every rank, and so does its decode here.
+    const int ranks = parallel().tp > 1 || parallel().ep > 1 ? tp_size() : 1;
+    FP_CHECK(parallel().cp == 1 || ranks == 1, mf.path, ": context-parallel prefill of ", c.arch,
+             " runs with the whole model on every rank: drop --tensor-parallel-size / --expert-parallel-size");
+    context_parallel_ = parallel().cp > 1;
+    ffn_split_ = ranks > 1;
     attn_ranks_ = parallel().tp > 1 ? ranks : 1;  // attention heads split, or replicated on every rank
     FP_CHECK(c.n_heads % attn_ranks_ == 0 && c.n_kv_heads % attn_ranks_ == 0, mf.path, ": --tensor-parallel-size ",
              attn_ranks_, " must divide the attention heads (", c.n_heads, ") and the KV heads (", c.n_kv_heads, ")");
@@ -98,20 +106,24 @@ class Qwen3MoeModel : public Model {
   void forward(const ForwardBatch& b, KvPool& pool, float* logits) override {
     const ModelConfig& c = config();
     check_batch(b, pool);
-    const int64_t n = b.n_tokens();
-    if (n <= 0) return;
+    if (b.n_tokens() <= 0) return;
+    // Prefill context parallel: this rank runs its run of the tokens (model/context_parallel.h).
+    const bool cp = context_parallel_ && ContextParallelStep::applies(b, tp_size());
+    if (cp) cp_.begin(tp_.get(), b, pool.page_size());
+    const ForwardBatch& run = cp ? cp_.run() : b;
+    const int64_t n = run.n_tokens(), padded = cp ? cp_.padded_rows() : n;  // rows sent by the gathers
     const int64_t q_dim = heads_ * c.head_dim, kv_dim = kv_heads_ * c.head_dim;
-    for (auto* v : {&x_, &h_}) resize(*v, n * c.dim);
+    for (auto* v : {&x_, &h_}) resize(*v, padded * c.dim);
     resize(q_, n * q_dim);
-    resize(k_, n * kv_dim);
-    resize(v_, n * kv_dim);
+    resize(k_, padded * kv_dim);
+    resize(v_, padded * kv_dim);
     resize(att_, n * q_dim);
     resize(gate_, n * std::max(c.hidden_dim, c.dim));
     resize(up_, n * c.hidden_dim);
-    const int32_t* pos = b.positions.data();
+    const int32_t* pos = run.positions.data();
     const float mscale = c.rope_scaling.type == "yarn" ? c.rope_scaling.attn_factor : 1.0f;
 
-    AttentionArgs att = paged_attention_args(b, pool);
+    AttentionArgs att = paged_attention_args(run, pool);
     att.q = q_.data();
     att.n_heads = heads_;
     att.n_kv_heads = kv_heads_;
@@ -119,9 +131,9 @@ class Qwen3MoeModel : public Model {
     att.k_stride = att.v_stride = kv_dim;
     att.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
     att.out = att_.data();
-    b.slots(pool.page_size(), slots_);
+    run.slots(pool.page_size(), slots_);
 
-    dispatch(EmbeddingArgs{embed_, b.tokens.data(), n, x_.data()});
+    dispatch(EmbeddingArgs{embed_, run.tokens.data(), n, x_.data()});
     for (size_t l = 0; l < layers_.size(); ++l) {
       const Qwen3MoeLayer& L = layers_[l];
       const BlockQ8_0* hq = rmsnorm_for({x_.data(), L.attn_norm, n, c.dim, c.rms_eps, h_.data()}, {L.wq, L.wk, L.wv}, hq_);
@@ -132,7 +144,8 @@ class Qwen3MoeModel : public Model {
       dispatch(RmsNormArgs{k_.data(), L.k_norm, n * kv_heads_, c.head_dim, c.rms_eps, k_.data()});
       dispatch(RopeArgs{q_.data(), pos, n, heads_, c.head_dim, c.rot_dim, q_dim, inv_freq_.data(), mscale, c.rope_style});
       dispatch(RopeArgs{k_.data(), pos, n, kv_heads_, c.head_dim, c.rot_dim, kv_dim, inv_freq_.data(), mscale, c.rope_style});
-      pool.write(static_cast<int64_t>(l), slots_.data(), n, k_.data(), v_.data());
+      if (cp) cp_.write_kv(pool, static_cast<int64_t>(l), k_.data(), v_.data());  // every rank's rows
+      else pool.write(static_cast<int64_t>(l), slots_.data(), n, k_.data(), v_.data());
       att.k_pool = pool.k(static_cast<int64_t>(l));
       att.v_pool = pool.v(static_cast<int64_t>(l));
       dispatch(att);
@@ -150,14 +163,15 @@ class Qwen3MoeModel : public Model {
         dispatch(MatMulArgs{gate_.data(), n, L.w_down, nullptr, h_.data()});
         std::memcpy(gate_.data(), h_.data(), static_cast<size_t>(n * c.dim) * 4);
       }
-      if (tp_size() > 1) dispatch(AllReduceArgs{tp_.get(), gate_.data(), n * c.dim});  // sum the ranks' FFN shares
+      if (ffn_split_) dispatch(AllReduceArgs{tp_.get(), gate_.data(), n * c.dim});  // sum the ranks' FFN shares
       dispatch(AddArgs{x_.data(), gate_.data(), n * c.dim, x_.data()});
     }
 
-    const int64_t rows = b.gather_logit_rows(x_.data(), c.dim, h_.data());
+    resize(rows_, static_cast<int64_t>(b.logit_rows.size()) * c.dim);
+    const int64_t rows = cp ? cp_.gather_logit_rows(x_.data(), c.dim, rows_.data()) : b.gather_logit_rows(x_.data(), c.dim, rows_.data());
     if (rows == 0) return;
-    dispatch(RmsNormArgs{h_.data(), output_norm_, rows, c.dim, c.rms_eps, h_.data()});
-    dispatch(MatMulArgs{h_.data(), rows, output_, nullptr, logits});
+    dispatch(RmsNormArgs{rows_.data(), output_norm_, rows, c.dim, c.rms_eps, rows_.data()});
+    dispatch(MatMulArgs{rows_.data(), rows, output_, nullptr, logits});
   }
 
  private:
@@ -170,11 +184,14 @@ class Qwen3MoeModel : public Model {
   const float* output_norm_ = nullptr;
   std::vector<Qwen3MoeLayer> layers_;
   std::vector<float> inv_freq_;
-  std::vector<float> x_, h_, q_, k_, v_, att_, gate_, up_;
+  std::vector<float> x_, h_, q_, k_, v_, att_, gate_, up_, rows_;
   std::vector<BlockQ8_0> hq_;  // the normalised input quantized once for Q8_0/Q4_0 matmuls
   std::vector<int64_t> slots_;
   MoeBlock moe_;
   int attn_ranks_ = 1;                // ranks the attention heads are split across (1: replicated)
+  bool ffn_split_ = false;            // the FFN weights are split across the ranks (an all-reduce per layer)
+  bool context_parallel_ = false;     // prefill batches run context parallel
+  ContextParallelStep cp_;
   int64_t heads_ = 0, kv_heads_ = 0;  // this rank's query and KV heads
   std::deque<Tensor> shards_;         // this rank's weight slices (stable addresses)
 };

@@ -35,7 +35,7 @@ void add_common(CLI::App* app, CommonOptions& o, bool model_required) {
                   "with --tensor-parallel-size N, else replicated")
       ->check(CLI::Range(1, 1 << 16));
   app->add_option("--prefill-context-parallel-size,--pcp", o.context_parallel,
-                  "cut each prefill batch's tokens across this many ranks (mpirun -np N; llama family, CPU); decode "
+                  "cut each prefill batch's tokens across this many ranks (mpirun -np N; CPU); decode "
                   "keeps the --tensor-parallel-size layout")
       ->check(CLI::Range(1, 1 << 16));
   app->add_option("--device", o.device, "where the model runs: cpu or cuda (weights, KV cache and every op on the GPU)")

@@ -102,7 +102,7 @@ grep -q 'expert parallel 2' <<<"$audit" && grep -Eq '^moe_ffn .*experts 0\.\.2 o
 err=$(run2 2 "$bin" logits -m "$ds" --tokens "$ds_toks" --out "$tmp/x.f32" -t 1 --tensor-parallel-size 2 2>&1); rc=$?
 [ $rc != 0 ] && grep -q "by experts only" <<<"$err"; check "TP on MLA is refused with the reason" $?
 err=$(run2 2 "$bin" logits -m "$ds" --tokens "$ds_toks" --out "$tmp/x.f32" -t 1 --pcp 2 --ep 2 2>&1); rc=$?
-[ $rc != 0 ] && grep -q "llama family only" <<<"$err"; check "context parallel on deepseek is refused" $?
+[ $rc != 0 ] && grep -q "whole model on every rank" <<<"$err"; check "context parallel with expert parallel on deepseek is refused" $?
 err=$("$bin" logits -m "$ds" --tokens "$ds_toks" --out "$tmp/x.f32" -t 1 --expert-parallel-size 2 2>&1); rc=$?
 [ $rc != 0 ] && grep -q "expert-parallel-size 2 but the MPI world has 1 rank" <<<"$err"; check "EP 2 without mpirun is refused" $?
 

@@ -1,0 +1,47 @@
+// model/context_parallel.h — prefill context parallel, for every architecture that runs it: a
+// batch's tokens cut into one run of consecutive tokens per rank (runs may cross sequence
+// boundaries), this rank's run as a varlen batch of its own, and the two all-gathers that give
+// every rank's KV cache the whole batch's rows (per layer) and the logit rows their last hidden
+// states (once). Each rank runs its run through every layer with the whole weights.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "cache/kv_pool.h"
+#include "model/model.h"
+#include "parallel/communicator.h"
+
+namespace fp {
+
+class ContextParallelStep {
+ public:
+  // A batch runs context parallel on `ranks` ranks when it holds prefill tokens (more tokens than
+  // sequences) and every rank gets one at least; decode batches keep the decode layout.
+  static bool applies(const ForwardBatch& b, int ranks) { return b.n_tokens() > b.n_seqs() && b.n_tokens() >= ranks; }
+
+  // Cuts `b` (which must outlive the step) for this rank of `comm`, with pool slots of `page_size`.
+  void begin(Communicator* comm, const ForwardBatch& b, int64_t page_size);
+  // This rank's tokens as a batch: each sequence's tokens inside the run with its whole block
+  // table and kv_len ending at its last token here (attention is causal).
+  const ForwardBatch& run() const { return run_; }
+  int64_t rows() const { return run_.n_tokens(); }
+  // Rows of the buffers the gathers send: the longest run (the rows past rows() are padding).
+  int64_t padded_rows() const { return chunk_; }
+  // Writes every rank's K rows (k: this rank's [padded_rows, k_width]) and V rows (v, or null when
+  // the pool has no V side) of `layer` into the pool.
+  void write_kv(KvPool& pool, int64_t layer, const float* k, const float* v);
+  // The hidden rows of the batch's logit_rows, from whichever rank's run holds them (x: this
+  // rank's [padded_rows, dim]), into out [logit_rows, dim]; returns how many.
+  int64_t gather_logit_rows(const float* x, int64_t dim, float* out);
+
+ private:
+  int64_t start(int rank) const { return n_ * rank / comm_->size(); }  // first token of a rank's run
+  Communicator* comm_ = nullptr;
+  const ForwardBatch* batch_ = nullptr;
+  int64_t n_ = 0, chunk_ = 0;
+  ForwardBatch run_;
+  std::vector<int64_t> slots_;
+  std::vector<float> k_all_, v_all_, x_all_;
+};
+
+}  // namespace fp
