@@ -1,6 +1,7 @@
 // engine/followers.cpp — rank 0 sends each engine step to the other ranks (see followers.h).
 #include "engine/followers.h"
 
+#include <array>
 #include <cstring>
 #include <memory>
 
@@ -27,9 +28,10 @@ void send_header(Communicator* comm, std::initializer_list<int64_t> words) {
   comm->broadcast_idle(h, sizeof h, 0);
 }
 
-// The batch's arrays back to back, in this order (both sides use it).
-std::vector<std::vector<int32_t>*> arrays(ForwardBatch& b) {
-  return {&b.tokens, &b.positions, &b.seq_indptr, &b.page_indptr, &b.page_ids, &b.kv_len, &b.logit_rows};
+// The batch's arrays back to back, in this order (both sides use it; const or not).
+template <class Batch>
+auto arrays(Batch& b) {
+  return std::array{&b.tokens, &b.positions, &b.seq_indptr, &b.page_indptr, &b.page_ids, &b.kv_len, &b.logit_rows};
 }
 
 }  // namespace
@@ -51,7 +53,7 @@ void StepSender::send_step(const ForwardBatch& batch, const std::vector<int32_t>
   send_header(comm_, {kStep, batch.n_tokens(), batch.n_seqs(), static_cast<int64_t>(batch.page_ids.size()),
                       static_cast<int64_t>(batch.logit_rows.size()), static_cast<int64_t>(copies.size() / 2)});
   std::vector<int32_t> flat(copies);
-  for (auto* a : arrays(const_cast<ForwardBatch&>(batch))) flat.insert(flat.end(), a->begin(), a->end());
+  for (auto* a : arrays(batch)) flat.insert(flat.end(), a->begin(), a->end());
   broadcast(comm_, flat.data(), static_cast<int64_t>(flat.size() * sizeof(int32_t)));
 }
 

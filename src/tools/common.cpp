@@ -71,12 +71,6 @@ void apply_runtime(const CommonOptions& o) {
   Ledger::global().set_profiling(o.profile);
 }
 
-void require_single_rank(const CommonOptions& o, const std::string& what) {
-  FP_CHECK(o.ranks() == 1, what, " does not run on several ranks yet (--tensor-parallel-size ", o.tensor_parallel,
-           ", --expert-parallel-size ", o.expert_parallel, ", --prefill-context-parallel-size ", o.context_parallel,
-           "); generate (one prompt), logits, audit and bench -p/-n do");
-}
-
 std::unique_ptr<Model> load_with(const CommonOptions& o) {
   std::shared_ptr<Communicator> world = open_world(o.ranks(), o.ranks() == o.tensor_parallel   ? "--tensor-parallel-size"
                                                                : o.ranks() == o.expert_parallel ? "--expert-parallel-size"

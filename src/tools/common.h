@@ -36,8 +36,6 @@ void add_common(CLI::App* app, CommonOptions& o, bool model_required);
 // overrides / log level, then loads this rank's part of the model (default model when -m is empty).
 std::unique_ptr<Model> load_with(const CommonOptions& o);
 void apply_runtime(const CommonOptions& o);
-// Throws when --tensor-parallel-size / --expert-parallel-size ask for ranks that `what` cannot use yet.
-void require_single_rank(const CommonOptions& o, const std::string& what);
 // Rank 0 of a parallel run, or the only process: the one that writes files and output.
 bool is_output_rank();
 
