@@ -17,13 +17,7 @@ void ContextParallelStep::begin(Communicator* comm, const ForwardBatch& b, int64
   const int R = comm->size(), r = comm->rank();
   chunk_ = (n_ + R - 1) / R;
   const int64_t t0 = start(r), t1 = start(r + 1);
-  run_.clear();
-  for (int64_t s = 0; s < b.n_seqs(); ++s) {
-    const int64_t lo = std::max<int64_t>(b.seq_indptr[s], t0), hi = std::min<int64_t>(b.seq_indptr[s + 1], t1);
-    if (lo >= hi) continue;
-    const int32_t p0 = b.page_indptr[s], p1 = b.page_indptr[s + 1];
-    run_.add_sequence(b.tokens.data() + lo, hi - lo, b.positions[lo], b.page_ids.data() + p0, p1 - p0, false);
-  }
+  run_.assign_tokens(b, t0, t1);
   b.slots(page_size, slots_);
 }
 

@@ -18,6 +18,10 @@
 // different layouts on the same ranks. Every rank then keeps every KV head: a TP step reads its
 // heads out of the whole cache and all-gathers its new K/V rows to write every head.
 //
+// Micro-batch overlap (--micro-batch-overlap N, tensor parallel on CPU ranks): a step of at
+// least N tokens runs as two micro-batches, and each all-reduce is started (non-blocking) so that
+// it travels while the other micro-batch computes (forward_overlapped).
+//
 // On another device (--device cuda) the weights are uploaded once at load (DeviceWeights), the
 // activations and the KV cache live there, the batch's index arrays are staged there each step,
 // and every op dispatches to that device's kernels; only the logits come back to the host.
@@ -133,6 +137,9 @@ class LlamaModel : public Model {
     // Prefill phase: context parallel when every rank gets at least one token.
     if (context_parallel_ && ContextParallelStep::applies(b, tp_size())) return forward_context_parallel(b, pool, logits);
     const bool tp = heads_ < c.n_heads;  // attention heads split across the ranks
+    const int64_t overlap_min = file_->micro_batch_overlap;
+    if (tp && overlap_min > 0 && n >= std::max<int64_t>(overlap_min, 2) && device() == Device::CPU)
+      return forward_overlapped(b, pool, logits);
     // Per-rank widths: this rank's heads and FFN share (the whole model on one rank).
     const int64_t q_dim = heads_ * c.head_dim, kv_dim = kv_heads_ * c.head_dim;
     const int64_t v_dim = kv_heads_ * c.v_head_dim, att_dim = heads_ * c.v_head_dim;
@@ -206,8 +213,10 @@ class LlamaModel : public Model {
     const ModelConfig& c = config();
     const BlockQ8_0* hq = rmsnorm_for({x, L.attn_norm, n, c.dim, c.rms_eps, h}, {L.wq, L.wk, L.wv}, hq_);
     dispatch(MatMulArgs{h, n, L.wq, L.bq, q, hq});
+    progress();
     dispatch(MatMulArgs{h, n, L.wk, L.bk, k, hq});
     dispatch(MatMulArgs{h, n, L.wv, L.bv, v, hq});
+    progress();
     if (c.qk_norm) {
       dispatch(RmsNormArgs{q, L.q_norm, n * heads, c.head_dim, c.rms_eps, q});
       dispatch(RmsNormArgs{k, L.k_norm, n * kv_heads, c.head_dim, c.rms_eps, k});
@@ -220,13 +229,119 @@ class LlamaModel : public Model {
   // FFN outputs are all-reduced before the add (tensor parallel).
   void ffn_residual(const LlamaLayer& L, float* x, float* h, float* gate, float* up, int64_t n, bool sum_ranks) {
     const ModelConfig& c = config();
-    const BlockQ8_0* hq = rmsnorm_for({x, L.ffn_norm, n, c.dim, c.rms_eps, h}, {L.w_gate, L.w_up}, hq_);
-    dispatch(MatMulArgs{h, n, L.w_gate, nullptr, gate, hq});
-    dispatch(MatMulArgs{h, n, L.w_up, nullptr, up, hq});
-    dispatch(SiluMulArgs{gate, up, n, L.ffn_width, 0, 0, gate});
-    dispatch(MatMulArgs{gate, n, L.w_down, nullptr, h});
+    ffn_share(L, x, h, gate, up, n);
     if (sum_ranks) dispatch(AllReduceArgs{tp_.get(), h, n * c.dim});
     dispatch(AddArgs{x, h, n * c.dim, x});
+  }
+
+  // h = this rank's share of FFN(RMSNorm(x)) for n rows (gate, up: scratch).
+  void ffn_share(const LlamaLayer& L, const float* x, float* h, float* gate, float* up, int64_t n) {
+    const ModelConfig& c = config();
+    const BlockQ8_0* hq = rmsnorm_for({x, L.ffn_norm, n, c.dim, c.rms_eps, h}, {L.w_gate, L.w_up}, hq_);
+    dispatch(MatMulArgs{h, n, L.w_gate, nullptr, gate, hq});
+    progress();
+    dispatch(MatMulArgs{h, n, L.w_up, nullptr, up, hq});
+    progress();
+    dispatch(SiluMulArgs{gate, up, n, L.ffn_width, 0, 0, gate});
+    dispatch(MatMulArgs{gate, n, L.w_down, nullptr, h});
+    progress();
+  }
+
+  // Lets a started all-reduce advance between the ops of the other micro-batch.
+  void progress() {
+    if (tp_) tp_->progress();
+  }
+
+  // A tensor-parallel step as two micro-batches A = tokens [0, n/2) and B = [n/2, n) (see the
+  // comment at the top). Per layer: A's attention, its all-reduce started; B's attention while
+  // A's sum travels; A's FFN once its sum is in, while B's travels; B's FFN while A's travels.
+  // B attends the K/V that A wrote in the same layer just before (causal order is kept).
+  void forward_overlapped(const ForwardBatch& b, KvPool& pool, float* logits) {
+    const ModelConfig& c = config();
+    const int64_t n = b.n_tokens(), half = n / 2;
+    const int64_t q_dim = heads_ * c.head_dim, kv_dim = kv_heads_ * c.head_dim;
+    const int64_t v_dim = kv_heads_ * c.v_head_dim, att_dim = heads_ * c.v_head_dim;
+    int64_t ffn = 0;
+    for (const LlamaLayer& L : layers_) ffn = std::max(ffn, L.ffn_width);
+    float* x = act_.f32(0, n * c.dim);
+    float* h = act_.f32(1, n * c.dim);
+    float* q = act_.f32(2, n * q_dim);
+    float* k = act_.f32(3, n * kv_dim);
+    float* v = act_.f32(4, n * v_dim);
+    float* att_out = act_.f32(5, n * att_dim);
+    float* gate = act_.f32(6, n * ffn);
+    float* up = act_.f32(7, n * ffn);
+    const bool every_head = pool.layout().k_width != kv_dim;  // decode over a context-parallel cache
+    const int64_t k_off = every_head ? tp_->rank() * kv_dim : 0, v_off = every_head ? tp_->rank() * v_dim : 0;
+    struct MicroBatch {
+      int64_t row0, rows;
+      AttentionArgs att;
+      int64_t handle;   // the all-reduce of its h
+      bool in_flight;   // started and not yet added to x
+    } mb[2];
+    for (int i = 0; i < 2; ++i) {
+      ForwardBatch& part = overlap_.parts[i];
+      part.assign_tokens(b, i == 0 ? 0 : half, i == 0 ? half : n);
+      part.slots(pool.page_size(), overlap_.slots[i]);
+      MicroBatch& m = mb[i];
+      m.row0 = i == 0 ? 0 : half;
+      m.rows = part.n_tokens();
+      m.handle = Communicator::kDone;
+      m.in_flight = false;
+      m.att = paged_attention_args(part, pool);
+      m.att.q = q + m.row0 * q_dim;
+      m.att.n_heads = heads_;
+      m.att.n_kv_heads = kv_heads_;
+      m.att.head_dim = c.head_dim;
+      m.att.v_dim = c.v_head_dim;
+      m.att.k_stride = pool.layout().k_width;
+      m.att.v_stride = pool.layout().v_width;
+      m.att.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+      m.att.out = att_out + m.row0 * att_dim;
+    }
+    auto row = [&](float* base, const MicroBatch& m, int64_t width) { return base + m.row0 * width; };
+    auto start_sum = [&](MicroBatch& m) {  // all-reduce h, non-blocking
+      dispatch(AllReduceStartArgs{tp_.get(), row(h, m, c.dim), m.rows * c.dim, &m.handle});
+      m.in_flight = true;
+    };
+    auto add_sum = [&](MicroBatch& m) {  // x += the summed h, once it is in
+      if (!m.in_flight) return;
+      dispatch(CollectiveWaitArgs{tp_.get(), m.handle});
+      m.in_flight = false;
+      dispatch(AddArgs{row(x, m, c.dim), row(h, m, c.dim), m.rows * c.dim, row(x, m, c.dim)});
+    };
+
+    dispatch(EmbeddingArgs{embed_, b.tokens.data(), n, x});
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      const LlamaLayer& L = layers_[l];
+      const auto layer = static_cast<int64_t>(l);
+      for (int i = 0; i < 2; ++i) {
+        MicroBatch& m = mb[i];
+        add_sum(m);  // the previous layer's FFN
+        const ForwardBatch& part = overlap_.parts[i];
+        attention_inputs(L, row(x, m, c.dim), row(h, m, c.dim), m.rows, heads_, kv_heads_, part.positions.data(),
+                         row(q, m, q_dim), row(k, m, kv_dim), row(v, m, v_dim));
+        const int64_t* slots = overlap_.slots[i].data();
+        if (every_head) write_every_head(pool, layer, slots, m.rows, row(k, m, kv_dim), row(v, m, v_dim), kv_dim, v_dim);
+        else pool.write(layer, slots, m.rows, row(k, m, kv_dim), row(v, m, v_dim));
+        m.att.k_pool = kv_element(pool.k(layer), pool.dtype(), k_off);
+        m.att.v_pool = kv_element(pool.v(layer), pool.dtype(), v_off);
+        dispatch(m.att);
+        progress();
+        dispatch(MatMulArgs{row(att_out, m, att_dim), m.rows, L.wo, nullptr, row(h, m, c.dim)});
+        start_sum(m);
+      }
+      for (MicroBatch& m : mb) {
+        add_sum(m);  // the attention's
+        ffn_share(L, row(x, m, c.dim), row(h, m, c.dim), row(gate, m, ffn), row(up, m, ffn), m.rows);
+        start_sum(m);
+      }
+    }
+    for (MicroBatch& m : mb) add_sum(m);
+    const int64_t rows = b.gather_logit_rows(x, c.dim, h);
+    if (rows == 0) return;
+    dispatch(RmsNormArgs{h, output_norm_, rows, c.dim, c.rms_eps, h});
+    dispatch(MatMulArgs{h, rows, output_, nullptr, logits});
   }
 
   // The layers context-parallel prefill runs: the whole weights.
@@ -381,6 +496,10 @@ class LlamaModel : public Model {
     ContextParallelStep step;
     std::vector<float> x, h, q, k, v, att, gate, up, k_all, v_all, rows;
   } cp_;
+  struct OverlapScratch {
+    ForwardBatch parts[2];                 // the two micro-batches of forward_overlapped
+    std::vector<int64_t> slots[2];         // their tokens' KV slots
+  } overlap_;
   std::deque<Tensor> shards_;         // this rank's weight slices (stable addresses)
   std::vector<float> inv_freq_;
   const float* inv_freq_at_ = nullptr;  // inv_freq_ where the kernels read it (host or device)

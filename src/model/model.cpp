@@ -108,6 +108,16 @@ void ForwardBatch::add_sequence(const int32_t* toks, int64_t n, int64_t start, c
     logit_rows.push_back(first + static_cast<int32_t>(n - 1));
 }
 
+void ForwardBatch::assign_tokens(const ForwardBatch& from, int64_t t0, int64_t t1) {
+  clear();
+  for (int64_t s = 0; s < from.n_seqs(); ++s) {
+    const int64_t lo = std::max<int64_t>(from.seq_indptr[s], t0), hi = std::min<int64_t>(from.seq_indptr[s + 1], t1);
+    if (lo >= hi) continue;
+    const int32_t p0 = from.page_indptr[s], p1 = from.page_indptr[s + 1];
+    add_sequence(from.tokens.data() + lo, hi - lo, from.positions[lo], from.page_ids.data() + p0, p1 - p0, false);
+  }
+}
+
 void ForwardBatch::clear() {
   tokens.clear();
   positions.clear();

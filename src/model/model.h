@@ -33,6 +33,10 @@ struct ForwardBatch {
   void add_sequence(const int32_t* toks, int64_t n, int64_t start, const int32_t* pages, int64_t n_pages,
                     bool want_logits, bool all_logits = false);
   void clear();
+  // This batch becomes tokens [t0, t1) of `from`: each sequence's tokens inside the range, with
+  // its whole block table and kv_len ending at its last token here (attention is causal); no
+  // logit rows. What context-parallel runs and overlapped micro-batches run.
+  void assign_tokens(const ForwardBatch& from, int64_t t0, int64_t t1);
   // The KV slot of every token (block table lookup at its position), for pages of page_size.
   void slots(int64_t page_size, std::vector<int64_t>& out) const;
   // Copies the rows of x ([n_tokens, dim]) listed in logit_rows to out, in order; returns how many.

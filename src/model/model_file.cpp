@@ -456,6 +456,7 @@ std::unique_ptr<ModelFile> load_model_file(const std::string& path, const LoadOp
   m->device = opts.device;
   m->device_graphs = opts.device_graphs;
   m->parallel = opts.parallel;
+  m->micro_batch_overlap = opts.micro_batch_overlap;
   return m;
 }
 

@@ -42,6 +42,9 @@ struct LoadOptions {
   // CPU only: on another device the weights keep the file's layout.
   bool repack = true;
   ParallelSizes parallel;  // used by build_model with a communicator of several ranks
+  // Split-model steps of at least this many tokens run as two micro-batches whose all-reduces
+  // overlap the other micro-batch's compute (--micro-batch-overlap; 0: off). CPU ranks.
+  int64_t micro_batch_overlap = 0;
 };
 
 struct ModelFile {
@@ -59,6 +62,7 @@ struct ModelFile {
   bool weights_writable = false;  // tensors live in memory this process owns (--no-mmap), not a read-only mapping
   bool repack_weights = true;     // LoadOptions::repack on the CPU, for the architecture as it is built
   ParallelSizes parallel;         // LoadOptions::parallel; build_model resolves it against the ranks
+  int64_t micro_batch_overlap = 0;  // LoadOptions::micro_batch_overlap
 
   const Tensor* find(const std::string& name) const;
   // The tensor, checked against the expected shape (outermost first); throws naming the

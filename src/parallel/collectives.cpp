@@ -18,6 +18,8 @@ std::string comm_class(const Communicator* c, const char* dtype) {
 }  // namespace
 
 std::string AllReduceArgs::shape_class() const { return comm_class(comm, "f32 sum"); }
+std::string AllReduceStartArgs::shape_class() const { return comm_class(comm, "f32 sum"); }
+std::string CollectiveWaitArgs::shape_class() const { return comm_class(comm, "started"); }
 std::string AllGatherArgs::shape_class() const { return comm_class(comm, "bytes"); }
 std::string ReduceScatterArgs::shape_class() const { return comm_class(comm, "f32 sum"); }
 std::string AllToAllArgs::shape_class() const { return comm_class(comm, send_bytes ? "bytes v" : "bytes"); }
@@ -131,6 +133,14 @@ Kernel<Args> ref_kernel(std::function<void(const Args&)> run) {
 
 const bool registered = [] {
   register_kernel(ref_kernel<AllReduceArgs>(all_reduce_ref));
+  // The reference does not overlap: it completes the sum when started.
+  register_kernel(ref_kernel<AllReduceStartArgs>([](const AllReduceStartArgs& a) {
+    all_reduce_ref(AllReduceArgs{a.comm, a.data, a.n});
+    *a.handle = Communicator::kDone;
+  }));
+  register_kernel(ref_kernel<CollectiveWaitArgs>([](const CollectiveWaitArgs& a) {
+    if (a.handle != Communicator::kDone) a.comm->wait(a.handle);  // started by another kernel
+  }));
   register_kernel(ref_kernel<AllGatherArgs>(all_gather_ref));
   register_kernel(ref_kernel<ReduceScatterArgs>(reduce_scatter_ref));
   register_kernel(ref_kernel<AllToAllArgs>(all_to_all_ref));
@@ -145,6 +155,11 @@ const bool registered = [] {
 void register_backend_collectives(const char* backend, int priority, Backend device) {
   register_kernel(backend_kernel<AllReduceArgs>(
       backend, priority, [](const AllReduceArgs& a) { a.comm->all_reduce_sum(a.data, a.n); }, device));
+  register_kernel(backend_kernel<AllReduceStartArgs>(
+      backend, priority, [](const AllReduceStartArgs& a) { *a.handle = a.comm->start_all_reduce_sum(a.data, a.n); },
+      device));
+  register_kernel(backend_kernel<CollectiveWaitArgs>(
+      backend, priority, [](const CollectiveWaitArgs& a) { a.comm->wait(a.handle); }, device));
   register_kernel(backend_kernel<AllGatherArgs>(
       backend, priority, [](const AllGatherArgs& a) { a.comm->all_gather(a.send, a.recv, a.bytes); }, device));
   register_kernel(backend_kernel<ReduceScatterArgs>(

@@ -24,6 +24,26 @@ struct AllReduceArgs {
   std::string shape_class() const;
 };
 
+// The same sum, started (Communicator::start_all_reduce_sum): *handle receives what to wait on
+// with CollectiveWaitArgs; data must not be touched until then. Kernels that cannot overlap
+// complete the sum at once and set *handle = Communicator::kDone.
+struct AllReduceStartArgs {
+  static constexpr const char* kName = "all_reduce_start";
+  Communicator* comm = nullptr;
+  float* data = nullptr;
+  int64_t n = 0;
+  int64_t* handle = nullptr;
+  std::string shape_class() const;
+};
+
+// Waits for a started collective (its time in the ledger is the communication compute did not hide).
+struct CollectiveWaitArgs {
+  static constexpr const char* kName = "collective_wait";
+  Communicator* comm = nullptr;
+  int64_t handle = Communicator::kDone;
+  std::string shape_class() const;
+};
+
 // recv[size * bytes] = each rank's send[bytes], in rank order.
 struct AllGatherArgs {
   static constexpr const char* kName = "all_gather";

@@ -33,6 +33,21 @@ class Communicator {
   // Variable sizes: send holds send_bytes[j] bytes for rank j back to back, recv receives
   // recv_bytes[j] bytes from rank j back to back (both arrays have size() entries).
   virtual void all_to_all_v(const void* send, const int64_t* send_bytes, void* recv, const int64_t* recv_bytes) = 0;
+  // Non-blocking all-reduce, for overlapping communication with compute: starts data[n] = sum
+  // over ranks and returns a handle; data must not be touched until wait(handle). Backends
+  // without non-blocking collectives complete it here and return kDone (overlaps() is false):
+  // wait is then free and nothing overlaps. Every rank starts the same collectives in the same
+  // order, interleaved with the blocking ones in the same order too.
+  static constexpr int64_t kDone = -1;
+  virtual int64_t start_all_reduce_sum(float* data, int64_t n) {
+    all_reduce_sum(data, n);
+    return kDone;
+  }
+  virtual void wait(int64_t handle) { (void)handle; }
+  // Lets started collectives advance while this rank computes (MPI moves a non-blocking
+  // collective's data only inside its calls); cheap when nothing is pending.
+  virtual void progress() {}
+  virtual bool overlaps() const { return false; }
   // data[bytes] of rank `root` copied to every rank.
   virtual void broadcast(void* data, int64_t bytes, int root) = 0;
   // The same, for a broadcast the other ranks may wait on for a long time (a follower waiting for

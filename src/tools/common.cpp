@@ -38,6 +38,10 @@ void add_common(CLI::App* app, CommonOptions& o, bool model_required) {
                   "cut each prefill batch's tokens across this many ranks (mpirun -np N; CPU); decode "
                   "keeps the --tensor-parallel-size layout")
       ->check(CLI::Range(1, 1 << 16));
+  app->add_option("--micro-batch-overlap", o.micro_batch_overlap,
+                  "split model steps of at least this many tokens into two micro-batches, so that one's "
+                  "all-reduce overlaps the other's compute (--tensor-parallel-size on CPU ranks; 0: off)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
   app->add_option("--device", o.device, "where the model runs: cpu or cuda (weights, KV cache and every op on the GPU)")
       ->capture_default_str();
   app->add_flag("--no-cuda-graphs", o.no_cuda_graphs, "on --device cuda, run every decode step eagerly instead of replaying recorded CUDA graphs");
@@ -83,6 +87,7 @@ std::unique_ptr<Model> load_with(const CommonOptions& o) {
   lo.device_graphs = !o.no_cuda_graphs;
   lo.repack = !o.no_repack;
   lo.parallel = ParallelSizes{o.tensor_parallel, o.expert_parallel, o.context_parallel};
+  lo.micro_batch_overlap = o.micro_batch_overlap;
   // Split across ranks, each touches only the pages of its slices (prefaulting would read all).
   if (world->size() > 1) lo.prefault = false;
   std::string path = o.model.empty() ? default_model_path() : o.model;

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <thread>
+#include <utility>
 #include <mpi.h>
 
 #include <climits>
@@ -64,6 +65,27 @@ class MpiCommunicator : public Communicator {
   void all_reduce_sum(float* data, int64_t n) override {
     check(MPI_Allreduce(MPI_IN_PLACE, data, count(n, "all_reduce"), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
   }
+  // MPI_Iallreduce; the request waits in pending_ under its handle.
+  int64_t start_all_reduce_sum(float* data, int64_t n) override {
+    MPI_Request req;
+    check(MPI_Iallreduce(MPI_IN_PLACE, data, count(n, "all_reduce"), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req),
+          "MPI_Iallreduce");
+    pending_.emplace_back(next_handle_, req);
+    return next_handle_++;
+  }
+  void wait(int64_t handle) override {
+    if (handle == kDone) return;
+    auto it = std::find_if(pending_.begin(), pending_.end(), [&](const auto& p) { return p.first == handle; });
+    FP_CHECK(it != pending_.end(), "waiting for collective ", handle, ", which is not pending");
+    check(MPI_Wait(&it->second, MPI_STATUS_IGNORE), "MPI_Wait");
+    pending_.erase(it);
+  }
+  void progress() override {
+    int done = 0;
+    for (auto& p : pending_)
+      if (p.second != MPI_REQUEST_NULL) check(MPI_Test(&p.second, &done, MPI_STATUS_IGNORE), "MPI_Test");
+  }
+  bool overlaps() const override { return true; }
   void all_gather(const void* send, void* recv, int64_t bytes) override {
     const int b = count(bytes, "all_gather");
     check(MPI_Allgather(send, b, MPI_BYTE, recv, b, MPI_BYTE, MPI_COMM_WORLD), "MPI_Allgather");
@@ -124,6 +146,8 @@ class MpiCommunicator : public Communicator {
   static constexpr int kTag = 7;
   int rank_ = 0, size_ = 1;
   bool owns_init_ = false;
+  std::vector<std::pair<int64_t, MPI_Request>> pending_;  // started collectives (a completed one: MPI_REQUEST_NULL)
+  int64_t next_handle_ = 0;
 };
 
 // "mpi" kernels: MPI's own collectives (whatever algorithm the MPI library picks for the size).
