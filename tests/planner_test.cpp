@@ -103,6 +103,19 @@ TEST(Planner, SmallCaseMatchesHandArithmetic) {
   expect_rel(p2.comm_s, 8.992e-4, "TP2 prefill comm");
   expect_rel(p2.tokens_per_s, 1000 / (0.04002048 + 8.992e-4), "TP2 prefill tok/s");
 
+  // Overlapped as two micro-batches: max(compute, 2 x memory, comm). Prefill hides its 0.8992 ms
+  // of all-reduces behind 40.02 ms of compute; decode would read the weights twice (10 ms), so
+  // its overlapped figure is lower than its plain one. DP2 communicates nothing: no figure.
+  expect_rel(p2.overlapped_s, 0.04002048, "TP2 prefill overlapped");
+  expect_rel(p2.overlapped_tokens_per_s, 1000 / 0.04002048, "TP2 prefill overlapped tok/s");
+  expect_rel(d2.overlapped_s, 2 * 5.0022528e-3, "TP2 decode overlapped");
+  EXPECT_LT(d2.overlapped_tokens_per_s, d2.tokens_per_s);
+  EXPECT_EQ(p1.overlapped_s, 0.0);
+  // A link whose collectives run on the compute units (CPU ranks) overlaps nothing.
+  PlanHardware cpu = two_devices();
+  cpu.link_overlaps = false;
+  EXPECT_EQ(plan_layouts(small_model(), cpu, w)[2].prefill.overlapped_tokens_per_s, 0.0);
+
   // So the phases prefer different layouts: prefill two replicas, decode split weights.
   EXPECT_GT(p1.tokens_per_s, p2.tokens_per_s);
   EXPECT_GT(d2.tokens_per_s, d1.tokens_per_s);

@@ -59,13 +59,17 @@ std::vector<std::string> Ledger::fallbacks() const {
 std::string Ledger::table() const {
   auto entries = snapshot();
   int shape_w = 26;  // wide enough for the longest shape class (MLA's are long)
-  for (auto& e : entries) shape_w = std::max(shape_w, static_cast<int>(e.shape_class.size()) + 2);
+  int op_w = 12;
+  for (auto& e : entries) {
+    shape_w = std::max(shape_w, static_cast<int>(e.shape_class.size()) + 2);
+    op_w = std::max(op_w, static_cast<int>(e.op.size()) + 2);
+  }
   std::ostringstream os;
-  os << std::left << std::setw(12) << "op" << std::setw(shape_w) << "shape class" << std::setw(16) << "kernel"
+  os << std::left << std::setw(op_w) << "op" << std::setw(shape_w) << "shape class" << std::setw(16) << "kernel"
      << std::setw(6) << "be" << std::right << std::setw(9) << "calls" << std::setw(12) << "time ms" << "  status\n";
   for (auto& e : entries) {
     std::string status = e.forced ? "forced" : e.fallback() ? "FALLBACK" : e.reference ? "reference (only kernel)" : "fast";
-    os << std::left << std::setw(12) << e.op << std::setw(shape_w) << e.shape_class << std::setw(16) << e.kernel
+    os << std::left << std::setw(op_w) << e.op << std::setw(shape_w) << e.shape_class << std::setw(16) << e.kernel
        << std::setw(6) << e.backend << std::right << std::setw(9) << e.calls << std::setw(12) << std::fixed
        << std::setprecision(2);
     if (e.nanos > 0) os << e.nanos / 1e6;

@@ -76,6 +76,7 @@ PhaseCost step_cost(const PlanModel& m, const Layout& l, const PlanHardware& hw,
   c.memory_s = bytes / (hw.memory_bandwidth_gbps * 1e9);
   c.comm_s = comm;
   finish(c);
+  if (comm > 0 && hw.link_overlaps) c.overlapped_s = std::max({c.compute_s, 2 * c.memory_s, comm});
   return c;
 }
 
@@ -199,6 +200,10 @@ PlanHardware hardware_from_json(const nlohmann::json& j, const std::string& wher
     h.link_gbps = positive(l, "bandwidth_gbps", where + " interconnect", true, 0);
     h.link_latency_us = positive(l, "latency_us", where + " interconnect", false, 0);
     h.collective_us = positive(l, "collective_us", where + " interconnect", false, 0);
+    if (l.contains("overlaps_compute")) {
+      FP_CHECK(l["overlaps_compute"].is_boolean(), where, " interconnect: field 'overlaps_compute' must be true or false");
+      h.link_overlaps = l["overlaps_compute"].get<bool>();
+    }
   }
   return h;
 }
@@ -314,6 +319,7 @@ std::vector<LayoutPlan> plan_layouts(const PlanModel& m, const PlanHardware& hw,
     p.prefill = step_cost(m, l, hw, pf);
     p.prefill.batch = 1;
     p.prefill.tokens_per_s = (l.cp ? in : in * l.groups) / p.prefill.seconds;
+    if (p.prefill.overlapped_s > 0) p.prefill.overlapped_tokens_per_s = (l.cp ? in : in * l.groups) / p.prefill.overlapped_s;
     if (l.cp) {  // prefill only
       out.push_back(p);
       continue;
@@ -332,6 +338,7 @@ std::vector<LayoutPlan> plan_layouts(const PlanModel& m, const PlanHardware& hw,
       d.batch = batch;
       d.kv_capped = batch < want;
       d.tokens_per_s = s.all_tokens / d.seconds;
+      if (d.overlapped_s > 0) d.overlapped_tokens_per_s = s.all_tokens / d.overlapped_s;
       p.decode.push_back(d);
     }
     out.push_back(p);

@@ -11,6 +11,12 @@
 //   all-to-all, S bytes leaving  call + S / link + (n-1) * step                (pairwise exchange)
 // Figures are upper bounds for what a layout can reach.
 //
+// Overlap (a second figure per phase, not used to choose): the step run as two micro-batches whose
+// collectives each travel while the other computes, so communication hides behind compute, but
+// each micro-batch reads the weights again:  max(compute, 2 x memory, comm). Only where the link
+// moves data without the compute units (GPUs' copy engines, NICs); on CPU ranks the cores copy
+// the messages themselves ("overlaps_compute": false in the hardware file) and nothing is hidden.
+//
 // Layouts (devices N = tp x groups):
 //   TPt[xDPg]            attention heads, FFNs and experts sliced over t ranks; g replicas with their
 //                        own sequences. 2 all-reduces of the tokens' hidden states per layer.
@@ -71,6 +77,7 @@ struct PlanHardware {
   double link_gbps = 0;            // per device bandwidth a collective sees, GB/s
   double link_latency_us = 0;      // per ring / exchange step
   double collective_us = 0;        // per collective call (launch and synchronisation)
+  bool link_overlaps = true;       // collectives can run beside compute (interconnect.overlaps_compute)
   double reserved_gib = 0;         // per device: runtime, fragmentation
   double kv_bytes = 2;             // bytes per cached K/V value
   double activation_bytes = 2;     // bytes per activation value (collectives, activation memory)
@@ -88,6 +95,9 @@ struct PhaseCost {
   double compute_s = 0, memory_s = 0, comm_s = 0;
   double seconds = 0;    // max(compute, memory) + comm
   double tokens_per_s = 0;
+  // Two overlapped micro-batches (see the top): their step and throughput; 0 when nothing is
+  // communicated or the link cannot overlap.
+  double overlapped_s = 0, overlapped_tokens_per_s = 0;
   int64_t batch = 0;     // sequences per group in the step (decode) / 1 prompt (prefill)
   bool kv_capped = false;  // decode: fewer sequences than asked fit in the KV cache
   std::string bottleneck;  // "compute", "memory bandwidth", "communication"

@@ -76,6 +76,14 @@ PlanModel model_from_file(const std::string& path) {
   return m;
 }
 
+// A phase's throughput with two overlapped micro-batches, or "-".
+std::string overlapped(const PhaseCost& c) {
+  if (c.overlapped_tokens_per_s <= 0) return "-";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f", c.overlapped_tokens_per_s);
+  return buf;
+}
+
 void print_text(const PlanModel& m, const PlanHardware& hw, const PlanWorkload& w, const std::vector<LayoutPlan>& plans) {
   const double g = 1024.0 * 1024.0 * 1024.0;
   std::printf("model     %s: %lld layers, dim %lld, %lld heads / %lld KV heads", m.name.c_str(),
@@ -95,8 +103,8 @@ void print_text(const PlanModel& m, const PlanHardware& hw, const PlanWorkload& 
   std::printf("workload  %lld input + %lld output tokens per request\n\n", static_cast<long long>(w.input_len),
               static_cast<long long>(w.output_len));
   const LayoutPlan* bp = best_prefill(plans);
-  std::printf("%-22s %8s %8s %12s %9s %14s  %s\n", "layout (per device:)", "weights", "activ.", "KV tok/group",
-              "max seqs", "prefill tok/s", "bottleneck (compute / memory / comm ms)");
+  std::printf("%-22s %8s %8s %12s %9s %14s %11s  %s\n", "layout (per device:)", "weights", "activ.", "KV tok/group",
+              "max seqs", "prefill tok/s", "overlapped", "bottleneck (compute / memory / comm ms)");
   for (const LayoutPlan& p : plans) {
     const char* name = p.layout.name.c_str();
     if (!p.fits) {
@@ -104,21 +112,22 @@ void print_text(const PlanModel& m, const PlanHardware& hw, const PlanWorkload& 
       continue;
     }
     const PhaseCost& f = p.prefill;
-    std::printf("%-22s %8.2f %8.2f %12lld %9lld %14.1f  %s (%.2f / %.2f / %.2f)%s\n", name, p.weight_gib, p.activation_gib,
+    std::printf("%-22s %8.2f %8.2f %12lld %9lld %14.1f %11s  %s (%.2f / %.2f / %.2f)%s\n", name, p.weight_gib, p.activation_gib,
                 static_cast<long long>(p.kv_capacity_tokens), static_cast<long long>(p.max_sequences * p.layout.groups),
-                f.tokens_per_s, f.bottleneck.c_str(), f.compute_s * 1e3, f.memory_s * 1e3, f.comm_s * 1e3,
+                f.tokens_per_s, overlapped(f).c_str(), f.bottleneck.c_str(), f.compute_s * 1e3, f.memory_s * 1e3, f.comm_s * 1e3,
                 &p == bp ? "  <- best prefill" : "");
   }
   std::printf("(GiB per device; max seqs over all groups; CP layouts are prefill only)\n");
   for (size_t i = 0; i < w.concurrency.size(); ++i) {
     const LayoutPlan* bd = best_decode(plans, i);
-    std::printf("\ndecode at concurrency %d:\n%-22s %14s  %s\n", w.concurrency[i], "layout", "output tok/s",
-                "bottleneck (compute / memory / comm ms per step)");
+    std::printf("\ndecode at concurrency %d:\n%-22s %14s %11s  %s\n", w.concurrency[i], "layout", "output tok/s",
+                "overlapped", "bottleneck (compute / memory / comm ms per step)");
     for (const LayoutPlan& p : plans) {
       if (!p.fits || p.decode.empty()) continue;
       const PhaseCost& d = p.decode[i];
       const std::string capped = d.kv_capped ? " [KV holds " + std::to_string(p.max_sequences) + " seqs per group]" : "";
-      std::printf("%-22s %14.1f  %s (%.3f / %.3f / %.3f)%s%s\n", p.layout.name.c_str(), d.tokens_per_s, d.bottleneck.c_str(),
+      std::printf("%-22s %14.1f %11s  %s (%.3f / %.3f / %.3f)%s%s\n", p.layout.name.c_str(), d.tokens_per_s,
+                  overlapped(d).c_str(), d.bottleneck.c_str(),
                   d.compute_s * 1e3, d.memory_s * 1e3, d.comm_s * 1e3, capped.c_str(), &p == bd ? "  <- best" : "");
     }
   }
@@ -134,7 +143,9 @@ void print_text(const PlanModel& m, const PlanHardware& hw, const PlanWorkload& 
       std::printf("  prefill and decode differ at concurrency %d: prefill on %s, decode on %s\n", w.concurrency[i],
                   bp->layout.name.c_str(), bd->layout.name.c_str());
   }
-  std::printf("\n(rooflines without measured efficiencies: upper bounds; communication is not overlapped)\n");
+  std::printf("\n(rooflines without measured efficiencies: upper bounds; communication is not overlapped; 'overlapped': the\n"
+              " step as two micro-batches whose collectives hide behind each other's compute, weights read twice,\n"
+              " '-' where nothing is communicated or the link cannot overlap; not used to choose)\n");
 }
 
 void print_json(const PlanModel& m, const PlanHardware& hw, const PlanWorkload& w, const std::vector<LayoutPlan>& plans) {
@@ -156,10 +167,12 @@ void print_json(const PlanModel& m, const PlanHardware& hw, const PlanWorkload& 
       };
       e["prefill"] = cost(p.prefill);
       e["prefill"]["input_tps"] = p.prefill.tokens_per_s;
+      e["prefill"]["overlapped_input_tps"] = p.prefill.overlapped_tokens_per_s;
       for (size_t i = 0; i < p.decode.size(); ++i) {
         nlohmann::json d = cost(p.decode[i]);
         d["concurrency"] = w.concurrency[i];
         d["output_tps"] = p.decode[i].tokens_per_s;
+        d["overlapped_output_tps"] = p.decode[i].overlapped_tokens_per_s;
         d["kv_capped"] = p.decode[i].kv_capped;
         e["decode"].push_back(d);
       }
