@@ -7,8 +7,9 @@
 // into the file), the matching columns of attn_output (copied), a block-aligned share of the FFN
 // width in gate/up (row views) and down (copied columns). Attention and FFN then produce partial
 // sums of the residual update; one all-reduce after attn_output and one after ffn_down per layer
-// complete them. Embedding, norms and the output projection are replicated on every rank, so
-// every rank computes the same logits.
+// complete them. Embedding and norms are replicated on every rank; the output projection is split
+// by vocabulary rows on the CPU (each rank computes its slice of the logits, all-gathered), so
+// every rank ends with the same logits and reads only its share of the largest matrix per token.
 //
 // Prefill context parallel (--prefill-context-parallel-size N, CPU): a batch that holds prefill
 // tokens is cut into N runs of consecutive tokens; each rank runs its run through every layer
@@ -101,12 +102,20 @@ class LlamaModel : public Model {
       if (ranks > 1) shard_layer(L, rank, ranks);
       layers_.push_back(L);
     }
+    // The output projection's vocabulary rows, split across the tensor-parallel ranks (CPU).
+    if (ranks > 1 && device() == Device::CPU) {
+      vocab_chunk_ = (c.n_vocab + ranks - 1) / ranks;
+      const int64_t v0 = std::min<int64_t>(c.n_vocab, rank * vocab_chunk_);
+      const int64_t len = std::min<int64_t>(c.n_vocab, v0 + vocab_chunk_) - v0;
+      FP_CHECK(len > 0, mf.path, ": a vocabulary of ", c.n_vocab, " cannot be split over ", ranks, " ranks");
+      output_ = keep(slice_rows(*output_, Range{v0, len}));
+    }
     // Q8_0 matmul weights into the CPU kernels' interleaved layout, after sharding (slices of
     // this rank only). The embedding reads the repacked table too when the output is tied.
     if (file_->repack_weights) {
       WeightRepacker rp(mf);
       output_ = rp.repack(output_);
-      if (c.tied_output) embed_ = output_;
+      if (c.tied_output && vocab_chunk_ == 0) embed_ = output_;
       for (LlamaLayer& L : layers_)
         for (const Tensor** w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) *w = rp.repack(*w);
       rp.report();
@@ -199,7 +208,7 @@ class LlamaModel : public Model {
       x_rows = on_device(Tensor::view(x, DType::F32, {n, c.dim}));
       dispatch(EmbeddingArgs{&x_rows, sb.logit_rows, rows, h});
       dispatch(RmsNormArgs{h, output_norm_, rows, c.dim, c.rms_eps, h});
-      dispatch(MatMulArgs{h, rows, output_, nullptr, out_logits});
+      output_logits(h, rows, out_logits);
     });
     if (device() != Device::CPU && rows > 0)
       copy_bytes(Device::CPU, logits, device(), out_logits, static_cast<size_t>(rows * c.n_vocab) * sizeof(float));
@@ -245,6 +254,23 @@ class LlamaModel : public Model {
     dispatch(SiluMulArgs{gate, up, n, L.ffn_width, 0, 0, gate});
     dispatch(MatMulArgs{gate, n, L.w_down, nullptr, h});
     progress();
+  }
+
+  // logits [rows, n_vocab] of the normalised rows h: the whole output projection, or (vocabulary
+  // parallel) this rank's rows of it, every rank's slice then all-gathered into place.
+  void output_logits(const float* h, int64_t rows, float* logits) {
+    if (vocab_chunk_ == 0) return dispatch(MatMulArgs{h, rows, output_, nullptr, logits});
+    const int64_t V = config().n_vocab, chunk = vocab_chunk_;
+    const int R = tp_size();
+    vocab_part_.assign(static_cast<size_t>(rows * chunk), 0.0f);  // [rows, this rank's slice], padded to chunk
+    dispatch(MatMulArgs{h, rows, output_, nullptr, vocab_part_.data()});
+    vocab_all_.resize(static_cast<size_t>(R * rows * chunk));
+    dispatch(AllGatherArgs{tp_.get(), vocab_part_.data(), vocab_all_.data(), rows * chunk * 4});
+    for (int r = 0; r < R; ++r) {
+      const int64_t v0 = std::min(V, r * chunk), len = std::min(V, v0 + chunk) - v0;
+      for (int64_t i = 0; i < rows; ++i)
+        std::memcpy(logits + i * V + v0, vocab_all_.data() + (r * rows * chunk + i * len), static_cast<size_t>(len) * 4);
+    }
   }
 
   // Lets a started all-reduce advance between the ops of the other micro-batch.
@@ -341,7 +367,7 @@ class LlamaModel : public Model {
     const int64_t rows = b.gather_logit_rows(x, c.dim, h);
     if (rows == 0) return;
     dispatch(RmsNormArgs{h, output_norm_, rows, c.dim, c.rms_eps, h});
-    dispatch(MatMulArgs{h, rows, output_, nullptr, logits});
+    output_logits(h, rows, logits);
   }
 
   // The layers context-parallel prefill runs: the whole weights.
@@ -399,7 +425,7 @@ class LlamaModel : public Model {
     const int64_t rows = cp.gather_logit_rows(x, c.dim, xr);
     if (rows == 0) return;
     dispatch(RmsNormArgs{xr, output_norm_, rows, c.dim, c.rms_eps, xr});
-    dispatch(MatMulArgs{xr, rows, output_, nullptr, logits});
+    output_logits(xr, rows, logits);
   }
 
   // A tensor-parallel step over a cache of every head: this rank's K/V rows [n, kv_dim] and
@@ -490,6 +516,8 @@ class LlamaModel : public Model {
   const float* output_norm_ = nullptr;
   std::vector<LlamaLayer> layers_;
   int64_t heads_ = 0, kv_heads_ = 0;  // this rank's query and KV heads
+  int64_t vocab_chunk_ = 0;            // vocabulary-parallel output: rows per rank (0: whole output)
+  std::vector<float> vocab_part_, vocab_all_;  // this rank's logit slice, every rank's
   bool context_parallel_ = false;       // prefill runs context parallel (ParallelSizes::cp)
   std::vector<LlamaLayer> whole_layers_;  // context parallel with TP decode: the unsplit weights
   struct ContextParallelScratch {
