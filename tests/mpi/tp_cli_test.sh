@@ -37,6 +37,12 @@ run2 2 "$bin" logits -m "$model" --tokens "$toks" --out "$tmp/two.f32" -q -t 1 -
 same_logits "$tmp/one.f32" "$tmp/two.f32" $((8 * 512))
 check "logits with TP=2 within 1e-4 of TP=1" $?
 
+ovl=$(run2 2 "$bin" "${gen[@]}" --tensor-parallel-size 2 --micro-batch-overlap 2 -q)
+[ -n "$one" ] && [ "$one" = "$ovl" ]; check "greedy text with TP=2 and --micro-batch-overlap 2 equals TP=1" $?
+audit=$(run2 2 "$bin" audit -m "$model" -p 8 -n 2 -t 1 --tensor-parallel-size 2 --micro-batch-overlap 4)
+grep -Eq '^all_reduce_start +f32 sum comm=mpi ranks=2 +mpi ' <<<"$audit" && grep -Eq '^collective_wait +started comm=mpi' <<<"$audit"
+check "audit of an overlapped prefill shows the started all-reduces and their waits" $?
+
 audit=$(run2 2 "$bin" audit -m "$model" -p 8 -n 2 -t 1 --tensor-parallel-size 2)
 grep -Eq '^all_reduce +f32 sum comm=mpi ranks=2 +mpi ' <<<"$audit"; check "audit shows the mpi all_reduce" $?
 grep -q 'refused single: the communicator is mpi, not single' <<<"$audit"; check "audit shows why single was refused" $?
