@@ -17,6 +17,7 @@
 #include "kernels/ledger.h"
 #include "engine/engine.h"
 #include "engine/followers.h"
+#include "parallel/collectives.h"
 #include "tools/common.h"
 #include "tools/engine_options.h"
 
@@ -285,6 +286,25 @@ void add_bench(CLI::App& app) {
       ceil = machine_ceiling(threads, o->recalibrate);
       set_num_threads(threads);
     }
+    // Split across ranks, the ceiling is the ranks' together: compute peaks add up (each rank
+    // has its own cores), memory bandwidth is shared, so every rank measures it at the same time
+    // and the figures are summed. The roofline then counts each weight byte once (layouts that
+    // replicate weights, such as EP's attention, read more: their fraction is understated).
+    Communicator* ranks = model->tp_size() > 1 && !on_device ? model->tensor_parallel() : nullptr;
+    auto sum_over_ranks = [&](double v) {
+      if (!ranks) return v;
+      float f = static_cast<float>(v);
+      dispatch(AllReduceArgs{ranks, &f, 1});
+      return static_cast<double>(f);
+    };
+    if (ranks) {
+      ceil.threads = static_cast<int>(sum_over_ranks(threads));
+      ceil.fma_gflops = sum_over_ranks(ceil.fma_gflops);
+      ceil.int8_gops = sum_over_ranks(ceil.int8_gops);
+      ceil.read_gbps = sum_over_ranks(measure_read_bandwidth_now());
+      ceil.cached = false;
+    }
+    auto read_gbps_now = [&] { return on_device ? 0.0 : sum_over_ranks(measure_read_bandwidth_now()); };
     const std::string machine =
         on_device ? ceil.cpu + ": device copy " + std::to_string(static_cast<int>(ceil.read_gbps)) + " GB/s, BF16 cuBLAS " +
                         std::to_string(static_cast<int>(ceil.fma_gflops)) + " GFLOP/s (measured now)"
@@ -315,7 +335,7 @@ void add_bench(CLI::App& app) {
     j["threads"] = threads;
     j["device"] = device_name(model->device());
     j["kv_dtype"] = dtype_name(kv.dtype);
-    j["ranks"] = model->tp_size();  // ceilings are measured by each rank alone
+    j["ranks"] = model->tp_size();  // ceilings are the ranks' together (see above)
     j["tensor_parallel_size"] = model->parallel().tp;
     j["expert_parallel_size"] = model->parallel().ep;
     j["ceiling"] = {{"read_gbps", ceil.read_gbps}, {"fma_gflops", ceil.fma_gflops}, {"int8_gops", ceil.int8_gops}, {"cpu", ceil.cpu}};
@@ -343,7 +363,7 @@ void add_bench(CLI::App& app) {
     }
     if (o->gen > 0) {
       // Bandwidth is measured before and after the decode runs; the larger figure is the ceiling.
-      double bw_before = on_device ? 0.0 : measure_read_bandwidth_now();
+      double bw_before = read_gbps_now();
       std::vector<double> tps;
       for (int r = 0; r < o->warmup + o->reps; ++r) {
         auto cache = model->new_cache(o->gen + 1, 0, kv.dtype);
@@ -359,7 +379,7 @@ void add_bench(CLI::App& app) {
         if (r >= o->warmup) tps.push_back(o->gen / sec);
       }
       Stats s = stats_of(tps);
-      double bw = std::max({ceil.read_gbps, bw_before, on_device ? 0.0 : measure_read_bandwidth_now()});
+      double bw = std::max({ceil.read_gbps, bw_before, read_gbps_now()});
       ceil.read_gbps = bw;
       j["ceiling"]["read_gbps"] = bw;
       double bytes = cost.weight_bytes_per_token() + kv_bytes(kv, o->gen / 2.0);
