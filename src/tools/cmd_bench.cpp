@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/cpu_features.h"
 #include "core/log.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/ceiling.h"
@@ -282,29 +283,63 @@ void add_bench(CLI::App& app) {
       ceil.read_gbps = dc.copy_gbps;
       ceil.fma_gflops = ceil.int8_gops = dc.bf16_gflops;
       ceil.threads = 0;
-    } else {
-      ceil = machine_ceiling(threads, o->recalibrate);
-      set_num_threads(threads);
     }
-    // Split across ranks, the ceiling is the ranks' together: compute peaks add up (each rank
-    // has its own cores), memory bandwidth is shared, so every rank measures it at the same time
-    // and the figures are summed. The roofline then counts each weight byte once (layouts that
-    // replicate weights, such as EP's attention, read more: their fraction is understated).
+    // Split across ranks, the ceiling is the ranks' together, each weight byte counted once
+    // (layouts that replicate weights, such as EP's attention, read more: their fraction is
+    // understated). Ranks on one machine: rank 0 measures the machine with every rank's threads
+    // while the others sleep in broadcast_idle (not spinning on a core), then tells them. Ranks
+    // on several machines: each measures its own share at the same time and the figures add up.
     Communicator* ranks = model->tp_size() > 1 && !on_device ? model->tensor_parallel() : nullptr;
+    const bool one_machine = ranks && launched_local_size() == ranks->size();
+    auto on_rank0 = [&](auto measure) {  // measure() with every rank's threads on rank 0; its result everywhere
+      decltype(measure()) v{};
+      if (ranks->rank() == 0) {
+        set_num_threads(threads * ranks->size());
+        v = measure();
+        set_num_threads(threads);
+      }
+      ranks->broadcast_idle(&v, sizeof v, 0);
+      return v;
+    };
     auto sum_over_ranks = [&](double v) {
-      if (!ranks) return v;
       float f = static_cast<float>(v);
       dispatch(AllReduceArgs{ranks, &f, 1});
       return static_cast<double>(f);
     };
-    if (ranks) {
-      ceil.threads = static_cast<int>(sum_over_ranks(threads));
-      ceil.fma_gflops = sum_over_ranks(ceil.fma_gflops);
-      ceil.int8_gops = sum_over_ranks(ceil.int8_gops);
-      ceil.read_gbps = sum_over_ranks(measure_read_bandwidth_now());
-      ceil.cached = false;
+    auto read_gbps_now = [&]() -> double {
+      if (on_device) return 0.0;
+      if (!ranks) return measure_read_bandwidth_now();
+      if (one_machine) return on_rank0([] { return measure_read_bandwidth_now(); });
+      return sum_over_ranks(measure_read_bandwidth_now());
+    };
+    if (!on_device) {
+      if (one_machine) {
+        struct Figures {
+          double read, fma, int8;
+          bool cached;
+        };
+        const Figures f = on_rank0([&] {
+          const MachineCeiling m = machine_ceiling(threads * ranks->size(), o->recalibrate);
+          return Figures{m.read_gbps, m.fma_gflops, m.int8_gops, m.cached};
+        });
+        ceil.cached = f.cached;
+        ceil.cpu = cpu_features().brand.empty() ? "unknown CPU" : cpu_features().brand;
+        ceil.read_gbps = f.read;
+        ceil.fma_gflops = f.fma;
+        ceil.int8_gops = f.int8;
+        ceil.threads = threads * ranks->size();
+      } else {
+        ceil = machine_ceiling(threads, o->recalibrate);
+        set_num_threads(threads);
+        if (ranks) {
+          ceil.threads = static_cast<int>(sum_over_ranks(threads));
+          ceil.fma_gflops = sum_over_ranks(ceil.fma_gflops);
+          ceil.int8_gops = sum_over_ranks(ceil.int8_gops);
+          ceil.read_gbps = sum_over_ranks(measure_read_bandwidth_now());
+          ceil.cached = false;
+        }
+      }
     }
-    auto read_gbps_now = [&] { return on_device ? 0.0 : sum_over_ranks(measure_read_bandwidth_now()); };
     const std::string machine =
         on_device ? ceil.cpu + ": device copy " + std::to_string(static_cast<int>(ceil.read_gbps)) + " GB/s, BF16 cuBLAS " +
                         std::to_string(static_cast<int>(ceil.fma_gflops)) + " GFLOP/s (measured now)"
