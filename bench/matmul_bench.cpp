@@ -82,7 +82,37 @@ void register_all() {
   }
 }
 
-const bool registered = (register_all(), true);
+// Decode as the model streams it: one token through a ring of distinct matrices far larger than
+// the caches (~768 MB of weights), so every weight byte comes from DRAM, as in a decode step.
+// The cached shapes above measure the kernel; these measure the kernel against memory, at 1 and
+// 2 threads (the gap between them is how well the threads share the bandwidth).
+void register_streaming() {
+  for (DType type : {DType::F16, DType::BF16, DType::Q8_0_X8, DType::Q4_K}) {
+    for (int threads : {1, 2}) {
+      std::string name = std::string("matmul_stream/") + dtype_name(type) + "/n=1/8192x2048/threads:" + std::to_string(threads);
+      benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) {
+        const int64_t out = 8192, in = 2048;
+        const int64_t bytes = row_bytes(type, in) * out;
+        const int64_t count = std::max<int64_t>(2, (int64_t{768} << 20) / bytes);
+        MatMulBenchData d = make(type, 1, out, in);  // quantized once, copied (the bytes' values do not matter here)
+        std::vector<std::vector<uint8_t>> copies(static_cast<size_t>(count), d.w);
+        std::vector<Tensor> ring;
+        for (auto& c : copies) ring.push_back(Tensor::view(c.data(), type, {out, in}));
+        set_num_threads(threads);
+        int64_t next = 0;
+        for (auto _ : st) {
+          dispatch(MatMulArgs{d.x.data(), 1, &ring[static_cast<size_t>(next)], nullptr, d.y.data()});
+          next = (next + 1) % count;
+        }
+        st.counters["GB/s"] = benchmark::Counter(static_cast<double>(st.iterations()) * static_cast<double>(bytes) / 1e9,
+                                                 benchmark::Counter::kIsRate);
+        set_num_threads(0);
+      })->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(1.0);
+    }
+  }
+}
+
+const bool registered = (register_all(), register_streaming(), true);
 
 }  // namespace
 }  // namespace fp
