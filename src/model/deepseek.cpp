@@ -22,6 +22,7 @@
 #include "kernels/ops.h"
 #include "kernels/registry.h"
 #include "model/context_parallel.h"
+#include "model/vocab_parallel.h"
 #include "model/model.h"
 #include "model/moe_layers.h"
 #include "parallel/collectives.h"
@@ -66,7 +67,9 @@ class DeepseekModel : public Model {
     const int64_t qd = nope_ + rope_;
     embed_ = &mf.get("token_embd.weight", {c.n_vocab, c.dim});
     output_norm_ = load_vec_f32(mf, "output_norm.weight", c.dim);
-    output_ = c.tied_output ? embed_ : &mf.get("output.weight", {c.n_vocab, c.dim});
+    // Split by vocabulary rows across the ranks the weights are split over (model/vocab_parallel.h).
+    output_.init(c.tied_output ? embed_ : &mf.get("output.weight", {c.n_vocab, c.dim}), ranks > 1 ? tp_.get() : nullptr,
+                 shards_, mf.path);
     for (int64_t l = 0; l < c.n_layers; ++l) {
       const std::string p = "blk." + std::to_string(l) + ".";
       DeepseekLayer Y{};
@@ -200,7 +203,7 @@ class DeepseekModel : public Model {
     const int64_t rows = cp ? cp_.gather_logit_rows(x_.data(), c.dim, rows_.data()) : b.gather_logit_rows(x_.data(), c.dim, rows_.data());
     if (rows == 0) return;
     dispatch(RmsNormArgs{rows_.data(), output_norm_, rows, c.dim, c.rms_eps, rows_.data()});
-    dispatch(MatMulArgs{rows_.data(), rows, output_, nullptr, logits});
+    output_.run(rows_.data(), rows, logits);
   }
 
  private:
@@ -269,7 +272,7 @@ class DeepseekModel : public Model {
   int64_t H_ = 0, L_ = 0, rope_ = 0, nope_ = 0, vd_ = 0;
   float scale_ = 1.0f, rope_mscale_ = 1.0f;
   const Tensor* embed_ = nullptr;
-  const Tensor* output_ = nullptr;
+  VocabParallelOutput output_;  // the output projection, split by vocabulary rows across the ranks
   const float* output_norm_ = nullptr;
   std::vector<DeepseekLayer> layers_;
   std::vector<float> inv_freq_;

@@ -39,6 +39,7 @@
 #include "model/context_parallel.h"
 #include "model/model.h"
 #include "model/repack.h"
+#include "model/vocab_parallel.h"
 #include "parallel/collectives.h"
 #include "parallel/shard.h"
 
@@ -75,7 +76,7 @@ class LlamaModel : public Model {
     kv_heads_ = c.n_kv_heads / ranks;
     embed_ = &mf.get("token_embd.weight", {c.n_vocab, c.dim});
     output_norm_ = vec_f32("output_norm.weight", c.dim);
-    output_ = c.tied_output ? embed_ : &mf.get("output.weight", {c.n_vocab, c.dim});
+    const Tensor* output = c.tied_output ? embed_ : &mf.get("output.weight", {c.n_vocab, c.dim});
     for (int64_t l = 0; l < c.n_layers; ++l) {
       std::string p = "blk." + std::to_string(l) + ".";
       LlamaLayer L{};
@@ -103,19 +104,13 @@ class LlamaModel : public Model {
       layers_.push_back(L);
     }
     // The output projection's vocabulary rows, split across the tensor-parallel ranks (CPU).
-    if (ranks > 1 && device() == Device::CPU) {
-      vocab_chunk_ = (c.n_vocab + ranks - 1) / ranks;
-      const int64_t v0 = std::min<int64_t>(c.n_vocab, rank * vocab_chunk_);
-      const int64_t len = std::min<int64_t>(c.n_vocab, v0 + vocab_chunk_) - v0;
-      FP_CHECK(len > 0, mf.path, ": a vocabulary of ", c.n_vocab, " cannot be split over ", ranks, " ranks");
-      output_ = keep(slice_rows(*output_, Range{v0, len}));
-    }
+    output_.init(output, ranks > 1 && device() == Device::CPU ? tp_.get() : nullptr, shards_, mf.path);
     // Q8_0 matmul weights into the CPU kernels' interleaved layout, after sharding (slices of
     // this rank only). The embedding reads the repacked table too when the output is tied.
     if (file_->repack_weights) {
       WeightRepacker rp(mf);
-      output_ = rp.repack(output_);
-      if (c.tied_output && vocab_chunk_ == 0) embed_ = output_;
+      output_.weight = rp.repack(output_.weight);
+      if (c.tied_output && !output_.split()) embed_ = output_.weight;
       for (LlamaLayer& L : layers_)
         for (const Tensor** w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) *w = rp.repack(*w);
       rp.report();
@@ -208,7 +203,7 @@ class LlamaModel : public Model {
       x_rows = on_device(Tensor::view(x, DType::F32, {n, c.dim}));
       dispatch(EmbeddingArgs{&x_rows, sb.logit_rows, rows, h});
       dispatch(RmsNormArgs{h, output_norm_, rows, c.dim, c.rms_eps, h});
-      output_logits(h, rows, out_logits);
+      output_.run(h, rows, out_logits);
     });
     if (device() != Device::CPU && rows > 0)
       copy_bytes(Device::CPU, logits, device(), out_logits, static_cast<size_t>(rows * c.n_vocab) * sizeof(float));
@@ -254,23 +249,6 @@ class LlamaModel : public Model {
     dispatch(SiluMulArgs{gate, up, n, L.ffn_width, 0, 0, gate});
     dispatch(MatMulArgs{gate, n, L.w_down, nullptr, h});
     progress();
-  }
-
-  // logits [rows, n_vocab] of the normalised rows h: the whole output projection, or (vocabulary
-  // parallel) this rank's rows of it, every rank's slice then all-gathered into place.
-  void output_logits(const float* h, int64_t rows, float* logits) {
-    if (vocab_chunk_ == 0) return dispatch(MatMulArgs{h, rows, output_, nullptr, logits});
-    const int64_t V = config().n_vocab, chunk = vocab_chunk_;
-    const int R = tp_size();
-    vocab_part_.assign(static_cast<size_t>(rows * chunk), 0.0f);  // [rows, this rank's slice], padded to chunk
-    dispatch(MatMulArgs{h, rows, output_, nullptr, vocab_part_.data()});
-    vocab_all_.resize(static_cast<size_t>(R * rows * chunk));
-    dispatch(AllGatherArgs{tp_.get(), vocab_part_.data(), vocab_all_.data(), rows * chunk * 4});
-    for (int r = 0; r < R; ++r) {
-      const int64_t v0 = std::min(V, r * chunk), len = std::min(V, v0 + chunk) - v0;
-      for (int64_t i = 0; i < rows; ++i)
-        std::memcpy(logits + i * V + v0, vocab_all_.data() + (r * rows * chunk + i * len), static_cast<size_t>(len) * 4);
-    }
   }
 
   // Lets a started all-reduce advance between the ops of the other micro-batch.
@@ -367,7 +345,7 @@ class LlamaModel : public Model {
     const int64_t rows = b.gather_logit_rows(x, c.dim, h);
     if (rows == 0) return;
     dispatch(RmsNormArgs{h, output_norm_, rows, c.dim, c.rms_eps, h});
-    output_logits(h, rows, logits);
+    output_.run(h, rows, logits);
   }
 
   // The layers context-parallel prefill runs: the whole weights.
@@ -425,7 +403,7 @@ class LlamaModel : public Model {
     const int64_t rows = cp.gather_logit_rows(x, c.dim, xr);
     if (rows == 0) return;
     dispatch(RmsNormArgs{xr, output_norm_, rows, c.dim, c.rms_eps, xr});
-    output_logits(xr, rows, logits);
+    output_.run(xr, rows, logits);
   }
 
   // A tensor-parallel step over a cache of every head: this rank's K/V rows [n, kv_dim] and
@@ -476,7 +454,7 @@ class LlamaModel : public Model {
     const ModelConfig& c = config();
     DeviceWeights& dw = weights_;
     embed_ = dw.tensor(embed_);
-    output_ = dw.tensor(output_);
+    output_.weight = dw.tensor(output_.weight);
     output_norm_ = dw.floats(output_norm_, c.dim);
     for (LlamaLayer& L : layers_) {
       L.attn_norm = dw.floats(L.attn_norm, c.dim);
@@ -512,12 +490,10 @@ class LlamaModel : public Model {
   }
 
   const Tensor* embed_ = nullptr;
-  const Tensor* output_ = nullptr;
+  VocabParallelOutput output_;  // the output projection, split by vocabulary rows on CPU ranks
   const float* output_norm_ = nullptr;
   std::vector<LlamaLayer> layers_;
   int64_t heads_ = 0, kv_heads_ = 0;  // this rank's query and KV heads
-  int64_t vocab_chunk_ = 0;            // vocabulary-parallel output: rows per rank (0: whole output)
-  std::vector<float> vocab_part_, vocab_all_;  // this rank's logit slice, every rank's
   bool context_parallel_ = false;       // prefill runs context parallel (ParallelSizes::cp)
   std::vector<LlamaLayer> whole_layers_;  // context parallel with TP decode: the unsplit weights
   struct ContextParallelScratch {

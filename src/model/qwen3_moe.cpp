@@ -18,6 +18,7 @@
 #include "kernels/ops.h"
 #include "kernels/registry.h"
 #include "model/context_parallel.h"
+#include "model/vocab_parallel.h"
 #include "model/model.h"
 #include "model/moe_layers.h"
 #include "parallel/collectives.h"
@@ -60,7 +61,9 @@ class Qwen3MoeModel : public Model {
     const int64_t q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
     embed_ = &mf.get("token_embd.weight", {c.n_vocab, c.dim});
     output_norm_ = load_vec_f32(mf, "output_norm.weight", c.dim);
-    output_ = c.tied_output ? embed_ : &mf.get("output.weight", {c.n_vocab, c.dim});
+    // Split by vocabulary rows across the ranks the weights are split over (model/vocab_parallel.h).
+    output_.init(c.tied_output ? embed_ : &mf.get("output.weight", {c.n_vocab, c.dim}), ranks > 1 ? tp_.get() : nullptr,
+                 shards_, mf.path);
     for (int64_t l = 0; l < c.n_layers; ++l) {
       const std::string p = "blk." + std::to_string(l) + ".";
       Qwen3MoeLayer L{};
@@ -171,7 +174,7 @@ class Qwen3MoeModel : public Model {
     const int64_t rows = cp ? cp_.gather_logit_rows(x_.data(), c.dim, rows_.data()) : b.gather_logit_rows(x_.data(), c.dim, rows_.data());
     if (rows == 0) return;
     dispatch(RmsNormArgs{rows_.data(), output_norm_, rows, c.dim, c.rms_eps, rows_.data()});
-    dispatch(MatMulArgs{rows_.data(), rows, output_, nullptr, logits});
+    output_.run(rows_.data(), rows, logits);
   }
 
  private:
@@ -180,7 +183,7 @@ class Qwen3MoeModel : public Model {
   }
 
   const Tensor* embed_ = nullptr;
-  const Tensor* output_ = nullptr;
+  VocabParallelOutput output_;  // the output projection, split by vocabulary rows across the ranks
   const float* output_norm_ = nullptr;
   std::vector<Qwen3MoeLayer> layers_;
   std::vector<float> inv_freq_;

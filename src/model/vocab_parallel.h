@@ -1,0 +1,33 @@
+// model/vocab_parallel.h — the output projection split by vocabulary rows across the ranks of a
+// split model (CPU): rank r keeps rows [r * c, (r + 1) * c) of it, c = ceil(vocab / ranks) (the
+// last share shorter), computes that slice of the logits, and one all-gather (each rank's slice
+// padded to c) puts every slice in place, so every rank ends with the same logits while reading
+// only its share of the largest matrix of a decode step.
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "parallel/communicator.h"
+
+namespace fp {
+
+class VocabParallelOutput {
+ public:
+  // The whole `output` [n_vocab, dim] when `comm` is null or has one rank; else this rank's rows,
+  // a view kept in `shards`. `path` names the model in errors.
+  void init(const Tensor* output, Communicator* comm, std::deque<Tensor>& shards, const std::string& path);
+  // logits [rows, n_vocab] of the normalised rows h [rows, dim].
+  void run(const float* h, int64_t rows, float* logits);
+  bool split() const { return chunk_ > 0; }
+  const Tensor* weight = nullptr;  // what this rank multiplies by (the repacker may replace it)
+
+ private:
+  Communicator* comm_ = nullptr;
+  int64_t n_vocab_ = 0, chunk_ = 0;  // chunk_: rows per rank (0: not split)
+  std::vector<float> part_, all_;    // this rank's logit slice, every rank's
+};
+
+}  // namespace fp
