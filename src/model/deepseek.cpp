@@ -13,8 +13,9 @@
 // routed experts and a slice of the shared experts' and dense layers' width, and one all-reduce
 // per layer sums the FFN shares. MLA attention is replicated: its latent KV cache has no heads to
 // split, so tensor parallel attention would still keep the whole cache on every rank. With cp = N
-// (prefill context parallel, model/context_parallel.h) every rank holds the whole model: prefill
-// batches run one run of tokens per rank, exchanging the latent rows; decode runs whole.
+// (prefill context parallel, model/context_parallel.h) prefill batches run one run of tokens per
+// rank through the whole layers, exchanging the latent rows; decode runs whole, or with ep = N
+// too, expert parallel (a different layout per phase; MLA replicated in both).
 #include <cmath>
 #include <cstring>
 
@@ -49,8 +50,6 @@ class DeepseekModel : public Model {
     const int rank = tp_ ? tp_->rank() : 0;
     // Ranks the experts are split across; 1 with context parallel (the whole model on every rank).
     const int ranks = parallel().ep > 1 ? tp_size() : 1;
-    FP_CHECK(parallel().cp == 1 || parallel().ep == 1, mf.path, ": context-parallel prefill of ", c.arch,
-             " runs with the whole model on every rank: drop --expert-parallel-size");
     context_parallel_ = parallel().cp > 1;
     ffn_split_ = ranks > 1;
     FP_CHECK(tp_size() == 1 || parallel().tp == 1, mf.path, ": ", c.arch, " splits across ranks by experts only: MLA attention "
@@ -89,13 +88,17 @@ class DeepseekModel : public Model {
       Y.moe = c.moe.is_moe_layer(l);
       if (Y.moe) {
         Y.experts = load_moe_layer(mf, p, c);
-        shard_moe_layer(mf, split, Y.experts);
       } else {
         Y.w_gate = &mf.get(p + "ffn_gate.weight", {c.hidden_dim, c.dim});
         Y.w_up = &mf.get(p + "ffn_up.weight", {c.hidden_dim, c.dim});
         Y.w_down = &mf.get(p + "ffn_down.weight", {c.dim, c.hidden_dim});
-        Y.ffn_width = ranks > 1 ? shard_ffn(mf, split, Y.w_gate, Y.w_up, Y.w_down, "FFN width (intermediate_size)") : c.hidden_dim;
+        Y.ffn_width = c.hidden_dim;
       }
+      // Context-parallel prefill with expert-parallel decode: the prefill keeps the whole layer
+      // (views of the file), decode this rank's experts and FFN share.
+      if (context_parallel_ && ranks > 1) whole_layers_.push_back(Y);
+      if (Y.moe) shard_moe_layer(mf, split, Y.experts);
+      else if (ranks > 1) Y.ffn_width = shard_ffn(mf, split, Y.w_gate, Y.w_up, Y.w_down, "FFN width (intermediate_size)");
       layers_.push_back(std::move(Y));
     }
     inv_freq_ = c.rope_inv_freq();
@@ -155,8 +158,11 @@ class DeepseekModel : public Model {
     run.slots(pool.page_size(), slots_);
 
     dispatch(EmbeddingArgs{embed_, run.tokens.data(), n, x_.data()});
-    for (size_t l = 0; l < layers_.size(); ++l) {
-      const DeepseekLayer& Y = layers_[l];
+    // A context-parallel step runs the whole layers and sums nothing across the ranks.
+    const std::vector<DeepseekLayer>& layers = cp && !whole_layers_.empty() ? whole_layers_ : layers_;
+    const bool sum_ffn = ffn_split_ && !cp;
+    for (size_t l = 0; l < layers.size(); ++l) {
+      const DeepseekLayer& Y = layers[l];
       const BlockQ8_0* hq =
           rmsnorm_for({x_.data(), Y.attn_norm, n, c.dim, c.rms_eps, h_.data()}, {Y.wq_a ? Y.wq_a : Y.wq, Y.wkv_a}, hq_);
       if (Y.wq_a) {
@@ -187,14 +193,14 @@ class DeepseekModel : public Model {
       dispatch(RmsNormArgs{x_.data(), Y.ffn_norm, n, c.dim, c.rms_eps, h_.data()});
       if (Y.moe) {
         moe_.run(Y.experts, c, h_.data(), n, gate_.data());
-        if (ffn_split_) dispatch(AllReduceArgs{tp_.get(), gate_.data(), n * c.dim});  // sum the ranks' experts
+        if (sum_ffn) dispatch(AllReduceArgs{tp_.get(), gate_.data(), n * c.dim});  // sum the ranks' experts
         dispatch(AddArgs{x_.data(), gate_.data(), n * c.dim, x_.data()});
       } else {
         dispatch(MatMulArgs{h_.data(), n, Y.w_gate, nullptr, gate_.data()});
         dispatch(MatMulArgs{h_.data(), n, Y.w_up, nullptr, up_.data()});
         dispatch(SiluMulArgs{gate_.data(), up_.data(), n, Y.ffn_width, 0, 0, gate_.data()});
         dispatch(MatMulArgs{gate_.data(), n, Y.w_down, nullptr, h_.data()});
-        if (ffn_split_) dispatch(AllReduceArgs{tp_.get(), h_.data(), n * c.dim});  // sum the FFN shares
+        if (sum_ffn) dispatch(AllReduceArgs{tp_.get(), h_.data(), n * c.dim});  // sum the FFN shares
         dispatch(AddArgs{x_.data(), h_.data(), n * c.dim, x_.data()});
       }
     }
@@ -275,6 +281,7 @@ class DeepseekModel : public Model {
   VocabParallelOutput output_;  // the output projection, split by vocabulary rows across the ranks
   const float* output_norm_ = nullptr;
   std::vector<DeepseekLayer> layers_;
+  std::vector<DeepseekLayer> whole_layers_;  // context-parallel prefill with EP decode: the unsplit layers
   std::vector<float> inv_freq_;
   std::vector<float> x_, h_, q_, qa_, kva_, c_, att_, gate_, up_, rows_;
   std::vector<BlockQ8_0> hq_;  // the normalised input quantized once for Q8_0/Q4_0 matmuls

@@ -8,8 +8,9 @@
 // ep = N each rank holds E/N whole experts, else (tp only) a slice of every expert's width. The
 // dense layers' FFN and the shared experts are split by width in both cases, so every rank's FFN
 // output is a partial sum and one all-reduce per layer completes it. With cp = N (prefill
-// context parallel, model/context_parallel.h) every rank holds the whole model: prefill batches
-// run one run of tokens per rank, decode batches run whole on every rank.
+// context parallel, model/context_parallel.h) prefill batches run one run of tokens per rank
+// through the whole layers (views of the file); decode batches run whole on every rank, or with
+// ep = N too, expert parallel: a different layout per phase, attention replicated in both.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -46,8 +47,9 @@ class Qwen3MoeModel : public Model {
     // Ranks the weights are split across (tensor or expert parallel); 1 with context parallel,
     // whose prefill runs the whole model on every rank, and so does its decode here.
     const int ranks = parallel().tp > 1 || parallel().ep > 1 ? tp_size() : 1;
-    FP_CHECK(parallel().cp == 1 || ranks == 1, mf.path, ": context-parallel prefill of ", c.arch,
-             " runs with the whole model on every rank: drop --tensor-parallel-size / --expert-parallel-size");
+    FP_CHECK(parallel().cp == 1 || parallel().tp == 1, mf.path, ": context-parallel prefill of ", c.arch,
+             " keeps attention whole on every rank: decode can split the experts (--expert-parallel-size), not the "
+             "heads (drop --tensor-parallel-size)");
     context_parallel_ = parallel().cp > 1;
     ffn_split_ = ranks > 1;
     attn_ranks_ = parallel().tp > 1 ? ranks : 1;  // attention heads split, or replicated on every rank
@@ -79,13 +81,17 @@ class Qwen3MoeModel : public Model {
       L.moe = c.source == "gguf" ? mf.find(p + "ffn_gate_inp.weight") != nullptr : c.moe.is_moe_layer(l);
       if (L.moe) {
         L.experts = load_moe_layer(mf, p, c);
-        shard_moe_layer(mf, split, L.experts);
       } else {
         L.w_gate = &mf.get(p + "ffn_gate.weight", {c.hidden_dim, c.dim});
         L.w_up = &mf.get(p + "ffn_up.weight", {c.hidden_dim, c.dim});
         L.w_down = &mf.get(p + "ffn_down.weight", {c.dim, c.hidden_dim});
-        L.ffn_width = ranks > 1 ? shard_ffn(mf, split, L.w_gate, L.w_up, L.w_down, "FFN width (hidden_dim)") : c.hidden_dim;
+        L.ffn_width = c.hidden_dim;
       }
+      // Context-parallel prefill with expert-parallel decode: the prefill keeps the whole layer
+      // (views of the file), decode this rank's experts and FFN share.
+      if (context_parallel_ && ranks > 1) whole_layers_.push_back(L);
+      if (L.moe) shard_moe_layer(mf, split, L.experts);
+      else if (ranks > 1) L.ffn_width = shard_ffn(mf, split, L.w_gate, L.w_up, L.w_down, "FFN width (hidden_dim)");
       if (attn_ranks_ > 1) {  // this rank's heads: q/k/v rows, attn_output's columns
         const Range q{rank * heads_ * c.head_dim, heads_ * c.head_dim}, kv{rank * kv_heads_ * c.head_dim, kv_heads_ * c.head_dim};
         L.wq = &shards_.emplace_back(slice_rows(*L.wq, q));
@@ -136,9 +142,12 @@ class Qwen3MoeModel : public Model {
     att.out = att_.data();
     run.slots(pool.page_size(), slots_);
 
+    // A context-parallel step runs the whole layers and sums nothing across the ranks.
+    const std::vector<Qwen3MoeLayer>& layers = cp && !whole_layers_.empty() ? whole_layers_ : layers_;
+    const bool sum_ffn = ffn_split_ && !cp;
     dispatch(EmbeddingArgs{embed_, run.tokens.data(), n, x_.data()});
-    for (size_t l = 0; l < layers_.size(); ++l) {
-      const Qwen3MoeLayer& L = layers_[l];
+    for (size_t l = 0; l < layers.size(); ++l) {
+      const Qwen3MoeLayer& L = layers[l];
       const BlockQ8_0* hq = rmsnorm_for({x_.data(), L.attn_norm, n, c.dim, c.rms_eps, h_.data()}, {L.wq, L.wk, L.wv}, hq_);
       dispatch(MatMulArgs{h_.data(), n, L.wq, nullptr, q_.data(), hq});
       dispatch(MatMulArgs{h_.data(), n, L.wk, nullptr, k_.data(), hq});
@@ -166,7 +175,7 @@ class Qwen3MoeModel : public Model {
         dispatch(MatMulArgs{gate_.data(), n, L.w_down, nullptr, h_.data()});
         std::memcpy(gate_.data(), h_.data(), static_cast<size_t>(n * c.dim) * 4);
       }
-      if (ffn_split_) dispatch(AllReduceArgs{tp_.get(), gate_.data(), n * c.dim});  // sum the ranks' FFN shares
+      if (sum_ffn) dispatch(AllReduceArgs{tp_.get(), gate_.data(), n * c.dim});  // sum the ranks' FFN shares
       dispatch(AddArgs{x_.data(), gate_.data(), n * c.dim, x_.data()});
     }
 
@@ -186,6 +195,7 @@ class Qwen3MoeModel : public Model {
   VocabParallelOutput output_;  // the output projection, split by vocabulary rows across the ranks
   const float* output_norm_ = nullptr;
   std::vector<Qwen3MoeLayer> layers_;
+  std::vector<Qwen3MoeLayer> whole_layers_;  // context-parallel prefill with EP decode: the unsplit layers
   std::vector<float> inv_freq_;
   std::vector<float> x_, h_, q_, k_, v_, att_, gate_, up_, rows_;
   std::vector<BlockQ8_0> hq_;  // the normalised input quantized once for Q8_0/Q4_0 matmuls

@@ -265,7 +265,8 @@ struct ContextCase {
   std::string name, path;  // path: empty = a synth model of `arch`
   std::string arch;
   DType type;
-  bool tp;  // decode tensor parallel (else whole on every rank)
+  bool tp;          // decode tensor parallel (else whole on every rank)
+  bool ep = false;  // decode expert parallel (MoE)
 };
 
 void PrintTo(const ContextCase& c, std::ostream* os) { *os << c.name; }
@@ -294,17 +295,20 @@ TEST_P(ContextParallel, PrefillAcrossRanksMatchesOneRank) {
     synth_model(o);
     path = o.out;
   }
-  const ParallelSizes ps{c.tp ? ranks : 1, 1, ranks};
+  const ParallelSizes ps{c.tp ? ranks : 1, c.ep ? ranks : 1, ranks};
   Ledger::global().reset();
   expect_same_as_one_rank(path, {1, 9, 200, 33, 71, 4, 150, 88, 3, 12, 7}, 16, ps);
   auto whole = load(path, nullptr);
   auto split = load(path, test::world_comm(), ps);
   EXPECT_EQ(split->kv_layout().k_width, whole->kv_layout().k_width) << "context parallel keeps every KV head";
   EXPECT_LT(rel_diff(run_varlen(*split), run_varlen(*whole)), 1e-4);
-  // The prefill exchanged K/V (all_gather); TP decode summed partial outputs (all_reduce).
+  // The prefill exchanged K/V (all_gather); TP or EP decode summed partial outputs (all_reduce).
   const std::string table = Ledger::global().table();
   EXPECT_NE(table.find("all_gather"), std::string::npos) << table;
-  EXPECT_EQ(table.find("all_reduce") != std::string::npos, c.tp) << table;
+  EXPECT_EQ(table.find("all_reduce") != std::string::npos, c.tp || c.ep) << table;
+  if (c.ep) {
+    EXPECT_NE(table.find(" of 6"), std::string::npos) << "decode ran this rank's experts only\n" << table;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -315,7 +319,9 @@ INSTANTIATE_TEST_SUITE_P(
                       ContextCase{"qwen2_cp", "", "qwen2", DType::F32, false},
                       ContextCase{"qwen3_cp_tp", "", "qwen3", DType::F16, true},
                       ContextCase{"qwen3moe_cp", "", "qwen3_moe", DType::F32, false},
-                      ContextCase{"deepseek_v3_cp", "", "deepseek_v3", DType::F32, false}),
+                      ContextCase{"qwen3moe_cp_ep", "", "qwen3_moe", DType::F32, false, true},
+                      ContextCase{"deepseek_v3_cp", "", "deepseek_v3", DType::F32, false},
+                      ContextCase{"deepseek_v3_cp_ep", "", "deepseek_v3", DType::F32, false, true}),
     [](const auto& p) { return p.param.name; });
 
 // Micro-batch overlap (issue 7): tensor-parallel steps of 2 tokens and more run as two
