@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "tokenizer/tokenizer.h"
 
 namespace fp {
@@ -108,6 +109,12 @@ Engine::Engine(Model& model, const EngineConfig& cfg) : model_(model), cfg_(cfg)
   }
   capacity_ = plan_kv_cache(layout, cfg_.page_size, budget, cfg_.max_model_len, cfg_.scheduler.max_num_seqs);
   pool_ = std::make_unique<KvPool>(layout, cfg_.page_size, capacity_.n_blocks, model.device());
+  // Data-parallel attention keeps a sequence's KV rows on the rank that owns its first block; a
+  // copy-on-write of that block could move it to another rank, so prefix reuse is off there.
+  if (cfg_.prefix_caching && model.parallel().dp > 1) {
+    log_info("prefix caching off: data-parallel attention keeps each sequence's KV on one rank");
+    cfg_.prefix_caching = false;
+  }
   blocks_ = std::make_unique<BlockManager>(*pool_, cfg_.prefix_caching);
   scheduler_ = std::make_unique<Scheduler>(cfg_.scheduler, *blocks_);
   if (Communicator* comm = model.tensor_parallel(); comm && comm->size() > 1) {

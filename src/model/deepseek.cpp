@@ -23,6 +23,7 @@
 #include "kernels/ops.h"
 #include "kernels/registry.h"
 #include "model/context_parallel.h"
+#include "model/data_parallel.h"
 #include "model/vocab_parallel.h"
 #include "model/model.h"
 #include "model/moe_layers.h"
@@ -51,6 +52,7 @@ class DeepseekModel : public Model {
     // Ranks the experts are split across; 1 with context parallel (the whole model on every rank).
     const int ranks = parallel().ep > 1 ? tp_size() : 1;
     context_parallel_ = parallel().cp > 1;
+    data_parallel_ = parallel().dp > 1;
     ffn_split_ = ranks > 1;
     FP_CHECK(tp_size() == 1 || parallel().tp == 1, mf.path, ": ", c.arch, " splits across ranks by experts only: MLA attention "
              "is replicated (its latent KV cache has no heads to split); use --expert-parallel-size ", tp_size(),
@@ -122,8 +124,13 @@ class DeepseekModel : public Model {
     // Prefill context parallel: this rank runs its run of the tokens (model/context_parallel.h).
     const bool cp = context_parallel_ && ContextParallelStep::applies(b, tp_size());
     if (cp) cp_.begin(tp_.get(), b, pool.page_size());
-    const ForwardBatch& run = cp ? cp_.run() : b;
+    // Data-parallel attention: this rank's sequences only (model/data_parallel.h); the FFN layers
+    // see all `m` tokens of the batch.
+    const bool dp = data_parallel_;
+    if (dp) dp_.begin(tp_.get(), b);
+    const ForwardBatch& run = cp ? cp_.run() : dp ? dp_.run() : b;
     const int64_t n = run.n_tokens(), padded = cp ? cp_.padded_rows() : n;  // rows sent by the gathers
+    const int64_t m = dp ? dp_.total_rows() : n;
     const int64_t qd = nope_ + rope_, lw = L_ + rope_;
     resize(x_, padded * c.dim);
     resize(h_, padded * c.dim);
@@ -132,8 +139,9 @@ class DeepseekModel : public Model {
     resize(kva_, padded * lw);
     resize(c_, n * L_);
     resize(att_, n * H_ * vd_);
-    resize(gate_, n * std::max(c.hidden_dim, c.dim));
-    resize(up_, n * c.hidden_dim);
+    resize(gate_, m * std::max(c.hidden_dim, c.dim));
+    resize(up_, m * c.hidden_dim);
+    if (dp) resize(all_, m * c.dim);
     const int32_t* pos = run.positions.data();
 
     MlaAttentionArgs att{};
@@ -157,62 +165,91 @@ class DeepseekModel : public Model {
     att.out = att_.data();
     run.slots(pool.page_size(), slots_);
 
-    dispatch(EmbeddingArgs{embed_, run.tokens.data(), n, x_.data()});
+    if (n > 0) dispatch(EmbeddingArgs{embed_, run.tokens.data(), n, x_.data()});
     // A context-parallel step runs the whole layers and sums nothing across the ranks.
     const std::vector<DeepseekLayer>& layers = cp && !whole_layers_.empty() ? whole_layers_ : layers_;
     const bool sum_ffn = ffn_split_ && !cp;
     for (size_t l = 0; l < layers.size(); ++l) {
       const DeepseekLayer& Y = layers[l];
-      const BlockQ8_0* hq =
-          rmsnorm_for({x_.data(), Y.attn_norm, n, c.dim, c.rms_eps, h_.data()}, {Y.wq_a ? Y.wq_a : Y.wq, Y.wkv_a}, hq_);
-      if (Y.wq_a) {
-        dispatch(MatMulArgs{h_.data(), n, Y.wq_a, nullptr, qa_.data(), hq});
-        dispatch(RmsNormArgs{qa_.data(), Y.q_a_norm, n, c.mla.q_lora_rank, c.rms_eps, qa_.data()});
-        dispatch(MatMulArgs{qa_.data(), n, Y.wq_b, nullptr, q_.data()});
-      } else {
-        dispatch(MatMulArgs{h_.data(), n, Y.wq, nullptr, q_.data(), hq});
-      }
-      dispatch(MatMulArgs{h_.data(), n, Y.wkv_a, nullptr, kva_.data(), hq});
-      for (int64_t i = 0; i < n; ++i) std::memcpy(c_.data() + i * L_, kva_.data() + i * lw, static_cast<size_t>(L_) * 4);
-      dispatch(RmsNormArgs{c_.data(), Y.kv_a_norm, n, L_, c.rms_eps, c_.data()});
-      // RoPE: the last `rope` values of every query head, and the one shared k_pe.
-      dispatch(RopeArgs{q_.data() + nope_, pos, n, H_, qd, rope_, H_ * qd, inv_freq_.data(), rope_mscale_, c.rope_style});
-      dispatch(RopeArgs{kva_.data() + L_, pos, n, 1, rope_, rope_, lw, inv_freq_.data(), rope_mscale_, c.rope_style});
-      // The latent rows [normalised c | k_pe]: c back over the raw c in kva_, then into the cache.
-      for (int64_t i = 0; i < n; ++i) std::memcpy(kva_.data() + i * lw, c_.data() + i * L_, static_cast<size_t>(L_) * 4);
-      if (cp) cp_.write_kv(pool, static_cast<int64_t>(l), kva_.data(), nullptr);  // every rank's rows
-      else pool.write(static_cast<int64_t>(l), slots_.data(), n, kva_.data(), nullptr);
-      att.latent_pool = pool.k(static_cast<int64_t>(l));
-      att.wk = Y.wk.data();
-      att.wk_t = Y.wk_t.data();
-      att.wv = Y.wv.data();
-      dispatch(att);
-      dispatch(MatMulArgs{att_.data(), n, Y.wo, nullptr, h_.data()});
-      dispatch(AddArgs{x_.data(), h_.data(), n * c.dim, x_.data()});
-
-      dispatch(RmsNormArgs{x_.data(), Y.ffn_norm, n, c.dim, c.rms_eps, h_.data()});
+      if (n > 0) attention(Y, static_cast<int64_t>(l), n, pos, cp, pool, att);
+      // FFN input: this rank's normalised rows, or (data parallel) every rank's, gathered.
+      if (n > 0) dispatch(RmsNormArgs{x_.data(), Y.ffn_norm, n, c.dim, c.rms_eps, h_.data()});
+      if (dp) dp_.gather(h_.data(), c.dim, all_.data());
+      const float* in = dp ? all_.data() : h_.data();
+      float* out = dp ? all_.data() : h_.data();  // the FFN's output (partial sums when split)
       if (Y.moe) {
-        moe_.run(Y.experts, c, h_.data(), n, gate_.data());
-        if (sum_ffn) dispatch(AllReduceArgs{tp_.get(), gate_.data(), n * c.dim});  // sum the ranks' experts
-        dispatch(AddArgs{x_.data(), gate_.data(), n * c.dim, x_.data()});
+        moe_.run(Y.experts, c, in, m, gate_.data());
+        out = gate_.data();
       } else {
-        dispatch(MatMulArgs{h_.data(), n, Y.w_gate, nullptr, gate_.data()});
-        dispatch(MatMulArgs{h_.data(), n, Y.w_up, nullptr, up_.data()});
-        dispatch(SiluMulArgs{gate_.data(), up_.data(), n, Y.ffn_width, 0, 0, gate_.data()});
-        dispatch(MatMulArgs{gate_.data(), n, Y.w_down, nullptr, h_.data()});
-        if (sum_ffn) dispatch(AllReduceArgs{tp_.get(), h_.data(), n * c.dim});  // sum the FFN shares
-        dispatch(AddArgs{x_.data(), h_.data(), n * c.dim, x_.data()});
+        dispatch(MatMulArgs{in, m, Y.w_gate, nullptr, gate_.data()});
+        dispatch(MatMulArgs{in, m, Y.w_up, nullptr, up_.data()});
+        dispatch(SiluMulArgs{gate_.data(), up_.data(), m, Y.ffn_width, 0, 0, gate_.data()});
+        dispatch(MatMulArgs{gate_.data(), m, Y.w_down, nullptr, out});
       }
+      if (dp) {  // each rank gets the sum of its own rows
+        dp_.reduce_scatter(out, c.dim, h_.data());
+        out = h_.data();
+      } else if (sum_ffn) {
+        dispatch(AllReduceArgs{tp_.get(), out, n * c.dim});  // sum the ranks' experts / FFN shares
+      }
+      if (n > 0) dispatch(AddArgs{x_.data(), out, n * c.dim, x_.data()});
     }
+    finish_logits(b, cp, dp, logits);
+  }
 
+ private:
+  // Layer Y's attention for this step's n rows of x_ (writes its latent rows into the pool):
+  // x_ += attn_output(MLA(RMSNorm(x_))).
+  void attention(const DeepseekLayer& Y, int64_t l, int64_t n, const int32_t* pos, bool cp, KvPool& pool,
+                 MlaAttentionArgs& att) {
+    const ModelConfig& c = config();
+    const int64_t qd = nope_ + rope_, lw = L_ + rope_;
+    const BlockQ8_0* hq =
+        rmsnorm_for({x_.data(), Y.attn_norm, n, c.dim, c.rms_eps, h_.data()}, {Y.wq_a ? Y.wq_a : Y.wq, Y.wkv_a}, hq_);
+    if (Y.wq_a) {
+      dispatch(MatMulArgs{h_.data(), n, Y.wq_a, nullptr, qa_.data(), hq});
+      dispatch(RmsNormArgs{qa_.data(), Y.q_a_norm, n, c.mla.q_lora_rank, c.rms_eps, qa_.data()});
+      dispatch(MatMulArgs{qa_.data(), n, Y.wq_b, nullptr, q_.data()});
+    } else {
+      dispatch(MatMulArgs{h_.data(), n, Y.wq, nullptr, q_.data(), hq});
+    }
+    dispatch(MatMulArgs{h_.data(), n, Y.wkv_a, nullptr, kva_.data(), hq});
+    for (int64_t i = 0; i < n; ++i) std::memcpy(c_.data() + i * L_, kva_.data() + i * lw, static_cast<size_t>(L_) * 4);
+    dispatch(RmsNormArgs{c_.data(), Y.kv_a_norm, n, L_, c.rms_eps, c_.data()});
+    // RoPE: the last `rope` values of every query head, and the one shared k_pe.
+    dispatch(RopeArgs{q_.data() + nope_, pos, n, H_, qd, rope_, H_ * qd, inv_freq_.data(), rope_mscale_, c.rope_style});
+    dispatch(RopeArgs{kva_.data() + L_, pos, n, 1, rope_, rope_, lw, inv_freq_.data(), rope_mscale_, c.rope_style});
+    // The latent rows [normalised c | k_pe]: c back over the raw c in kva_, then into the cache.
+    for (int64_t i = 0; i < n; ++i) std::memcpy(kva_.data() + i * lw, c_.data() + i * L_, static_cast<size_t>(L_) * 4);
+    if (cp) cp_.write_kv(pool, static_cast<int64_t>(l), kva_.data(), nullptr);  // every rank's rows
+    else pool.write(static_cast<int64_t>(l), slots_.data(), n, kva_.data(), nullptr);
+    att.latent_pool = pool.k(static_cast<int64_t>(l));
+    att.wk = Y.wk.data();
+    att.wk_t = Y.wk_t.data();
+    att.wv = Y.wv.data();
+    dispatch(att);
+    dispatch(MatMulArgs{att_.data(), n, Y.wo, nullptr, h_.data()});
+    dispatch(AddArgs{x_.data(), h_.data(), n * c.dim, x_.data()});
+  }
+
+  // The logits of the batch's logit rows, from whichever rank holds them.
+  void finish_logits(const ForwardBatch& b, bool cp, bool dp, float* logits) {
+    const ModelConfig& c = config();
     resize(rows_, static_cast<int64_t>(b.logit_rows.size()) * c.dim);
-    const int64_t rows = cp ? cp_.gather_logit_rows(x_.data(), c.dim, rows_.data()) : b.gather_logit_rows(x_.data(), c.dim, rows_.data());
+    int64_t rows = 0;
+    if (cp) {
+      rows = cp_.gather_logit_rows(x_.data(), c.dim, rows_.data());
+    } else if (dp) {
+      dp_.gather(x_.data(), c.dim, all_.data());
+      rows = b.gather_logit_rows(all_.data(), c.dim, rows_.data());
+    } else {
+      rows = b.gather_logit_rows(x_.data(), c.dim, rows_.data());
+    }
     if (rows == 0) return;
     dispatch(RmsNormArgs{rows_.data(), output_norm_, rows, c.dim, c.rms_eps, rows_.data()});
     output_.run(rows_.data(), rows, logits);
   }
 
- private:
   // Per-head views of the KV up-projection. One tensor attn_kv_b [H * (nope + v), kv_lora]
   // (rows per head: nope key rows, then v value rows), or llama.cpp's split form attn_k_b
   // [H, kv_lora, nope] (already transposed for absorption) and attn_v_b [H, v, kv_lora].
@@ -291,6 +328,9 @@ class DeepseekModel : public Model {
   bool context_parallel_ = false;  // prefill batches run context parallel
   bool ffn_split_ = false;         // experts / FFN widths split across the ranks (an all-reduce per layer)
   ContextParallelStep cp_;
+  bool data_parallel_ = false;  // attention data parallel (ParallelSizes::dp)
+  DataParallelStep dp_;
+  std::vector<float> all_;      // data parallel: the whole batch's rows for the FFN layers
 };
 
 const bool registered = register_sharded_architecture(

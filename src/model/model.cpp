@@ -43,7 +43,11 @@ std::vector<std::string> registered_architectures() {
 }
 
 ParallelSizes resolve_parallel(ParallelSizes p, int ranks, const ModelConfig& c) {
-  if (p.tp == 0 && p.ep == 0 && p.cp == 0) return ParallelSizes{ranks, 1, 1};  // tensor parallel, the dense default
+  if (p.dp == 0) p.dp = 1;
+  FP_CHECK(p.dp == 1 || (p.dp == ranks && p.ep == ranks && p.tp <= 1 && p.cp <= 1), "--data-parallel-attention on ", ranks,
+           " ranks runs with --expert-parallel-size ", ranks, " only (not with --tensor-parallel-size or "
+           "--prefill-context-parallel-size): the expert layers are what the ranks split");
+  if (p.tp == 0 && p.ep == 0 && p.cp == 0) return ParallelSizes{ranks, 1, 1, 1};  // tensor parallel, the dense default
   if (p.tp == 0) p.tp = 1;
   if (p.ep == 0) p.ep = 1;
   if (p.cp == 0) p.cp = 1;
@@ -80,7 +84,7 @@ std::unique_ptr<Model> build_model(std::shared_ptr<ModelFile> file, std::shared_
     file->parallel = resolve_parallel(file->parallel, tp->size(), file->config);
     return it->second.make(std::move(file), std::move(tp));
   }
-  file->parallel = ParallelSizes{1, 1, 1};
+  file->parallel = ParallelSizes{1, 1, 1, 1};
   return it->second.make(std::move(file), nullptr);
 }
 

@@ -25,8 +25,11 @@ namespace fp {
 //           runs of consecutive tokens, one per rank, each through the whole model; the ranks
 //           exchange K/V per layer. Other batches (decode) use the tp layout. A different layout
 //           per phase on the same ranks: every rank keeps the whole KV cache (all heads).
+//   dp = N: data-parallel attention (DeepSeek MLA, with ep = N; model/data_parallel.h): each rank
+//           attends only its own sequences and keeps only their KV rows; the expert layers see
+//           every token (all-gather before, reduce-scatter after).
 struct ParallelSizes {
-  int tp = 0, ep = 0, cp = 0;
+  int tp = 0, ep = 0, cp = 0, dp = 0;
 };
 
 struct LoadOptions {

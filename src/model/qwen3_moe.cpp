@@ -50,6 +50,9 @@ class Qwen3MoeModel : public Model {
     FP_CHECK(parallel().cp == 1 || parallel().tp == 1, mf.path, ": context-parallel prefill of ", c.arch,
              " keeps attention whole on every rank: decode can split the experts (--expert-parallel-size), not the "
              "heads (drop --tensor-parallel-size)");
+    FP_CHECK(parallel().dp <= 1, mf.path, ": --data-parallel-attention is built for DeepSeek's MLA; ", c.arch,
+             "'s GQA attention splits by heads instead (--tensor-parallel-size ", tp_size(), " --expert-parallel-size ",
+             tp_size(), ")");
     context_parallel_ = parallel().cp > 1;
     ffn_split_ = ranks > 1;
     attn_ranks_ = parallel().tp > 1 ? ranks : 1;  // attention heads split, or replicated on every rank

@@ -38,6 +38,9 @@ void add_common(CLI::App* app, CommonOptions& o, bool model_required) {
                   "cut each prefill batch's tokens across this many ranks (mpirun -np N; CPU); decode "
                   "keeps the --tensor-parallel-size layout")
       ->check(CLI::Range(1, 1 << 16));
+  app->add_flag("--data-parallel-attention", o.data_parallel_attention,
+                "with --expert-parallel-size N on a DeepSeek (MLA) model: each rank attends only its own sequences "
+                "and keeps only their latent KV rows; the expert layers see every token");
   app->add_option("--micro-batch-overlap", o.micro_batch_overlap,
                   "split model steps of at least this many tokens into two micro-batches, so that one's "
                   "all-reduce overlaps the other's compute (--tensor-parallel-size on CPU ranks; 0: off)")
@@ -86,7 +89,8 @@ std::unique_ptr<Model> load_with(const CommonOptions& o) {
   FP_CHECK(device_from_name(o.device, &lo.device), "--device '", o.device, "': expected cpu or cuda");
   lo.device_graphs = !o.no_cuda_graphs;
   lo.repack = !o.no_repack;
-  lo.parallel = ParallelSizes{o.tensor_parallel, o.expert_parallel, o.context_parallel};
+  lo.parallel = ParallelSizes{o.tensor_parallel, o.expert_parallel, o.context_parallel,
+                              o.data_parallel_attention ? o.ranks() : 1};
   lo.micro_batch_overlap = o.micro_batch_overlap;
   // Split across ranks, each touches only the pages of its slices (prefaulting would read all).
   if (world->size() > 1) lo.prefault = false;

@@ -25,6 +25,7 @@ struct CommonOptions {
   int expert_parallel = 1;         // ranks the routed experts are partitioned across (MoE models)
   int context_parallel = 1;        // ranks a prefill batch's tokens are cut across (llama family)
   int ranks() const { return std::max({tensor_parallel, expert_parallel, context_parallel}); }
+  bool data_parallel_attention = false;  // MLA attention per rank's own sequences (with --expert-parallel-size)
   int64_t micro_batch_overlap = 0;  // steps of at least this many tokens split in two overlapped micro-batches
   std::string device = "cpu";      // where the model runs: cpu or cuda
   bool no_cuda_graphs = false;

@@ -372,6 +372,72 @@ INSTANTIATE_TEST_SUITE_P(Layouts, MicroBatchOverlap,
                                            OverlapCase{"stories_cp_tp", kStories, DType::F32, true}),
                          [](const auto& p) { return p.param.name; });
 
+// Data-parallel attention (issue 7): DeepSeek-V3 with MLA attention per rank's own sequences and
+// the experts partitioned; the FFN layers see every token (all-gather, reduce-scatter). A single
+// sequence (one rank attends, the others hold no tokens), then a varlen batch of five sequences
+// whose first blocks put them on different ranks, prefill then one decode step, against one rank.
+std::vector<float> run_varlen_by_owner(Model& m) {
+  const int64_t V = m.config().n_vocab, page = 4, S = 5;
+  KvPool pool(m.kv_layout(), page, 32);
+  const std::vector<std::vector<int32_t>> prompts = {{1, 9, 200, 33, 71}, {4, 150}, {88, 3, 12, 7, 90, 61, 20}, {5}, {17, 2, 99}};
+  std::vector<std::vector<int32_t>> pages(S);
+  for (int32_t s = 0; s < S; ++s) pages[static_cast<size_t>(s)] = {s, static_cast<int32_t>(S + 2 * s), static_cast<int32_t>(S + 2 * s + 1)};
+  ForwardBatch b;
+  for (size_t s = 0; s < prompts.size(); ++s)
+    b.add_sequence(prompts[s].data(), static_cast<int64_t>(prompts[s].size()), 0, pages[s].data(), 3, true, s == 2);
+  std::vector<float> out(b.logit_rows.size() * static_cast<size_t>(V));
+  m.forward(b, pool, out.data());
+  ForwardBatch d;
+  const int32_t next_tok[] = {5, 6, 7, 8, 9};
+  for (size_t s = 0; s < prompts.size(); ++s)
+    d.add_sequence(&next_tok[s], 1, static_cast<int64_t>(prompts[s].size()), pages[s].data(), 3, true);
+  std::vector<float> dec(prompts.size() * static_cast<size_t>(V));
+  m.forward(d, pool, dec.data());
+  out.insert(out.end(), dec.begin(), dec.end());
+  return out;
+}
+
+TEST(DataParallelAttention, DeepSeekMatchesOneRank) {
+  FP_REQUIRE_RANKS(2);
+  const int ranks = test::world_comm()->size();
+  SynthOptions o;
+  o.arch = "deepseek_v3";
+  o.config = moe_config("deepseek_v3");
+  o.type = DType::F32;
+  o.seed = 31;
+  o.out = test::temp_dir("dp_attn") + "/model.gguf";
+  synth_model(o);
+  const ParallelSizes ps{1, ranks, 1, ranks};
+  Ledger::global().reset();
+  expect_same_as_one_rank(o.out, {1, 9, 200, 33, 71, 4, 150, 88, 3, 12, 7}, 16, ps);
+  auto whole = load(o.out, nullptr);
+  auto split = load(o.out, test::world_comm(), ps);
+  EXPECT_LT(rel_diff(run_varlen_by_owner(*split), run_varlen_by_owner(*whole)), 1e-4);
+  const std::string table = Ledger::global().table();
+  EXPECT_NE(table.find("reduce_scatter"), std::string::npos) << table;
+  EXPECT_NE(table.find("all_gather"), std::string::npos) << table;
+  EXPECT_EQ(table.find("all_reduce "), std::string::npos) << "data parallel sums by reduce-scatter\n" << table;
+}
+
+TEST(DataParallelAttention, RefusesOtherLayouts) {
+  FP_REQUIRE_RANKS(2);
+  const int ranks = test::world_comm()->size();
+  SynthOptions o;
+  o.arch = "qwen3_moe";
+  o.config = moe_config("qwen3_moe");
+  o.out = test::temp_dir("dp_refuse") + "/model.gguf";
+  synth_model(o);
+  for (ParallelSizes ps : {ParallelSizes{ranks, ranks, 1, ranks}, ParallelSizes{1, 1, 1, ranks}, ParallelSizes{1, ranks, 1, ranks}}) {
+    try {
+      load(o.out, test::world_comm(), ps);
+      ADD_FAILURE() << "dp with tp " << ps.tp << " ep " << ps.ep << " should be refused";
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_TRUE(what.find("--data-parallel-attention") != std::string::npos) << what;
+    }
+  }
+}
+
 TEST(TensorParallel, RefusesAColumnCutInsideAQuantBlock) {
   FP_REQUIRE_RANKS(2);
   // 6 heads of 16 on 2 ranks: 48 attention-output columns each, not a multiple of Q8_0's 32.

@@ -105,6 +105,9 @@ same_logits "$tmp/ds1.f32" "$tmp/ds2.f32" $((8 * 256))
 check "logits with EP=2 within 1e-4 of one rank" $?
 audit=$(run2 2 "$bin" audit -m "$ds" -p 8 -n 2 -t 1 --ep 2)
 grep -q 'expert parallel 2' <<<"$audit" && grep -Eq '^moe_ffn .*experts 0\.\.2 of 6' <<<"$audit"; check "audit shows rank 0's experts 0..2" $?
+run2 2 "$bin" logits -m "$ds" --tokens "$ds_toks" --out "$tmp/ds5.f32" -q -t 1 --ep 2 --data-parallel-attention
+same_logits "$tmp/ds1.f32" "$tmp/ds5.f32" $((8 * 256))
+check "logits with EP=2 and data-parallel attention within 1e-4 of one rank" $?
 err=$(run2 2 "$bin" logits -m "$ds" --tokens "$ds_toks" --out "$tmp/x.f32" -t 1 --tensor-parallel-size 2 2>&1); rc=$?
 [ $rc != 0 ] && grep -q "by experts only" <<<"$err"; check "TP on MLA is refused with the reason" $?
 # Prefill context parallel, decode expert parallel: the prompt's logits (a CP step) give the

@@ -1,0 +1,48 @@
+// model/data_parallel.h — data-parallel attention (--data-parallel-attention, with expert
+// parallelism): each rank runs attention only for its own sequences of a batch and keeps only
+// their rows in its KV cache; the FFN/expert layers see every token. Per layer the ranks
+// all-gather the normalised hidden rows of their tokens (so every rank holds the whole batch),
+// run their experts and their share of the shared/dense FFN width on all of them, and a
+// reduce-scatter returns to each rank the sum for its own tokens — the volume of one all-reduce,
+// with the attention work and the latent cache divided by the ranks (DeepSeek's MLA cache has
+// no heads for tensor parallelism to split).
+//
+// A sequence belongs to rank (its first KV block % ranks): stable for its lifetime, and shared
+// by every sequence that shares a cached prefix with it (prefixes start at block 0), so a
+// sequence always finds its earlier KV rows on its own rank.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "model/model.h"
+#include "parallel/communicator.h"
+
+namespace fp {
+
+class DataParallelStep {
+ public:
+  // Splits `b` (which must outlive the step) by owner rank.
+  void begin(Communicator* comm, const ForwardBatch& b);
+  // This rank's sequences as a batch (possibly empty), and the rows the exchanges send per rank.
+  const ForwardBatch& run() const { return run_; }
+  int64_t rows() const { return run_.n_tokens(); }
+  int64_t padded_rows() const { return chunk_; }
+  int64_t total_rows() const { return batch_->n_tokens(); }
+  // own [rows(), dim] of every rank → all [total_rows(), dim] in the batch's token order.
+  void gather(const float* own, int64_t dim, float* all);
+  // all [total_rows(), dim] partial sums of every rank → own [rows(), dim], summed over the ranks.
+  void reduce_scatter(const float* all, int64_t dim, float* own);
+
+ private:
+  Communicator* comm_ = nullptr;
+  const ForwardBatch* batch_ = nullptr;
+  ForwardBatch run_;
+  int64_t chunk_ = 0;                         // the most tokens any rank owns
+  std::vector<std::vector<int64_t>> tokens_;  // per rank: the batch token indices it owns, in order
+  std::vector<float> send_, recv_;
+};
+
+// The rank that owns sequence s of `b`.
+int data_parallel_owner(const ForwardBatch& b, int64_t s, int ranks);
+
+}  // namespace fp
