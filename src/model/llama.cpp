@@ -144,22 +144,12 @@ class LlamaModel : public Model {
     const int64_t overlap_min = file_->micro_batch_overlap;
     if (tp && overlap_min > 0 && n >= std::max<int64_t>(overlap_min, 2) && device() == Device::CPU)
       return forward_overlapped(b, pool, logits);
-    // Per-rank widths: this rank's heads and FFN share (the whole model on one rank).
-    const int64_t q_dim = heads_ * c.head_dim, kv_dim = kv_heads_ * c.head_dim;
-    const int64_t v_dim = kv_heads_ * c.v_head_dim, att_dim = heads_ * c.v_head_dim;
-    int64_t ffn = 0;  // the widest FFN share of the layers (their weight types may differ)
-    for (const LlamaLayer& L : layers_) ffn = std::max(ffn, L.ffn_width);
+    // Per-rank widths: this rank's KV heads (the whole model on one rank).
+    const int64_t kv_dim = kv_heads_ * c.head_dim, v_dim = kv_heads_ * c.v_head_dim;
     FP_CHECK(pool.device() == device(), "the KV cache is on ", device_name(pool.device()), " but the model runs on ",
              device_name(device()));
     DeviceScope scope(device());  // every op below runs on the model's device
-    float* x = act_.f32(0, n * c.dim);
-    float* h = act_.f32(1, n * c.dim);
-    float* q = act_.f32(2, n * q_dim);
-    float* k = act_.f32(3, n * kv_dim);
-    float* v = act_.f32(4, n * v_dim);
-    float* att_out = act_.f32(5, n * att_dim);
-    float* gate = act_.f32(6, n * ffn);
-    float* up = act_.f32(7, n * ffn);
+    auto [x, h, q, k, v, att_out, gate, up] = step_buffers(n);
     const StagedBatch sb = stager_.stage(b, pool.page_size());
     const int32_t* pos = sb.positions;
 
@@ -210,6 +200,25 @@ class LlamaModel : public Model {
   }
 
  private:
+  // A step's activations for n rows, this rank's widths: x, h [n, dim], q, k, v, the attention
+  // output, and the FFN's gate and up [n, widest FFN share].
+  struct StepBuffers {
+    float *x, *h, *q, *k, *v, *att_out, *gate, *up;
+  };
+  StepBuffers step_buffers(int64_t n) {
+    const ModelConfig& c = config();
+    int64_t ffn = 0;  // the widest FFN share of the layers (their weight types may differ)
+    for (const LlamaLayer& L : layers_) ffn = std::max(ffn, L.ffn_width);
+    return {act_.f32(0, n * c.dim),
+            act_.f32(1, n * c.dim),
+            act_.f32(2, n * heads_ * c.head_dim),
+            act_.f32(3, n * kv_heads_ * c.head_dim),
+            act_.f32(4, n * kv_heads_ * c.v_head_dim),
+            act_.f32(5, n * heads_ * c.v_head_dim),
+            act_.f32(6, n * ffn),
+            act_.f32(7, n * ffn)};
+  }
+
   // Layer L's attention inputs for n rows of x (h receives the normalised rows): q [n, heads *
   // head_dim], k and v [n, kv_heads * head_dim] with biases, q/k norms and RoPE at positions pos.
   void attention_inputs(const LlamaLayer& L, const float* x, float* h, int64_t n, int64_t heads, int64_t kv_heads,
@@ -267,14 +276,7 @@ class LlamaModel : public Model {
     const int64_t v_dim = kv_heads_ * c.v_head_dim, att_dim = heads_ * c.v_head_dim;
     int64_t ffn = 0;
     for (const LlamaLayer& L : layers_) ffn = std::max(ffn, L.ffn_width);
-    float* x = act_.f32(0, n * c.dim);
-    float* h = act_.f32(1, n * c.dim);
-    float* q = act_.f32(2, n * q_dim);
-    float* k = act_.f32(3, n * kv_dim);
-    float* v = act_.f32(4, n * v_dim);
-    float* att_out = act_.f32(5, n * att_dim);
-    float* gate = act_.f32(6, n * ffn);
-    float* up = act_.f32(7, n * ffn);
+    auto [x, h, q, k, v, att_out, gate, up] = step_buffers(n);
     const bool every_head = pool.layout().k_width != kv_dim;  // decode over a context-parallel cache
     const int64_t k_off = every_head ? tp_->rank() * kv_dim : 0, v_off = every_head ? tp_->rank() * v_dim : 0;
     struct MicroBatch {

@@ -258,6 +258,25 @@ std::vector<float> run_varlen(Model& m) {
   return out;
 }
 
+// The test data file `testdata_path`, or (when empty) a small synth model of `arch`: the MoE
+// config above, or GQA with 12 query heads over 6 KV heads. One copy per rank (same seed, same bytes).
+std::string model_path(const std::string& testdata_path, const std::string& arch, DType type, uint32_t seed,
+                       const std::string& tag) {
+  if (!testdata_path.empty()) return test::testdata(testdata_path);
+  SynthOptions o;
+  o.arch = arch;
+  const bool moe = arch == "qwen3_moe" || arch.rfind("deepseek", 0) == 0;
+  o.config = moe ? moe_config(arch)
+                 : nlohmann::json{{"hidden_size", 64},        {"num_attention_heads", 12}, {"num_key_value_heads", 6},
+                                  {"head_dim", 16},           {"intermediate_size", 96},   {"num_hidden_layers", 2},
+                                  {"vocab_size", 256}};
+  o.type = type;
+  o.seed = seed;
+  o.out = test::temp_dir(tag) + "/model.gguf";
+  synth_model(o);
+  return o.out;
+}
+
 // MoE models run here with float weights: a run of a few tokens takes other kernels (GEMV) than
 // the whole batch, and with Q8_0's activation rounding a near-tie in the router can pick another
 // expert (seen once: 1.3% on 3 ranks), a batch-composition effect, not a context-parallel one.
@@ -277,24 +296,11 @@ TEST_P(ContextParallel, PrefillAcrossRanksMatchesOneRank) {
   FP_REQUIRE_RANKS(2);
   const ContextCase& c = GetParam();
   const int ranks = test::world_comm()->size();
-  std::string path = c.path.empty() ? "" : test::testdata(c.path);
-  if (!path.empty()) {
-    FP_REQUIRE_FILE(path);
+  if (!c.path.empty()) {
+    FP_REQUIRE_FILE(test::testdata(c.path));
     if (c.tp && 8 % ranks != 0) GTEST_SKIP() << "stories260K's 8 heads / 4 KV heads do not split " << ranks << " ways";
-  } else {
-    SynthOptions o;
-    o.arch = c.arch;
-    const bool moe = c.arch == "qwen3_moe" || c.arch.rfind("deepseek", 0) == 0;
-    o.config = moe ? moe_config(c.arch)
-                   : nlohmann::json{{"hidden_size", 64},        {"num_attention_heads", 12}, {"num_key_value_heads", 6},
-                                    {"head_dim", 16},           {"intermediate_size", 96},   {"num_hidden_layers", 2},
-                                    {"vocab_size", 256}};
-    o.type = c.type;
-    o.seed = 23;
-    o.out = test::temp_dir("cp_" + c.name) + "/model.gguf";
-    synth_model(o);
-    path = o.out;
   }
+  const std::string path = model_path(c.path, c.arch, c.type, 23, "cp_" + c.name);
   const ParallelSizes ps{c.tp ? ranks : 1, c.ep ? ranks : 1, ranks};
   Ledger::global().reset();
   expect_same_as_one_rank(path, {1, 9, 200, 33, 71, 4, 150, 88, 3, 12, 7}, 16, ps);
@@ -341,20 +347,11 @@ TEST_P(MicroBatchOverlap, MatchesOneRank) {
   FP_REQUIRE_RANKS(2);
   const OverlapCase& c = GetParam();
   const int ranks = test::world_comm()->size();
-  std::string path = c.path.empty() ? "" : test::testdata(c.path);
-  if (!path.empty()) {
-    FP_REQUIRE_FILE(path);
+  if (!c.path.empty()) {
+    FP_REQUIRE_FILE(test::testdata(c.path));
     if (8 % ranks != 0) GTEST_SKIP() << "stories260K's 8 heads / 4 KV heads do not split " << ranks << " ways";
-  } else {
-    SynthOptions o;
-    o.config = {{"hidden_size", 64},        {"num_attention_heads", 12}, {"num_key_value_heads", 6}, {"head_dim", 16},
-                {"intermediate_size", 96}, {"num_hidden_layers", 2},    {"vocab_size", 256}};
-    o.type = c.type;
-    o.seed = 29;
-    o.out = test::temp_dir("mbo_" + c.name) + "/model.gguf";
-    synth_model(o);
-    path = o.out;
   }
+  const std::string path = model_path(c.path, "llama", c.type, 29, "mbo_" + c.name);
   const ParallelSizes ps{ranks, 1, c.context_parallel ? ranks : 1};
   Ledger::global().reset();
   expect_same_as_one_rank(path, {1, 9, 200, 33, 71, 4, 150, 88, 3, 12, 7}, 16, ps, 2);
