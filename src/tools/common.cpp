@@ -79,6 +79,9 @@ void apply_runtime(const CommonOptions& o) {
 }
 
 std::unique_ptr<Model> load_with(const CommonOptions& o) {
+  FP_CHECK(!o.data_parallel_attention || o.expert_parallel > 1,
+           "--data-parallel-attention splits the attention by sequences beside --expert-parallel-size N (N > 1, "
+           "under mpirun -np N); it was given without it");
   std::shared_ptr<Communicator> world = open_world(o.ranks(), o.ranks() == o.tensor_parallel   ? "--tensor-parallel-size"
                                                                : o.ranks() == o.expert_parallel ? "--expert-parallel-size"
                                                                                                 : "--prefill-context-parallel-size");
