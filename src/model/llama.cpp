@@ -149,7 +149,8 @@ class LlamaModel : public Model {
     FP_CHECK(pool.device() == device(), "the KV cache is on ", device_name(pool.device()), " but the model runs on ",
              device_name(device()));
     DeviceScope scope(device());  // every op below runs on the model's device
-    auto [x, h, q, k, v, att_out, gate, up] = step_buffers(n);
+    const StepBuffers buf = step_buffers(n);  // named pointers (lambdas below capture them)
+    float *x = buf.x, *h = buf.h, *q = buf.q, *k = buf.k, *v = buf.v, *att_out = buf.att_out, *gate = buf.gate, *up = buf.up;
     const StagedBatch sb = stager_.stage(b, pool.page_size());
     const int32_t* pos = sb.positions;
 
@@ -276,7 +277,8 @@ class LlamaModel : public Model {
     const int64_t v_dim = kv_heads_ * c.v_head_dim, att_dim = heads_ * c.v_head_dim;
     int64_t ffn = 0;
     for (const LlamaLayer& L : layers_) ffn = std::max(ffn, L.ffn_width);
-    auto [x, h, q, k, v, att_out, gate, up] = step_buffers(n);
+    const StepBuffers buf = step_buffers(n);  // named pointers (lambdas below capture them)
+    float *x = buf.x, *h = buf.h, *q = buf.q, *k = buf.k, *v = buf.v, *att_out = buf.att_out, *gate = buf.gate, *up = buf.up;
     const bool every_head = pool.layout().k_width != kv_dim;  // decode over a context-parallel cache
     const int64_t k_off = every_head ? tp_->rank() * kv_dim : 0, v_off = every_head ? tp_->rank() * v_dim : 0;
     struct MicroBatch {
