@@ -1,6 +1,7 @@
 // tests/engine_test.cpp — the serving core on stories260K: batch invariance across page sizes
 // and chunked prefill, prefix reuse, preemption under a small KV budget, and a randomised
-// scheduler run whose invariants are checked after every step.
+// scheduler run whose invariants are checked after every step; the partitioned pool of
+// data-parallel attention (allocation, storage, capacity, a randomised scheduler run over it).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -357,6 +358,179 @@ TEST(Engine, RandomisedSchedulingKeepsItsInvariants) {
     }
     if (e.blocks().prefix_cache()) e.blocks().prefix_cache()->clear();
     EXPECT_EQ(e.pool().blocks().n_free(), e.pool().n_blocks());
+  }
+}
+
+// The partitioned pool of data-parallel attention: block b lies in partition b % parts, each
+// rank stores only its partition (at b / parts), a copy is a no-op where the block is not stored.
+TEST(PartitionedKvPool, AllocatesStoresAndCopiesByPartition) {
+  BlockAllocator a(10, 2);
+  EXPECT_EQ(a.parts(), 2);
+  EXPECT_EQ(a.n_free(), 10);
+  EXPECT_EQ(a.n_free(0), 5);
+  EXPECT_EQ(a.allocate(1), 1);  // lowest id of partition 1 first
+  EXPECT_EQ(a.allocate(1), 3);
+  EXPECT_EQ(a.allocate(0), 0);
+  EXPECT_EQ(a.n_free(), 7);
+  EXPECT_EQ(a.n_free(1), 3);
+  EXPECT_TRUE(a.unref(1));
+  EXPECT_EQ(a.allocate(1), 1);
+  for (int i = 0; i < 3; ++i) EXPECT_GE(a.allocate(1), 0);
+  EXPECT_EQ(a.allocate(1), -1);  // partition 1 is full while partition 0 has 4 free
+  EXPECT_EQ(a.n_free(0), 4);
+  EXPECT_THROW(a.allocate(2), Error);
+  EXPECT_THROW(BlockAllocator(4, 0), Error);
+
+  const KvLayout layout{2, 3, 0};
+  KvPool whole(layout, 4, 8);
+  KvPool r0(layout, 4, 8, Device::CPU, KvPartition{2, 0}), r1(layout, 4, 8, Device::CPU, KvPartition{2, 1});
+  EXPECT_EQ(r1.n_blocks(), 8);
+  EXPECT_EQ(r1.storage_blocks(), 4);
+  EXPECT_EQ(r1.bytes() * 2, whole.bytes());
+  EXPECT_EQ(r1.storage_block(5), 2);
+  EXPECT_EQ(r0.storage_block(6), 3);
+  EXPECT_EQ(whole.storage_block(5), 5);
+  EXPECT_THROW(r0.storage_block(5), Error);  // rank 1 stores block 5
+  EXPECT_THROW(KvPool(layout, 4, 7, Device::CPU, KvPartition{2, 0}), Error);  // 7 blocks do not split 2 ways
+  EXPECT_THROW(KvPool(layout, 4, 8, Device::CPU, KvPartition{2, 2}), Error);
+  // Block 5 -> 7 (both partition 1): rank 1 copies its storage block 2 to 3, rank 0 does nothing.
+  std::vector<int64_t> slots;
+  std::vector<float> rows;
+  for (int64_t t = 0; t < 4; ++t) {
+    slots.push_back(2 * 4 + t);
+    for (int j = 0; j < 3; ++j) rows.push_back(static_cast<float>(10 * t + j));
+  }
+  for (int64_t l = 0; l < 2; ++l) r1.write(l, slots.data(), 4, rows.data(), nullptr);
+  EXPECT_THROW(r1.write(0, std::vector<int64_t>{16}.data(), 1, rows.data(), nullptr), Error);  // past its 16 slots
+  r0.record_copies(true);
+  r0.copy_block(5, 7);
+  r1.copy_block(5, 7);
+  EXPECT_EQ(r0.take_copies(), (std::vector<int32_t>{5, 7}));  // still sent to the other ranks
+  EXPECT_THROW(r1.copy_block(5, 6), Error);  // across partitions
+  for (int64_t t = 0; t < 4; ++t) {
+    float k[3];
+    r1.read(1, 3 * 4 + t, k, nullptr);
+    for (int j = 0; j < 3; ++j) EXPECT_EQ(k[j], rows[static_cast<size_t>(t * 3 + j)]);
+  }
+}
+
+TEST(PartitionedKvPool, TablesStayInOnePartitionChosenByFreeBlocks) {
+  KvPool pool(KvLayout{1, 4, 4}, 4, 12, Device::CPU, KvPartition{3, 0});
+  EXPECT_THROW(BlockManager(pool, true), Error);  // prefix caching needs an unpartitioned pool
+  BlockManager bm(pool, false);
+  BlockTable a, b, c, d;
+  EXPECT_EQ(bm.partition_of(a), -1);
+  ASSERT_TRUE(bm.ensure(a, 0, 9));  // 3 blocks from partition 0 (all tie; the lowest wins)
+  EXPECT_EQ(a.blocks, (std::vector<int32_t>{0, 3, 6}));
+  ASSERT_TRUE(bm.ensure(b, 0, 2));  // partitions 1 and 2 have 4 free: 1
+  EXPECT_EQ(bm.partition_of(b), 1);
+  ASSERT_TRUE(bm.ensure(c, 0, 5));
+  EXPECT_EQ(bm.partition_of(c), 2);
+  ASSERT_TRUE(bm.ensure(b, 1, 13));  // b grows within partition 1: all 4 of its blocks
+  EXPECT_EQ(b.blocks, (std::vector<int32_t>{1, 4, 7, 10}));
+  EXPECT_FALSE(bm.ensure(b, 13, 17));  // partition 1 is full, though 3 blocks are free elsewhere
+  EXPECT_EQ(bm.n_free(), 3);
+  ASSERT_TRUE(bm.ensure(d, 0, 8));  // the freer partition 2 (2 free) over partition 0 (1 free)
+  EXPECT_EQ(bm.partition_of(d), 2);
+  // A fork shares blocks; its copy-on-write comes from the same partition.
+  BlockTable e;
+  bm.release(d);
+  bm.fork(c, e);
+  ASSERT_TRUE(bm.ensure(e, 4, 6));
+  EXPECT_EQ(bm.partition_of(e), 2);
+  EXPECT_NE(e.blocks[1], c.blocks[1]);
+  EXPECT_EQ(e.blocks[1] % 3, 2);
+  for (BlockTable* t : {&a, &b, &c, &e}) bm.release(*t);
+  EXPECT_EQ(bm.n_free(), 12);
+}
+
+// A capacity plan for data-parallel attention: the budget is each rank's, the pool has `ranks`
+// times the blocks, and one sequence must fit in one rank's partition.
+TEST(PartitionedKvPool, CapacityIsPerRankTimesRanks) {
+  KvLayout mla{61, 512 + 64, 0};
+  const int64_t per_rank = (int64_t{8} << 30) / (61 * 576 * 4 * 64);
+  KvCapacity c = plan_kv_cache(mla, 64, int64_t{8} << 30, 32768, 1000, 4);
+  EXPECT_EQ(c.partitions, 4);
+  EXPECT_EQ(c.n_blocks, per_rank * 4);
+  EXPECT_EQ(c.seqs_at_max_len, per_rank / 512 * 4);
+  EXPECT_NE(c.describe().find("per rank; data-parallel attention: 4 ranks hold " + std::to_string(per_rank * 4) + " blocks"),
+            std::string::npos)
+      << c.describe();
+  // Capped at max_num_seqs sequences over all ranks: 3 over 4 ranks -> 1 per rank.
+  EXPECT_EQ(plan_kv_cache(mla, 64, int64_t{8} << 30, 32768, 3, 4).n_blocks, 512 * 4);
+  // One rank's budget must hold a sequence, whatever the ranks hold together.
+  EXPECT_THROW(plan_kv_cache(mla, 64, int64_t{8} << 30, per_rank * 64 + 64, 1000, 4), Error);
+}
+
+// The scheduler over a partitioned pool, driven without a model: random arrivals, lengths and
+// cancellations; after every step each table lies in one partition, reference counts match the
+// tables, the token budget and sequence cap hold; preemption (of the newest sequence of the
+// partition that ran out) loses nothing: every request completes and the pool ends free.
+TEST(PartitionedKvPool, RandomisedSchedulingKeepsItsInvariants) {
+  std::mt19937 rng(99);
+  for (int parts : {2, 3}) {
+    SCOPED_TRACE(parts);
+    KvPool pool(KvLayout{1, 2, 2}, 8, 12 * parts, Device::CPU, KvPartition{parts, 0});
+    BlockManager bm(pool, false);
+    SchedulerConfig sc;
+    sc.max_num_batched_tokens = 40;
+    sc.max_num_seqs = 10;
+    Scheduler sched(sc, bm);
+    std::vector<std::unique_ptr<Sequence>> seqs;
+    int64_t preemptions = 0, arrivals = 0, cancelled = 0;
+    for (int step = 0; step < 20000 && (arrivals < 80 || !sched.empty()); ++step) {
+      if (arrivals < 80 && rng() % 2 == 0) {
+        auto s = std::make_unique<Sequence>();
+        s->id = arrivals;
+        s->arrival = arrivals++;
+        s->tokens.assign(1 + rng() % 50, 5);
+        s->n_prompt = static_cast<int64_t>(s->tokens.size());
+        s->req.max_new_tokens = 1 + static_cast<int32_t>(rng() % 40);  // at most 90 tokens: 12 blocks of 8
+        sched.add(s.get());
+        seqs.push_back(std::move(s));
+      }
+      if (rng() % 23 == 0 && !sched.running().empty()) {  // cancel a running sequence
+        Sequence* s = sched.running()[rng() % sched.running().size()];
+        sched.remove(s);
+        s->state = SeqState::Finished;
+        ++cancelled;
+      }
+      const std::vector<ScheduledSeq> batch = sched.schedule();
+      int64_t tokens = 0;
+      for (const ScheduledSeq& x : batch) tokens += x.n_tokens;
+      ASSERT_LE(tokens, sc.max_num_batched_tokens);
+      ASSERT_LE(sched.n_running(), sc.max_num_seqs);
+      sched.commit(batch);
+      for (const ScheduledSeq& x : batch) {
+        Sequence* s = x.seq;
+        if (!x.samples) continue;
+        s->tokens.push_back(7);
+        if (s->n_generated() >= s->req.max_new_tokens) {
+          sched.remove(s);
+          s->state = SeqState::Finished;
+        }
+      }
+      preemptions = sched.stats().preemptions;
+      std::vector<int32_t> owners(static_cast<size_t>(pool.n_blocks()), 0);
+      for (const auto& s : seqs) {
+        for (int32_t b : s->table.blocks) {
+          ++owners[static_cast<size_t>(b)];
+          ASSERT_EQ(b % parts, s->table.blocks[0] % parts) << "sequence " << s->id << " spans partitions";
+        }
+        if (s->state == SeqState::Running) {
+          ASSERT_GE(static_cast<int64_t>(s->table.blocks.size()) * 8, s->n_computed);
+        }
+      }
+      for (int32_t b = 0; b < pool.n_blocks(); ++b) ASSERT_EQ(pool.blocks().refcount(b), owners[static_cast<size_t>(b)]);
+    }
+    EXPECT_TRUE(sched.empty());
+    EXPECT_GT(preemptions, 0) << "the pool should be small enough to preempt";
+    EXPECT_GT(cancelled, 0);
+    for (const auto& s : seqs) {
+      EXPECT_EQ(s->state, SeqState::Finished);
+      EXPECT_TRUE(s->table.blocks.empty());
+    }
+    EXPECT_EQ(pool.blocks().n_free(), pool.n_blocks());
   }
 }
 

@@ -6,14 +6,22 @@
 namespace fp {
 
 BlockManager::BlockManager(KvPool& pool, bool prefix_caching) : pool_(pool) {
+  // A cached prefix would have to be shared across partitions: the two do not combine.
+  FP_CHECK(!prefix_caching || pool.blocks().parts() == 1, "prefix caching needs an unpartitioned KV pool");
   if (prefix_caching) cache_ = std::make_unique<PrefixCache>(pool.blocks(), pool.page_size());
+}
+
+int BlockManager::partition_of(const BlockTable& t) const {
+  const BlockAllocator& a = pool_.blocks();
+  if (a.parts() == 1) return 0;
+  return t.blocks.empty() ? -1 : a.partition_of(t.blocks.front());
 }
 
 int64_t BlockManager::n_available() const { return n_free() + (cache_ ? cache_->n_evictable() : 0); }
 
-int32_t BlockManager::allocate() {
-  int32_t b = pool_.blocks().allocate();
-  while (b < 0 && cache_ && cache_->evict_one()) b = pool_.blocks().allocate();
+int32_t BlockManager::allocate(int part) {
+  int32_t b = pool_.blocks().allocate(part);
+  while (b < 0 && cache_ && cache_->evict_one()) b = pool_.blocks().allocate(part);
   return b;
 }
 
@@ -37,12 +45,20 @@ int64_t BlockManager::blocks_needed(const BlockTable& t, int64_t write_from, int
 bool BlockManager::ensure(BlockTable& t, int64_t write_from, int64_t n_tokens) {
   const int64_t need = blocks_needed(t, write_from, n_tokens);
   if (need == 0) return true;
-  if (need > n_free() && need > n_available()) return false;  // (the tree walk only when the free list is short)
+  const BlockAllocator& a = pool_.blocks();
+  int part = partition_of(t);
+  if (part < 0) {  // a new table of a partitioned pool: the partition with the most free blocks
+    part = 0;
+    for (int p = 1; p < a.parts(); ++p)
+      if (a.n_free(p) > a.n_free(part)) part = p;
+  }
+  // (Unpartitioned: the prefix tree's evictable blocks count too, walked only when the free list is short.)
+  if (need > a.n_free(part) && (a.parts() > 1 || need > n_available())) return false;
   const int64_t have = static_cast<int64_t>(t.blocks.size());
   for (int64_t b = write_from / page_size(); b < have && b * page_size() < n_tokens; ++b) {
     int32_t& blk = t.blocks[static_cast<size_t>(b)];
     if (pool_.blocks().refcount(blk) <= 1) continue;
-    int32_t copy = allocate();
+    int32_t copy = allocate(part);
     FP_CHECK(copy >= 0, "KV block accounting error: copy-on-write found no block");
     pool_.copy_block(blk, copy);
     pool_.blocks().unref(blk);
@@ -50,7 +66,7 @@ bool BlockManager::ensure(BlockTable& t, int64_t write_from, int64_t n_tokens) {
     if (b < t.n_registered) t.n_registered = b;  // the copy is not in the prefix cache
   }
   while (static_cast<int64_t>(t.blocks.size()) < blocks_for(n_tokens)) {
-    int32_t b = allocate();
+    int32_t b = allocate(part);
     FP_CHECK(b >= 0, "KV block accounting error: no block although ", need, " were available");
     t.blocks.push_back(b);
   }

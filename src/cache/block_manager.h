@@ -1,6 +1,8 @@
 // cache/block_manager.h — gives sequences the KV blocks they need: block tables that grow as
 // tokens are computed, prefix-cache reuse at admission, copy-on-write for shared partial
 // blocks (forked sequences), registration of full blocks into the prefix cache, and freeing.
+// In a partitioned pool (data-parallel attention, KvPartition) a sequence takes every block
+// from one partition: the one with the most free blocks when its first block is allocated.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -26,6 +28,9 @@ class BlockManager {
   // Blocks obtainable now: free ones plus cached ones that eviction can free.
   int64_t n_available() const;
   int64_t n_free() const { return pool_.blocks().n_free(); }
+  // The partition a table's blocks come from (0 in an unpartitioned pool, -1 for an empty table
+  // of a partitioned one: its first block decides).
+  int partition_of(const BlockTable& t) const;
   bool prefix_caching() const { return cache_ != nullptr; }
   PrefixCache* prefix_cache() { return cache_.get(); }
 
@@ -45,7 +50,7 @@ class BlockManager {
   void fork(const BlockTable& parent, BlockTable& child);
 
  private:
-  int32_t allocate();
+  int32_t allocate(int part);
   KvPool& pool_;
   std::unique_ptr<PrefixCache> cache_;
 };

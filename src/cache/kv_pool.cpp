@@ -11,15 +11,19 @@
 
 namespace fp {
 
-BlockAllocator::BlockAllocator(int64_t n_blocks) : refs_(static_cast<size_t>(n_blocks), 0) {
-  free_.reserve(static_cast<size_t>(n_blocks));
-  for (int64_t b = n_blocks - 1; b >= 0; --b) free_.push_back(static_cast<int32_t>(b));
+BlockAllocator::BlockAllocator(int64_t n_blocks, int parts)
+    : refs_(static_cast<size_t>(n_blocks), 0), free_(static_cast<size_t>(parts)), n_free_(n_blocks) {
+  FP_CHECK(parts >= 1, "KV block partitions must be >= 1, got ", parts);
+  for (int64_t b = n_blocks - 1; b >= 0; --b) free_[static_cast<size_t>(b % parts)].push_back(static_cast<int32_t>(b));
 }
 
-int32_t BlockAllocator::allocate() {
-  if (free_.empty()) return -1;
-  int32_t b = free_.back();
-  free_.pop_back();
+int32_t BlockAllocator::allocate(int part) {
+  FP_CHECK(part >= 0 && part < parts(), "KV block partition ", part, " of ", parts());
+  std::vector<int32_t>& f = free_[static_cast<size_t>(part)];
+  if (f.empty()) return -1;
+  int32_t b = f.back();
+  f.pop_back();
+  --n_free_;
   refs_[static_cast<size_t>(b)] = 1;
   return b;
 }
@@ -35,8 +39,9 @@ bool BlockAllocator::unref(int32_t block) {
            block);
   if (--refs_[static_cast<size_t>(block)] > 0) return false;
   // Keep the free stack ordered so the lowest id comes out next.
-  auto it = std::lower_bound(free_.begin(), free_.end(), block, std::greater<int32_t>());
-  free_.insert(it, block);
+  std::vector<int32_t>& f = free_[static_cast<size_t>(partition_of(block))];
+  f.insert(std::lower_bound(f.begin(), f.end(), block, std::greater<int32_t>()), block);
+  ++n_free_;
   return true;
 }
 
@@ -45,14 +50,22 @@ int32_t BlockAllocator::refcount(int32_t block) const {
   return refs_[static_cast<size_t>(block)];
 }
 
-KvPool::KvPool(const KvLayout& layout, int64_t page_size, int64_t n_blocks, Device device)
-    : layout_(layout), page_size_(page_size), n_blocks_(n_blocks), device_(device), blocks_(n_blocks) {
+KvPool::KvPool(const KvLayout& layout, int64_t page_size, int64_t n_blocks, Device device, KvPartition partition)
+    : layout_(layout),
+      page_size_(page_size),
+      n_blocks_(n_blocks),
+      device_(device),
+      partition_(partition),
+      blocks_(n_blocks, std::max(1, partition.parts)) {
   FP_CHECK(page_size > 0, "KV page size must be positive, got ", page_size);
   FP_CHECK(n_blocks >= 0, "KV block count must be >= 0, got ", n_blocks);
+  FP_CHECK(partition.parts >= 1 && partition.mine >= 0 && partition.mine < partition.parts && n_blocks % partition.parts == 0,
+           "KV pool partition ", partition.mine, " of ", partition.parts, " for ", n_blocks,
+           " blocks (the count must divide evenly)");
   FP_CHECK(valid_kv_dtype(layout.dtype), "KV cache dtype ", dtype_name(layout.dtype), " is not one of ", kv_dtypes_text());
   k_row_bytes_ = row_bytes(layout.dtype, layout.k_width);
   v_row_bytes_ = row_bytes(layout.dtype, layout.v_width);
-  const size_t slots = static_cast<size_t>(n_blocks * page_size);
+  const size_t slots = static_cast<size_t>(storage_tokens());
   for (int64_t l = 0; l < layout.n_layers; ++l) {
     k_.emplace_back(device, std::max<size_t>(1, slots * static_cast<size_t>(k_row_bytes_)));
     v_.emplace_back(device, std::max<size_t>(1, slots * static_cast<size_t>(v_row_bytes_)));
@@ -63,15 +76,15 @@ void KvPool::write(int64_t layer, const int64_t* slots, int64_t n, const float* 
   FP_CHECK(layer >= 0 && layer < layout_.n_layers, "KV write: layer ", layer, " of ", layout_.n_layers);
   if (device_ == Device::CPU)
     for (int64_t i = 0; i < n; ++i)
-      FP_CHECK(slots[i] >= 0 && slots[i] < capacity_tokens(), "KV write: slot ", slots[i], " is outside the pool (",
-               capacity_tokens(), " slots)");
+      FP_CHECK(slots[i] >= 0 && slots[i] < storage_tokens(), "KV write: slot ", slots[i], " is outside the pool (",
+               storage_tokens(), " slots)");
   const size_t l = static_cast<size_t>(layer);
   dispatch(KvWriteArgs{k_[l].data(), v_[l].data(), layout_.dtype, layout_.k_width, layout_.v_width, slots, n, k_rows,
                        layout_.v_width ? v_rows : nullptr});
 }
 
 void KvPool::read(int64_t layer, int64_t slot, float* k, float* v) const {
-  FP_CHECK(layer >= 0 && layer < layout_.n_layers && slot >= 0 && slot < capacity_tokens(), "KV read: layer ", layer,
+  FP_CHECK(layer >= 0 && layer < layout_.n_layers && slot >= 0 && slot < storage_tokens(), "KV read: layer ", layer,
            " slot ", slot, " is outside the pool");
   const size_t l = static_cast<size_t>(layer);
   std::vector<uint8_t> row(static_cast<size_t>(std::max(k_row_bytes_, v_row_bytes_)));
@@ -83,14 +96,26 @@ void KvPool::read(int64_t layer, int64_t slot, float* k, float* v) const {
   }
 }
 
+int32_t KvPool::storage_block(int32_t block) const {
+  FP_CHECK(block >= 0 && block < n_blocks_, "KV block ", block, " is outside the pool (", n_blocks_, " blocks)");
+  FP_CHECK(block % partition_.parts == partition_.mine, "KV block ", block, " is stored by rank ", block % partition_.parts,
+           ", not by rank ", partition_.mine, " (data-parallel attention partitions the pool)");
+  return block / partition_.parts;
+}
+
 void KvPool::copy_block(int32_t src, int32_t dst) {
   FP_CHECK(src >= 0 && src < n_blocks_ && dst >= 0 && dst < n_blocks_, "copy_block: invalid block ", src, " -> ", dst);
+  FP_CHECK(src % partition_.parts == dst % partition_.parts, "copy_block: blocks ", src, " and ", dst,
+           " lie in different partitions of the pool");
+  if (record_copies_) copies_.insert(copies_.end(), {src, dst});
+  if (src % partition_.parts != partition_.mine) return;  // another rank stores it
+  src = storage_block(src);
+  dst = storage_block(dst);
   const size_t kb = static_cast<size_t>(page_size_ * k_row_bytes_), vb = static_cast<size_t>(page_size_ * v_row_bytes_);
   for (size_t l = 0; l < k_.size(); ++l) {
     copy_bytes(device_, k_[l].as<uint8_t>() + dst * kb, device_, k_[l].as<uint8_t>() + src * kb, kb);
     if (vb) copy_bytes(device_, v_[l].as<uint8_t>() + dst * vb, device_, v_[l].as<uint8_t>() + src * vb, vb);
   }
-  if (record_copies_) copies_.insert(copies_.end(), {src, dst});
 }
 
 bool valid_page_size(int64_t page_size) {

@@ -30,13 +30,20 @@ struct KvLayout {
 
 // Reference-counted block ids 0..n_blocks-1. A free block has count 0. Blocks are handed out
 // lowest id first (deterministic, which the tests rely on for reproducible layouts).
+//
+// The ids may be split into `parts` partitions, block b in partition b % parts: under
+// data-parallel attention partition r is the blocks whose rows rank r stores (KvPartition), and
+// a sequence takes all its blocks from one partition.
 class BlockAllocator {
  public:
-  explicit BlockAllocator(int64_t n_blocks = 0);
+  explicit BlockAllocator(int64_t n_blocks = 0, int parts = 1);
   int64_t n_blocks() const { return static_cast<int64_t>(refs_.size()); }
-  int64_t n_free() const { return static_cast<int64_t>(free_.size()); }
-  // A fresh block with count 1, or -1 when none is free.
-  int32_t allocate();
+  int parts() const { return static_cast<int>(free_.size()); }
+  int partition_of(int32_t block) const { return static_cast<int>(block % parts()); }
+  int64_t n_free() const { return n_free_; }
+  int64_t n_free(int part) const { return static_cast<int64_t>(free_[static_cast<size_t>(part)].size()); }
+  // A fresh block of partition `part` with count 1, or -1 when none is free there.
+  int32_t allocate(int part = 0);
   void ref(int32_t block);
   // Drops one reference; returns true when the block became free.
   bool unref(int32_t block);
@@ -44,30 +51,51 @@ class BlockAllocator {
 
  private:
   std::vector<int32_t> refs_;
-  std::vector<int32_t> free_;  // a stack, lowest id on top
+  std::vector<std::vector<int32_t>> free_;  // per partition a stack, lowest id on top
+  int64_t n_free_ = 0;
+};
+
+// Which blocks of a pool this rank stores: all of them (parts = 1), or under data-parallel
+// attention (model/data_parallel.h) only the blocks b with b % parts == mine, at storage index
+// b / parts — each rank holds the rows of its own sequences, so the ranks together hold `parts`
+// times the tokens one rank's memory would.
+struct KvPartition {
+  int parts = 1;
+  int mine = 0;
 };
 
 class KvPool {
  public:
-  // The storage lives on `device` (host memory, or the GPU's for a model placed on CUDA).
-  KvPool(const KvLayout& layout, int64_t page_size, int64_t n_blocks, Device device = Device::CPU);
+  // The storage lives on `device` (host memory, or the GPU's for a model placed on CUDA). A
+  // partitioned pool (KvPartition) hands out n_blocks ids but stores n_blocks / parts blocks.
+  KvPool(const KvLayout& layout, int64_t page_size, int64_t n_blocks, Device device = Device::CPU,
+         KvPartition partition = {});
   const KvLayout& layout() const { return layout_; }
   Device device() const { return device_; }
   DType dtype() const { return layout_.dtype; }
   int64_t page_size() const { return page_size_; }
-  int64_t n_blocks() const { return n_blocks_; }
+  int64_t n_blocks() const { return n_blocks_; }  // block ids handed out (every partition's)
   int64_t capacity_tokens() const { return n_blocks_ * page_size_; }
-  int64_t bytes() const { return capacity_tokens() * layout_.bytes_per_token(); }
-  // Layer l's K rows ([n_blocks * page_size, k_width] values of dtype()) and V rows ([.., v_width]).
+  const KvPartition& partition() const { return partition_; }
+  // What this rank stores: blocks, slots and bytes (all of the pool when not partitioned).
+  int64_t storage_blocks() const { return n_blocks_ / partition_.parts; }
+  int64_t storage_tokens() const { return storage_blocks() * page_size_; }
+  int64_t bytes() const { return storage_tokens() * layout_.bytes_per_token(); }
+  // Where block id `block` is stored here (its id when not partitioned); fails for another
+  // rank's block.
+  int32_t storage_block(int32_t block) const;
+  // Layer l's K rows ([storage_tokens(), k_width] values of dtype()) and V rows ([.., v_width]).
+  // Attention and writes address them by storage slot = storage_block(b) * page_size + offset.
   const void* k(int64_t layer) const { return k_[static_cast<size_t>(layer)].data(); }
   const void* v(int64_t layer) const { return v_[static_cast<size_t>(layer)].data(); }
-  // Stores n tokens' rows into layer l at slots[0..n): k_rows [n, k_width], v_rows [n, v_width]
+  // Stores n tokens' rows into layer l at storage slots[0..n): k_rows [n, k_width], v_rows [n, v_width]
   // (null when v_width is 0), converted from f32 to dtype() (round to nearest even) by the
   // kv_write op. slots and rows are in the pool's device memory; host slots are bounds-checked.
   void write(int64_t layer, const int64_t* slots, int64_t n, const float* k_rows, const float* v_rows);
-  // Reads one slot's rows back into host f32 (v may be null): for tests and tools.
+  // Reads one storage slot's rows back into host f32 (v may be null): for tests and tools.
   void read(int64_t layer, int64_t slot, float* k, float* v) const;
-  // Copies every layer's rows of block `src` into block `dst` (copy-on-write).
+  // Copies every layer's rows of block id `src` into block id `dst` (copy-on-write; both of one
+  // partition, a no-op on the ranks that do not store it).
   void copy_block(int32_t src, int32_t dst);
   // With recording on, copy_block also notes (src, dst); take_copies returns and clears the
   // notes (the engine sends them to the other ranks of a split model, engine/followers.h).
@@ -80,6 +108,7 @@ class KvPool {
   KvLayout layout_;
   int64_t page_size_, n_blocks_;
   Device device_;
+  KvPartition partition_;
   int64_t k_row_bytes_, v_row_bytes_;  // bytes of one slot's K / V row
   bool record_copies_ = false;
   std::vector<int32_t> copies_;  // (src, dst) pairs while recording

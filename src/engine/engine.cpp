@@ -27,14 +27,19 @@ std::string gib(int64_t bytes) {
 
 std::string KvCapacity::describe() const {
   std::ostringstream os;
-  os << "KV cache: " << gib(n_blocks * page_size * bytes_per_token) << " " << dtype_name(dtype) << " = " << n_blocks
-     << " blocks of " << page_size << " tokens (" << tokens() << " tokens, " << bytes_per_token << " B/token); " << seqs_at_max_len
-     << " sequences of max-model-len " << max_model_len << " at once";
+  const int64_t per_rank = n_blocks / partitions;
+  os << "KV cache: " << gib(per_rank * page_size * bytes_per_token) << " " << dtype_name(dtype) << " = " << per_rank
+     << " blocks of " << page_size << " tokens (" << per_rank * page_size << " tokens, " << bytes_per_token << " B/token)";
+  if (partitions > 1)
+    os << " per rank; data-parallel attention: " << partitions << " ranks hold " << n_blocks << " blocks (" << tokens()
+       << " tokens)";
+  os << "; " << seqs_at_max_len << " sequences of max-model-len " << max_model_len << " at once";
   return os.str();
 }
 
 KvCapacity plan_kv_cache(const KvLayout& layout, int64_t page_size, int64_t budget_bytes, int64_t max_model_len,
-                         int64_t max_num_seqs) {
+                         int64_t max_num_seqs, int64_t partitions) {
+  FP_CHECK(partitions >= 1, "KV pool partitions must be >= 1, got ", partitions);
   FP_CHECK(valid_page_size(page_size), "--page-size ", page_size, " is not one of ", page_sizes_text());
   FP_CHECK(max_model_len > 0, "--max-model-len must be positive, got ", max_model_len);
   FP_CHECK(valid_kv_dtype(layout.dtype), "--kv-cache-dtype ", dtype_name(layout.dtype), " is not one of ", kv_dtypes_text());
@@ -52,9 +57,13 @@ KvCapacity plan_kv_cache(const KvLayout& layout, int64_t page_size, int64_t budg
            c.n_blocks, " blocks of ", page_size, " tokens x ", c.bytes_per_token, " B/token = ", c.n_blocks * page_size,
            " tokens, but one sequence of --max-model-len ", max_model_len, " needs ", per_seq, " blocks (",
            per_seq * block_bytes, " bytes); raise --kv-cache-memory or lower --max-model-len");
-  // More than every sequence at full length could use is wasted.
-  c.n_blocks = std::min(c.n_blocks, per_seq * std::max<int64_t>(1, max_num_seqs));
-  c.seqs_at_max_len = c.n_blocks / per_seq;
+  // More than every sequence at full length could use is wasted (a rank's partition holds its
+  // share of the sequences).
+  const int64_t seqs_per_rank = (std::max<int64_t>(1, max_num_seqs) + partitions - 1) / partitions;
+  c.n_blocks = std::min(c.n_blocks, per_seq * seqs_per_rank);
+  c.seqs_at_max_len = c.n_blocks / per_seq * partitions;
+  c.n_blocks *= partitions;
+  c.partitions = partitions;
   return c;
 }
 
@@ -107,12 +116,14 @@ Engine::Engine(Model& model, const EngineConfig& cfg) : model_(model), cfg_(cfg)
     FP_CHECK(avail > 0, "cannot read the free memory of the ", device_name(model.device()), "; pass --kv-cache-memory");
     budget = static_cast<int64_t>(static_cast<double>(avail) * cfg_.kv_cache_fraction);
   }
-  capacity_ = plan_kv_cache(layout, cfg_.page_size, budget, cfg_.max_model_len, cfg_.scheduler.max_num_seqs);
-  pool_ = std::make_unique<KvPool>(layout, cfg_.page_size, capacity_.n_blocks, model.device());
-  // Data-parallel attention keeps a sequence's KV rows on the rank that owns its first block; a
-  // copy-on-write of that block could move it to another rank, so prefix reuse is off there.
-  if (cfg_.prefix_caching && model.parallel().dp > 1) {
-    log_info("prefix caching off: data-parallel attention keeps each sequence's KV on one rank");
+  // Data-parallel attention: each rank stores only its own sequences' KV rows, so the pool is
+  // partitioned by rank and the ranks together hold `dp` times one budget (cache/kv_pool.h).
+  const int dp = model.parallel().dp;
+  capacity_ = plan_kv_cache(layout, cfg_.page_size, budget, cfg_.max_model_len, cfg_.scheduler.max_num_seqs, dp);
+  pool_ = std::make_unique<KvPool>(layout, cfg_.page_size, capacity_.n_blocks, model.device(), KvPartition{dp, 0});
+  // A cached prefix would be shared by sequences on different ranks, so prefix reuse is off there.
+  if (cfg_.prefix_caching && dp > 1) {
+    log_info("prefix caching off: data-parallel attention keeps each sequence's KV on its own rank");
     cfg_.prefix_caching = false;
   }
   blocks_ = std::make_unique<BlockManager>(*pool_, cfg_.prefix_caching);

@@ -38,13 +38,18 @@ struct KvCapacity {
   int64_t tokens() const { return n_blocks * page_size; }
   int64_t max_model_len = 0;
   int64_t seqs_at_max_len = 0;  // whole sequences of max_model_len that fit at once
+  // Data-parallel attention: the pool is split into this many partitions, one per rank, each
+  // rank storing n_blocks / partitions of them (the budget is per rank).
+  int64_t partitions = 1;
   std::string describe() const;
 };
 // Blocks for `budget_bytes` (never more than max_num_seqs full-length sequences need), at the
 // layout's dtype (F16/BF16 hold twice the tokens of F32). Fails with the numbers when one
-// sequence of max_model_len cannot fit.
+// sequence of max_model_len cannot fit. With partitions > 1 (data-parallel attention) the
+// budget is each rank's and every sequence must fit in one rank's partition; the pool has
+// `partitions` times the blocks.
 KvCapacity plan_kv_cache(const KvLayout& layout, int64_t page_size, int64_t budget_bytes, int64_t max_model_len,
-                         int64_t max_num_seqs);
+                         int64_t max_num_seqs, int64_t partitions = 1);
 // Bytes of MemAvailable in /proc/meminfo (0 if unknown).
 int64_t available_memory_bytes();
 // Parses "8GiB", "512MiB", "1.5G", "1000000" (bytes) -> bytes; fails naming the text.

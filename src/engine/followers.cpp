@@ -38,7 +38,7 @@ auto arrays(Batch& b) {
 
 StepSender::StepSender(Communicator* comm, const KvPool& pool) : comm_(comm) {
   FP_CHECK(comm_->rank() == 0, "the engine runs on rank 0; the other ranks follow (follow_engines)");
-  send_header(comm_, {kEngine, pool.n_blocks(), pool.page_size(), static_cast<int64_t>(pool.dtype())});
+  send_header(comm_, {kEngine, pool.n_blocks(), pool.page_size(), static_cast<int64_t>(pool.dtype()), pool.partition().parts});
 }
 
 StepSender::~StepSender() {
@@ -72,7 +72,8 @@ void follow_engines(Model& model) {
       case kEngine: {
         KvLayout layout = model.kv_layout();
         layout.dtype = static_cast<DType>(h[3]);
-        pool = std::make_unique<KvPool>(layout, h[2], h[1], model.device());
+        const int parts = static_cast<int>(h[4]);  // partitioned: this rank stores its own blocks
+        pool = std::make_unique<KvPool>(layout, h[2], h[1], model.device(), KvPartition{parts, parts > 1 ? comm->rank() : 0});
         break;
       }
       case kStep: {

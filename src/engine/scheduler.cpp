@@ -35,6 +35,14 @@ void Scheduler::preempt(Sequence* s) {
   waiting_.insert(it, s);
 }
 
+Sequence* Scheduler::newest_holding_blocks_like(const Sequence* s) const {
+  // In a partitioned pool only a sequence of s's partition frees blocks s can use.
+  const int part = blocks_.partition_of(s->table);
+  for (auto it = running_.rbegin(); it != running_.rend(); ++it)
+    if (part < 0 || blocks_.partition_of((*it)->table) == part) return *it;
+  return running_.back();
+}
+
 std::vector<ScheduledSeq> Scheduler::schedule() {
   std::vector<ScheduledSeq> out;
   int64_t budget = cfg_.max_num_batched_tokens;
@@ -45,7 +53,7 @@ std::vector<ScheduledSeq> Scheduler::schedule() {
     const int64_t n = std::min(remaining, budget);
     if (!blocks_.ensure(s->table, s->n_computed, s->n_computed + n)) {
       // Out of blocks: preempt the newest running sequence (perhaps this one) and retry.
-      Sequence* victim = running_.back();
+      Sequence* victim = newest_holding_blocks_like(s);
       preempt(victim);
       if (victim == s) continue;  // s is gone; running_[i] is the next one (or the end)
       continue;

@@ -1,8 +1,9 @@
 // engine/scheduler.h — continuous batching: which sequences run this step and how many of
 // their tokens. Running sequences come first (a decode token each, or the next chunk of their
 // prompt), then waiting ones in arrival order, within a token budget and a sequence cap. When
-// blocks run out the newest running sequence is preempted: its blocks are freed and it waits
-// to be recomputed, so no request ever fails for lack of KV memory.
+// blocks run out the newest running sequence is preempted (in a partitioned pool, the newest of
+// the same partition): its blocks are freed and it waits to be recomputed, so no request ever
+// fails for lack of KV memory.
 #pragma once
 #include <cstdint>
 #include <deque>
@@ -48,6 +49,7 @@ class Scheduler {
 
  private:
   void preempt(Sequence* s);
+  Sequence* newest_holding_blocks_like(const Sequence* s) const;
   SchedulerConfig cfg_;
   BlockManager& blocks_;
   std::vector<Sequence*> running_;  // in admission order; the back is the newest

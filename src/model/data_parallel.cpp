@@ -16,10 +16,12 @@ int data_parallel_owner(const ForwardBatch& b, int64_t s, int ranks) {
   return static_cast<int>(b.page_ids[p0] % ranks);
 }
 
-void DataParallelStep::begin(Communicator* comm, const ForwardBatch& b) {
+void DataParallelStep::begin(Communicator* comm, const ForwardBatch& b, const KvPool& pool) {
   comm_ = comm;
   batch_ = &b;
   const int R = comm->size(), me = comm->rank();
+  FP_CHECK(pool.partition().parts == 1 || pool.partition().parts == R, "data-parallel attention over ", R,
+           " ranks with a KV pool partitioned ", pool.partition().parts, " ways");
   tokens_.assign(static_cast<size_t>(R), {});
   run_.clear();
   for (int64_t s = 0; s < b.n_seqs(); ++s) {
@@ -27,8 +29,10 @@ void DataParallelStep::begin(Communicator* comm, const ForwardBatch& b) {
     const int32_t t0 = b.seq_indptr[s], t1 = b.seq_indptr[s + 1];
     for (int32_t t = t0; t < t1; ++t) tokens_[static_cast<size_t>(owner)].push_back(t);
     if (owner != me) continue;
-    const int32_t p0 = b.page_indptr[s], p1 = b.page_indptr[s + 1];
-    run_.add_sequence(b.tokens.data() + t0, t1 - t0, b.positions[t0], b.page_ids.data() + p0, p1 - p0, false);
+    // Its blocks where this rank stores them (a partitioned pool keeps only this rank's blocks).
+    pages_.clear();
+    for (int32_t p = b.page_indptr[s]; p < b.page_indptr[s + 1]; ++p) pages_.push_back(pool.storage_block(b.page_ids[p]));
+    run_.add_sequence(b.tokens.data() + t0, t1 - t0, b.positions[t0], pages_.data(), static_cast<int64_t>(pages_.size()), false);
   }
   chunk_ = 0;
   for (const auto& t : tokens_) chunk_ = std::max<int64_t>(chunk_, static_cast<int64_t>(t.size()));

@@ -7,9 +7,11 @@
 // with the attention work and the latent cache divided by the ranks (DeepSeek's MLA cache has
 // no heads for tensor parallelism to split).
 //
-// A sequence belongs to rank (its first KV block % ranks): stable for its lifetime, and shared
-// by every sequence that shares a cached prefix with it (prefixes start at block 0), so a
-// sequence always finds its earlier KV rows on its own rank.
+// A sequence belongs to rank (its first KV block % ranks): stable for its lifetime. The engine's
+// pool is partitioned the same way (KvPartition: rank r stores blocks b % ranks == r), and a
+// sequence takes all its blocks from one partition, so each rank stores only its own
+// sequences' rows and the ranks together hold `ranks` times the tokens. An unpartitioned pool
+// (one sequence's cache, tests) works too: every rank then has room for every block.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -21,8 +23,9 @@ namespace fp {
 
 class DataParallelStep {
  public:
-  // Splits `b` (which must outlive the step) by owner rank.
-  void begin(Communicator* comm, const ForwardBatch& b);
+  // Splits `b` (which must outlive the step) by owner rank; run()'s block ids are where `pool`
+  // stores them.
+  void begin(Communicator* comm, const ForwardBatch& b, const KvPool& pool);
   // This rank's sequences as a batch (possibly empty), and the rows the exchanges send per rank.
   const ForwardBatch& run() const { return run_; }
   int64_t rows() const { return run_.n_tokens(); }
@@ -40,6 +43,7 @@ class DataParallelStep {
   int64_t chunk_ = 0;                         // the most tokens any rank owns
   std::vector<std::vector<int64_t>> tokens_;  // per rank: the batch token indices it owns, in order
   std::vector<float> send_, recv_;
+  std::vector<int32_t> pages_;
 };
 
 // The rank that owns sequence s of `b`.

@@ -127,7 +127,7 @@ class DeepseekModel : public Model {
     // Data-parallel attention: this rank's sequences only (model/data_parallel.h); the FFN layers
     // see all `m` tokens of the batch.
     const bool dp = data_parallel_;
-    if (dp) dp_.begin(tp_.get(), b);
+    if (dp) dp_.begin(tp_.get(), b, pool);
     const ForwardBatch& run = cp ? cp_.run() : dp ? dp_.run() : b;
     const int64_t n = run.n_tokens(), padded = cp ? cp_.padded_rows() : n;  // rows sent by the gathers
     const int64_t m = dp ? dp_.total_rows() : n;

@@ -182,6 +182,9 @@ void Model::check_batch(const ForwardBatch& b, const KvPool& pool) const {
     FP_CHECK(b.tokens[i] >= 0 && b.tokens[i] < c.n_vocab, "token id ", b.tokens[i], " is outside the vocabulary [0, ",
              c.n_vocab, ")");
   for (int32_t p : b.page_ids) FP_CHECK(p >= 0 && p < pool.n_blocks(), "KV block ", p, " is outside the pool (", pool.n_blocks(), " blocks)");
+  FP_CHECK(pool.partition().parts == 1 || pool.partition().parts == parallel().dp, "a KV pool partitioned over ",
+           pool.partition().parts, " ranks needs data-parallel attention over as many ranks (the model's is ",
+           parallel().dp, ")");
   for (int64_t s = 0; s < ns; ++s) {
     const int64_t pages = b.page_indptr[s + 1] - b.page_indptr[s];
     FP_CHECK(b.seq_indptr[s + 1] >= b.seq_indptr[s] && b.kv_len[s] >= 0 && b.kv_len[s] <= pages * ps,

@@ -131,6 +131,7 @@ struct ServingResult {
   double seconds = 0, input_tps = 0, output_tps = 0, total_tps = 0, hit_rate = 0;
   double ttft_median_ms = 0, ttft_p95_ms = 0, tpot_median_ms = 0;
   int64_t preemptions = 0, steps = 0;
+  bool prefix_caching = false;  // as the engine ran (data-parallel attention turns it off)
 };
 
 // A closed loop: `concurrency` requests in flight, a new one submitted as each finishes.
@@ -177,6 +178,7 @@ ServingResult serving_run(Model& model, const EngineConfig& ecfg, int requests, 
   r.hit_rate = st.prompt_tokens ? static_cast<double>(st.cached_prompt_tokens) / static_cast<double>(st.prompt_tokens) : 0;
   r.preemptions = st.preemptions;
   r.steps = st.steps;
+  r.prefix_caching = engine.config().prefix_caching;
   std::vector<double> ttft, tpot;
   for (int64_t id : ids) {
     const Sequence* s = engine.sequence(id);
@@ -203,7 +205,6 @@ void run_serving_bench(Model& model, const Opts& o) {
   j["input_len"] = o.input_len;
   j["output_len"] = o.output_len;
   j["shared_prefix_len"] = o.shared_prefix;
-  j["prefix_caching"] = ecfg.prefix_caching;
   j["threads"] = thread_pool().size();
   std::vector<ServingResult> results;
   for (int c : o.concurrency) {
@@ -215,13 +216,15 @@ void run_serving_bench(Model& model, const Opts& o) {
                          {"ttft_p95_ms", r.ttft_p95_ms}, {"tpot_median_ms", r.tpot_median_ms}, {"preemptions", r.preemptions},
                          {"steps", r.steps}});
   }
+  const bool prefix_caching = results.empty() ? ecfg.prefix_caching : results.front().prefix_caching;
+  j["prefix_caching"] = prefix_caching;
   log_info(Ledger::global().summary_line());
   if (o.json) {
     std::cout << j.dump() << "\n";
     return;
   }
   std::printf("model    %s; %d requests of %d in / %d out, shared prefix %d, prefix caching %s\n", model.file().path.c_str(),
-              o.requests, o.input_len, o.output_len, o.shared_prefix, ecfg.prefix_caching ? "on" : "off");
+              o.requests, o.input_len, o.output_len, o.shared_prefix, prefix_caching ? "on" : "off");
   std::printf("%11s %9s %11s %11s %11s %9s %12s %12s %12s %8s\n", "concurrency", "seconds", "input t/s", "output t/s",
               "total t/s", "hit rate", "TTFT p50 ms", "TTFT p95 ms", "TPOT p50 ms", "preempt");
   for (const ServingResult& r : results)

@@ -40,8 +40,12 @@ std::vector<std::vector<int32_t>> prompts(int32_t vocab) {
 }
 
 // Runs every prompt to completion (greedy, 24 tokens); returns their tokens.
-std::vector<std::vector<int32_t>> run(Model& m, bool prefix_hits = true) {
-  Engine e(m, config());
+std::vector<std::vector<int32_t>> run(Model& m, bool prefix_hits = true, const EngineConfig& cfg = config()) {
+  Engine e(m, cfg);
+  if (m.parallel().dp > 1) {  // data-parallel attention: rank 0 stores its partition of the pool
+    EXPECT_EQ(e.pool().partition().parts, m.parallel().dp);
+    EXPECT_EQ(e.pool().bytes() * m.parallel().dp, e.pool().n_blocks() * e.pool().page_size() * m.kv_layout().bytes_per_token());
+  }
   std::vector<int64_t> ids;
   for (const auto& p : prompts(static_cast<int32_t>(m.config().n_vocab))) {
     Request r;
@@ -95,7 +99,8 @@ INSTANTIATE_TEST_SUITE_P(Layouts, EngineAcrossRanks, ::testing::Values(false, tr
 
 // DeepSeek-V3 (F32, MLA) with data-parallel attention and the experts partitioned: sequences
 // attend on the rank owning their first block through chunked prefill, decode and preemption
-// (a recomputed sequence may land on another rank). Prefix caching is off under it.
+// (a recomputed sequence may land on another rank); each rank stores only its partition of the
+// pool, so the ranks hold `ranks` times the blocks of one. Prefix caching is off under it.
 TEST(EngineAcrossRanksDeepSeek, DataParallelAttentionMatchesOneRank) {
   FP_REQUIRE_RANKS(2);
   const int ranks = test::world_comm()->size();
@@ -117,12 +122,18 @@ TEST(EngineAcrossRanksDeepSeek, DataParallelAttentionMatchesOneRank) {
     follow_engines(*split);
     return;
   }
-  const auto got = run(*split, false);
+  // 80 KiB per rank: 17 blocks of 8 tokens x 576 B, the 12 sequences need ~72: preemptions on 2 and 3 ranks.
+  EngineConfig c = config();
+  c.kv_cache_bytes = 80 << 10;
+  EXPECT_EQ(plan_kv_cache(split->kv_layout(), c.page_size, c.kv_cache_bytes, c.max_model_len, c.scheduler.max_num_seqs, ranks)
+                .n_blocks,
+            17 * ranks);
+  const auto got = run(*split, false, c);
   release_followers(*split);
   LoadOptions whole_lo;
   whole_lo.prefault = false;
   auto whole = load_model(o.out, whole_lo);
-  EXPECT_EQ(got, run(*whole, false));
+  EXPECT_EQ(got, run(*whole, false, c));
 }
 
 }  // namespace
