@@ -49,6 +49,38 @@ TEST(Planner, RingAllReduceByHand) {
   EXPECT_EQ(ring_all_reduce_seconds(2048, 1, two_devices()), 0.0);
 }
 
+// The output projection split by vocabulary rows: TP2 reads half of it per step and all-gathers
+// the step's logits; a tied output stays resident whole (it is the embedding table).
+TEST(Planner, VocabularyParallelOutputByHand) {
+  PlanModel m = small_model();
+  m.vocab = 1000;
+  m.embedding_bytes = 2e8;
+  m.output_bytes = 2e8;
+  PlanWorkload w;
+  w.input_len = 1000;
+  w.output_len = 200;
+  w.concurrency = {4};
+  auto plans = plan_layouts(m, two_devices(), w);
+  ASSERT_EQ(plans.size(), 3u);
+  const LayoutPlan &dp2 = plans[0], &tp2 = plans[2];
+  // Resident: DP2 1e9 + 8e9 + embedding 2e8 + output 2e8; TP2 1e9 + 4e9 + 2e8 + 2e8 / 2.
+  expect_rel(dp2.weight_gib, 9.4e9 / (1 << 30), "DP2 weights");
+  expect_rel(tp2.weight_gib, 5.3e9 / (1 << 30), "TP2 weights");
+  // Decode of 4 sequences, context 1100: TP2 reads 1e9 + 4e9 + 2e8 / 2 + 4 * 1100 * 2048 B;
+  // communication: 4 all-reduces of 4 * 1024 * 2 B (2 x 4096 / 10e9 + 2 x 10 us each) and one
+  // all-gather of the 4 x 1000 f32 logits (16000 / 2 / 10e9 + 10 us).
+  const PhaseCost& d2 = tp2.decode[0];
+  expect_rel(d2.memory_s, (5.1e9 + 4 * 1100 * 2048.0) / 1e12, "TP2 decode memory");
+  expect_rel(d2.comm_s, 4 * (8192 / 1e10 + 2e-5) + (8000 / 1e10 + 1e-5), "TP2 decode comm");
+  // DP2: each replica reads its whole output projection; nothing to gather.
+  expect_rel(dp2.decode[0].memory_s, (9.2e9 + 2 * 1100 * 4096.0) / 1e12, "DP2 decode memory");
+  EXPECT_EQ(dp2.decode[0].comm_s, 0.0);
+  m.tied_output = true;  // the embedding table is the output: no second copy, still read split
+  auto tied = plan_layouts(m, two_devices(), w);
+  expect_rel(tied[2].weight_gib, 5.2e9 / (1 << 30), "TP2 weights, tied");
+  expect_rel(tied[2].decode[0].memory_s, d2.memory_s, "TP2 decode memory, tied");
+}
+
 TEST(Planner, SmallCaseMatchesHandArithmetic) {
   PlanWorkload w;
   w.input_len = 1000;
@@ -311,11 +343,16 @@ TEST(Planner, ReadsDeepSeekV3Config) {
   expect_rel(m.split_bytes, 10489954304.0 + 1189085184.0, "attention + dense FFN");
   expect_rel(m.expert_bytes, 3.0 * 7168 * 2048, "one expert");
   expect_rel(m.shared_bytes, 58.0 * 3 * 7168 * 2048, "shared experts");
-  // Replicated: embedding + output 2 * 129280 * 7168, routers 58 * 7168 * 256, and the head-less
-  // down-projections q_a 7168*1536 + kv_a 7168*576 on 61 layers.
-  expect_rel(m.replicated_bytes, 2.0 * 129280 * 7168 + 58.0 * 7168 * 256 + 61.0 * 7168 * (1536 + 576), "replicated");
+  // Replicated: routers 58 * 7168 * 256 and the head-less down-projections q_a 7168*1536 + kv_a
+  // 7168*576 on 61 layers; the embedding and the (untied) output projection 129280 * 7168 each.
+  expect_rel(m.replicated_bytes, 58.0 * 7168 * 256 + 61.0 * 7168 * (1536 + 576), "replicated");
+  expect_rel(m.embedding_bytes, 129280.0 * 7168, "embedding");
+  expect_rel(m.output_bytes, 129280.0 * 7168, "output");
+  EXPECT_FALSE(m.tied_output);
+  EXPECT_EQ(m.vocab, 129280);
   // All together: 671025397760 parameters, DeepSeek's "671B".
-  const double total = m.split_bytes + m.shared_bytes + m.replicated_bytes + 58.0 * 256 * m.expert_bytes;
+  const double total =
+      m.split_bytes + m.shared_bytes + m.replicated_bytes + m.embedding_bytes + m.output_bytes + 58.0 * 256 * m.expert_bytes;
   expect_rel(total, 671025397760.0, "total");
 }
 
@@ -414,7 +451,9 @@ TEST(Planner, CommandExplainsDeepSeekV3Choices) {
                                              &rc);
   EXPECT_NE(rc, 0);
   EXPECT_NE(h100.find("does not fit"), std::string::npos) << h100;
-  EXPECT_NE(h100.find("TP8: weights 80.47 GiB"), std::string::npos) << h100;
+  // 80.47 GiB with the output projection whole on every rank; split 8 ways by vocabulary rows
+  // it saves 7/8 of 129280 x 7168 B = 0.755 GiB per device.
+  EXPECT_NE(h100.find("TP8: weights 79.71 GiB"), std::string::npos) << h100;
 }
 
 }  // namespace

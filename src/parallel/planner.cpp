@@ -49,14 +49,18 @@ struct StepShape {
   double attn_flops = 0;  // the group's attention score and value FLOPs
   double kv_read = 0;     // KV bytes one rank reads
   double kv_gather = 0;   // CP: K/V bytes of one layer all-gathered across the groups
+  double logit_rows = 0;  // rows whose logits the step computes (all-gathered across output_ranks)
 };
+
+// The ranks the output projection is split over: those holding slices of the model.
+int output_ranks(const Layout& l) { return l.ep > 1 ? l.tp * l.groups : l.tp; }
 
 PhaseCost step_cost(const PlanModel& m, const Layout& l, const PlanHardware& hw, const StepShape& s) {
   const double t = l.tp, L = static_cast<double>(m.n_layers), moe_l = static_cast<double>(m.n_moe_layers);
   const double k = static_cast<double>(m.n_used), hidden = static_cast<double>(m.dim) * hw.activation_bytes;
   const double hidden_all = s.tokens * hidden;  // the group's hidden states, bytes
   double flops = (s.tokens * m.matmul_flops_per_token + s.attn_flops) / t;
-  double bytes = m.replicated_bytes + m.split_bytes / t + s.kv_read;
+  double bytes = m.replicated_bytes + m.split_bytes / t + m.output_bytes / output_ranks(l) + s.kv_read;
   // Dense layers: all-reduce after attention and after the FFN.
   double comm = 2 * (L - moe_l) * ring_all_reduce_seconds(hidden_all, l.tp, hw);
   if (m.moe() && l.ep == 1) {  // experts sliced like the FFN
@@ -71,6 +75,7 @@ PhaseCost step_cost(const PlanModel& m, const Layout& l, const PlanHardware& hw,
     comm += moe_l * (ring_all_reduce_seconds(hidden_all, l.tp, hw) + 2 * a2a + ring_all_gather_seconds(hidden_all, l.tp, hw));
   }
   if (l.cp) comm += L * ring_all_gather_seconds(s.kv_gather, l.groups, hw);
+  if (m.vocab > 0) comm += ring_all_gather_seconds(s.logit_rows * static_cast<double>(m.vocab) * 4, output_ranks(l), hw);
   PhaseCost c;
   c.compute_s = flops / (hw.compute_tflops * 1e12);
   c.memory_s = bytes / (hw.memory_bandwidth_gbps * 1e9);
@@ -82,8 +87,9 @@ PhaseCost step_cost(const PlanModel& m, const Layout& l, const PlanHardware& hw,
 
 double resident_weight_bytes(const PlanModel& m, const Layout& l) {
   const double routed = static_cast<double>(m.n_moe_layers * m.n_experts) * m.expert_bytes;
-  if (l.ep == 1) return m.replicated_bytes + (m.split_bytes + m.shared_bytes + routed) / l.tp;
-  return m.replicated_bytes + m.split_bytes / l.tp + m.shared_bytes + routed / l.ep;
+  const double every_rank = m.replicated_bytes + m.embedding_bytes + (m.tied_output ? 0 : m.output_bytes / output_ranks(l));
+  if (l.ep == 1) return every_rank + (m.split_bytes + m.shared_bytes + routed) / l.tp;
+  return every_rank + m.split_bytes / l.tp + m.shared_bytes + routed / l.ep;
 }
 
 std::string tp_dp_name(int t, int g) {
@@ -165,7 +171,11 @@ PlanModel plan_model_from_hf_config(const nlohmann::json& j, const std::string& 
   const double layers = static_cast<double>(m.n_layers) * attn + n_dense * 3 * d * ff;  // split across TP
   const double routers = n_moe * d * static_cast<double>(m.n_experts) + static_cast<double>(m.n_layers) * attn_replicated;
   m.split_bytes = layers * wb;
-  m.replicated_bytes = ((tied ? 1 : 2) * vocab * d + routers) * wb;
+  m.replicated_bytes = routers * wb;
+  m.embedding_bytes = vocab * d * wb;
+  m.output_bytes = vocab * d * wb;
+  m.tied_output = tied;
+  m.vocab = static_cast<int64_t>(vocab);
   m.matmul_flops_per_token = 2 * (layers + vocab * d + routers);  // (the cost model divides all of it over TP ranks)
   m.ff = static_cast<int64_t>(ff);
   if (m.moe()) {
@@ -316,6 +326,7 @@ std::vector<LayoutPlan> plan_layouts(const PlanModel& m, const PlanHardware& hw,
     pf.all_tokens = l.cp ? in : in * l.groups;
     pf.attn_flops = attn_prefill * in * in / 2 / (l.cp ? l.groups : 1);
     pf.kv_gather = l.cp ? in * p.kv_bytes_per_token / L : 0;
+    pf.logit_rows = l.ep > 1 && !l.cp ? l.groups : 1;  // each prompt's last token (EP: every group's)
     p.prefill = step_cost(m, l, hw, pf);
     p.prefill.batch = 1;
     p.prefill.tokens_per_s = (l.cp ? in : in * l.groups) / p.prefill.seconds;
@@ -334,6 +345,7 @@ std::vector<LayoutPlan> plan_layouts(const PlanModel& m, const PlanHardware& hw,
       s.all_tokens = std::min(static_cast<double>(c), s.tokens * l.groups);  // sequences stepping together
       s.attn_flops = attn_decode * s.tokens * ctx;
       s.kv_read = s.tokens * ctx * p.kv_bytes_per_token;
+      s.logit_rows = l.ep > 1 ? s.all_tokens : s.tokens;
       PhaseCost d = step_cost(m, l, hw, s);
       d.batch = batch;
       d.kv_capped = batch < want;

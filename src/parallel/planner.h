@@ -33,6 +33,12 @@
 // touch on average  E * (1 - (1 - k/E)^B)  distinct experts per MoE layer (an expert is missed by
 // one pick with probability 1 - 1/E, by a token's k distinct picks with 1 - k/E); with EP a rank
 // holds E/N of them and the experts see the tokens of every group.
+// Output projection (vocab x dim): split by vocabulary rows over the ranks that hold slices of
+// the model (the tp ranks of a group; all N ranks with EP), each rank multiplying its rows for
+// the step's logit rows, one all-gather of the f32 logits putting them together (what the
+// runtime's VocabParallelOutput does). The embedding table is resident on every rank but a step
+// reads only its tokens' rows (not counted). A tied output is the embedding table: resident once,
+// its rows still read split.
 // KV per token per device: GQA 2 x layers x (KV heads / t) x head_dim x kv_bytes (split by heads);
 // MLA layers x (kv_lora_rank + rope_dim) x kv_bytes — the latent row has no heads, so every TP rank
 // of a group holds the whole of it (TP replicates MLA's cache; DP attention does not).
@@ -51,8 +57,12 @@ struct PlanModel {
   int64_t n_layers = 0, dim = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0;
   int64_t ff = 0;               // widest FFN intermediate one token passes through (activations)
   double split_bytes = 0;       // attention + dense FFN matrices, divided across tensor-parallel ranks
-  double replicated_bytes = 0;  // embedding, output projection, norms, routers: on every rank
-  double matmul_flops_per_token = 0;  // 2 x the parameters above that one token passes through
+  double replicated_bytes = 0;  // norms, routers, head-less projections: on every rank, read every step
+  double embedding_bytes = 0;   // the token embedding table: on every rank, a step reads its tokens' rows
+  double output_bytes = 0;      // the output projection: split by vocabulary rows (see the top)
+  bool tied_output = false;     // the output projection is the embedding table
+  int64_t vocab = 0;
+  double matmul_flops_per_token = 0;  // 2 x the parameters one token passes through (output included)
   // Mixture of experts (n_experts == 0: dense).
   int64_t n_experts = 0, n_used = 0, n_moe_layers = 0;  // routed experts, top-k, layers with experts
   double expert_bytes = 0, expert_flops = 0;   // one routed expert of one layer; 2 x its parameters

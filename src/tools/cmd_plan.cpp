@@ -58,14 +58,24 @@ PlanModel model_from_file(const std::string& path) {
     } else if (layer && name.find("_shexp") != std::string::npos) {
       m.shared_bytes += bytes;
       if (t.ndim == 2) m.shared_flops += flops;
+    } else if (name == "token_embd.weight") {
+      m.embedding_bytes = bytes;
+      if (c.tied_output) {
+        m.output_bytes = bytes;
+        m.matmul_flops_per_token += flops;
+      }
+    } else if (name == "output.weight") {
+      m.output_bytes = bytes;
+      m.matmul_flops_per_token += flops;
     } else {
       const bool router = name.find("ffn_gate_inp") != std::string::npos;
       if (router && t.ndim == 2) ++m.n_moe_layers;
       (layer && t.ndim == 2 && !router ? m.split_bytes : m.replicated_bytes) += bytes;
-      const bool embedding = name == "token_embd.weight";
-      if (t.ndim == 2 && (!embedding || c.tied_output)) m.matmul_flops_per_token += flops;
+      if (t.ndim == 2) m.matmul_flops_per_token += flops;
     }
   }
+  m.tied_output = c.tied_output;
+  m.vocab = c.n_vocab;
   if (m.moe()) {
     FP_CHECK(m.n_moe_layers > 0, path, ": ", c.arch, " has ", m.n_experts, " experts but no router tensors (ffn_gate_inp)");
     const double n = static_cast<double>(m.n_moe_layers * m.n_experts);
@@ -96,7 +106,8 @@ void print_text(const PlanModel& m, const PlanHardware& hw, const PlanWorkload& 
   const double routed = static_cast<double>(m.n_experts * m.n_moe_layers) * m.expert_bytes;
   std::printf("\n          weights %.2f GiB split over TP", m.split_bytes / g);
   if (m.moe()) std::printf(" + %.2f GiB routed experts + %.2f GiB shared experts", routed / g, m.shared_bytes / g);
-  std::printf(" + %.2f GiB replicated\n", m.replicated_bytes / g);
+  std::printf(" + %.2f GiB output projection split over the model's ranks%s + %.2f GiB replicated\n", m.output_bytes / g,
+              m.tied_output ? " (tied: the embedding table)" : "", (m.replicated_bytes + (m.tied_output ? 0 : m.embedding_bytes)) / g);
   std::printf("hardware  %s: %d devices x %.4g GiB, %.4g GB/s, %.4g TFLOP/s; %s %.4g GB/s, %.4g us per step + %.4g us per call\n",
               hw.name.c_str(), hw.devices, hw.memory_gib, hw.memory_bandwidth_gbps, hw.compute_tflops, hw.link.c_str(),
               hw.link_gbps, hw.link_latency_us, hw.collective_us);
