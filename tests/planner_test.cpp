@@ -81,6 +81,40 @@ TEST(Planner, VocabularyParallelOutputByHand) {
   expect_rel(tied[2].decode[0].memory_s, d2.memory_s, "TP2 decode memory, tied");
 }
 
+// Calibrated efficiencies scale the two roofline terms: at half the compute peak and 80% of the
+// bandwidth the small case's decode memory term is 9.0045056 ms / 0.8 and its prefill compute
+// 80.04096 ms / 0.5; out-of-range fractions are refused naming the field.
+TEST(Planner, EfficienciesScaleTheRooflineTerms) {
+  nlohmann::json j{{"name", "two"},
+                   {"devices", 2},
+                   {"memory_gib", 16},
+                   {"memory_bandwidth_gbps", 1000},
+                   {"compute_tflops", 100},
+                   {"compute_efficiency", 0.5},
+                   {"bandwidth_efficiency", 0.8},
+                   {"interconnect", {{"kind", "test link"}, {"bandwidth_gbps", 10}, {"latency_us", 10}}}};
+  PlanWorkload w;
+  w.input_len = 1000;
+  w.output_len = 200;
+  w.concurrency = {1};
+  auto plans = plan_layouts(small_model(), hardware_from_json(j, "test"), w);
+  expect_rel(plans[0].decode[0].memory_s, 9.0045056e-3 / 0.8, "decode memory");
+  expect_rel(plans[0].decode[0].compute_s, 8.0090112e-5 / 0.5, "decode compute");
+  expect_rel(plans[0].prefill.compute_s, 0.08004096 / 0.5, "prefill compute");
+  for (const char* key : {"compute_efficiency", "bandwidth_efficiency"}) {
+    for (double bad : {0.0, 1.5}) {
+      nlohmann::json b = j;
+      b[key] = bad;
+      try {
+        hardware_from_json(b, "hw.json");
+        ADD_FAILURE() << key << " = " << bad << " accepted";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
+      }
+    }
+  }
+}
+
 TEST(Planner, SmallCaseMatchesHandArithmetic) {
   PlanWorkload w;
   w.input_len = 1000;

@@ -77,8 +77,8 @@ PhaseCost step_cost(const PlanModel& m, const Layout& l, const PlanHardware& hw,
   if (l.cp) comm += L * ring_all_gather_seconds(s.kv_gather, l.groups, hw);
   if (m.vocab > 0) comm += ring_all_gather_seconds(s.logit_rows * static_cast<double>(m.vocab) * 4, output_ranks(l), hw);
   PhaseCost c;
-  c.compute_s = flops / (hw.compute_tflops * 1e12);
-  c.memory_s = bytes / (hw.memory_bandwidth_gbps * 1e9);
+  c.compute_s = flops / (hw.compute_tflops * 1e12 * hw.compute_efficiency);
+  c.memory_s = bytes / (hw.memory_bandwidth_gbps * 1e9 * hw.bandwidth_efficiency);
   c.comm_s = comm;
   finish(c);
   if (comm > 0 && hw.link_overlaps) c.overlapped_s = std::max({c.compute_s, 2 * c.memory_s, comm});
@@ -199,6 +199,10 @@ PlanHardware hardware_from_json(const nlohmann::json& j, const std::string& wher
   h.memory_gib = positive(j, "memory_gib", where, true, 0);
   h.memory_bandwidth_gbps = positive(j, "memory_bandwidth_gbps", where, true, 0);
   h.compute_tflops = positive(j, "compute_tflops", where, true, 0);
+  for (auto [key, field] : {std::pair{"compute_efficiency", &h.compute_efficiency}, {"bandwidth_efficiency", &h.bandwidth_efficiency}}) {
+    *field = positive(j, key, where, false, 1);
+    FP_CHECK(*field > 0 && *field <= 1, where, ": field '", key, "' is a fraction of the peak in (0, 1], got ", *field);
+  }
   h.reserved_gib = positive(j, "reserved_gib", where, false, 0);
   h.kv_bytes = positive(j, "kv_bytes", where, false, 2);
   h.activation_bytes = positive(j, "activation_bytes", where, false, 2);

@@ -3,8 +3,11 @@
 // their memory per device, KV capacity, and predicted prefill and decode throughput, each phase's
 // step split into compute, memory traffic and communication (the largest is the bottleneck).
 //
-// Roofline arithmetic, no measured efficiencies: a step takes max(compute, memory) + the
-// collectives (not overlapped). Compute = FLOPs / peak; memory = bytes read / bandwidth; on n ranks,
+// Roofline arithmetic: a step takes max(compute, memory) + the collectives (not overlapped).
+// Compute = FLOPs / (peak x compute_efficiency); memory = bytes read / (bandwidth x
+// bandwidth_efficiency) — the efficiencies are the fractions of the peaks the kernels reach,
+// calibrated by measurement (bench/plan_calibration.sh), 1 (an upper bound) unless the hardware
+// file gives them; on n ranks,
 // with a per-step latency and a per-call overhead (NCCL's tuning model has both: hwLat, baseLat)
 //   ring all-reduce of B bytes   call + 2(n-1)/n * B / link + 2(n-1) * step
 //   ring all-gather of B bytes   call + (n-1)/n * B / link + (n-1) * step      (B = the gathered total)
@@ -83,6 +86,8 @@ struct PlanHardware {
   double memory_gib = 0;           // per device
   double memory_bandwidth_gbps = 0;  // per device, GB/s (1e9 bytes)
   double compute_tflops = 0;       // per device, dense, at the weights' compute type
+  double compute_efficiency = 1;   // fraction of compute_tflops the matmuls reach (1: roofline)
+  double bandwidth_efficiency = 1; // fraction of the bandwidth a weight-streaming step reaches
   std::string link = "";           // "pcie4", "nvlink4", "shared memory", ...
   double link_gbps = 0;            // per device bandwidth a collective sees, GB/s
   double link_latency_us = 0;      // per ring / exchange step

@@ -111,6 +111,11 @@ void print_text(const PlanModel& m, const PlanHardware& hw, const PlanWorkload& 
   std::printf("hardware  %s: %d devices x %.4g GiB, %.4g GB/s, %.4g TFLOP/s; %s %.4g GB/s, %.4g us per step + %.4g us per call\n",
               hw.name.c_str(), hw.devices, hw.memory_gib, hw.memory_bandwidth_gbps, hw.compute_tflops, hw.link.c_str(),
               hw.link_gbps, hw.link_latency_us, hw.collective_us);
+  if (hw.compute_efficiency < 1 || hw.bandwidth_efficiency < 1)
+    std::printf("          calibrated: the kernels reach %.0f%% of the compute peak and %.0f%% of the bandwidth\n",
+                100 * hw.compute_efficiency, 100 * hw.bandwidth_efficiency);
+  else
+    std::printf("          roofline: no efficiencies given, figures are upper bounds\n");
   std::printf("workload  %lld input + %lld output tokens per request\n\n", static_cast<long long>(w.input_len),
               static_cast<long long>(w.output_len));
   const LayoutPlan* bp = best_prefill(plans);
@@ -163,6 +168,8 @@ void print_json(const PlanModel& m, const PlanHardware& hw, const PlanWorkload& 
   nlohmann::json j;
   j["model"] = m.name;
   j["hardware"] = hw.name;
+  j["compute_efficiency"] = hw.compute_efficiency;
+  j["bandwidth_efficiency"] = hw.bandwidth_efficiency;
   j["best_prefill"] = best_prefill(plans)->layout.name;
   for (const LayoutPlan& p : plans) {
     nlohmann::json e{{"layout", p.layout.name}, {"tp", p.layout.tp}, {"groups", p.layout.groups}, {"ep", p.layout.ep},
