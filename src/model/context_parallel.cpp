@@ -10,14 +10,25 @@
 
 namespace fp {
 
+std::array<ContextParallelStep::Piece, 2> ContextParallelStep::pieces(int rank) const {
+  const int64_t last = 2 * comm_->size() - 1 - rank;
+  const Piece a{edge(rank), edge(rank + 1), 0};
+  return {a, Piece{edge(last), edge(last + 1), a.t1 - a.t0}};
+}
+
 void ContextParallelStep::begin(Communicator* comm, const ForwardBatch& b, int64_t page_size) {
   comm_ = comm;
   batch_ = &b;
   n_ = b.n_tokens();
-  const int R = comm->size(), r = comm->rank();
-  chunk_ = (n_ + R - 1) / R;
-  const int64_t t0 = start(r), t1 = start(r + 1);
-  run_.assign_tokens(b, t0, t1);
+  const int R = comm->size();
+  chunk_ = 0;
+  for (int rr = 0; rr < R; ++rr) {
+    const auto p = pieces(rr);
+    chunk_ = std::max(chunk_, p[1].row + p[1].t1 - p[1].t0);
+  }
+  const auto mine = pieces(comm->rank());
+  run_.assign_tokens(b, mine[0].t0, mine[0].t1);
+  run_.append_tokens(b, mine[1].t0, mine[1].t1);
   b.slots(page_size, slots_);
 }
 
@@ -31,8 +42,10 @@ void ContextParallelStep::write_kv(KvPool& pool, int64_t layer, const float* k, 
     dispatch(AllGatherArgs{comm_, v, v_all_.data(), chunk_ * vw * 4});
   }
   for (int rr = 0; rr < R; ++rr)
-    pool.write(layer, slots_.data() + start(rr), start(rr + 1) - start(rr), k_all_.data() + rr * chunk_ * kw,
-               vw > 0 ? v_all_.data() + rr * chunk_ * vw : nullptr);
+    for (const Piece& p : pieces(rr)) {
+      const int64_t row = rr * chunk_ + p.row;
+      pool.write(layer, slots_.data() + p.t0, p.t1 - p.t0, k_all_.data() + row * kw, vw > 0 ? v_all_.data() + row * vw : nullptr);
+    }
 }
 
 int64_t ContextParallelStep::gather_logit_rows(const float* x, int64_t dim, float* out) {
@@ -40,11 +53,14 @@ int64_t ContextParallelStep::gather_logit_rows(const float* x, int64_t dim, floa
   if (rows == 0) return 0;
   x_all_.resize(static_cast<size_t>(comm_->size() * chunk_ * dim));
   dispatch(AllGatherArgs{comm_, x, x_all_.data(), chunk_ * dim * 4});
+  const int R = comm_->size();
   for (int64_t i = 0; i < rows; ++i) {
     const int64_t t = batch_->logit_rows[static_cast<size_t>(i)];
-    int rr = 0;
-    while (t >= start(rr + 1)) ++rr;
-    std::memcpy(out + i * dim, x_all_.data() + (rr * chunk_ + t - start(rr)) * dim, static_cast<size_t>(dim) * 4);
+    int64_t piece = 0;
+    while (t >= edge(piece + 1)) ++piece;
+    const int rr = static_cast<int>(piece < R ? piece : 2 * R - 1 - piece);
+    const Piece p = pieces(rr)[piece < R ? 0 : 1];
+    std::memcpy(out + i * dim, x_all_.data() + (rr * chunk_ + p.row + t - p.t0) * dim, static_cast<size_t>(dim) * 4);
   }
   return rows;
 }

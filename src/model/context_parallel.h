@@ -1,9 +1,17 @@
 // model/context_parallel.h — prefill context parallel, for every architecture that runs it: a
-// batch's tokens cut into one run of consecutive tokens per rank (runs may cross sequence
-// boundaries), this rank's run as a varlen batch of its own, and the two all-gathers that give
-// every rank's KV cache the whole batch's rows (per layer) and the logit rows their last hidden
-// states (once). Each rank runs its run through every layer with the whole weights.
+// batch's tokens cut into runs of consecutive tokens (runs may cross sequence boundaries), this
+// rank's runs as a varlen batch of its own, and the two all-gathers that give every rank's KV
+// cache the whole batch's rows (per layer) and the logit rows their last hidden states (once).
+// Each rank runs its tokens through every layer with the whole weights.
+//
+// The cut is zig-zag: the batch's tokens in 2N pieces, rank r taking pieces r and 2N-1-r. Causal
+// attention makes a late token cost more than an early one (it attends to more positions); one
+// contiguous run per rank would leave the last rank with about (2N-1)/N^2 of a long prompt's
+// attention and the first with 1/N^2 of it. With the pairs, every rank holds the same number of
+// tokens and, for one prompt cut evenly, exactly the same attention work (sum of the positions
+// attended) — what `plan`'s CP layouts assume.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -21,8 +29,9 @@ class ContextParallelStep {
 
   // Cuts `b` (which must outlive the step) for this rank of `comm`, with pool slots of `page_size`.
   void begin(Communicator* comm, const ForwardBatch& b, int64_t page_size);
-  // This rank's tokens as a batch: each sequence's tokens inside the run with its whole block
-  // table and kv_len ending at its last token here (attention is causal).
+  // This rank's tokens as a batch, its first piece then its second: each sequence's tokens inside
+  // a piece with its whole block table and kv_len ending at its last token there (attention is
+  // causal; a sequence spanning both pieces appears twice).
   const ForwardBatch& run() const { return run_; }
   int64_t rows() const { return run_.n_tokens(); }
   // Rows of the buffers the gathers send: the longest run (the rows past rows() are padding).
@@ -35,7 +44,12 @@ class ContextParallelStep {
   int64_t gather_logit_rows(const float* x, int64_t dim, float* out);
 
  private:
-  int64_t start(int rank) const { return n_ * rank / comm_->size(); }  // first token of a rank's run
+  // Piece p of the 2N is tokens [edge(p), edge(p + 1)); rank r holds pieces r and 2N-1-r.
+  int64_t edge(int64_t piece) const { return n_ * piece / (2 * comm_->size()); }
+  struct Piece {
+    int64_t t0, t1, row;  // tokens [t0, t1) sit at row `row` of their rank's buffers
+  };
+  std::array<Piece, 2> pieces(int rank) const;
   Communicator* comm_ = nullptr;
   const ForwardBatch* batch_ = nullptr;
   int64_t n_ = 0, chunk_ = 0;

@@ -114,6 +114,10 @@ void ForwardBatch::add_sequence(const int32_t* toks, int64_t n, int64_t start, c
 
 void ForwardBatch::assign_tokens(const ForwardBatch& from, int64_t t0, int64_t t1) {
   clear();
+  append_tokens(from, t0, t1);
+}
+
+void ForwardBatch::append_tokens(const ForwardBatch& from, int64_t t0, int64_t t1) {
   for (int64_t s = 0; s < from.n_seqs(); ++s) {
     const int64_t lo = std::max<int64_t>(from.seq_indptr[s], t0), hi = std::min<int64_t>(from.seq_indptr[s + 1], t1);
     if (lo >= hi) continue;

@@ -37,6 +37,8 @@ struct ForwardBatch {
   // its whole block table and kv_len ending at its last token here (attention is causal); no
   // logit rows. What context-parallel runs and overlapped micro-batches run.
   void assign_tokens(const ForwardBatch& from, int64_t t0, int64_t t1);
+  // Appends tokens [t0, t1) of `from` the same way (a sequence already here appears again).
+  void append_tokens(const ForwardBatch& from, int64_t t0, int64_t t1);
   // The KV slot of every token (block table lookup at its position), for pages of page_size.
   void slots(int64_t page_size, std::vector<int64_t>& out) const;
   // Copies the rows of x ([n_tokens, dim]) listed in logit_rows to out, in order; returns how many.

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "engine/generator.h"
 #include "kernels/ledger.h"
+#include "model/context_parallel.h"
 #include "model/model.h"
 #include "model/synth.h"
 #include "mpi_test_util.h"
@@ -342,6 +343,42 @@ struct OverlapCase {
 };
 void PrintTo(const OverlapCase& c, std::ostream* os) { *os << c.name; }
 class MicroBatchOverlap : public ::testing::TestWithParam<OverlapCase> {};
+
+// The zig-zag cut: one prompt of 8N tokens, rank r holds pieces r and 2N-1-r of 4 tokens each, so
+// every rank runs 8 tokens and attends exactly as many positions in total; the two pieces are two
+// entries of the same sequence, and the logit row (the prompt's last token) is rank 0's: its
+// second piece is the last one.
+TEST(ContextParallel, ZigZagCutBalancesCausalAttention) {
+  FP_REQUIRE_RANKS(2);
+  auto comm = test::world_comm();
+  const int R = comm->size(), r = comm->rank();
+  const int64_t n = 8 * R, page = 16;
+  std::vector<int32_t> tokens(static_cast<size_t>(n), 5), pages;
+  for (int32_t p = 0; p < (n + page - 1) / page; ++p) pages.push_back(p);
+  ForwardBatch b;
+  b.add_sequence(tokens.data(), n, 0, pages.data(), static_cast<int64_t>(pages.size()), true);
+  ContextParallelStep cp;
+  cp.begin(comm.get(), b, page);
+  const ForwardBatch& run = cp.run();
+  ASSERT_EQ(run.n_tokens(), 8);
+  ASSERT_EQ(run.n_seqs(), 2);
+  EXPECT_EQ(run.positions[0], 4 * r);      // piece r
+  EXPECT_EQ(run.positions[4], 4 * (2 * R - 1 - r));  // piece 2N-1-r
+  EXPECT_EQ(run.kv_len[0], 4 * r + 4);
+  EXPECT_EQ(run.kv_len[1], 4 * (2 * R - r));
+  // Attention work: the positions each query attends, summed; equal on every rank.
+  int64_t work = 0;
+  for (int64_t i = 0; i < run.n_tokens(); ++i) work += run.positions[static_cast<size_t>(i)] + 1;
+  std::vector<int64_t> all(static_cast<size_t>(R));
+  comm->all_gather(&work, all.data(), sizeof work);
+  for (int64_t w : all) EXPECT_EQ(w, all[0]);
+  EXPECT_EQ(work * R, n * (n + 1) / 2);
+  // The logit row (the last token) lies in rank 0's second piece: every rank gets rank 0's row.
+  std::vector<float> x(static_cast<size_t>(cp.padded_rows() * 2), 0.0f), out(2);
+  for (int64_t i = 0; i < cp.rows(); ++i) x[static_cast<size_t>(i * 2)] = static_cast<float>(100 * r + i);
+  ASSERT_EQ(cp.gather_logit_rows(x.data(), 2, out.data()), 1);
+  EXPECT_EQ(out[0], 7.0f);  // rank 0, row 7: position n-1
+}
 
 TEST_P(MicroBatchOverlap, MatchesOneRank) {
   FP_REQUIRE_RANKS(2);
