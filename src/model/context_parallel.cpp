@@ -65,4 +65,23 @@ int64_t ContextParallelStep::gather_logit_rows(const float* x, int64_t dim, floa
   return rows;
 }
 
+const float* EveryHeadKvWriter::whole_rows(Communicator* tp, const float* part, int64_t n, int64_t width,
+                                           std::vector<float>& rows) {
+  const int R = tp->size();
+  gathered_.resize(static_cast<size_t>(R * n * width));
+  dispatch(AllGatherArgs{tp, part, gathered_.data(), n * width * 4});
+  rows.resize(static_cast<size_t>(n * R * width));
+  for (int rr = 0; rr < R; ++rr)
+    for (int64_t i = 0; i < n; ++i)
+      std::memcpy(rows.data() + (i * R + rr) * width, gathered_.data() + (rr * n + i) * width, static_cast<size_t>(width) * 4);
+  return rows.data();
+}
+
+void EveryHeadKvWriter::write(Communicator* tp, KvPool& pool, int64_t layer, const int64_t* slots, int64_t n,
+                              const float* k, const float* v, int64_t kv_dim, int64_t v_dim) {
+  const float* kr = whole_rows(tp, k, n, kv_dim, k_rows_);
+  const float* vr = whole_rows(tp, v, n, v_dim, v_rows_);
+  pool.write(layer, slots, n, kr, vr);
+}
+
 }  // namespace fp

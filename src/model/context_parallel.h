@@ -58,4 +58,19 @@ class ContextParallelStep {
   std::vector<float> k_all_, v_all_, x_all_;
 };
 
+// Decode after context-parallel prefill, with the heads split (tensor parallel): the cache keeps
+// every KV head (prefill wrote whole rows), a TP step reads its heads out of each row and writes
+// its new K/V rows whole — all-gathered across the ranks, rank r's heads at column r x width — so
+// the cache stays complete for whichever phase comes next.
+class EveryHeadKvWriter {
+ public:
+  // This rank's rows k [n, kv_dim] and v [n, v_dim] of layer `layer` -> every head's, at slots.
+  void write(Communicator* tp, KvPool& pool, int64_t layer, const int64_t* slots, int64_t n, const float* k,
+             const float* v, int64_t kv_dim, int64_t v_dim);
+
+ private:
+  const float* whole_rows(Communicator* tp, const float* part, int64_t n, int64_t width, std::vector<float>& rows);
+  std::vector<float> gathered_, k_rows_, v_rows_;
+};
+
 }  // namespace fp

@@ -410,23 +410,10 @@ class LlamaModel : public Model {
     output_.run(xr, rows, logits);
   }
 
-  // A tensor-parallel step over a cache of every head: this rank's K/V rows [n, kv_dim] and
-  // [n, v_dim] are all-gathered and written as whole rows (rank r's heads at column r * width).
+  // A tensor-parallel step over a cache of every head (model/context_parallel.h).
   void write_every_head(KvPool& pool, int64_t layer, const int64_t* slots, int64_t n, const float* k, const float* v,
                         int64_t kv_dim, int64_t v_dim) {
-    const int R = tp_size();
-    auto whole = [&](const float* part, int64_t w, std::vector<float>& gathered, std::vector<float>& rows) {
-      gathered.resize(static_cast<size_t>(R * n * w));
-      dispatch(AllGatherArgs{tp_.get(), part, gathered.data(), n * w * 4});
-      rows.resize(static_cast<size_t>(n * R * w));
-      for (int rr = 0; rr < R; ++rr)
-        for (int64_t i = 0; i < n; ++i)
-          std::memcpy(rows.data() + (i * R + rr) * w, gathered.data() + (rr * n + i) * w, static_cast<size_t>(w) * 4);
-      return rows.data();
-    };
-    const float* kr = whole(k, kv_dim, cp_.k_all, cp_.k);
-    const float* vr = whole(v, v_dim, cp_.v_all, cp_.v);
-    pool.write(layer, slots, n, kr, vr);
+    cp_.every_head.write(tp_.get(), pool, layer, slots, n, k, v, kv_dim, v_dim);
   }
 
   // Replaces a layer's full weights by this rank's slices (see the comment at the top).
@@ -502,7 +489,8 @@ class LlamaModel : public Model {
   std::vector<LlamaLayer> whole_layers_;  // context parallel with TP decode: the unsplit weights
   struct ContextParallelScratch {
     ContextParallelStep step;
-    std::vector<float> x, h, q, k, v, att, gate, up, k_all, v_all, rows;
+    EveryHeadKvWriter every_head;
+    std::vector<float> x, h, q, k, v, att, gate, up, rows;
   } cp_;
   struct OverlapScratch {
     ForwardBatch parts[2];                 // the two micro-batches of forward_overlapped

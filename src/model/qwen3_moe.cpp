@@ -8,9 +8,11 @@
 // ep = N each rank holds E/N whole experts, else (tp only) a slice of every expert's width. The
 // dense layers' FFN and the shared experts are split by width in both cases, so every rank's FFN
 // output is a partial sum and one all-reduce per layer completes it. With cp = N (prefill
-// context parallel, model/context_parallel.h) prefill batches run one run of tokens per rank
-// through the whole layers (views of the file); decode batches run whole on every rank, or with
-// ep = N too, expert parallel: a different layout per phase, attention replicated in both.
+// context parallel, model/context_parallel.h) prefill batches run the rank's tokens through the
+// whole layers (views of the file) and the cache keeps every KV head; decode batches run whole
+// on every rank, expert parallel (ep = N, attention replicated) or tensor parallel (tp = N: the
+// rank's heads read out of each cache row, its new K/V rows all-gathered and written whole, as
+// the llama family does): a different layout per phase on the same ranks.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -47,9 +49,6 @@ class Qwen3MoeModel : public Model {
     // Ranks the weights are split across (tensor or expert parallel); 1 with context parallel,
     // whose prefill runs the whole model on every rank, and so does its decode here.
     const int ranks = parallel().tp > 1 || parallel().ep > 1 ? tp_size() : 1;
-    FP_CHECK(parallel().cp == 1 || parallel().tp == 1, mf.path, ": context-parallel prefill of ", c.arch,
-             " keeps attention whole on every rank: decode can split the experts (--expert-parallel-size), not the "
-             "heads (drop --tensor-parallel-size)");
     FP_CHECK(parallel().dp <= 1, mf.path, ": --data-parallel-attention is built for DeepSeek's MLA; ", c.arch,
              "'s GQA attention splits by heads instead (--tensor-parallel-size ", tp_size(), " --expert-parallel-size ",
              tp_size(), ")");
@@ -109,10 +108,12 @@ class Qwen3MoeModel : public Model {
     inv_freq_ = c.rope_inv_freq();
   }
 
-  // This rank's KV heads only (all of them when attention is replicated).
+  // This rank's KV heads only (all of them when attention is replicated, or with context-parallel
+  // prefill, whose cache every decode layout reads).
   KvLayout kv_layout() const override {
     const ModelConfig& c = config();
-    return KvLayout{c.n_layers, kv_heads_ * c.head_dim, kv_heads_ * c.head_dim};
+    const int64_t h = context_parallel_ ? c.n_kv_heads : kv_heads_;
+    return KvLayout{c.n_layers, h * c.head_dim, h * c.head_dim};
   }
 
   void forward(const ForwardBatch& b, KvPool& pool, float* logits) override {
@@ -124,7 +125,13 @@ class Qwen3MoeModel : public Model {
     if (cp) cp_.begin(tp_.get(), b, pool.page_size());
     const ForwardBatch& run = cp ? cp_.run() : b;
     const int64_t n = run.n_tokens(), padded = cp ? cp_.padded_rows() : n;  // rows sent by the gathers
-    const int64_t q_dim = heads_ * c.head_dim, kv_dim = kv_heads_ * c.head_dim;
+    // A context-parallel step runs every head; a TP step this rank's, out of a cache of every
+    // head when the prefill was context parallel.
+    const bool split_heads = attn_ranks_ > 1 && !cp;
+    const int64_t H = split_heads ? heads_ : c.n_heads, KH = split_heads ? kv_heads_ : c.n_kv_heads;
+    const int64_t q_dim = H * c.head_dim, kv_dim = KH * c.head_dim;
+    const bool every_head = split_heads && pool.layout().k_width != kv_dim;
+    const int64_t kv_off = every_head ? tp_->rank() * kv_dim : 0;
     for (auto* v : {&x_, &h_}) resize(*v, padded * c.dim);
     resize(q_, n * q_dim);
     resize(k_, padded * kv_dim);
@@ -137,10 +144,10 @@ class Qwen3MoeModel : public Model {
 
     AttentionArgs att = paged_attention_args(run, pool);
     att.q = q_.data();
-    att.n_heads = heads_;
-    att.n_kv_heads = kv_heads_;
+    att.n_heads = H;
+    att.n_kv_heads = KH;
     att.head_dim = att.v_dim = c.head_dim;
-    att.k_stride = att.v_stride = kv_dim;
+    att.k_stride = att.v_stride = pool.layout().k_width;
     att.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
     att.out = att_.data();
     run.slots(pool.page_size(), slots_);
@@ -155,17 +162,19 @@ class Qwen3MoeModel : public Model {
       dispatch(MatMulArgs{h_.data(), n, L.wq, nullptr, q_.data(), hq});
       dispatch(MatMulArgs{h_.data(), n, L.wk, nullptr, k_.data(), hq});
       dispatch(MatMulArgs{h_.data(), n, L.wv, nullptr, v_.data(), hq});
-      dispatch(RmsNormArgs{q_.data(), L.q_norm, n * heads_, c.head_dim, c.rms_eps, q_.data()});
-      dispatch(RmsNormArgs{k_.data(), L.k_norm, n * kv_heads_, c.head_dim, c.rms_eps, k_.data()});
-      dispatch(RopeArgs{q_.data(), pos, n, heads_, c.head_dim, c.rot_dim, q_dim, inv_freq_.data(), mscale, c.rope_style});
-      dispatch(RopeArgs{k_.data(), pos, n, kv_heads_, c.head_dim, c.rot_dim, kv_dim, inv_freq_.data(), mscale, c.rope_style});
-      if (cp) cp_.write_kv(pool, static_cast<int64_t>(l), k_.data(), v_.data());  // every rank's rows
-      else pool.write(static_cast<int64_t>(l), slots_.data(), n, k_.data(), v_.data());
-      att.k_pool = pool.k(static_cast<int64_t>(l));
-      att.v_pool = pool.v(static_cast<int64_t>(l));
+      dispatch(RmsNormArgs{q_.data(), L.q_norm, n * H, c.head_dim, c.rms_eps, q_.data()});
+      dispatch(RmsNormArgs{k_.data(), L.k_norm, n * KH, c.head_dim, c.rms_eps, k_.data()});
+      dispatch(RopeArgs{q_.data(), pos, n, H, c.head_dim, c.rot_dim, q_dim, inv_freq_.data(), mscale, c.rope_style});
+      dispatch(RopeArgs{k_.data(), pos, n, KH, c.head_dim, c.rot_dim, kv_dim, inv_freq_.data(), mscale, c.rope_style});
+      const int64_t layer = static_cast<int64_t>(l);
+      if (cp) cp_.write_kv(pool, layer, k_.data(), v_.data());  // every rank's rows
+      else if (every_head) every_head_.write(tp_.get(), pool, layer, slots_.data(), n, k_.data(), v_.data(), kv_dim, kv_dim);
+      else pool.write(layer, slots_.data(), n, k_.data(), v_.data());
+      att.k_pool = kv_element(pool.k(layer), pool.dtype(), kv_off);
+      att.v_pool = kv_element(pool.v(layer), pool.dtype(), kv_off);
       dispatch(att);
       dispatch(MatMulArgs{att_.data(), n, L.wo, nullptr, h_.data()});
-      if (attn_ranks_ > 1) dispatch(AllReduceArgs{tp_.get(), h_.data(), n * c.dim});  // sum the heads' shares
+      if (split_heads) dispatch(AllReduceArgs{tp_.get(), h_.data(), n * c.dim});  // sum the heads' shares
       dispatch(AddArgs{x_.data(), h_.data(), n * c.dim, x_.data()});
 
       dispatch(RmsNormArgs{x_.data(), L.ffn_norm, n, c.dim, c.rms_eps, h_.data()});
@@ -198,7 +207,7 @@ class Qwen3MoeModel : public Model {
   VocabParallelOutput output_;  // the output projection, split by vocabulary rows across the ranks
   const float* output_norm_ = nullptr;
   std::vector<Qwen3MoeLayer> layers_;
-  std::vector<Qwen3MoeLayer> whole_layers_;  // context-parallel prefill with EP decode: the unsplit layers
+  std::vector<Qwen3MoeLayer> whole_layers_;  // context-parallel prefill with EP or TP decode: the unsplit layers
   std::vector<float> inv_freq_;
   std::vector<float> x_, h_, q_, k_, v_, att_, gate_, up_, rows_;
   std::vector<BlockQ8_0> hq_;  // the normalised input quantized once for Q8_0/Q4_0 matmuls
@@ -208,6 +217,7 @@ class Qwen3MoeModel : public Model {
   bool ffn_split_ = false;            // the FFN weights are split across the ranks (an all-reduce per layer)
   bool context_parallel_ = false;     // prefill batches run context parallel
   ContextParallelStep cp_;
+  EveryHeadKvWriter every_head_;      // TP decode over the cache of every head a CP prefill wrote
   int64_t heads_ = 0, kv_heads_ = 0;  // this rank's query and KV heads
   std::deque<Tensor> shards_;         // this rank's weight slices (stable addresses)
 };

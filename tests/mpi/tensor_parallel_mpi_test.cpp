@@ -232,7 +232,7 @@ TEST(ExpertParallel, RefusesLayoutsItCannotRun) {
 }
 
 // Prefill context parallel (issue 7): prefill batches cut into runs of tokens across the ranks,
-// decode in the tensor-parallel layout (or whole on every rank when tp = 1): a different layout
+// decode in the tensor-parallel or expert-parallel layout (or whole on every rank): a different layout
 // per phase on the same ranks. Against one rank: the prompt's logits (every position), token by
 // token decode, greedy text; and a varlen batch of three sequences whose runs cross sequence
 // boundaries, over a paged cache, then one decode step of all three.
@@ -327,6 +327,7 @@ INSTANTIATE_TEST_SUITE_P(
                       ContextCase{"qwen3_cp_tp", "", "qwen3", DType::F16, true},
                       ContextCase{"qwen3moe_cp", "", "qwen3_moe", DType::F32, false},
                       ContextCase{"qwen3moe_cp_ep", "", "qwen3_moe", DType::F32, false, true},
+                      ContextCase{"qwen3moe_cp_tp", "", "qwen3_moe", DType::F32, true},
                       ContextCase{"deepseek_v3_cp", "", "deepseek_v3", DType::F32, false},
                       ContextCase{"deepseek_v3_cp_ep", "", "deepseek_v3", DType::F32, false, true}),
     [](const auto& p) { return p.param.name; });
