@@ -328,6 +328,7 @@ INSTANTIATE_TEST_SUITE_P(
                       ContextCase{"qwen3moe_cp", "", "qwen3_moe", DType::F32, false},
                       ContextCase{"qwen3moe_cp_ep", "", "qwen3_moe", DType::F32, false, true},
                       ContextCase{"qwen3moe_cp_tp", "", "qwen3_moe", DType::F32, true},
+                      ContextCase{"qwen3moe_cp_tp_ep", "", "qwen3_moe", DType::F32, true, true},
                       ContextCase{"deepseek_v3_cp", "", "deepseek_v3", DType::F32, false},
                       ContextCase{"deepseek_v3_cp_ep", "", "deepseek_v3", DType::F32, false, true}),
     [](const auto& p) { return p.param.name; });
