@@ -122,35 +122,16 @@ class Qwen3MoeModel : public Model {
     if (b.n_tokens() <= 0) return;
     // Prefill context parallel: this rank runs its run of the tokens (model/context_parallel.h).
     const bool cp = context_parallel_ && ContextParallelStep::applies(b, tp_size());
+    const int64_t overlap_min = file_->micro_batch_overlap;
+    if (!cp && ffn_split_ && overlap_min > 0 && b.n_tokens() >= std::max<int64_t>(overlap_min, 2))
+      return forward_overlapped(b, pool, logits);
     if (cp) cp_.begin(tp_.get(), b, pool.page_size());
     const ForwardBatch& run = cp ? cp_.run() : b;
     const int64_t n = run.n_tokens(), padded = cp ? cp_.padded_rows() : n;  // rows sent by the gathers
-    // A context-parallel step runs every head; a TP step this rank's, out of a cache of every
-    // head when the prefill was context parallel.
-    const bool split_heads = attn_ranks_ > 1 && !cp;
-    const int64_t H = split_heads ? heads_ : c.n_heads, KH = split_heads ? kv_heads_ : c.n_kv_heads;
-    const int64_t q_dim = H * c.head_dim, kv_dim = KH * c.head_dim;
-    const bool every_head = split_heads && pool.layout().k_width != kv_dim;
-    const int64_t kv_off = every_head ? tp_->rank() * kv_dim : 0;
-    for (auto* v : {&x_, &h_}) resize(*v, padded * c.dim);
-    resize(q_, n * q_dim);
-    resize(k_, padded * kv_dim);
-    resize(v_, padded * kv_dim);
-    resize(att_, n * q_dim);
-    resize(gate_, n * std::max(c.hidden_dim, c.dim));
-    resize(up_, n * c.hidden_dim);
-    const int32_t* pos = run.positions.data();
-    const float mscale = c.rope_scaling.type == "yarn" ? c.rope_scaling.attn_factor : 1.0f;
-
-    AttentionArgs att = paged_attention_args(run, pool);
-    att.q = q_.data();
-    att.n_heads = H;
-    att.n_kv_heads = KH;
-    att.head_dim = att.v_dim = c.head_dim;
-    att.k_stride = att.v_stride = pool.layout().k_width;
-    att.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-    att.out = att_.data();
+    const Heads hd = heads(cp, pool);
+    resize_buffers(padded, n, hd);
     run.slots(pool.page_size(), slots_);
+    AttentionArgs att = attention_args(run, pool, hd, q_.data(), att_.data());
 
     // A context-parallel step runs the whole layers and sums nothing across the ranks.
     const std::vector<Qwen3MoeLayer>& layers = cp && !whole_layers_.empty() ? whole_layers_ : layers_;
@@ -158,37 +139,14 @@ class Qwen3MoeModel : public Model {
     dispatch(EmbeddingArgs{embed_, run.tokens.data(), n, x_.data()});
     for (size_t l = 0; l < layers.size(); ++l) {
       const Qwen3MoeLayer& L = layers[l];
-      const BlockQ8_0* hq = rmsnorm_for({x_.data(), L.attn_norm, n, c.dim, c.rms_eps, h_.data()}, {L.wq, L.wk, L.wv}, hq_);
-      dispatch(MatMulArgs{h_.data(), n, L.wq, nullptr, q_.data(), hq});
-      dispatch(MatMulArgs{h_.data(), n, L.wk, nullptr, k_.data(), hq});
-      dispatch(MatMulArgs{h_.data(), n, L.wv, nullptr, v_.data(), hq});
-      dispatch(RmsNormArgs{q_.data(), L.q_norm, n * H, c.head_dim, c.rms_eps, q_.data()});
-      dispatch(RmsNormArgs{k_.data(), L.k_norm, n * KH, c.head_dim, c.rms_eps, k_.data()});
-      dispatch(RopeArgs{q_.data(), pos, n, H, c.head_dim, c.rot_dim, q_dim, inv_freq_.data(), mscale, c.rope_style});
-      dispatch(RopeArgs{k_.data(), pos, n, KH, c.head_dim, c.rot_dim, kv_dim, inv_freq_.data(), mscale, c.rope_style});
-      const int64_t layer = static_cast<int64_t>(l);
-      if (cp) cp_.write_kv(pool, layer, k_.data(), v_.data());  // every rank's rows
-      else if (every_head) every_head_.write(tp_.get(), pool, layer, slots_.data(), n, k_.data(), v_.data(), kv_dim, kv_dim);
-      else pool.write(layer, slots_.data(), n, k_.data(), v_.data());
-      att.k_pool = kv_element(pool.k(layer), pool.dtype(), kv_off);
-      att.v_pool = kv_element(pool.v(layer), pool.dtype(), kv_off);
-      dispatch(att);
-      dispatch(MatMulArgs{att_.data(), n, L.wo, nullptr, h_.data()});
-      if (split_heads) dispatch(AllReduceArgs{tp_.get(), h_.data(), n * c.dim});  // sum the heads' shares
+      const auto layer = static_cast<int64_t>(l);
+      const Rows r{x_.data(), h_.data(), q_.data(), k_.data(), v_.data(), att_.data(), gate_.data(), up_.data(), n};
+      attention(L, layer, hd, r, run.positions.data(), slots_.data(), att, pool, cp);
+      if (hd.split) dispatch(AllReduceArgs{tp_.get(), h_.data(), n * c.dim});  // sum the heads' shares
       dispatch(AddArgs{x_.data(), h_.data(), n * c.dim, x_.data()});
-
-      dispatch(RmsNormArgs{x_.data(), L.ffn_norm, n, c.dim, c.rms_eps, h_.data()});
-      if (L.moe) {
-        moe_.run(L.experts, c, h_.data(), n, gate_.data());
-      } else {
-        dispatch(MatMulArgs{h_.data(), n, L.w_gate, nullptr, gate_.data()});
-        dispatch(MatMulArgs{h_.data(), n, L.w_up, nullptr, up_.data()});
-        dispatch(SiluMulArgs{gate_.data(), up_.data(), n, L.ffn_width, 0, 0, gate_.data()});
-        dispatch(MatMulArgs{gate_.data(), n, L.w_down, nullptr, h_.data()});
-        std::memcpy(gate_.data(), h_.data(), static_cast<size_t>(n * c.dim) * 4);
-      }
-      if (sum_ffn) dispatch(AllReduceArgs{tp_.get(), gate_.data(), n * c.dim});  // sum the ranks' FFN shares
-      dispatch(AddArgs{x_.data(), gate_.data(), n * c.dim, x_.data()});
+      float* out = ffn(L, r);
+      if (sum_ffn) dispatch(AllReduceArgs{tp_.get(), out, n * c.dim});  // sum the ranks' FFN shares
+      dispatch(AddArgs{x_.data(), out, n * c.dim, x_.data()});
     }
 
     resize(rows_, static_cast<int64_t>(b.logit_rows.size()) * c.dim);
@@ -199,6 +157,159 @@ class Qwen3MoeModel : public Model {
   }
 
  private:
+  // The heads a step runs: every head (context parallel, or attention replicated) or the rank's,
+  // the latter out of a cache of every head when the prefill was context parallel.
+  struct Heads {
+    int64_t H, KH, q_dim, kv_dim, kv_off;
+    bool split, every_head;
+  };
+  Heads heads(bool cp, const KvPool& pool) const {
+    const ModelConfig& c = config();
+    Heads h{};
+    h.split = attn_ranks_ > 1 && !cp;
+    h.H = h.split ? heads_ : c.n_heads;
+    h.KH = h.split ? kv_heads_ : c.n_kv_heads;
+    h.q_dim = h.H * c.head_dim;
+    h.kv_dim = h.KH * c.head_dim;
+    h.every_head = h.split && pool.layout().k_width != h.kv_dim;
+    h.kv_off = h.every_head ? tp_->rank() * h.kv_dim : 0;
+    return h;
+  }
+
+  // Rows [0, n) of the step buffers that one pass works on (a whole step, or one micro-batch).
+  struct Rows {
+    float *x, *h, *q, *k, *v, *att, *gate, *up;
+    int64_t n;
+  };
+
+  void resize_buffers(int64_t padded, int64_t n, const Heads& hd) {
+    const ModelConfig& c = config();
+    for (auto* v : {&x_, &h_}) resize(*v, padded * c.dim);
+    resize(q_, n * hd.q_dim);
+    resize(k_, padded * hd.kv_dim);
+    resize(v_, padded * hd.kv_dim);
+    resize(att_, n * hd.q_dim);
+    resize(gate_, n * std::max(c.hidden_dim, c.dim));
+    resize(up_, n * c.hidden_dim);
+  }
+
+  AttentionArgs attention_args(const ForwardBatch& run, const KvPool& pool, const Heads& hd, float* q, float* out) const {
+    const ModelConfig& c = config();
+    AttentionArgs att = paged_attention_args(run, pool);
+    att.q = q;
+    att.n_heads = hd.H;
+    att.n_kv_heads = hd.KH;
+    att.head_dim = att.v_dim = c.head_dim;
+    att.k_stride = att.v_stride = pool.layout().k_width;
+    att.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    att.out = out;
+    return att;
+  }
+
+  // Layer L's attention for r's rows of x (writing their K/V): r.h = the attention output (this
+  // rank's heads' share when split: the caller sums it across the ranks).
+  void attention(const Qwen3MoeLayer& L, int64_t layer, const Heads& hd, const Rows& r, const int32_t* pos,
+                 const int64_t* slots, AttentionArgs& att, KvPool& pool, bool cp) {
+    const ModelConfig& c = config();
+    const int64_t n = r.n;
+    const float mscale = c.rope_scaling.type == "yarn" ? c.rope_scaling.attn_factor : 1.0f;
+    const BlockQ8_0* hq = rmsnorm_for({r.x, L.attn_norm, n, c.dim, c.rms_eps, r.h}, {L.wq, L.wk, L.wv}, hq_);
+    dispatch(MatMulArgs{r.h, n, L.wq, nullptr, r.q, hq});
+    dispatch(MatMulArgs{r.h, n, L.wk, nullptr, r.k, hq});
+    dispatch(MatMulArgs{r.h, n, L.wv, nullptr, r.v, hq});
+    dispatch(RmsNormArgs{r.q, L.q_norm, n * hd.H, c.head_dim, c.rms_eps, r.q});
+    dispatch(RmsNormArgs{r.k, L.k_norm, n * hd.KH, c.head_dim, c.rms_eps, r.k});
+    dispatch(RopeArgs{r.q, pos, n, hd.H, c.head_dim, c.rot_dim, hd.q_dim, inv_freq_.data(), mscale, c.rope_style});
+    dispatch(RopeArgs{r.k, pos, n, hd.KH, c.head_dim, c.rot_dim, hd.kv_dim, inv_freq_.data(), mscale, c.rope_style});
+    if (cp) cp_.write_kv(pool, layer, r.k, r.v);  // every rank's rows
+    else if (hd.every_head) every_head_.write(tp_.get(), pool, layer, slots, n, r.k, r.v, hd.kv_dim, hd.kv_dim);
+    else pool.write(layer, slots, n, r.k, r.v);
+    att.k_pool = kv_element(pool.k(layer), pool.dtype(), hd.kv_off);
+    att.v_pool = kv_element(pool.v(layer), pool.dtype(), hd.kv_off);
+    dispatch(att);
+    dispatch(MatMulArgs{r.att, n, L.wo, nullptr, r.h});
+  }
+
+  // Layer L's FFN for r's rows of x: returns its output (r.gate or r.h; this rank's share of the
+  // sum when the experts / FFN width are split).
+  float* ffn(const Qwen3MoeLayer& L, const Rows& r) {
+    const ModelConfig& c = config();
+    const int64_t n = r.n;
+    dispatch(RmsNormArgs{r.x, L.ffn_norm, n, c.dim, c.rms_eps, r.h});
+    if (L.moe) {
+      moe_.run(L.experts, c, r.h, n, r.gate);
+      return r.gate;
+    }
+    dispatch(MatMulArgs{r.h, n, L.w_gate, nullptr, r.gate});
+    dispatch(MatMulArgs{r.h, n, L.w_up, nullptr, r.up});
+    dispatch(SiluMulArgs{r.gate, r.up, n, L.ffn_width, 0, 0, r.gate});
+    dispatch(MatMulArgs{r.gate, n, L.w_down, nullptr, r.h});
+    return r.h;
+  }
+
+  // A step as two micro-batches A = tokens [0, n/2) and B = [n/2, n) whose all-reduces travel
+  // while the other computes (--micro-batch-overlap; as the llama family's, model/llama.cpp):
+  // per layer A's attention (its heads' sum started when split), B's attention, then A's FFN once
+  // A's sum is in, its FFN sum started, and B's. With the experts partitioned and attention
+  // replicated, the FFN sums are what travels: A's behind B's FFN and the next layer's attention.
+  void forward_overlapped(const ForwardBatch& b, KvPool& pool, float* logits) {
+    const ModelConfig& c = config();
+    const int64_t n = b.n_tokens(), half = n / 2;
+    const Heads hd = heads(false, pool);
+    resize_buffers(n, n, hd);
+    struct MicroBatch {
+      Rows r;
+      AttentionArgs att;
+      const float* sum = nullptr;  // rows being all-reduced, added to x once they are in
+      int64_t handle = Communicator::kDone;
+    } mb[2];
+    for (int i = 0; i < 2; ++i) {
+      ForwardBatch& part = overlap_parts_[i];
+      part.assign_tokens(b, i == 0 ? 0 : half, i == 0 ? half : n);
+      part.slots(pool.page_size(), overlap_slots_[i]);
+      const int64_t r0 = i == 0 ? 0 : half;
+      MicroBatch& m = mb[i];
+      m.r = Rows{x_.data() + r0 * c.dim,         h_.data() + r0 * c.dim,        q_.data() + r0 * hd.q_dim,
+                 k_.data() + r0 * hd.kv_dim,     v_.data() + r0 * hd.kv_dim,    att_.data() + r0 * hd.q_dim,
+                 gate_.data() + r0 * std::max(c.hidden_dim, c.dim), up_.data() + r0 * c.hidden_dim, part.n_tokens()};
+      m.att = attention_args(part, pool, hd, m.r.q, m.r.att);
+    }
+    auto start_sum = [&](MicroBatch& m, float* rows) {  // all-reduce rows, non-blocking
+      dispatch(AllReduceStartArgs{tp_.get(), rows, m.r.n * c.dim, &m.handle});
+      m.sum = rows;
+    };
+    auto add_sum = [&](MicroBatch& m) {  // x += the summed rows, once they are in
+      if (!m.sum) return;
+      dispatch(CollectiveWaitArgs{tp_.get(), m.handle});
+      dispatch(AddArgs{m.r.x, m.sum, m.r.n * c.dim, m.r.x});
+      m.sum = nullptr;
+    };
+    dispatch(EmbeddingArgs{embed_, b.tokens.data(), n, x_.data()});
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      const Qwen3MoeLayer& L = layers_[l];
+      for (int i = 0; i < 2; ++i) {
+        MicroBatch& m = mb[i];
+        add_sum(m);  // the previous layer's FFN
+        attention(L, static_cast<int64_t>(l), hd, m.r, overlap_parts_[i].positions.data(), overlap_slots_[i].data(), m.att,
+                  pool, false);
+        if (tp_) tp_->progress();
+        if (hd.split) start_sum(m, m.r.h);
+        else dispatch(AddArgs{m.r.x, m.r.h, m.r.n * c.dim, m.r.x});
+      }
+      for (MicroBatch& m : mb) {
+        add_sum(m);  // the attention's
+        start_sum(m, ffn(L, m.r));
+        if (tp_) tp_->progress();
+      }
+    }
+    for (MicroBatch& m : mb) add_sum(m);
+    resize(rows_, static_cast<int64_t>(b.logit_rows.size()) * c.dim);
+    const int64_t rows = b.gather_logit_rows(x_.data(), c.dim, rows_.data());
+    if (rows == 0) return;
+    dispatch(RmsNormArgs{rows_.data(), output_norm_, rows, c.dim, c.rms_eps, rows_.data()});
+    output_.run(rows_.data(), rows, logits);
+  }
+
   static void resize(std::vector<float>& v, int64_t n) {
     if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
   }
@@ -212,6 +323,8 @@ class Qwen3MoeModel : public Model {
   std::vector<float> x_, h_, q_, k_, v_, att_, gate_, up_, rows_;
   std::vector<BlockQ8_0> hq_;  // the normalised input quantized once for Q8_0/Q4_0 matmuls
   std::vector<int64_t> slots_;
+  ForwardBatch overlap_parts_[2];         // --micro-batch-overlap: the two micro-batches
+  std::vector<int64_t> overlap_slots_[2];  // and their tokens' KV slots
   MoeBlock moe_;
   int attn_ranks_ = 1;                // ranks the attention heads are split across (1: replicated)
   bool ffn_split_ = false;            // the FFN weights are split across the ranks (an all-reduce per layer)

@@ -333,19 +333,6 @@ INSTANTIATE_TEST_SUITE_P(
                       ContextCase{"deepseek_v3_cp_ep", "", "deepseek_v3", DType::F32, false, true}),
     [](const auto& p) { return p.param.name; });
 
-// Micro-batch overlap (issue 7): tensor-parallel steps of 2 tokens and more run as two
-// micro-batches whose all-reduces are started and overlap the other's compute. The prompt's
-// logits, a varlen batch whose split crosses a sequence (A ends inside its prompt, B attends
-// what A wrote), its decode step of three sequences, and the greedy text all match one rank;
-// also over the every-head cache of context-parallel prefill (the decode steps overlap).
-struct OverlapCase {
-  std::string name, path;
-  DType type;
-  bool context_parallel;
-};
-void PrintTo(const OverlapCase& c, std::ostream* os) { *os << c.name; }
-class MicroBatchOverlap : public ::testing::TestWithParam<OverlapCase> {};
-
 // The zig-zag cut: one prompt of 8N tokens, rank r holds pieces r and 2N-1-r of 4 tokens each, so
 // every rank runs 8 tokens and attends exactly as many positions in total; the two pieces are two
 // entries of the same sequence, and the logit row (the prompt's last token) is rank 0's: its
@@ -382,6 +369,23 @@ TEST(ContextParallel, ZigZagCutBalancesCausalAttention) {
   EXPECT_EQ(out[0], 7.0f);  // rank 0, row 7: position n-1
 }
 
+// Micro-batch overlap (issue 7): tensor-parallel steps of 2 tokens and more run as two
+// micro-batches whose all-reduces are started and overlap the other's compute. The prompt's
+// logits, a varlen batch whose split crosses a sequence (A ends inside its prompt, B attends
+// what A wrote), its decode step of three sequences, and the greedy text all match one rank;
+// also over the every-head cache of context-parallel prefill (the decode steps overlap); for the
+// llama family and for qwen3moe with its heads split or its experts partitioned (float weights:
+// see ContextCase on quantized MoE).
+struct OverlapCase {
+  std::string name, path;
+  DType type;
+  bool context_parallel;
+  std::string arch = "llama";
+  bool ep = false;  // qwen3moe: the experts partitioned (attention replicated: the FFN sums travel)
+};
+void PrintTo(const OverlapCase& c, std::ostream* os) { *os << c.name; }
+class MicroBatchOverlap : public ::testing::TestWithParam<OverlapCase> {};
+
 TEST_P(MicroBatchOverlap, MatchesOneRank) {
   FP_REQUIRE_RANKS(2);
   const OverlapCase& c = GetParam();
@@ -390,8 +394,8 @@ TEST_P(MicroBatchOverlap, MatchesOneRank) {
     FP_REQUIRE_FILE(test::testdata(c.path));
     if (8 % ranks != 0) GTEST_SKIP() << "stories260K's 8 heads / 4 KV heads do not split " << ranks << " ways";
   }
-  const std::string path = model_path(c.path, "llama", c.type, 29, "mbo_" + c.name);
-  const ParallelSizes ps{ranks, 1, c.context_parallel ? ranks : 1};
+  const std::string path = model_path(c.path, c.arch, c.type, 29, "mbo_" + c.name);
+  const ParallelSizes ps{c.ep ? 1 : ranks, c.ep ? ranks : 1, c.context_parallel ? ranks : 1};
   Ledger::global().reset();
   expect_same_as_one_rank(path, {1, 9, 200, 33, 71, 4, 150, 88, 3, 12, 7}, 16, ps, 2);
   auto whole = load(path, nullptr);
@@ -405,7 +409,10 @@ TEST_P(MicroBatchOverlap, MatchesOneRank) {
 INSTANTIATE_TEST_SUITE_P(Layouts, MicroBatchOverlap,
                          ::testing::Values(OverlapCase{"stories_tp", kStories, DType::F32, false},
                                            OverlapCase{"llama_q8_tp", "", DType::Q8_0, false},
-                                           OverlapCase{"stories_cp_tp", kStories, DType::F32, true}),
+                                           OverlapCase{"stories_cp_tp", kStories, DType::F32, true},
+                                           OverlapCase{"qwen3moe_tp", "", DType::F32, false, "qwen3_moe"},
+                                           OverlapCase{"qwen3moe_ep", "", DType::F32, false, "qwen3_moe", true},
+                                           OverlapCase{"qwen3moe_cp_tp", "", DType::F32, true, "qwen3_moe"}),
                          [](const auto& p) { return p.param.name; });
 
 // Data-parallel attention (issue 7): DeepSeek-V3 with MLA attention per rank's own sequences and
