@@ -85,27 +85,33 @@ void register_all() {
 // Decode as the model streams it: one token through a ring of distinct matrices far larger than
 // the caches (~768 MB of weights), so every weight byte comes from DRAM, as in a decode step.
 // The cached shapes above measure the kernel; these measure the kernel against memory, at 1 and
-// 2 threads (the gap between them is how well the threads share the bandwidth).
+// 2 threads (the gap between them is how well the threads share the bandwidth): decode of one
+// sequence (n=1), and for Q8_0_X8 a 16-sequence decode step (n=16, the serving engine's batches).
 void register_streaming() {
-  for (DType type : {DType::F16, DType::BF16, DType::Q8_0_X8, DType::Q4_K}) {
+  for (DType type : {DType::F16, DType::BF16, DType::Q8_0_X8, DType::Q4_K})
+  for (int64_t n : {1, 16}) {
+    if (n > 1 && type != DType::Q8_0_X8) continue;
     for (int threads : {1, 2}) {
-      std::string name = std::string("matmul_stream/") + dtype_name(type) + "/n=1/8192x2048/threads:" + std::to_string(threads);
+      std::string name = std::string("matmul_stream/") + dtype_name(type) + "/n=" + std::to_string(n) +
+                         "/8192x2048/threads:" + std::to_string(threads);
       benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) {
         const int64_t out = 8192, in = 2048;
         const int64_t bytes = row_bytes(type, in) * out;
         const int64_t count = std::max<int64_t>(2, (int64_t{768} << 20) / bytes);
-        MatMulBenchData d = make(type, 1, out, in);  // quantized once, copied (the bytes' values do not matter here)
+        MatMulBenchData d = make(type, n, out, in);  // quantized once, copied (the bytes' values do not matter here)
         std::vector<std::vector<uint8_t>> copies(static_cast<size_t>(count), d.w);
         std::vector<Tensor> ring;
         for (auto& c : copies) ring.push_back(Tensor::view(c.data(), type, {out, in}));
         set_num_threads(threads);
         int64_t next = 0;
         for (auto _ : st) {
-          dispatch(MatMulArgs{d.x.data(), 1, &ring[static_cast<size_t>(next)], nullptr, d.y.data()});
+          dispatch(MatMulArgs{d.x.data(), n, &ring[static_cast<size_t>(next)], nullptr, d.y.data()});
           next = (next + 1) % count;
         }
-        st.counters["GB/s"] = benchmark::Counter(static_cast<double>(st.iterations()) * static_cast<double>(bytes) / 1e9,
-                                                 benchmark::Counter::kIsRate);
+        const double calls = static_cast<double>(st.iterations());
+        st.counters["GB/s"] = benchmark::Counter(calls * static_cast<double>(bytes) / 1e9, benchmark::Counter::kIsRate);
+        st.counters["GFLOP/s"] =
+            benchmark::Counter(calls * 2.0 * static_cast<double>(n * out * in) / 1e9, benchmark::Counter::kIsRate);
         set_num_threads(0);
       })->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(1.0);
     }

@@ -14,12 +14,11 @@ constexpr int64_t kGemvMaxTokens = 4;  // tokens dotted per pass over a weight r
 constexpr int64_t kRowBlock = 32;      // rows per L2-resident block when many tokens share them
 
 // Calls fn(integral_constant<N>, first token, r0, r1) for groups of up to 4 tokens, with the
-// weight rows split across threads. row_block: rows every token group passes over before the
-// next rows (0: kRowBlock, small enough to stay in L2; one pass over all rows for <= 4 tokens).
+// weight rows split across threads.
 template <class Fn>
-void gemv_tokens(const MatMulArgs& a, Fn fn, int64_t row_block = 0) {
-  if (a.n <= kGemvMaxTokens) row_block = a.w->rows();
-  else if (row_block <= 0) row_block = kRowBlock;
+void gemv_tokens(const MatMulArgs& a, Fn fn) {
+  // Rows go in blocks small enough to stay in L2 while every token group passes over them.
+  const int64_t row_block = a.n <= kGemvMaxTokens ? a.w->rows() : kRowBlock;
   thread_pool().parallel_for(a.w->rows(), 32, [&](int64_t r0, int64_t r1) {
     for (int64_t rb = r0; rb < r1; rb += row_block) {
       const int64_t re = std::min(r1, rb + row_block);
