@@ -20,8 +20,6 @@ void DataParallelStep::begin(Communicator* comm, const ForwardBatch& b, const Kv
   comm_ = comm;
   batch_ = &b;
   const int R = comm->size(), me = comm->rank();
-  FP_CHECK(pool.partition().parts == 1 || pool.partition().parts == R, "data-parallel attention over ", R,
-           " ranks with a KV pool partitioned ", pool.partition().parts, " ways");
   tokens_.assign(static_cast<size_t>(R), {});
   run_.clear();
   for (int64_t s = 0; s < b.n_seqs(); ++s) {

@@ -176,7 +176,7 @@ class LlamaModel : public Model {
       for (size_t l = 0; l < layers_.size(); ++l) {
         const LlamaLayer& L = layers_[l];
         attention_inputs(L, x, h, n, heads_, kv_heads_, pos, q, k, v);
-        if (every_head) write_every_head(pool, static_cast<int64_t>(l), sb.slots, n, k, v, kv_dim, v_dim);
+        if (every_head) cp_.every_head.write(tp_.get(), pool, static_cast<int64_t>(l), sb.slots, n, k, v, kv_dim, v_dim);
         else pool.write(static_cast<int64_t>(l), sb.slots, n, k, v);
         att.k_pool = kv_element(pool.k(static_cast<int64_t>(l)), pool.dtype(), k_off);
         att.v_pool = kv_element(pool.v(static_cast<int64_t>(l)), pool.dtype(), v_off);
@@ -330,7 +330,8 @@ class LlamaModel : public Model {
         attention_inputs(L, row(x, m, c.dim), row(h, m, c.dim), m.rows, heads_, kv_heads_, part.positions.data(),
                          row(q, m, q_dim), row(k, m, kv_dim), row(v, m, v_dim));
         const int64_t* slots = overlap_.slots[i].data();
-        if (every_head) write_every_head(pool, layer, slots, m.rows, row(k, m, kv_dim), row(v, m, v_dim), kv_dim, v_dim);
+        if (every_head)
+          cp_.every_head.write(tp_.get(), pool, layer, slots, m.rows, row(k, m, kv_dim), row(v, m, v_dim), kv_dim, v_dim);
         else pool.write(layer, slots, m.rows, row(k, m, kv_dim), row(v, m, v_dim));
         m.att.k_pool = kv_element(pool.k(layer), pool.dtype(), k_off);
         m.att.v_pool = kv_element(pool.v(layer), pool.dtype(), v_off);
@@ -408,12 +409,6 @@ class LlamaModel : public Model {
     if (rows == 0) return;
     dispatch(RmsNormArgs{xr, output_norm_, rows, c.dim, c.rms_eps, xr});
     output_.run(xr, rows, logits);
-  }
-
-  // A tensor-parallel step over a cache of every head (model/context_parallel.h).
-  void write_every_head(KvPool& pool, int64_t layer, const int64_t* slots, int64_t n, const float* k, const float* v,
-                        int64_t kv_dim, int64_t v_dim) {
-    cp_.every_head.write(tp_.get(), pool, layer, slots, n, k, v, kv_dim, v_dim);
   }
 
   // Replaces a layer's full weights by this rank's slices (see the comment at the top).

@@ -106,6 +106,7 @@ class Qwen3MoeModel : public Model {
       layers_.push_back(std::move(L));
     }
     inv_freq_ = c.rope_inv_freq();
+    rope_mscale_ = c.rope_scaling.type == "yarn" ? c.rope_scaling.attn_factor : 1.0f;
   }
 
   // This rank's KV heads only (all of them when attention is replicated, or with context-parallel
@@ -149,11 +150,7 @@ class Qwen3MoeModel : public Model {
       dispatch(AddArgs{x_.data(), out, n * c.dim, x_.data()});
     }
 
-    resize(rows_, static_cast<int64_t>(b.logit_rows.size()) * c.dim);
-    const int64_t rows = cp ? cp_.gather_logit_rows(x_.data(), c.dim, rows_.data()) : b.gather_logit_rows(x_.data(), c.dim, rows_.data());
-    if (rows == 0) return;
-    dispatch(RmsNormArgs{rows_.data(), output_norm_, rows, c.dim, c.rms_eps, rows_.data()});
-    output_.run(rows_.data(), rows, logits);
+    finish_logits(b, cp, logits);
   }
 
  private:
@@ -212,15 +209,14 @@ class Qwen3MoeModel : public Model {
                  const int64_t* slots, AttentionArgs& att, KvPool& pool, bool cp) {
     const ModelConfig& c = config();
     const int64_t n = r.n;
-    const float mscale = c.rope_scaling.type == "yarn" ? c.rope_scaling.attn_factor : 1.0f;
     const BlockQ8_0* hq = rmsnorm_for({r.x, L.attn_norm, n, c.dim, c.rms_eps, r.h}, {L.wq, L.wk, L.wv}, hq_);
     dispatch(MatMulArgs{r.h, n, L.wq, nullptr, r.q, hq});
     dispatch(MatMulArgs{r.h, n, L.wk, nullptr, r.k, hq});
     dispatch(MatMulArgs{r.h, n, L.wv, nullptr, r.v, hq});
     dispatch(RmsNormArgs{r.q, L.q_norm, n * hd.H, c.head_dim, c.rms_eps, r.q});
     dispatch(RmsNormArgs{r.k, L.k_norm, n * hd.KH, c.head_dim, c.rms_eps, r.k});
-    dispatch(RopeArgs{r.q, pos, n, hd.H, c.head_dim, c.rot_dim, hd.q_dim, inv_freq_.data(), mscale, c.rope_style});
-    dispatch(RopeArgs{r.k, pos, n, hd.KH, c.head_dim, c.rot_dim, hd.kv_dim, inv_freq_.data(), mscale, c.rope_style});
+    dispatch(RopeArgs{r.q, pos, n, hd.H, c.head_dim, c.rot_dim, hd.q_dim, inv_freq_.data(), rope_mscale_, c.rope_style});
+    dispatch(RopeArgs{r.k, pos, n, hd.KH, c.head_dim, c.rot_dim, hd.kv_dim, inv_freq_.data(), rope_mscale_, c.rope_style});
     if (cp) cp_.write_kv(pool, layer, r.k, r.v);  // every rank's rows
     else if (hd.every_head) every_head_.write(tp_.get(), pool, layer, slots, n, r.k, r.v, hd.kv_dim, hd.kv_dim);
     else pool.write(layer, slots, n, r.k, r.v);
@@ -303,8 +299,15 @@ class Qwen3MoeModel : public Model {
       }
     }
     for (MicroBatch& m : mb) add_sum(m);
+    finish_logits(b, false, logits);
+  }
+
+  // The logits of the batch's logit rows (context parallel: from whichever rank's run holds them).
+  void finish_logits(const ForwardBatch& b, bool cp, float* logits) {
+    const ModelConfig& c = config();
     resize(rows_, static_cast<int64_t>(b.logit_rows.size()) * c.dim);
-    const int64_t rows = b.gather_logit_rows(x_.data(), c.dim, rows_.data());
+    const int64_t rows =
+        cp ? cp_.gather_logit_rows(x_.data(), c.dim, rows_.data()) : b.gather_logit_rows(x_.data(), c.dim, rows_.data());
     if (rows == 0) return;
     dispatch(RmsNormArgs{rows_.data(), output_norm_, rows, c.dim, c.rms_eps, rows_.data()});
     output_.run(rows_.data(), rows, logits);
@@ -320,6 +323,7 @@ class Qwen3MoeModel : public Model {
   std::vector<Qwen3MoeLayer> layers_;
   std::vector<Qwen3MoeLayer> whole_layers_;  // context-parallel prefill with EP or TP decode: the unsplit layers
   std::vector<float> inv_freq_;
+  float rope_mscale_ = 1.0f;  // YaRN's attention factor (1 without YaRN)
   std::vector<float> x_, h_, q_, k_, v_, att_, gate_, up_, rows_;
   std::vector<BlockQ8_0> hq_;  // the normalised input quantized once for Q8_0/Q4_0 matmuls
   std::vector<int64_t> slots_;
