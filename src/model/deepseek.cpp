@@ -15,7 +15,9 @@
 // split, so tensor parallel attention would still keep the whole cache on every rank. With cp = N
 // (prefill context parallel, model/context_parallel.h) prefill batches run one run of tokens per
 // rank through the whole layers, exchanging the latent rows; decode runs whole, or with ep = N
-// too, expert parallel (a different layout per phase; MLA replicated in both).
+// too, expert parallel (a different layout per phase; MLA replicated in both). Under expert
+// parallel a step can run as two micro-batches whose FFN sums travel while the other computes
+// (--micro-batch-overlap).
 #include <cmath>
 #include <cstring>
 
@@ -57,6 +59,8 @@ class DeepseekModel : public Model {
     FP_CHECK(tp_size() == 1 || parallel().tp == 1, mf.path, ": ", c.arch, " splits across ranks by experts only: MLA attention "
              "is replicated (its latent KV cache has no heads to split); use --expert-parallel-size ", tp_size(),
              " without --tensor-parallel-size");
+    FP_CHECK(!data_parallel_ || mf.micro_batch_overlap == 0, mf.path, ": --micro-batch-overlap is not built for "
+             "data-parallel attention (its gathers and reduce-scatters are blocking); drop one of the two");
     const FfnSplit split{rank, ranks, true, &shards_};
     H_ = c.n_heads;
     L_ = c.mla.kv_lora_rank;
@@ -127,43 +131,18 @@ class DeepseekModel : public Model {
     // Data-parallel attention: this rank's sequences only (model/data_parallel.h); the FFN layers
     // see all `m` tokens of the batch.
     const bool dp = data_parallel_;
+    const int64_t overlap_min = file_->micro_batch_overlap;
+    if (!cp && !dp && ffn_split_ && overlap_min > 0 && b.n_tokens() >= std::max<int64_t>(overlap_min, 2))
+      return forward_overlapped(b, pool, logits);
     if (dp) dp_.begin(tp_.get(), b, pool);
     const ForwardBatch& run = cp ? cp_.run() : dp ? dp_.run() : b;
     const int64_t n = run.n_tokens(), padded = cp ? cp_.padded_rows() : n;  // rows sent by the gathers
     const int64_t m = dp ? dp_.total_rows() : n;
-    const int64_t qd = nope_ + rope_, lw = L_ + rope_;
-    resize(x_, padded * c.dim);
-    resize(h_, padded * c.dim);
-    resize(q_, n * H_ * qd);
-    resize(qa_, n * c.mla.q_lora_rank);
-    resize(kva_, padded * lw);
-    resize(c_, n * L_);
-    resize(att_, n * H_ * vd_);
-    resize(gate_, m * std::max(c.hidden_dim, c.dim));
-    resize(up_, m * c.hidden_dim);
+    resize_buffers(padded, n, m);
     if (dp) resize(all_, m * c.dim);
-    const int32_t* pos = run.positions.data();
-
-    MlaAttentionArgs att{};
-    att.q = q_.data();
-    att.pos = pos;
-    att.n = n;
-    att.n_seqs = run.n_seqs();
-    att.seq_indptr = run.seq_indptr.data();
-    att.n_heads = H_;
-    att.nope = nope_;
-    att.rope = rope_;
-    att.v_dim = vd_;
-    att.kv_lora = L_;
-    att.latent_stride = lw;
-    att.kv_dtype = pool.dtype();
-    att.page_size = pool.page_size();
-    att.page_indptr = run.page_indptr.data();
-    att.page_ids = run.page_ids.data();
-    att.kv_len = run.kv_len.data();
-    att.scale = scale_;
-    att.out = att_.data();
     run.slots(pool.page_size(), slots_);
+    const Rows r = rows_at(0, n, run.positions.data(), slots_.data());
+    MlaAttentionArgs att = mla_args(run, pool, r);
 
     if (n > 0) dispatch(EmbeddingArgs{embed_, run.tokens.data(), n, x_.data()});
     // A context-parallel step runs the whole layers and sums nothing across the ranks.
@@ -171,21 +150,11 @@ class DeepseekModel : public Model {
     const bool sum_ffn = ffn_split_ && !cp;
     for (size_t l = 0; l < layers.size(); ++l) {
       const DeepseekLayer& Y = layers[l];
-      if (n > 0) attention(Y, static_cast<int64_t>(l), n, pos, cp, pool, att);
+      if (n > 0) attention(Y, static_cast<int64_t>(l), r, cp, pool, att);
       // FFN input: this rank's normalised rows, or (data parallel) every rank's, gathered.
       if (n > 0) dispatch(RmsNormArgs{x_.data(), Y.ffn_norm, n, c.dim, c.rms_eps, h_.data()});
       if (dp) dp_.gather(h_.data(), c.dim, all_.data());
-      const float* in = dp ? all_.data() : h_.data();
-      float* out = dp ? all_.data() : h_.data();  // the FFN's output (partial sums when split)
-      if (Y.moe) {
-        moe_.run(Y.experts, c, in, m, gate_.data());
-        out = gate_.data();
-      } else {
-        dispatch(MatMulArgs{in, m, Y.w_gate, nullptr, gate_.data()});
-        dispatch(MatMulArgs{in, m, Y.w_up, nullptr, up_.data()});
-        dispatch(SiluMulArgs{gate_.data(), up_.data(), m, Y.ffn_width, 0, 0, gate_.data()});
-        dispatch(MatMulArgs{gate_.data(), m, Y.w_down, nullptr, out});
-      }
+      float* out = ffn(Y, dp ? all_.data() : h_.data(), m, gate_.data(), up_.data(), dp ? all_.data() : h_.data());
       if (dp) {  // each rank gets the sum of its own rows
         dp_.reduce_scatter(out, c.dim, h_.data());
         out = h_.data();
@@ -198,38 +167,153 @@ class DeepseekModel : public Model {
   }
 
  private:
-  // Layer Y's attention for this step's n rows of x_ (writes its latent rows into the pool):
-  // x_ += attn_output(MLA(RMSNorm(x_))).
-  void attention(const DeepseekLayer& Y, int64_t l, int64_t n, const int32_t* pos, bool cp, KvPool& pool,
-                 MlaAttentionArgs& att) {
+  // Rows [r0, r0 + n) of the step buffers that one pass works on (a whole step, or one
+  // micro-batch), with those tokens' positions and KV slots.
+  struct Rows {
+    float *x, *h, *q, *qa, *kva, *c, *att, *gate, *up;
+    const int32_t* pos;
+    const int64_t* slots;
+    int64_t n;
+  };
+  Rows rows_at(int64_t r0, int64_t n, const int32_t* pos, const int64_t* slots) {
     const ModelConfig& c = config();
     const int64_t qd = nope_ + rope_, lw = L_ + rope_;
-    const BlockQ8_0* hq =
-        rmsnorm_for({x_.data(), Y.attn_norm, n, c.dim, c.rms_eps, h_.data()}, {Y.wq_a ? Y.wq_a : Y.wq, Y.wkv_a}, hq_);
+    return Rows{x_.data() + r0 * c.dim,     h_.data() + r0 * c.dim,   q_.data() + r0 * H_ * qd,
+                qa_.data() + r0 * c.mla.q_lora_rank, kva_.data() + r0 * lw, c_.data() + r0 * L_,
+                att_.data() + r0 * H_ * vd_, gate_.data() + r0 * std::max(c.hidden_dim, c.dim),
+                up_.data() + r0 * c.hidden_dim, pos, slots, n};
+  }
+
+  // n rows of this rank's tokens (padded: as many as the gathers send), m rows for the FFN layers.
+  void resize_buffers(int64_t padded, int64_t n, int64_t m) {
+    const ModelConfig& c = config();
+    const int64_t qd = nope_ + rope_, lw = L_ + rope_;
+    resize(x_, padded * c.dim);
+    resize(h_, padded * c.dim);
+    resize(q_, n * H_ * qd);
+    resize(qa_, n * c.mla.q_lora_rank);
+    resize(kva_, padded * lw);
+    resize(c_, n * L_);
+    resize(att_, n * H_ * vd_);
+    resize(gate_, m * std::max(c.hidden_dim, c.dim));
+    resize(up_, m * c.hidden_dim);
+  }
+
+  // The MLA op's arguments for `run`'s tokens, reading r.q and writing r.att.
+  MlaAttentionArgs mla_args(const ForwardBatch& run, const KvPool& pool, const Rows& r) const {
+    MlaAttentionArgs att{};
+    att.q = r.q;
+    att.pos = r.pos;
+    att.n = run.n_tokens();
+    att.n_seqs = run.n_seqs();
+    att.seq_indptr = run.seq_indptr.data();
+    att.n_heads = H_;
+    att.nope = nope_;
+    att.rope = rope_;
+    att.v_dim = vd_;
+    att.kv_lora = L_;
+    att.latent_stride = L_ + rope_;
+    att.kv_dtype = pool.dtype();
+    att.page_size = pool.page_size();
+    att.page_indptr = run.page_indptr.data();
+    att.page_ids = run.page_ids.data();
+    att.kv_len = run.kv_len.data();
+    att.scale = scale_;
+    att.out = r.att;
+    return att;
+  }
+
+  // Layer Y's attention for r's rows of x (writes their latent rows into the pool):
+  // r.x += attn_output(MLA(RMSNorm(r.x))).
+  void attention(const DeepseekLayer& Y, int64_t l, const Rows& r, bool cp, KvPool& pool, MlaAttentionArgs& att) {
+    const ModelConfig& c = config();
+    const int64_t qd = nope_ + rope_, lw = L_ + rope_, n = r.n;
+    const BlockQ8_0* hq = rmsnorm_for({r.x, Y.attn_norm, n, c.dim, c.rms_eps, r.h}, {Y.wq_a ? Y.wq_a : Y.wq, Y.wkv_a}, hq_);
     if (Y.wq_a) {
-      dispatch(MatMulArgs{h_.data(), n, Y.wq_a, nullptr, qa_.data(), hq});
-      dispatch(RmsNormArgs{qa_.data(), Y.q_a_norm, n, c.mla.q_lora_rank, c.rms_eps, qa_.data()});
-      dispatch(MatMulArgs{qa_.data(), n, Y.wq_b, nullptr, q_.data()});
+      dispatch(MatMulArgs{r.h, n, Y.wq_a, nullptr, r.qa, hq});
+      dispatch(RmsNormArgs{r.qa, Y.q_a_norm, n, c.mla.q_lora_rank, c.rms_eps, r.qa});
+      dispatch(MatMulArgs{r.qa, n, Y.wq_b, nullptr, r.q});
     } else {
-      dispatch(MatMulArgs{h_.data(), n, Y.wq, nullptr, q_.data(), hq});
+      dispatch(MatMulArgs{r.h, n, Y.wq, nullptr, r.q, hq});
     }
-    dispatch(MatMulArgs{h_.data(), n, Y.wkv_a, nullptr, kva_.data(), hq});
-    for (int64_t i = 0; i < n; ++i) std::memcpy(c_.data() + i * L_, kva_.data() + i * lw, static_cast<size_t>(L_) * 4);
-    dispatch(RmsNormArgs{c_.data(), Y.kv_a_norm, n, L_, c.rms_eps, c_.data()});
+    dispatch(MatMulArgs{r.h, n, Y.wkv_a, nullptr, r.kva, hq});
+    for (int64_t i = 0; i < n; ++i) std::memcpy(r.c + i * L_, r.kva + i * lw, static_cast<size_t>(L_) * 4);
+    dispatch(RmsNormArgs{r.c, Y.kv_a_norm, n, L_, c.rms_eps, r.c});
     // RoPE: the last `rope` values of every query head, and the one shared k_pe.
-    dispatch(RopeArgs{q_.data() + nope_, pos, n, H_, qd, rope_, H_ * qd, inv_freq_.data(), rope_mscale_, c.rope_style});
-    dispatch(RopeArgs{kva_.data() + L_, pos, n, 1, rope_, rope_, lw, inv_freq_.data(), rope_mscale_, c.rope_style});
-    // The latent rows [normalised c | k_pe]: c back over the raw c in kva_, then into the cache.
-    for (int64_t i = 0; i < n; ++i) std::memcpy(kva_.data() + i * lw, c_.data() + i * L_, static_cast<size_t>(L_) * 4);
-    if (cp) cp_.write_kv(pool, static_cast<int64_t>(l), kva_.data(), nullptr);  // every rank's rows
-    else pool.write(static_cast<int64_t>(l), slots_.data(), n, kva_.data(), nullptr);
-    att.latent_pool = pool.k(static_cast<int64_t>(l));
+    dispatch(RopeArgs{r.q + nope_, r.pos, n, H_, qd, rope_, H_ * qd, inv_freq_.data(), rope_mscale_, c.rope_style});
+    dispatch(RopeArgs{r.kva + L_, r.pos, n, 1, rope_, rope_, lw, inv_freq_.data(), rope_mscale_, c.rope_style});
+    // The latent rows [normalised c | k_pe]: c back over the raw c in kva, then into the cache.
+    for (int64_t i = 0; i < n; ++i) std::memcpy(r.kva + i * lw, r.c + i * L_, static_cast<size_t>(L_) * 4);
+    if (cp) cp_.write_kv(pool, l, r.kva, nullptr);  // every rank's rows
+    else pool.write(l, r.slots, n, r.kva, nullptr);
+    att.latent_pool = pool.k(l);
     att.wk = Y.wk.data();
     att.wk_t = Y.wk_t.data();
     att.wv = Y.wv.data();
     dispatch(att);
-    dispatch(MatMulArgs{att_.data(), n, Y.wo, nullptr, h_.data()});
-    dispatch(AddArgs{x_.data(), h_.data(), n * c.dim, x_.data()});
+    dispatch(MatMulArgs{r.att, n, Y.wo, nullptr, r.h});
+    dispatch(AddArgs{r.x, r.h, n * c.dim, r.x});
+  }
+
+  // Layer Y's FFN over m rows of `in` (normalised): returns its output, `gate` (MoE) or `out`
+  // (dense); this rank's share of the sum when the experts / FFN width are split.
+  float* ffn(const DeepseekLayer& Y, const float* in, int64_t m, float* gate, float* up, float* out) {
+    const ModelConfig& c = config();
+    if (Y.moe) {
+      moe_.run(Y.experts, c, in, m, gate);
+      return gate;
+    }
+    dispatch(MatMulArgs{in, m, Y.w_gate, nullptr, gate});
+    dispatch(MatMulArgs{in, m, Y.w_up, nullptr, up});
+    dispatch(SiluMulArgs{gate, up, m, Y.ffn_width, 0, 0, gate});
+    dispatch(MatMulArgs{gate, m, Y.w_down, nullptr, out});
+    return out;
+  }
+
+  // A step as two micro-batches A = tokens [0, n/2) and B = [n/2, n) (--micro-batch-overlap,
+  // expert parallel; as qwen3moe's, model/qwen3_moe.cpp): attention is replicated, so the FFN
+  // shares' sums are what travels, A's behind B's FFN and B's behind the next layer's attention of A.
+  void forward_overlapped(const ForwardBatch& b, KvPool& pool, float* logits) {
+    const ModelConfig& c = config();
+    const int64_t n = b.n_tokens(), half = n / 2;
+    resize_buffers(n, n, n);
+    struct MicroBatch {
+      Rows r;
+      MlaAttentionArgs att;
+      const float* sum = nullptr;  // rows being all-reduced, added to x once they are in
+      int64_t handle = Communicator::kDone;
+    } mb[2];
+    for (int i = 0; i < 2; ++i) {
+      ForwardBatch& part = overlap_parts_[i];
+      part.assign_tokens(b, i == 0 ? 0 : half, i == 0 ? half : n);
+      part.slots(pool.page_size(), overlap_slots_[i]);
+      mb[i].r = rows_at(i == 0 ? 0 : half, part.n_tokens(), part.positions.data(), overlap_slots_[i].data());
+      mb[i].att = mla_args(part, pool, mb[i].r);
+    }
+    auto add_sum = [&](MicroBatch& m) {  // x += the summed rows, once they are in
+      if (!m.sum) return;
+      dispatch(CollectiveWaitArgs{tp_.get(), m.handle});
+      dispatch(AddArgs{m.r.x, m.sum, m.r.n * c.dim, m.r.x});
+      m.sum = nullptr;
+    };
+    dispatch(EmbeddingArgs{embed_, b.tokens.data(), n, x_.data()});
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      const DeepseekLayer& Y = layers_[l];
+      for (MicroBatch& m : mb) {
+        add_sum(m);  // the previous layer's FFN
+        attention(Y, static_cast<int64_t>(l), m.r, false, pool, m.att);
+        tp_->progress();
+      }
+      for (MicroBatch& m : mb) {
+        dispatch(RmsNormArgs{m.r.x, Y.ffn_norm, m.r.n, c.dim, c.rms_eps, m.r.h});
+        float* out = ffn(Y, m.r.h, m.r.n, m.r.gate, m.r.up, m.r.h);
+        dispatch(AllReduceStartArgs{tp_.get(), out, m.r.n * c.dim, &m.handle});  // non-blocking
+        m.sum = out;
+        tp_->progress();
+      }
+    }
+    for (MicroBatch& m : mb) add_sum(m);
+    finish_logits(b, false, false, logits);
   }
 
   // The logits of the batch's logit rows, from whichever rank holds them.
@@ -323,6 +407,8 @@ class DeepseekModel : public Model {
   std::vector<float> x_, h_, q_, qa_, kva_, c_, att_, gate_, up_, rows_;
   std::vector<BlockQ8_0> hq_;  // the normalised input quantized once for Q8_0/Q4_0 matmuls
   std::vector<int64_t> slots_;
+  ForwardBatch overlap_parts_[2];          // --micro-batch-overlap: the two micro-batches
+  std::vector<int64_t> overlap_slots_[2];  // and their tokens' KV slots
   MoeBlock moe_;
   std::deque<Tensor> shards_;  // this rank's weight slices (stable addresses)
   bool context_parallel_ = false;  // prefill batches run context parallel

@@ -374,14 +374,14 @@ TEST(ContextParallel, ZigZagCutBalancesCausalAttention) {
 // logits, a varlen batch whose split crosses a sequence (A ends inside its prompt, B attends
 // what A wrote), its decode step of three sequences, and the greedy text all match one rank;
 // also over the every-head cache of context-parallel prefill (the decode steps overlap); for the
-// llama family and for qwen3moe with its heads split or its experts partitioned (float weights:
-// see ContextCase on quantized MoE).
+// llama family, for qwen3moe with its heads split or its experts partitioned, and for DeepSeek
+// V2/V3 with its experts partitioned (MLA replicated; float weights: see ContextCase on quantized MoE).
 struct OverlapCase {
   std::string name, path;
   DType type;
   bool context_parallel;
   std::string arch = "llama";
-  bool ep = false;  // qwen3moe: the experts partitioned (attention replicated: the FFN sums travel)
+  bool ep = false;  // MoE: the experts partitioned (attention replicated: the FFN sums travel)
 };
 void PrintTo(const OverlapCase& c, std::ostream* os) { *os << c.name; }
 class MicroBatchOverlap : public ::testing::TestWithParam<OverlapCase> {};
@@ -412,7 +412,9 @@ INSTANTIATE_TEST_SUITE_P(Layouts, MicroBatchOverlap,
                                            OverlapCase{"stories_cp_tp", kStories, DType::F32, true},
                                            OverlapCase{"qwen3moe_tp", "", DType::F32, false, "qwen3_moe"},
                                            OverlapCase{"qwen3moe_ep", "", DType::F32, false, "qwen3_moe", true},
-                                           OverlapCase{"qwen3moe_cp_tp", "", DType::F32, true, "qwen3_moe"}),
+                                           OverlapCase{"qwen3moe_cp_tp", "", DType::F32, true, "qwen3_moe"},
+                                           OverlapCase{"deepseek_v3_ep", "", DType::F32, false, "deepseek_v3", true},
+                                           OverlapCase{"deepseek_v2_ep", "", DType::F32, false, "deepseek_v2", true}),
                          [](const auto& p) { return p.param.name; });
 
 // Data-parallel attention (issue 7): DeepSeek-V3 with MLA attention per rank's own sequences and
@@ -460,6 +462,14 @@ TEST(DataParallelAttention, DeepSeekMatchesOneRank) {
   EXPECT_NE(table.find("reduce_scatter"), std::string::npos) << table;
   EXPECT_NE(table.find("all_gather"), std::string::npos) << table;
   EXPECT_EQ(table.find("all_reduce "), std::string::npos) << "data parallel sums by reduce-scatter\n" << table;
+  // Its gathers block, so micro-batch overlap is refused with it rather than silently not done.
+  try {
+    load(o.out, test::world_comm(), ps, 2);
+    ADD_FAILURE() << "--micro-batch-overlap with data-parallel attention should be refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--micro-batch-overlap is not built for data-parallel attention"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(DataParallelAttention, RefusesOtherLayouts) {
