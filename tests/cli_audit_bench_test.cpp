@@ -58,10 +58,17 @@ TEST(CliBench, JsonHasTheContractKeys) {
   ASSERT_EQ(rc, 0) << out;
   auto j = nlohmann::json::parse(out, nullptr, false);
   ASSERT_FALSE(j.is_discarded()) << out;
-  for (const char* k : {"prefill_tps", "decode_tps", "prefill_ceiling_fraction", "decode_ceiling_fraction"}) {
+  for (const char* k : {"prefill_tps", "decode_tps", "prefill_ceiling_fraction", "decode_ceiling_fraction",
+                        "decode_read_gbps_beside", "decode_beside_fraction", "decode_beside_ceiling_tps"}) {
     ASSERT_TRUE(j.contains(k)) << k;
     EXPECT_GT(j[k].get<double>(), 0.0) << k;
   }
+  // The ceiling is the largest read figure seen, so it is never below the probes' median beside
+  // the runs, and the two fractions order the other way.
+  EXPECT_GE(j["ceiling"]["read_gbps"].get<double>(), j["decode_read_gbps_beside"].get<double>());
+  EXPECT_GE(j["decode_beside_fraction"].get<double>(), j["decode_ceiling_fraction"].get<double>() * (1 - 1e-9));
+  EXPECT_NEAR(j["decode_beside_fraction"].get<double>(), j["decode_tps"].get<double>() / j["decode_beside_ceiling_tps"].get<double>(),
+              1e-9 * j["decode_beside_fraction"].get<double>());
   // Batched decode: one entry per batch size above 1.
   out = test::run_command(test::fastpath_bin() + " bench -q --json -p 0 -n 8 -r 1 --warmup 0 -b 1,4 -m " + stories(), &rc);
   ASSERT_EQ(rc, 0) << out;
