@@ -28,10 +28,10 @@ void add_audit(CLI::App& app) {
   cmd->add_option("-n,--n-gen", o->gen, "decode steps")->check(CLI::Range(0, 1 << 16));
   cmd->add_flag("--strict", o->strict, "exit with status 3 if any op fell back to a reference kernel");
   cmd->add_flag("--json", o->json, "print the ledger as JSON");
-  cmd->add_option("--kv-cache-dtype", o->kv_dtype, "KV cache element type: auto (= f32), f32, f16 or bf16")->capture_default_str();
+  cmd->add_option("--kv-cache-dtype", o->kv_dtype, "KV cache element type: auto (follows the weights: f32 for F32, bf16 for BF16, else f16), f32, f16 or bf16")->capture_default_str();
   cmd->callback([o] {
-    const DType kv_dtype = kv_cache_dtype(o->kv_dtype);
     auto model = load_with(o->common);
+    const DType kv_dtype = kv_cache_dtype(o->kv_dtype, *model);
     const ModelConfig& c = model->config();
     int total = std::min<int>(o->prompt + o->gen, static_cast<int>(c.max_context));
     int prompt = std::min(o->prompt, total);

@@ -201,7 +201,7 @@ ServingResult serving_run(Model& model, const EngineConfig& ecfg, int requests, 
 
 template <class Opts>
 void run_serving_bench(Model& model, const Opts& o) {
-  EngineConfig ecfg = engine_config(o.engine);
+  EngineConfig ecfg = engine_config(o.engine, model);
   if (ecfg.max_model_len <= 0) ecfg.max_model_len = std::min<int64_t>(model.config().max_context, o.input_len + o.output_len);
   FP_CHECK(o.shared_prefix <= o.input_len, "--shared-prefix-len ", o.shared_prefix, " exceeds --input-len ", o.input_len);
   std::mt19937 rng(1234);
@@ -363,7 +363,7 @@ void add_bench(CLI::App& app) {
       return matmul_flops / matmul_rate + attn_flops / (ceil.fma_gflops * 1e9);
     };
     KvLayout kv = model->kv_layout();
-    kv.dtype = kv_cache_dtype(o->engine.kv_cache_dtype);
+    kv.dtype = kv_cache_dtype(o->engine.kv_cache_dtype, *model);
     FP_CHECK(o->prompt + o->gen + 1 <= cfg.max_context || cfg.max_context <= 0, "bench: -p ", o->prompt, " + -n ", o->gen,
              " exceeds the model's context of ", cfg.max_context);
     std::mt19937 rng(1234);

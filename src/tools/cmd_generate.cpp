@@ -68,7 +68,7 @@ template <class Opts>
 void run_batch_file(Model& model, const Opts& o) {
   const Tokenizer& tok = *model.tokenizer();
   const std::vector<nlohmann::json> lines = read_batch_file(o.batch_file);
-  Engine engine(model, engine_config(o.engine));
+  Engine engine(model, engine_config(o.engine, model));
   log_info(engine.capacity().describe());
   std::vector<int64_t> ids;
   std::vector<std::vector<int32_t>> prompts;
@@ -169,7 +169,7 @@ void add_generate(CLI::App& app) {
     }
     req.max_new_tokens = o->n;
     req.stop_at_eog = !o->ignore_eos;
-    req.kv_dtype = kv_cache_dtype(o->engine.kv_cache_dtype);
+    req.kv_dtype = kv_cache_dtype(o->engine.kv_cache_dtype, *model);
     SamplingParams& s = req.sampling;
     s.temperature = o->temp;
     s.top_k = o->top_k;

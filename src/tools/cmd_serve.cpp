@@ -39,7 +39,7 @@ void add_serve(CLI::App& app) {
     FP_CHECK(model->tokenizer(), o->common.model, ": the model has no tokenizer (for llama2.c pass --tokenizer)");
     const std::string path = model->file().path;
     ServerConfig cfg = o->server;
-    cfg.engine = engine_config(o->engine);
+    cfg.engine = engine_config(o->engine, *model);
     if (cfg.served_model_name.empty()) {
       std::string base = path;
       while (base.size() > 1 && base.back() == '/') base.pop_back();

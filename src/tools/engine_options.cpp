@@ -1,14 +1,19 @@
 // tools/engine_options.cpp — engine flags to EngineConfig.
 #include "tools/engine_options.h"
 
+#include <cctype>
+#include <map>
+
 #include "core/error.h"
+#include "model/model.h"
 
 namespace fp::tools {
 
 void add_engine_options(CLI::App* app, EngineOptions& o) {
   app->add_option("--page-size", o.page_size, "KV cache page size in tokens (1, 8, 16, 32, 64, 128 or 256)");
   app->add_option("--kv-cache-dtype", o.kv_cache_dtype,
-                  "KV cache element type: auto (= f32), f32, f16 or bf16; f16/bf16 fit twice the tokens in the same memory")
+                  "KV cache element type: auto, f32, f16 or bf16; auto follows the weights: f32 for F32 weights, bf16 for "
+                  "BF16, f16 otherwise (F16, quantized); f16/bf16 fit twice the tokens of f32 in the same memory")
       ->capture_default_str();
   app->add_option("--kv-cache-memory", o.kv_cache_memory, "KV cache budget, e.g. 4GiB (default: a fraction of free RAM)");
   app->add_option("--kv-cache-fraction,--gpu-memory-utilization", o.kv_cache_fraction,
@@ -21,10 +26,10 @@ void add_engine_options(CLI::App* app, EngineOptions& o) {
   app->add_flag("--no-chunked-prefill", o.no_chunked_prefill, "run each prompt in one step instead of chunks mixed with decodes");
 }
 
-EngineConfig engine_config(const EngineOptions& o) {
+EngineConfig engine_config(const EngineOptions& o, const Model& model) {
   EngineConfig c;
   c.page_size = o.page_size;
-  c.kv_dtype = kv_cache_dtype(o.kv_cache_dtype);
+  c.kv_dtype = kv_cache_dtype(o.kv_cache_dtype, model);
   c.kv_cache_bytes = o.kv_cache_memory.empty() ? 0 : parse_bytes(o.kv_cache_memory);
   c.kv_cache_fraction = o.kv_cache_fraction;
   c.max_model_len = o.max_model_len;
@@ -35,10 +40,23 @@ EngineConfig engine_config(const EngineOptions& o) {
   return c;
 }
 
-DType kv_cache_dtype(const std::string& name) {
+DType kv_cache_dtype(const std::string& name, const Model& model) {
   DType t;
   FP_CHECK(kv_dtype_from_name(name, &t), "--kv-cache-dtype ", name, " is not one of auto, ", kv_dtypes_text());
-  return t;
+  std::string lower;
+  for (char ch : name) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return lower == "auto" ? auto_kv_dtype(model) : t;
+}
+
+DType auto_kv_dtype(const Model& model) {
+  std::map<DType, int64_t> bytes;  // the weight matrices' bytes by type
+  for (const auto& [name, t] : model.file().tensors)
+    if (t.ndim >= 2) bytes[t.dtype] += t.nbytes();
+  DType most = DType::F32;
+  int64_t most_bytes = -1;
+  for (const auto& [type, b] : bytes)
+    if (b > most_bytes) most = type, most_bytes = b;
+  return most == DType::F32 ? DType::F32 : most == DType::BF16 ? DType::BF16 : DType::F16;
 }
 
 }  // namespace fp::tools

@@ -23,8 +23,13 @@ struct EngineOptions {
 };
 
 void add_engine_options(CLI::App* app, EngineOptions& o);
-EngineConfig engine_config(const EngineOptions& o);
-// The dtype --kv-cache-dtype names; fails naming the value when it is not auto/f32/f16/bf16.
-DType kv_cache_dtype(const std::string& name);
+EngineConfig engine_config(const EngineOptions& o, const Model& model);
+// The dtype --kv-cache-dtype names for this model; fails naming the value when it is not
+// auto/f32/f16/bf16. auto follows the weights, as llama.cpp's F16 cache and vLLM's "model dtype"
+// do: F32 for a model whose weights are mostly F32, BF16 for BF16, F16 for everything else (F16,
+// quantized, FP8): half the bytes per token, so twice the tokens in the same memory and half the
+// reads per decode step.
+DType kv_cache_dtype(const std::string& name, const Model& model);
+DType auto_kv_dtype(const Model& model);
 
 }  // namespace fp::tools

@@ -109,9 +109,9 @@ run2 2 "$bin" logits -m "$ds" --tokens "$ds_toks" --out "$tmp/ds5.f32" -q -t 1 -
 same_logits "$tmp/ds1.f32" "$tmp/ds5.f32" $((8 * 256))
 check "logits with EP=2 and data-parallel attention within 1e-4 of one rank" $?
 # Serving with data-parallel attention: each rank stores its partition of the KV pool (7 blocks
-# of 16 tokens in 64 KiB at 576 B/token), the two ranks hold 14, and every request completes.
+# of 16 tokens in 64 KiB at 576 B/token in F32), the two ranks hold 14, and every request completes.
 out=$(run2 2 "$bin" bench -m "$ds" --requests 8 --input-len 16 --output-len 8 --concurrency 4 -t 1 --ep 2 \
-  --data-parallel-attention --kv-cache-memory 64KiB --max-model-len 64 --json 2>&1)
+  --data-parallel-attention --kv-cache-memory 64KiB --max-model-len 64 --kv-cache-dtype f32 --json 2>&1)
 grep -q '7 blocks of 16 tokens (112 tokens, 576 B/token) per rank; data-parallel attention: 2 ranks hold 14 blocks' <<<"$out" &&
   grep -q '"requests": *8' <<<"$out" && grep -q '"prefix_caching": *false' <<<"$out"
 check "bench with data-parallel attention: a KV partition per rank, prefix caching off, 8 requests served" $?
