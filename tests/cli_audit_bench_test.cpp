@@ -1,5 +1,6 @@
 // tests/cli_audit_bench_test.cpp — `audit` prints the ledger and --strict fails on a fallback
-// (provoked by masking the CPU's AVX2); `bench --json` has the contract's keys.
+// (provoked by masking the CPU's AVX2); `bench --json` has the contract's keys; the KV cache
+// dtype `auto` picks from the weights.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -106,6 +107,34 @@ TEST(CliBench, MoeDecodeCeilingCountsOnlyTheSelectedExperts) {
   // gate, up and down of each expert: 3 x hidden x moe_ff F16 values; k = 2 leaves half unread.
   const double unread = static_cast<double>(layers * experts * 3 * hidden * moe_ff * 2) * (1.0 - 2.0 / 4.0);
   EXPECT_DOUBLE_EQ(bytes[1] - bytes[0], unread);
+}
+
+// --kv-cache-dtype auto follows the weights: F32 models keep an F32 cache, BF16 ones BF16, F16
+// and quantized ones F16; an explicit dtype wins.
+TEST(CliKvDtype, AutoFollowsTheWeights) {
+  const std::string dir = test::temp_dir("kv_auto");
+  struct Case {
+    DType weights;
+    const char* flag;
+    const char* expect;
+  };
+  for (const Case& c : {Case{DType::F32, "", "KV cache F32"}, Case{DType::BF16, "", "KV cache BF16"},
+                        Case{DType::F16, "", "KV cache F16"}, Case{DType::Q8_0, "", "KV cache F16"},
+                        Case{DType::Q8_0, " --kv-cache-dtype auto", "KV cache F16"},
+                        Case{DType::Q8_0, " --kv-cache-dtype f32", "KV cache F32"},
+                        Case{DType::F32, " --kv-cache-dtype BF16", "KV cache BF16"}}) {
+    SynthOptions o;
+    o.arch = "llama";
+    o.config = {{"hidden_size", 64}, {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"head_dim", 16},
+                {"intermediate_size", 128}, {"num_hidden_layers", 2}, {"vocab_size", 256}};
+    o.type = c.weights;
+    o.out = dir + "/" + dtype_name(c.weights) + ".gguf";
+    synth_model(o);
+    int rc = -1;
+    const std::string out = test::run_command(test::fastpath_bin() + " audit -q -p 4 -n 2 -t 1 -m " + o.out + c.flag, &rc);
+    ASSERT_EQ(rc, 0) << out;
+    EXPECT_NE(out.find(c.expect), std::string::npos) << dtype_name(c.weights) << c.flag << "\n" << out;
+  }
 }
 
 TEST(CliBench, ServingRunReportsThroughputAndPrefixHits) {
