@@ -1,11 +1,11 @@
-// tests/backend_ops_elementwise_test.cpp — every rmsnorm, add, silu_mul, softmax, rope and
-// argmax kernel against its reference twin over odd sizes, tails (d not a multiple of 8),
+// tests/backend_ops_elementwise_test.cpp — every rmsnorm, add, silu_mul, softmax, rope, argmax
+// and kv_write kernel against its reference twin over odd sizes, tails (d not a multiple of 8),
 // n = 0 and 1, large d, aliased outputs and sizes big enough to split over threads. Also the
 // accuracy of the vectorized exp the AVX2 kernels use.
 //
 // Tolerances (normalised error, backend_ops.h): add 0 (bit-exact); rmsnorm 1e-5 (sums of
 // squares in 8 lanes vs one); rope 1e-5 (FMA vs separate multiply-add); silu_mul and softmax
-// 1e-5 (polynomial exp, <= 2.3e-7 relative, plus reordered sums); argmax exact.
+// 1e-5 (polynomial exp, <= 2.3e-7 relative, plus reordered sums); argmax and kv_write exact.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -257,6 +257,61 @@ TEST(BackendOps, ArgmaxEveryKernelAgainstItsReference) {
   }
   set_num_threads(0);
   expect_fast_kernel_ran(checked, "argmax");
+}
+
+// ---------------------------------------------------------------- kv_write
+// Bytes compared exactly: the pool after every CPU kernel equals the pool after the reference,
+// for each pool dtype, widths with and without an 8-wide tail, a latent cache with no V (MLA),
+// slots scattered over a pool whose other bytes must stay untouched, and the values where
+// rounding is delicate: F16's overflow to inf, its largest finite, subnormals of both types,
+// negative zero, ties to even, infinities and a (canonical) NaN.
+TEST(BackendOps, KvWriteEveryKernelBitExactAgainstItsReference) {
+  const auto& kernels = OpRegistry<KvWriteArgs>::instance().kernels();
+  const Kernel<KvWriteArgs>* ref = nullptr;
+  for (auto& k : kernels)
+    if (k.name == "ref") ref = &k;
+  ASSERT_TRUE(ref);
+  const float inf = std::numeric_limits<float>::infinity();
+  const float specials[] = {70000.0f, 65504.0f, 65519.0f, 65520.0f, -65520.0f, 6.0e-8f, 3.0e-8f, -2.9e-8f, 1.0e-40f,
+                            -0.0f, 1.00048828125f /* F16 tie */, 1.0039062f /* near a BF16 tie */, inf, -inf,
+                            std::numeric_limits<float>::quiet_NaN(), 5.9604645e-8f, 1.1754944e-38f, -3.4e38f};
+  int checked = 0;
+  for (DType t : {DType::F32, DType::F16, DType::BF16})
+    for (int64_t n : {0, 1, 5, 64, 300})
+      for (auto [kw, vw] : std::vector<std::pair<int64_t, int64_t>>{{8, 8}, {1024, 1024}, {192, 128}, {576, 0}, {13, 7}}) {
+        const int64_t slots_total = 3 * n + 7, eb = dtype_info(t).block_bytes;
+        auto k = test::random_floats(static_cast<size_t>(std::max<int64_t>(n * kw, 1)), static_cast<uint32_t>(n + kw), 2.0f);
+        auto v = test::random_floats(static_cast<size_t>(std::max<int64_t>(n * vw, 1)), static_cast<uint32_t>(n + vw + 1), 2.0f);
+        if (n > 0)
+          for (size_t i = 0; i < std::size(specials); ++i) {
+            k[(i * 7) % k.size()] = specials[i];
+            v[(i * 5 + 3) % v.size()] = specials[i];
+          }
+        std::vector<int64_t> slots(static_cast<size_t>(n));
+        for (int64_t i = 0; i < n; ++i) slots[static_cast<size_t>(i)] = (i * 5 + 2) % slots_total;  // distinct
+        std::vector<uint8_t> kpool(static_cast<size_t>(slots_total * kw * eb)), vpool(static_cast<size_t>(slots_total * vw * eb) + 1);
+        for (size_t i = 0; i < kpool.size(); ++i) kpool[i] = static_cast<uint8_t>(i * 37 + 11);
+        for (size_t i = 0; i < vpool.size(); ++i) vpool[i] = static_cast<uint8_t>(i * 53 + 5);
+        std::vector<uint8_t> want_k = kpool, want_v = vpool;
+        ref->run(KvWriteArgs{want_k.data(), want_v.data(), t, kw, vw, slots.data(), n, k.data(), vw ? v.data() : nullptr});
+        for (auto& kern : kernels) {
+          if (kern.reference || kern.backend != Backend::CPU) continue;
+          for (int threads : {1, 2}) {
+            set_num_threads(threads);
+            std::vector<uint8_t> got_k = kpool, got_v = vpool;
+            const KvWriteArgs a{got_k.data(), got_v.data(), t, kw, vw, slots.data(), n, k.data(), vw ? v.data() : nullptr};
+            if (kern.refuse && !kern.refuse(a).empty()) continue;
+            kern.run(a);
+            EXPECT_TRUE(got_k == want_k) << "kv_write " << kern.name << " K pool differs: " << dtype_name(t) << " n=" << n
+                                         << " width=" << kw << " threads " << threads;
+            EXPECT_TRUE(got_v == want_v) << "kv_write " << kern.name << " V pool differs: " << dtype_name(t) << " n=" << n
+                                         << " width=" << vw << " threads " << threads;
+            ++checked;
+          }
+        }
+      }
+  set_num_threads(0);
+  expect_fast_kernel_ran(checked, "kv_write");
 }
 
 // ---------------------------------------------------------------- the vectorized exp

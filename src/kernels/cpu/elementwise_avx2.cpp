@@ -1,9 +1,10 @@
 // kernels/cpu/elementwise_avx2.cpp — AVX2+FMA kernels for the element-wise and row ops:
-// rmsnorm, add, silu_mul, softmax, rope, argmax. Memory-bound: each reads its inputs once and
+// rmsnorm, add, silu_mul, softmax, rope, argmax, kv_write. Memory-bound: each reads its inputs once and
 // writes once; work is split over the thread pool only above kParallelMin elements, below
 // which waking the workers costs more than the op. Row tails use masked loads/stores.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -310,6 +311,57 @@ void argmax_avx2(const ArgmaxArgs& a) {
   });
 }
 const bool reg_argmax = register_kernel(avx2_kernel<ArgmaxArgs>(argmax_avx2));
+
+// ------------------------------------------------------------------ kv_write
+// Rows into the pool at their slots, rounded to the pool's dtype exactly as the reference's
+// quantize_row: F16 by F16C's vcvtps2ph (round to nearest even; NaN stays NaN, as the reference's
+// canonical quiet NaN for the NaNs a model produces), BF16 by the same integer rounding
+// (x + 0x7fff + lsb) >> 16 eight lanes at a time, NaNs kept quiet.
+FP_AVX2 void f32_row_to(DType t, const float* x, uint8_t* dst, int64_t n) {
+  if (t == DType::F32) {
+    std::memcpy(dst, x, static_cast<size_t>(n) * 4);
+    return;
+  }
+  uint16_t* d = reinterpret_cast<uint16_t*>(dst);
+  int64_t i = 0;
+  if (t == DType::F16) {
+    for (; i + 8 <= n; i += 8)
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; ++i) d[i] = f32_to_f16(x[i]);
+    return;
+  }
+  const __m256i one = _mm256_set1_epi32(1), round = _mm256_set1_epi32(0x7fff), abs_mask = _mm256_set1_epi32(0x7fffffff);
+  const __m256i inf = _mm256_set1_epi32(0x7f800000), quiet = _mm256_set1_epi32(0x40);
+  for (; i + 8 <= n; i += 8) {
+    const __m256i v = _mm256_castps_si256(_mm256_loadu_ps(x + i));
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(v, 16), one);
+    const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(v, round), lsb), 16);
+    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(v, abs_mask), inf);
+    const __m256i h = _mm256_blendv_epi8(rounded, _mm256_or_si256(_mm256_srli_epi32(v, 16), quiet), nan);
+    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(h, h), 0x08);  // 8 x u16 in the low half
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i), _mm256_castsi256_si128(packed));
+  }
+  for (; i < n; ++i) d[i] = f32_to_bf16(x[i]);
+}
+
+void kv_write_avx2(const KvWriteArgs& a) {
+  const int64_t kb = row_bytes(a.dtype, a.k_width), vb = row_bytes(a.dtype, a.v_width);
+  auto rows = [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      f32_row_to(a.dtype, a.k_rows + i * a.k_width, static_cast<uint8_t*>(a.k_pool) + a.slots[i] * kb, a.k_width);
+      if (a.v_width) f32_row_to(a.dtype, a.v_rows + i * a.v_width, static_cast<uint8_t*>(a.v_pool) + a.slots[i] * vb, a.v_width);
+    }
+  };
+  if (a.n * (a.k_width + a.v_width) < 4 * kParallelMin) return rows(0, a.n);
+  thread_pool().parallel_for(a.n, row_grain(a.k_width + a.v_width), rows);
+}
+const bool reg_kv_write = register_kernel(Kernel<KvWriteArgs>{
+    "avx2", Backend::CPU, kPriority, false,
+    [](const KvWriteArgs& a) {
+      std::string why = refuse_avx2_cpu();
+      return why.empty() ? refuse_kv_dtype(a.dtype, {DType::F32, DType::F16, DType::BF16}) : why;
+    },
+    kv_write_avx2});
 
 }  // namespace
 }  // namespace fp

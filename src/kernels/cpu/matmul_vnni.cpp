@@ -180,6 +180,8 @@ void tile_dispatch(int R, int T, const WG* const* w, const cpu::PackedX* const* 
 void matmul_q8_0_x8(const MatMulArgs& a) {
   const Tensor& w = *a.w;
   const int64_t out = w.rows(), groups = w.cols() / QK8_0X8, stride = row_bytes(w.dtype, w.cols());
+  const uint8_t* base = static_cast<const uint8_t*>(w.data);
+  auto row = [&](int64_t r) { return base + r * stride; };  // (Tensor::row_ptr asks row_bytes each time)
   const std::vector<cpu::PackedX> xp = cpu::pack_all_activations(a);
   // Decode is bound by memory: one row at a time reads the matrix as one sequential stream
   // (4 rows side by side, 4 streams, measured slower). Larger batches reuse each loaded vector.
@@ -197,14 +199,14 @@ void matmul_q8_0_x8(const MatMulArgs& a) {
     const cpu::PackedX* xs[T];
     for (int t = 0; t < T; ++t) xs[t] = xp.data() + (i + t) * groups;
     if (tile_rows > 1 && !spread && i == 0)
-      for (const auto *p = w.row_ptr(r1), *end = w.row_ptr(std::min(out, r1 + (r1 - r0))); p < end; p += 64)
+      for (const auto *p = row(r1), *end = row(std::min(out, r1 + (r1 - r0))); p < end; p += 64)
         _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T1);
     for (int64_t o = r0; o < r1; o += tile_rows) {
       const int R = static_cast<int>(std::min<int64_t>(tile_rows, r1 - o));
       const BlockQ8_0x8* ws[cpu::kMaxTileRows];
-      for (int r = 0; r < R; ++r) ws[r] = reinterpret_cast<const BlockQ8_0x8*>(w.row_ptr(o + r));
+      for (int r = 0; r < R; ++r) ws[r] = reinterpret_cast<const BlockQ8_0x8*>(row(o + r));
       const int64_t ahead = o + (r1 - r0);
-      const char* next = spread && ahead + R <= out ? reinterpret_cast<const char*>(w.row_ptr(ahead)) : nullptr;
+      const char* next = spread && ahead + R <= out ? reinterpret_cast<const char*>(row(ahead)) : nullptr;
       tile_dispatch<true, false>(R, T, ws, xs, groups, a.y + i * out + o, out, a.bias ? a.bias + o : nullptr,
                                  Prefetch{next, stride, i / cpu::kGemvMaxTokens, passes});
     }
