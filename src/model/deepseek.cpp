@@ -26,6 +26,7 @@
 #include "kernels/registry.h"
 #include "model/context_parallel.h"
 #include "model/data_parallel.h"
+#include "model/micro_batch.h"
 #include "model/vocab_parallel.h"
 #include "model/model.h"
 #include "model/moe_layers.h"
@@ -275,44 +276,34 @@ class DeepseekModel : public Model {
   // shares' sums are what travels, A's behind B's FFN and B's behind the next layer's attention of A.
   void forward_overlapped(const ForwardBatch& b, KvPool& pool, float* logits) {
     const ModelConfig& c = config();
-    const int64_t n = b.n_tokens(), half = n / 2;
+    const int64_t n = b.n_tokens();
     resize_buffers(n, n, n);
+    overlap_.split(b, pool.page_size());
     struct MicroBatch {
       Rows r;
       MlaAttentionArgs att;
-      const float* sum = nullptr;  // rows being all-reduced, added to x once they are in
-      int64_t handle = Communicator::kDone;
+      PendingSum sum;  // its FFN share's all-reduce
     } mb[2];
     for (int i = 0; i < 2; ++i) {
-      ForwardBatch& part = overlap_parts_[i];
-      part.assign_tokens(b, i == 0 ? 0 : half, i == 0 ? half : n);
-      part.slots(pool.page_size(), overlap_slots_[i]);
-      mb[i].r = rows_at(i == 0 ? 0 : half, part.n_tokens(), part.positions.data(), overlap_slots_[i].data());
+      const ForwardBatch& part = overlap_.parts[i];
+      mb[i].r = rows_at(overlap_.row0[i], part.n_tokens(), part.positions.data(), overlap_.slots[i].data());
       mb[i].att = mla_args(part, pool, mb[i].r);
     }
-    auto add_sum = [&](MicroBatch& m) {  // x += the summed rows, once they are in
-      if (!m.sum) return;
-      dispatch(CollectiveWaitArgs{tp_.get(), m.handle});
-      dispatch(AddArgs{m.r.x, m.sum, m.r.n * c.dim, m.r.x});
-      m.sum = nullptr;
-    };
     dispatch(EmbeddingArgs{embed_, b.tokens.data(), n, x_.data()});
     for (size_t l = 0; l < layers_.size(); ++l) {
       const DeepseekLayer& Y = layers_[l];
       for (MicroBatch& m : mb) {
-        add_sum(m);  // the previous layer's FFN
+        m.sum.add_into(m.r.x);  // the previous layer's FFN
         attention(Y, static_cast<int64_t>(l), m.r, false, pool, m.att);
         tp_->progress();
       }
       for (MicroBatch& m : mb) {
         dispatch(RmsNormArgs{m.r.x, Y.ffn_norm, m.r.n, c.dim, c.rms_eps, m.r.h});
-        float* out = ffn(Y, m.r.h, m.r.n, m.r.gate, m.r.up, m.r.h);
-        dispatch(AllReduceStartArgs{tp_.get(), out, m.r.n * c.dim, &m.handle});  // non-blocking
-        m.sum = out;
+        m.sum.start(tp_.get(), ffn(Y, m.r.h, m.r.n, m.r.gate, m.r.up, m.r.h), m.r.n * c.dim);
         tp_->progress();
       }
     }
-    for (MicroBatch& m : mb) add_sum(m);
+    for (MicroBatch& m : mb) m.sum.add_into(m.r.x);
     finish_logits(b, false, false, logits);
   }
 
@@ -407,8 +398,7 @@ class DeepseekModel : public Model {
   std::vector<float> x_, h_, q_, qa_, kva_, c_, att_, gate_, up_, rows_;
   std::vector<BlockQ8_0> hq_;  // the normalised input quantized once for Q8_0/Q4_0 matmuls
   std::vector<int64_t> slots_;
-  ForwardBatch overlap_parts_[2];          // --micro-batch-overlap: the two micro-batches
-  std::vector<int64_t> overlap_slots_[2];  // and their tokens' KV slots
+  MicroBatchSplit overlap_;  // --micro-batch-overlap: the two micro-batches
   MoeBlock moe_;
   std::deque<Tensor> shards_;  // this rank's weight slices (stable addresses)
   bool context_parallel_ = false;  // prefill batches run context parallel

@@ -37,6 +37,7 @@
 #include "kernels/ops.h"
 #include "kernels/registry.h"
 #include "model/context_parallel.h"
+#include "model/micro_batch.h"
 #include "model/model.h"
 #include "model/repack.h"
 #include "model/vocab_parallel.h"
@@ -272,7 +273,7 @@ class LlamaModel : public Model {
   // B attends the K/V that A wrote in the same layer just before (causal order is kept).
   void forward_overlapped(const ForwardBatch& b, KvPool& pool, float* logits) {
     const ModelConfig& c = config();
-    const int64_t n = b.n_tokens(), half = n / 2;
+    const int64_t n = b.n_tokens();
     const int64_t q_dim = heads_ * c.head_dim, kv_dim = kv_heads_ * c.head_dim;
     const int64_t v_dim = kv_heads_ * c.v_head_dim, att_dim = heads_ * c.v_head_dim;
     int64_t ffn = 0;
@@ -281,21 +282,17 @@ class LlamaModel : public Model {
     float *x = buf.x, *h = buf.h, *q = buf.q, *k = buf.k, *v = buf.v, *att_out = buf.att_out, *gate = buf.gate, *up = buf.up;
     const bool every_head = pool.layout().k_width != kv_dim;  // decode over a context-parallel cache
     const int64_t k_off = every_head ? tp_->rank() * kv_dim : 0, v_off = every_head ? tp_->rank() * v_dim : 0;
+    overlap_.split(b, pool.page_size());
     struct MicroBatch {
       int64_t row0, rows;
       AttentionArgs att;
-      int64_t handle;   // the all-reduce of its h
-      bool in_flight;   // started and not yet added to x
+      PendingSum sum;  // the all-reduce of its h
     } mb[2];
     for (int i = 0; i < 2; ++i) {
-      ForwardBatch& part = overlap_.parts[i];
-      part.assign_tokens(b, i == 0 ? 0 : half, i == 0 ? half : n);
-      part.slots(pool.page_size(), overlap_.slots[i]);
+      const ForwardBatch& part = overlap_.parts[i];
       MicroBatch& m = mb[i];
-      m.row0 = i == 0 ? 0 : half;
+      m.row0 = overlap_.row0[i];
       m.rows = part.n_tokens();
-      m.handle = Communicator::kDone;
-      m.in_flight = false;
       m.att = paged_attention_args(part, pool);
       m.att.q = q + m.row0 * q_dim;
       m.att.n_heads = heads_;
@@ -308,16 +305,8 @@ class LlamaModel : public Model {
       m.att.out = att_out + m.row0 * att_dim;
     }
     auto row = [&](float* base, const MicroBatch& m, int64_t width) { return base + m.row0 * width; };
-    auto start_sum = [&](MicroBatch& m) {  // all-reduce h, non-blocking
-      dispatch(AllReduceStartArgs{tp_.get(), row(h, m, c.dim), m.rows * c.dim, &m.handle});
-      m.in_flight = true;
-    };
-    auto add_sum = [&](MicroBatch& m) {  // x += the summed h, once it is in
-      if (!m.in_flight) return;
-      dispatch(CollectiveWaitArgs{tp_.get(), m.handle});
-      m.in_flight = false;
-      dispatch(AddArgs{row(x, m, c.dim), row(h, m, c.dim), m.rows * c.dim, row(x, m, c.dim)});
-    };
+    auto start_sum = [&](MicroBatch& m) { m.sum.start(tp_.get(), row(h, m, c.dim), m.rows * c.dim); };
+    auto add_sum = [&](MicroBatch& m) { m.sum.add_into(row(x, m, c.dim)); };  // x += the summed h
 
     dispatch(EmbeddingArgs{embed_, b.tokens.data(), n, x});
     for (size_t l = 0; l < layers_.size(); ++l) {
@@ -487,10 +476,7 @@ class LlamaModel : public Model {
     EveryHeadKvWriter every_head;
     std::vector<float> x, h, q, k, v, att, gate, up, rows;
   } cp_;
-  struct OverlapScratch {
-    ForwardBatch parts[2];                 // the two micro-batches of forward_overlapped
-    std::vector<int64_t> slots[2];         // their tokens' KV slots
-  } overlap_;
+  MicroBatchSplit overlap_;           // the two micro-batches of forward_overlapped
   std::deque<Tensor> shards_;         // this rank's weight slices (stable addresses)
   std::vector<float> inv_freq_;
   const float* inv_freq_at_ = nullptr;  // inv_freq_ where the kernels read it (host or device)

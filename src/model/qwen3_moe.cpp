@@ -21,6 +21,7 @@
 #include "kernels/ops.h"
 #include "kernels/registry.h"
 #include "model/context_parallel.h"
+#include "model/micro_batch.h"
 #include "model/vocab_parallel.h"
 #include "model/model.h"
 #include "model/moe_layers.h"
@@ -250,55 +251,43 @@ class Qwen3MoeModel : public Model {
   // replicated, the FFN sums are what travels: A's behind B's FFN and the next layer's attention.
   void forward_overlapped(const ForwardBatch& b, KvPool& pool, float* logits) {
     const ModelConfig& c = config();
-    const int64_t n = b.n_tokens(), half = n / 2;
+    const int64_t n = b.n_tokens();
     const Heads hd = heads(false, pool);
     resize_buffers(n, n, hd);
+    overlap_.split(b, pool.page_size());
     struct MicroBatch {
       Rows r;
       AttentionArgs att;
-      const float* sum = nullptr;  // rows being all-reduced, added to x once they are in
-      int64_t handle = Communicator::kDone;
+      PendingSum sum;  // the heads' or the FFN shares' all-reduce
     } mb[2];
     for (int i = 0; i < 2; ++i) {
-      ForwardBatch& part = overlap_parts_[i];
-      part.assign_tokens(b, i == 0 ? 0 : half, i == 0 ? half : n);
-      part.slots(pool.page_size(), overlap_slots_[i]);
-      const int64_t r0 = i == 0 ? 0 : half;
+      const ForwardBatch& part = overlap_.parts[i];
+      const int64_t r0 = overlap_.row0[i];
       MicroBatch& m = mb[i];
       m.r = Rows{x_.data() + r0 * c.dim,         h_.data() + r0 * c.dim,        q_.data() + r0 * hd.q_dim,
                  k_.data() + r0 * hd.kv_dim,     v_.data() + r0 * hd.kv_dim,    att_.data() + r0 * hd.q_dim,
                  gate_.data() + r0 * std::max(c.hidden_dim, c.dim), up_.data() + r0 * c.hidden_dim, part.n_tokens()};
       m.att = attention_args(part, pool, hd, m.r.q, m.r.att);
     }
-    auto start_sum = [&](MicroBatch& m, float* rows) {  // all-reduce rows, non-blocking
-      dispatch(AllReduceStartArgs{tp_.get(), rows, m.r.n * c.dim, &m.handle});
-      m.sum = rows;
-    };
-    auto add_sum = [&](MicroBatch& m) {  // x += the summed rows, once they are in
-      if (!m.sum) return;
-      dispatch(CollectiveWaitArgs{tp_.get(), m.handle});
-      dispatch(AddArgs{m.r.x, m.sum, m.r.n * c.dim, m.r.x});
-      m.sum = nullptr;
-    };
     dispatch(EmbeddingArgs{embed_, b.tokens.data(), n, x_.data()});
     for (size_t l = 0; l < layers_.size(); ++l) {
       const Qwen3MoeLayer& L = layers_[l];
       for (int i = 0; i < 2; ++i) {
         MicroBatch& m = mb[i];
-        add_sum(m);  // the previous layer's FFN
-        attention(L, static_cast<int64_t>(l), hd, m.r, overlap_parts_[i].positions.data(), overlap_slots_[i].data(), m.att,
+        m.sum.add_into(m.r.x);  // the previous layer's FFN
+        attention(L, static_cast<int64_t>(l), hd, m.r, overlap_.parts[i].positions.data(), overlap_.slots[i].data(), m.att,
                   pool, false);
         if (tp_) tp_->progress();
-        if (hd.split) start_sum(m, m.r.h);
+        if (hd.split) m.sum.start(tp_.get(), m.r.h, m.r.n * c.dim);
         else dispatch(AddArgs{m.r.x, m.r.h, m.r.n * c.dim, m.r.x});
       }
       for (MicroBatch& m : mb) {
-        add_sum(m);  // the attention's
-        start_sum(m, ffn(L, m.r));
+        m.sum.add_into(m.r.x);  // the attention's
+        m.sum.start(tp_.get(), ffn(L, m.r), m.r.n * c.dim);
         if (tp_) tp_->progress();
       }
     }
-    for (MicroBatch& m : mb) add_sum(m);
+    for (MicroBatch& m : mb) m.sum.add_into(m.r.x);
     finish_logits(b, false, logits);
   }
 
@@ -327,8 +316,7 @@ class Qwen3MoeModel : public Model {
   std::vector<float> x_, h_, q_, k_, v_, att_, gate_, up_, rows_;
   std::vector<BlockQ8_0> hq_;  // the normalised input quantized once for Q8_0/Q4_0 matmuls
   std::vector<int64_t> slots_;
-  ForwardBatch overlap_parts_[2];         // --micro-batch-overlap: the two micro-batches
-  std::vector<int64_t> overlap_slots_[2];  // and their tokens' KV slots
+  MicroBatchSplit overlap_;               // --micro-batch-overlap: the two micro-batches
   MoeBlock moe_;
   int attn_ranks_ = 1;                // ranks the attention heads are split across (1: replicated)
   bool ffn_split_ = false;            // the FFN weights are split across the ranks (an all-reduce per layer)

@@ -1,0 +1,33 @@
+// model/micro_batch.cpp — see micro_batch.h.
+#include "model/micro_batch.h"
+
+#include "kernels/ops.h"
+#include "kernels/registry.h"
+#include "parallel/collectives.h"
+
+namespace fp {
+
+void MicroBatchSplit::split(const ForwardBatch& b, int64_t page_size) {
+  const int64_t n = b.n_tokens(), half = n / 2;
+  for (int i = 0; i < 2; ++i) {
+    parts[i].assign_tokens(b, i == 0 ? 0 : half, i == 0 ? half : n);
+    parts[i].slots(page_size, slots[i]);
+    row0[i] = i == 0 ? 0 : half;
+  }
+}
+
+void PendingSum::start(Communicator* comm, float* rows, int64_t n) {
+  comm_ = comm;
+  rows_ = rows;
+  n_ = n;
+  dispatch(AllReduceStartArgs{comm, rows, n, &handle_});
+}
+
+void PendingSum::add_into(float* x) {
+  if (!rows_) return;
+  dispatch(CollectiveWaitArgs{comm_, handle_});
+  dispatch(AddArgs{x, rows_, n_, x});
+  rows_ = nullptr;
+}
+
+}  // namespace fp
