@@ -164,6 +164,8 @@ TEST(KvDtype, NamesAndRefusals) {
   DType t = DType::Q8_0;
   ASSERT_TRUE(kv_dtype_from_name("auto", &t));
   EXPECT_EQ(t, kDefaultKvDtype);
+  ASSERT_TRUE(kv_dtype_from_name("AUTO", &t, DType::BF16));  // what auto means is the caller's
+  EXPECT_EQ(t, DType::BF16);
   ASSERT_TRUE(kv_dtype_from_name("f16", &t));
   EXPECT_EQ(t, DType::F16);
   ASSERT_TRUE(kv_dtype_from_name("BF16", &t));

@@ -130,11 +130,11 @@ bool valid_kv_dtype(DType t) { return t == DType::F32 || t == DType::F16 || t ==
 
 std::string kv_dtypes_text() { return "f32, f16, bf16"; }
 
-bool kv_dtype_from_name(const std::string& name, DType* out) {
+bool kv_dtype_from_name(const std::string& name, DType* out, DType auto_means) {
   std::string n;
   for (char ch : name) n += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
   if (n == "auto") {
-    *out = kDefaultKvDtype;
+    *out = auto_means;
     return true;
   }
   DType t;

@@ -125,11 +125,10 @@ std::string page_sizes_text();  // "1, 8, 16, 32, 64, 128, 256"
 // KV dtypes the pool stores (the attention kernels declare which of these they read).
 bool valid_kv_dtype(DType t);
 std::string kv_dtypes_text();  // "f32, f16, bf16"
-// "auto", "f32", "f16", "bf16" (any case) -> the dtype ("auto": kDefaultKvDtype); false otherwise.
-bool kv_dtype_from_name(const std::string& name, DType* out);
-// What --kv-cache-dtype auto means: F32, exact. F16/BF16 halve the bytes per token and measured
-// as fast or faster (bench/RESULTS.md), but they move the logits (and F16 overflows past 65504),
-// so the narrower cache is the user's choice, not a silent change of every run's numbers.
+// The pool's dtype when nobody chose one (EngineConfig, in-process callers): F32, exact. The
+// command line's --kv-cache-dtype auto follows the model's weights instead (tools::auto_kv_dtype).
 constexpr DType kDefaultKvDtype = DType::F32;
+// "auto", "f32", "f16", "bf16" (any case) -> the dtype ("auto": auto_means); false otherwise.
+bool kv_dtype_from_name(const std::string& name, DType* out, DType auto_means = kDefaultKvDtype);
 
 }  // namespace fp

@@ -1,7 +1,6 @@
 // tools/engine_options.cpp — engine flags to EngineConfig.
 #include "tools/engine_options.h"
 
-#include <cctype>
 #include <map>
 
 #include "core/error.h"
@@ -42,10 +41,9 @@ EngineConfig engine_config(const EngineOptions& o, const Model& model) {
 
 DType kv_cache_dtype(const std::string& name, const Model& model) {
   DType t;
-  FP_CHECK(kv_dtype_from_name(name, &t), "--kv-cache-dtype ", name, " is not one of auto, ", kv_dtypes_text());
-  std::string lower;
-  for (char ch : name) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  return lower == "auto" ? auto_kv_dtype(model) : t;
+  FP_CHECK(kv_dtype_from_name(name, &t, auto_kv_dtype(model)), "--kv-cache-dtype ", name, " is not one of auto, ",
+           kv_dtypes_text());
+  return t;
 }
 
 DType auto_kv_dtype(const Model& model) {
