@@ -1,6 +1,7 @@
 // tests/moe_synth_test.cpp — synth's streaming GGUF writer (used for models too big to hold as
 // f32, e.g. the DeepSeek-V2-Lite-shaped benchmark model) writes the same model as the in-memory
-// writer: same logits for MoE, MLA (both kv_b forms) and Llama (permuted q/k rows), F16 and Q8_0.
+// writer: same logits for MoE, MLA (both kv_b forms) and Llama (permuted q/k rows; llama3 rope scaling),
+// F16 and Q8_0.
 #include <gtest/gtest.h>
 
 #include "model/model.h"
@@ -26,8 +27,14 @@ TEST(MoeSynth, StreamingGgufEqualsInMemory) {
                              {"moe_intermediate_size", 32}};
   const nlohmann::json ll = {{"hidden_size", 64}, {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"num_hidden_layers", 2},
                              {"vocab_size", 512}};
-  for (const Case& c : {Case{"deepseek_v3", ds, false}, Case{"deepseek_v2", ds, true}, Case{"qwen3_moe", qm, false}, Case{"llama", ll, false}})
+  nlohmann::json ll3 = ll;  // llama3 rope scaling: rope_freqs.weight is computed, not drawn
+  ll3["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 32.0}, {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
+                         {"original_max_position_embeddings", 8192}};
+  int n = 0;
+  for (const Case& c : {Case{"deepseek_v3", ds, false}, Case{"deepseek_v2", ds, true}, Case{"qwen3_moe", qm, false}, Case{"llama", ll, false},
+                        Case{"llama", ll3, false}})
     for (DType type : {DType::F16, DType::Q8_0}) {
+      ++n;
       std::vector<float> logits[2];
       for (int stream = 0; stream < 2; ++stream) {
         SynthOptions o;
@@ -36,11 +43,11 @@ TEST(MoeSynth, StreamingGgufEqualsInMemory) {
         o.type = type;
         o.split_kv_b = c.split;
         o.stream = stream == 1;
-        o.out = dir + "/" + c.arch + std::to_string(stream) + ".gguf";
+        o.out = dir + "/" + c.arch + std::to_string(n) + "_" + std::to_string(stream) + ".gguf";
         synth_model(o);
         logits[stream] = test::all_position_logits(o.out, ids);
       }
-      EXPECT_EQ(logits[0], logits[1]) << c.arch << " " << dtype_name(type);
+      EXPECT_EQ(logits[0], logits[1]) << c.arch << " " << c.config.dump() << " " << dtype_name(type);
     }
 }
 

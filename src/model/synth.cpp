@@ -420,9 +420,10 @@ std::map<std::string, HfTensor> gguf_layout(const std::map<std::string, HfTensor
 
 // Writes the GGUF tensor by tensor, drawing each one just before it is written, so a model far
 // larger than memory as f32 (the DeepSeek-V2-Lite-shaped benchmark model) can be made. Same
-// tensors, names, order and values as the in-memory path. The metadata comes from `g` (no tensors).
+// tensors, names and values as the in-memory path. The metadata comes from `g` (no tensors);
+// `f32_extras` are small F32 tensors computed from the config (rope_freqs.weight), written as given.
 void write_gguf_streaming(const SynthOptions& o, const ModelConfig& c, const GgufWriter& g,
-                          std::map<std::string, HfTensor>& w) {
+                          std::map<std::string, HfTensor>& w, const std::map<std::string, std::vector<float>>& f32_extras) {
   struct Part {
     std::string src;
     int how = 0;  // 0 as is, 1/2 Llama q/k rows permuted, 3 attn_k_b / 4 attn_v_b out of kv_b
@@ -431,8 +432,10 @@ void write_gguf_streaming(const SynthOptions& o, const ModelConfig& c, const Ggu
     std::vector<int64_t> shape;
     bool matrix = false;
     std::vector<Part> parts;
+    const std::vector<float>* values = nullptr;  // an F32 extra, written as is
   };
   std::map<std::string, Entry> plan;  // GGUF name order, as the in-memory writer's std::map
+  for (auto& [gn, v] : f32_extras) plan[gn] = Entry{{static_cast<int64_t>(v.size())}, false, {}, &v};
   const int64_t H = c.n_heads, L = c.mla.kv_lora_rank, nope = c.head_dim - c.rot_dim, vd = c.v_head_dim;
   for (auto& [name, t] : w) {
     const std::string gn = gguf_name(name);
@@ -488,6 +491,10 @@ void write_gguf_streaming(const SynthOptions& o, const ModelConfig& c, const Ggu
     FP_CHECK(cols % dtype_info(ty).block_elems == 0, "synth: tensor '", gn, "' rows have ", cols,
              " values, not a multiple of the ", dtype_name(ty), " block size ", dtype_info(ty).block_elems);
     uint64_t written = 0;
+    if (e.values) {
+      out.write(reinterpret_cast<const char*>(e.values->data()), static_cast<std::streamsize>(e.values->size() * 4));
+      written += e.values->size() * 4;
+    }
     for (const Part& part : e.parts) {
       HfTensor& t = w.at(part.src);
       fill_tensor(part.src, t, o.seed, o.fast_fill);
@@ -537,7 +544,6 @@ std::string synth_model(const SynthOptions& o) {
   bool gguf = o.out.size() > 5 && o.out.compare(o.out.size() - 5, 5, ".gguf") == 0;
   // Large GGUFs are drawn and written tensor by tensor (4 bytes per parameter would not fit).
   const bool stream = gguf && (o.stream || params > (int64_t{1} << 28));
-  FP_CHECK(!stream || c.rope_scaling.type != "llama3", "synth: llama3 rope scaling is not supported when streaming a GGUF");
   if (!stream)
     for (auto& [n, t] : w) fill_tensor(n, t, o.seed, o.fast_fill);
   // Norms and biases are F32 in GGUF but take the checkpoint dtype in safetensors: round them
@@ -552,6 +558,7 @@ std::string synth_model(const SynthOptions& o) {
 
   if (gguf) {
     GgufWriter g;
+    std::map<std::string, std::vector<float>> f32_extras;  // streamed: tensors computed here, not drawn
     const std::string a = c.arch + ".";
     g.set_string("general.architecture", c.arch);
     g.set_string("general.name", "synth " + c.arch + " (random weights, seed " + std::to_string(o.seed) + ")");
@@ -578,13 +585,17 @@ std::string synth_model(const SynthOptions& o) {
       auto base = plain.rope_inv_freq(), scaled = c.rope_inv_freq();
       std::vector<float> factors(base.size());
       for (size_t i = 0; i < base.size(); ++i) factors[i] = base[i] / scaled[i];
-      std::vector<uint8_t> bytes(factors.size() * 4);
-      std::memcpy(bytes.data(), factors.data(), bytes.size());
-      g.add_tensor("rope_freqs.weight", DType::F32, {static_cast<int64_t>(factors.size())}, std::move(bytes));
+      if (stream) {
+        f32_extras["rope_freqs.weight"] = std::move(factors);
+      } else {
+        std::vector<uint8_t> bytes(factors.size() * 4);
+        std::memcpy(bytes.data(), factors.data(), bytes.size());
+        g.add_tensor("rope_freqs.weight", DType::F32, {static_cast<int64_t>(factors.size())}, std::move(bytes));
+      }
     }
     if (c.n_vocab >= 3 + 256 + 52) add_synth_vocab(g, c.n_vocab);
     if (stream) {
-      write_gguf_streaming(o, c, g, w);
+      write_gguf_streaming(o, c, g, w, f32_extras);
       return "synth: wrote " + o.out + " (" + c.arch + ", " + std::to_string(params) + " parameters, " + dtype_name(o.type) +
              " matrices, streamed)";
     }
