@@ -72,12 +72,28 @@ FP_AVX2 void dot_chunk(const void* row, const float* x, int64_t ldx, int64_t k0,
 // weights cost one load and one widening each instead of two loads, and the R x 2 accumulators
 // keep the FMAs independent. (One row at a time reads F16 at ~9.5 GB/s per core, below the
 // integer Q8_0 kernel's ~14.)
+// BF16 (x_pairs non-null): 16 weights load as one vector whose 32-bit lanes hold pairs; the even
+// weights are the lanes shifted left 16 bits, the odd ones the lanes' high halves, so x_pairs
+// holds each 16 activations as their 8 even then 8 odd (two ops widen 16 weights, not six).
 template <DType T, int R>
-FP_AVX2 void dot_rows_one_token(const uint8_t* const* rows, const float* x, int64_t K, float* sums) {
+FP_AVX2 void dot_rows_one_token(const uint8_t* const* rows, const float* x, const float* x_pairs, int64_t K, float* sums) {
   __m256 acc[R][2];
   for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
   int64_t k = 0;
+  constexpr int64_t E = T == DType::F32 ? 4 : T == DType::F8_E4M3 ? 1 : 2;  // bytes per weight
   for (; k + 16 <= K; k += 16) {
+    if (((k * E) & 63) == 0)  // each row's stream 1 KiB ahead: F16 1.07x against DRAM (measured)
+      for (int r = 0; r < R; ++r) cpu::prefetch_stream(rows[r] + k * E, 1024);
+    if constexpr (T == DType::BF16) {
+      const __m256 xe = _mm256_loadu_ps(x_pairs + k), xo = _mm256_loadu_ps(x_pairs + k + 8);
+      const __m256i high = _mm256_set1_epi32(static_cast<int32_t>(0xffff0000u));
+      for (int r = 0; r < R; ++r) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[r] + 2 * k));
+        acc[r][0] = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(v, 16)), xe, acc[r][0]);
+        acc[r][1] = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_and_si256(v, high)), xo, acc[r][1]);
+      }
+      continue;
+    }
     const __m256 x0 = _mm256_loadu_ps(x + k), x1 = _mm256_loadu_ps(x + k + 8);
     for (int r = 0; r < R; ++r) {
       acc[r][0] = _mm256_fmadd_ps(load8<T>(rows[r], k), x0, acc[r][0]);
@@ -104,12 +120,23 @@ FP_AVX2 void gemv_float(const MatMulArgs& a, const float* x, int64_t n_off, int6
   int64_t o = r0;
   if constexpr (N == 1) {
     constexpr int R = 4;
+    const float* x_pairs = nullptr;
+    if constexpr (T == DType::BF16) {  // x as 8 even then 8 odd activations per 16 (dot_rows_one_token)
+      thread_local std::vector<float> pairs;
+      pairs.resize(static_cast<size_t>(K));
+      for (int64_t k = 0; k + 16 <= K; k += 16)
+        for (int j = 0; j < 8; ++j) {
+          pairs[static_cast<size_t>(k + j)] = x[k + 2 * j];
+          pairs[static_cast<size_t>(k + 8 + j)] = x[k + 2 * j + 1];
+        }
+      x_pairs = pairs.data();
+    }
     if (!w.block_scale)
       for (; o + R <= r1; o += R) {
         const uint8_t* rows[R];
         float sums[R];
         for (int r = 0; r < R; ++r) rows[r] = w.row_ptr(o + r);
-        dot_rows_one_token<T, R>(rows, x, K, sums);
+        dot_rows_one_token<T, R>(rows, x, x_pairs, K, sums);
         for (int r = 0; r < R; ++r) a.y[n_off * out + o + r] = sums[r] * rescale + (a.bias ? a.bias[o + r] : 0.0f);
       }
   }
@@ -172,8 +199,12 @@ FP_AVX2 void gemv_q8_0_like(const MatMulArgs& a, const BlockQ8_0* xq, const floa
     for (int u = 0; u < U; ++u)
       for (int i = 0; i < N; ++i) acc[u][i] = _mm256_setzero_ps();
     int64_t b = 0;
+    constexpr int64_t kBlockBytes = T == DType::Q8_0 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
     for (; b + U <= nb; b += U)
-      for (int u = 0; u < U; ++u) q8_0_like_block<T, N>(row, xq, dx, nb, b + u, acc[u]);
+      for (int u = 0; u < U; ++u) {
+        cpu::prefetch_stream(row + (b + u) * kBlockBytes);  // blocks under 64 bytes: every line is covered
+        q8_0_like_block<T, N>(row, xq, dx, nb, b + u, acc[u]);
+      }
     for (; b < nb; ++b) q8_0_like_block<T, N>(row, xq, dx, nb, b, acc[0]);
     for (int i = 0; i < N; ++i) {
       __m256 t = acc[0][i];
@@ -209,6 +240,7 @@ FP_AVX2 void gemv_q4_k(const MatMulArgs& a, const BlockQ8_K* xq, int64_t n_off, 
     __m256 acc[N], minacc[N];
     for (int i = 0; i < N; ++i) acc[i] = minacc[i] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
+      for (int l = 0; l < 3; ++l) cpu::prefetch_stream(reinterpret_cast<const char*>(wb + b) + 64 * l);  // 144 bytes
       // 16 int16: scales 0..7 in the low half, mins 0..7 in the high half.
       const __m256i sm = _mm256_cvtepu8_epi16(q4k_scales_mins(wb[b].scales));
       const __m128i mins = _mm256_extracti128_si256(sm, 1);
@@ -256,6 +288,7 @@ FP_AVX2 void gemv_q6_k(const MatMulArgs& a, const BlockQ8_K* xq, int64_t n_off, 
     float offs[N] = {};
     for (int i = 0; i < N; ++i) acc[i] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
+      for (int l = 0; l < 4; ++l) cpu::prefetch_stream(reinterpret_cast<const char*>(wb + b) + 64 * l);  // 210 bytes
       const float d = _cvtsh_ss(wb[b].d);
       __m256i sumi[N];
       for (int i = 0; i < N; ++i) sumi[i] = _mm256_setzero_si256();

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
+#include <xmmintrin.h>
 
 #include "core/thread_pool.h"
 #include "kernels/ops.h"
@@ -12,6 +13,15 @@ namespace fp::cpu {
 
 constexpr int64_t kGemvMaxTokens = 4;  // tokens dotted per pass over a weight row
 constexpr int64_t kRowBlock = 32;      // rows per L2-resident block when many tokens share them
+
+// How far ahead of its read position a decode GEMV prefetches its weight stream. The hardware
+// prefetchers alone fall behind kernels that compute between their loads: on the Xeon VM here
+// (2026-12-01) Q4_K streamed 4.9 GB/s per core without, 12.8 with 2 KiB ahead (1 and 4 KiB:
+// 11.4, 10.7); F16 and Q8_0_X8, lighter per byte, gain less. bench/RESULTS.md has the figures.
+constexpr int64_t kStreamAheadBytes = 2048;
+inline void prefetch_stream(const void* at, int64_t ahead = kStreamAheadBytes) {
+  _mm_prefetch(static_cast<const char*>(at) + ahead, _MM_HINT_T0);
+}
 
 // Calls fn(integral_constant<N>, first token, r0, r1) for groups of up to 4 tokens, with the
 // weight rows split across threads.
