@@ -139,7 +139,7 @@ TEST(Cli, LogitsCommandWritesReferenceRows) {
   std::string ids;
   for (auto t : seq) ids += std::to_string(t) + " ";
   auto ref = test::read_f32_file(test::testdata(kStories + "stories260K_once_upon_a_time_64_logits.f32"));
-  for (const char* flags : {"", " --no-mmap"}) {
+  for (const char* flags : {"", " --no-mmap", " --mmap"}) {
     std::string out = test::temp_dir("logits") + "/l.f32";
     int rc = -1;
     test::run_command(test::fastpath_bin() + " logits -q -m " + path + flags + " --tokens '" + ids + "' --out " + out, &rc);

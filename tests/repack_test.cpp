@@ -2,6 +2,7 @@
 // repacking is exact both ways (in place too) and dequantizes to the same values; a Q8_0 model
 // gives the same logits repacked or not, mapped or copied (--no-mmap), on the fast kernels and
 // on the forced reference; what is not repackable (short rows, other dtypes) stays as it was.
+// Also where the weights go by default (resolve_weight_memory: copied when that suits).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -88,7 +89,7 @@ std::vector<float> logits(const std::string& path, bool repack, bool mmap, DType
   LoadOptions lo;
   lo.prefault = false;
   lo.repack = repack;
-  lo.use_mmap = mmap;
+  lo.weights = mmap ? WeightMemory::Mapped : WeightMemory::Copied;
   auto m = load_model(path, lo);
   const std::vector<int32_t> ids = {1, 17, 300, 5, 99, 42, 260, 7, 511, 3, 128};
   const int64_t n = static_cast<int64_t>(ids.size()), V = m->config().n_vocab;
@@ -133,6 +134,42 @@ TEST(Repack, ModelGivesTheSameLogits) {
       EXPECT_LE(test::normalised_error(plain, ref_plain), 0.02);  // 8-bit activations vs f32
     }
   }
+}
+
+TEST(WeightMemory, AutoCopiesWhenTheWeightsFitAndSaysWhy) {
+  const uint64_t gib = uint64_t{1} << 30;
+  std::string why;
+  // Copied: one CPU rank, weights at most half of what is available.
+  EXPECT_EQ(resolve_weight_memory(WeightMemory::Auto, 2 * gib, 4 * gib, Device::CPU, false, &why), WeightMemory::Copied);
+  EXPECT_NE(why.find("2.00 GiB copied"), std::string::npos) << why;
+  EXPECT_NE(why.find("4.00 GiB available"), std::string::npos) << why;
+  // Mapped, each with its reason: over half the memory, unknown memory, another device, several ranks.
+  EXPECT_EQ(resolve_weight_memory(WeightMemory::Auto, 2 * gib + 1, 4 * gib, Device::CPU, false, &why), WeightMemory::Mapped);
+  EXPECT_NE(why.find("more than half of the available memory, 4.00 GiB"), std::string::npos) << why;
+  EXPECT_EQ(resolve_weight_memory(WeightMemory::Auto, 1, 0, Device::CPU, false, &why), WeightMemory::Mapped);
+  EXPECT_NE(why.find("unknown"), std::string::npos) << why;
+  EXPECT_EQ(resolve_weight_memory(WeightMemory::Auto, 1, 4 * gib, Device::CUDA, false, &why), WeightMemory::Mapped);
+  EXPECT_NE(why.find("runs on cuda"), std::string::npos) << why;
+  EXPECT_EQ(resolve_weight_memory(WeightMemory::Auto, 1, 4 * gib, Device::CPU, true, &why), WeightMemory::Mapped);
+  EXPECT_NE(why.find("several ranks"), std::string::npos) << why;
+  // Forced either way, whatever the sizes.
+  EXPECT_EQ(resolve_weight_memory(WeightMemory::Copied, 8 * gib, 4 * gib, Device::CPU, true, &why), WeightMemory::Copied);
+  EXPECT_NE(why.find("--no-mmap"), std::string::npos) << why;
+  EXPECT_EQ(resolve_weight_memory(WeightMemory::Mapped, 1, 4 * gib, Device::CPU, false, &why), WeightMemory::Mapped);
+  EXPECT_NE(why.find("--mmap"), std::string::npos) << why;
+}
+
+TEST(WeightMemory, DefaultLoadCopiesASmallModelAndNotesIt) {
+  const std::string path = test::testdata("models/stories260K/stories260K.gguf");
+  FP_REQUIRE_FILE(path);
+  auto def = load_model_file(path);
+  EXPECT_TRUE(def->weights_writable);
+  bool noted = false;
+  for (const auto& n : def->notes) noted = noted || n.find("copied into huge-page memory") != std::string::npos;
+  EXPECT_TRUE(noted);
+  LoadOptions lo;
+  lo.weights = WeightMemory::Mapped;
+  EXPECT_FALSE(load_model_file(path, lo)->weights_writable);
 }
 
 }  // namespace

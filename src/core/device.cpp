@@ -5,11 +5,23 @@
 #include <cctype>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <utility>
 
 #include "core/error.h"
 
 namespace fp {
+
+int64_t available_memory_bytes() {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  int64_t kb = 0;
+  std::string unit;
+  while (f >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024;
+  return 0;
+}
+
 namespace {
 DeviceMemoryOps g_cuda;  // filled by the CUDA backend's registrar when it is compiled in
 DeviceGraphOps g_cuda_graphs;

@@ -14,6 +14,9 @@
 
 namespace fp {
 
+// Bytes of MemAvailable in /proc/meminfo: host memory free or reclaimable now (0 if unknown).
+int64_t available_memory_bytes();
+
 const char* device_name(Device d);                       // "cpu", "cuda"
 bool device_from_name(const std::string& name, Device* out);  // "cpu" / "cuda" (any case)
 

@@ -67,16 +67,6 @@ KvCapacity plan_kv_cache(const KvLayout& layout, int64_t page_size, int64_t budg
   return c;
 }
 
-int64_t available_memory_bytes() {
-  std::ifstream f("/proc/meminfo");
-  std::string key;
-  int64_t kb = 0;
-  std::string unit;
-  while (f >> key >> kb >> unit)
-    if (key == "MemAvailable:") return kb * 1024;
-  return 0;
-}
-
 int64_t parse_bytes(const std::string& text) {
   size_t end = 0;
   double v = 0;

@@ -17,6 +17,7 @@
 #include "engine/followers.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
+#include "core/device.h"
 #include "model/model.h"
 
 namespace fp {
@@ -50,8 +51,6 @@ struct KvCapacity {
 // `partitions` times the blocks.
 KvCapacity plan_kv_cache(const KvLayout& layout, int64_t page_size, int64_t budget_bytes, int64_t max_model_len,
                          int64_t max_num_seqs, int64_t partitions = 1);
-// Bytes of MemAvailable in /proc/meminfo (0 if unknown).
-int64_t available_memory_bytes();
 // Parses "8GiB", "512MiB", "1.5G", "1000000" (bytes) -> bytes; fails naming the text.
 int64_t parse_bytes(const std::string& text);
 

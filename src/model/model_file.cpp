@@ -3,15 +3,19 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iomanip>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "core/device.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/paths.h"
@@ -391,6 +395,42 @@ void load_hf(ModelFile& m, const std::string& dir) {
 
 }  // namespace
 
+WeightMemory resolve_weight_memory(WeightMemory asked, uint64_t weight_bytes, int64_t available_bytes, Device device,
+                                   bool several_ranks, std::string* why) {
+  auto gib = [](double b) {
+    std::ostringstream os;
+    os << std::fixed << std::setprecision(2) << b / double(1 << 30) << " GiB";
+    return os.str();
+  };
+  const std::string size = gib(static_cast<double>(weight_bytes));
+  if (asked == WeightMemory::Mapped) {
+    *why = size + " mapped from the file (--mmap)";
+    return asked;
+  }
+  if (asked == WeightMemory::Copied) {
+    *why = size + " copied into huge-page memory (--no-mmap)";
+    return asked;
+  }
+  const char* keep_mapped = nullptr;
+  std::string detail;
+  if (device != Device::CPU) {
+    keep_mapped = "the model runs on ";
+    detail = device_name(device);
+  } else if (several_ranks) {
+    keep_mapped = "several ranks: each touches only its slices of the mapping";
+  } else if (available_bytes <= 0 || weight_bytes > static_cast<uint64_t>(available_bytes) / 2) {
+    keep_mapped = "more than half of the available memory, ";
+    detail = available_bytes > 0 ? gib(static_cast<double>(available_bytes)) : std::string("unknown");
+  }
+  if (keep_mapped) {
+    *why = size + " mapped from the file (" + keep_mapped + detail + "; --no-mmap copies them)";
+    return WeightMemory::Mapped;
+  }
+  *why = size + " copied into huge-page memory (" + gib(static_cast<double>(available_bytes)) +
+         " available; decode streams them faster than from mapped 4 KiB pages; --mmap maps the file instead)";
+  return WeightMemory::Copied;
+}
+
 std::unique_ptr<ModelFile> load_model_file(const std::string& path, const LoadOptions& opts) {
   auto t0 = std::chrono::steady_clock::now();
   auto m = std::make_unique<ModelFile>();
@@ -419,12 +459,18 @@ std::unique_ptr<ModelFile> load_model_file(const std::string& path, const LoadOp
                           {"q_lora_rank", c.mla.q_lora_rank}, {"kv_lora_rank", c.mla.kv_lora_rank}})
     FP_CHECK(v <= (int64_t{1} << (field == std::string("context length") ? 31 : 24)), path, ": ", field, " = ", v, " is implausibly large (corrupt header?)");
   m->config.validate(path);
-  if (!opts.use_mmap) {
-    uint64_t total = 0;
-    for (auto& [n, t] : m->tensors) total += static_cast<uint64_t>((t.nbytes() + 63) / 64 * 64);
+  uint64_t total = 0;
+  for (auto& [n, t] : m->tensors) total += static_cast<uint64_t>((t.nbytes() + 63) / 64 * 64);
+  const ParallelSizes& ps = opts.parallel;
+  std::string why;
+  const WeightMemory where = resolve_weight_memory(opts.weights, total, available_memory_bytes(), opts.device,
+                                                   std::max({ps.tp, ps.ep, ps.cp, ps.dp}) > 1, &why);
+  if (opts.weights == WeightMemory::Auto) log_info("weights: ", why);
+  m->notes.push_back("weights: " + why);
+  if (where == WeightMemory::Copied) {
     const size_t huge = size_t{2} << 20, bytes = (total + huge - 1) / huge * huge;
     uint8_t* arena = static_cast<uint8_t*>(std::aligned_alloc(huge, std::max(bytes, huge)));
-    FP_CHECK(arena, path, ": cannot allocate ", bytes, " bytes to copy the weights (--no-mmap)");
+    FP_CHECK(arena, path, ": cannot allocate ", bytes, " bytes to copy the weights (--mmap maps the file instead)");
     madvise(arena, std::max(bytes, huge), MADV_HUGEPAGE);
     m->owners.push_back(std::shared_ptr<const void>(arena, [](const void* p) { std::free(const_cast<void*>(p)); }));
     Progress bar("copying " + std::filesystem::path(path).filename().string(), total);
@@ -436,11 +482,9 @@ std::unique_ptr<ModelFile> load_model_file(const std::string& path, const LoadOp
       bar.update(off);
     }
     bar.finish();
-    m->notes.push_back("weights copied to anonymous memory (--no-mmap)");
     m->weights_writable = true;
   } else if (opts.prefault) {  // fault the weights in now, with a progress bar on a terminal
-    uint64_t total = 0, done = 0;
-    for (auto& [n, t] : m->tensors) total += static_cast<uint64_t>(t.nbytes());
+    uint64_t done = 0;
     Progress bar("loading " + std::filesystem::path(path).filename().string(), total);
     volatile uint8_t sink = 0;
     for (auto& [n, t] : m->tensors) {

@@ -24,7 +24,11 @@ void add_common(CLI::App* app, CommonOptions& o, bool model_required) {
   app->add_option("--kernel", o.kernels, "force a kernel for an op, op=name (repeatable); a forced kernel that cannot run is an error");
   app->add_flag("--profile", o.profile, "time every kernel call for the ledger");
   app->add_flag("-q,--quiet", o.quiet, "only errors on stderr");
-  app->add_flag("--no-mmap", o.no_mmap, "copy the weights into (huge-page) anonymous memory instead of mapping the file");
+  auto* copy = app->add_flag("--no-mmap", o.no_mmap,
+                             "copy the weights into (huge-page) anonymous memory (the default when they take at most half "
+                             "of the available memory, on one CPU rank)");
+  app->add_flag("--mmap", o.mmap, "map the weights from the file instead of copying them (less memory, slower decode)")
+      ->excludes(copy);
   app->add_flag("--no-repack", o.no_repack,
                 "keep Q8_0 matmul weights in the file's layout instead of repacking them at load into Q8_0_X8 (the CPU kernels' interleaved layout)");
   app->add_option("--tensor-parallel-size,--tp", o.tensor_parallel,
@@ -89,7 +93,7 @@ std::unique_ptr<Model> load_with(const CommonOptions& o) {
   apply_runtime(o);
   LoadOptions lo;
   lo.tokenizer_path = o.tokenizer;
-  lo.use_mmap = !o.no_mmap;
+  lo.weights = o.mmap ? WeightMemory::Mapped : o.no_mmap ? WeightMemory::Copied : WeightMemory::Auto;
   FP_CHECK(device_from_name(o.device, &lo.device), "--device '", o.device, "': expected cpu or cuda");
   lo.device_graphs = !o.no_cuda_graphs;
   lo.repack = !o.no_repack;

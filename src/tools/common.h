@@ -19,7 +19,8 @@ struct CommonOptions {
   std::vector<std::string> kernels;  // op=name
   bool profile = false;
   bool quiet = false;
-  bool no_mmap = false;
+  bool no_mmap = false;            // copy the weights (default: copied when they fit, resolve_weight_memory)
+  bool mmap = false;               // map the file
   bool no_repack = false;          // keep Q8_0 weights as in the file (model/repack.h)
   int tensor_parallel = 1;         // ranks the attention heads (and FFN widths) are split across (mpirun -np N)
   int expert_parallel = 1;         // ranks the routed experts are partitioned across (MoE models)
@@ -31,7 +32,7 @@ struct CommonOptions {
   bool no_cuda_graphs = false;
 };
 
-// Adds -m, --tokenizer, -t, --kernel, --profile, -q, --no-mmap, --no-repack, --tensor-parallel-size,
+// Adds -m, --tokenizer, -t, --kernel, --profile, -q, --mmap, --no-mmap, --no-repack, --tensor-parallel-size,
 // --expert-parallel-size, --prefill-context-parallel-size, --device to a subcommand.
 void add_common(CLI::App* app, CommonOptions& o, bool model_required);
 // Opens the ranks (the larger of --tensor-parallel-size and --expert-parallel-size; MPI when more than one), applies threads / kernel
