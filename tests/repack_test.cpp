@@ -146,7 +146,8 @@ TEST(WeightMemory, AutoCopiesWhenTheWeightsFitAndSaysWhy) {
   // Mapped, each with its reason: over half the memory, unknown memory, another device, several ranks.
   EXPECT_EQ(resolve_weight_memory(WeightMemory::Auto, 2 * gib + 1, 4 * gib, Device::CPU, false, &why), WeightMemory::Mapped);
   EXPECT_NE(why.find("more than half of the available memory, 4.00 GiB"), std::string::npos) << why;
-  EXPECT_EQ(resolve_weight_memory(WeightMemory::Auto, 1, 0, Device::CPU, false, &why), WeightMemory::Mapped);
+  EXPECT_EQ(resolve_weight_memory(WeightMemory::Auto, 3 << 19, 0, Device::CPU, false, &why), WeightMemory::Mapped);
+  EXPECT_NE(why.find("1.50 MiB mapped"), std::string::npos) << why;
   EXPECT_NE(why.find("unknown"), std::string::npos) << why;
   EXPECT_EQ(resolve_weight_memory(WeightMemory::Auto, 1, 4 * gib, Device::CUDA, false, &why), WeightMemory::Mapped);
   EXPECT_NE(why.find("runs on cuda"), std::string::npos) << why;

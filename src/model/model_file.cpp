@@ -397,9 +397,11 @@ void load_hf(ModelFile& m, const std::string& dir) {
 
 WeightMemory resolve_weight_memory(WeightMemory asked, uint64_t weight_bytes, int64_t available_bytes, Device device,
                                    bool several_ranks, std::string* why) {
-  auto gib = [](double b) {
+  auto gib = [](double b) {  // GiB, or MiB below one
     std::ostringstream os;
-    os << std::fixed << std::setprecision(2) << b / double(1 << 30) << " GiB";
+    os << std::fixed << std::setprecision(2);
+    if (b < double(1 << 30)) os << b / double(1 << 20) << " MiB";
+    else os << b / double(1 << 30) << " GiB";
     return os.str();
   };
   const std::string size = gib(static_cast<double>(weight_bytes));
