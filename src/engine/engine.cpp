@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/device.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "tokenizer/tokenizer.h"

@@ -17,7 +17,6 @@
 #include "engine/followers.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
-#include "core/device.h"
 #include "model/model.h"
 
 namespace fp {

@@ -207,9 +207,9 @@ void matmul_q8_0_x8(const MatMulArgs& a) {
       for (int r = 0; r < R; ++r) ws[r] = reinterpret_cast<const BlockQ8_0x8*>(row(o + r));
       const int64_t ahead = o + (r1 - r0);
       const char* next = spread && ahead + R <= out ? reinterpret_cast<const char*>(row(ahead)) : nullptr;
-      Prefetch pf{next, stride, i / cpu::kGemvMaxTokens, passes};
       // Decode: the stream a little ahead of where the tile reads (cpu::kStreamAheadBytes).
-      if (tile_rows == 1) pf = Prefetch{reinterpret_cast<const char*>(row(o)) + cpu::kStreamAheadBytes, 0, 0, 1};
+      const Prefetch pf = tile_rows == 1 ? Prefetch{reinterpret_cast<const char*>(row(o)) + cpu::kStreamAheadBytes, 0, 0, 1}
+                                         : Prefetch{next, stride, i / cpu::kGemvMaxTokens, passes};
       tile_dispatch<true, false>(R, T, ws, xs, groups, a.y + i * out + o, out, a.bias ? a.bias + o : nullptr, pf);
     }
   });
