@@ -1,7 +1,8 @@
-// tests/repack_test.cpp — Q8_0 weights repacked at load into Q8_0_X8 (model/repack.h): the
-// repacking is exact both ways (in place too) and dequantizes to the same values; a Q8_0 model
-// gives the same logits repacked or not, mapped or copied (--no-mmap), on the fast kernels and
-// on the forced reference; what is not repackable (short rows, other dtypes) stays as it was.
+// tests/repack_test.cpp — Q8_0 and Q4_K weights repacked at load into Q8_0_X8 and Q4_K_X8
+// (model/repack.h): the repacking is exact both ways (in place too) and dequantizes to the same
+// values; a Q8_0 or Q4_K model gives the same logits repacked or not, mapped or copied
+// (--no-mmap), on the fast kernels and on the forced reference; what is not repackable (short
+// rows, other dtypes) stays as it was.
 // Also where the weights go by default (resolve_weight_memory: copied when that suits).
 #include <gtest/gtest.h>
 
@@ -61,7 +62,49 @@ TEST(Repack, RoundTripsExactlyAndInPlace) {
   EXPECT_THROW(row_bytes(DType::Q8_0_X8, 32), Error);  // a row holds whole groups of 256
 }
 
-TEST(Repack, OnlyQ8_0MatricesOfWholeGroups) {
+// Random Q4_K super-blocks: every bit of the scales and the nibbles random.
+std::vector<BlockQ4_K> random_q4_k(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> byte(0, 255), h(0, 0x7bff);
+  std::vector<BlockQ4_K> b(static_cast<size_t>(n));
+  for (auto& blk : b) {
+    blk.d = static_cast<uint16_t>(h(rng));
+    blk.dmin = static_cast<uint16_t>(h(rng));
+    for (auto& v : blk.scales) v = static_cast<uint8_t>(byte(rng));
+    for (auto& v : blk.qs) v = static_cast<uint8_t>(byte(rng));
+  }
+  return b;
+}
+
+TEST(Repack, Q4_KRoundTripsExactlyAndInPlace) {
+  for (int64_t blocks : {1, 3, 64}) {
+    const auto src = random_q4_k(blocks, static_cast<uint32_t>(blocks));
+    std::vector<BlockQ4_Kx8> packed(static_cast<size_t>(blocks));
+    pack_q4_k_x8(src.data(), packed.data(), blocks);
+    // The layout: sub-block 3 (the high nibbles of Q4_K's qs[32..63]) value 4 * 2 + 1 sits in the
+    // low nibble of qs[32 * 2 + 4 * 3 + 1], its value 16 + 4 * 2 + 1 in the high nibble; scale 3
+    // is the low 6 bits of byte 3 (Q4_K: the low 6 bits of scales[3]).
+    EXPECT_EQ(packed[0].qs[32 * 2 + 4 * 3 + 1] & 15, src[0].qs[32 + 4 * 2 + 1] >> 4);
+    EXPECT_EQ(packed[0].qs[32 * 2 + 4 * 3 + 1] >> 4, src[0].qs[32 + 16 + 4 * 2 + 1] >> 4);
+    EXPECT_EQ(packed[0].scales[3] & 63, src[0].scales[3] & 63);
+    std::vector<BlockQ4_K> back(src.size());
+    unpack_q4_k_x8(packed.data(), back.data(), blocks);
+    ASSERT_EQ(std::memcmp(back.data(), src.data(), src.size() * sizeof(BlockQ4_K)), 0) << blocks << " blocks";
+    std::vector<BlockQ4_K> inplace = src;
+    pack_q4_k_x8(inplace.data(), reinterpret_cast<BlockQ4_Kx8*>(inplace.data()), blocks);
+    ASSERT_EQ(std::memcmp(inplace.data(), packed.data(), packed.size() * sizeof(BlockQ4_Kx8)), 0);
+    unpack_q4_k_x8(reinterpret_cast<const BlockQ4_Kx8*>(inplace.data()), inplace.data(), blocks);
+    ASSERT_EQ(std::memcmp(inplace.data(), src.data(), src.size() * sizeof(BlockQ4_K)), 0);
+    const int64_t n = blocks * QK_K;
+    std::vector<float> a(static_cast<size_t>(n)), b(static_cast<size_t>(n));
+    dequantize_row(DType::Q4_K, src.data(), a.data(), n);
+    dequantize_row(DType::Q4_K_X8, packed.data(), b.data(), n);
+    ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+  }
+  EXPECT_EQ(row_bytes(DType::Q4_K_X8, 2048), row_bytes(DType::Q4_K, 2048));
+}
+
+TEST(Repack, OnlyQ8_0AndQ4_KMatricesOfWholeGroups) {
   std::vector<uint8_t> bytes(static_cast<size_t>(row_bytes(DType::Q8_0, 512) * 4));
   EXPECT_TRUE(repackable(Tensor::view(bytes.data(), DType::Q8_0, {4, 512})));
   EXPECT_FALSE(repackable(Tensor::view(bytes.data(), DType::Q8_0, {8, 224})));  // 7 blocks a row
@@ -71,13 +114,20 @@ TEST(Repack, OnlyQ8_0MatricesOfWholeGroups) {
   EXPECT_TRUE(repack_in_place(t));
   EXPECT_EQ(t.dtype, DType::Q8_0_X8);
   EXPECT_FALSE(repack_in_place(t));  // already repacked
+  std::vector<uint8_t> k_bytes(static_cast<size_t>(row_bytes(DType::Q4_K, 512) * 4));
+  Tensor k = Tensor::view(k_bytes.data(), DType::Q4_K, {4, 512});
+  EXPECT_FALSE(repackable(Tensor::view(k_bytes.data(), DType::Q6_K, {2, 512})));
+  EXPECT_FALSE(repackable(Tensor::view(k_bytes.data(), DType::Q4_K, {2, 2, 512})));  // an expert stack
+  EXPECT_TRUE(repack_in_place(k));
+  EXPECT_EQ(k.dtype, DType::Q4_K_X8);
+  EXPECT_EQ(repacked_dtype(DType::Q6_K), DType::Q6_K);
 }
 
-std::string synth_q8(const std::string& dir, const std::string& name, nlohmann::json cfg) {
+std::string synth_q8(const std::string& dir, const std::string& name, nlohmann::json cfg, DType type = DType::Q8_0) {
   SynthOptions o;
   o.arch = "llama";
   o.config = std::move(cfg);
-  o.type = DType::Q8_0;
+  o.type = type;
   o.seed = 5;
   o.out = dir + "/" + name;
   synth_model(o);
@@ -105,21 +155,24 @@ std::vector<float> logits(const std::string& path, bool repack, bool mmap, DType
 
 TEST(Repack, ModelGivesTheSameLogits) {
   const std::string dir = test::temp_dir("repack_model");
+  for (DType type : {DType::Q8_0, DType::Q4_K})
   for (bool tied : {true, false}) {
-    // Rows of 256 and 512 values repack; the 96-wide FFN of the second model leaves ffn_down
-    // (rows of 96) and nothing else changes.
+    // Rows of 256 and 512 values repack; the 96-wide FFN of the second Q8_0 model leaves
+    // ffn_down (rows of 96) and nothing else changes. (Q4_K rows are whole super-blocks.)
     for (int64_t ffn : {512, 96}) {
-      const std::string path = synth_q8(dir, "m" + std::to_string(tied) + std::to_string(ffn) + ".gguf",
+      if (type == DType::Q4_K && ffn % QK_K != 0) continue;
+      const std::string path = synth_q8(dir, std::string(dtype_name(type)) + std::to_string(tied) + std::to_string(ffn) + ".gguf",
                                         {{"hidden_size", 256}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},
                                          {"intermediate_size", ffn}, {"vocab_size", 512}, {"num_hidden_layers", 2},
-                                         {"tie_word_embeddings", tied}});
+                                         {"tie_word_embeddings", tied}}, type);
       SCOPED_TRACE(path);
+      const DType packed_type = repacked_dtype(type);
       DType plain_t, packed_t, copied_t;
       const auto plain = logits(path, false, true, &plain_t);
       const auto packed = logits(path, true, true, &packed_t);
       const auto copied = logits(path, true, false, &copied_t);
-      EXPECT_EQ(plain_t, DType::Q8_0);
-      EXPECT_EQ(packed_t, tied ? DType::Q8_0_X8 : DType::Q8_0);  // the table is repacked when it is the output too
+      EXPECT_EQ(plain_t, type);
+      EXPECT_EQ(packed_t, tied ? packed_type : type);  // the table is repacked when it is the output too
       EXPECT_EQ(copied_t, packed_t);
       // Same integer products; the float sums of the GEMV path may run in another order.
       EXPECT_LE(test::normalised_error(packed, plain), 1e-5);

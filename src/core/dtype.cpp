@@ -15,7 +15,7 @@ const DTypeInfo& dtype_info(DType t) {
       f8{"F8_E4M3", 1, 1, false}, q8_0{"Q8_0", QK8_0, sizeof(BlockQ8_0), true},
       q4_0{"Q4_0", QK4_0, sizeof(BlockQ4_0), true}, q4_k{"Q4_K", QK_K, sizeof(BlockQ4_K), true},
       q6_k{"Q6_K", QK_K, sizeof(BlockQ6_K), true},
-      q8_0_x8{"Q8_0_X8", QK8_0X8, sizeof(BlockQ8_0x8), true}, i8{"I8", 1, 1, false}, i16{"I16", 1, 2, false},
+      q8_0_x8{"Q8_0_X8", QK8_0X8, sizeof(BlockQ8_0x8), true}, q4_k_x8{"Q4_K_X8", QK_K, sizeof(BlockQ4_Kx8), true}, i8{"I8", 1, 1, false}, i16{"I16", 1, 2, false},
       i32{"I32", 1, 4, false}, i64{"I64", 1, 8, false}, f64{"F64", 1, 8, false};
   switch (t) {
     case DType::F32: return f32;
@@ -27,6 +27,7 @@ const DTypeInfo& dtype_info(DType t) {
     case DType::Q4_K: return q4_k;
     case DType::Q6_K: return q6_k;
     case DType::Q8_0_X8: return q8_0_x8;
+    case DType::Q4_K_X8: return q4_k_x8;
     case DType::I8: return i8;
     case DType::I16: return i16;
     case DType::I32: return i32;
@@ -365,6 +366,66 @@ void unpack_q8_0_x8(const BlockQ8_0x8* src, BlockQ8_0* dst, int64_t groups) {
   }
 }
 
+void pack_q4_k_x8(const BlockQ4_K* src, BlockQ4_Kx8* dst, int64_t blocks) {
+  for (int64_t i = 0; i < blocks; ++i) {
+    BlockQ4_K b;
+    std::memcpy(&b, src + i, sizeof b);  // a copy first: dst may overlap src
+    BlockQ4_Kx8 p{};
+    p.d = b.d;
+    p.dmin = b.dmin;
+    uint32_t mins_lo = 0;
+    for (int j = 0; j < 8; ++j) {
+      uint8_t sc, m;
+      q4k_scale_min(j, b.scales, &sc, &m);
+      p.scales[j] = static_cast<uint8_t>(sc | (m >> 4) << 6);
+      mins_lo |= static_cast<uint32_t>(m & 15) << (4 * j);
+    }
+    for (int k = 0; k < 4; ++k) p.scales[8 + k] = static_cast<uint8_t>(mins_lo >> (8 * k));
+    // Q4_K keeps sub-block j's value v in qs[32 * (j / 2) + v]: the low nibble for even j.
+    auto value = [&](int j, int v) {
+      const uint8_t q = b.qs[32 * (j / 2) + v];
+      return j % 2 ? q >> 4 : q & 15;
+    };
+    for (int t = 0; t < 4; ++t)
+      for (int j = 0; j < 8; ++j)
+        for (int k = 0; k < 4; ++k) p.qs[32 * t + 4 * j + k] = static_cast<uint8_t>(value(j, 4 * t + k) | value(j, 16 + 4 * t + k) << 4);
+    std::memcpy(dst + i, &p, sizeof p);
+  }
+}
+
+void unpack_q4_k_x8(const BlockQ4_Kx8* src, BlockQ4_K* dst, int64_t blocks) {
+  for (int64_t i = 0; i < blocks; ++i) {
+    BlockQ4_Kx8 p;
+    std::memcpy(&p, src + i, sizeof p);
+    BlockQ4_K b{};
+    b.d = p.d;
+    b.dmin = p.dmin;
+    uint32_t mins_lo = 0;
+    for (int k = 0; k < 4; ++k) mins_lo |= static_cast<uint32_t>(p.scales[8 + k]) << (8 * k);
+    uint8_t sc[8], m[8];
+    for (int j = 0; j < 8; ++j) {
+      sc[j] = p.scales[j] & 63;
+      m[j] = static_cast<uint8_t>((p.scales[j] >> 6) << 4 | ((mins_lo >> (4 * j)) & 15));
+    }
+    for (int j = 0; j < 4; ++j) {  // the inverse of q4k_scale_min
+      b.scales[j] = static_cast<uint8_t>(sc[j] | (sc[j + 4] >> 4) << 6);
+      b.scales[j + 4] = static_cast<uint8_t>(m[j] | (m[j + 4] >> 4) << 6);
+      b.scales[j + 8] = static_cast<uint8_t>((sc[j + 4] & 15) | (m[j + 4] & 15) << 4);
+    }
+    for (int t = 0; t < 4; ++t)
+      for (int j = 0; j < 8; ++j)
+        for (int k = 0; k < 4; ++k) {
+          const uint8_t q = p.qs[32 * t + 4 * j + k];
+          for (int half = 0; half < 2; ++half) {
+            const int v = 16 * half + 4 * t + k, nibble = half ? q >> 4 : q & 15;
+            uint8_t& dst_q = b.qs[32 * (j / 2) + v];
+            dst_q = static_cast<uint8_t>(j % 2 ? (dst_q & 15) | nibble << 4 : (dst_q & 0xf0) | nibble);
+          }
+        }
+    std::memcpy(dst + i, &b, sizeof b);
+  }
+}
+
 void quantize_row_q8_0(const float* x, BlockQ8_0* b, int64_t n) {
   check_blocks(DType::Q8_0, n);
   for (int64_t i = 0; i < n / QK8_0; ++i) {
@@ -407,6 +468,13 @@ void dequantize_row(DType t, const void* src, float* y, int64_t n) {
         dequant_q8_0(b, y + g * QK8_0X8, 8);
       }
       return;
+    case DType::Q4_K_X8:
+      for (int64_t g = 0; g < n / QK_K; ++g) {
+        BlockQ4_K b;
+        unpack_q4_k_x8(static_cast<const BlockQ4_Kx8*>(src) + g, &b, 1);
+        dequant_q4_k(&b, y + g * QK_K, 1);
+      }
+      return;
     case DType::F64: {
       auto s = static_cast<const double*>(src);
       for (int64_t i = 0; i < n; ++i) y[i] = static_cast<float>(s[i]);
@@ -442,6 +510,10 @@ void quantize_row(DType t, const float* x, void* dst, int64_t n) {
     case DType::Q8_0_X8:  // as Q8_0, then repacked in place
       quantize_row_q8_0(x, static_cast<BlockQ8_0*>(dst), n);
       pack_q8_0_x8(static_cast<const BlockQ8_0*>(dst), static_cast<BlockQ8_0x8*>(dst), n / QK8_0X8);
+      return;
+    case DType::Q4_K_X8:  // as Q4_K, then repacked in place
+      quant_q4_k(x, static_cast<BlockQ4_K*>(dst), n / QK_K);
+      pack_q4_k_x8(static_cast<const BlockQ4_K*>(dst), static_cast<BlockQ4_Kx8*>(dst), n / QK_K);
       return;
     default: fail("cannot quantize F32 to ", dtype_name(t));
   }

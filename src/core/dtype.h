@@ -26,6 +26,8 @@ enum class DType : uint32_t {
   F8_E4M3 = 1000,
   // Q8_0 repacked at load for the CPU matmul kernels (BlockQ8_0x8 below); never in a file.
   Q8_0_X8 = 1001,
+  // Q4_K repacked at load for the CPU matmul kernels (BlockQ4_Kx8 below); never in a file.
+  Q4_K_X8 = 1002,
 };
 
 struct DTypeInfo {
@@ -91,10 +93,24 @@ struct BlockQ8_0x8 {
   uint16_t d[8];
   uint8_t qs[QK8_0X8];
 };
+// One Q4_K super-block (256 values, 8 sub-blocks of 32) rearranged for the same 8-lane integer
+// dot products: qs[32t + 4j + k] holds sub-block j's value 4t + k in its low nibble and value
+// 16 + 4t + k in its high nibble, so the low (high) nibbles of chunk t line up with chunk t
+// (t + 4) of the interleaved activations (kernels/cpu/matmul_interleave.h) and one multiply-
+// accumulate per chunk leaves sub-block j's dot product in int32 lane j. The 6-bit scales and
+// mins are laid out to unpack with a few vector ops: byte j (0..7) = scale j | (min j >> 4) << 6,
+// bytes 8..11 (a little-endian u32) = min j & 15 in bits 4j..4j+3. Same 144 bytes as Q4_K.
+struct BlockQ4_Kx8 {
+  uint16_t d;
+  uint16_t dmin;
+  uint8_t scales[12];
+  uint8_t qs[QK_K / 2];
+};
 static_assert(sizeof(BlockQ8_0) == 34);
 static_assert(sizeof(BlockQ8_0x8) == 8 * sizeof(BlockQ8_0));
 static_assert(sizeof(BlockQ4_0) == 18);
 static_assert(sizeof(BlockQ4_K) == 144);
+static_assert(sizeof(BlockQ4_Kx8) == sizeof(BlockQ4_K));
 static_assert(sizeof(BlockQ6_K) == 210);
 
 // Dequantize n elements of type t starting at src into dst (f32). Plain types convert.
@@ -106,6 +122,9 @@ void quantize_row(DType t, const float* src, void* dst, int64_t n);
 // group is rewritten over the bytes of the blocks it came from).
 void pack_q8_0_x8(const BlockQ8_0* src, BlockQ8_0x8* dst, int64_t groups);
 void unpack_q8_0_x8(const BlockQ8_0x8* src, BlockQ8_0* dst, int64_t groups);
+// Q4_K <-> Q4_K_X8, `blocks` super-blocks; exact both ways; dst may equal src.
+void pack_q4_k_x8(const BlockQ4_K* src, BlockQ4_Kx8* dst, int64_t blocks);
+void unpack_q4_k_x8(const BlockQ4_Kx8* src, BlockQ4_K* dst, int64_t blocks);
 
 // ggml's Q8_0 quantizer (round half away from zero), used for activations too.
 void quantize_row_q8_0(const float* src, BlockQ8_0* dst, int64_t n);

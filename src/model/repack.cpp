@@ -1,4 +1,4 @@
-// model/repack.cpp — Q8_0 -> Q8_0_X8 at load (see repack.h).
+// model/repack.cpp — Q8_0 -> Q8_0_X8 and Q4_K -> Q4_K_X8 at load (see repack.h).
 #include "model/repack.h"
 
 #include <sys/mman.h>
@@ -11,20 +11,27 @@
 
 namespace fp {
 
+DType repacked_dtype(DType t) {
+  return t == DType::Q8_0 ? DType::Q8_0_X8 : t == DType::Q4_K ? DType::Q4_K_X8 : t;
+}
+
 bool repackable(const Tensor& w) {
-  return w.dtype == DType::Q8_0 && w.ndim == 2 && w.is_contiguous() && w.cols() % QK8_0X8 == 0 && !w.block_scale &&
-         w.device == Device::CPU;
+  return (w.dtype == DType::Q8_0 || w.dtype == DType::Q4_K) && w.ndim == 2 && w.is_contiguous() && w.cols() % 256 == 0 &&
+         !w.block_scale && w.device == Device::CPU;
 }
 
 namespace {
 
-// Rows of src (Q8_0) into dst (Q8_0_X8, the same number of bytes); dst may equal src.
+// Rows of src (Q8_0 / Q4_K) into dst (Q8_0_X8 / Q4_K_X8, the same number of bytes); dst may equal src.
 void repack_rows(const Tensor& src, void* dst) {
-  const int64_t groups = src.cols() / QK8_0X8, rb = row_bytes(DType::Q8_0, src.cols());
+  const int64_t rb = row_bytes(src.dtype, src.cols());
+  const bool q8 = src.dtype == DType::Q8_0;
   thread_pool().parallel_for(src.rows(), 64, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r)
-      pack_q8_0_x8(reinterpret_cast<const BlockQ8_0*>(src.row_ptr(r)), reinterpret_cast<BlockQ8_0x8*>(static_cast<uint8_t*>(dst) + r * rb),
-                   groups);
+    for (int64_t r = r0; r < r1; ++r) {
+      uint8_t* to = static_cast<uint8_t*>(dst) + r * rb;
+      if (q8) pack_q8_0_x8(reinterpret_cast<const BlockQ8_0*>(src.row_ptr(r)), reinterpret_cast<BlockQ8_0x8*>(to), src.cols() / QK8_0X8);
+      else pack_q4_k_x8(reinterpret_cast<const BlockQ4_K*>(src.row_ptr(r)), reinterpret_cast<BlockQ4_Kx8*>(to), src.cols() / QK_K);
+    }
   });
 }
 
@@ -33,7 +40,7 @@ void repack_rows(const Tensor& src, void* dst) {
 bool repack_in_place(Tensor& w) {
   if (!repackable(w)) return false;
   repack_rows(w, w.data);
-  w.dtype = DType::Q8_0_X8;
+  w.dtype = repacked_dtype(w.dtype);
   return true;
 }
 
@@ -44,6 +51,8 @@ const Tensor* WeightRepacker::repack(const Tensor* w) {
   for (auto& [name, t] : f_.tensors)
     if (&t == w) entry = &t;
   const int64_t bytes = w->nbytes();
+  const DType to = repacked_dtype(w->dtype);
+  (w->dtype == DType::Q8_0 ? q8_tensors_ : q4k_tensors_) += 1;
   const Tensor* out = nullptr;
   if (entry && f_.weights_writable) {
     repack_in_place(*entry);
@@ -60,12 +69,12 @@ const Tensor* WeightRepacker::repack(const Tensor* w) {
       const uintptr_t lo = (begin + page - 1) / page * page, hi = (begin + static_cast<uintptr_t>(bytes)) / page * page;
       if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
       entry->data = buf.get();
-      entry->dtype = DType::Q8_0_X8;
+      entry->dtype = to;
       out = entry;
     } else {
       auto view = std::make_shared<Tensor>(*w);
       view->data = buf.get();
-      view->dtype = DType::Q8_0_X8;
+      view->dtype = to;
       f_.owners.push_back(view);
       out = view.get();
     }
@@ -78,7 +87,10 @@ const Tensor* WeightRepacker::repack(const Tensor* w) {
 
 void WeightRepacker::report() const {
   if (tensors_ == 0) return;
-  log_info("repacked ", tensors_, " Q8_0 matmul weights (", static_cast<double>(bytes_) / (1 << 20), " MiB) to Q8_0_X8 in ",
+  std::string what;
+  if (q8_tensors_ > 0) what += std::to_string(q8_tensors_) + " Q8_0 -> Q8_0_X8";
+  if (q4k_tensors_ > 0) what += std::string(what.empty() ? "" : ", ") + std::to_string(q4k_tensors_) + " Q4_K -> Q4_K_X8";
+  log_info("repacked ", tensors_, " matmul weights (", what, "; ", static_cast<double>(bytes_) / (1 << 20), " MiB) in ",
            seconds_ * 1000, " ms; ",
            new_bytes_ == 0 ? std::string("in place, no extra memory")
                            : std::to_string(static_cast<double>(new_bytes_) / (1 << 20)) +

@@ -1,7 +1,8 @@
-// model/repack.h — Q8_0 matmul weights repacked once at load into Q8_0_X8 (core/dtype.h), the
-// interleaved layout the CPU matmul kernels read at every batch size, so batched decode and
-// prefill no longer repack weights on every call. Same bytes per row, so the repacked tensor
-// replaces the Q8_0 one: no second copy is kept. See docs/design.md, "Weights repacked at load".
+// model/repack.h — Q8_0 and Q4_K matmul weights repacked once at load into Q8_0_X8 and Q4_K_X8
+// (core/dtype.h), the interleaved layouts the CPU matmul kernels read: Q8_0_X8 at every batch
+// size (batched decode and prefill no longer repack weights on every call), Q4_K_X8 in decode
+// (its scales apply once per super-block, not per sub-block). Same bytes per row, so the repacked
+// tensor replaces the file's: no second copy is kept. See docs/design.md, "Weights repacked at load".
 #pragma once
 #include <cstdint>
 
@@ -10,9 +11,12 @@
 
 namespace fp {
 
-// Whether a weight can be repacked: Q8_0, 2-D, contiguous, rows a multiple of 256 values, no
-// block scales. Everything else (Q4_0, K-quants, 3-D MoE expert stacks, short rows) is left as is.
+// Whether a weight can be repacked: Q8_0 or Q4_K, 2-D, contiguous, rows a multiple of 256 values,
+// no block scales, on the CPU. Everything else (Q4_0, Q6_K, 3-D MoE expert stacks, short rows)
+// is left as is.
 bool repackable(const Tensor& w);
+// The layout a repackable weight of type t becomes (t itself when there is none).
+DType repacked_dtype(DType t);
 // Repacks a weight whose bytes this model owns and may rewrite (a tensor-parallel column copy)
 // where it lies; false (and untouched) when it is not repackable.
 bool repack_in_place(Tensor& w);
@@ -33,7 +37,7 @@ class WeightRepacker {
 
  private:
   ModelFile& f_;
-  int64_t tensors_ = 0, bytes_ = 0, new_bytes_ = 0;
+  int64_t tensors_ = 0, q8_tensors_ = 0, q4k_tensors_ = 0, bytes_ = 0, new_bytes_ = 0;
   double seconds_ = 0;
 };
 

@@ -3,7 +3,8 @@
 //    dotted with all n activation rows. Float-like weights (F32/F16/BF16/FP8) are widened to f32
 //    in registers; Q8_0/Q4_0 use int8 dot products against Q8_0-quantized activations, Q4_K/Q6_K
 //    against Q8_K-quantized activations (as ggml does). Q8_0_X8 (Q8_0 repacked at load) runs
-//    one interleaved integer kernel at every batch size.
+//    one interleaved integer kernel at every batch size; Q4_K_X8 (Q4_K repacked at load) has an
+//    interleaved decode kernel and shares the Q4 prefill tiles.
 //  - GEMM path for float-like weights (n > 4, prefill): compute-bound; 16-row weight panels are
 //    widened to f32 and packed [k][16], then a 6x16 register-blocked FMA micro-kernel sweeps the
 //    tokens. Quantized weights keep the integer path at every n, with rows blocked to stay in L2.
@@ -597,7 +598,7 @@ void tile_q4_dispatch(int R, int T, const cpu::PackedW* const* w, const cpu::Pac
 }
 
 void gemm_q4_interleaved(const MatMulArgs& a) {
-  const bool mins = a.w->dtype == DType::Q4_K;
+  const bool mins = a.w->dtype == DType::Q4_K || a.w->dtype == DType::Q4_K_X8;
   cpu::gemm_interleaved(a, 2, 3, [&](int R, int T, const cpu::PackedW* const* w, const cpu::PackedX* const* x, int64_t groups,
                                   float* y, int64_t ldy, const float* bias) {
     if (mins) tile_q4_dispatch<true>(R, T, w, x, groups, y, ldy, bias);
@@ -646,13 +647,68 @@ void matmul_q8_0_x8(const MatMulArgs& a) {
   });
 }
 
+// ------------------------------------------------------------------ Q4_K_X8 decode (packed at load)
+// One weight row against T <= 4 tokens of interleaved Q8_K activations. Chunk t's low / high
+// nibbles meet activation chunks t / t + 4; the eight vpmaddubsw pair sums add up in int16
+// (<= 8 x 2 x 15 x 127 = 30480) and one vpmaddwd leaves sub-block j's dot product in int32
+// lane j, so the scales and mins apply once per super-block as 8-lane float vectors. Against
+// Q4_K's layout this drops the per-sub-block scale shuffles and multiply-adds (decode was
+// compute-bound: bench/RESULTS.md).
+template <int T>
+FP_AVX2 void row_q4_k_x8(const BlockQ4_Kx8* w, const cpu::PackedX* const* x, int64_t groups, float* y, int64_t ldy, float bias) {
+  __m256 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+  for (int64_t g = 0; g < groups; ++g) {
+    for (int l = 0; l < 3; ++l) cpu::prefetch_stream(reinterpret_cast<const char*>(w + g) + 64 * l);  // 144 bytes
+    __m256i lo[4], hi[4];
+    for (int c = 0; c < 4; ++c) {
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[g].qs + 32 * c));
+      lo[c] = _mm256_and_si256(q, m4);
+      hi[c] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+    }
+    __m256 scale, min;
+    q4_k_x8_scales_mins(w[g], &scale, &min);
+    scale = _mm256_mul_ps(scale, _mm256_set1_ps(_cvtsh_ss(w[g].d)));
+    min = _mm256_mul_ps(min, _mm256_set1_ps(_cvtsh_ss(w[g].dmin)));
+    for (int t = 0; t < T; ++t) {
+      const uint8_t* xq = x[t][g].q;
+      __m256i s16 = _mm256_setzero_si256();
+      for (int c = 0; c < 4; ++c) {
+        s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(lo[c], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * c))));
+        s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(hi[c], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * (c + 4)))));
+      }
+      const __m256i dot = _mm256_madd_epi16(s16, ones);
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(scale, _mm256_loadu_ps(x[t][g].d)), acc[t]);
+      acc[t] = _mm256_fnmadd_ps(min, _mm256_loadu_ps(x[t][g].bsum), acc[t]);
+    }
+  }
+  for (int t = 0; t < T; ++t) y[t * ldy] = hsum(acc[t]) + bias;
+}
+
+void gemv_q4_k_x8(const MatMulArgs& a) {
+  const Tensor& w = *a.w;
+  const int64_t out = w.rows(), groups = w.cols() / QK_K;
+  const std::vector<cpu::PackedX> xp = cpu::pack_all_activations(a);
+  gemv_tokens(a, [&](auto N, int64_t i, int64_t r0, int64_t r1) {
+    constexpr int T = decltype(N)::value;
+    const cpu::PackedX* xs[T];
+    for (int t = 0; t < T; ++t) xs[t] = xp.data() + (i + t) * groups;
+    for (int64_t o = r0; o < r1; ++o)
+      row_q4_k_x8<T>(reinterpret_cast<const BlockQ4_Kx8*>(w.row_ptr(o)), xs, groups, a.y + i * out + o, out,
+                     a.bias ? a.bias[o] : 0.0f);
+  });
+}
+
 // Float-like weights: GEMV for a few tokens, packed FMA GEMM beyond. Quantized weights: integer
 // dot products at every batch size (the int8 multiply-add rate is above the f32 FMA rate).
 void matmul_avx2(const MatMulArgs& a) {
   if (a.n <= 0) return;
   const DType t = a.w->dtype;
   if (t == DType::Q8_0_X8) matmul_q8_0_x8(a);
-  else if (a.n > kGemvMaxTokens && (t == DType::Q4_0 || t == DType::Q4_K) && cpu::interleaved_supported(a)) gemm_q4_interleaved(a);
+  else if (t == DType::Q4_K_X8 && a.n <= kGemvMaxTokens) gemv_q4_k_x8(a);
+  else if (a.n > kGemvMaxTokens && (t == DType::Q4_0 || t == DType::Q4_K || t == DType::Q4_K_X8) && cpu::interleaved_supported(a))
+    gemm_q4_interleaved(a);
   else if (a.n <= kGemvMaxTokens || dtype_info(t).quantized) gemv(a);
   else gemm(a);
 }
@@ -662,7 +718,7 @@ std::string refuse_matmul_avx2(const MatMulArgs& a) {
   if (!cpu.empty()) return cpu;
   switch (a.w->dtype) {
     case DType::F32: case DType::F16: case DType::BF16: case DType::F8_E4M3:
-    case DType::Q8_0: case DType::Q4_0: case DType::Q4_K: case DType::Q6_K: case DType::Q8_0_X8: break;
+    case DType::Q8_0: case DType::Q4_0: case DType::Q4_K: case DType::Q6_K: case DType::Q8_0_X8: case DType::Q4_K_X8: break;
     default: return std::string("no AVX2 kernel for weights of type ") + dtype_name(a.w->dtype);
   }
   if (a.w->block_scale && a.w->dtype != DType::F8_E4M3) return "block scales are only supported on FP8 weights";

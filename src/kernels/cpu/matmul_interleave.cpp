@@ -16,7 +16,8 @@ namespace fp::cpu {
 
 bool interleaved_supported(const MatMulArgs& a) {
   const DType t = a.w->dtype;
-  return (t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_K) && a.w->cols() % 256 == 0 && !a.w->block_scale;
+  return (t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_K || t == DType::Q4_K_X8) && a.w->cols() % 256 == 0 &&
+         !a.w->block_scale;
 }
 
 // dst lane j, chunk c  <-  block j, bytes 4c..4c+3 (the scalar form, used for activations)
@@ -89,6 +90,21 @@ FP_PACK_TARGET void pack_weights(const Tensor& w, int64_t o, PackedW* dst) {
       _mm256_storeu_ps(p.scale, f16x8(h));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.init), _mm256_setzero_si256());
       _mm256_storeu_ps(p.min, _mm256_setzero_ps());
+    } else if (w.dtype == DType::Q4_K_X8) {  // already interleaved: chunk c's nibbles are chunks c and c + 4
+      const BlockQ4_Kx8& b = reinterpret_cast<const BlockQ4_Kx8*>(row)[g];
+      for (int c = 0; c < 4; ++c) {
+        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * c));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.q + 32 * c), _mm256_and_si256(q, m4));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.q + 32 * (c + 4)), _mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
+      }
+      uint32_t mins_lo;
+      std::memcpy(&mins_lo, b.scales + 8, 4);
+      const float d = f16_to_f32(b.d), dmin = f16_to_f32(b.dmin);
+      for (int j = 0; j < 8; ++j) {
+        p.scale[j] = d * static_cast<float>(b.scales[j] & 63);
+        p.min[j] = dmin * static_cast<float>((b.scales[j] >> 6) << 4 | ((mins_lo >> (4 * j)) & 15));
+      }
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.init), _mm256_setzero_si256());
     } else {  // Q4_K: sub-block 2i = low nibbles of qs[32i..], 2i+1 = high nibbles
       const BlockQ4_K& b = reinterpret_cast<const BlockQ4_K*>(row)[g];
       for (int i = 0; i < 4; ++i) {
@@ -117,7 +133,7 @@ FP_PACK_TARGET void pack_weights(const Tensor& w, int64_t o, PackedW* dst) {
 void pack_activations(DType wtype, const float* x, const BlockQ8_0* xq, int64_t K, PackedX* dst) {
   const int64_t groups = K / 256;
   uint8_t blocks[8][32];
-  if (wtype == DType::Q4_K) {
+  if (wtype == DType::Q4_K || wtype == DType::Q4_K_X8) {
     std::vector<BlockQ8_K> q(static_cast<size_t>(groups));
     quantize_act_q8_k(x, q.data(), K);
     for (int64_t g = 0; g < groups; ++g) {
@@ -164,7 +180,7 @@ std::vector<PackedX> pack_all_activations(const MatMulArgs& a) {
   std::vector<PackedX> xp(static_cast<size_t>(a.n * groups));
   thread_pool().parallel_for(a.n, 16, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i)
-      pack_activations(w.dtype, a.x + i * K, a.xq && w.dtype != DType::Q4_K ? a.xq + i * (K / QK8_0) : nullptr, K,
+      pack_activations(w.dtype, a.x + i * K, a.xq && w.dtype != DType::Q4_K && w.dtype != DType::Q4_K_X8 ? a.xq + i * (K / QK8_0) : nullptr, K,
                        xp.data() + i * groups);
   });
   return xp;

@@ -6,6 +6,7 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <cstring>
 
 #include "core/dtype.h"
 
@@ -66,6 +67,19 @@ FP_AVX2_INLINE __m256i dot_i8(__m256i a, __m256i b) {
 // multiplied by the int16 scales in `scale16` (per pair of bytes).
 FP_AVX2_INLINE __m256i dot_u8_scaled(__m256i u, __m256i s, __m256i scale16) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), scale16);
+}
+
+// The 8 scales and 8 mins of a Q4_K_X8 super-block (core/dtype.h) as floats, lane j = sub-block j.
+FP_AVX2_INLINE void q4_k_x8_scales_mins(const BlockQ4_Kx8& b, __m256* scale, __m256* min) {
+  const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.scales)));
+  uint32_t lo4;
+  std::memcpy(&lo4, b.scales + 8, 4);
+  const __m256i min_lo = _mm256_and_si256(
+      _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(lo4)), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
+      _mm256_set1_epi32(15));
+  const __m256i min_hi = _mm256_srli_epi32(_mm256_and_si256(v, _mm256_set1_epi32(0xc0)), 2);
+  *scale = _mm256_cvtepi32_ps(_mm256_and_si256(v, _mm256_set1_epi32(63)));
+  *min = _mm256_cvtepi32_ps(_mm256_or_si256(min_hi, min_lo));
 }
 
 }  // namespace fp::avx2
