@@ -223,14 +223,16 @@ template <int T>
 FP_VNNI void row_q4_k_x8(const BlockQ4_Kx8* w, const cpu::PackedX* const* x, int64_t groups, float* y, int64_t ldy, float bias) {
   __m256 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
-  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  const __m256i m4 = _mm256_set1_epi8(0x0f), m4hi = _mm256_set1_epi8(static_cast<char>(0xf0));
   for (int64_t g = 0; g < groups; ++g) {
     for (int l = 0; l < 3; ++l) cpu::prefetch_stream(reinterpret_cast<const char*>(w + g) + 64 * l);  // 144 bytes
+    // The high nibbles stay in place (16 x their value): their dot products, summed apart, are
+    // exact multiples of 16 and shift back once per super-block.
     __m256i lo[4], hi[4];
     for (int c = 0; c < 4; ++c) {
       const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[g].qs + 32 * c));
       lo[c] = _mm256_and_si256(q, m4);
-      hi[c] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+      hi[c] = _mm256_and_si256(q, m4hi);
     }
     __m256 scale, min;
     avx2::q4_k_x8_scales_mins(w[g], &scale, &min);
@@ -238,11 +240,12 @@ FP_VNNI void row_q4_k_x8(const BlockQ4_Kx8* w, const cpu::PackedX* const* x, int
     min = _mm256_mul_ps(min, _mm256_set1_ps(_cvtsh_ss(w[g].dmin)));
     for (int t = 0; t < T; ++t) {
       const uint8_t* xq = x[t][g].q;
-      __m256i dot = _mm256_setzero_si256();
+      __m256i dot_lo = _mm256_setzero_si256(), dot_hi = _mm256_setzero_si256();
       for (int c = 0; c < 4; ++c) {
-        dot = _mm256_dpbusd_epi32(dot, lo[c], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * c)));
-        dot = _mm256_dpbusd_epi32(dot, hi[c], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * (c + 4))));
+        dot_lo = _mm256_dpbusd_epi32(dot_lo, lo[c], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * c)));
+        dot_hi = _mm256_dpbusd_epi32(dot_hi, hi[c], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * (c + 4))));
       }
+      const __m256i dot = _mm256_add_epi32(dot_lo, _mm256_srai_epi32(dot_hi, 4));
       acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(scale, _mm256_loadu_ps(x[t][g].d)), acc[t]);
       acc[t] = _mm256_fnmadd_ps(min, _mm256_loadu_ps(x[t][g].bsum), acc[t]);
     }
