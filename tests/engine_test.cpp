@@ -416,7 +416,6 @@ TEST(PartitionedKvPool, AllocatesStoresAndCopiesByPartition) {
 
 TEST(PartitionedKvPool, TablesStayInOnePartitionChosenByFreeBlocks) {
   KvPool pool(KvLayout{1, 4, 4}, 4, 12, Device::CPU, KvPartition{3, 0});
-  EXPECT_THROW(BlockManager(pool, true), Error);  // prefix caching needs an unpartitioned pool
   BlockManager bm(pool, false);
   BlockTable a, b, c, d;
   EXPECT_EQ(bm.partition_of(a), -1);
@@ -444,6 +443,61 @@ TEST(PartitionedKvPool, TablesStayInOnePartitionChosenByFreeBlocks) {
   EXPECT_EQ(bm.n_free(), 12);
 }
 
+// Prefix caching over a partitioned pool: one tree per partition; a prompt goes to the partition
+// that keeps the most blocks obtainable once it is placed, its cached prefix there counting as
+// blocks it need not take; a partition's cached blocks are evicted only for that partition.
+TEST(PartitionedKvPool, PrefixTreePerPartitionDrawsPromptsToTheirPrefix) {
+  KvPool pool(KvLayout{1, 4, 4}, 4, 12, Device::CPU, KvPartition{2, 0});  // 6 blocks a partition
+  BlockManager bm(pool, true);
+  ASSERT_TRUE(bm.prefix_cache(0) && bm.prefix_cache(1));
+  std::vector<int32_t> prompt(13), other(13);
+  for (int i = 0; i < 13; ++i) prompt[static_cast<size_t>(i)] = 100 + i, other[static_cast<size_t>(i)] = 500 + i;
+  BlockTable a, b, c, d, e;
+  EXPECT_EQ(bm.attach_prefix(a, prompt.data(), 13), 0);  // nothing cached anywhere
+  ASSERT_TRUE(bm.ensure(a, 0, 13));                       // partition 0 (tie, the lowest)
+  EXPECT_EQ(bm.partition_of(a), 0);
+  bm.register_computed(a, prompt.data(), 13);             // its 3 full blocks into tree 0
+  EXPECT_EQ(bm.prefix_cache(0)->n_cached(), 3);
+  EXPECT_EQ(bm.prefix_cache(1)->n_cached(), 0);
+  // The same prompt: partition 0 keeps 2 obtainable + 3 cached = 5, partition 1 keeps 6: the
+  // emptier partition 1 wins and computes the prompt itself (which caches it there too).
+  EXPECT_EQ(bm.attach_prefix(b, prompt.data(), 13), 0);
+  ASSERT_TRUE(bm.ensure(b, 0, 13));
+  EXPECT_EQ(bm.partition_of(b), 1);
+  bm.register_computed(b, prompt.data(), 13);
+  // Now both hold it and have 2 free: a tie on score and length, the lowest partition; the 3
+  // blocks are a's own.
+  EXPECT_EQ(bm.attach_prefix(c, prompt.data(), 13), 12);
+  EXPECT_EQ(bm.partition_of(c), 0);
+  EXPECT_EQ(c.blocks, std::vector<int32_t>(a.blocks.begin(), a.blocks.begin() + 3));
+  ASSERT_TRUE(bm.ensure(c, 12, 14));  // its last token in a block of its own, from partition 0
+  EXPECT_EQ(c.blocks.back() % 2, 0);
+  // A different prompt: partition 1 (2 free) over partition 0 (1 free): no hit.
+  EXPECT_EQ(bm.attach_prefix(d, other.data(), 13), 0);
+  ASSERT_TRUE(bm.ensure(d, 0, 5));
+  EXPECT_EQ(bm.partition_of(d), 1);
+  // Released, a's and c's blocks stay cached in tree 0 (evictable): partition 0 has 6 blocks
+  // obtainable (3 free + 3 cached); e (another prompt, 5 blocks) goes there, evicting tree 0's
+  // blocks and none of tree 1's.
+  bm.release(a);
+  bm.release(c);
+  EXPECT_EQ(bm.n_available(0), 6);
+  EXPECT_EQ(bm.n_available(1), 0);  // b (4 blocks) and d (2) hold all of partition 1
+  std::vector<int32_t> third(20, 7);
+  EXPECT_EQ(bm.attach_prefix(e, third.data(), 20), 0);
+  ASSERT_TRUE(bm.ensure(e, 0, 20));
+  EXPECT_EQ(bm.partition_of(e), 0);
+  for (int32_t blk : e.blocks) EXPECT_EQ(blk % 2, 0);
+  EXPECT_LE(bm.prefix_cache(0)->n_cached(), 1);
+  EXPECT_EQ(bm.prefix_cache(1)->n_cached(), 3);
+  EXPECT_EQ(bm.prefix_hit_tokens(), 12);
+  EXPECT_GT(bm.prefix_lookup_tokens(), 12);
+  for (BlockTable* t : {&b, &d, &e}) bm.release(*t);
+  bm.prefix_cache(0)->clear();
+  bm.prefix_cache(1)->clear();
+  EXPECT_EQ(bm.n_free(), 12);
+}
+
 // A capacity plan for data-parallel attention: the budget is each rank's, the pool has `ranks`
 // times the blocks, and one sequence must fit in one rank's partition.
 TEST(PartitionedKvPool, CapacityIsPerRankTimesRanks) {
@@ -462,16 +516,18 @@ TEST(PartitionedKvPool, CapacityIsPerRankTimesRanks) {
   EXPECT_THROW(plan_kv_cache(mla, 64, int64_t{8} << 30, per_rank * 64 + 64, 1000, 4), Error);
 }
 
-// The scheduler over a partitioned pool, driven without a model: random arrivals, lengths and
-// cancellations; after every step each table lies in one partition, reference counts match the
-// tables, the token budget and sequence cap hold; preemption (of the newest sequence of the
+// The scheduler over a partitioned pool, driven without a model, with and without prefix caching:
+// random arrivals, lengths and cancellations; after every step each table lies in one partition,
+// each prefix tree holds only its partition's blocks, reference counts match the tables and the
+// trees, the token budget and sequence cap hold; preemption (of the newest sequence of the
 // partition that ran out) loses nothing: every request completes and the pool ends free.
 TEST(PartitionedKvPool, RandomisedSchedulingKeepsItsInvariants) {
   std::mt19937 rng(99);
+  for (bool prefix_caching : {false, true})
   for (int parts : {2, 3}) {
-    SCOPED_TRACE(parts);
+    SCOPED_TRACE(std::to_string(parts) + (prefix_caching ? " partitions, prefix caching" : " partitions"));
     KvPool pool(KvLayout{1, 2, 2}, 8, 12 * parts, Device::CPU, KvPartition{parts, 0});
-    BlockManager bm(pool, false);
+    BlockManager bm(pool, prefix_caching);
     SchedulerConfig sc;
     sc.max_num_batched_tokens = 40;
     sc.max_num_seqs = 10;
@@ -483,7 +539,7 @@ TEST(PartitionedKvPool, RandomisedSchedulingKeepsItsInvariants) {
         auto s = std::make_unique<Sequence>();
         s->id = arrivals;
         s->arrival = arrivals++;
-        s->tokens.assign(1 + rng() % 50, 5);
+        s->tokens.assign(1 + rng() % 50, 5);  // prompts of one token: shared prefixes
         s->n_prompt = static_cast<int64_t>(s->tokens.size());
         s->req.max_new_tokens = 1 + static_cast<int32_t>(rng() % 40);  // at most 90 tokens: 12 blocks of 8
         sched.add(s.get());
@@ -521,7 +577,16 @@ TEST(PartitionedKvPool, RandomisedSchedulingKeepsItsInvariants) {
           ASSERT_GE(static_cast<int64_t>(s->table.blocks.size()) * 8, s->n_computed);
         }
       }
+      for (int p = 0; prefix_caching && p < parts; ++p)  // each tree holds blocks of its own partition
+        for (int32_t b : bm.prefix_cache(p)->cached_blocks()) {
+          ++owners[static_cast<size_t>(b)];
+          ASSERT_EQ(b % parts, p) << "tree " << p << " holds block " << b;
+        }
       for (int32_t b = 0; b < pool.n_blocks(); ++b) ASSERT_EQ(pool.blocks().refcount(b), owners[static_cast<size_t>(b)]);
+    }
+    if (prefix_caching) {
+      EXPECT_GT(bm.prefix_hit_tokens(), 0);
+      for (int p = 0; p < parts; ++p) bm.prefix_cache(p)->clear();
     }
     EXPECT_TRUE(sched.empty());
     EXPECT_GT(preemptions, 0) << "the pool should be small enough to preempt";

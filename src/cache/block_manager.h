@@ -2,7 +2,10 @@
 // tokens are computed, prefix-cache reuse at admission, copy-on-write for shared partial
 // blocks (forked sequences), registration of full blocks into the prefix cache, and freeing.
 // In a partitioned pool (data-parallel attention, KvPartition) a sequence takes every block
-// from one partition: the one with the most free blocks when its first block is allocated.
+// from one partition, and each partition has a prefix tree of its own (a cached block serves
+// only sequences on the rank that stores it). A new sequence goes to the partition that would
+// keep the most blocks obtainable (free, plus what its tree could evict) once it is placed, its
+// cached prefix there counting as blocks it need not take (attach_prefix).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -25,17 +28,24 @@ class BlockManager {
   KvPool& pool() { return pool_; }
   int64_t page_size() const { return pool_.page_size(); }
   int64_t blocks_for(int64_t n_tokens) const { return (n_tokens + page_size() - 1) / page_size(); }
-  // Blocks obtainable now: free ones plus cached ones that eviction can free.
+  // Blocks obtainable now: free ones plus cached ones that eviction can free (in partition
+  // `part` only, when given).
   int64_t n_available() const;
+  int64_t n_available(int part) const;
   int64_t n_free() const { return pool_.blocks().n_free(); }
   // The partition a table's blocks come from (0 in an unpartitioned pool, -1 for an empty table
   // of a partitioned one: its first block decides).
   int partition_of(const BlockTable& t) const;
-  bool prefix_caching() const { return cache_ != nullptr; }
-  PrefixCache* prefix_cache() { return cache_.get(); }
+  bool prefix_caching() const { return !caches_.empty(); }
+  // Partition `part`'s prefix tree (null without prefix caching).
+  PrefixCache* prefix_cache(int part = 0) { return caches_.empty() ? nullptr : caches_[static_cast<size_t>(part)].get(); }
+  // Prompt tokens looked up in and served from the prefix trees, all partitions together.
+  int64_t prefix_lookup_tokens() const;
+  int64_t prefix_hit_tokens() const;
 
   // For an empty table: reuses the cached whole blocks of tokens[0..n), keeping at least one
-  // token to compute. Returns the number of tokens whose KV is now in place.
+  // token to compute (partitioned: from the partition chosen as above, which the table then
+  // belongs to). Returns the number of tokens whose KV is now in place.
   int64_t attach_prefix(BlockTable& t, const int32_t* tokens, int64_t n);
   // Extra blocks that ensure(t, write_from, n_tokens) would take.
   int64_t blocks_needed(const BlockTable& t, int64_t write_from, int64_t n_tokens) const;
@@ -52,7 +62,7 @@ class BlockManager {
  private:
   int32_t allocate(int part);
   KvPool& pool_;
-  std::unique_ptr<PrefixCache> cache_;
+  std::vector<std::unique_ptr<PrefixCache>> caches_;  // one per partition; empty without prefix caching
 };
 
 }  // namespace fp

@@ -28,11 +28,21 @@ PrefixCache::PrefixCache(BlockAllocator& blocks, int64_t page_size)
 
 PrefixCache::~PrefixCache() = default;
 
-PrefixCache::Node* PrefixCache::child(Node* parent, const int32_t* block_tokens) {
+PrefixCache::Node* PrefixCache::child(const Node* parent, const int32_t* block_tokens) const {
   auto range = parent->children.equal_range(hash_tokens(block_tokens, page_));
   for (auto it = range.first; it != range.second; ++it)
     if (std::equal(block_tokens, block_tokens + page_, it->second->tokens.begin())) return it->second.get();
   return nullptr;
+}
+
+int64_t PrefixCache::matched_blocks(const int32_t* tokens, int64_t max_blocks) const {
+  const Node* node = root_.get();
+  int64_t b = 0;
+  for (; b < max_blocks; ++b) {
+    node = child(node, tokens + b * page_);
+    if (!node) break;
+  }
+  return b;
 }
 
 std::vector<int32_t> PrefixCache::match(const int32_t* tokens, int64_t max_blocks) {

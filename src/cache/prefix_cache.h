@@ -23,6 +23,8 @@ class PrefixCache {
   // The cached blocks for the longest run of whole blocks of tokens[0..max_blocks*page): each
   // returned block gets one reference for the caller. Counts looked-up and hit tokens.
   std::vector<int32_t> match(const int32_t* tokens, int64_t max_blocks);
+  // How many blocks match() would return, touching nothing (no references, statistics or LRU).
+  int64_t matched_blocks(const int32_t* tokens, int64_t max_blocks) const;
   // Records blocks[0..n_blocks) as holding the whole blocks of tokens[0..n_blocks*page). Levels
   // already cached (by this or another sequence) are kept as they are.
   void insert(const int32_t* tokens, int64_t n_blocks, const int32_t* blocks);
@@ -39,7 +41,7 @@ class PrefixCache {
 
  private:
   struct Node;
-  Node* child(Node* parent, const int32_t* block_tokens);
+  Node* child(const Node* parent, const int32_t* block_tokens) const;
   BlockAllocator& blocks_;
   int64_t page_;
   std::unique_ptr<Node> root_;

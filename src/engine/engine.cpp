@@ -112,11 +112,8 @@ Engine::Engine(Model& model, const EngineConfig& cfg) : model_(model), cfg_(cfg)
   const int dp = model.parallel().dp;
   capacity_ = plan_kv_cache(layout, cfg_.page_size, budget, cfg_.max_model_len, cfg_.scheduler.max_num_seqs, dp);
   pool_ = std::make_unique<KvPool>(layout, cfg_.page_size, capacity_.n_blocks, model.device(), KvPartition{dp, 0});
-  // A cached prefix would be shared by sequences on different ranks, so prefix reuse is off there.
-  if (cfg_.prefix_caching && dp > 1) {
-    log_info("prefix caching off: data-parallel attention keeps each sequence's KV on its own rank");
-    cfg_.prefix_caching = false;
-  }
+  // Prefix caching: one prefix tree per partition (a cached block serves the sequences of the
+  // rank storing it), and a new sequence goes to the rank holding its longest cached prefix.
   blocks_ = std::make_unique<BlockManager>(*pool_, cfg_.prefix_caching);
   scheduler_ = std::make_unique<Scheduler>(cfg_.scheduler, *blocks_);
   if (Communicator* comm = model.tensor_parallel(); comm && comm->size() > 1) {

@@ -137,7 +137,7 @@ struct ServingResult {
   double seconds = 0, input_tps = 0, output_tps = 0, total_tps = 0, hit_rate = 0;
   double ttft_median_ms = 0, ttft_p95_ms = 0, tpot_median_ms = 0;
   int64_t preemptions = 0, steps = 0;
-  bool prefix_caching = false;  // as the engine ran (data-parallel attention turns it off)
+  bool prefix_caching = false;  // as the engine ran
 };
 
 // A closed loop: `concurrency` requests in flight, a new one submitted as each finishes.

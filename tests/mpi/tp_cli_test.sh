@@ -109,12 +109,14 @@ run2 2 "$bin" logits -m "$ds" --tokens "$ds_toks" --out "$tmp/ds5.f32" -q -t 1 -
 same_logits "$tmp/ds1.f32" "$tmp/ds5.f32" $((8 * 256))
 check "logits with EP=2 and data-parallel attention within 1e-4 of one rank" $?
 # Serving with data-parallel attention: each rank stores its partition of the KV pool (7 blocks
-# of 16 tokens in 64 KiB at 576 B/token in F32), the two ranks hold 14, and every request completes.
-out=$(run2 2 "$bin" bench -m "$ds" --requests 8 --input-len 16 --output-len 8 --concurrency 4 -t 1 --ep 2 \
-  --data-parallel-attention --kv-cache-memory 64KiB --max-model-len 64 --kv-cache-dtype f32 --json 2>&1)
+# of 16 tokens in 64 KiB at 576 B/token in F32), the two ranks hold 14, and every request completes;
+# prompts sharing 32 tokens hit the prefix cache of the rank that computed them.
+out=$(run2 2 "$bin" bench -m "$ds" --requests 8 --input-len 40 --shared-prefix-len 32 --output-len 8 --concurrency 4 -t 1 \
+  --ep 2 --data-parallel-attention --kv-cache-memory 64KiB --max-model-len 64 --kv-cache-dtype f32 --json 2>&1)
 grep -q '7 blocks of 16 tokens (112 tokens, 576 B/token) per rank; data-parallel attention: 2 ranks hold 14 blocks' <<<"$out" &&
-  grep -q '"requests": *8' <<<"$out" && grep -q '"prefix_caching": *false' <<<"$out"
-check "bench with data-parallel attention: a KV partition per rank, prefix caching off, 8 requests served" $?
+  grep -q '"requests": *8' <<<"$out" && grep -q '"prefix_caching": *true' <<<"$out" &&
+  grep -oE '"prefix_hit_rate": *[0-9.e+-]+' <<<"$out" | grep -qvE ': *0(\.0*)?$'
+check "bench with data-parallel attention: a KV partition per rank, prefix-cache hits, 8 requests served" $?
 err=$(run2 2 "$bin" logits -m "$ds" --tokens "$ds_toks" --out "$tmp/x.f32" -t 1 --tensor-parallel-size 2 2>&1); rc=$?
 [ $rc != 0 ] && grep -q "by experts only" <<<"$err"; check "TP on MLA is refused with the reason" $?
 # Prefill context parallel, decode expert parallel: the prompt's logits (a CP step) give the
