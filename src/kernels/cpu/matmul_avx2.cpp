@@ -606,6 +606,53 @@ void gemm_q4_interleaved(const MatMulArgs& a) {
   });
 }
 
+// Q6_K prefill on the interleaved layout: unsigned 6-bit weights (q, the value being q - 32), so
+// vpmaddubsw pairs reach 2 x 63 x 127 and each chunk widens to int32 at once; chunks 0..3 and 4..7
+// (each block's two 16-value groups, two scales) sum apart, started at -32 x sum(x) of their half.
+template <int R, int T>
+FP_AVX2 void tile_q6(const cpu::PackedW* const* w, const cpu::PackedX* const* x, int64_t groups, float* y, int64_t ldy,
+                     const float* bias) {
+  __m256 acc[R][T];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t g = 0; g < groups; ++g) {
+    for (int half = 0; half < 2; ++half) {
+      __m256i isum[R][T];
+      for (int r = 0; r < R; ++r)
+        for (int t = 0; t < T; ++t)
+          isum[r][t] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(half ? x[t][g].init_hi : x[t][g].init));
+      for (int c = 4 * half; c < 4 * half + 4; ++c) {
+        __m256i wv[R];
+        for (int r = 0; r < R; ++r) wv[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[r][g].q + 32 * c));
+        for (int t = 0; t < T; ++t) {
+          const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[t][g].q + 32 * c));
+          for (int r = 0; r < R; ++r)
+            isum[r][t] = _mm256_add_epi32(isum[r][t], _mm256_madd_epi16(_mm256_maddubs_epi16(wv[r], xv), ones));
+        }
+      }
+      for (int r = 0; r < R; ++r) {
+        const __m256 ws = _mm256_loadu_ps(half ? w[r][g].scale_hi : w[r][g].scale);
+        for (int t = 0; t < T; ++t)
+          acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][t]), _mm256_mul_ps(ws, _mm256_loadu_ps(x[t][g].d)), acc[r][t]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) y[t * ldy + r] = hsum(acc[r][t]) + (bias ? bias[r] : 0.0f);
+}
+
+void gemm_q6_interleaved(const MatMulArgs& a) {
+  cpu::gemm_interleaved(a, 2, 3, [&](int R, int T, const cpu::PackedW* const* w, const cpu::PackedX* const* x, int64_t groups,
+                                  float* y, int64_t ldy, const float* bias) {
+    switch (R * 4 + T) {
+#define FP_TILE(r, t) case r * 4 + t: return tile_q6<r, t>(w, x, groups, y, ldy, bias);
+      FP_TILE(1, 1) FP_TILE(1, 2) FP_TILE(1, 3) FP_TILE(2, 1) FP_TILE(2, 2) FP_TILE(2, 3)
+#undef FP_TILE
+    }
+  });
+}
+
 // ------------------------------------------------------------------ Q8_0_X8 (packed at load)
 // One weight row against T <= 4 tokens of interleaved activations. The stored w + 128 turns
 // back into signed w with one xor; then |w| x sign(x, w) as in dot_i8 (vpmaddubsw would
@@ -709,6 +756,7 @@ void matmul_avx2(const MatMulArgs& a) {
   else if (t == DType::Q4_K_X8 && a.n <= kGemvMaxTokens) gemv_q4_k_x8(a);
   else if (a.n > kGemvMaxTokens && (t == DType::Q4_0 || t == DType::Q4_K || t == DType::Q4_K_X8) && cpu::interleaved_supported(a))
     gemm_q4_interleaved(a);
+  else if (a.n > kGemvMaxTokens && t == DType::Q6_K && cpu::interleaved_supported(a)) gemm_q6_interleaved(a);
   else if (a.n <= kGemvMaxTokens || dtype_info(t).quantized) gemv(a);
   else gemm(a);
 }

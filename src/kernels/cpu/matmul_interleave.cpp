@@ -16,8 +16,8 @@ namespace fp::cpu {
 
 bool interleaved_supported(const MatMulArgs& a) {
   const DType t = a.w->dtype;
-  return (t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_K || t == DType::Q4_K_X8) && a.w->cols() % 256 == 0 &&
-         !a.w->block_scale;
+  return (t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_K || t == DType::Q4_K_X8 || t == DType::Q6_K) &&
+         a.w->cols() % 256 == 0 && !a.w->block_scale;
 }
 
 // dst lane j, chunk c  <-  block j, bytes 4c..4c+3 (the scalar form, used for activations)
@@ -90,6 +90,30 @@ FP_PACK_TARGET void pack_weights(const Tensor& w, int64_t o, PackedW* dst) {
       _mm256_storeu_ps(p.scale, f16x8(h));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.init), _mm256_setzero_si256());
       _mm256_storeu_ps(p.min, _mm256_setzero_ps());
+    } else if (w.dtype == DType::Q6_K) {
+      // Value 32j + v of the super-block (block j) is 6 bits: 4 from ql, 2 from qh. Per half of
+      // 128 values: ql0/ql1's low nibbles are values 0..31 / 32..63, their high nibbles 64..95 /
+      // 96..127, each with the qh bits at offset 0, 2, 4, 6.
+      const BlockQ6_K& b = reinterpret_cast<const BlockQ6_K*>(row)[g];
+      const __m256i m2 = _mm256_set1_epi8(3);
+      for (int half = 0; half < 2; ++half) {
+        const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * half));
+        const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * half + 32));
+        const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + 32 * half));
+        const __m256i lows[4] = {_mm256_and_si256(ql0, m4), _mm256_and_si256(ql1, m4), _mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
+                                 _mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4)};
+        for (int k = 0; k < 4; ++k) {
+          const __m256i high = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), m2);
+          rows[4 * half + k] = _mm256_or_si256(lows[k], _mm256_slli_epi16(high, 4));
+        }
+      }
+      transpose_store(rows, p.q);
+      const float d = f16_to_f32(b.d);
+      for (int j = 0; j < 8; ++j) {
+        p.scale[j] = d * static_cast<float>(b.scales[2 * j]);
+        p.scale_hi[j] = d * static_cast<float>(b.scales[2 * j + 1]);
+      }
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.init), _mm256_setzero_si256());
     } else if (w.dtype == DType::Q4_K_X8) {  // already interleaved: chunk c's nibbles are chunks c and c + 4
       const BlockQ4_Kx8& b = reinterpret_cast<const BlockQ4_Kx8*>(row)[g];
       for (int c = 0; c < 4; ++c) {
@@ -133,16 +157,19 @@ FP_PACK_TARGET void pack_weights(const Tensor& w, int64_t o, PackedW* dst) {
 void pack_activations(DType wtype, const float* x, const BlockQ8_0* xq, int64_t K, PackedX* dst) {
   const int64_t groups = K / 256;
   uint8_t blocks[8][32];
-  if (wtype == DType::Q4_K || wtype == DType::Q4_K_X8) {
+  if (wtype == DType::Q4_K || wtype == DType::Q4_K_X8 || wtype == DType::Q6_K) {
     std::vector<BlockQ8_K> q(static_cast<size_t>(groups));
     quantize_act_q8_k(x, q.data(), K);
+    const bool q6 = wtype == DType::Q6_K;  // weights q - 32: the offset's share starts each half
     for (int64_t g = 0; g < groups; ++g) {
       PackedX& p = dst[g];
+      const BlockQ8_K& b = q[static_cast<size_t>(g)];
       for (int j = 0; j < 8; ++j) {
-        std::memcpy(blocks[j], q[static_cast<size_t>(g)].qs + 32 * j, 32);
-        p.d[j] = q[static_cast<size_t>(g)].d;
-        p.init[j] = 0;
-        p.bsum[j] = q[static_cast<size_t>(g)].d * static_cast<float>(q[static_cast<size_t>(g)].bsums[2 * j] + q[static_cast<size_t>(g)].bsums[2 * j + 1]);
+        std::memcpy(blocks[j], b.qs + 32 * j, 32);
+        p.d[j] = b.d;
+        p.init[j] = q6 ? -32 * b.bsums[2 * j] : 0;
+        p.init_hi[j] = q6 ? -32 * b.bsums[2 * j + 1] : 0;
+        p.bsum[j] = b.d * static_cast<float>(b.bsums[2 * j] + b.bsums[2 * j + 1]);
       }
       interleave(blocks, p.q);
     }
@@ -169,6 +196,7 @@ void pack_activations(DType wtype, const float* x, const BlockQ8_0* xq, int64_t 
       // share of the dot product, offset x sum(x), starts the accumulator negated.
       p.init[j] = wtype == DType::Q4_0 ? -8 * sum : wtype == DType::Q8_0_X8 ? -128 * sum : 0;
       p.bsum[j] = 0;
+      p.init_hi[j] = 0;
     }
     interleave(blocks, p.q);
   }
@@ -178,9 +206,10 @@ std::vector<PackedX> pack_all_activations(const MatMulArgs& a) {
   const Tensor& w = *a.w;
   const int64_t K = w.cols(), groups = K / 256;
   std::vector<PackedX> xp(static_cast<size_t>(a.n * groups));
+  const bool q8_0_acts = w.dtype != DType::Q4_K && w.dtype != DType::Q4_K_X8 && w.dtype != DType::Q6_K;
   thread_pool().parallel_for(a.n, 16, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i)
-      pack_activations(w.dtype, a.x + i * K, a.xq && w.dtype != DType::Q4_K && w.dtype != DType::Q4_K_X8 ? a.xq + i * (K / QK8_0) : nullptr, K,
+      pack_activations(w.dtype, a.x + i * K, a.xq && q8_0_acts ? a.xq + i * (K / QK8_0) : nullptr, K,
                        xp.data() + i * groups);
   });
   return xp;

@@ -1,4 +1,4 @@
-// kernels/cpu/matmul_vnni.cpp — Q8_0, Q4_0, Q4_K_X8 (and Q4_K prefill) matmul with AVX-512 VNNI (vpdpbusd on 256-bit
+// kernels/cpu/matmul_vnni.cpp — Q8_0, Q4_0, Q4_K_X8 (and Q4_K, Q6_K prefill) matmul with AVX-512 VNNI (vpdpbusd on 256-bit
 // registers, AVX512-VL), every batch size. vpdpbusd multiplies unsigned by signed bytes and
 // accumulates in int32 without saturation (no int16 pair sums as AVX2's vpmaddubsw):
 //  - Q8_0 decode (signed weights): |w| times x with w's sign (vpsignb), two cheap ops per block.
@@ -175,6 +175,58 @@ void tile_dispatch(int R, int T, const WG* const* w, const cpu::PackedX* const* 
   }
 }
 
+// Q6_K prefill: unsigned 6-bit q (the value is q - 32) against signed activations; each
+// block's two 16-value groups (chunks 0..3 and 4..7) accumulate apart, started at -32 x sum(x)
+// of their half, and take their own scales.
+template <int R, int T>
+FP_VNNI void tile_q6(const cpu::PackedW* const* w, const cpu::PackedX* const* x, int64_t groups, float* y, int64_t ldy,
+                     const float* bias) {
+  __m256 acc[R][T];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
+  for (int64_t g = 0; g < groups; ++g) {
+    __m256i lo[R][T], hi[R][T];
+    for (int r = 0; r < R; ++r)
+      for (int t = 0; t < T; ++t) {
+        lo[r][t] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[t][g].init));
+        hi[r][t] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[t][g].init_hi));
+      }
+    for (int c = 0; c < 8; ++c) {
+      __m256i wv[R];
+      for (int r = 0; r < R; ++r) wv[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[r][g].q + 32 * c));
+      for (int t = 0; t < T; ++t) {
+        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[t][g].q + 32 * c));
+        for (int r = 0; r < R; ++r) {
+          if (c < 4) lo[r][t] = _mm256_dpbusd_epi32(lo[r][t], wv[r], xv);
+          else hi[r][t] = _mm256_dpbusd_epi32(hi[r][t], wv[r], xv);
+        }
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      const __m256 s_lo = _mm256_loadu_ps(w[r][g].scale), s_hi = _mm256_loadu_ps(w[r][g].scale_hi);
+      for (int t = 0; t < T; ++t) {
+        const __m256 dx = _mm256_loadu_ps(x[t][g].d);
+        acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lo[r][t]), _mm256_mul_ps(s_lo, dx), acc[r][t]);
+        acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hi[r][t]), _mm256_mul_ps(s_hi, dx), acc[r][t]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) y[t * ldy + r] = avx2::hsum(acc[r][t]) + (bias ? bias[r] : 0.0f);
+}
+
+void gemm_q6_interleaved_vnni(const MatMulArgs& a) {
+  // 2 x 4 tiles: 16 int32 accumulators (two per element), 8 float sums, 2 weight vectors.
+  cpu::gemm_interleaved(a, 2, 4, [&](int R, int T, const cpu::PackedW* const* w, const cpu::PackedX* const* x, int64_t groups,
+                                  float* y, int64_t ldy, const float* bias) {
+    switch (R * 8 + T) {
+#define FP_TILE(r, t) case r * 8 + t: return tile_q6<r, t>(w, x, groups, y, ldy, bias);
+      FP_TILE(1, 1) FP_TILE(1, 2) FP_TILE(1, 3) FP_TILE(1, 4) FP_TILE(2, 1) FP_TILE(2, 2) FP_TILE(2, 3) FP_TILE(2, 4)
+#undef FP_TILE
+    }
+  });
+}
+
 // Q8_0_X8 (packed at load), every batch size: the same 4 x 4 tiles read the weight rows where
 // they lie. Decode (n <= 4) streams each thread's rows once per call; beyond, rows go in blocks
 // of 32 that stay in L2 while the token groups pass (cpu::gemv_tokens) as the next block is
@@ -281,6 +333,7 @@ void matmul_vnni(const MatMulArgs& a) {
   if (a.n <= 0) return;
   if (a.w->dtype == DType::Q8_0_X8) return matmul_q8_0_x8(a);
   if (a.w->dtype == DType::Q4_K_X8 && a.n <= cpu::kGemvMaxTokens) return gemv_q4_k_x8(a);
+  if (a.w->dtype == DType::Q6_K) return gemm_q6_interleaved_vnni(a);  // prefill only (refuse_vnni)
   if (a.n > cpu::kGemvMaxTokens && a.w->cols() % 256 == 0) return gemm_interleaved_vnni(a);
   FP_CHECK(a.w->dtype != DType::Q4_K, "matmul avx512vnni: Q4_K needs rows that are a multiple of 256");
   const int64_t K = a.w->cols(), nb = K / QK8_0;
@@ -314,9 +367,11 @@ std::string refuse_vnni(const MatMulArgs& a) {
   std::string cpu = cpu_features().missing({"avx2", "fma", "f16c", "avx512f", "avx512vl", "avx512bw", "avx512_vnni"});
   if (!cpu.empty()) return cpu;
   const DType t = a.w->dtype;
-  if (t != DType::Q8_0 && t != DType::Q4_0 && t != DType::Q4_K && t != DType::Q8_0_X8 && t != DType::Q4_K_X8)
-    return std::string("only Q8_0/Q4_0/Q4_K/Q8_0_X8/Q4_K_X8 weights (these are ") + dtype_name(t) + ")";
-  if (t == DType::Q4_K && a.n <= cpu::kGemvMaxTokens) return "Q4_K decode (<= 4 tokens) is left to the AVX2 kernel";
+  if (t != DType::Q8_0 && t != DType::Q4_0 && t != DType::Q4_K && t != DType::Q8_0_X8 && t != DType::Q4_K_X8 && t != DType::Q6_K)
+    return std::string("only Q8_0/Q4_0/Q4_K/Q6_K/Q8_0_X8/Q4_K_X8 weights (these are ") + dtype_name(t) + ")";
+  if ((t == DType::Q4_K || t == DType::Q6_K) && a.n <= cpu::kGemvMaxTokens)
+    return std::string(dtype_name(t)) + " decode (<= 4 tokens) is left to the AVX2 kernel";
+  if (t == DType::Q6_K && a.w->cols() % 256 != 0) return "Q6_K needs rows that are a multiple of 256";
   return {};
 }
 
