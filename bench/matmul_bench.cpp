@@ -1,6 +1,6 @@
 // bench/matmul_bench.cpp — matmul kernels at Llama-3.2-1B shapes: decode (1 token, weight bytes
 // streamed -> GB/s), small batches (4 and 12 tokens) and prefill (512 tokens -> GFLOP/s), for
-// every weight dtype the 1B bench uses (Q8_0_X8 / Q4_K_X8: Q8_0 / Q4_K as repacked at load). Each registered kernel runs directly; the reference only on small n (it is slow).
+// every weight dtype the 1B bench uses (the _X8 forms: Q8_0 / Q4_K / Q6_K as repacked at load). Each registered kernel runs directly; the reference only on small n (it is slow).
 //   build/bench/fastpath_ops_bench --benchmark_filter=matmul --benchmark_repetitions=3
 #include <benchmark/benchmark.h>
 
@@ -42,7 +42,7 @@ MatMulBenchData make(DType type, int64_t n, int64_t out, int64_t in) {
 void register_all() {
   struct Shape { int64_t out, in; };
   for (DType type : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q8_0_X8, DType::Q4_0, DType::Q4_K, DType::Q4_K_X8,
-                     DType::Q6_K}) {
+                     DType::Q6_K, DType::Q6_K_X8}) {
     for (Shape s : {Shape{2048, 2048}, Shape{8192, 2048}, Shape{2048, 8192}}) {
       // 1: decode; 4: the GEMV path's widest token group; 12: an MoE expert's share of a
       // 128-token prefill (64 experts, top 6); 16: batched decode of 16 sequences; 512: prefill.
@@ -89,7 +89,7 @@ void register_all() {
 // 2 threads (the gap between them is how well the threads share the bandwidth): decode of one
 // sequence (n=1), and for Q8_0_X8 a 16-sequence decode step (n=16, the serving engine's batches).
 void register_streaming() {
-  for (DType type : {DType::F16, DType::BF16, DType::Q8_0_X8, DType::Q4_K, DType::Q4_K_X8})
+  for (DType type : {DType::F16, DType::BF16, DType::Q8_0_X8, DType::Q4_K, DType::Q4_K_X8, DType::Q6_K, DType::Q6_K_X8})
   for (int64_t n : {1, 16}) {
     if (n > 1 && type != DType::Q8_0_X8) continue;
     for (int threads : {1, 2}) {

@@ -1,7 +1,7 @@
 // tests/backend_ops_matmul_test.cpp — every matmul kernel against its reference twin over
 // weight dtypes and shapes: 1..4 tokens (GEMV path) and more (GEMM path), odd row counts,
-// K tails, large K, biases, FP8 block scales with partial tiles; Q8_0_X8 / Q4_K_X8 (repacked at
-// load) against their reference and against the Q8_0 / Q4_K reference on the same weights.
+// K tails, large K, biases, FP8 block scales with partial tiles; Q8_0_X8 / Q4_K_X8 / Q6_K_X8
+// (repacked at load) against their reference and against the file layout's on the same weights.
 #include <gtest/gtest.h>
 
 #include "backend_ops.h"
@@ -52,7 +52,7 @@ std::string label(const MatMulCase& c) {
 std::vector<MatMulCase> cases() {
   std::vector<MatMulCase> cs;
   for (DType t : {DType::F32, DType::F16, DType::BF16, DType::F8_E4M3, DType::Q8_0, DType::Q8_0_X8, DType::Q4_0, DType::Q4_K,
-                  DType::Q4_K_X8, DType::Q6_K}) {
+                  DType::Q4_K_X8, DType::Q6_K, DType::Q6_K_X8}) {
     int64_t blk = dtype_info(t).block_elems;
     std::vector<int64_t> ins = blk == 1 ? std::vector<int64_t>{8, 13, 64, 300, 1024} : std::vector<int64_t>{blk, 2 * blk, 8 * blk};
     for (int64_t n : {1, 2, 3, 4, 5, 7, 13, 16})
@@ -83,7 +83,8 @@ TEST(BackendOps, MatMulEveryKernelAgainstItsReference) {
 }
 
 // The repacked layouts change nothing but the order of the bytes: every kernel on Q8_0_X8
-// (Q4_K_X8) weights gives ref_q8act's result on the Q8_0 (Q4_K) weights they were repacked from.
+// (Q4_K_X8, Q6_K_X8) weights gives ref_q8act's result on the Q8_0 (Q4_K, Q6_K) weights they were
+// repacked from.
 TEST(BackendOps, RepackedWeightsMatchTheFileLayoutsReference) {
   const Kernel<MatMulArgs>* ref = nullptr;
   for (auto& k : OpRegistry<MatMulArgs>::instance().kernels())
@@ -91,8 +92,8 @@ TEST(BackendOps, RepackedWeightsMatchTheFileLayoutsReference) {
   ASSERT_TRUE(ref);
   int checked = 0;
   for (const auto& c : cases()) {
-    if ((c.type != DType::Q8_0 || c.in % QK8_0X8 != 0) && c.type != DType::Q4_K) continue;
-    const DType packed_type = c.type == DType::Q8_0 ? DType::Q8_0_X8 : DType::Q4_K_X8;
+    if ((c.type != DType::Q8_0 || c.in % QK8_0X8 != 0) && c.type != DType::Q4_K && c.type != DType::Q6_K) continue;
+    const DType packed_type = c.type == DType::Q8_0 ? DType::Q8_0_X8 : c.type == DType::Q4_K ? DType::Q4_K_X8 : DType::Q6_K_X8;
     MatMulData d;
     std::vector<float> want;
     MatMulArgs a = build(c, d, want);
@@ -101,8 +102,11 @@ TEST(BackendOps, RepackedWeightsMatchTheFileLayoutsReference) {
     if (c.type == DType::Q8_0)
       pack_q8_0_x8(reinterpret_cast<const BlockQ8_0*>(d.w.data()), reinterpret_cast<BlockQ8_0x8*>(packed.data()),
                    c.out * c.in / QK8_0X8);
-    else
+    else if (c.type == DType::Q4_K)
       pack_q4_k_x8(reinterpret_cast<const BlockQ4_K*>(d.w.data()), reinterpret_cast<BlockQ4_Kx8*>(packed.data()),
+                   c.out * c.in / QK_K);
+    else
+      pack_q6_k_x8(reinterpret_cast<const BlockQ6_K*>(d.w.data()), reinterpret_cast<BlockQ6_Kx8*>(packed.data()),
                    c.out * c.in / QK_K);
     Tensor pt = Tensor::view(packed.data(), packed_type, {c.out, c.in});
     for (auto& k : OpRegistry<MatMulArgs>::instance().kernels()) {

@@ -1,6 +1,6 @@
-// tests/repack_test.cpp — Q8_0 and Q4_K weights repacked at load into Q8_0_X8 and Q4_K_X8
-// (model/repack.h): the repacking is exact both ways (in place too) and dequantizes to the same
-// values; a Q8_0 or Q4_K model gives the same logits repacked or not, mapped or copied
+// tests/repack_test.cpp — Q8_0, Q4_K and Q6_K weights repacked at load into Q8_0_X8, Q4_K_X8 and
+// Q6_K_X8 (model/repack.h): the repacking is exact both ways (in place too) and dequantizes to the
+// same values; a Q8_0, Q4_K or Q6_K model gives the same logits repacked or not, mapped or copied
 // (--no-mmap), on the fast kernels and on the forced reference; what is not repackable (short
 // rows, other dtypes) stays as it was.
 // Also where the weights go by default (resolve_weight_memory: copied when that suits).
@@ -104,7 +104,50 @@ TEST(Repack, Q4_KRoundTripsExactlyAndInPlace) {
   EXPECT_EQ(row_bytes(DType::Q4_K_X8, 2048), row_bytes(DType::Q4_K, 2048));
 }
 
-TEST(Repack, OnlyQ8_0AndQ4_KMatricesOfWholeGroups) {
+// Random Q6_K super-blocks: every bit of the values and scales random.
+std::vector<BlockQ6_K> random_q6_k(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> byte(0, 255), h(0, 0x7bff);
+  std::vector<BlockQ6_K> b(static_cast<size_t>(n));
+  for (auto& blk : b) {
+    blk.d = static_cast<uint16_t>(h(rng));
+    for (auto& v : blk.ql) v = static_cast<uint8_t>(byte(rng));
+    for (auto& v : blk.qh) v = static_cast<uint8_t>(byte(rng));
+    for (auto& v : blk.scales) v = static_cast<int8_t>(byte(rng) - 128);
+  }
+  return b;
+}
+
+TEST(Repack, Q6_KRoundTripsExactlyAndInPlace) {
+  for (int64_t blocks : {1, 3, 64}) {
+    const auto src = random_q6_k(blocks, static_cast<uint32_t>(blocks) + 7);
+    std::vector<BlockQ6_Kx8> packed(static_cast<size_t>(blocks));
+    pack_q6_k_x8(src.data(), packed.data(), blocks);
+    // The layout: block 5's value 30 = 16 + 4t + k (t = 3, k = 2) is the super-block's value 190,
+    // in Q6_K the low nibble of ql[64 + 62] with bits 2..3 of qh[32 + 30] (the second half's value
+    // 32 + 30); Q6_K_X8 keeps its low bits in ql[32 * 3 + 4 * 5 + 2]'s high nibble and its high bits
+    // in qh[32 * 1 + 4 * 5 + 2] at bits 6..7 (chunk 2u + 1 = 3, the high-nibble value).
+    EXPECT_EQ(packed[0].ql[32 * 3 + 4 * 5 + 2] >> 4, src[0].ql[64 + 62] & 15);
+    EXPECT_EQ(packed[0].qh[32 + 4 * 5 + 2] >> 6, (src[0].qh[32 + 30] >> 2) & 3);
+    EXPECT_EQ(packed[0].scales[8 + 5], src[0].scales[11]);
+    std::vector<BlockQ6_K> back(src.size());
+    unpack_q6_k_x8(packed.data(), back.data(), blocks);
+    ASSERT_EQ(std::memcmp(back.data(), src.data(), src.size() * sizeof(BlockQ6_K)), 0) << blocks << " blocks";
+    std::vector<BlockQ6_K> inplace = src;
+    pack_q6_k_x8(inplace.data(), reinterpret_cast<BlockQ6_Kx8*>(inplace.data()), blocks);
+    ASSERT_EQ(std::memcmp(inplace.data(), packed.data(), packed.size() * sizeof(BlockQ6_Kx8)), 0);
+    unpack_q6_k_x8(reinterpret_cast<const BlockQ6_Kx8*>(inplace.data()), inplace.data(), blocks);
+    ASSERT_EQ(std::memcmp(inplace.data(), src.data(), src.size() * sizeof(BlockQ6_K)), 0);
+    const int64_t n = blocks * QK_K;
+    std::vector<float> a(static_cast<size_t>(n)), b(static_cast<size_t>(n));
+    dequantize_row(DType::Q6_K, src.data(), a.data(), n);
+    dequantize_row(DType::Q6_K_X8, packed.data(), b.data(), n);
+    ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+  }
+  EXPECT_EQ(row_bytes(DType::Q6_K_X8, 2048), row_bytes(DType::Q6_K, 2048));
+}
+
+TEST(Repack, OnlyQ8_0AndKQuantMatricesOfWholeGroups) {
   std::vector<uint8_t> bytes(static_cast<size_t>(row_bytes(DType::Q8_0, 512) * 4));
   EXPECT_TRUE(repackable(Tensor::view(bytes.data(), DType::Q8_0, {4, 512})));
   EXPECT_FALSE(repackable(Tensor::view(bytes.data(), DType::Q8_0, {8, 224})));  // 7 blocks a row
@@ -116,11 +159,12 @@ TEST(Repack, OnlyQ8_0AndQ4_KMatricesOfWholeGroups) {
   EXPECT_FALSE(repack_in_place(t));  // already repacked
   std::vector<uint8_t> k_bytes(static_cast<size_t>(row_bytes(DType::Q4_K, 512) * 4));
   Tensor k = Tensor::view(k_bytes.data(), DType::Q4_K, {4, 512});
-  EXPECT_FALSE(repackable(Tensor::view(k_bytes.data(), DType::Q6_K, {2, 512})));
+  EXPECT_TRUE(repackable(Tensor::view(k_bytes.data(), DType::Q6_K, {2, 512})));
+  EXPECT_EQ(repacked_dtype(DType::Q6_K), DType::Q6_K_X8);
   EXPECT_FALSE(repackable(Tensor::view(k_bytes.data(), DType::Q4_K, {2, 2, 512})));  // an expert stack
   EXPECT_TRUE(repack_in_place(k));
   EXPECT_EQ(k.dtype, DType::Q4_K_X8);
-  EXPECT_EQ(repacked_dtype(DType::Q6_K), DType::Q6_K);
+  EXPECT_EQ(repacked_dtype(DType::Q4_0), DType::Q4_0);
 }
 
 std::string synth_q8(const std::string& dir, const std::string& name, nlohmann::json cfg, DType type = DType::Q8_0) {
@@ -155,12 +199,12 @@ std::vector<float> logits(const std::string& path, bool repack, bool mmap, DType
 
 TEST(Repack, ModelGivesTheSameLogits) {
   const std::string dir = test::temp_dir("repack_model");
-  for (DType type : {DType::Q8_0, DType::Q4_K})
+  for (DType type : {DType::Q8_0, DType::Q4_K, DType::Q6_K})
   for (bool tied : {true, false}) {
     // Rows of 256 and 512 values repack; the 96-wide FFN of the second Q8_0 model leaves
-    // ffn_down (rows of 96) and nothing else changes. (Q4_K rows are whole super-blocks.)
+    // ffn_down (rows of 96) and nothing else changes. (K-quant rows are whole super-blocks.)
     for (int64_t ffn : {512, 96}) {
-      if (type == DType::Q4_K && ffn % QK_K != 0) continue;
+      if (type != DType::Q8_0 && ffn % QK_K != 0) continue;
       const std::string path = synth_q8(dir, std::string(dtype_name(type)) + std::to_string(tied) + std::to_string(ffn) + ".gguf",
                                         {{"hidden_size", 256}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},
                                          {"intermediate_size", ffn}, {"vocab_size", 512}, {"num_hidden_layers", 2},

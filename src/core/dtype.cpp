@@ -15,7 +15,8 @@ const DTypeInfo& dtype_info(DType t) {
       f8{"F8_E4M3", 1, 1, false}, q8_0{"Q8_0", QK8_0, sizeof(BlockQ8_0), true},
       q4_0{"Q4_0", QK4_0, sizeof(BlockQ4_0), true}, q4_k{"Q4_K", QK_K, sizeof(BlockQ4_K), true},
       q6_k{"Q6_K", QK_K, sizeof(BlockQ6_K), true},
-      q8_0_x8{"Q8_0_X8", QK8_0X8, sizeof(BlockQ8_0x8), true}, q4_k_x8{"Q4_K_X8", QK_K, sizeof(BlockQ4_Kx8), true}, i8{"I8", 1, 1, false}, i16{"I16", 1, 2, false},
+      q8_0_x8{"Q8_0_X8", QK8_0X8, sizeof(BlockQ8_0x8), true}, q4_k_x8{"Q4_K_X8", QK_K, sizeof(BlockQ4_Kx8), true},
+      q6_k_x8{"Q6_K_X8", QK_K, sizeof(BlockQ6_Kx8), true}, i8{"I8", 1, 1, false}, i16{"I16", 1, 2, false},
       i32{"I32", 1, 4, false}, i64{"I64", 1, 8, false}, f64{"F64", 1, 8, false};
   switch (t) {
     case DType::F32: return f32;
@@ -28,6 +29,7 @@ const DTypeInfo& dtype_info(DType t) {
     case DType::Q6_K: return q6_k;
     case DType::Q8_0_X8: return q8_0_x8;
     case DType::Q4_K_X8: return q4_k_x8;
+    case DType::Q6_K_X8: return q6_k_x8;
     case DType::I8: return i8;
     case DType::I16: return i16;
     case DType::I32: return i32;
@@ -426,6 +428,81 @@ void unpack_q4_k_x8(const BlockQ4_Kx8* src, BlockQ4_K* dst, int64_t blocks) {
   }
 }
 
+namespace {
+// The 256 six-bit values (0..63, the weight being d * scale * (q - 32)) of a Q6_K super-block, in order.
+void q6_k_values(const BlockQ6_K& b, uint8_t q[QK_K]) {
+  for (int h = 0; h < 2; ++h)
+    for (int l = 0; l < 32; ++l) {
+      const uint8_t lo0 = b.ql[64 * h + l], lo1 = b.ql[64 * h + l + 32], hi = b.qh[32 * h + l];
+      q[128 * h + l] = static_cast<uint8_t>((lo0 & 15) | (hi & 3) << 4);
+      q[128 * h + l + 32] = static_cast<uint8_t>((lo1 & 15) | ((hi >> 2) & 3) << 4);
+      q[128 * h + l + 64] = static_cast<uint8_t>((lo0 >> 4) | ((hi >> 4) & 3) << 4);
+      q[128 * h + l + 96] = static_cast<uint8_t>((lo1 >> 4) | ((hi >> 6) & 3) << 4);
+    }
+}
+}  // namespace
+
+void pack_q6_k_x8(const BlockQ6_K* src, BlockQ6_Kx8* dst, int64_t blocks) {
+  for (int64_t i = 0; i < blocks; ++i) {
+    BlockQ6_K b;
+    std::memcpy(&b, src + i, sizeof b);  // a copy first: dst may overlap src
+    uint8_t q[QK_K];
+    q6_k_values(b, q);
+    BlockQ6_Kx8 p{};
+    p.d = b.d;
+    auto v = [&](int j, int at) { return q[32 * j + at]; };  // block j's value `at`
+    for (int j = 0; j < 8; ++j) {
+      p.scales[j] = b.scales[2 * j];
+      p.scales[8 + j] = b.scales[2 * j + 1];
+      for (int k = 0; k < 4; ++k) {
+        for (int t = 0; t < 4; ++t)
+          p.ql[32 * t + 4 * j + k] = static_cast<uint8_t>((v(j, 4 * t + k) & 15) | (v(j, 16 + 4 * t + k) & 15) << 4);
+        for (int u = 0; u < 2; ++u)
+          p.qh[32 * u + 4 * j + k] = static_cast<uint8_t>(v(j, 8 * u + k) >> 4 | (v(j, 16 + 8 * u + k) >> 4) << 2 |
+                                                          (v(j, 8 * u + 4 + k) >> 4) << 4 | (v(j, 16 + 8 * u + 4 + k) >> 4) << 6);
+      }
+    }
+    std::memcpy(dst + i, &p, sizeof p);
+  }
+}
+
+void unpack_q6_k_x8(const BlockQ6_Kx8* src, BlockQ6_K* dst, int64_t blocks) {
+  for (int64_t i = 0; i < blocks; ++i) {
+    BlockQ6_Kx8 p;
+    std::memcpy(&p, src + i, sizeof p);
+    uint8_t q[QK_K];
+    for (int j = 0; j < 8; ++j)
+      for (int k = 0; k < 4; ++k) {
+        for (int t = 0; t < 4; ++t) {
+          const uint8_t lo = p.ql[32 * t + 4 * j + k];
+          q[32 * j + 4 * t + k] = lo & 15;
+          q[32 * j + 16 + 4 * t + k] = lo >> 4;
+        }
+        for (int u = 0; u < 2; ++u) {
+          const uint8_t hi = p.qh[32 * u + 4 * j + k];
+          q[32 * j + 8 * u + k] = static_cast<uint8_t>(q[32 * j + 8 * u + k] | (hi & 3) << 4);
+          q[32 * j + 16 + 8 * u + k] = static_cast<uint8_t>(q[32 * j + 16 + 8 * u + k] | ((hi >> 2) & 3) << 4);
+          q[32 * j + 8 * u + 4 + k] = static_cast<uint8_t>(q[32 * j + 8 * u + 4 + k] | ((hi >> 4) & 3) << 4);
+          q[32 * j + 16 + 8 * u + 4 + k] = static_cast<uint8_t>(q[32 * j + 16 + 8 * u + 4 + k] | (hi >> 6) << 4);
+        }
+      }
+    BlockQ6_K b{};
+    b.d = p.d;
+    for (int j = 0; j < 8; ++j) {
+      b.scales[2 * j] = p.scales[j];
+      b.scales[2 * j + 1] = p.scales[8 + j];
+    }
+    for (int h = 0; h < 2; ++h)  // Q6_K's own packing of the values (as quant_q6_k)
+      for (int l = 0; l < 32; ++l) {
+        const uint8_t q1 = q[128 * h + l], q2 = q[128 * h + l + 32], q3 = q[128 * h + l + 64], q4 = q[128 * h + l + 96];
+        b.ql[64 * h + l] = static_cast<uint8_t>((q1 & 15) | (q3 & 15) << 4);
+        b.ql[64 * h + l + 32] = static_cast<uint8_t>((q2 & 15) | (q4 & 15) << 4);
+        b.qh[32 * h + l] = static_cast<uint8_t>((q1 >> 4) | (q2 >> 4) << 2 | (q3 >> 4) << 4 | (q4 >> 4) << 6);
+      }
+    std::memcpy(dst + i, &b, sizeof b);
+  }
+}
+
 void quantize_row_q8_0(const float* x, BlockQ8_0* b, int64_t n) {
   check_blocks(DType::Q8_0, n);
   for (int64_t i = 0; i < n / QK8_0; ++i) {
@@ -475,6 +552,13 @@ void dequantize_row(DType t, const void* src, float* y, int64_t n) {
         dequant_q4_k(&b, y + g * QK_K, 1);
       }
       return;
+    case DType::Q6_K_X8:
+      for (int64_t g = 0; g < n / QK_K; ++g) {
+        BlockQ6_K b;
+        unpack_q6_k_x8(static_cast<const BlockQ6_Kx8*>(src) + g, &b, 1);
+        dequant_q6_k(&b, y + g * QK_K, 1);
+      }
+      return;
     case DType::F64: {
       auto s = static_cast<const double*>(src);
       for (int64_t i = 0; i < n; ++i) y[i] = static_cast<float>(s[i]);
@@ -514,6 +598,10 @@ void quantize_row(DType t, const float* x, void* dst, int64_t n) {
     case DType::Q4_K_X8:  // as Q4_K, then repacked in place
       quant_q4_k(x, static_cast<BlockQ4_K*>(dst), n / QK_K);
       pack_q4_k_x8(static_cast<const BlockQ4_K*>(dst), static_cast<BlockQ4_Kx8*>(dst), n / QK_K);
+      return;
+    case DType::Q6_K_X8:  // as Q6_K, then repacked in place
+      quant_q6_k(x, static_cast<BlockQ6_K*>(dst), n / QK_K);
+      pack_q6_k_x8(static_cast<const BlockQ6_K*>(dst), static_cast<BlockQ6_Kx8*>(dst), n / QK_K);
       return;
     default: fail("cannot quantize F32 to ", dtype_name(t));
   }

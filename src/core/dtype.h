@@ -28,6 +28,8 @@ enum class DType : uint32_t {
   Q8_0_X8 = 1001,
   // Q4_K repacked at load for the CPU matmul kernels (BlockQ4_Kx8 below); never in a file.
   Q4_K_X8 = 1002,
+  // Q6_K repacked at load for the CPU matmul kernels (BlockQ6_Kx8 below); never in a file.
+  Q6_K_X8 = 1003,
 };
 
 struct DTypeInfo {
@@ -106,12 +108,25 @@ struct BlockQ4_Kx8 {
   uint8_t scales[12];
   uint8_t qs[QK_K / 2];
 };
+// One Q6_K super-block rearranged the same way. Value v of block j (32 values, 6 bits, q - 32) is
+// split into its low 4 and high 2 bits: ql[32t + 4j + k] holds the low bits of values 4t + k (low
+// nibble) and 16 + 4t + k (high nibble); qh[32u + 4j + k] holds the high bits of values 8u + k,
+// 16 + 8u + k, 8u + 4 + k and 16 + 8u + 4 + k at bits 0, 2, 4, 6 — those of chunks t = 2u and
+// 2u + 1, each chunk's low-nibble value first. scales[j] / scales[8 + j] = the scale of block j's
+// values 0..15 / 16..31 (Q6_K's scales 2j and 2j + 1). Same 210 bytes as Q6_K.
+struct BlockQ6_Kx8 {
+  uint8_t ql[QK_K / 2];
+  uint8_t qh[QK_K / 4];
+  int8_t scales[QK_K / 16];
+  uint16_t d;
+};
 static_assert(sizeof(BlockQ8_0) == 34);
 static_assert(sizeof(BlockQ8_0x8) == 8 * sizeof(BlockQ8_0));
 static_assert(sizeof(BlockQ4_0) == 18);
 static_assert(sizeof(BlockQ4_K) == 144);
 static_assert(sizeof(BlockQ4_Kx8) == sizeof(BlockQ4_K));
 static_assert(sizeof(BlockQ6_K) == 210);
+static_assert(sizeof(BlockQ6_Kx8) == sizeof(BlockQ6_K));
 
 // Dequantize n elements of type t starting at src into dst (f32). Plain types convert.
 void dequantize_row(DType t, const void* src, float* dst, int64_t n);
@@ -125,6 +140,9 @@ void unpack_q8_0_x8(const BlockQ8_0x8* src, BlockQ8_0* dst, int64_t groups);
 // Q4_K <-> Q4_K_X8, `blocks` super-blocks; exact both ways; dst may equal src.
 void pack_q4_k_x8(const BlockQ4_K* src, BlockQ4_Kx8* dst, int64_t blocks);
 void unpack_q4_k_x8(const BlockQ4_Kx8* src, BlockQ4_K* dst, int64_t blocks);
+// Q6_K <-> Q6_K_X8, likewise.
+void pack_q6_k_x8(const BlockQ6_K* src, BlockQ6_Kx8* dst, int64_t blocks);
+void unpack_q6_k_x8(const BlockQ6_Kx8* src, BlockQ6_K* dst, int64_t blocks);
 
 // ggml's Q8_0 quantizer (round half away from zero), used for activations too.
 void quantize_row_q8_0(const float* src, BlockQ8_0* dst, int64_t n);

@@ -497,7 +497,7 @@ std::unique_ptr<ModelFile> load_model_file(const std::string& path, const LoadOp
     }
     bar.finish();
   }
-  m->repack_weights = opts.repack && opts.device == Device::CPU;  // Q8_0_X8 / Q4_K_X8 are the CPU kernels' layouts
+  m->repack_weights = opts.repack && opts.device == Device::CPU;  // the _X8 forms are the CPU kernels' layouts
   m->load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   m->device = opts.device;
   m->device_graphs = opts.device_graphs;

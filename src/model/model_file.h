@@ -52,7 +52,7 @@ struct LoadOptions {
   // Where the model runs (--device): the architecture uploads its weights there once.
   Device device = Device::CPU;
   bool device_graphs = true;  // decode steps on a GPU replay recorded CUDA graphs (--no-cuda-graphs)
-  // Repack Q8_0 / Q4_K matmul weights into Q8_0_X8 / Q4_K_X8 as the model is built (model/repack.h); --no-repack.
+  // Repack Q8_0 / Q4_K / Q6_K matmul weights into their _X8 forms as the model is built (model/repack.h); --no-repack.
   // CPU only: on another device the weights keep the file's layout.
   bool repack = true;
   ParallelSizes parallel;  // used by build_model with a communicator of several ranks

@@ -1,4 +1,4 @@
-// model/repack.cpp — Q8_0 -> Q8_0_X8 and Q4_K -> Q4_K_X8 at load (see repack.h).
+// model/repack.cpp — Q8_0 -> Q8_0_X8, Q4_K -> Q4_K_X8 and Q6_K -> Q6_K_X8 at load (see repack.h).
 #include "model/repack.h"
 
 #include <sys/mman.h>
@@ -12,25 +12,38 @@
 namespace fp {
 
 DType repacked_dtype(DType t) {
-  return t == DType::Q8_0 ? DType::Q8_0_X8 : t == DType::Q4_K ? DType::Q4_K_X8 : t;
+  switch (t) {
+    case DType::Q8_0: return DType::Q8_0_X8;
+    case DType::Q4_K: return DType::Q4_K_X8;
+    case DType::Q6_K: return DType::Q6_K_X8;
+    default: return t;
+  }
 }
 
 bool repackable(const Tensor& w) {
-  return (w.dtype == DType::Q8_0 || w.dtype == DType::Q4_K) && w.ndim == 2 && w.is_contiguous() && w.cols() % 256 == 0 &&
+  return repacked_dtype(w.dtype) != w.dtype && w.ndim == 2 && w.is_contiguous() && w.cols() % 256 == 0 &&
          !w.block_scale && w.device == Device::CPU;
 }
 
 namespace {
 
-// Rows of src (Q8_0 / Q4_K) into dst (Q8_0_X8 / Q4_K_X8, the same number of bytes); dst may equal src.
+// Rows of src (Q8_0 / Q4_K / Q6_K) into dst (the _X8 form, the same number of bytes); dst may equal src.
 void repack_rows(const Tensor& src, void* dst) {
   const int64_t rb = row_bytes(src.dtype, src.cols());
-  const bool q8 = src.dtype == DType::Q8_0;
   thread_pool().parallel_for(src.rows(), 64, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
+      const uint8_t* from = src.row_ptr(r);
       uint8_t* to = static_cast<uint8_t*>(dst) + r * rb;
-      if (q8) pack_q8_0_x8(reinterpret_cast<const BlockQ8_0*>(src.row_ptr(r)), reinterpret_cast<BlockQ8_0x8*>(to), src.cols() / QK8_0X8);
-      else pack_q4_k_x8(reinterpret_cast<const BlockQ4_K*>(src.row_ptr(r)), reinterpret_cast<BlockQ4_Kx8*>(to), src.cols() / QK_K);
+      switch (src.dtype) {
+        case DType::Q8_0:
+          pack_q8_0_x8(reinterpret_cast<const BlockQ8_0*>(from), reinterpret_cast<BlockQ8_0x8*>(to), src.cols() / QK8_0X8);
+          break;
+        case DType::Q4_K:
+          pack_q4_k_x8(reinterpret_cast<const BlockQ4_K*>(from), reinterpret_cast<BlockQ4_Kx8*>(to), src.cols() / QK_K);
+          break;
+        default:
+          pack_q6_k_x8(reinterpret_cast<const BlockQ6_K*>(from), reinterpret_cast<BlockQ6_Kx8*>(to), src.cols() / QK_K);
+      }
     }
   });
 }
@@ -52,7 +65,7 @@ const Tensor* WeightRepacker::repack(const Tensor* w) {
     if (&t == w) entry = &t;
   const int64_t bytes = w->nbytes();
   const DType to = repacked_dtype(w->dtype);
-  (w->dtype == DType::Q8_0 ? q8_tensors_ : q4k_tensors_) += 1;
+  (w->dtype == DType::Q8_0 ? q8_tensors_ : w->dtype == DType::Q4_K ? q4k_tensors_ : q6k_tensors_) += 1;
   const Tensor* out = nullptr;
   if (entry && f_.weights_writable) {
     repack_in_place(*entry);
@@ -90,6 +103,7 @@ void WeightRepacker::report() const {
   std::string what;
   if (q8_tensors_ > 0) what += std::to_string(q8_tensors_) + " Q8_0 -> Q8_0_X8";
   if (q4k_tensors_ > 0) what += std::string(what.empty() ? "" : ", ") + std::to_string(q4k_tensors_) + " Q4_K -> Q4_K_X8";
+  if (q6k_tensors_ > 0) what += std::string(what.empty() ? "" : ", ") + std::to_string(q6k_tensors_) + " Q6_K -> Q6_K_X8";
   log_info("repacked ", tensors_, " matmul weights (", what, "; ", static_cast<double>(bytes_) / (1 << 20), " MiB) in ",
            seconds_ * 1000, " ms; ",
            new_bytes_ == 0 ? std::string("in place, no extra memory")

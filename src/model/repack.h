@@ -1,7 +1,7 @@
-// model/repack.h — Q8_0 and Q4_K matmul weights repacked once at load into Q8_0_X8 and Q4_K_X8
-// (core/dtype.h), the interleaved layouts the CPU matmul kernels read: Q8_0_X8 at every batch
-// size (batched decode and prefill no longer repack weights on every call), Q4_K_X8 in decode
-// (its scales apply once per super-block, not per sub-block). Same bytes per row, so the repacked
+// model/repack.h — Q8_0, Q4_K and Q6_K matmul weights repacked once at load into Q8_0_X8, Q4_K_X8
+// and Q6_K_X8 (core/dtype.h), the interleaved layouts the CPU matmul kernels read: Q8_0_X8 at
+// every batch size (batched decode and prefill no longer repack weights on every call), the
+// K-quant forms in decode (their scales apply once per super-block, not per sub-block). Same bytes per row, so the repacked
 // tensor replaces the file's: no second copy is kept. See docs/design.md, "Weights repacked at load".
 #pragma once
 #include <cstdint>
@@ -11,8 +11,8 @@
 
 namespace fp {
 
-// Whether a weight can be repacked: Q8_0 or Q4_K, 2-D, contiguous, rows a multiple of 256 values,
-// no block scales, on the CPU. Everything else (Q4_0, Q6_K, 3-D MoE expert stacks, short rows)
+// Whether a weight can be repacked: Q8_0, Q4_K or Q6_K, 2-D, contiguous, rows a multiple of 256
+// values, no block scales, on the CPU. Everything else (Q4_0, 3-D MoE expert stacks, short rows)
 // is left as is.
 bool repackable(const Tensor& w);
 // The layout a repackable weight of type t becomes (t itself when there is none).
@@ -37,7 +37,7 @@ class WeightRepacker {
 
  private:
   ModelFile& f_;
-  int64_t tensors_ = 0, q8_tensors_ = 0, q4k_tensors_ = 0, bytes_ = 0, new_bytes_ = 0;
+  int64_t tensors_ = 0, q8_tensors_ = 0, q4k_tensors_ = 0, q6k_tensors_ = 0, bytes_ = 0, new_bytes_ = 0;
   double seconds_ = 0;
 };
 

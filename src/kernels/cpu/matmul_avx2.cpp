@@ -4,7 +4,7 @@
 //    in registers; Q8_0/Q4_0 use int8 dot products against Q8_0-quantized activations, Q4_K/Q6_K
 //    against Q8_K-quantized activations (as ggml does). Q8_0_X8 (Q8_0 repacked at load) runs
 //    one interleaved integer kernel at every batch size; Q4_K_X8 (Q4_K repacked at load) has an
-//    interleaved decode kernel and shares the Q4 prefill tiles.
+//    interleaved decode kernel and shares the Q4 prefill tiles; Q6_K_X8 likewise with the Q6 tiles.
 //  - GEMM path for float-like weights (n > 4, prefill): compute-bound; 16-row weight panels are
 //    widened to f32 and packed [k][16], then a 6x16 register-blocked FMA micro-kernel sweeps the
 //    tokens. Quantized weights keep the integer path at every n, with rows blocked to stay in L2.
@@ -747,6 +747,53 @@ void gemv_q4_k_x8(const MatMulArgs& a) {
   });
 }
 
+// ------------------------------------------------------------------ Q6_K_X8 decode (packed at load)
+// As Q4_K_X8, with the 6-bit weights assembled per chunk (simd_avx2.h) and each block's two
+// 16-value groups summed apart from -32 x sum(x) (their own scales); vpmaddubsw pairs reach
+// 2 x 63 x 127, so each chunk widens to int32 at once.
+template <int T>
+FP_AVX2 void row_q6_k_x8(const BlockQ6_Kx8* w, const cpu::PackedX* const* x, int64_t groups, float* y, int64_t ldy, float bias) {
+  __m256 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t g = 0; g < groups; ++g) {
+    for (int l = 0; l < 4; ++l) cpu::prefetch_stream(reinterpret_cast<const char*>(w + g) + 64 * l);  // 210 bytes
+    __m256i lo[4], hi[4];
+    for (int c = 0; c < 4; ++c) q6_k_x8_chunks(w[g], c, &lo[c], &hi[c]);
+    __m256 s_lo, s_hi;
+    q6_k_x8_scales(w[g], &s_lo, &s_hi);
+    for (int t = 0; t < T; ++t) {
+      const uint8_t* xq = x[t][g].q;
+      __m256i dot_lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[t][g].init));
+      __m256i dot_hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[t][g].init_hi));
+      for (int c = 0; c < 4; ++c) {
+        const __m256i xl = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * c));
+        const __m256i xh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * (c + 4)));
+        dot_lo = _mm256_add_epi32(dot_lo, _mm256_madd_epi16(_mm256_maddubs_epi16(lo[c], xl), ones));
+        dot_hi = _mm256_add_epi32(dot_hi, _mm256_madd_epi16(_mm256_maddubs_epi16(hi[c], xh), ones));
+      }
+      const __m256 dx = _mm256_loadu_ps(x[t][g].d);
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_lo), _mm256_mul_ps(s_lo, dx), acc[t]);
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_hi), _mm256_mul_ps(s_hi, dx), acc[t]);
+    }
+  }
+  for (int t = 0; t < T; ++t) y[t * ldy] = hsum(acc[t]) + bias;
+}
+
+void gemv_q6_k_x8(const MatMulArgs& a) {
+  const Tensor& w = *a.w;
+  const int64_t out = w.rows(), groups = w.cols() / QK_K;
+  const std::vector<cpu::PackedX> xp = cpu::pack_all_activations(a);
+  gemv_tokens(a, [&](auto N, int64_t i, int64_t r0, int64_t r1) {
+    constexpr int T = decltype(N)::value;
+    const cpu::PackedX* xs[T];
+    for (int t = 0; t < T; ++t) xs[t] = xp.data() + (i + t) * groups;
+    for (int64_t o = r0; o < r1; ++o)
+      row_q6_k_x8<T>(reinterpret_cast<const BlockQ6_Kx8*>(w.row_ptr(o)), xs, groups, a.y + i * out + o, out,
+                     a.bias ? a.bias[o] : 0.0f);
+  });
+}
+
 // Float-like weights: GEMV for a few tokens, packed FMA GEMM beyond. Quantized weights: integer
 // dot products at every batch size (the int8 multiply-add rate is above the f32 FMA rate).
 void matmul_avx2(const MatMulArgs& a) {
@@ -754,9 +801,11 @@ void matmul_avx2(const MatMulArgs& a) {
   const DType t = a.w->dtype;
   if (t == DType::Q8_0_X8) matmul_q8_0_x8(a);
   else if (t == DType::Q4_K_X8 && a.n <= kGemvMaxTokens) gemv_q4_k_x8(a);
+  else if (t == DType::Q6_K_X8 && a.n <= kGemvMaxTokens) gemv_q6_k_x8(a);
   else if (a.n > kGemvMaxTokens && (t == DType::Q4_0 || t == DType::Q4_K || t == DType::Q4_K_X8) && cpu::interleaved_supported(a))
     gemm_q4_interleaved(a);
-  else if (a.n > kGemvMaxTokens && t == DType::Q6_K && cpu::interleaved_supported(a)) gemm_q6_interleaved(a);
+  else if (a.n > kGemvMaxTokens && (t == DType::Q6_K || t == DType::Q6_K_X8) && cpu::interleaved_supported(a))
+    gemm_q6_interleaved(a);
   else if (a.n <= kGemvMaxTokens || dtype_info(t).quantized) gemv(a);
   else gemm(a);
 }
@@ -766,7 +815,8 @@ std::string refuse_matmul_avx2(const MatMulArgs& a) {
   if (!cpu.empty()) return cpu;
   switch (a.w->dtype) {
     case DType::F32: case DType::F16: case DType::BF16: case DType::F8_E4M3:
-    case DType::Q8_0: case DType::Q4_0: case DType::Q4_K: case DType::Q6_K: case DType::Q8_0_X8: case DType::Q4_K_X8: break;
+    case DType::Q8_0: case DType::Q4_0: case DType::Q4_K: case DType::Q6_K: case DType::Q8_0_X8: case DType::Q4_K_X8:
+    case DType::Q6_K_X8: break;
     default: return std::string("no AVX2 kernel for weights of type ") + dtype_name(a.w->dtype);
   }
   if (a.w->block_scale && a.w->dtype != DType::F8_E4M3) return "block scales are only supported on FP8 weights";

@@ -11,12 +11,14 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/quantize_act.h"
+#include "kernels/cpu/simd_avx2.h"
 
 namespace fp::cpu {
 
 bool interleaved_supported(const MatMulArgs& a) {
   const DType t = a.w->dtype;
-  return (t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_K || t == DType::Q4_K_X8 || t == DType::Q6_K) &&
+  return (t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_K || t == DType::Q4_K_X8 || t == DType::Q6_K ||
+          t == DType::Q6_K_X8) &&
          a.w->cols() % 256 == 0 && !a.w->block_scale;
 }
 
@@ -114,6 +116,19 @@ FP_PACK_TARGET void pack_weights(const Tensor& w, int64_t o, PackedW* dst) {
         p.scale_hi[j] = d * static_cast<float>(b.scales[2 * j + 1]);
       }
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.init), _mm256_setzero_si256());
+    } else if (w.dtype == DType::Q6_K_X8) {  // already interleaved: chunks t and t + 4 from ql / qh vector t
+      const BlockQ6_Kx8& b = reinterpret_cast<const BlockQ6_Kx8*>(row)[g];
+      for (int t = 0; t < 4; ++t) {
+        __m256i lo, hi;
+        avx2::q6_k_x8_chunks(b, t, &lo, &hi);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.q + 32 * t), lo);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.q + 32 * (t + 4)), hi);
+      }
+      __m256 s_lo, s_hi;
+      avx2::q6_k_x8_scales(b, &s_lo, &s_hi);
+      _mm256_storeu_ps(p.scale, s_lo);
+      _mm256_storeu_ps(p.scale_hi, s_hi);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.init), _mm256_setzero_si256());
     } else if (w.dtype == DType::Q4_K_X8) {  // already interleaved: chunk c's nibbles are chunks c and c + 4
       const BlockQ4_Kx8& b = reinterpret_cast<const BlockQ4_Kx8*>(row)[g];
       for (int c = 0; c < 4; ++c) {
@@ -157,10 +172,10 @@ FP_PACK_TARGET void pack_weights(const Tensor& w, int64_t o, PackedW* dst) {
 void pack_activations(DType wtype, const float* x, const BlockQ8_0* xq, int64_t K, PackedX* dst) {
   const int64_t groups = K / 256;
   uint8_t blocks[8][32];
-  if (wtype == DType::Q4_K || wtype == DType::Q4_K_X8 || wtype == DType::Q6_K) {
+  if (wtype == DType::Q4_K || wtype == DType::Q4_K_X8 || wtype == DType::Q6_K || wtype == DType::Q6_K_X8) {
     std::vector<BlockQ8_K> q(static_cast<size_t>(groups));
     quantize_act_q8_k(x, q.data(), K);
-    const bool q6 = wtype == DType::Q6_K;  // weights q - 32: the offset's share starts each half
+    const bool q6 = wtype == DType::Q6_K || wtype == DType::Q6_K_X8;  // weights q - 32: the offset's share starts each half
     for (int64_t g = 0; g < groups; ++g) {
       PackedX& p = dst[g];
       const BlockQ8_K& b = q[static_cast<size_t>(g)];
@@ -206,7 +221,8 @@ std::vector<PackedX> pack_all_activations(const MatMulArgs& a) {
   const Tensor& w = *a.w;
   const int64_t K = w.cols(), groups = K / 256;
   std::vector<PackedX> xp(static_cast<size_t>(a.n * groups));
-  const bool q8_0_acts = w.dtype != DType::Q4_K && w.dtype != DType::Q4_K_X8 && w.dtype != DType::Q6_K;
+  const bool q8_0_acts =
+      w.dtype != DType::Q4_K && w.dtype != DType::Q4_K_X8 && w.dtype != DType::Q6_K && w.dtype != DType::Q6_K_X8;
   thread_pool().parallel_for(a.n, 16, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i)
       pack_activations(w.dtype, a.x + i * K, a.xq && q8_0_acts ? a.xq + i * (K / QK8_0) : nullptr, K,

@@ -4,7 +4,7 @@
 // per-block scales apply with one multiply-add per 8 blocks instead of one per block. A "group"
 // is 8 blocks = 256 values (one Q4_K super-block). Weights are repacked per row block (kept in
 // L2), activations once per call. Used by the AVX-512 VNNI and the AVX2 kernels.
-// Q8_0_X8 and Q4_K_X8 weights (core/dtype.h) are already in this layout, packed once at load:
+// Q8_0_X8, Q4_K_X8 and Q6_K_X8 weights (core/dtype.h) are already in this layout, packed once at load:
 // the decode kernels read them in place and only the activations are packed per call.
 #pragma once
 #include <cstdint>
@@ -35,7 +35,7 @@ struct PackedX {
 // of its two), chunks 4..7 its values 16..31, so its kernels keep two accumulators per tile
 // element, one per half, scaled by `scale` and `scale_hi`; the -32 offset starts them (init, init_hi).
 
-bool interleaved_supported(const MatMulArgs& a);  // Q8_0/Q4_0/Q4_K/Q4_K_X8/Q6_K with rows a multiple of 256
+bool interleaved_supported(const MatMulArgs& a);  // Q8_0/Q4_0/Q4_K(_X8)/Q6_K(_X8) with rows a multiple of 256
 void pack_weights(const Tensor& w, int64_t row, PackedW* dst);
 // xq: the row already quantized to Q8_0 (Q8_0/Q4_0/Q8_0_X8 weights), or null to quantize x here.
 void pack_activations(DType wtype, const float* x, const BlockQ8_0* xq, int64_t K, PackedX* dst);

@@ -1,4 +1,4 @@
-// kernels/cpu/matmul_vnni.cpp — Q8_0, Q4_0, Q4_K_X8 (and Q4_K, Q6_K prefill) matmul with AVX-512 VNNI (vpdpbusd on 256-bit
+// kernels/cpu/matmul_vnni.cpp — Q8_0, Q4_0, Q4_K_X8, Q6_K_X8 (and Q4_K, Q6_K prefill) matmul with AVX-512 VNNI (vpdpbusd on 256-bit
 // registers, AVX512-VL), every batch size. vpdpbusd multiplies unsigned by signed bytes and
 // accumulates in int32 without saturation (no int16 pair sums as AVX2's vpmaddubsw):
 //  - Q8_0 decode (signed weights): |w| times x with w's sign (vpsignb), two cheap ops per block.
@@ -8,8 +8,8 @@
 //    activations; the accumulator starts at -128 x sum(x). One tile kernel at every batch size.
 //  - Q4_0 (weights q - 8, q in 0..15): the unsigned q meets the signed activations directly;
 //    the -8 x sum(x) term starts the accumulator (sum(x) per block is computed once per call).
-//  - Q4_K_X8 (Q4_K repacked at load) decode: one vpdpbusd per chunk leaves sub-block j's dot
-//    product in lane j; its prefill, and Q4_K's, run the interleaved tiles with the mins term.
+//  - Q4_K_X8 / Q6_K_X8 (repacked at load) decode: one vpdpbusd per chunk leaves sub-block j's
+//    dot product in lane j; their prefill, and Q4_K's / Q6_K's, run the interleaved tiles.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -319,6 +319,47 @@ void gemv_q4_k_x8(const MatMulArgs& a) {
   });
 }
 
+// Q6_K_X8 (packed at load) decode: as the AVX2 kernel, one vpdpbusd per chunk.
+template <int T>
+FP_VNNI void row_q6_k_x8(const BlockQ6_Kx8* w, const cpu::PackedX* const* x, int64_t groups, float* y, int64_t ldy, float bias) {
+  __m256 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t g = 0; g < groups; ++g) {
+    for (int l = 0; l < 4; ++l) cpu::prefetch_stream(reinterpret_cast<const char*>(w + g) + 64 * l);  // 210 bytes
+    __m256i lo[4], hi[4];
+    for (int c = 0; c < 4; ++c) avx2::q6_k_x8_chunks(w[g], c, &lo[c], &hi[c]);
+    __m256 s_lo, s_hi;
+    avx2::q6_k_x8_scales(w[g], &s_lo, &s_hi);
+    for (int t = 0; t < T; ++t) {
+      const uint8_t* xq = x[t][g].q;
+      __m256i dot_lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[t][g].init));
+      __m256i dot_hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[t][g].init_hi));
+      for (int c = 0; c < 4; ++c) {
+        dot_lo = _mm256_dpbusd_epi32(dot_lo, lo[c], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * c)));
+        dot_hi = _mm256_dpbusd_epi32(dot_hi, hi[c], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * (c + 4))));
+      }
+      const __m256 dx = _mm256_loadu_ps(x[t][g].d);
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_lo), _mm256_mul_ps(s_lo, dx), acc[t]);
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_hi), _mm256_mul_ps(s_hi, dx), acc[t]);
+    }
+  }
+  for (int t = 0; t < T; ++t) y[t * ldy] = avx2::hsum(acc[t]) + bias;
+}
+
+void gemv_q6_k_x8(const MatMulArgs& a) {
+  const Tensor& w = *a.w;
+  const int64_t out = w.rows(), groups = w.cols() / QK_K;
+  const std::vector<cpu::PackedX> xp = cpu::pack_all_activations(a);
+  cpu::gemv_tokens(a, [&](auto N, int64_t i, int64_t r0, int64_t r1) {
+    constexpr int T = decltype(N)::value;
+    const cpu::PackedX* xs[T];
+    for (int t = 0; t < T; ++t) xs[t] = xp.data() + (i + t) * groups;
+    for (int64_t o = r0; o < r1; ++o)
+      row_q6_k_x8<T>(reinterpret_cast<const BlockQ6_Kx8*>(w.row_ptr(o)), xs, groups, a.y + i * out + o, out,
+                     a.bias ? a.bias[o] : 0.0f);
+  });
+}
+
 void gemm_interleaved_vnni(const MatMulArgs& a) {
   const bool unsigned_w = a.w->dtype != DType::Q8_0, mins = a.w->dtype == DType::Q4_K || a.w->dtype == DType::Q4_K_X8;
   cpu::gemm_interleaved(a, 4, 4, [&](int R, int T, const cpu::PackedW* const* w, const cpu::PackedX* const* x, int64_t groups,
@@ -333,7 +374,8 @@ void matmul_vnni(const MatMulArgs& a) {
   if (a.n <= 0) return;
   if (a.w->dtype == DType::Q8_0_X8) return matmul_q8_0_x8(a);
   if (a.w->dtype == DType::Q4_K_X8 && a.n <= cpu::kGemvMaxTokens) return gemv_q4_k_x8(a);
-  if (a.w->dtype == DType::Q6_K) return gemm_q6_interleaved_vnni(a);  // prefill only (refuse_vnni)
+  if (a.w->dtype == DType::Q6_K_X8 && a.n <= cpu::kGemvMaxTokens) return gemv_q6_k_x8(a);
+  if (a.w->dtype == DType::Q6_K || a.w->dtype == DType::Q6_K_X8) return gemm_q6_interleaved_vnni(a);  // Q6_K: prefill only
   if (a.n > cpu::kGemvMaxTokens && a.w->cols() % 256 == 0) return gemm_interleaved_vnni(a);
   FP_CHECK(a.w->dtype != DType::Q4_K, "matmul avx512vnni: Q4_K needs rows that are a multiple of 256");
   const int64_t K = a.w->cols(), nb = K / QK8_0;
@@ -367,8 +409,9 @@ std::string refuse_vnni(const MatMulArgs& a) {
   std::string cpu = cpu_features().missing({"avx2", "fma", "f16c", "avx512f", "avx512vl", "avx512bw", "avx512_vnni"});
   if (!cpu.empty()) return cpu;
   const DType t = a.w->dtype;
-  if (t != DType::Q8_0 && t != DType::Q4_0 && t != DType::Q4_K && t != DType::Q8_0_X8 && t != DType::Q4_K_X8 && t != DType::Q6_K)
-    return std::string("only Q8_0/Q4_0/Q4_K/Q6_K/Q8_0_X8/Q4_K_X8 weights (these are ") + dtype_name(t) + ")";
+  if (t != DType::Q8_0 && t != DType::Q4_0 && t != DType::Q4_K && t != DType::Q8_0_X8 && t != DType::Q4_K_X8 && t != DType::Q6_K &&
+      t != DType::Q6_K_X8)
+    return std::string("only Q8_0/Q4_0/Q4_K/Q6_K/Q8_0_X8/Q4_K_X8/Q6_K_X8 weights (these are ") + dtype_name(t) + ")";
   if ((t == DType::Q4_K || t == DType::Q6_K) && a.n <= cpu::kGemvMaxTokens)
     return std::string(dtype_name(t)) + " decode (<= 4 tokens) is left to the AVX2 kernel";
   if (t == DType::Q6_K && a.w->cols() % 256 != 0) return "Q6_K needs rows that are a multiple of 256";

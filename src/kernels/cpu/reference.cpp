@@ -56,8 +56,9 @@ void matmul_ref(const MatMulArgs& a) {
 // K-quants (dequantized weights dotted with the dequantized 8-bit activations).
 std::string refuse_q8act(const MatMulArgs& a) {
   DType t = a.w->dtype;
-  if (t != DType::Q8_0 && t != DType::Q4_0 && t != DType::Q4_K && t != DType::Q6_K && t != DType::Q8_0_X8 && t != DType::Q4_K_X8)
-    return std::string("weights are ") + dtype_name(t) + ", needs Q8_0, Q4_0, Q4_K, Q6_K, Q8_0_X8 or Q4_K_X8";
+  if (t != DType::Q8_0 && t != DType::Q4_0 && t != DType::Q4_K && t != DType::Q6_K && t != DType::Q8_0_X8 && t != DType::Q4_K_X8 &&
+      t != DType::Q6_K_X8)
+    return std::string("weights are ") + dtype_name(t) + ", needs Q8_0, Q4_0, Q4_K, Q6_K or their repacked forms";
   return {};
 }
 
@@ -83,7 +84,8 @@ void matmul_ref_q8k_act(const MatMulArgs& a) {
 
 void matmul_ref_q8act(const MatMulArgs& a) {
   const Tensor& w = *a.w;
-  if (w.dtype == DType::Q4_K || w.dtype == DType::Q6_K || w.dtype == DType::Q4_K_X8) return matmul_ref_q8k_act(a);
+  if (w.dtype == DType::Q4_K || w.dtype == DType::Q6_K || w.dtype == DType::Q4_K_X8 || w.dtype == DType::Q6_K_X8)
+    return matmul_ref_q8k_act(a);
   int64_t out = w.rows(), in = w.cols(), nb = in / QK8_0;
   std::vector<BlockQ8_0> xq(static_cast<size_t>(a.n * nb));
   for (int64_t i = 0; i < a.n; ++i) quantize_row_q8_0(a.x + i * in, xq.data() + i * nb, in);

@@ -82,4 +82,23 @@ FP_AVX2_INLINE void q4_k_x8_scales_mins(const BlockQ4_Kx8& b, __m256* scale, __m
   *min = _mm256_cvtepi32_ps(_mm256_or_si256(min_hi, min_lo));
 }
 
+// Chunks t and t + 4 (t < 4) of a Q6_K_X8 super-block (core/dtype.h) as bytes 0..63: the low
+// nibbles of ql chunk t with the high bits of qh vector t / 2 at bits 0 / 2 (t even) or 4 / 6 (t odd).
+FP_AVX2_INLINE void q6_k_x8_chunks(const BlockQ6_Kx8& b, int t, __m256i* lo, __m256i* hi) {
+  const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
+  const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 32 * t));
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + 32 * (t / 2)));
+  const __m256i h_lo = t % 2 == 0 ? _mm256_slli_epi16(h, 4) : h;  // the high bits moved to bits 4..5
+  const __m256i h_hi = t % 2 == 0 ? _mm256_slli_epi16(h, 2) : _mm256_srli_epi16(h, 2);
+  *lo = _mm256_or_si256(_mm256_and_si256(q, m4), _mm256_and_si256(h_lo, m30));
+  *hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), _mm256_and_si256(h_hi, m30));
+}
+
+// d x the scales of a Q6_K_X8 super-block's blocks: values 0..15 (lo) and 16..31 (hi), lane j = block j.
+FP_AVX2_INLINE void q6_k_x8_scales(const BlockQ6_Kx8& b, __m256* lo, __m256* hi) {
+  const __m256 d = _mm256_set1_ps(_cvtsh_ss(b.d));
+  *lo = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.scales)))), d);
+  *hi = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.scales + 8)))), d);
+}
+
 }  // namespace fp::avx2
