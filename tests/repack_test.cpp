@@ -152,7 +152,7 @@ TEST(Repack, OnlyQ8_0AndKQuantMatricesOfWholeGroups) {
   EXPECT_TRUE(repackable(Tensor::view(bytes.data(), DType::Q8_0, {4, 512})));
   EXPECT_FALSE(repackable(Tensor::view(bytes.data(), DType::Q8_0, {8, 224})));  // 7 blocks a row
   EXPECT_FALSE(repackable(Tensor::view(bytes.data(), DType::Q4_0, {4, 512})));
-  EXPECT_FALSE(repackable(Tensor::view(bytes.data(), DType::Q8_0, {2, 2, 512})));  // an expert stack
+  EXPECT_FALSE(repackable(Tensor::view(bytes.data(), DType::Q8_0, {2, 2, 512})));  // a Q8_0 expert stack (the MoE GEMV reads it)
   Tensor t = Tensor::view(bytes.data(), DType::Q8_0, {4, 512});
   EXPECT_TRUE(repack_in_place(t));
   EXPECT_EQ(t.dtype, DType::Q8_0_X8);
@@ -161,7 +161,7 @@ TEST(Repack, OnlyQ8_0AndKQuantMatricesOfWholeGroups) {
   Tensor k = Tensor::view(k_bytes.data(), DType::Q4_K, {4, 512});
   EXPECT_TRUE(repackable(Tensor::view(k_bytes.data(), DType::Q6_K, {2, 512})));
   EXPECT_EQ(repacked_dtype(DType::Q6_K), DType::Q6_K_X8);
-  EXPECT_FALSE(repackable(Tensor::view(k_bytes.data(), DType::Q4_K, {2, 2, 512})));  // an expert stack
+  EXPECT_TRUE(repackable(Tensor::view(k_bytes.data(), DType::Q4_K, {2, 2, 512})));  // a K-quant expert stack: rows
   EXPECT_TRUE(repack_in_place(k));
   EXPECT_EQ(k.dtype, DType::Q4_K_X8);
   EXPECT_EQ(repacked_dtype(DType::Q4_0), DType::Q4_0);
@@ -230,6 +230,52 @@ TEST(Repack, ModelGivesTheSameLogits) {
       EXPECT_EQ(ref_packed, ref_plain);
       EXPECT_LE(test::normalised_error(plain, ref_plain), 0.02);  // 8-bit activations vs f32
     }
+  }
+}
+
+// MoE models: their K-quant expert stacks (3-D), shared experts, dense FFNs and output (and
+// qwen3moe's attention) are repacked as they load, and the logits stay those of the file layout's
+// kernels; the reference kernels read the repacked bytes exactly.
+TEST(Repack, MoeModelsRepackTheirExpertsAndGiveTheSameLogits) {
+  const std::string dir = test::temp_dir("repack_moe");
+  struct Case {
+    const char* arch;
+    DType type;
+    nlohmann::json config;
+  };
+  const Case cases[] = {
+      {"qwen3_moe", DType::Q4_K,
+       {{"hidden_size", 256}, {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"head_dim", 64},
+        {"intermediate_size", 256}, {"num_hidden_layers", 2}, {"vocab_size", 512}, {"num_experts", 4},
+        {"num_experts_per_tok", 2}, {"moe_intermediate_size", 256}}},
+      {"deepseek_v3", DType::Q6_K,
+       {{"hidden_size", 256}, {"num_attention_heads", 2}, {"intermediate_size", 256}, {"num_hidden_layers", 2},
+        {"vocab_size", 512}, {"n_routed_experts", 4}, {"num_experts_per_tok", 2}, {"moe_intermediate_size", 256},
+        {"n_shared_experts", 1}, {"first_k_dense_replace", 1}, {"q_lora_rank", 256}, {"kv_lora_rank", 256},
+        {"qk_rope_head_dim", 64}, {"qk_nope_head_dim", 256}, {"v_head_dim", 256}}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.arch);
+    SynthOptions o;
+    o.arch = c.arch;
+    o.config = c.config;
+    o.type = c.type;
+    o.seed = 11;
+    o.out = dir + "/" + c.arch + ".gguf";
+    synth_model(o);
+    const auto plain = logits(o.out, false, true), packed = logits(o.out, true, false);
+    EXPECT_LE(test::normalised_error(packed, plain), 1e-5);
+    LoadOptions lo;
+    lo.prefault = false;
+    auto m = load_model(o.out, lo);
+    EXPECT_EQ(m->file().get("blk.1.ffn_gate_exps.weight").dtype, repacked_dtype(c.type));
+    EXPECT_EQ(m->file().get("blk.1.ffn_down_exps.weight").dtype, repacked_dtype(c.type));
+    KernelOverrides::global().force("matmul", "ref");
+    invalidate_all_dispatch();
+    const auto ref_plain = logits(o.out, false, true), ref_packed = logits(o.out, true, true);
+    KernelOverrides::global().clear();
+    invalidate_all_dispatch();
+    EXPECT_EQ(ref_packed, ref_plain);
   }
 }
 

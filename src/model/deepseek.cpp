@@ -30,6 +30,7 @@
 #include "model/vocab_parallel.h"
 #include "model/model.h"
 #include "model/moe_layers.h"
+#include "model/repack.h"
 #include "parallel/collectives.h"
 
 namespace fp {
@@ -71,6 +72,11 @@ class DeepseekModel : public Model {
     FP_CHECK(L_ > 0, mf.path, ": deepseek2 needs kv_lora_rank > 0");
     FP_CHECK(nope_ > 0, mf.path, ": deepseek2 needs key_length (", c.head_dim, ") > rope dims (", rope_, ")");
     const int64_t qd = nope_ + rope_;
+    // The FFN weights (dense, shared and routed experts: K-quants) and the output projection
+    // into the CPU kernels' interleaved layouts (model/repack.h); the attention projections stay
+    // as they are. Not with context-parallel prefill over several ranks (as in llama.cpp).
+    if (context_parallel_ && ranks > 1) mf.repack_weights = false;
+    WeightRepacker rp(mf);
     embed_ = &mf.get("token_embd.weight", {c.n_vocab, c.dim});
     output_norm_ = load_vec_f32(mf, "output_norm.weight", c.dim);
     // Split by vocabulary rows across the ranks the weights are split over (model/vocab_parallel.h).
@@ -94,7 +100,7 @@ class DeepseekModel : public Model {
       load_kv_b(mf, p, Y);
       Y.moe = c.moe.is_moe_layer(l);
       if (Y.moe) {
-        Y.experts = load_moe_layer(mf, p, c);
+        Y.experts = load_moe_layer(mf, p, c, &rp);
       } else {
         Y.w_gate = &mf.get(p + "ffn_gate.weight", {c.hidden_dim, c.dim});
         Y.w_up = &mf.get(p + "ffn_up.weight", {c.hidden_dim, c.dim});
@@ -106,8 +112,12 @@ class DeepseekModel : public Model {
       if (context_parallel_ && ranks > 1) whole_layers_.push_back(Y);
       if (Y.moe) shard_moe_layer(mf, split, Y.experts);
       else if (ranks > 1) Y.ffn_width = shard_ffn(mf, split, Y.w_gate, Y.w_up, Y.w_down, "FFN width (intermediate_size)");
+      for (const Tensor** w : {&Y.w_gate, &Y.w_up, &Y.w_down}) *w = rp.repack(*w);
       layers_.push_back(std::move(Y));
     }
+    output_.weight = rp.repack(output_.weight);
+    if (c.tied_output && !output_.split()) embed_ = output_.weight;
+    rp.report();
     inv_freq_ = c.rope_inv_freq();
     const RopeScaling& rs = c.rope_scaling;
     float mscale = 1.0f;

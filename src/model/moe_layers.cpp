@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "kernels/ops.h"
 #include "kernels/registry.h"
+#include "model/repack.h"
 #include "parallel/shard.h"
 
 namespace fp {
@@ -36,11 +37,13 @@ namespace {
 
 // Expert e's [out, in] matrix: a slice of the stacked GGUF tensor, or its own HF tensor.
 std::vector<Tensor> load_experts(ModelFile& mf, const std::string& prefix, const std::string& proj, int64_t n_expert,
-                                 int64_t out, int64_t in) {
+                                 int64_t out, int64_t in, WeightRepacker* repacker) {
   std::vector<Tensor> v;
   const std::string stacked = prefix + "ffn_" + proj + "_exps.weight";
   if (mf.find(stacked)) {
-    const Tensor& t = mf.get(stacked, {n_expert, out, in});
+    const Tensor* whole = &mf.get(stacked, {n_expert, out, in});
+    if (repacker) whole = repacker->repack(whole);
+    const Tensor& t = *whole;
     FP_CHECK(!t.block_scale, mf.path, ": '", stacked, "' is block-scaled; stacked experts must not be");
     const int64_t bytes = out * row_bytes(t.dtype, in);
     for (int64_t e = 0; e < n_expert; ++e)
@@ -54,19 +57,23 @@ std::vector<Tensor> load_experts(ModelFile& mf, const std::string& prefix, const
 
 }  // namespace
 
-MoeLayerWeights load_moe_layer(ModelFile& mf, const std::string& p, const ModelConfig& c) {
+MoeLayerWeights load_moe_layer(ModelFile& mf, const std::string& p, const ModelConfig& c, WeightRepacker* repacker) {
   const MoeConfig& m = c.moe;
   MoeLayerWeights w;
   w.router = &mf.get(p + "ffn_gate_inp.weight", {m.n_experts, c.dim});
   if (mf.find(p + "exp_probs_b.bias")) w.bias = load_vec_f32(mf, p + "exp_probs_b.bias", m.n_experts);
-  w.gate = load_experts(mf, p, "gate", m.n_experts, m.ff, c.dim);
-  w.up = load_experts(mf, p, "up", m.n_experts, m.ff, c.dim);
-  w.down = load_experts(mf, p, "down", m.n_experts, c.dim, m.ff);
+  w.gate = load_experts(mf, p, "gate", m.n_experts, m.ff, c.dim, repacker);
+  w.up = load_experts(mf, p, "up", m.n_experts, m.ff, c.dim, repacker);
+  w.down = load_experts(mf, p, "down", m.n_experts, c.dim, m.ff, repacker);
   if (m.n_shared > 0) {
     w.sh_ff = m.n_shared * m.ff;
     w.sh_gate = &mf.get(p + "ffn_gate_shexp.weight", {w.sh_ff, c.dim});
     w.sh_up = &mf.get(p + "ffn_up_shexp.weight", {w.sh_ff, c.dim});
     w.sh_down = &mf.get(p + "ffn_down_shexp.weight", {c.dim, w.sh_ff});
+    // K-quant shared experts too; Q8_0 ones stay for the MoE decode kernel, which reads them with
+    // the routed experts (moe_gemv.h) and takes no repacked layout.
+    if (repacker && w.sh_gate->dtype != DType::Q8_0)
+      for (const Tensor** t : {&w.sh_gate, &w.sh_up, &w.sh_down}) *t = repacker->repack(*t);
   }
   return w;
 }

@@ -43,7 +43,11 @@ int64_t shard_ffn(ModelFile& mf, const FfnSplit& s, const Tensor*& gate, const T
 void shard_moe_layer(ModelFile& mf, const FfnSplit& s, MoeLayerWeights& w);
 
 // Loads layer `prefix` ("blk.N.")'s router, experts and (when config.moe.n_shared) shared experts.
-MoeLayerWeights load_moe_layer(ModelFile& mf, const std::string& prefix, const ModelConfig& c);
+class WeightRepacker;
+// With `repacker`, stacked Q4_K / Q6_K expert tensors are repacked first (model/repack.h); the
+// experts' views then read the repacked bytes.
+MoeLayerWeights load_moe_layer(ModelFile& mf, const std::string& prefix, const ModelConfig& c,
+                               WeightRepacker* repacker = nullptr);
 
 // Routes h[n, dim] and runs the experts: out[n, dim] (shared experts included).
 class MoeBlock {

@@ -25,6 +25,7 @@
 #include "model/vocab_parallel.h"
 #include "model/model.h"
 #include "model/moe_layers.h"
+#include "model/repack.h"
 #include "parallel/collectives.h"
 #include "parallel/shard.h"
 
@@ -64,6 +65,11 @@ class Qwen3MoeModel : public Model {
     FP_CHECK(c.v_head_dim == c.head_dim, mf.path, ": qwen3moe needs value_length == key_length");
     FP_CHECK(c.moe.n_experts > 0, mf.path, ": qwen3moe needs an expert count");
     const int64_t q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
+    // Matmul weights into the CPU kernels' interleaved layouts (model/repack.h): expert stacks as
+    // they load (K-quants), the rest after sharding. Not with context-parallel prefill over
+    // several ranks, whose whole layers and decode slices share bytes (as in llama.cpp).
+    if (context_parallel_ && ranks > 1) mf.repack_weights = false;
+    WeightRepacker rp(mf);
     embed_ = &mf.get("token_embd.weight", {c.n_vocab, c.dim});
     output_norm_ = load_vec_f32(mf, "output_norm.weight", c.dim);
     // Split by vocabulary rows across the ranks the weights are split over (model/vocab_parallel.h).
@@ -83,7 +89,7 @@ class Qwen3MoeModel : public Model {
       // HF says which layers are sparse in config.json; GGUF by the tensors present.
       L.moe = c.source == "gguf" ? mf.find(p + "ffn_gate_inp.weight") != nullptr : c.moe.is_moe_layer(l);
       if (L.moe) {
-        L.experts = load_moe_layer(mf, p, c);
+        L.experts = load_moe_layer(mf, p, c, &rp);
       } else {
         L.w_gate = &mf.get(p + "ffn_gate.weight", {c.hidden_dim, c.dim});
         L.w_up = &mf.get(p + "ffn_up.weight", {c.hidden_dim, c.dim});
@@ -104,8 +110,12 @@ class Qwen3MoeModel : public Model {
         mf.owners.push_back(o.bytes);
         L.wo = &shards_.emplace_back(o.view);
       }
+      for (const Tensor** w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) *w = rp.repack(*w);
       layers_.push_back(std::move(L));
     }
+    output_.weight = rp.repack(output_.weight);
+    if (c.tied_output && !output_.split()) embed_ = output_.weight;
+    rp.report();
     inv_freq_ = c.rope_inv_freq();
     rope_mscale_ = c.rope_scaling.type == "yarn" ? c.rope_scaling.attn_factor : 1.0f;
   }

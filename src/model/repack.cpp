@@ -21,7 +21,9 @@ DType repacked_dtype(DType t) {
 }
 
 bool repackable(const Tensor& w) {
-  return repacked_dtype(w.dtype) != w.dtype && w.ndim == 2 && w.is_contiguous() && w.cols() % 256 == 0 &&
+  // A 3-D stack of experts is rows too; Q8_0 stacks stay (the MoE decode kernel reads Q8_0 rows).
+  const bool shape_ok = w.ndim == 2 || (w.ndim == 3 && w.dtype != DType::Q8_0);
+  return repacked_dtype(w.dtype) != w.dtype && shape_ok && w.is_contiguous() && w.cols() % 256 == 0 &&
          !w.block_scale && w.device == Device::CPU;
 }
 

@@ -11,9 +11,9 @@
 
 namespace fp {
 
-// Whether a weight can be repacked: Q8_0, Q4_K or Q6_K, 2-D, contiguous, rows a multiple of 256
-// values, no block scales, on the CPU. Everything else (Q4_0, 3-D MoE expert stacks, short rows)
-// is left as is.
+// Whether a weight can be repacked: Q8_0, Q4_K or Q6_K, 2-D (or a 3-D stack of Q4_K / Q6_K
+// experts, rows all the same), contiguous, rows a multiple of 256 values, no block scales, on the
+// CPU. Everything else (Q4_0, Q8_0 expert stacks, short rows) is left as is.
 bool repackable(const Tensor& w);
 // The layout a repackable weight of type t becomes (t itself when there is none).
 DType repacked_dtype(DType t);
