@@ -1,5 +1,6 @@
 // tests/tokenizer_fuzz_regressions_test.cpp — inputs the tokenizer.json fuzzer found: a JSON
-// value of the wrong type inside the model, and nesting deep enough to overflow a recursive walk.
+// value of the wrong type inside the model, an added token's id too large for any integer, and
+// nesting deep enough to overflow a recursive walk.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -30,6 +31,17 @@ void expect_error_naming_file(const std::string& path, const std::string& what) 
 TEST(TokenizerFuzzRegressions, WrongJsonTypeIsAnErrorNotACrash) {
   expect_error_naming_file(write("type.json", R"({"model": {"type": 7, "vocab": {}, "merges": []}})"), "unexpected JSON structure");
   expect_error_naming_file(write("vocab.json", R"({"model": {"type": "BPE", "vocab": {"a": "x"}, "merges": []}})"), "model.vocab");
+}
+
+// An id of 100 digits parses as a double (1.1e98); converting it to an integer was undefined
+// behaviour (UBSan caught it in CI's fuzzing, 2026-12-01).
+TEST(TokenizerFuzzRegressions, AddedTokenIdBeyondAnyIntegerIsAnError) {
+  const std::string huge(100, '1');
+  expect_error_naming_file(write("huge_id.json", R"({"model": {"type": "BPE", "vocab": {}, "merges": []}, "added_tokens": [{"id": )" +
+                                                     huge + R"(, "content": "<|x|>", "special": true}]})"),
+                           "added_tokens id");
+  expect_error_naming_file(write("float_id.json", R"({"model": {"type": "BPE", "vocab": {}, "merges": []}, "added_tokens": [{"id": 2.5, "content": "x"}]})"),
+                           "is not an integer id");
 }
 
 TEST(TokenizerFuzzRegressions, DeepNestingIsRejectedBeforeAnyRecursion) {

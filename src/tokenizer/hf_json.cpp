@@ -159,6 +159,8 @@ std::unique_ptr<Tokenizer> from_hf_json_checked(const std::string& path) {
     }
     for (const auto& a : j.value("added_tokens", json::array())) {
       FP_CHECK(a.contains("id") && a.contains("content"), path, ": added_tokens entry without id or content");
+      // A number past int64 parses as a double; converting that would be undefined, so refuse it.
+      FP_CHECK(a["id"].is_number_integer(), path, ": added_tokens id ", a["id"].dump(), " is not an integer id");
       place(a["id"].get<int64_t>(), a["content"].get<std::string>(),
             a.value("special", false) ? TokenType::Control : TokenType::UserDefined, "added_tokens");
     }
