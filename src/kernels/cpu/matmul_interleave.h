@@ -11,6 +11,7 @@
 #include <functional>
 #include <vector>
 
+#include "kernels/cpu/matmul_common.h"
 #include "kernels/ops.h"
 
 namespace fp::cpu {
@@ -41,6 +42,23 @@ void pack_weights(const Tensor& w, int64_t row, PackedW* dst);
 void pack_activations(DType wtype, const float* x, const BlockQ8_0* xq, int64_t K, PackedX* dst);
 // All a.n rows of the call's activations, K / 256 groups per row (threads share the rows).
 std::vector<PackedX> pack_all_activations(const MatMulArgs& a);
+
+// Decode over weights repacked at load (Q4_K_X8, Q6_K_X8): the call's activations packed once,
+// then row(integral_constant<T>, row's blocks, activations[T], groups, y, ldy, bias) for each
+// weight row and group of T <= 4 tokens, rows split across threads (gemv_tokens).
+template <class Block, class RowFn>
+void gemv_repacked_rows(const MatMulArgs& a, RowFn row) {
+  const Tensor& w = *a.w;
+  const int64_t out = w.rows(), groups = w.cols() / 256;
+  const std::vector<PackedX> xp = pack_all_activations(a);
+  gemv_tokens(a, [&](auto N, int64_t i, int64_t r0, int64_t r1) {
+    constexpr int T = decltype(N)::value;
+    const PackedX* xs[T];
+    for (int t = 0; t < T; ++t) xs[t] = xp.data() + (i + t) * groups;
+    for (int64_t o = r0; o < r1; ++o)
+      row(N, reinterpret_cast<const Block*>(w.row_ptr(o)), xs, groups, a.y + i * out + o, out, a.bias ? a.bias[o] : 0.0f);
+  });
+}
 
 // tile(R, T, weights[R], activations[T], groups, y, ldy, bias): y[t * ldy + r] for R rows and
 // T tokens, R <= rows_per_tile <= 4 and T <= tokens_per_tile <= 4. Rows go in blocks of 32

@@ -306,17 +306,8 @@ FP_VNNI void row_q4_k_x8(const BlockQ4_Kx8* w, const cpu::PackedX* const* x, int
 }
 
 void gemv_q4_k_x8(const MatMulArgs& a) {
-  const Tensor& w = *a.w;
-  const int64_t out = w.rows(), groups = w.cols() / QK_K;
-  const std::vector<cpu::PackedX> xp = cpu::pack_all_activations(a);
-  cpu::gemv_tokens(a, [&](auto N, int64_t i, int64_t r0, int64_t r1) {
-    constexpr int T = decltype(N)::value;
-    const cpu::PackedX* xs[T];
-    for (int t = 0; t < T; ++t) xs[t] = xp.data() + (i + t) * groups;
-    for (int64_t o = r0; o < r1; ++o)
-      row_q4_k_x8<T>(reinterpret_cast<const BlockQ4_Kx8*>(w.row_ptr(o)), xs, groups, a.y + i * out + o, out,
-                     a.bias ? a.bias[o] : 0.0f);
-  });
+  cpu::gemv_repacked_rows<BlockQ4_Kx8>(a, [](auto N, const BlockQ4_Kx8* w, const cpu::PackedX* const* xs, int64_t groups, float* y,
+                                         int64_t ldy, float bias) { row_q4_k_x8<decltype(N)::value>(w, xs, groups, y, ldy, bias); });
 }
 
 // Q6_K_X8 (packed at load) decode: as the AVX2 kernel, one vpdpbusd per chunk.
@@ -347,17 +338,8 @@ FP_VNNI void row_q6_k_x8(const BlockQ6_Kx8* w, const cpu::PackedX* const* x, int
 }
 
 void gemv_q6_k_x8(const MatMulArgs& a) {
-  const Tensor& w = *a.w;
-  const int64_t out = w.rows(), groups = w.cols() / QK_K;
-  const std::vector<cpu::PackedX> xp = cpu::pack_all_activations(a);
-  cpu::gemv_tokens(a, [&](auto N, int64_t i, int64_t r0, int64_t r1) {
-    constexpr int T = decltype(N)::value;
-    const cpu::PackedX* xs[T];
-    for (int t = 0; t < T; ++t) xs[t] = xp.data() + (i + t) * groups;
-    for (int64_t o = r0; o < r1; ++o)
-      row_q6_k_x8<T>(reinterpret_cast<const BlockQ6_Kx8*>(w.row_ptr(o)), xs, groups, a.y + i * out + o, out,
-                     a.bias ? a.bias[o] : 0.0f);
-  });
+  cpu::gemv_repacked_rows<BlockQ6_Kx8>(a, [](auto N, const BlockQ6_Kx8* w, const cpu::PackedX* const* xs, int64_t groups, float* y,
+                                         int64_t ldy, float bias) { row_q6_k_x8<decltype(N)::value>(w, xs, groups, y, ldy, bias); });
 }
 
 void gemm_interleaved_vnni(const MatMulArgs& a) {
