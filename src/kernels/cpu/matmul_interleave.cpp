@@ -136,13 +136,10 @@ FP_PACK_TARGET void pack_weights(const Tensor& w, int64_t o, PackedW* dst) {
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.q + 32 * c), _mm256_and_si256(q, m4));
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.q + 32 * (c + 4)), _mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
       }
-      uint32_t mins_lo;
-      std::memcpy(&mins_lo, b.scales + 8, 4);
-      const float d = f16_to_f32(b.d), dmin = f16_to_f32(b.dmin);
-      for (int j = 0; j < 8; ++j) {
-        p.scale[j] = d * static_cast<float>(b.scales[j] & 63);
-        p.min[j] = dmin * static_cast<float>((b.scales[j] >> 6) << 4 | ((mins_lo >> (4 * j)) & 15));
-      }
+      __m256 scale, min;
+      avx2::q4_k_x8_scales_mins(b, &scale, &min);
+      _mm256_storeu_ps(p.scale, scale);
+      _mm256_storeu_ps(p.min, min);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.init), _mm256_setzero_si256());
     } else {  // Q4_K: sub-block 2i = low nibbles of qs[32i..], 2i+1 = high nibbles
       const BlockQ4_K& b = reinterpret_cast<const BlockQ4_K*>(row)[g];

@@ -288,8 +288,6 @@ FP_VNNI void row_q4_k_x8(const BlockQ4_Kx8* w, const cpu::PackedX* const* x, int
     }
     __m256 scale, min;
     avx2::q4_k_x8_scales_mins(w[g], &scale, &min);
-    scale = _mm256_mul_ps(scale, _mm256_set1_ps(_cvtsh_ss(w[g].d)));
-    min = _mm256_mul_ps(min, _mm256_set1_ps(_cvtsh_ss(w[g].dmin)));
     for (int t = 0; t < T; ++t) {
       const uint8_t* xq = x[t][g].q;
       __m256i dot_lo = _mm256_setzero_si256(), dot_hi = _mm256_setzero_si256();

@@ -69,7 +69,7 @@ FP_AVX2_INLINE __m256i dot_u8_scaled(__m256i u, __m256i s, __m256i scale16) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), scale16);
 }
 
-// The 8 scales and 8 mins of a Q4_K_X8 super-block (core/dtype.h) as floats, lane j = sub-block j.
+// d x the 8 scales and dmin x the 8 mins of a Q4_K_X8 super-block (core/dtype.h), lane j = sub-block j.
 FP_AVX2_INLINE void q4_k_x8_scales_mins(const BlockQ4_Kx8& b, __m256* scale, __m256* min) {
   const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.scales)));
   uint32_t lo4;
@@ -78,8 +78,8 @@ FP_AVX2_INLINE void q4_k_x8_scales_mins(const BlockQ4_Kx8& b, __m256* scale, __m
       _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(lo4)), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
       _mm256_set1_epi32(15));
   const __m256i min_hi = _mm256_srli_epi32(_mm256_and_si256(v, _mm256_set1_epi32(0xc0)), 2);
-  *scale = _mm256_cvtepi32_ps(_mm256_and_si256(v, _mm256_set1_epi32(63)));
-  *min = _mm256_cvtepi32_ps(_mm256_or_si256(min_hi, min_lo));
+  *scale = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_and_si256(v, _mm256_set1_epi32(63))), _mm256_set1_ps(_cvtsh_ss(b.d)));
+  *min = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_or_si256(min_hi, min_lo)), _mm256_set1_ps(_cvtsh_ss(b.dmin)));
 }
 
 // Chunks t and t + 4 (t < 4) of a Q6_K_X8 super-block (core/dtype.h) as bytes 0..63: the low
