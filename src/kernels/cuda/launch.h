@@ -6,6 +6,7 @@
 #include <string>
 
 #include "kernels/ops.h"
+#include "kernels/ops_moe.h"
 
 namespace fp::cuda {
 
@@ -39,5 +40,12 @@ void gemv(const MatMulArgs& a);
 // gemm_cublas.cu: cuBLAS GemmEx (quantized weights dequantized to F16/BF16 first)
 std::string refuse_gemm_cublas(const MatMulArgs& a);
 void gemm_cublas(const MatMulArgs& a);
+
+// moe_route.cu: one warp per token
+std::string refuse_moe_route(const MoeRouteArgs& a);
+void moe_route(const MoeRouteArgs& a);
+// moe_ffn.cu: tokens sorted by expert, grouped GEMMs, combine (experts one evenly spaced stack)
+std::string refuse_moe_ffn(const MoeFfnArgs& a);
+void moe_ffn(const MoeFfnArgs& a);
 
 }  // namespace fp::cuda
