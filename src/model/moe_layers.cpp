@@ -113,16 +113,29 @@ void shard_moe_layer(ModelFile& mf, const FfnSplit& s, MoeLayerWeights& w) {
   }
 }
 
+MoeLayerWeights place_moe_layer(const MoeLayerWeights& w, DeviceWeights& dw) {
+  if (dw.device() == Device::CPU) return w;
+  MoeLayerWeights d = w;
+  const auto end = w.expert_end < 0 ? static_cast<int64_t>(w.gate.size()) : w.expert_end;
+  d.router = dw.tensor(w.router);
+  d.bias = dw.floats(w.bias, w.router->rows());
+  d.gate = dw.stack(w.gate, w.expert_begin, end);
+  d.up = dw.stack(w.up, w.expert_begin, end);
+  d.down = dw.stack(w.down, w.expert_begin, end);
+  d.sh_gate = dw.tensor(w.sh_gate);
+  d.sh_up = dw.tensor(w.sh_up);
+  d.sh_down = dw.tensor(w.sh_down);
+  return d;
+}
+
 void MoeBlock::run(const MoeLayerWeights& w, const ModelConfig& c, const float* h, int64_t n, float* out) {
   const MoeConfig& m = c.moe;
-  if (static_cast<int64_t>(logits_.size()) < n * m.n_experts) logits_.resize(static_cast<size_t>(n * m.n_experts));
-  if (static_cast<int64_t>(ids_.size()) < n * m.n_used) {
-    ids_.resize(static_cast<size_t>(n * m.n_used));
-    weights_.resize(static_cast<size_t>(n * m.n_used));
-  }
-  dispatch(MatMulArgs{h, n, w.router, nullptr, logits_.data()});
+  float* logits = act_.f32(0, n * m.n_experts);
+  float* weights = act_.f32(1, n * m.n_used);
+  int32_t* ids = act_.i32(2, n * m.n_used);
+  dispatch(MatMulArgs{h, n, w.router, nullptr, logits});
   MoeRouteArgs r;
-  r.logits = logits_.data();
+  r.logits = logits;
   r.n = n;
   r.n_expert = m.n_experts;
   r.k = m.n_used;
@@ -135,15 +148,15 @@ void MoeBlock::run(const MoeLayerWeights& w, const ModelConfig& c, const float* 
   r.masked = m.group_score == "top2sum" ? -std::numeric_limits<float>::infinity() : 0.0f;
   r.norm_topk = m.norm_topk;
   r.scale = m.scale;
-  r.ids = ids_.data();
-  r.weights = weights_.data();
+  r.ids = ids;
+  r.weights = weights;
   dispatch(r);
   MoeFfnArgs f;
   f.x = h;
   f.n = n;
   f.dim = c.dim;
-  f.ids = ids_.data();
-  f.weights = weights_.data();
+  f.ids = ids;
+  f.weights = weights;
   f.k = m.n_used;
   f.n_expert = m.n_experts;
   f.ff = w.gate[static_cast<size_t>(w.expert_begin)].rows();  // this rank's width of an expert

@@ -9,6 +9,7 @@
 
 #include "kernels/ops_moe.h"
 #include "model/model_file.h"
+#include "model/placement.h"
 
 namespace fp {
 
@@ -49,14 +50,19 @@ class WeightRepacker;
 MoeLayerWeights load_moe_layer(ModelFile& mf, const std::string& prefix, const ModelConfig& c,
                                WeightRepacker* repacker = nullptr);
 
-// Routes h[n, dim] and runs the experts: out[n, dim] (shared experts included).
+// The layer's weights on device d (the experts as one stack per matrix, DeviceWeights::stack);
+// w itself on the CPU.
+MoeLayerWeights place_moe_layer(const MoeLayerWeights& w, DeviceWeights& dw);
+
+// Routes h[n, dim] and runs the experts: out[n, dim] (shared experts included). Its router
+// logits, ids and weights live on the model's device.
 class MoeBlock {
  public:
+  explicit MoeBlock(Device d = Device::CPU) : act_(d) {}
   void run(const MoeLayerWeights& w, const ModelConfig& c, const float* h, int64_t n, float* out);
 
  private:
-  std::vector<float> logits_, weights_;
-  std::vector<int32_t> ids_;
+  Activations act_;  // 0: router logits, 1: weights, 2: ids
 };
 
 }  // namespace fp

@@ -41,6 +41,36 @@ const float* DeviceWeights::floats(const float* p, int64_t n) {
   return static_cast<const float*>(upload(p, static_cast<size_t>(n) * sizeof(float)));
 }
 
+std::vector<Tensor> DeviceWeights::stack(const std::vector<Tensor>& experts, int64_t begin, int64_t end) {
+  if (device_ == Device::CPU || begin >= end) return experts;
+  const Tensor& first = experts[static_cast<size_t>(begin)];
+  const auto mat = static_cast<size_t>(first.nbytes());
+  const int64_t sb = first.scale_block;
+  const auto scales = first.block_scale ? static_cast<size_t>(((first.rows() + sb - 1) / sb) * ((first.cols() + sb - 1) / sb)) : 0;
+  const auto count = static_cast<size_t>(end - begin);
+  DeviceBuffer& buf = buffers_.emplace_back(device_, mat * count);
+  DeviceBuffer* sbuf = scales ? &buffers_.emplace_back(device_, scales * count * sizeof(float)) : nullptr;
+  std::vector<Tensor> out(experts.size());
+  for (int64_t e = begin; e < end; ++e) {
+    const Tensor& t = experts[static_cast<size_t>(e)];
+    FP_CHECK(t.dtype == first.dtype && t.shape == first.shape && t.is_contiguous() && (t.block_scale != nullptr) == (scales > 0),
+             "cannot place expert ", e, " ", t.shape_str(), " on ", device_name(device_), ": the experts differ from expert ",
+             begin, " ", first.shape_str());
+    const auto i = static_cast<size_t>(e - begin);
+    Tensor& d = out[static_cast<size_t>(e)];
+    d = t;
+    d.data = buf.as<uint8_t>() + i * mat;
+    d.device = device_;
+    copy_bytes(device_, d.data, Device::CPU, t.data, mat);
+    if (sbuf) {
+      d.block_scale = sbuf->as<float>() + i * scales;
+      copy_bytes(device_, const_cast<float*>(d.block_scale), Device::CPU, t.block_scale, scales * sizeof(float));
+    }
+  }
+  bytes_ += mat * count + scales * count * sizeof(float);
+  return out;
+}
+
 float* Activations::f32(size_t slot, int64_t n) {
   while (buffers_.size() <= slot) buffers_.emplace_back(device_);
   DeviceBuffer& b = buffers_[slot];

@@ -28,6 +28,11 @@ class DeviceWeights {
   const Tensor* tensor(const Tensor* t);
   // n floats on the device; p itself on the CPU. Null stays null.
   const float* floats(const float* p, int64_t n);
+  // Experts [begin, end) of a stack of equal matrices in one device buffer, one after another
+  // (their block scales likewise), as the grouped expert kernels read them, whether the host
+  // views were one file tensor or one per expert; the other entries stay empty. `experts`
+  // itself on the CPU.
+  std::vector<Tensor> stack(const std::vector<Tensor>& experts, int64_t begin, int64_t end);
   size_t bytes() const { return bytes_; }
 
  private:
@@ -46,6 +51,8 @@ class Activations {
   explicit Activations(Device d) : device_(d) {}
   // Buffer `slot`, holding at least n floats (contents are not kept when it grows).
   float* f32(size_t slot, int64_t n);
+  // The same slots seen as n int32 (routing ids).
+  int32_t* i32(size_t slot, int64_t n) { return reinterpret_cast<int32_t*>(f32(slot, n)); }
 
  private:
   Device device_;

@@ -13,11 +13,17 @@
 // on every rank, expert parallel (ep = N, attention replicated) or tensor parallel (tp = N: the
 // rank's heads read out of each cache row, its new K/V rows all-gathered and written whole, as
 // the llama family does): a different layout per phase on the same ranks.
+//
+// On a device (--device cuda, one rank): the weights uploaded once (each layer's experts as one
+// stack per matrix), activations, router outputs and KV cache there, the batch staged each
+// step, decode steps replayed as recorded graphs (forward_on_device), as the llama family does.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "kernels/ops.h"
 #include "kernels/registry.h"
 #include "model/context_parallel.h"
@@ -51,6 +57,8 @@ class Qwen3MoeModel : public Model {
     // Ranks the weights are split across (tensor or expert parallel); 1 with context parallel,
     // whose prefill runs the whole model on every rank, and so does its decode here.
     const int ranks = parallel().tp > 1 || parallel().ep > 1 ? tp_size() : 1;
+    FP_CHECK(device() == Device::CPU || tp_size() == 1, mf.path, ": qwen3moe runs on ", device_name(device()),
+             " on one rank (split across ranks on the CPU)");
     FP_CHECK(parallel().dp <= 1, mf.path, ": --data-parallel-attention is built for DeepSeek's MLA; ", c.arch,
              "'s GQA attention splits by heads instead (--tensor-parallel-size ", tp_size(), " --expert-parallel-size ",
              tp_size(), ")");
@@ -117,7 +125,9 @@ class Qwen3MoeModel : public Model {
     if (c.tied_output && !output_.split()) embed_ = output_.weight;
     rp.report();
     inv_freq_ = c.rope_inv_freq();
+    inv_freq_at_ = inv_freq_.data();
     rope_mscale_ = c.rope_scaling.type == "yarn" ? c.rope_scaling.attn_factor : 1.0f;
+    if (device() != Device::CPU) place_on_device();
   }
 
   // This rank's KV heads only (all of them when attention is replicated, or with context-parallel
@@ -132,6 +142,7 @@ class Qwen3MoeModel : public Model {
     const ModelConfig& c = config();
     check_batch(b, pool);
     if (b.n_tokens() <= 0) return;
+    if (device() != Device::CPU) return forward_on_device(b, pool, logits);
     // Prefill context parallel: this rank runs its run of the tokens (model/context_parallel.h).
     const bool cp = context_parallel_ && ContextParallelStep::applies(b, tp_size());
     const int64_t overlap_min = file_->micro_batch_overlap;
@@ -143,7 +154,7 @@ class Qwen3MoeModel : public Model {
     const Heads hd = heads(cp, pool);
     resize_buffers(padded, n, hd);
     run.slots(pool.page_size(), slots_);
-    AttentionArgs att = attention_args(run, pool, hd, q_.data(), att_.data());
+    AttentionArgs att = attention_args(paged_attention_args(run, pool), pool, hd, q_.data(), att_.data());
 
     // A context-parallel step runs the whole layers and sums nothing across the ranks.
     const std::vector<Qwen3MoeLayer>& layers = cp && !whole_layers_.empty() ? whole_layers_ : layers_;
@@ -201,9 +212,9 @@ class Qwen3MoeModel : public Model {
     resize(up_, n * c.hidden_dim);
   }
 
-  AttentionArgs attention_args(const ForwardBatch& run, const KvPool& pool, const Heads& hd, float* q, float* out) const {
+  // The batch's paged attention arguments (paged_attention_args) completed for these heads.
+  AttentionArgs attention_args(AttentionArgs att, const KvPool& pool, const Heads& hd, float* q, float* out) const {
     const ModelConfig& c = config();
-    AttentionArgs att = paged_attention_args(run, pool);
     att.q = q;
     att.n_heads = hd.H;
     att.n_kv_heads = hd.KH;
@@ -226,8 +237,8 @@ class Qwen3MoeModel : public Model {
     dispatch(MatMulArgs{r.h, n, L.wv, nullptr, r.v, hq});
     dispatch(RmsNormArgs{r.q, L.q_norm, n * hd.H, c.head_dim, c.rms_eps, r.q});
     dispatch(RmsNormArgs{r.k, L.k_norm, n * hd.KH, c.head_dim, c.rms_eps, r.k});
-    dispatch(RopeArgs{r.q, pos, n, hd.H, c.head_dim, c.rot_dim, hd.q_dim, inv_freq_.data(), rope_mscale_, c.rope_style});
-    dispatch(RopeArgs{r.k, pos, n, hd.KH, c.head_dim, c.rot_dim, hd.kv_dim, inv_freq_.data(), rope_mscale_, c.rope_style});
+    dispatch(RopeArgs{r.q, pos, n, hd.H, c.head_dim, c.rot_dim, hd.q_dim, inv_freq_at_, rope_mscale_, c.rope_style});
+    dispatch(RopeArgs{r.k, pos, n, hd.KH, c.head_dim, c.rot_dim, hd.kv_dim, inv_freq_at_, rope_mscale_, c.rope_style});
     if (cp) cp_.write_kv(pool, layer, r.k, r.v);  // every rank's rows
     else if (hd.every_head) every_head_.write(tp_.get(), pool, layer, slots, n, r.k, r.v, hd.kv_dim, hd.kv_dim);
     else pool.write(layer, slots, n, r.k, r.v);
@@ -277,7 +288,7 @@ class Qwen3MoeModel : public Model {
       m.r = Rows{x_.data() + r0 * c.dim,         h_.data() + r0 * c.dim,        q_.data() + r0 * hd.q_dim,
                  k_.data() + r0 * hd.kv_dim,     v_.data() + r0 * hd.kv_dim,    att_.data() + r0 * hd.q_dim,
                  gate_.data() + r0 * std::max(c.hidden_dim, c.dim), up_.data() + r0 * c.hidden_dim, part.n_tokens()};
-      m.att = attention_args(part, pool, hd, m.r.q, m.r.att);
+      m.att = attention_args(paged_attention_args(part, pool), pool, hd, m.r.q, m.r.att);
     }
     dispatch(EmbeddingArgs{embed_, b.tokens.data(), n, x_.data()});
     for (size_t l = 0; l < layers_.size(); ++l) {
@@ -312,6 +323,63 @@ class Qwen3MoeModel : public Model {
     output_.run(rows_.data(), rows, logits);
   }
 
+  // One rank on a device: as forward's single-rank path with the buffers on the device, the
+  // batch staged there, and the step's device work recorded and replayed for decode shapes.
+  void forward_on_device(const ForwardBatch& b, KvPool& pool, float* logits) {
+    const ModelConfig& c = config();
+    FP_CHECK(pool.device() == device(), "the KV cache is on ", device_name(pool.device()), " but the model runs on ",
+             device_name(device()));
+    DeviceScope scope(device());  // every op below runs on the model's device
+    const int64_t n = b.n_tokens();
+    const Heads hd = heads(false, pool);
+    const Rows r{act_.f32(0, n * c.dim),     act_.f32(1, n * c.dim),     act_.f32(2, n * hd.q_dim),
+                 act_.f32(3, n * hd.kv_dim), act_.f32(4, n * hd.kv_dim), act_.f32(5, n * hd.q_dim),
+                 act_.f32(6, n * std::max(c.hidden_dim, c.dim)),         act_.f32(7, n * c.hidden_dim), n};
+    const StagedBatch sb = stager_.stage(b, pool.page_size());
+    AttentionArgs att = attention_args(paged_attention_args(sb, pool), pool, hd, r.q, r.att);
+    const int64_t rows = sb.n_logits;
+    float* out_logits = act_.f32(8, rows * c.n_vocab);
+    graphs_.run(n, sb.n_seqs, rows, &pool, [&] {
+      dispatch(EmbeddingArgs{embed_, sb.tokens, n, r.x});
+      for (size_t l = 0; l < layers_.size(); ++l) {
+        const Qwen3MoeLayer& L = layers_[l];
+        attention(L, static_cast<int64_t>(l), hd, r, sb.positions, sb.slots, att, pool, false);
+        dispatch(AddArgs{r.x, r.h, n * c.dim, r.x});
+        float* out = ffn(L, r);
+        dispatch(AddArgs{r.x, out, n * c.dim, r.x});
+      }
+      if (rows == 0) return;
+      // The logit rows gathered by the embedding op over x seen as a [n, dim] table (one view per
+      // step size, kept: a recorded graph of this size reads it when replayed).
+      Tensor& x_rows = x_rows_[n];
+      x_rows = Tensor::view(r.x, DType::F32, {n, c.dim});
+      x_rows.device = device();
+      dispatch(EmbeddingArgs{&x_rows, sb.logit_rows, rows, r.h});
+      dispatch(RmsNormArgs{r.h, output_norm_, rows, c.dim, c.rms_eps, r.h});
+      output_.run(r.h, rows, out_logits);
+    });
+    if (rows > 0) copy_bytes(Device::CPU, logits, device(), out_logits, static_cast<size_t>(rows * c.n_vocab) * sizeof(float));
+  }
+
+  // Uploads every weight the forward reads and points the layers at the device copies.
+  void place_on_device() {
+    const ModelConfig& c = config();
+    DeviceWeights& dw = weights_;
+    embed_ = dw.tensor(embed_);
+    output_.weight = dw.tensor(output_.weight);
+    output_norm_ = dw.floats(output_norm_, c.dim);
+    for (Qwen3MoeLayer& L : layers_) {
+      L.attn_norm = dw.floats(L.attn_norm, c.dim);
+      L.ffn_norm = dw.floats(L.ffn_norm, c.dim);
+      L.q_norm = dw.floats(L.q_norm, c.head_dim);
+      L.k_norm = dw.floats(L.k_norm, c.head_dim);
+      for (const Tensor** w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) *w = dw.tensor(*w);
+      if (L.moe) L.experts = place_moe_layer(L.experts, dw);
+    }
+    inv_freq_at_ = dw.floats(inv_freq_.data(), static_cast<int64_t>(inv_freq_.size()));
+    log_info("placed the weights on ", device_name(device()), ": ", static_cast<double>(dw.bytes()) / (1 << 20), " MiB");
+  }
+
   static void resize(std::vector<float>& v, int64_t n) {
     if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
   }
@@ -322,12 +390,18 @@ class Qwen3MoeModel : public Model {
   std::vector<Qwen3MoeLayer> layers_;
   std::vector<Qwen3MoeLayer> whole_layers_;  // context-parallel prefill with EP or TP decode: the unsplit layers
   std::vector<float> inv_freq_;
+  const float* inv_freq_at_ = nullptr;  // inv_freq_ where the kernels read it (host or device)
   float rope_mscale_ = 1.0f;  // YaRN's attention factor (1 without YaRN)
   std::vector<float> x_, h_, q_, k_, v_, att_, gate_, up_, rows_;
   std::vector<BlockQ8_0> hq_;  // the normalised input quantized once for Q8_0/Q4_0 matmuls
   std::vector<int64_t> slots_;
   MicroBatchSplit overlap_;               // --micro-batch-overlap: the two micro-batches
-  MoeBlock moe_;
+  MoeBlock moe_{device()};
+  DeviceWeights weights_{device()};  // --device cuda: the weights' device copies
+  Activations act_{device()};        // --device cuda: x, h, q, k, v, attention out, gate, up, logits
+  BatchStager stager_{device()};
+  StepGraphs graphs_{device(), file_->device_graphs};
+  std::map<int64_t, Tensor> x_rows_;  // x seen as a table of n rows, for gathering the logit rows
   int attn_ranks_ = 1;                // ranks the attention heads are split across (1: replicated)
   bool ffn_split_ = false;            // the FFN weights are split across the ranks (an all-reduce per layer)
   bool context_parallel_ = false;     // prefill batches run context parallel
@@ -338,9 +412,11 @@ class Qwen3MoeModel : public Model {
 };
 
 const bool registered = register_sharded_architecture(
-    "qwen3moe", [](std::shared_ptr<ModelFile> f, std::shared_ptr<Communicator> comm) -> std::unique_ptr<Model> {
+    "qwen3moe",
+    [](std::shared_ptr<ModelFile> f, std::shared_ptr<Communicator> comm) -> std::unique_ptr<Model> {
       return std::make_unique<Qwen3MoeModel>(std::move(f), std::move(comm));
-    });
+    },
+    true);
 
 }  // namespace
 }  // namespace fp
