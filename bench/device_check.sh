@@ -92,6 +92,13 @@ step "synth llama-8B-shape fp8 (safetensors, 128x128 block scales)"
 timeout 150 "$FP" synth --arch llama --fast-fill --config "$CFG" --type fp8 --out "$SYN/llama8b-8l-fp8" > "$OUT/synth_fp8.log" 2>&1 \
   || row "synth fp8" "FAILED (synth_fp8.log)"
 [ -d "$SYN/llama8b-8l-fp8" ] && bench_model "8b8l-fp8" "$SYN/llama8b-8l-fp8" -p 4096 -n 64 -r 3 --warmup 1 --kv-cache-dtype bf16
+# Qwen3-30B-A3B shape (128 experts, top 8, GQA 32/4 heads of 128), 2 of its 48 layers, Q8_0:
+# the grouped expert kernels (moe_route, moe_ffn) at decode and prefill sizes.
+QCFG='{"hidden_size":2048,"intermediate_size":6144,"num_hidden_layers":2,"num_attention_heads":32,"num_key_value_heads":4,"head_dim":128,"vocab_size":151936,"max_position_embeddings":8192,"rope_theta":1000000.0,"rms_norm_eps":1e-6,"num_experts":128,"num_experts_per_tok":8,"moe_intermediate_size":768,"tie_word_embeddings":false}'
+step "synth qwen3moe (30B-A3B shape, 2 layers) q8_0"
+timeout 120 "$FP" synth --arch qwen3_moe --fast-fill --config "$QCFG" --type q8_0 --out "$SYN/q3moe-2l-q8_0.gguf" > "$OUT/synth_q3moe.log" 2>&1 \
+  || row "synth qwen3moe" "FAILED (synth_q3moe.log)"
+[ -f "$SYN/q3moe-2l-q8_0.gguf" ] && bench_model "q3moe2l-q8_0" "$SYN/q3moe-2l-q8_0.gguf" -p 1024 -n 32 -b 16 -r 2 --warmup 1 --kv-cache-dtype bf16
 rm -rf "$SYN"
 
 echo
