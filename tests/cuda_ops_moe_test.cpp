@@ -1,11 +1,13 @@
-// tests/cuda_ops_moe_test.cpp — the CUDA MoE kernels (moe_route, moe_ffn) against the CPU
-// reference (harness: cuda_ops.h): random logits and expert weights over many shapes, every
-// weight dtype the kernels read, with and without a shared expert, expert-parallel ranges,
-// decode (16-row tiles) and prefill (64-row tiles) sizes, FP8 block scales.
+// tests/cuda_ops_moe_test.cpp — the CUDA kernels of the MoE and MLA ops (moe_route, moe_ffn,
+// mla_attention) against the CPU reference (harness: cuda_ops.h): random logits and expert
+// weights over many shapes, every weight dtype the kernels read, with and without a shared
+// expert, expert-parallel ranges, decode (16-row tiles) and prefill (64-row tiles) sizes, FP8
+// block scales; MLA over paged latent caches of F32 / F16 / BF16, prefill chunks and decode,
+// contexts long enough for several splits.
 //
 // Tolerances: routing ids exactly (random logits leave no near ties), weights 1e-5; the FFN
 // 1e-4 normalised L2 (f32 sums of exactly decoded weights in another order, through two
-// matmuls and SiLU).
+// matmuls and SiLU); MLA 1e-4 (the same values summed in another order and an online softmax).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -262,6 +264,96 @@ TEST(CudaOps, MoeFfnAgainstTheReference) {
   check_ffn({DType::BF16, 300, 4, 4, 64, 64}, cov);  // every token to every expert: runs of whole tiles
   check_ffn({DType::F16, 0, 8, 2, 64, 64, 64}, cov);  // no tokens
   cov.expect_ran({"grouped"});
+}
+
+// ---------------------------------------------------------------------------------------------
+// MLA attention
+
+struct MlaCase {
+  DType wtype, kv;
+  int64_t H, nope, rope, v, L, page;
+  std::vector<int32_t> seq_indptr, pos, kv_len;  // per token / per sequence
+};
+
+void check_mla(const MlaCase& c, Coverage& cov) {
+  const int64_t n = c.seq_indptr.back(), S = static_cast<int64_t>(c.kv_len.size()), qd = c.nope + c.rope, lw = c.L + c.rope;
+  SCOPED_TRACE(std::string("mla w=") + dtype_name(c.wtype) + " kv=" + dtype_name(c.kv) + " H=" + std::to_string(c.H) +
+               " L=" + std::to_string(c.L) + " rope=" + std::to_string(c.rope) + " n=" + std::to_string(n) +
+               " kv_len[0]=" + std::to_string(c.kv_len[0]));
+  const uint32_t seed = static_cast<uint32_t>(n * 7 + c.L + c.H * 31 + c.kv_len[0]);
+  // Per-head W_UK [nope, L] and W_UV [v, L], each one stack (as the loader's views of kv_b).
+  HostStack wk(c.wtype, c.H, c.nope, c.L, false, seed), wv(c.wtype, c.H, c.v, c.L, false, seed + 1);
+  // Pages: each sequence its own run of pages, handed out in a shuffled order.
+  std::vector<int32_t> page_indptr{0}, page_ids;
+  for (int64_t s = 0; s < S; ++s) page_indptr.push_back(page_indptr.back() + static_cast<int32_t>((c.kv_len[static_cast<size_t>(s)] + c.page - 1) / c.page));
+  page_ids.resize(static_cast<size_t>(page_indptr.back()));
+  std::iota(page_ids.begin(), page_ids.end(), 0);
+  std::shuffle(page_ids.begin(), page_ids.end(), std::mt19937(seed + 2));
+  const auto pool_f = random_floats(static_cast<size_t>(page_ids.size() * static_cast<size_t>(c.page * lw)), seed + 3);
+  std::vector<uint8_t> pool(pool_f.size() * static_cast<size_t>(dtype_info(c.kv).block_bytes));
+  quantize_row(c.kv, pool_f.data(), pool.data(), static_cast<int64_t>(pool_f.size()));
+  const auto q = random_floats(static_cast<size_t>(n * c.H * qd), seed + 4);
+
+  auto args = [&](const void* latent, const float* qp, const int32_t* pos, const int32_t* sip, const int32_t* pip,
+                  const int32_t* pid, const int32_t* kvl, const Tensor* twk, const Tensor* twv, float* out) {
+    MlaAttentionArgs a;
+    a.q = qp, a.pos = pos, a.n = n, a.n_seqs = S, a.seq_indptr = sip;
+    a.n_heads = c.H, a.nope = c.nope, a.rope = c.rope, a.v_dim = c.v, a.kv_lora = c.L;
+    a.latent_pool = latent, a.latent_stride = lw, a.kv_dtype = c.kv, a.page_size = c.page;
+    a.page_indptr = pip, a.page_ids = pid, a.kv_len = kvl;
+    a.wk = twk, a.wk_t = nullptr, a.wv = twv;
+    a.scale = 1.0f / std::sqrt(static_cast<float>(qd));
+    a.out = out;
+    return a;
+  };
+  const auto hk = wk.views(c.wtype, wk.bytes.data(), nullptr, 0, c.H, Device::CPU);
+  const auto hv = wv.views(c.wtype, wv.bytes.data(), nullptr, 0, c.H, Device::CPU);
+  std::vector<float> want(static_cast<size_t>(n * c.H * c.v), NAN);
+  const auto* ref = test::find_kernel<MlaAttentionArgs>(Backend::CPU, "ref");
+  ASSERT_TRUE(ref);
+  ref->run(args(pool.data(), q.data(), c.pos.data(), c.seq_indptr.data(), page_indptr.data(), page_ids.data(),
+                c.kv_len.data(), hk.data(), hv.data(), want.data()));
+
+  const Device d = test::test_device();
+  DeviceBuffer dk = upload(wk.bytes), dv = upload(wv.bytes), dpool = upload(pool), dq = upload(q), dpos = upload(c.pos),
+               dsip = upload(c.seq_indptr), dpip = upload(page_indptr), dpid = upload(page_ids), dkvl = upload(c.kv_len);
+  const auto tk = wk.views(c.wtype, dk.as<uint8_t>(), nullptr, 0, c.H, d);
+  const auto tv = wv.views(c.wtype, dv.as<uint8_t>(), nullptr, 0, c.H, d);
+  const std::vector<float> poison(want.size(), NAN);
+  DeviceBuffer dout = upload(poison);
+  const MlaAttentionArgs a = args(dpool.data(), dq.as<float>(), dpos.as<int32_t>(), dsip.as<int32_t>(), dpip.as<int32_t>(),
+                                  dpid.as<int32_t>(), dkvl.as<int32_t>(), tk.data(), tv.data(), dout.as<float>());
+  for (const auto* k : test::kernels_under_test<MlaAttentionArgs>()) {
+    if (!test::refusal(*k, a).empty()) continue;
+    upload_into(dout, poison);
+    const std::string err = test::run_kernel(*k, a);
+    EXPECT_EQ(err, "") << "kernel " << k->name;
+    if (!err.empty()) continue;
+    const auto got = download<float>(dout, want.size());
+    EXPECT_LE(l2_error(got, want), 1e-4) << "kernel " << k->name << ", first unwritten element "
+                                         << test::first_unwritten(got, want);
+    ++cov.ran[k->name];
+  }
+}
+
+TEST(CudaOps, MlaAttentionAgainstTheReference) {
+  FP_SKIP_WITHOUT_GPU();
+  Coverage cov;
+  for (DType kv : {DType::F32, DType::F16, DType::BF16})
+    for (DType w : {DType::F32, DType::BF16, DType::Q8_0}) {
+      // A prefill chunk after 5 cached positions and a fresh prompt; small odd widths.
+      check_mla({w, kv, 4, 16, 8, 16, 64, 4, {0, 5, 8}, {5, 6, 7, 8, 9, 0, 1, 2}, {10, 3}}, cov);
+      // Decode of three sequences, one long enough for many 64-position tiles per split.
+      check_mla({w, kv, 3, 32, 8, 24, 96, 16, {0, 1, 2, 3}, {700, 6, 40}, {701, 7, 41}}, cov);
+    }
+  // DeepSeek-V2-Lite's widths (16 heads, nope 128, rope 64, v 128, kv_lora 512), decode at 1K;
+  // a 24-token prefill chunk over 4 of the heads (the reference's cost grows with heads x
+  // positions x (nope + v) x kv_lora); page size 64.
+  check_mla({DType::BF16, DType::BF16, 16, 128, 64, 128, 512, 64, {0, 1, 2}, {1023, 300}, {1024, 301}}, cov);
+  std::vector<int32_t> pos(24);
+  std::iota(pos.begin(), pos.end(), 40);
+  check_mla({DType::BF16, DType::F16, 4, 128, 64, 128, 512, 64, {0, 24}, pos, {64}}, cov);
+  cov.expect_ran({"absorbed"});
 }
 
 }  // namespace

@@ -48,4 +48,8 @@ void moe_route(const MoeRouteArgs& a);
 std::string refuse_moe_ffn(const MoeFfnArgs& a);
 void moe_ffn(const MoeFfnArgs& a);
 
+// mla.cu: MLA attention in the absorbed form over the latent cache (per-head weights one stack each)
+std::string refuse_mla(const MlaAttentionArgs& a);
+void mla_attention(const MlaAttentionArgs& a);
+
 }  // namespace fp::cuda

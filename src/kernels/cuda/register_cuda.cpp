@@ -47,6 +47,7 @@ const bool registered = [] {
   register_kernel(cuda_kernel<ArgmaxArgs>(argmax));
   register_kernel(cuda_kernel<MoeRouteArgs>(moe_route, refuse_moe_route));
   register_kernel(cuda_kernel<MoeFfnArgs>(moe_ffn, refuse_moe_ffn, "grouped"));
+  register_kernel(cuda_kernel<MlaAttentionArgs>(mla_attention, refuse_mla, "absorbed"));
   return true;
 }();
 
