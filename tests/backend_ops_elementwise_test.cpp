@@ -54,6 +54,29 @@ TEST(BackendOps, RmsNormEveryKernelAgainstItsReference) {
   expect_fast_kernel_ran(checked, "rmsnorm");
 }
 
+// Rows `stride` floats apart, normalised in place over their first d values (DeepSeek's latent c
+// inside [c | k_pe]): the values past d stay as they were (the whole buffer is compared).
+TEST(BackendOps, RmsNormStridedRowsInPlace) {
+  int checked = 0;
+  for (int64_t n : {1, 3, 8})
+    for (int64_t d : {7, 32, 512})
+      for (int64_t extra : {1, 64}) {
+        const int64_t stride = d + extra;
+        std::vector<float> w;
+        std::function<RmsNormArgs(std::vector<float>&)> make = [&](std::vector<float>& out) {
+          out = test::random_floats(static_cast<size_t>(n * stride), static_cast<uint32_t>(n * 100 + d + extra));
+          w = test::random_floats(static_cast<size_t>(d), 5);
+          RmsNormArgs a{out.data(), w.data(), n, d, 1e-6f, out.data()};
+          a.stride = stride;
+          return a;
+        };
+        checked += test::check_kernels<RmsNormArgs>("n=" + std::to_string(n) + " d=" + std::to_string(d) + " stride=" +
+                                                        std::to_string(stride),
+                                                    make, "ref", 1e-5);
+      }
+  expect_fast_kernel_ran(checked, "rmsnorm");
+}
+
 // The fused form: every kernel's Q8_0 rows are exactly the quantization of its own f32 output
 // (which is unchanged by asking for them), in place or not; rows not a multiple of 32 are refused.
 TEST(BackendOps, RmsNormWithQ8OutputQuantizesItsOwnRows) {

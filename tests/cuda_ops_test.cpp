@@ -195,6 +195,22 @@ TEST(CudaOps, RmsNormRowsOfEverySize) {
                                 },
                                 [&] { return download<float>(in_place ? dx : dout, want.size()); }, want, 1e-5, cov);
       }
+  // Strided rows in place (DeepSeek's latent c inside [c | k_pe]): the values past d untouched.
+  for (int64_t n : {1, 5})
+    for (int64_t d : {7, 512}) {
+      const int64_t stride = d + 64;
+      const auto x = random_floats(static_cast<size_t>(n * stride), static_cast<uint32_t>(n + d), 2.0f);
+      auto w = random_floats(static_cast<size_t>(d), static_cast<uint32_t>(d + 3));
+      std::vector<float> want = x;
+      RmsNormArgs ra{want.data(), w.data(), n, d, 1e-6f, want.data()};
+      ra.stride = stride;
+      test::find_kernel<RmsNormArgs>(Backend::CPU, "ref")->run(ra);
+      DeviceBuffer dx = upload(x), dw = upload(w);
+      RmsNormArgs a{dx.as<float>(), dw.as<float>(), n, d, 1e-6f, dx.as<float>()};
+      a.stride = stride;
+      check_each<RmsNormArgs>("strided n=" + std::to_string(n) + " d=" + std::to_string(d), a, [&] { upload_into(dx, x); },
+                              [&] { return download<float>(dx, want.size()); }, want, 1e-5, cov);
+    }
   cov.expect_ran({"cuda"});
 }
 

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <iterator>
+#include <set>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -75,6 +76,7 @@ class EmulatedDevice {
       register_emulated<ArgmaxArgs>();
       register_emulated<MoeRouteArgs>();
       register_emulated<MoeFfnArgs>();
+      register_emulated<MlaAttentionArgs>();
       return true;
     }();
     (void)kernels;
@@ -298,7 +300,8 @@ void expect_greedy_on_cpu(Model& cpu, const std::vector<int32_t>& prompt, const 
 }
 
 // The model at `path` on the device (a stand-in or the GPU) against the CPU's reference kernels
-// (the fast CPU matmuls quantize activations for 8-bit weights; the device kernels do not): the
+// (the fast CPU matmuls quantize activations for 8-bit weights; the device kernels do not; the
+// stand-in runs the references themselves, so its results must be exactly the same): the
 // logits of every position of one batch within tol (normalised L2); greedy tokens of one sequence
 // alone and of four served together with chunked prefill, each the CPU's choice (within slack);
 // the MoE ops in the ledger as device calls, and decode steps replayed from recorded graphs.
@@ -314,8 +317,8 @@ void expect_device_matches_cpu(const std::string& path, double tol, float slack)
   const auto gen_alone = greedy_tokens(*gpu, kPrompts[0], 24);
   const auto served = serve_prompts(*gpu, 16, true);
 
-  KernelOverrides::global().force("matmul", "ref");
-  KernelOverrides::global().force("moe_ffn", "ref");
+  for (const auto& [op, kernels] : kernel_catalog())  // the CPU's reference kernels for every op that has one
+    if (std::find(kernels.begin(), kernels.end(), "ref") != kernels.end()) KernelOverrides::global().force(op, "ref");
   invalidate_all_dispatch();
   const auto want = batch_logits(*cpu, ids);
   double err = 0, norm = 0;
@@ -333,11 +336,43 @@ void expect_device_matches_cpu(const std::string& path, double tol, float slack)
   KernelOverrides::global().clear();
   invalidate_all_dispatch();
 
-  int moe_entries = 0;
+  std::set<std::string> device_ops;
   for (const LedgerEntry& e : Ledger::global().snapshot())
-    if (e.backend == "cuda" && (e.op == "moe_route" || e.op == "moe_ffn")) ++moe_entries;
-  EXPECT_GE(moe_entries, 2) << "the MoE ops ran on the device";
+    if (e.backend == "cuda") device_ops.insert(e.op);
+  EXPECT_TRUE(device_ops.count("moe_route") && device_ops.count("moe_ffn")) << "the MoE ops ran on the device";
+  if (gpu->config().mla.kv_lora_rank > 0) {
+    EXPECT_TRUE(device_ops.count("mla_attention")) << "MLA ran on the device";
+  }
   EXPECT_GT(Ledger::global().steps()["replayed"], 10u) << "decode steps replayed recorded graphs";
+}
+
+// Small DeepSeek models by synth: V2 (kv_b in one tensor; one dense layer first, 2 shared
+// experts) and V3 (query compression, sigmoid routing with groups and bias; llama.cpp's split
+// attn_k_b / attn_v_b form).
+std::string synth_deepseek(const std::string& arch, DType t, bool split_kv_b) {
+  SynthOptions o;
+  o.arch = arch;
+  o.type = t;
+  o.split_kv_b = split_kv_b;
+  o.config = {{"hidden_size", 64},       {"num_attention_heads", 4}, {"intermediate_size", 96}, {"num_hidden_layers", 3},
+              {"vocab_size", 512},       {"n_routed_experts", 8},    {"num_experts_per_tok", 2}, {"moe_intermediate_size", 32},
+              {"n_shared_experts", 2},   {"first_k_dense_replace", 1}, {"kv_lora_rank", 32},   {"qk_rope_head_dim", 16},
+              {"qk_nope_head_dim", 32},  {"v_head_dim", 32}};
+  if (arch == "deepseek_v3") {
+    o.config["q_lora_rank"] = 64;
+    o.config["n_group"] = 4;
+    o.config["topk_group"] = 2;
+  }
+  o.out = test::temp_dir("device_" + arch) + "/" + arch + "_" + dtype_name(t) + (split_kv_b ? "_split" : "") + ".gguf";
+  synth_model(o);
+  return o.out;
+}
+
+TEST(DevicePlacement, StandInDeviceRunsDeepSeekLikeTheCpu) {
+  FP_REQUIRE_NO_GPU();
+  EmulatedDevice dev;
+  expect_device_matches_cpu(synth_deepseek("deepseek_v2", DType::F32, false), 1e-5, 0.0f);
+  expect_device_matches_cpu(synth_deepseek("deepseek_v3", DType::Q8_0, true), 1e-5, 0.0f);
 }
 
 TEST(DevicePlacement, StandInDeviceRunsQwen3MoeLikeTheCpu) {
@@ -422,6 +457,14 @@ TEST(CudaModel, Qwen3MoeMatchesTheCpu) {
   FP_REQUIRE_GPU();
   // f32 sums in another order through 3 layers; BF16 weights are exact on both sides.
   for (DType t : {DType::F32, DType::BF16, DType::Q8_0, DType::Q4_K}) expect_device_matches_cpu(synth_qwen3moe(t), 1e-3, 1e-3f);
+}
+
+TEST(CudaModel, DeepSeekMatchesTheCpu) {
+  FP_REQUIRE_GPU();
+  for (DType t : {DType::F32, DType::BF16, DType::Q8_0}) {
+    expect_device_matches_cpu(synth_deepseek("deepseek_v2", t, false), 1e-3, 1e-3f);
+    expect_device_matches_cpu(synth_deepseek("deepseek_v3", t, true), 1e-3, 1e-3f);
+  }
 }
 
 TEST(CudaModel, AuditStrictShowsNoFallback) {

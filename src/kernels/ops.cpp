@@ -15,7 +15,9 @@ std::string MatMulArgs::shape_class() const {
   return s;
 }
 
-std::string RmsNormArgs::shape_class() const { return q8 ? "f32 +q8_0" : "f32"; }
+std::string RmsNormArgs::shape_class() const {
+  return std::string(q8 ? "f32 +q8_0" : "f32") + (row_stride() != d ? " strided" : "");
+}
 
 std::string RopeArgs::shape_class() const {
   return std::string(style == RopeStyle::NeoX ? "neox" : "adjacent") + " hd=" + std::to_string(head_dim);

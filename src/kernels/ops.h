@@ -35,7 +35,9 @@ struct MatMulArgs {
   std::string shape_class() const;  // weight dtype and gemv (n <= 4) / gemv8 (n <= 8) / gemm
 };
 
-// out[n, d] = x / sqrt(mean(x^2) + eps) * weight; out may alias x.
+// out[n, d] = x / sqrt(mean(x^2) + eps) * weight; out may alias x. Rows of x and out lie `stride`
+// floats apart (0: d), so the first d values of wider rows normalise in place (DeepSeek's latent
+// c inside the [c | k_pe] row).
 struct RmsNormArgs {
   static constexpr const char* kName = "rmsnorm";
   const float* x = nullptr;
@@ -46,6 +48,8 @@ struct RmsNormArgs {
   // Optional: also out's rows quantized to Q8_0 (d % 32 == 0), written while each row is in
   // L1 — the activations of the Q8_0/Q4_0 matmuls that follow (MatMulArgs::xq), quantized once.
   BlockQ8_0* q8 = nullptr;
+  int64_t stride = 0;
+  int64_t row_stride() const { return stride ? stride : d; }
   std::string shape_class() const;
 };
 

@@ -18,10 +18,17 @@
 // too, expert parallel (a different layout per phase; MLA replicated in both). Under expert
 // parallel a step can run as two micro-batches whose FFN sums travel while the other computes
 // (--micro-batch-overlap).
+//
+// On a device (--device cuda, one rank): the weights uploaded once (per-head W_UK / W_UV and each
+// layer's experts as one stack per matrix), activations, router outputs and the latent cache
+// there, the batch staged each step, decode steps replayed as recorded graphs
+// (forward_on_device), as the llama family does.
 #include <cmath>
 #include <cstring>
+#include <map>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "kernels/ops.h"
 #include "kernels/registry.h"
 #include "model/context_parallel.h"
@@ -61,6 +68,8 @@ class DeepseekModel : public Model {
     FP_CHECK(tp_size() == 1 || parallel().tp == 1, mf.path, ": ", c.arch, " splits across ranks by experts only: MLA attention "
              "is replicated (its latent KV cache has no heads to split); use --expert-parallel-size ", tp_size(),
              " without --tensor-parallel-size");
+    FP_CHECK(device() == Device::CPU || tp_size() == 1, mf.path, ": ", c.arch, " runs on ", device_name(device()),
+             " on one rank (split across ranks on the CPU)");
     FP_CHECK(!data_parallel_ || mf.micro_batch_overlap == 0, mf.path, ": --micro-batch-overlap is not built for "
              "data-parallel attention (its gathers and reduce-scatters are blocking); drop one of the two");
     const FfnSplit split{rank, ranks, true, &shards_};
@@ -126,6 +135,8 @@ class DeepseekModel : public Model {
       if (rs.factor > 1.0f) mscale = 1.0f + rs.log_multiplier * std::log(rs.factor);
     }
     scale_ = mscale * mscale / std::sqrt(static_cast<float>(qd));
+    inv_freq_at_ = inv_freq_.data();
+    if (device() != Device::CPU) place_on_device();
   }
 
   KvLayout kv_layout() const override { return KvLayout{config().n_layers, L_ + rope_, 0}; }
@@ -136,6 +147,7 @@ class DeepseekModel : public Model {
     FP_CHECK(pool.layout().k_width == L_ + rope_ && pool.layout().v_width == 0, "deepseek2: the KV pool holds ",
              pool.layout().k_width, "+", pool.layout().v_width, " values per token, the latent cache needs ", L_ + rope_, "+0");
     if (b.n_tokens() <= 0) return;
+    if (device() != Device::CPU) return forward_on_device(b, pool, logits);
     // Prefill context parallel: this rank runs its run of the tokens (model/context_parallel.h).
     const bool cp = context_parallel_ && ContextParallelStep::applies(b, tp_size());
     if (cp) cp_.begin(tp_.get(), b, pool.page_size());
@@ -153,7 +165,7 @@ class DeepseekModel : public Model {
     if (dp) resize(all_, m * c.dim);
     run.slots(pool.page_size(), slots_);
     const Rows r = rows_at(0, n, run.positions.data(), slots_.data());
-    MlaAttentionArgs att = mla_args(run, pool, r);
+    MlaAttentionArgs att = mla_args(host_view(run), pool, r);
 
     if (n > 0) dispatch(EmbeddingArgs{embed_, run.tokens.data(), n, x_.data()});
     // A context-parallel step runs the whole layers and sums nothing across the ranks.
@@ -181,7 +193,7 @@ class DeepseekModel : public Model {
   // Rows [r0, r0 + n) of the step buffers that one pass works on (a whole step, or one
   // micro-batch), with those tokens' positions and KV slots.
   struct Rows {
-    float *x, *h, *q, *qa, *kva, *c, *att, *gate, *up;
+    float *x, *h, *q, *qa, *kva, *att, *gate, *up;
     const int32_t* pos;
     const int64_t* slots;
     int64_t n;
@@ -190,7 +202,7 @@ class DeepseekModel : public Model {
     const ModelConfig& c = config();
     const int64_t qd = nope_ + rope_, lw = L_ + rope_;
     return Rows{x_.data() + r0 * c.dim,     h_.data() + r0 * c.dim,   q_.data() + r0 * H_ * qd,
-                qa_.data() + r0 * c.mla.q_lora_rank, kva_.data() + r0 * lw, c_.data() + r0 * L_,
+                qa_.data() + r0 * c.mla.q_lora_rank, kva_.data() + r0 * lw,
                 att_.data() + r0 * H_ * vd_, gate_.data() + r0 * std::max(c.hidden_dim, c.dim),
                 up_.data() + r0 * c.hidden_dim, pos, slots, n};
   }
@@ -204,20 +216,20 @@ class DeepseekModel : public Model {
     resize(q_, n * H_ * qd);
     resize(qa_, n * c.mla.q_lora_rank);
     resize(kva_, padded * lw);
-    resize(c_, n * L_);
     resize(att_, n * H_ * vd_);
     resize(gate_, m * std::max(c.hidden_dim, c.dim));
     resize(up_, m * c.hidden_dim);
   }
 
-  // The MLA op's arguments for `run`'s tokens, reading r.q and writing r.att.
-  MlaAttentionArgs mla_args(const ForwardBatch& run, const KvPool& pool, const Rows& r) const {
+  // The MLA op's arguments for `run`'s tokens (host arrays, host_view, or staged on the device),
+  // reading r.q and writing r.att.
+  MlaAttentionArgs mla_args(const StagedBatch& run, const KvPool& pool, const Rows& r) const {
     MlaAttentionArgs att{};
     att.q = r.q;
     att.pos = r.pos;
-    att.n = run.n_tokens();
-    att.n_seqs = run.n_seqs();
-    att.seq_indptr = run.seq_indptr.data();
+    att.n = run.n;
+    att.n_seqs = run.n_seqs;
+    att.seq_indptr = run.seq_indptr;
     att.n_heads = H_;
     att.nope = nope_;
     att.rope = rope_;
@@ -226,9 +238,9 @@ class DeepseekModel : public Model {
     att.latent_stride = L_ + rope_;
     att.kv_dtype = pool.dtype();
     att.page_size = pool.page_size();
-    att.page_indptr = run.page_indptr.data();
-    att.page_ids = run.page_ids.data();
-    att.kv_len = run.kv_len.data();
+    att.page_indptr = run.page_indptr;
+    att.page_ids = run.page_ids;
+    att.kv_len = run.kv_len;
     att.scale = scale_;
     att.out = r.att;
     return att;
@@ -248,18 +260,18 @@ class DeepseekModel : public Model {
       dispatch(MatMulArgs{r.h, n, Y.wq, nullptr, r.q, hq});
     }
     dispatch(MatMulArgs{r.h, n, Y.wkv_a, nullptr, r.kva, hq});
-    for (int64_t i = 0; i < n; ++i) std::memcpy(r.c + i * L_, r.kva + i * lw, static_cast<size_t>(L_) * 4);
-    dispatch(RmsNormArgs{r.c, Y.kv_a_norm, n, L_, c.rms_eps, r.c});
-    // RoPE: the last `rope` values of every query head, and the one shared k_pe.
-    dispatch(RopeArgs{r.q + nope_, r.pos, n, H_, qd, rope_, H_ * qd, inv_freq_.data(), rope_mscale_, c.rope_style});
-    dispatch(RopeArgs{r.kva + L_, r.pos, n, 1, rope_, rope_, lw, inv_freq_.data(), rope_mscale_, c.rope_style});
-    // The latent rows [normalised c | k_pe]: c back over the raw c in kva, then into the cache.
-    for (int64_t i = 0; i < n; ++i) std::memcpy(r.kva + i * lw, r.c + i * L_, static_cast<size_t>(L_) * 4);
+    // The latent rows [c | k_pe]: c normalised in place (rows lw apart), then RoPE on the last
+    // `rope` values of every query head and on the one shared k_pe.
+    RmsNormArgs kv_norm{r.kva, Y.kv_a_norm, n, L_, c.rms_eps, r.kva};
+    kv_norm.stride = lw;
+    dispatch(kv_norm);
+    dispatch(RopeArgs{r.q + nope_, r.pos, n, H_, qd, rope_, H_ * qd, inv_freq_at_, rope_mscale_, c.rope_style});
+    dispatch(RopeArgs{r.kva + L_, r.pos, n, 1, rope_, rope_, lw, inv_freq_at_, rope_mscale_, c.rope_style});
     if (cp) cp_.write_kv(pool, l, r.kva, nullptr);  // every rank's rows
     else pool.write(l, r.slots, n, r.kva, nullptr);
     att.latent_pool = pool.k(l);
     att.wk = Y.wk.data();
-    att.wk_t = Y.wk_t.data();
+    att.wk_t = Y.wk_t.empty() ? nullptr : Y.wk_t.data();
     att.wv = Y.wv.data();
     dispatch(att);
     dispatch(MatMulArgs{r.att, n, Y.wo, nullptr, r.h});
@@ -297,7 +309,7 @@ class DeepseekModel : public Model {
     for (int i = 0; i < 2; ++i) {
       const ForwardBatch& part = overlap_.parts[i];
       mb[i].r = rows_at(overlap_.row0[i], part.n_tokens(), part.positions.data(), overlap_.slots[i].data());
-      mb[i].att = mla_args(part, pool, mb[i].r);
+      mb[i].att = mla_args(host_view(part), pool, mb[i].r);
     }
     dispatch(EmbeddingArgs{embed_, b.tokens.data(), n, x_.data()});
     for (size_t l = 0; l < layers_.size(); ++l) {
@@ -393,6 +405,67 @@ class DeepseekModel : public Model {
     }
   }
 
+  // One rank on a device: forward's single-rank path with the buffers on the device, the batch
+  // staged there, and the step's device work recorded and replayed for decode shapes.
+  void forward_on_device(const ForwardBatch& b, KvPool& pool, float* logits) {
+    const ModelConfig& c = config();
+    FP_CHECK(pool.device() == device(), "the KV cache is on ", device_name(pool.device()), " but the model runs on ",
+             device_name(device()));
+    DeviceScope scope(device());  // every op below runs on the model's device
+    const int64_t n = b.n_tokens(), qd = nope_ + rope_, lw = L_ + rope_;
+    const StagedBatch sb = stager_.stage(b, pool.page_size());
+    const Rows r{act_.f32(0, n * c.dim),  act_.f32(1, n * c.dim), act_.f32(2, n * H_ * qd),
+                 act_.f32(3, n * std::max<int64_t>(c.mla.q_lora_rank, 1)), act_.f32(4, n * lw),
+                 act_.f32(5, n * H_ * vd_), act_.f32(6, n * std::max(c.hidden_dim, c.dim)), act_.f32(7, n * c.hidden_dim),
+                 sb.positions, sb.slots, n};
+    MlaAttentionArgs att = mla_args(sb, pool, r);
+    const int64_t rows = sb.n_logits;
+    float* out_logits = act_.f32(8, rows * c.n_vocab);
+    graphs_.run(n, sb.n_seqs, rows, &pool, [&] {
+      dispatch(EmbeddingArgs{embed_, sb.tokens, n, r.x});
+      for (size_t l = 0; l < layers_.size(); ++l) {
+        const DeepseekLayer& Y = layers_[l];
+        attention(Y, static_cast<int64_t>(l), r, false, pool, att);
+        dispatch(RmsNormArgs{r.x, Y.ffn_norm, n, c.dim, c.rms_eps, r.h});
+        float* out = ffn(Y, r.h, n, r.gate, r.up, r.h);
+        dispatch(AddArgs{r.x, out, n * c.dim, r.x});
+      }
+      if (rows == 0) return;
+      // The logit rows gathered by the embedding op over x seen as a [n, dim] table (one view per
+      // step size, kept: a recorded graph of this size reads it when replayed).
+      Tensor& x_rows = x_rows_[n];
+      x_rows = Tensor::view(r.x, DType::F32, {n, c.dim});
+      x_rows.device = device();
+      dispatch(EmbeddingArgs{&x_rows, sb.logit_rows, rows, r.h});
+      dispatch(RmsNormArgs{r.h, output_norm_, rows, c.dim, c.rms_eps, r.h});
+      output_.run(r.h, rows, out_logits);
+    });
+    if (rows > 0) copy_bytes(Device::CPU, logits, device(), out_logits, static_cast<size_t>(rows * c.n_vocab) * sizeof(float));
+  }
+
+  // Uploads every weight the forward reads and points the layers at the device copies. The
+  // absorbed MLA kernel reads W_UK and W_UV (one stack each); W_UK^T stays on the host.
+  void place_on_device() {
+    const ModelConfig& c = config();
+    DeviceWeights& dw = weights_;
+    embed_ = dw.tensor(embed_);
+    output_.weight = dw.tensor(output_.weight);
+    output_norm_ = dw.floats(output_norm_, c.dim);
+    for (DeepseekLayer& Y : layers_) {
+      Y.attn_norm = dw.floats(Y.attn_norm, c.dim);
+      Y.ffn_norm = dw.floats(Y.ffn_norm, c.dim);
+      Y.kv_a_norm = dw.floats(Y.kv_a_norm, L_);
+      Y.q_a_norm = dw.floats(Y.q_a_norm, c.mla.q_lora_rank);
+      for (const Tensor** w : {&Y.wq, &Y.wq_a, &Y.wq_b, &Y.wkv_a, &Y.wo, &Y.w_gate, &Y.w_up, &Y.w_down}) *w = dw.tensor(*w);
+      Y.wk = dw.stack(Y.wk, 0, H_);
+      Y.wv = dw.stack(Y.wv, 0, H_);
+      Y.wk_t.clear();
+      if (Y.moe) Y.experts = place_moe_layer(Y.experts, dw);
+    }
+    inv_freq_at_ = dw.floats(inv_freq_.data(), static_cast<int64_t>(inv_freq_.size()));
+    log_info("placed the weights on ", device_name(device()), ": ", static_cast<double>(dw.bytes()) / (1 << 20), " MiB");
+  }
+
   static void resize(std::vector<float>& v, int64_t n) {
     if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
   }
@@ -405,11 +478,17 @@ class DeepseekModel : public Model {
   std::vector<DeepseekLayer> layers_;
   std::vector<DeepseekLayer> whole_layers_;  // context-parallel prefill with EP decode: the unsplit layers
   std::vector<float> inv_freq_;
-  std::vector<float> x_, h_, q_, qa_, kva_, c_, att_, gate_, up_, rows_;
+  const float* inv_freq_at_ = nullptr;  // inv_freq_ where the kernels read it (host or device)
+  std::vector<float> x_, h_, q_, qa_, kva_, att_, gate_, up_, rows_;
   std::vector<BlockQ8_0> hq_;  // the normalised input quantized once for Q8_0/Q4_0 matmuls
   std::vector<int64_t> slots_;
   MicroBatchSplit overlap_;  // --micro-batch-overlap: the two micro-batches
-  MoeBlock moe_;
+  MoeBlock moe_{device()};
+  DeviceWeights weights_{device()};  // --device cuda: the weights' device copies
+  Activations act_{device()};        // --device cuda: the step's buffers and logits
+  BatchStager stager_{device()};
+  StepGraphs graphs_{device(), file_->device_graphs};
+  std::map<int64_t, Tensor> x_rows_;  // x seen as a table of n rows, for gathering the logit rows
   std::deque<Tensor> shards_;  // this rank's weight slices (stable addresses)
   bool context_parallel_ = false;  // prefill batches run context parallel
   bool ffn_split_ = false;         // experts / FFN widths split across the ranks (an all-reduce per layer)
@@ -420,9 +499,11 @@ class DeepseekModel : public Model {
 };
 
 const bool registered = register_sharded_architecture(
-    "deepseek2", [](std::shared_ptr<ModelFile> f, std::shared_ptr<Communicator> comm) -> std::unique_ptr<Model> {
+    "deepseek2",
+    [](std::shared_ptr<ModelFile> f, std::shared_ptr<Communicator> comm) -> std::unique_ptr<Model> {
       return std::make_unique<DeepseekModel>(std::move(f), std::move(comm));
-    });
+    },
+    true);
 
 }  // namespace
 }  // namespace fp

@@ -42,8 +42,8 @@ FP_AVX2 void rmsnorm_rows(const RmsNormArgs& a, int64_t r0, int64_t r1) {
   const int64_t d = a.d, d8 = d & ~int64_t{7};
   const __m256i tm = tail_mask(d - d8);
   for (int64_t r = r0; r < r1; ++r) {
-    const float* x = a.x + r * d;
-    float* y = a.out + r * d;
+    const float* x = a.x + r * a.row_stride();
+    float* y = a.out + r * a.row_stride();
     __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
     int64_t j = 0;
     for (; j + 32 <= d; j += 32) {

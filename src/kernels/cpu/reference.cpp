@@ -123,8 +123,8 @@ void matmul_ref_q8act(const MatMulArgs& a) {
 void rmsnorm_ref(const RmsNormArgs& a) {
   FP_CHECK(!a.q8 || a.d % QK8_0 == 0, "rmsnorm: Q8_0 output needs rows that are a multiple of 32 (d = ", a.d, ")");
   for (int64_t i = 0; i < a.n; ++i) {
-    const float* x = a.x + i * a.d;
-    float* y = a.out + i * a.d;
+    const float* x = a.x + i * a.row_stride();
+    float* y = a.out + i * a.row_stride();
     float ss = 0;
     for (int64_t j = 0; j < a.d; ++j) ss += x[j] * x[j];
     float inv = 1.0f / std::sqrt(ss / static_cast<float>(a.d) + a.eps);

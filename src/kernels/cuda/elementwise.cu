@@ -18,9 +18,9 @@ __global__ void embedding_kernel(const uint8_t* table, DType dtype, int64_t row_
   for (int64_t c = threadIdx.x; c < dim; c += blockDim.x) out[i * dim + c] = load_element(row, dtype, c);
 }
 
-__global__ void rmsnorm_kernel(const float* x, const float* w, int64_t d, float eps, float* out) {
-  const float* xr = x + blockIdx.x * d;
-  float* yr = out + blockIdx.x * d;
+__global__ void rmsnorm_kernel(const float* x, const float* w, int64_t d, int64_t stride, float eps, float* out) {
+  const float* xr = x + blockIdx.x * stride;
+  float* yr = out + blockIdx.x * stride;
   float ss = 0.0f;
   for (int64_t j = threadIdx.x; j < d; j += blockDim.x) ss += xr[j] * xr[j];
   ss = block_sum(ss);
@@ -142,7 +142,7 @@ std::string refuse_rmsnorm(const RmsNormArgs& a) {
 
 void rmsnorm(const RmsNormArgs& a) {
   if (a.n == 0) return;
-  rmsnorm_kernel<<<static_cast<unsigned>(a.n), kThreads, 0, stream()>>>(a.x, a.weight, a.d, a.eps, a.out);
+  rmsnorm_kernel<<<static_cast<unsigned>(a.n), kThreads, 0, stream()>>>(a.x, a.weight, a.d, a.row_stride(), a.eps, a.out);
   FP_CUDA_LAUNCHED("rmsnorm");
 }
 
