@@ -2,11 +2,16 @@
 # bench/device_check.sh — the CUDA backend's whole check on the GPU machine, in one device call
 # (issue 8). Prepare first, here: bench/device_prepare.sh (builds, packs device-bundle/), then
 #   run(command="bash bench/device_check.sh", carry=["device-bundle"], timeout_s=480)
+# and, if that call ran out of time before the MoE shapes, a second with "bash bench/device_check.sh moe".
 # It runs every CUDA op test against the CPU reference and the model tests (stories260K greedy
 # text on the GPU equals the CPU's; audit --strict), measures the ceilings (device copy
 # bandwidth, cuBLAS BF16 rate), times prefill and decode on synth models of the Llama-3-8B shape
-# (8 of its 32 layers, BF16, Q8_0 and FP8 block-scaled), and prints a short table last. Logs and
-# JSON go to $OUT. Every step has its own time limit; a failing step is reported and the next runs.
+# (8 of its 32 layers, BF16, Q8_0 and FP8 block-scaled), then MoE models (a Qwen3-30B-A3B shape and
+# a DeepSeek-V2-Lite shape, a few layers each), and prints a short table last. Logs and JSON go to
+# $OUT (summary.txt grows row by row, so a run cut short still reports what it did). Every step has
+# its own time limit; a failing step is reported and the next runs.
+# Parts: `bash bench/device_check.sh [all|core|moe]` — core: tests, stories260K, the Llama shapes;
+# moe: the MoE shapes only (a second call, when the first ran out of time before them).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 B=$PWD/device-bundle
@@ -16,6 +21,9 @@ SUMMARY=$OUT/summary.txt
 : > "$SUMMARY"
 row() { printf '%-46s %s\n' "$1" "$2" >> "$SUMMARY"; }
 step() { echo "== [${SECONDS}s] $*"; }
+PART=${1:-all}
+case $PART in all|core|moe) ;; *) echo "usage: $0 [all|core|moe]" >&2; exit 2 ;; esac
+run_part() { [ "$PART" = all ] || [ "$PART" = "$1" ]; }
 
 export FASTPATH_TESTDATA=$B/testdata
 libs=$B/lib
@@ -39,24 +47,6 @@ if ldd "$FP" | grep -q "not found"; then
   exit 2
 fi
 
-step "CUDA op tests and model tests"
-timeout 240 "$TESTS" --gtest_filter='Cuda*:DevicePlacement*' > "$OUT/tests.log" 2>&1
-rc=$?
-grep -E '^\[  (PASSED|FAILED|SKIPPED)  \]|^\[  FAILED  \]' "$OUT/tests.log" | head -40
-row "CUDA tests (exit $rc)" "$(grep -cE '^\[       OK \]' "$OUT/tests.log") ok, $(grep -cE '^\[  FAILED  \] [A-Za-z]' "$OUT/tests.log") failed, $(grep -cE '^\[  SKIPPED \] [A-Za-z]' "$OUT/tests.log") skipped"
-
-step "stories260K greedy text, cpu vs cuda"
-timeout 60 "$FP" generate -q -m "$M" -p "Once upon a time" -n 64 --device cpu > "$OUT/generate_cpu.txt" 2>&1
-timeout 60 "$FP" generate -q -m "$M" -p "Once upon a time" -n 64 --device cuda > "$OUT/generate_cuda.txt" 2>&1
-if cmp -s "$OUT/generate_cpu.txt" "$OUT/generate_cuda.txt"; then row "stories260K greedy 64 tokens" "same text on cuda and cpu"
-else row "stories260K greedy 64 tokens" "DIFFERENT (generate_*.txt)"; fi
-
-step "audit --strict --device cuda"
-timeout 60 "$FP" audit --strict --profile --device cuda -m "$M" > "$OUT/audit_stories.txt" 2>&1
-row "audit --strict (stories260K)" "exit $? ($(grep -c ' cuda ' "$OUT/audit_stories.txt") cuda rows)"
-
-# Llama-3-8B shape, 8 of its 32 layers (per-layer work is identical; the roofline fractions hold).
-CFG='{"hidden_size":4096,"intermediate_size":14336,"num_hidden_layers":8,"num_attention_heads":32,"num_key_value_heads":8,"vocab_size":128256,"max_position_embeddings":8192,"rope_theta":500000.0,"rms_norm_eps":1e-5,"tie_word_embeddings":false}'
 SYN=$OUT/../device-models
 mkdir -p "$SYN"
 bench_model() {  # label, model path, extra bench args...
@@ -78,6 +68,26 @@ for e in j.get("decode_batches", []):
     print(f"{label + ' decode b=' + str(e['batch']):46s} {e['decode_tps']:.1f} tok/s = {100*e['decode_ceiling_fraction']:.1f}% of its roofline")
 PY
 }
+
+if run_part core; then
+step "CUDA op tests and model tests"
+timeout 240 "$TESTS" --gtest_filter='Cuda*:DevicePlacement*' > "$OUT/tests.log" 2>&1
+rc=$?
+grep -E '^\[  (PASSED|FAILED|SKIPPED)  \]|^\[  FAILED  \]' "$OUT/tests.log" | head -40
+row "CUDA tests (exit $rc)" "$(grep -cE '^\[       OK \]' "$OUT/tests.log") ok, $(grep -cE '^\[  FAILED  \] [A-Za-z]' "$OUT/tests.log") failed, $(grep -cE '^\[  SKIPPED \] [A-Za-z]' "$OUT/tests.log") skipped"
+
+step "stories260K greedy text, cpu vs cuda"
+timeout 60 "$FP" generate -q -m "$M" -p "Once upon a time" -n 64 --device cpu > "$OUT/generate_cpu.txt" 2>&1
+timeout 60 "$FP" generate -q -m "$M" -p "Once upon a time" -n 64 --device cuda > "$OUT/generate_cuda.txt" 2>&1
+if cmp -s "$OUT/generate_cpu.txt" "$OUT/generate_cuda.txt"; then row "stories260K greedy 64 tokens" "same text on cuda and cpu"
+else row "stories260K greedy 64 tokens" "DIFFERENT (generate_*.txt)"; fi
+
+step "audit --strict --device cuda"
+timeout 60 "$FP" audit --strict --profile --device cuda -m "$M" > "$OUT/audit_stories.txt" 2>&1
+row "audit --strict (stories260K)" "exit $? ($(grep -c ' cuda ' "$OUT/audit_stories.txt") cuda rows)"
+
+# Llama-3-8B shape, 8 of its 32 layers (per-layer work is identical; the roofline fractions hold).
+CFG='{"hidden_size":4096,"intermediate_size":14336,"num_hidden_layers":8,"num_attention_heads":32,"num_key_value_heads":8,"vocab_size":128256,"max_position_embeddings":8192,"rope_theta":500000.0,"rms_norm_eps":1e-5,"tie_word_embeddings":false}'
 for T in bf16 q8_0; do
   step "synth llama-8B-shape $T"
   timeout 150 "$FP" synth --arch llama --fast-fill --config "$CFG" --type $T --out "$SYN/llama8b-8l-$T.gguf" > "$OUT/synth_$T.log" 2>&1 \
@@ -92,6 +102,10 @@ step "synth llama-8B-shape fp8 (safetensors, 128x128 block scales)"
 timeout 150 "$FP" synth --arch llama --fast-fill --config "$CFG" --type fp8 --out "$SYN/llama8b-8l-fp8" > "$OUT/synth_fp8.log" 2>&1 \
   || row "synth fp8" "FAILED (synth_fp8.log)"
 [ -d "$SYN/llama8b-8l-fp8" ] && bench_model "8b8l-fp8" "$SYN/llama8b-8l-fp8" -p 4096 -n 64 -r 3 --warmup 1 --kv-cache-dtype bf16
+rm -rf "$SYN/llama8b-8l-fp8"
+fi  # core
+
+if run_part moe; then
 # Qwen3-30B-A3B shape (128 experts, top 8, GQA 32/4 heads of 128), 2 of its 48 layers, Q8_0:
 # the grouped expert kernels (moe_route, moe_ffn) at decode and prefill sizes.
 QCFG='{"hidden_size":2048,"intermediate_size":6144,"num_hidden_layers":2,"num_attention_heads":32,"num_key_value_heads":4,"head_dim":128,"vocab_size":151936,"max_position_embeddings":8192,"rope_theta":1000000.0,"rms_norm_eps":1e-6,"num_experts":128,"num_experts_per_tok":8,"moe_intermediate_size":768,"tie_word_embeddings":false}'
@@ -99,6 +113,15 @@ step "synth qwen3moe (30B-A3B shape, 2 layers) q8_0"
 timeout 120 "$FP" synth --arch qwen3_moe --fast-fill --config "$QCFG" --type q8_0 --out "$SYN/q3moe-2l-q8_0.gguf" > "$OUT/synth_q3moe.log" 2>&1 \
   || row "synth qwen3moe" "FAILED (synth_q3moe.log)"
 [ -f "$SYN/q3moe-2l-q8_0.gguf" ] && bench_model "q3moe2l-q8_0" "$SYN/q3moe-2l-q8_0.gguf" -p 1024 -n 32 -b 16 -r 2 --warmup 1 --kv-cache-dtype bf16
+rm -f "$SYN/q3moe-2l-q8_0.gguf"
+# DeepSeek-V2-Lite shape (MLA: 16 heads, kv_lora 512; 64 experts top 6, 2 shared; the first layer
+# dense), 3 of its 27 layers, Q8_0: the MLA kernel and the grouped experts with a shared expert.
+DCFG='{"hidden_size":2048,"intermediate_size":10944,"num_hidden_layers":3,"num_attention_heads":16,"vocab_size":102400,"max_position_embeddings":8192,"rope_theta":10000.0,"rms_norm_eps":1e-6,"kv_lora_rank":512,"qk_rope_head_dim":64,"qk_nope_head_dim":128,"v_head_dim":128,"n_routed_experts":64,"num_experts_per_tok":6,"moe_intermediate_size":1408,"n_shared_experts":2,"first_k_dense_replace":1,"tie_word_embeddings":false}'
+step "synth deepseek (V2-Lite shape, 3 layers) q8_0"
+timeout 120 "$FP" synth --arch deepseek_v2 --fast-fill --config "$DCFG" --type q8_0 --out "$SYN/v2lite-3l-q8_0.gguf" > "$OUT/synth_v2lite.log" 2>&1 \
+  || row "synth deepseek" "FAILED (synth_v2lite.log)"
+[ -f "$SYN/v2lite-3l-q8_0.gguf" ] && bench_model "v2lite3l-q8_0" "$SYN/v2lite-3l-q8_0.gguf" -p 1024 -n 32 -b 16 -r 2 --warmup 1 --kv-cache-dtype bf16
+fi  # moe
 rm -rf "$SYN"
 
 echo
