@@ -45,6 +45,9 @@ std::string label(const MmCase& c) {
 }
 
 double matmul_tol(const std::string& kernel, DType t) {
+  // x quantized to FP8 per token and 128 columns: ~3.6% rms per value (the exact comparison is
+  // CudaOps.Fp8BlockGemmMatchesTheReferenceOnItsQuantizedActivations).
+  if (kernel == "cublaslt_fp8") return 6e-2;
   if (kernel != "cublas" || t == DType::F32) return 2e-5;
   return t == DType::BF16 || t == DType::F8_E4M3 ? 1e-2 : 2e-3;
 }
@@ -122,6 +125,66 @@ TEST(CudaOps, MatMulEveryKernelAgainstTheReference) {
   check_matmul({DType::F32, 3, 5, 0, true}, cov);
   check_matmul({DType::F32, 12, 5, 0, true}, cov);
   cov.expect_ran({"gemv", "cublas", "cuda"});
+}
+
+// cuBLASLt's FP8 block-scaled GEMM against the reference run on the activations quantized the
+// way the kernel quantizes them (per token and 128 columns, scale amax / 448, round to nearest
+// even): only the order of the sums differs, so the bound is tight — and a run that fell back to
+// the `cublas` path (exact activations) would miss it by ~3%. Shapes its path takes (K a multiple
+// of 512, out of 16), token counts padded or not.
+TEST(CudaOps, Fp8BlockGemmMatchesTheReferenceOnItsQuantizedActivations) {
+  FP_SKIP_WITHOUT_GPU();
+  const auto* lt = test::find_kernel<MatMulArgs>(Backend::CUDA, "cublaslt_fp8");
+  ASSERT_TRUE(lt);
+  int ran = 0;
+  struct Shape {
+    int64_t n, out, in;
+    bool bias;
+  };
+  for (const Shape& c : {Shape{9, 256, 512, false}, Shape{16, 128, 1024, true}, Shape{40, 384, 2048, false},
+                         Shape{100, 1024, 512, true}, Shape{513, 256, 1536, false}}) {
+    SCOPED_TRACE("n=" + std::to_string(c.n) + " out=" + std::to_string(c.out) + " in=" + std::to_string(c.in));
+    const uint32_t seed = static_cast<uint32_t>(c.n * 31 + c.out + c.in);
+    const auto wf = random_floats(static_cast<size_t>(c.out * c.in), seed);
+    std::vector<uint8_t> w(static_cast<size_t>(c.out * c.in));
+    quantize_row(DType::F8_E4M3, wf.data(), w.data(), c.out * c.in);
+    auto scale = random_floats(static_cast<size_t>((c.out / 128 + (c.out % 128 != 0)) * (c.in / 128)), seed + 1);
+    for (auto& s : scale) s = std::fabs(s) * 0.01f + 0.001f;
+    const auto x = random_floats(static_cast<size_t>(c.n * c.in), seed + 2, 3.0f);
+    const auto bias = random_floats(static_cast<size_t>(c.out), seed + 3);
+    // x as the kernel sees it: each (token, 128-column block) scaled to amax 448, rounded to E4M3.
+    std::vector<float> xq(x.size());
+    for (int64_t t = 0; t < c.n; ++t)
+      for (int64_t k0 = 0; k0 < c.in; k0 += 128) {
+        const float* src = x.data() + t * c.in + k0;
+        float amax = 0;
+        for (int j = 0; j < 128; ++j) amax = std::max(amax, std::fabs(src[j]));
+        const float s = amax > 0 ? amax / 448.0f : 1.0f;
+        for (int j = 0; j < 128; ++j) xq[static_cast<size_t>(t * c.in + k0 + j)] = fp8e4m3_to_f32(f32_to_fp8e4m3(src[j] / s)) * s;
+      }
+    Tensor hw = Tensor::view(w.data(), DType::F8_E4M3, {c.out, c.in});
+    hw.block_scale = scale.data();
+    std::vector<float> want(static_cast<size_t>(c.n * c.out), NAN), loose(want.size(), NAN);
+    const auto* ref = test::find_kernel<MatMulArgs>(Backend::CPU, "ref");
+    ref->run(MatMulArgs{xq.data(), c.n, &hw, c.bias ? bias.data() : nullptr, want.data()});
+    ref->run(MatMulArgs{x.data(), c.n, &hw, c.bias ? bias.data() : nullptr, loose.data()});
+
+    DeviceBuffer dw = upload(w), ds = upload(scale), dx = upload(x), db = upload(bias);
+    Tensor tw = Tensor::view(dw.data(), DType::F8_E4M3, {c.out, c.in});
+    tw.device = test::test_device();
+    tw.block_scale = ds.as<float>();
+    const std::vector<float> poison(want.size(), NAN);
+    DeviceBuffer dy = upload(poison);
+    const MatMulArgs a{dx.as<float>(), c.n, &tw, c.bias ? db.as<float>() : nullptr, dy.as<float>()};
+    const std::string why = test::refusal(*lt, a);
+    if (!why.empty()) GTEST_SKIP() << "cublaslt_fp8 refuses here: " << why;  // not a Hopper GPU
+    EXPECT_EQ(test::run_kernel(*lt, a), "");
+    const auto got = download<float>(dy, want.size());
+    EXPECT_LE(l2_error(got, want), 2e-3) << "first unwritten element " << test::first_unwritten(got, want);
+    EXPECT_LE(l2_error(got, loose), 6e-2);
+    ++ran;
+  }
+  EXPECT_EQ(ran, 5);
 }
 
 // ---------------------------------------------------------------------------------------------

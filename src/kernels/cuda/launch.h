@@ -40,6 +40,10 @@ void gemv(const MatMulArgs& a);
 // gemm_cublas.cu: cuBLAS GemmEx (quantized weights dequantized to F16/BF16 first)
 std::string refuse_gemm_cublas(const MatMulArgs& a);
 void gemm_cublas(const MatMulArgs& a);
+// gemm_cublaslt_fp8.cu: FP8 E4M3 x 128x128 block scales on Hopper's FP8 tensor cores (x quantized
+// per token and 128 columns); shapes its path does not take run gemm_cublas
+std::string refuse_cublaslt_fp8(const MatMulArgs& a);
+void gemm_cublaslt_fp8(const MatMulArgs& a);
 
 // moe_route.cu: one warp per token
 std::string refuse_moe_route(const MoeRouteArgs& a);

@@ -31,8 +31,10 @@ std::string refuse_kv_write(const KvWriteArgs& a) { return refuse_kv_dtype(a.dty
 
 const bool registered = [] {
   register_kernel(cuda_kernel<EmbeddingArgs>(embedding, refuse_embedding));
-  // Best first: the decode GEMV, cuBLAS, then the plain kernels ("cuda") that read everything.
+  // Best first: the decode GEMV, cuBLASLt's FP8 block-scaled GEMM, cuBLAS, then the plain
+  // kernels ("cuda") that read everything.
   register_kernel(cuda_kernel<MatMulArgs>(gemv, refuse_gemv, "gemv", 130));
+  register_kernel(cuda_kernel<MatMulArgs>(gemm_cublaslt_fp8, refuse_cublaslt_fp8, "cublaslt_fp8", 125));
   register_kernel(cuda_kernel<MatMulArgs>(gemm_cublas, refuse_gemm_cublas, "cublas", 120));
   register_kernel(cuda_kernel<MatMulArgs>(matmul, refuse_matmul));
   register_kernel(cuda_kernel<RmsNormArgs>(rmsnorm, refuse_rmsnorm));
