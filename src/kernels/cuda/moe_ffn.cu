@@ -9,7 +9,9 @@
 //      row, -1 for another rank's expert) and tile_expert[tile] (-1 past the last tile).
 //   2. gate/up (grouped GEMM, SwiGLU epilogue): h[row] = silu(gate_e · x_t) * (up_e · x_t).
 //   3. down (grouped GEMM): y[row] = down_e · h[row].
-//   4. the shared expert, when there is one: the same two GEMMs over the n tokens in order.
+//   4. the shared expert, when there is one: the same two GEMMs over the n tokens in order, on a
+//      second stream (forked from and joined back to the backend's stream with events, which a
+//      graph capture records as parallel branches), so it overlaps the routed experts.
 //   5. combine (block per token): out[t] = sum_j w[t, j] * y[row_of[t, j]] (+ the shared output),
 //      summed in slot order as the reference does.
 // The GEMM tile is BM rows x 64 output columns, K in steps of 32; each of the 256 threads owns
@@ -267,11 +269,11 @@ Stack expert_stack(const Tensor* ws, int64_t b, int64_t end, const char* what, s
 }
 
 template <int BM, bool SWIGLU>
-void launch_gemm(const float* x, const Rows& rows, int64_t tiles, const Stack& wa, const Stack& wb, float* out) {
+void launch_gemm(cudaStream_t st, const float* x, const Rows& rows, int64_t tiles, const Stack& wa, const Stack& wb, float* out) {
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>((wa.rows + kBN - 1) / kBN));
   switch (wa.dtype) {
 #define FP_MOE_CASE(T) \
-  case T: grouped_gemm_kernel<T, BM, SWIGLU><<<grid, kThreads, 0, stream()>>>(x, rows, wa, wb, out); break;
+  case T: grouped_gemm_kernel<T, BM, SWIGLU><<<grid, kThreads, 0, st>>>(x, rows, wa, wb, out); break;
     FP_MOE_CASE(DType::F32)
     FP_MOE_CASE(DType::F16)
     FP_MOE_CASE(DType::BF16)
@@ -286,13 +288,29 @@ void launch_gemm(const float* x, const Rows& rows, int64_t tiles, const Stack& w
 
 // The FFN of one stack over `rows`: h = silu(gate x) * (up x), then y = down h.
 template <int BM>
-void expert_ffn(const float* x, const Rows& rows, int64_t tiles, const Stack& gate, const Stack& up, const Stack& down,
-                float* h, float* y) {
+void expert_ffn(cudaStream_t st, const float* x, const Rows& rows, int64_t tiles, const Stack& gate, const Stack& up,
+                const Stack& down, float* h, float* y) {
   if (tiles == 0) return;
-  launch_gemm<BM, true>(x, rows, tiles, gate, up, h);
+  launch_gemm<BM, true>(st, x, rows, tiles, gate, up, h);
   Rows hr = rows;
   hr.gather_k = 0;  // down reads h's own rows
-  launch_gemm<BM, false>(h, hr, tiles, down, down, y);
+  launch_gemm<BM, false>(st, h, hr, tiles, down, down, y);
+}
+
+// The shared expert's stream and the fork / join events (created once, kept for the process).
+struct SideStream {
+  cudaStream_t stream = nullptr;
+  cudaEvent_t fork = nullptr, join = nullptr;
+};
+SideStream& side() {
+  static SideStream* s = [] {
+    auto* p = new SideStream();
+    FP_CUDA(cudaStreamCreateWithFlags(&p->stream, cudaStreamNonBlocking));
+    FP_CUDA(cudaEventCreateWithFlags(&p->fork, cudaEventDisableTiming));
+    FP_CUDA(cudaEventCreateWithFlags(&p->join, cudaEventDisableTiming));
+    return p;
+  }();
+  return *s;
 }
 
 // Bump allocator over one scratch region, 256-byte aligned pieces (base 0: only measures).
@@ -366,13 +384,19 @@ void moe_ffn(const MoeFfnArgs& a) {
   const Rows shared{nullptr, nullptr, a.n, 1, 0};
   const Stack sg = sh_ff ? matrix_stack(*a.shared_gate) : Stack{}, su = sh_ff ? matrix_stack(*a.shared_up) : Stack{},
               sd = sh_ff ? matrix_stack(*a.shared_down) : Stack{};
-  if (small) {
-    expert_ffn<16>(a.x, routed, max_tiles, gate, up, down, h, y);
-    if (sh_ff) expert_ffn<16>(a.x, shared, sh_tiles, sg, su, sd, sh_h, sh_y);
-  } else {
-    expert_ffn<64>(a.x, routed, max_tiles, gate, up, down, h, y);
-    if (sh_ff) expert_ffn<64>(a.x, shared, sh_tiles, sg, su, sd, sh_h, sh_y);
+  // The shared expert forks onto the side stream after the plan (it reads only x) and joins
+  // before the combine.
+  SideStream* ss = sh_ff ? &side() : nullptr;
+  if (ss) {
+    FP_CUDA(cudaEventRecord(ss->fork, stream()));
+    FP_CUDA(cudaStreamWaitEvent(ss->stream, ss->fork, 0));
+    if (small) expert_ffn<16>(ss->stream, a.x, shared, sh_tiles, sg, su, sd, sh_h, sh_y);
+    else expert_ffn<64>(ss->stream, a.x, shared, sh_tiles, sg, su, sd, sh_h, sh_y);
+    FP_CUDA(cudaEventRecord(ss->join, ss->stream));
   }
+  if (small) expert_ffn<16>(stream(), a.x, routed, max_tiles, gate, up, down, h, y);
+  else expert_ffn<64>(stream(), a.x, routed, max_tiles, gate, up, down, h, y);
+  if (ss) FP_CUDA(cudaStreamWaitEvent(stream(), ss->join, 0));
   combine_kernel<<<static_cast<unsigned>(a.n), kThreads, 0, stream()>>>(y, row_of, a.weights, static_cast<int>(a.k), sh_y,
                                                                         dim, a.out);
   FP_CUDA_LAUNCHED("moe combine");
