@@ -252,6 +252,12 @@ Stack expert_stack(const Tensor* ws, int64_t b, int64_t end, const char* what, s
   if (end - b > 1) {
     s.stride = static_cast<const uint8_t*>(ws[b + 1].data) - s.base;
     if (s.scale) s.scale_stride = ws[b + 1].block_scale - s.scale;
+    const int align = s.dtype == DType::Q8_0 ? 2 : s.dtype == DType::F8_E4M3 ? 8 : 16;
+    if (s.stride % align != 0) {
+      *why = std::string(what) + " experts lie " + std::to_string(s.stride) + " bytes apart, not a multiple of " +
+             std::to_string(align);
+      return s;
+    }
   }
   for (int64_t e = b; e < end; ++e) {
     const Tensor& t = ws[e];
@@ -344,6 +350,10 @@ std::string refuse_moe_ffn(const MoeFfnArgs& a) {
       if (why.empty()) why = check_matrix(*t, "shared expert");
     if (why.empty() && (a.shared_up->dtype != a.shared_gate->dtype || a.shared_down->dtype != a.shared_gate->dtype))
       why = "the shared expert's gate, up and down differ in dtype";
+    const int64_t sf = a.shared_gate->rows();
+    if (why.empty() && (a.shared_gate->cols() != a.dim || a.shared_up->rows() != sf || a.shared_up->cols() != a.dim ||
+                        a.shared_down->rows() != a.dim || a.shared_down->cols() != sf))
+      why = "shared expert shapes do not match: gate/up [ff, dim], down [dim, ff]";
   }
   return why;
 }
