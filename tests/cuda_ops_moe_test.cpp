@@ -353,6 +353,13 @@ TEST(CudaOps, MlaAttentionAgainstTheReference) {
   std::vector<int32_t> pos(24);
   std::iota(pos.begin(), pos.end(), 40);
   check_mla({DType::BF16, DType::F16, 4, 128, 64, 128, 512, 64, {0, 24}, pos, {64}}, cov);
+  // Prefill big enough that (token, head) blocks fill the GPU: the fused kernel, no splits (on a
+  // GPU of up to 160 SMs); two sequences, one continuing a cached prefix.
+  std::vector<int32_t> pos2(100);
+  std::iota(pos2.begin(), pos2.begin() + 60, 20);
+  std::iota(pos2.begin() + 60, pos2.end(), 0);
+  for (DType w : {DType::F32, DType::Q8_0})
+    check_mla({w, DType::BF16, 4, 16, 8, 16, 64, 16, {0, 60, 100}, pos2, {80, 40}}, cov);
   cov.expect_ran({"absorbed"});
 }
 

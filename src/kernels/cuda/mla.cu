@@ -85,23 +85,15 @@ __global__ void __launch_bounds__(kThreads) q_latent_kernel(const float* __restr
   }
 }
 
-// 2. One split of token i's positions for head h: partial (max, sum, acc[L]).
-__global__ void __launch_bounds__(kThreads) partial_kernel(const float* __restrict__ q, const float* __restrict__ q_lat, Batch b,
-                                                           int64_t H, int64_t nope, int64_t rope, int64_t L, float scale,
-                                                           int splits, float* __restrict__ parts) {
-  const int64_t ih = blockIdx.x, i = ih / H, split = blockIdx.y;
-  const int64_t W = L + rope;
-  __shared__ float qs[kMaxLatent];
-  __shared__ float sc[kTile];
-  for (int64_t c = threadIdx.x; c < W; c += kThreads) qs[c] = c < L ? q_lat[ih * L + c] : q[ih * (nope + rope) + nope + (c - L)];
-  int64_t s, len;
-  locate(b, i, &s, &len);
-  const int64_t t0 = len * split / splits, t1 = len * (split + 1) / splits;
+// Positions [t0, t1) of sequence s for one (token, head) whose query [q_lat | q_pe] is qs (W
+// floats, shared): the online softmax's running max m, sum l and acc[L] (thread-owned latent
+// dimensions threadIdx.x + k * kThreads). Every thread of the block calls it; sc is shared scratch.
+__device__ __forceinline__ void attend(const Batch& b, const float* qs, int64_t s, int64_t t0, int64_t t1, int64_t L,
+                                       int64_t W, float scale, float* sc, float& m, float& l, float acc[kPerThread]) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  float m = -INFINITY, l = 0.0f, acc[kPerThread];
+  m = -INFINITY, l = 0.0f;
 #pragma unroll
   for (int k = 0; k < kPerThread; ++k) acc[k] = 0.0f;
-  __syncthreads();
   for (int64_t tt = t0; tt < t1; tt += kTile) {
     const int64_t cnt = min(static_cast<int64_t>(kTile), t1 - tt);
     for (int64_t r = warp; r < cnt; r += kWarps) {
@@ -131,12 +123,71 @@ __global__ void __launch_bounds__(kThreads) partial_kernel(const float* __restri
     m = nm;
     __syncthreads();  // sc is rewritten by the next tile
   }
+}
+
+// 2. One split of token i's positions for head h: partial (max, sum, acc[L]).
+__global__ void __launch_bounds__(kThreads) partial_kernel(const float* __restrict__ q, const float* __restrict__ q_lat, Batch b,
+                                                           int64_t H, int64_t nope, int64_t rope, int64_t L, float scale,
+                                                           int splits, float* __restrict__ parts) {
+  const int64_t ih = blockIdx.x, i = ih / H, split = blockIdx.y;
+  const int64_t W = L + rope;
+  __shared__ float qs[kMaxLatent];
+  __shared__ float sc[kTile];
+  for (int64_t c = threadIdx.x; c < W; c += kThreads) qs[c] = c < L ? q_lat[ih * L + c] : q[ih * (nope + rope) + nope + (c - L)];
+  int64_t s, len;
+  locate(b, i, &s, &len);
+  const int64_t t0 = len * split / splits, t1 = len * (split + 1) / splits;
+  float m, l, acc[kPerThread];
+  __syncthreads();
+  attend(b, qs, s, t0, t1, L, W, scale, sc, m, l, acc);
   float* part = parts + (ih * splits + split) * (L + 2);
   if (threadIdx.x == 0) part[0] = m, part[1] = l;
 #pragma unroll
   for (int k = 0; k < kPerThread; ++k) {
     const int64_t c = threadIdx.x + static_cast<int64_t>(k) * kThreads;
     if (c < L) part[2 + c] = acc[k];
+  }
+}
+
+// Launches 1-4 in one block per (token, head), when there are enough of those to fill the GPU
+// (prefill): q_lat, the whole softmax over the visible positions and W_UV o_lat from shared
+// memory, no scratch. W_UK_h and W_UV_h are read by every token's block (from L2).
+__global__ void __launch_bounds__(kThreads) fused_kernel(const float* __restrict__ q, Batch b, int64_t H, int64_t nope,
+                                                         int64_t rope, int64_t L, int64_t V, float scale, HeadStack wk,
+                                                         HeadStack wv, float* __restrict__ out) {
+  const int64_t ih = blockIdx.x, i = ih / H, h = ih % H, W = L + rope;
+  __shared__ float qn[kMaxLatent];  // q_nope, then o_lat
+  __shared__ float qs[kMaxLatent];  // [q_lat | q_pe]
+  __shared__ float sc[kTile];
+  const float* qi = q + ih * (nope + rope);
+  for (int64_t j = threadIdx.x; j < nope; j += kThreads) qn[j] = qi[j];
+  for (int64_t c = L + threadIdx.x; c < W; c += kThreads) qs[c] = qi[nope + (c - L)];
+  __syncthreads();
+  const uint8_t* wkh = wk.base + h * wk.stride;
+  for (int64_t c = threadIdx.x; c < L; c += kThreads) {
+    float a = 0.0f;
+    for (int64_t j = 0; j < nope; ++j) a += qn[j] * load_weight(wkh + j * wk.row_bytes, wk.dtype, c);
+    qs[c] = a;
+  }
+  int64_t s, len;
+  locate(b, i, &s, &len);
+  float m, l, acc[kPerThread];
+  __syncthreads();  // qs complete; qn is free again
+  attend(b, qs, s, 0, len, L, W, scale, sc, m, l, acc);
+#pragma unroll
+  for (int k = 0; k < kPerThread; ++k) {
+    const int64_t c = threadIdx.x + static_cast<int64_t>(k) * kThreads;
+    if (c < L) qn[c] = l > 0.0f ? acc[k] / l : 0.0f;
+  }
+  __syncthreads();
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const uint8_t* wvh = wv.base + h * wv.stride;
+  for (int64_t v = warp; v < V; v += kWarps) {
+    const uint8_t* row = wvh + v * wv.row_bytes;
+    float d = 0.0f;
+    for (int64_t c = lane; c < L; c += 32) d += qn[c] * load_weight(row, wv.dtype, c);
+    d = warp_sum(d);
+    if (lane == 0) out[ih * V + v] = d;
   }
 }
 
@@ -219,14 +270,21 @@ void mla_attention(const MlaAttentionArgs& a) {
   const HeadStack wv = head_stack(a.wv, a.n_heads, a.v_dim, a.kv_lora, "W_UV", &why);
   FP_CHECK(why.empty(), "mla_attention (cuda): ", why);
   const int64_t H = a.n_heads, L = a.kv_lora, NH = a.n * H;
-  // Splits: enough blocks to cover the SMs about twice (decode of few tokens), at most 32.
+  // Splits: enough blocks to cover the SMs about twice (decode of few tokens), at most 32; with
+  // one, the fused kernel does it all.
   const int splits = static_cast<int>(std::clamp<int64_t>((2 * sm_count() + NH - 1) / NH, 1, 32));
+  const Batch b{a.pos, a.seq_indptr, a.page_indptr, a.page_ids, a.kv_len, a.n_seqs, a.page_size,
+                static_cast<const uint8_t*>(a.latent_pool), a.latent_stride, a.kv_dtype};
+  if (splits == 1) {
+    fused_kernel<<<static_cast<unsigned>(NH), kThreads, 0, stream()>>>(a.q, b, H, a.nope, a.rope, L, a.v_dim, a.scale, wk,
+                                                                        wv, a.out);
+    FP_CUDA_LAUNCHED("mla fused");
+    return;
+  }
   auto* base = static_cast<float*>(scratch(static_cast<size_t>(NH * (2 * L + splits * (L + 2))) * sizeof(float), 4));
   float* q_lat = base;
   float* o_lat = q_lat + NH * L;
   float* parts = o_lat + NH * L;
-  const Batch b{a.pos, a.seq_indptr, a.page_indptr, a.page_ids, a.kv_len, a.n_seqs, a.page_size,
-                static_cast<const uint8_t*>(a.latent_pool), a.latent_stride, a.kv_dtype};
   const auto blocks = static_cast<unsigned>(NH);
   q_latent_kernel<<<blocks, kThreads, 0, stream()>>>(a.q, H, a.nope, a.nope + a.rope, L, wk, q_lat);
   FP_CUDA_LAUNCHED("mla q_latent");
