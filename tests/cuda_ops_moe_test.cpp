@@ -5,6 +5,9 @@
 // block scales; MLA over paged latent caches of F32 / F16 / BF16, prefill chunks and decode,
 // contexts long enough for several splits.
 //
+// moe_ffn has two forms, both covered: GEMV for at most 8 tokens with x 16-byte aligned, tiles
+// otherwise (more tokens, or x unaligned).
+//
 // Tolerances: routing ids exactly (random logits leave no near ties), weights 1e-5; the FFN
 // 1e-4 normalised L2 (f32 sums of exactly decoded weights in another order, through two
 // matmuls and SiLU); MLA 1e-4 (the same values summed in another order and an online softmax).
@@ -113,6 +116,7 @@ struct FfnCase {
   int64_t shared_ff = 0;
   int64_t begin = 0, end = -1;  // expert-parallel range
   bool scaled = false;          // FP8 128x128 block scales
+  bool offset_x = false;        // x one float into its buffer (decode then takes the tiled path)
 };
 
 std::string label(const FfnCase& c) {
@@ -120,7 +124,7 @@ std::string label(const FfnCase& c) {
          std::to_string(c.k) + " dim=" + std::to_string(c.dim) + " ff=" + std::to_string(c.ff) +
          (c.shared_ff ? " shared=" + std::to_string(c.shared_ff) : "") +
          (c.end >= 0 ? " experts " + std::to_string(c.begin) + ".." + std::to_string(c.end - 1) : "") +
-         (c.scaled ? " block-scaled" : "");
+         (c.scaled ? " block-scaled" : "") + (c.offset_x ? " x+4B" : "");
 }
 
 // E matrices [rows, cols] of one dtype, one after another in one buffer (as a GGUF stack),
@@ -219,11 +223,13 @@ void check_ffn(const FfnCase& c, Coverage& cov) {
   const auto tsg = sg.views(c.type, dsg.as<uint8_t>(), scale(csg), 0, 1, d);
   const auto tsu = su.views(c.type, dsu.as<uint8_t>(), scale(csu), 0, 1, d);
   const auto tsd = sd.views(c.type, dsd.as<uint8_t>(), scale(csd), 0, 1, d);
-  DeviceBuffer dx = upload(x), di = upload(ids), dw = upload(w);
+  std::vector<float> xbuf(x.size() + 1, 0.0f);
+  std::copy(x.begin(), x.end(), xbuf.begin() + (c.offset_x ? 1 : 0));
+  DeviceBuffer dx = upload(xbuf), di = upload(ids), dw = upload(w);
   const std::vector<float> poison(want.size(), NAN);
   DeviceBuffer dy = upload(poison);
   MoeFfnArgs a = args(tg, tu, td, &tsg[0], &tsu[0], &tsd[0]);
-  a.x = dx.as<float>(), a.ids = di.as<int32_t>(), a.weights = dw.as<float>(), a.out = dy.as<float>();
+  a.x = dx.as<float>() + (c.offset_x ? 1 : 0), a.ids = di.as<int32_t>(), a.weights = dw.as<float>(), a.out = dy.as<float>();
   for (const auto* k : test::kernels_under_test<MoeFfnArgs>()) {
     const std::string why = test::refusal(*k, a);
     if (!test::cuda_tests_on_cpu()) {
@@ -255,6 +261,7 @@ TEST(CudaOps, MoeFfnAgainstTheReference) {
       check_ffn({t, n, 16, 4, dim, ff, ff, 12, 16}, cov);      // the last rank's, with its shared share
     }
     check_ffn({t, 1, 8, 2, 1024, 768}, cov);  // larger K, decode
+    check_ffn({t, 3, 16, 4, dim, ff, ff, 0, -1, false, true}, cov);  // decode with x unaligned: the tiled form
   }
   // FP8 with 128x128 block scales (DeepSeek-V3): partial scale tiles in both dimensions.
   for (int64_t n : {1, 7, 70}) {

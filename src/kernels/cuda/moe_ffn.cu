@@ -22,6 +22,11 @@
 // and the device upload give; refuse_moe_ffn names anything else.
 // Rows within an expert's run land in the order the atomics hand out, which changes no value:
 // each row's sums depend only on its own inputs.
+//
+// Decode (at most 8 tokens) takes the GEMV form instead: no plan, row = pair. A block owns 4
+// consecutive output rows of one pair's expert and streams them whole (256 threads over chunks
+// of 8 weights, as gemv.cu), so the selected experts' weights are read at memory speed; gate and
+// up in one pass (SwiGLU on the way out), then down. A non-local pair's blocks leave at once.
 #include "core/error.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/launch.h"
@@ -158,6 +163,67 @@ __global__ void __launch_bounds__(kThreads) grouped_gemm_kernel(const float* __r
   }
 }
 
+// GEMV form: out[p, o] for rows o in [4 * blockIdx.x, +4) of pair p = blockIdx.y's expert;
+// SWIGLU: silu(gate · x) * (up · x) with x = row p / k of x (k 0: row p), else wa · x.
+// ids null: every pair uses expert expert_begin (the shared expert).
+constexpr int kGemvRows = 4;
+template <DType T, bool SWIGLU>
+__global__ void __launch_bounds__(kThreads) pair_gemv_kernel(const float* __restrict__ x, const int32_t* __restrict__ ids,
+                                                             int k, int expert_begin, int expert_end, Stack wa, Stack wb,
+                                                             float* __restrict__ out) {
+  constexpr int NW = SWIGLU ? 2 : 1;
+  const int64_t p = blockIdx.y, row0 = static_cast<int64_t>(blockIdx.x) * kGemvRows;
+  const int e_global = ids ? ids[p] : expert_begin;
+  if (e_global < expert_begin || e_global >= expert_end) return;  // another rank's expert
+  const int e = e_global - expert_begin;
+  const int64_t K = wa.in, chunks = K / 8;
+  const float* xr = x + (k > 0 ? p / k : p) * K;
+  float acc[NW][kGemvRows];
+#pragma unroll
+  for (int m = 0; m < NW; ++m)
+#pragma unroll
+    for (int r = 0; r < kGemvRows; ++r) acc[m][r] = 0.0f;
+  for (int64_t c = threadIdx.x; c < chunks; c += kThreads) {
+    const float4 x0 = __ldg(reinterpret_cast<const float4*>(xr) + 2 * c), x1 = __ldg(reinterpret_cast<const float4*>(xr) + 2 * c + 1);
+    const float xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+#pragma unroll
+    for (int m = 0; m < NW; ++m)
+#pragma unroll
+      for (int r = 0; r < kGemvRows; ++r) {
+        float w[8];
+        load_w8<T>(m == 0 ? wa : wb, e, row0 + r, c, w);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[m][r] += w[j] * xv[j];
+      }
+  }
+  __shared__ float red[kThreads / 32][NW * kGemvRows];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int m = 0; m < NW; ++m)
+#pragma unroll
+    for (int r = 0; r < kGemvRows; ++r) {
+      const float v = warp_sum(acc[m][r]);
+      if (lane == 0) red[warp][m * kGemvRows + r] = v;
+    }
+  __syncthreads();
+  if (threadIdx.x < kGemvRows) {
+    const int r = threadIdx.x;
+    const int64_t o = row0 + r;
+    if (o < wa.rows) {
+      float v[NW];
+#pragma unroll
+      for (int m = 0; m < NW; ++m) {
+        v[m] = 0.0f;
+#pragma unroll
+        for (int w8 = 0; w8 < kThreads / 32; ++w8) v[m] += red[w8][m * kGemvRows + r];
+      }
+      float res = v[0];
+      if constexpr (SWIGLU) res = res / (1.0f + expf(-res)) * v[NW - 1];
+      out[p * wa.rows + o] = res;
+    }
+  }
+}
+
 // One block: lays the local experts' selections out in tiles (see the file comment).
 __global__ void plan_kernel(const int32_t* __restrict__ ids, int64_t pairs, int expert_begin, int expert_end, int BM,
                             int64_t rows_cap, int64_t max_tiles, int32_t* row_pair, int32_t* row_of,
@@ -194,15 +260,17 @@ __global__ void plan_kernel(const int32_t* __restrict__ ids, int64_t pairs, int 
   }
 }
 
-__global__ void combine_kernel(const float* __restrict__ y, const int32_t* __restrict__ row_of,
-                               const float* __restrict__ weights, int k, const float* __restrict__ shared_y, int64_t dim,
-                               float* __restrict__ out) {
+// row_of null (GEMV form): pair p's row is p when ids[p] is local, else none.
+__global__ void combine_kernel(const float* __restrict__ y, const int32_t* __restrict__ row_of, const int32_t* __restrict__ ids,
+                               int expert_begin, int expert_end, const float* __restrict__ weights, int k,
+                               const float* __restrict__ shared_y, int64_t dim, float* __restrict__ out) {
   const int64_t t = blockIdx.x;
   for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) {
     float o = 0.0f;
     for (int j = 0; j < k; ++j) {
-      const int32_t r = row_of[t * k + j];
-      if (r >= 0) o += weights[t * k + j] * y[static_cast<int64_t>(r) * dim + d];
+      const int64_t p = t * k + j;
+      const int32_t r = row_of ? row_of[p] : (ids[p] >= expert_begin && ids[p] < expert_end ? static_cast<int32_t>(p) : -1);
+      if (r >= 0) o += weights[p] * y[static_cast<int64_t>(r) * dim + d];
     }
     if (shared_y) o += shared_y[t * dim + d];
     out[t * dim + d] = o;
@@ -292,6 +360,34 @@ void launch_gemm(cudaStream_t st, const float* x, const Rows& rows, int64_t tile
   FP_CUDA_LAUNCHED("moe grouped gemm");
 }
 
+template <bool SWIGLU>
+void launch_pair_gemv(cudaStream_t st, const float* x, const int32_t* ids, int k, int b, int end, int64_t pairs,
+                      const Stack& wa, const Stack& wb, float* out) {
+  const dim3 grid(static_cast<unsigned>((wa.rows + kGemvRows - 1) / kGemvRows), static_cast<unsigned>(pairs));
+  switch (wa.dtype) {
+#define FP_MOE_CASE(T) \
+  case T: pair_gemv_kernel<T, SWIGLU><<<grid, kThreads, 0, st>>>(x, ids, k, b, end, wa, wb, out); break;
+    FP_MOE_CASE(DType::F32)
+    FP_MOE_CASE(DType::F16)
+    FP_MOE_CASE(DType::BF16)
+    FP_MOE_CASE(DType::Q8_0)
+    FP_MOE_CASE(DType::Q4_K)
+    FP_MOE_CASE(DType::F8_E4M3)
+#undef FP_MOE_CASE
+    default: fail("moe_ffn: no CUDA kernel for ", dtype_name(wa.dtype));
+  }
+  FP_CUDA_LAUNCHED("moe pair gemv");
+}
+
+// The GEMV form of one stack over `pairs` (ids null: pair p = token p, expert b): h[p] =
+// silu(gate x) * (up x), y[p] = down h[p].
+void expert_ffn_gemv(cudaStream_t st, const float* x, const int32_t* ids, int k, int b, int end, int64_t pairs,
+                     const Stack& gate, const Stack& up, const Stack& down, float* h, float* y) {
+  if (pairs == 0) return;
+  launch_pair_gemv<true>(st, x, ids, k, b, end, pairs, gate, up, h);
+  launch_pair_gemv<false>(st, h, ids, 0, b, end, pairs, down, down, y);
+}
+
 // The FFN of one stack over `rows`: h = silu(gate x) * (up x), then y = down h.
 template <int BM>
 void expert_ffn(cudaStream_t st, const float* x, const Rows& rows, int64_t tiles, const Stack& gate, const Stack& up,
@@ -365,50 +461,61 @@ void moe_ffn(const MoeFfnArgs& a) {
   const Stack gate = expert_stack(a.gate, b, end, "gate", &why), up = expert_stack(a.up, b, end, "up", &why),
               down = expert_stack(a.down, b, end, "down", &why);
   FP_CHECK(why.empty(), "moe_ffn (cuda): ", why);
-  // Few rows per expert (decode): 16-row tiles waste less; prefill: 64.
-  const bool small = pairs <= 16 * local;
-  const int BM = small ? 16 : 64;
-  const int64_t max_tiles = (pairs + BM - 1) / BM + local, rows_cap = max_tiles * BM;
   const int64_t ff = gate.rows, dim = a.dim;
   const int64_t sh_ff = a.shared_gate ? a.shared_gate->rows() : 0;
-  const int64_t sh_tiles = (a.n + BM - 1) / BM;
+  const Stack sg = sh_ff ? matrix_stack(*a.shared_gate) : Stack{}, su = sh_ff ? matrix_stack(*a.shared_up) : Stack{},
+              sd = sh_ff ? matrix_stack(*a.shared_down) : Stack{};
+  // Decode: the GEMV form (x rows read as float4: 16-byte aligned). Else tiles of BM rows: 16
+  // when the selections average at most 16 per expert, 64 for prefill.
+  const bool gemv = a.n <= 8 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
+  const bool small = pairs <= 16 * local;
+  const int BM = small ? 16 : 64;
+  const int64_t max_tiles = gemv ? 0 : (pairs + BM - 1) / BM + local, rows = gemv ? pairs : max_tiles * BM;
+  const int64_t sh_rows = gemv ? a.n : (a.n + BM - 1) / BM * BM;
 
-  // Scratch: the plan's index arrays, h and y of the routed rows, the shared expert's h and y.
+  // Scratch: the plan's index arrays (tiles only), h and y of the routed rows, the shared
+  // expert's h and y.
   int32_t *row_of = nullptr, *row_pair = nullptr, *tile_expert = nullptr;
   float *h = nullptr, *y = nullptr, *sh_h = nullptr, *sh_y = nullptr;
   Carve c;
   for (int pass = 0; pass < 2; ++pass) {  // the first measures, the second carves the region
     if (pass == 1) c = Carve{reinterpret_cast<uintptr_t>(scratch(c.used, 3)), 0};
-    row_of = c.take<int32_t>(pairs);
-    row_pair = c.take<int32_t>(rows_cap);
-    tile_expert = c.take<int32_t>(max_tiles);
-    h = c.take<float>(rows_cap * ff);
-    y = c.take<float>(rows_cap * dim);
-    if (sh_ff) sh_h = c.take<float>(sh_tiles * BM * sh_ff), sh_y = c.take<float>(sh_tiles * BM * dim);
+    if (!gemv) {
+      row_of = c.take<int32_t>(pairs);
+      row_pair = c.take<int32_t>(rows);
+      tile_expert = c.take<int32_t>(max_tiles);
+    }
+    h = c.take<float>(rows * ff);
+    y = c.take<float>(rows * dim);
+    if (sh_ff) sh_h = c.take<float>(sh_rows * sh_ff), sh_y = c.take<float>(sh_rows * dim);
   }
 
-  plan_kernel<<<1, 1024, 0, stream()>>>(a.ids, pairs, static_cast<int>(b), static_cast<int>(end), BM, rows_cap,
-                                        max_tiles, row_pair, row_of, tile_expert);
-  FP_CUDA_LAUNCHED("moe plan");
-  const Rows routed{tile_expert, row_pair, rows_cap, static_cast<int>(a.k), static_cast<int>(b)};
-  const Rows shared{nullptr, nullptr, a.n, 1, 0};
-  const Stack sg = sh_ff ? matrix_stack(*a.shared_gate) : Stack{}, su = sh_ff ? matrix_stack(*a.shared_up) : Stack{},
-              sd = sh_ff ? matrix_stack(*a.shared_down) : Stack{};
-  // The shared expert forks onto the side stream after the plan (it reads only x) and joins
-  // before the combine.
+  if (!gemv) {
+    plan_kernel<<<1, 1024, 0, stream()>>>(a.ids, pairs, static_cast<int>(b), static_cast<int>(end), BM, rows, max_tiles,
+                                          row_pair, row_of, tile_expert);
+    FP_CUDA_LAUNCHED("moe plan");
+  }
+  // The shared expert forks onto the side stream (it reads only x) and joins before the combine.
   SideStream* ss = sh_ff ? &side() : nullptr;
   if (ss) {
     FP_CUDA(cudaEventRecord(ss->fork, stream()));
     FP_CUDA(cudaStreamWaitEvent(ss->stream, ss->fork, 0));
-    if (small) expert_ffn<16>(ss->stream, a.x, shared, sh_tiles, sg, su, sd, sh_h, sh_y);
-    else expert_ffn<64>(ss->stream, a.x, shared, sh_tiles, sg, su, sd, sh_h, sh_y);
+    const Rows shared{nullptr, nullptr, a.n, 1, 0};
+    if (gemv) expert_ffn_gemv(ss->stream, a.x, nullptr, 1, 0, 1, a.n, sg, su, sd, sh_h, sh_y);
+    else if (small) expert_ffn<16>(ss->stream, a.x, shared, sh_rows / BM, sg, su, sd, sh_h, sh_y);
+    else expert_ffn<64>(ss->stream, a.x, shared, sh_rows / BM, sg, su, sd, sh_h, sh_y);
     FP_CUDA(cudaEventRecord(ss->join, ss->stream));
   }
-  if (small) expert_ffn<16>(stream(), a.x, routed, max_tiles, gate, up, down, h, y);
+  const Rows routed{tile_expert, row_pair, rows, static_cast<int>(a.k), static_cast<int>(b)};
+  if (gemv)
+    expert_ffn_gemv(stream(), a.x, a.ids, static_cast<int>(a.k), static_cast<int>(b), static_cast<int>(end), pairs, gate, up,
+                    down, h, y);
+  else if (small) expert_ffn<16>(stream(), a.x, routed, max_tiles, gate, up, down, h, y);
   else expert_ffn<64>(stream(), a.x, routed, max_tiles, gate, up, down, h, y);
   if (ss) FP_CUDA(cudaStreamWaitEvent(stream(), ss->join, 0));
-  combine_kernel<<<static_cast<unsigned>(a.n), kThreads, 0, stream()>>>(y, row_of, a.weights, static_cast<int>(a.k), sh_y,
-                                                                        dim, a.out);
+  combine_kernel<<<static_cast<unsigned>(a.n), kThreads, 0, stream()>>>(y, row_of, a.ids, static_cast<int>(b),
+                                                                        static_cast<int>(end), a.weights,
+                                                                        static_cast<int>(a.k), sh_y, dim, a.out);
   FP_CUDA_LAUNCHED("moe combine");
 }
 
