@@ -107,6 +107,9 @@ for T in bf16 q8_0; do
   # Decode with every step eager, for the CUDA-graph comparison (issue 8: batch 64 with and without).
   [ "$T" = bf16 ] && [ -f "$SYN/llama8b-8l-$T.gguf" ] && \
     bench_model "8b8l-$T-nographs" "$SYN/llama8b-8l-$T.gguf" -p 0 -n 64 -b 64 -r 3 --warmup 1 --kv-cache-dtype bf16 --no-cuda-graphs
+  # Prefill attention on the tensor cores (kernel wmma, below `tiled` until checked here).
+  [ "$T" = bf16 ] && [ -f "$SYN/llama8b-8l-$T.gguf" ] && \
+    bench_model "8b8l-$T-wmma" "$SYN/llama8b-8l-$T.gguf" -p 4096 -n 8 -r 2 --warmup 1 --kv-cache-dtype bf16 --kernel attention=wmma
   rm -f "$SYN/llama8b-8l-$T.gguf"
 done
 step "synth llama-8B-shape fp8 (safetensors, 128x128 block scales)"

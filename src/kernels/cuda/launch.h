@@ -30,6 +30,9 @@ std::string refuse_attention_split_kv(const AttentionArgs& a);
 void attention_split_kv(const AttentionArgs& a);
 std::string refuse_attention_tiled(const AttentionArgs& a);
 void attention_tiled(const AttentionArgs& a);
+// attention_wmma.cu: flash attention on the tensor cores (F16 WMMA), head_dim = v_dim = 64 or 128
+std::string refuse_attention_wmma(const AttentionArgs& a);
+void attention_wmma(const AttentionArgs& a);
 
 // matmul.cu: the plain kernel (every weight dtype below, any alignment)
 std::string refuse_matmul(const MatMulArgs& a);

@@ -41,6 +41,8 @@ const bool registered = [] {
   register_kernel(cuda_kernel<RopeArgs>(rope));
   register_kernel(cuda_kernel<AttentionArgs>(attention_split_kv, refuse_attention_split_kv, "split_kv", 130));
   register_kernel(cuda_kernel<AttentionArgs>(attention_tiled, refuse_attention_tiled, "tiled", 120));
+  // Below `tiled` until a GPU run has checked and timed it (bench/device_check.sh).
+  register_kernel(cuda_kernel<AttentionArgs>(attention_wmma, refuse_attention_wmma, "wmma", 110));
   register_kernel(cuda_kernel<AttentionArgs>(attention, refuse_attention));
   register_kernel(cuda_kernel<KvWriteArgs>(kv_write, refuse_kv_write));
   register_kernel(cuda_kernel<SiluMulArgs>(silu_mul));
