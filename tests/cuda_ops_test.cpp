@@ -159,7 +159,7 @@ TEST(CudaOps, Fp8BlockGemmMatchesTheReferenceOnItsQuantizedActivations) {
         const float* src = x.data() + t * c.in + k0;
         float amax = 0;
         for (int j = 0; j < 128; ++j) amax = std::max(amax, std::fabs(src[j]));
-        const float s = amax > 0 ? amax / 448.0f : 1.0f;
+        const float s = amax > 0 ? std::max(amax / 448.0f, 1e-30f) : 1.0f;
         for (int j = 0; j < 128; ++j) xq[static_cast<size_t>(t * c.in + k0 + j)] = fp8e4m3_to_f32(f32_to_fp8e4m3(src[j] / s)) * s;
       }
     Tensor hw = Tensor::view(w.data(), DType::F8_E4M3, {c.out, c.in});

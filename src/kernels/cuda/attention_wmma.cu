@@ -72,6 +72,9 @@ __device__ __forceinline__ float kv_value(const uint8_t* pool, DType t, int64_t 
   return t == DType::F16 ? half_bits_to_float(bits) : bf16_bits_to_float(bits);
 }
 
+// F16 for the tensor cores, clamped to its finite range (a larger BF16 / F32 value would become inf).
+__device__ __forceinline__ __half to_half(float v) { return __float2half(fminf(fmaxf(v, -65504.0f), 65504.0f)); }
+
 __device__ __forceinline__ int64_t seq_of(const int32_t* seq_indptr, int64_t n_seqs, int64_t i) {
   int64_t lo = 0, hi = n_seqs - 1;
   while (lo < hi) {  // the last s with seq_indptr[s] <= i (empty sequences repeat a value)
@@ -104,7 +107,7 @@ __global__ void __launch_bounds__(kThreads) attention_wmma_kernel(Params p) {
   // Q rows as F16, O = 0, per-row state.
   for (int e = threadIdx.x; e < kBR * D; e += kThreads) {
     const int r = e / D, d = e % D;
-    qs[r * L::ldh + d] = __float2half(r < rows ? p.q[((i0 + r) * p.n_heads + h) * D + d] : 0.0f);
+    qs[r * L::ldh + d] = to_half(r < rows ? p.q[((i0 + r) * p.n_heads + h) * D + d] : 0.0f);
   }
   for (int e = threadIdx.x; e < kBR * D; e += kThreads) os[(e / D) * L::ldo + e % D] = 0.0f;
   for (int r = threadIdx.x; r < kBR; r += kThreads) {
@@ -143,8 +146,8 @@ __global__ void __launch_bounds__(kThreads) attention_wmma_kernel(Params p) {
           kv = kv_value(p.k_pool, p.kv_dtype, slots[t] * p.k_stride + kvh * D + d);
           vv = kv_value(p.v_pool, p.kv_dtype, slots[t] * p.v_stride + kvh * D + d);
         }
-        ks[t * L::ldh + d] = __float2half(kv);
-        vs[t * L::ldh + d] = __float2half(vv);
+        ks[t * L::ldh + d] = to_half(kv);
+        vs[t * L::ldh + d] = to_half(vv);
       }
       __syncthreads();
 

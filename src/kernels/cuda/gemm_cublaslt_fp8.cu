@@ -5,7 +5,7 @@
 //
 //   1. quantize: a warp per (token, 128-column block) scales the block so that its largest
 //      magnitude is 448 (E4M3's largest finite value) and rounds to nearest even, saturating;
-//      scale = amax / 448 (1 for an all-zero block). Scales are stored outer-dimension-major,
+//      scale = max(amax / 448, 1e-30) (1 for an all-zero block). Scales are stored outer-dimension-major,
 //      sx[kb * n_pad + t], as cuBLASLt's VEC128_32F mode reads them; rows t >= n are zeros.
 //   2. cublasLtMatmul, column-major view as in gemm_cublas.cu: D (out x n_pad, ld out) =
 //      op(A) B with A = W (K x out, ld K, transposed, BLK128x128_32F scales: W's own row-major
@@ -53,7 +53,7 @@ __global__ void quantize_x_kernel(const float* __restrict__ x, int64_t n, int64_
     amax = fmaxf(amax, fabsf(v[j]));
   }
   amax = warp_max(amax);
-  const float s = amax > 0.0f ? amax / 448.0f : 1.0f;
+  const float s = amax > 0.0f ? fmaxf(amax / 448.0f, 1e-30f) : 1.0f;  // no 0 scale for a denormal block
 #pragma unroll
   for (int j = 0; j < 4; ++j) q[t * K + c0 + j] = static_cast<uint8_t>(__nv_cvt_float_to_fp8(v[j] / s, __NV_SATFINITE, __NV_E4M3));
   if (lane == 0) sx[kb * n_pad + t] = s;
@@ -169,7 +169,10 @@ void gemm_cublaslt_fp8(const MatMulArgs& a) {
   // Scratch slot 5: the quantized x [n_pad, K], its scales, and D when n is padded.
   const size_t q_bytes = (static_cast<size_t>(n_pad * K) + 255) & ~size_t{255};
   const size_t s_bytes = (static_cast<size_t>(n_pad * (K / kBlock)) * sizeof(float) + 255) & ~size_t{255};
-  const size_t d_bytes = n_pad != a.n ? static_cast<size_t>(n_pad * out) * sizeof(float) : 0;
+  // D straight into y when no row is padded and y has the alignment cuBLASLt's heuristic assumes
+  // by default (256 bytes); else into scratch, then copied.
+  const bool direct = n_pad == a.n && reinterpret_cast<uintptr_t>(a.y) % 256 == 0;
+  const size_t d_bytes = direct ? 0 : static_cast<size_t>(n_pad * out) * sizeof(float);
   auto* base = static_cast<uint8_t*>(scratch(q_bytes + s_bytes + d_bytes, 5));
   auto* q = base;
   auto* sx = reinterpret_cast<float*>(base + q_bytes);

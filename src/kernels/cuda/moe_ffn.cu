@@ -501,9 +501,15 @@ void moe_ffn(const MoeFfnArgs& a) {
     FP_CUDA(cudaEventRecord(ss->fork, stream()));
     FP_CUDA(cudaStreamWaitEvent(ss->stream, ss->fork, 0));
     const Rows shared{nullptr, nullptr, a.n, 1, 0};
-    if (gemv) expert_ffn_gemv(ss->stream, a.x, nullptr, 1, 0, 1, a.n, sg, su, sd, sh_h, sh_y);
-    else if (small) expert_ffn<16>(ss->stream, a.x, shared, sh_rows / BM, sg, su, sd, sh_h, sh_y);
-    else expert_ffn<64>(ss->stream, a.x, shared, sh_rows / BM, sg, su, sd, sh_h, sh_y);
+    try {
+      if (gemv) expert_ffn_gemv(ss->stream, a.x, nullptr, 1, 0, 1, a.n, sg, su, sd, sh_h, sh_y);
+      else if (small) expert_ffn<16>(ss->stream, a.x, shared, sh_rows / BM, sg, su, sd, sh_h, sh_y);
+      else expert_ffn<64>(ss->stream, a.x, shared, sh_rows / BM, sg, su, sd, sh_h, sh_y);
+    } catch (...) {  // join the side stream back (a graph being recorded must not keep it), then report
+      cudaEventRecord(ss->join, ss->stream);
+      cudaStreamWaitEvent(stream(), ss->join, 0);
+      throw;
+    }
     FP_CUDA(cudaEventRecord(ss->join, ss->stream));
   }
   const Rows routed{tile_expert, row_pair, rows, static_cast<int>(a.k), static_cast<int>(b)};
