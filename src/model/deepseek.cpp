@@ -431,13 +431,7 @@ class DeepseekModel : public Model {
         dispatch(AddArgs{r.x, out, n * c.dim, r.x});
       }
       if (rows == 0) return;
-      // The logit rows gathered by the embedding op over x seen as a [n, dim] table (one view per
-      // step size, kept: a recorded graph of this size reads it when replayed).
-      Tensor& x_rows = x_rows_[n];
-      x_rows = Tensor::view(r.x, DType::F32, {n, c.dim});
-      x_rows.device = device();
-      dispatch(EmbeddingArgs{&x_rows, sb.logit_rows, rows, r.h});
-      dispatch(RmsNormArgs{r.h, output_norm_, rows, c.dim, c.rms_eps, r.h});
+      logit_rows_.run(r.x, n, c.dim, sb.logit_rows, rows, output_norm_, c.rms_eps, r.h);
       output_.run(r.h, rows, out_logits);
     });
     if (rows > 0) copy_bytes(Device::CPU, logits, device(), out_logits, static_cast<size_t>(rows * c.n_vocab) * sizeof(float));
@@ -488,7 +482,7 @@ class DeepseekModel : public Model {
   Activations act_{device()};        // --device cuda: the step's buffers and logits
   BatchStager stager_{device()};
   StepGraphs graphs_{device(), file_->device_graphs};
-  std::map<int64_t, Tensor> x_rows_;  // x seen as a table of n rows, for gathering the logit rows
+  LogitRowGather logit_rows_{device()};
   std::deque<Tensor> shards_;  // this rank's weight slices (stable addresses)
   bool context_parallel_ = false;  // prefill batches run context parallel
   bool ffn_split_ = false;         // experts / FFN widths split across the ranks (an all-reduce per layer)

@@ -190,11 +190,7 @@ class LlamaModel : public Model {
       // Final norm and output projection, only for the rows whose logits are wanted (gathered by
       // the embedding op over x seen as a [n, dim] table).
       if (rows == 0) return;
-      // One view per step size, kept: a recorded graph of this size reads it when replayed.
-      Tensor& x_rows = x_rows_[n];
-      x_rows = on_device(Tensor::view(x, DType::F32, {n, c.dim}));
-      dispatch(EmbeddingArgs{&x_rows, sb.logit_rows, rows, h});
-      dispatch(RmsNormArgs{h, output_norm_, rows, c.dim, c.rms_eps, h});
+      logit_rows_.run(x, n, c.dim, sb.logit_rows, rows, output_norm_, c.rms_eps, h);
       output_.run(h, rows, out_logits);
     });
     if (device() != Device::CPU && rows > 0)
@@ -484,7 +480,7 @@ class LlamaModel : public Model {
   Activations act_{device()};     // x, h, q, k, v, attention out, gate, up, device logits
   BatchStager stager_{device()};
   StepGraphs graphs_{device(), file_->device_graphs};
-  std::map<int64_t, Tensor> x_rows_;  // x seen as a table of n rows, for gathering the logit rows
+  LogitRowGather logit_rows_{device()};  // the logit rows of x, normalised
   std::vector<BlockQ8_0> hq_;  // the normalised input quantized once for Q8_0/Q4_0 matmuls
 };
 

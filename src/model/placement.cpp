@@ -5,6 +5,8 @@
 
 #include "core/error.h"
 #include "kernels/ledger.h"
+#include "kernels/ops.h"
+#include "kernels/registry.h"
 #include "model/model.h"
 
 namespace fp {
@@ -69,6 +71,15 @@ std::vector<Tensor> DeviceWeights::stack(const std::vector<Tensor>& experts, int
   }
   bytes_ += mat * count + scales * count * sizeof(float);
   return out;
+}
+
+void LogitRowGather::run(const float* x, int64_t n, int64_t dim, const int32_t* ids, int64_t rows, const float* norm,
+                         float eps, float* out) {
+  Tensor& table = views_[n];
+  table = Tensor::view(x, DType::F32, {n, dim});
+  table.device = device_;
+  dispatch(EmbeddingArgs{&table, ids, rows, out});
+  dispatch(RmsNormArgs{out, norm, rows, dim, eps, out});
 }
 
 float* Activations::f32(size_t slot, int64_t n) {

@@ -88,6 +88,20 @@ class BatchStager {
   DeviceBuffer staging_;
 };
 
+// A step's logit rows on its device: rows `ids` of x [n, dim] gathered into out by the embedding
+// op (x seen as a table of n rows), then RMS-normalised with `norm`. On a device a step cannot
+// pick rows on the host. The table views are kept per step size: a graph recorded for that size
+// reads its view when replayed.
+class LogitRowGather {
+ public:
+  explicit LogitRowGather(Device d) : device_(d) {}
+  void run(const float* x, int64_t n, int64_t dim, const int32_t* ids, int64_t rows, const float* norm, float eps, float* out);
+
+ private:
+  Device device_;
+  std::map<int64_t, Tensor> views_;
+};
+
 // Forward steps as device graphs (CUDA graphs): the device work of a step — hundreds of kernel
 // launches — recorded once per step shape and replayed as one launch. A shape's first step runs
 // eagerly (its buffers and scratch get allocated), the second is recorded and replayed, later

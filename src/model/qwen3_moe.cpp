@@ -349,13 +349,7 @@ class Qwen3MoeModel : public Model {
         dispatch(AddArgs{r.x, out, n * c.dim, r.x});
       }
       if (rows == 0) return;
-      // The logit rows gathered by the embedding op over x seen as a [n, dim] table (one view per
-      // step size, kept: a recorded graph of this size reads it when replayed).
-      Tensor& x_rows = x_rows_[n];
-      x_rows = Tensor::view(r.x, DType::F32, {n, c.dim});
-      x_rows.device = device();
-      dispatch(EmbeddingArgs{&x_rows, sb.logit_rows, rows, r.h});
-      dispatch(RmsNormArgs{r.h, output_norm_, rows, c.dim, c.rms_eps, r.h});
+      logit_rows_.run(r.x, n, c.dim, sb.logit_rows, rows, output_norm_, c.rms_eps, r.h);
       output_.run(r.h, rows, out_logits);
     });
     if (rows > 0) copy_bytes(Device::CPU, logits, device(), out_logits, static_cast<size_t>(rows * c.n_vocab) * sizeof(float));
@@ -401,7 +395,7 @@ class Qwen3MoeModel : public Model {
   Activations act_{device()};        // --device cuda: x, h, q, k, v, attention out, gate, up, logits
   BatchStager stager_{device()};
   StepGraphs graphs_{device(), file_->device_graphs};
-  std::map<int64_t, Tensor> x_rows_;  // x seen as a table of n rows, for gathering the logit rows
+  LogitRowGather logit_rows_{device()};
   int attn_ranks_ = 1;                // ranks the attention heads are split across (1: replicated)
   bool ffn_split_ = false;            // the FFN weights are split across the ranks (an all-reduce per layer)
   bool context_parallel_ = false;     // prefill batches run context parallel
