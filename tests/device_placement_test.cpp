@@ -133,8 +133,9 @@ std::vector<int32_t> greedy_tokens(Model& m, const std::string& prompt, int32_t 
 
 const char* kPrompts[] = {"Once upon a time", "The little dog ran", "Lily wanted to", "One day, the sun"};
 
-// Every prompt of kPrompts through one engine on m (greedy, n tokens each); the tokens generated.
-std::vector<std::vector<int32_t>> serve_prompts(Model& m, int32_t n, bool chunked) {
+// Every prompt of kPrompts through one engine on m (greedy, n tokens each; with `sampled`, every
+// other prompt samples at temperature 0.8 from a fixed seed); the tokens generated.
+std::vector<std::vector<int32_t>> serve_prompts(Model& m, int32_t n, bool chunked, bool sampled = false) {
   EngineConfig c;
   c.page_size = 16;
   c.kv_cache_bytes = 4 << 20;
@@ -149,7 +150,8 @@ std::vector<std::vector<int32_t>> serve_prompts(Model& m, int32_t n, bool chunke
     Request r;
     r.prompt = m.tokenizer()->encode(p, true, false);
     r.max_new_tokens = n;
-    r.sampling.temperature = 0;
+    r.sampling.temperature = sampled && ids.size() % 2 == 1 ? 0.8f : 0.0f;
+    r.sampling.seed = 1234 + ids.size();
     ids.push_back(e.add_request(r));
   }
   for (int guard = 0; e.has_work() && guard < 10000; ++guard) e.step();
@@ -218,9 +220,19 @@ TEST(DevicePlacement, StandInDeviceServesABatchLikeTheCpu) {
 
   EmulatedDevice dev;
   auto gpu = load_on(Device::CUDA);
+  Ledger::global().reset();
   auto got = serve_prompts(*gpu, 24, true);
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(got[i], want[i]) << kPrompts[i];
+  // Greedy rows take their argmax on the device (only ids come back).
+  bool device_argmax = false;
+  for (const LedgerEntry& e : Ledger::global().snapshot()) device_argmax |= e.op == "argmax" && e.backend == "cuda";
+  EXPECT_TRUE(device_argmax);
+  // Greedy and sampled sequences in one batch: the sampled rows' logits still come back whole.
+  const auto mixed = serve_prompts(*gpu, 24, true, true);
+  EXPECT_EQ(mixed, serve_prompts(*cpu, 24, true, true));
+  EXPECT_EQ(mixed[0], got[0]);  // greedy, as before
+  EXPECT_TRUE(mixed[1] != got[1] || mixed[3] != got[3]) << "the sampled sequences sampled";
 }
 
 // Decode steps replay recorded graphs: the same tokens as running every step eagerly, and the

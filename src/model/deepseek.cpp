@@ -434,7 +434,7 @@ class DeepseekModel : public Model {
       logit_rows_.run(r.x, n, c.dim, sb.logit_rows, rows, output_norm_, c.rms_eps, r.h);
       output_.run(r.h, rows, out_logits);
     });
-    if (rows > 0) copy_bytes(Device::CPU, logits, device(), out_logits, static_cast<size_t>(rows * c.n_vocab) * sizeof(float));
+    deliver_logits(out_logits, rows, logits);
   }
 
   // Uploads every weight the forward reads and points the layers at the device copies. The

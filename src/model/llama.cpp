@@ -193,8 +193,7 @@ class LlamaModel : public Model {
       logit_rows_.run(x, n, c.dim, sb.logit_rows, rows, output_norm_, c.rms_eps, h);
       output_.run(h, rows, out_logits);
     });
-    if (device() != Device::CPU && rows > 0)
-      copy_bytes(Device::CPU, logits, device(), out_logits, static_cast<size_t>(rows * c.n_vocab) * sizeof(float));
+    if (device() != Device::CPU) deliver_logits(out_logits, rows, logits);
   }
 
  private:

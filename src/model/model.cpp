@@ -229,6 +229,55 @@ void Model::forward(const int32_t* tokens, const int32_t* pos, int64_t n, KvCach
   cache.len = kv_len;
 }
 
+void Model::forward_sampled(const ForwardBatch& batch, KvPool& pool, float* logits, const std::vector<uint8_t>& argmax_only,
+                            int32_t* ids) {
+  const auto rows = static_cast<int64_t>(batch.logit_rows.size());
+  FP_CHECK(static_cast<int64_t>(argmax_only.size()) == rows, "forward_sampled: ", argmax_only.size(), " flags for ", rows,
+           " logit rows");
+  argmax_only_ = device() == Device::CPU ? nullptr : &argmax_only;
+  argmax_ids_ = ids;
+  try {
+    forward(batch, pool, logits);
+  } catch (...) {
+    argmax_only_ = nullptr;
+    throw;
+  }
+  if (argmax_only_ == nullptr && device() != Device::CPU) return;  // delivered on the device
+  argmax_only_ = nullptr;
+  const int64_t V = config().n_vocab;  // every row's logits are here: the flagged rows' argmax
+  for (int64_t r = 0; r < rows; ++r)
+    if (argmax_only[static_cast<size_t>(r)]) dispatch(ArgmaxArgs{logits + r * V, 1, V, ids + r});
+}
+
+void Model::deliver_logits(const float* device_logits, int64_t rows, float* logits) {
+  const int64_t V = config().n_vocab;
+  const auto row_bytes = static_cast<size_t>(V) * sizeof(float);
+  if (rows <= 0) return;
+  if (!argmax_only_) {
+    copy_bytes(Device::CPU, logits, device(), device_logits, static_cast<size_t>(rows) * row_bytes);
+    return;
+  }
+  const std::vector<uint8_t>& flags = *argmax_only_;
+  argmax_only_ = nullptr;  // delivered
+  if (device_ids_.device() != device()) device_ids_ = DeviceBuffer(device());
+  device_ids_.reserve(static_cast<size_t>(rows) * sizeof(int32_t));
+  {
+    DeviceScope scope(device());
+    dispatch(ArgmaxArgs{device_logits, rows, V, device_ids_.as<int32_t>()});
+  }
+  copy_bytes(Device::CPU, argmax_ids_, device(), device_ids_.data(), static_cast<size_t>(rows) * sizeof(int32_t));
+  for (int64_t r = 0; r < rows;) {  // the rows still wanted, a run at a time
+    if (flags[static_cast<size_t>(r)]) {
+      ++r;
+      continue;
+    }
+    int64_t e = r;
+    while (e < rows && !flags[static_cast<size_t>(e)]) ++e;
+    copy_bytes(Device::CPU, logits + r * V, device(), device_logits + r * V, static_cast<size_t>(e - r) * row_bytes);
+    r = e;
+  }
+}
+
 const BlockQ8_0* rmsnorm_for(RmsNormArgs norm, std::initializer_list<const Tensor*> ws, std::vector<BlockQ8_0>& blocks) {
   bool q8 = norm.d % QK8_0 == 0 && ws.size() > 0 && current_device() == Device::CPU;
   for (const Tensor* w : ws)

@@ -82,6 +82,12 @@ class Model {
   // Feeds tokens[0..n) at positions pos[0..n) into the cache. Writes logits for every
   // position ([n, n_vocab]) when all_logits, else only for the last one ([n_vocab]).
   void forward(const int32_t* tokens, const int32_t* pos, int64_t n, KvCache& cache, float* logits, bool all_logits);
+  // forward, for a caller that samples: for the logit rows with argmax_only[r] != 0 (greedy, no
+  // penalties) ids[r] = the first largest logit's id, and their logits need not be written; the
+  // other rows' logits are. A model on a device takes the argmax there and copies back just the
+  // ids and the rows still wanted; on the CPU it is forward, then the argmax op per flagged row.
+  void forward_sampled(const ForwardBatch& batch, KvPool& pool, float* logits, const std::vector<uint8_t>& argmax_only,
+                       int32_t* ids);
 
  protected:
   explicit Model(std::shared_ptr<ModelFile> file) : file_(std::move(file)) {}
@@ -90,6 +96,15 @@ class Model {
   std::shared_ptr<ModelFile> file_;
   std::shared_ptr<Communicator> tp_;  // set by architectures that split across ranks
   ForwardBatch single_;  // scratch for the one-sequence forward
+
+  // A device step's logits [rows, n_vocab] (device_logits, on the model's device) to the host:
+  // every row, or under forward_sampled its ids and only the rows it still wants.
+  void deliver_logits(const float* device_logits, int64_t rows, float* logits);
+
+ private:
+  const std::vector<uint8_t>* argmax_only_ = nullptr;  // forward_sampled's request, until delivered
+  int32_t* argmax_ids_ = nullptr;
+  DeviceBuffer device_ids_;
 };
 
 // Attention arguments with the batch's index view (tokens, sequences, block tables, lengths)
