@@ -75,7 +75,6 @@ std::unique_ptr<Model> build_model(std::shared_ptr<ModelFile> file, std::shared_
     if (tp && tp->size() > 1) {
       FP_CHECK(std::string(tp->backend()) == "nccl", "--device ", device_name(file->device), " on ", tp->size(),
                " ranks needs the NCCL communicator, not ", tp->backend());
-      file->device_graphs = false;  // NCCL collectives here wait for their result: not capturable in a graph
     }
   }
   if (tp && tp->size() > 1) {

@@ -17,6 +17,7 @@ struct Context {
   cublasHandle_t cublas = nullptr;
   std::vector<std::pair<void*, size_t>> scratch;
   int sm_count = 0;
+  int device = 0;
 };
 
 std::once_flag g_probe_once;
@@ -38,7 +39,10 @@ Context& ctx() {
     std::string why = unavailable();
     FP_CHECK(why.empty(), "CUDA: ", why);
     auto* c2 = new Context();  // lives for the process: CUDA objects must not be destroyed after the driver unloads
-    FP_CUDA(cudaSetDevice(0));
+    // The current device: 0, or the GPU a rank's NCCL communicator picked before (several GPU
+    // ranks on one machine each take their own).
+    FP_CUDA(cudaGetDevice(&c2->device));
+    FP_CUDA(cudaSetDevice(c2->device));
     FP_CUDA(cudaStreamCreateWithFlags(&c2->stream, cudaStreamNonBlocking));
     FP_CUBLAS(cublasCreate(&c2->cublas));
     FP_CUBLAS(cublasSetStream(c2->cublas, c2->stream));
@@ -47,7 +51,7 @@ Context& ctx() {
     const size_t ws_bytes = size_t{32} << 20;
     FP_CUDA(cudaMalloc(&ws, ws_bytes));
     FP_CUBLAS(cublasSetWorkspace(c2->cublas, ws, ws_bytes));
-    FP_CUDA(cudaDeviceGetAttribute(&c2->sm_count, cudaDevAttrMultiProcessorCount, 0));
+    FP_CUDA(cudaDeviceGetAttribute(&c2->sm_count, cudaDevAttrMultiProcessorCount, c2->device));
     return c2;
   }();
   return *c;
@@ -136,6 +140,7 @@ std::string unavailable() {
 cudaStream_t stream() { return ctx().stream; }
 cublasHandle_t cublas() { return ctx().cublas; }
 int sm_count() { return ctx().sm_count; }
+int device_index() { return ctx().device; }
 
 void* scratch(size_t bytes, int slot) {
   auto& s = ctx().scratch;

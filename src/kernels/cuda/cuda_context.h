@@ -20,6 +20,8 @@ cublasHandle_t cublas();
 void* scratch(size_t bytes, int slot = 0);
 // Multiprocessor count of the device (for grid sizing).
 int sm_count();
+// The CUDA device this process's kernels run on.
+int device_index();
 
 [[noreturn]] void fail_cuda(cudaError_t e, const char* what, const char* file, int line);
 [[noreturn]] void fail_cublas(cublasStatus_t s, const char* what, const char* file, int line);

@@ -144,7 +144,7 @@ const cublasLtMatmulAlgo_t* algo_for(const Descs& ds, int64_t out, int64_t n_pad
 bool is_hopper() {
   static const bool hopper = [] {
     int major = 0;
-    return cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) == cudaSuccess && major == 9;
+    return cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_index()) == cudaSuccess && major == 9;
   }();
   return hopper;
 }

@@ -5,9 +5,12 @@
 //
 // Bootstrap: rank 0 makes the NCCL unique id and the host world (MPI) broadcasts it; each rank
 // uses GPU (launched local rank) mod (GPUs on the machine). Device buffers go through NCCL on the
-// communicator's stream: the device's queued work is finished first and the collective is
-// waited for, so callers see a blocking collective like MPI's (not capturable in a CUDA graph:
-// models on several GPU ranks run their steps eagerly). Host buffers go to the host world.
+// communicator's stream, in the order of the CUDA backend's stream and without a host wait: an
+// event on the backend's stream, which the communicator's stream waits for; the collective; an
+// event there, which the backend's stream waits for. Kernels after it see its result, the host
+// never blocks, and a CUDA graph being recorded on the backend's stream takes the collective in
+// as a branch (NCCL >= 2.9 supports capture), so models on several GPU ranks replay decode steps
+// too. Host buffers go to the host world.
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 #include <nccl.h>
@@ -19,6 +22,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "kernels/cuda/cuda_context.h"
 #include "parallel/collectives.h"
 #include "parallel/communicator.h"
 
@@ -97,11 +101,15 @@ class NcclCommunicator : public Communicator {
     if (host_->rank() == 0) check(nccl().get_unique_id(&id), "ncclGetUniqueId");
     host_->broadcast(&id, sizeof id, 0);
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    check(cudaEventCreateWithFlags(&before_, cudaEventDisableTiming), "cudaEventCreate");
+    check(cudaEventCreateWithFlags(&after_, cudaEventDisableTiming), "cudaEventCreate");
     check(nccl().comm_init_rank(&comm_, host_->size(), id, host_->rank()), "ncclCommInitRank");
     log_info("NCCL: rank ", host_->rank(), " of ", host_->size(), " on GPU ", local % gpus);
   }
   ~NcclCommunicator() override {
     if (comm_) nccl().comm_destroy(comm_);
+    if (before_) cudaEventDestroy(before_);
+    if (after_) cudaEventDestroy(after_);
     if (stream_) cudaStreamDestroy(stream_);
   }
   const char* backend() const override { return "nccl"; }
@@ -170,18 +178,22 @@ class NcclCommunicator : public Communicator {
       if (const char* v = std::getenv(k)) return std::atoi(v);
     return 0;
   }
-  // The device's queued work first (the buffers are written by kernels on other streams), then
-  // the collective, waited for.
+  // The collective in the backend stream's order: after the kernels queued there (which wrote
+  // its buffers), before the ones queued next; no host wait.
   template <class F>
   void run(F&& issue) {
-    check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    cudaStream_t compute = cuda::stream();
+    check(cudaEventRecord(before_, compute), "cudaEventRecord");
+    check(cudaStreamWaitEvent(stream_, before_, 0), "cudaStreamWaitEvent");
     issue();
-    check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    check(cudaEventRecord(after_, stream_), "cudaEventRecord");
+    check(cudaStreamWaitEvent(compute, after_, 0), "cudaStreamWaitEvent");
   }
 
   std::shared_ptr<Communicator> host_;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
+  cudaEvent_t before_ = nullptr, after_ = nullptr;
 };
 
 const bool registered = [] {
