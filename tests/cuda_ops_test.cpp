@@ -212,9 +212,10 @@ void check_each(const std::string& what, const Args& a, const std::function<void
 TEST(CudaOps, EmbeddingEveryTableDtype) {
   FP_SKIP_WITHOUT_GPU();
   Coverage cov;
-  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0})
-    for (int64_t dim : {32, 64, 96, 4096})
+  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_K, DType::F8_E4M3})
+    for (int64_t dim : {32, 64, 96, 256, 4096})
       for (int64_t n : {1, 7, 33}) {
+        if (dim % dtype_info(t).block_elems != 0) continue;
         const int64_t vocab = 50, rb = row_bytes(t, dim);
         const auto tf = random_floats(static_cast<size_t>(vocab * dim), static_cast<uint32_t>(dim + n));
         std::vector<uint8_t> table(static_cast<size_t>(vocab * rb));

@@ -5,6 +5,7 @@
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/launch.h"
+#include "kernels/cuda/weights.cuh"
 
 namespace fp::cuda {
 namespace {
@@ -15,7 +16,7 @@ __global__ void embedding_kernel(const uint8_t* table, DType dtype, int64_t row_
                                  float* out) {
   const int64_t i = blockIdx.x;
   const uint8_t* row = table + static_cast<int64_t>(ids[i]) * row_bytes;
-  for (int64_t c = threadIdx.x; c < dim; c += blockDim.x) out[i * dim + c] = load_element(row, dtype, c);
+  for (int64_t c = threadIdx.x; c < dim; c += blockDim.x) out[i * dim + c] = load_weight(row, dtype, c);
 }
 
 __global__ void rmsnorm_kernel(const float* x, const float* w, int64_t d, int64_t stride, float eps, float* out) {
@@ -123,8 +124,9 @@ __global__ void kv_write_kernel(uint8_t* pool, DType dtype, int64_t width, const
 
 std::string refuse_embedding(const EmbeddingArgs& a) {
   const DType t = a.table->dtype;
-  if (t != DType::F32 && t != DType::F16 && t != DType::BF16 && t != DType::Q8_0)
-    return std::string("table is ") + dtype_name(t) + ", this kernel reads F32, F16, BF16, Q8_0";
+  if (t != DType::F32 && t != DType::F16 && t != DType::BF16 && t != DType::Q8_0 && t != DType::Q4_K && t != DType::F8_E4M3)
+    return std::string("table is ") + dtype_name(t) + ", this kernel reads F32, F16, BF16, Q8_0, Q4_K, F8_E4M3";
+  if (a.table->block_scale) return "a block-scaled table";
   return {};
 }
 

@@ -11,7 +11,7 @@
 namespace fp::cuda {
 
 // elementwise.cu
-std::string refuse_embedding(const EmbeddingArgs& a);  // tables of F32, F16, BF16, Q8_0
+std::string refuse_embedding(const EmbeddingArgs& a);  // tables of F32, F16, BF16, Q8_0, Q4_K, F8_E4M3 (no block scales)
 void embedding(const EmbeddingArgs& a);
 std::string refuse_rmsnorm(const RmsNormArgs& a);  // no fused Q8_0 output (a CPU activation layout)
 void rmsnorm(const RmsNormArgs& a);
