@@ -250,7 +250,7 @@ void check_ffn(const FfnCase& c, Coverage& cov) {
 TEST(CudaOps, MoeFfnAgainstTheReference) {
   FP_SKIP_WITHOUT_GPU();
   Coverage cov;
-  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_K, DType::F8_E4M3}) {
+  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_K, DType::Q6_K, DType::F8_E4M3}) {
     const int64_t blk = dtype_info(t).block_elems;
     // ff: a column tail of the 64-wide tiles and, as down's K, whole quant blocks.
     const int64_t dim = blk == QK_K ? 256 : 96, ff = blk == QK_K ? 512 : blk == QK8_0 ? 160 : 72;

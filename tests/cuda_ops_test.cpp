@@ -100,7 +100,7 @@ void check_matmul(const MmCase& c, Coverage& cov) {
 TEST(CudaOps, MatMulEveryKernelAgainstTheReference) {
   FP_SKIP_WITHOUT_GPU();
   Coverage cov;
-  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_K, DType::F8_E4M3}) {
+  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_K, DType::Q6_K, DType::F8_E4M3}) {
     const int64_t blk = dtype_info(t).block_elems;
     // Float-like: odd K (no 8-wide chunks), K tails, large K; quantized: 1, 2, 8 blocks.
     const std::vector<int64_t> ins = blk == 1 ? std::vector<int64_t>{8, 13, 200, 1000} : std::vector<int64_t>{blk, 2 * blk, 8 * blk};
@@ -212,7 +212,7 @@ void check_each(const std::string& what, const Args& a, const std::function<void
 TEST(CudaOps, EmbeddingEveryTableDtype) {
   FP_SKIP_WITHOUT_GPU();
   Coverage cov;
-  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_K, DType::F8_E4M3})
+  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_K, DType::Q6_K, DType::F8_E4M3})
     for (int64_t dim : {32, 64, 96, 256, 4096})
       for (int64_t n : {1, 7, 33}) {
         if (dim % dtype_info(t).block_elems != 0) continue;

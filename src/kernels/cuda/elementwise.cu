@@ -124,8 +124,9 @@ __global__ void kv_write_kernel(uint8_t* pool, DType dtype, int64_t width, const
 
 std::string refuse_embedding(const EmbeddingArgs& a) {
   const DType t = a.table->dtype;
-  if (t != DType::F32 && t != DType::F16 && t != DType::BF16 && t != DType::Q8_0 && t != DType::Q4_K && t != DType::F8_E4M3)
-    return std::string("table is ") + dtype_name(t) + ", this kernel reads F32, F16, BF16, Q8_0, Q4_K, F8_E4M3";
+  if (t != DType::F32 && t != DType::F16 && t != DType::BF16 && t != DType::Q8_0 && t != DType::Q4_K && t != DType::Q6_K &&
+      t != DType::F8_E4M3)
+    return std::string("table is ") + dtype_name(t) + ", this kernel reads F32, F16, BF16, Q8_0, Q4_K, Q6_K, F8_E4M3";
   if (a.table->block_scale) return "a block-scaled table";
   return {};
 }

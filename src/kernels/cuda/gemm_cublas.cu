@@ -100,6 +100,7 @@ void quantized_gemm(const MatMulArgs& a) {
     switch (w.dtype) {
       case DType::Q8_0: dequant_panel<DType::Q8_0, false>(w, o0, rows, wh); break;
       case DType::Q4_K: dequant_panel<DType::Q4_K, false>(w, o0, rows, wh); break;
+      case DType::Q6_K: dequant_panel<DType::Q6_K, false>(w, o0, rows, wh); break;
       case DType::F8_E4M3: dequant_panel<DType::F8_E4M3, true>(w, o0, rows, wh); break;
       default: fail("cublas matmul: cannot dequantize ", dtype_name(w.dtype));
     }
@@ -113,8 +114,9 @@ bool aligned(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t
 
 std::string refuse_gemm_cublas(const MatMulArgs& a) {
   const DType t = a.w->dtype;
-  if (t != DType::F32 && t != DType::F16 && t != DType::BF16 && t != DType::Q8_0 && t != DType::Q4_K && t != DType::F8_E4M3)
-    return std::string("weights are ") + dtype_name(t) + ", this kernel reads F32, F16, BF16, Q8_0, Q4_K, F8_E4M3";
+  if (t != DType::F32 && t != DType::F16 && t != DType::BF16 && t != DType::Q8_0 && t != DType::Q4_K && t != DType::Q6_K &&
+      t != DType::F8_E4M3)
+    return std::string("weights are ") + dtype_name(t) + ", this kernel reads F32, F16, BF16, Q8_0, Q4_K, Q6_K, F8_E4M3";
   if (a.w->block_scale && t != DType::F8_E4M3) return std::string("block scales on ") + dtype_name(t) + " weights";
   if (a.w->block_scale && (a.w->scale_block <= 0 || a.w->scale_block % 8 != 0))
     return "block scales with scale_block " + std::to_string(a.w->scale_block) + " (needs a multiple of 8)";
@@ -128,10 +130,10 @@ void gemm_cublas(const MatMulArgs& a) {
   const Tensor& w = *a.w;
   const int64_t out = w.rows(), in = w.cols();
   if (a.n == 0 || out == 0) return;
-  const bool quantized = w.dtype == DType::Q8_0 || w.dtype == DType::Q4_K || w.dtype == DType::F8_E4M3;
+  const bool quantized = w.dtype == DType::Q8_0 || w.dtype == DType::Q4_K || w.dtype == DType::Q6_K || w.dtype == DType::F8_E4M3;
   // Per call (dispatch caches per shape class): an empty reduction or a weight view the 16-byte
   // dequantizing loads cannot read goes to the plain kernel.
-  const uintptr_t need = w.dtype == DType::Q8_0 ? 2 : w.dtype == DType::F8_E4M3 ? 8 : 16;
+  const uintptr_t need = w.dtype == DType::Q6_K ? 1 : w.dtype == DType::Q8_0 ? 2 : w.dtype == DType::F8_E4M3 ? 8 : 16;
   if (in == 0 || (quantized && !aligned(w.data, need))) return matmul(a);
   switch (w.dtype) {
     case DType::F32: gemm(w.data, CUDA_R_32F, a.x, out, a.n, in, a.y, out); break;

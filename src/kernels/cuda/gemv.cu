@@ -115,14 +115,15 @@ void launch_gemv(const MatMulArgs& a, const float* x, int nt, float* y) {
 bool aligned(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
 // The alignment the chunk loads need (weights.cuh): of the weight data and of x.
-uintptr_t weight_alignment(DType t) { return t == DType::Q8_0 ? 2 : t == DType::F8_E4M3 ? 8 : 16; }
+uintptr_t weight_alignment(DType t) { return t == DType::Q6_K ? 1 : t == DType::Q8_0 ? 2 : t == DType::F8_E4M3 ? 8 : 16; }
 
 }  // namespace
 
 std::string refuse_gemv(const MatMulArgs& a) {
   const DType t = a.w->dtype;
-  if (t != DType::F32 && t != DType::F16 && t != DType::BF16 && t != DType::Q8_0 && t != DType::Q4_K && t != DType::F8_E4M3)
-    return std::string("weights are ") + dtype_name(t) + ", this kernel reads F32, F16, BF16, Q8_0, Q4_K, F8_E4M3";
+  if (t != DType::F32 && t != DType::F16 && t != DType::BF16 && t != DType::Q8_0 && t != DType::Q4_K && t != DType::Q6_K &&
+      t != DType::F8_E4M3)
+    return std::string("weights are ") + dtype_name(t) + ", this kernel reads F32, F16, BF16, Q8_0, Q4_K, Q6_K, F8_E4M3";
   if (a.n > kMaxTokens) return "n=" + std::to_string(a.n) + " tokens: the GEMV is for at most 8 (decode)";
   if (a.w->cols() % 8 != 0) return "in=" + std::to_string(a.w->cols()) + " is not a multiple of 8";
   if (a.w->block_scale && (a.w->scale_block <= 0 || a.w->scale_block % 8 != 0))
@@ -147,6 +148,7 @@ void gemv(const MatMulArgs& a) {
       case DType::BF16: launch_gemv<DType::BF16>(a, x, nt, y); break;
       case DType::Q8_0: launch_gemv<DType::Q8_0>(a, x, nt, y); break;
       case DType::Q4_K: launch_gemv<DType::Q4_K>(a, x, nt, y); break;
+      case DType::Q6_K: launch_gemv<DType::Q6_K>(a, x, nt, y); break;
       case DType::F8_E4M3: launch_gemv<DType::F8_E4M3>(a, x, nt, y); break;
       default: fail("gemv: weights of ", dtype_name(w.dtype));
     }

@@ -36,8 +36,9 @@ __global__ void matmul_warp_kernel(const float* x, int64_t n, const uint8_t* w, 
 
 std::string refuse_matmul(const MatMulArgs& a) {
   const DType t = a.w->dtype;
-  if (t != DType::F32 && t != DType::F16 && t != DType::BF16 && t != DType::Q8_0 && t != DType::Q4_K && t != DType::F8_E4M3)
-    return std::string("weights are ") + dtype_name(t) + ", this kernel reads F32, F16, BF16, Q8_0, Q4_K, F8_E4M3";
+  if (t != DType::F32 && t != DType::F16 && t != DType::BF16 && t != DType::Q8_0 && t != DType::Q4_K && t != DType::Q6_K &&
+      t != DType::F8_E4M3)
+    return std::string("weights are ") + dtype_name(t) + ", this kernel reads F32, F16, BF16, Q8_0, Q4_K, Q6_K, F8_E4M3";
   if (a.w->block_scale && a.w->scale_block <= 0) return "block scales with scale_block " + std::to_string(a.w->scale_block);
   return {};
 }

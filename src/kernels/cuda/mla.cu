@@ -232,7 +232,7 @@ __global__ void __launch_bounds__(kThreads) out_kernel(const float* __restrict__
 }
 
 bool weight_dtype_ok(DType t) {
-  return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::Q8_0 || t == DType::Q4_K ||
+  return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::Q8_0 || t == DType::Q4_K || t == DType::Q6_K ||
          t == DType::F8_E4M3;
 }
 

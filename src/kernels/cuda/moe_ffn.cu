@@ -280,7 +280,7 @@ __global__ void combine_kernel(const float* __restrict__ y, const int32_t* __res
 // ---- host side ----
 
 bool supported(DType t) {
-  return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::Q8_0 || t == DType::Q4_K ||
+  return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::Q8_0 || t == DType::Q4_K || t == DType::Q6_K ||
          t == DType::F8_E4M3;
 }
 
@@ -288,7 +288,7 @@ bool supported(DType t) {
 std::string check_matrix(const Tensor& w, const char* what) {
   if (!supported(w.dtype)) return std::string(what) + " weight dtype " + dtype_name(w.dtype) + " has no CUDA MoE kernel";
   if (w.cols() % 8 != 0) return std::string(what) + " input width " + std::to_string(w.cols()) + " is not a multiple of 8";
-  const int align = w.dtype == DType::Q8_0 ? 2 : w.dtype == DType::F8_E4M3 ? 8 : 16;
+  const int align = w.dtype == DType::Q6_K ? 1 : w.dtype == DType::Q8_0 ? 2 : w.dtype == DType::F8_E4M3 ? 8 : 16;
   if (reinterpret_cast<uintptr_t>(w.data) % align != 0 || row_bytes(w.dtype, w.cols()) % align != 0)
     return std::string(what) + " weights are not " + std::to_string(align) + "-byte aligned";
   if (w.block_scale && w.scale_block % 8 != 0) return std::string(what) + " scale block is not a multiple of 8";
@@ -320,7 +320,7 @@ Stack expert_stack(const Tensor* ws, int64_t b, int64_t end, const char* what, s
   if (end - b > 1) {
     s.stride = static_cast<const uint8_t*>(ws[b + 1].data) - s.base;
     if (s.scale) s.scale_stride = ws[b + 1].block_scale - s.scale;
-    const int align = s.dtype == DType::Q8_0 ? 2 : s.dtype == DType::F8_E4M3 ? 8 : 16;
+    const int align = s.dtype == DType::Q6_K ? 1 : s.dtype == DType::Q8_0 ? 2 : s.dtype == DType::F8_E4M3 ? 8 : 16;
     if (s.stride % align != 0) {
       *why = std::string(what) + " experts lie " + std::to_string(s.stride) + " bytes apart, not a multiple of " +
              std::to_string(align);
@@ -353,6 +353,7 @@ void launch_gemm(cudaStream_t st, const float* x, const Rows& rows, int64_t tile
     FP_MOE_CASE(DType::BF16)
     FP_MOE_CASE(DType::Q8_0)
     FP_MOE_CASE(DType::Q4_K)
+    FP_MOE_CASE(DType::Q6_K)
     FP_MOE_CASE(DType::F8_E4M3)
 #undef FP_MOE_CASE
     default: fail("moe_ffn: no CUDA kernel for ", dtype_name(wa.dtype));
@@ -372,6 +373,7 @@ void launch_pair_gemv(cudaStream_t st, const float* x, const int32_t* ids, int k
     FP_MOE_CASE(DType::BF16)
     FP_MOE_CASE(DType::Q8_0)
     FP_MOE_CASE(DType::Q4_K)
+    FP_MOE_CASE(DType::Q6_K)
     FP_MOE_CASE(DType::F8_E4M3)
 #undef FP_MOE_CASE
     default: fail("moe_ffn: no CUDA kernel for ", dtype_name(wa.dtype));

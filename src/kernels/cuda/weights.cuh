@@ -11,6 +11,10 @@
 //   Q4_K: 144-byte blocks {f16 d, dmin; u8 scales[12]; u8 qs[128]} of 256 elements in 4 groups
 //         of 64: group g's elements 0..31 are the low nibbles of qs[32g..32g+32), 32..63 the
 //         high nibbles; sub-block j = 2g + hi has a 6-bit scale and min: y = d*sc*q - dmin*m.
+//   Q6_K: 210-byte blocks {u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d} of 256 elements in two
+//         halves of 128 (n), each four groups of 32 (g): element l of group g takes the low (g < 2)
+//         or high nibble of ql[64n + l + 32(g & 1)] and bits 2g..2g+1 of qh[32n + l] as its high
+//         two bits; y = d * scales[8n + l/16 + 2g] * (q - 32). Byte loads (blocks are unaligned).
 #pragma once
 #include <cstdint>
 
@@ -38,7 +42,7 @@ __device__ __forceinline__ void q4k_scale_min(int j, const uint8_t* q, float* sc
 }
 
 // Weights 8c..8c+7 of `row` (a row of `dtype`; callers check the alignment named above: 16 bytes
-// for the row start of F32/F16/BF16/Q4_K, 8 for F8_E4M3, 2 for Q8_0).
+// for the row start of F32/F16/BF16/Q4_K, 8 for F8_E4M3, 2 for Q8_0, none for Q6_K).
 template <DType T>
 __device__ __forceinline__ void load8(const uint8_t* __restrict__ row, int64_t c, float w[8]) {
   if constexpr (T == DType::F32) {
@@ -76,6 +80,19 @@ __device__ __forceinline__ void load8(const uint8_t* __restrict__ row, int64_t c
       w[2 * k] = d * static_cast<float>(static_cast<int8_t>(v & 0xffu));
       w[2 * k + 1] = d * static_cast<float>(static_cast<int8_t>(v >> 8));
     }
+  } else if constexpr (T == DType::Q6_K) {
+    const uint8_t* blk = row + (c >> 5) * static_cast<int64_t>(sizeof(BlockQ6_K));
+    const int e = static_cast<int>(c & 31) * 8, n = e >> 7, g = (e >> 5) & 3, l0 = e & 31;
+    const float d = half_bits_to_float(static_cast<uint16_t>(__ldg(blk + 208) | (__ldg(blk + 209) << 8)));
+    const float dsc = d * static_cast<float>(static_cast<int8_t>(__ldg(blk + 192 + 8 * n + (l0 >> 4) + 2 * g)));
+    const uint8_t* ql = blk + 64 * n + l0 + 32 * (g & 1);
+    const uint8_t* qh = blk + 128 + 32 * n + l0;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const uint32_t lo = g < 2 ? (__ldg(ql + k) & 0xfu) : (__ldg(ql + k) >> 4);
+      const uint32_t hi = (__ldg(qh + k) >> (2 * g)) & 3u;
+      w[k] = dsc * static_cast<float>(static_cast<int>(lo | (hi << 4)) - 32);
+    }
   } else if constexpr (T == DType::Q4_K) {
     const uint8_t* blk = row + (c >> 5) * static_cast<int64_t>(sizeof(BlockQ4_K));
     const int e = static_cast<int>(c & 31) * 8;  // first element within the block
@@ -109,6 +126,15 @@ __device__ __forceinline__ float load_weight(const uint8_t* row, DType dtype, in
       q4k_scale_min(2 * g + hi, blk + 4, &sc, &m);
       const uint8_t q = blk[16 + 32 * g + (e & 31)];
       return d * sc * static_cast<float>(hi ? q >> 4 : q & 0xf) - dmin * m;
+    }
+    case DType::Q6_K: {
+      const uint8_t* blk = row + (c / QK_K) * static_cast<int64_t>(sizeof(BlockQ6_K));
+      const int e = static_cast<int>(c % QK_K), n = e >> 7, g = (e >> 5) & 3, l = e & 31;
+      const float d = half_bits_to_float(static_cast<uint16_t>(blk[208] | (blk[209] << 8)));
+      const float dsc = d * static_cast<float>(static_cast<int8_t>(blk[192 + 8 * n + (l >> 4) + 2 * g]));
+      const uint8_t b = blk[64 * n + l + 32 * (g & 1)];
+      const uint32_t lo = g < 2 ? (b & 0xfu) : (b >> 4), hi = (blk[128 + 32 * n + l] >> (2 * g)) & 3u;
+      return dsc * static_cast<float>(static_cast<int>(lo | (hi << 4)) - 32);
     }
     default: return load_element(row, dtype, c);  // F32, F16, BF16, Q8_0
   }
