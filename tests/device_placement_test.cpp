@@ -465,17 +465,24 @@ TEST(CudaModel, GreedyTextEqualsTheCpusAndLogitsAgree) {
   EXPECT_LT(std::sqrt(err / norm), 1e-3);
 }
 
+// The GPU's error against the CPU's reference kernels, by weight type: f32 sums in another
+// order (F32); prefill matmuls on cuBLAS with x rounded to F16 (Q8_0, Q4_K: 2^-11) or BF16
+// (BF16: 2^-8) through 3 layers. Greedy choices may then differ from the CPU's best logit by
+// about as much (a near tie taken the other way).
+double gpu_tol(DType t) { return t == DType::F32 ? 1e-3 : t == DType::BF16 ? 2e-2 : 5e-3; }
+float gpu_slack(DType t) { return t == DType::F32 ? 1e-3f : t == DType::BF16 ? 0.1f : 0.03f; }
+
 TEST(CudaModel, Qwen3MoeMatchesTheCpu) {
   FP_REQUIRE_GPU();
-  // f32 sums in another order through 3 layers; BF16 weights are exact on both sides.
-  for (DType t : {DType::F32, DType::BF16, DType::Q8_0, DType::Q4_K}) expect_device_matches_cpu(synth_qwen3moe(t), 1e-3, 1e-3f);
+  for (DType t : {DType::F32, DType::BF16, DType::Q8_0, DType::Q4_K})
+    expect_device_matches_cpu(synth_qwen3moe(t), gpu_tol(t), gpu_slack(t));
 }
 
 TEST(CudaModel, DeepSeekMatchesTheCpu) {
   FP_REQUIRE_GPU();
   for (DType t : {DType::F32, DType::BF16, DType::Q8_0}) {
-    expect_device_matches_cpu(synth_deepseek("deepseek_v2", t, false), 1e-3, 1e-3f);
-    expect_device_matches_cpu(synth_deepseek("deepseek_v3", t, true), 1e-3, 1e-3f);
+    expect_device_matches_cpu(synth_deepseek("deepseek_v2", t, false), gpu_tol(t), gpu_slack(t));
+    expect_device_matches_cpu(synth_deepseek("deepseek_v3", t, true), gpu_tol(t), gpu_slack(t));
   }
 }
 
