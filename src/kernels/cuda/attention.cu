@@ -30,12 +30,6 @@ struct Params {
   float* out;
 };
 
-__device__ __forceinline__ float kv_load(const uint8_t* pool, DType t, int64_t index) {
-  if (t == DType::F32) return reinterpret_cast<const float*>(pool)[index];
-  const uint16_t bits = reinterpret_cast<const uint16_t*>(pool)[index];
-  return t == DType::F16 ? half_bits_to_float(bits) : bf16_bits_to_float(bits);
-}
-
 __global__ void attention_warp_kernel(Params p) {
   const int64_t warp = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / 32;
   const int lane = threadIdx.x & 31;

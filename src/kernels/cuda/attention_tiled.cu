@@ -55,12 +55,6 @@ struct TileParams {
   float* part_ml;   // [n, n_heads, nsplit, 2]: running max, sum
 };
 
-__device__ __forceinline__ float kv_load(const uint8_t* pool, DType t, int64_t index) {
-  if (t == DType::F32) return __ldg(reinterpret_cast<const float*>(pool) + index);
-  const uint16_t bits = __ldg(reinterpret_cast<const uint16_t*>(pool) + index);
-  return t == DType::F16 ? half_bits_to_float(bits) : bf16_bits_to_float(bits);
-}
-
 // Rows of a K or V tile into shared memory as f32: dst[t][0..width) for t < nt (zeros beyond),
 // row pitch width + 1. Element d of row t is pool[slots[t] * stride + off + d]. vec: 16-byte loads
 // (4 F32 or 8 F16/BF16 values), else one element per load; coalesced along the row either way.
@@ -99,17 +93,6 @@ __device__ __forceinline__ void load_tile(const uint8_t* pool, DType dt, int64_t
       dst[t * (width + 1) + d] = t < nt ? kv_load(pool, dt, slots[t] * stride + off + d) : 0.0f;
     }
   }
-}
-
-// The sequence of token i: the last s with seq_indptr[s] <= i (empty sequences repeat a value).
-__device__ __forceinline__ int64_t seq_of(const int32_t* seq_indptr, int64_t n_seqs, int64_t i) {
-  int64_t lo = 0, hi = n_seqs - 1;
-  while (lo < hi) {
-    const int64_t mid = (lo + hi + 1) / 2;
-    if (seq_indptr[mid] <= i) lo = mid;
-    else hi = mid - 1;
-  }
-  return lo;
 }
 
 __global__ void __launch_bounds__(kThreads) attention_tile_kernel(TileParams p) {

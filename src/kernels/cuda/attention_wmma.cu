@@ -66,24 +66,8 @@ struct Layout {
   static constexpr size_t bytes = o_off + sizeof(float) * kBR * ldo;
 };
 
-__device__ __forceinline__ float kv_value(const uint8_t* pool, DType t, int64_t index) {
-  if (t == DType::F32) return __ldg(reinterpret_cast<const float*>(pool) + index);
-  const uint16_t bits = __ldg(reinterpret_cast<const uint16_t*>(pool) + index);
-  return t == DType::F16 ? half_bits_to_float(bits) : bf16_bits_to_float(bits);
-}
-
 // F16 for the tensor cores, clamped to its finite range (a larger BF16 / F32 value would become inf).
 __device__ __forceinline__ __half to_half(float v) { return __float2half(fminf(fmaxf(v, -65504.0f), 65504.0f)); }
-
-__device__ __forceinline__ int64_t seq_of(const int32_t* seq_indptr, int64_t n_seqs, int64_t i) {
-  int64_t lo = 0, hi = n_seqs - 1;
-  while (lo < hi) {  // the last s with seq_indptr[s] <= i (empty sequences repeat a value)
-    const int64_t mid = (lo + hi + 1) / 2;
-    if (seq_indptr[mid] <= i) lo = mid;
-    else hi = mid - 1;
-  }
-  return lo;
-}
 
 template <int D>
 __global__ void __launch_bounds__(kThreads) attention_wmma_kernel(Params p) {
@@ -143,8 +127,8 @@ __global__ void __launch_bounds__(kThreads) attention_wmma_kernel(Params p) {
         const int t = e / D, d = e % D;
         float kv = 0.0f, vv = 0.0f;
         if (t < cnt) {
-          kv = kv_value(p.k_pool, p.kv_dtype, slots[t] * p.k_stride + kvh * D + d);
-          vv = kv_value(p.v_pool, p.kv_dtype, slots[t] * p.v_stride + kvh * D + d);
+          kv = kv_load(p.k_pool, p.kv_dtype, slots[t] * p.k_stride + kvh * D + d);
+          vv = kv_load(p.v_pool, p.kv_dtype, slots[t] * p.v_stride + kvh * D + d);
         }
         ks[t * L::ldh + d] = to_half(kv);
         vs[t * L::ldh + d] = to_half(vv);

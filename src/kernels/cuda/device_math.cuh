@@ -61,6 +61,25 @@ __device__ __forceinline__ float load_element(const uint8_t* row, DType dtype, i
   }
 }
 
+// Element `index` of a KV pool of F32, F16 or BF16 values, as float.
+__device__ __forceinline__ float kv_load(const uint8_t* pool, DType t, int64_t index) {
+  if (t == DType::F32) return __ldg(reinterpret_cast<const float*>(pool) + index);
+  const uint16_t bits = __ldg(reinterpret_cast<const uint16_t*>(pool) + index);
+  return t == DType::F16 ? half_bits_to_float(bits) : bf16_bits_to_float(bits);
+}
+
+// The sequence of token i in a varlen batch: the last s with seq_indptr[s] <= i (empty
+// sequences repeat a value, so they are skipped).
+__device__ __forceinline__ int64_t seq_of(const int32_t* seq_indptr, int64_t n_seqs, int64_t i) {
+  int64_t lo = 0, hi = n_seqs - 1;
+  while (lo < hi) {
+    const int64_t mid = (lo + hi + 1) / 2;
+    if (seq_indptr[mid] <= i) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
 inline unsigned blocks_for(int64_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
 
 }  // namespace fp::cuda

@@ -54,14 +54,8 @@ struct Batch {
 
 // The sequence of token i (seq_indptr is ascending) and the positions it sees.
 __device__ __forceinline__ void locate(const Batch& b, int64_t i, int64_t* s, int64_t* len) {
-  int64_t lo = 0, hi = b.n_seqs - 1;
-  while (lo < hi) {  // the last s with seq_indptr[s] <= i
-    const int64_t mid = (lo + hi + 1) / 2;
-    if (b.seq_indptr[mid] <= i) lo = mid;
-    else hi = mid - 1;
-  }
-  *s = lo;
-  *len = min(static_cast<int64_t>(b.pos[i]) + 1, static_cast<int64_t>(b.kv_len[lo]));
+  *s = seq_of(b.seq_indptr, b.n_seqs, i);
+  *len = min(static_cast<int64_t>(b.pos[i]) + 1, static_cast<int64_t>(b.kv_len[*s]));
 }
 
 __device__ __forceinline__ const uint8_t* latent_row(const Batch& b, int64_t s, int64_t t) {

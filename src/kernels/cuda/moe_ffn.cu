@@ -27,6 +27,8 @@
 // consecutive output rows of one pair's expert and streams them whole (256 threads over chunks
 // of 8 weights, as gemv.cu), so the selected experts' weights are read at memory speed; gate and
 // up in one pass (SwiGLU on the way out), then down. A non-local pair's blocks leave at once.
+#include <type_traits>
+
 #include "core/error.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/launch.h"
@@ -342,22 +344,27 @@ Stack expert_stack(const Tensor* ws, int64_t b, int64_t end, const char* what, s
   return s;
 }
 
+// Calls f(std::integral_constant<DType, T>{}) for a weight type the kernels are built for.
+template <class F>
+void with_weight_type(DType t, F&& f) {
+  switch (t) {
+    case DType::F32: f(std::integral_constant<DType, DType::F32>{}); break;
+    case DType::F16: f(std::integral_constant<DType, DType::F16>{}); break;
+    case DType::BF16: f(std::integral_constant<DType, DType::BF16>{}); break;
+    case DType::Q8_0: f(std::integral_constant<DType, DType::Q8_0>{}); break;
+    case DType::Q4_K: f(std::integral_constant<DType, DType::Q4_K>{}); break;
+    case DType::Q6_K: f(std::integral_constant<DType, DType::Q6_K>{}); break;
+    case DType::F8_E4M3: f(std::integral_constant<DType, DType::F8_E4M3>{}); break;
+    default: fail("moe_ffn: no CUDA kernel for ", dtype_name(t));
+  }
+}
+
 template <int BM, bool SWIGLU>
 void launch_gemm(cudaStream_t st, const float* x, const Rows& rows, int64_t tiles, const Stack& wa, const Stack& wb, float* out) {
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>((wa.rows + kBN - 1) / kBN));
-  switch (wa.dtype) {
-#define FP_MOE_CASE(T) \
-  case T: grouped_gemm_kernel<T, BM, SWIGLU><<<grid, kThreads, 0, st>>>(x, rows, wa, wb, out); break;
-    FP_MOE_CASE(DType::F32)
-    FP_MOE_CASE(DType::F16)
-    FP_MOE_CASE(DType::BF16)
-    FP_MOE_CASE(DType::Q8_0)
-    FP_MOE_CASE(DType::Q4_K)
-    FP_MOE_CASE(DType::Q6_K)
-    FP_MOE_CASE(DType::F8_E4M3)
-#undef FP_MOE_CASE
-    default: fail("moe_ffn: no CUDA kernel for ", dtype_name(wa.dtype));
-  }
+  with_weight_type(wa.dtype, [&](auto type) {
+    grouped_gemm_kernel<decltype(type)::value, BM, SWIGLU><<<grid, kThreads, 0, st>>>(x, rows, wa, wb, out);
+  });
   FP_CUDA_LAUNCHED("moe grouped gemm");
 }
 
@@ -365,19 +372,9 @@ template <bool SWIGLU>
 void launch_pair_gemv(cudaStream_t st, const float* x, const int32_t* ids, int k, int b, int end, int64_t pairs,
                       const Stack& wa, const Stack& wb, float* out) {
   const dim3 grid(static_cast<unsigned>((wa.rows + kGemvRows - 1) / kGemvRows), static_cast<unsigned>(pairs));
-  switch (wa.dtype) {
-#define FP_MOE_CASE(T) \
-  case T: pair_gemv_kernel<T, SWIGLU><<<grid, kThreads, 0, st>>>(x, ids, k, b, end, wa, wb, out); break;
-    FP_MOE_CASE(DType::F32)
-    FP_MOE_CASE(DType::F16)
-    FP_MOE_CASE(DType::BF16)
-    FP_MOE_CASE(DType::Q8_0)
-    FP_MOE_CASE(DType::Q4_K)
-    FP_MOE_CASE(DType::Q6_K)
-    FP_MOE_CASE(DType::F8_E4M3)
-#undef FP_MOE_CASE
-    default: fail("moe_ffn: no CUDA kernel for ", dtype_name(wa.dtype));
-  }
+  with_weight_type(wa.dtype, [&](auto type) {
+    pair_gemv_kernel<decltype(type)::value, SWIGLU><<<grid, kThreads, 0, st>>>(x, ids, k, b, end, wa, wb, out);
+  });
   FP_CUDA_LAUNCHED("moe pair gemv");
 }
 
