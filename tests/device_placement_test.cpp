@@ -74,6 +74,7 @@ class EmulatedDevice {
       register_emulated<AddArgs>();
       register_emulated<SoftmaxArgs>();
       register_emulated<ArgmaxArgs>();
+      register_emulated<SampleArgs>();
       register_emulated<MoeRouteArgs>();
       register_emulated<MoeFfnArgs>();
       register_emulated<MlaAttentionArgs>();
@@ -131,10 +132,25 @@ std::vector<int32_t> greedy_tokens(Model& m, const std::string& prompt, int32_t 
   return generate(m, g).tokens;
 }
 
+// generate() at temperature 1 with every filter off but top-p 0.9, from a fixed seed.
+std::vector<int32_t> sampled_tokens(Model& m, const std::string& prompt, int32_t n, float repetition_penalty = 1.0f) {
+  GenerateRequest g;
+  g.prompt = m.tokenizer()->encode(prompt, true, false);
+  g.max_new_tokens = n;
+  g.sampling.temperature = 1.0f;
+  g.sampling.top_k = 0;
+  g.sampling.top_p = 0.9f;
+  g.sampling.min_p = 0;
+  g.sampling.seed = 77;
+  g.sampling.repetition_penalty = repetition_penalty;
+  return generate(m, g).tokens;
+}
+
 const char* kPrompts[] = {"Once upon a time", "The little dog ran", "Lily wanted to", "One day, the sun"};
 
 // Every prompt of kPrompts through one engine on m (greedy, n tokens each; with `sampled`, every
-// other prompt samples at temperature 0.8 from a fixed seed); the tokens generated.
+// other prompt samples at temperature 0.8 from a fixed seed, the fourth with a repetition penalty
+// so that its logits come back to the host); the tokens generated.
 std::vector<std::vector<int32_t>> serve_prompts(Model& m, int32_t n, bool chunked, bool sampled = false) {
   EngineConfig c;
   c.page_size = 16;
@@ -152,6 +168,7 @@ std::vector<std::vector<int32_t>> serve_prompts(Model& m, int32_t n, bool chunke
     r.max_new_tokens = n;
     r.sampling.temperature = sampled && ids.size() % 2 == 1 ? 0.8f : 0.0f;
     r.sampling.seed = 1234 + ids.size();
+    if (sampled && ids.size() == 3) r.sampling.repetition_penalty = 1.1f;
     ids.push_back(e.add_request(r));
   }
   for (int guard = 0; e.has_work() && guard < 10000; ++guard) e.step();
@@ -193,6 +210,12 @@ TEST(DevicePlacement, StandInDeviceGivesTheCpuModelsLogitsAndText) {
   EXPECT_LT(std::sqrt(err / norm), 1e-5) << "device logits differ from the CPU's";
 
   for (const char* p : kPrompts) EXPECT_EQ(greedy_tokens(*gpu, p, 40), greedy_tokens(*cpu, p, 40)) << p;
+  // Sampled: on the device (no penalty) from the host's draws, and on the host (a penalty).
+  for (float penalty : {1.0f, 1.1f}) {
+    const auto sampled = sampled_tokens(*gpu, kPrompts[0], 40, penalty);
+    EXPECT_EQ(sampled, sampled_tokens(*cpu, kPrompts[0], 40, penalty)) << "repetition penalty " << penalty;
+    EXPECT_NE(sampled, greedy_tokens(*cpu, kPrompts[0], 40)) << "the sampled run sampled";
+  }
 
   // The ledger recorded the device's calls as such: backend cuda, the stand-in kernel, the real
   // CUDA kernel refused with the reason.
@@ -203,7 +226,7 @@ TEST(DevicePlacement, StandInDeviceGivesTheCpuModelsLogitsAndText) {
     EXPECT_EQ(e.kernel, "emulated") << e.op;
     EXPECT_EQ(e.shape_class.rfind("cuda: ", 0), 0u) << e.shape_class;
     bool refused_cuda = false;
-    for (auto& [k, why] : e.refused) refused_cuda |= k == "cuda" && !why.empty();
+    for (auto& [k, why] : e.refused) refused_cuda |= k != "emulated" && !why.empty();  // a real CUDA kernel
     if (!e.refused.empty()) {
       EXPECT_TRUE(refused_cuda) << e.op;
     }
@@ -224,11 +247,12 @@ TEST(DevicePlacement, StandInDeviceServesABatchLikeTheCpu) {
   auto got = serve_prompts(*gpu, 24, true);
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(got[i], want[i]) << kPrompts[i];
-  // Greedy rows take their argmax on the device (only ids come back).
-  bool device_argmax = false;
-  for (const LedgerEntry& e : Ledger::global().snapshot()) device_argmax |= e.op == "argmax" && e.backend == "cuda";
-  EXPECT_TRUE(device_argmax);
-  // Greedy and sampled sequences in one batch: the sampled rows' logits still come back whole.
+  // Greedy rows are sampled on the device (only ids come back).
+  bool device_sample = false;
+  for (const LedgerEntry& e : Ledger::global().snapshot()) device_sample |= e.op == "sample" && e.backend == "cuda";
+  EXPECT_TRUE(device_sample);
+  // Greedy and sampled sequences in one batch: rows sampled on the device from the host's draws,
+  // and a row with a penalty whose logits come back whole, give the CPU's tokens.
   const auto mixed = serve_prompts(*gpu, 24, true, true);
   EXPECT_EQ(mixed, serve_prompts(*cpu, 24, true, true));
   EXPECT_EQ(mixed[0], got[0]);  // greedy, as before

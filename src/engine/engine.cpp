@@ -218,18 +218,20 @@ std::vector<StepOutput> Engine::step() {
   }
   const int64_t V = model_.config().n_vocab;
   logits_.resize(batch_.logit_rows.size() * static_cast<size_t>(V));
-  // Rows that need only their argmax (greedy, no penalties, no log-probabilities): a model on a
-  // device sends back their ids instead of their logits.
-  argmax_only_.clear();
+  // Rows whose request has no penalties and wants no log-probabilities are sampled by the model
+  // where the logits are (a model on a device sends back their ids instead of their logits).
+  row_sampling_.clear();
   for (const ScheduledSeq& x : sched) {
     if (!x.samples) continue;
-    const SamplingParams& p = x.seq->sampler->params();
-    argmax_only_.push_back(p.temperature <= 0.0f && (p.repetition_penalty == 1.0f || p.repetition_window <= 0) &&
-                           p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f && x.seq->req.logprobs < 0);
+    Sampler& sampler = *x.seq->sampler;
+    RowSampling row;
+    row.here = sampler.penalties_off() && x.seq->req.logprobs < 0;
+    if (row.here) row.settings = sampler.next_row();
+    row_sampling_.push_back(row);
   }
-  argmax_ids_.resize(argmax_only_.size());
+  sampled_ids_.resize(row_sampling_.size());
   if (followers_) followers_->send_step(batch_, pool_->take_copies());
-  model_.forward_sampled(batch_, *pool_, logits_.data(), argmax_only_, argmax_ids_.data());
+  model_.forward_sampled(batch_, *pool_, logits_.data(), row_sampling_, sampled_ids_.data());
   scheduler_->commit(sched);
   // 3. Postprocess: sample, append, finish.
   const Tokenizer* tok = model_.tokenizer();
@@ -248,7 +250,8 @@ std::vector<StepOutput> Engine::step() {
       for (float v : raw_) sum += std::exp(static_cast<double>(v - mx));
       lse = mx + std::log(sum);
     }
-    const int32_t id = argmax_only_[row - 1] ? argmax_ids_[row - 1] : s.sampler->sample(lg, V, s.tokens, static_cast<size_t>(s.n_prompt));
+    const int32_t id = row_sampling_[row - 1].here ? sampled_ids_[row - 1]
+                                                   : s.sampler->sample(lg, V, s.tokens, static_cast<size_t>(s.n_prompt));
     if (s.t_first_token == 0) {
       s.t_first_token = t;
       if (s.cached_tokens) stats_.cached_prompt_tokens += s.cached_tokens;

@@ -113,8 +113,8 @@ class Engine {
   int64_t next_id_ = 0;
   ForwardBatch batch_;
   std::vector<float> logits_, raw_;
-  std::vector<uint8_t> argmax_only_;  // per logit row of the step: only its argmax is needed (greedy)
-  std::vector<int32_t> argmax_ids_;   // the argmax of every logit row (Model::forward_sampled)
+  std::vector<RowSampling> row_sampling_;  // per logit row of the step: sampled by the model, or here
+  std::vector<int32_t> sampled_ids_;       // the tokens the model sampled (Model::forward_sampled)
   EngineStats stats_;
 };
 

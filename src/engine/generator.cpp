@@ -42,13 +42,24 @@ GenerateResult generate(Model& model, const GenerateRequest& req, const std::fun
     (void)stream->flush();
   }
 
+  // Without penalties the model samples where the logits are (on a device only the id comes
+  // back); the draw is taken before each forward, in the same order as sample() takes it.
+  RowSampling row;
+  row.here = sampler.penalties_off();
+  int32_t sampled = -1;
+  auto run = [&](const int32_t* toks, const int32_t* at, int64_t n) {
+    if (!row.here) return model.forward(toks, at, n, *cache, logits.data(), false);
+    row.settings = sampler.next_row();
+    model.forward_sampled(toks, at, n, *cache, logits.data(), row, &sampled);
+  };
+
   auto t0 = std::chrono::steady_clock::now();
-  model.forward(req.prompt.data(), pos.data(), static_cast<int64_t>(pos.size()), *cache, logits.data(), false);
+  run(req.prompt.data(), pos.data(), static_cast<int64_t>(pos.size()));
   auto t1 = std::chrono::steady_clock::now();
   res.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
   int32_t next_pos = static_cast<int32_t>(req.prompt.size());
   for (int32_t step = 0; step < req.max_new_tokens; ++step) {
-    int32_t id = sampler.sample(logits.data(), c.n_vocab, history, req.prompt.size());
+    int32_t id = row.here ? sampled : sampler.sample(logits.data(), c.n_vocab, history, req.prompt.size());
     // Tensor parallel: every rank holds the same logits, but only rank 0's choice counts (the
     // ranks' seeds may differ), so every rank feeds the same token next.
     if (Communicator* tp = model.tensor_parallel(); tp && tp->size() > 1)
@@ -62,7 +73,7 @@ GenerateResult generate(Model& model, const GenerateRequest& req, const std::fun
     if (stream) emit(stream->push(id));
     if (step + 1 == req.max_new_tokens) break;
     if (next_pos >= capacity) break;  // context full
-    model.forward(&id, &next_pos, 1, *cache, logits.data(), false);
+    run(&id, &next_pos, 1);
     ++next_pos;
   }
   if (stream) emit(stream->flush());

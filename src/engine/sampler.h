@@ -1,10 +1,14 @@
 // engine/sampler.h — turns a row of logits into the next token: greedy, or temperature with
-// top-k, top-p, min-p and a repetition penalty, from a seeded generator (reproducible).
+// top-k, top-p, min-p and a repetition penalty, from a seeded generator (reproducible). The
+// penalties are applied here; the filters and the draw are the sample op (kernels/ops.h), which
+// a model on a device runs there (Model::forward_sampled) on the same uniform draw.
 #pragma once
 #include <cstdint>
 #include <random>
 #include <unordered_map>
 #include <vector>
+
+#include "kernels/ops.h"
 
 namespace fp {
 
@@ -26,12 +30,16 @@ class Sampler {
   // logits: [n_vocab], modified in place by penalties. `history` holds the tokens so far, of
   // which the first n_prompt are the prompt (presence/frequency penalties look at the rest).
   int32_t sample(float* logits, int64_t n_vocab, const std::vector<int32_t>& history, size_t n_prompt = 0);
+  // The sample op's settings for the next token, its uniform draw taken from this sampler's
+  // generator (greedy rows draw nothing), as sample() would use them: for a caller that samples
+  // elsewhere (on the device) a request whose penalties are off (penalties_off()).
+  SampleRow next_row();
+  bool penalties_off() const;
   const SamplingParams& params() const { return p_; }
 
  private:
   SamplingParams p_;
   std::mt19937_64 rng_;
-  std::vector<std::pair<float, int32_t>> cand_;
   std::unordered_map<int32_t, int32_t> counts_;
 };
 

@@ -42,5 +42,6 @@ std::string SiluMulArgs::shape_class() const { return "f32"; }
 std::string AddArgs::shape_class() const { return "f32"; }
 std::string SoftmaxArgs::shape_class() const { return "f32"; }
 std::string ArgmaxArgs::shape_class() const { return "f32"; }
+std::string SampleArgs::shape_class() const { return "f32"; }
 
 }  // namespace fp

@@ -164,4 +164,29 @@ struct ArgmaxArgs {
   std::string shape_class() const;
 };
 
+
+// One logit row's sampling settings (engine/sampler.h): temperature <= 0 is greedy; top_k <= 0,
+// top_p >= 1 and min_p <= 0 are off; u in [0, 1) is the row's uniform draw, made by the caller
+// from the request's seeded generator so that a row samples the same token wherever it runs.
+struct SampleRow {
+  double u = 0;
+  float temperature = 0, top_p = 1, min_p = 0;
+  int32_t top_k = 0;
+};
+
+// out[r] = the token row r of x[n, d] samples under rows[r] (rows in the same memory as x):
+// candidates sorted by logit, larger first and the lower id on ties (a NaN counts as -inf); the
+// top_k of them; softmax with the temperature; top-p keeps the shortest prefix whose mass reaches
+// top_p (at least one); min-p drops those below min_p times the first's probability; then the
+// first candidate whose running mass exceeds u times the mass kept. Greedy rows, and rows whose
+// largest logit is not finite, take the first candidate.
+struct SampleArgs {
+  static constexpr const char* kName = "sample";
+  const float* x = nullptr;
+  int64_t n = 0, d = 0;
+  const SampleRow* rows = nullptr;
+  int32_t* out = nullptr;
+  std::string shape_class() const;
+};
+
 }  // namespace fp

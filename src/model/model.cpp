@@ -213,6 +213,11 @@ std::unique_ptr<KvCache> Model::new_cache(int64_t capacity, int64_t page_size, D
 }
 
 void Model::forward(const int32_t* tokens, const int32_t* pos, int64_t n, KvCache& cache, float* logits, bool all_logits) {
+  forward_one(tokens, pos, n, cache, logits, all_logits, nullptr, nullptr);
+}
+
+void Model::forward_one(const int32_t* tokens, const int32_t* pos, int64_t n, KvCache& cache, float* logits,
+                        bool all_logits, const RowSampling* sample, int32_t* id) {
   if (n <= 0) return;
   for (int64_t i = 0; i < n; ++i)
     FP_CHECK(pos[i] >= 0 && pos[i] < cache.capacity, "position ", pos[i], " is outside the KV cache (capacity ",
@@ -224,54 +229,76 @@ void Model::forward(const int32_t* tokens, const int32_t* pos, int64_t n, KvCach
   b.add_sequence(tokens, n, 0, cache.pages.data(), static_cast<int64_t>(cache.pages.size()), !all_logits, all_logits);
   for (int64_t i = 0; i < n; ++i) b.positions[static_cast<size_t>(i)] = pos[i];  // callers may pass any positions
   b.kv_len[0] = static_cast<int32_t>(kv_len);
-  forward(b, *cache.pool, logits);
+  if (sample) forward_sampled(b, *cache.pool, logits, {*sample}, id);
+  else forward(b, *cache.pool, logits);
   cache.len = kv_len;
 }
 
-void Model::forward_sampled(const ForwardBatch& batch, KvPool& pool, float* logits, const std::vector<uint8_t>& argmax_only,
+void Model::forward_sampled(const int32_t* tokens, const int32_t* pos, int64_t n, KvCache& cache, float* logits,
+                            const RowSampling& row, int32_t* id) {
+  forward_one(tokens, pos, n, cache, logits, false, &row, id);
+}
+
+void Model::forward_sampled(const ForwardBatch& batch, KvPool& pool, float* logits, const std::vector<RowSampling>& rows,
                             int32_t* ids) {
-  const auto rows = static_cast<int64_t>(batch.logit_rows.size());
-  FP_CHECK(static_cast<int64_t>(argmax_only.size()) == rows, "forward_sampled: ", argmax_only.size(), " flags for ", rows,
+  const auto n_rows = static_cast<int64_t>(batch.logit_rows.size());
+  FP_CHECK(static_cast<int64_t>(rows.size()) == n_rows, "forward_sampled: ", rows.size(), " row settings for ", n_rows,
            " logit rows");
-  argmax_only_ = device() == Device::CPU ? nullptr : &argmax_only;
-  argmax_ids_ = ids;
+  sampling_ = device() == Device::CPU ? nullptr : &rows;
+  sampled_ids_ = ids;
+  if (sampling_) {  // the settings go up before the forward (the copy waits for the stream)
+    // Every row goes through one sample call (the rows sent back run as greedy, their id unused).
+    settings_.assign(rows.size(), SampleRow{});
+    for (size_t r = 0; r < rows.size(); ++r)
+      if (rows[r].here) settings_[r] = rows[r].settings;
+    if (device_settings_.device() != device()) device_settings_ = DeviceBuffer(device());
+    device_settings_.reserve(std::max<size_t>(settings_.size(), 1) * sizeof(SampleRow));
+    if (!settings_.empty())
+      copy_bytes(device(), device_settings_.data(), Device::CPU, settings_.data(), settings_.size() * sizeof(SampleRow));
+  }
   try {
     forward(batch, pool, logits);
   } catch (...) {
-    argmax_only_ = nullptr;
+    sampling_ = nullptr;
     throw;
   }
-  if (argmax_only_ == nullptr && device() != Device::CPU) return;  // delivered on the device
-  argmax_only_ = nullptr;
-  const int64_t V = config().n_vocab;  // every row's logits are here: the flagged rows' argmax
-  for (int64_t r = 0; r < rows; ++r)
-    if (argmax_only[static_cast<size_t>(r)]) dispatch(ArgmaxArgs{logits + r * V, 1, V, ids + r});
+  if (sampling_ == nullptr && device() != Device::CPU) return;  // delivered on the device
+  sampling_ = nullptr;
+  const int64_t V = config().n_vocab;  // every row's logits are here: sample the flagged rows
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const RowSampling& row = rows[static_cast<size_t>(r)];
+    if (!row.here) continue;
+    if (row.settings.temperature > 0.0f) dispatch(SampleArgs{logits + r * V, 1, V, &row.settings, ids + r});
+    else dispatch(ArgmaxArgs{logits + r * V, 1, V, ids + r});
+  }
 }
 
 void Model::deliver_logits(const float* device_logits, int64_t rows, float* logits) {
   const int64_t V = config().n_vocab;
   const auto row_bytes = static_cast<size_t>(V) * sizeof(float);
   if (rows <= 0) return;
-  if (!argmax_only_) {
+  if (!sampling_) {
     copy_bytes(Device::CPU, logits, device(), device_logits, static_cast<size_t>(rows) * row_bytes);
     return;
   }
-  const std::vector<uint8_t>& flags = *argmax_only_;
-  argmax_only_ = nullptr;  // delivered
+  const std::vector<RowSampling>& req = *sampling_;
+  sampling_ = nullptr;  // delivered
+  FP_CHECK(static_cast<size_t>(rows) == req.size(), "forward_sampled: ", rows, " logit rows delivered for ", req.size(),
+           " requested");
   if (device_ids_.device() != device()) device_ids_ = DeviceBuffer(device());
   device_ids_.reserve(static_cast<size_t>(rows) * sizeof(int32_t));
   {
     DeviceScope scope(device());
-    dispatch(ArgmaxArgs{device_logits, rows, V, device_ids_.as<int32_t>()});
+    dispatch(SampleArgs{device_logits, rows, V, device_settings_.as<SampleRow>(), device_ids_.as<int32_t>()});
   }
-  copy_bytes(Device::CPU, argmax_ids_, device(), device_ids_.data(), static_cast<size_t>(rows) * sizeof(int32_t));
+  copy_bytes(Device::CPU, sampled_ids_, device(), device_ids_.data(), static_cast<size_t>(rows) * sizeof(int32_t));
   for (int64_t r = 0; r < rows;) {  // the rows still wanted, a run at a time
-    if (flags[static_cast<size_t>(r)]) {
+    if (req[static_cast<size_t>(r)].here) {
       ++r;
       continue;
     }
     int64_t e = r;
-    while (e < rows && !flags[static_cast<size_t>(e)]) ++e;
+    while (e < rows && !req[static_cast<size_t>(e)].here) ++e;
     copy_bytes(Device::CPU, logits + r * V, device(), device_logits + r * V, static_cast<size_t>(e - r) * row_bytes);
     r = e;
   }

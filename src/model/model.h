@@ -14,6 +14,13 @@
 
 namespace fp {
 
+// How forward_sampled treats one logit row: sampled where the logits are (here, under
+// settings), or its logits sent back to the caller.
+struct RowSampling {
+  bool here = false;
+  SampleRow settings;
+};
+
 // A flattened varlen batch: the tokens of n_seqs sequences, each sequence's tokens contiguous.
 // Sequence s owns tokens [seq_indptr[s], seq_indptr[s+1]); its KV cache is the block table
 // page_ids[page_indptr[s] .. page_indptr[s+1]) in a KvPool, holding kv_len[s] positions after
@@ -82,12 +89,17 @@ class Model {
   // Feeds tokens[0..n) at positions pos[0..n) into the cache. Writes logits for every
   // position ([n, n_vocab]) when all_logits, else only for the last one ([n_vocab]).
   void forward(const int32_t* tokens, const int32_t* pos, int64_t n, KvCache& cache, float* logits, bool all_logits);
-  // forward, for a caller that samples: for the logit rows with argmax_only[r] != 0 (greedy, no
-  // penalties) ids[r] = the first largest logit's id, and their logits need not be written; the
-  // other rows' logits are. A model on a device takes the argmax there and copies back just the
-  // ids and the rows still wanted; on the CPU it is forward, then the argmax op per flagged row.
-  void forward_sampled(const ForwardBatch& batch, KvPool& pool, float* logits, const std::vector<uint8_t>& argmax_only,
+  // forward, for a caller that samples: each logit row r with rows[r].here is sampled where the
+  // logits are, under rows[r].settings (the sample op; greedy rows the argmax), into ids[r], and
+  // its logits need not be written; the other rows' logits are. A model on a device samples
+  // there and copies back just the ids and the rows still wanted; on the CPU it is forward, then
+  // the ops per flagged row.
+  void forward_sampled(const ForwardBatch& batch, KvPool& pool, float* logits, const std::vector<RowSampling>& rows,
                        int32_t* ids);
+  // The one-sequence forward (the last position's logits) for a caller that samples: as above
+  // for its one row.
+  void forward_sampled(const int32_t* tokens, const int32_t* pos, int64_t n, KvCache& cache, float* logits,
+                       const RowSampling& row, int32_t* id);
 
  protected:
   explicit Model(std::shared_ptr<ModelFile> file) : file_(std::move(file)) {}
@@ -98,13 +110,18 @@ class Model {
   ForwardBatch single_;  // scratch for the one-sequence forward
 
   // A device step's logits [rows, n_vocab] (device_logits, on the model's device) to the host:
-  // every row, or under forward_sampled its ids and only the rows it still wants.
+  // every row, or under forward_sampled the sampled rows' ids and only the rows it still wants.
   void deliver_logits(const float* device_logits, int64_t rows, float* logits);
 
  private:
-  const std::vector<uint8_t>* argmax_only_ = nullptr;  // forward_sampled's request, until delivered
-  int32_t* argmax_ids_ = nullptr;
-  DeviceBuffer device_ids_;
+  void forward_one(const int32_t* tokens, const int32_t* pos, int64_t n, KvCache& cache, float* logits, bool all_logits,
+                   const RowSampling* sample, int32_t* id);
+
+ private:
+  const std::vector<RowSampling>* sampling_ = nullptr;  // forward_sampled's request, until delivered
+  int32_t* sampled_ids_ = nullptr;
+  std::vector<SampleRow> settings_;  // staged for the device
+  DeviceBuffer device_ids_, device_settings_;
 };
 
 // Attention arguments with the batch's index view (tokens, sequences, block tables, lengths)

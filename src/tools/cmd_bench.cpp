@@ -100,7 +100,7 @@ double kv_bytes(const KvLayout& kv, double ctx) { return static_cast<double>(kv.
 
 // Decode tokens/s for `batch` sequences stepping together (one token each per forward), each
 // with its own block table in one pool: the weights are read once per step for all of them.
-// Greedy steps as the engine runs them (Model::forward_sampled): on a device only the argmax
+// Greedy steps as the engine runs them (Model::forward_sampled): on a device only the sampled
 // ids come back, not batch x n_vocab logits.
 double batched_decode_tps(Model& model, const KvLayout& kv, int batch, int gen, std::mt19937& rng) {
   const ModelConfig& cfg = model.config();
@@ -111,7 +111,7 @@ double batched_decode_tps(Model& model, const KvLayout& kv, int batch, int gen, 
     for (int64_t p = 0; p < pages_per_seq; ++p) t.push_back(pool.blocks().allocate());
   std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(cfg.n_vocab - 1));
   std::vector<float> logits(static_cast<size_t>(batch * cfg.n_vocab));
-  const std::vector<uint8_t> greedy(static_cast<size_t>(batch), 1);
+  const std::vector<RowSampling> greedy(static_cast<size_t>(batch), RowSampling{true, SampleRow{}});
   std::vector<int32_t> ids(static_cast<size_t>(batch));
   ForwardBatch fb;
   auto step = [&](int pos) {
