@@ -151,6 +151,32 @@ void bench_argmax() {
   }
 }
 
+// ---------------------------------------------------------------- sample
+// One row of Llama-3's vocabulary (128256). "flat": normal logits (sd 2), the top token under
+// 1% (a worst case for top-p: its cut lies thousands of tokens deep); "peaked": the same with 16
+// tokens raised by 14 (98% of the mass in those, as a language model puts most in a few). Settings:
+// the OpenAI API's defaults (T 1, top-k off, top-p 1), top-p 0.9, and `fastpath generate`'s
+// (T 0.8, top-k 40, top-p 0.95, min-p 0.05).
+void bench_sample() {
+  const int64_t d = 128256;
+  for (const char* shape : {"flat", "peaked"}) {
+    auto x = std::make_shared<std::vector<float>>(randn(static_cast<size_t>(d), 3, 2.0f));
+    if (std::string(shape) == "peaked")
+      for (int i = 0; i < 16; ++i) (*x)[static_cast<size_t>(i * 7919 % d)] += 14.0f;
+    auto o = std::make_shared<std::vector<int32_t>>(1);
+    struct Setting {
+      const char* name;
+      SampleRow row;
+    };
+    for (const Setting& s : {Setting{"openai", {0.5, 1.0f, 1.0f, 0.0f, 0}}, Setting{"top_p=0.9", {0.5, 1.0f, 0.9f, 0.0f, 0}},
+                             Setting{"generate", {0.5, 0.8f, 0.95f, 0.05f, 40}}}) {
+      auto row = std::make_shared<SampleRow>(s.row);
+      register_op<SampleArgs>(std::string(shape) + "," + s.name + ",d=" + std::to_string(d), Work{4.0 * static_cast<double>(d), 0},
+                              [=] { return SampleArgs{x->data(), 1, d, row.get(), o->data()}; });
+    }
+  }
+}
+
 // ---------------------------------------------------------------- attention
 // Decode: one token at the end of a kv_len cache. Prefill: n tokens from pos0 (a cached prefix
 // of pos0 tokens). Each with the KV pool in F32, F16 and BF16 (kv=...). Bytes: q + the K/V rows
@@ -231,6 +257,7 @@ int main(int argc, char** argv) {
   fp::bench_softmax();
   fp::bench_rope();
   fp::bench_argmax();
+  fp::bench_sample();
   fp::bench_attention();
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;

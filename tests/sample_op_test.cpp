@@ -1,8 +1,9 @@
-// tests/cuda_ops_sample_test.cpp — the sample op: the reference's rules on hand-made rows (CPU),
-// and every CUDA kernel against the reference on random rows (harness: cuda_ops.h).
+// tests/sample_op_test.cpp — the sample op: the reference's rules on hand-made rows, and every
+// other kernel (the CPU's partial_sort, the CUDA ones through cuda_ops.h) against the reference
+// on random rows of many sizes and settings.
 //
-// The CUDA kernel sums probabilities in fixed point where the reference sums floats in double,
-// so the two may disagree when a cut or the draw falls within rounding of a boundary. Such a row
+// The fast kernels sum probabilities in another order (the CUDA kernel in fixed point), so they
+// may disagree with the reference when a cut or the draw falls within rounding of a boundary. Such a row
 // is recognised with the reference alone: the reference is run again with the draw and top-p /
 // min-p moved by 1e-6 either way, and a row whose answer moves is "on a boundary", where the
 // device may give any of those answers. Every other row must match exactly, and boundary rows
@@ -16,6 +17,7 @@
 
 #include "cuda_ops.h"
 #include "kernels/ops.h"
+#include "kernels/registry.h"
 
 namespace fp {
 namespace {
@@ -106,55 +108,92 @@ std::set<int32_t> answers_near(const std::vector<float>& row, const SampleRow& s
   return out;
 }
 
-TEST(CudaOps, SampleAgainstTheReference) {
-  FP_SKIP_WITHOUT_GPU();
-  Coverage cov;
+// Random rows: every size with rows of each kind and each of the settings below, seeded.
+struct SampleCase {
+  int64_t n = 0, d = 0;
+  std::vector<float> x;
+  std::vector<SampleRow> rows;
+  std::vector<int32_t> want;  // the reference's answers
+};
+
+std::vector<SampleCase> sample_cases() {
   std::mt19937 rng(2024);
   std::uniform_real_distribution<double> unit(0.0, 1.0);
-  int rows_checked = 0, on_boundary = 0;
-  // Settings: greedy; temperature only; top-k small (copied to shared memory), large (the row
-  // stays in global memory) and 1; top-p; min-p; all of them together (the engine's defaults).
+  // Greedy; temperature only; top-k small (the CUDA kernel copies those to shared memory), large
+  // (the row stays in global memory) and 1; top-p; min-p; all of them (the engine's defaults).
   const std::vector<SampleRow> kinds = {
       settings(0, 0, 1, 0, 0),          settings(1.0f, 0, 1, 0, 0),    settings(0.7f, 40, 1, 0, 0),
       settings(1.3f, 3000, 1, 0, 0),    settings(1.0f, 1, 1, 0, 0),    settings(1.0f, 0, 0.9f, 0, 0),
       settings(0.6f, 0, 0.3f, 0, 0),    settings(1.0f, 0, 1, 0.05f, 0), settings(0.8f, 40, 0.95f, 0.05f, 0),
       settings(1.0f, 2048, 0.95f, 0, 0), settings(1.0f, 2049, 0.5f, 0.1f, 0)};
+  std::vector<SampleCase> cases;
   for (int64_t d : {1, 2, 31, 256, 1000, 4099, 32000, 151936}) {
-    const int64_t n = d >= 32000 ? 6 : 24;
-    std::vector<float> x;
-    std::vector<SampleRow> rows;
-    for (int64_t r = 0; r < n; ++r) {
+    SampleCase c;
+    c.d = d;
+    c.n = d >= 32000 ? 6 : 24;
+    for (int64_t r = 0; r < c.n; ++r) {
       const auto row = make_row(d, static_cast<int>(r % 5), rng);
-      x.insert(x.end(), row.begin(), row.end());
+      c.x.insert(c.x.end(), row.begin(), row.end());
       SampleRow s = kinds[static_cast<size_t>((r * 7 + d) % static_cast<int64_t>(kinds.size()))];
       s.u = unit(rng);
-      rows.push_back(s);
+      c.rows.push_back(s);
     }
-    std::vector<int32_t> want(static_cast<size_t>(n), -1);
-    sample_ref().run(SampleArgs{x.data(), n, d, rows.data(), want.data()});
-    DeviceBuffer dx = upload(x), drows = upload(rows), dout = upload(want);
-    const SampleArgs a{dx.as<float>(), n, d, drows.as<SampleRow>(), dout.as<int32_t>()};
-    const std::vector<int32_t> poison(want.size(), -1);
+    c.want.assign(static_cast<size_t>(c.n), -1);
+    sample_ref().run(SampleArgs{c.x.data(), c.n, d, c.rows.data(), c.want.data()});
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
+
+// Checks a kernel's answers against the reference's; returns how many rows were on a boundary.
+int expect_matches(const SampleCase& c, const std::vector<int32_t>& got, const std::string& kernel) {
+  int on_boundary = 0;
+  for (int64_t r = 0; r < c.n; ++r) {
+    const auto i = static_cast<size_t>(r);
+    if (got[i] == c.want[i]) continue;
+    const SampleRow& s = c.rows[i];
+    const std::vector<float> row(c.x.begin() + r * c.d, c.x.begin() + (r + 1) * c.d);
+    const std::set<int32_t> near = answers_near(row, s);
+    const bool boundary = near.size() > 1 && near.count(got[i]);
+    on_boundary += boundary;
+    EXPECT_TRUE(boundary) << "sample kernel " << kernel << " d=" << c.d << " row " << r << " T=" << s.temperature
+                          << " top_k=" << s.top_k << " top_p=" << s.top_p << " min_p=" << s.min_p << " u=" << s.u
+                          << ": got " << got[i] << ", the reference " << c.want[i];
+  }
+  return on_boundary;
+}
+
+TEST(BackendOps, SampleFastKernelsAgainstTheReference) {
+  int kernels = 0, rows = 0, on_boundary = 0;
+  for (const SampleCase& c : sample_cases())
+    for (const auto& k : OpRegistry<SampleArgs>::instance().kernels()) {
+      if (k.backend != Backend::CPU || k.reference || !test::refusal(k, SampleArgs{c.x.data(), c.n, c.d}).empty()) continue;
+      std::vector<int32_t> got(static_cast<size_t>(c.n), -1);
+      k.run(SampleArgs{c.x.data(), c.n, c.d, c.rows.data(), got.data()});
+      on_boundary += expect_matches(c, got, k.name);
+      rows += static_cast<int>(c.n);
+      ++kernels;
+    }
+  EXPECT_GT(kernels, 0) << "no fast CPU kernel of sample";
+  EXPECT_LE(on_boundary * 50, rows) << on_boundary << " of " << rows << " rows on a boundary";
+}
+
+TEST(CudaOps, SampleAgainstTheReference) {
+  FP_SKIP_WITHOUT_GPU();
+  Coverage cov;
+  int rows_checked = 0, on_boundary = 0;
+  for (const SampleCase& c : sample_cases()) {
+    DeviceBuffer dx = upload(c.x), drows = upload(c.rows), dout = upload(c.want);
+    const SampleArgs a{dx.as<float>(), c.n, c.d, drows.as<SampleRow>(), dout.as<int32_t>()};
+    const std::vector<int32_t> poison(c.want.size(), -1);
     for (const auto* k : test::kernels_under_test<SampleArgs>()) {
       if (!test::refusal(*k, a).empty()) continue;
       upload_into(dout, poison);
       const std::string err = test::run_kernel(*k, a);
       EXPECT_EQ(err, "") << k->name;
       if (!err.empty()) continue;
-      const auto got = download<int32_t>(dout, want.size());
-      for (int64_t r = 0; r < n; ++r) {
-        const auto i = static_cast<size_t>(r);
-        const SampleRow& s = rows[i];
-        ++rows_checked;
-        if (got[i] == want[i]) continue;
-        const std::vector<float> row(x.begin() + r * d, x.begin() + (r + 1) * d);
-        const std::set<int32_t> near = answers_near(row, s);
-        const bool boundary = near.size() > 1 && near.count(got[i]);
-        on_boundary += boundary;
-        EXPECT_TRUE(boundary) << "sample kernel " << k->name << " d=" << d << " row " << r << " T=" << s.temperature
-                              << " top_k=" << s.top_k << " top_p=" << s.top_p << " min_p=" << s.min_p << " u=" << s.u
-                              << ": got " << got[i] << ", the reference " << want[i];
-      }
+      on_boundary += expect_matches(c, download<int32_t>(dout, c.want.size()), k->name);
+      rows_checked += static_cast<int>(c.n);
       ++cov.ran[k->name];
     }
   }
