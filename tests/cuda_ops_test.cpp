@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstring>
 #include <numeric>
+#include <random>
 
 #include "core/dtype.h"
 #include "cuda_ops.h"
@@ -372,6 +373,35 @@ TEST(CudaOps, SoftmaxRowsUpToVocabularyWidth) {
       check_each<SoftmaxArgs>("n=" + std::to_string(n) + " d=" + std::to_string(d), a, [&] { upload_into(dx, x); },
                               [&] { return download<float>(dx, x.size()); }, want, 1e-4, cov);
     }
+  cov.expect_ran({"cuda"});
+}
+
+// The next step's tokens from the ids the step before sampled (async scheduling): positions
+// fed from a row take its id, the others keep theirs; bit-exact.
+TEST(CudaOps, TokenFeedTakesTheNamedRows) {
+  FP_SKIP_WITHOUT_GPU();
+  Coverage cov;
+  for (int64_t n : {0, 1, 7, 256, 257, 5000}) {
+    std::mt19937 rng(static_cast<uint32_t>(n + 3));
+    const int64_t rows = std::max<int64_t>(n / 2, 1);
+    std::vector<int32_t> tokens(static_cast<size_t>(n)), from(static_cast<size_t>(n)), ids(static_cast<size_t>(rows));
+    for (auto& t : tokens) t = static_cast<int32_t>(rng() % 150000);
+    for (auto& r : from) r = rng() % 3 == 0 ? -1 : static_cast<int32_t>(rng() % static_cast<uint32_t>(rows));
+    for (auto& v : ids) v = static_cast<int32_t>(rng() % 150000);
+    auto want = tokens;
+    test::find_kernel<TokenFeedArgs>(Backend::CPU, "ref")->run(TokenFeedArgs{want.data(), from.data(), ids.data(), n});
+    DeviceBuffer dt = upload(tokens), df = upload(from), di = upload(ids);
+    const TokenFeedArgs a{dt.as<int32_t>(), df.as<int32_t>(), di.as<int32_t>(), n};
+    for (const auto* k : test::kernels_under_test<TokenFeedArgs>()) {
+      if (!test::refusal(*k, a).empty()) continue;
+      upload_into(dt, tokens);
+      const std::string err = test::run_kernel(*k, a);
+      EXPECT_EQ(err, "") << k->name;
+      if (!err.empty()) continue;
+      EXPECT_EQ(download<int32_t>(dt, tokens.size()), want) << "token_feed kernel " << k->name << " n=" << n;
+      ++cov.ran[k->name];
+    }
+  }
   cov.expect_ran({"cuda"});
 }
 

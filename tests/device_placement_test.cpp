@@ -16,6 +16,7 @@
 #include <set>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <utility>
 
@@ -40,6 +41,34 @@ const char* kStories = "models/stories260K/stories260K.gguf";
 using Tape = std::vector<std::function<void()>>;
 Tape* g_recording = nullptr;
 
+// The stand-in's stream, when it defers (EmulatedDevice(true)): kernels, graph launches and
+// queued copies wait in order until the host waits for them — a synchronous copy, a
+// synchronize, a fence, a free — as on a GPU, so host code that reads results it did not wait
+// for sees stale memory, and work the host queues ahead really is ahead.
+struct Stream {
+  std::deque<std::function<void()>> queue;
+  uint64_t queued = 0, ran = 0;  // calls queued and run so far
+  uint64_t waits_with_work_behind = 0;  // fence waits that left later work queued: the host was ahead
+  void push(std::function<void()> f) {
+    queue.push_back(std::move(f));
+    ++queued;
+  }
+  void run_until(uint64_t n) {
+    if (n < queued) ++waits_with_work_behind;
+    while (ran < n && !queue.empty()) {
+      auto f = std::move(queue.front());
+      queue.pop_front();
+      ++ran;
+      f();
+    }
+  }
+  void flush() { run_until(queued); }
+};
+Stream* g_stream = nullptr;
+void flush_stream() {
+  if (g_stream) g_stream->flush();
+}
+
 template <class Args>
 void register_emulated() {
   for (const auto& k : OpRegistry<Args>::instance().kernels())
@@ -47,6 +76,7 @@ void register_emulated() {
       Kernel<Args> e = k;
       e.run = [inner = k.run](const Args& a) {
         if (g_recording) g_recording->push_back([inner, a] { inner(a); });
+        else if (g_stream) g_stream->push([inner, a] { inner(a); });
         else inner(a);
       };
       e.name = "emulated";
@@ -59,10 +89,11 @@ void register_emulated() {
   FAIL() << "no CPU reference kernel for " << Args::kName;
 }
 
-// Swaps the host-memory stand-in in for the CUDA device for the life of the object.
+// Swaps the host-memory stand-in in for the CUDA device for the life of the object; with
+// `deferred`, its work waits in a stream (above) until the host waits for it.
 class EmulatedDevice {
  public:
-  EmulatedDevice() {
+  explicit EmulatedDevice(bool deferred = false) {
     static const bool kernels = [] {
       register_emulated<EmbeddingArgs>();
       register_emulated<MatMulArgs>();
@@ -74,6 +105,7 @@ class EmulatedDevice {
       register_emulated<AddArgs>();
       register_emulated<SoftmaxArgs>();
       register_emulated<ArgmaxArgs>();
+      register_emulated<TokenFeedArgs>();
       register_emulated<SampleArgs>();
       register_emulated<MoeRouteArgs>();
       register_emulated<MoeFfnArgs>();
@@ -84,10 +116,30 @@ class EmulatedDevice {
     DeviceMemoryOps ops;
     ops.unavailable = [] { return std::string(); };
     ops.alloc = [](size_t bytes) { return std::malloc(bytes); };
-    ops.release = [](void* p) { std::free(p); };
-    ops.copy = [](void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); };
-    ops.fill_zero = [](void* p, size_t bytes) { std::memset(p, 0, bytes); };
-    ops.synchronize = [] {};
+    ops.release = [](void* p) {
+      flush_stream();  // as cudaFree, which waits for the device
+      std::free(p);
+    };
+    ops.copy = [](void* dst, const void* src, size_t bytes) {
+      flush_stream();
+      std::memcpy(dst, src, bytes);
+    };
+    ops.fill_zero = [](void* p, size_t bytes) {
+      flush_stream();
+      std::memset(p, 0, bytes);
+    };
+    ops.synchronize = [] { flush_stream(); };
+    ops.copy_async = [](void* dst, const void* src, size_t bytes) {
+      if (g_stream) g_stream->push([dst, src, bytes] { std::memcpy(dst, src, bytes); });
+      else std::memcpy(dst, src, bytes);
+    };
+    ops.alloc_host = [](size_t bytes) { return std::malloc(bytes); };
+    ops.release_host = [](void* p) { std::free(p); };
+    ops.fence = [] { return g_stream ? g_stream->queued : uint64_t{0}; };
+    ops.wait_fence = [](uint64_t f) {
+      if (g_stream) g_stream->run_until(f);
+    };
+    if (deferred) g_stream = &stream_;
     ops.free_bytes = [] { return static_cast<size_t>(1) << 30; };
     saved_ = register_device_memory(Device::CUDA, ops);
     DeviceGraphOps graphs;
@@ -95,13 +147,23 @@ class EmulatedDevice {
     graphs.end_capture = [] { return static_cast<void*>(std::exchange(g_recording, nullptr)); };
     graphs.abort_capture = [] { delete std::exchange(g_recording, nullptr); };
     graphs.launch = [](void* t) {
-      for (auto& call : *static_cast<Tape*>(t)) call();
+      auto* tape = static_cast<Tape*>(t);
+      if (g_stream) g_stream->push([tape] {
+        for (auto& call : *tape) call();
+      });
+      else
+        for (auto& call : *tape) call();
     };
-    graphs.destroy = [](void* t) { delete static_cast<Tape*>(t); };
+    graphs.destroy = [](void* t) {
+      flush_stream();  // a queued launch may still read the tape
+      delete static_cast<Tape*>(t);
+    };
     saved_graphs_ = register_device_graphs(Device::CUDA, graphs);
     invalidate_all_dispatch();
   }
   ~EmulatedDevice() {
+    flush_stream();
+    g_stream = nullptr;
     register_device_memory(Device::CUDA, saved_);
     register_device_graphs(Device::CUDA, saved_graphs_);
     invalidate_all_dispatch();
@@ -110,6 +172,7 @@ class EmulatedDevice {
  private:
   DeviceMemoryOps saved_;
   DeviceGraphOps saved_graphs_;
+  Stream stream_;
 };
 
 #define FP_REQUIRE_NO_GPU()                                                                          \
@@ -257,6 +320,58 @@ TEST(DevicePlacement, StandInDeviceServesABatchLikeTheCpu) {
   EXPECT_EQ(mixed, serve_prompts(*cpu, 24, true, true));
   EXPECT_EQ(mixed[0], got[0]);  // greedy, as before
   EXPECT_TRUE(mixed[1] != got[1] || mixed[3] != got[3]) << "the sampled sequences sampled";
+}
+
+// Async scheduling on a stand-in whose work waits in a stream until the host waits for it (as a
+// GPU's): the engine launches each step behind the one running, its decode tokens fed on the
+// device from the ids the step before sampled, and gives the CPU's tokens. A missing fence, or
+// ids read before their copy ran, would give stale tokens here.
+TEST(DevicePlacement, AsyncSchedulingOnADeferredStreamGivesTheCpuTokens) {
+  FP_REQUIRE_FILE(test::testdata(kStories));
+  FP_REQUIRE_NO_GPU();
+  auto cpu = load_on(Device::CPU);
+  const auto want_greedy = serve_prompts(*cpu, 32, true), want_mixed = serve_prompts(*cpu, 32, true, true);
+  EmulatedDevice dev(/*deferred=*/true);
+  auto gpu = load_on(Device::CUDA);
+  Ledger::global().reset();
+  EXPECT_EQ(serve_prompts(*gpu, 32, true), want_greedy);
+  auto engine_steps = Ledger::global().engine_steps();
+  EXPECT_GT(engine_steps["launched while the step before ran"], 30u);
+  EXPECT_GT(g_stream->waits_with_work_behind, 30u) << "the host queued the next step before waiting for this one";
+  bool fed_on_device = false;
+  for (const LedgerEntry& e : Ledger::global().snapshot())
+    fed_on_device |= e.op == "token_feed" && e.backend == "cuda" && e.calls > 0;
+  EXPECT_TRUE(fed_on_device);
+  EXPECT_GT(Ledger::global().steps()["replayed"], 20u) << "decode steps with fed tokens still replay their graphs";
+  // Sampled rows (drawn on the device) and a row with a penalty (its logits to the host: those
+  // steps wait for the one before).
+  EXPECT_EQ(serve_prompts(*gpu, 32, true, true), want_mixed);
+  EXPECT_GT(Ledger::global().engine_steps()["after the step before: a row is sampled on the host (penalties or log-probabilities)"] +
+                Ledger::global().engine_steps()["now: a row is sampled on the host (penalties or log-probabilities)"],
+            0u);
+}
+
+// Uploads queue behind the device's work without the host waiting, yet an image is not written
+// again before the copy that reads it has run: three uploads in a row through two images, the
+// stream run only at the end, land intact.
+TEST(DevicePlacement, UploadRingNeverOverwritesAnImageStillToBeCopied) {
+  FP_REQUIRE_NO_GPU();
+  EmulatedDevice dev(/*deferred=*/true);
+  UploadRing ring(Device::CUDA);
+  std::vector<DeviceBuffer> dst;
+  std::vector<std::vector<int32_t>> src;
+  for (int i = 0; i < 5; ++i) {
+    src.push_back(std::vector<int32_t>(100 + 37 * static_cast<size_t>(i), 1000 * i));
+    dst.emplace_back(Device::CUDA, src.back().size() * 4);
+    ring.upload(dst.back().data(), src.back().data(), src.back().size() * 4);
+  }
+  EXPECT_LT(g_stream->ran, g_stream->queued) << "uploads are queued, not run at once";
+  device_memory(Device::CUDA).synchronize();
+  for (int i = 0; i < 5; ++i) {
+    std::vector<int32_t> got(src[static_cast<size_t>(i)].size());
+    copy_bytes(Device::CPU, got.data(), Device::CUDA, dst[static_cast<size_t>(i)].data(), got.size() * 4);
+    EXPECT_EQ(got, src[static_cast<size_t>(i)]) << "upload " << i;
+  }
 }
 
 // Decode steps replay recorded graphs: the same tokens as running every step eagerly, and the

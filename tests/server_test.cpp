@@ -194,6 +194,16 @@ TEST(Server, OpenAiRoutesAndFormats) {
   EXPECT_EQ(st2.text[0], full.substr(0, full.find(stop)));
   EXPECT_EQ(st2.finish[0], "stop");
 
+  // A stop token id ends the choice where that token would come, as the end-of-generation token
+  // does: the greedy text up to the first "." (id 426 in stories260K's vocabulary: `fastpath tokenize`
+  // of "a." gives 261 426).
+  json stop_ids = post(c, "/v1/completions",
+                       R"({"prompt": "Once upon a time", "max_tokens": 24, "temperature": 0, "stop_token_ids": [426]})", &st);
+  ASSERT_EQ(st, 200) << stop_ids.dump();
+  ASSERT_NE(full.find('.'), std::string::npos);
+  EXPECT_EQ(stop_ids["choices"][0]["text"], full.substr(0, full.find('.')));
+  EXPECT_EQ(stop_ids["choices"][0]["finish_reason"], "stop");
+
   // Chat: the plain fallback template, so the prompt is "user: ...\nassistant: ".
   json chat = post(c, "/v1/chat/completions",
                    R"({"messages": [{"role": "user", "content": "Tell me a story"}], "max_tokens": 16, "temperature": 0})", &st);
@@ -244,6 +254,8 @@ TEST(Server, BadRequestsGetTheRight4xx) {
       {"/v1/completions", R"({"prompt": "hi", "top_p": 0})", 400, "top_p"},
       {"/v1/completions", R"({"prompt": "hi", "n": 0})", 400, "n"},
       {"/v1/completions", R"({"prompt": "hi", "stop": [1, 2]})", 400, "stop"},
+      {"/v1/completions", R"({"prompt": "hi", "stop_token_ids": [1, 99999]})", 400, "stop_token_ids"},
+      {"/v1/completions", R"({"prompt": "hi", "stop_token_ids": "."})", 400, "stop_token_ids"},
       {"/v1/completions", R"({"prompt": "hi", "stream": "yes"})", 400, "stream"},
       {"/v1/completions", R"({"prompt": "hi", "logprobs": 99})", 400, "logprobs"},
       {"/v1/completions", R"({"prompt": [1, 99999]})", 400, "prompt"},

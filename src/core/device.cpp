@@ -80,6 +80,63 @@ void copy_bytes(Device dst_dev, void* dst, Device src_dev, const void* src, size
   device_memory(Device::CUDA).copy(dst, src, bytes);
 }
 
+void copy_bytes_async(Device dst_dev, void* dst, Device src_dev, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  if (dst_dev == Device::CPU && src_dev == Device::CPU) {
+    std::memcpy(dst, src, bytes);
+    return;
+  }
+  const DeviceMemoryOps& ops = device_memory(Device::CUDA);
+  if (ops.copy_async) ops.copy_async(dst, src, bytes);
+  else ops.copy(dst, src, bytes);
+}
+
+uint64_t device_fence(Device d) {
+  if (d == Device::CPU) return 0;
+  const DeviceMemoryOps& ops = device_memory(d);
+  return ops.fence ? ops.fence() : 0;
+}
+
+void wait_device_fence(Device d, uint64_t fence) {
+  if (d == Device::CPU) return;
+  const DeviceMemoryOps& ops = device_memory(d);
+  if (ops.wait_fence) ops.wait_fence(fence);
+  else ops.synchronize();
+}
+
+PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& o) noexcept {
+  if (this != &o) {
+    reset();
+    device_ = o.device_;
+    data_ = std::exchange(o.data_, nullptr);
+    bytes_ = std::exchange(o.bytes_, 0);
+    pinned_ = std::exchange(o.pinned_, false);
+  }
+  return *this;
+}
+
+void PinnedBuffer::reserve(size_t bytes) {
+  if (bytes <= bytes_) return;
+  reset();
+  if (device_ != Device::CPU && device_memory(device_).alloc_host) {
+    data_ = device_memory(device_).alloc_host(bytes);
+    pinned_ = true;
+  } else {
+    data_ = std::malloc(bytes);
+    FP_CHECK(data_, "out of host memory allocating ", bytes, " bytes");
+  }
+  bytes_ = bytes;
+}
+
+void PinnedBuffer::reset() {
+  if (!data_) return;
+  if (pinned_) device_memory(device_).release_host(data_);
+  else std::free(data_);
+  data_ = nullptr;
+  bytes_ = 0;
+  pinned_ = false;
+}
+
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
   if (this != &o) {
     reset();

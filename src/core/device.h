@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "core/tensor.h"
 
@@ -37,6 +38,16 @@ struct DeviceMemoryOps {
   void (*copy)(void* dst, const void* src, size_t bytes) = nullptr;
   void (*fill_zero)(void* p, size_t bytes) = nullptr;
   void (*synchronize)() = nullptr;  // waits for all work queued on the device
+  // Queued work that the host need not wait for (null: the device has none, and the callers
+  // below fall back to copy() and to waiting for nothing). copy_async queues a copy behind the
+  // work already queued and returns; host memory it reads or writes must be alloc_host's and
+  // stay untouched until a fence after it was waited for. fence marks the work queued so far;
+  // wait_fence(f) returns once that work has run.
+  void (*copy_async)(void* dst, const void* src, size_t bytes) = nullptr;
+  void* (*alloc_host)(size_t bytes) = nullptr;  // page-locked host memory (the device copies it directly)
+  void (*release_host)(void* p) = nullptr;
+  uint64_t (*fence)() = nullptr;
+  void (*wait_fence)(uint64_t fence) = nullptr;
   size_t (*free_bytes)() = nullptr;  // free device memory
   DeviceCeilings (*measure_ceilings)() = nullptr;  // a second or two of copies and matrix products
 };
@@ -50,6 +61,13 @@ const DeviceMemoryOps& device_memory(Device d);
 
 // Bytes between host and device memory (either side may be the host; CPU-to-CPU is memcpy).
 void copy_bytes(Device dst_dev, void* dst, Device src_dev, const void* src, size_t bytes);
+// The same, queued behind the device's work (DeviceMemoryOps::copy_async): host memory on
+// either side must be a PinnedBuffer's, untouched until a later fence was waited for. A device
+// without queued copies copies now.
+void copy_bytes_async(Device dst_dev, void* dst, Device src_dev, const void* src, size_t bytes);
+// Marks the work queued on d so far (0 on the CPU or a device without fences) and waits for it.
+uint64_t device_fence(Device d);
+void wait_device_fence(Device d, uint64_t fence);
 
 // Recording a device's queued work as a graph and replaying it (CUDA graphs): a decode step's
 // hundreds of kernel launches become one. Registered by the CUDA backend; null elsewhere.
@@ -91,6 +109,31 @@ class DeviceBuffer {
   Device device_ = Device::CPU;
   void* data_ = nullptr;
   size_t bytes_ = 0;
+};
+
+// Host memory that device d copies to and from without staging (page-locked on a GPU; plain
+// memory on the CPU or a device without such memory), grown (never shrunk) by reserve().
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  explicit PinnedBuffer(Device d) : device_(d) {}
+  ~PinnedBuffer() { reset(); }
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  PinnedBuffer(PinnedBuffer&& o) noexcept { *this = std::move(o); }
+  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept;
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+  void reserve(size_t bytes);  // old contents are not kept when it grows
+  void reset();
+  template <class T>
+  T* as() const { return static_cast<T*>(data_); }
+
+ private:
+  Device device_ = Device::CPU;
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+  bool pinned_ = false;
 };
 
 // The device the calling thread's ops run on (what dispatch() picks kernels for). CPU unless a

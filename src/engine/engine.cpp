@@ -10,6 +10,7 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "kernels/ledger.h"
 #include "tokenizer/tokenizer.h"
 
 namespace fp {
@@ -120,9 +121,17 @@ Engine::Engine(Model& model, const EngineConfig& cfg) : model_(model), cfg_(cfg)
     followers_ = std::make_unique<StepSender>(comm, *pool_);  // the same pool on every rank
     pool_->record_copies(true);
   }
+  FP_CHECK(!(cfg_.async_scheduling == AsyncScheduling::On && followers_),
+           "--async-scheduling on: a model split across ranks runs each step when the one before has finished (its "
+           "followers are sent each step's tokens; overlapped steps are not built for them); use auto or off");
+  async_ = cfg_.async_scheduling == AsyncScheduling::On ||
+           (cfg_.async_scheduling == AsyncScheduling::Auto && !followers_ && model.device() != Device::CPU);
+  if (async_) log_info("async scheduling: each step is scheduled and launched while the model runs the one before");
 }
 
-Engine::~Engine() = default;
+Engine::~Engine() {
+  if (!launched_.empty()) model_.abandon_steps();  // the device may still write the pool
+}
 
 int64_t Engine::add_request(const Request& req) {
   const ModelConfig& mc = model_.config();
@@ -132,6 +141,8 @@ int64_t Engine::add_request(const Request& req) {
   FP_CHECK(req.max_new_tokens >= 0, "max_new_tokens must be >= 0, got ", req.max_new_tokens);
   for (int32_t t : req.prompt)
     FP_CHECK(t >= 0 && t < mc.n_vocab, "prompt token id ", t, " is outside the vocabulary [0, ", mc.n_vocab, ")");
+  for (int32_t t : req.stop_token_ids)
+    FP_CHECK(t >= 0 && t < mc.n_vocab, "stop token id ", t, " is outside the vocabulary [0, ", mc.n_vocab, ")");
   auto s = std::make_unique<Sequence>();
   s->id = next_id_++;
   s->req = req;
@@ -168,6 +179,7 @@ bool Engine::cancel(int64_t id) {
   if (it == seqs_.end() || it->second->state == SeqState::Finished) return false;
   Sequence& s = *it->second;
   scheduler_->remove(&s);
+  while (static_cast<int64_t>(s.tokens.size()) > s.n_prompt && s.tokens.back() < 0) s.tokens.pop_back();  // being sampled
   s.state = SeqState::Finished;
   s.finish_reason = "cancelled";
   ++stats_.cancelled;
@@ -198,26 +210,41 @@ double Engine::kv_usage() const {
   return total ? static_cast<double>(total - blocks_->n_available()) / static_cast<double>(total) : 0.0;
 }
 
-std::vector<StepOutput> Engine::step() {
-  std::vector<StepOutput> out;
-  // 1. Schedule.
-  const std::vector<ScheduledSeq> sched = scheduler_->schedule();
+// A token being sampled by a launched step, in its sequence until it is known: the logit row
+// whose sampled id it is, encoded below -1 (never a vocabulary id).
+namespace {
+constexpr int32_t placeholder(int32_t row) { return -2 - row; }
+constexpr int32_t placeholder_row(int32_t token) { return -2 - token; }
+}  // namespace
+
+std::vector<ScheduledSeq> Engine::schedule() {
+  std::vector<ScheduledSeq> sched = scheduler_->schedule();
   stats_.last_step_tokens = 0;
   stats_.last_step_seqs = static_cast<int64_t>(sched.size());
   for (const ScheduledSeq& x : sched) stats_.last_step_tokens += x.n_tokens;
-  if (sched.empty()) return out;
-  ++stats_.steps;
-  // 2. Run: one varlen forward over every scheduled sequence.
+  if (!sched.empty()) ++stats_.steps;
+  return sched;
+}
+
+void Engine::build_batch(const std::vector<ScheduledSeq>& sched) {
   batch_.clear();
+  bool fed = false;
   for (const ScheduledSeq& x : sched) {
     Sequence& s = *x.seq;
     if (!s.admitted_once || s.n_computed < s.n_prompt) stats_.computed_prompt_tokens += std::min(x.n_tokens, std::max<int64_t>(0, s.n_prompt - s.n_computed));
     batch_.add_sequence(s.tokens.data() + s.n_computed, x.n_tokens, s.n_computed, s.table.blocks.data(),
                         static_cast<int64_t>(s.table.blocks.size()), x.samples);
     stats_.batched_tokens += x.n_tokens;
+    for (int64_t i = 0; i < x.n_tokens; ++i) fed |= s.tokens[static_cast<size_t>(s.n_computed + i)] < 0;
   }
-  const int64_t V = model_.config().n_vocab;
-  logits_.resize(batch_.logit_rows.size() * static_cast<size_t>(V));
+  if (fed) {  // tokens the launched step is sampling: taken from its rows where they are
+    batch_.feed_rows.assign(batch_.tokens.size(), -1);
+    for (size_t i = 0; i < batch_.tokens.size(); ++i)
+      if (batch_.tokens[i] < 0) {
+        batch_.feed_rows[i] = placeholder_row(batch_.tokens[i]);
+        batch_.tokens[i] = 0;
+      }
+  }
   // Rows whose request has no penalties and wants no log-probabilities are sampled by the model
   // where the logits are (a model on a device sends back their ids instead of their logits).
   row_sampling_.clear();
@@ -229,55 +256,173 @@ std::vector<StepOutput> Engine::step() {
     if (row.here) row.settings = sampler.next_row();
     row_sampling_.push_back(row);
   }
+}
+
+bool Engine::launchable(const std::vector<ScheduledSeq>& sched) const {
+  for (const ScheduledSeq& x : sched)
+    if (x.samples && !(x.seq->sampler->penalties_off() && x.seq->req.logprobs < 0)) return false;
+  return true;
+}
+
+void Engine::take_token(Sequence& s, int32_t id, int64_t token_at, const float* lg, std::vector<StepOutput>& out) {
+  const int64_t V = model_.config().n_vocab;
+  const Tokenizer* tok = model_.tokenizer();
+  const double t = now_seconds();
+  if (s.t_first_token == 0) {
+    s.t_first_token = t;
+    if (s.cached_tokens) stats_.cached_prompt_tokens += s.cached_tokens;
+  }
+  s.t_last_token = t;
+  const auto& stop_ids = s.req.stop_token_ids;
+  if ((s.req.stop_at_eog && tok && tok->is_eog(id)) || std::find(stop_ids.begin(), stop_ids.end(), id) != stop_ids.end()) {
+    if (token_at >= 0) s.tokens.resize(static_cast<size_t>(token_at));  // its placeholder, and any after it
+    finish(s, "stop", out);
+    return;
+  }
+  if (token_at >= 0) s.tokens[static_cast<size_t>(token_at)] = id;
+  else s.tokens.push_back(id);
+  const int64_t len = token_at >= 0 ? token_at + 1 : static_cast<int64_t>(s.tokens.size());
+  ++stats_.generated_tokens;
+  out.push_back({s.id, id, false, "", 0.0f, {}});
+  if (s.req.logprobs >= 0) {  // from the model's logits, before penalties and temperature
+    raw_.assign(lg, lg + V);
+    const float mx = *std::max_element(raw_.begin(), raw_.end());
+    double sum = 0;
+    for (float v : raw_) sum += std::exp(static_cast<double>(v - mx));
+    const double lse = mx + std::log(sum);
+    StepOutput& o = out.back();
+    o.logprob = static_cast<float>(raw_[static_cast<size_t>(id)] - lse);
+    const int64_t k = std::min<int64_t>(s.req.logprobs, V);
+    std::vector<int32_t> idx(static_cast<size_t>(V));
+    for (int64_t i = 0; i < V; ++i) idx[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+    std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) {
+      return raw_[static_cast<size_t>(a)] > raw_[static_cast<size_t>(b)] || (raw_[static_cast<size_t>(a)] == raw_[static_cast<size_t>(b)] && a < b);
+    });
+    for (int64_t i = 0; i < k; ++i)
+      o.top_logprobs.push_back({idx[static_cast<size_t>(i)], static_cast<float>(raw_[static_cast<size_t>(idx[static_cast<size_t>(i)])] - lse)});
+  }
+  if (len - s.n_prompt >= s.req.max_new_tokens || len >= cfg_.max_model_len) finish(s, "length", out);
+}
+
+void Engine::run_now(const std::vector<ScheduledSeq>& sched, std::vector<StepOutput>& out) {
+  build_batch(sched);
+  FP_CHECK(batch_.feed_rows.empty(), "a step run now has tokens still being sampled");
+  const int64_t V = model_.config().n_vocab;
+  logits_.resize(batch_.logit_rows.size() * static_cast<size_t>(V));
   sampled_ids_.resize(row_sampling_.size());
   if (followers_) followers_->send_step(batch_, pool_->take_copies());
   model_.forward_sampled(batch_, *pool_, logits_.data(), row_sampling_, sampled_ids_.data());
   scheduler_->commit(sched);
-  // 3. Postprocess: sample, append, finish.
-  const Tokenizer* tok = model_.tokenizer();
-  const double t = now_seconds();
+  // Postprocess: sample, append, finish.
   size_t row = 0;
   for (const ScheduledSeq& x : sched) {
     Sequence& s = *x.seq;
     if (!x.samples) continue;
     float* lg = logits_.data() + row++ * static_cast<size_t>(V);
-    // Log-probabilities come from the model's logits, before penalties and temperature.
-    double lse = 0;
-    if (s.req.logprobs >= 0) {
-      raw_.assign(lg, lg + V);
-      const float mx = *std::max_element(raw_.begin(), raw_.end());
-      double sum = 0;
-      for (float v : raw_) sum += std::exp(static_cast<double>(v - mx));
-      lse = mx + std::log(sum);
-    }
     const int32_t id = row_sampling_[row - 1].here ? sampled_ids_[row - 1]
                                                    : s.sampler->sample(lg, V, s.tokens, static_cast<size_t>(s.n_prompt));
-    if (s.t_first_token == 0) {
-      s.t_first_token = t;
-      if (s.cached_tokens) stats_.cached_prompt_tokens += s.cached_tokens;
+    take_token(s, id, -1, lg, out);
+  }
+}
+
+void Engine::launch(const std::vector<ScheduledSeq>& sched) {
+  build_batch(sched);
+  model_.launch_step(batch_, *pool_, row_sampling_);
+  LaunchedStep step;
+  step.rows = static_cast<int64_t>(row_sampling_.size());
+  int32_t row = 0;
+  for (const ScheduledSeq& x : sched) {
+    Sequence& s = *x.seq;
+    s.n_computed += x.n_tokens;  // as the scheduler's commit; blocks are registered once the tokens are known
+    LaunchedSeq ls;
+    ls.id = s.id;
+    ls.computed_end = s.n_computed;
+    ls.preemptions = s.preemptions;
+    if (x.samples) {
+      ls.row = row++;
+      // The next step computes this token before it is known, unless it is the sequence's last.
+      const bool last = s.n_generated() + 1 >= s.req.max_new_tokens ||
+                        static_cast<int64_t>(s.tokens.size()) + 1 >= cfg_.max_model_len;
+      if (!last) {
+        ls.token_at = static_cast<int64_t>(s.tokens.size());
+        s.tokens.push_back(placeholder(ls.row));
+      }
     }
-    s.t_last_token = t;
-    if (s.req.stop_at_eog && tok && tok->is_eog(id)) {
-      finish(s, "stop", out);
-      continue;
+    step.seqs.push_back(ls);
+  }
+  launched_.push_back(std::move(step));
+}
+
+void Engine::finish_oldest(std::vector<StepOutput>& out) {
+  LaunchedStep step = std::move(launched_.front());
+  launched_.pop_front();
+  sampled_ids_.resize(static_cast<size_t>(step.rows));
+  model_.finish_step(sampled_ids_.data());
+  for (const LaunchedSeq& ls : step.seqs) {
+    auto it = seqs_.find(ls.id);
+    if (it == seqs_.end()) continue;  // dropped while the step ran
+    Sequence& s = *it->second;
+    if (s.state == SeqState::Finished) continue;  // cancelled, or stopped by the step before
+    if (s.preemptions == ls.preemptions) blocks_->register_computed(s.table, s.tokens.data(), ls.computed_end);
+    if (ls.row >= 0) take_token(s, sampled_ids_[static_cast<size_t>(ls.row)], ls.token_at, nullptr, out);
+  }
+}
+
+void Engine::abandon_launched() {
+  model_.abandon_steps();
+  for (const LaunchedStep& step : launched_)
+    for (const LaunchedSeq& ls : step.seqs) {
+      auto it = seqs_.find(ls.id);
+      if (it == seqs_.end()) continue;
+      auto& toks = it->second->tokens;
+      while (static_cast<int64_t>(toks.size()) > it->second->n_prompt && toks.back() < 0) toks.pop_back();
     }
-    s.tokens.push_back(id);
-    ++stats_.generated_tokens;
-    out.push_back({s.id, id, false, "", 0.0f, {}});
-    if (s.req.logprobs >= 0) {
-      StepOutput& o = out.back();
-      o.logprob = static_cast<float>(raw_[static_cast<size_t>(id)] - lse);
-      const int64_t k = std::min<int64_t>(s.req.logprobs, V);
-      std::vector<int32_t> idx(static_cast<size_t>(V));
-      for (int64_t i = 0; i < V; ++i) idx[static_cast<size_t>(i)] = static_cast<int32_t>(i);
-      std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) {
-        return raw_[static_cast<size_t>(a)] > raw_[static_cast<size_t>(b)] || (raw_[static_cast<size_t>(a)] == raw_[static_cast<size_t>(b)] && a < b);
-      });
-      for (int64_t i = 0; i < k; ++i)
-        o.top_logprobs.push_back({idx[static_cast<size_t>(i)], static_cast<float>(raw_[static_cast<size_t>(idx[static_cast<size_t>(i)])] - lse)});
+  launched_.clear();
+}
+
+std::vector<StepOutput> Engine::step() {
+  std::vector<StepOutput> out;
+  if (!async_) {
+    const std::vector<ScheduledSeq> sched = schedule();
+    if (!sched.empty()) run_now(sched, out);
+    stats_.preemptions = scheduler_->stats().preemptions;
+    return out;
+  }
+  try {
+    if (launched_.empty()) {
+      const std::vector<ScheduledSeq> sched = schedule();
+      if (sched.empty()) return out;
+      if (!launchable(sched)) {
+        ++stats_.steps_waited;
+        Ledger::global().note_engine_step("now: a row is sampled on the host (penalties or log-probabilities)");
+        run_now(sched, out);
+        stats_.preemptions = scheduler_->stats().preemptions;
+        return out;
+      }
+      launch(sched);
+      Ledger::global().note_engine_step("launched, nothing running");
     }
-    if (s.n_generated() >= s.req.max_new_tokens || static_cast<int64_t>(s.tokens.size()) >= cfg_.max_model_len)
-      finish(s, "length", out);
+    // A step runs: schedule the next one and launch it behind it, then finish the running one.
+    std::vector<ScheduledSeq> next = schedule();
+    const bool ahead = !next.empty() && launchable(next);
+    if (ahead) {
+      launch(next);
+      ++stats_.steps_ahead;
+      Ledger::global().note_engine_step("launched while the step before ran");
+    }
+    finish_oldest(out);
+    if (!next.empty() && !ahead) {
+      // It waited for the step before (a row is sampled on the host): run it now, without the
+      // sequences that step finished.
+      next.erase(std::remove_if(next.begin(), next.end(), [](const ScheduledSeq& x) { return x.seq->state != SeqState::Running; }),
+                 next.end());
+      ++stats_.steps_waited;
+      Ledger::global().note_engine_step("after the step before: a row is sampled on the host (penalties or log-probabilities)");
+      if (!next.empty()) run_now(next, out);
+    }
+  } catch (...) {
+    abandon_launched();
+    throw;
   }
   stats_.preemptions = scheduler_->stats().preemptions;
   return out;

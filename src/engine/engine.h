@@ -3,10 +3,16 @@
 //   batch  = scheduler.schedule()          which sequences, how many tokens each
 //   logits = model.forward(batch)          one varlen forward over all of them
 //   sample, append, finish, free            per sequence
+// With async scheduling (a model on a device) the run is split in launch and finish, and the
+// next step is scheduled and launched while this one runs: its decode tokens are the ones this
+// step is sampling, taken on the device (Model::launch_step), so the device never waits for
+// the host between steps. A sequence that stops on an end-of-generation token has one wasted
+// step; a step with a row sampled on the host (penalties, log-probabilities) waits.
 // The KV pool is sized by capacity planning (plan_kv_cache) from a memory budget. With a model
 // split across ranks the engine runs on rank 0 and the others follow (engine/followers.h).
 #pragma once
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -21,8 +27,14 @@
 
 namespace fp {
 
+// Whether the engine schedules the next step while the model runs this one (see above). Auto:
+// on for a model on a device (on the CPU the forward runs on the host thread itself, so
+// nothing overlaps), off for a model split across ranks (not built for followers yet).
+enum class AsyncScheduling { Auto, On, Off };
+
 struct EngineConfig {
   int64_t page_size = 16;
+  AsyncScheduling async_scheduling = AsyncScheduling::Auto;
   DType kv_dtype = kDefaultKvDtype;  // what the KV pool stores: F32, F16 or BF16
   int64_t kv_cache_bytes = 0;        // 0: kv_cache_fraction of available memory
   double kv_cache_fraction = 0.25;   // of MemAvailable, when kv_cache_bytes is 0
@@ -69,6 +81,9 @@ struct EngineStats {
   int64_t preemptions = 0, finished = 0, cancelled = 0;
   int64_t batched_tokens = 0;        // tokens through the model, all steps
   int64_t last_step_tokens = 0, last_step_seqs = 0;
+  // Async scheduling: steps launched while the step before still ran, and steps that waited
+  // for it because a row is sampled on the host.
+  int64_t steps_ahead = 0, steps_waited = 0;
 };
 
 class Engine {
@@ -83,7 +98,9 @@ class Engine {
   int64_t add_request(const Request& req);
   // Finishes a request now ("cancelled"), freeing its blocks; false when unknown or finished.
   bool cancel(int64_t id);
-  bool has_work() const { return !scheduler_->empty(); }
+  bool has_work() const { return !scheduler_->empty() || !launched_.empty(); }
+  // Whether this engine schedules a step ahead (EngineConfig::async_scheduling, resolved).
+  bool async_scheduling() const { return async_; }
   // One engine step; returns what each scheduled or finished sequence produced.
   std::vector<StepOutput> step();
   // The sequence (prompt + tokens so far) of a live or finished request; nullptr once dropped.
@@ -101,6 +118,29 @@ class Engine {
   double kv_usage() const;
 
  private:
+  // A step launched on the model and not finished yet (async scheduling): per sequence, where
+  // its computed tokens end after the step, its preemption count then, and for a sampling row
+  // the row and the index of the placeholder token (-1: the token will be appended, it is the
+  // sequence's last).
+  struct LaunchedSeq {
+    int64_t id = 0, computed_end = 0, preemptions = 0, token_at = -1;
+    int32_t row = -1;
+  };
+  struct LaunchedStep {
+    std::vector<LaunchedSeq> seqs;
+    int64_t rows = 0;
+  };
+  std::vector<ScheduledSeq> schedule();
+  // Fills batch_ and row_sampling_ (drawing each device-sampled row's uniform) for `sched`.
+  void build_batch(const std::vector<ScheduledSeq>& sched);
+  // Every sampling row of sched can be sampled where the logits are (no host postprocessing).
+  bool launchable(const std::vector<ScheduledSeq>& sched) const;
+  void run_now(const std::vector<ScheduledSeq>& sched, std::vector<StepOutput>& out);
+  void launch(const std::vector<ScheduledSeq>& sched);
+  void finish_oldest(std::vector<StepOutput>& out);
+  void abandon_launched();
+  // A sampled token for s: appended (or written at token_at), then stop / length checks.
+  void take_token(Sequence& s, int32_t id, int64_t token_at, const float* logits, std::vector<StepOutput>& out);
   void finish(Sequence& s, const std::string& reason, std::vector<StepOutput>& out);
   Model& model_;
   EngineConfig cfg_;
@@ -115,6 +155,8 @@ class Engine {
   std::vector<float> logits_, raw_;
   std::vector<RowSampling> row_sampling_;  // per logit row of the step: sampled by the model, or here
   std::vector<int32_t> sampled_ids_;       // the tokens the model sampled (Model::forward_sampled)
+  bool async_ = false;
+  std::deque<LaunchedStep> launched_;
   EngineStats stats_;
 };
 

@@ -50,6 +50,10 @@ std::vector<ScheduledSeq> Scheduler::schedule() {
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Sequence* s = running_[i];
     const int64_t remaining = static_cast<int64_t>(s->tokens.size()) - s->n_computed;
+    if (remaining == 0) {  // async scheduling: its last token is being sampled by a launched step
+      ++i;
+      continue;
+    }
     const int64_t n = std::min(remaining, budget);
     if (!blocks_.ensure(s->table, s->n_computed, s->n_computed + n)) {
       // Out of blocks: preempt the newest running sequence (perhaps this one) and retry.

@@ -16,6 +16,9 @@ struct Request {
   int32_t max_new_tokens = 128;
   SamplingParams sampling;
   bool stop_at_eog = true;
+  // Token ids that end the request as the end-of-generation token does (not part of the
+  // output), whether or not stop_at_eog is set (vLLM's stop_token_ids).
+  std::vector<int32_t> stop_token_ids;
   int32_t logprobs = -1;  // -1: none; else the sampled token's log-probability and this many top alternatives
 };
 

@@ -37,6 +37,7 @@ void Ledger::reset() {
   std::lock_guard<std::mutex> lock(mu_);
   entries_.clear();
   steps_.clear();
+  engine_steps_.clear();
 }
 
 void Ledger::note_step(const std::string& how) {
@@ -47,6 +48,16 @@ void Ledger::note_step(const std::string& how) {
 std::map<std::string, uint64_t> Ledger::steps() const {
   std::lock_guard<std::mutex> lock(mu_);
   return steps_;
+}
+
+void Ledger::note_engine_step(const std::string& how) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++engine_steps_[how];
+}
+
+std::map<std::string, uint64_t> Ledger::engine_steps() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return engine_steps_;
 }
 
 std::vector<std::string> Ledger::fallbacks() const {
@@ -83,6 +94,12 @@ std::string Ledger::table() const {
     for (auto& [how, n] : st) os << "  " << how << " x" << n;
     os << "\n";
   }
+  auto es = engine_steps();
+  if (!es.empty()) {
+    os << "engine steps (async scheduling):";
+    for (auto& [how, n] : es) os << "  " << how << " x" << n;
+    os << "\n";
+  }
   return os.str();
 }
 
@@ -106,6 +123,7 @@ std::string Ledger::json() const {
   }
   j["fallbacks"] = fallbacks();
   j["device_steps"] = steps();
+  j["engine_steps"] = engine_steps();
   return j.dump(2);
 }
 

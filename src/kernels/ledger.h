@@ -39,6 +39,10 @@ class Ledger {
   // Calls made inside a recording are counted once in the entries; replays only here.
   void note_step(const std::string& how);
   std::map<std::string, uint64_t> steps() const;
+  // How the serving engine ran its steps under async scheduling: launched while the step before
+  // ran on the device, or after it, and why (engine/engine.h).
+  void note_engine_step(const std::string& how);
+  std::map<std::string, uint64_t> engine_steps() const;
 
   // Ops whose entries include a fallback (for --strict).
   std::vector<std::string> fallbacks() const;
@@ -49,7 +53,7 @@ class Ledger {
  private:
   mutable std::mutex mu_;
   std::map<std::pair<std::string, std::string>, LedgerEntry> entries_;
-  std::map<std::string, uint64_t> steps_;
+  std::map<std::string, uint64_t> steps_, engine_steps_;
   bool profiling_ = false;
 };
 

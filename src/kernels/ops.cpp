@@ -42,6 +42,7 @@ std::string SiluMulArgs::shape_class() const { return "f32"; }
 std::string AddArgs::shape_class() const { return "f32"; }
 std::string SoftmaxArgs::shape_class() const { return "f32"; }
 std::string ArgmaxArgs::shape_class() const { return "f32"; }
+std::string TokenFeedArgs::shape_class() const { return "i32"; }
 std::string SampleArgs::shape_class() const { return "f32"; }
 
 }  // namespace fp

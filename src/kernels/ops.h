@@ -164,6 +164,17 @@ struct ArgmaxArgs {
   std::string shape_class() const;
 };
 
+// A step's input tokens taken from the ids the step before it sampled, where those are (the
+// engine's overlapped scheduling launches a step before the last one's tokens reached the
+// host): tokens[i] = ids[from_row[i]] where from_row[i] >= 0, unchanged where it is -1, i < n.
+struct TokenFeedArgs {
+  static constexpr const char* kName = "token_feed";
+  int32_t* tokens = nullptr;
+  const int32_t* from_row = nullptr;
+  const int32_t* ids = nullptr;
+  int64_t n = 0;
+  std::string shape_class() const;
+};
 
 // One logit row's sampling settings (engine/sampler.h): temperature <= 0 is greedy; top_k <= 0,
 // top_p >= 1 and min_p <= 0 are off; u in [0, 1) is the row's uniform draw, made by the caller

@@ -413,7 +413,7 @@ class DeepseekModel : public Model {
              device_name(device()));
     DeviceScope scope(device());  // every op below runs on the model's device
     const int64_t n = b.n_tokens(), qd = nope_ + rope_, lw = L_ + rope_;
-    const StagedBatch sb = stager_.stage(b, pool.page_size());
+    const StagedBatch sb = stager_.stage(b, pool.page_size(), fed_ids());
     const Rows r{act_.f32(0, n * c.dim),  act_.f32(1, n * c.dim), act_.f32(2, n * H_ * qd),
                  act_.f32(3, n * std::max<int64_t>(c.mla.q_lora_rank, 1)), act_.f32(4, n * lw),
                  act_.f32(5, n * H_ * vd_), act_.f32(6, n * std::max(c.hidden_dim, c.dim)), act_.f32(7, n * c.hidden_dim),

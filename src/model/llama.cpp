@@ -152,7 +152,7 @@ class LlamaModel : public Model {
     DeviceScope scope(device());  // every op below runs on the model's device
     const StepBuffers buf = step_buffers(n);  // named pointers (lambdas below capture them)
     float *x = buf.x, *h = buf.h, *q = buf.q, *k = buf.k, *v = buf.v, *att_out = buf.att_out, *gate = buf.gate, *up = buf.up;
-    const StagedBatch sb = stager_.stage(b, pool.page_size());
+    const StagedBatch sb = stager_.stage(b, pool.page_size(), fed_ids());
     const int32_t* pos = sb.positions;
 
     AttentionArgs att = paged_attention_args(sb, pool);

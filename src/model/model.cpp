@@ -127,6 +127,7 @@ void ForwardBatch::append_tokens(const ForwardBatch& from, int64_t t0, int64_t t
 
 void ForwardBatch::clear() {
   tokens.clear();
+  feed_rows.clear();
   positions.clear();
   seq_indptr.assign(1, 0);
   page_indptr.assign(1, 0);
@@ -246,15 +247,16 @@ void Model::forward_sampled(const ForwardBatch& batch, KvPool& pool, float* logi
            " logit rows");
   sampling_ = device() == Device::CPU ? nullptr : &rows;
   sampled_ids_ = ids;
-  if (sampling_) {  // the settings go up before the forward (the copy waits for the stream)
+  if (!launching_) feed_source_rows_ = -1;  // the sample below overwrites the ids a fed token could name
+  if (sampling_) {  // the settings go up before the forward (queued ahead of its work)
     // Every row goes through one sample call (the rows sent back run as greedy, their id unused).
     settings_.assign(rows.size(), SampleRow{});
     for (size_t r = 0; r < rows.size(); ++r)
       if (rows[r].here) settings_[r] = rows[r].settings;
     if (device_settings_.device() != device()) device_settings_ = DeviceBuffer(device());
     device_settings_.reserve(std::max<size_t>(settings_.size(), 1) * sizeof(SampleRow));
-    if (!settings_.empty())
-      copy_bytes(device(), device_settings_.data(), Device::CPU, settings_.data(), settings_.size() * sizeof(SampleRow));
+    if (!settings_uploads_) settings_uploads_ = std::make_unique<UploadRing>(device());
+    settings_uploads_->upload(device_settings_.data(), settings_.data(), settings_.size() * sizeof(SampleRow));
   }
   try {
     forward(batch, pool, logits);
@@ -271,6 +273,74 @@ void Model::forward_sampled(const ForwardBatch& batch, KvPool& pool, float* logi
     if (row.settings.temperature > 0.0f) dispatch(SampleArgs{logits + r * V, 1, V, &row.settings, ids + r});
     else dispatch(ArgmaxArgs{logits + r * V, 1, V, ids + r});
   }
+}
+
+void Model::launch_step(const ForwardBatch& batch, KvPool& pool, const std::vector<RowSampling>& rows) {
+  FP_CHECK(n_launched_ < kMaxLaunched, "launch_step: ", n_launched_, " steps are launched and unfinished already (at most ",
+           kMaxLaunched, ")");
+  for (const RowSampling& r : rows) FP_CHECK(r.here, "launch_step: every logit row must be sampled where the logits are");
+  const int64_t n = batch.n_tokens(), n_rows = static_cast<int64_t>(rows.size());
+  const bool fed = !batch.feed_rows.empty();
+  if (fed) {
+    FP_CHECK(static_cast<int64_t>(batch.feed_rows.size()) == n, "launch_step: ", batch.feed_rows.size(),
+             " feed rows for a batch of ", n, " tokens");
+    for (int32_t r : batch.feed_rows)
+      FP_CHECK(r == -1 || (r >= 0 && r < feed_source_rows_), "launch_step: a token fed from row ", r, " of a step of ",
+               std::max<int64_t>(feed_source_rows_, 0), " rows (the step launched before it)");
+  }
+  LaunchedStep& step = launched_[(head_ + n_launched_) % (kMaxLaunched + 1)];
+  if (step.ids.bytes() == 0) step.ids = PinnedBuffer(device());
+  step.rows = n_rows;
+  step.fence = 0;
+  if (device() == Device::CPU) {
+    // The step runs now; its fed tokens are the ids the last one sampled, on the host.
+    const ForwardBatch* b = &batch;
+    if (fed) {
+      fed_ = batch;
+      fed_.feed_rows.clear();
+      dispatch(TokenFeedArgs{fed_.tokens.data(), batch.feed_rows.data(), last_ids_.data(), n});
+      b = &fed_;
+    }
+    launch_logits_.resize(static_cast<size_t>(n_rows * config().n_vocab));
+    last_ids_.resize(static_cast<size_t>(n_rows));
+    forward_sampled(*b, pool, launch_logits_.data(), rows, last_ids_.data());
+    step.ids.reserve(std::max<size_t>(last_ids_.size(), 1) * sizeof(int32_t));
+    std::copy(last_ids_.begin(), last_ids_.end(), step.ids.as<int32_t>());
+  } else {
+    launching_ = &step;
+    try {
+      forward_sampled(batch, pool, nullptr, rows, nullptr);
+    } catch (...) {
+      launching_ = nullptr;
+      throw;
+    }
+    launching_ = nullptr;
+    step.fence = device_fence(device());
+  }
+  feed_source_rows_ = n_rows;
+  ++n_launched_;
+}
+
+void Model::finish_step(int32_t* ids) {
+  FP_CHECK(n_launched_ > 0, "finish_step: no step was launched");
+  LaunchedStep& step = launched_[head_];
+  wait_device_fence(device(), step.fence);
+  if (step.rows > 0) std::copy(step.ids.as<int32_t>(), step.ids.as<int32_t>() + step.rows, ids);
+  head_ = (head_ + 1) % (kMaxLaunched + 1);
+  --n_launched_;
+}
+
+void Model::abandon_steps() {
+  if (n_launched_ == 0) return;
+  if (device() != Device::CPU) {
+    try {
+      device_memory(device()).synchronize();
+    } catch (const std::exception&) {
+      // the error that got us here is reported by the caller
+    }
+  }
+  n_launched_ = 0;
+  feed_source_rows_ = -1;
 }
 
 void Model::deliver_logits(const float* device_logits, int64_t rows, float* logits) {
@@ -290,6 +360,12 @@ void Model::deliver_logits(const float* device_logits, int64_t rows, float* logi
   {
     DeviceScope scope(device());
     dispatch(SampleArgs{device_logits, rows, V, device_settings_.as<SampleRow>(), device_ids_.as<int32_t>()});
+  }
+  if (launching_) {  // launch_step: queued, finish_step waits for it
+    launching_->ids.reserve(static_cast<size_t>(rows) * sizeof(int32_t));
+    copy_bytes_async(Device::CPU, launching_->ids.data(), device(), device_ids_.data(),
+                     static_cast<size_t>(rows) * sizeof(int32_t));
+    return;  // every row was sampled here (launch_step checks)
   }
   copy_bytes(Device::CPU, sampled_ids_, device(), device_ids_.data(), static_cast<size_t>(rows) * sizeof(int32_t));
   for (int64_t r = 0; r < rows;) {  // the rows still wanted, a run at a time

@@ -25,9 +25,12 @@ struct RowSampling {
 // Sequence s owns tokens [seq_indptr[s], seq_indptr[s+1]); its KV cache is the block table
 // page_ids[page_indptr[s] .. page_indptr[s+1]) in a KvPool, holding kv_len[s] positions after
 // this step (the blocks must cover them). Token i is written to its slot at positions[i].
-// Logits are computed for the token rows listed in logit_rows, in that order.
+// Logits are computed for the token rows listed in logit_rows, in that order. feed_rows is
+// empty, or per token the logit row of the step launched just before whose sampled id is this
+// token (-1: tokens[i] itself); see Model::launch_step.
 struct ForwardBatch {
   std::vector<int32_t> tokens, positions;
+  std::vector<int32_t> feed_rows;
   std::vector<int32_t> seq_indptr{0};
   std::vector<int32_t> page_indptr{0};
   std::vector<int32_t> page_ids;
@@ -101,6 +104,20 @@ class Model {
   void forward_sampled(const int32_t* tokens, const int32_t* pos, int64_t n, KvCache& cache, float* logits,
                        const RowSampling& row, int32_t* id);
 
+  // forward_sampled in two halves, so that a caller can prepare the next step while this one
+  // runs (the engine's overlapped scheduling). launch_step queues a step whose every logit row
+  // is sampled where the logits are (rows[r].here) and returns: on a device before the step has
+  // run, on the CPU after running it. finish_step waits for the oldest launched step and writes
+  // its rows' ids. A batch's tokens named by batch.feed_rows are the ids sampled by the step
+  // launched just before it (taken on the device, no trip to the host), so a step can go before
+  // the previous one's tokens are known. At most kMaxLaunched steps are unfinished at once.
+  static constexpr int kMaxLaunched = 2;
+  void launch_step(const ForwardBatch& batch, KvPool& pool, const std::vector<RowSampling>& rows);
+  void finish_step(int32_t* ids);
+  int launched_steps() const { return n_launched_; }
+  // Forgets the launched steps after an error (waits for the device first).
+  void abandon_steps();
+
  protected:
   explicit Model(std::shared_ptr<ModelFile> file) : file_(std::move(file)) {}
   // Checks the batch against the pool and the vocabulary (every architecture calls it first).
@@ -110,8 +127,11 @@ class Model {
   ForwardBatch single_;  // scratch for the one-sequence forward
 
   // A device step's logits [rows, n_vocab] (device_logits, on the model's device) to the host:
-  // every row, or under forward_sampled the sampled rows' ids and only the rows it still wants.
+  // every row, or under forward_sampled the sampled rows' ids and only the rows it still wants
+  // (under launch_step: the ids queued for finish_step).
   void deliver_logits(const float* device_logits, int64_t rows, float* logits);
+  // Where a device step's fed tokens come from (BatchStager::stage): the last sampled ids.
+  const int32_t* fed_ids() const { return device_ids_.as<int32_t>(); }
 
  private:
   void forward_one(const int32_t* tokens, const int32_t* pos, int64_t n, KvCache& cache, float* logits, bool all_logits,
@@ -122,6 +142,20 @@ class Model {
   int32_t* sampled_ids_ = nullptr;
   std::vector<SampleRow> settings_;  // staged for the device
   DeviceBuffer device_ids_, device_settings_;
+  std::unique_ptr<UploadRing> settings_uploads_;
+  // Launched steps, oldest first, in a ring: their ids (copied back, queued) and the fence after.
+  struct LaunchedStep {
+    PinnedBuffer ids;
+    int64_t rows = 0;
+    uint64_t fence = 0;
+  };
+  LaunchedStep launched_[kMaxLaunched + 1];
+  int head_ = 0, n_launched_ = 0;
+  LaunchedStep* launching_ = nullptr;  // the step deliver_logits queues its ids for
+  int64_t feed_source_rows_ = -1;      // rows of the last launched step (what a fed token may name)
+  std::vector<int32_t> last_ids_;      // on the CPU: that step's ids
+  std::vector<float> launch_logits_;   // on the CPU: the logits a launched step samples from
+  ForwardBatch fed_;                   // on the CPU: the batch with its fed tokens filled in
 };
 
 // Attention arguments with the batch's index view (tokens, sequences, block tables, lengths)

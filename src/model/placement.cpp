@@ -104,7 +104,26 @@ StagedBatch host_view(const ForwardBatch& b) {
   return s;
 }
 
-StagedBatch BatchStager::stage(const ForwardBatch& b, int64_t page_size) {
+void UploadRing::upload(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  if (device_ == Device::CPU) {
+    std::memcpy(dst, src, bytes);
+    return;
+  }
+  PinnedBuffer& image = images_[next_];
+  wait_device_fence(device_, fences_[next_]);  // the copy that last read this image has run
+  image.reserve(bytes);
+  std::memcpy(image.data(), src, bytes);
+  copy_bytes_async(device_, dst, Device::CPU, image.data(), bytes);
+  fences_[next_] = device_fence(device_);
+  next_ = 1 - next_;
+}
+
+StagedBatch BatchStager::stage(const ForwardBatch& b, int64_t page_size, const int32_t* fed_ids) {
+  FP_CHECK(b.feed_rows.empty() || b.feed_rows.size() == b.tokens.size(), "a batch of ", b.tokens.size(), " tokens has ",
+           b.feed_rows.size(), " feed rows");
+  FP_CHECK(b.feed_rows.empty() || device_ != Device::CPU, "fed tokens are resolved before a CPU forward");
+  FP_CHECK(b.feed_rows.empty() || fed_ids, "a batch with fed tokens but no ids to feed them from");
   b.slots(page_size, slots_);
   StagedBatch s = host_view(b);
   if (device_ == Device::CPU) {
@@ -114,7 +133,8 @@ StagedBatch BatchStager::stage(const ForwardBatch& b, int64_t page_size) {
   // One host image of every array (8-byte aligned pieces), one copy to the device. The pieces
   // whose sizes follow from (tokens, sequences, logit rows) come first and the block tables,
   // whose length grows as sequences do, last: a step graph recorded for one shape then finds
-  // every array where it was recorded.
+  // every array where it was recorded (the feed rows keep their place, n entries, when a batch
+  // has none).
   struct Piece {
     const void* src;
     size_t bytes;
@@ -124,17 +144,19 @@ StagedBatch BatchStager::stage(const ForwardBatch& b, int64_t page_size) {
       {slots_.data(), slots_.size() * 8, 0},           {b.tokens.data(), b.tokens.size() * 4, 0},
       {b.positions.data(), b.positions.size() * 4, 0}, {b.seq_indptr.data(), b.seq_indptr.size() * 4, 0},
       {b.page_indptr.data(), b.page_indptr.size() * 4, 0}, {b.kv_len.data(), b.kv_len.size() * 4, 0},
-      {b.logit_rows.data(), b.logit_rows.size() * 4, 0}, {b.page_ids.data(), b.page_ids.size() * 4, 0}};
+      {b.logit_rows.data(), b.logit_rows.size() * 4, 0}, {b.feed_rows.data(), b.tokens.size() * 4, 0},
+      {b.page_ids.data(), b.page_ids.size() * 4, 0}};
   size_t total = 0;
   for (Piece& p : pieces) {
     p.at = total;
     total += (p.bytes + 7) / 8 * 8;
   }
   host_.resize(std::max<size_t>(total, 8));
-  for (const Piece& p : pieces)
-    if (p.bytes) std::memcpy(host_.data() + p.at, p.src, p.bytes);
+  const bool fed = !b.feed_rows.empty();
+  for (size_t i = 0; i < pieces.size(); ++i)  // piece 7, the feed rows, holds nothing when none are fed
+    if (pieces[i].bytes && (i != 7 || fed)) std::memcpy(host_.data() + pieces[i].at, pieces[i].src, pieces[i].bytes);
   staging_.reserve(host_.size());
-  copy_bytes(device_, staging_.data(), Device::CPU, host_.data(), total);
+  uploads_.upload(staging_.data(), host_.data(), total);
   auto* base = staging_.as<uint8_t>();
   s.slots = reinterpret_cast<const int64_t*>(base + pieces[0].at);
   s.tokens = reinterpret_cast<const int32_t*>(base + pieces[1].at);
@@ -143,7 +165,12 @@ StagedBatch BatchStager::stage(const ForwardBatch& b, int64_t page_size) {
   s.page_indptr = reinterpret_cast<const int32_t*>(base + pieces[4].at);
   s.kv_len = reinterpret_cast<const int32_t*>(base + pieces[5].at);
   s.logit_rows = reinterpret_cast<const int32_t*>(base + pieces[6].at);
-  s.page_ids = reinterpret_cast<const int32_t*>(base + pieces[7].at);
+  s.page_ids = reinterpret_cast<const int32_t*>(base + pieces[8].at);
+  if (fed) {  // the tokens the step before sampled, on the device (ordered after its sample op)
+    DeviceScope scope(device_);
+    dispatch(TokenFeedArgs{reinterpret_cast<int32_t*>(base + pieces[1].at),
+                           reinterpret_cast<const int32_t*>(base + pieces[7].at), fed_ids, s.n});
+  }
   return s;
 }
 

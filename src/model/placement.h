@@ -59,6 +59,22 @@ class Activations {
   std::vector<DeviceBuffer> buffers_;
 };
 
+// Uploads through a ring of page-locked host images, so the host need not wait for the device to
+// take one: each upload is queued behind the device's work, and an image is written again only
+// once the copy that read it has run (a fence per image). On the CPU, a plain copy.
+class UploadRing {
+ public:
+  explicit UploadRing(Device d) : device_(d), images_{PinnedBuffer(d), PinnedBuffer(d)} {}
+  // Queues a copy of host [src, src + bytes) to device memory dst.
+  void upload(void* dst, const void* src, size_t bytes);
+
+ private:
+  Device device_;
+  PinnedBuffer images_[2];
+  uint64_t fences_[2] = {0, 0};
+  int next_ = 0;
+};
+
 // A ForwardBatch's index arrays where the kernels read them: the host vectors themselves on the
 // CPU, one upload per step otherwise. slots[i] is token i's KV slot (block table lookup).
 struct StagedBatch {
@@ -76,16 +92,19 @@ struct StagedBatch {
 // The host arrays of b seen as a StagedBatch (slots left null: see ForwardBatch::slots).
 StagedBatch host_view(const ForwardBatch& b);
 
+// Stages a batch's arrays on the device in one queued copy. Tokens of b.feed_rows are then
+// taken on the device from fed_ids (the ids the step before sampled: the token_feed op).
 class BatchStager {
  public:
-  explicit BatchStager(Device d) : device_(d), staging_(d) {}
-  StagedBatch stage(const ForwardBatch& b, int64_t page_size);
+  explicit BatchStager(Device d) : device_(d), staging_(d), uploads_(d) {}
+  StagedBatch stage(const ForwardBatch& b, int64_t page_size, const int32_t* fed_ids = nullptr);
 
  private:
   Device device_;
   std::vector<int64_t> slots_;
   std::vector<uint8_t> host_;
   DeviceBuffer staging_;
+  UploadRing uploads_;
 };
 
 // A step's logit rows on its device: rows `ids` of x [n, dim] gathered into out by the embedding

@@ -335,7 +335,7 @@ class Qwen3MoeModel : public Model {
     const Rows r{act_.f32(0, n * c.dim),     act_.f32(1, n * c.dim),     act_.f32(2, n * hd.q_dim),
                  act_.f32(3, n * hd.kv_dim), act_.f32(4, n * hd.kv_dim), act_.f32(5, n * hd.q_dim),
                  act_.f32(6, n * std::max(c.hidden_dim, c.dim)),         act_.f32(7, n * c.hidden_dim), n};
-    const StagedBatch sb = stager_.stage(b, pool.page_size());
+    const StagedBatch sb = stager_.stage(b, pool.page_size(), fed_ids());
     AttentionArgs att = attention_args(paged_attention_args(sb, pool), pool, hd, r.q, r.att);
     const int64_t rows = sb.n_logits;
     float* out_logits = act_.f32(8, rows * c.n_vocab);

@@ -170,6 +170,17 @@ std::optional<ApiError> parse_request(const nlohmann::json& b, bool chat, const 
       return e;
     }
   }
+  // Stop token ids (vLLM's extension): each ends the choice as the end-of-generation token does.
+  if (b.contains("stop_token_ids") && !b["stop_token_ids"].is_null()) {
+    const auto& st = b["stop_token_ids"];
+    if (!st.is_array() || st.size() > 64) return bad("stop_token_ids", "'stop_token_ids' must be an array of at most 64 token ids");
+    for (const auto& x : st) {
+      if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() >= tok.n_vocab())
+        return bad("stop_token_ids", "'stop_token_ids' must hold token ids in the vocabulary [0, " +
+                                         std::to_string(tok.n_vocab()) + ")");
+      r.base.stop_token_ids.push_back(static_cast<int32_t>(x.get<int64_t>()));
+    }
+  }
   // Stop strings.
   if (b.contains("stop") && !b["stop"].is_null()) {
     const auto& st = b["stop"];

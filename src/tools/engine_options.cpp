@@ -23,6 +23,11 @@ void add_engine_options(CLI::App* app, EngineOptions& o) {
   app->add_option("--max-num-seqs", o.max_num_seqs, "most sequences in one engine step")->check(CLI::Range(1, 1 << 20));
   app->add_flag("--no-prefix-caching", o.no_prefix_caching, "do not reuse the KV of shared prompt prefixes");
   app->add_flag("--no-chunked-prefill", o.no_chunked_prefill, "run each prompt in one step instead of chunks mixed with decodes");
+  app->add_option("--async-scheduling", o.async_scheduling,
+                  "schedule and launch the next step while the model runs this one: auto (on for --device cuda, off on "
+                  "the CPU and across ranks), on or off")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
 }
 
 EngineConfig engine_config(const EngineOptions& o, const Model& model) {
@@ -36,6 +41,9 @@ EngineConfig engine_config(const EngineOptions& o, const Model& model) {
   c.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;
   c.scheduler.max_num_seqs = o.max_num_seqs;
   c.scheduler.chunked_prefill = !o.no_chunked_prefill;
+  c.async_scheduling = o.async_scheduling == "on"    ? AsyncScheduling::On
+                       : o.async_scheduling == "off" ? AsyncScheduling::Off
+                                                     : AsyncScheduling::Auto;
   return c;
 }
 

@@ -20,6 +20,7 @@ struct EngineOptions {
   int64_t max_num_seqs = 256;
   bool no_prefix_caching = false;
   bool no_chunked_prefill = false;
+  std::string async_scheduling = "auto";  // auto, on, off
 };
 
 void add_engine_options(CLI::App* app, EngineOptions& o);

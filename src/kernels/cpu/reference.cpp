@@ -188,6 +188,11 @@ void argmax_ref(const ArgmaxArgs& a) {
   }
 }
 
+void token_feed_ref(const TokenFeedArgs& a) {
+  for (int64_t i = 0; i < a.n; ++i)
+    if (a.from_row[i] >= 0) a.tokens[i] = a.ids[a.from_row[i]];
+}
+
 // ---- attention: scores, softmax, weighted sum; one query token and head at a time ----
 // K/V rows are converted from the pool's dtype to f32 as they are read.
 void attention_ref(const AttentionArgs& a) {
@@ -265,6 +270,7 @@ const bool registered = [] {
   register_kernel(ref<AddArgs>(add_ref));
   register_kernel(ref<SoftmaxArgs>(softmax_ref));
   register_kernel(ref<ArgmaxArgs>(argmax_ref));
+  register_kernel(ref<TokenFeedArgs>(token_feed_ref));
   return true;
 }();
 

@@ -2,6 +2,7 @@
 // device-memory functions registered with core/device.h.
 #include "kernels/cuda/cuda_context.h"
 
+#include <deque>
 #include <mutex>
 #include <vector>
 
@@ -82,6 +83,63 @@ void mem_zero(void* p, size_t bytes) {
   FP_CUDA(cudaStreamSynchronize(ctx().stream));
 }
 void mem_sync() { FP_CUDA(cudaStreamSynchronize(ctx().stream)); }
+void mem_copy_async(void* dst, const void* src, size_t bytes) {
+  FP_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, ctx().stream));
+}
+void* mem_alloc_host(size_t bytes) {
+  ctx();
+  void* p = nullptr;
+  cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocDefault);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    fail("CUDA: cannot allocate ", bytes, " bytes of page-locked host memory (", cudaGetErrorString(e), ")");
+  }
+  return p;
+}
+void mem_release_host(void* p) { cudaFreeHost(p); }
+
+// Fences: an event recorded on the stream per fence, kept until a wait passes it (events of
+// earlier fences have completed too: the stream runs in order) and then reused.
+struct Fences {
+  std::mutex mu;
+  uint64_t next = 1;
+  std::deque<std::pair<uint64_t, cudaEvent_t>> live;
+  std::vector<cudaEvent_t> spare;
+};
+Fences& fences() {
+  static Fences* f = new Fences();  // lives for the process, as the context does
+  return *f;
+}
+uint64_t mem_fence() {
+  Fences& f = fences();
+  std::lock_guard<std::mutex> lock(f.mu);
+  cudaEvent_t ev = nullptr;
+  if (!f.spare.empty()) {
+    ev = f.spare.back();
+    f.spare.pop_back();
+  } else {
+    FP_CUDA(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  }
+  FP_CUDA(cudaEventRecord(ev, ctx().stream));
+  f.live.emplace_back(f.next, ev);
+  return f.next++;
+}
+void mem_wait_fence(uint64_t fence) {
+  Fences& f = fences();
+  cudaEvent_t ev = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(f.mu);
+    for (auto& [id, e] : f.live)
+      if (id == fence) ev = e;
+  }
+  if (!ev) return;  // waited for before: it and everything before it has run
+  FP_CUDA(cudaEventSynchronize(ev));
+  std::lock_guard<std::mutex> lock(f.mu);
+  while (!f.live.empty() && f.live.front().first <= fence) {
+    f.spare.push_back(f.live.front().second);
+    f.live.pop_front();
+  }
+}
 size_t mem_free_bytes() {
   size_t free_b = 0, total = 0;
   FP_CUDA(cudaMemGetInfo(&free_b, &total));
@@ -125,6 +183,11 @@ const bool registered = [] {
   ops.copy = mem_copy;
   ops.fill_zero = mem_zero;
   ops.synchronize = mem_sync;
+  ops.copy_async = mem_copy_async;
+  ops.alloc_host = mem_alloc_host;
+  ops.release_host = mem_release_host;
+  ops.fence = mem_fence;
+  ops.wait_fence = mem_wait_fence;
   ops.free_bytes = mem_free_bytes;
   ops.measure_ceilings = measure_ceilings;
   register_device_memory(Device::CUDA, ops);

@@ -1,5 +1,6 @@
 // kernels/cuda/elementwise.cu — the CUDA kernels of the row-wise and element-wise ops:
-// embedding, RMSNorm, RoPE, SiLU-and-multiply, add, softmax, argmax and the KV-cache write.
+// embedding, RMSNorm, RoPE, SiLU-and-multiply, add, softmax, argmax, the token feed and the
+// KV-cache write.
 // Each mirrors its reference in kernels/cpu/reference.cpp; rows go one per block, elements
 // one per thread.
 #include "kernels/cuda/cuda_context.h"
@@ -75,6 +76,11 @@ __global__ void softmax_kernel(float* x, int64_t d) {
 // First index of the largest value, as the reference scans: a NaN never wins, except at index 0
 // where nothing beats it. Each thread keeps its best (value, lowest index), then a block-wide
 // reduction that prefers the lower index on equal values.
+__global__ void token_feed_kernel(int32_t* tokens, const int32_t* from_row, const int32_t* ids, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n && from_row[i] >= 0) tokens[i] = ids[from_row[i]];
+}
+
 __global__ void argmax_kernel(const float* x, int64_t d, int32_t* out) {
   const float* r = x + blockIdx.x * d;
   if (isnan(r[0])) {
@@ -182,6 +188,12 @@ void argmax(const ArgmaxArgs& a) {
   if (a.n == 0) return;
   argmax_kernel<<<static_cast<unsigned>(a.n), kThreads, 0, stream()>>>(a.x, a.d, a.out);
   FP_CUDA_LAUNCHED("argmax");
+}
+
+void token_feed(const TokenFeedArgs& a) {
+  if (a.n == 0) return;
+  token_feed_kernel<<<blocks_for(a.n, kThreads), kThreads, 0, stream()>>>(a.tokens, a.from_row, a.ids, a.n);
+  FP_CUDA_LAUNCHED("token_feed");
 }
 
 void kv_write(const KvWriteArgs& a) {

@@ -20,6 +20,7 @@ void silu_mul(const SiluMulArgs& a);
 void add(const AddArgs& a);
 void softmax(const SoftmaxArgs& a);
 void argmax(const ArgmaxArgs& a);
+void token_feed(const TokenFeedArgs& a);
 // sample.cu: temperature / top-k / top-p / min-p by radix selection, one block per row
 std::string refuse_sample(const SampleArgs& a);
 void sample(const SampleArgs& a);

@@ -49,6 +49,7 @@ const bool registered = [] {
   register_kernel(cuda_kernel<AddArgs>(add));
   register_kernel(cuda_kernel<SoftmaxArgs>(softmax));
   register_kernel(cuda_kernel<ArgmaxArgs>(argmax));
+  register_kernel(cuda_kernel<TokenFeedArgs>(token_feed));
   register_kernel(cuda_kernel<SampleArgs>(sample, refuse_sample, "radix_select"));
   register_kernel(cuda_kernel<MoeRouteArgs>(moe_route, refuse_moe_route));
   register_kernel(cuda_kernel<MoeFfnArgs>(moe_ffn, refuse_moe_ffn, "grouped"));
