@@ -7,7 +7,8 @@
 # text on the GPU equals the CPU's; audit --strict), measures the ceilings (device copy
 # bandwidth, cuBLAS BF16 rate), times prefill and decode on synth models of the Llama-3-8B shape
 # (8 of its 32 layers, BF16, Q8_0 and FP8 block-scaled), then MoE models (a Qwen3-30B-A3B shape and
-# a DeepSeek-V2-Lite shape, a few layers each), and prints a short table last. Logs and JSON go to
+# a DeepSeek-V2-Lite shape, a few layers each), serving runs with async scheduling on and off
+# (stories260K, the Llama shape), and prints a short table last. Logs and JSON go to
 # $OUT (summary.txt grows row by row, so a run cut short still reports what it did). Every step has
 # its own time limit; a failing step is reported and the next runs.
 # Parts: `bash bench/device_check.sh [all|core|moe]` — core: tests, stories260K, the Llama shapes;
@@ -69,6 +70,24 @@ for e in j.get("decode_batches", []):
 PY
 }
 
+serve_pair() {  # label, model path, serving bench args...: async scheduling on vs off, alternated
+  local label=$1 model=$2; shift 2
+  for mode in on off on off; do
+    step "serve $label async $mode"
+    timeout 120 "$FP" bench -q --device cuda -m "$model" "$@" --async-scheduling $mode --json \
+      >> "$OUT/serve_$label.jsonl" 2>> "$OUT/serve_$label.err" || { row "serve $label async $mode" "FAILED (serve_$label.err)"; return; }
+  done
+  python3 - "$OUT/serve_$label.jsonl" "$label" >> "$SUMMARY" <<'PY'
+import json, sys
+runs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+tps = {True: [], False: []}
+for j in runs: tps[j["async_scheduling"]].append(j["runs"][0]["output_tps"])
+on, off = sorted(tps[True]), sorted(tps[False])
+fmt = lambda v: "/".join(f"{x:.0f}" for x in v)
+print(f"{'serve ' + sys.argv[2] + ' output tok/s':46s} async on {fmt(on)}, off {fmt(off)}: {max(on) / max(off):.2f}x (best of 2)")
+PY
+}
+
 if run_part core; then
 step "CUDA op tests and model tests"
 # Each test in its own process (as ctest runs them): a kernel that faults the CUDA context fails
@@ -93,6 +112,10 @@ timeout 60 "$FP" generate -q -m "$M" -p "Once upon a time" -n 64 --device cuda >
 if cmp -s "$OUT/generate_cpu.txt" "$OUT/generate_cuda.txt"; then row "stories260K greedy 64 tokens" "same text on cuda and cpu"
 else row "stories260K greedy 64 tokens" "DIFFERENT (generate_*.txt)"; fi
 
+# The engine's overlap: each step scheduled and launched while the one before runs (stories260K:
+# tiny steps, where the host's share is largest; then the Llama shape below).
+serve_pair stories "$M" --requests 128 --input-len 32 --output-len 96 --concurrency 32 --max-model-len 256
+
 step "audit --strict --device cuda"
 timeout 60 "$FP" audit --strict --profile --device cuda -m "$M" > "$OUT/audit_stories.txt" 2>&1
 row "audit --strict (stories260K)" "exit $? ($(grep -c ' cuda ' "$OUT/audit_stories.txt") cuda rows)"
@@ -107,6 +130,9 @@ for T in bf16 q8_0; do
   # Decode with every step eager, for the CUDA-graph comparison (issue 8: batch 64 with and without).
   [ "$T" = bf16 ] && [ -f "$SYN/llama8b-8l-$T.gguf" ] && \
     bench_model "8b8l-$T-nographs" "$SYN/llama8b-8l-$T.gguf" -p 0 -n 64 -b 64 -r 3 --warmup 1 --kv-cache-dtype bf16 --no-cuda-graphs
+  [ "$T" = bf16 ] && [ -f "$SYN/llama8b-8l-$T.gguf" ] && \
+    serve_pair "8b8l-$T" "$SYN/llama8b-8l-$T.gguf" --requests 64 --input-len 128 --output-len 64 --concurrency 32 \
+      --max-model-len 512 --kv-cache-dtype bf16
   # Prefill attention on the tensor cores (kernel wmma, below `tiled` until checked here).
   [ "$T" = bf16 ] && [ -f "$SYN/llama8b-8l-$T.gguf" ] && \
     bench_model "8b8l-$T-wmma" "$SYN/llama8b-8l-$T.gguf" -p 4096 -n 8 -r 2 --warmup 1 --kv-cache-dtype bf16 --kernel attention=wmma

@@ -140,8 +140,9 @@ struct ServingResult {
   int concurrency = 0;
   double seconds = 0, input_tps = 0, output_tps = 0, total_tps = 0, hit_rate = 0;
   double ttft_median_ms = 0, ttft_p95_ms = 0, tpot_median_ms = 0;
-  int64_t preemptions = 0, steps = 0;
+  int64_t preemptions = 0, steps = 0, steps_ahead = 0;
   bool prefix_caching = false;  // as the engine ran
+  bool async_scheduling = false;
 };
 
 // A closed loop: `concurrency` requests in flight, a new one submitted as each finishes.
@@ -188,7 +189,9 @@ ServingResult serving_run(Model& model, const EngineConfig& ecfg, int requests, 
   r.hit_rate = st.prompt_tokens ? static_cast<double>(st.cached_prompt_tokens) / static_cast<double>(st.prompt_tokens) : 0;
   r.preemptions = st.preemptions;
   r.steps = st.steps;
+  r.steps_ahead = st.steps_ahead;
   r.prefix_caching = engine.config().prefix_caching;
+  r.async_scheduling = engine.async_scheduling();
   std::vector<double> ttft, tpot;
   for (int64_t id : ids) {
     const Sequence* s = engine.sequence(id);
@@ -224,18 +227,20 @@ void run_serving_bench(Model& model, const Opts& o) {
     j["runs"].push_back({{"concurrency", c}, {"seconds", r.seconds}, {"input_tps", r.input_tps}, {"output_tps", r.output_tps},
                          {"total_tps", r.total_tps}, {"prefix_hit_rate", r.hit_rate}, {"ttft_median_ms", r.ttft_median_ms},
                          {"ttft_p95_ms", r.ttft_p95_ms}, {"tpot_median_ms", r.tpot_median_ms}, {"preemptions", r.preemptions},
-                         {"steps", r.steps}});
+                         {"steps", r.steps}, {"steps_ahead", r.steps_ahead}});
   }
   const bool prefix_caching = results.empty() ? ecfg.prefix_caching : results.front().prefix_caching;
   j["prefix_caching"] = prefix_caching;
+  j["async_scheduling"] = !results.empty() && results.front().async_scheduling;
   log_info(Ledger::global().summary_line());
   print_profile();
   if (o.json) {
     std::cout << j.dump() << "\n";
     return;
   }
-  std::printf("model    %s; %d requests of %d in / %d out, shared prefix %d, prefix caching %s\n", model.file().path.c_str(),
-              o.requests, o.input_len, o.output_len, o.shared_prefix, prefix_caching ? "on" : "off");
+  std::printf("model    %s; %d requests of %d in / %d out, shared prefix %d, prefix caching %s, async scheduling %s\n",
+              model.file().path.c_str(), o.requests, o.input_len, o.output_len, o.shared_prefix, prefix_caching ? "on" : "off",
+              !results.empty() && results.front().async_scheduling ? "on" : "off");
   std::printf("%11s %9s %11s %11s %11s %9s %12s %12s %12s %8s\n", "concurrency", "seconds", "input t/s", "output t/s",
               "total t/s", "hit rate", "TTFT p50 ms", "TTFT p95 ms", "TPOT p50 ms", "preempt");
   for (const ServingResult& r : results)
