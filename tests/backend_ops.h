@@ -39,8 +39,9 @@ inline double normalised_error(const std::vector<float>& got, const std::vector<
 // accepts the case runs and is compared with the kernel named `ref`. Returns how many
 // non-reference kernels were checked.
 template <class Args>
+// Every CPU kernel (that `only` accepts, when given) against the reference kernel `ref`.
 int check_kernels(const std::string& label, const std::function<Args(std::vector<float>& out)>& make,
-                  const std::string& ref, double tol) {
+                  const std::string& ref, double tol, const std::function<bool(const Kernel<Args>&)>& only = nullptr) {
   const auto& kernels = OpRegistry<Args>::instance().kernels();
   const Kernel<Args>* rk = nullptr;
   for (auto& k : kernels)
@@ -53,6 +54,7 @@ int check_kernels(const std::string& label, const std::function<Args(std::vector
   int checked = 0;
   for (auto& k : kernels) {
     if (&k == rk || k.reference || k.backend != Backend::CPU) continue;  // CUDA kernels: tests/cuda/
+    if (only && !only(k)) continue;
     for (int threads : {1, 2}) {
       set_num_threads(threads);
       std::vector<float> got;

@@ -68,17 +68,24 @@ std::vector<MatMulCase> cases() {
 }
 
 TEST(BackendOps, MatMulEveryKernelAgainstItsReference) {
-  int checked = 0;
+  int checked = 0, bf16_checked = 0;
   for (const auto& c : cases()) {
     MatMulData d;
     std::function<MatMulArgs(std::vector<float>&)> make = [&](std::vector<float>& out) { return build(c, d, out); };
     // Float-like weights are compared with `ref` (f32 activations); quantized weights run
-    // integer dot products on 8-bit activations, as `ref_q8act` does.
+    // integer dot products on 8-bit activations, as `ref_q8act` does; the AVX512-BF16 kernel
+    // multiplies BF16 weights by activations rounded to BF16, as `ref_bf16act` does.
     bool int_act = dtype_info(c.type).quantized;
-    checked += test::check_kernels<MatMulArgs>(label(c), make, int_act ? "ref_q8act" : "ref", 1e-4);
+    const auto bf16_act = [](const Kernel<MatMulArgs>& k) { return k.name == "avx512bf16"; };
+    checked += test::check_kernels<MatMulArgs>(label(c), make, int_act ? "ref_q8act" : "ref", 1e-4,
+                                               [&](const Kernel<MatMulArgs>& k) { return !bf16_act(k); });
+    if (c.type == DType::BF16) bf16_checked += test::check_kernels<MatMulArgs>(label(c), make, "ref_bf16act", 1e-5, bf16_act);
   }
   if (cpu_features().missing({"avx2", "fma", "f16c"}).empty()) {
     EXPECT_GT(checked, 0);
+  }
+  if (cpu_features().missing({"avx512f", "avx512bw", "avx512vl", "avx512_bf16"}).empty()) {
+    EXPECT_GT(bf16_checked, 0) << "the AVX512-BF16 kernel ran no case";
   }
 }
 
@@ -127,6 +134,38 @@ TEST(BackendOps, RepackedWeightsMatchTheFileLayoutsReference) {
     set_num_threads(0);
   }
   EXPECT_GT(checked, 0);
+}
+
+// The BF16-activation reference is the f32 one up to the rounding of the activations (about
+// 2^-9 relative per element), and rounds as AVX512-BF16 does: ties to even, subnormal inputs
+// to zero.
+TEST(BackendOps, Bf16ActivationReferenceRoundsTheActivationsOnly) {
+  const Kernel<MatMulArgs>*ref = nullptr, *ref_bf16 = nullptr;
+  for (auto& k : OpRegistry<MatMulArgs>::instance().kernels()) {
+    if (k.name == "ref") ref = &k;
+    if (k.name == "ref_bf16act") ref_bf16 = &k;
+  }
+  ASSERT_TRUE(ref && ref_bf16);
+  for (int64_t in : {8, 13, 300, 1024}) {
+    MatMulCase c{DType::BF16, 9, 40, in, true};
+    MatMulData d;
+    std::vector<float> want, got;
+    MatMulArgs a = build(c, d, want);
+    ref->run(a);
+    MatMulArgs b = build(c, d, got);
+    ref_bf16->run(b);
+    const double e = test::normalised_error(got, want);
+    EXPECT_GT(e, 0.0) << "the activations were rounded";
+    EXPECT_LT(e, 4e-3) << "in=" << in;
+  }
+  EXPECT_EQ(f32_to_bf16_daz(1.0f + 1.0f / 256), f32_to_bf16(1.0f));  // a tie: to even
+  EXPECT_EQ(f32_to_bf16_daz(1e-39f), 0u);                             // subnormal: zero
+  EXPECT_EQ(f32_to_bf16_daz(-1e-39f), 0x8000u);
+  EXPECT_NE(f32_to_bf16(1e-39f), 0u);                                 // the plain rounding keeps it
+  MatMulCase f16{DType::F16, 9, 4, 8};
+  MatMulData d;
+  std::vector<float> out;
+  EXPECT_NE(ref_bf16->refuse(build(f16, d, out)), "") << "F16 weights are not its to take";
 }
 
 TEST(BackendOps, ZeroTokensWritesNothing) {

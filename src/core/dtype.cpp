@@ -129,6 +129,13 @@ uint16_t f32_to_bf16(float f) {
   return static_cast<uint16_t>(x >> 16);
 }
 
+uint16_t f32_to_bf16_daz(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  if ((x & 0x7f800000u) == 0) return static_cast<uint16_t>((x >> 16) & 0x8000u);
+  return f32_to_bf16(f);
+}
+
 float fp8e4m3_to_f32(uint8_t v) {
   float sign = (v & 0x80) ? -1.0f : 1.0f;
   int exp = (v >> 3) & 0xf, mant = v & 7;

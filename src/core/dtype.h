@@ -57,6 +57,9 @@ inline float bf16_to_f32(uint16_t h) {
   return f;
 }
 uint16_t f32_to_bf16(float f);  // round to nearest even, NaN kept quiet
+// The same with inputs below the smallest normal float taken as (signed) zero, as x86's
+// AVX512-BF16 conversions (vcvtne2ps2bf16) round.
+uint16_t f32_to_bf16_daz(float f);
 float fp8e4m3_to_f32(uint8_t v);
 uint8_t f32_to_fp8e4m3(float f);  // round to nearest even, saturating at +-448
 

@@ -51,6 +51,23 @@ void matmul_ref(const MatMulArgs& a) {
   }
 }
 
+// BF16 weights with the activations rounded to BF16 first (round to nearest even, inputs below
+// the smallest normal float taken as zero, as AVX512-BF16's conversion does): what the
+// avx512bf16 kernel computes with vdpbf16ps, and llama.cpp's BF16 path.
+std::string refuse_bf16act(const MatMulArgs& a) {
+  if (a.w->dtype != DType::BF16 || a.w->block_scale) return std::string("weights are ") + dtype_name(a.w->dtype) + ", needs BF16";
+  return {};
+}
+
+void matmul_ref_bf16act(const MatMulArgs& a) {
+  const int64_t in = a.w->cols();
+  std::vector<float> xr(static_cast<size_t>(a.n * in));
+  for (size_t i = 0; i < xr.size(); ++i) xr[i] = bf16_to_f32(f32_to_bf16_daz(a.x[i]));
+  MatMulArgs b = a;
+  b.x = xr.data();
+  matmul_ref(b);
+}
+
 // ggml semantics for quantized weights: activations are first rounded to 8 bits — Q8_0 blocks
 // for Q8_0/Q4_0 weights (integer products per block, scaled by d_w * d_x), Q8_K blocks for the
 // K-quants (dequantized weights dotted with the dequantized 8-bit activations).
@@ -262,6 +279,7 @@ const bool registered = [] {
   register_kernel(ref<EmbeddingArgs>(embedding_ref));
   register_kernel(ref<MatMulArgs>(matmul_ref));
   register_kernel(ref<MatMulArgs>(matmul_ref_q8act, refuse_q8act, "ref_q8act"));
+  register_kernel(ref<MatMulArgs>(matmul_ref_bf16act, refuse_bf16act, "ref_bf16act"));
   register_kernel(ref<RmsNormArgs>(rmsnorm_ref));
   register_kernel(ref<RopeArgs>(rope_ref));
   register_kernel(ref<AttentionArgs>(attention_ref, refuse_attention));
