@@ -54,6 +54,7 @@ struct ModelCost {
   double matmul_flops_per_token = 0;  // 2 x parameters of every matrix the token passes through
   double params = 0;
   bool integer_matmuls = false;       // most matrix bytes are integer-quantized: int8 dot rate applies
+  bool bf16_matmuls = false;          // most matrix bytes are BF16: the BF16 dot rate applies where the CPU has it
   std::string weight_types;
 
   double weight_bytes_per_token() const { return dense_bytes + expert_bytes * expert_fraction; }
@@ -69,7 +70,7 @@ ModelCost model_cost(const Model& m) {
   const ModelConfig& cfg = m.config();
   if (cfg.moe.n_experts > 0) c.expert_fraction = static_cast<double>(cfg.moe.n_used) / static_cast<double>(cfg.moe.n_experts);
   std::map<std::string, int64_t> bytes_by_type;
-  int64_t int_bytes = 0, matrix_bytes = 0;
+  int64_t int_bytes = 0, bf16_bytes = 0, matrix_bytes = 0;
   for (auto& [name, t] : m.file().tensors) {
     c.params += static_cast<double>(t.numel());
     const bool embedding = name == "token_embd.weight";
@@ -83,9 +84,11 @@ ModelCost model_cost(const Model& m) {
       bytes_by_type[dtype_name(t.dtype)] += t.nbytes();
       matrix_bytes += t.nbytes();
       if (dtype_info(t.dtype).quantized) int_bytes += t.nbytes();
+      if (t.dtype == DType::BF16) bf16_bytes += t.nbytes();
     }
   }
   c.integer_matmuls = 2 * int_bytes > matrix_bytes;
+  c.bf16_matmuls = 2 * bf16_bytes > matrix_bytes;
   for (auto& [ty, b] : bytes_by_type) c.weight_types += (c.weight_types.empty() ? "" : " ") + ty + ":" + std::to_string(b >> 20) + "MiB";
   return c;
 }
@@ -334,18 +337,19 @@ void add_bench(CLI::App& app) {
     if (!on_device) {
       if (one_machine) {
         struct Figures {
-          double read, fma, int8;
+          double read, fma, int8, bf16;
           bool cached;
         };
         const Figures f = on_rank0([&] {
           const MachineCeiling m = machine_ceiling(threads * ranks->size(), o->recalibrate);
-          return Figures{m.read_gbps, m.fma_gflops, m.int8_gops, m.cached};
+          return Figures{m.read_gbps, m.fma_gflops, m.int8_gops, m.bf16_gflops, m.cached};
         });
         ceil.cached = f.cached;
         ceil.cpu = cpu_features().brand.empty() ? "unknown CPU" : cpu_features().brand;
         ceil.read_gbps = f.read;
         ceil.fma_gflops = f.fma;
         ceil.int8_gops = f.int8;
+        ceil.bf16_gflops = f.bf16;
         ceil.threads = threads * ranks->size();
       } else {
         ceil = machine_ceiling(threads, o->recalibrate);
@@ -354,6 +358,7 @@ void add_bench(CLI::App& app) {
           ceil.threads = static_cast<int>(sum_over_ranks(threads));
           ceil.fma_gflops = sum_over_ranks(ceil.fma_gflops);
           ceil.int8_gops = sum_over_ranks(ceil.int8_gops);
+          ceil.bf16_gflops = sum_over_ranks(ceil.bf16_gflops);
           ceil.read_gbps = sum_over_ranks(measure_read_bandwidth_now());
           ceil.cached = false;
         }
@@ -365,9 +370,12 @@ void add_bench(CLI::App& app) {
                   : ceil.describe();
     log_info("ceiling: ", machine);
     ModelCost cost = model_cost(*model);
-    // The compute roofline: integer-quantized matmuls run int8 dot products, float ones FMAs;
-    // attention is float.
-    const double matmul_rate = (cost.integer_matmuls ? ceil.int8_gops : ceil.fma_gflops) * 1e9;
+    // The compute roofline: integer-quantized matmuls run int8 dot products, BF16 ones BF16 dot
+    // products where the CPU has them (the avx512bf16 kernel), other float ones FMAs; attention
+    // is float.
+    const bool bf16_rate = !on_device && cost.bf16_matmuls && ceil.bf16_gflops > 0;
+    const double matmul_rate =
+        (cost.integer_matmuls ? ceil.int8_gops : bf16_rate ? ceil.bf16_gflops : ceil.fma_gflops) * 1e9;
     auto compute_seconds = [&](double matmul_flops, double attn_flops) {
       return matmul_flops / matmul_rate + attn_flops / (ceil.fma_gflops * 1e9);
     };
@@ -392,7 +400,8 @@ void add_bench(CLI::App& app) {
     j["ranks"] = model->tp_size();  // ceilings are the ranks' together (see above)
     j["tensor_parallel_size"] = model->parallel().tp;
     j["expert_parallel_size"] = model->parallel().ep;
-    j["ceiling"] = {{"read_gbps", ceil.read_gbps}, {"fma_gflops", ceil.fma_gflops}, {"int8_gops", ceil.int8_gops}, {"cpu", ceil.cpu}};
+    j["ceiling"] = {{"read_gbps", ceil.read_gbps}, {"fma_gflops", ceil.fma_gflops}, {"int8_gops", ceil.int8_gops},
+                    {"bf16_gflops", ceil.bf16_gflops}, {"cpu", ceil.cpu}};
 
     if (o->prompt > 0) {
       std::vector<int32_t> ids(static_cast<size_t>(o->prompt)), pos(ids.size());
@@ -483,7 +492,7 @@ void add_bench(CLI::App& app) {
       std::printf("%-12s %12.2f %8.2f - %-8.2f %14.2f %9.1f%%  %.1f GFLOP/s (%s peak %.1f)\n", ("prefill " + std::to_string(o->prompt)).c_str(),
                   j["prefill_tps"].get<double>(), j["prefill_tps_min"].get<double>(), j["prefill_tps_max"].get<double>(),
                   j["prefill_ceiling_tps"].get<double>(), 100 * j["prefill_ceiling_fraction"].get<double>(),
-                  j["prefill_gflops"].get<double>(), on_device ? "bf16 cuBLAS" : cost.integer_matmuls ? "int8 dot" : "f32 FMA",
+                  j["prefill_gflops"].get<double>(), on_device ? "bf16 cuBLAS" : cost.integer_matmuls ? "int8 dot" : bf16_rate ? "bf16 dot" : "f32 FMA",
                   matmul_rate / 1e9);
     if (j.contains("decode_tps"))
       std::printf("%-12s %12.2f %8.2f - %-8.2f %14.2f %9.1f%%  %.1f GB/s of %.1f\n", ("decode " + std::to_string(o->gen)).c_str(),

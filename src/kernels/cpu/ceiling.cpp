@@ -95,6 +95,23 @@ FP_AVX2 double int8_loop(int64_t iters) {
   return avx2::hsum_i32(s);
 }
 
+// vdpbf16ps on 512-bit registers: 16 lanes x 2 BF16 products per step, as the BF16 prefill
+// kernel runs them.
+__attribute__((target("avx512f,avx512bf16"))) double bf16_loop(int64_t iters) {
+  __m512 acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = _mm512_set1_ps(static_cast<float>(i) * 1e-3f);
+  const __m512bh a = (__m512bh)_mm512_set1_epi32(0x3f803f80), b = (__m512bh)_mm512_set1_epi32(0x33d633d6);  // 1.0, 1e-7
+  for (int64_t it = 0; it < iters; ++it)
+    for (int i = 0; i < 12; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
+  __m512 s = acc[0];
+  for (int i = 1; i < 12; ++i) s = _mm512_add_ps(s, acc[i]);
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, s);
+  double sum = 0;
+  for (float v : lanes) sum += v;
+  return sum;
+}
+
 template <class Loop>
 double measure_peak(Loop loop, double ops_per_iter) {
   const int threads = thread_pool().size();
@@ -125,7 +142,9 @@ std::string MachineCeiling::describe() const {
   std::ostringstream os;
   os.precision(4);
   os << cpu << ", " << threads << " threads: read " << read_gbps << " GB/s, f32 FMA " << fma_gflops << " GFLOP/s, int8 dot "
-     << int8_gops << " GOP/s" << (cached ? " (cached calibration)" : " (measured now)");
+     << int8_gops << " GOP/s";
+  if (bf16_gflops > 0) os << ", bf16 dot " << bf16_gflops << " GFLOP/s";
+  os << (cached ? " (cached calibration)" : " (measured now)");
   return os.str();
 }
 
@@ -145,7 +164,9 @@ MachineCeiling machine_ceiling(int threads, bool recalibrate) {
     c.read_gbps = e.value("read_gbps", 0.0);
     c.fma_gflops = e.value("fma_gflops", 0.0);
     c.int8_gops = e.value("int8_gops", 0.0);
-    c.cached = c.read_gbps > 0 && c.fma_gflops > 0;
+    c.bf16_gflops = e.value("bf16_gflops", 0.0);
+    const bool bf16 = cpu_features().missing({"avx512f", "avx512_bf16"}).empty();
+    c.cached = c.read_gbps > 0 && c.fma_gflops > 0 && (c.bf16_gflops > 0 || !bf16);  // older caches lack the BF16 peak
     if (c.cached) return c;
   }
   log_info("measuring this machine's ceilings (bandwidth, FMA and int8 peaks) with ", threads, " threads...");
@@ -155,7 +176,8 @@ MachineCeiling machine_ceiling(int threads, bool recalibrate) {
     c.fma_gflops = measure_peak(fma_loop, 12 * 8 * 2);
     c.int8_gops = measure_peak(int8_loop, 8 * 32 * 2);
   }
-  cache[key] = {{"read_gbps", c.read_gbps}, {"fma_gflops", c.fma_gflops}, {"int8_gops", c.int8_gops}};
+  if (cpu_features().missing({"avx512f", "avx512_bf16"}).empty()) c.bf16_gflops = measure_peak(bf16_loop, 12 * 16 * 2 * 2);
+  cache[key] = {{"read_gbps", c.read_gbps}, {"fma_gflops", c.fma_gflops}, {"int8_gops", c.int8_gops}, {"bf16_gflops", c.bf16_gflops}};
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(cache_path()).parent_path(), ec);
   std::ofstream(cache_path()) << cache.dump(2) << "\n";

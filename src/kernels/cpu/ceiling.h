@@ -1,5 +1,6 @@
 // kernels/cpu/ceiling.h — what this machine's silicon allows, measured: memory read
-// bandwidth and peak f32 FMA and int8 dot-product throughput with a given thread count.
+// bandwidth and peak f32 FMA, int8 dot-product and (where AVX512-BF16 is) BF16 dot-product
+// throughput with a given thread count.
 // Benchmarks print every figure as a fraction of these (the realization rate). Results are
 // cached in ~/.cache/fastpath/ceiling.json per CPU and thread count.
 #pragma once
@@ -13,6 +14,7 @@ struct MachineCeiling {
   double read_gbps = 0;  // GB/s (1e9 bytes), streaming reads of a buffer far larger than caches
   double fma_gflops = 0; // f32 FMA, GFLOP/s (2 flops per multiply-add)
   double int8_gops = 0;  // int8 multiply-adds as 2 ops each, GOP/s (AVX2 vpmaddubsw path)
+  double bf16_gflops = 0;  // BF16 multiply-adds as 2 flops each (vdpbf16ps), GFLOP/s; 0 without AVX512-BF16
   bool cached = false;   // read from the cache file rather than measured now
   std::string describe() const;
 };
