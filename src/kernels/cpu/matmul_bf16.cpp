@@ -31,6 +31,7 @@ constexpr int64_t kNR = 32;      // weight rows per panel
 constexpr int64_t kMR = 8;       // tokens per micro-kernel call
 constexpr int64_t kKC = 512;     // K chunk, in columns (even)
 constexpr int64_t kPanels = 4;   // panels packed together per K chunk (64 KiB of L2)
+constexpr int64_t kFewTokens = 32;  // up to this many tokens: dot products on the rows in place, no packing
 
 FP_BF16 inline __m512bh as_bh(__m512i v) { return (__m512bh)v; }
 FP_BF16 inline __m512i as_si(__m512bh v) { return (__m512i)v; }
@@ -106,12 +107,81 @@ using MicroKernel = void (*)(const uint32_t*, int64_t, const uint32_t*, int64_t,
 constexpr MicroKernel kMicro[kMR + 1] = {nullptr,          micro_kernel<1>, micro_kernel<2>, micro_kernel<3>, micro_kernel<4>,
                                          micro_kernel<5>, micro_kernel<6>, micro_kernel<7>, micro_kernel<8>};
 
+// ---- a few tokens (batched decode, an MoE expert's share of a prefill): dot products ----
+// sums[t * R + r] = w_r . x_t over K, the rows read in place (no packing) 32 values at a time,
+// each weight vector serving T tokens and each activation vector R rows. The tail of K is a
+// masked load of both.
+template <int R, int T>
+FP_BF16 void dot_tile(const uint16_t* const* rows, const uint16_t* x, int64_t ldx, int64_t K, float* sums) {
+  __m512 acc[R][T];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
+  int64_t k = 0;
+  for (; k + 32 <= K; k += 32) {
+    if ((k & 511) == 0)  // each row's stream 2 KiB ahead (the hardware prefetchers lag a kernel that computes)
+      for (int r = 0; r < R; ++r) _mm_prefetch(reinterpret_cast<const char*>(rows[r] + k) + 2048, _MM_HINT_T0);
+    __m512bh wv[R];
+    for (int r = 0; r < R; ++r) wv[r] = as_bh(_mm512_loadu_si512(rows[r] + k));
+    for (int t = 0; t < T; ++t) {
+      const __m512bh xv = as_bh(_mm512_loadu_si512(x + t * ldx + k));
+      for (int r = 0; r < R; ++r) acc[r][t] = _mm512_dpbf16_ps(acc[r][t], wv[r], xv);
+    }
+  }
+  if (k < K) {
+    const __mmask32 m = static_cast<__mmask32>((uint64_t{1} << (K - k)) - 1);
+    __m512bh wv[R];
+    for (int r = 0; r < R; ++r) wv[r] = as_bh(_mm512_maskz_loadu_epi16(m, rows[r] + k));
+    for (int t = 0; t < T; ++t) {
+      const __m512bh xv = as_bh(_mm512_maskz_loadu_epi16(m, x + t * ldx + k));
+      for (int r = 0; r < R; ++r) acc[r][t] = _mm512_dpbf16_ps(acc[r][t], wv[r], xv);
+    }
+  }
+  alignas(64) float lanes[16];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) {
+      _mm512_store_ps(lanes, acc[r][t]);
+      float v = 0;
+      for (float l : lanes) v += l;
+      sums[t * R + r] = v;
+    }
+}
+
+using DotTile = void (*)(const uint16_t* const*, const uint16_t*, int64_t, int64_t, float*);
+template <int R>
+constexpr DotTile kDotRow[5] = {nullptr, dot_tile<R, 1>, dot_tile<R, 2>, dot_tile<R, 3>, dot_tile<R, 4>};
+constexpr const DotTile* kDot[5] = {nullptr, kDotRow<1>, kDotRow<2>, kDotRow<3>, kDotRow<4>};
+
+// Rows split across threads, in blocks that stay in L2 while every group of 4 tokens passes.
+void matmul_bf16_few(const MatMulArgs& a, const std::vector<uint32_t>& xb, int64_t words) {
+  const Tensor& w = *a.w;
+  const int64_t K = w.cols(), out = w.rows(), ldx = 2 * words;
+  const auto* x = reinterpret_cast<const uint16_t*>(xb.data());
+  thread_pool().parallel_for(out, 32, [&](int64_t r0, int64_t r1) {
+    for (int64_t rb = r0; rb < r1; rb += cpu::kRowBlock) {
+      const int64_t re = std::min(r1, rb + cpu::kRowBlock);
+      for (int64_t i = 0; i < a.n; i += 4) {
+        const int T = static_cast<int>(std::min<int64_t>(4, a.n - i));
+        for (int64_t o = rb; o < re; o += 4) {
+          const int R = static_cast<int>(std::min<int64_t>(4, re - o));
+          const uint16_t* rows[4];
+          for (int r = 0; r < R; ++r) rows[r] = static_cast<const uint16_t*>(w.data) + (o + r) * K;
+          float sums[16];
+          kDot[R][T](rows, x + i * ldx, ldx, K, sums);
+          for (int t = 0; t < T; ++t)
+            for (int r = 0; r < R; ++r) a.y[(i + t) * out + o + r] = sums[t * R + r] + (a.bias ? a.bias[o + r] : 0.0f);
+        }
+      }
+    }
+  });
+}
+
 void matmul_bf16(const MatMulArgs& a) {
   if (a.n <= 0) return;
   const Tensor& w = *a.w;
   const int64_t K = w.cols(), out = w.rows(), words = (K + 1) / 2;
   std::vector<uint32_t> xb;
   round_activations(a.x, a.n, K, xb);
+  if (a.n <= kFewTokens) return matmul_bf16_few(a, xb, words);
   const auto* wd = static_cast<const uint16_t*>(w.data);
   const int64_t group_rows = kNR * kPanels, groups = (out + group_rows - 1) / group_rows;
   thread_pool().parallel_for(groups, 1, [&](int64_t g0, int64_t g1) {
