@@ -46,7 +46,7 @@ void register_all() {
     for (Shape s : {Shape{2048, 2048}, Shape{8192, 2048}, Shape{2048, 8192}}) {
       // 1: decode; 4: the GEMV path's widest token group; 12: an MoE expert's share of a
       // 128-token prefill (64 experts, top 6); 16: batched decode of 16 sequences; 512: prefill.
-      for (int64_t n : {1, 4, 12, 16, 32, 64, 512}) {
+      for (int64_t n : {1, 4, 12, 16, 32, 64, 128, 256, 512}) {
         // Kernels register during static initialisation too, so they are looked up by name
         // when the benchmark runs, not now.
         for (std::string kname : {"ref", "avx2", "avx512vnni", "avx512bf16"}) {

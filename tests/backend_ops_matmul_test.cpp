@@ -60,6 +60,9 @@ std::vector<MatMulCase> cases() {
         for (int64_t in : ins) cs.push_back({t, n, out, in, n == 3 || (n == 1 && out == 17)});
     cs.push_back({t, 1, 4099, ins.back(), false});  // many rows: every thread gets a share
     cs.push_back({t, 64, 130, ins.back(), true});   // several panels, token tail
+    cs.push_back({t, 33, 40, ins.front(), false});  // just past 32 tokens, a partial panel
+    cs.push_back({t, 77, 33, ins[1], true});        // a token tail of 5, one row past a panel
+    if (dtype_info(t).quantized) cs.push_back({t, 261, 33, ins[1], false});  // past 256: quantized weights on BF16 panels
   }
   for (int64_t n : {1, 3, 9})
     for (int64_t out : {1, 130, 257})
@@ -68,43 +71,54 @@ std::vector<MatMulCase> cases() {
 }
 
 TEST(BackendOps, MatMulEveryKernelAgainstItsReference) {
-  int checked = 0, bf16_checked = 0;
+  int checked = 0, bf16_checked = 0, bf16_quantized_checked = 0;
   for (const auto& c : cases()) {
     MatMulData d;
     std::function<MatMulArgs(std::vector<float>&)> make = [&](std::vector<float>& out) { return build(c, d, out); };
     // Float-like weights are compared with `ref` (f32 activations); quantized weights run
     // integer dot products on 8-bit activations, as `ref_q8act` does; the AVX512-BF16 kernel
-    // multiplies BF16 weights by activations rounded to BF16, as `ref_bf16act` does.
+    // multiplies BF16 weights by activations rounded to BF16, as `ref_bf16act` does ...
     bool int_act = dtype_info(c.type).quantized;
     const auto bf16_act = [](const Kernel<MatMulArgs>& k) { return k.name == "avx512bf16"; };
     checked += test::check_kernels<MatMulArgs>(label(c), make, int_act ? "ref_q8act" : "ref", 1e-4,
                                                [&](const Kernel<MatMulArgs>& k) { return !bf16_act(k); });
-    if (c.type == DType::BF16) bf16_checked += test::check_kernels<MatMulArgs>(label(c), make, "ref_bf16act", 1e-5, bf16_act);
+    // ... and quantized weights beyond 256 tokens dequantized and rounded to BF16 the same way.
+    if (c.type == DType::BF16 || (int_act && c.type != DType::F8_E4M3)) {
+      const int n = test::check_kernels<MatMulArgs>(label(c), make, "ref_bf16act", 1e-5, bf16_act);
+      bf16_checked += n;
+      if (int_act) bf16_quantized_checked += n;
+    }
   }
   if (cpu_features().missing({"avx2", "fma", "f16c"}).empty()) {
     EXPECT_GT(checked, 0);
   }
   if (cpu_features().missing({"avx512f", "avx512bw", "avx512vl", "avx512_bf16"}).empty()) {
     EXPECT_GT(bf16_checked, 0) << "the AVX512-BF16 kernel ran no case";
+    EXPECT_GT(bf16_quantized_checked, 0) << "the AVX512-BF16 kernel ran no quantized case";
   }
 }
 
 // The repacked layouts change nothing but the order of the bytes: every kernel on Q8_0_X8
-// (Q4_K_X8, Q6_K_X8) weights gives ref_q8act's result on the Q8_0 (Q4_K, Q6_K) weights they were
-// repacked from.
+// (Q4_K_X8, Q6_K_X8) weights gives its reference's result on the Q8_0 (Q4_K, Q6_K) weights they
+// were repacked from (ref_q8act's, or for the AVX512-BF16 kernel ref_bf16act's).
 TEST(BackendOps, RepackedWeightsMatchTheFileLayoutsReference) {
-  const Kernel<MatMulArgs>* ref = nullptr;
-  for (auto& k : OpRegistry<MatMulArgs>::instance().kernels())
+  const Kernel<MatMulArgs>*ref = nullptr, *ref_bf16 = nullptr;
+  for (auto& k : OpRegistry<MatMulArgs>::instance().kernels()) {
     if (k.name == "ref_q8act") ref = &k;
-  ASSERT_TRUE(ref);
+    if (k.name == "ref_bf16act") ref_bf16 = &k;
+  }
+  ASSERT_TRUE(ref && ref_bf16);
   int checked = 0;
   for (const auto& c : cases()) {
     if ((c.type != DType::Q8_0 || c.in % QK8_0X8 != 0) && c.type != DType::Q4_K && c.type != DType::Q6_K) continue;
     const DType packed_type = c.type == DType::Q8_0 ? DType::Q8_0_X8 : c.type == DType::Q4_K ? DType::Q4_K_X8 : DType::Q6_K_X8;
     MatMulData d;
-    std::vector<float> want;
+    std::vector<float> want, want_bf16;
     MatMulArgs a = build(c, d, want);
     ref->run(a);
+    MatMulData d16;  // the same weights and activations (build is deterministic)
+    MatMulArgs a16 = build(c, d16, want_bf16);
+    ref_bf16->run(a16);
     std::vector<uint8_t> packed = d.w;
     if (c.type == DType::Q8_0)
       pack_q8_0_x8(reinterpret_cast<const BlockQ8_0*>(d.w.data()), reinterpret_cast<BlockQ8_0x8*>(packed.data()),
@@ -117,7 +131,8 @@ TEST(BackendOps, RepackedWeightsMatchTheFileLayoutsReference) {
                    c.out * c.in / QK_K);
     Tensor pt = Tensor::view(packed.data(), packed_type, {c.out, c.in});
     for (auto& k : OpRegistry<MatMulArgs>::instance().kernels()) {
-      if (k.name == "ref") continue;  // f32 activations, not 8-bit ones
+      if (k.name == "ref" || k.name == "ref_bf16act") continue;  // other activations than 8-bit ones
+      const bool bf16 = k.name == "avx512bf16";
       for (int threads : {1, 2}) {
         set_num_threads(threads);
         std::vector<float> got(want.size(), NAN);
@@ -126,8 +141,9 @@ TEST(BackendOps, RepackedWeightsMatchTheFileLayoutsReference) {
         b.y = got.data();
         if (k.refuse && !k.refuse(b).empty()) continue;
         k.run(b);
-        EXPECT_LE(test::normalised_error(got, want), 1e-4) << k.name << " on " << dtype_name(packed_type)
-                                                           << " vs ref_q8act on " << label(c) << " (threads " << threads << ")";
+        EXPECT_LE(test::normalised_error(got, bf16 ? want_bf16 : want), bf16 ? 1e-5 : 1e-4)
+            << k.name << " on " << dtype_name(packed_type) << " vs " << (bf16 ? "ref_bf16act" : "ref_q8act") << " on " << label(c)
+            << " (threads " << threads << ")";
         ++checked;
       }
     }

@@ -511,7 +511,7 @@ TEST(CudaOps, LedgerRecordsTheCudaBackendAndItsKernels) {
     kernel_of[e.op + " " + e.shape_class] = e.kernel;
   }
   EXPECT_EQ(kernel_of["matmul cuda: w=BF16 gemv"], "gemv");
-  EXPECT_EQ(kernel_of["matmul cuda: w=BF16 gemm"], "cublas");
+  EXPECT_EQ(kernel_of["matmul cuda: w=BF16 gemm32"], "cublas");
   EXPECT_EQ(kernel_of["add cuda: f32"], "cuda");
   // A call no CUDA kernel takes fails with every refusal's reason (and never runs a CPU kernel).
   RmsNormArgs rn{dx.as<float>(), dx.as<float>(), 1, in, 1e-5f, dy.as<float>()};

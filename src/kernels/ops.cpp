@@ -7,9 +7,11 @@ namespace fp {
 std::string EmbeddingArgs::shape_class() const { return std::string("table=") + dtype_name(table->dtype); }
 
 std::string MatMulArgs::shape_class() const {
-  // Kernels switch between their GEMV and GEMM paths at 4 tokens (CPU) or 8 (CUDA); the class
-  // follows, so a cached decision never meets a call on the other side of either line.
-  std::string s = std::string("w=") + dtype_name(w->dtype) + (n <= 4 ? " gemv" : n <= 8 ? " gemv8" : " gemm");
+  // Kernels switch paths at 4 tokens (CPU GEMV), 8 (CUDA GEMV), 32 (the CPU's AVX512-BF16
+  // kernel packs panels beyond it) and 256 (it takes quantized weights beyond that); the class
+  // follows, so a cached decision never meets a call on the other side of any of those lines.
+  std::string s = std::string("w=") + dtype_name(w->dtype) +
+                  (n <= 4 ? " gemv" : n <= 8 ? " gemv8" : n <= 32 ? " gemm32" : n <= 256 ? " gemm256" : " gemm");
   if (w->block_scale) s += " block-scaled";
   if (bias) s += " +bias";
   return s;

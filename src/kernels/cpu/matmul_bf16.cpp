@@ -1,9 +1,14 @@
-// kernels/cpu/matmul_bf16.cpp — BF16 weights' prefill GEMM on AVX512-BF16 (Zen 4 and later,
-// Cooper Lake, Sapphire Rapids): vdpbf16ps multiplies 16 pairs of BF16 values and adds both
-// products to 16 f32 lanes, twice the f32 FMA rate, so the activations are rounded to BF16
-// once per call (as llama.cpp's BF16 path does; `ref_bf16act` is the reference that rounds the
-// same way). Decode (<= 4 tokens) is left to the AVX2 GEMV: it is bound by the weight stream,
-// and keeps f32 activations.
+// kernels/cpu/matmul_bf16.cpp — matmul on AVX512-BF16 (Zen 4 and later, Cooper Lake, Sapphire
+// Rapids): vdpbf16ps multiplies 16 pairs of BF16 values and adds both products to 16 f32 lanes,
+// twice the f32 FMA rate or more, so the activations are rounded to BF16 once per call (as
+// llama.cpp's BF16 path does; `ref_bf16act` is the reference that rounds the same way).
+//  - BF16 weights, 5..32 tokens (batched decode): dot products on the rows in place, 4 rows x
+//    4 tokens per tile. Decode (<= 4 tokens) is left to the AVX2 GEMV: it is bound by the
+//    weight stream, and keeps f32 activations.
+//  - BF16 weights beyond 32 tokens, and quantized weights (Q8_0, Q4_0, Q4_K, Q6_K and their
+//    repacked forms) beyond 256 tokens (prefill): packed panels, the quantized rows dequantized
+//    and rounded to BF16 as they are packed. Fewer tokens of quantized weights stay with the
+//    integer kernels (the conversion would not pay).
 //
 // Layout: a panel is 32 weight rows x a K chunk, packed as [pair p][row r] 32-bit words (the
 // two BF16 values of row r at columns 2p, 2p+1), so one zmm load holds 16 rows' pair p. The
@@ -22,7 +27,14 @@
 #include "kernels/ops.h"
 #include "kernels/registry.h"
 
-#define FP_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+// GCC 12's AVX-512 conversion intrinsics start from _mm512_undefined_*(), which its flow analysis
+// reports as "may be used uninitialized" once inlined (GCC bug 105593); nothing here is.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+
+#define FP_BF16 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512bf16")))
 
 namespace fp {
 namespace {
@@ -32,6 +44,10 @@ constexpr int64_t kMR = 8;       // tokens per micro-kernel call
 constexpr int64_t kKC = 512;     // K chunk, in columns (even)
 constexpr int64_t kPanels = 4;   // panels packed together per K chunk (64 KiB of L2)
 constexpr int64_t kFewTokens = 32;  // up to this many tokens: dot products on the rows in place, no packing
+// Quantized weights from this many tokens on: below it, dequantizing every weight to BF16 once
+// per call cost more than the faster products gave back (Q8_0_X8 at 256 tokens: 0.7-1.0x the
+// integer kernel; Q4_K_X8 1.4-1.8x; at 512 all gain, 1.1-1.4x; bench/RESULTS.md).
+constexpr int64_t kQuantizedMinTokens = 256;
 
 FP_BF16 inline __m512bh as_bh(__m512i v) { return (__m512bh)v; }
 FP_BF16 inline __m512i as_si(__m512bh v) { return (__m512i)v; }
@@ -55,24 +71,161 @@ void round_activations(const float* x, int64_t n, int64_t K, std::vector<uint32_
   });
 }
 
+// ---- packing: rows of BF16 values into [pair][row] panels ----
+// 16 x 16 32-bit words transposed in registers: r[i] becomes column i.
+FP_BF16 inline void transpose16(__m512i r[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[4 * i + 0] = _mm512_unpacklo_epi64(t[4 * i + 0], t[4 * i + 2]);
+    r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i + 0], t[4 * i + 2]);
+    r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+    r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+  }
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 4; ++j) {
+      t[8 * i + j] = _mm512_shuffle_i32x4(r[8 * i + j], r[8 * i + j + 4], 0x88);
+      t[8 * i + j + 4] = _mm512_shuffle_i32x4(r[8 * i + j], r[8 * i + j + 4], 0xdd);
+    }
+  for (int j = 0; j < 8; ++j) {
+    r[j] = _mm512_shuffle_i32x4(t[j], t[j + 8], 0x88);
+    r[j + 8] = _mm512_shuffle_i32x4(t[j], t[j + 8], 0xdd);
+  }
+}
+
+// dst[p * 32 + r] = word p (BF16 values 2p, 2p + 1) of rows[r] for p < words, r < 32; a null row
+// is zero. 16 rows x 16 words at a time through transpose16.
+FP_BF16 void pack_rows(const uint16_t* const* rows, int64_t words, uint32_t* dst) {
+  for (int half = 0; half < 2; ++half) {
+    const uint16_t* const* hr = rows + 16 * half;
+    uint32_t* hd = dst + 16 * half;
+    int64_t p = 0;
+    for (; p + 16 <= words; p += 16) {
+      __m512i r[16];
+      for (int i = 0; i < 16; ++i) r[i] = hr[i] ? _mm512_loadu_si512(hr[i] + 2 * p) : _mm512_setzero_si512();
+      transpose16(r);
+      for (int i = 0; i < 16; ++i) _mm512_storeu_si512(hd + (p + i) * kNR, r[i]);
+    }
+    for (; p < words; ++p)
+      for (int i = 0; i < 16; ++i) {
+        uint32_t word = 0;
+        if (hr[i]) std::memcpy(&word, hr[i] + 2 * p, 4);
+        hd[p * kNR + i] = word;
+      }
+  }
+}
+
 // Rows [o0, o0 + rows) x columns [k0, k0 + kc) of the BF16 matrix w ([out][K]) packed as
 // dst[p * 32 + r] = (w[o0 + r][k0 + 2p], w[o0 + r][k0 + 2p + 1]); missing rows and the pad
 // column of an odd K are zero.
 void pack_panel(const uint16_t* w, int64_t K, int64_t o0, int64_t rows, int64_t k0, int64_t kc, uint32_t* dst) {
-  const int64_t pairs = (kc + 1) / 2;
+  if (K % 2 == 0) {  // whole pairs (kc is even too)
+    const uint16_t* row_ptrs[kNR] = {};
+    for (int64_t r = 0; r < rows; ++r) row_ptrs[r] = w + (o0 + r) * K + k0;
+    return pack_rows(row_ptrs, kc / 2, dst);
+  }
+  const int64_t pairs = (kc + 1) / 2;  // odd K: value by value, the last pair padded with zero
   std::memset(dst, 0, static_cast<size_t>(pairs * kNR) * 4);
   for (int64_t r = 0; r < rows; ++r) {
     const uint16_t* row = w + (o0 + r) * K + k0;
-    if (K % 2 == 0) {  // rows start on a 4-byte boundary: copy pairs as words
-      uint32_t word;
-      for (int64_t p = 0; p < kc / 2; ++p) {
-        std::memcpy(&word, row + 2 * p, 4);
-        dst[p * kNR + r] = word;
-      }
-    } else {
-      for (int64_t k = 0; k < kc; ++k) reinterpret_cast<uint16_t*>(dst + (k / 2) * kNR + r)[k % 2] = row[k];
+    for (int64_t k = 0; k < kc; ++k) reinterpret_cast<uint16_t*>(dst + (k / 2) * kNR + r)[k % 2] = row[k];
+  }
+}
+
+// ---- quantized rows to BF16 (the dequantized value rounded as the activations are) ----
+FP_BF16 inline void store_bf16(uint16_t* out, __m512 lo, __m512 hi) { _mm512_storeu_si512(out, as_si(_mm512_cvtne2ps_pbh(hi, lo))); }
+
+// 8 x 8 32-bit words transposed (AVX2 registers): c[i] becomes column i.
+FP_BF16 inline void transpose8(__m256i c[8]) {
+  __m256 r[8], t[8];
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_castsi256_ps(c[i]);
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int h = 0; h < 2; ++h) {
+    const __m256* q = t + 4 * h;
+    r[4 * h + 0] = _mm256_shuffle_ps(q[0], q[2], 0x44);
+    r[4 * h + 1] = _mm256_shuffle_ps(q[0], q[2], 0xEE);
+    r[4 * h + 2] = _mm256_shuffle_ps(q[1], q[3], 0x44);
+    r[4 * h + 3] = _mm256_shuffle_ps(q[1], q[3], 0xEE);
+  }
+  for (int i = 0; i < 4; ++i) {
+    c[i] = _mm256_castps_si256(_mm256_permute2f128_ps(r[i], r[4 + i], 0x20));
+    c[i + 4] = _mm256_castps_si256(_mm256_permute2f128_ps(r[i], r[4 + i], 0x31));
+  }
+}
+
+// Q8_0_X8 groups (8 blocks of 32): chunk c's word j holds block j's values 4c..4c+3 (+128), so
+// the transposed chunks are the blocks' bytes in order; value = d_j x (u - 128).
+FP_BF16 void q8_0_x8_to_bf16(const BlockQ8_0x8* g, int64_t groups, uint16_t* out) {
+  const __m512i offset = _mm512_set1_epi32(128);
+  for (int64_t gi = 0; gi < groups; ++gi, out += QK8_0X8) {
+    __m256i c[8];
+    for (int i = 0; i < 8; ++i) c[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(g[gi].qs + 32 * i));
+    transpose8(c);
+    for (int j = 0; j < 8; ++j) {
+      const __m512 d = _mm512_set1_ps(f16_to_f32(g[gi].d[j]));
+      const __m512i lo = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(c[j])), offset);
+      const __m512i hi = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(c[j], 1)), offset);
+      store_bf16(out + 32 * j, _mm512_mul_ps(d, _mm512_cvtepi32_ps(lo)), _mm512_mul_ps(d, _mm512_cvtepi32_ps(hi)));
     }
   }
+}
+
+// Q4_K_X8 super-blocks (8 sub-blocks of 32): chunk t's word j holds sub-block j's values 4t+k
+// (low nibbles) and 16+4t+k (high); value = d sc_j q - dmin m_j, in the reference's order of
+// operations (product, then difference), so the f32 value is the reference's exactly.
+FP_BF16 void q4_k_x8_to_bf16(const BlockQ4_Kx8* b, int64_t blocks, uint16_t* out) {
+  const __m128i low4 = _mm_set1_epi8(0x0f);
+  for (int64_t bi = 0; bi < blocks; ++bi, out += QK_K) {
+    const BlockQ4_Kx8& q = b[bi];
+    const float d = f16_to_f32(q.d), dmin = f16_to_f32(q.dmin);
+    uint32_t mins_lo;
+    std::memcpy(&mins_lo, q.scales + 8, 4);
+    // Words (t, j) of the four chunks: after a 4 x 4 transpose in each 128-bit half, vector k
+    // holds sub-block k's 16 bytes (low half) and sub-block 4 + k's (high half).
+    __m256i c[4];
+    for (int t = 0; t < 4; ++t) c[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q.qs + 32 * t));
+    const __m256i a0 = _mm256_unpacklo_epi32(c[0], c[1]), a1 = _mm256_unpackhi_epi32(c[0], c[1]);
+    const __m256i a2 = _mm256_unpacklo_epi32(c[2], c[3]), a3 = _mm256_unpackhi_epi32(c[2], c[3]);
+    const __m256i v[4] = {_mm256_unpacklo_epi64(a0, a2), _mm256_unpackhi_epi64(a0, a2), _mm256_unpacklo_epi64(a1, a3),
+                          _mm256_unpackhi_epi64(a1, a3)};
+    for (int j = 0; j < 8; ++j) {
+      const __m128i bytes = j < 4 ? _mm256_castsi256_si128(v[j]) : _mm256_extracti128_si256(v[j - 4], 1);
+      const int sc = q.scales[j] & 63, m = ((q.scales[j] >> 6) << 4) | ((mins_lo >> (4 * j)) & 15);
+      const __m512 d1 = _mm512_set1_ps(d * static_cast<float>(sc)), m1 = _mm512_set1_ps(dmin * static_cast<float>(m));
+      const __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(bytes, low4)));
+      const __m512 hi = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(bytes, 4), low4)));
+      store_bf16(out + 32 * j, _mm512_sub_ps(_mm512_mul_ps(d1, lo), m1), _mm512_sub_ps(_mm512_mul_ps(d1, hi), m1));
+    }
+  }
+}
+
+// Columns [k0, k0 + kc) of a quantized row as BF16 (kc a multiple of the block): the layouts the
+// CPU loader repacks to by vector code, the others through the f32 dequantizer (scratch).
+void quantized_row_to_bf16(const Tensor& w, int64_t o, int64_t k0, int64_t kc, uint16_t* out, float* f32) {
+  const auto& info = dtype_info(w.dtype);
+  const uint8_t* src = w.row_ptr(o) + k0 / info.block_elems * info.block_bytes;
+  if (w.dtype == DType::Q8_0_X8) return q8_0_x8_to_bf16(reinterpret_cast<const BlockQ8_0x8*>(src), kc / QK8_0X8, out);
+  if (w.dtype == DType::Q4_K_X8) return q4_k_x8_to_bf16(reinterpret_cast<const BlockQ4_Kx8*>(src), kc / QK_K, out);
+  dequantize_row(w.dtype, src, f32, kc);
+  round_row(f32, kc, out);
+}
+
+// The panel of rows [o0, o0 + rows) x columns [k0, k0 + kc) of quantized weights, through BF16
+// rows in scratch ([32][kKC] values) and pack_rows.
+void pack_panel_quantized(const Tensor& w, int64_t o0, int64_t rows, int64_t k0, int64_t kc, uint32_t* dst, float* f32,
+                          uint16_t* bf16) {
+  const uint16_t* row_ptrs[kNR] = {};
+  for (int64_t r = 0; r < rows; ++r) {
+    quantized_row_to_bf16(w, o0 + r, k0, kc, bf16 + r * kKC, f32);
+    row_ptrs[r] = bf16 + r * kKC;
+  }
+  pack_rows(row_ptrs, kc / 2, dst);
 }
 
 // y[t][0..cols) (+)= sum over the chunk's pairs of x[t] . panel, for MR tokens.
@@ -183,9 +336,12 @@ void matmul_bf16(const MatMulArgs& a) {
   round_activations(a.x, a.n, K, xb);
   if (a.n <= kFewTokens) return matmul_bf16_few(a, xb, words);
   const auto* wd = static_cast<const uint16_t*>(w.data);
+  const bool quantized = w.dtype != DType::BF16;
   const int64_t group_rows = kNR * kPanels, groups = (out + group_rows - 1) / group_rows;
   thread_pool().parallel_for(groups, 1, [&](int64_t g0, int64_t g1) {
     std::vector<uint32_t> pack(static_cast<size_t>(kPanels * (kKC / 2) * kNR));
+    std::vector<float> f32(quantized ? static_cast<size_t>(kKC) : 0);
+    std::vector<uint16_t> bf16(quantized ? static_cast<size_t>(kNR * kKC) : 0);
     for (int64_t g = g0; g < g1; ++g) {
       const int64_t o_begin = g * group_rows, o_end = std::min(out, o_begin + group_rows);
       const int64_t panels = (o_end - o_begin + kNR - 1) / kNR;
@@ -193,7 +349,11 @@ void matmul_bf16(const MatMulArgs& a) {
         const int64_t kc = std::min(kKC, K - k0), pairs = (kc + 1) / 2;
         for (int64_t p = 0; p < panels; ++p) {
           const int64_t o0 = o_begin + p * kNR;
-          pack_panel(wd, K, o0, std::min(kNR, o_end - o0), k0, kc, pack.data() + p * (kKC / 2) * kNR);
+          if (quantized)
+            pack_panel_quantized(w, o0, std::min(kNR, o_end - o0), k0, kc, pack.data() + p * (kKC / 2) * kNR, f32.data(),
+                                 bf16.data());
+          else
+            pack_panel(wd, K, o0, std::min(kNR, o_end - o0), k0, kc, pack.data() + p * (kKC / 2) * kNR);
         }
         for (int64_t i0 = 0; i0 < a.n; i0 += kMR) {
           const int64_t mr = std::min(kMR, a.n - i0);
@@ -211,7 +371,12 @@ void matmul_bf16(const MatMulArgs& a) {
 std::string refuse_bf16(const MatMulArgs& a) {
   std::string cpu = cpu_features().missing({"avx512f", "avx512bw", "avx512vl", "avx512_bf16"});
   if (!cpu.empty()) return cpu;
-  if (a.w->dtype != DType::BF16) return std::string("only BF16 weights (these are ") + dtype_name(a.w->dtype) + ")";
+  const DType t = a.w->dtype;
+  const bool quantized = t == DType::Q8_0 || t == DType::Q8_0_X8 || t == DType::Q4_0 || t == DType::Q4_K ||
+                         t == DType::Q4_K_X8 || t == DType::Q6_K || t == DType::Q6_K_X8;
+  if (t != DType::BF16 && !quantized) return std::string("only BF16 and quantized weights (these are ") + dtype_name(t) + ")";
+  if (quantized && a.n <= kQuantizedMinTokens)
+    return "quantized weights of up to 256 tokens: the integer kernels (converting them to BF16 would not pay)";
   if (a.w->block_scale) return "block-scaled weights";
   if (!a.w->is_contiguous()) return "non-contiguous weights";
   if (a.n <= cpu::kGemvMaxTokens)

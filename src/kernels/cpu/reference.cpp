@@ -51,21 +51,33 @@ void matmul_ref(const MatMulArgs& a) {
   }
 }
 
-// BF16 weights with the activations rounded to BF16 first (round to nearest even, inputs below
-// the smallest normal float taken as zero, as AVX512-BF16's conversion does): what the
-// avx512bf16 kernel computes with vdpbf16ps, and llama.cpp's BF16 path.
+// BF16 products: the activations rounded to BF16 first (round to nearest even, inputs below
+// the smallest normal float taken as zero, as AVX512-BF16's conversion does), and quantized
+// weights dequantized and rounded the same way: what the avx512bf16 kernel computes with
+// vdpbf16ps (llama.cpp's BF16 path does the same for BF16 weights).
 std::string refuse_bf16act(const MatMulArgs& a) {
-  if (a.w->dtype != DType::BF16 || a.w->block_scale) return std::string("weights are ") + dtype_name(a.w->dtype) + ", needs BF16";
+  const DType t = a.w->dtype;
+  if (a.w->block_scale || (t != DType::BF16 && t != DType::Q8_0 && t != DType::Q8_0_X8 && t != DType::Q4_0 && t != DType::Q4_K &&
+                           t != DType::Q4_K_X8 && t != DType::Q6_K && t != DType::Q6_K_X8))
+    return std::string("weights are ") + dtype_name(t) + ", needs BF16 or Q8_0, Q4_0, Q4_K, Q6_K (or their repacked forms)";
   return {};
 }
 
 void matmul_ref_bf16act(const MatMulArgs& a) {
-  const int64_t in = a.w->cols();
-  std::vector<float> xr(static_cast<size_t>(a.n * in));
+  const Tensor& w = *a.w;
+  const int64_t in = w.cols(), out = w.rows();
+  std::vector<float> xr(static_cast<size_t>(a.n * in)), row(static_cast<size_t>(in));
   for (size_t i = 0; i < xr.size(); ++i) xr[i] = bf16_to_f32(f32_to_bf16_daz(a.x[i]));
-  MatMulArgs b = a;
-  b.x = xr.data();
-  matmul_ref(b);
+  for (int64_t o = 0; o < out; ++o) {
+    dequant_weight_row(w, o, row.data());
+    for (float& v : row) v = bf16_to_f32(f32_to_bf16_daz(v));
+    for (int64_t i = 0; i < a.n; ++i) {
+      const float* x = xr.data() + i * in;
+      float s = 0;
+      for (int64_t c = 0; c < in; ++c) s += x[c] * row[static_cast<size_t>(c)];
+      a.y[i * out + o] = s + (a.bias ? a.bias[o] : 0.0f);
+    }
+  }
 }
 
 // ggml semantics for quantized weights: activations are first rounded to 8 bits — Q8_0 blocks
