@@ -272,8 +272,8 @@ FP_BF16 void dot_tile(const uint16_t* const* rows, const uint16_t* x, int64_t ld
     for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
   int64_t k = 0;
   for (; k + 32 <= K; k += 32) {
-    if ((k & 511) == 0)  // each row's stream 2 KiB ahead (the hardware prefetchers lag a kernel that computes)
-      for (int r = 0; r < R; ++r) _mm_prefetch(reinterpret_cast<const char*>(rows[r] + k) + 2048, _MM_HINT_T0);
+    for (int r = 0; r < R; ++r)  // each row's next line, 2 KiB ahead (the hardware prefetchers lag a kernel that computes)
+      _mm_prefetch(reinterpret_cast<const char*>(rows[r] + k) + 2048, _MM_HINT_T0);
     __m512bh wv[R];
     for (int r = 0; r < R; ++r) wv[r] = as_bh(_mm512_loadu_si512(rows[r] + k));
     for (int t = 0; t < T; ++t) {
@@ -305,27 +305,14 @@ template <int R>
 constexpr DotTile kDotRow[5] = {nullptr, dot_tile<R, 1>, dot_tile<R, 2>, dot_tile<R, 3>, dot_tile<R, 4>};
 constexpr const DotTile* kDot[5] = {nullptr, kDotRow<1>, kDotRow<2>, kDotRow<3>, kDotRow<4>};
 
-// Rows split across threads, in blocks that stay in L2 while every group of 4 tokens passes.
 void matmul_bf16_few(const MatMulArgs& a, const std::vector<uint32_t>& xb, int64_t words) {
-  const Tensor& w = *a.w;
-  const int64_t K = w.cols(), out = w.rows(), ldx = 2 * words;
+  const int64_t K = a.w->cols(), ldx = 2 * words;
+  const auto* w = static_cast<const uint16_t*>(a.w->data);
   const auto* x = reinterpret_cast<const uint16_t*>(xb.data());
-  thread_pool().parallel_for(out, 32, [&](int64_t r0, int64_t r1) {
-    for (int64_t rb = r0; rb < r1; rb += cpu::kRowBlock) {
-      const int64_t re = std::min(r1, rb + cpu::kRowBlock);
-      for (int64_t i = 0; i < a.n; i += 4) {
-        const int T = static_cast<int>(std::min<int64_t>(4, a.n - i));
-        for (int64_t o = rb; o < re; o += 4) {
-          const int R = static_cast<int>(std::min<int64_t>(4, re - o));
-          const uint16_t* rows[4];
-          for (int r = 0; r < R; ++r) rows[r] = static_cast<const uint16_t*>(w.data) + (o + r) * K;
-          float sums[16];
-          kDot[R][T](rows, x + i * ldx, ldx, K, sums);
-          for (int t = 0; t < T; ++t)
-            for (int r = 0; r < R; ++r) a.y[(i + t) * out + o + r] = sums[t * R + r] + (a.bias ? a.bias[o + r] : 0.0f);
-        }
-      }
-    }
+  cpu::row_token_tiles(a, [&](int R, int T, int64_t o, int64_t i, float* sums) {
+    const uint16_t* rows[4];
+    for (int r = 0; r < R; ++r) rows[r] = w + (o + r) * K;
+    kDot[R][T](rows, x + i * ldx, ldx, K, sums);
   });
 }
 

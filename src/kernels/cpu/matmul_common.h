@@ -44,4 +44,28 @@ void gemv_tokens(const MatMulArgs& a, Fn fn) {
   });
 }
 
+// Tiles of up to 4 weight rows x 4 tokens for the kernels that dot rows in place (a few tokens):
+// rows split across threads, in blocks that stay in L2 while every group of 4 tokens passes;
+// tile(R, T, o, i, sums) fills sums[t * R + r] with row o + r dotted with token i + t, written
+// out here with the bias.
+template <class Tile>
+void row_token_tiles(const MatMulArgs& a, Tile tile) {
+  const int64_t out = a.w->rows();
+  thread_pool().parallel_for(out, 32, [&](int64_t r0, int64_t r1) {
+    for (int64_t rb = r0; rb < r1; rb += kRowBlock) {
+      const int64_t re = std::min(r1, rb + kRowBlock);
+      for (int64_t i = 0; i < a.n; i += 4) {
+        const int T = static_cast<int>(std::min<int64_t>(4, a.n - i));
+        for (int64_t o = rb; o < re; o += 4) {
+          const int R = static_cast<int>(std::min<int64_t>(4, re - o));
+          float sums[16];
+          tile(R, T, o, i, sums);
+          for (int t = 0; t < T; ++t)
+            for (int r = 0; r < R; ++r) a.y[(i + t) * out + o + r] = sums[t * R + r] + (a.bias ? a.bias[o + r] : 0.0f);
+        }
+      }
+    }
+  });
+}
+
 }  // namespace fp::cpu
