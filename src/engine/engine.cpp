@@ -117,13 +117,14 @@ Engine::Engine(Model& model, const EngineConfig& cfg) : model_(model), cfg_(cfg)
   // rank storing it), and a new sequence goes to the rank holding its longest cached prefix.
   blocks_ = std::make_unique<BlockManager>(*pool_, cfg_.prefix_caching);
   scheduler_ = std::make_unique<Scheduler>(cfg_.scheduler, *blocks_);
-  if (Communicator* comm = model.tensor_parallel(); comm && comm->size() > 1) {
-    followers_ = std::make_unique<StepSender>(comm, *pool_);  // the same pool on every rank
-    pool_->record_copies(true);
-  }
-  FP_CHECK(!(cfg_.async_scheduling == AsyncScheduling::On && followers_),
+  const Communicator* comm = model.tensor_parallel();
+  FP_CHECK(!(cfg_.async_scheduling == AsyncScheduling::On && comm && comm->size() > 1),
            "--async-scheduling on: a model split across ranks runs each step when the one before has finished (its "
            "followers are sent each step's tokens; overlapped steps are not built for them); use auto or off");
+  if (comm && comm->size() > 1) {
+    followers_ = std::make_unique<StepSender>(model.tensor_parallel(), *pool_);  // the same pool on every rank
+    pool_->record_copies(true);
+  }
   async_ = cfg_.async_scheduling == AsyncScheduling::On ||
            (cfg_.async_scheduling == AsyncScheduling::Auto && !followers_ && model.device() != Device::CPU);
   if (async_) log_info("async scheduling: each step is scheduled and launched while the model runs the one before");

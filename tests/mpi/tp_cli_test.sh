@@ -71,6 +71,11 @@ printf '%s\n' '{"prompt": "Once upon a time", "max_tokens": 30}' '{"prompt": "Th
 one=$("$bin" generate -m "$model" --batch-file "$tmp/batch.jsonl" --temp 0 -t 1 -q --kv-cache-memory 64MiB)
 two=$(run2 2 "$bin" generate -m "$model" --batch-file "$tmp/batch.jsonl" --temp 0 -t 1 -q --kv-cache-memory 64MiB --tp 2)
 [ -n "$one" ] && [ "$one" = "$two" ]; check "batch file with TP=2 equals one rank" $?
+asy=$("$bin" generate -m "$model" --batch-file "$tmp/batch.jsonl" --temp 0 -t 1 -q --kv-cache-memory 64MiB --async-scheduling on)
+[ -n "$one" ] && [ "$one" = "$asy" ]; check "batch file with async scheduling forced on equals step by step" $?
+err=$(run2 2 "$bin" generate -m "$model" --batch-file "$tmp/batch.jsonl" --temp 0 -t 1 -q --kv-cache-memory 64MiB --tp 2 \
+  --async-scheduling on 2>&1); rc=$?
+[ $rc != 0 ] && grep -q "async-scheduling on: a model split across ranks" <<<"$err"; check "async scheduling across ranks is refused with the reason" $?
 want=$("$bin" generate -m "$model" -p "Once upon a time" -n 24 --temp 0 -t 1 -q --ignore-eos)
 "$mpiexec" --oversubscribe -np 2 "$bin" serve -m "$model" --tp 2 -t 1 --port 0 --port-file "$tmp/port" \
   --kv-cache-memory 64MiB 2>"$tmp/serve.log" &
