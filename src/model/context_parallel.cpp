@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/error.h"
 #include "kernels/registry.h"
 #include "parallel/collectives.h"
 
@@ -30,22 +31,36 @@ void ContextParallelStep::begin(Communicator* comm, const ForwardBatch& b, int64
   run_.assign_tokens(b, mine[0].t0, mine[0].t1);
   run_.append_tokens(b, mine[1].t0, mine[1].t1);
   b.slots(page_size, slots_);
+  kv_layer_ = -1;  // a step that failed between start_kv and finish_kv left nothing to finish
+  mine_.clear();
+  for (const Piece& p : mine) mine_.insert(mine_.end(), slots_.begin() + p.t0, slots_.begin() + p.t1);
 }
 
-void ContextParallelStep::write_kv(KvPool& pool, int64_t layer, const float* k, const float* v) {
-  const int R = comm_->size();
-  const int64_t kw = pool.layout().k_width, vw = pool.layout().v_width;
-  k_all_.resize(static_cast<size_t>(R * chunk_ * kw));
-  dispatch(AllGatherArgs{comm_, k, k_all_.data(), chunk_ * kw * 4});
-  if (vw > 0) {
-    v_all_.resize(static_cast<size_t>(R * chunk_ * vw));
-    dispatch(AllGatherArgs{comm_, v, v_all_.data(), chunk_ * vw * 4});
+void ContextParallelStep::start_kv(KvPool& pool, int64_t layer, const float* k, const float* v) {
+  FP_CHECK(kv_layer_ < 0, "context parallel: layer ", layer, "'s K/V exchange started before layer ", kv_layer_,
+           "'s finished");
+  const int64_t kw = pool.layout().k_width, vw = pool.layout().v_width, rb = pool.slot_bytes();
+  for (const Piece& p : pieces(comm_->rank()))
+    pool.write(layer, slots_.data() + p.t0, p.t1 - p.t0, k + p.row * kw, vw > 0 ? v + p.row * vw : nullptr);
+  // Every rank sends padded_rows() rows; those past rows() are padding, never stored.
+  kv_send_.resize(static_cast<size_t>(chunk_ * rb), 0);
+  kv_all_.resize(static_cast<size_t>(comm_->size() * chunk_ * rb));
+  pool.pack_rows(layer, mine_.data(), rows(), kv_send_.data());
+  dispatch(AllGatherStartArgs{comm_, kv_send_.data(), kv_all_.data(), chunk_ * rb, &kv_handle_});
+  kv_layer_ = layer;
+}
+
+void ContextParallelStep::finish_kv(KvPool& pool) {
+  FP_CHECK(kv_layer_ >= 0, "context parallel: no K/V exchange to finish");
+  dispatch(CollectiveWaitArgs{comm_, kv_handle_});
+  const int64_t rb = pool.slot_bytes();
+  for (int rr = 0; rr < comm_->size(); ++rr) {
+    if (rr == comm_->rank()) continue;  // written before the exchange
+    for (const Piece& p : pieces(rr))
+      pool.unpack_rows(kv_layer_, slots_.data() + p.t0, p.t1 - p.t0, kv_all_.data() + (rr * chunk_ + p.row) * rb);
   }
-  for (int rr = 0; rr < R; ++rr)
-    for (const Piece& p : pieces(rr)) {
-      const int64_t row = rr * chunk_ + p.row;
-      pool.write(layer, slots_.data() + p.t0, p.t1 - p.t0, k_all_.data() + row * kw, vw > 0 ? v_all_.data() + row * vw : nullptr);
-    }
+  kv_layer_ = -1;
+  kv_handle_ = Communicator::kDone;
 }
 
 int64_t ContextParallelStep::gather_logit_rows(const float* x, int64_t dim, float* out) {

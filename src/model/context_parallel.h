@@ -37,8 +37,19 @@ class ContextParallelStep {
   // Rows of the buffers the gathers send: the longest run (the rows past rows() are padding).
   int64_t padded_rows() const { return chunk_; }
   // Writes every rank's K rows (k: this rank's [padded_rows, k_width]) and V rows (v, or null when
-  // the pool has no V side) of `layer` into the pool.
-  void write_kv(KvPool& pool, int64_t layer, const float* k, const float* v);
+  // the pool has no V side) of `layer` into the pool, in two halves so that compute runs while
+  // the rows travel: start_kv writes this rank's rows through the kv_write op, packs them as the
+  // pool stores them (F16 / BF16 rows are half the bytes of f32) and starts their all-gather;
+  // finish_kv waits for it and stores the other ranks' rows. Between the two the caller may
+  // compute anything that does not read the layer's cache (its queries); write_kv does both.
+  void start_kv(KvPool& pool, int64_t layer, const float* k, const float* v);
+  void finish_kv(KvPool& pool);
+  void write_kv(KvPool& pool, int64_t layer, const float* k, const float* v) {
+    start_kv(pool, layer, k, v);
+    finish_kv(pool);
+  }
+  // Lets the started exchange advance (between the caller's matmuls).
+  void progress() { comm_->progress(); }
   // The hidden rows of the batch's logit_rows, from whichever rank's run holds them (x: this
   // rank's [padded_rows, dim]), into out [logit_rows, dim]; returns how many.
   int64_t gather_logit_rows(const float* x, int64_t dim, float* out);
@@ -54,8 +65,10 @@ class ContextParallelStep {
   const ForwardBatch* batch_ = nullptr;
   int64_t n_ = 0, chunk_ = 0;
   ForwardBatch run_;
-  std::vector<int64_t> slots_;
-  std::vector<float> k_all_, v_all_, x_all_;
+  std::vector<int64_t> slots_, mine_;  // every token's slot; this rank's rows' slots, in row order
+  std::vector<uint8_t> kv_send_, kv_all_;  // packed rows: this rank's [padded_rows], every rank's
+  int64_t kv_layer_ = -1, kv_handle_ = Communicator::kDone;
+  std::vector<float> x_all_;
 };
 
 // Decode after context-parallel prefill, with the heads split (tensor parallel): the cache keeps

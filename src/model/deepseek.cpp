@@ -252,23 +252,26 @@ class DeepseekModel : public Model {
     const ModelConfig& c = config();
     const int64_t qd = nope_ + rope_, lw = L_ + rope_, n = r.n;
     const BlockQ8_0* hq = rmsnorm_for({r.x, Y.attn_norm, n, c.dim, c.rms_eps, r.h}, {Y.wq_a ? Y.wq_a : Y.wq, Y.wkv_a}, hq_);
+    // The latent rows [c | k_pe] first: c normalised in place (rows lw apart), RoPE on the one
+    // shared k_pe; under context parallel every rank's rows travel while the queries are computed.
+    dispatch(MatMulArgs{r.h, n, Y.wkv_a, nullptr, r.kva, hq});
+    RmsNormArgs kv_norm{r.kva, Y.kv_a_norm, n, L_, c.rms_eps, r.kva};
+    kv_norm.stride = lw;
+    dispatch(kv_norm);
+    dispatch(RopeArgs{r.kva + L_, r.pos, n, 1, rope_, rope_, lw, inv_freq_at_, rope_mscale_, c.rope_style});
+    if (cp) cp_.start_kv(pool, l, r.kva, nullptr);
+    else pool.write(l, r.slots, n, r.kva, nullptr);
     if (Y.wq_a) {
       dispatch(MatMulArgs{r.h, n, Y.wq_a, nullptr, r.qa, hq});
+      if (cp) cp_.progress();
       dispatch(RmsNormArgs{r.qa, Y.q_a_norm, n, c.mla.q_lora_rank, c.rms_eps, r.qa});
       dispatch(MatMulArgs{r.qa, n, Y.wq_b, nullptr, r.q});
     } else {
       dispatch(MatMulArgs{r.h, n, Y.wq, nullptr, r.q, hq});
     }
-    dispatch(MatMulArgs{r.h, n, Y.wkv_a, nullptr, r.kva, hq});
-    // The latent rows [c | k_pe]: c normalised in place (rows lw apart), then RoPE on the last
-    // `rope` values of every query head and on the one shared k_pe.
-    RmsNormArgs kv_norm{r.kva, Y.kv_a_norm, n, L_, c.rms_eps, r.kva};
-    kv_norm.stride = lw;
-    dispatch(kv_norm);
+    // RoPE on the last `rope` values of every query head.
     dispatch(RopeArgs{r.q + nope_, r.pos, n, H_, qd, rope_, H_ * qd, inv_freq_at_, rope_mscale_, c.rope_style});
-    dispatch(RopeArgs{r.kva + L_, r.pos, n, 1, rope_, rope_, lw, inv_freq_at_, rope_mscale_, c.rope_style});
-    if (cp) cp_.write_kv(pool, l, r.kva, nullptr);  // every rank's rows
-    else pool.write(l, r.slots, n, r.kva, nullptr);
+    if (cp) cp_.finish_kv(pool);  // every rank's rows
     att.latent_pool = pool.k(l);
     att.wk = Y.wk.data();
     att.wk_t = Y.wk_t.empty() ? nullptr : Y.wk_t.data();

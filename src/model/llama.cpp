@@ -30,6 +30,7 @@
 #include <cmath>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <map>
 
 #include "core/error.h"
@@ -218,21 +219,23 @@ class LlamaModel : public Model {
 
   // Layer L's attention inputs for n rows of x (h receives the normalised rows): q [n, heads *
   // head_dim], k and v [n, kv_heads * head_dim] with biases, q/k norms and RoPE at positions pos.
+  // K and V come first: `kv_ready` (when given) runs once they are final, before the queries'
+  // work, so that a K/V exchange it starts travels behind it (context-parallel prefill).
   void attention_inputs(const LlamaLayer& L, const float* x, float* h, int64_t n, int64_t heads, int64_t kv_heads,
-                        const int32_t* pos, float* q, float* k, float* v) {
+                        const int32_t* pos, float* q, float* k, float* v,
+                        const std::function<void()>& kv_ready = nullptr) {
     const ModelConfig& c = config();
     const BlockQ8_0* hq = rmsnorm_for({x, L.attn_norm, n, c.dim, c.rms_eps, h}, {L.wq, L.wk, L.wv}, hq_);
-    dispatch(MatMulArgs{h, n, L.wq, L.bq, q, hq});
-    progress();
     dispatch(MatMulArgs{h, n, L.wk, L.bk, k, hq});
     dispatch(MatMulArgs{h, n, L.wv, L.bv, v, hq});
-    progress();
-    if (c.qk_norm) {
-      dispatch(RmsNormArgs{q, L.q_norm, n * heads, c.head_dim, c.rms_eps, q});
-      dispatch(RmsNormArgs{k, L.k_norm, n * kv_heads, c.head_dim, c.rms_eps, k});
-    }
-    dispatch(RopeArgs{q, pos, n, heads, c.head_dim, c.rot_dim, heads * c.head_dim, inv_freq_at_, 1.0f, c.rope_style});
+    if (c.qk_norm) dispatch(RmsNormArgs{k, L.k_norm, n * kv_heads, c.head_dim, c.rms_eps, k});
     dispatch(RopeArgs{k, pos, n, kv_heads, c.head_dim, c.rot_dim, kv_heads * c.head_dim, inv_freq_at_, 1.0f, c.rope_style});
+    if (kv_ready) kv_ready();
+    progress();
+    dispatch(MatMulArgs{h, n, L.wq, L.bq, q, hq});
+    progress();
+    if (c.qk_norm) dispatch(RmsNormArgs{q, L.q_norm, n * heads, c.head_dim, c.rms_eps, q});
+    dispatch(RopeArgs{q, pos, n, heads, c.head_dim, c.rot_dim, heads * c.head_dim, inv_freq_at_, 1.0f, c.rope_style});
   }
 
   // x += FFN(RMSNorm(x)) for n rows (h, gate, up: scratch); with `sum_ranks` the ranks' partial
@@ -378,8 +381,11 @@ class LlamaModel : public Model {
     dispatch(EmbeddingArgs{embed_, run.tokens.data(), m, x});
     for (size_t l = 0; l < whole_layers().size(); ++l) {
       const LlamaLayer& L = whole_layers()[l];
-      attention_inputs(L, x, h, m, c.n_heads, c.n_kv_heads, run.positions.data(), q, k, v);
-      cp.write_kv(pool, static_cast<int64_t>(l), k, v);  // every rank's rows: the cache holds the whole batch
+      // Every rank's K/V rows into the cache (it holds the whole batch), exchanged while this
+      // rank computes its queries.
+      attention_inputs(L, x, h, m, c.n_heads, c.n_kv_heads, run.positions.data(), q, k, v,
+                       [&] { cp.start_kv(pool, static_cast<int64_t>(l), k, v); });
+      cp.finish_kv(pool);
       att.k_pool = pool.k(static_cast<int64_t>(l));
       att.v_pool = pool.v(static_cast<int64_t>(l));
       dispatch(att);

@@ -232,14 +232,16 @@ class Qwen3MoeModel : public Model {
     const ModelConfig& c = config();
     const int64_t n = r.n;
     const BlockQ8_0* hq = rmsnorm_for({r.x, L.attn_norm, n, c.dim, c.rms_eps, r.h}, {L.wq, L.wk, L.wv}, hq_);
-    dispatch(MatMulArgs{r.h, n, L.wq, nullptr, r.q, hq});
+    // K and V first: under context parallel every rank's rows travel while the queries are computed.
     dispatch(MatMulArgs{r.h, n, L.wk, nullptr, r.k, hq});
     dispatch(MatMulArgs{r.h, n, L.wv, nullptr, r.v, hq});
-    dispatch(RmsNormArgs{r.q, L.q_norm, n * hd.H, c.head_dim, c.rms_eps, r.q});
     dispatch(RmsNormArgs{r.k, L.k_norm, n * hd.KH, c.head_dim, c.rms_eps, r.k});
-    dispatch(RopeArgs{r.q, pos, n, hd.H, c.head_dim, c.rot_dim, hd.q_dim, inv_freq_at_, rope_mscale_, c.rope_style});
     dispatch(RopeArgs{r.k, pos, n, hd.KH, c.head_dim, c.rot_dim, hd.kv_dim, inv_freq_at_, rope_mscale_, c.rope_style});
-    if (cp) cp_.write_kv(pool, layer, r.k, r.v);  // every rank's rows
+    if (cp) cp_.start_kv(pool, layer, r.k, r.v);
+    dispatch(MatMulArgs{r.h, n, L.wq, nullptr, r.q, hq});
+    dispatch(RmsNormArgs{r.q, L.q_norm, n * hd.H, c.head_dim, c.rms_eps, r.q});
+    dispatch(RopeArgs{r.q, pos, n, hd.H, c.head_dim, c.rot_dim, hd.q_dim, inv_freq_at_, rope_mscale_, c.rope_style});
+    if (cp) cp_.finish_kv(pool);  // every rank's rows
     else if (hd.every_head) every_head_.write(tp_.get(), pool, layer, slots, n, r.k, r.v, hd.kv_dim, hd.kv_dim);
     else pool.write(layer, slots, n, r.k, r.v);
     att.k_pool = kv_element(pool.k(layer), pool.dtype(), hd.kv_off);

@@ -21,6 +21,7 @@ std::string AllReduceArgs::shape_class() const { return comm_class(comm, "f32 su
 std::string AllReduceStartArgs::shape_class() const { return comm_class(comm, "f32 sum"); }
 std::string CollectiveWaitArgs::shape_class() const { return comm_class(comm, "started"); }
 std::string AllGatherArgs::shape_class() const { return comm_class(comm, "bytes"); }
+std::string AllGatherStartArgs::shape_class() const { return comm_class(comm, "bytes"); }
 std::string ReduceScatterArgs::shape_class() const { return comm_class(comm, "f32 sum"); }
 std::string AllToAllArgs::shape_class() const { return comm_class(comm, send_bytes ? "bytes v" : "bytes"); }
 std::string BroadcastArgs::shape_class() const { return comm_class(comm, "bytes"); }
@@ -142,6 +143,10 @@ const bool registered = [] {
     if (a.handle != Communicator::kDone) a.comm->wait(a.handle);  // started by another kernel
   }));
   register_kernel(ref_kernel<AllGatherArgs>(all_gather_ref));
+  register_kernel(ref_kernel<AllGatherStartArgs>([](const AllGatherStartArgs& a) {
+    all_gather_ref(AllGatherArgs{a.comm, a.send, a.recv, a.bytes});
+    *a.handle = Communicator::kDone;
+  }));
   register_kernel(ref_kernel<ReduceScatterArgs>(reduce_scatter_ref));
   register_kernel(ref_kernel<AllToAllArgs>(all_to_all_ref));
   register_kernel(ref_kernel<BroadcastArgs>(broadcast_ref));
@@ -162,6 +167,9 @@ void register_backend_collectives(const char* backend, int priority, Backend dev
       backend, priority, [](const CollectiveWaitArgs& a) { a.comm->wait(a.handle); }, device));
   register_kernel(backend_kernel<AllGatherArgs>(
       backend, priority, [](const AllGatherArgs& a) { a.comm->all_gather(a.send, a.recv, a.bytes); }, device));
+  register_kernel(backend_kernel<AllGatherStartArgs>(
+      backend, priority,
+      [](const AllGatherStartArgs& a) { *a.handle = a.comm->start_all_gather(a.send, a.recv, a.bytes); }, device));
   register_kernel(backend_kernel<ReduceScatterArgs>(
       backend, priority, [](const ReduceScatterArgs& a) { a.comm->reduce_scatter_sum(a.send, a.recv, a.n); }, device));
   register_kernel(backend_kernel<AllToAllArgs>(

@@ -54,6 +54,18 @@ struct AllGatherArgs {
   std::string shape_class() const;
 };
 
+// The same gather, started (Communicator::start_all_gather): neither buffer may be touched until
+// CollectiveWaitArgs waits for *handle (kDone when the kernel completed it at once).
+struct AllGatherStartArgs {
+  static constexpr const char* kName = "all_gather_start";
+  Communicator* comm = nullptr;
+  const void* send = nullptr;
+  void* recv = nullptr;
+  int64_t bytes = 0;
+  int64_t* handle = nullptr;
+  std::string shape_class() const;
+};
+
 // send[size * n] (F32) summed over ranks; rank r receives block r: recv[n].
 struct ReduceScatterArgs {
   static constexpr const char* kName = "reduce_scatter";

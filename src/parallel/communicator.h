@@ -43,6 +43,12 @@ class Communicator {
     all_reduce_sum(data, n);
     return kDone;
   }
+  // Non-blocking all-gather (recv[size * bytes] = every rank's send[bytes]), as the all-reduce
+  // above: neither buffer may be touched until wait(handle).
+  virtual int64_t start_all_gather(const void* send, void* recv, int64_t bytes) {
+    all_gather(send, recv, bytes);
+    return kDone;
+  }
   virtual void wait(int64_t handle) { (void)handle; }
   // Lets started collectives advance while this rank computes (MPI moves a non-blocking
   // collective's data only inside its calls); cheap when nothing is pending.

@@ -28,7 +28,7 @@ std::vector<float> data_of(int r, int64_t n, int salt) {
 
 const int64_t kSizes[] = {1, 3, 1000, 65537};
 const char* const kOps[] = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast",
-                            "all_reduce_start", "collective_wait"};
+                            "all_reduce_start", "all_gather_start", "collective_wait"};
 
 // Runs each test once with MPI's collectives and once with the reference kernels.
 class Collectives : public ::testing::TestWithParam<std::string> {
@@ -98,6 +98,37 @@ TEST_P(Collectives, AllGatherConcatenatesInRankOrder) {
     dispatch(AllGatherArgs{comm_.get(), mine.data(), got.data(), n * 4});
     for (int r = 0; r < ranks; ++r)
       ASSERT_EQ(std::memcmp(got.data() + r * n, data_of(r, n, 2).data(), static_cast<size_t>(n) * 4), 0) << "block " << r;
+  }
+}
+
+// Started all-gathers (context parallel's K/V exchange): two in flight of different sizes (odd
+// byte counts too), a blocking all-gather and progress between start and wait, waited out of order.
+TEST_P(Collectives, StartedAllGathersGatherLikeTheBlockingOne) {
+  const int me = comm_->rank(), ranks = comm_->size();
+  for (int64_t n : kSizes) {
+    const int64_t odd = n * 4 + 3;  // bytes, not a whole number of floats
+    std::vector<float> a = data_of(me, n, 2), got_a(static_cast<size_t>(n * ranks), NAN);
+    std::vector<uint8_t> b(static_cast<size_t>(odd)), got_b(static_cast<size_t>(odd * ranks), 0xAB);
+    for (int64_t i = 0; i < odd; ++i) b[static_cast<size_t>(i)] = static_cast<uint8_t>(me * 31 + i * 7);
+    int64_t ha = -7, hb = -7;
+    dispatch(AllGatherStartArgs{comm_.get(), a.data(), got_a.data(), n * 4, &ha});
+    dispatch(AllGatherStartArgs{comm_.get(), b.data(), got_b.data(), odd, &hb});
+    if (GetParam() == "ref") EXPECT_EQ(ha, Communicator::kDone) << "the reference completes when started";
+    else EXPECT_TRUE(ha != hb && ha >= 0 && hb >= 0) << ha << " " << hb;
+    int32_t one = me, all[8] = {};
+    ASSERT_LE(ranks, 8);
+    dispatch(AllGatherArgs{comm_.get(), &one, all, 4});  // a blocking collective while both are in flight
+    comm_->progress();
+    for (int r = 0; r < ranks; ++r) EXPECT_EQ(all[r], r);
+    dispatch(CollectiveWaitArgs{comm_.get(), hb});
+    dispatch(CollectiveWaitArgs{comm_.get(), ha});
+    for (int r = 0; r < ranks; ++r) {
+      ASSERT_EQ(std::memcmp(got_a.data() + r * n, data_of(r, n, 2).data(), static_cast<size_t>(n) * 4), 0)
+          << "n=" << n << " block " << r;
+      for (int64_t i = 0; i < odd; ++i)
+        ASSERT_EQ(got_b[static_cast<size_t>(r * odd + i)], static_cast<uint8_t>(r * 31 + i * 7))
+            << "bytes=" << odd << " block " << r << " i=" << i;
+    }
   }
 }
 

@@ -33,9 +33,10 @@ double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 // Logits of a prompt fed as one batch (every position), then of `decode` tokens fed one by one.
-std::vector<float> run_logits(Model& m, const std::vector<int32_t>& prompt, const std::vector<int32_t>& decode) {
+std::vector<float> run_logits(Model& m, const std::vector<int32_t>& prompt, const std::vector<int32_t>& decode,
+                              DType kv = DType::F32) {
   const int64_t V = m.config().n_vocab, n = static_cast<int64_t>(prompt.size());
-  auto cache = m.new_cache(n + static_cast<int64_t>(decode.size()));
+  auto cache = m.new_cache(n + static_cast<int64_t>(decode.size()), 0, kv);
   std::vector<float> out(static_cast<size_t>((n + static_cast<int64_t>(decode.size())) * V));
   std::vector<int32_t> pos(prompt.size());
   for (size_t i = 0; i < pos.size(); ++i) pos[i] = static_cast<int32_t>(i);
@@ -67,12 +68,12 @@ std::unique_ptr<Model> load(const std::string& path, std::shared_ptr<Communicato
 
 // Both ways on this rank: the whole model, and this rank's slice with the all-reduces.
 void expect_same_as_one_rank(const std::string& path, const std::vector<int32_t>& prompt, int n_gen, ParallelSizes ps = {},
-                             int64_t overlap = 0) {
+                             int64_t overlap = 0, DType kv = DType::F32) {
   auto whole = load(path, nullptr);
   auto split = load(path, test::world_comm(), ps, overlap);
   ASSERT_EQ(split->tp_size(), test::world_comm()->size());
   const std::vector<int32_t> decode = {5, 17, 42, 7};
-  const auto a = run_logits(*split, prompt, decode), b = run_logits(*whole, prompt, decode);
+  const auto a = run_logits(*split, prompt, decode, kv), b = run_logits(*whole, prompt, decode, kv);
   EXPECT_LT(rel_diff(a, b), 1e-4) << path;
   double mx = 0;
   for (float v : b) mx = std::max(mx, static_cast<double>(std::fabs(v)));
@@ -236,9 +237,11 @@ TEST(ExpertParallel, RefusesLayoutsItCannotRun) {
 // per phase on the same ranks. Against one rank: the prompt's logits (every position), token by
 // token decode, greedy text; and a varlen batch of three sequences whose runs cross sequence
 // boundaries, over a paged cache, then one decode step of all three.
-std::vector<float> run_varlen(Model& m) {
+std::vector<float> run_varlen(Model& m, DType kv = DType::F32) {
   const int64_t V = m.config().n_vocab, page = 4;
-  KvPool pool(m.kv_layout(), page, 32);
+  KvLayout layout = m.kv_layout();
+  layout.dtype = kv;
+  KvPool pool(layout, page, 32);
   const std::vector<std::vector<int32_t>> prompts = {{1, 9, 200, 33, 71}, {4, 150}, {88, 3, 12, 7, 90, 61, 20}};
   std::vector<std::vector<int32_t>> pages(prompts.size());
   int32_t next = 0;
@@ -287,6 +290,7 @@ struct ContextCase {
   DType type;
   bool tp;          // decode tensor parallel (else whole on every rank)
   bool ep = false;  // decode expert parallel (MoE)
+  DType kv = DType::F32;  // the cache's dtype: the rows are exchanged as it stores them
 };
 
 void PrintTo(const ContextCase& c, std::ostream* os) { *os << c.name; }
@@ -304,14 +308,16 @@ TEST_P(ContextParallel, PrefillAcrossRanksMatchesOneRank) {
   const std::string path = model_path(c.path, c.arch, c.type, 23, "cp_" + c.name);
   const ParallelSizes ps{c.tp ? ranks : 1, c.ep ? ranks : 1, ranks};
   Ledger::global().reset();
-  expect_same_as_one_rank(path, {1, 9, 200, 33, 71, 4, 150, 88, 3, 12, 7}, 16, ps);
+  expect_same_as_one_rank(path, {1, 9, 200, 33, 71, 4, 150, 88, 3, 12, 7}, 16, ps, 0, c.kv);
   auto whole = load(path, nullptr);
   auto split = load(path, test::world_comm(), ps);
   EXPECT_EQ(split->kv_layout().k_width, whole->kv_layout().k_width) << "context parallel keeps every KV head";
-  EXPECT_LT(rel_diff(run_varlen(*split), run_varlen(*whole)), 1e-4);
-  // The prefill exchanged K/V (all_gather); TP or EP decode summed partial outputs (all_reduce).
+  EXPECT_LT(rel_diff(run_varlen(*split, c.kv), run_varlen(*whole, c.kv)), 1e-4);
+  // The prefill exchanged K/V (all_gather_start), the last hidden rows too (all_gather); TP or
+  // EP decode summed partial outputs (all_reduce).
   const std::string table = Ledger::global().table();
-  EXPECT_NE(table.find("all_gather"), std::string::npos) << table;
+  EXPECT_NE(table.find("all_gather_start"), std::string::npos) << table;
+  EXPECT_NE(table.find("collective_wait"), std::string::npos) << table;
   EXPECT_EQ(table.find("all_reduce") != std::string::npos, c.tp || c.ep) << table;
   if (c.ep) {
     EXPECT_NE(table.find(" of 6"), std::string::npos) << "decode ran this rank's experts only\n" << table;
@@ -325,12 +331,15 @@ INSTANTIATE_TEST_SUITE_P(
                       ContextCase{"llama_q8_cp_tp", "", "llama", DType::Q8_0, true},
                       ContextCase{"qwen2_cp", "", "qwen2", DType::F32, false},
                       ContextCase{"qwen3_cp_tp", "", "qwen3", DType::F16, true},
+                      ContextCase{"llama_q8_cp_tp_f16_cache", "", "llama", DType::Q8_0, true, false, DType::F16},
+                      ContextCase{"qwen2_cp_bf16_cache", "", "qwen2", DType::F32, false, false, DType::BF16},
                       ContextCase{"qwen3moe_cp", "", "qwen3_moe", DType::F32, false},
                       ContextCase{"qwen3moe_cp_ep", "", "qwen3_moe", DType::F32, false, true},
                       ContextCase{"qwen3moe_cp_tp", "", "qwen3_moe", DType::F32, true},
                       ContextCase{"qwen3moe_cp_tp_ep", "", "qwen3_moe", DType::F32, true, true},
                       ContextCase{"deepseek_v3_cp", "", "deepseek_v3", DType::F32, false},
-                      ContextCase{"deepseek_v3_cp_ep", "", "deepseek_v3", DType::F32, false, true}),
+                      ContextCase{"deepseek_v3_cp_ep", "", "deepseek_v3", DType::F32, false, true},
+                      ContextCase{"deepseek_v3_cp_f16_cache", "", "deepseek_v3", DType::F32, false, false, DType::F16}),
     [](const auto& p) { return p.param.name; });
 
 // The zig-zag cut: one prompt of 8N tokens, rank r holds pieces r and 2N-1-r of 4 tokens each, so

@@ -65,11 +65,18 @@ class MpiCommunicator : public Communicator {
   void all_reduce_sum(float* data, int64_t n) override {
     check(MPI_Allreduce(MPI_IN_PLACE, data, count(n, "all_reduce"), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
   }
-  // MPI_Iallreduce; the request waits in pending_ under its handle.
+  // MPI_Iallreduce (MPI_Iallgather below); the request waits in pending_ under its handle.
   int64_t start_all_reduce_sum(float* data, int64_t n) override {
     MPI_Request req;
     check(MPI_Iallreduce(MPI_IN_PLACE, data, count(n, "all_reduce"), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req),
           "MPI_Iallreduce");
+    pending_.emplace_back(next_handle_, req);
+    return next_handle_++;
+  }
+  int64_t start_all_gather(const void* send, void* recv, int64_t bytes) override {
+    const int b = count(bytes, "all_gather");
+    MPI_Request req;
+    check(MPI_Iallgather(send, b, MPI_BYTE, recv, b, MPI_BYTE, MPI_COMM_WORLD, &req), "MPI_Iallgather");
     pending_.emplace_back(next_handle_, req);
     return next_handle_++;
   }
