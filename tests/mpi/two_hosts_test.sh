@@ -39,9 +39,11 @@ exec ip netns exec "\$ns" sh -c "\$*"
 EOF
 chmod +x "$tmp/agent.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 FASTPATH_TESTDATA=$td ASAN_OPTIONS=${ASAN_OPTIONS:-}
-# mpirun runs on host A and starts one rank there and one on host B.
+# mpirun runs on host A and starts one rank there and one on host B. --bind-to none: each host's
+# daemon would pin its rank to "its" core 0, the same core of this one machine.
 two_hosts() {
   timeout 300 ip netns exec "$ns_a" "$mpiexec" --host "$host_a,$host_b" -np 2 --mca plm_rsh_agent "$tmp/agent.sh" \
+    --bind-to none \
     --mca btl tcp,self --mca btl_tcp_if_include "$subnet.0/24" --mca oob_tcp_if_include "$subnet.0/24" \
     -x FASTPATH_TESTDATA -x ASAN_OPTIONS "$@"
 }
