@@ -3,6 +3,8 @@
 // regions, and a futex wake-up per region costs more than the region's own work.
 #include "core/thread_pool.h"
 
+#include "core/cpu_affinity.h"
+
 #include <immintrin.h>
 
 #include <algorithm>
@@ -117,7 +119,9 @@ std::unique_ptr<ThreadPool>& pool_slot() {
 }
 }  // namespace
 
-int default_num_threads() { return std::max(1u, std::thread::hardware_concurrency()); }
+// The CPUs this process may run on (its affinity mask), not the machine's count: threads beyond
+// the mask would only take turns on it.
+int default_num_threads() { return std::max(1, thread_cpus().count()); }
 
 ThreadPool& thread_pool() {
   auto& p = pool_slot();

@@ -38,7 +38,8 @@ class ThreadPool {
   std::exception_ptr error_;
 };
 
-// The process-wide pool used by kernels. Sized by set_num_threads (default: hardware cores).
+// The process-wide pool used by kernels. Sized by set_num_threads (default: the CPUs of the
+// calling thread's affinity mask, core/cpu_affinity.h); new workers inherit that thread's mask.
 ThreadPool& thread_pool();
 void set_num_threads(int n);
 int default_num_threads();

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/cpu_affinity.h"
 #include "core/error.h"
 #include "core/cpu_features.h"
 #include "core/log.h"
@@ -313,20 +314,36 @@ void add_bench(CLI::App& app) {
     // on several machines: each measures its own share at the same time and the figures add up.
     Communicator* ranks = model->tp_size() > 1 && !on_device ? model->tensor_parallel() : nullptr;
     const bool one_machine = ranks && launched_local_size() == ranks->size();
-    auto on_rank0 = [&](auto measure) {  // measure() with every rank's threads on rank 0; its result everywhere
-      decltype(measure()) v{};
-      if (ranks->rank() == 0) {
-        set_num_threads(threads * ranks->size());
-        v = measure();
-        set_num_threads(threads);
-      }
-      ranks->broadcast_idle(&v, sizeof v, 0);
-      return v;
-    };
     auto sum_over_ranks = [&](double v) {
       float f = static_cast<float>(v);
       dispatch(AllReduceArgs{ranks, &f, 1});
       return static_cast<double>(f);
+    };
+    // The CPUs the ranks may run on, together. A launcher may bind each rank to its own core
+    // (mpirun does when it starts two ranks or fewer): rank 0's threads alone on its core would
+    // measure one core, so it measures on every rank's CPUs.
+    CpuSet cpus = thread_cpus();
+    if (one_machine) {
+      std::vector<CpuSet> each(static_cast<size_t>(ranks->size()));
+      const CpuSet mine = cpus;
+      dispatch(AllGatherArgs{ranks, &mine, each.data(), static_cast<int64_t>(sizeof(CpuSet))});
+      for (const CpuSet& c : each) cpus |= c;
+    } else if (ranks) {
+      cpus = CpuSet{};  // only the count adds up across machines
+    }
+    const int ceiling_cpus = ranks && !one_machine ? static_cast<int>(sum_over_ranks(thread_cpus().count())) : cpus.count();
+    auto on_rank0 = [&](auto measure) {  // measure() with every rank's threads on rank 0; its result everywhere
+      decltype(measure()) v{};
+      if (ranks->rank() == 0) {
+        const CpuSet own = thread_cpus();
+        const bool widened = !(cpus == own) && set_thread_cpus(cpus);  // the pool's new threads inherit it
+        set_num_threads(threads * ranks->size());
+        v = measure();
+        if (widened) set_thread_cpus(own);
+        set_num_threads(threads);
+      }
+      ranks->broadcast_idle(&v, sizeof v, 0);
+      return v;
     };
     auto read_gbps_now = [&]() -> double {
       if (on_device) return 0.0;
@@ -401,7 +418,7 @@ void add_bench(CLI::App& app) {
     j["tensor_parallel_size"] = model->parallel().tp;
     j["expert_parallel_size"] = model->parallel().ep;
     j["ceiling"] = {{"read_gbps", ceil.read_gbps}, {"fma_gflops", ceil.fma_gflops}, {"int8_gops", ceil.int8_gops},
-                    {"bf16_gflops", ceil.bf16_gflops}, {"cpu", ceil.cpu}};
+                    {"bf16_gflops", ceil.bf16_gflops}, {"cpu", ceil.cpu}, {"cpus", on_device ? 0 : ceiling_cpus}};
 
     if (o->prompt > 0) {
       std::vector<int32_t> ids(static_cast<size_t>(o->prompt)), pos(ids.size());

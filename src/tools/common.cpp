@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <unistd.h>
 
+#include "core/cpu_affinity.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/paths.h"
@@ -72,9 +73,9 @@ void apply_runtime(const CommonOptions& o) {
       ::close(null_fd);
     }
   }
-  // Ranks sharing this machine share its cores (default: all cores for one process).
-  const int local = launched_local_size();
-  set_num_threads(o.threads == 0 && local > 1 ? std::max(1, default_num_threads() / local) : o.threads);
+  std::vector<std::string> why;
+  set_num_threads(threads_for_rank(o.threads, launched_local_size(), thread_cpus(), online_cpus(), &why));
+  for (const std::string& w : why) log_warn(w);
   for (const auto& kv : o.kernels) {
     auto eq = kv.find('=');
     FP_CHECK(eq != std::string::npos && eq > 0 && eq + 1 < kv.size(), "--kernel '", kv, "': expected op=name");

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/cpu_affinity.h"
 #include "core/cpu_features.h"
 #include "core/log.h"
 #include "core/thread_pool.h"
@@ -134,7 +135,12 @@ double measure_peak(Loop loop, double ops_per_iter) {
   return best;
 }
 
+// $XDG_CACHE_HOME/fastpath/ceiling.json, else ~/.cache/fastpath/ceiling.json (the test suite
+// points XDG_CACHE_HOME into the build tree: figures measured while tests run side by side must
+// not become this machine's calibration).
 std::string cache_path() {
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  if (xdg && *xdg) return std::string(xdg) + "/fastpath/ceiling.json";
   const char* home = std::getenv("HOME");
   return std::string(home ? home : "/tmp") + "/.cache/fastpath/ceiling.json";
 }
@@ -157,7 +163,9 @@ MachineCeiling machine_ceiling(int threads, bool recalibrate) {
   MachineCeiling c;
   c.cpu = cpu_features().brand.empty() ? "unknown CPU" : cpu_features().brand;
   c.threads = threads;
-  const std::string key = c.cpu + " | " + std::to_string(threads) + " threads";
+  // Per CPU, thread count and the CPUs the threads may run on: 2 threads bound to one core (a
+  // rank under mpirun's default binding) measure one core, not this machine's two.
+  const std::string key = c.cpu + " | " + std::to_string(threads) + " threads on CPUs " + thread_cpus().text();
   nlohmann::json cache = nlohmann::json::object();
   {
     std::ifstream in(cache_path());

@@ -2,7 +2,8 @@
 // bandwidth and peak f32 FMA, int8 dot-product and (where AVX512-BF16 is) BF16 dot-product
 // throughput with a given thread count.
 // Benchmarks print every figure as a fraction of these (the realization rate). Results are
-// cached in ~/.cache/fastpath/ceiling.json per CPU and thread count.
+// cached in ~/.cache/fastpath/ceiling.json ($XDG_CACHE_HOME) per CPU, thread count and the CPUs
+// the threads may run on.
 #pragma once
 #include <string>
 
