@@ -78,6 +78,48 @@ TEST(Shard, RowViewsAndColumnCopiesHoldTheWholeWeightsValues) {
   }
 }
 
+// FP8 block-scaled (DeepSeek-V3's weight + weight_scale_inv): a column copy keeps the values and
+// the scale tiles of its columns, so every element dequantizes as in the whole weight; cuts fall
+// on the 128-column scale blocks, the last one may end at a partial block.
+TEST(Shard, BlockScaledColumnCopiesKeepTheirScaleTiles) {
+  const int64_t rows = 200, cols = 320, b = 128, rb = 2, cb = 3;  // partial last blocks both ways
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-400.0f, 400.0f), su(0.001f, 0.1f);
+  std::vector<uint8_t> bytes(static_cast<size_t>(rows * cols));
+  for (auto& v : bytes) v = f32_to_fp8e4m3(u(rng));
+  std::vector<float> scale(static_cast<size_t>(rb * cb));
+  for (float& s : scale) s = su(rng);
+  Tensor w = Tensor::view(bytes.data(), DType::F8_E4M3, {rows, cols});
+  w.block_scale = scale.data();
+  w.scale_block = b;
+  auto value = [](const Tensor& t, int64_t r, int64_t c) {
+    const int64_t sc = (t.dim(1) + t.scale_block - 1) / t.scale_block;
+    return fp8e4m3_to_f32(t.row_ptr(r)[c]) * t.block_scale[(r / t.scale_block) * sc + c / t.scale_block];
+  };
+  EXPECT_EQ(column_alignment(w), 128);
+  EXPECT_EQ(row_alignment(w), 128);
+  for (Range c : {Range{0, 128}, Range{128, 128}, Range{128, 192}, Range{256, 64}, Range{0, 320}}) {
+    OwnedTensor cv = copy_columns(w, c);
+    ASSERT_EQ(cv.view.dim(0), rows);
+    ASSERT_EQ(cv.view.dim(1), c.len);
+    ASSERT_NE(cv.view.block_scale, nullptr);
+    ASSERT_NE(cv.view.block_scale, w.block_scale) << "the scales are copied with the values";
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t k = 0; k < c.len; ++k)
+        ASSERT_EQ(value(cv.view, r, k), value(w, r, c.begin + k)) << "columns [" << c.begin << ", " << c.begin + c.len
+                                                                  << ") row " << r << " col " << k;
+  }
+  for (Range c : {Range{64, 128}, Range{0, 192}}) {
+    try {
+      copy_columns(w, c);
+      ADD_FAILURE() << "[" << c.begin << ", " << c.begin + c.len << ") should be refused";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("block-scaled weight [200, 320] holds blocks of 128"), std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 TEST(Shard, RefusesAColumnCutInsideABlock) {
   Weight w = make_weight(DType::Q8_0, 2, 64);
   try {

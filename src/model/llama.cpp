@@ -32,6 +32,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <numeric>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -407,8 +408,10 @@ class LlamaModel : public Model {
     const Range q{rank * heads_ * c.head_dim, heads_ * c.head_dim};
     const Range kv{rank * kv_heads_ * c.head_dim, kv_heads_ * c.head_dim};
     const Range o{rank * heads_ * c.v_head_dim, heads_ * c.v_head_dim};
-    // The FFN share must fall on block boundaries of ffn_down's rows (its columns are cut).
-    const Range f = split_range(c.hidden_dim, ranks, rank, column_alignment(*L.w_down), "FFN width (hidden_dim)");
+    // The FFN share must fall on block boundaries of ffn_down's rows (its columns are cut), and
+    // of gate's and up's scale blocks when block-scaled (their rows are cut).
+    const int64_t align = std::lcm(column_alignment(*L.w_down), std::lcm(row_alignment(*L.w_gate), row_alignment(*L.w_up)));
+    const Range f = split_range(c.hidden_dim, ranks, rank, align, "FFN width (hidden_dim)");
     L.ffn_width = f.len;
     L.wq = keep(slice_rows(*L.wq, q));
     L.wk = keep(slice_rows(*L.wk, kv));

@@ -2,6 +2,7 @@
 #include "model/moe_layers.h"
 
 #include <limits>
+#include <numeric>
 
 #include "core/error.h"
 #include "kernels/ops.h"
@@ -80,7 +81,9 @@ MoeLayerWeights load_moe_layer(ModelFile& mf, const std::string& p, const ModelC
 
 int64_t shard_ffn(ModelFile& mf, const FfnSplit& s, const Tensor*& gate, const Tensor*& up, const Tensor*& down,
                   const char* what) {
-  const Range f = split_range(gate->rows(), s.ranks, s.rank, column_alignment(*down), what);
+  // The width cut falls on block boundaries of down's columns and (block-scaled) gate's and up's rows.
+  const int64_t align = std::lcm(column_alignment(*down), std::lcm(row_alignment(*gate), row_alignment(*up)));
+  const Range f = split_range(gate->rows(), s.ranks, s.rank, align, what);
   gate = &s.kept->emplace_back(slice_rows(*gate, f));
   up = &s.kept->emplace_back(slice_rows(*up, f));
   OwnedTensor d = copy_columns(*down, f);

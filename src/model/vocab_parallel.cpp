@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 
 #include "core/error.h"
 #include "kernels/ops.h"
@@ -19,10 +20,14 @@ void VocabParallelOutput::init(const Tensor* output, Communicator* comm, std::de
   chunk_ = 0;
   if (!comm || comm->size() <= 1) return;
   const int R = comm->size();
-  chunk_ = (n_vocab_ + R - 1) / R;
-  const int64_t v0 = std::min<int64_t>(n_vocab_, comm->rank() * chunk_);
+  // Shares of whole scale blocks for a block-scaled (FP8) output; every rank must get rows (the
+  // check reads only figures every rank has, so all ranks fail alike).
+  const int64_t align = row_alignment(*output);
+  chunk_ = ((n_vocab_ + R - 1) / R + align - 1) / align * align;
+  FP_CHECK((R - 1) * chunk_ < n_vocab_, path, ": a vocabulary of ", n_vocab_, " cannot be split over ", R, " ranks",
+           align > 1 ? " in shares of whole " + std::to_string(align) + "-row scale blocks" : std::string());
+  const int64_t v0 = comm->rank() * chunk_;
   const int64_t len = std::min<int64_t>(n_vocab_, v0 + chunk_) - v0;
-  FP_CHECK(len > 0, path, ": a vocabulary of ", n_vocab_, " cannot be split over ", R, " ranks");
   weight = &shards.emplace_back(slice_rows(*output, Range{v0, len}));
 }
 

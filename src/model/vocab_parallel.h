@@ -1,6 +1,6 @@
 // model/vocab_parallel.h — the output projection split by vocabulary rows across the ranks of a
 // split model (CPU): rank r keeps rows [r * c, (r + 1) * c) of it, c = ceil(vocab / ranks) (the
-// last share shorter), computes that slice of the logits, and one all-gather (each rank's slice
+// last share shorter; for a block-scaled output rounded up to whole scale blocks), computes that slice of the logits, and one all-gather (each rank's slice
 // padded to c) puts every slice in place, so every rank ends with the same logits while reading
 // only its share of the largest matrix of a decode step.
 #pragma once

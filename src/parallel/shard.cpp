@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include <algorithm>
+#include <numeric>
 
 #include "core/error.h"
 
@@ -21,7 +22,11 @@ Range split_range(int64_t total, int parts, int index, int64_t align, const char
   return r;
 }
 
-int64_t column_alignment(const Tensor& w) { return dtype_info(w.dtype).block_elems; }
+int64_t column_alignment(const Tensor& w) {
+  return w.block_scale ? std::lcm(w.scale_block, dtype_info(w.dtype).block_elems) : dtype_info(w.dtype).block_elems;
+}
+
+int64_t row_alignment(const Tensor& w) { return w.block_scale ? w.scale_block : 1; }
 
 Tensor slice_rows(const Tensor& w, Range r) {
   FP_CHECK(w.ndim == 2 && w.is_contiguous(), "slice_rows: expected a contiguous 2-D weight, got ", w.shape_str());
@@ -40,20 +45,33 @@ Tensor slice_rows(const Tensor& w, Range r) {
 
 OwnedTensor copy_columns(const Tensor& w, Range c) {
   FP_CHECK(w.ndim == 2 && w.is_contiguous(), "copy_columns: expected a contiguous 2-D weight, got ", w.shape_str());
-  FP_CHECK(!w.block_scale, "block-scaled (FP8) weight ", w.shape_str(),
-           ": splitting its columns across ranks is not supported yet");
   FP_CHECK(c.begin >= 0 && c.len >= 1 && c.begin + c.len <= w.dim(1), "copy_columns: columns [", c.begin, ", ",
            c.begin + c.len, ") of ", w.shape_str());
   const int64_t a = column_alignment(w);
-  FP_CHECK(c.begin % a == 0 && c.len % a == 0, "a ", dtype_name(w.dtype), " weight ", w.shape_str(), " holds blocks of ",
-           a, " values per row, so its columns cannot be split at [", c.begin, ", ", c.begin + c.len,
-           "); choose a tensor-parallel size that keeps each rank's share a multiple of ", a);
+  // The cut's end may be the last column (a block-scaled weight's last scale block may be partial).
+  const bool ends_the_row = c.begin + c.len == w.dim(1);
+  FP_CHECK(c.begin % a == 0 && (c.len % a == 0 || (w.block_scale && ends_the_row)), "a ", dtype_name(w.dtype),
+           w.block_scale ? " block-scaled" : "", " weight ", w.shape_str(), " holds blocks of ", a,
+           " values per row, so its columns cannot be split at [", c.begin, ", ", c.begin + c.len,
+           "); choose a parallel size that keeps each rank's share a multiple of ", a);
   const int64_t rows = w.dim(0), skip = row_bytes(w.dtype, c.begin), keep = row_bytes(w.dtype, c.len);
+  // Block-scaled: the scale tiles of the kept columns too, [row blocks, column blocks kept], after
+  // the values (at a 4-byte boundary) in the same buffer.
+  const int64_t b = w.scale_block, row_blocks = (rows + b - 1) / b, all_cols = (w.dim(1) + b - 1) / b;
+  const int64_t col0 = c.begin / b, cols = w.block_scale ? (c.len + b - 1) / b : 0;
+  const int64_t values = (rows * keep + 3) / 4 * 4, scales = row_blocks * cols * 4;
   OwnedTensor out;
-  out.bytes.reset(new uint8_t[static_cast<size_t>(rows * keep)]);
+  out.bytes.reset(new uint8_t[static_cast<size_t>(values + scales)]);
   for (int64_t r = 0; r < rows; ++r)
     std::memcpy(out.bytes.get() + r * keep, w.row_ptr(r) + skip, static_cast<size_t>(keep));
   out.view = Tensor::view(out.bytes.get(), w.dtype, {rows, c.len});
+  if (w.block_scale) {
+    auto* sc = reinterpret_cast<float*>(out.bytes.get() + values);
+    for (int64_t rb = 0; rb < row_blocks; ++rb)
+      std::memcpy(sc + rb * cols, w.block_scale + rb * all_cols + col0, static_cast<size_t>(cols) * 4);
+    out.view.block_scale = sc;
+    out.view.scale_block = b;
+  }
   return out;
 }
 

@@ -31,11 +31,15 @@ struct OwnedTensor {
   Tensor view;
   std::shared_ptr<uint8_t[]> bytes;
 };
-// Columns [c.begin, c.begin + c.len) of every row of a 2-D weight, copied. Throws when the range
-// does not fall on the dtype's block boundaries, or for block-scaled weights.
+// Columns [c.begin, c.begin + c.len) of every row of a 2-D weight, copied; a block-scaled (FP8)
+// weight's scale tiles of those columns too. Throws when the range does not fall on the dtype's
+// block boundaries (block-scaled: on its scale blocks, the last cut may end at the last column).
 OwnedTensor copy_columns(const Tensor& w, Range c);
 
-// Elements per block of a dtype (1 for F32/F16/BF16), the alignment a column cut must respect.
+// The alignment a column cut must respect: elements per block of the dtype (1 for
+// F32/F16/BF16), the scale block (128) for block-scaled weights.
 int64_t column_alignment(const Tensor& w);
+// The alignment a row cut must respect: the scale block for block-scaled weights, else 1.
+int64_t row_alignment(const Tensor& w);
 
 }  // namespace fp

@@ -148,7 +148,7 @@ TEST(TensorParallel, RepackedQ8_0MatchesOneRank) {
 // partitioned whole (ep = N, attention replicated) and both (attention heads split, experts
 // partitioned); deepseek (MLA replicated, experts partitioned). A dense layer, shared experts
 // (DeepSeek) and Q8_0 column cuts are on every path; 6 experts split 3+3 or 2+2+2, widths of 96
-// split 64+32 or 32x3.
+// split 64+32 or 32x3; DeepSeek-V3 in FP8 with its 128x128 scale tiles (column cuts copy them).
 // Small MoE shapes: qwen3moe (GQA 12 / 6 heads, a dense layer) and DeepSeek (MLA with q_lora,
 // a shared expert, a dense first layer).
 nlohmann::json moe_config(const std::string& arch) {
@@ -183,6 +183,16 @@ TEST_P(MoeSplit, MatchesOneRank) {
   o.type = c.type;
   o.seed = 17;
   o.out = test::temp_dir("moe_split_" + c.name) + "/model.gguf";
+  if (c.type == DType::F8_E4M3) {
+    // DeepSeek-V3's own format (safetensors, 128x128 scale tiles): widths and vocabulary of 3
+    // scale blocks, so the dense and shared FFNs and the output split on block boundaries,
+    // 256+128 or 128x3.
+    o.config["hidden_size"] = 128;
+    o.config["vocab_size"] = 384;
+    o.config["intermediate_size"] = 384;
+    o.config["moe_intermediate_size"] = 384;
+    o.out = test::temp_dir("moe_split_" + c.name) + "/model";
+  }
   synth_model(o);
   Ledger::global().reset();
   expect_same_as_one_rank(o.out, {1, 9, 200, 33, 71, 4, 150, 88, 3, 12}, 16, ps);
@@ -199,6 +209,7 @@ INSTANTIATE_TEST_SUITE_P(
                       MoeSplitCase{"qwen3moe_ep", "qwen3_moe", DType::Q8_0, {1, 0}},
                       MoeSplitCase{"qwen3moe_tp_ep", "qwen3_moe", DType::F16, {0, 0}},
                       MoeSplitCase{"deepseek_v3_ep", "deepseek_v3", DType::Q8_0, {1, 0}},
+                      MoeSplitCase{"deepseek_v3_fp8_ep", "deepseek_v3", DType::F8_E4M3, {1, 0}},
                       MoeSplitCase{"deepseek_v2_ep", "deepseek_v2", DType::F32, {1, 0}}),
     [](const auto& p) { return p.param.name; });
 
