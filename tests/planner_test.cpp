@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
+#include "parallel/layout_choice.h"
 #include "parallel/planner.h"
 #include "test_util.h"
 
@@ -488,6 +489,93 @@ TEST(Planner, CommandExplainsDeepSeekV3Choices) {
   // 80.47 GiB with the output projection whole on every rank; split 8 ways by vocabulary rows
   // it saves 7/8 of 129280 x 7168 B = 0.755 GiB per device.
   EXPECT_NE(h100.find("TP8: weights 79.71 GiB"), std::string::npos) << h100;
+}
+
+// --parallel-plan (parallel/layout_choice.h): of the costed layouts, the runnable ones; decode
+// first (most output tokens/s at the concurrency), then the prefill layout with it.
+const LayoutPlan& named(const std::vector<LayoutPlan>& plans, const std::string& name) {
+  for (const LayoutPlan& p : plans)
+    if (p.layout.name == name) return p;
+  ADD_FAILURE() << "no layout " << name;
+  return plans.front();
+}
+
+TEST(LayoutChoice, DenseModelTakesTensorParallelDecodeAndTheFasterPrefill) {
+  const PlanModel m = small_model();
+  PlanWorkload w;
+  w.concurrency = {16};
+  const auto plans = plan_layouts(m, two_devices(), w);
+  const LayoutChoice c = choose_runtime_layout(plans, 2, false, false, 0);
+  EXPECT_EQ(c.decode->layout.name, "TP2") << "the only runnable decode layout of a dense model on 2 ranks";
+  EXPECT_EQ(c.tp, 2);
+  EXPECT_EQ(c.ep, 1);
+  EXPECT_FALSE(c.dp_attention);
+  // Prefill: CP2 or TP2, whichever the planner predicts faster; the sizes and flags follow.
+  const bool cp_faster = named(plans, "CP2").prefill.tokens_per_s > named(plans, "TP2").prefill.tokens_per_s;
+  EXPECT_EQ(c.prefill->layout.name, cp_faster ? "CP2" : "TP2");
+  EXPECT_EQ(c.cp, cp_faster ? 2 : 1);
+  EXPECT_EQ(c.flags, cp_faster ? "--tp 2 --pcp 2" : "--tp 2");
+  EXPECT_NE(c.why.find("decode candidates:\n    TP2 "), std::string::npos) << c.why;
+  EXPECT_NE(c.why.find("CP2 "), std::string::npos) << c.why;
+  // Over the 10 GB/s link TP2's all-reduces dominate prefill (two per layer of every token's
+  // hidden state) where CP2 moves only K/V rows: CP2 is the pick here.
+  EXPECT_TRUE(cp_faster);
+}
+
+TEST(LayoutChoice, OneRankIsTheWholeModel) {
+  PlanHardware one = two_devices();
+  one.devices = 1;
+  const auto plans = plan_layouts(small_model(), one, PlanWorkload{});  // the choice points into them
+  const LayoutChoice c = choose_runtime_layout(plans, 1, false, false, 0);
+  EXPECT_EQ(c.decode->layout.name, "TP1");
+  EXPECT_EQ(c.flags, "");
+  EXPECT_EQ(c.tp * c.ep * c.cp, 1);
+}
+
+TEST(LayoutChoice, MoeModelPicksTheFasterOfTpAndTpPlusEp) {
+  PlanModel m = tiny_moe();
+  m.kv_lora_rank = 0;  // GQA: TP and TP+EP both run
+  m.n_kv_heads = 2;
+  PlanWorkload w;
+  w.concurrency = {64};
+  const auto plans = plan_layouts(m, two_devices(), w);
+  const LayoutChoice c = choose_runtime_layout(plans, 2, true, false, 0);
+  const double tp = named(plans, "TP2").decode[0].tokens_per_s, tpep = named(plans, "TP2+EP2").decode[0].tokens_per_s;
+  EXPECT_EQ(c.decode->layout.name, tpep > tp ? "TP2+EP2" : "TP2");
+  EXPECT_EQ(c.ep, tpep > tp ? 2 : 1);
+  EXPECT_EQ(c.tp, 2);
+  EXPECT_NE(c.why.find("TP2+EP2 "), std::string::npos) << c.why;
+}
+
+// DeepSeek-V3 FP8 on the 8x PCIe Gen5 96 GB box at 64 requests: the planner's best decode layout,
+// DP4xTP2-attn+EP8, is not one the runtime has (MLA runs no TP); the runtime's one, DP8-attn+EP8
+// with --data-parallel-attention, is chosen and the difference said; no CP with DP attention.
+TEST(LayoutChoice, DeepSeekV3TakesDataParallelAttentionAndSaysWhatItCannotRun) {
+  const PlanModel m = plan_model_from_hf_config(deepseek_v3_config(), "v3.json", 1);
+  PlanWorkload w;
+  w.concurrency = {64};
+  const auto plans = plan_layouts(m, shipped("pcie5-8x96gb.json"), w);
+  const LayoutChoice c = choose_runtime_layout(plans, 8, true, true, 0);
+  EXPECT_EQ(c.decode->layout.name, "DP8-attn+EP8");
+  EXPECT_EQ(c.prefill->layout.name, "DP8-attn+EP8");
+  EXPECT_EQ(c.flags, "--ep 8 --data-parallel-attention");
+  EXPECT_TRUE(c.dp_attention);
+  EXPECT_EQ(c.cp, 1);
+  EXPECT_NE(c.why.find("the planner's best decode layout, DP4xTP2-attn+EP8"), std::string::npos) << c.why;
+}
+
+TEST(LayoutChoice, NothingRunnableFitsSaysWhatIsShort) {
+  const PlanModel m = plan_model_from_hf_config(deepseek_v3_config(), "v3.json", 1);
+  const auto plans = plan_layouts(m, shipped("h100-8x-nvlink.json"), PlanWorkload{});
+  try {
+    choose_runtime_layout(plans, 8, true, true, 0);
+    ADD_FAILURE() << "DeepSeek-V3 does not fit 8x H100";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("no layout this runtime runs on 8 ranks fits"), std::string::npos) << what;
+    EXPECT_NE(what.find("DP8-attn+EP8: "), std::string::npos) << what;
+    EXPECT_NE(what.find("short by"), std::string::npos) << what;
+  }
 }
 
 }  // namespace

@@ -11,80 +11,13 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "model/plan_model.h"
 #include "parallel/planner.h"
 #include "tools/common.h"
 
 namespace fp::tools {
 
 namespace {
-
-nlohmann::json read_json(const std::string& path) {
-  std::ifstream in(path);
-  FP_CHECK(in, path, ": cannot open");
-  try {
-    return nlohmann::json::parse(in);
-  } catch (const std::exception& e) {
-    fail(path, ": not valid JSON (", e.what(), ")");
-  }
-}
-
-// A model from its file: layer matrices split, routed experts ("_exps") and shared experts
-// ("_shexp") counted apart, routers and everything else replicated.
-PlanModel model_from_file(const std::string& path) {
-  LoadOptions lo;
-  lo.prefault = false;
-  auto f = load_model_file(path, lo);
-  const ModelConfig& c = f->config;
-  PlanModel m;
-  m.name = c.name.empty() ? path : c.name;
-  m.n_layers = c.n_layers;
-  m.dim = c.dim;
-  m.n_heads = c.n_heads;
-  m.n_kv_heads = c.mla.kv_lora_rank > 0 ? c.n_heads : c.n_kv_heads;
-  m.head_dim = c.head_dim;
-  m.ff = c.hidden_dim;
-  m.kv_lora_rank = c.mla.kv_lora_rank;
-  m.rope_dim = c.rot_dim;
-  m.v_head_dim = c.v_head_dim;
-  m.n_experts = c.moe.n_experts;
-  m.n_used = c.moe.n_used;
-  double routed_bytes = 0, routed_flops = 0;
-  for (const auto& [name, t] : f->tensors) {
-    const double bytes = static_cast<double>(t.nbytes()), flops = 2.0 * static_cast<double>(t.numel());
-    const bool layer = name.rfind("blk.", 0) == 0;
-    if (layer && name.find("_exps") != std::string::npos) {
-      routed_bytes += bytes;
-      routed_flops += flops;
-    } else if (layer && name.find("_shexp") != std::string::npos) {
-      m.shared_bytes += bytes;
-      if (t.ndim == 2) m.shared_flops += flops;
-    } else if (name == "token_embd.weight") {
-      m.embedding_bytes = bytes;
-      if (c.tied_output) {
-        m.output_bytes = bytes;
-        m.matmul_flops_per_token += flops;
-      }
-    } else if (name == "output.weight") {
-      m.output_bytes = bytes;
-      m.matmul_flops_per_token += flops;
-    } else {
-      const bool router = name.find("ffn_gate_inp") != std::string::npos;
-      if (router && t.ndim == 2) ++m.n_moe_layers;
-      (layer && t.ndim == 2 && !router ? m.split_bytes : m.replicated_bytes) += bytes;
-      if (t.ndim == 2) m.matmul_flops_per_token += flops;
-    }
-  }
-  m.tied_output = c.tied_output;
-  m.vocab = c.n_vocab;
-  if (m.moe()) {
-    FP_CHECK(m.n_moe_layers > 0, path, ": ", c.arch, " has ", m.n_experts, " experts but no router tensors (ffn_gate_inp)");
-    const double n = static_cast<double>(m.n_moe_layers * m.n_experts);
-    m.expert_bytes = routed_bytes / n;
-    m.expert_flops = routed_flops / n;
-    m.ff = std::max(m.ff, (m.n_used + c.moe.n_shared) * c.moe.ff);
-  }
-  return m;
-}
 
 // A phase's throughput with two overlapped micro-batches, or "-".
 std::string overlapped(const PhaseCost& c) {
@@ -226,9 +159,9 @@ void add_plan(CLI::App& app) {
   cmd->add_flag("--json", o->json, "print the layouts as JSON");
   cmd->callback([o] {
     const bool config_only = o->model.size() > 5 && o->model.substr(o->model.size() - 5) == ".json";
-    const PlanModel m = config_only ? plan_model_from_hf_config(read_json(o->model), o->model, o->weight_bytes)
-                                    : model_from_file(o->model);
-    const PlanHardware hw = hardware_from_json(read_json(o->hardware), o->hardware);
+    const PlanModel m = config_only ? plan_model_from_hf_config(read_json_file(o->model), o->model, o->weight_bytes)
+                                    : plan_model_from_file(o->model);
+    const PlanHardware hw = hardware_from_json(read_json_file(o->hardware), o->hardware);
     const std::vector<LayoutPlan> plans = plan_layouts(m, hw, o->work);
     if (!best_prefill(plans)) {
       std::string why;

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
 #include <unistd.h>
 
 #include "core/cpu_affinity.h"
@@ -13,7 +14,9 @@
 #include "core/thread_pool.h"
 #include "kernels/ledger.h"
 #include "kernels/registry.h"
+#include "model/plan_model.h"
 #include "parallel/communicator.h"
+#include "parallel/layout_choice.h"
 
 namespace fp::tools {
 
@@ -54,7 +57,53 @@ void add_common(CLI::App* app, CommonOptions& o, bool model_required) {
   app->add_option("--device", o.device, "where the model runs: cpu or cuda (weights, KV cache and every op on the GPU)")
       ->capture_default_str();
   app->add_flag("--no-cuda-graphs", o.no_cuda_graphs, "on --device cuda, run every decode step eagerly instead of replaying recorded CUDA graphs");
+  auto* plan = app->add_option("--parallel-plan", o.parallel_plan,
+                               "choose the parallel sizes with the planner for this machine description (hardware/*.json, "
+                               "its devices taken as the ranks): the best decode layout this runtime runs, then the best "
+                               "prefill layout with it (instead of --tp / --ep / --pcp / --data-parallel-attention)");
+  app->add_option("--plan-concurrency", o.plan_concurrency, "the decode concurrency --parallel-plan plans for")
+      ->check(CLI::Range(1, 1 << 20))
+      ->needs(plan);
 }
+
+nlohmann::json read_json_file(const std::string& path) {
+  std::ifstream in(path);
+  FP_CHECK(in, path, ": cannot open");
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    fail(path, ": not valid JSON (", e.what(), ")");
+  }
+}
+
+namespace {
+
+// --parallel-plan: the planner's layout for this model on the described machine, with as many
+// devices as ranks were launched, turned into the parallel sizes (parallel/layout_choice.h).
+void apply_parallel_plan(CommonOptions& o, const std::string& model_path) {
+  FP_CHECK(o.tensor_parallel == 1 && o.expert_parallel == 1 && o.context_parallel == 1 && !o.data_parallel_attention,
+           "--parallel-plan chooses the parallel sizes itself: give it without --tensor-parallel-size, "
+           "--expert-parallel-size, --prefill-context-parallel-size and --data-parallel-attention");
+  const int ranks = launched_world_size();
+  const PlanModel m = plan_model_from_file(model_path);
+  PlanHardware hw = hardware_from_json(read_json_file(o.parallel_plan), o.parallel_plan);
+  const int described = hw.devices;
+  hw.devices = ranks;  // the ranks launched, each one device as the file describes it
+  PlanWorkload w;
+  w.concurrency = {o.plan_concurrency};
+  const std::vector<LayoutPlan> plans = plan_layouts(m, hw, w);
+  const LayoutChoice c = choose_runtime_layout(plans, ranks, m.moe(), m.mla(), 0);
+  o.tensor_parallel = c.tp;
+  o.expert_parallel = c.ep;
+  o.context_parallel = c.cp;
+  o.data_parallel_attention = c.dp_attention;
+  if (launched_rank() == 0 && !o.quiet)
+    log_info("parallel plan for ", ranks, " rank(s) of ", hw.name, described != ranks ? " (the file describes " +
+             std::to_string(described) + " devices)" : std::string(), ", ", w.input_len, " in / ", w.output_len,
+             " out at concurrency ", o.plan_concurrency, ": ", c.why);
+}
+
+}  // namespace
 
 bool is_output_rank() {
   const Communicator* w = current_world();
@@ -84,7 +133,10 @@ void apply_runtime(const CommonOptions& o) {
   Ledger::global().set_profiling(o.profile);
 }
 
-std::unique_ptr<Model> load_with(const CommonOptions& o) {
+std::unique_ptr<Model> load_with(const CommonOptions& options) {
+  CommonOptions o = options;
+  std::string path = o.model.empty() ? default_model_path() : o.model;
+  if (!o.parallel_plan.empty()) apply_parallel_plan(o, path);
   FP_CHECK(!o.data_parallel_attention || o.expert_parallel > 1,
            "--data-parallel-attention splits the attention by sequences beside --expert-parallel-size N (N > 1, "
            "under mpirun -np N); it was given without it");
@@ -103,7 +155,6 @@ std::unique_ptr<Model> load_with(const CommonOptions& o) {
   lo.micro_batch_overlap = o.micro_batch_overlap;
   // Split across ranks, each touches only the pages of its slices (prefaulting would read all).
   if (world->size() > 1) lo.prefault = false;
-  std::string path = o.model.empty() ? default_model_path() : o.model;
   // GPU ranks talk through NCCL (bootstrapped over the MPI world); CPU ranks through MPI.
   std::shared_ptr<Communicator> comm = world;
   if (world->size() > 1 && lo.device != Device::CPU) comm = open_device_communicator(device_name(lo.device), world);

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "model/model.h"
 
 namespace fp::tools {
@@ -30,7 +32,12 @@ struct CommonOptions {
   int64_t micro_batch_overlap = 0;  // steps of at least this many tokens split in two overlapped micro-batches
   std::string device = "cpu";      // where the model runs: cpu or cuda
   bool no_cuda_graphs = false;
+  std::string parallel_plan;       // hardware/*.json: the planner picks the parallel sizes (parallel/layout_choice.h)
+  int plan_concurrency = 16;       // the decode concurrency it plans for
 };
+
+// A JSON file, parsed; errors name the file.
+nlohmann::json read_json_file(const std::string& path);
 
 // Adds -m, --tokenizer, -t, --kernel, --profile, -q, --mmap, --no-mmap, --no-repack, --tensor-parallel-size,
 // --expert-parallel-size, --prefill-context-parallel-size, --device to a subcommand.

@@ -141,6 +141,17 @@ err=$("$bin" logits -m "$ds" --tokens "$ds_toks" --out "$tmp/x.f32" -t 1 --data-
 err=$("$bin" logits -m "$ds" --tokens "$ds_toks" --out "$tmp/x.f32" -t 1 --expert-parallel-size 2 2>&1); rc=$?
 [ $rc != 0 ] && grep -q "expert-parallel-size 2 but the MPI world has 1 rank" <<<"$err"; check "EP 2 without mpirun is refused" $?
 
+# --parallel-plan: the planner picks the sizes for this machine (the shipped CPU file): the text is
+# one rank's, the choice and its reason are logged, and explicit sizes beside it are refused.
+one=$("$bin" "${gen[@]}" -q)
+err=$(run2 2 "$bin" "${gen[@]}" --parallel-plan "$src/hardware/cpu-2rank-this-vm.json" 2>&1 >"$tmp/plan.txt")
+[ -n "$one" ] && [ "$one" = "$(cat "$tmp/plan.txt")" ] && grep -q "parallel plan for 2 rank(s) of this VM" <<<"$err" &&
+  grep -qE "decode TP2, prefill (TP2|CP2) \(--tp 2( --pcp 2)?\)" <<<"$err" && grep -q "decode candidates:" <<<"$err"
+check "generate --parallel-plan: the planner's layout, one rank's text" $?
+err=$(run2 2 "$bin" "${gen[@]}" --parallel-plan "$src/hardware/cpu-2rank-this-vm.json" --tp 2 2>&1); rc=$?
+[ $rc != 0 ] && grep -q "parallel-plan chooses the parallel sizes itself" <<<"$err"
+check "--parallel-plan with --tp is refused" $?
+
 # Ranks bound to a core each (mpirun's default for -np 2, forced here): two threads per rank are
 # said to take turns on one CPU, and bench measures the ceiling on both ranks' CPUs, not on
 # rank 0's core alone.
