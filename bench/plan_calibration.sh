@@ -6,7 +6,7 @@
 #   roofline    a hardware file from the ceilings bench reported (read bandwidth; int8 GOP/s for
 #               Q8_0/Q4 weights, f32 FMA GFLOP/s otherwise), no efficiencies: the upper bound.
 #               Under mpirun bench reports the machine's ceiling (all ranks together), so each of
-#               the 2 devices gets half of it. Link figures from the shipped file.
+#               the 2 devices gets half of it. The link as `fastpath bench-comm` measures it.
 #   calibrated  the same with compute_efficiency / bandwidth_efficiency fitted on the 1-rank run
 #               only (measured prefill / roofline prefill, measured decode / roofline decode): its
 #               2-rank rows are a prediction of runs the fit never saw — the error that counts.
@@ -27,6 +27,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_va
 echo "$(date -u '+%F %T UTC'), load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 "$bin" bench -q --json --no-mmap -m "$model" -p 128 -n "$gen" -t 2 -r "$reps" > "$tmp/r1.json"
 mpirun --oversubscribe -np 2 "$bin" bench -q --json --no-mmap -m "$model" -p 128 -n "$gen" --tp 2 -t 1 -r "$reps" > "$tmp/r2.json"
+mpirun --oversubscribe -np 2 "$bin" bench-comm -q --json > "$tmp/comm.json"
 echo "load average after:  $(cut -d' ' -f1-3 /proc/loadavg)"
 
 python3 - "$tmp" "$bin" "$model" "$gen" hardware/cpu-2rank-this-vm.json <<'EOF'
@@ -34,6 +35,10 @@ import json, subprocess, sys
 tmp, binary, model, gen, shipped_path = sys.argv[1:6]
 shipped = json.load(open(shipped_path))
 r1, r2 = (json.load(open(f"{tmp}/{n}.json")) for n in ("r1", "r2"))
+# The link between the 2 ranks, measured (bench-comm): used by the measured files instead of the
+# shipped file's figures.
+link = dict(shipped["interconnect"], kind="shared memory (OpenMPI vader), measured by bench-comm",
+            **json.load(open(f"{tmp}/comm.json"))["interconnect"])
 
 def plan(hw, input_len, output_len):
     path = f"{tmp}/hw.json"
@@ -53,7 +58,7 @@ def hardware(run, devices, **extra):
     c = run["ceiling"]  # the machine's (under mpirun: every rank's together)
     integer = any(q in run.get("weight_types", "").lower() for q in ("q8_", "q4_", "q5_", "q6_"))
     peak = (c["int8_gops"] if integer else c["fma_gflops"]) / 1000
-    return dict(shipped, name=f"measured, {devices} device(s)", devices=devices,
+    return dict(shipped, name=f"measured, {devices} device(s)", devices=devices, interconnect=link,
                 memory_bandwidth_gbps=c["read_gbps"] / devices, compute_tflops=peak / devices, **extra)
 
 roof1 = hardware(r1, 1)
@@ -76,6 +81,8 @@ print(f"fitted on the 1-rank run: compute_efficiency {eff['compute_efficiency']:
       "unless a fraction was capped at 1)")
 print("calibrated hardware file for 2 ranks (save it to plan other layouts of this model type here):")
 print(json.dumps(dict(hardware(r2, 2, **eff), name="this VM: 2 MPI ranks x 1 thread, calibrated"), sort_keys=True))
+print(f"link between the 2 ranks (bench-comm): {link['bandwidth_gbps']:.2f} GB/s bus bandwidth, "
+      f"{link['latency_us']:.2f} us per ring step")
 for name, run in (("1 rank x 2 threads", r1), ("2 ranks (all ranks together)", r2)):
     c = run["ceiling"]
     print(f"ceilings bench reported, {name}: read {c['read_gbps']:.1f} GB/s, f32 FMA {c['fma_gflops']:.0f} GFLOP/s, "

@@ -192,5 +192,28 @@ TEST(CliGenerate, BatchFileGivesEachPromptsOwnTextInOrder) {
   EXPECT_NE(out.find("bad.jsonl:2: field 'temperature'"), std::string::npos) << out;
 }
 
+// bench-comm on one rank: every op and size reported (nothing crosses a link: bus bandwidth 0),
+// sizes parsed with their units, a bad size named.
+TEST(CliBenchComm, OneRankReportsEveryOpAndSize) {
+  int rc = -1;
+  std::string out = test::run_command(test::fastpath_bin() + " bench-comm -q --json --sizes 4,1K,64KiB --iters 3", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  auto j = nlohmann::json::parse(out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << out;
+  EXPECT_EQ(j["ranks"], 1);
+  EXPECT_EQ(j["backend"], "single");
+  ASSERT_EQ(j["results"].size(), 6u) << out;
+  const int64_t want[] = {4, 1024, 65536};
+  for (size_t i = 0; i < 6; ++i) {
+    EXPECT_EQ(j["results"][i]["op"], i < 3 ? "all_reduce" : "all_gather");
+    EXPECT_EQ(j["results"][i]["bytes"].get<int64_t>(), want[i % 3]);
+    EXPECT_GT(j["results"][i]["seconds"].get<double>(), 0.0);
+    EXPECT_EQ(j["results"][i]["busbw_gbps"].get<double>(), 0.0) << "one rank moves nothing over a link";
+  }
+  out = test::run_command(test::fastpath_bin() + " bench-comm --sizes 12Q 2>&1", &rc);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("--sizes: '12Q' is not a size"), std::string::npos) << out;
+}
+
 }  // namespace
 }  // namespace fp

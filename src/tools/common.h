@@ -59,5 +59,6 @@ void add_audit(CLI::App& app);
 void add_bench_serve(CLI::App& app);
 void add_serve(CLI::App& app);
 void add_plan(CLI::App& app);
+void add_bench_comm(CLI::App& app);
 
 }  // namespace fp::tools

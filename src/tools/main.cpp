@@ -25,6 +25,7 @@ int run(int argc, char** argv, bool& failed) {
   fp::tools::add_bench_serve(app);
   fp::tools::add_serve(app);
   fp::tools::add_plan(app);
+  fp::tools::add_bench_comm(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -152,6 +152,21 @@ err=$(run2 2 "$bin" "${gen[@]}" --parallel-plan "$src/hardware/cpu-2rank-this-vm
 [ $rc != 0 ] && grep -q "parallel-plan chooses the parallel sizes itself" <<<"$err"
 check "--parallel-plan with --tp is refused" $?
 
+# bench-comm across 2 ranks: both ops at both sizes, bus bandwidth over a link, and the
+# interconnect figures a hardware file takes.
+out=$(run2 2 "$bin" bench-comm -q --json --sizes 4,64K --iters 3)
+python3 - "$out" <<'PY'
+import json, sys
+j = json.loads(sys.argv[1])
+r = j["results"]
+assert j["ranks"] == 2 and j["backend"] == "mpi", j
+assert [(x["op"], x["bytes"]) for x in r] == [("all_reduce", 4), ("all_reduce", 65536), ("all_gather", 4), ("all_gather", 65536)], r
+assert all(x["seconds"] > 0 and x["busbw_gbps"] > 0 for x in r), r
+assert abs(r[1]["busbw_gbps"] - r[1]["algbw_gbps"]) < 1e-9 * r[1]["algbw_gbps"], "2 ranks: all-reduce busbw = algbw"
+assert j["interconnect"]["bandwidth_gbps"] > 0 and j["interconnect"]["latency_us"] > 0, j
+PY
+check "bench-comm over 2 ranks: all-reduce and all-gather bandwidths and the link figures" $?
+
 # Ranks bound to a core each (mpirun's default for -np 2, forced here): two threads per rank are
 # said to take turns on one CPU, and bench measures the ceiling on both ranks' CPUs, not on
 # rank 0's core alone.
