@@ -3,5 +3,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${1:-build}; shift || true
-[ -f "$dir/build.ninja" ] || cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "$@"
+# Configure once; again whenever cmake arguments are given (an existing build directory takes them).
+if [ ! -f "$dir/build.ninja" ] || [ $# -gt 0 ]; then cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "$@"; fi
 cmake --build "$dir" -j "$(nproc)"

@@ -59,27 +59,34 @@ TEST(CpuAffinity, ThreadsForARankAndWhatItIsTold) {
   CpuSet machine;
   for (int c = 0; c < 16; ++c) machine.add(c);
   // One process: its mask.
-  EXPECT_EQ(threads_for_rank(0, 1, machine, 16, &why), 16);
-  EXPECT_EQ(threads_for_rank(0, 1, cpus_of({2, 3, 4, 5}), 16, &why), 4) << "taskset -c 2-5";
+  EXPECT_EQ(threads_for_rank(0, 1, 1, machine, 16, &why), 16);
+  EXPECT_EQ(threads_for_rank(0, 1, 1, cpus_of({2, 3, 4, 5}), 16, &why), 4) << "taskset -c 2-5";
   EXPECT_TRUE(why.empty());
-  // Two ranks not bound (mpirun --bind-to none): each its share.
-  EXPECT_EQ(threads_for_rank(0, 2, machine, 16, &why), 8);
+  // Two ranks not bound (mpirun --bind-to none): both may use every CPU, each takes half.
+  EXPECT_EQ(threads_for_rank(0, 2, 2, machine, 16, &why), 8);
+  // ... inside taskset -c 0-3 (or a container's cpuset): half of those 4, not half of the machine.
+  EXPECT_EQ(threads_for_rank(0, 2, 2, cpus_of({0, 1, 2, 3}), 16, &why), 2);
   EXPECT_TRUE(why.empty());
   // Two ranks bound to a core each (mpirun's default for -np 2): one thread, and why.
-  EXPECT_EQ(threads_for_rank(0, 2, cpus_of({1}), 16, &why), 1);
+  EXPECT_EQ(threads_for_rank(0, 2, 1, cpus_of({1}), 16, &why), 1);
   ASSERT_EQ(why.size(), 1u);
   EXPECT_NE(why[0].find("1 CPU(s) (1) of this machine's 16, shared by 2 ranks"), std::string::npos) << why[0];
   EXPECT_NE(why[0].find("--bind-to none, or --map-by slot:PE=8"), std::string::npos) << why[0];
   why.clear();
   // The same with -t 8: eight threads on one core, said too.
-  EXPECT_EQ(threads_for_rank(8, 2, cpus_of({1}), 16, &why), 8) << "an explicit count is kept";
+  EXPECT_EQ(threads_for_rank(8, 2, 1, cpus_of({1}), 16, &why), 8) << "an explicit count is kept";
   ASSERT_EQ(why.size(), 2u);
   EXPECT_NE(why[1].find("8 threads on 1 CPU(s) (1)"), std::string::npos) << why[1];
   why.clear();
+  // -t 4 on each of two unbound ranks of a 4-CPU mask: 8 threads on 4 CPUs.
+  EXPECT_EQ(threads_for_rank(4, 2, 2, cpus_of({0, 1, 2, 3}), 16, &why), 4);
+  ASSERT_EQ(why.size(), 1u);
+  EXPECT_NE(why[0].find("shared with 1 other rank(s): they take turns. Fewer threads (-t 2)"), std::string::npos) << why[0];
+  why.clear();
   // Two ranks on a 2-CPU machine, one core each: exactly their share, nothing to say.
-  EXPECT_EQ(threads_for_rank(0, 2, cpus_of({0}), 2, &why), 1);
+  EXPECT_EQ(threads_for_rank(0, 2, 1, cpus_of({0}), 2, &why), 1);
   EXPECT_TRUE(why.empty());
-  EXPECT_EQ(threads_for_rank(0, 3, machine, 2, nullptr), 1) << "more ranks than CPUs: one thread each";
+  EXPECT_EQ(threads_for_rank(0, 3, 3, cpus_of({0, 1}), 2, nullptr), 1) << "more ranks than CPUs: one thread each";
 }
 
 }  // namespace

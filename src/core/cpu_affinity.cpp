@@ -69,19 +69,23 @@ bool set_thread_cpus(const CpuSet& cpus) {
   return sched_setaffinity(0, sizeof set, &set) == 0;
 }
 
-int threads_for_rank(int requested, int local_ranks, const CpuSet& cpus, int online, std::vector<std::string>* warnings) {
-  const int mine = std::max(1, cpus.count()), ranks = std::max(1, local_ranks), share = std::max(1, online / ranks);
-  const int threads = requested > 0 ? requested : ranks > 1 ? std::min(mine, share) : mine;
+int threads_for_rank(int requested, int local_ranks, int sharing, const CpuSet& cpus, int online,
+                     std::vector<std::string>* warnings) {
+  const int mine = std::max(1, cpus.count()), ranks = std::max(1, local_ranks);
+  const int sharers = std::clamp(sharing, 1, ranks), per_rank = std::max(1, mine / sharers);
+  const int threads = requested > 0 ? requested : per_rank;
   if (!warnings) return threads;
   const std::string where = std::to_string(mine) + " CPU(s) (" + cpus.text() + ")";
-  if (ranks > 1 && mine < share)
+  const int share = std::max(1, online / ranks);
+  if (ranks > 1 && sharers == 1 && mine < share)
     warnings->push_back("this rank may run on " + where + " of this machine's " + std::to_string(online) + ", shared by " +
                         std::to_string(ranks) + " ranks: its launcher bound it (mpirun binds each rank to one core when it "
                         "starts two or fewer). For each rank's share of " + std::to_string(share) +
                         ": mpirun --bind-to none, or --map-by slot:PE=" + std::to_string(share));
-  if (threads > mine)
-    warnings->push_back(std::to_string(threads) + " threads on " + where +
-                        ", this process's affinity: they take turns. Fewer threads (-t " + std::to_string(mine) +
+  if (threads > per_rank)
+    warnings->push_back(std::to_string(threads) + " threads on " + where + ", this process's affinity" +
+                        (sharers > 1 ? ", shared with " + std::to_string(sharers - 1) + " other rank(s)" : std::string()) +
+                        ": they take turns. Fewer threads (-t " + std::to_string(per_rank) +
                         "), or a wider binding (mpirun --bind-to none / --map-by slot:PE=" + std::to_string(threads) +
                         "; taskset)");
   return threads;

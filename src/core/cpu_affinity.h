@@ -30,10 +30,13 @@ bool set_thread_cpus(const CpuSet& cpus);
 int online_cpus();
 
 // The kernels' thread count for a process allowed `cpus` of this machine's `online` CPUs, one of
-// `local_ranks` ranks here: `requested` when > 0, else the mask's CPUs, for one of several ranks
-// at most its share of the machine. `warnings` (when given) receives what a user should know: a
-// rank left fewer CPUs than its share by its launcher, or more threads than the mask holds
-// (threads taking turns on one core, a slow path nothing else would show).
-int threads_for_rank(int requested, int local_ranks, const CpuSet& cpus, int online, std::vector<std::string>* warnings);
+// `local_ranks` ranks here, `sharing` of which (itself included) may run on CPUs of its mask: 1
+// when each rank has CPUs of its own (mpirun's per-core binding), all of them when none is bound.
+// `requested` when > 0, else the mask's CPUs divided among the ranks sharing them. `warnings`
+// (when given) receives what a user should know: ranks bound to fewer CPUs than their share of
+// the machine, or more threads than the CPUs they have (threads taking turns on a core, a slow
+// path nothing else would show).
+int threads_for_rank(int requested, int local_ranks, int sharing, const CpuSet& cpus, int online,
+                     std::vector<std::string>* warnings);
 
 }  // namespace fp

@@ -31,9 +31,20 @@ void ContextParallelStep::begin(Communicator* comm, const ForwardBatch& b, int64
   run_.assign_tokens(b, mine[0].t0, mine[0].t1);
   run_.append_tokens(b, mine[1].t0, mine[1].t1);
   b.slots(page_size, slots_);
-  kv_layer_ = -1;  // a step that failed between start_kv and finish_kv left nothing to finish
+  settle();
   mine_.clear();
   for (const Piece& p : mine) mine_.insert(mine_.end(), slots_.begin() + p.t0, slots_.begin() + p.t1);
+}
+
+void ContextParallelStep::settle() noexcept {
+  if (kv_layer_ < 0) return;
+  try {
+    if (comm_ && kv_handle_ != Communicator::kDone) comm_->wait(kv_handle_);
+  } catch (...) {
+    // The communicator failed too: nothing more to wait for.
+  }
+  kv_layer_ = -1;
+  kv_handle_ = Communicator::kDone;
 }
 
 void ContextParallelStep::start_kv(KvPool& pool, int64_t layer, const float* k, const float* v) {

@@ -50,6 +50,10 @@ class ContextParallelStep {
   }
   // Lets the started exchange advance (between the caller's matmuls).
   void progress() { comm_->progress(); }
+  ContextParallelStep() = default;
+  ContextParallelStep(const ContextParallelStep&) = delete;
+  ContextParallelStep& operator=(const ContextParallelStep&) = delete;
+  ~ContextParallelStep() { settle(); }
   // The hidden rows of the batch's logit_rows, from whichever rank's run holds them (x: this
   // rank's [padded_rows, dim]), into out [logit_rows, dim]; returns how many.
   int64_t gather_logit_rows(const float* x, int64_t dim, float* out);
@@ -61,6 +65,9 @@ class ContextParallelStep {
     int64_t t0, t1, row;  // tokens [t0, t1) sit at row `row` of their rank's buffers
   };
   std::array<Piece, 2> pieces(int rank) const;
+  // A step that failed between start_kv and finish_kv left its gather in flight, writing into
+  // kv_all_: waits for it (the other ranks started it too) before the buffers change or go.
+  void settle() noexcept;
   Communicator* comm_ = nullptr;
   const ForwardBatch* batch_ = nullptr;
   int64_t n_ = 0, chunk_ = 0;

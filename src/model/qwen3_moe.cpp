@@ -239,6 +239,7 @@ class Qwen3MoeModel : public Model {
     dispatch(RopeArgs{r.k, pos, n, hd.KH, c.head_dim, c.rot_dim, hd.kv_dim, inv_freq_at_, rope_mscale_, c.rope_style});
     if (cp) cp_.start_kv(pool, layer, r.k, r.v);
     dispatch(MatMulArgs{r.h, n, L.wq, nullptr, r.q, hq});
+    if (cp) cp_.progress();
     dispatch(RmsNormArgs{r.q, L.q_norm, n * hd.H, c.head_dim, c.rms_eps, r.q});
     dispatch(RopeArgs{r.q, pos, n, hd.H, c.head_dim, c.rot_dim, hd.q_dim, inv_freq_at_, rope_mscale_, c.rope_style});
     if (cp) cp_.finish_kv(pool);  // every rank's rows

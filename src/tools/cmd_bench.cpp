@@ -331,12 +331,17 @@ void add_bench(CLI::App& app) {
     } else if (ranks) {
       cpus = CpuSet{};  // only the count adds up across machines
     }
-    const int ceiling_cpus = ranks && !one_machine ? static_cast<int>(sum_over_ranks(thread_cpus().count())) : cpus.count();
+    int ceiling_cpus = ranks && !one_machine ? static_cast<int>(sum_over_ranks(thread_cpus().count())) : cpus.count();
     auto on_rank0 = [&](auto measure) {  // measure() with every rank's threads on rank 0; its result everywhere
       decltype(measure()) v{};
       if (ranks->rank() == 0) {
         const CpuSet own = thread_cpus();
         const bool widened = !(cpus == own) && set_thread_cpus(cpus);  // the pool's new threads inherit it
+        if (!(cpus == own) && !widened) {
+          log_warn("ceiling: rank 0 may not run on the ranks' CPUs (", cpus.text(), "); measured on its own (", own.text(),
+                   ")");
+          ceiling_cpus = own.count();
+        }
         set_num_threads(threads * ranks->size());
         v = measure();
         if (widened) set_thread_cpus(own);

@@ -47,7 +47,7 @@ int64_t parse_bytes(const std::string& s) {
   const std::string unit = s.substr(used);
   const double scale = unit.empty() || unit == "B" ? 1 : unit == "K" || unit == "KiB" ? 1024.0
                      : unit == "M" || unit == "MiB" ? 1048576.0 : unit == "G" || unit == "GiB" ? 1073741824.0 : -1;
-  FP_CHECK(scale > 0 && v > 0 && v * scale <= 1073741824.0 * 4, "--sizes: '", s, "' is not a size from 1 byte to 4G");
+  FP_CHECK(scale > 0 && v > 0 && v * scale <= 1073741824.0, "--sizes: '", s, "' is not a size from 1 byte to 1G");
   return std::max<int64_t>(4, static_cast<int64_t>(v * scale) / 4 * 4);  // whole f32 values
 }
 
@@ -62,7 +62,9 @@ void add_bench_comm_impl(CLI::App& app) {
   auto* cmd = app.add_subcommand("bench-comm",
                                  "time the collectives between the ranks (mpirun -np N; nccl-tests' figures) and print the "
                                  "interconnect figures for a hardware file");
-  cmd->add_option("--sizes", o->sizes, "message sizes per rank (bytes, or with K, M, G), e.g. 4,64K,16M")->delimiter(',');
+  cmd->add_option("--sizes", o->sizes,
+                  "message sizes per rank (bytes, or with K, M, G; rounded down to whole f32 values), e.g. 4,64K,16M")
+      ->delimiter(',');
   cmd->add_option("--iters", o->iters, "timed calls per size (median of the slowest rank's times)")->check(CLI::Range(1, 100000));
   cmd->add_option("--warmup", o->warmup, "untimed calls per size")->check(CLI::Range(0, 1000));
   cmd->add_option("--device", o->device, "where the buffers live: cpu (MPI between the ranks) or cuda (NCCL)")
@@ -79,7 +81,7 @@ void add_bench_comm_impl(CLI::App& app) {
     if (dev != Device::CPU) {
       const std::string why = device_unavailable(dev);
       FP_CHECK(why.empty(), "--device ", o->device, ": ", why);
-      if (n > 1) comm = open_device_communicator(device_name(dev), world);
+      comm = open_device_communicator(device_name(dev), world);  // NCCL, one rank too (device buffers)
     }
     if (world->rank() != 0) set_log_level(LogLevel::Error);
     std::vector<int64_t> sizes;

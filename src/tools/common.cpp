@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <unistd.h>
 
@@ -110,6 +111,33 @@ bool is_output_rank() {
   return w ? w->rank() == 0 : launched_rank() == 0;
 }
 
+namespace {
+
+// How many ranks of this machine (this one included) may run on CPUs this rank's mask holds:
+// the ranks' hosts and masks exchanged over the world (a setup step, outside the ledger).
+int ranks_sharing_my_cpus() {
+  Communicator* w = current_world();
+  if (!w || w->size() <= 1) return 1;
+  struct Mine {
+    char host[64] = {};
+    CpuSet cpus;
+  } mine;
+  ::gethostname(mine.host, sizeof mine.host - 1);
+  mine.cpus = thread_cpus();
+  std::vector<Mine> all(static_cast<size_t>(w->size()));
+  w->all_gather(&mine, all.data(), static_cast<int64_t>(sizeof mine));
+  int sharing = 0;
+  for (const Mine& r : all) {
+    if (std::strncmp(r.host, mine.host, sizeof mine.host) != 0) continue;
+    bool overlap = false;
+    for (int i = 0; i < CpuSet::kWords && !overlap; ++i) overlap = (r.cpus.words[i] & mine.cpus.words[i]) != 0;
+    sharing += overlap;
+  }
+  return std::max(1, sharing);
+}
+
+}  // namespace
+
 void apply_runtime(const CommonOptions& o) {
   if (o.quiet) set_log_level(LogLevel::Error);
   if (!is_output_rank()) {
@@ -123,7 +151,8 @@ void apply_runtime(const CommonOptions& o) {
     }
   }
   std::vector<std::string> why;
-  set_num_threads(threads_for_rank(o.threads, launched_local_size(), thread_cpus(), online_cpus(), &why));
+  set_num_threads(threads_for_rank(o.threads, launched_local_size(), ranks_sharing_my_cpus(), thread_cpus(), online_cpus(),
+                                   &why));
   for (const std::string& w : why) log_warn(w);
   for (const auto& kv : o.kernels) {
     auto eq = kv.find('=');
