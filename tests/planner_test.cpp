@@ -504,22 +504,42 @@ TEST(LayoutChoice, DenseModelTakesTensorParallelDecodeAndTheFasterPrefill) {
   const PlanModel m = small_model();
   PlanWorkload w;
   w.concurrency = {16};
-  const auto plans = plan_layouts(m, two_devices(), w);
+  PlanHardware hw = two_devices();
+  hw.link_gbps = 0.5;  // a slow link: TP2's all-reduces weigh on prefill
+  const auto plans = plan_layouts(m, hw, w);
   const LayoutChoice c = choose_runtime_layout(plans, 2, false, false, 0);
   EXPECT_EQ(c.decode->layout.name, "TP2") << "the only runnable decode layout of a dense model on 2 ranks";
   EXPECT_EQ(c.tp, 2);
   EXPECT_EQ(c.ep, 1);
   EXPECT_FALSE(c.dp_attention);
-  // Prefill: CP2 or TP2, whichever the planner predicts faster; the sizes and flags follow.
-  const bool cp_faster = named(plans, "CP2").prefill.tokens_per_s > named(plans, "TP2").prefill.tokens_per_s;
+  // Prefill: CP2 when the planner predicts it at least 5% faster than TP2, else TP2; the sizes
+  // and flags follow.
+  const bool cp_faster = named(plans, "CP2").prefill.tokens_per_s >= 1.05 * named(plans, "TP2").prefill.tokens_per_s;
   EXPECT_EQ(c.prefill->layout.name, cp_faster ? "CP2" : "TP2");
   EXPECT_EQ(c.cp, cp_faster ? 2 : 1);
   EXPECT_EQ(c.flags, cp_faster ? "--tp 2 --pcp 2" : "--tp 2");
   EXPECT_NE(c.why.find("decode candidates:\n    TP2 "), std::string::npos) << c.why;
   EXPECT_NE(c.why.find("CP2 "), std::string::npos) << c.why;
-  // Over the 10 GB/s link TP2's all-reduces dominate prefill (two per layer of every token's
-  // hidden state) where CP2 moves only K/V rows: CP2 is the pick here.
+  // Over the 0.5 GB/s link TP2's all-reduces (two per layer of every token's hidden state) cost
+  // far more than CP2's K/V rows: CP2 is the pick here.
   EXPECT_TRUE(cp_faster);
+}
+
+// Within 5% the decode layout serves prefill too, and the log says why CP was passed over.
+TEST(LayoutChoice, ContextParallelPrefillMustBeClearlyFaster) {
+  PlanHardware hw = two_devices();
+  hw.link_gbps = 1e6;  // a link so fast that TP2 and CP2 prefill differ by little
+  hw.link_latency_us = 0;
+  PlanWorkload w;
+  w.concurrency = {16};
+  const auto plans = plan_layouts(small_model(), hw, w);
+  const double cp = named(plans, "CP2").prefill.tokens_per_s, tp = named(plans, "TP2").prefill.tokens_per_s;
+  ASSERT_GT(cp, tp) << "CP2 still ahead, by less than 5%";
+  ASSERT_LT(cp, 1.05 * tp);
+  const LayoutChoice c = choose_runtime_layout(plans, 2, false, false, 0);
+  EXPECT_EQ(c.prefill->layout.name, "TP2");
+  EXPECT_EQ(c.flags, "--tp 2");
+  EXPECT_NE(c.why.find("less than 5.0% ahead: not worth a second layout"), std::string::npos) << c.why;
 }
 
 TEST(LayoutChoice, OneRankIsTheWholeModel) {
