@@ -1,11 +1,8 @@
 // tests/device_placement_test.cpp — a model placed on a device other than the host.
 //
-// Without a GPU, a host-memory stand-in takes the CUDA device's place: its memory functions
-// are malloc/memcpy and every op gets a "cuda"-backend kernel named "emulated" that runs the CPU
-// reference (the real CUDA kernels refuse, naming the missing GPU). That exercises everything a
-// model does to run on a device except the GPU kernels themselves — weights uploaded once, the
-// batch staged, the KV pool and activations on the device, logits copied back, dispatch scoped
-// to the device and recorded as such in the ledger — against the same model on the CPU.
+// Without a GPU, a host-memory stand-in takes the CUDA device's place (emulated_device.h): every
+// op runs the CPU reference as a "cuda"-backend kernel, which exercises everything a model does
+// to run on a device except the GPU kernels themselves, against the same model on the CPU.
 // With a GPU, the CudaModel tests at the end run the real thing (stories260K, greedy text equal
 // to the CPU's); here they report "skipped: no GPU".
 #include <gtest/gtest.h>
@@ -29,6 +26,7 @@
 #include "model/synth.h"
 #include "kernels/registry.h"
 #include "backend_ops.h"
+#include "emulated_device.h"
 #include "test_util.h"
 
 namespace fp {
@@ -36,150 +34,7 @@ namespace {
 
 const char* kStories = "models/stories260K/stories260K.gguf";
 
-// The stand-in's graphs: while recording, the emulated kernels append their call (arguments by
-// value, as a CUDA kernel's parameters are) to a tape instead of running; a launch replays it.
-using Tape = std::vector<std::function<void()>>;
-Tape* g_recording = nullptr;
-
-// The stand-in's stream, when it defers (EmulatedDevice(true)): kernels, graph launches and
-// queued copies wait in order until the host waits for them — a synchronous copy, a
-// synchronize, a fence, a free — as on a GPU, so host code that reads results it did not wait
-// for sees stale memory, and work the host queues ahead really is ahead.
-struct Stream {
-  std::deque<std::function<void()>> queue;
-  uint64_t queued = 0, ran = 0;  // calls queued and run so far
-  uint64_t waits_with_work_behind = 0;  // fence waits that left later work queued: the host was ahead
-  void push(std::function<void()> f) {
-    queue.push_back(std::move(f));
-    ++queued;
-  }
-  void run_until(uint64_t n) {
-    if (n < queued) ++waits_with_work_behind;
-    while (ran < n && !queue.empty()) {
-      auto f = std::move(queue.front());
-      queue.pop_front();
-      ++ran;
-      f();
-    }
-  }
-  void flush() { run_until(queued); }
-};
-Stream* g_stream = nullptr;
-void flush_stream() {
-  if (g_stream) g_stream->flush();
-}
-
-template <class Args>
-void register_emulated() {
-  for (const auto& k : OpRegistry<Args>::instance().kernels())
-    if (k.backend == Backend::CPU && k.name == "ref") {
-      Kernel<Args> e = k;
-      e.run = [inner = k.run](const Args& a) {
-        if (g_recording) g_recording->push_back([inner, a] { inner(a); });
-        else if (g_stream) g_stream->push([inner, a] { inner(a); });
-        else inner(a);
-      };
-      e.name = "emulated";
-      e.backend = Backend::CUDA;
-      e.priority = -100;  // below the real CUDA kernels, which refuse without a GPU
-      e.reference = false;
-      register_kernel(std::move(e));
-      return;
-    }
-  FAIL() << "no CPU reference kernel for " << Args::kName;
-}
-
-// Swaps the host-memory stand-in in for the CUDA device for the life of the object; with
-// `deferred`, its work waits in a stream (above) until the host waits for it.
-class EmulatedDevice {
- public:
-  explicit EmulatedDevice(bool deferred = false) {
-    static const bool kernels = [] {
-      register_emulated<EmbeddingArgs>();
-      register_emulated<MatMulArgs>();
-      register_emulated<RmsNormArgs>();
-      register_emulated<RopeArgs>();
-      register_emulated<AttentionArgs>();
-      register_emulated<KvWriteArgs>();
-      register_emulated<SiluMulArgs>();
-      register_emulated<AddArgs>();
-      register_emulated<SoftmaxArgs>();
-      register_emulated<ArgmaxArgs>();
-      register_emulated<TokenFeedArgs>();
-      register_emulated<SampleArgs>();
-      register_emulated<MoeRouteArgs>();
-      register_emulated<MoeFfnArgs>();
-      register_emulated<MlaAttentionArgs>();
-      return true;
-    }();
-    (void)kernels;
-    DeviceMemoryOps ops;
-    ops.unavailable = [] { return std::string(); };
-    ops.alloc = [](size_t bytes) { return std::malloc(bytes); };
-    ops.release = [](void* p) {
-      flush_stream();  // as cudaFree, which waits for the device
-      std::free(p);
-    };
-    ops.copy = [](void* dst, const void* src, size_t bytes) {
-      flush_stream();
-      std::memcpy(dst, src, bytes);
-    };
-    ops.fill_zero = [](void* p, size_t bytes) {
-      flush_stream();
-      std::memset(p, 0, bytes);
-    };
-    ops.synchronize = [] { flush_stream(); };
-    ops.copy_async = [](void* dst, const void* src, size_t bytes) {
-      if (g_stream) g_stream->push([dst, src, bytes] { std::memcpy(dst, src, bytes); });
-      else std::memcpy(dst, src, bytes);
-    };
-    ops.alloc_host = [](size_t bytes) { return std::malloc(bytes); };
-    ops.release_host = [](void* p) { std::free(p); };
-    ops.fence = [] { return g_stream ? g_stream->queued : uint64_t{0}; };
-    ops.wait_fence = [](uint64_t f) {
-      if (g_stream) g_stream->run_until(f);
-    };
-    if (deferred) g_stream = &stream_;
-    ops.free_bytes = [] { return static_cast<size_t>(1) << 30; };
-    saved_ = register_device_memory(Device::CUDA, ops);
-    DeviceGraphOps graphs;
-    graphs.begin_capture = [] { g_recording = new Tape; };
-    graphs.end_capture = [] { return static_cast<void*>(std::exchange(g_recording, nullptr)); };
-    graphs.abort_capture = [] { delete std::exchange(g_recording, nullptr); };
-    graphs.launch = [](void* t) {
-      auto* tape = static_cast<Tape*>(t);
-      if (g_stream) g_stream->push([tape] {
-        for (auto& call : *tape) call();
-      });
-      else
-        for (auto& call : *tape) call();
-    };
-    graphs.destroy = [](void* t) {
-      flush_stream();  // a queued launch may still read the tape
-      delete static_cast<Tape*>(t);
-    };
-    saved_graphs_ = register_device_graphs(Device::CUDA, graphs);
-    invalidate_all_dispatch();
-  }
-  ~EmulatedDevice() {
-    flush_stream();
-    g_stream = nullptr;
-    register_device_memory(Device::CUDA, saved_);
-    register_device_graphs(Device::CUDA, saved_graphs_);
-    invalidate_all_dispatch();
-  }
-
- private:
-  DeviceMemoryOps saved_;
-  DeviceGraphOps saved_graphs_;
-  Stream stream_;
-};
-
-#define FP_REQUIRE_NO_GPU()                                                                          \
-  do {                                                                                               \
-    if (device_unavailable(Device::CUDA).empty())                                                    \
-      GTEST_SKIP() << "a GPU is present: the CudaModel tests run the real device instead of a stand-in"; \
-  } while (0)
+using test::EmulatedDevice;
 
 std::unique_ptr<Model> load_on(Device d) {
   LoadOptions lo;
@@ -337,7 +192,7 @@ TEST(DevicePlacement, AsyncSchedulingOnADeferredStreamGivesTheCpuTokens) {
   EXPECT_EQ(serve_prompts(*gpu, 32, true), want_greedy);
   auto engine_steps = Ledger::global().engine_steps();
   EXPECT_GT(engine_steps["launched while the step before ran"], 30u);
-  EXPECT_GT(g_stream->waits_with_work_behind, 30u) << "the host queued the next step before waiting for this one";
+  EXPECT_GT(dev.stream().waits_with_work_behind, 30u) << "the host queued the next step before waiting for this one";
   bool fed_on_device = false;
   for (const LedgerEntry& e : Ledger::global().snapshot())
     fed_on_device |= e.op == "token_feed" && e.backend == "cuda" && e.calls > 0;
@@ -365,7 +220,7 @@ TEST(DevicePlacement, UploadRingNeverOverwritesAnImageStillToBeCopied) {
     dst.emplace_back(Device::CUDA, src.back().size() * 4);
     ring.upload(dst.back().data(), src.back().data(), src.back().size() * 4);
   }
-  EXPECT_LT(g_stream->ran, g_stream->queued) << "uploads are queued, not run at once";
+  EXPECT_LT(dev.stream().ran, dev.stream().queued) << "uploads are queued, not run at once";
   device_memory(Device::CUDA).synchronize();
   for (int i = 0; i < 5; ++i) {
     std::vector<int32_t> got(src[static_cast<size_t>(i)].size());

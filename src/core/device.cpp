@@ -91,6 +91,19 @@ void copy_bytes_async(Device dst_dev, void* dst, Device src_dev, const void* src
   else ops.copy(dst, src, bytes);
 }
 
+void copy_rows(Device d, void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width, size_t rows) {
+  if (width == 0 || rows == 0) return;
+  auto* out = static_cast<uint8_t*>(dst);
+  const auto* in = static_cast<const uint8_t*>(src);
+  if (d == Device::CPU) {
+    for (size_t r = 0; r < rows; ++r) std::memcpy(out + r * dst_pitch, in + r * src_pitch, width);
+    return;
+  }
+  const DeviceMemoryOps& ops = device_memory(d);
+  if (ops.copy_2d_async) return ops.copy_2d_async(dst, dst_pitch, src, src_pitch, width, rows);
+  for (size_t r = 0; r < rows; ++r) copy_bytes_async(d, out + r * dst_pitch, d, in + r * src_pitch, width);
+}
+
 uint64_t device_fence(Device d) {
   if (d == Device::CPU) return 0;
   const DeviceMemoryOps& ops = device_memory(d);

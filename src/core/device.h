@@ -48,6 +48,11 @@ struct DeviceMemoryOps {
   void (*release_host)(void* p) = nullptr;
   uint64_t (*fence)() = nullptr;
   void (*wait_fence)(uint64_t fence) = nullptr;
+  // A queued 2-D copy within device memory: `rows` rows of `width` bytes, source rows
+  // `src_pitch` bytes apart, destination rows `dst_pitch` apart; recorded into a graph being
+  // captured as a kernel is. Null: copy_rows copies row by row with copy_async.
+  void (*copy_2d_async)(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
+                        size_t rows) = nullptr;
   size_t (*free_bytes)() = nullptr;  // free device memory
   DeviceCeilings (*measure_ceilings)() = nullptr;  // a second or two of copies and matrix products
 };
@@ -65,6 +70,9 @@ void copy_bytes(Device dst_dev, void* dst, Device src_dev, const void* src, size
 // either side must be a PinnedBuffer's, untouched until a later fence was waited for. A device
 // without queued copies copies now.
 void copy_bytes_async(Device dst_dev, void* dst, Device src_dev, const void* src, size_t bytes);
+// `rows` rows of `width` bytes within d's memory (pitches in bytes), queued behind its work
+// (DeviceMemoryOps::copy_2d_async; memcpy per row on the CPU).
+void copy_rows(Device d, void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width, size_t rows);
 // Marks the work queued on d so far (0 on the CPU or a device without fences) and waits for it.
 uint64_t device_fence(Device d);
 void wait_device_fence(Device d, uint64_t fence);

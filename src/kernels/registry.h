@@ -158,6 +158,20 @@ bool register_kernel(Kernel<Args> k) {
   return OpRegistry<Args>::instance().add(std::move(k));
 }
 
+// Why no kernel of `backend` could run `args`: each candidate's refusal ("" when one accepts).
+// Lets a loader refuse a configuration up front instead of at the first call.
+template <class Args>
+std::string refusals(const Args& args, Backend backend) {
+  std::string reasons;
+  for (const auto& k : OpRegistry<Args>::instance().kernels()) {
+    if (k.backend != backend) continue;
+    const std::string why = k.refuse ? k.refuse(args) : std::string();
+    if (why.empty()) return "";
+    reasons += (reasons.empty() ? "" : "; ") + k.name + ": " + why;
+  }
+  return reasons.empty() ? std::string("no ") + backend_name(backend) + " kernel is registered" : reasons;
+}
+
 // Dispatches one op call: dispatch(args) picks the kernel and runs it.
 template <class Args>
 void dispatch(const Args& args) {

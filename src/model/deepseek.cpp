@@ -19,10 +19,12 @@
 // parallel a step can run as two micro-batches whose FFN sums travel while the other computes
 // (--micro-batch-overlap).
 //
-// On a device (--device cuda, one rank): the weights uploaded once (per-head W_UK / W_UV and each
-// layer's experts as one stack per matrix), activations, router outputs and the latent cache
-// there, the batch staged each step, decode steps replayed as recorded graphs
-// (forward_on_device), as the llama family does.
+// On a device (--device cuda): the weights uploaded once (per-head W_UK / W_UV and each layer's
+// experts as one stack per matrix; under expert parallel the rank's experts only), activations,
+// router outputs and the latent cache there, the batch staged each step, decode steps replayed
+// as recorded graphs (forward_on_device), as the llama family does. Across GPU ranks: expert
+// parallel, the FFN all-reduce and the vocabulary-parallel logits' all-gather through NCCL on the
+// device buffers.
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -68,8 +70,6 @@ class DeepseekModel : public Model {
     FP_CHECK(tp_size() == 1 || parallel().tp == 1, mf.path, ": ", c.arch, " splits across ranks by experts only: MLA attention "
              "is replicated (its latent KV cache has no heads to split); use --expert-parallel-size ", tp_size(),
              " without --tensor-parallel-size");
-    FP_CHECK(device() == Device::CPU || tp_size() == 1, mf.path, ": ", c.arch, " runs on ", device_name(device()),
-             " on one rank (split across ranks on the CPU)");
     FP_CHECK(!data_parallel_ || mf.micro_batch_overlap == 0, mf.path, ": --micro-batch-overlap is not built for "
              "data-parallel attention (its gathers and reduce-scatters are blocking); drop one of the two");
     const FfnSplit split{rank, ranks, true, &shards_};
@@ -90,7 +90,7 @@ class DeepseekModel : public Model {
     output_norm_ = load_vec_f32(mf, "output_norm.weight", c.dim);
     // Split by vocabulary rows across the ranks the weights are split over (model/vocab_parallel.h).
     output_.init(c.tied_output ? embed_ : &mf.get("output.weight", {c.n_vocab, c.dim}), ranks > 1 ? tp_.get() : nullptr,
-                 shards_, mf.path);
+                 shards_, mf.path, device());
     for (int64_t l = 0; l < c.n_layers; ++l) {
       const std::string p = "blk." + std::to_string(l) + ".";
       DeepseekLayer Y{};
@@ -408,8 +408,9 @@ class DeepseekModel : public Model {
     }
   }
 
-  // One rank on a device: forward's single-rank path with the buffers on the device, the batch
-  // staged there, and the step's device work recorded and replayed for decode shapes.
+  // On a device: forward's plain path (expert parallel across GPU ranks, the FFN sums through
+  // the device's collectives) with the buffers on the device, the batch staged there, and the
+  // step's device work recorded and replayed for decode shapes.
   void forward_on_device(const ForwardBatch& b, KvPool& pool, float* logits) {
     const ModelConfig& c = config();
     FP_CHECK(pool.device() == device(), "the KV cache is on ", device_name(pool.device()), " but the model runs on ",
@@ -431,6 +432,7 @@ class DeepseekModel : public Model {
         attention(Y, static_cast<int64_t>(l), r, false, pool, att);
         dispatch(RmsNormArgs{r.x, Y.ffn_norm, n, c.dim, c.rms_eps, r.h});
         float* out = ffn(Y, r.h, n, r.gate, r.up, r.h);
+        if (ffn_split_) dispatch(AllReduceArgs{tp_.get(), out, n * c.dim});  // sum the ranks' experts / FFN shares
         dispatch(AddArgs{r.x, out, n * c.dim, r.x});
       }
       if (rows == 0) return;

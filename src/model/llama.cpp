@@ -69,7 +69,6 @@ class LlamaModel : public Model {
     FP_CHECK(c.v_head_dim == c.head_dim, mf.path, ": ", c.arch, " needs value_length == key_length");
     const int ranks = parallel().tp > 1 ? tp_size() : 1, rank = tp_ ? tp_->rank() : 0;  // tensor-parallel ranks
     context_parallel_ = parallel().cp > 1;
-    FP_CHECK(!context_parallel_ || device() == Device::CPU, "--prefill-context-parallel-size runs on the CPU only");
     // The whole weights for context-parallel prefill and the TP slices for decode share bytes,
     // so neither is repacked in place (Q8_0 stays in the file's layout).
     if (context_parallel_ && ranks > 1) file_->repack_weights = false;
@@ -106,8 +105,8 @@ class LlamaModel : public Model {
       if (ranks > 1) shard_layer(L, rank, ranks);
       layers_.push_back(L);
     }
-    // The output projection's vocabulary rows, split across the tensor-parallel ranks (CPU).
-    output_.init(output, ranks > 1 && device() == Device::CPU ? tp_.get() : nullptr, shards_, mf.path);
+    // The output projection's vocabulary rows, split across the tensor-parallel ranks.
+    output_.init(output, ranks > 1 ? tp_.get() : nullptr, shards_, mf.path, device());
     // Q8_0 matmul weights into the CPU kernels' interleaved layout, after sharding (slices of
     // this rank only). The embedding reads the repacked table too when the output is tied.
     if (file_->repack_weights) {

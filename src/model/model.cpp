@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "kernels/registry.h"
+#include "parallel/collectives.h"
 
 namespace fp {
 
@@ -72,15 +73,24 @@ std::unique_ptr<Model> build_model(std::shared_ptr<ModelFile> file, std::shared_
     FP_CHECK(why.empty(), "--device ", device_name(file->device), ": ", why);
     FP_CHECK(it->second.cuda, file->path, ": architecture '", file->config.arch, "' does not run on ",
              device_name(file->device), " yet (llama, qwen2, qwen3, qwen3moe and deepseek2 do); use --device cpu");
-    if (tp && tp->size() > 1) {
-      FP_CHECK(std::string(tp->backend()) == "nccl", "--device ", device_name(file->device), " on ", tp->size(),
-               " ranks needs the NCCL communicator, not ", tp->backend());
+    if (tp && tp->size() > 1) {  // the collectives run on device buffers: NCCL's kernels
+      const std::string refused = refusals(AllReduceArgs{tp.get(), nullptr, 0}, backend_of(file->device));
+      FP_CHECK(refused.empty(), "--device ", device_name(file->device), " on ", tp->size(),
+               " ranks needs the NCCL communicator, not ", tp->backend(), " (", refused, ")");
     }
   }
   if (tp && tp->size() > 1) {
     FP_CHECK(it->second.sharded, file->path, ": splitting across ranks is not implemented for architecture '",
              file->config.arch, "' yet (", tp->size(), " ranks); llama, qwen2, qwen3, qwen3moe and deepseek2 can be split");
     file->parallel = resolve_parallel(file->parallel, tp->size(), file->config);
+    if (file->device != Device::CPU) {  // GPU ranks run tensor and expert parallel; these are CPU-only
+      const ParallelSizes& p = file->parallel;
+      const char* dev = device_name(file->device);
+      FP_CHECK(p.cp <= 1, "--prefill-context-parallel-size runs on CPU ranks only (not built for --device ", dev, ")");
+      FP_CHECK(p.dp <= 1, "--data-parallel-attention runs on CPU ranks only (not built for --device ", dev, ")");
+      FP_CHECK(file->micro_batch_overlap == 0, "--micro-batch-overlap runs on CPU ranks only (not built for --device ",
+               dev, ": a device step is one recorded graph whose collectives NCCL orders on the stream)");
+    }
     return it->second.make(std::move(file), std::move(tp));
   }
   file->parallel = ParallelSizes{1, 1, 1, 1};

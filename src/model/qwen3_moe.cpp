@@ -14,9 +14,12 @@
 // rank's heads read out of each cache row, its new K/V rows all-gathered and written whole, as
 // the llama family does): a different layout per phase on the same ranks.
 //
-// On a device (--device cuda, one rank): the weights uploaded once (each layer's experts as one
-// stack per matrix), activations, router outputs and KV cache there, the batch staged each
-// step, decode steps replayed as recorded graphs (forward_on_device), as the llama family does.
+// On a device (--device cuda): the weights uploaded once (each layer's experts as one stack per
+// matrix; under expert parallel the rank's experts only), activations, router outputs and KV
+// cache there, the batch staged each step, decode steps replayed as recorded graphs
+// (forward_on_device), as the llama family does. Across GPU ranks: tensor and expert parallel,
+// the all-reduces and the vocabulary-parallel logits' all-gather through NCCL on the device
+// buffers.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -57,8 +60,6 @@ class Qwen3MoeModel : public Model {
     // Ranks the weights are split across (tensor or expert parallel); 1 with context parallel,
     // whose prefill runs the whole model on every rank, and so does its decode here.
     const int ranks = parallel().tp > 1 || parallel().ep > 1 ? tp_size() : 1;
-    FP_CHECK(device() == Device::CPU || tp_size() == 1, mf.path, ": qwen3moe runs on ", device_name(device()),
-             " on one rank (split across ranks on the CPU)");
     FP_CHECK(parallel().dp <= 1, mf.path, ": --data-parallel-attention is built for DeepSeek's MLA; ", c.arch,
              "'s GQA attention splits by heads instead (--tensor-parallel-size ", tp_size(), " --expert-parallel-size ",
              tp_size(), ")");
@@ -82,7 +83,7 @@ class Qwen3MoeModel : public Model {
     output_norm_ = load_vec_f32(mf, "output_norm.weight", c.dim);
     // Split by vocabulary rows across the ranks the weights are split over (model/vocab_parallel.h).
     output_.init(c.tied_output ? embed_ : &mf.get("output.weight", {c.n_vocab, c.dim}), ranks > 1 ? tp_.get() : nullptr,
-                 shards_, mf.path);
+                 shards_, mf.path, device());
     for (int64_t l = 0; l < c.n_layers; ++l) {
       const std::string p = "blk." + std::to_string(l) + ".";
       Qwen3MoeLayer L{};
@@ -326,8 +327,9 @@ class Qwen3MoeModel : public Model {
     output_.run(rows_.data(), rows, logits);
   }
 
-  // One rank on a device: as forward's single-rank path with the buffers on the device, the
-  // batch staged there, and the step's device work recorded and replayed for decode shapes.
+  // On a device: as forward's plain path (tensor or expert parallel across GPU ranks, the sums
+  // through the device's collectives) with the buffers on the device, the batch staged there,
+  // and the step's device work recorded and replayed for decode shapes.
   void forward_on_device(const ForwardBatch& b, KvPool& pool, float* logits) {
     const ModelConfig& c = config();
     FP_CHECK(pool.device() == device(), "the KV cache is on ", device_name(pool.device()), " but the model runs on ",
@@ -347,8 +349,10 @@ class Qwen3MoeModel : public Model {
       for (size_t l = 0; l < layers_.size(); ++l) {
         const Qwen3MoeLayer& L = layers_[l];
         attention(L, static_cast<int64_t>(l), hd, r, sb.positions, sb.slots, att, pool, false);
+        if (hd.split) dispatch(AllReduceArgs{tp_.get(), r.h, n * c.dim});  // sum the heads' shares
         dispatch(AddArgs{r.x, r.h, n * c.dim, r.x});
         float* out = ffn(L, r);
+        if (ffn_split_) dispatch(AllReduceArgs{tp_.get(), out, n * c.dim});  // sum the ranks' FFN shares
         dispatch(AddArgs{r.x, out, n * c.dim, r.x});
       }
       if (rows == 0) return;

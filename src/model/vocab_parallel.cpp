@@ -13,8 +13,11 @@
 
 namespace fp {
 
-void VocabParallelOutput::init(const Tensor* output, Communicator* comm, std::deque<Tensor>& shards, const std::string& path) {
+void VocabParallelOutput::init(const Tensor* output, Communicator* comm, std::deque<Tensor>& shards, const std::string& path,
+                               Device device) {
   weight = output;
+  part_ = DeviceBuffer(device);
+  all_ = DeviceBuffer(device);
   comm_ = comm;
   n_vocab_ = output->rows();
   chunk_ = 0;
@@ -34,14 +37,17 @@ void VocabParallelOutput::init(const Tensor* output, Communicator* comm, std::de
 void VocabParallelOutput::run(const float* h, int64_t rows, float* logits) {
   if (chunk_ == 0) return dispatch(MatMulArgs{h, rows, weight, nullptr, logits});
   const int R = comm_->size();
-  part_.assign(static_cast<size_t>(rows * chunk_), 0.0f);  // [rows, this rank's slice], padded to chunk_
-  dispatch(MatMulArgs{h, rows, weight, nullptr, part_.data()});
-  all_.resize(static_cast<size_t>(R * rows * chunk_));
-  dispatch(AllGatherArgs{comm_, part_.data(), all_.data(), rows * chunk_ * 4});
+  const auto part_bytes = static_cast<size_t>(rows * chunk_) * sizeof(float);  // [rows, this rank's slice], padded
+  part_.reserve(part_bytes);
+  all_.reserve(part_bytes * static_cast<size_t>(R));
+  dispatch(MatMulArgs{h, rows, weight, nullptr, part_.as<float>()});
+  dispatch(AllGatherArgs{comm_, part_.data(), all_.data(), static_cast<int64_t>(part_bytes)});
+  // Rank r's slice [rows, len] into columns [v0, v0 + len) of every logit row.
   for (int r = 0; r < R; ++r) {
     const int64_t v0 = std::min(n_vocab_, r * chunk_), len = std::min(n_vocab_, v0 + chunk_) - v0;
-    for (int64_t i = 0; i < rows; ++i)
-      std::memcpy(logits + i * n_vocab_ + v0, all_.data() + (r * rows * chunk_ + i * len), static_cast<size_t>(len) * 4);
+    const auto width = static_cast<size_t>(len) * sizeof(float);
+    copy_rows(part_.device(), logits + v0, static_cast<size_t>(n_vocab_) * sizeof(float),
+              all_.as<float>() + r * rows * chunk_, width, width, static_cast<size_t>(rows));
   }
 }
 

@@ -2,9 +2,12 @@
 // rank 0 runs the Engine (scheduler, chunked prefill, prefix cache, preemption), the other ranks
 // follow its steps (engine/followers.h). Every request's greedy tokens equal those of one rank's
 // engine over the whole model, for TP decode, for context-parallel prefill with TP decode, and
-// for a DeepSeek model with data-parallel attention and expert-parallel experts.
+// for a DeepSeek model with data-parallel attention and expert-parallel experts, and for a
+// qwen3moe model split tensor x expert parallel on a device (the stand-in of emulated_device.h
+// where there is no GPU: GPU ranks' layouts, sampling on the device).
 #include <gtest/gtest.h>
 
+#include "emulated_device.h"
 #include "engine/engine.h"
 #include "engine/followers.h"
 #include "model/model.h"
@@ -133,6 +136,43 @@ TEST(EngineAcrossRanksDeepSeek, DataParallelAttentionMatchesOneRank) {
   release_followers(*split);
   LoadOptions whole_lo;
   whole_lo.prefault = false;
+  auto whole = load_model(o.out, whole_lo);
+  EXPECT_EQ(got, run(*whole, true, c));
+}
+
+// qwen3moe on the device of every rank, attention heads and experts split across the ranks (the
+// GPU ranks' layout): the engine on rank 0 samples on the device (its ids broadcast to the
+// followers) through chunked prefill, prefix hits and preemption, and gives the tokens of one
+// rank's engine over the whole model on the same device.
+TEST(EngineAcrossRanksOnADevice, TensorAndExpertParallelMatchOneRank) {
+  FP_REQUIRE_RANKS(2);
+  FP_REQUIRE_NO_GPU();
+  const int ranks = test::world_comm()->size();
+  SynthOptions o;
+  o.arch = "qwen3_moe";
+  o.config = test::moe_config("qwen3_moe");
+  o.type = DType::F16;
+  o.seed = 41;
+  o.out = test::temp_dir("engine_device") + "/model.gguf";
+  synth_model(o);
+  test::EmulatedDevice dev;
+  LoadOptions lo;
+  lo.prefault = false;
+  lo.device = Device::CUDA;
+  lo.parallel = ParallelSizes{ranks, ranks};
+  auto split = load_model(o.out, lo, test::world_comm());
+  ASSERT_EQ(split->device(), Device::CUDA);
+  if (test::world_comm()->rank() != 0) {
+    follow_engines(*split);
+    return;
+  }
+  EngineConfig c = config();
+  c.max_model_len = 64;
+  c.kv_cache_bytes = 200 << 10;  // 88 tokens of the whole model, 264 on 3 TP ranks: the ~340 needed do not fit
+  const auto got = run(*split, true, c);
+  release_followers(*split);
+  LoadOptions whole_lo = lo;
+  whole_lo.parallel = {};
   auto whole = load_model(o.out, whole_lo);
   EXPECT_EQ(got, run(*whole, true, c));
 }

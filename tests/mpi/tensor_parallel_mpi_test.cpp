@@ -149,19 +149,6 @@ TEST(TensorParallel, RepackedQ8_0MatchesOneRank) {
 // partitioned); deepseek (MLA replicated, experts partitioned). A dense layer, shared experts
 // (DeepSeek) and Q8_0 column cuts are on every path; 6 experts split 3+3 or 2+2+2, widths of 96
 // split 64+32 or 32x3; DeepSeek-V3 in FP8 with its 128x128 scale tiles (column cuts copy them).
-// Small MoE shapes: qwen3moe (GQA 12 / 6 heads, a dense layer) and DeepSeek (MLA with q_lora,
-// a shared expert, a dense first layer).
-nlohmann::json moe_config(const std::string& arch) {
-  if (arch == "qwen3_moe")
-    return {{"hidden_size", 64},  {"num_attention_heads", 12}, {"num_key_value_heads", 6}, {"head_dim", 16},
-            {"intermediate_size", 96}, {"num_hidden_layers", 3}, {"vocab_size", 256}, {"num_experts", 6},
-            {"num_experts_per_tok", 2}, {"moe_intermediate_size", 96}, {"mlp_only_layers", {1}}};
-  return {{"hidden_size", 64}, {"num_attention_heads", 2}, {"intermediate_size", 96}, {"num_hidden_layers", 3},
-          {"vocab_size", 256}, {"n_routed_experts", 6}, {"num_experts_per_tok", 2}, {"moe_intermediate_size", 96},
-          {"n_shared_experts", 1}, {"first_k_dense_replace", 1}, {"q_lora_rank", 32}, {"kv_lora_rank", 32},
-          {"qk_rope_head_dim", 16}, {"qk_nope_head_dim", 32}, {"v_head_dim", 32}};
-}
-
 struct MoeSplitCase {
   std::string name, arch;
   DType type;
@@ -179,7 +166,7 @@ TEST_P(MoeSplit, MatchesOneRank) {
   const ParallelSizes ps{c.ps.tp == 0 ? ranks : c.ps.tp, c.ps.ep == 0 ? ranks : c.ps.ep};
   SynthOptions o;
   o.arch = c.arch;
-  o.config = moe_config(c.arch);
+  o.config = test::moe_config(c.arch);
   o.type = c.type;
   o.seed = 17;
   o.out = test::temp_dir("moe_split_" + c.name) + "/model.gguf";
@@ -281,7 +268,7 @@ std::string model_path(const std::string& testdata_path, const std::string& arch
   SynthOptions o;
   o.arch = arch;
   const bool moe = arch == "qwen3_moe" || arch.rfind("deepseek", 0) == 0;
-  o.config = moe ? moe_config(arch)
+  o.config = moe ? test::moe_config(arch)
                  : nlohmann::json{{"hidden_size", 64},        {"num_attention_heads", 12}, {"num_key_value_heads", 6},
                                   {"head_dim", 16},           {"intermediate_size", 96},   {"num_hidden_layers", 2},
                                   {"vocab_size", 256}};
@@ -467,7 +454,7 @@ TEST(DataParallelAttention, DeepSeekMatchesOneRank) {
   const int ranks = test::world_comm()->size();
   SynthOptions o;
   o.arch = "deepseek_v3";
-  o.config = moe_config("deepseek_v3");
+  o.config = test::moe_config("deepseek_v3");
   o.type = DType::F32;
   o.seed = 31;
   o.out = test::temp_dir("dp_attn") + "/model.gguf";
@@ -497,7 +484,7 @@ TEST(DataParallelAttention, RefusesOtherLayouts) {
   const int ranks = test::world_comm()->size();
   SynthOptions o;
   o.arch = "qwen3_moe";
-  o.config = moe_config("qwen3_moe");
+  o.config = test::moe_config("qwen3_moe");
   o.out = test::temp_dir("dp_refuse") + "/model.gguf";
   synth_model(o);
   for (ParallelSizes ps : {ParallelSizes{ranks, ranks, 1, ranks}, ParallelSizes{1, 1, 1, ranks}, ParallelSizes{1, ranks, 1, ranks}}) {

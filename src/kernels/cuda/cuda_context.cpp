@@ -86,6 +86,9 @@ void mem_sync() { FP_CUDA(cudaStreamSynchronize(ctx().stream)); }
 void mem_copy_async(void* dst, const void* src, size_t bytes) {
   FP_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, ctx().stream));
 }
+void mem_copy_2d_async(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width, size_t rows) {
+  FP_CUDA(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, rows, cudaMemcpyDeviceToDevice, ctx().stream));
+}
 void* mem_alloc_host(size_t bytes) {
   ctx();
   void* p = nullptr;
@@ -184,6 +187,7 @@ const bool registered = [] {
   ops.fill_zero = mem_zero;
   ops.synchronize = mem_sync;
   ops.copy_async = mem_copy_async;
+  ops.copy_2d_async = mem_copy_2d_async;
   ops.alloc_host = mem_alloc_host;
   ops.release_host = mem_release_host;
   ops.fence = mem_fence;

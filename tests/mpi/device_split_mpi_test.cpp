@@ -1,0 +1,177 @@
+// tests/mpi/device_split_mpi_test.cpp — models placed on a device and split across the ranks
+// (GPU ranks: tensor and expert parallel) give the logits and greedy tokens of the same model
+// on the device on one rank.
+//
+// Without GPUs the device is the host-memory stand-in (tests/emulated_device.h): its kernels are
+// the CPU references and its collectives run MPI on the (host-memory) device buffers, where GPU
+// ranks run NCCL. So this checks what the models do across device ranks — each rank's slices
+// uploaded (its experts only under expert parallel), the sums on device buffers inside the
+// recorded decode graphs, logits copied back, the sampled token shared — everything but the GPU
+// kernels and NCCL themselves. Every rank builds both models and compares locally.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+#include <string>
+
+#include "core/error.h"
+#include "emulated_device.h"
+#include "engine/generator.h"
+#include "kernels/ledger.h"
+#include "model/model.h"
+#include "model/synth.h"
+#include "mpi_test_util.h"
+#include "test_util.h"
+
+namespace fp {
+namespace {
+
+double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double e = 0, mx = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    e = std::max(e, static_cast<double>(std::fabs(a[i] - b[i])));
+    mx = std::max(mx, static_cast<double>(std::fabs(b[i])));
+  }
+  return a.size() == b.size() && mx > 0 ? e / mx : 1e30;
+}
+
+std::unique_ptr<Model> load_on_device(const std::string& path, std::shared_ptr<Communicator> comm, ParallelSizes ps = {},
+                                      int64_t overlap = 0) {
+  LoadOptions lo;
+  lo.device = Device::CUDA;
+  lo.prefault = false;
+  lo.parallel = ps;
+  lo.micro_batch_overlap = overlap;
+  return load_model(path, lo, std::move(comm));
+}
+
+// Logits of a prompt fed as one batch (every position), then of `decode` tokens one by one:
+// the first decode step is recorded as a graph, the later ones replay it.
+std::vector<float> run_logits(Model& m, const std::vector<int32_t>& prompt, const std::vector<int32_t>& decode) {
+  const int64_t V = m.config().n_vocab, n = static_cast<int64_t>(prompt.size());
+  const int64_t total = n + static_cast<int64_t>(decode.size());
+  auto cache = m.new_cache(total, 0, DType::F32);  // F16 rows would round sum-order differences up
+  std::vector<float> out(static_cast<size_t>(total * V));
+  std::vector<int32_t> pos(prompt.size());
+  for (size_t i = 0; i < pos.size(); ++i) pos[i] = static_cast<int32_t>(i);
+  m.forward(prompt.data(), pos.data(), n, *cache, out.data(), true);
+  for (size_t i = 0; i < decode.size(); ++i) {
+    const auto p = static_cast<int32_t>(n + static_cast<int64_t>(i));
+    m.forward(&decode[i], &p, 1, *cache, out.data() + p * V, false);
+  }
+  return out;
+}
+
+std::vector<int32_t> greedy(Model& m, const std::vector<int32_t>& prompt, int n) {
+  GenerateRequest r;
+  r.prompt = prompt;
+  r.max_new_tokens = n;
+  r.sampling.temperature = 0;
+  r.stop_at_eog = false;
+  return generate(m, r).tokens;
+}
+
+struct DeviceSplitCase {
+  std::string name, arch;
+  DType type;
+  ParallelSizes ps;  // 0: the number of ranks
+  bool deferred = false;  // the stand-in's work waits in a stream until the host waits, as on a GPU
+};
+
+void PrintTo(const DeviceSplitCase& c, std::ostream* os) { *os << c.name; }
+
+class DeviceSplit : public ::testing::TestWithParam<DeviceSplitCase> {};
+
+TEST_P(DeviceSplit, MatchesOneRankOnTheDevice) {
+  FP_REQUIRE_RANKS(2);
+  FP_REQUIRE_NO_GPU();
+  const DeviceSplitCase& c = GetParam();
+  const int ranks = test::world_comm()->size(), rank = test::world_comm()->rank();
+  const ParallelSizes ps{c.ps.tp == 0 ? ranks : c.ps.tp, c.ps.ep == 0 ? ranks : c.ps.ep};
+  SynthOptions o;
+  o.arch = c.arch;
+  o.type = c.type;
+  o.seed = 23;
+  o.out = test::temp_dir("device_split_" + c.name) + "/model.gguf";
+  if (c.arch == "llama") {  // 12 query heads over 6 KV heads: splits over 2 and 3 ranks
+    o.config = {{"hidden_size", 64},        {"num_attention_heads", 12}, {"num_key_value_heads", 6}, {"head_dim", 16},
+                {"intermediate_size", 96}, {"num_hidden_layers", 2},    {"vocab_size", 256}};
+  } else {
+    o.config = test::moe_config(c.arch);
+  }
+  if (c.type == DType::F8_E4M3) {  // DeepSeek-V3's own format: widths of 3 scale tiles
+    o.config["hidden_size"] = 128;
+    o.config["vocab_size"] = 384;
+    o.config["intermediate_size"] = 384;
+    o.config["moe_intermediate_size"] = 384;
+    o.out = test::temp_dir("device_split_" + c.name) + "/model";
+  }
+  synth_model(o);
+  test::EmulatedDevice dev(c.deferred);
+  Ledger::global().reset();
+  auto whole = load_on_device(o.out, nullptr);
+  auto split = load_on_device(o.out, test::world_comm(), ps);
+  ASSERT_EQ(split->device(), Device::CUDA);
+  ASSERT_EQ(split->tp_size(), ranks);
+  const std::vector<int32_t> prompt = {1, 9, 200, 33, 71, 4, 150, 88, 3, 12}, decode = {5, 17, 42, 7, 99};
+  const auto a = run_logits(*split, prompt, decode), b = run_logits(*whole, prompt, decode);
+  EXPECT_LT(rel_diff(a, b), 1e-4) << c.name;
+  double mx = 0;
+  for (float v : b) mx = std::max(mx, static_cast<double>(std::fabs(v)));
+  EXPECT_GT(mx, 0.1) << "logits should not be degenerate";
+  EXPECT_EQ(greedy(*split, prompt, 16), greedy(*whole, prompt, 16)) << c.name;
+
+  // The ledger: the sums ran on the device's collectives, and under expert parallel this rank's
+  // moe_ffn calls name its range of the 6 experts, on the device.
+  const std::string table = Ledger::global().table();
+  EXPECT_NE(table.find("cuda: f32 sum comm=mpi ranks=" + std::to_string(ranks)), std::string::npos) << table;
+  if (ps.ep > 1) {
+    const int64_t b0 = 6 * rank / ranks, e0 = 6 * (rank + 1) / ranks;
+    const std::string range = "experts " + std::to_string(b0) + ".." + std::to_string(e0 - 1) + " of 6";
+    bool on_device = false;  // a ledger line of the device's moe_ffn for that range
+    std::istringstream lines(table);
+    for (std::string line; std::getline(lines, line);)
+      on_device |= line.find("cuda: ") != std::string::npos && line.find(range) != std::string::npos;
+    EXPECT_TRUE(on_device) << range << "\n" << table;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, DeviceSplit,
+    ::testing::Values(DeviceSplitCase{"llama_tp", "llama", DType::Q8_0, {0, 1}},
+                      DeviceSplitCase{"llama_tp_deferred", "llama", DType::F16, {0, 1}, true},
+                      DeviceSplitCase{"qwen3moe_tp", "qwen3_moe", DType::Q8_0, {0, 1}},
+                      DeviceSplitCase{"qwen3moe_ep", "qwen3_moe", DType::Q8_0, {1, 0}},
+                      DeviceSplitCase{"qwen3moe_tp_ep_deferred", "qwen3_moe", DType::F16, {0, 0}, true},
+                      DeviceSplitCase{"deepseek_v3_ep", "deepseek_v3", DType::Q8_0, {1, 0}},
+                      DeviceSplitCase{"deepseek_v3_fp8_ep", "deepseek_v3", DType::F8_E4M3, {1, 0}},
+                      DeviceSplitCase{"deepseek_v2_ep_deferred", "deepseek_v2", DType::F32, {1, 0}, true}),
+    [](const auto& p) { return p.param.name; });
+
+// Layouts built for CPU ranks only are refused on a device at load, with the flag named.
+TEST(DeviceSplit, RefusesCpuOnlyLayouts) {
+  FP_REQUIRE_RANKS(2);
+  FP_REQUIRE_NO_GPU();
+  const int ranks = test::world_comm()->size();
+  SynthOptions o;
+  o.arch = "deepseek_v3";
+  o.config = test::moe_config("deepseek_v3");
+  o.out = test::temp_dir("device_split_refuse") + "/ds.gguf";
+  synth_model(o);
+  test::EmulatedDevice dev;
+  auto refused = [&](ParallelSizes ps, int64_t overlap, const std::string& want) {
+    try {
+      load_on_device(o.out, test::world_comm(), ps, overlap);
+      ADD_FAILURE() << "expected a refusal containing '" << want << "'";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  };
+  refused({1, 1, ranks}, 0, "--prefill-context-parallel-size runs on CPU ranks only");
+  refused({1, ranks, 1, ranks}, 0, "--data-parallel-attention runs on CPU ranks only");
+  refused({1, ranks}, 2, "--micro-batch-overlap runs on CPU ranks only");
+}
+
+}  // namespace
+}  // namespace fp
