@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "kernels/ops.h"
 #include "kernels/registry.h"
 #include "parallel/collectives.h"
 
@@ -34,10 +35,42 @@ void DataParallelStep::begin(Communicator* comm, const ForwardBatch& b, const Kv
   }
   chunk_ = 0;
   for (const auto& t : tokens_) chunk_ = std::max<int64_t>(chunk_, static_cast<int64_t>(t.size()));
+  if (device_ == Device::CPU) return;
+  // The permutations as index arrays: the gathered row of each batch token, the batch token of
+  // each sent row (row 0 for padding: summed, never read), then the batch's logit rows.
+  const int64_t total = b.n_tokens();
+  scatter_ids_at_ = total;
+  logit_ids_at_ = total + R * chunk_;
+  host_ids_.assign(static_cast<size_t>(logit_ids_at_), 0);
+  for (int r = 0; r < R; ++r) {
+    const auto& t = tokens_[static_cast<size_t>(r)];
+    for (size_t i = 0; i < t.size(); ++i) {
+      const int64_t row = r * chunk_ + static_cast<int64_t>(i);
+      host_ids_[static_cast<size_t>(t[i])] = static_cast<int32_t>(row);
+      host_ids_[static_cast<size_t>(scatter_ids_at_ + row)] = static_cast<int32_t>(t[i]);
+    }
+  }
+  host_ids_.insert(host_ids_.end(), b.logit_rows.begin(), b.logit_rows.end());
+  ids_.reserve(std::max<size_t>(host_ids_.size(), 1) * sizeof(int32_t));
+  uploads_.upload(ids_.data(), host_ids_.data(), host_ids_.size() * sizeof(int32_t));
+}
+
+void DataParallelStep::gather_rows(const float* table, int64_t n, int64_t dim, const int32_t* ids, int64_t count,
+                                   float* out) {
+  Tensor& view = tables_[{table, n, dim}];
+  view = Tensor::view(table, DType::F32, {n, dim});
+  view.device = device_;
+  dispatch(EmbeddingArgs{&view, ids, count, out});
 }
 
 void DataParallelStep::gather(const float* own, int64_t dim, float* all) {
   const int R = comm_->size();
+  if (device_ != Device::CPU) {
+    rows_recv_.reserve(static_cast<size_t>(R * chunk_ * dim) * sizeof(float));
+    dispatch(AllGatherArgs{comm_, own, rows_recv_.data(), chunk_ * dim * 4});
+    gather_rows(rows_recv_.as<float>(), R * chunk_, dim, ids_.as<int32_t>(), total_rows(), all);
+    return;
+  }
   const size_t row = static_cast<size_t>(dim) * 4;
   send_.assign(static_cast<size_t>(chunk_ * dim), 0.0f);  // this rank's rows, padded to chunk_
   if (rows() > 0) std::memcpy(send_.data(), own, static_cast<size_t>(rows()) * row);
@@ -52,6 +85,15 @@ void DataParallelStep::gather(const float* own, int64_t dim, float* all) {
 
 void DataParallelStep::reduce_scatter(const float* all, int64_t dim, float* own) {
   const int R = comm_->size();
+  if (device_ != Device::CPU) {
+    rows_send_.reserve(static_cast<size_t>(R * chunk_ * dim) * sizeof(float));
+    rows_recv_.reserve(static_cast<size_t>(chunk_ * dim) * sizeof(float));
+    gather_rows(all, total_rows(), dim, ids_.as<int32_t>() + scatter_ids_at_, R * chunk_, rows_send_.as<float>());
+    dispatch(ReduceScatterArgs{comm_, rows_send_.as<float>(), rows_recv_.as<float>(), chunk_ * dim});
+    const auto bytes = static_cast<size_t>(rows() * dim) * sizeof(float);
+    copy_rows(device_, own, bytes, rows_recv_.data(), bytes, bytes, 1);
+    return;
+  }
   const size_t row = static_cast<size_t>(dim) * 4;
   send_.assign(static_cast<size_t>(R * chunk_ * dim), 0.0f);  // block r: rank r's rows, padded
   for (int r = 0; r < R; ++r) {

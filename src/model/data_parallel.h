@@ -12,31 +12,49 @@
 // sequence takes all its blocks from one partition, so each rank stores only its own
 // sequences' rows and the ranks together hold `ranks` times the tokens. An unpartitioned pool
 // (one sequence's cache, tests) works too: every rank then has room for every block.
+//
+// On a device (the pool's; GPU ranks) the exchanges work on device buffers: the row
+// permutations between a rank's rows and the batch order are index arrays uploaded once per step
+// (with the batch's logit rows), applied by the embedding op as row gathers around the
+// all-gather and reduce-scatter, so a recorded decode graph holds the whole exchange.
 #pragma once
 #include <cstdint>
+#include <map>
+#include <tuple>
 #include <vector>
 
+#include "core/device.h"
 #include "model/model.h"
+#include "model/placement.h"
 #include "parallel/communicator.h"
 
 namespace fp {
 
 class DataParallelStep {
  public:
+  explicit DataParallelStep(Device d = Device::CPU) : device_(d), uploads_(d), rows_send_(d), rows_recv_(d) {}
   // Splits `b` (which must outlive the step) by owner rank; run()'s block ids are where `pool`
-  // stores them.
+  // stores them. On a device, also uploads the permutations and b's logit rows.
   void begin(Communicator* comm, const ForwardBatch& b, const KvPool& pool);
   // This rank's sequences as a batch (possibly empty), and the rows the exchanges send per rank.
   const ForwardBatch& run() const { return run_; }
   int64_t rows() const { return run_.n_tokens(); }
   int64_t padded_rows() const { return chunk_; }
   int64_t total_rows() const { return batch_->n_tokens(); }
-  // own [rows(), dim] of every rank → all [total_rows(), dim] in the batch's token order.
+  // own [rows(), dim] of every rank → all [total_rows(), dim] in the batch's token order. On a
+  // device `own` must hold padded_rows() rows (those past rows() are sent but never read).
   void gather(const float* own, int64_t dim, float* all);
   // all [total_rows(), dim] partial sums of every rank → own [rows(), dim], summed over the ranks.
   void reduce_scatter(const float* all, int64_t dim, float* own);
+  // On a device: the batch's logit rows (indices into the batch's tokens) there.
+  const int32_t* logit_rows_on_device() const { return ids_.as<int32_t>() + logit_ids_at_; }
+  // What a recorded step of this layout depends on beyond the rank's own batch shape.
+  int64_t graph_variant() const { return total_rows() * (int64_t{1} << 24) + chunk_; }
 
  private:
+  // Rows `ids` of table [n, dim] (device memory) into out: the embedding op as a row gather.
+  void gather_rows(const float* table, int64_t n, int64_t dim, const int32_t* ids, int64_t count, float* out);
+  Device device_;
   Communicator* comm_ = nullptr;
   const ForwardBatch* batch_ = nullptr;
   ForwardBatch run_;
@@ -44,6 +62,14 @@ class DataParallelStep {
   std::vector<std::vector<int64_t>> tokens_;  // per rank: the batch token indices it owns, in order
   std::vector<float> send_, recv_;
   std::vector<int32_t> pages_;
+  // On a device: [gather ids: total_rows() | scatter ids: ranks x chunk_ | logit rows] there.
+  std::vector<int32_t> host_ids_;
+  DeviceBuffer ids_{device_};
+  UploadRing uploads_;
+  int64_t scatter_ids_at_ = 0, logit_ids_at_ = 0;
+  DeviceBuffer rows_send_, rows_recv_;
+  // Table views by address and shape: a recorded graph (and a deferred call) reads them later.
+  std::map<std::tuple<const void*, int64_t, int64_t>, Tensor> tables_;
 };
 
 // The rank that owns sequence s of `b`.

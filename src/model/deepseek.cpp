@@ -408,37 +408,56 @@ class DeepseekModel : public Model {
     }
   }
 
-  // On a device: forward's plain path (expert parallel across GPU ranks, the FFN sums through
-  // the device's collectives) with the buffers on the device, the batch staged there, and the
-  // step's device work recorded and replayed for decode shapes.
+  // On a device: forward's plain and data-parallel paths (expert parallel across GPU ranks, the
+  // FFN sums or the data-parallel exchanges through the device's collectives) with the buffers on
+  // the device, the batch staged there, and the step's device work recorded and replayed for
+  // decode shapes.
   void forward_on_device(const ForwardBatch& b, KvPool& pool, float* logits) {
     const ModelConfig& c = config();
     FP_CHECK(pool.device() == device(), "the KV cache is on ", device_name(pool.device()), " but the model runs on ",
              device_name(device()));
     DeviceScope scope(device());  // every op below runs on the model's device
-    const int64_t n = b.n_tokens(), qd = nope_ + rope_, lw = L_ + rope_;
-    const StagedBatch sb = stager_.stage(b, pool.page_size(), fed_ids());
-    const Rows r{act_.f32(0, n * c.dim),  act_.f32(1, n * c.dim), act_.f32(2, n * H_ * qd),
+    // Data-parallel attention: this rank's sequences only; the FFN layers see all `m` tokens.
+    const bool dp = data_parallel_;
+    if (dp) dp_.begin(tp_.get(), b, pool);
+    const ForwardBatch& run = dp ? dp_.run() : b;
+    const int64_t n = run.n_tokens(), m = dp ? dp_.total_rows() : n, padded = dp ? dp_.padded_rows() : n;
+    const int64_t qd = nope_ + rope_, lw = L_ + rope_;
+    const StagedBatch sb = stager_.stage(run, pool.page_size(), dp ? nullptr : fed_ids());
+    const Rows r{act_.f32(0, padded * c.dim),  act_.f32(1, padded * c.dim), act_.f32(2, n * H_ * qd),
                  act_.f32(3, n * std::max<int64_t>(c.mla.q_lora_rank, 1)), act_.f32(4, n * lw),
-                 act_.f32(5, n * H_ * vd_), act_.f32(6, n * std::max(c.hidden_dim, c.dim)), act_.f32(7, n * c.hidden_dim),
+                 act_.f32(5, n * H_ * vd_), act_.f32(6, m * std::max(c.hidden_dim, c.dim)), act_.f32(7, m * c.hidden_dim),
                  sb.positions, sb.slots, n};
+    float* all = dp ? act_.f32(9, m * c.dim) : nullptr;  // the whole batch's rows for the FFN layers
     MlaAttentionArgs att = mla_args(sb, pool, r);
-    const int64_t rows = sb.n_logits;
+    const int64_t rows = static_cast<int64_t>(b.logit_rows.size());
     float* out_logits = act_.f32(8, rows * c.n_vocab);
+    float* logit_h = act_.f32(10, rows * c.dim);
     graphs_.run(n, sb.n_seqs, rows, &pool, [&] {
-      dispatch(EmbeddingArgs{embed_, sb.tokens, n, r.x});
+      if (n > 0) dispatch(EmbeddingArgs{embed_, sb.tokens, n, r.x});
       for (size_t l = 0; l < layers_.size(); ++l) {
         const DeepseekLayer& Y = layers_[l];
-        attention(Y, static_cast<int64_t>(l), r, false, pool, att);
-        dispatch(RmsNormArgs{r.x, Y.ffn_norm, n, c.dim, c.rms_eps, r.h});
-        float* out = ffn(Y, r.h, n, r.gate, r.up, r.h);
-        if (ffn_split_) dispatch(AllReduceArgs{tp_.get(), out, n * c.dim});  // sum the ranks' experts / FFN shares
-        dispatch(AddArgs{r.x, out, n * c.dim, r.x});
+        if (n > 0) attention(Y, static_cast<int64_t>(l), r, false, pool, att);
+        if (n > 0) dispatch(RmsNormArgs{r.x, Y.ffn_norm, n, c.dim, c.rms_eps, r.h});
+        if (dp) dp_.gather(r.h, c.dim, all);
+        float* out = ffn(Y, dp ? all : r.h, m, r.gate, r.up, dp ? all : r.h);
+        if (dp) {  // each rank gets the sum of its own rows
+          dp_.reduce_scatter(out, c.dim, r.h);
+          out = r.h;
+        } else if (ffn_split_) {
+          dispatch(AllReduceArgs{tp_.get(), out, n * c.dim});  // sum the ranks' experts / FFN shares
+        }
+        if (n > 0) dispatch(AddArgs{r.x, out, n * c.dim, r.x});
       }
       if (rows == 0) return;
-      logit_rows_.run(r.x, n, c.dim, sb.logit_rows, rows, output_norm_, c.rms_eps, r.h);
-      output_.run(r.h, rows, out_logits);
-    });
+      if (dp) {  // the logit rows from whichever rank holds them
+        dp_.gather(r.x, c.dim, all);
+        logit_rows_.run(all, m, c.dim, dp_.logit_rows_on_device(), rows, output_norm_, c.rms_eps, logit_h);
+      } else {
+        logit_rows_.run(r.x, n, c.dim, sb.logit_rows, rows, output_norm_, c.rms_eps, logit_h);
+      }
+      output_.run(logit_h, rows, out_logits);
+    }, dp ? dp_.graph_variant() : 0);
     deliver_logits(out_logits, rows, logits);
   }
 
@@ -493,7 +512,7 @@ class DeepseekModel : public Model {
   bool ffn_split_ = false;         // experts / FFN widths split across the ranks (an all-reduce per layer)
   ContextParallelStep cp_;
   bool data_parallel_ = false;  // attention data parallel (ParallelSizes::dp)
-  DataParallelStep dp_;
+  DataParallelStep dp_{device()};
   std::vector<float> all_;      // data parallel: the whole batch's rows for the FFN layers
 };
 

@@ -180,7 +180,8 @@ StepGraphs::~StepGraphs() {
     if (e.graph && g) g->destroy(e.graph);
 }
 
-void StepGraphs::run(int64_t n, int64_t n_seqs, int64_t n_logits, const void* pool_key, const std::function<void()>& body) {
+void StepGraphs::run(int64_t n, int64_t n_seqs, int64_t n_logits, const void* pool_key, const std::function<void()>& body,
+                     int64_t variant) {
   if (device_ == Device::CPU) return body();
   Ledger& ledger = Ledger::global();
   const DeviceGraphOps* g = device_graphs(device_);
@@ -189,12 +190,12 @@ void StepGraphs::run(int64_t n, int64_t n_seqs, int64_t n_logits, const void* po
   else if (!g) why = "the device records no graphs";
   else if (n != n_seqs) why = "prefill or mixed step";
   else if (ledger.profiling()) why = "profiling (each kernel is timed alone)";
-  else if (graphs_.size() >= 256 && !graphs_.count(Key{n, n_seqs, n_logits, pool_key})) why = "256 step shapes recorded already";
+  else if (graphs_.size() >= 256 && !graphs_.count(Key{n, n_seqs, n_logits, pool_key, variant})) why = "256 step shapes recorded already";
   if (!why.empty()) {
     ledger.note_step("eager: " + why);
     return body();
   }
-  Entry& e = graphs_[Key{n, n_seqs, n_logits, pool_key}];
+  Entry& e = graphs_[Key{n, n_seqs, n_logits, pool_key, variant}];
   if (e.failed) {
     ledger.note_step("eager: recording this shape failed before");
     return body();

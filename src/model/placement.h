@@ -134,11 +134,13 @@ class StepGraphs {
   StepGraphs(const StepGraphs&) = delete;
   StepGraphs& operator=(const StepGraphs&) = delete;
   // Runs `body` (device work only: no host synchronisation, no allocation) for a step of batch
-  // shape (n tokens, n_seqs sequences, n_logits logit rows) writing into `pool_key`'s cache.
-  void run(int64_t n, int64_t n_seqs, int64_t n_logits, const void* pool_key, const std::function<void()>& body);
+  // shape (n tokens, n_seqs sequences, n_logits logit rows) writing into `pool_key`'s cache;
+  // `variant` names whatever else the step's launches depend on (0: nothing).
+  void run(int64_t n, int64_t n_seqs, int64_t n_logits, const void* pool_key, const std::function<void()>& body,
+           int64_t variant = 0);
 
  private:
-  using Key = std::tuple<int64_t, int64_t, int64_t, const void*>;
+  using Key = std::tuple<int64_t, int64_t, int64_t, const void*, int64_t>;
   struct Entry {
     void* graph = nullptr;
     uint64_t epoch = 0;

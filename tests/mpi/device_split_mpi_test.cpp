@@ -75,8 +75,9 @@ std::vector<int32_t> greedy(Model& m, const std::vector<int32_t>& prompt, int n)
 struct DeviceSplitCase {
   std::string name, arch;
   DType type;
-  ParallelSizes ps;  // 0: the number of ranks
+  ParallelSizes ps;  // tp and ep: 0 for the number of ranks
   bool deferred = false;  // the stand-in's work waits in a stream until the host waits, as on a GPU
+  bool data_parallel_attention = false;  // dp = ep = the number of ranks
 };
 
 void PrintTo(const DeviceSplitCase& c, std::ostream* os) { *os << c.name; }
@@ -88,7 +89,8 @@ TEST_P(DeviceSplit, MatchesOneRankOnTheDevice) {
   FP_REQUIRE_NO_GPU();
   const DeviceSplitCase& c = GetParam();
   const int ranks = test::world_comm()->size(), rank = test::world_comm()->rank();
-  const ParallelSizes ps{c.ps.tp == 0 ? ranks : c.ps.tp, c.ps.ep == 0 ? ranks : c.ps.ep};
+  const ParallelSizes ps{c.ps.tp == 0 ? ranks : c.ps.tp, c.ps.ep == 0 ? ranks : c.ps.ep, 1,
+                         c.data_parallel_attention ? ranks : 1};
   SynthOptions o;
   o.arch = c.arch;
   o.type = c.type;
@@ -121,6 +123,7 @@ TEST_P(DeviceSplit, MatchesOneRankOnTheDevice) {
   for (float v : b) mx = std::max(mx, static_cast<double>(std::fabs(v)));
   EXPECT_GT(mx, 0.1) << "logits should not be degenerate";
   EXPECT_EQ(greedy(*split, prompt, 16), greedy(*whole, prompt, 16)) << c.name;
+  EXPECT_GT(Ledger::global().steps()["replayed"], 10u) << "decode steps replay their recorded graphs, collectives included";
 
   // The ledger: the sums ran on the device's collectives, and under expert parallel this rank's
   // moe_ffn calls name its range of the 6 experts, on the device.
@@ -146,7 +149,10 @@ INSTANTIATE_TEST_SUITE_P(
                       DeviceSplitCase{"qwen3moe_tp_ep_deferred", "qwen3_moe", DType::F16, {0, 0}, true},
                       DeviceSplitCase{"deepseek_v3_ep", "deepseek_v3", DType::Q8_0, {1, 0}},
                       DeviceSplitCase{"deepseek_v3_fp8_ep", "deepseek_v3", DType::F8_E4M3, {1, 0}},
-                      DeviceSplitCase{"deepseek_v2_ep_deferred", "deepseek_v2", DType::F32, {1, 0}, true}),
+                      DeviceSplitCase{"deepseek_v2_ep_deferred", "deepseek_v2", DType::F32, {1, 0}, true},
+                      DeviceSplitCase{"deepseek_v3_dp_attention_ep", "deepseek_v3", DType::Q8_0, {1, 0}, false, true},
+                      DeviceSplitCase{"deepseek_v3_fp8_dp_attention_ep_deferred", "deepseek_v3", DType::F8_E4M3, {1, 0},
+                                      true, true}),
     [](const auto& p) { return p.param.name; });
 
 // Layouts built for CPU ranks only are refused on a device at load, with the flag named.
@@ -169,7 +175,6 @@ TEST(DeviceSplit, RefusesCpuOnlyLayouts) {
     }
   };
   refused({1, 1, ranks}, 0, "--prefill-context-parallel-size runs on CPU ranks only");
-  refused({1, ranks, 1, ranks}, 0, "--data-parallel-attention runs on CPU ranks only");
   refused({1, ranks}, 2, "--micro-batch-overlap runs on CPU ranks only");
 }
 

@@ -177,5 +177,41 @@ TEST(EngineAcrossRanksOnADevice, TensorAndExpertParallelMatchOneRank) {
   EXPECT_EQ(got, run(*whole, true, c));
 }
 
+// DeepSeek-V3 with data-parallel attention and the experts partitioned on the device of every
+// rank (the planner's layout for MLA on GPU boxes): sequences spread over the ranks' partitions
+// of a device pool, the exchanges' permutations applied on the device, decode steps recorded and
+// replayed with them; one rank's engine over the whole model on the same device gives the tokens.
+TEST(EngineAcrossRanksOnADevice, DeepSeekDataParallelAttentionMatchesOneRank) {
+  FP_REQUIRE_RANKS(2);
+  FP_REQUIRE_NO_GPU();
+  const int ranks = test::world_comm()->size();
+  SynthOptions o;
+  o.arch = "deepseek_v3";
+  o.config = test::moe_config("deepseek_v3");
+  o.type = DType::F32;
+  o.seed = 43;
+  o.out = test::temp_dir("engine_device_dp") + "/model.gguf";
+  synth_model(o);
+  test::EmulatedDevice dev(/*deferred=*/true);
+  LoadOptions lo;
+  lo.prefault = false;
+  lo.device = Device::CUDA;
+  lo.parallel = ParallelSizes{1, ranks, 1, ranks};
+  auto split = load_model(o.out, lo, test::world_comm());
+  if (test::world_comm()->rank() != 0) {
+    follow_engines(*split);
+    return;
+  }
+  EngineConfig c = config();
+  c.kv_cache_bytes = 80 << 10;  // 17 blocks per rank: preemptions on 2 and 3 ranks (as on the CPU above)
+  const auto got = run(*split, true, c);
+  EXPECT_EQ(split->parallel().dp, ranks);
+  release_followers(*split);
+  LoadOptions whole_lo = lo;
+  whole_lo.parallel = {};
+  auto whole = load_model(o.out, whole_lo);
+  EXPECT_EQ(got, run(*whole, true, c));
+}
+
 }  // namespace
 }  // namespace fp
