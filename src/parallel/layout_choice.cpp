@@ -39,8 +39,7 @@ constexpr double kSwitchMargin = 1.05;
 
 }  // namespace
 
-LayoutChoice choose_runtime_layout(const std::vector<LayoutPlan>& plans, int ranks, bool moe, bool mla, size_t ci,
-                                   bool context_parallel_runs) {
+LayoutChoice choose_runtime_layout(const std::vector<LayoutPlan>& plans, int ranks, bool moe, bool mla, size_t ci) {
   FP_CHECK(ranks >= 1, "--parallel-plan: ", ranks, " ranks");
   LayoutChoice out;
   const std::string n = std::to_string(ranks);
@@ -85,9 +84,7 @@ LayoutChoice choose_runtime_layout(const std::vector<LayoutPlan>& plans, int ran
   // Prefill on the same ranks: the decode layout itself, or context parallel (whole weights).
   std::string prefill_lines = "\n    " + describe(out.decode, out.decode->layout.name, false, ci);
   out.prefill = out.decode;
-  if (!best->dp && !context_parallel_runs) {
-    prefill_lines += "\n    CP" + n + ": not built for GPU ranks";
-  } else if (!best->dp) {
+  if (!best->dp) {
     const std::string cp_name = "CP" + n;
     const LayoutPlan* cp = find(plans, cp_name);
     prefill_lines += "\n    " + describe(cp, cp_name, false, ci);

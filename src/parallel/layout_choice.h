@@ -12,7 +12,7 @@
 //                           --ep N --data-parallel-attention
 //   prefill  the decode layout itself, or
 //            CPN            one prompt in N chunks, whole weights on each rank: --pcp N (not with
-//                           data-parallel attention; CPU ranks only)
+//                           data-parallel attention)
 #pragma once
 #include <cstddef>
 #include <string>
@@ -33,10 +33,8 @@ struct LayoutChoice {
 
 // Chooses among `plans` (plan_layouts for `ranks` devices) at decode concurrency index `ci` of
 // the workload. Prefill takes CP over the decode layout only when predicted at least 5% faster
-// (a second layout has costs the roofline leaves out; layout_choice.cpp). `moe` / `mla`: what the
-// model has; `context_parallel_runs`: false on GPU ranks, where CP prefill is not built. Throws,
-// listing every candidate's shortfall, when no runnable pair fits.
-LayoutChoice choose_runtime_layout(const std::vector<LayoutPlan>& plans, int ranks, bool moe, bool mla, size_t ci,
-                                   bool context_parallel_runs = true);
+// (a second layout has costs the roofline leaves out; layout_choice.cpp). `moe` / `mla`: what the model has. Throws, listing every candidate's shortfall,
+// when no runnable pair fits.
+LayoutChoice choose_runtime_layout(const std::vector<LayoutPlan>& plans, int ranks, bool moe, bool mla, size_t ci);
 
 }  // namespace fp

@@ -9,7 +9,6 @@
 #include <unistd.h>
 
 #include "core/cpu_affinity.h"
-#include "core/device.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/paths.h"
@@ -94,9 +93,7 @@ void apply_parallel_plan(CommonOptions& o, const std::string& model_path) {
   PlanWorkload w;
   w.concurrency = {o.plan_concurrency};
   const std::vector<LayoutPlan> plans = plan_layouts(m, hw, w);
-  Device device = Device::CPU;
-  device_from_name(o.device, &device);  // (a wrong name is reported where the model loads)
-  const LayoutChoice c = choose_runtime_layout(plans, ranks, m.moe(), m.mla(), 0, device == Device::CPU);
+  const LayoutChoice c = choose_runtime_layout(plans, ranks, m.moe(), m.mla(), 0);
   o.tensor_parallel = c.tp;
   o.expert_parallel = c.ep;
   o.context_parallel = c.cp;
