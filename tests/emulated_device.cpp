@@ -27,15 +27,24 @@ void flush_stream() {
 
 // Registers a "cuda"-backend kernel "emulated" running the op's CPU kernel `cpu_kernel` (recorded
 // on a tape while a graph records, queued on a deferring stream); false when there is none.
+// `in_order`: the call runs at once after the work queued before it (a collective: NCCL's host
+// side runs when called — a started one returns its handle then — ordered on the stream).
 template <class Args>
-bool register_emulated(const char* cpu_kernel = "ref") {
+bool register_emulated(const char* cpu_kernel = "ref", bool in_order = false) {
   for (const auto& k : OpRegistry<Args>::instance().kernels())
     if (k.backend == Backend::CPU && k.name == cpu_kernel) {
       Kernel<Args> e = k;  // its refusals too (the "mpi" collectives refuse another communicator)
-      e.run = [inner = k.run](const Args& a) {
-        if (g_recording) g_recording->push_back([inner, a] { inner(a); });
-        else if (g_stream) g_stream->push([inner, a] { inner(a); });
-        else inner(a);
+      e.run = [inner = k.run, in_order](const Args& a) {
+        if (g_recording) {
+          g_recording->push_back([inner, a] { inner(a); });
+        } else if (g_stream && in_order) {
+          g_stream->flush();
+          inner(a);
+        } else if (g_stream) {
+          g_stream->push([inner, a] { inner(a); });
+        } else {
+          inner(a);
+        }
       };
       e.name = "emulated";
       e.backend = Backend::CUDA;
@@ -54,14 +63,14 @@ void require_emulated() {
 
 // The collectives on device buffers through MPI (host memory here), where the build has MPI.
 void emulate_collectives() {
-  register_emulated<AllReduceArgs>("mpi");
-  register_emulated<AllReduceStartArgs>("mpi");
-  register_emulated<CollectiveWaitArgs>("mpi");
-  register_emulated<AllGatherArgs>("mpi");
-  register_emulated<AllGatherStartArgs>("mpi");
-  register_emulated<ReduceScatterArgs>("mpi");
-  register_emulated<AllToAllArgs>("mpi");
-  register_emulated<BroadcastArgs>("mpi");
+  register_emulated<AllReduceArgs>("mpi", true);
+  register_emulated<AllReduceStartArgs>("mpi", true);
+  register_emulated<CollectiveWaitArgs>("mpi", true);
+  register_emulated<AllGatherArgs>("mpi", true);
+  register_emulated<AllGatherStartArgs>("mpi", true);
+  register_emulated<ReduceScatterArgs>("mpi", true);
+  register_emulated<AllToAllArgs>("mpi", true);
+  register_emulated<BroadcastArgs>("mpi", true);
 }
 
 }  // namespace

@@ -10,13 +10,23 @@
 // attention and the first with 1/N^2 of it. With the pairs, every rank holds the same number of
 // tokens and, for one prompt cut evenly, exactly the same attention work (sum of the positions
 // attended) — what `plan`'s CP layouts assume.
+//
+// On a device (GPU ranks; the pool's device) the same step works on device buffers: the rows
+// travel as f32 (twice the bytes of an F16 cache's rows: no pack kernel yet), and the batch's
+// slots and two row maps (gathered row of each batch token, of each logit row) are uploaded once
+// per step; after the exchange the embedding op gathers the rows into batch order and one
+// kv_write stores them all (this rank's again, the same values).
 #pragma once
 #include <array>
 #include <cstdint>
+#include <map>
+#include <tuple>
 #include <vector>
 
 #include "cache/kv_pool.h"
+#include "core/device.h"
 #include "model/model.h"
+#include "model/placement.h"
 #include "parallel/communicator.h"
 
 namespace fp {
@@ -27,8 +37,9 @@ class ContextParallelStep {
   // sequences) and every rank gets one at least; decode batches keep the decode layout.
   static bool applies(const ForwardBatch& b, int ranks) { return b.n_tokens() > b.n_seqs() && b.n_tokens() >= ranks; }
 
-  // Cuts `b` (which must outlive the step) for this rank of `comm`, with pool slots of `page_size`.
-  void begin(Communicator* comm, const ForwardBatch& b, int64_t page_size);
+  // Cuts `b` (which must outlive the step) for this rank of `comm`, with pool slots of `page_size`;
+  // on `device` (the pool's) also uploads the step's slots and row maps there.
+  void begin(Communicator* comm, const ForwardBatch& b, int64_t page_size, Device device = Device::CPU);
   // This rank's tokens as a batch, its first piece then its second: each sequence's tokens inside
   // a piece with its whole block table and kv_len ending at its last token there (attention is
   // causal; a sequence spanning both pieces appears twice).
@@ -50,7 +61,7 @@ class ContextParallelStep {
   }
   // Lets the started exchange advance (between the caller's matmuls).
   void progress() { comm_->progress(); }
-  ContextParallelStep() = default;
+  ContextParallelStep() : uploads_(Device::CPU) {}
   ContextParallelStep(const ContextParallelStep&) = delete;
   ContextParallelStep& operator=(const ContextParallelStep&) = delete;
   ~ContextParallelStep() { settle(); }
@@ -65,6 +76,13 @@ class ContextParallelStep {
     int64_t t0, t1, row;  // tokens [t0, t1) sit at row `row` of their rank's buffers
   };
   std::array<Piece, 2> pieces(int rank) const;
+  // The row of every rank's [padded_rows] buffers, gathered rank after rank, holding token t.
+  int64_t gathered_row(int64_t t) const;
+  // The device halves of start_kv / finish_kv / gather_logit_rows.
+  void start_kv_on_device(const float* k, const float* v, int64_t kw, int64_t vw);
+  void finish_kv_on_device(KvPool& pool);
+  // Rows `ids` of table [n, dim] (device memory) into out, by the embedding op.
+  void gather_rows(const float* table, int64_t n, int64_t dim, const int32_t* ids, int64_t count, float* out);
   // A step that failed between start_kv and finish_kv left its gather in flight, writing into
   // kv_all_: waits for it (the other ranks started it too) before the buffers change or go.
   void settle() noexcept;
@@ -76,6 +94,16 @@ class ContextParallelStep {
   std::vector<uint8_t> kv_send_, kv_all_;  // packed rows: this rank's [padded_rows], every rank's
   int64_t kv_layer_ = -1, kv_handle_ = Communicator::kDone;
   std::vector<float> x_all_;
+  // On a device: [every token's slot (int64) | gathered row of each token, of each logit row
+  // (int32)] there, the gathered K / V / x rows, and the K / V rows in batch order.
+  Device device_ = Device::CPU;
+  std::vector<uint8_t> host_maps_;
+  DeviceBuffer maps_;
+  UploadRing uploads_;
+  size_t token_rows_at_ = 0, logit_rows_at_ = 0;  // byte offsets in maps_
+  DeviceBuffer k_all_, v_all_, x_all_dev_, k_batch_, v_batch_;
+  int64_t v_handle_ = Communicator::kDone;
+  std::map<std::tuple<const void*, int64_t, int64_t>, Tensor> tables_;  // views the embedding op reads
 };
 
 // Decode after context-parallel prefill, with the heads split (tensor parallel): the cache keeps
@@ -84,13 +112,14 @@ class ContextParallelStep {
 // the cache stays complete for whichever phase comes next.
 class EveryHeadKvWriter {
  public:
-  // This rank's rows k [n, kv_dim] and v [n, v_dim] of layer `layer` -> every head's, at slots.
+  // This rank's rows k [n, kv_dim] and v [n, v_dim] of layer `layer` -> every head's, at slots
+  // (all on the pool's device).
   void write(Communicator* tp, KvPool& pool, int64_t layer, const int64_t* slots, int64_t n, const float* k,
              const float* v, int64_t kv_dim, int64_t v_dim);
 
  private:
-  const float* whole_rows(Communicator* tp, const float* part, int64_t n, int64_t width, std::vector<float>& rows);
-  std::vector<float> gathered_, k_rows_, v_rows_;
+  const float* whole_rows(Communicator* tp, const float* part, int64_t n, int64_t width, DeviceBuffer& rows);
+  DeviceBuffer gathered_, k_rows_, v_rows_;
 };
 
 }  // namespace fp

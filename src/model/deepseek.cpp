@@ -31,6 +31,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "kernels/ledger.h"
 #include "kernels/ops.h"
 #include "kernels/registry.h"
 #include "model/context_parallel.h"
@@ -417,15 +418,21 @@ class DeepseekModel : public Model {
     FP_CHECK(pool.device() == device(), "the KV cache is on ", device_name(pool.device()), " but the model runs on ",
              device_name(device()));
     DeviceScope scope(device());  // every op below runs on the model's device
+    // Prefill context parallel: this rank's run of the tokens, the whole layers, no FFN sums.
+    const bool cp = context_parallel_ && ContextParallelStep::applies(b, tp_size());
+    if (cp) cp_.begin(tp_.get(), b, pool.page_size(), pool.device());
     // Data-parallel attention: this rank's sequences only; the FFN layers see all `m` tokens.
     const bool dp = data_parallel_;
     if (dp) dp_.begin(tp_.get(), b, pool);
-    const ForwardBatch& run = dp ? dp_.run() : b;
-    const int64_t n = run.n_tokens(), m = dp ? dp_.total_rows() : n, padded = dp ? dp_.padded_rows() : n;
+    const ForwardBatch& run = cp ? cp_.run() : dp ? dp_.run() : b;
+    const int64_t n = run.n_tokens(), m = dp ? dp_.total_rows() : n;
+    const int64_t padded = cp ? cp_.padded_rows() : dp ? dp_.padded_rows() : n;  // rows the gathers send
     const int64_t qd = nope_ + rope_, lw = L_ + rope_;
-    const StagedBatch sb = stager_.stage(run, pool.page_size(), dp ? nullptr : fed_ids());
+    const std::vector<DeepseekLayer>& layers = cp && !whole_layers_.empty() ? whole_layers_ : layers_;
+    const bool sum_ffn = ffn_split_ && !cp;
+    const StagedBatch sb = stager_.stage(run, pool.page_size(), dp || cp ? nullptr : fed_ids());
     const Rows r{act_.f32(0, padded * c.dim),  act_.f32(1, padded * c.dim), act_.f32(2, n * H_ * qd),
-                 act_.f32(3, n * std::max<int64_t>(c.mla.q_lora_rank, 1)), act_.f32(4, n * lw),
+                 act_.f32(3, n * std::max<int64_t>(c.mla.q_lora_rank, 1)), act_.f32(4, padded * lw),
                  act_.f32(5, n * H_ * vd_), act_.f32(6, m * std::max(c.hidden_dim, c.dim)), act_.f32(7, m * c.hidden_dim),
                  sb.positions, sb.slots, n};
     float* all = dp ? act_.f32(9, m * c.dim) : nullptr;  // the whole batch's rows for the FFN layers
@@ -433,18 +440,18 @@ class DeepseekModel : public Model {
     const int64_t rows = static_cast<int64_t>(b.logit_rows.size());
     float* out_logits = act_.f32(8, rows * c.n_vocab);
     float* logit_h = act_.f32(10, rows * c.dim);
-    graphs_.run(n, sb.n_seqs, rows, &pool, [&] {
+    auto step = [&] {
       if (n > 0) dispatch(EmbeddingArgs{embed_, sb.tokens, n, r.x});
-      for (size_t l = 0; l < layers_.size(); ++l) {
-        const DeepseekLayer& Y = layers_[l];
-        if (n > 0) attention(Y, static_cast<int64_t>(l), r, false, pool, att);
+      for (size_t l = 0; l < layers.size(); ++l) {
+        const DeepseekLayer& Y = layers[l];
+        if (n > 0) attention(Y, static_cast<int64_t>(l), r, cp, pool, att);
         if (n > 0) dispatch(RmsNormArgs{r.x, Y.ffn_norm, n, c.dim, c.rms_eps, r.h});
         if (dp) dp_.gather(r.h, c.dim, all);
         float* out = ffn(Y, dp ? all : r.h, m, r.gate, r.up, dp ? all : r.h);
         if (dp) {  // each rank gets the sum of its own rows
           dp_.reduce_scatter(out, c.dim, r.h);
           out = r.h;
-        } else if (ffn_split_) {
+        } else if (sum_ffn) {
           dispatch(AllReduceArgs{tp_.get(), out, n * c.dim});  // sum the ranks' experts / FFN shares
         }
         if (n > 0) dispatch(AddArgs{r.x, out, n * c.dim, r.x});
@@ -453,11 +460,20 @@ class DeepseekModel : public Model {
       if (dp) {  // the logit rows from whichever rank holds them
         dp_.gather(r.x, c.dim, all);
         logit_rows_.run(all, m, c.dim, dp_.logit_rows_on_device(), rows, output_norm_, c.rms_eps, logit_h);
+      } else if (cp) {  // from whichever rank's run holds them
+        cp_.gather_logit_rows(r.x, c.dim, logit_h);
+        dispatch(RmsNormArgs{logit_h, output_norm_, rows, c.dim, c.rms_eps, logit_h});
       } else {
         logit_rows_.run(r.x, n, c.dim, sb.logit_rows, rows, output_norm_, c.rms_eps, logit_h);
       }
       output_.run(logit_h, rows, out_logits);
-    }, dp ? dp_.graph_variant() : 0);
+    };
+    if (cp) {
+      Ledger::global().note_step("eager: context-parallel prefill");
+      step();
+    } else {
+      graphs_.run(n, sb.n_seqs, rows, &pool, step, dp ? dp_.graph_variant() : 0);
+    }
     deliver_logits(out_logits, rows, logits);
   }
 
@@ -469,17 +485,22 @@ class DeepseekModel : public Model {
     embed_ = dw.tensor(embed_);
     output_.weight = dw.tensor(output_.weight);
     output_norm_ = dw.floats(output_norm_, c.dim);
-    for (DeepseekLayer& Y : layers_) {
-      Y.attn_norm = dw.floats(Y.attn_norm, c.dim);
-      Y.ffn_norm = dw.floats(Y.ffn_norm, c.dim);
-      Y.kv_a_norm = dw.floats(Y.kv_a_norm, L_);
-      Y.q_a_norm = dw.floats(Y.q_a_norm, c.mla.q_lora_rank);
-      for (const Tensor** w : {&Y.wq, &Y.wq_a, &Y.wq_b, &Y.wkv_a, &Y.wo, &Y.w_gate, &Y.w_up, &Y.w_down}) *w = dw.tensor(*w);
-      Y.wk = dw.stack(Y.wk, 0, H_);
-      Y.wv = dw.stack(Y.wv, 0, H_);
-      Y.wk_t.clear();
-      if (Y.moe) Y.experts = place_moe_layer(Y.experts, dw);
-    }
+    // The rank's layers and, with context-parallel prefill, the whole layers too (separate copies
+    // of the split FFNs on a GPU; attention weights are the same tensors, uploaded once).
+    for (std::vector<DeepseekLayer>* layers : {&layers_, &whole_layers_})
+      for (size_t l = 0; l < layers->size(); ++l) {
+        DeepseekLayer& Y = (*layers)[l];
+        Y.attn_norm = dw.floats(Y.attn_norm, c.dim);
+        Y.ffn_norm = dw.floats(Y.ffn_norm, c.dim);
+        Y.kv_a_norm = dw.floats(Y.kv_a_norm, L_);
+        Y.q_a_norm = dw.floats(Y.q_a_norm, c.mla.q_lora_rank);
+        for (const Tensor** w : {&Y.wq, &Y.wq_a, &Y.wq_b, &Y.wkv_a, &Y.wo, &Y.w_gate, &Y.w_up, &Y.w_down}) *w = dw.tensor(*w);
+        const bool whole = layers == &whole_layers_;  // its per-head stacks are the rank's layer's
+        Y.wk = whole ? layers_[l].wk : dw.stack(Y.wk, 0, H_);
+        Y.wv = whole ? layers_[l].wv : dw.stack(Y.wv, 0, H_);
+        Y.wk_t.clear();
+        if (Y.moe) Y.experts = place_moe_layer(Y.experts, dw);
+      }
     inv_freq_at_ = dw.floats(inv_freq_.data(), static_cast<int64_t>(inv_freq_.size()));
     log_info("placed the weights on ", device_name(device()), ": ", static_cast<double>(dw.bytes()) / (1 << 20), " MiB");
   }

@@ -36,6 +36,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "kernels/ledger.h"
 #include "kernels/ops.h"
 #include "kernels/registry.h"
 #include "model/context_parallel.h"
@@ -344,30 +345,40 @@ class LlamaModel : public Model {
   const std::vector<LlamaLayer>& whole_layers() const { return whole_layers_.empty() ? layers_ : whole_layers_; }
 
   // Prefill context parallel (see the comment at the top and model/context_parallel.h): this
-  // rank runs its run of the batch's tokens through every layer with the whole weights.
+  // rank runs its run of the batch's tokens through every layer with the whole weights, on the
+  // host or on the model's device (its buffers there, the run staged, the logits copied back).
   void forward_context_parallel(const ForwardBatch& b, KvPool& pool, float* logits) {
     const ModelConfig& c = config();
+    const bool on_device = device() != Device::CPU;
+    FP_CHECK(pool.device() == device(), "the KV cache is on ", device_name(pool.device()), " but the model runs on ",
+             device_name(device()));
+    DeviceScope scope(device());
+    if (on_device) Ledger::global().note_step("eager: context-parallel prefill");
     ContextParallelStep& cp = cp_.step;
-    cp.begin(tp_.get(), b, pool.page_size());
+    cp.begin(tp_.get(), b, pool.page_size(), pool.device());
     const ForwardBatch& run = cp.run();
     const int64_t m = cp.rows(), padded = cp.padded_rows();
     const int64_t q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim, v_dim = c.n_kv_heads * c.v_head_dim;
     int64_t ffn = 0;
     for (const LlamaLayer& L : whole_layers()) ffn = std::max(ffn, L.ffn_width);
-    auto buf = [](std::vector<float>& v, int64_t len) {
-      v.assign(static_cast<size_t>(len), 0.0f);  // zeros: the padding of a short run is sent too
+    // Host buffers zeroed (the padding of a short run is sent too); a device's are never read
+    // past the rows that were written.
+    auto buf = [&](size_t slot, std::vector<float>& v, int64_t len) {
+      if (on_device) return act_.f32(slot, len);
+      v.assign(static_cast<size_t>(len), 0.0f);
       return v.data();
     };
-    float* x = buf(cp_.x, padded * c.dim);
-    float* h = buf(cp_.h, padded * c.dim);
-    float* q = buf(cp_.q, m * q_dim);
-    float* k = buf(cp_.k, padded * kv_dim);
-    float* v = buf(cp_.v, padded * v_dim);
-    float* att_out = buf(cp_.att, m * q_dim);
-    float* gate = buf(cp_.gate, m * ffn);
-    float* up = buf(cp_.up, m * ffn);
+    float* x = buf(0, cp_.x, padded * c.dim);
+    float* h = buf(1, cp_.h, padded * c.dim);
+    float* q = buf(2, cp_.q, m * q_dim);
+    float* k = buf(3, cp_.k, padded * kv_dim);
+    float* v = buf(4, cp_.v, padded * v_dim);
+    float* att_out = buf(5, cp_.att, m * q_dim);
+    float* gate = buf(6, cp_.gate, m * ffn);
+    float* up = buf(7, cp_.up, m * ffn);
+    const StagedBatch sb = on_device ? stager_.stage(run, pool.page_size()) : host_view(run);
 
-    AttentionArgs att = paged_attention_args(run, pool);
+    AttentionArgs att = paged_attention_args(sb, pool);
     att.q = q;
     att.n_heads = c.n_heads;
     att.n_kv_heads = c.n_kv_heads;
@@ -378,12 +389,12 @@ class LlamaModel : public Model {
     att.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
     att.out = att_out;
 
-    dispatch(EmbeddingArgs{embed_, run.tokens.data(), m, x});
+    dispatch(EmbeddingArgs{embed_, sb.tokens, m, x});
     for (size_t l = 0; l < whole_layers().size(); ++l) {
       const LlamaLayer& L = whole_layers()[l];
       // Every rank's K/V rows into the cache (it holds the whole batch), exchanged while this
       // rank computes its queries.
-      attention_inputs(L, x, h, m, c.n_heads, c.n_kv_heads, run.positions.data(), q, k, v,
+      attention_inputs(L, x, h, m, c.n_heads, c.n_kv_heads, sb.positions, q, k, v,
                        [&] { cp.start_kv(pool, static_cast<int64_t>(l), k, v); });
       cp.finish_kv(pool);
       att.k_pool = pool.k(static_cast<int64_t>(l));
@@ -394,11 +405,14 @@ class LlamaModel : public Model {
       ffn_residual(L, x, h, gate, up, m, false);
     }
     // The logit rows may lie in any rank's run.
-    float* xr = buf(cp_.rows, static_cast<int64_t>(b.logit_rows.size()) * c.dim);
+    const auto n_logits = static_cast<int64_t>(b.logit_rows.size());
+    float* xr = buf(9, cp_.rows, n_logits * c.dim);
     const int64_t rows = cp.gather_logit_rows(x, c.dim, xr);
     if (rows == 0) return;
     dispatch(RmsNormArgs{xr, output_norm_, rows, c.dim, c.rms_eps, xr});
-    output_.run(xr, rows, logits);
+    float* out_logits = on_device ? act_.f32(8, rows * c.n_vocab) : logits;
+    output_.run(xr, rows, out_logits);
+    if (on_device) deliver_logits(out_logits, rows, logits);
   }
 
   // Replaces a layer's full weights by this rank's slices (see the comment at the top).
@@ -434,16 +448,20 @@ class LlamaModel : public Model {
     embed_ = dw.tensor(embed_);
     output_.weight = dw.tensor(output_.weight);
     output_norm_ = dw.floats(output_norm_, c.dim);
-    for (LlamaLayer& L : layers_) {
+    // The rank's layers (its heads) and, with context-parallel prefill beside TP decode, the whole
+    // layers too: on a GPU the two are separate copies (on the host they share the file's bytes).
+    auto place = [&](LlamaLayer& L, int64_t heads, int64_t kv_heads) {
       L.attn_norm = dw.floats(L.attn_norm, c.dim);
       L.ffn_norm = dw.floats(L.ffn_norm, c.dim);
       for (const Tensor** w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) *w = dw.tensor(*w);
-      L.bq = dw.floats(L.bq, heads_ * c.head_dim);
-      L.bk = dw.floats(L.bk, kv_heads_ * c.head_dim);
-      L.bv = dw.floats(L.bv, kv_heads_ * c.v_head_dim);
+      L.bq = dw.floats(L.bq, heads * c.head_dim);
+      L.bk = dw.floats(L.bk, kv_heads * c.head_dim);
+      L.bv = dw.floats(L.bv, kv_heads * c.v_head_dim);
       L.q_norm = dw.floats(L.q_norm, c.head_dim);
       L.k_norm = dw.floats(L.k_norm, c.head_dim);
-    }
+    };
+    for (LlamaLayer& L : layers_) place(L, heads_, kv_heads_);
+    for (LlamaLayer& L : whole_layers_) place(L, c.n_heads, c.n_kv_heads);
     inv_freq_at_ = dw.floats(inv_freq_.data(), static_cast<int64_t>(inv_freq_.size()));
     log_info("placed the weights on ", device_name(device()), ": ", static_cast<double>(dw.bytes()) / (1 << 20), " MiB");
   }

@@ -12,18 +12,19 @@
 namespace fp {
 
 const void* DeviceWeights::upload(const void* host, size_t bytes) {
-  auto it = copies_.find(host);
+  auto it = copies_.find({host, bytes});
   if (it != copies_.end()) return it->second;
   DeviceBuffer& buf = buffers_.emplace_back(device_, bytes);
   copy_bytes(device_, buf.data(), Device::CPU, host, bytes);
   bytes_ += bytes;
-  copies_[host] = buf.data();
+  copies_[{host, bytes}] = buf.data();
   return buf.data();
 }
 
 const Tensor* DeviceWeights::tensor(const Tensor* t) {
   if (!t || device_ == Device::CPU) return t;
-  auto it = tensors_.find(t->data);
+  const TensorKey key{t->data, t->rows(), t->cols(), static_cast<int>(t->dtype)};
+  auto it = tensors_.find(key);
   if (it != tensors_.end()) return it->second;
   FP_CHECK(t->is_contiguous(), "cannot place a non-contiguous tensor ", t->shape_str(), " on ", device_name(device_));
   Tensor d = *t;
@@ -34,7 +35,7 @@ const Tensor* DeviceWeights::tensor(const Tensor* t) {
     d.block_scale = static_cast<const float*>(upload(t->block_scale, static_cast<size_t>(scales) * sizeof(float)));
   }
   const Tensor* out = &views_.emplace_back(d);
-  tensors_[t->data] = out;
+  tensors_[key] = out;
   return out;
 }
 

@@ -9,6 +9,7 @@
 #include <map>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "core/device.h"
@@ -19,7 +20,9 @@ namespace fp {
 struct ForwardBatch;
 
 // Weights on one device. Each host tensor (and vector) is uploaded once; asking again for the
-// same host data returns the same device copy (a tied embedding and output share one).
+// same host data of the same shape (bytes) returns the same device copy (a tied embedding and
+// output share one). A slice starting where its whole tensor does (rank 0's rows of a split
+// output, the whole table beside it) is another tensor: the shape is part of the key.
 class DeviceWeights {
  public:
   explicit DeviceWeights(Device d) : device_(d) {}
@@ -38,8 +41,9 @@ class DeviceWeights {
  private:
   const void* upload(const void* host, size_t bytes);
   Device device_;
-  std::map<const void*, const Tensor*> tensors_;
-  std::map<const void*, const void*> copies_;
+  using TensorKey = std::tuple<const void*, int64_t, int64_t, int>;  // data, rows, cols, dtype
+  std::map<TensorKey, const Tensor*> tensors_;
+  std::map<std::pair<const void*, size_t>, const void*> copies_;  // (host, bytes) -> device
   std::deque<Tensor> views_;
   std::deque<DeviceBuffer> buffers_;
   size_t bytes_ = 0;

@@ -27,6 +27,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "kernels/ledger.h"
 #include "kernels/ops.h"
 #include "kernels/registry.h"
 #include "model/context_parallel.h"
@@ -327,38 +328,57 @@ class Qwen3MoeModel : public Model {
     output_.run(rows_.data(), rows, logits);
   }
 
-  // On a device: as forward's plain path (tensor or expert parallel across GPU ranks, the sums
-  // through the device's collectives) with the buffers on the device, the batch staged there,
-  // and the step's device work recorded and replayed for decode shapes.
+  // On a device: as forward's plain and context-parallel paths (tensor, expert or context
+  // parallel across GPU ranks, the sums and exchanges through the device's collectives) with the
+  // buffers on the device, the batch staged there, and the step's device work recorded and
+  // replayed for decode shapes.
   void forward_on_device(const ForwardBatch& b, KvPool& pool, float* logits) {
     const ModelConfig& c = config();
     FP_CHECK(pool.device() == device(), "the KV cache is on ", device_name(pool.device()), " but the model runs on ",
              device_name(device()));
     DeviceScope scope(device());  // every op below runs on the model's device
-    const int64_t n = b.n_tokens();
-    const Heads hd = heads(false, pool);
-    const Rows r{act_.f32(0, n * c.dim),     act_.f32(1, n * c.dim),     act_.f32(2, n * hd.q_dim),
-                 act_.f32(3, n * hd.kv_dim), act_.f32(4, n * hd.kv_dim), act_.f32(5, n * hd.q_dim),
-                 act_.f32(6, n * std::max(c.hidden_dim, c.dim)),         act_.f32(7, n * c.hidden_dim), n};
-    const StagedBatch sb = stager_.stage(b, pool.page_size(), fed_ids());
+    const bool cp = context_parallel_ && ContextParallelStep::applies(b, tp_size());
+    if (cp) cp_.begin(tp_.get(), b, pool.page_size(), pool.device());
+    const ForwardBatch& run = cp ? cp_.run() : b;
+    const int64_t n = run.n_tokens(), padded = cp ? cp_.padded_rows() : n;  // rows sent by the gathers
+    const Heads hd = heads(cp, pool);
+    const Rows r{act_.f32(0, padded * c.dim),     act_.f32(1, padded * c.dim),     act_.f32(2, n * hd.q_dim),
+                 act_.f32(3, padded * hd.kv_dim), act_.f32(4, padded * hd.kv_dim), act_.f32(5, n * hd.q_dim),
+                 act_.f32(6, n * std::max(c.hidden_dim, c.dim)),                   act_.f32(7, n * c.hidden_dim), n};
+    const StagedBatch sb = stager_.stage(run, pool.page_size(), cp ? nullptr : fed_ids());
     AttentionArgs att = attention_args(paged_attention_args(sb, pool), pool, hd, r.q, r.att);
-    const int64_t rows = sb.n_logits;
+    // A context-parallel step runs the whole layers and sums nothing across the ranks.
+    const std::vector<Qwen3MoeLayer>& layers = cp && !whole_layers_.empty() ? whole_layers_ : layers_;
+    const bool sum_ffn = ffn_split_ && !cp;
+    const auto rows = static_cast<int64_t>(b.logit_rows.size());
     float* out_logits = act_.f32(8, rows * c.n_vocab);
-    graphs_.run(n, sb.n_seqs, rows, &pool, [&] {
+    float* logit_h = act_.f32(9, rows * c.dim);
+    auto step = [&] {
       dispatch(EmbeddingArgs{embed_, sb.tokens, n, r.x});
-      for (size_t l = 0; l < layers_.size(); ++l) {
-        const Qwen3MoeLayer& L = layers_[l];
-        attention(L, static_cast<int64_t>(l), hd, r, sb.positions, sb.slots, att, pool, false);
+      for (size_t l = 0; l < layers.size(); ++l) {
+        const Qwen3MoeLayer& L = layers[l];
+        attention(L, static_cast<int64_t>(l), hd, r, sb.positions, sb.slots, att, pool, cp);
         if (hd.split) dispatch(AllReduceArgs{tp_.get(), r.h, n * c.dim});  // sum the heads' shares
         dispatch(AddArgs{r.x, r.h, n * c.dim, r.x});
         float* out = ffn(L, r);
-        if (ffn_split_) dispatch(AllReduceArgs{tp_.get(), out, n * c.dim});  // sum the ranks' FFN shares
+        if (sum_ffn) dispatch(AllReduceArgs{tp_.get(), out, n * c.dim});  // sum the ranks' FFN shares
         dispatch(AddArgs{r.x, out, n * c.dim, r.x});
       }
       if (rows == 0) return;
-      logit_rows_.run(r.x, n, c.dim, sb.logit_rows, rows, output_norm_, c.rms_eps, r.h);
-      output_.run(r.h, rows, out_logits);
-    });
+      if (cp) {  // the logit rows from whichever rank's run holds them
+        cp_.gather_logit_rows(r.x, c.dim, logit_h);
+        dispatch(RmsNormArgs{logit_h, output_norm_, rows, c.dim, c.rms_eps, logit_h});
+      } else {
+        logit_rows_.run(r.x, n, c.dim, sb.logit_rows, rows, output_norm_, c.rms_eps, logit_h);
+      }
+      output_.run(logit_h, rows, out_logits);
+    };
+    if (cp) {
+      Ledger::global().note_step("eager: context-parallel prefill");
+      step();
+    } else {
+      graphs_.run(n, sb.n_seqs, rows, &pool, step);
+    }
     deliver_logits(out_logits, rows, logits);
   }
 
@@ -369,14 +389,17 @@ class Qwen3MoeModel : public Model {
     embed_ = dw.tensor(embed_);
     output_.weight = dw.tensor(output_.weight);
     output_norm_ = dw.floats(output_norm_, c.dim);
-    for (Qwen3MoeLayer& L : layers_) {
-      L.attn_norm = dw.floats(L.attn_norm, c.dim);
-      L.ffn_norm = dw.floats(L.ffn_norm, c.dim);
-      L.q_norm = dw.floats(L.q_norm, c.head_dim);
-      L.k_norm = dw.floats(L.k_norm, c.head_dim);
-      for (const Tensor** w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) *w = dw.tensor(*w);
-      if (L.moe) L.experts = place_moe_layer(L.experts, dw);
-    }
+    // The rank's layers and, with context-parallel prefill, the whole layers too (separate copies
+    // on a GPU, where on the host they share the file's bytes).
+    for (std::vector<Qwen3MoeLayer>* layers : {&layers_, &whole_layers_})
+      for (Qwen3MoeLayer& L : *layers) {
+        L.attn_norm = dw.floats(L.attn_norm, c.dim);
+        L.ffn_norm = dw.floats(L.ffn_norm, c.dim);
+        L.q_norm = dw.floats(L.q_norm, c.head_dim);
+        L.k_norm = dw.floats(L.k_norm, c.head_dim);
+        for (const Tensor** w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) *w = dw.tensor(*w);
+        if (L.moe) L.experts = place_moe_layer(L.experts, dw);
+      }
     inv_freq_at_ = dw.floats(inv_freq_.data(), static_cast<int64_t>(inv_freq_.size()));
     log_info("placed the weights on ", device_name(device()), ": ", static_cast<double>(dw.bytes()) / (1 << 20), " MiB");
   }

@@ -1,6 +1,6 @@
 // tests/mpi/device_split_mpi_test.cpp — models placed on a device and split across the ranks
-// (GPU ranks: tensor and expert parallel) give the logits and greedy tokens of the same model
-// on the device on one rank.
+// (GPU ranks: tensor, expert and context parallel, data-parallel attention) give the logits and
+// greedy tokens of the same model on the device on one rank.
 //
 // Without GPUs the device is the host-memory stand-in (tests/emulated_device.h): its kernels are
 // the CPU references and its collectives run MPI on the (host-memory) device buffers, where GPU
@@ -78,6 +78,8 @@ struct DeviceSplitCase {
   ParallelSizes ps;  // tp and ep: 0 for the number of ranks
   bool deferred = false;  // the stand-in's work waits in a stream until the host waits, as on a GPU
   bool data_parallel_attention = false;  // dp = ep = the number of ranks
+  bool tied = false;  // the output projection is the embedding table (rank 0's output rows start where it does)
+  bool context_parallel = false;  // cp = the number of ranks: the prompt prefilled context parallel
 };
 
 void PrintTo(const DeviceSplitCase& c, std::ostream* os) { *os << c.name; }
@@ -89,19 +91,20 @@ TEST_P(DeviceSplit, MatchesOneRankOnTheDevice) {
   FP_REQUIRE_NO_GPU();
   const DeviceSplitCase& c = GetParam();
   const int ranks = test::world_comm()->size(), rank = test::world_comm()->rank();
-  const ParallelSizes ps{c.ps.tp == 0 ? ranks : c.ps.tp, c.ps.ep == 0 ? ranks : c.ps.ep, 1,
+  const ParallelSizes ps{c.ps.tp == 0 ? ranks : c.ps.tp, c.ps.ep == 0 ? ranks : c.ps.ep, c.context_parallel ? ranks : 1,
                          c.data_parallel_attention ? ranks : 1};
   SynthOptions o;
   o.arch = c.arch;
   o.type = c.type;
   o.seed = 23;
   o.out = test::temp_dir("device_split_" + c.name) + "/model.gguf";
-  if (c.arch == "llama") {  // 12 query heads over 6 KV heads: splits over 2 and 3 ranks
+  if (c.arch == "llama" || c.arch == "qwen3") {  // 12 query heads over 6 KV heads: splits over 2 and 3 ranks
     o.config = {{"hidden_size", 64},        {"num_attention_heads", 12}, {"num_key_value_heads", 6}, {"head_dim", 16},
                 {"intermediate_size", 96}, {"num_hidden_layers", 2},    {"vocab_size", 256}};
   } else {
     o.config = test::moe_config(c.arch);
   }
+  if (c.tied) o.config["tie_word_embeddings"] = true;
   if (c.type == DType::F8_E4M3) {  // DeepSeek-V3's own format: widths of 3 scale tiles
     o.config["hidden_size"] = 128;
     o.config["vocab_size"] = 384;
@@ -128,7 +131,12 @@ TEST_P(DeviceSplit, MatchesOneRankOnTheDevice) {
   // The ledger: the sums ran on the device's collectives, and under expert parallel this rank's
   // moe_ffn calls name its range of the 6 experts, on the device.
   const std::string table = Ledger::global().table();
-  EXPECT_NE(table.find("cuda: f32 sum comm=mpi ranks=" + std::to_string(ranks)), std::string::npos) << table;
+  if (ps.tp > 1 || ps.ep > 1) {
+    EXPECT_NE(table.find("cuda: f32 sum comm=mpi ranks=" + std::to_string(ranks)), std::string::npos) << table;
+  }
+  if (ps.cp > 1) {
+    EXPECT_GT(Ledger::global().steps()["eager: context-parallel prefill"], 0u);
+  }
   if (ps.ep > 1) {
     const int64_t b0 = 6 * rank / ranks, e0 = 6 * (rank + 1) / ranks;
     const std::string range = "experts " + std::to_string(b0) + ".." + std::to_string(e0 - 1) + " of 6";
@@ -144,6 +152,7 @@ INSTANTIATE_TEST_SUITE_P(
     Layouts, DeviceSplit,
     ::testing::Values(DeviceSplitCase{"llama_tp", "llama", DType::Q8_0, {0, 1}},
                       DeviceSplitCase{"llama_tp_deferred", "llama", DType::F16, {0, 1}, true},
+                      DeviceSplitCase{"qwen3_tp_tied", "qwen3", DType::BF16, {0, 1}, false, false, true},
                       DeviceSplitCase{"qwen3moe_tp", "qwen3_moe", DType::Q8_0, {0, 1}},
                       DeviceSplitCase{"qwen3moe_ep", "qwen3_moe", DType::Q8_0, {1, 0}},
                       DeviceSplitCase{"qwen3moe_tp_ep_deferred", "qwen3_moe", DType::F16, {0, 0}, true},
@@ -152,10 +161,20 @@ INSTANTIATE_TEST_SUITE_P(
                       DeviceSplitCase{"deepseek_v2_ep_deferred", "deepseek_v2", DType::F32, {1, 0}, true},
                       DeviceSplitCase{"deepseek_v3_dp_attention_ep", "deepseek_v3", DType::Q8_0, {1, 0}, false, true},
                       DeviceSplitCase{"deepseek_v3_fp8_dp_attention_ep_deferred", "deepseek_v3", DType::F8_E4M3, {1, 0},
-                                      true, true}),
+                                      true, true},
+                      // Context-parallel prefill, then decode whole, tensor parallel (over the
+                      // cache of every head the prefill wrote) or expert parallel.
+                      DeviceSplitCase{"llama_pcp", "llama", DType::Q8_0, {1, 1}, false, false, false, true},
+                      DeviceSplitCase{"llama_pcp_tp_deferred", "llama", DType::F16, {0, 1}, true, false, false, true},
+                      DeviceSplitCase{"qwen3moe_pcp_tp", "qwen3_moe", DType::Q8_0, {0, 1}, false, false, false, true},
+                      DeviceSplitCase{"qwen3moe_pcp_tp_ep_deferred", "qwen3_moe", DType::F16, {0, 0}, true, false, false,
+                                      true},
+                      DeviceSplitCase{"deepseek_v3_pcp_ep", "deepseek_v3", DType::Q8_0, {1, 0}, false, false, false, true},
+                      DeviceSplitCase{"deepseek_v3_fp8_pcp", "deepseek_v3", DType::F8_E4M3, {1, 1}, true, false, false,
+                                      true}),
     [](const auto& p) { return p.param.name; });
 
-// Layouts built for CPU ranks only are refused on a device at load, with the flag named.
+// Micro-batch overlap, built for CPU ranks only, is refused on a device at load, with the flag named.
 TEST(DeviceSplit, RefusesCpuOnlyLayouts) {
   FP_REQUIRE_RANKS(2);
   FP_REQUIRE_NO_GPU();
@@ -174,7 +193,6 @@ TEST(DeviceSplit, RefusesCpuOnlyLayouts) {
       EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
     }
   };
-  refused({1, 1, ranks}, 0, "--prefill-context-parallel-size runs on CPU ranks only");
   refused({1, ranks}, 2, "--micro-batch-overlap runs on CPU ranks only");
 }
 

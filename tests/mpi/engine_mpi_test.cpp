@@ -10,6 +10,7 @@
 #include "emulated_device.h"
 #include "engine/engine.h"
 #include "engine/followers.h"
+#include "kernels/ledger.h"
 #include "model/model.h"
 #include "model/synth.h"
 #include "mpi_test_util.h"
@@ -71,10 +72,11 @@ std::vector<std::vector<int32_t>> run(Model& m, bool prefix_hits = true, const E
   return out;
 }
 
-std::unique_ptr<Model> load(std::shared_ptr<Communicator> comm, ParallelSizes ps) {
+std::unique_ptr<Model> load(std::shared_ptr<Communicator> comm, ParallelSizes ps, Device device = Device::CPU) {
   LoadOptions lo;
   lo.prefault = false;
   lo.parallel = ps;
+  lo.device = device;
   return load_model(test::testdata("models/stories260K/stories260K.gguf"), lo, std::move(comm));
 }
 
@@ -211,6 +213,28 @@ TEST(EngineAcrossRanksOnADevice, DeepSeekDataParallelAttentionMatchesOneRank) {
   whole_lo.parallel = {};
   auto whole = load_model(o.out, whole_lo);
   EXPECT_EQ(got, run(*whole, true, c));
+}
+
+// stories260K on the device of every rank, prefill context parallel and decode tensor parallel
+// over the cache of every head (chunked prefills, prefix hits, preemptions): one rank's engine on
+// the same device gives the tokens.
+TEST(EngineAcrossRanksOnADevice, ContextParallelPrefillTensorParallelDecodeMatchOneRank) {
+  FP_REQUIRE_RANKS(2);
+  FP_REQUIRE_NO_GPU();
+  FP_REQUIRE_FILE(test::testdata("models/stories260K/stories260K.gguf"));
+  const int ranks = test::world_comm()->size();
+  if (8 % ranks != 0) GTEST_SKIP() << "stories260K's 8 heads do not split " << ranks << " ways";
+  test::EmulatedDevice dev(/*deferred=*/true);
+  auto split = load(test::world_comm(), ParallelSizes{ranks, 1, ranks}, Device::CUDA);
+  if (test::world_comm()->rank() != 0) {
+    follow_engines(*split);
+    return;
+  }
+  const auto got = run(*split);
+  EXPECT_GT(Ledger::global().steps()["eager: context-parallel prefill"], 0u);
+  release_followers(*split);
+  auto whole = load(nullptr, {}, Device::CUDA);
+  EXPECT_EQ(got, run(*whole));
 }
 
 }  // namespace
