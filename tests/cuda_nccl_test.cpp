@@ -46,6 +46,17 @@ TEST(CudaNccl, OneRankCollectivesOnDeviceAndHostBuffers) {
       EXPECT_EQ(test::download<float>(r, x.size()), x) << "all_to_all n=" << n;
     }
     EXPECT_EQ(test::download<float>(d, x.size()), x) << "all_reduce / broadcast n=" << n;
+    {  // started on NCCL's stream, two in flight, the backend stream joining at each wait
+      DeviceScope scope(Device::CUDA);
+      int64_t a = Communicator::kDone, g = Communicator::kDone;
+      dispatch(AllReduceStartArgs{comm.get(), d.as<float>(), n, &a});
+      dispatch(AllGatherStartArgs{comm.get(), d.data(), r.data(), n * 4, &g});
+      EXPECT_NE(g, Communicator::kDone) << "a started NCCL collective is in flight until waited for";
+      dispatch(CollectiveWaitArgs{comm.get(), g});
+      dispatch(CollectiveWaitArgs{comm.get(), a});
+    }
+    EXPECT_EQ(test::download<float>(r, x.size()), x) << "started all_gather n=" << n;
+    EXPECT_EQ(test::download<float>(d, x.size()), x) << "started all_reduce n=" << n;
     std::vector<float> h = x;  // host memory: through the host world
     dispatch(AllReduceArgs{comm.get(), h.data(), n});
     EXPECT_EQ(h, x);

@@ -107,6 +107,8 @@ class NcclCommunicator : public Communicator {
     log_info("NCCL: rank ", host_->rank(), " of ", host_->size(), " on GPU ", local % gpus);
   }
   ~NcclCommunicator() override {
+    for (cudaEvent_t e : started_)
+      if (e) cudaEventDestroy(e);
     if (comm_) nccl().comm_destroy(comm_);
     if (before_) cudaEventDestroy(before_);
     if (after_) cudaEventDestroy(after_);
@@ -124,6 +126,31 @@ class NcclCommunicator : public Communicator {
     if (!on_device(recv)) return host_->all_gather(send, recv, bytes);
     run([&] { check(nccl().all_gather(send, recv, static_cast<size_t>(bytes), ncclUint8, comm_, stream_), "ncclAllGather"); });
   }
+  // Started collectives on device buffers run on NCCL's stream beside the backend's: the backend
+  // stream goes on with the kernels queued next (the overlap) and joins only at wait(handle).
+  // Host buffers go to the host world's non-blocking collectives, whose handles stay below kBase.
+  int64_t start_all_reduce_sum(float* data, int64_t n) override {
+    if (!on_device(data)) return host_->start_all_reduce_sum(data, n);
+    return start([&] {
+      check(nccl().all_reduce(data, data, static_cast<size_t>(n), ncclFloat32, ncclSum, comm_, stream_), "ncclAllReduce");
+    });
+  }
+  int64_t start_all_gather(const void* send, void* recv, int64_t bytes) override {
+    if (!on_device(recv)) return host_->start_all_gather(send, recv, bytes);
+    return start([&] {
+      check(nccl().all_gather(send, recv, static_cast<size_t>(bytes), ncclUint8, comm_, stream_), "ncclAllGather");
+    });
+  }
+  void wait(int64_t handle) override {
+    if (handle == kDone) return;
+    if (handle < kBase) return host_->wait(handle);
+    const auto slot = static_cast<size_t>(handle - kBase);
+    FP_CHECK(slot < kSlots && pending_[slot], "NCCL: wait on handle ", handle, ", which is not in flight");
+    check(cudaStreamWaitEvent(cuda::stream(), started_[slot], 0), "cudaStreamWaitEvent");
+    pending_[slot] = false;
+  }
+  void progress() override { host_->progress(); }
+  bool overlaps() const override { return true; }
   void reduce_scatter_sum(const float* send, float* recv, int64_t n) override {
     if (!on_device(recv)) return host_->reduce_scatter_sum(send, recv, n);
     run([&] {
@@ -190,10 +217,30 @@ class NcclCommunicator : public Communicator {
     check(cudaStreamWaitEvent(compute, after_, 0), "cudaStreamWaitEvent");
   }
 
+  // A started collective: ordered after the backend stream's queued kernels, its completion an
+  // event of its own slot; the backend stream waits for it in wait(), not here.
+  template <class F>
+  int64_t start(F&& issue) {
+    size_t slot = 0;
+    while (slot < kSlots && pending_[slot]) ++slot;
+    FP_CHECK(slot < kSlots, "NCCL: more than ", kSlots, " started collectives in flight");
+    if (!started_[slot]) check(cudaEventCreateWithFlags(&started_[slot], cudaEventDisableTiming), "cudaEventCreate");
+    check(cudaEventRecord(before_, cuda::stream()), "cudaEventRecord");
+    check(cudaStreamWaitEvent(stream_, before_, 0), "cudaStreamWaitEvent");
+    issue();
+    check(cudaEventRecord(started_[slot], stream_), "cudaEventRecord");
+    pending_[slot] = true;
+    return kBase + static_cast<int64_t>(slot);
+  }
+
+  static constexpr int64_t kBase = int64_t{1} << 40;  // NCCL handles; the host world's are below
+  static constexpr size_t kSlots = 64;
   std::shared_ptr<Communicator> host_;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t before_ = nullptr, after_ = nullptr;
+  cudaEvent_t started_[kSlots] = {};
+  bool pending_[kSlots] = {};
 };
 
 const bool registered = [] {
