@@ -66,6 +66,8 @@ class DeepseekModel : public Model {
     // Ranks the experts are split across; 1 with context parallel (the whole model on every rank).
     const int ranks = parallel().ep > 1 ? tp_size() : 1;
     context_parallel_ = parallel().cp > 1;
+    FP_CHECK(device() == Device::CPU || tp_size() == 1 || mf.micro_batch_overlap == 0, mf.path,
+             ": --micro-batch-overlap runs deepseek2 on CPU ranks only (on GPU ranks the llama family has it)");
     data_parallel_ = parallel().dp > 1;
     ffn_split_ = ranks > 1;
     FP_CHECK(tp_size() == 1 || parallel().tp == 1, mf.path, ": ", c.arch, " splits across ranks by experts only: MLA attention "

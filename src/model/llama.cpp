@@ -145,8 +145,7 @@ class LlamaModel : public Model {
     if (context_parallel_ && ContextParallelStep::applies(b, tp_size())) return forward_context_parallel(b, pool, logits);
     const bool tp = heads_ < c.n_heads;  // attention heads split across the ranks
     const int64_t overlap_min = file_->micro_batch_overlap;
-    if (tp && overlap_min > 0 && n >= std::max<int64_t>(overlap_min, 2) && device() == Device::CPU)
-      return forward_overlapped(b, pool, logits);
+    if (tp && overlap_min > 0 && n >= std::max<int64_t>(overlap_min, 2)) return forward_overlapped(b, pool, logits);
     // Per-rank widths: this rank's KV heads (the whole model on one rank).
     const int64_t kv_dim = kv_heads_ * c.head_dim, v_dim = kv_heads_ * c.v_head_dim;
     FP_CHECK(pool.device() == device(), "the KV cache is on ", device_name(pool.device()), " but the model runs on ",
@@ -272,6 +271,10 @@ class LlamaModel : public Model {
   // B attends the K/V that A wrote in the same layer just before (causal order is kept).
   void forward_overlapped(const ForwardBatch& b, KvPool& pool, float* logits) {
     const ModelConfig& c = config();
+    const bool on_device = device() != Device::CPU;
+    FP_CHECK(pool.device() == device(), "the KV cache is on ", device_name(pool.device()), " but the model runs on ",
+             device_name(device()));
+    DeviceScope scope(device());
     const int64_t n = b.n_tokens();
     const int64_t q_dim = heads_ * c.head_dim, kv_dim = kv_heads_ * c.head_dim;
     const int64_t v_dim = kv_heads_ * c.v_head_dim, att_dim = heads_ * c.v_head_dim;
@@ -282,8 +285,13 @@ class LlamaModel : public Model {
     const bool every_head = pool.layout().k_width != kv_dim;  // decode over a context-parallel cache
     const int64_t k_off = every_head ? tp_->rank() * kv_dim : 0, v_off = every_head ? tp_->rank() * v_dim : 0;
     overlap_.split(b, pool.page_size());
+    // Each micro-batch's index arrays where the kernels read them (staged on a device), and the
+    // whole batch's logit rows.
+    const StagedBatch whole = on_device ? stager_.stage(b, pool.page_size(), fed_ids()) : host_view(b);
     struct MicroBatch {
       int64_t row0, rows;
+      StagedBatch staged;
+      const int64_t* slots;
       AttentionArgs att;
       PendingSum sum;  // the all-reduce of its h
     } mb[2];
@@ -292,7 +300,9 @@ class LlamaModel : public Model {
       MicroBatch& m = mb[i];
       m.row0 = overlap_.row0[i];
       m.rows = part.n_tokens();
-      m.att = paged_attention_args(part, pool);
+      m.staged = on_device ? part_stagers_[i].stage(part, pool.page_size()) : host_view(part);
+      m.slots = on_device ? m.staged.slots : overlap_.slots[i].data();
+      m.att = paged_attention_args(m.staged, pool);
       m.att.q = q + m.row0 * q_dim;
       m.att.n_heads = heads_;
       m.att.n_kv_heads = kv_heads_;
@@ -306,39 +316,42 @@ class LlamaModel : public Model {
     auto row = [&](float* base, const MicroBatch& m, int64_t width) { return base + m.row0 * width; };
     auto start_sum = [&](MicroBatch& m) { m.sum.start(tp_.get(), row(h, m, c.dim), m.rows * c.dim); };
     auto add_sum = [&](MicroBatch& m) { m.sum.add_into(row(x, m, c.dim)); };  // x += the summed h
+    const int64_t rows = whole.n_logits;
+    float* out_logits = on_device ? act_.f32(8, rows * c.n_vocab) : logits;
 
-    dispatch(EmbeddingArgs{embed_, b.tokens.data(), n, x});
-    for (size_t l = 0; l < layers_.size(); ++l) {
-      const LlamaLayer& L = layers_[l];
-      const auto layer = static_cast<int64_t>(l);
-      for (int i = 0; i < 2; ++i) {
-        MicroBatch& m = mb[i];
-        add_sum(m);  // the previous layer's FFN
-        const ForwardBatch& part = overlap_.parts[i];
-        attention_inputs(L, row(x, m, c.dim), row(h, m, c.dim), m.rows, heads_, kv_heads_, part.positions.data(),
-                         row(q, m, q_dim), row(k, m, kv_dim), row(v, m, v_dim));
-        const int64_t* slots = overlap_.slots[i].data();
-        if (every_head)
-          cp_.every_head.write(tp_.get(), pool, layer, slots, m.rows, row(k, m, kv_dim), row(v, m, v_dim), kv_dim, v_dim);
-        else pool.write(layer, slots, m.rows, row(k, m, kv_dim), row(v, m, v_dim));
-        m.att.k_pool = kv_element(pool.k(layer), pool.dtype(), k_off);
-        m.att.v_pool = kv_element(pool.v(layer), pool.dtype(), v_off);
-        dispatch(m.att);
-        progress();
-        dispatch(MatMulArgs{row(att_out, m, att_dim), m.rows, L.wo, nullptr, row(h, m, c.dim)});
-        start_sum(m);
+    auto step = [&] {
+      for (MicroBatch& m : mb) dispatch(EmbeddingArgs{embed_, m.staged.tokens, m.rows, row(x, m, c.dim)});
+      for (size_t l = 0; l < layers_.size(); ++l) {
+        const LlamaLayer& L = layers_[l];
+        const auto layer = static_cast<int64_t>(l);
+        for (MicroBatch& m : mb) {
+          add_sum(m);  // the previous layer's FFN
+          attention_inputs(L, row(x, m, c.dim), row(h, m, c.dim), m.rows, heads_, kv_heads_, m.staged.positions,
+                           row(q, m, q_dim), row(k, m, kv_dim), row(v, m, v_dim));
+          if (every_head)
+            cp_.every_head.write(tp_.get(), pool, layer, m.slots, m.rows, row(k, m, kv_dim), row(v, m, v_dim), kv_dim, v_dim);
+          else pool.write(layer, m.slots, m.rows, row(k, m, kv_dim), row(v, m, v_dim));
+          m.att.k_pool = kv_element(pool.k(layer), pool.dtype(), k_off);
+          m.att.v_pool = kv_element(pool.v(layer), pool.dtype(), v_off);
+          dispatch(m.att);
+          progress();
+          dispatch(MatMulArgs{row(att_out, m, att_dim), m.rows, L.wo, nullptr, row(h, m, c.dim)});
+          start_sum(m);
+        }
+        for (MicroBatch& m : mb) {
+          add_sum(m);  // the attention's
+          ffn_share(L, row(x, m, c.dim), row(h, m, c.dim), row(gate, m, ffn), row(up, m, ffn), m.rows);
+          start_sum(m);
+        }
       }
-      for (MicroBatch& m : mb) {
-        add_sum(m);  // the attention's
-        ffn_share(L, row(x, m, c.dim), row(h, m, c.dim), row(gate, m, ffn), row(up, m, ffn), m.rows);
-        start_sum(m);
-      }
-    }
-    for (MicroBatch& m : mb) add_sum(m);
-    const int64_t rows = b.gather_logit_rows(x, c.dim, h);
-    if (rows == 0) return;
-    dispatch(RmsNormArgs{h, output_norm_, rows, c.dim, c.rms_eps, h});
-    output_.run(h, rows, logits);
+      for (MicroBatch& m : mb) add_sum(m);
+      if (rows == 0) return;
+      logit_rows_.run(x, n, c.dim, whole.logit_rows, rows, output_norm_, c.rms_eps, h);
+      output_.run(h, rows, out_logits);
+    };
+    // On a device, decode shapes replay a recorded graph (its collectives' forks and joins too).
+    graphs_.run(n, whole.n_seqs, rows, &pool, step, /*variant=*/1);
+    if (on_device) deliver_logits(out_logits, rows, logits);
   }
 
   // The layers context-parallel prefill runs: the whole weights.
@@ -504,6 +517,7 @@ class LlamaModel : public Model {
   DeviceWeights weights_{device()};
   Activations act_{device()};     // x, h, q, k, v, attention out, gate, up, device logits
   BatchStager stager_{device()};
+  BatchStager part_stagers_[2] = {BatchStager(device()), BatchStager(device())};  // --micro-batch-overlap's halves
   StepGraphs graphs_{device(), file_->device_graphs};
   LogitRowGather logit_rows_{device()};  // the logit rows of x, normalised
   std::vector<BlockQ8_0> hq_;  // the normalised input quantized once for Q8_0/Q4_0 matmuls

@@ -83,10 +83,6 @@ std::unique_ptr<Model> build_model(std::shared_ptr<ModelFile> file, std::shared_
     FP_CHECK(it->second.sharded, file->path, ": splitting across ranks is not implemented for architecture '",
              file->config.arch, "' yet (", tp->size(), " ranks); llama, qwen2, qwen3, qwen3moe and deepseek2 can be split");
     file->parallel = resolve_parallel(file->parallel, tp->size(), file->config);
-    if (file->device != Device::CPU) {  // GPU ranks run every layout but micro-batch overlap
-      FP_CHECK(file->micro_batch_overlap == 0, "--micro-batch-overlap runs on CPU ranks only (not built for --device ",
-               device_name(file->device), ": a device step is one recorded graph whose collectives NCCL orders on the stream)");
-    }
     return it->second.make(std::move(file), std::move(tp));
   }
   file->parallel = ParallelSizes{1, 1, 1, 1};

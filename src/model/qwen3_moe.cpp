@@ -65,6 +65,8 @@ class Qwen3MoeModel : public Model {
              "'s GQA attention splits by heads instead (--tensor-parallel-size ", tp_size(), " --expert-parallel-size ",
              tp_size(), ")");
     context_parallel_ = parallel().cp > 1;
+    FP_CHECK(device() == Device::CPU || tp_size() == 1 || mf.micro_batch_overlap == 0, mf.path,
+             ": --micro-batch-overlap runs qwen3moe on CPU ranks only (on GPU ranks the llama family has it)");
     ffn_split_ = ranks > 1;
     attn_ranks_ = parallel().tp > 1 ? ranks : 1;  // attention heads split, or replicated on every rank
     FP_CHECK(c.n_heads % attn_ranks_ == 0 && c.n_kv_heads % attn_ranks_ == 0, mf.path, ": --tensor-parallel-size ",

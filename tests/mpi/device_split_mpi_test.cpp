@@ -80,6 +80,7 @@ struct DeviceSplitCase {
   bool data_parallel_attention = false;  // dp = ep = the number of ranks
   bool tied = false;  // the output projection is the embedding table (rank 0's output rows start where it does)
   bool context_parallel = false;  // cp = the number of ranks: the prompt prefilled context parallel
+  int64_t overlap = 0;  // --micro-batch-overlap: steps of this many tokens as two micro-batches
 };
 
 void PrintTo(const DeviceSplitCase& c, std::ostream* os) { *os << c.name; }
@@ -116,7 +117,7 @@ TEST_P(DeviceSplit, MatchesOneRankOnTheDevice) {
   test::EmulatedDevice dev(c.deferred);
   Ledger::global().reset();
   auto whole = load_on_device(o.out, nullptr);
-  auto split = load_on_device(o.out, test::world_comm(), ps);
+  auto split = load_on_device(o.out, test::world_comm(), ps, c.overlap);
   ASSERT_EQ(split->device(), Device::CUDA);
   ASSERT_EQ(split->tp_size(), ranks);
   const std::vector<int32_t> prompt = {1, 9, 200, 33, 71, 4, 150, 88, 3, 12}, decode = {5, 17, 42, 7, 99};
@@ -137,14 +138,17 @@ TEST_P(DeviceSplit, MatchesOneRankOnTheDevice) {
   if (ps.cp > 1) {
     EXPECT_GT(Ledger::global().steps()["eager: context-parallel prefill"], 0u);
   }
+  auto device_line = [&](const std::string& what) {  // a ledger line of a device call naming `what`
+    std::istringstream lines(table);
+    for (std::string line; std::getline(lines, line);)
+      if (line.find("cuda: ") != std::string::npos && line.find(what) != std::string::npos) return true;
+    return false;
+  };
+  EXPECT_EQ(device_line("all_reduce_start"), c.overlap > 0) << table;
   if (ps.ep > 1) {
     const int64_t b0 = 6 * rank / ranks, e0 = 6 * (rank + 1) / ranks;
     const std::string range = "experts " + std::to_string(b0) + ".." + std::to_string(e0 - 1) + " of 6";
-    bool on_device = false;  // a ledger line of the device's moe_ffn for that range
-    std::istringstream lines(table);
-    for (std::string line; std::getline(lines, line);)
-      on_device |= line.find("cuda: ") != std::string::npos && line.find(range) != std::string::npos;
-    EXPECT_TRUE(on_device) << range << "\n" << table;
+    EXPECT_TRUE(device_line(range)) << range << "\n" << table;
   }
 }
 
@@ -171,10 +175,15 @@ INSTANTIATE_TEST_SUITE_P(
                                       true},
                       DeviceSplitCase{"deepseek_v3_pcp_ep", "deepseek_v3", DType::Q8_0, {1, 0}, false, false, false, true},
                       DeviceSplitCase{"deepseek_v3_fp8_pcp", "deepseek_v3", DType::F8_E4M3, {1, 1}, true, false, false,
-                                      true}),
+                                      true},
+                      // Micro-batch overlap: the prompt as two micro-batches whose sums are in
+                      // flight while the other computes (started collectives).
+                      DeviceSplitCase{"llama_tp_overlap", "llama", DType::Q8_0, {0, 1}, false, false, false, false, 2},
+                      DeviceSplitCase{"llama_tp_overlap_deferred", "llama", DType::F16, {0, 1}, true, false, true, false,
+                                      2}),
     [](const auto& p) { return p.param.name; });
 
-// Micro-batch overlap, built for CPU ranks only, is refused on a device at load, with the flag named.
+// Micro-batch overlap for the MoE models, built for CPU ranks only, is refused on a device at load.
 TEST(DeviceSplit, RefusesCpuOnlyLayouts) {
   FP_REQUIRE_RANKS(2);
   FP_REQUIRE_NO_GPU();
@@ -193,7 +202,7 @@ TEST(DeviceSplit, RefusesCpuOnlyLayouts) {
       EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
     }
   };
-  refused({1, ranks}, 2, "--micro-batch-overlap runs on CPU ranks only");
+  refused({1, ranks}, 2, "--micro-batch-overlap runs deepseek2 on CPU ranks only");
 }
 
 }  // namespace

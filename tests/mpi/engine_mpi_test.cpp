@@ -72,11 +72,13 @@ std::vector<std::vector<int32_t>> run(Model& m, bool prefix_hits = true, const E
   return out;
 }
 
-std::unique_ptr<Model> load(std::shared_ptr<Communicator> comm, ParallelSizes ps, Device device = Device::CPU) {
+std::unique_ptr<Model> load(std::shared_ptr<Communicator> comm, ParallelSizes ps, Device device = Device::CPU,
+                            int64_t overlap = 0) {
   LoadOptions lo;
   lo.prefault = false;
   lo.parallel = ps;
   lo.device = device;
+  lo.micro_batch_overlap = overlap;
   return load_model(test::testdata("models/stories260K/stories260K.gguf"), lo, std::move(comm));
 }
 
@@ -232,6 +234,31 @@ TEST(EngineAcrossRanksOnADevice, ContextParallelPrefillTensorParallelDecodeMatch
   }
   const auto got = run(*split);
   EXPECT_GT(Ledger::global().steps()["eager: context-parallel prefill"], 0u);
+  release_followers(*split);
+  auto whole = load(nullptr, {}, Device::CUDA);
+  EXPECT_EQ(got, run(*whole));
+}
+
+// stories260K tensor parallel on the device of every rank with --micro-batch-overlap 2: every
+// step of two tokens or more (prefill chunks and decode batches) runs as two micro-batches whose
+// sums are in flight while the other computes, decode shapes recorded and replayed as graphs
+// with the started collectives inside; one rank's engine on the same device gives the tokens.
+TEST(EngineAcrossRanksOnADevice, MicroBatchOverlapMatchesOneRank) {
+  FP_REQUIRE_RANKS(2);
+  FP_REQUIRE_NO_GPU();
+  FP_REQUIRE_FILE(test::testdata("models/stories260K/stories260K.gguf"));
+  const int ranks = test::world_comm()->size();
+  if (8 % ranks != 0) GTEST_SKIP() << "stories260K's 8 heads do not split " << ranks << " ways";
+  test::EmulatedDevice dev(/*deferred=*/true);
+  Ledger::global().reset();
+  auto split = load(test::world_comm(), ParallelSizes{ranks, 1}, Device::CUDA, 2);
+  if (test::world_comm()->rank() != 0) {
+    follow_engines(*split);
+    return;
+  }
+  const auto got = run(*split);
+  EXPECT_GT(Ledger::global().steps()["replayed"], 0u) << "overlapped decode steps replay recorded graphs";
+  EXPECT_NE(Ledger::global().table().find("all_reduce_start"), std::string::npos);
   release_followers(*split);
   auto whole = load(nullptr, {}, Device::CUDA);
   EXPECT_EQ(got, run(*whole));
