@@ -157,9 +157,11 @@ EmulatedDevice::EmulatedDevice(bool deferred) {
     std::memset(p, 0, bytes);
   };
   ops.synchronize = [] { flush_stream(); };
-  ops.copy_async = [](void* dst, const void* src, size_t bytes) {
-    if (g_stream) g_stream->push([dst, src, bytes] { std::memcpy(dst, src, bytes); });
-    else std::memcpy(dst, src, bytes);
+  ops.copy_async = [](void* dst, const void* src, size_t bytes) {  // taped while recording, as CUDA captures it
+    auto copy = [dst, src, bytes] { std::memcpy(dst, src, bytes); };
+    if (g_recording) g_recording->push_back(copy);
+    else if (g_stream) g_stream->push(copy);
+    else copy();
   };
   ops.copy_2d_async = [](void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width, size_t rows) {
     auto copy = [=] {  // recorded into a graph as a CUDA graph records cudaMemcpy2DAsync

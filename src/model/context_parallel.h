@@ -34,7 +34,9 @@ namespace fp {
 class ContextParallelStep {
  public:
   // A batch runs context parallel on `ranks` ranks when it holds prefill tokens (more tokens than
-  // sequences) and every rank gets one at least; decode batches keep the decode layout.
+  // sequences) and at least `ranks` tokens; decode batches keep the decode layout. From 4 ranks a
+  // rank's two pieces may still both be empty (5 tokens on 4 ranks: rank 2 gets none): it then
+  // runs its layers on no rows and only joins the exchanges.
   static bool applies(const ForwardBatch& b, int ranks) { return b.n_tokens() > b.n_seqs() && b.n_tokens() >= ranks; }
 
   // Cuts `b` (which must outlive the step) for this rank of `comm`, with pool slots of `page_size`;

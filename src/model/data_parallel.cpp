@@ -90,8 +90,7 @@ void DataParallelStep::reduce_scatter(const float* all, int64_t dim, float* own)
     rows_recv_.reserve(static_cast<size_t>(chunk_ * dim) * sizeof(float));
     gather_rows(all, total_rows(), dim, ids_.as<int32_t>() + scatter_ids_at_, R * chunk_, rows_send_.as<float>());
     dispatch(ReduceScatterArgs{comm_, rows_send_.as<float>(), rows_recv_.as<float>(), chunk_ * dim});
-    const auto bytes = static_cast<size_t>(rows() * dim) * sizeof(float);
-    copy_rows(device_, own, bytes, rows_recv_.data(), bytes, bytes, 1);
+    copy_bytes_async(device_, own, device_, rows_recv_.data(), static_cast<size_t>(rows() * dim) * sizeof(float));
     return;
   }
   const size_t row = static_cast<size_t>(dim) * 4;

@@ -66,8 +66,6 @@ class DeepseekModel : public Model {
     // Ranks the experts are split across; 1 with context parallel (the whole model on every rank).
     const int ranks = parallel().ep > 1 ? tp_size() : 1;
     context_parallel_ = parallel().cp > 1;
-    FP_CHECK(device() == Device::CPU || tp_size() == 1 || mf.micro_batch_overlap == 0, mf.path,
-             ": --micro-batch-overlap runs deepseek2 on CPU ranks only (on GPU ranks the llama family has it)");
     data_parallel_ = parallel().dp > 1;
     ffn_split_ = ranks > 1;
     FP_CHECK(tp_size() == 1 || parallel().tp == 1, mf.path, ": ", c.arch, " splits across ranks by experts only: MLA attention "
@@ -150,16 +148,16 @@ class DeepseekModel : public Model {
     FP_CHECK(pool.layout().k_width == L_ + rope_ && pool.layout().v_width == 0, "deepseek2: the KV pool holds ",
              pool.layout().k_width, "+", pool.layout().v_width, " values per token, the latent cache needs ", L_ + rope_, "+0");
     if (b.n_tokens() <= 0) return;
-    if (device() != Device::CPU) return forward_on_device(b, pool, logits);
     // Prefill context parallel: this rank runs its run of the tokens (model/context_parallel.h).
     const bool cp = context_parallel_ && ContextParallelStep::applies(b, tp_size());
-    if (cp) cp_.begin(tp_.get(), b, pool.page_size());
     // Data-parallel attention: this rank's sequences only (model/data_parallel.h); the FFN layers
     // see all `m` tokens of the batch.
     const bool dp = data_parallel_;
     const int64_t overlap_min = file_->micro_batch_overlap;
     if (!cp && !dp && ffn_split_ && overlap_min > 0 && b.n_tokens() >= std::max<int64_t>(overlap_min, 2))
       return forward_overlapped(b, pool, logits);
+    if (device() != Device::CPU) return forward_on_device(b, pool, logits);
+    if (cp) cp_.begin(tp_.get(), b, pool.page_size());
     if (dp) dp_.begin(tp_.get(), b, pool);
     const ForwardBatch& run = cp ? cp_.run() : dp ? dp_.run() : b;
     const int64_t n = run.n_tokens(), padded = cp ? cp_.padded_rows() : n;  // rows sent by the gathers
@@ -304,35 +302,69 @@ class DeepseekModel : public Model {
   // shares' sums are what travels, A's behind B's FFN and B's behind the next layer's attention of A.
   void forward_overlapped(const ForwardBatch& b, KvPool& pool, float* logits) {
     const ModelConfig& c = config();
-    const int64_t n = b.n_tokens();
-    resize_buffers(n, n, n);
+    const bool on_device = device() != Device::CPU;
+    FP_CHECK(pool.device() == device(), "the KV cache is on ", device_name(pool.device()), " but the model runs on ",
+             device_name(device()));
+    DeviceScope scope(device());
+    const int64_t n = b.n_tokens(), qd = nope_ + rope_, lw = L_ + rope_;
+    if (!on_device) resize_buffers(n, n, n);
+    // The step's rows: host vectors, or the device's activation slots.
+    auto rows_of = [&](size_t slot, std::vector<float>& host, int64_t width) {
+      return on_device ? act_.f32(slot, n * width) : host.data();
+    };
+    float *x = rows_of(0, x_, c.dim), *h = rows_of(1, h_, c.dim), *q = rows_of(2, q_, H_ * qd);
+    float *qa = rows_of(3, qa_, std::max<int64_t>(c.mla.q_lora_rank, 1)), *kva = rows_of(4, kva_, lw);
+    float *att = rows_of(5, att_, H_ * vd_), *gate = rows_of(6, gate_, std::max(c.hidden_dim, c.dim));
+    float* up = rows_of(7, up_, c.hidden_dim);
     overlap_.split(b, pool.page_size());
+    // Each micro-batch's index arrays where the kernels read them, and the batch's logit rows.
+    const StagedBatch whole = on_device ? stager_.stage(b, pool.page_size(), fed_ids()) : host_view(b);
     struct MicroBatch {
       Rows r;
+      StagedBatch staged;
       MlaAttentionArgs att;
       PendingSum sum;  // its FFN share's all-reduce
     } mb[2];
     for (int i = 0; i < 2; ++i) {
       const ForwardBatch& part = overlap_.parts[i];
-      mb[i].r = rows_at(overlap_.row0[i], part.n_tokens(), part.positions.data(), overlap_.slots[i].data());
-      mb[i].att = mla_args(host_view(part), pool, mb[i].r);
+      const int64_t r0 = overlap_.row0[i];
+      MicroBatch& m = mb[i];
+      m.staged = on_device ? part_stagers_[i].stage(part, pool.page_size()) : host_view(part);
+      m.r = Rows{x + r0 * c.dim,  h + r0 * c.dim, q + r0 * H_ * qd, qa + r0 * c.mla.q_lora_rank, kva + r0 * lw,
+                 att + r0 * H_ * vd_, gate + r0 * std::max(c.hidden_dim, c.dim), up + r0 * c.hidden_dim,
+                 m.staged.positions, on_device ? m.staged.slots : overlap_.slots[i].data(), part.n_tokens()};
+      m.att = mla_args(m.staged, pool, m.r);
     }
-    dispatch(EmbeddingArgs{embed_, b.tokens.data(), n, x_.data()});
-    for (size_t l = 0; l < layers_.size(); ++l) {
-      const DeepseekLayer& Y = layers_[l];
-      for (MicroBatch& m : mb) {
-        m.sum.add_into(m.r.x);  // the previous layer's FFN
-        attention(Y, static_cast<int64_t>(l), m.r, false, pool, m.att);
-        tp_->progress();
+    const int64_t rows = whole.n_logits;
+    float* out_logits = on_device ? act_.f32(8, rows * c.n_vocab) : logits;
+    float* logit_h = on_device ? act_.f32(10, rows * c.dim) : nullptr;
+    auto step = [&] {
+      for (MicroBatch& m : mb) dispatch(EmbeddingArgs{embed_, m.staged.tokens, m.r.n, m.r.x});
+      for (size_t l = 0; l < layers_.size(); ++l) {
+        const DeepseekLayer& Y = layers_[l];
+        for (MicroBatch& m : mb) {
+          m.sum.add_into(m.r.x);  // the previous layer's FFN
+          attention(Y, static_cast<int64_t>(l), m.r, false, pool, m.att);
+          tp_->progress();
+        }
+        for (MicroBatch& m : mb) {
+          dispatch(RmsNormArgs{m.r.x, Y.ffn_norm, m.r.n, c.dim, c.rms_eps, m.r.h});
+          m.sum.start(tp_.get(), ffn(Y, m.r.h, m.r.n, m.r.gate, m.r.up, m.r.h), m.r.n * c.dim);
+          tp_->progress();
+        }
       }
-      for (MicroBatch& m : mb) {
-        dispatch(RmsNormArgs{m.r.x, Y.ffn_norm, m.r.n, c.dim, c.rms_eps, m.r.h});
-        m.sum.start(tp_.get(), ffn(Y, m.r.h, m.r.n, m.r.gate, m.r.up, m.r.h), m.r.n * c.dim);
-        tp_->progress();
-      }
+      for (MicroBatch& m : mb) m.sum.add_into(m.r.x);
+      if (!on_device || rows == 0) return;
+      logit_rows_.run(x, n, c.dim, whole.logit_rows, rows, output_norm_, c.rms_eps, logit_h);
+      output_.run(logit_h, rows, out_logits);
+    };
+    if (!on_device) {
+      step();
+      return finish_logits(b, false, false, logits);
     }
-    for (MicroBatch& m : mb) m.sum.add_into(m.r.x);
-    finish_logits(b, false, false, logits);
+    // Decode shapes replay a recorded graph (its collectives' forks and joins too).
+    graphs_.run(n, whole.n_seqs, rows, &pool, step, /*variant=*/1);
+    deliver_logits(out_logits, rows, logits);
   }
 
   // The logits of the batch's logit rows, from whichever rank holds them.
@@ -528,6 +560,7 @@ class DeepseekModel : public Model {
   DeviceWeights weights_{device()};  // --device cuda: the weights' device copies
   Activations act_{device()};        // --device cuda: the step's buffers and logits
   BatchStager stager_{device()};
+  BatchStager part_stagers_[2] = {BatchStager(device()), BatchStager(device())};  // --micro-batch-overlap's halves
   StepGraphs graphs_{device(), file_->device_graphs};
   LogitRowGather logit_rows_{device()};
   std::deque<Tensor> shards_;  // this rank's weight slices (stable addresses)

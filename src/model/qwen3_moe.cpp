@@ -65,8 +65,6 @@ class Qwen3MoeModel : public Model {
              "'s GQA attention splits by heads instead (--tensor-parallel-size ", tp_size(), " --expert-parallel-size ",
              tp_size(), ")");
     context_parallel_ = parallel().cp > 1;
-    FP_CHECK(device() == Device::CPU || tp_size() == 1 || mf.micro_batch_overlap == 0, mf.path,
-             ": --micro-batch-overlap runs qwen3moe on CPU ranks only (on GPU ranks the llama family has it)");
     ffn_split_ = ranks > 1;
     attn_ranks_ = parallel().tp > 1 ? ranks : 1;  // attention heads split, or replicated on every rank
     FP_CHECK(c.n_heads % attn_ranks_ == 0 && c.n_kv_heads % attn_ranks_ == 0, mf.path, ": --tensor-parallel-size ",
@@ -146,12 +144,12 @@ class Qwen3MoeModel : public Model {
     const ModelConfig& c = config();
     check_batch(b, pool);
     if (b.n_tokens() <= 0) return;
-    if (device() != Device::CPU) return forward_on_device(b, pool, logits);
     // Prefill context parallel: this rank runs its run of the tokens (model/context_parallel.h).
     const bool cp = context_parallel_ && ContextParallelStep::applies(b, tp_size());
     const int64_t overlap_min = file_->micro_batch_overlap;
     if (!cp && ffn_split_ && overlap_min > 0 && b.n_tokens() >= std::max<int64_t>(overlap_min, 2))
       return forward_overlapped(b, pool, logits);
+    if (device() != Device::CPU) return forward_on_device(b, pool, logits);
     if (cp) cp_.begin(tp_.get(), b, pool.page_size());
     const ForwardBatch& run = cp ? cp_.run() : b;
     const int64_t n = run.n_tokens(), padded = cp ? cp_.padded_rows() : n;  // rows sent by the gathers
@@ -279,12 +277,27 @@ class Qwen3MoeModel : public Model {
   // replicated, the FFN sums are what travels: A's behind B's FFN and the next layer's attention.
   void forward_overlapped(const ForwardBatch& b, KvPool& pool, float* logits) {
     const ModelConfig& c = config();
+    const bool on_device = device() != Device::CPU;
+    FP_CHECK(pool.device() == device(), "the KV cache is on ", device_name(pool.device()), " but the model runs on ",
+             device_name(device()));
+    DeviceScope scope(device());
     const int64_t n = b.n_tokens();
     const Heads hd = heads(false, pool);
-    resize_buffers(n, n, hd);
+    resize_buffers(on_device ? 0 : n, on_device ? 0 : n, hd);
+    // The step's rows: host vectors, or the device's activation slots.
+    auto rows_of = [&](size_t slot, std::vector<float>& host, int64_t width) {
+      return on_device ? act_.f32(slot, n * width) : host.data();
+    };
+    float *x = rows_of(0, x_, c.dim), *h = rows_of(1, h_, c.dim), *q = rows_of(2, q_, hd.q_dim);
+    float *k = rows_of(3, k_, hd.kv_dim), *v = rows_of(4, v_, hd.kv_dim), *att = rows_of(5, att_, hd.q_dim);
+    float *gate = rows_of(6, gate_, std::max(c.hidden_dim, c.dim)), *up = rows_of(7, up_, c.hidden_dim);
     overlap_.split(b, pool.page_size());
+    // Each micro-batch's index arrays where the kernels read them, and the batch's logit rows.
+    const StagedBatch whole = on_device ? stager_.stage(b, pool.page_size(), fed_ids()) : host_view(b);
     struct MicroBatch {
       Rows r;
+      StagedBatch staged;
+      const int64_t* slots;
       AttentionArgs att;
       PendingSum sum;  // the heads' or the FFN shares' all-reduce
     } mb[2];
@@ -292,31 +305,45 @@ class Qwen3MoeModel : public Model {
       const ForwardBatch& part = overlap_.parts[i];
       const int64_t r0 = overlap_.row0[i];
       MicroBatch& m = mb[i];
-      m.r = Rows{x_.data() + r0 * c.dim,         h_.data() + r0 * c.dim,        q_.data() + r0 * hd.q_dim,
-                 k_.data() + r0 * hd.kv_dim,     v_.data() + r0 * hd.kv_dim,    att_.data() + r0 * hd.q_dim,
-                 gate_.data() + r0 * std::max(c.hidden_dim, c.dim), up_.data() + r0 * c.hidden_dim, part.n_tokens()};
-      m.att = attention_args(paged_attention_args(part, pool), pool, hd, m.r.q, m.r.att);
+      m.r = Rows{x + r0 * c.dim,     h + r0 * c.dim,     q + r0 * hd.q_dim, k + r0 * hd.kv_dim,
+                 v + r0 * hd.kv_dim, att + r0 * hd.q_dim, gate + r0 * std::max(c.hidden_dim, c.dim),
+                 up + r0 * c.hidden_dim, part.n_tokens()};
+      m.staged = on_device ? part_stagers_[i].stage(part, pool.page_size()) : host_view(part);
+      m.slots = on_device ? m.staged.slots : overlap_.slots[i].data();
+      m.att = attention_args(paged_attention_args(m.staged, pool), pool, hd, m.r.q, m.r.att);
     }
-    dispatch(EmbeddingArgs{embed_, b.tokens.data(), n, x_.data()});
-    for (size_t l = 0; l < layers_.size(); ++l) {
-      const Qwen3MoeLayer& L = layers_[l];
-      for (int i = 0; i < 2; ++i) {
-        MicroBatch& m = mb[i];
-        m.sum.add_into(m.r.x);  // the previous layer's FFN
-        attention(L, static_cast<int64_t>(l), hd, m.r, overlap_.parts[i].positions.data(), overlap_.slots[i].data(), m.att,
-                  pool, false);
-        if (tp_) tp_->progress();
-        if (hd.split) m.sum.start(tp_.get(), m.r.h, m.r.n * c.dim);
-        else dispatch(AddArgs{m.r.x, m.r.h, m.r.n * c.dim, m.r.x});
+    const int64_t rows = whole.n_logits;
+    float* out_logits = on_device ? act_.f32(8, rows * c.n_vocab) : logits;
+    float* logit_h = on_device ? act_.f32(9, rows * c.dim) : nullptr;
+    auto step = [&] {
+      for (MicroBatch& m : mb) dispatch(EmbeddingArgs{embed_, m.staged.tokens, m.r.n, m.r.x});
+      for (size_t l = 0; l < layers_.size(); ++l) {
+        const Qwen3MoeLayer& L = layers_[l];
+        for (MicroBatch& m : mb) {
+          m.sum.add_into(m.r.x);  // the previous layer's FFN
+          attention(L, static_cast<int64_t>(l), hd, m.r, m.staged.positions, m.slots, m.att, pool, false);
+          if (tp_) tp_->progress();
+          if (hd.split) m.sum.start(tp_.get(), m.r.h, m.r.n * c.dim);
+          else dispatch(AddArgs{m.r.x, m.r.h, m.r.n * c.dim, m.r.x});
+        }
+        for (MicroBatch& m : mb) {
+          m.sum.add_into(m.r.x);  // the attention's
+          m.sum.start(tp_.get(), ffn(L, m.r), m.r.n * c.dim);
+          if (tp_) tp_->progress();
+        }
       }
-      for (MicroBatch& m : mb) {
-        m.sum.add_into(m.r.x);  // the attention's
-        m.sum.start(tp_.get(), ffn(L, m.r), m.r.n * c.dim);
-        if (tp_) tp_->progress();
-      }
+      for (MicroBatch& m : mb) m.sum.add_into(m.r.x);
+      if (!on_device || rows == 0) return;
+      logit_rows_.run(x, n, c.dim, whole.logit_rows, rows, output_norm_, c.rms_eps, logit_h);
+      output_.run(logit_h, rows, out_logits);
+    };
+    if (!on_device) {
+      step();
+      return finish_logits(b, false, logits);
     }
-    for (MicroBatch& m : mb) m.sum.add_into(m.r.x);
-    finish_logits(b, false, logits);
+    // Decode shapes replay a recorded graph (its collectives' forks and joins too).
+    graphs_.run(n, whole.n_seqs, rows, &pool, step, /*variant=*/1);
+    deliver_logits(out_logits, rows, logits);
   }
 
   // The logits of the batch's logit rows (context parallel: from whichever rank's run holds them).
@@ -426,6 +453,7 @@ class Qwen3MoeModel : public Model {
   DeviceWeights weights_{device()};  // --device cuda: the weights' device copies
   Activations act_{device()};        // --device cuda: x, h, q, k, v, attention out, gate, up, logits
   BatchStager stager_{device()};
+  BatchStager part_stagers_[2] = {BatchStager(device()), BatchStager(device())};  // --micro-batch-overlap's halves
   StepGraphs graphs_{device(), file_->device_graphs};
   LogitRowGather logit_rows_{device()};
   int attn_ranks_ = 1;                // ranks the attention heads are split across (1: replicated)

@@ -147,11 +147,16 @@ TEST(EngineAcrossRanksDeepSeek, DataParallelAttentionMatchesOneRank) {
 // qwen3moe on the device of every rank, attention heads and experts split across the ranks (the
 // GPU ranks' layout): the engine on rank 0 samples on the device (its ids broadcast to the
 // followers) through chunked prefill, prefix hits and preemption, and gives the tokens of one
-// rank's engine over the whole model on the same device.
-TEST(EngineAcrossRanksOnADevice, TensorAndExpertParallelMatchOneRank) {
+// rank's engine over the whole model on the same device. With --micro-batch-overlap 2 (on a
+// deferring stream) every step of two tokens or more runs as two micro-batches, decode batches
+// recorded and replayed with their started sums inside.
+class EngineAcrossRanksOnADeviceMoe : public ::testing::TestWithParam<int64_t> {};
+
+TEST_P(EngineAcrossRanksOnADeviceMoe, TensorAndExpertParallelMatchOneRank) {
   FP_REQUIRE_RANKS(2);
   FP_REQUIRE_NO_GPU();
   const int ranks = test::world_comm()->size();
+  const int64_t overlap = GetParam();
   SynthOptions o;
   o.arch = "qwen3_moe";
   o.config = test::moe_config("qwen3_moe");
@@ -159,11 +164,13 @@ TEST(EngineAcrossRanksOnADevice, TensorAndExpertParallelMatchOneRank) {
   o.seed = 41;
   o.out = test::temp_dir("engine_device") + "/model.gguf";
   synth_model(o);
-  test::EmulatedDevice dev;
+  test::EmulatedDevice dev(/*deferred=*/overlap > 0);
+  Ledger::global().reset();
   LoadOptions lo;
   lo.prefault = false;
   lo.device = Device::CUDA;
   lo.parallel = ParallelSizes{ranks, ranks};
+  lo.micro_batch_overlap = overlap;
   auto split = load_model(o.out, lo, test::world_comm());
   ASSERT_EQ(split->device(), Device::CUDA);
   if (test::world_comm()->rank() != 0) {
@@ -174,12 +181,18 @@ TEST(EngineAcrossRanksOnADevice, TensorAndExpertParallelMatchOneRank) {
   c.max_model_len = 64;
   c.kv_cache_bytes = 200 << 10;  // 88 tokens of the whole model, 264 on 3 TP ranks: the ~340 needed do not fit
   const auto got = run(*split, true, c);
+  EXPECT_GT(Ledger::global().steps()["replayed"], 0u);
+  EXPECT_EQ(Ledger::global().table().find("all_reduce_start") != std::string::npos, overlap > 0);
   release_followers(*split);
   LoadOptions whole_lo = lo;
   whole_lo.parallel = {};
+  whole_lo.micro_batch_overlap = 0;
   auto whole = load_model(o.out, whole_lo);
   EXPECT_EQ(got, run(*whole, true, c));
 }
+
+INSTANTIATE_TEST_SUITE_P(Overlap, EngineAcrossRanksOnADeviceMoe, ::testing::Values(int64_t{0}, int64_t{2}),
+                         [](const auto& p) { return p.param ? "micro_batch_overlap" : "plain"; });
 
 // DeepSeek-V3 with data-parallel attention and the experts partitioned on the device of every
 // rank (the planner's layout for MLA on GPU boxes): sequences spread over the ranks' partitions
@@ -208,8 +221,12 @@ TEST(EngineAcrossRanksOnADevice, DeepSeekDataParallelAttentionMatchesOneRank) {
   }
   EngineConfig c = config();
   c.kv_cache_bytes = 80 << 10;  // 17 blocks per rank: preemptions on 2 and 3 ranks (as on the CPU above)
+  Ledger::global().reset();
   const auto got = run(*split, true, c);
   EXPECT_EQ(split->parallel().dp, ranks);
+  // Decode steps replayed with the batch's sequences spread differently over the ranks each time
+  // (the permutations re-uploaded, the graph chosen by the batch size and the padded share).
+  EXPECT_GT(Ledger::global().steps()["replayed"], 0u);
   release_followers(*split);
   LoadOptions whole_lo = lo;
   whole_lo.parallel = {};
