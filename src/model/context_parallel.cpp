@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "core/error.h"
 #include "kernels/ops.h"
@@ -86,8 +87,8 @@ void ContextParallelStep::start_kv_on_device(const float* k, const float* v, int
 void ContextParallelStep::finish_kv_on_device(KvPool& pool) {
   const int R = comm_->size();
   const int64_t kw = pool.layout().k_width, vw = pool.layout().v_width;
-  dispatch(CollectiveWaitArgs{comm_, kv_handle_});
-  if (vw > 0) dispatch(CollectiveWaitArgs{comm_, v_handle_});
+  dispatch(CollectiveWaitArgs{comm_, std::exchange(kv_handle_, Communicator::kDone)});
+  if (vw > 0) dispatch(CollectiveWaitArgs{comm_, std::exchange(v_handle_, Communicator::kDone)});
   const auto* token_rows = reinterpret_cast<const int32_t*>(maps_.as<uint8_t>() + token_rows_at_);
   k_batch_.reserve(static_cast<size_t>(n_ * kw) * sizeof(float));
   gather_rows(k_all_.as<float>(), R * chunk_, kw, token_rows, n_, k_batch_.as<float>());
@@ -100,11 +101,13 @@ void ContextParallelStep::finish_kv_on_device(KvPool& pool) {
 
 void ContextParallelStep::settle() noexcept {
   if (kv_layer_ < 0) return;
-  try {
-    if (comm_ && kv_handle_ != Communicator::kDone) comm_->wait(kv_handle_);
-    if (comm_ && v_handle_ != Communicator::kDone) comm_->wait(v_handle_);
-  } catch (...) {
-    // The communicator failed too: nothing more to wait for.
+  for (int64_t* h : {&kv_handle_, &v_handle_}) {  // each on its own: one failing leaves the other to wait
+    try {
+      if (comm_ && *h != Communicator::kDone) comm_->wait(*h);
+    } catch (...) {
+      // The communicator failed too: nothing more to wait for.
+    }
+    *h = Communicator::kDone;
   }
   kv_layer_ = -1;
   kv_handle_ = v_handle_ = Communicator::kDone;

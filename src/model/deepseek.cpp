@@ -174,7 +174,7 @@ class DeepseekModel : public Model {
     const bool sum_ffn = ffn_split_ && !cp;
     for (size_t l = 0; l < layers.size(); ++l) {
       const DeepseekLayer& Y = layers[l];
-      if (n > 0) attention(Y, static_cast<int64_t>(l), r, cp, pool, att);
+      if (n > 0 || cp) attention(Y, static_cast<int64_t>(l), r, cp, pool, att);  // (a CP rank without tokens joins the K/V exchange)
       // FFN input: this rank's normalised rows, or (data parallel) every rank's, gathered.
       if (n > 0) dispatch(RmsNormArgs{x_.data(), Y.ffn_norm, n, c.dim, c.rms_eps, h_.data()});
       if (dp) dp_.gather(h_.data(), c.dim, all_.data());
@@ -316,6 +316,7 @@ class DeepseekModel : public Model {
     float *qa = rows_of(3, qa_, std::max<int64_t>(c.mla.q_lora_rank, 1)), *kva = rows_of(4, kva_, lw);
     float *att = rows_of(5, att_, H_ * vd_), *gate = rows_of(6, gate_, std::max(c.hidden_dim, c.dim));
     float* up = rows_of(7, up_, c.hidden_dim);
+    FP_CHECK(b.feed_rows.empty(), "micro-batch overlap: a step with fed tokens (async scheduling) cannot be cut in two");
     overlap_.split(b, pool.page_size());
     // Each micro-batch's index arrays where the kernels read them, and the batch's logit rows.
     const StagedBatch whole = on_device ? stager_.stage(b, pool.page_size(), fed_ids()) : host_view(b);
@@ -339,6 +340,7 @@ class DeepseekModel : public Model {
     float* out_logits = on_device ? act_.f32(8, rows * c.n_vocab) : logits;
     float* logit_h = on_device ? act_.f32(10, rows * c.dim) : nullptr;
     auto step = [&] {
+      for (MicroBatch& m : mb) m.sum.reset();  // a recording abandoned midway may have left one in flight
       for (MicroBatch& m : mb) dispatch(EmbeddingArgs{embed_, m.staged.tokens, m.r.n, m.r.x});
       for (size_t l = 0; l < layers_.size(); ++l) {
         const DeepseekLayer& Y = layers_[l];
@@ -478,7 +480,7 @@ class DeepseekModel : public Model {
       if (n > 0) dispatch(EmbeddingArgs{embed_, sb.tokens, n, r.x});
       for (size_t l = 0; l < layers.size(); ++l) {
         const DeepseekLayer& Y = layers[l];
-        if (n > 0) attention(Y, static_cast<int64_t>(l), r, cp, pool, att);
+        if (n > 0 || cp) attention(Y, static_cast<int64_t>(l), r, cp, pool, att);  // (a CP rank without tokens joins the K/V exchange)
         if (n > 0) dispatch(RmsNormArgs{r.x, Y.ffn_norm, n, c.dim, c.rms_eps, r.h});
         if (dp) dp_.gather(r.h, c.dim, all);
         float* out = ffn(Y, dp ? all : r.h, m, r.gate, r.up, dp ? all : r.h);

@@ -284,6 +284,7 @@ class LlamaModel : public Model {
     float *x = buf.x, *h = buf.h, *q = buf.q, *k = buf.k, *v = buf.v, *att_out = buf.att_out, *gate = buf.gate, *up = buf.up;
     const bool every_head = pool.layout().k_width != kv_dim;  // decode over a context-parallel cache
     const int64_t k_off = every_head ? tp_->rank() * kv_dim : 0, v_off = every_head ? tp_->rank() * v_dim : 0;
+    FP_CHECK(b.feed_rows.empty(), "micro-batch overlap: a step with fed tokens (async scheduling) cannot be cut in two");
     overlap_.split(b, pool.page_size());
     // Each micro-batch's index arrays where the kernels read them (staged on a device), and the
     // whole batch's logit rows.
@@ -320,6 +321,7 @@ class LlamaModel : public Model {
     float* out_logits = on_device ? act_.f32(8, rows * c.n_vocab) : logits;
 
     auto step = [&] {
+      for (MicroBatch& m : mb) m.sum.reset();  // a recording abandoned midway may have left one in flight
       for (MicroBatch& m : mb) dispatch(EmbeddingArgs{embed_, m.staged.tokens, m.rows, row(x, m, c.dim)});
       for (size_t l = 0; l < layers_.size(); ++l) {
         const LlamaLayer& L = layers_[l];

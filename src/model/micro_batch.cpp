@@ -1,6 +1,7 @@
 // model/micro_batch.cpp — see micro_batch.h.
 #include "model/micro_batch.h"
 
+#include "core/error.h"
 #include "kernels/ops.h"
 #include "kernels/registry.h"
 #include "parallel/collectives.h"
@@ -17,6 +18,7 @@ void MicroBatchSplit::split(const ForwardBatch& b, int64_t page_size) {
 }
 
 void PendingSum::start(Communicator* comm, float* rows, int64_t n) {
+  FP_CHECK(!rows_, "micro-batch overlap: a sum started while the last one is still in flight");
   comm_ = comm;
   rows_ = rows;
   n_ = n;
@@ -28,6 +30,17 @@ void PendingSum::add_into(float* x) {
   dispatch(CollectiveWaitArgs{comm_, handle_});
   dispatch(AddArgs{x, rows_, n_, x});
   rows_ = nullptr;
+}
+
+void PendingSum::reset() noexcept {
+  if (!rows_) return;
+  try {
+    if (comm_ && handle_ != Communicator::kDone) comm_->wait(handle_);
+  } catch (...) {
+    // The communicator failed too: nothing more to wait for.
+  }
+  rows_ = nullptr;
+  handle_ = Communicator::kDone;
 }
 
 }  // namespace fp

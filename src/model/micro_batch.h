@@ -21,10 +21,17 @@ struct MicroBatchSplit {
 
 class PendingSum {
  public:
+  PendingSum() = default;
+  PendingSum(const PendingSum&) = delete;
+  PendingSum& operator=(const PendingSum&) = delete;
+  ~PendingSum() { reset(); }
   // Starts the all-reduce of rows [n] (MPI_Iallreduce under MPI; ops all_reduce_start).
   void start(Communicator* comm, float* rows, int64_t n);
   // x[n] += the summed rows once they are in (op collective_wait); nothing when none is pending.
   void add_into(float* x);
+  // Drops a sum left in flight by a step that failed (or a graph recording that was abandoned):
+  // waits for it, so its buffers and the communicator's handle are free, and adds nothing.
+  void reset() noexcept;
 
  private:
   Communicator* comm_ = nullptr;

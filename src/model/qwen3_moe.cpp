@@ -291,6 +291,7 @@ class Qwen3MoeModel : public Model {
     float *x = rows_of(0, x_, c.dim), *h = rows_of(1, h_, c.dim), *q = rows_of(2, q_, hd.q_dim);
     float *k = rows_of(3, k_, hd.kv_dim), *v = rows_of(4, v_, hd.kv_dim), *att = rows_of(5, att_, hd.q_dim);
     float *gate = rows_of(6, gate_, std::max(c.hidden_dim, c.dim)), *up = rows_of(7, up_, c.hidden_dim);
+    FP_CHECK(b.feed_rows.empty(), "micro-batch overlap: a step with fed tokens (async scheduling) cannot be cut in two");
     overlap_.split(b, pool.page_size());
     // Each micro-batch's index arrays where the kernels read them, and the batch's logit rows.
     const StagedBatch whole = on_device ? stager_.stage(b, pool.page_size(), fed_ids()) : host_view(b);
@@ -316,6 +317,7 @@ class Qwen3MoeModel : public Model {
     float* out_logits = on_device ? act_.f32(8, rows * c.n_vocab) : logits;
     float* logit_h = on_device ? act_.f32(9, rows * c.dim) : nullptr;
     auto step = [&] {
+      for (MicroBatch& m : mb) m.sum.reset();  // a recording abandoned midway may have left one in flight
       for (MicroBatch& m : mb) dispatch(EmbeddingArgs{embed_, m.staged.tokens, m.r.n, m.r.x});
       for (size_t l = 0; l < layers_.size(); ++l) {
         const Qwen3MoeLayer& L = layers_[l];

@@ -340,6 +340,36 @@ INSTANTIATE_TEST_SUITE_P(
                       ContextCase{"deepseek_v3_cp_f16_cache", "", "deepseek_v3", DType::F32, false, false, DType::F16}),
     [](const auto& p) { return p.param.name; });
 
+// From 4 ranks a short prompt leaves a rank with no token of the zig-zag cut (5 tokens on 4
+// ranks: rank 2's two pieces are empty). That rank still joins every layer's K/V exchange and
+// stores the batch's rows (DeepSeek skipped its attention, and so the exchange, for no tokens:
+// the other ranks' all-gather met its logit all-gather). Run as 4 ranks by the mpi_np4_cp test.
+TEST(ContextParallel, ARankWithoutTokensJoinsTheExchanges) {
+  const int ranks = test::world_comm()->size();
+  auto edge = [&](int64_t n, int64_t piece) { return n * piece / (2 * ranks); };
+  int64_t n = 0;  // the shortest prompt leaving some rank without tokens
+  for (int64_t len = ranks; len <= 64 && n == 0; ++len)
+    for (int r = 0; r < ranks; ++r) {
+      const int64_t last = 2 * ranks - 1 - r;
+      if (edge(len, r + 1) == edge(len, r) && edge(len, last + 1) == edge(len, last)) n = len;
+    }
+  if (n == 0) GTEST_SKIP() << "every rank gets a token on " << ranks << " ranks (mpi_np4_cp runs this as 4)";
+  std::vector<int32_t> prompt;
+  for (int64_t i = 0; i < n; ++i) prompt.push_back(static_cast<int32_t>(1 + (37 * i) % 250));
+  for (const std::string arch : {"llama", "deepseek_v3"}) {
+    SynthOptions o;
+    o.arch = arch;
+    o.config = arch == "llama" ? nlohmann::json{{"hidden_size", 64},     {"num_attention_heads", 4}, {"num_key_value_heads", 4},
+                                                {"intermediate_size", 96}, {"num_hidden_layers", 2}, {"vocab_size", 256}}
+                               : test::moe_config(arch);
+    o.type = DType::F32;
+    o.seed = 29;
+    o.out = test::temp_dir("cp_empty_rank_" + arch) + "/model.gguf";
+    synth_model(o);
+    expect_same_as_one_rank(o.out, prompt, 8, ParallelSizes{1, 1, ranks});
+  }
+}
+
 // The zig-zag cut: one prompt of 8N tokens, rank r holds pieces r and 2N-1-r of 4 tokens each, so
 // every rank runs 8 tokens and attends exactly as many positions in total; the two pieces are two
 // entries of the same sequence, and the logit row (the prompt's last token) is rank 0's: its
