@@ -1,12 +1,16 @@
 // tests/emulated_device.cpp — the host-memory stand-in for the CUDA device (emulated_device.h).
 #include "emulated_device.h"
 
+#include <algorithm>
+#include <limits>
+#include <map>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "core/error.h"
 #include "kernels/ops.h"
 #include "kernels/ops_moe.h"
 #include "kernels/registry.h"
@@ -61,32 +65,79 @@ void require_emulated() {
   if (!register_emulated<Args>()) ADD_FAILURE() << "no CPU reference kernel for " << Args::kName;
 }
 
-// A started collective as NCCL's behaves on the stream: its handle given at the call (kDone
-// here), its transfer run in stream order like a kernel — taped while a graph records, so a
-// replay moves the data again without any handle (the MPI kernel's own non-blocking call would
-// write its request through a pointer into a forward's stack frame long gone at replay).
-template <class StartArgs, class BlockingArgs>
-void emulate_started(BlockingArgs (*blocking)(const StartArgs&)) {
-  for (const auto& k : OpRegistry<BlockingArgs>::instance().kernels())
-    if (k.backend == Backend::CPU && k.name == "mpi") {
-      Kernel<StartArgs> e;
-      e.name = "emulated";
-      e.backend = Backend::CUDA;
-      e.priority = -100;
-      e.refuse = [refuse = k.refuse, blocking](const StartArgs& a) { return refuse ? refuse(blocking(a)) : std::string(); };
-      e.run = [run = k.run, blocking](const StartArgs& a) {
-        *a.handle = Communicator::kDone;
-        const BlockingArgs b = blocking(a);
-        if (g_recording) {
-          g_recording->push_back([run, b] { run(b); });
-        } else {
-          if (g_stream) g_stream->flush();
-          run(b);
-        }
-      };
-      register_kernel(std::move(e));
-      return;
-    }
+// Started collectives as NCCL's behave beside the stream: the handle is given at the call; the
+// transfer runs in stream order (taped while a graph records, so a replay moves the data again)
+// into a buffer of its own, and the destination holds NaN until the wait — on a GPU the rows are
+// in flight until then — so a step that reads them before waiting, or never waits, gets NaN, and
+// one that writes them meanwhile has its write overwritten at the wait.
+struct InFlight {
+  void* dest = nullptr;
+  std::vector<uint8_t> result;
+};
+std::map<int64_t, InFlight> g_in_flight;
+int64_t g_next_handle = int64_t{1} << 50;
+
+void in_stream_order(std::function<void()> f) {
+  if (g_recording) {
+    g_recording->push_back(std::move(f));
+  } else {
+    if (g_stream) g_stream->flush();
+    f();
+  }
+}
+
+template <class Args>
+const Kernel<Args>* cpu_kernel(const char* name) {
+  for (const auto& k : OpRegistry<Args>::instance().kernels())
+    if (k.backend == Backend::CPU && k.name == name) return &k;
+  return nullptr;
+}
+
+template <class Args>
+void register_device_kernel(std::function<std::string(const Args&)> refuse, std::function<void(const Args&)> run) {
+  register_kernel(Kernel<Args>{"emulated", Backend::CUDA, -100, false, std::move(refuse), std::move(run)});
+}
+
+void emulate_started_collectives() {
+  const Kernel<AllReduceArgs>* reduce = cpu_kernel<AllReduceArgs>("mpi");
+  const Kernel<AllGatherArgs>* gather = cpu_kernel<AllGatherArgs>("mpi");
+  if (!reduce || !gather) return;  // a build without MPI
+  register_device_kernel<AllReduceStartArgs>(
+      [refuse = reduce->refuse](const AllReduceStartArgs& a) { return refuse(AllReduceArgs{a.comm, a.data, a.n}); },
+      [run = reduce->run](const AllReduceStartArgs& a) {
+        const int64_t id = *a.handle = g_next_handle++;
+        in_stream_order([run, a, id] {
+          InFlight& f = g_in_flight[id];
+          f.dest = a.data;
+          f.result.assign(reinterpret_cast<const uint8_t*>(a.data), reinterpret_cast<const uint8_t*>(a.data + a.n));
+          run(AllReduceArgs{a.comm, reinterpret_cast<float*>(f.result.data()), a.n});
+          std::fill(a.data, a.data + a.n, std::numeric_limits<float>::quiet_NaN());
+        });
+      });
+  register_device_kernel<AllGatherStartArgs>(
+      [refuse = gather->refuse](const AllGatherStartArgs& a) {
+        return refuse(AllGatherArgs{a.comm, a.send, a.recv, a.bytes});
+      },
+      [run = gather->run](const AllGatherStartArgs& a) {
+        const int64_t id = *a.handle = g_next_handle++;
+        in_stream_order([run, a, id] {
+          InFlight& f = g_in_flight[id];
+          f.dest = a.recv;
+          f.result.resize(static_cast<size_t>(a.comm->size() * a.bytes));
+          run(AllGatherArgs{a.comm, a.send, f.result.data(), a.bytes});
+          std::memset(a.recv, 0xff, f.result.size());  // NaN floats, out-of-range ids
+        });
+      });
+  register_device_kernel<CollectiveWaitArgs>(nullptr, [](const CollectiveWaitArgs& a) {
+    if (a.handle == Communicator::kDone) return;
+    const int64_t id = a.handle;
+    in_stream_order([id] {
+      auto it = g_in_flight.find(id);
+      if (it == g_in_flight.end()) fail("stand-in device: wait on handle ", id, ", which was never started or already waited");
+      std::memcpy(it->second.dest, it->second.result.data(), it->second.result.size());
+      g_in_flight.erase(it);
+    });
+  });
 }
 
 // The collectives on device buffers through MPI (host memory here), where the build has MPI.
@@ -96,11 +147,7 @@ void emulate_collectives() {
   register_emulated<ReduceScatterArgs>("mpi", true);
   register_emulated<AllToAllArgs>("mpi", true);
   register_emulated<BroadcastArgs>("mpi", true);
-  emulate_started<AllReduceStartArgs, AllReduceArgs>(
-      [](const AllReduceStartArgs& a) { return AllReduceArgs{a.comm, a.data, a.n}; });
-  emulate_started<AllGatherStartArgs, AllGatherArgs>(
-      [](const AllGatherStartArgs& a) { return AllGatherArgs{a.comm, a.send, a.recv, a.bytes}; });
-  register_emulated<CollectiveWaitArgs>("ref", true);  // nothing to wait for: the starts completed in order
+  emulate_started_collectives();
 }
 
 }  // namespace

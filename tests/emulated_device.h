@@ -5,6 +5,8 @@
 // "emulated" that runs the CPU reference (the real CUDA kernels refuse, naming the missing GPU);
 // the collectives get one that runs the CPU "mpi" kernel on the (host-memory) device buffers, so
 // a model placed on the device can be split across MPI ranks as GPU ranks split it over NCCL.
+// A started collective gets its handle at the call and leaves NaN in its destination until the
+// wait, as rows in flight on NCCL's own stream (a step that reads them early fails).
 // That exercises everything a model does to run on a device except the GPU kernels themselves:
 // weights uploaded once, the batch staged, the KV pool and activations on the device, logits
 // copied back, dispatch scoped to the device, steps recorded and replayed as graphs (tapes of
