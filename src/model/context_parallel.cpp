@@ -50,6 +50,7 @@ void ContextParallelStep::begin(Communicator* comm, const ForwardBatch& b, int64
     maps_ = DeviceBuffer(device);
     uploads_ = UploadRing(device);
     for (DeviceBuffer* d : {&k_all_, &v_all_, &x_all_dev_, &k_batch_, &v_batch_}) *d = DeviceBuffer(device);
+    gather_rows_ = RowGather(device);
   }
   if (device_ == Device::CPU) return;
   // The step's maps, one upload: every token's slot, then the gathered row of each token and of
@@ -64,14 +65,6 @@ void ContextParallelStep::begin(Communicator* comm, const ForwardBatch& b, int64
   for (size_t i = 0; i < n_logits; ++i) rows[n_ + static_cast<int64_t>(i)] = rows[batch_->logit_rows[i]];
   maps_.reserve(std::max<size_t>(host_maps_.size(), 1));
   uploads_.upload(maps_.data(), host_maps_.data(), host_maps_.size());
-}
-
-void ContextParallelStep::gather_rows(const float* table, int64_t n, int64_t dim, const int32_t* ids, int64_t count,
-                                      float* out) {
-  Tensor& view = tables_[{table, n, dim}];
-  view = Tensor::view(table, DType::F32, {n, dim});
-  view.device = device_;
-  dispatch(EmbeddingArgs{&view, ids, count, out});
 }
 
 void ContextParallelStep::start_kv_on_device(const float* k, const float* v, int64_t kw, int64_t vw) {
@@ -91,10 +84,10 @@ void ContextParallelStep::finish_kv_on_device(KvPool& pool) {
   if (vw > 0) dispatch(CollectiveWaitArgs{comm_, std::exchange(v_handle_, Communicator::kDone)});
   const auto* token_rows = reinterpret_cast<const int32_t*>(maps_.as<uint8_t>() + token_rows_at_);
   k_batch_.reserve(static_cast<size_t>(n_ * kw) * sizeof(float));
-  gather_rows(k_all_.as<float>(), R * chunk_, kw, token_rows, n_, k_batch_.as<float>());
+  gather_rows_.run(k_all_.as<float>(), R * chunk_, kw, token_rows, n_, k_batch_.as<float>());
   if (vw > 0) {
     v_batch_.reserve(static_cast<size_t>(n_ * vw) * sizeof(float));
-    gather_rows(v_all_.as<float>(), R * chunk_, vw, token_rows, n_, v_batch_.as<float>());
+    gather_rows_.run(v_all_.as<float>(), R * chunk_, vw, token_rows, n_, v_batch_.as<float>());
   }
   pool.write(kv_layer_, maps_.as<int64_t>(), n_, k_batch_.as<float>(), vw > 0 ? v_batch_.as<float>() : nullptr);
 }
@@ -161,7 +154,7 @@ int64_t ContextParallelStep::gather_logit_rows(const float* x, int64_t dim, floa
     x_all_dev_.reserve(static_cast<size_t>(R * chunk_ * dim) * sizeof(float));
     dispatch(AllGatherArgs{comm_, x, x_all_dev_.data(), chunk_ * dim * 4});
     const auto* logit_rows = reinterpret_cast<const int32_t*>(maps_.as<uint8_t>() + logit_rows_at_);
-    gather_rows(x_all_dev_.as<float>(), R * chunk_, dim, logit_rows, rows, out);
+    gather_rows_.run(x_all_dev_.as<float>(), R * chunk_, dim, logit_rows, rows, out);
     return rows;
   }
   x_all_.resize(static_cast<size_t>(R * chunk_ * dim));

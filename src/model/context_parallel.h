@@ -19,8 +19,6 @@
 #pragma once
 #include <array>
 #include <cstdint>
-#include <map>
-#include <tuple>
 #include <vector>
 
 #include "cache/kv_pool.h"
@@ -83,8 +81,7 @@ class ContextParallelStep {
   // The device halves of start_kv / finish_kv / gather_logit_rows.
   void start_kv_on_device(const float* k, const float* v, int64_t kw, int64_t vw);
   void finish_kv_on_device(KvPool& pool);
-  // Rows `ids` of table [n, dim] (device memory) into out, by the embedding op.
-  void gather_rows(const float* table, int64_t n, int64_t dim, const int32_t* ids, int64_t count, float* out);
+
   // A step that failed between start_kv and finish_kv left its gather in flight, writing into
   // kv_all_: waits for it (the other ranks started it too) before the buffers change or go.
   void settle() noexcept;
@@ -105,7 +102,7 @@ class ContextParallelStep {
   size_t token_rows_at_ = 0, logit_rows_at_ = 0;  // byte offsets in maps_
   DeviceBuffer k_all_, v_all_, x_all_dev_, k_batch_, v_batch_;
   int64_t v_handle_ = Communicator::kDone;
-  std::map<std::tuple<const void*, int64_t, int64_t>, Tensor> tables_;  // views the embedding op reads
+  RowGather gather_rows_{Device::CPU};
 };
 
 // Decode after context-parallel prefill, with the heads split (tensor parallel): the cache keeps

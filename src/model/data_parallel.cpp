@@ -55,20 +55,12 @@ void DataParallelStep::begin(Communicator* comm, const ForwardBatch& b, const Kv
   uploads_.upload(ids_.data(), host_ids_.data(), host_ids_.size() * sizeof(int32_t));
 }
 
-void DataParallelStep::gather_rows(const float* table, int64_t n, int64_t dim, const int32_t* ids, int64_t count,
-                                   float* out) {
-  Tensor& view = tables_[{table, n, dim}];
-  view = Tensor::view(table, DType::F32, {n, dim});
-  view.device = device_;
-  dispatch(EmbeddingArgs{&view, ids, count, out});
-}
-
 void DataParallelStep::gather(const float* own, int64_t dim, float* all) {
   const int R = comm_->size();
   if (device_ != Device::CPU) {
     rows_recv_.reserve(static_cast<size_t>(R * chunk_ * dim) * sizeof(float));
     dispatch(AllGatherArgs{comm_, own, rows_recv_.data(), chunk_ * dim * 4});
-    gather_rows(rows_recv_.as<float>(), R * chunk_, dim, ids_.as<int32_t>(), total_rows(), all);
+    gather_rows_.run(rows_recv_.as<float>(), R * chunk_, dim, ids_.as<int32_t>(), total_rows(), all);
     return;
   }
   const size_t row = static_cast<size_t>(dim) * 4;
@@ -88,7 +80,7 @@ void DataParallelStep::reduce_scatter(const float* all, int64_t dim, float* own)
   if (device_ != Device::CPU) {
     rows_send_.reserve(static_cast<size_t>(R * chunk_ * dim) * sizeof(float));
     rows_recv_.reserve(static_cast<size_t>(chunk_ * dim) * sizeof(float));
-    gather_rows(all, total_rows(), dim, ids_.as<int32_t>() + scatter_ids_at_, R * chunk_, rows_send_.as<float>());
+    gather_rows_.run(all, total_rows(), dim, ids_.as<int32_t>() + scatter_ids_at_, R * chunk_, rows_send_.as<float>());
     dispatch(ReduceScatterArgs{comm_, rows_send_.as<float>(), rows_recv_.as<float>(), chunk_ * dim});
     copy_bytes_async(device_, own, device_, rows_recv_.data(), static_cast<size_t>(rows() * dim) * sizeof(float));
     return;

@@ -19,8 +19,6 @@
 // all-gather and reduce-scatter, so a recorded decode graph holds the whole exchange.
 #pragma once
 #include <cstdint>
-#include <map>
-#include <tuple>
 #include <vector>
 
 #include "core/device.h"
@@ -52,8 +50,6 @@ class DataParallelStep {
   int64_t graph_variant() const { return total_rows() * (int64_t{1} << 24) + chunk_; }
 
  private:
-  // Rows `ids` of table [n, dim] (device memory) into out: the embedding op as a row gather.
-  void gather_rows(const float* table, int64_t n, int64_t dim, const int32_t* ids, int64_t count, float* out);
   Device device_;
   Communicator* comm_ = nullptr;
   const ForwardBatch* batch_ = nullptr;
@@ -68,8 +64,7 @@ class DataParallelStep {
   UploadRing uploads_;
   int64_t scatter_ids_at_ = 0, logit_ids_at_ = 0;
   DeviceBuffer rows_send_, rows_recv_;
-  // Table views by address and shape: a recorded graph (and a deferred call) reads them later.
-  std::map<std::tuple<const void*, int64_t, int64_t>, Tensor> tables_;
+  RowGather gather_rows_{device_};
 };
 
 // The rank that owns sequence s of `b`.

@@ -83,6 +83,13 @@ void LogitRowGather::run(const float* x, int64_t n, int64_t dim, const int32_t* 
   dispatch(RmsNormArgs{out, norm, rows, dim, eps, out});
 }
 
+void RowGather::run(const float* table, int64_t n, int64_t dim, const int32_t* ids, int64_t count, float* out) {
+  Tensor& view = views_[{table, n, dim}];
+  view = Tensor::view(table, DType::F32, {n, dim});
+  view.device = device_;
+  dispatch(EmbeddingArgs{&view, ids, count, out});
+}
+
 float* Activations::f32(size_t slot, int64_t n) {
   while (buffers_.size() <= slot) buffers_.emplace_back(device_);
   DeviceBuffer& b = buffers_[slot];

@@ -125,6 +125,19 @@ class LogitRowGather {
   std::map<int64_t, Tensor> views_;
 };
 
+// Rows `ids` of an F32 table [n, dim] on device d gathered into out [count, dim] by the embedding
+// op (the exchanges' permutations of context and data parallel). The table views are kept by
+// address and shape: a recorded graph, or a call queued behind the device's work, reads them later.
+class RowGather {
+ public:
+  explicit RowGather(Device d) : device_(d) {}
+  void run(const float* table, int64_t n, int64_t dim, const int32_t* ids, int64_t count, float* out);
+
+ private:
+  Device device_;
+  std::map<std::tuple<const void*, int64_t, int64_t>, Tensor> views_;
+};
+
 // Forward steps as device graphs (CUDA graphs): the device work of a step — hundreds of kernel
 // launches — recorded once per step shape and replayed as one launch. A shape's first step runs
 // eagerly (its buffers and scratch get allocated), the second is recorded and replayed, later

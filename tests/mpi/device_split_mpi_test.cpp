@@ -27,14 +27,8 @@
 namespace fp {
 namespace {
 
-double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  double e = 0, mx = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-    e = std::max(e, static_cast<double>(std::fabs(a[i] - b[i])));
-    mx = std::max(mx, static_cast<double>(std::fabs(b[i])));
-  }
-  return a.size() == b.size() && mx > 0 ? e / mx : 1e30;
-}
+using test::greedy;
+using test::rel_diff;
 
 std::unique_ptr<Model> load_on_device(const std::string& path, std::shared_ptr<Communicator> comm, ParallelSizes ps = {},
                                       int64_t overlap = 0) {
@@ -44,32 +38,6 @@ std::unique_ptr<Model> load_on_device(const std::string& path, std::shared_ptr<C
   lo.parallel = ps;
   lo.micro_batch_overlap = overlap;
   return load_model(path, lo, std::move(comm));
-}
-
-// Logits of a prompt fed as one batch (every position), then of `decode` tokens one by one:
-// the first decode step is recorded as a graph, the later ones replay it.
-std::vector<float> run_logits(Model& m, const std::vector<int32_t>& prompt, const std::vector<int32_t>& decode) {
-  const int64_t V = m.config().n_vocab, n = static_cast<int64_t>(prompt.size());
-  const int64_t total = n + static_cast<int64_t>(decode.size());
-  auto cache = m.new_cache(total, 0, DType::F32);  // F16 rows would round sum-order differences up
-  std::vector<float> out(static_cast<size_t>(total * V));
-  std::vector<int32_t> pos(prompt.size());
-  for (size_t i = 0; i < pos.size(); ++i) pos[i] = static_cast<int32_t>(i);
-  m.forward(prompt.data(), pos.data(), n, *cache, out.data(), true);
-  for (size_t i = 0; i < decode.size(); ++i) {
-    const auto p = static_cast<int32_t>(n + static_cast<int64_t>(i));
-    m.forward(&decode[i], &p, 1, *cache, out.data() + p * V, false);
-  }
-  return out;
-}
-
-std::vector<int32_t> greedy(Model& m, const std::vector<int32_t>& prompt, int n) {
-  GenerateRequest r;
-  r.prompt = prompt;
-  r.max_new_tokens = n;
-  r.sampling.temperature = 0;
-  r.stop_at_eog = false;
-  return generate(m, r).tokens;
 }
 
 struct DeviceSplitCase {
@@ -121,7 +89,7 @@ TEST_P(DeviceSplit, MatchesOneRankOnTheDevice) {
   ASSERT_EQ(split->device(), Device::CUDA);
   ASSERT_EQ(split->tp_size(), ranks);
   const std::vector<int32_t> prompt = {1, 9, 200, 33, 71, 4, 150, 88, 3, 12}, decode = {5, 17, 42, 7, 99};
-  const auto a = run_logits(*split, prompt, decode);
+  const auto a = test::run_logits(*split, prompt, decode);
   const auto split_tokens = greedy(*split, prompt, 16);
   // The split model's own steps: its decode steps recorded once per shape and replayed after.
   auto steps = Ledger::global().steps();
@@ -133,7 +101,7 @@ TEST_P(DeviceSplit, MatchesOneRankOnTheDevice) {
   // The ledger: the sums ran on the device's collectives, and under expert parallel this rank's
   // moe_ffn calls name its range of the 6 experts, on the device.
   const std::string table = Ledger::global().table();
-  const auto b = run_logits(*whole, prompt, decode);
+  const auto b = test::run_logits(*whole, prompt, decode);
   EXPECT_LT(rel_diff(a, b), 1e-4) << c.name;
   double mx = 0;
   for (float v : b) mx = std::max(mx, static_cast<double>(std::fabs(v)));

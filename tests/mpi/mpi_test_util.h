@@ -1,13 +1,19 @@
 // tests/mpi/mpi_test_util.h — the world communicator of the MPI test binary, a skip for tests
-// that need several ranks, and the small MoE shapes the split tests share.
+// that need several ranks, the small MoE shapes the split tests share, and their checks (logits
+// of a prompt and decode steps, greedy tokens, relative difference).
 #pragma once
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "engine/generator.h"
+#include "model/model.h"
 #include "parallel/communicator.h"
 
 namespace fp::test {
@@ -31,6 +37,44 @@ inline nlohmann::json moe_config(const std::string& arch) {
           {"vocab_size", 256}, {"n_routed_experts", 6}, {"num_experts_per_tok", 2}, {"moe_intermediate_size", 96},
           {"n_shared_experts", 1}, {"first_k_dense_replace", 1}, {"q_lora_rank", 32}, {"kv_lora_rank", 32},
           {"qk_rope_head_dim", 16}, {"qk_nope_head_dim", 32}, {"v_head_dim", 32}};
+}
+
+// The largest absolute difference of a from b relative to b's largest magnitude (1e30 when the
+// sizes differ or b is all zeros).
+inline double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double e = 0, mx = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    e = std::max(e, static_cast<double>(std::fabs(a[i] - b[i])));
+    mx = std::max(mx, static_cast<double>(std::fabs(b[i])));
+  }
+  return a.size() == b.size() && mx > 0 ? e / mx : 1e30;
+}
+
+// Logits of a prompt fed as one batch (every position), then of `decode` tokens fed one by one
+// (on a device the first decode step is recorded as a graph, the later ones replay it).
+inline std::vector<float> run_logits(Model& m, const std::vector<int32_t>& prompt, const std::vector<int32_t>& decode,
+                                     DType kv = DType::F32) {
+  const int64_t V = m.config().n_vocab, n = static_cast<int64_t>(prompt.size());
+  auto cache = m.new_cache(n + static_cast<int64_t>(decode.size()), 0, kv);
+  std::vector<float> out(static_cast<size_t>((n + static_cast<int64_t>(decode.size())) * V));
+  std::vector<int32_t> pos(prompt.size());
+  for (size_t i = 0; i < pos.size(); ++i) pos[i] = static_cast<int32_t>(i);
+  m.forward(prompt.data(), pos.data(), n, *cache, out.data(), true);
+  for (size_t i = 0; i < decode.size(); ++i) {
+    int32_t p = static_cast<int32_t>(n + static_cast<int64_t>(i));
+    m.forward(&decode[i], &p, 1, *cache, out.data() + p * V, false);
+  }
+  return out;
+}
+
+// n greedy tokens after the prompt (end-of-generation tokens do not stop it).
+inline std::vector<int32_t> greedy(Model& m, const std::vector<int32_t>& prompt, int n) {
+  GenerateRequest r;
+  r.prompt = prompt;
+  r.max_new_tokens = n;
+  r.sampling.temperature = 0;
+  r.stop_at_eog = false;
+  return generate(m, r).tokens;
 }
 
 }  // namespace fp::test

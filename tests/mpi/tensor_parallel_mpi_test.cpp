@@ -22,40 +22,9 @@ namespace fp {
 namespace {
 
 const char* kStories = "models/stories260K/stories260K.gguf";
-
-double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  double e = 0, mx = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-    e = std::max(e, static_cast<double>(std::fabs(a[i] - b[i])));
-    mx = std::max(mx, static_cast<double>(std::fabs(b[i])));
-  }
-  return a.size() == b.size() ? e / mx : 1e30;
-}
-
-// Logits of a prompt fed as one batch (every position), then of `decode` tokens fed one by one.
-std::vector<float> run_logits(Model& m, const std::vector<int32_t>& prompt, const std::vector<int32_t>& decode,
-                              DType kv = DType::F32) {
-  const int64_t V = m.config().n_vocab, n = static_cast<int64_t>(prompt.size());
-  auto cache = m.new_cache(n + static_cast<int64_t>(decode.size()), 0, kv);
-  std::vector<float> out(static_cast<size_t>((n + static_cast<int64_t>(decode.size())) * V));
-  std::vector<int32_t> pos(prompt.size());
-  for (size_t i = 0; i < pos.size(); ++i) pos[i] = static_cast<int32_t>(i);
-  m.forward(prompt.data(), pos.data(), n, *cache, out.data(), true);
-  for (size_t i = 0; i < decode.size(); ++i) {
-    int32_t p = static_cast<int32_t>(n + static_cast<int64_t>(i));
-    m.forward(&decode[i], &p, 1, *cache, out.data() + p * V, false);
-  }
-  return out;
-}
-
-std::vector<int32_t> greedy(Model& m, const std::vector<int32_t>& prompt, int n) {
-  GenerateRequest r;
-  r.prompt = prompt;
-  r.max_new_tokens = n;
-  r.sampling.temperature = 0;
-  r.stop_at_eog = false;
-  return generate(m, r).tokens;
-}
+using test::greedy;
+using test::rel_diff;
+using test::run_logits;
 
 std::unique_ptr<Model> load(const std::string& path, std::shared_ptr<Communicator> tp, ParallelSizes ps = {},
                             int64_t overlap = 0) {
