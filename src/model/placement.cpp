@@ -76,10 +76,7 @@ std::vector<Tensor> DeviceWeights::stack(const std::vector<Tensor>& experts, int
 
 void LogitRowGather::run(const float* x, int64_t n, int64_t dim, const int32_t* ids, int64_t rows, const float* norm,
                          float eps, float* out) {
-  Tensor& table = views_[n];
-  table = Tensor::view(x, DType::F32, {n, dim});
-  table.device = device_;
-  dispatch(EmbeddingArgs{&table, ids, rows, out});
+  rows_.run(x, n, dim, ids, rows, out);
   dispatch(RmsNormArgs{out, norm, rows, dim, eps, out});
 }
 

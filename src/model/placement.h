@@ -111,20 +111,6 @@ class BatchStager {
   UploadRing uploads_;
 };
 
-// A step's logit rows on its device: rows `ids` of x [n, dim] gathered into out by the embedding
-// op (x seen as a table of n rows), then RMS-normalised with `norm`. On a device a step cannot
-// pick rows on the host. The table views are kept per step size: a graph recorded for that size
-// reads its view when replayed.
-class LogitRowGather {
- public:
-  explicit LogitRowGather(Device d) : device_(d) {}
-  void run(const float* x, int64_t n, int64_t dim, const int32_t* ids, int64_t rows, const float* norm, float eps, float* out);
-
- private:
-  Device device_;
-  std::map<int64_t, Tensor> views_;
-};
-
 // Rows `ids` of an F32 table [n, dim] on device d gathered into out [count, dim] by the embedding
 // op (the exchanges' permutations of context and data parallel). The table views are kept by
 // address and shape: a recorded graph, or a call queued behind the device's work, reads them later.
@@ -136,6 +122,17 @@ class RowGather {
  private:
   Device device_;
   std::map<std::tuple<const void*, int64_t, int64_t>, Tensor> views_;
+};
+
+// A step's logit rows on its device: rows `ids` of x [n, dim] gathered into out (a RowGather),
+// then RMS-normalised with `norm`. On a device a step cannot pick rows on the host.
+class LogitRowGather {
+ public:
+  explicit LogitRowGather(Device d) : rows_(d) {}
+  void run(const float* x, int64_t n, int64_t dim, const int32_t* ids, int64_t rows, const float* norm, float eps, float* out);
+
+ private:
+  RowGather rows_;
 };
 
 // Forward steps as device graphs (CUDA graphs): the device work of a step — hundreds of kernel
