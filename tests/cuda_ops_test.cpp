@@ -481,6 +481,60 @@ TEST(CudaOps, KvWriteBitExactIntoEveryPoolDtype) {
   cov.expect_ran({"cuda"});
 }
 
+// Stored rows between slots and packed rows, both ways, with and without a row map: widths
+// whose rows are 16-byte words, 4-byte, and 2-byte (odd F16 widths), MLA's K-only row, and a
+// packed buffer at an odd 2-byte offset (the kernel's narrower words).
+TEST(CudaOps, KvMoveBitExactBothWays) {
+  FP_SKIP_WITHOUT_GPU();
+  Coverage cov;
+  for (DType t : {DType::F32, DType::F16, DType::BF16})
+    for (int64_t n : {0, 1, 5, 64})
+      for (auto [kw, vw] : std::vector<std::pair<int64_t, int64_t>>{{8, 8}, {7, 5}, {192, 128}, {576, 0}})
+        for (bool into_pool : {false, true})
+          for (bool mapped : {false, true})
+            for (size_t offset : {size_t{0}, size_t{2}}) {
+              const int64_t eb = dtype_info(t).block_bytes, kb = kw * eb, vb = vw * eb, slots_total = 3 * n + 7;
+              const int64_t packed_rows = n + 3;
+              std::vector<int64_t> slots(static_cast<size_t>(n));
+              std::vector<int32_t> rows(static_cast<size_t>(std::max<int64_t>(n, 1)));
+              for (int64_t i = 0; i < n; ++i) {
+                slots[static_cast<size_t>(i)] = (i * 5 + 2) % slots_total;  // distinct, as above
+                rows[static_cast<size_t>(i)] = static_cast<int32_t>((n - 1 - i + 2) % packed_rows);  // reversed, shifted
+              }
+              std::vector<uint8_t> kpool(static_cast<size_t>(slots_total * kb)), vpool(static_cast<size_t>(slots_total * vb) + 1),
+                  packed(offset + static_cast<size_t>(packed_rows * (kb + vb)));
+              for (size_t i = 0; i < kpool.size(); ++i) kpool[i] = static_cast<uint8_t>(i * 37 + 11);
+              for (size_t i = 0; i < vpool.size(); ++i) vpool[i] = static_cast<uint8_t>(i * 53 + 5);
+              for (size_t i = 0; i < packed.size(); ++i) packed[i] = static_cast<uint8_t>(i * 29 + 3);
+              std::vector<uint8_t> want_k = kpool, want_v = vpool, want_p = packed;
+              const int32_t* host_rows = mapped ? rows.data() : nullptr;
+              test::find_kernel<KvMoveArgs>(Backend::CPU, "ref")
+                  ->run(KvMoveArgs{want_k.data(), want_v.data(), kb, vb, slots.data(), host_rows, n, want_p.data() + offset,
+                                   into_pool});
+              DeviceBuffer dk = upload(kpool), dv = upload(vpool), dp = upload(packed), ds = upload(slots), dr = upload(rows);
+              const KvMoveArgs a{dk.data(), dv.data(),      kb, vb, ds.as<int64_t>(), mapped ? dr.as<int32_t>() : nullptr,
+                                 n,         dp.as<uint8_t>() + offset, into_pool};
+              for (const auto* kern : test::kernels_under_test<KvMoveArgs>()) {
+                if (!test::refusal(*kern, a).empty()) continue;
+                upload_into(dk, kpool);
+                upload_into(dv, vpool);
+                upload_into(dp, packed);
+                const std::string err = test::run_kernel(*kern, a);
+                EXPECT_EQ(err, "") << kern->name;
+                if (!err.empty()) continue;
+                const std::string what = std::string("kv_move ") + kern->name + " " + dtype_name(t) + " n=" + std::to_string(n) +
+                                         " widths=" + std::to_string(kw) + "/" + std::to_string(vw) +
+                                         (into_pool ? " unpack" : " pack") + (mapped ? " mapped" : "") +
+                                         " offset=" + std::to_string(offset);
+                EXPECT_TRUE(download<uint8_t>(dk, kpool.size()) == want_k) << what << ": K pool differs";
+                EXPECT_TRUE(download<uint8_t>(dv, vpool.size()) == want_v) << what << ": V pool differs";
+                EXPECT_TRUE(download<uint8_t>(dp, packed.size()) == want_p) << what << ": packed rows differ";
+                ++cov.ran[kern->name];
+              }
+            }
+  cov.expect_ran({"cuda"});
+}
+
 // ---------------------------------------------------------------------------------------------
 // dispatch, the ledger and refusals
 

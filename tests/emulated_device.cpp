@@ -101,7 +101,7 @@ void register_device_kernel(std::function<std::string(const Args&)> refuse, std:
 void emulate_started_collectives() {
   const Kernel<AllReduceArgs>* reduce = cpu_kernel<AllReduceArgs>("mpi");
   const Kernel<AllGatherArgs>* gather = cpu_kernel<AllGatherArgs>("mpi");
-  if (!reduce || !gather) return;  // a build without MPI
+  if (!reduce || !gather || !cpu_kernel<ReduceScatterArgs>("mpi")) return;  // a build without MPI
   register_device_kernel<AllReduceStartArgs>(
       [refuse = reduce->refuse](const AllReduceStartArgs& a) { return refuse(AllReduceArgs{a.comm, a.data, a.n}); },
       [run = reduce->run](const AllReduceStartArgs& a) {
@@ -126,6 +126,21 @@ void emulate_started_collectives() {
           f.result.resize(static_cast<size_t>(a.comm->size() * a.bytes));
           run(AllGatherArgs{a.comm, a.send, f.result.data(), a.bytes});
           std::memset(a.recv, 0xff, f.result.size());  // NaN floats, out-of-range ids
+        });
+      });
+  const Kernel<ReduceScatterArgs>* scatter = cpu_kernel<ReduceScatterArgs>("mpi");
+  register_device_kernel<ReduceScatterStartArgs>(
+      [refuse = scatter->refuse](const ReduceScatterStartArgs& a) {
+        return refuse(ReduceScatterArgs{a.comm, a.send, a.recv, a.n});
+      },
+      [run = scatter->run](const ReduceScatterStartArgs& a) {
+        const int64_t id = *a.handle = g_next_handle++;
+        in_stream_order([run, a, id] {
+          InFlight& f = g_in_flight[id];
+          f.dest = a.recv;
+          f.result.resize(static_cast<size_t>(a.n) * sizeof(float));
+          run(ReduceScatterArgs{a.comm, a.send, reinterpret_cast<float*>(f.result.data()), a.n});
+          std::fill(a.recv, a.recv + a.n, std::numeric_limits<float>::quiet_NaN());
         });
       });
   register_device_kernel<CollectiveWaitArgs>(nullptr, [](const CollectiveWaitArgs& a) {
@@ -175,6 +190,7 @@ EmulatedDevice::EmulatedDevice(bool deferred) {
     require_emulated<RopeArgs>();
     require_emulated<AttentionArgs>();
     require_emulated<KvWriteArgs>();
+    require_emulated<KvMoveArgs>();
     require_emulated<SiluMulArgs>();
     require_emulated<AddArgs>();
     require_emulated<SoftmaxArgs>();

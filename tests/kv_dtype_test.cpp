@@ -2,11 +2,15 @@
 // within a stated distance of the F32 cache (stories260K's GQA cache and a DeepSeek-shaped MLA
 // latent cache), the engine's capacity doubles for the same budget, half-width caches keep batch
 // invariance, the fast attention kernel (not the reference) reads them, and bad names are refused.
+// Rows move between pools as stored (the context-parallel exchange).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "core/cpu_features.h"
 #include "core/error.h"
@@ -174,6 +178,50 @@ TEST(KvDtype, NamesAndRefusals) {
   EXPECT_FALSE(kv_dtype_from_name("fp8", &t));   // not yet
   EXPECT_FALSE(kv_dtype_from_name("fp4", &t));
   EXPECT_THROW(KvPool(KvLayout{1, 8, 8, DType::Q8_0}, 16, 1), Error);
+}
+
+// Rows packed from one pool's slots (kv_move) and unpacked into another's at other slots, through
+// a row map, read back the same values, bit for bit in the stored dtype; the packed rows are the
+// stored bytes (a row of an F16 / BF16 cache is half its f32 width). Slots outside the pool are
+// refused with the slot named.
+TEST(KvDtype, PackedRowsMoveBetweenPoolsAsStored) {
+  for (DType t : {DType::F32, DType::F16, DType::BF16})
+    for (auto [kw, vw] : std::vector<std::pair<int64_t, int64_t>>{{24, 16}, {7, 0}}) {
+      const KvLayout layout{2, kw, vw, t};
+      KvPool a(layout, 8, 4), b(layout, 8, 4);
+      const int64_t n = 9;
+      std::vector<float> k(static_cast<size_t>(n * kw)), v(static_cast<size_t>(n * std::max<int64_t>(vw, 1)));
+      for (size_t i = 0; i < k.size(); ++i) k[i] = std::sin(0.37f * static_cast<float>(i)) * 3.0f;
+      for (size_t i = 0; i < v.size(); ++i) v[i] = std::cos(0.23f * static_cast<float>(i)) * 2.0f;
+      std::vector<int64_t> from(static_cast<size_t>(n)), to(static_cast<size_t>(n));
+      std::vector<int32_t> row_of(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) {
+        from[static_cast<size_t>(i)] = (i * 7 + 3) % 32;
+        to[static_cast<size_t>(i)] = 31 - i;
+        row_of[static_cast<size_t>(i)] = static_cast<int32_t>(n - 1 - i);  // packed in reverse
+      }
+      a.write(1, from.data(), n, k.data(), vw ? v.data() : nullptr);
+      std::vector<uint8_t> packed(static_cast<size_t>(n * a.slot_bytes()));
+      EXPECT_EQ(a.slot_bytes(), row_bytes(t, kw) + row_bytes(t, vw));
+      a.pack_rows(1, from.data(), n, packed.data());
+      // Slot `to[i]` takes packed row row_of[i], which holds slot from[row_of[i]].
+      b.unpack_rows(1, to.data(), n, packed.data(), row_of.data());
+      std::vector<float> ka(static_cast<size_t>(kw)), va(static_cast<size_t>(std::max<int64_t>(vw, 1))), kb = ka, vb = va;
+      for (int64_t i = 0; i < n; ++i) {
+        a.read(1, from[static_cast<size_t>(row_of[static_cast<size_t>(i)])], ka.data(), va.data());
+        b.read(1, to[static_cast<size_t>(i)], kb.data(), vb.data());
+        EXPECT_EQ(ka, kb) << dtype_name(t) << " slot " << to[static_cast<size_t>(i)];
+        EXPECT_EQ(va, vb) << dtype_name(t) << " slot " << to[static_cast<size_t>(i)];
+      }
+      const int64_t bad = 40;
+      try {
+        a.pack_rows(1, &bad, 1, packed.data());
+        ADD_FAILURE() << "a slot outside the pool was packed";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("KV pack: slot 40 is outside the pool (32 slots)"), std::string::npos) << e.what();
+      }
+      EXPECT_THROW(b.unpack_rows(2, to.data(), 1, packed.data()), Error);  // no layer 2
+    }
 }
 
 TEST(KvDtype, CommandLineRefusesAnUnknownDtypeNamingIt) {

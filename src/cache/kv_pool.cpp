@@ -83,30 +83,18 @@ void KvPool::write(int64_t layer, const int64_t* slots, int64_t n, const float* 
                        layout_.v_width ? v_rows : nullptr});
 }
 
-void KvPool::pack_rows(int64_t layer, const int64_t* slots, int64_t n, void* out) const {
-  FP_CHECK(device_ == Device::CPU, "KV rows are packed from host pools only");
-  FP_CHECK(layer >= 0 && layer < layout_.n_layers, "KV pack: layer ", layer, " of ", layout_.n_layers);
-  const size_t l = static_cast<size_t>(layer), kb = static_cast<size_t>(k_row_bytes_), vb = static_cast<size_t>(v_row_bytes_);
-  auto* dst = static_cast<uint8_t*>(out);
-  for (int64_t i = 0; i < n; ++i, dst += kb + vb) {
-    FP_CHECK(slots[i] >= 0 && slots[i] < storage_tokens(), "KV pack: slot ", slots[i], " is outside the pool (",
-             storage_tokens(), " slots)");
-    std::memcpy(dst, k_[l].as<uint8_t>() + slots[i] * k_row_bytes_, kb);
-    if (vb) std::memcpy(dst + kb, v_[l].as<uint8_t>() + slots[i] * v_row_bytes_, vb);
-  }
-}
-
-void KvPool::unpack_rows(int64_t layer, const int64_t* slots, int64_t n, const void* rows) {
-  FP_CHECK(device_ == Device::CPU, "KV rows are unpacked into host pools only");
-  FP_CHECK(layer >= 0 && layer < layout_.n_layers, "KV unpack: layer ", layer, " of ", layout_.n_layers);
-  const size_t l = static_cast<size_t>(layer), kb = static_cast<size_t>(k_row_bytes_), vb = static_cast<size_t>(v_row_bytes_);
-  const auto* src = static_cast<const uint8_t*>(rows);
-  for (int64_t i = 0; i < n; ++i, src += kb + vb) {
-    FP_CHECK(slots[i] >= 0 && slots[i] < storage_tokens(), "KV unpack: slot ", slots[i], " is outside the pool (",
-             storage_tokens(), " slots)");
-    std::memcpy(k_[l].as<uint8_t>() + slots[i] * k_row_bytes_, src, kb);
-    if (vb) std::memcpy(v_[l].as<uint8_t>() + slots[i] * v_row_bytes_, src + kb, vb);
-  }
+void KvPool::move_rows(int64_t layer, const int64_t* slots, int64_t n, void* rows, const int32_t* row_of,
+                       bool into_pool) const {
+  const char* what = into_pool ? "KV unpack" : "KV pack";
+  FP_CHECK(layer >= 0 && layer < layout_.n_layers, what, ": layer ", layer, " of ", layout_.n_layers);
+  if (device_ == Device::CPU)
+    for (int64_t i = 0; i < n; ++i)
+      FP_CHECK(slots[i] >= 0 && slots[i] < storage_tokens(), what, ": slot ", slots[i], " is outside the pool (",
+               storage_tokens(), " slots)");
+  const size_t l = static_cast<size_t>(layer);
+  // The storage is the pool's own; moving rows out of it changes nothing the const caller sees.
+  dispatch(KvMoveArgs{const_cast<void*>(k_[l].data()), const_cast<void*>(v_[l].data()), k_row_bytes_, v_row_bytes_,
+                      slots, row_of, n, rows, into_pool});
 }
 
 void KvPool::read(int64_t layer, int64_t slot, float* k, float* v) const {

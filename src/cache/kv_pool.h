@@ -94,12 +94,18 @@ class KvPool {
   void write(int64_t layer, const int64_t* slots, int64_t n, const float* k_rows, const float* v_rows);
   // Bytes of one slot's rows as stored, K then V (slot_bytes() = K row + V row).
   int64_t slot_bytes() const { return k_row_bytes_ + v_row_bytes_; }
-  // Moves stored rows as they are, without converting (host pools): pack_rows copies layer l's
-  // rows at slots[0..n) into out [n, slot_bytes()] (each row K then V); unpack_rows writes such
-  // rows back at slots. What ranks exchange when each computes some of a batch's rows (context
-  // parallel): the bytes the cache holds, half of f32 for an F16 / BF16 cache.
-  void pack_rows(int64_t layer, const int64_t* slots, int64_t n, void* out) const;
-  void unpack_rows(int64_t layer, const int64_t* slots, int64_t n, const void* rows);
+  // Moves stored rows as they are, without converting, through the kv_move op (slots and rows in
+  // the pool's device memory): pack_rows copies layer l's rows at slots[0..n) into out
+  // [n, slot_bytes()] (each row K then V); unpack_rows writes such rows back at slots, row
+  // row_of[i] (row i when null) into slot slots[i]. What ranks exchange when each computes some
+  // of a batch's rows (context parallel): the bytes the cache holds, half of f32 for an F16 /
+  // BF16 cache.
+  void pack_rows(int64_t layer, const int64_t* slots, int64_t n, void* out) const {
+    move_rows(layer, slots, n, out, nullptr, false);
+  }
+  void unpack_rows(int64_t layer, const int64_t* slots, int64_t n, const void* rows, const int32_t* row_of = nullptr) {
+    move_rows(layer, slots, n, const_cast<void*>(rows), row_of, true);
+  }
   // Reads one storage slot's rows back into host f32 (v may be null): for tests and tools.
   void read(int64_t layer, int64_t slot, float* k, float* v) const;
   // Copies every layer's rows of block id `src` into block id `dst` (copy-on-write; both of one
@@ -113,6 +119,7 @@ class KvPool {
   const BlockAllocator& blocks() const { return blocks_; }
 
  private:
+  void move_rows(int64_t layer, const int64_t* slots, int64_t n, void* rows, const int32_t* row_of, bool into_pool) const;
   KvLayout layout_;
   int64_t page_size_, n_blocks_;
   Device device_;

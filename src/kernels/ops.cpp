@@ -40,6 +40,7 @@ std::string refuse_kv_dtype(DType t, std::initializer_list<DType> reads) {
 }
 
 std::string KvWriteArgs::shape_class() const { return std::string("kv=") + dtype_name(dtype); }
+std::string KvMoveArgs::shape_class() const { return into_pool ? "unpack" : "pack"; }
 std::string SiluMulArgs::shape_class() const { return "f32"; }
 std::string AddArgs::shape_class() const { return "f32"; }
 std::string SoftmaxArgs::shape_class() const { return "f32"; }

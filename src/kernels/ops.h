@@ -118,6 +118,25 @@ struct KvWriteArgs {
   std::string shape_class() const;
 };
 
+// Moves stored K/V rows between a pool's slots and packed rows, bytes as they are (no
+// conversion): each packed row is the slot's K row then its V row (k_row_bytes + v_row_bytes;
+// v_row_bytes is 0 for MLA's latent cache). Packing (into_pool false) copies slot slots[i] into
+// packed row rows[i]; unpacking (into_pool true) copies packed row rows[i] into slot slots[i];
+// rows null means row i. What ranks exchange when each computes some of a batch's K/V (context
+// parallel): an F16 / BF16 cache's rows are half the bytes of f32.
+struct KvMoveArgs {
+  static constexpr const char* kName = "kv_move";
+  void* k_pool = nullptr;
+  void* v_pool = nullptr;
+  int64_t k_row_bytes = 0, v_row_bytes = 0;
+  const int64_t* slots = nullptr;  // [n]
+  const int32_t* rows = nullptr;   // [n] or null
+  int64_t n = 0;
+  void* packed = nullptr;  // rows of k_row_bytes + v_row_bytes
+  bool into_pool = false;
+  std::string shape_class() const;
+};
+
 // Address of element `index` of a KV pool holding `t` values (F32, F16, BF16).
 inline const void* kv_element(const void* pool, DType t, int64_t index) {
   return static_cast<const uint8_t*>(pool) + index * dtype_info(t).block_bytes;

@@ -11,11 +11,10 @@
 // tokens and, for one prompt cut evenly, exactly the same attention work (sum of the positions
 // attended) — what `plan`'s CP layouts assume.
 //
-// On a device (GPU ranks; the pool's device) the same step works on device buffers: the rows
-// travel as f32 (twice the bytes of an F16 cache's rows: no pack kernel yet), and the batch's
-// slots and two row maps (gathered row of each batch token, of each logit row) are uploaded once
-// per step; after the exchange the embedding op gathers the rows into batch order and one
-// kv_write stores them all (this rank's again, the same values).
+// On a device (GPU ranks; the pool's device) the same step works on device buffers: the step's
+// maps (slots, gathered rows) are uploaded once per step, the rows are packed and unpacked by
+// the kv_move op as the cache stores them (an F16 / BF16 cache's rows are half the bytes of f32)
+// and the logit rows are gathered by the embedding op (RowGather).
 #pragma once
 #include <array>
 #include <cstdint>
@@ -50,9 +49,9 @@ class ContextParallelStep {
   // Writes every rank's K rows (k: this rank's [padded_rows, k_width]) and V rows (v, or null when
   // the pool has no V side) of `layer` into the pool, in two halves so that compute runs while
   // the rows travel: start_kv writes this rank's rows through the kv_write op, packs them as the
-  // pool stores them (F16 / BF16 rows are half the bytes of f32) and starts their all-gather;
-  // finish_kv waits for it and stores the other ranks' rows. Between the two the caller may
-  // compute anything that does not read the layer's cache (its queries); write_kv does both.
+  // pool stores them (kv_move) and starts their all-gather; finish_kv waits for it and unpacks
+  // the other ranks' rows into their slots. Between the two the caller may compute anything that
+  // does not read the layer's cache (its queries); write_kv does both.
   void start_kv(KvPool& pool, int64_t layer, const float* k, const float* v);
   void finish_kv(KvPool& pool);
   void write_kv(KvPool& pool, int64_t layer, const float* k, const float* v) {
@@ -78,9 +77,8 @@ class ContextParallelStep {
   std::array<Piece, 2> pieces(int rank) const;
   // The row of every rank's [padded_rows] buffers, gathered rank after rank, holding token t.
   int64_t gathered_row(int64_t t) const;
-  // The device halves of start_kv / finish_kv / gather_logit_rows.
-  void start_kv_on_device(const float* k, const float* v, int64_t kw, int64_t vw);
-  void finish_kv_on_device(KvPool& pool);
+  // The step's maps (host_maps_, or their upload on a device): see begin.
+  const uint8_t* maps() const;
 
   // A step that failed between start_kv and finish_kv left its gather in flight, writing into
   // kv_all_: waits for it (the other ranks started it too) before the buffers change or go.
@@ -89,19 +87,19 @@ class ContextParallelStep {
   const ForwardBatch* batch_ = nullptr;
   int64_t n_ = 0, chunk_ = 0;
   ForwardBatch run_;
-  std::vector<int64_t> slots_, mine_;  // every token's slot; this rank's rows' slots, in row order
-  std::vector<uint8_t> kv_send_, kv_all_;  // packed rows: this rank's [padded_rows], every rank's
-  int64_t kv_layer_ = -1, kv_handle_ = Communicator::kDone;
-  std::vector<float> x_all_;
-  // On a device: [every token's slot (int64) | gathered row of each token, of each logit row
-  // (int32)] there, the gathered K / V / x rows, and the K / V rows in batch order.
-  Device device_ = Device::CPU;
+  std::vector<int64_t> slots_;  // every token's slot
+  // [this rank's rows' slots (int64) | the other tokens' slots (int64) | the gathered row of each
+  // (int32) | the gathered row of each logit row (int32)], byte offsets below.
   std::vector<uint8_t> host_maps_;
+  size_t other_slots_at_ = 0, other_rows_at_ = 0, logit_rows_at_ = 0;
+  Device device_ = Device::CPU;
   DeviceBuffer maps_;
   UploadRing uploads_;
-  size_t token_rows_at_ = 0, logit_rows_at_ = 0;  // byte offsets in maps_
-  DeviceBuffer k_all_, v_all_, x_all_dev_, k_batch_, v_batch_;
-  int64_t v_handle_ = Communicator::kDone;
+  // Packed K/V rows as the pool stores them: this rank's [padded_rows], every rank's.
+  DeviceBuffer kv_send_, kv_all_;
+  int64_t kv_layer_ = -1, kv_handle_ = Communicator::kDone;
+  std::vector<float> x_all_;
+  DeviceBuffer x_all_dev_;
   RowGather gather_rows_{Device::CPU};
 };
 

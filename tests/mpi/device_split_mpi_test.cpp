@@ -49,6 +49,7 @@ struct DeviceSplitCase {
   bool tied = false;  // the output projection is the embedding table (rank 0's output rows start where it does)
   bool context_parallel = false;  // cp = the number of ranks: the prompt prefilled context parallel
   int64_t overlap = 0;  // --micro-batch-overlap: steps of this many tokens as two micro-batches
+  DType kv = DType::F32;  // the KV cache's dtype (context parallel exchanges its rows as stored)
 };
 
 void PrintTo(const DeviceSplitCase& c, std::ostream* os) { *os << c.name; }
@@ -89,7 +90,7 @@ TEST_P(DeviceSplit, MatchesOneRankOnTheDevice) {
   ASSERT_EQ(split->device(), Device::CUDA);
   ASSERT_EQ(split->tp_size(), ranks);
   const std::vector<int32_t> prompt = {1, 9, 200, 33, 71, 4, 150, 88, 3, 12}, decode = {5, 17, 42, 7, 99};
-  const auto a = test::run_logits(*split, prompt, decode);
+  const auto a = test::run_logits(*split, prompt, decode, c.kv);
   const auto split_tokens = greedy(*split, prompt, 16);
   // The split model's own steps: its decode steps recorded once per shape and replayed after.
   auto steps = Ledger::global().steps();
@@ -101,7 +102,7 @@ TEST_P(DeviceSplit, MatchesOneRankOnTheDevice) {
   // The ledger: the sums ran on the device's collectives, and under expert parallel this rank's
   // moe_ffn calls name its range of the 6 experts, on the device.
   const std::string table = Ledger::global().table();
-  const auto b = test::run_logits(*whole, prompt, decode);
+  const auto b = test::run_logits(*whole, prompt, decode, c.kv);
   EXPECT_LT(rel_diff(a, b), 1e-4) << c.name;
   double mx = 0;
   for (float v : b) mx = std::max(mx, static_cast<double>(std::fabs(v)));
@@ -143,13 +144,17 @@ INSTANTIATE_TEST_SUITE_P(
                       DeviceSplitCase{"deepseek_v3_fp8_dp_attention_ep_deferred", "deepseek_v3", DType::F8_E4M3, {1, 0},
                                       true, true},
                       // Context-parallel prefill, then decode whole, tensor parallel (over the
-                      // cache of every head the prefill wrote) or expert parallel.
+                      // cache of every head the prefill wrote) or expert parallel; caches of F32,
+                      // F16 and BF16 (the rows travel packed as the cache stores them).
                       DeviceSplitCase{"llama_pcp", "llama", DType::Q8_0, {1, 1}, false, false, false, true},
-                      DeviceSplitCase{"llama_pcp_tp_deferred", "llama", DType::F16, {0, 1}, true, false, false, true},
-                      DeviceSplitCase{"qwen3moe_pcp_tp", "qwen3_moe", DType::Q8_0, {0, 1}, false, false, false, true},
+                      DeviceSplitCase{"llama_pcp_tp_deferred_f16_cache", "llama", DType::F16, {0, 1}, true, false, false, true,
+                                      0, DType::F16},
+                      DeviceSplitCase{"qwen3moe_pcp_tp_bf16_cache", "qwen3_moe", DType::Q8_0, {0, 1}, false, false, false, true,
+                                      0, DType::BF16},
                       DeviceSplitCase{"qwen3moe_pcp_tp_ep_deferred", "qwen3_moe", DType::F16, {0, 0}, true, false, false,
                                       true},
-                      DeviceSplitCase{"deepseek_v3_pcp_ep", "deepseek_v3", DType::Q8_0, {1, 0}, false, false, false, true},
+                      DeviceSplitCase{"deepseek_v3_pcp_ep_f16_cache", "deepseek_v3", DType::Q8_0, {1, 0}, false, false, false,
+                                      true, 0, DType::F16},
                       DeviceSplitCase{"deepseek_v3_fp8_pcp", "deepseek_v3", DType::F8_E4M3, {1, 1}, true, false, false,
                                       true},
                       // Micro-batch overlap: the prompt as two micro-batches whose sums are in

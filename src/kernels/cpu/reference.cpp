@@ -2,6 +2,7 @@
 // single-threaded, the oracle that tests compare fast kernels against.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -275,6 +276,25 @@ void kv_write_ref(const KvWriteArgs& a) {
   }
 }
 
+// ---- kv_move: stored rows between slots and packed rows, as they are ----
+void kv_move_ref(const KvMoveArgs& a) {
+  const size_t kb = static_cast<size_t>(a.k_row_bytes), vb = static_cast<size_t>(a.v_row_bytes);
+  auto* k = static_cast<uint8_t*>(a.k_pool);
+  auto* v = static_cast<uint8_t*>(a.v_pool);
+  for (int64_t i = 0; i < a.n; ++i) {
+    uint8_t* row = static_cast<uint8_t*>(a.packed) + static_cast<size_t>(a.rows ? a.rows[i] : i) * (kb + vb);
+    uint8_t* ks = k + static_cast<size_t>(a.slots[i]) * kb;
+    uint8_t* vs = vb ? v + static_cast<size_t>(a.slots[i]) * vb : nullptr;
+    if (a.into_pool) {
+      std::memcpy(ks, row, kb);
+      if (vb) std::memcpy(vs, row + kb, vb);
+    } else {
+      std::memcpy(row, ks, kb);
+      if (vb) std::memcpy(row + kb, vs, vb);
+    }
+  }
+}
+
 template <class Args>
 Kernel<Args> ref(void (*run)(const Args&), std::string (*refuse)(const Args&) = nullptr, const char* name = "ref") {
   Kernel<Args> k;
@@ -296,6 +316,7 @@ const bool registered = [] {
   register_kernel(ref<RopeArgs>(rope_ref));
   register_kernel(ref<AttentionArgs>(attention_ref, refuse_attention));
   register_kernel(ref<KvWriteArgs>(kv_write_ref));
+  register_kernel(ref<KvMoveArgs>(kv_move_ref));
   register_kernel(ref<SiluMulArgs>(silu_mul_ref));
   register_kernel(ref<AddArgs>(add_ref));
   register_kernel(ref<SoftmaxArgs>(softmax_ref));

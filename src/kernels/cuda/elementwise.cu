@@ -1,6 +1,6 @@
 // kernels/cuda/elementwise.cu — the CUDA kernels of the row-wise and element-wise ops:
 // embedding, RMSNorm, RoPE, SiLU-and-multiply, add, softmax, argmax, the token feed and the
-// KV-cache write.
+// KV-cache write and row moves.
 // Each mirrors its reference in kernels/cpu/reference.cpp; rows go one per block, elements
 // one per thread.
 #include "kernels/cuda/cuda_context.h"
@@ -126,6 +126,28 @@ __global__ void kv_write_kernel(uint8_t* pool, DType dtype, int64_t width, const
   else reinterpret_cast<uint16_t*>(pool)[dst] = float_to_bf16_bits(v);
 }
 
+// One block per row: the slot's K row then V row, moved in words of W bytes (the widest that
+// every row length and base address allows).
+template <class W>
+__global__ void kv_move_kernel(uint8_t* k_pool, uint8_t* v_pool, int64_t kb, int64_t vb, const int64_t* slots,
+                               const int32_t* rows, uint8_t* packed, bool into_pool) {
+  const int64_t i = blockIdx.x;
+  uint8_t* row = packed + (rows ? static_cast<int64_t>(rows[i]) : i) * (kb + vb);
+  W* ks = reinterpret_cast<W*>(k_pool + slots[i] * kb);
+  W* pk = reinterpret_cast<W*>(row);
+  for (int64_t j = threadIdx.x; j < kb / static_cast<int64_t>(sizeof(W)); j += blockDim.x) {
+    if (into_pool) ks[j] = pk[j];
+    else pk[j] = ks[j];
+  }
+  if (vb == 0) return;
+  W* vs = reinterpret_cast<W*>(v_pool + slots[i] * vb);
+  W* pv = reinterpret_cast<W*>(row + kb);
+  for (int64_t j = threadIdx.x; j < vb / static_cast<int64_t>(sizeof(W)); j += blockDim.x) {
+    if (into_pool) vs[j] = pv[j];
+    else pv[j] = vs[j];
+  }
+}
+
 }  // namespace
 
 std::string refuse_embedding(const EmbeddingArgs& a) {
@@ -206,6 +228,27 @@ void kv_write(const KvWriteArgs& a) {
         static_cast<uint8_t*>(a.v_pool), a.dtype, a.v_width, a.slots, a.n, a.v_rows);
     FP_CUDA_LAUNCHED("kv_write v");
   }
+}
+
+void kv_move(const KvMoveArgs& a) {
+  if (a.n == 0) return;
+  // The widest word that divides both row lengths and every base address.
+  uint64_t align = static_cast<uint64_t>(a.k_row_bytes) | static_cast<uint64_t>(a.v_row_bytes) |
+                   reinterpret_cast<uintptr_t>(a.k_pool) | reinterpret_cast<uintptr_t>(a.packed) |
+                   (a.v_row_bytes ? reinterpret_cast<uintptr_t>(a.v_pool) : 0);
+  auto* k = static_cast<uint8_t*>(a.k_pool);
+  auto* v = static_cast<uint8_t*>(a.v_pool);
+  auto* p = static_cast<uint8_t*>(a.packed);
+  const auto blocks = static_cast<unsigned>(a.n);
+  if (align % 16 == 0)
+    kv_move_kernel<uint4><<<blocks, 128, 0, stream()>>>(k, v, a.k_row_bytes, a.v_row_bytes, a.slots, a.rows, p, a.into_pool);
+  else if (align % 4 == 0)
+    kv_move_kernel<uint32_t><<<blocks, 128, 0, stream()>>>(k, v, a.k_row_bytes, a.v_row_bytes, a.slots, a.rows, p, a.into_pool);
+  else if (align % 2 == 0)
+    kv_move_kernel<uint16_t><<<blocks, 128, 0, stream()>>>(k, v, a.k_row_bytes, a.v_row_bytes, a.slots, a.rows, p, a.into_pool);
+  else
+    kv_move_kernel<uint8_t><<<blocks, 128, 0, stream()>>>(k, v, a.k_row_bytes, a.v_row_bytes, a.slots, a.rows, p, a.into_pool);
+  FP_CUDA_LAUNCHED("kv_move");
 }
 
 }  // namespace fp::cuda

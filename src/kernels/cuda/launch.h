@@ -25,6 +25,7 @@ void token_feed(const TokenFeedArgs& a);
 std::string refuse_sample(const SampleArgs& a);
 void sample(const SampleArgs& a);
 void kv_write(const KvWriteArgs& a);
+void kv_move(const KvMoveArgs& a);  // stored rows between slots and packed rows, as they are
 
 // attention.cu: the plain kernel, one warp per (token, head)
 std::string refuse_attention(const AttentionArgs& a);

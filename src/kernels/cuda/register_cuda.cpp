@@ -45,6 +45,7 @@ const bool registered = [] {
   register_kernel(cuda_kernel<AttentionArgs>(attention_wmma, refuse_attention_wmma, "wmma", 110));
   register_kernel(cuda_kernel<AttentionArgs>(attention, refuse_attention));
   register_kernel(cuda_kernel<KvWriteArgs>(kv_write, refuse_kv_write));
+  register_kernel(cuda_kernel<KvMoveArgs>(kv_move));
   register_kernel(cuda_kernel<SiluMulArgs>(silu_mul));
   register_kernel(cuda_kernel<AddArgs>(add));
   register_kernel(cuda_kernel<SoftmaxArgs>(softmax));
