@@ -33,7 +33,8 @@ TEST(CudaNccl, OneRankCollectivesOnDeviceAndHostBuffers) {
   for (int64_t n : {1, 1000, 65537}) {
     std::vector<float> x(static_cast<size_t>(n));
     std::iota(x.begin(), x.end(), 0.5f);
-    DeviceBuffer d = test::upload(x), r(Device::CUDA, x.size() * sizeof(float));
+    DeviceBuffer d = test::upload(x), r(Device::CUDA, x.size() * sizeof(float)), r2 = test::upload(x),
+                 s(Device::CUDA, x.size() * sizeof(float));
     {
       DeviceScope scope(Device::CUDA);
       dispatch(AllReduceArgs{comm.get(), d.as<float>(), n});
@@ -48,14 +49,17 @@ TEST(CudaNccl, OneRankCollectivesOnDeviceAndHostBuffers) {
     EXPECT_EQ(test::download<float>(d, x.size()), x) << "all_reduce / broadcast n=" << n;
     {  // started on NCCL's stream, two in flight, the backend stream joining at each wait
       DeviceScope scope(Device::CUDA);
-      int64_t a = Communicator::kDone, g = Communicator::kDone;
+      int64_t a = Communicator::kDone, g = Communicator::kDone, rs = Communicator::kDone;
       dispatch(AllReduceStartArgs{comm.get(), d.as<float>(), n, &a});
       dispatch(AllGatherStartArgs{comm.get(), d.data(), r.data(), n * 4, &g});
+      dispatch(ReduceScatterStartArgs{comm.get(), r2.as<float>(), s.as<float>(), n, &rs});
       EXPECT_NE(g, Communicator::kDone) << "a started NCCL collective is in flight until waited for";
       dispatch(CollectiveWaitArgs{comm.get(), g});
+      dispatch(CollectiveWaitArgs{comm.get(), rs});
       dispatch(CollectiveWaitArgs{comm.get(), a});
     }
     EXPECT_EQ(test::download<float>(r, x.size()), x) << "started all_gather n=" << n;
+    EXPECT_EQ(test::download<float>(s, x.size()), x) << "started reduce_scatter n=" << n;
     EXPECT_EQ(test::download<float>(d, x.size()), x) << "started all_reduce n=" << n;
     std::vector<float> h = x;  // host memory: through the host world
     dispatch(AllReduceArgs{comm.get(), h.data(), n});

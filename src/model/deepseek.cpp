@@ -71,8 +71,6 @@ class DeepseekModel : public Model {
     FP_CHECK(tp_size() == 1 || parallel().tp == 1, mf.path, ": ", c.arch, " splits across ranks by experts only: MLA attention "
              "is replicated (its latent KV cache has no heads to split); use --expert-parallel-size ", tp_size(),
              " without --tensor-parallel-size");
-    FP_CHECK(!data_parallel_ || mf.micro_batch_overlap == 0, mf.path, ": --micro-batch-overlap is not built for "
-             "data-parallel attention (its gathers and reduce-scatters are blocking); drop one of the two");
     const FfnSplit split{rank, ranks, true, &shards_};
     H_ = c.n_heads;
     L_ = c.mla.kv_lora_rank;
@@ -154,7 +152,7 @@ class DeepseekModel : public Model {
     // see all `m` tokens of the batch.
     const bool dp = data_parallel_;
     const int64_t overlap_min = file_->micro_batch_overlap;
-    if (!cp && !dp && ffn_split_ && overlap_min > 0 && b.n_tokens() >= std::max<int64_t>(overlap_min, 2))
+    if (!cp && ffn_split_ && overlap_min > 0 && b.n_tokens() >= std::max<int64_t>(overlap_min, 2))
       return forward_overlapped(b, pool, logits);
     if (device() != Device::CPU) return forward_on_device(b, pool, logits);
     if (cp) cp_.begin(tp_.get(), b, pool.page_size());
@@ -300,31 +298,45 @@ class DeepseekModel : public Model {
   // A step as two micro-batches A = tokens [0, n/2) and B = [n/2, n) (--micro-batch-overlap,
   // expert parallel; as qwen3moe's, model/qwen3_moe.cpp): attention is replicated, so the FFN
   // shares' sums are what travels, A's behind B's FFN and B's behind the next layer's attention of A.
+  // With data-parallel attention each rank cuts its own tokens in two (dp_parts_: every rank's
+  // first halves, every rank's second halves): A's rows are gathered while B attends, B's while
+  // A's FFN runs, A's sums reduce-scattered while B's FFN runs, B's while the next layer's A attends.
   void forward_overlapped(const ForwardBatch& b, KvPool& pool, float* logits) {
     const ModelConfig& c = config();
-    const bool on_device = device() != Device::CPU;
+    const bool on_device = device() != Device::CPU, dp = data_parallel_;
     FP_CHECK(pool.device() == device(), "the KV cache is on ", device_name(pool.device()), " but the model runs on ",
              device_name(device()));
     DeviceScope scope(device());
-    const int64_t n = b.n_tokens(), qd = nope_ + rope_, lw = L_ + rope_;
-    if (!on_device) resize_buffers(n, n, n);
-    // The step's rows: host vectors, or the device's activation slots.
-    auto rows_of = [&](size_t slot, std::vector<float>& host, int64_t width) {
-      return on_device ? act_.f32(slot, n * width) : host.data();
-    };
-    float *x = rows_of(0, x_, c.dim), *h = rows_of(1, h_, c.dim), *q = rows_of(2, q_, H_ * qd);
-    float *qa = rows_of(3, qa_, std::max<int64_t>(c.mla.q_lora_rank, 1)), *kva = rows_of(4, kva_, lw);
-    float *att = rows_of(5, att_, H_ * vd_), *gate = rows_of(6, gate_, std::max(c.hidden_dim, c.dim));
-    float* up = rows_of(7, up_, c.hidden_dim);
     FP_CHECK(b.feed_rows.empty(), "micro-batch overlap: a step with fed tokens (async scheduling) cannot be cut in two");
-    overlap_.split(b, pool.page_size());
+    if (dp) {
+      dp_.begin(tp_.get(), b, pool);
+      for (int i = 0; i < 2; ++i) dp_parts_[i].begin_part(dp_, i);
+    }
+    const ForwardBatch& run = dp ? dp_.run() : b;  // this rank's tokens
+    const int64_t n = run.n_tokens(), qd = nope_ + rope_, lw = L_ + rope_;
+    // Rows of x and h: this rank's, and under data parallel room for the gathers' padding (a
+    // device gather sends padded_rows() rows from where a micro-batch's rows start); the FFN's
+    // rows: every rank's of the larger micro-batch.
+    const int64_t cap = dp ? n + dp_.padded_rows() : n;
+    const int64_t ffn_rows = dp ? std::max({n, dp_parts_[0].total_rows(), dp_parts_[1].total_rows()}) : n;
+    if (!on_device) resize_buffers(cap, n, ffn_rows);
+    // The step's rows: host vectors, or the device's activation slots.
+    auto rows_of = [&](size_t slot, std::vector<float>& host, int64_t width, int64_t count) {
+      return on_device ? act_.f32(slot, count * width) : host.data();
+    };
+    float *x = rows_of(0, x_, c.dim, cap), *h = rows_of(1, h_, c.dim, cap), *q = rows_of(2, q_, H_ * qd, n);
+    float *qa = rows_of(3, qa_, std::max<int64_t>(c.mla.q_lora_rank, 1), n), *kva = rows_of(4, kva_, lw, n);
+    float *att = rows_of(5, att_, H_ * vd_, n), *gate = rows_of(6, gate_, std::max(c.hidden_dim, c.dim), ffn_rows);
+    float* up = rows_of(7, up_, c.hidden_dim, ffn_rows);
+    overlap_.split(run, pool.page_size());
     // Each micro-batch's index arrays where the kernels read them, and the batch's logit rows.
-    const StagedBatch whole = on_device ? stager_.stage(b, pool.page_size(), fed_ids()) : host_view(b);
+    const StagedBatch whole = on_device ? stager_.stage(run, pool.page_size(), dp ? nullptr : fed_ids()) : host_view(run);
     struct MicroBatch {
       Rows r;
       StagedBatch staged;
       MlaAttentionArgs att;
       PendingSum sum;  // its FFN share's all-reduce
+      float* all = nullptr;  // data parallel: every rank's rows of this micro-batch, for the FFN
     } mb[2];
     for (int i = 0; i < 2; ++i) {
       const ForwardBatch& part = overlap_.parts[i];
@@ -335,37 +347,79 @@ class DeepseekModel : public Model {
                  att + r0 * H_ * vd_, gate + r0 * std::max(c.hidden_dim, c.dim), up + r0 * c.hidden_dim,
                  m.staged.positions, on_device ? m.staged.slots : overlap_.slots[i].data(), part.n_tokens()};
       m.att = mla_args(m.staged, pool, m.r);
+      if (!dp) continue;
+      FP_CHECK(dp_parts_[i].rows() == m.r.n, "data-parallel micro-batch ", i, ": ", dp_parts_[i].rows(),
+               " rows exchanged for ", m.r.n, " computed");
+      const int64_t all_rows = dp_parts_[i].total_rows() * c.dim;
+      if (on_device) {
+        m.all = act_.f32(11 + static_cast<size_t>(i), all_rows);
+      } else {
+        resize(part_all_[i], all_rows);
+        m.all = part_all_[i].data();
+      }
     }
-    const int64_t rows = whole.n_logits;
+    const int64_t m_all = dp ? dp_.total_rows() : n;  // the whole batch's tokens (the logit rows' gather)
+    const int64_t rows = dp ? static_cast<int64_t>(b.logit_rows.size()) : whole.n_logits;
     float* out_logits = on_device ? act_.f32(8, rows * c.n_vocab) : logits;
     float* logit_h = on_device ? act_.f32(10, rows * c.dim) : nullptr;
+    float* all = on_device && dp ? act_.f32(9, m_all * c.dim) : nullptr;
+    // The previous layer's FFN sums into micro-batch i's residual rows.
+    auto add_ffn_sums = [&](int i) {
+      MicroBatch& m = mb[i];
+      if (dp) dp_parts_[i].finish_reduce_scatter(c.dim, m.r.x, true);
+      else m.sum.add_into(m.r.x);
+    };
     auto step = [&] {
       for (MicroBatch& m : mb) m.sum.reset();  // a recording abandoned midway may have left one in flight
-      for (MicroBatch& m : mb) dispatch(EmbeddingArgs{embed_, m.staged.tokens, m.r.n, m.r.x});
+      for (int i = 0; i < 2 && dp; ++i) dp_parts_[i].settle();
+      for (MicroBatch& m : mb)
+        if (m.r.n > 0) dispatch(EmbeddingArgs{embed_, m.staged.tokens, m.r.n, m.r.x});
       for (size_t l = 0; l < layers_.size(); ++l) {
         const DeepseekLayer& Y = layers_[l];
-        for (MicroBatch& m : mb) {
-          m.sum.add_into(m.r.x);  // the previous layer's FFN
-          attention(Y, static_cast<int64_t>(l), m.r, false, pool, m.att);
+        for (int i = 0; i < 2; ++i) {
+          MicroBatch& m = mb[i];
+          if (l > 0) add_ffn_sums(i);
+          if (m.r.n > 0) attention(Y, static_cast<int64_t>(l), m.r, false, pool, m.att);
+          if (dp) {  // its rows to every rank while the other micro-batch attends
+            if (m.r.n > 0) dispatch(RmsNormArgs{m.r.x, Y.ffn_norm, m.r.n, c.dim, c.rms_eps, m.r.h});
+            dp_parts_[i].start_gather(m.r.h, c.dim);
+          }
           tp_->progress();
         }
-        for (MicroBatch& m : mb) {
-          dispatch(RmsNormArgs{m.r.x, Y.ffn_norm, m.r.n, c.dim, c.rms_eps, m.r.h});
-          m.sum.start(tp_.get(), ffn(Y, m.r.h, m.r.n, m.r.gate, m.r.up, m.r.h), m.r.n * c.dim);
+        for (int i = 0; i < 2; ++i) {
+          MicroBatch& m = mb[i];
+          if (dp) {  // every rank's rows of this micro-batch through the rank's experts, the sums back
+            DataParallelStep& part = dp_parts_[i];
+            part.finish_gather(c.dim, m.all);
+            float* out = part.total_rows() > 0 ? ffn(Y, m.all, part.total_rows(), gate, up, m.all) : m.all;
+            part.start_reduce_scatter(out, c.dim);
+          } else {
+            dispatch(RmsNormArgs{m.r.x, Y.ffn_norm, m.r.n, c.dim, c.rms_eps, m.r.h});
+            m.sum.start(tp_.get(), ffn(Y, m.r.h, m.r.n, m.r.gate, m.r.up, m.r.h), m.r.n * c.dim);
+          }
           tp_->progress();
         }
       }
-      for (MicroBatch& m : mb) m.sum.add_into(m.r.x);
+      for (int i = 0; i < 2; ++i) add_ffn_sums(i);
       if (!on_device || rows == 0) return;
-      logit_rows_.run(x, n, c.dim, whole.logit_rows, rows, output_norm_, c.rms_eps, logit_h);
+      if (dp) {  // the logit rows from whichever rank holds them
+        dp_.gather(x, c.dim, all);
+        logit_rows_.run(all, m_all, c.dim, dp_.logit_rows_on_device(), rows, output_norm_, c.rms_eps, logit_h);
+      } else {
+        logit_rows_.run(x, n, c.dim, whole.logit_rows, rows, output_norm_, c.rms_eps, logit_h);
+      }
       output_.run(logit_h, rows, out_logits);
     };
     if (!on_device) {
       step();
-      return finish_logits(b, false, false, logits);
+      if (dp) resize(all_, m_all * c.dim);
+      return finish_logits(b, false, dp, logits);
     }
-    // Decode shapes replay a recorded graph (its collectives' forks and joins too).
-    graphs_.run(n, whole.n_seqs, rows, &pool, step, /*variant=*/1);
+    // Decode shapes replay a recorded graph (its collectives' forks and joins too). Under data
+    // parallel the graph also depends on every rank's token counts: the whole step's (total and
+    // most per rank) and how many ranks hold an odd count (which fixes both halves' shapes).
+    const int64_t odd_ranks = dp ? dp_parts_[1].total_rows() - dp_parts_[0].total_rows() : 0;
+    graphs_.run(n, whole.n_seqs, rows, &pool, step, dp ? (dp_.graph_variant() << 17) | (odd_ranks << 1) | 1 : 1);
     deliver_logits(out_logits, rows, logits);
   }
 
@@ -508,7 +562,7 @@ class DeepseekModel : public Model {
       Ledger::global().note_step("eager: context-parallel prefill");
       step();
     } else {
-      graphs_.run(n, sb.n_seqs, rows, &pool, step, dp ? dp_.graph_variant() : 0);
+      graphs_.run(n, sb.n_seqs, rows, &pool, step, dp ? dp_.graph_variant() << 1 : 0);  // (odd: forward_overlapped's)
     }
     deliver_logits(out_logits, rows, logits);
   }
@@ -571,6 +625,8 @@ class DeepseekModel : public Model {
   ContextParallelStep cp_;
   bool data_parallel_ = false;  // attention data parallel (ParallelSizes::dp)
   DataParallelStep dp_{device()};
+  DataParallelStep dp_parts_[2] = {DataParallelStep(device()), DataParallelStep(device())};  // --micro-batch-overlap's halves
+  std::vector<float> part_all_[2];  // on the host: every rank's rows of each half, for the FFN
   std::vector<float> all_;      // data parallel: the whole batch's rows for the FFN layers
 };
 

@@ -23,6 +23,7 @@ std::string CollectiveWaitArgs::shape_class() const { return comm_class(comm, "s
 std::string AllGatherArgs::shape_class() const { return comm_class(comm, "bytes"); }
 std::string AllGatherStartArgs::shape_class() const { return comm_class(comm, "bytes"); }
 std::string ReduceScatterArgs::shape_class() const { return comm_class(comm, "f32 sum"); }
+std::string ReduceScatterStartArgs::shape_class() const { return comm_class(comm, "f32 sum"); }
 std::string AllToAllArgs::shape_class() const { return comm_class(comm, send_bytes ? "bytes v" : "bytes"); }
 std::string BroadcastArgs::shape_class() const { return comm_class(comm, "bytes"); }
 
@@ -148,6 +149,10 @@ const bool registered = [] {
     *a.handle = Communicator::kDone;
   }));
   register_kernel(ref_kernel<ReduceScatterArgs>(reduce_scatter_ref));
+  register_kernel(ref_kernel<ReduceScatterStartArgs>([](const ReduceScatterStartArgs& a) {
+    reduce_scatter_ref(ReduceScatterArgs{a.comm, a.send, a.recv, a.n});
+    *a.handle = Communicator::kDone;
+  }));
   register_kernel(ref_kernel<AllToAllArgs>(all_to_all_ref));
   register_kernel(ref_kernel<BroadcastArgs>(broadcast_ref));
   // Asked first (priority 110, above "mpi" at 100), so an MPI run's ledger shows why it was refused.
@@ -172,6 +177,10 @@ void register_backend_collectives(const char* backend, int priority, Backend dev
       [](const AllGatherStartArgs& a) { *a.handle = a.comm->start_all_gather(a.send, a.recv, a.bytes); }, device));
   register_kernel(backend_kernel<ReduceScatterArgs>(
       backend, priority, [](const ReduceScatterArgs& a) { a.comm->reduce_scatter_sum(a.send, a.recv, a.n); }, device));
+  register_kernel(backend_kernel<ReduceScatterStartArgs>(
+      backend, priority,
+      [](const ReduceScatterStartArgs& a) { *a.handle = a.comm->start_reduce_scatter_sum(a.send, a.recv, a.n); },
+      device));
   register_kernel(backend_kernel<AllToAllArgs>(
       backend, priority,
       [](const AllToAllArgs& a) {

@@ -76,6 +76,18 @@ struct ReduceScatterArgs {
   std::string shape_class() const;
 };
 
+// The same reduce-scatter, started (Communicator::start_reduce_scatter_sum): neither buffer may be
+// touched until CollectiveWaitArgs waits for *handle (kDone when the kernel completed it at once).
+struct ReduceScatterStartArgs {
+  static constexpr const char* kName = "reduce_scatter_start";
+  Communicator* comm = nullptr;
+  const float* send = nullptr;
+  float* recv = nullptr;
+  int64_t n = 0;
+  int64_t* handle = nullptr;
+  std::string shape_class() const;
+};
+
 // Block j of send goes to rank j. Equal blocks of `bytes` when send_bytes is null; otherwise
 // send_bytes[j] / recv_bytes[j] bytes to / from rank j, blocks back to back.
 struct AllToAllArgs {

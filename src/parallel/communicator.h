@@ -49,6 +49,12 @@ class Communicator {
     all_gather(send, recv, bytes);
     return kDone;
   }
+  // Non-blocking reduce-scatter (send[size * n] summed over ranks, this rank's block into
+  // recv[n]), as the all-reduce above.
+  virtual int64_t start_reduce_scatter_sum(const float* send, float* recv, int64_t n) {
+    reduce_scatter_sum(send, recv, n);
+    return kDone;
+  }
   virtual void wait(int64_t handle) { (void)handle; }
   // Lets started collectives advance while this rank computes (MPI moves a non-blocking
   // collective's data only inside its calls); cheap when nothing is pending.

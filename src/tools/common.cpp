@@ -52,8 +52,8 @@ void add_common(CLI::App* app, CommonOptions& o, bool model_required) {
                 "and keeps only their latent KV rows; the expert layers see every token");
   app->add_option("--micro-batch-overlap", o.micro_batch_overlap,
                   "split model steps of at least this many tokens into two micro-batches, so that one's "
-                  "all-reduce overlaps the other's compute (--tensor-parallel-size on CPU ranks, or the MoE models' "
-                  "--expert-parallel-size; not with --data-parallel-attention; 0: off)")
+                  "collectives overlap the other's compute (--tensor-parallel-size, or the MoE models' "
+                  "--expert-parallel-size, with or without --data-parallel-attention; 0: off)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
   app->add_option("--device", o.device, "where the model runs: cpu or cuda (weights, KV cache and every op on the GPU)")
       ->capture_default_str();

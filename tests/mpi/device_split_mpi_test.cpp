@@ -121,7 +121,8 @@ TEST_P(DeviceSplit, MatchesOneRankOnTheDevice) {
       if (line.find("cuda: ") != std::string::npos && line.find(what) != std::string::npos) return true;
     return false;
   };
-  EXPECT_EQ(device_line("all_reduce_start"), c.overlap > 0) << table;
+  // Overlapped steps start their sums (data parallel: their gathers and reduce-scatters).
+  EXPECT_EQ(device_line(c.data_parallel_attention ? "reduce_scatter_start" : "all_reduce_start"), c.overlap > 0) << table;
   if (ps.ep > 1) {
     const int64_t b0 = 6 * rank / ranks, e0 = 6 * (rank + 1) / ranks;
     const std::string range = "experts " + std::to_string(b0) + ".." + std::to_string(e0 - 1) + " of 6";
@@ -167,7 +168,9 @@ INSTANTIATE_TEST_SUITE_P(
                       DeviceSplitCase{"qwen3moe_ep_overlap_deferred", "qwen3_moe", DType::F16, {1, 0}, true, false, false,
                                       false, 2},
                       DeviceSplitCase{"deepseek_v3_ep_overlap_deferred", "deepseek_v3", DType::Q8_0, {1, 0}, true, false,
-                                      false, false, 2}),
+                                      false, false, 2},
+                      DeviceSplitCase{"deepseek_v3_dp_attention_ep_overlap_deferred", "deepseek_v3", DType::Q8_0, {1, 0},
+                                      true, true, false, false, 2}),
     [](const auto& p) { return p.param.name; });
 
 }  // namespace

@@ -198,7 +198,12 @@ INSTANTIATE_TEST_SUITE_P(Overlap, EngineAcrossRanksOnADeviceMoe, ::testing::Valu
 // rank (the planner's layout for MLA on GPU boxes): sequences spread over the ranks' partitions
 // of a device pool, the exchanges' permutations applied on the device, decode steps recorded and
 // replayed with them; one rank's engine over the whole model on the same device gives the tokens.
-TEST(EngineAcrossRanksOnADevice, DeepSeekDataParallelAttentionMatchesOneRank) {
+// Also with --micro-batch-overlap 2: every step of two tokens or more as two micro-batches (each
+// rank's tokens cut in two) whose exchanges are started on the device and waited later, decode
+// shapes recorded with them.
+class EngineAcrossRanksOnADeviceDeepSeek : public ::testing::TestWithParam<bool> {};
+
+TEST_P(EngineAcrossRanksOnADeviceDeepSeek, DataParallelAttentionMatchesOneRank) {
   FP_REQUIRE_RANKS(2);
   FP_REQUIRE_NO_GPU();
   const int ranks = test::world_comm()->size();
@@ -214,6 +219,7 @@ TEST(EngineAcrossRanksOnADevice, DeepSeekDataParallelAttentionMatchesOneRank) {
   lo.prefault = false;
   lo.device = Device::CUDA;
   lo.parallel = ParallelSizes{1, ranks, 1, ranks};
+  lo.micro_batch_overlap = GetParam() ? 2 : 0;
   auto split = load_model(o.out, lo, test::world_comm());
   if (test::world_comm()->rank() != 0) {
     follow_engines(*split);
@@ -227,12 +233,17 @@ TEST(EngineAcrossRanksOnADevice, DeepSeekDataParallelAttentionMatchesOneRank) {
   // Decode steps replayed with the batch's sequences spread differently over the ranks each time
   // (the permutations re-uploaded, the graph chosen by the batch size and the padded share).
   EXPECT_GT(Ledger::global().steps()["replayed"], 0u);
+  EXPECT_EQ(Ledger::global().table().find("reduce_scatter_start") != std::string::npos, GetParam());
   release_followers(*split);
   LoadOptions whole_lo = lo;
   whole_lo.parallel = {};
+  whole_lo.micro_batch_overlap = 0;
   auto whole = load_model(o.out, whole_lo);
   EXPECT_EQ(got, run(*whole, true, c));
 }
+
+INSTANTIATE_TEST_SUITE_P(Layouts, EngineAcrossRanksOnADeviceDeepSeek, ::testing::Values(false, true),
+                         [](const auto& p) { return p.param ? "micro_batch_overlap" : "plain"; });
 
 // stories260K on the device of every rank, prefill context parallel and decode tensor parallel
 // over the cache of every head (chunked prefills, prefix hits, preemptions): one rank's engine on

@@ -426,7 +426,8 @@ INSTANTIATE_TEST_SUITE_P(Layouts, MicroBatchOverlap,
 // Data-parallel attention (issue 7): DeepSeek-V3 with MLA attention per rank's own sequences and
 // the experts partitioned; the FFN layers see every token (all-gather, reduce-scatter). A single
 // sequence (one rank attends, the others hold no tokens), then a varlen batch of five sequences
-// whose first blocks put them on different ranks, prefill then one decode step, against one rank.
+// whose first blocks put them on different ranks, prefill then one decode step, against one rank;
+// blocking, and overlapped as two micro-batches.
 std::vector<float> run_varlen_by_owner(Model& m) {
   const int64_t V = m.config().n_vocab, page = 4, S = 5;
   KvPool pool(m.kv_layout(), page, 32);
@@ -468,14 +469,18 @@ TEST(DataParallelAttention, DeepSeekMatchesOneRank) {
   EXPECT_NE(table.find("reduce_scatter"), std::string::npos) << table;
   EXPECT_NE(table.find("all_gather"), std::string::npos) << table;
   EXPECT_EQ(table.find("all_reduce "), std::string::npos) << "data parallel sums by reduce-scatter\n" << table;
-  // Its gathers block, so micro-batch overlap is refused with it rather than silently not done.
-  try {
-    load(o.out, test::world_comm(), ps, 2);
-    ADD_FAILURE() << "--micro-batch-overlap with data-parallel attention should be refused";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("--micro-batch-overlap is not built for data-parallel attention"), std::string::npos)
-        << e.what();
-  }
+  // Micro-batch overlap (--micro-batch-overlap 2): each rank's tokens in two halves, every rank's
+  // first halves gathered while the second halves attend, their sums reduce-scattered while the
+  // second halves' FFN runs. The single prompt leaves every rank but its owner without tokens;
+  // the varlen batch cuts each rank's share (odd counts too) and its decode step does again.
+  Ledger::global().reset();
+  expect_same_as_one_rank(o.out, {1, 9, 200, 33, 71, 4, 150, 88, 3, 12, 7}, 16, ps, 2);
+  auto overlapped = load(o.out, test::world_comm(), ps, 2);
+  EXPECT_LT(rel_diff(run_varlen_by_owner(*overlapped), run_varlen_by_owner(*whole)), 1e-4);
+  const std::string started = Ledger::global().table();
+  EXPECT_NE(started.find("all_gather_start"), std::string::npos) << started;
+  EXPECT_NE(started.find("reduce_scatter_start"), std::string::npos) << started;
+  EXPECT_NE(started.find("collective_wait"), std::string::npos) << started;
 }
 
 TEST(DataParallelAttention, RefusesOtherLayouts) {

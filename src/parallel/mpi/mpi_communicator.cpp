@@ -65,7 +65,7 @@ class MpiCommunicator : public Communicator {
   void all_reduce_sum(float* data, int64_t n) override {
     check(MPI_Allreduce(MPI_IN_PLACE, data, count(n, "all_reduce"), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
   }
-  // MPI_Iallreduce (MPI_Iallgather below); the request waits in pending_ under its handle.
+  // MPI_Iallreduce (MPI_Iallgather, MPI_Ireduce_scatter_block below); the request waits in pending_ under its handle.
   int64_t start_all_reduce_sum(float* data, int64_t n) override {
     MPI_Request req;
     check(MPI_Iallreduce(MPI_IN_PLACE, data, count(n, "all_reduce"), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req),
@@ -77,6 +77,13 @@ class MpiCommunicator : public Communicator {
     const int b = count(bytes, "all_gather");
     MPI_Request req;
     check(MPI_Iallgather(send, b, MPI_BYTE, recv, b, MPI_BYTE, MPI_COMM_WORLD, &req), "MPI_Iallgather");
+    pending_.emplace_back(next_handle_, req);
+    return next_handle_++;
+  }
+  int64_t start_reduce_scatter_sum(const float* send, float* recv, int64_t n) override {
+    MPI_Request req;
+    check(MPI_Ireduce_scatter_block(send, recv, count(n, "reduce_scatter"), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req),
+          "MPI_Ireduce_scatter_block");
     pending_.emplace_back(next_handle_, req);
     return next_handle_++;
   }

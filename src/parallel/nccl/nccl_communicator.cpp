@@ -141,6 +141,12 @@ class NcclCommunicator : public Communicator {
       check(nccl().all_gather(send, recv, static_cast<size_t>(bytes), ncclUint8, comm_, stream_), "ncclAllGather");
     });
   }
+  int64_t start_reduce_scatter_sum(const float* send, float* recv, int64_t n) override {
+    if (!on_device(recv)) return host_->start_reduce_scatter_sum(send, recv, n);
+    return start([&] {
+      check(nccl().reduce_scatter(send, recv, static_cast<size_t>(n), ncclFloat32, ncclSum, comm_, stream_), "ncclReduceScatter");
+    });
+  }
   void wait(int64_t handle) override {
     if (handle == kDone) return;
     if (handle < kBase) return host_->wait(handle);
