@@ -98,51 +98,46 @@ void register_device_kernel(std::function<std::string(const Args&)> refuse, std:
   register_kernel(Kernel<Args>{"emulated", Backend::CUDA, -100, false, std::move(refuse), std::move(run)});
 }
 
+// A started collective on the stand-in: `blocking` is the same collective writing into `result`
+// (the in-flight buffer, which starts as a copy of the destination: an all-reduce sums in place),
+// `dest` the destination and its size.
+template <class Started, class Blocking>
+void emulate_started(const Kernel<Blocking>& k, Blocking (*blocking)(const Started&, uint8_t* result),
+                     std::pair<void*, size_t> (*dest)(const Started&)) {
+  register_device_kernel<Started>([refuse = k.refuse, blocking](const Started& a) { return refuse(blocking(a, nullptr)); },
+                                  [run = k.run, blocking, dest](const Started& a) {
+                                    const int64_t id = *a.handle = g_next_handle++;
+                                    in_stream_order([run, blocking, dest, a, id] {
+                                      InFlight& f = g_in_flight[id];
+                                      const auto [d, bytes] = dest(a);
+                                      f.dest = d;
+                                      f.result.assign(static_cast<uint8_t*>(d), static_cast<uint8_t*>(d) + bytes);
+                                      run(blocking(a, f.result.data()));
+                                      std::memset(d, 0xff, bytes);  // NaN floats, out-of-range ids
+                                    });
+                                  });
+}
+
 void emulate_started_collectives() {
   const Kernel<AllReduceArgs>* reduce = cpu_kernel<AllReduceArgs>("mpi");
   const Kernel<AllGatherArgs>* gather = cpu_kernel<AllGatherArgs>("mpi");
-  if (!reduce || !gather || !cpu_kernel<ReduceScatterArgs>("mpi")) return;  // a build without MPI
-  register_device_kernel<AllReduceStartArgs>(
-      [refuse = reduce->refuse](const AllReduceStartArgs& a) { return refuse(AllReduceArgs{a.comm, a.data, a.n}); },
-      [run = reduce->run](const AllReduceStartArgs& a) {
-        const int64_t id = *a.handle = g_next_handle++;
-        in_stream_order([run, a, id] {
-          InFlight& f = g_in_flight[id];
-          f.dest = a.data;
-          f.result.assign(reinterpret_cast<const uint8_t*>(a.data), reinterpret_cast<const uint8_t*>(a.data + a.n));
-          run(AllReduceArgs{a.comm, reinterpret_cast<float*>(f.result.data()), a.n});
-          std::fill(a.data, a.data + a.n, std::numeric_limits<float>::quiet_NaN());
-        });
-      });
-  register_device_kernel<AllGatherStartArgs>(
-      [refuse = gather->refuse](const AllGatherStartArgs& a) {
-        return refuse(AllGatherArgs{a.comm, a.send, a.recv, a.bytes});
-      },
-      [run = gather->run](const AllGatherStartArgs& a) {
-        const int64_t id = *a.handle = g_next_handle++;
-        in_stream_order([run, a, id] {
-          InFlight& f = g_in_flight[id];
-          f.dest = a.recv;
-          f.result.resize(static_cast<size_t>(a.comm->size() * a.bytes));
-          run(AllGatherArgs{a.comm, a.send, f.result.data(), a.bytes});
-          std::memset(a.recv, 0xff, f.result.size());  // NaN floats, out-of-range ids
-        });
-      });
   const Kernel<ReduceScatterArgs>* scatter = cpu_kernel<ReduceScatterArgs>("mpi");
-  register_device_kernel<ReduceScatterStartArgs>(
-      [refuse = scatter->refuse](const ReduceScatterStartArgs& a) {
-        return refuse(ReduceScatterArgs{a.comm, a.send, a.recv, a.n});
-      },
-      [run = scatter->run](const ReduceScatterStartArgs& a) {
-        const int64_t id = *a.handle = g_next_handle++;
-        in_stream_order([run, a, id] {
-          InFlight& f = g_in_flight[id];
-          f.dest = a.recv;
-          f.result.resize(static_cast<size_t>(a.n) * sizeof(float));
-          run(ReduceScatterArgs{a.comm, a.send, reinterpret_cast<float*>(f.result.data()), a.n});
-          std::fill(a.recv, a.recv + a.n, std::numeric_limits<float>::quiet_NaN());
-        });
+  if (!reduce || !gather || !scatter) return;  // a build without MPI
+  emulate_started<AllReduceStartArgs, AllReduceArgs>(
+      *reduce,
+      [](const AllReduceStartArgs& a, uint8_t* r) { return AllReduceArgs{a.comm, r ? reinterpret_cast<float*>(r) : a.data, a.n}; },
+      [](const AllReduceStartArgs& a) { return std::pair<void*, size_t>{a.data, static_cast<size_t>(a.n) * sizeof(float)}; });
+  emulate_started<AllGatherStartArgs, AllGatherArgs>(
+      *gather, [](const AllGatherStartArgs& a, uint8_t* r) { return AllGatherArgs{a.comm, a.send, r ? r : a.recv, a.bytes}; },
+      [](const AllGatherStartArgs& a) {
+        return std::pair<void*, size_t>{a.recv, static_cast<size_t>(a.comm->size() * a.bytes)};
       });
+  emulate_started<ReduceScatterStartArgs, ReduceScatterArgs>(
+      *scatter,
+      [](const ReduceScatterStartArgs& a, uint8_t* r) {
+        return ReduceScatterArgs{a.comm, a.send, r ? reinterpret_cast<float*>(r) : a.recv, a.n};
+      },
+      [](const ReduceScatterStartArgs& a) { return std::pair<void*, size_t>{a.recv, static_cast<size_t>(a.n) * sizeof(float)}; });
   register_device_kernel<CollectiveWaitArgs>(nullptr, [](const CollectiveWaitArgs& a) {
     if (a.handle == Communicator::kDone) return;
     const int64_t id = a.handle;

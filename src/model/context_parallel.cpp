@@ -82,13 +82,8 @@ const uint8_t* ContextParallelStep::maps() const {
 
 void ContextParallelStep::settle() noexcept {
   if (kv_layer_ < 0) return;
-  try {
-    if (comm_ && kv_handle_ != Communicator::kDone) comm_->wait(kv_handle_);
-  } catch (...) {
-    // The communicator failed too: nothing more to wait for.
-  }
+  wait_out(comm_, kv_handle_);
   kv_layer_ = -1;
-  kv_handle_ = Communicator::kDone;
 }
 
 void ContextParallelStep::start_kv(KvPool& pool, int64_t layer, const float* k, const float* v) {

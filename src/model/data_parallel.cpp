@@ -88,13 +88,8 @@ void DataParallelStep::upload_maps() {
 
 void DataParallelStep::settle() noexcept {
   if (!in_flight_) return;
-  try {
-    if (comm_ && handle_ != Communicator::kDone) comm_->wait(handle_);
-  } catch (...) {
-    // The communicator failed too: nothing more to wait for.
-  }
+  wait_out(comm_, handle_);
   in_flight_ = false;
-  handle_ = Communicator::kDone;
 }
 
 void DataParallelStep::send_gather(const float* own, int64_t dim, bool started) {

@@ -34,13 +34,8 @@ void PendingSum::add_into(float* x) {
 
 void PendingSum::reset() noexcept {
   if (!rows_) return;
-  try {
-    if (comm_ && handle_ != Communicator::kDone) comm_->wait(handle_);
-  } catch (...) {
-    // The communicator failed too: nothing more to wait for.
-  }
+  wait_out(comm_, handle_);
   rows_ = nullptr;
-  handle_ = Communicator::kDone;
 }
 
 }  // namespace fp

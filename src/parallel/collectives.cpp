@@ -27,6 +27,15 @@ std::string ReduceScatterStartArgs::shape_class() const { return comm_class(comm
 std::string AllToAllArgs::shape_class() const { return comm_class(comm, send_bytes ? "bytes v" : "bytes"); }
 std::string BroadcastArgs::shape_class() const { return comm_class(comm, "bytes"); }
 
+void wait_out(Communicator* comm, int64_t& handle) noexcept {
+  try {
+    if (comm && handle != Communicator::kDone) comm->wait(handle);
+  } catch (...) {
+    // The communicator failed too: nothing more to wait for.
+  }
+  handle = Communicator::kDone;
+}
+
 std::string refuse_unless_backend(const Communicator* comm, const char* backend) {
   if (std::strcmp(comm->backend(), backend) == 0) return "";
   return std::string("the communicator is ") + comm->backend() + ", not " + backend;

@@ -111,6 +111,11 @@ struct BroadcastArgs {
   std::string shape_class() const;
 };
 
+// Waits out a started collective that a failed step (or an abandoned graph recording) left in
+// flight, so that its buffers and its handle are free; sets handle to kDone. A communicator that
+// fails here failed for every rank: nothing is left to wait for, and nothing is thrown.
+void wait_out(Communicator* comm, int64_t& handle) noexcept;
+
 // The refusal of a backend kernel for a communicator of another backend ("" when it matches).
 std::string refuse_unless_backend(const Communicator* comm, const char* backend);
 
