@@ -113,7 +113,7 @@ void emulate_started(const Kernel<Blocking>& k, Blocking (*blocking)(const Start
                                       f.dest = d;
                                       f.result.assign(static_cast<uint8_t*>(d), static_cast<uint8_t*>(d) + bytes);
                                       run(blocking(a, f.result.data()));
-                                      std::memset(d, 0xff, bytes);  // NaN floats, out-of-range ids
+                                      if (bytes > 0) std::memset(d, 0xff, bytes);  // NaN floats, out-of-range ids
                                     });
                                   });
 }
@@ -144,7 +144,7 @@ void emulate_started_collectives() {
     in_stream_order([id] {
       auto it = g_in_flight.find(id);
       if (it == g_in_flight.end()) fail("stand-in device: wait on handle ", id, ", which was never started or already waited");
-      std::memcpy(it->second.dest, it->second.result.data(), it->second.result.size());
+      if (!it->second.result.empty()) std::memcpy(it->second.dest, it->second.result.data(), it->second.result.size());
       g_in_flight.erase(it);
     });
   });
