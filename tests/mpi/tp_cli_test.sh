@@ -136,6 +136,10 @@ dsf=$tmp/dsf.gguf
 run2 2 "$bin" logits -m "$dsf" --tokens "$ds_toks" --out "$tmp/dsf2.f32" -q -t 1 --pcp 2 --ep 2
 same_logits "$tmp/dsf1.f32" "$tmp/dsf2.f32" $((8 * 256))
 check "logits of a prefill CP=2 step (decode layout EP=2) within 1e-4 of one rank" $?
+run2 2 "$bin" logits -m "$dsf" --tokens "$ds_toks" --out "$tmp/dsf3.f32" -q -t 1 --ep 2 --data-parallel-attention \
+  --micro-batch-overlap 2
+same_logits "$tmp/dsf1.f32" "$tmp/dsf3.f32" $((8 * 256))
+check "logits with EP=2, data-parallel attention and --micro-batch-overlap 2 within 1e-4 of one rank" $?
 err=$("$bin" logits -m "$ds" --tokens "$ds_toks" --out "$tmp/x.f32" -t 1 --data-parallel-attention 2>&1); rc=$?
 [ $rc != 0 ] && grep -q "given without it" <<<"$err"; check "--data-parallel-attention without --ep is refused" $?
 err=$("$bin" logits -m "$ds" --tokens "$ds_toks" --out "$tmp/x.f32" -t 1 --expert-parallel-size 2 2>&1); rc=$?
