@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "kernels/cpu/quantize_act.h"
 #include "kernels/ops.h"
 #include "kernels/registry.h"
 
@@ -102,9 +103,14 @@ TEST(MatMulRef, Fp8BlockScalesApplyPerTile) {
 }
 
 TEST(MatMulRef, Q8ActivationKernelMatchesIntegerOracle) {
-  // ref_q8act: x rounded to Q8_0, then exact integer dot products per block.
-  for (DType t : {DType::Q8_0, DType::Q4_0}) {
-    int64_t out = 9, in = 96, n = 3;
+  // ref_q8act: x rounded to 8 bits (Q8_0 blocks for the 32-value formats, Q8_K for the
+  // K-quants), then the dequantized weights dotted with it. The oracle dots the same rounded
+  // activations with the dequantizer's weights (checked against llama.cpp's in quant_golden_test)
+  // in float64, so it checks the reference's integer arithmetic: offsets, minimums, scales.
+  for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q2_K, DType::Q3_K, DType::Q4_K,
+                  DType::Q5_K, DType::Q6_K}) {
+    const bool k_quant = dtype_info(t).block_elems == QK_K;
+    int64_t out = 9, in = k_quant ? 512 : 96, n = 3;
     auto wf = randn(static_cast<size_t>(out * in), 11);
     std::vector<uint8_t> wq(static_cast<size_t>(row_bytes(t, in) * out));
     for (int64_t o = 0; o < out; ++o) quantize_row(t, wf.data() + o * in, wq.data() + o * row_bytes(t, in), in);
@@ -115,9 +121,15 @@ TEST(MatMulRef, Q8ActivationKernelMatchesIntegerOracle) {
     std::vector<double> ref(y.size());
     std::vector<float> wrow(static_cast<size_t>(in)), xrow(static_cast<size_t>(in));
     std::vector<uint8_t> xq(static_cast<size_t>(row_bytes(DType::Q8_0, in)));
+    std::vector<BlockQ8_K> xk(static_cast<size_t>(in / QK_K));
     for (int64_t i = 0; i < n; ++i) {
-      quantize_row(DType::Q8_0, x.data() + i * in, xq.data(), in);
-      dequantize_row(DType::Q8_0, xq.data(), xrow.data(), in);
+      if (k_quant) {
+        quantize_act_q8_k(x.data() + i * in, xk.data(), in);
+        for (int64_t c = 0; c < in; ++c) xrow[static_cast<size_t>(c)] = xk[static_cast<size_t>(c / QK_K)].d * xk[static_cast<size_t>(c / QK_K)].qs[c % QK_K];
+      } else {
+        quantize_row(DType::Q8_0, x.data() + i * in, xq.data(), in);
+        dequantize_row(DType::Q8_0, xq.data(), xrow.data(), in);
+      }
       for (int64_t o = 0; o < out; ++o) {
         dequantize_row(t, wq.data() + o * row_bytes(t, in), wrow.data(), in);
         double s = 0;

@@ -13,7 +13,10 @@ namespace fp {
 const DTypeInfo& dtype_info(DType t) {
   static const DTypeInfo f32{"F32", 1, 4, false}, f16{"F16", 1, 2, false}, bf16{"BF16", 1, 2, false},
       f8{"F8_E4M3", 1, 1, false}, q8_0{"Q8_0", QK8_0, sizeof(BlockQ8_0), true},
-      q4_0{"Q4_0", QK4_0, sizeof(BlockQ4_0), true}, q4_k{"Q4_K", QK_K, sizeof(BlockQ4_K), true},
+      q4_0{"Q4_0", QK4_0, sizeof(BlockQ4_0), true}, q4_1{"Q4_1", QK5_0, sizeof(BlockQ4_1), true},
+      q5_0{"Q5_0", QK5_0, sizeof(BlockQ5_0), true}, q5_1{"Q5_1", QK5_0, sizeof(BlockQ5_1), true},
+      q2_k{"Q2_K", QK_K, sizeof(BlockQ2_K), true}, q3_k{"Q3_K", QK_K, sizeof(BlockQ3_K), true},
+      q4_k{"Q4_K", QK_K, sizeof(BlockQ4_K), true}, q5_k{"Q5_K", QK_K, sizeof(BlockQ5_K), true},
       q6_k{"Q6_K", QK_K, sizeof(BlockQ6_K), true},
       q8_0_x8{"Q8_0_X8", QK8_0X8, sizeof(BlockQ8_0x8), true}, q4_k_x8{"Q4_K_X8", QK_K, sizeof(BlockQ4_Kx8), true},
       q6_k_x8{"Q6_K_X8", QK_K, sizeof(BlockQ6_Kx8), true}, i8{"I8", 1, 1, false}, i16{"I16", 1, 2, false},
@@ -25,7 +28,13 @@ const DTypeInfo& dtype_info(DType t) {
     case DType::F8_E4M3: return f8;
     case DType::Q8_0: return q8_0;
     case DType::Q4_0: return q4_0;
+    case DType::Q4_1: return q4_1;
+    case DType::Q5_0: return q5_0;
+    case DType::Q5_1: return q5_1;
+    case DType::Q2_K: return q2_k;
+    case DType::Q3_K: return q3_k;
     case DType::Q4_K: return q4_k;
+    case DType::Q5_K: return q5_k;
     case DType::Q6_K: return q6_k;
     case DType::Q8_0_X8: return q8_0_x8;
     case DType::Q4_K_X8: return q4_k_x8;
@@ -41,7 +50,7 @@ const DTypeInfo& dtype_info(DType t) {
 
 bool dtype_from_gguf(uint32_t g, DType* out) {
   switch (g) {
-    case 0: case 1: case 2: case 8: case 12: case 14: case 24: case 25: case 26: case 27: case 28: case 30:
+    case 0: case 1: case 2: case 3: case 6: case 7: case 8: case 10: case 11: case 12: case 13: case 14: case 24: case 25: case 26: case 27: case 28: case 30:
       *out = static_cast<DType>(g);
       return true;
     default:
@@ -56,8 +65,8 @@ bool dtype_from_name(const std::string& name, DType* out) {
     *out = DType::F8_E4M3;
     return true;
   }
-  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K,
-                  DType::I8, DType::I16, DType::I32, DType::I64, DType::F64}) {
+  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
+                  DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::I8, DType::I16, DType::I32, DType::I64, DType::F64}) {
     if (up == dtype_info(t).name) {
       *out = t;
       return true;
@@ -165,6 +174,39 @@ uint8_t f32_to_fp8e4m3(float f) {
 
 // ---- block formats ------------------------------------------------------------------
 
+// ---- the values of the formats with high bits apart (shared by the kernels) ----------
+
+// The 5-bit values of a Q5_0 / Q5_1 block (0..31): the nibbles as Q4_0's, bit j of qh on top.
+void q5_values(const uint8_t* qs, const uint8_t* qh_bytes, uint8_t q[32]) {
+  uint32_t qh;
+  std::memcpy(&qh, qh_bytes, 4);
+  for (int j = 0; j < 16; ++j) {
+    q[j] = static_cast<uint8_t>((qs[j] & 0xf) | (((qh >> j) & 1) << 4));
+    q[j + 16] = static_cast<uint8_t>((qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4));
+  }
+}
+
+void q5_k_values(const BlockQ5_K& b, uint8_t q[QK_K]) {
+  for (int s = 0; s < 8; ++s)
+    for (int l = 0; l < 32; ++l)
+      q[32 * s + l] = static_cast<uint8_t>(((b.qs[32 * (s / 2) + l] >> (4 * (s % 2))) & 0xf) | (((b.qh[l] >> s) & 1) << 4));
+}
+
+void q3_k_values(const BlockQ3_K& b, uint8_t q[QK_K]) {
+  for (int v = 0; v < QK_K; ++v) {
+    const int low = (b.qs[32 * (v / 128) + v % 32] >> (2 * ((v / 32) % 4))) & 3, high = (b.hmask[v % 32] >> (v / 32)) & 1;
+    q[v] = static_cast<uint8_t>(low | (high << 2));
+  }
+}
+
+// Q3_K's 16 signed six-bit scales (-32..31).
+void q3_k_scales(const uint8_t* s, int8_t out[16]) {
+  for (int g = 0; g < 16; ++g) {
+    const int lo = (s[g % 8] >> (4 * (g / 8))) & 0xf, hi = (s[8 + g % 4] >> (2 * (g / 4))) & 3;
+    out[g] = static_cast<int8_t>((lo | (hi << 4)) - 32);
+  }
+}
+
 namespace {
 
 void check_blocks(DType t, int64_t n) { (void)row_bytes(t, n); }
@@ -183,6 +225,65 @@ void dequant_q4_0(const BlockQ4_0* b, float* y, int64_t nb) {
       y[i * QK4_0 + j] = d * ((b[i].qs[j] & 0xf) - 8);
       y[i * QK4_0 + j + QK4_0 / 2] = d * ((b[i].qs[j] >> 4) - 8);
     }
+  }
+}
+
+void dequant_q4_1(const BlockQ4_1* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i) {
+    const float d = f16_to_f32(b[i].d), m = f16_to_f32(b[i].m);
+    for (int j = 0; j < 16; ++j) {
+      y[i * 32 + j] = d * (b[i].qs[j] & 0xf) + m;
+      y[i * 32 + j + 16] = d * (b[i].qs[j] >> 4) + m;
+    }
+  }
+}
+
+void dequant_q5_0(const BlockQ5_0* b, float* y, int64_t nb) {
+  uint8_t q[32];
+  for (int64_t i = 0; i < nb; ++i) {
+    const float d = f16_to_f32(b[i].d);
+    q5_values(b[i].qs, b[i].qh, q);
+    for (int j = 0; j < 32; ++j) y[i * 32 + j] = d * (q[j] - 16);
+  }
+}
+
+void dequant_q5_1(const BlockQ5_1* b, float* y, int64_t nb) {
+  uint8_t q[32];
+  for (int64_t i = 0; i < nb; ++i) {
+    const float d = f16_to_f32(b[i].d), m = f16_to_f32(b[i].m);
+    q5_values(b[i].qs, b[i].qh, q);
+    for (int j = 0; j < 32; ++j) y[i * 32 + j] = d * q[j] + m;
+  }
+}
+
+// The 2-bit values of a Q2_K / Q3_K super-block, in order: value 128h + 32s + l is bits 2s..2s+1
+// of qs[32h + l].
+void k_low2_values(const uint8_t* qs, uint8_t q[QK_K]) {
+  for (int h = 0; h < 2; ++h)
+    for (int s = 0; s < 4; ++s)
+      for (int l = 0; l < 32; ++l) q[128 * h + 32 * s + l] = static_cast<uint8_t>((qs[32 * h + l] >> (2 * s)) & 3);
+}
+
+void dequant_q2_k(const BlockQ2_K* b, float* y, int64_t nb) {
+  uint8_t q[QK_K];
+  for (int64_t i = 0; i < nb; ++i) {
+    const float d = f16_to_f32(b[i].d), dmin = f16_to_f32(b[i].dmin);
+    k_low2_values(b[i].qs, q);
+    for (int g = 0; g < 16; ++g) {
+      const float dl = d * (b[i].scales[g] & 0xf), ml = dmin * (b[i].scales[g] >> 4);
+      for (int l = 0; l < 16; ++l) y[i * QK_K + 16 * g + l] = dl * q[16 * g + l] - ml;
+    }
+  }
+}
+
+void dequant_q3_k(const BlockQ3_K* b, float* y, int64_t nb) {
+  uint8_t q[QK_K];
+  int8_t sc[16];
+  for (int64_t i = 0; i < nb; ++i) {
+    const float d = f16_to_f32(b[i].d);
+    q3_k_values(b[i], q);
+    q3_k_scales(b[i].scales, sc);
+    for (int v = 0; v < QK_K; ++v) y[i * QK_K + v] = d * sc[v / 16] * (q[v] - 4);
   }
 }
 
@@ -210,6 +311,19 @@ void dequant_q4_k(const BlockQ4_K* b, float* y, int64_t nb) {
       for (int l = 0; l < 32; ++l) *y++ = d1 * (q[l] & 0xf) - m1;
       for (int l = 0; l < 32; ++l) *y++ = d2 * (q[l] >> 4) - m2;
       q += 32;
+    }
+  }
+}
+
+void dequant_q5_k(const BlockQ5_K* b, float* y, int64_t nb) {
+  uint8_t q[QK_K];
+  for (int64_t i = 0; i < nb; ++i) {
+    const float d = f16_to_f32(b[i].d), dmin = f16_to_f32(b[i].dmin);
+    q5_k_values(b[i], q);
+    for (int s = 0; s < 8; ++s) {
+      uint8_t sc, m;
+      q4k_scale_min(s, b[i].scales, &sc, &m);
+      for (int l = 0; l < 32; ++l) *y++ = d * sc * q[32 * s + l] - dmin * m;
     }
   }
 }
@@ -259,49 +373,189 @@ void quant_q4_0(const float* x, BlockQ4_0* b, int64_t nb) {
   }
 }
 
-// Q4_K: per 32-element sub-block, scale = (max-min)/15 and min = -min (>= 0), then both
-// quantized to 6 bits against the super-block's d and dmin. Simple, not error-optimal.
+// Q4_K / Q5_K: per 32-element sub-block, scale = (max - min) / (levels - 1) and min = -min (>= 0),
+// both quantized to 6 bits against the super-block's d and dmin, then the values to 0..levels-1.
+// Simple, not error-optimal.
+void quant_k_affine(const float* v, int levels, uint16_t* d_out, uint16_t* dmin_out, uint8_t scales[12], uint8_t q[QK_K]) {
+  float sub_scale[8], sub_min[8];
+  for (int s = 0; s < 8; ++s) {
+    float lo = v[s * 32], hi = v[s * 32];
+    for (int l = 0; l < 32; ++l) {
+      lo = std::min(lo, v[s * 32 + l]);
+      hi = std::max(hi, v[s * 32 + l]);
+    }
+    lo = std::min(lo, 0.0f);
+    sub_scale[s] = (hi - lo) / static_cast<float>(levels - 1);
+    sub_min[s] = -lo;
+  }
+  const float max_sc = *std::max_element(sub_scale, sub_scale + 8), max_m = *std::max_element(sub_min, sub_min + 8);
+  *d_out = f32_to_f16(max_sc / 63.0f);
+  *dmin_out = f32_to_f16(max_m / 63.0f);
+  const float d = f16_to_f32(*d_out), dmin = f16_to_f32(*dmin_out);
+  uint8_t ls[8], lm[8];
+  for (int s = 0; s < 8; ++s) {
+    ls[s] = static_cast<uint8_t>(d > 0 ? std::min(63, static_cast<int>(std::lround(sub_scale[s] / d))) : 0);
+    lm[s] = static_cast<uint8_t>(dmin > 0 ? std::min(63, static_cast<int>(std::lround(sub_min[s] / dmin))) : 0);
+  }
+  for (int j = 0; j < 4; ++j) {
+    scales[j] = static_cast<uint8_t>(ls[j] | ((ls[j + 4] >> 4) << 6));
+    scales[j + 4] = static_cast<uint8_t>(lm[j] | ((lm[j + 4] >> 4) << 6));
+    scales[j + 8] = static_cast<uint8_t>((ls[j + 4] & 0xf) | ((lm[j + 4] & 0xf) << 4));
+  }
+  for (int s = 0; s < 8; ++s) {
+    const float sd = d * ls[s], sm = dmin * lm[s];
+    for (int l = 0; l < 32; ++l) {
+      const int qi = sd > 0 ? static_cast<int>(std::lround((v[s * 32 + l] + sm) / sd)) : 0;
+      q[s * 32 + l] = static_cast<uint8_t>(std::clamp(qi, 0, levels - 1));
+    }
+  }
+}
+
 void quant_q4_k(const float* x, BlockQ4_K* b, int64_t nb) {
+  uint8_t q[QK_K];
   for (int64_t i = 0; i < nb; ++i) {
-    const float* v = x + i * QK_K;
-    float scales[8], mins[8];
-    for (int s = 0; s < 8; ++s) {
-      float lo = v[s * 32], hi = v[s * 32];
-      for (int l = 0; l < 32; ++l) {
-        lo = std::min(lo, v[s * 32 + l]);
-        hi = std::max(hi, v[s * 32 + l]);
-      }
-      lo = std::min(lo, 0.0f);
-      scales[s] = (hi - lo) / 15.0f;
-      mins[s] = -lo;
-    }
-    float max_sc = *std::max_element(scales, scales + 8), max_m = *std::max_element(mins, mins + 8);
-    float d = max_sc / 63.0f, dmin = max_m / 63.0f;
-    b[i].d = f32_to_f16(d);
-    b[i].dmin = f32_to_f16(dmin);
-    d = f16_to_f32(b[i].d);
-    dmin = f16_to_f32(b[i].dmin);
-    uint8_t ls[8], lm[8];
-    for (int s = 0; s < 8; ++s) {
-      ls[s] = static_cast<uint8_t>(d > 0 ? std::min(63, static_cast<int>(std::lround(scales[s] / d))) : 0);
-      lm[s] = static_cast<uint8_t>(dmin > 0 ? std::min(63, static_cast<int>(std::lround(mins[s] / dmin))) : 0);
-    }
-    std::memset(b[i].scales, 0, 12);
-    for (int j = 0; j < 4; ++j) {
-      b[i].scales[j] = ls[j] | ((ls[j + 4] >> 4) << 6);
-      b[i].scales[j + 4] = lm[j] | ((lm[j + 4] >> 4) << 6);
-      b[i].scales[j + 8] = static_cast<uint8_t>((ls[j + 4] & 0xf) | ((lm[j + 4] & 0xf) << 4));
-    }
-    uint8_t q[QK_K];
-    for (int s = 0; s < 8; ++s) {
-      float sd = d * ls[s], sm = dmin * lm[s];
-      for (int l = 0; l < 32; ++l) {
-        int qi = sd > 0 ? static_cast<int>(std::lround((v[s * 32 + l] + sm) / sd)) : 0;
-        q[s * 32 + l] = static_cast<uint8_t>(std::clamp(qi, 0, 15));
-      }
-    }
+    quant_k_affine(x + i * QK_K, 16, &b[i].d, &b[i].dmin, b[i].scales, q);
     for (int j = 0; j < QK_K; j += 64)
       for (int l = 0; l < 32; ++l) b[i].qs[j / 2 + l] = static_cast<uint8_t>(q[j + l] | (q[j + 32 + l] << 4));
+  }
+}
+
+void quant_q5_k(const float* x, BlockQ5_K* b, int64_t nb) {
+  uint8_t q[QK_K];
+  for (int64_t i = 0; i < nb; ++i) {
+    quant_k_affine(x + i * QK_K, 32, &b[i].d, &b[i].dmin, b[i].scales, q);
+    std::memset(b[i].qh, 0, sizeof b[i].qh);
+    for (int s = 0; s < 8; ++s)
+      for (int l = 0; l < 32; ++l) {
+        const uint8_t v = q[32 * s + l];
+        if (s % 2 == 0) b[i].qs[32 * (s / 2) + l] = v & 0xf;
+        else b[i].qs[32 * (s / 2) + l] = static_cast<uint8_t>(b[i].qs[32 * (s / 2) + l] | ((v & 0xf) << 4));
+        b[i].qh[l] = static_cast<uint8_t>(b[i].qh[l] | ((v >> 4) << s));
+      }
+  }
+}
+
+// Q4_1 / Q5_1: per block d = (max - min) / (levels - 1), m = min, q = round((x - m) / d).
+void quant_affine_block(const float* v, int levels, uint16_t* d_out, uint16_t* m_out, uint8_t q[32]) {
+  const float lo = *std::min_element(v, v + 32), hi = *std::max_element(v, v + 32);
+  *d_out = f32_to_f16((hi - lo) / static_cast<float>(levels - 1));
+  *m_out = f32_to_f16(lo);
+  const float d = f16_to_f32(*d_out), m = f16_to_f32(*m_out);
+  for (int j = 0; j < 32; ++j)
+    q[j] = static_cast<uint8_t>(d > 0 ? std::clamp(static_cast<int>(std::lround((v[j] - m) / d)), 0, levels - 1) : 0);
+}
+
+void store_q5_bits(const uint8_t q[32], uint8_t* qs, uint8_t* qh_bytes) {
+  uint32_t qh = 0;
+  for (int j = 0; j < 16; ++j) {
+    qs[j] = static_cast<uint8_t>((q[j] & 0xf) | ((q[j + 16] & 0xf) << 4));
+    qh |= static_cast<uint32_t>(q[j] >> 4) << j;
+    qh |= static_cast<uint32_t>(q[j + 16] >> 4) << (j + 16);
+  }
+  std::memcpy(qh_bytes, &qh, 4);
+}
+
+void quant_q4_1(const float* x, BlockQ4_1* b, int64_t nb) {
+  uint8_t q[32];
+  for (int64_t i = 0; i < nb; ++i) {
+    quant_affine_block(x + i * 32, 16, &b[i].d, &b[i].m, q);
+    for (int j = 0; j < 16; ++j) b[i].qs[j] = static_cast<uint8_t>(q[j] | (q[j + 16] << 4));
+  }
+}
+
+void quant_q5_1(const float* x, BlockQ5_1* b, int64_t nb) {
+  uint8_t q[32];
+  for (int64_t i = 0; i < nb; ++i) {
+    quant_affine_block(x + i * 32, 32, &b[i].d, &b[i].m, q);
+    store_q5_bits(q, b[i].qs, b[i].qh);
+  }
+}
+
+// Q5_0: as Q4_0, the value of largest magnitude mapped to -16.
+void quant_q5_0(const float* x, BlockQ5_0* b, int64_t nb) {
+  uint8_t q[32];
+  for (int64_t i = 0; i < nb; ++i) {
+    const float* v = x + i * 32;
+    float amax = 0, max = 0;
+    for (int j = 0; j < 32; ++j)
+      if (std::fabs(v[j]) > amax) {
+        amax = std::fabs(v[j]);
+        max = v[j];
+      }
+    b[i].d = f32_to_f16(max / -16.0f);
+    const float d = f16_to_f32(b[i].d), id = d != 0 ? 1.0f / d : 0.0f;
+    for (int j = 0; j < 32; ++j) q[j] = static_cast<uint8_t>(std::clamp(static_cast<int>(std::floor(v[j] * id + 16.5f)), 0, 31));
+    store_q5_bits(q, b[i].qs, b[i].qh);
+  }
+}
+
+void store_k_low2(const uint8_t q[QK_K], uint8_t* qs) {
+  std::memset(qs, 0, QK_K / 4);
+  for (int v = 0; v < QK_K; ++v) qs[32 * (v / 128) + v % 32] = static_cast<uint8_t>(qs[32 * (v / 128) + v % 32] | ((q[v] & 3) << (2 * ((v / 32) % 4))));
+}
+
+// Q2_K: per 16-element group, scale = (max - min) / 3 and min = -min (>= 0), both to 4 bits
+// against d = max scale / 15 and dmin = max min / 15.
+void quant_q2_k(const float* x, BlockQ2_K* b, int64_t nb) {
+  uint8_t q[QK_K];
+  for (int64_t i = 0; i < nb; ++i) {
+    const float* v = x + i * QK_K;
+    float gs[16], gm[16];
+    for (int g = 0; g < 16; ++g) {
+      const float lo = std::min(0.0f, *std::min_element(v + 16 * g, v + 16 * g + 16)), hi = *std::max_element(v + 16 * g, v + 16 * g + 16);
+      gs[g] = (hi - lo) / 3.0f;
+      gm[g] = -lo;
+    }
+    b[i].d = f32_to_f16(*std::max_element(gs, gs + 16) / 15.0f);
+    b[i].dmin = f32_to_f16(*std::max_element(gm, gm + 16) / 15.0f);
+    const float d = f16_to_f32(b[i].d), dmin = f16_to_f32(b[i].dmin);
+    for (int g = 0; g < 16; ++g) {
+      const int ls = d > 0 ? std::min(15, static_cast<int>(std::lround(gs[g] / d))) : 0;
+      const int lm = dmin > 0 ? std::min(15, static_cast<int>(std::lround(gm[g] / dmin))) : 0;
+      b[i].scales[g] = static_cast<uint8_t>(ls | (lm << 4));
+      const float sd = d * ls, sm = dmin * lm;
+      for (int l = 0; l < 16; ++l)
+        q[16 * g + l] = static_cast<uint8_t>(sd > 0 ? std::clamp(static_cast<int>(std::lround((v[16 * g + l] + sm) / sd)), 0, 3) : 0);
+    }
+    store_k_low2(q, b[i].qs);
+  }
+}
+
+// Q3_K: per 16-element group, scale = the value of largest magnitude / -4 (values -4..3), as a
+// six-bit signed multiple of d = max |scale| / 32.
+void quant_q3_k(const float* x, BlockQ3_K* b, int64_t nb) {
+  uint8_t q[QK_K];
+  for (int64_t i = 0; i < nb; ++i) {
+    const float* v = x + i * QK_K;
+    float gs[16], amax_s = 0;
+    for (int g = 0; g < 16; ++g) {
+      float amax = 0, max = 0;
+      for (int l = 0; l < 16; ++l)
+        if (std::fabs(v[16 * g + l]) > amax) {
+          amax = std::fabs(v[16 * g + l]);
+          max = v[16 * g + l];
+        }
+      gs[g] = max / -4.0f;
+      amax_s = std::max(amax_s, std::fabs(gs[g]));
+    }
+    b[i].d = f32_to_f16(amax_s / 32.0f);
+    const float d = f16_to_f32(b[i].d);
+    std::memset(b[i].scales, 0, sizeof b[i].scales);
+    std::memset(b[i].hmask, 0, sizeof b[i].hmask);
+    for (int g = 0; g < 16; ++g) {
+      const int sc = d > 0 ? std::clamp(static_cast<int>(std::lround(gs[g] / d)), -32, 31) : 0;
+      const int u = sc + 32;
+      b[i].scales[g % 8] = static_cast<uint8_t>(b[i].scales[g % 8] | ((u & 0xf) << (4 * (g / 8))));
+      b[i].scales[8 + g % 4] = static_cast<uint8_t>(b[i].scales[8 + g % 4] | ((u >> 4) << (2 * (g / 4))));
+      const float gd = d * sc;
+      for (int l = 0; l < 16; ++l) {
+        const int qi = gd != 0 ? std::clamp(static_cast<int>(std::lround(v[16 * g + l] / gd)), -4, 3) : 0;
+        const int v3 = 16 * g + l;
+        q[v3] = static_cast<uint8_t>(qi + 4);  // 0..7: bit 2 set <=> the value is not offset by -4
+        b[i].hmask[v3 % 32] = static_cast<uint8_t>(b[i].hmask[v3 % 32] | ((q[v3] >> 2) << (v3 / 32)));
+      }
+    }
+    store_k_low2(q, b[i].qs);
   }
 }
 
@@ -543,7 +797,13 @@ void dequantize_row(DType t, const void* src, float* y, int64_t n) {
     }
     case DType::Q8_0: dequant_q8_0(static_cast<const BlockQ8_0*>(src), y, n / QK8_0); return;
     case DType::Q4_0: dequant_q4_0(static_cast<const BlockQ4_0*>(src), y, n / QK4_0); return;
+    case DType::Q4_1: dequant_q4_1(static_cast<const BlockQ4_1*>(src), y, n / QK5_0); return;
+    case DType::Q5_0: dequant_q5_0(static_cast<const BlockQ5_0*>(src), y, n / QK5_0); return;
+    case DType::Q5_1: dequant_q5_1(static_cast<const BlockQ5_1*>(src), y, n / QK5_0); return;
+    case DType::Q2_K: dequant_q2_k(static_cast<const BlockQ2_K*>(src), y, n / QK_K); return;
+    case DType::Q3_K: dequant_q3_k(static_cast<const BlockQ3_K*>(src), y, n / QK_K); return;
     case DType::Q4_K: dequant_q4_k(static_cast<const BlockQ4_K*>(src), y, n / QK_K); return;
+    case DType::Q5_K: dequant_q5_k(static_cast<const BlockQ5_K*>(src), y, n / QK_K); return;
     case DType::Q6_K: dequant_q6_k(static_cast<const BlockQ6_K*>(src), y, n / QK_K); return;
     case DType::Q8_0_X8:
       for (int64_t g = 0; g < n / QK8_0X8; ++g) {
@@ -596,7 +856,13 @@ void quantize_row(DType t, const float* x, void* dst, int64_t n) {
     }
     case DType::Q8_0: quantize_row_q8_0(x, static_cast<BlockQ8_0*>(dst), n); return;
     case DType::Q4_0: quant_q4_0(x, static_cast<BlockQ4_0*>(dst), n / QK4_0); return;
+    case DType::Q4_1: quant_q4_1(x, static_cast<BlockQ4_1*>(dst), n / QK5_0); return;
+    case DType::Q5_0: quant_q5_0(x, static_cast<BlockQ5_0*>(dst), n / QK5_0); return;
+    case DType::Q5_1: quant_q5_1(x, static_cast<BlockQ5_1*>(dst), n / QK5_0); return;
+    case DType::Q2_K: quant_q2_k(x, static_cast<BlockQ2_K*>(dst), n / QK_K); return;
+    case DType::Q3_K: quant_q3_k(x, static_cast<BlockQ3_K*>(dst), n / QK_K); return;
     case DType::Q4_K: quant_q4_k(x, static_cast<BlockQ4_K*>(dst), n / QK_K); return;
+    case DType::Q5_K: quant_q5_k(x, static_cast<BlockQ5_K*>(dst), n / QK_K); return;
     case DType::Q6_K: quant_q6_k(x, static_cast<BlockQ6_K*>(dst), n / QK_K); return;
     case DType::Q8_0_X8:  // as Q8_0, then repacked in place
       quantize_row_q8_0(x, static_cast<BlockQ8_0*>(dst), n);

@@ -14,8 +14,14 @@ enum class DType : uint32_t {
   F32 = 0,
   F16 = 1,
   Q4_0 = 2,
+  Q4_1 = 3,
+  Q5_0 = 6,
+  Q5_1 = 7,
   Q8_0 = 8,
+  Q2_K = 10,
+  Q3_K = 11,
   Q4_K = 12,
+  Q5_K = 13,
   Q6_K = 14,
   I8 = 24,
   I16 = 25,
@@ -66,6 +72,7 @@ uint8_t f32_to_fp8e4m3(float f);  // round to nearest even, saturating at +-448
 // ---- block formats (layouts identical to ggml) -------------------------------------
 constexpr int QK8_0 = 32;
 constexpr int QK4_0 = 32;
+constexpr int QK5_0 = 32;  // also Q4_1 and Q5_1
 constexpr int QK_K = 256;
 
 struct BlockQ8_0 {
@@ -76,10 +83,56 @@ struct BlockQ4_0 {
   uint16_t d;
   uint8_t qs[QK4_0 / 2];  // low nibbles: elements 0..15, high nibbles: 16..31
 };
+// Q4_1: value j = d * q + m, q the nibble (low nibbles: elements 0..15, high: 16..31).
+struct BlockQ4_1 {
+  uint16_t d;
+  uint16_t m;
+  uint8_t qs[QK5_0 / 2];
+};
+// Q5_0: value j = d * (q - 16), q = nibble as Q4_0's | bit j of qh (little-endian u32) << 4.
+struct BlockQ5_0 {
+  uint16_t d;
+  uint8_t qh[4];
+  uint8_t qs[QK5_0 / 2];
+};
+// Q5_1: value j = d * q + m, q as Q5_0's.
+struct BlockQ5_1 {
+  uint16_t d;
+  uint16_t m;
+  uint8_t qh[4];
+  uint8_t qs[QK5_0 / 2];
+};
+// Q2_K: 16 groups of 16 values, value = d * (scales[g] & 15) * q - dmin * (scales[g] >> 4), q
+// 2 bits: value 128h + 32s + l is bits 2s..2s+1 of qs[32h + l].
+struct BlockQ2_K {
+  uint8_t scales[QK_K / 16];
+  uint8_t qs[QK_K / 4];
+  uint16_t d;
+  uint16_t dmin;
+};
+// Q3_K: 16 groups of 16 values, value = d * (scale_g - 32) * (q - (hmask bit clear ? 4 : 0)), q's
+// 2 low bits placed as Q2_K's, its high bit = bit (v / 32) of hmask[v % 32]; the 16 six-bit
+// scales: low nibbles in bytes 0..7 (groups 0..7 low, 8..15 high nibble), high 2 bits in bytes
+// 8..11 (group g: bits 2 (g / 4) of byte 8 + g % 4).
+struct BlockQ3_K {
+  uint8_t hmask[QK_K / 8];
+  uint8_t qs[QK_K / 4];
+  uint8_t scales[12];
+  uint16_t d;
+};
 struct BlockQ4_K {
   uint16_t d;      // super-block scale for the 6-bit scales
   uint16_t dmin;   // super-block scale for the 6-bit mins
   uint8_t scales[12];  // 8 scales and 8 mins, 6 bits each
+  uint8_t qs[QK_K / 2];
+};
+// Q5_K: Q4_K's scales and nibbles, plus a fifth bit per value: sub-block s's value l has bit s
+// of qh[l].
+struct BlockQ5_K {
+  uint16_t d;
+  uint16_t dmin;
+  uint8_t scales[12];
+  uint8_t qh[QK_K / 8];
   uint8_t qs[QK_K / 2];
 };
 struct BlockQ6_K {
@@ -126,10 +179,23 @@ struct BlockQ6_Kx8 {
 static_assert(sizeof(BlockQ8_0) == 34);
 static_assert(sizeof(BlockQ8_0x8) == 8 * sizeof(BlockQ8_0));
 static_assert(sizeof(BlockQ4_0) == 18);
+static_assert(sizeof(BlockQ4_1) == 20);
+static_assert(sizeof(BlockQ5_0) == 22);
+static_assert(sizeof(BlockQ5_1) == 24);
+static_assert(sizeof(BlockQ2_K) == 84);
+static_assert(sizeof(BlockQ3_K) == 110);
 static_assert(sizeof(BlockQ4_K) == 144);
+static_assert(sizeof(BlockQ5_K) == 176);
 static_assert(sizeof(BlockQ4_Kx8) == sizeof(BlockQ4_K));
 static_assert(sizeof(BlockQ6_K) == 210);
 static_assert(sizeof(BlockQ6_Kx8) == sizeof(BlockQ6_K));
+
+// The unsigned values of one block, in order: Q5_0 / Q5_1 (0..31; the weight d * (q - 16) or
+// d * q + m), Q5_K (0..31), Q3_K (0..7, the weight d * scale * (q - 4)); Q3_K's 16 scales (-32..31).
+void q5_values(const uint8_t* qs, const uint8_t* qh, uint8_t q[32]);
+void q5_k_values(const BlockQ5_K& b, uint8_t q[QK_K]);
+void q3_k_values(const BlockQ3_K& b, uint8_t q[QK_K]);
+void q3_k_scales(const uint8_t* scales, int8_t out[16]);
 
 // Dequantize n elements of type t starting at src into dst (f32). Plain types convert.
 void dequantize_row(DType t, const void* src, float* dst, int64_t n);

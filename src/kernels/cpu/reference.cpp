@@ -58,9 +58,8 @@ void matmul_ref(const MatMulArgs& a) {
 // vdpbf16ps (llama.cpp's BF16 path does the same for BF16 weights).
 std::string refuse_bf16act(const MatMulArgs& a) {
   const DType t = a.w->dtype;
-  if (a.w->block_scale || (t != DType::BF16 && t != DType::Q8_0 && t != DType::Q8_0_X8 && t != DType::Q4_0 && t != DType::Q4_K &&
-                           t != DType::Q4_K_X8 && t != DType::Q6_K && t != DType::Q6_K_X8))
-    return std::string("weights are ") + dtype_name(t) + ", needs BF16 or Q8_0, Q4_0, Q4_K, Q6_K (or their repacked forms)";
+  if (a.w->block_scale || (t != DType::BF16 && !dtype_info(t).quantized))
+    return std::string("weights are ") + dtype_name(t) + ", needs BF16 or a GGUF block format";
   return {};
 }
 
@@ -86,9 +85,8 @@ void matmul_ref_bf16act(const MatMulArgs& a) {
 // K-quants (dequantized weights dotted with the dequantized 8-bit activations).
 std::string refuse_q8act(const MatMulArgs& a) {
   DType t = a.w->dtype;
-  if (t != DType::Q8_0 && t != DType::Q4_0 && t != DType::Q4_K && t != DType::Q6_K && t != DType::Q8_0_X8 && t != DType::Q4_K_X8 &&
-      t != DType::Q6_K_X8)
-    return std::string("weights are ") + dtype_name(t) + ", needs Q8_0, Q4_0, Q4_K, Q6_K or their repacked forms";
+  if (!dtype_info(t).quantized)
+    return std::string("weights are ") + dtype_name(t) + ", needs a GGUF block format";
   return {};
 }
 
@@ -112,37 +110,80 @@ void matmul_ref_q8k_act(const MatMulArgs& a) {
   }
 }
 
+// The integer values of block b (32 values) of a row with 32-value blocks, the weight being
+// d * q + m: Q8_0 q signed, Q4_0 / Q5_0 q - 8 / q - 16, Q4_1 / Q5_1 unsigned q with a minimum m.
+void block32_ints(DType t, const uint8_t* row, int64_t b, int q[32], float* d, float* m) {
+  *m = 0;
+  switch (t) {
+    case DType::Q8_0: {
+      const auto& wb = reinterpret_cast<const BlockQ8_0*>(row)[b];
+      for (int j = 0; j < 32; ++j) q[j] = wb.qs[j];
+      *d = f16_to_f32(wb.d);
+      return;
+    }
+    case DType::Q4_0: case DType::Q4_1: {
+      const uint8_t* qs = t == DType::Q4_0 ? reinterpret_cast<const BlockQ4_0*>(row)[b].qs : reinterpret_cast<const BlockQ4_1*>(row)[b].qs;
+      for (int j = 0; j < 16; ++j) {
+        q[j] = qs[j] & 0xf;
+        q[j + 16] = qs[j] >> 4;
+      }
+      break;
+    }
+    case DType::Q5_0: case DType::Q5_1: {
+      uint8_t u[32];
+      if (t == DType::Q5_0) q5_values(reinterpret_cast<const BlockQ5_0*>(row)[b].qs, reinterpret_cast<const BlockQ5_0*>(row)[b].qh, u);
+      else q5_values(reinterpret_cast<const BlockQ5_1*>(row)[b].qs, reinterpret_cast<const BlockQ5_1*>(row)[b].qh, u);
+      for (int j = 0; j < 32; ++j) q[j] = u[j];
+      break;
+    }
+    default: fail("block32_ints: ", dtype_name(t));
+  }
+  switch (t) {
+    case DType::Q4_0: *d = f16_to_f32(reinterpret_cast<const BlockQ4_0*>(row)[b].d); for (int j = 0; j < 32; ++j) q[j] -= 8; return;
+    case DType::Q5_0: *d = f16_to_f32(reinterpret_cast<const BlockQ5_0*>(row)[b].d); for (int j = 0; j < 32; ++j) q[j] -= 16; return;
+    case DType::Q4_1:
+      *d = f16_to_f32(reinterpret_cast<const BlockQ4_1*>(row)[b].d);
+      *m = f16_to_f32(reinterpret_cast<const BlockQ4_1*>(row)[b].m);
+      return;
+    default:
+      *d = f16_to_f32(reinterpret_cast<const BlockQ5_1*>(row)[b].d);
+      *m = f16_to_f32(reinterpret_cast<const BlockQ5_1*>(row)[b].m);
+      return;
+  }
+}
+
+// 32-value block formats against Q8_0 activations: per block d_w * d_x * sum(q_w * q_x), plus for
+// Q4_1 / Q5_1 m_w * d_x * sum(q_x) (ggml's Q8_1 activations carry that sum).
 void matmul_ref_q8act(const MatMulArgs& a) {
   const Tensor& w = *a.w;
-  if (w.dtype == DType::Q4_K || w.dtype == DType::Q6_K || w.dtype == DType::Q4_K_X8 || w.dtype == DType::Q6_K_X8)
-    return matmul_ref_q8k_act(a);
+  if (w.dtype != DType::Q8_0_X8 && dtype_info(w.dtype).block_elems == QK_K) return matmul_ref_q8k_act(a);  // the K-quants
   int64_t out = w.rows(), in = w.cols(), nb = in / QK8_0;
   std::vector<BlockQ8_0> xq(static_cast<size_t>(a.n * nb));
   for (int64_t i = 0; i < a.n; ++i) quantize_row_q8_0(a.x + i * in, xq.data() + i * nb, in);
   std::vector<BlockQ8_0> unpacked(static_cast<size_t>(w.dtype == DType::Q8_0_X8 ? nb : 0));
+  int q[32];
   for (int64_t o = 0; o < out; ++o) {
     // Q8_0_X8: the row's Q8_0 blocks back in their file order (the repacking is exact).
-    if (w.dtype == DType::Q8_0_X8)
-      unpack_q8_0_x8(reinterpret_cast<const BlockQ8_0x8*>(w.row_ptr(o)), unpacked.data(), nb / 8);
+    const uint8_t* row = w.row_ptr(o);
+    DType t = w.dtype;
+    if (t == DType::Q8_0_X8) {
+      unpack_q8_0_x8(reinterpret_cast<const BlockQ8_0x8*>(row), unpacked.data(), nb / 8);
+      row = reinterpret_cast<const uint8_t*>(unpacked.data());
+      t = DType::Q8_0;
+    }
     for (int64_t i = 0; i < a.n; ++i) {
       const BlockQ8_0* xb = xq.data() + i * nb;
       float s = 0;
       for (int64_t b = 0; b < nb; ++b) {
-        int32_t isum = 0;
-        float dw;
-        if (w.dtype == DType::Q8_0 || w.dtype == DType::Q8_0_X8) {
-          const auto* wb = (w.dtype == DType::Q8_0 ? reinterpret_cast<const BlockQ8_0*>(w.row_ptr(o)) : unpacked.data()) + b;
-          for (int j = 0; j < QK8_0; ++j) isum += wb->qs[j] * xb[b].qs[j];
-          dw = f16_to_f32(wb->d);
-        } else {
-          const auto* wb = reinterpret_cast<const BlockQ4_0*>(w.row_ptr(o)) + b;
-          for (int j = 0; j < QK4_0 / 2; ++j) {
-            isum += ((wb->qs[j] & 0xf) - 8) * xb[b].qs[j];
-            isum += ((wb->qs[j] >> 4) - 8) * xb[b].qs[j + QK4_0 / 2];
-          }
-          dw = f16_to_f32(wb->d);
+        float dw, mw;
+        block32_ints(t, row, b, q, &dw, &mw);
+        int32_t isum = 0, xsum = 0;
+        for (int j = 0; j < 32; ++j) {
+          isum += q[j] * xb[b].qs[j];
+          xsum += xb[b].qs[j];
         }
-        s += static_cast<float>(isum) * dw * f16_to_f32(xb[b].d);
+        const float dx = f16_to_f32(xb[b].d);
+        s += static_cast<float>(isum) * dw * dx + mw * dx * static_cast<float>(xsum);
       }
       a.y[i * out + o] = s + (a.bias ? a.bias[o] : 0.0f);
     }
