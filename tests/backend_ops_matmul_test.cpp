@@ -51,8 +51,9 @@ std::string label(const MatMulCase& c) {
 
 std::vector<MatMulCase> cases() {
   std::vector<MatMulCase> cs;
-  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::F8_E4M3, DType::Q8_0, DType::Q8_0_X8, DType::Q4_0, DType::Q4_K,
-                  DType::Q4_K_X8, DType::Q6_K, DType::Q6_K_X8}) {
+  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::F8_E4M3, DType::Q8_0, DType::Q8_0_X8, DType::Q4_0, DType::Q4_1,
+                  DType::Q5_0, DType::Q5_1, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q4_K_X8, DType::Q5_K, DType::Q6_K,
+                  DType::Q6_K_X8}) {
     int64_t blk = dtype_info(t).block_elems;
     std::vector<int64_t> ins = blk == 1 ? std::vector<int64_t>{8, 13, 64, 300, 1024} : std::vector<int64_t>{blk, 2 * blk, 8 * blk};
     for (int64_t n : {1, 2, 3, 4, 5, 7, 13, 16})

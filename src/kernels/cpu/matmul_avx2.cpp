@@ -1,8 +1,8 @@
 // kernels/cpu/matmul_avx2.cpp — AVX2+FMA matmul for every weight dtype, multithreaded.
 //  - GEMV path (n <= 4 tokens, decode): memory-bound; each weight row is streamed once and
 //    dotted with all n activation rows. Float-like weights (F32/F16/BF16/FP8) are widened to f32
-//    in registers; Q8_0/Q4_0 use int8 dot products against Q8_0-quantized activations, Q4_K/Q6_K
-//    against Q8_K-quantized activations (as ggml does). Q8_0_X8 (Q8_0 repacked at load) runs
+//    in registers; Q8_0/Q4_0/Q4_1/Q5_0/Q5_1 use int8 dot products against Q8_0-quantized
+//    activations, the K-quants (Q2_K..Q6_K) against Q8_K-quantized activations (as ggml does). Q8_0_X8 (Q8_0 repacked at load) runs
 //    one interleaved integer kernel at every batch size; Q4_K_X8 (Q4_K repacked at load) has an
 //    interleaved decode kernel and shares the Q4 prefill tiles; Q6_K_X8 likewise with the Q6 tiles.
 //  - GEMM path for float-like weights (n > 4, prefill): compute-bound; 16-row weight panels are
@@ -160,57 +160,85 @@ FP_AVX2 void gemv_float(const MatMulArgs& a, const float* x, int64_t n_off, int6
 }
 
 // ------------------------------------------------------------------ integer GEMV
-FP_AVX2_INLINE __m256i unpack_q4_0(const BlockQ4_0& b) {
-  __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));
-  __m128i lo = _mm_and_si128(q, _mm_set1_epi8(0x0f)), hi = _mm_and_si128(_mm_srli_epi16(q, 4), _mm_set1_epi8(0x0f));
-  return _mm256_sub_epi8(_mm256_set_m128i(hi, lo), _mm256_set1_epi8(8));
+// Byte j of the result = 0xff where bit j of x is set: each byte picks the byte of x holding its
+// bit, then tests that one bit.
+FP_AVX2_INLINE __m256i bits_to_bytes(uint32_t x) {
+  const __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(x)),
+                                            _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
+  const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
+  return _mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit);
 }
 
-// Q8_0 / Q4_0 weights against Q8_0 activations xq[i * nb + b].
+// A Q4_0-style nibble block's 32 values (low nibbles = values 0..15), unsigned 0..15.
+FP_AVX2_INLINE __m256i unpack_nibbles(const uint8_t* qs) {
+  __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  __m128i lo = _mm_and_si128(q, _mm_set1_epi8(0x0f)), hi = _mm_and_si128(_mm_srli_epi16(q, 4), _mm_set1_epi8(0x0f));
+  return _mm256_set_m128i(hi, lo);
+}
+
+// Q5_0 / Q5_1's 32 values, unsigned 0..31: the nibbles with bit j of qh as 16.
+FP_AVX2_INLINE __m256i unpack_q5(const uint8_t* qs, const uint8_t* qh_bytes) {
+  uint32_t qh;
+  std::memcpy(&qh, qh_bytes, 4);
+  return _mm256_or_si256(unpack_nibbles(qs), _mm256_and_si256(bits_to_bytes(qh), _mm256_set1_epi8(0x10)));
+}
+
+template <DType T> struct Block32;
+template <> struct Block32<DType::Q8_0> { using type = BlockQ8_0; };
+template <> struct Block32<DType::Q4_0> { using type = BlockQ4_0; };
+template <> struct Block32<DType::Q5_0> { using type = BlockQ5_0; };
+template <> struct Block32<DType::Q4_1> { using type = BlockQ4_1; };
+template <> struct Block32<DType::Q5_1> { using type = BlockQ5_1; };
+template <DType T> constexpr bool kAffine = T == DType::Q4_1 || T == DType::Q5_1;  // weight d * q + m
+
+// Q8_0 / Q4_0 / Q5_0 (signed values) and Q4_1 / Q5_1 (unsigned q, plus a minimum m) weights
+// against Q8_0 activations xq[i * nb + b]. sx: each activation block's d * sum(q), for the minimum.
 template <DType T, int N>
-FP_AVX2_INLINE void q8_0_like_block(const uint8_t* row, const BlockQ8_0* xq, const float* dx, int64_t nb, int64_t b,
-                                    __m256* acc) {
+FP_AVX2_INLINE void q8_0_like_block(const uint8_t* row, const BlockQ8_0* xq, const float* dx, const float* sx, int64_t nb,
+                                    int64_t b, __m256* acc, float* macc) {
+  const auto& wb = reinterpret_cast<const typename Block32<T>::type*>(row)[b];
   __m256i wq;
-  float dw;
-  if constexpr (T == DType::Q8_0) {
-    const BlockQ8_0& wb = reinterpret_cast<const BlockQ8_0*>(row)[b];
-    wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.qs));
-    dw = _cvtsh_ss(wb.d);
-  } else {
-    const BlockQ4_0& wb = reinterpret_cast<const BlockQ4_0*>(row)[b];
-    wq = unpack_q4_0(wb);
-    dw = _cvtsh_ss(wb.d);
-  }
+  if constexpr (T == DType::Q8_0) wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.qs));
+  else if constexpr (T == DType::Q4_0) wq = _mm256_sub_epi8(unpack_nibbles(wb.qs), _mm256_set1_epi8(8));
+  else if constexpr (T == DType::Q5_0) wq = _mm256_sub_epi8(unpack_q5(wb.qs, wb.qh), _mm256_set1_epi8(16));
+  else if constexpr (T == DType::Q4_1) wq = unpack_nibbles(wb.qs);
+  else wq = unpack_q5(wb.qs, wb.qh);
+  const float dw = _cvtsh_ss(wb.d);
   for (int i = 0; i < N; ++i) {
-    __m256i p = dot_i8(wq, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[i * nb + b].qs)));
+    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[i * nb + b].qs));
+    // Unsigned weights meet the signed activations in vpmaddubsw directly (pairs <= 2 x 31 x 128).
+    const __m256i p = kAffine<T> ? _mm256_madd_epi16(_mm256_maddubs_epi16(wq, x), _mm256_set1_epi16(1)) : dot_i8(wq, x);
     acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * dx[i * nb + b]), acc[i]);
+    if constexpr (kAffine<T>) macc[i] += _cvtsh_ss(wb.m) * sx[i * nb + b];
   }
 }
 
 // dx: the activation blocks' scales as f32. With one or two tokens the blocks alternate between
 // two accumulators per token, so consecutive FMAs do not wait on each other.
 template <DType T, int N>
-FP_AVX2 void gemv_q8_0_like(const MatMulArgs& a, const BlockQ8_0* xq, const float* dx, int64_t n_off, int64_t r0, int64_t r1) {
+FP_AVX2 void gemv_q8_0_like(const MatMulArgs& a, const BlockQ8_0* xq, const float* dx, const float* sx, int64_t n_off, int64_t r0,
+                            int64_t r1) {
   constexpr int U = N <= 2 ? 2 : 1;
   const Tensor& w = *a.w;
   const int64_t K = w.cols(), out = w.rows(), nb = K / QK8_0;
   for (int64_t o = r0; o < r1; ++o) {
     const uint8_t* row = w.row_ptr(o);  // once per row: row_ptr is an out-of-line call
     __m256 acc[U][N];
+    float macc[N] = {};
     for (int u = 0; u < U; ++u)
       for (int i = 0; i < N; ++i) acc[u][i] = _mm256_setzero_ps();
     int64_t b = 0;
-    constexpr int64_t kBlockBytes = T == DType::Q8_0 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
+    constexpr int64_t kBlockBytes = sizeof(typename Block32<T>::type);
     for (; b + U <= nb; b += U)
       for (int u = 0; u < U; ++u) {
         cpu::prefetch_stream(row + (b + u) * kBlockBytes);  // blocks under 64 bytes: every line is covered
-        q8_0_like_block<T, N>(row, xq, dx, nb, b + u, acc[u]);
+        q8_0_like_block<T, N>(row, xq, dx, sx, nb, b + u, acc[u], macc);
       }
-    for (; b < nb; ++b) q8_0_like_block<T, N>(row, xq, dx, nb, b, acc[0]);
+    for (; b < nb; ++b) q8_0_like_block<T, N>(row, xq, dx, sx, nb, b, acc[0], macc);
     for (int i = 0; i < N; ++i) {
       __m256 t = acc[0][i];
       for (int u = 1; u < U; ++u) t = _mm256_add_ps(t, acc[u][i]);
-      a.y[(n_off + i) * out + o] = hsum(t) + (a.bias ? a.bias[o] : 0.0f);
+      a.y[(n_off + i) * out + o] = hsum(t) + macc[i] + (a.bias ? a.bias[o] : 0.0f);
     }
   }
 }
@@ -325,6 +353,114 @@ FP_AVX2 void gemv_q6_k(const MatMulArgs& a, const BlockQ8_K* xq, int64_t n_off, 
   }
 }
 
+// Q5_K: Q4_K's kernel with each value's fifth bit (bit s of qh[l] for sub-block s) added as 16;
+// the vpmaddubsw pairs stay within 2 x 31 x 128.
+template <int N>
+FP_AVX2 void gemv_q5_k(const MatMulArgs& a, const BlockQ8_K* xq, int64_t n_off, int64_t r0, int64_t r1) {
+  const Tensor& w = *a.w;
+  const int64_t K = w.cols(), out = w.rows(), nb = K / QK_K;
+  const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
+  for (int64_t o = r0; o < r1; ++o) {
+    const BlockQ5_K* wb = reinterpret_cast<const BlockQ5_K*>(w.row_ptr(o));
+    __m256 acc[N], minacc[N];
+    for (int i = 0; i < N; ++i) acc[i] = minacc[i] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      for (int l = 0; l < 3; ++l) cpu::prefetch_stream(reinterpret_cast<const char*>(wb + b) + 64 * l);  // 176 bytes
+      const __m256i sm = _mm256_cvtepu8_epi16(q4k_scales_mins(wb[b].scales));  // same 12 scale bytes as Q4_K
+      const __m128i mins = _mm256_extracti128_si256(sm, 1);
+      const __m256i scales = _mm256_permute2x128_si256(sm, sm, 0x00);
+      const float d = _cvtsh_ss(wb[b].d), dmin = _cvtsh_ss(wb[b].dmin);
+      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb[b].qh));
+      __m256i sumi[N];
+      for (int i = 0; i < N; ++i) sumi[i] = _mm256_setzero_si256();
+      for (int j = 0; j < 4; ++j) {
+        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb[b].qs + 32 * j));
+        const __m256i h_lo = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * j), one), h_hi = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * j + 1), one);
+        const __m256i lo = _mm256_or_si256(_mm256_and_si256(q, m4), _mm256_slli_epi16(h_lo, 4));
+        const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), _mm256_slli_epi16(h_hi, 4));
+        __m256i s_lo = _mm256_shuffle_epi8(scales, _mm256_set1_epi16(static_cast<int16_t>((4 * j + 1) << 8 | (4 * j))));
+        __m256i s_hi = _mm256_shuffle_epi8(scales, _mm256_set1_epi16(static_cast<int16_t>((4 * j + 3) << 8 | (4 * j + 2))));
+        for (int i = 0; i < N; ++i) {
+          const int8_t* xqs = xq[i * nb + b].qs + 64 * j;
+          sumi[i] = _mm256_add_epi32(sumi[i], dot_u8_scaled(lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xqs)), s_lo));
+          sumi[i] = _mm256_add_epi32(sumi[i], dot_u8_scaled(hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xqs + 32)), s_hi));
+        }
+      }
+      for (int i = 0; i < N; ++i) {
+        const BlockQ8_K& xb = xq[i * nb + b];
+        __m128i bs = _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xb.bsums)),
+                                    _mm_loadu_si128(reinterpret_cast<const __m128i*>(xb.bsums + 8)));
+        __m128i pm = _mm_madd_epi16(mins, bs);
+        acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d * xb.d), _mm256_cvtepi32_ps(sumi[i]), acc[i]);
+        minacc[i] = _mm256_fmadd_ps(_mm256_set1_ps(dmin * xb.d), _mm256_cvtepi32_ps(_mm256_zextsi128_si256(pm)), minacc[i]);
+      }
+    }
+    for (int i = 0; i < N; ++i)
+      a.y[(n_off + i) * out + o] = hsum(acc[i]) - hsum(minacc[i]) + (a.bias ? a.bias[o] : 0.0f);
+  }
+}
+
+// Q2_K / Q3_K: Q6_K's structure with 2- / 3-bit values. Value 128h + 32k + l is bits 2k..2k+1 of
+// qs[32h + l] (Q3_K: plus bit 4h + k of hmask[l] as 4, the weight being q - 4); 16-value groups
+// carry their own scale (Q2_K: 4-bit scale and 4-bit minimum; Q3_K: signed 6-bit scale).
+template <DType T, int N>
+FP_AVX2 void gemv_q2_q3_k(const MatMulArgs& a, const BlockQ8_K* xq, int64_t n_off, int64_t r0, int64_t r1) {
+  using Block = std::conditional_t<T == DType::Q2_K, BlockQ2_K, BlockQ3_K>;
+  const Tensor& w = *a.w;
+  const int64_t K = w.cols(), out = w.rows(), nb = K / QK_K;
+  const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+  for (int64_t o = r0; o < r1; ++o) {
+    const Block* wb = reinterpret_cast<const Block*>(w.row_ptr(o));
+    __m256 acc[N];
+    float offs[N] = {};
+    for (int i = 0; i < N; ++i) acc[i] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      for (int l = 0; l < 2; ++l) cpu::prefetch_stream(reinterpret_cast<const char*>(wb + b) + 64 * l);  // 84 / 110 bytes
+      int16_t sc[16], mn[16] = {};
+      float d, dmin = 0;
+      if constexpr (T == DType::Q2_K) {
+        for (int g = 0; g < 16; ++g) {
+          sc[g] = wb[b].scales[g] & 0xf;
+          mn[g] = wb[b].scales[g] >> 4;
+        }
+        d = _cvtsh_ss(wb[b].d);
+        dmin = _cvtsh_ss(wb[b].dmin);
+      } else {
+        int8_t s8[16];
+        q3_k_scales(wb[b].scales, s8);
+        for (int g = 0; g < 16; ++g) sc[g] = s8[g];
+        d = _cvtsh_ss(wb[b].d);
+      }
+      __m256i sumi[N];
+      for (int i = 0; i < N; ++i) sumi[i] = _mm256_setzero_si256();
+      __m256i hm = _mm256_setzero_si256();
+      if constexpr (T == DType::Q3_K) hm = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb[b].hmask));
+      for (int half = 0; half < 2; ++half) {
+        const __m256i qs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb[b].qs + 32 * half));
+        for (int k = 0; k < 4; ++k) {
+          __m256i q = _mm256_and_si256(_mm256_srli_epi16(qs, 2 * k), m3);
+          if constexpr (T == DType::Q3_K)
+            q = _mm256_or_si256(q, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hm, 4 * half + k), one), 2));
+          const int g = 8 * half + 2 * k;
+          const __m256i scale = _mm256_set_m128i(_mm_set1_epi16(sc[g + 1]), _mm_set1_epi16(sc[g]));
+          for (int i = 0; i < N; ++i) {
+            const int8_t* xqs = xq[i * nb + b].qs + 128 * half + 32 * k;
+            sumi[i] = _mm256_add_epi32(sumi[i], dot_u8_scaled(q, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xqs)), scale));
+          }
+        }
+      }
+      for (int i = 0; i < N; ++i) {
+        const BlockQ8_K& xb = xq[i * nb + b];
+        int32_t off = 0;  // Q2_K: sum of min x group sum; Q3_K: 4 x sum of scale x group sum
+        for (int g = 0; g < 16; ++g) off += (T == DType::Q2_K ? mn[g] : 4 * sc[g]) * xb.bsums[g];
+        acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d * xb.d), _mm256_cvtepi32_ps(sumi[i]), acc[i]);
+        offs[i] += (T == DType::Q2_K ? dmin : d) * xb.d * static_cast<float>(off);
+      }
+    }
+    for (int i = 0; i < N; ++i) a.y[(n_off + i) * out + o] = hsum(acc[i]) - offs[i] + (a.bias ? a.bias[o] : 0.0f);
+  }
+}
+
 template <DType T>
 void gemv_float_all(const MatMulArgs& a) {
   const int64_t K = a.w->cols();
@@ -340,8 +476,7 @@ void gemv(const MatMulArgs& a) {
     case DType::F16: return gemv_float_all<DType::F16>(a);
     case DType::BF16: return gemv_float_all<DType::BF16>(a);
     case DType::F8_E4M3: return gemv_float_all<DType::F8_E4M3>(a);
-    case DType::Q8_0:
-    case DType::Q4_0: {
+    case DType::Q8_0: case DType::Q4_0: case DType::Q5_0: case DType::Q4_1: case DType::Q5_1: {
       const int64_t nb = K / QK8_0;
       std::vector<BlockQ8_0> own;
       const BlockQ8_0* xq = a.xq;
@@ -350,24 +485,46 @@ void gemv(const MatMulArgs& a) {
         for (int64_t i = 0; i < a.n; ++i) quantize_act_q8_0(a.x + i * K, own.data() + i * nb, K);
         xq = own.data();
       }
-      std::vector<float> dx(static_cast<size_t>(a.n * nb));
-      for (size_t b = 0; b < dx.size(); ++b) dx[b] = f16_to_f32(xq[b].d);
-      const bool q8 = a.w->dtype == DType::Q8_0;
+      const DType t = a.w->dtype;
+      const bool affine = t == DType::Q4_1 || t == DType::Q5_1;
+      std::vector<float> dx(static_cast<size_t>(a.n * nb)), sx(affine ? dx.size() : 0);
+      for (size_t b = 0; b < dx.size(); ++b) {
+        dx[b] = f16_to_f32(xq[b].d);
+        if (affine) {
+          int32_t sum = 0;
+          for (int j = 0; j < QK8_0; ++j) sum += xq[b].qs[j];
+          sx[b] = dx[b] * static_cast<float>(sum);
+        }
+      }
       gemv_tokens(a, [&](auto N, int64_t i, int64_t r0, int64_t r1) {
-        if (q8) gemv_q8_0_like<DType::Q8_0, decltype(N)::value>(a, xq + i * nb, dx.data() + i * nb, i, r0, r1);
-        else gemv_q8_0_like<DType::Q4_0, decltype(N)::value>(a, xq + i * nb, dx.data() + i * nb, i, r0, r1);
+        constexpr int n = decltype(N)::value;
+        const BlockQ8_0* x = xq + i * nb;
+        const float *d = dx.data() + i * nb, *s = affine ? sx.data() + i * nb : nullptr;
+        switch (t) {
+          case DType::Q8_0: return gemv_q8_0_like<DType::Q8_0, n>(a, x, d, s, i, r0, r1);
+          case DType::Q4_0: return gemv_q8_0_like<DType::Q4_0, n>(a, x, d, s, i, r0, r1);
+          case DType::Q5_0: return gemv_q8_0_like<DType::Q5_0, n>(a, x, d, s, i, r0, r1);
+          case DType::Q4_1: return gemv_q8_0_like<DType::Q4_1, n>(a, x, d, s, i, r0, r1);
+          default: return gemv_q8_0_like<DType::Q5_1, n>(a, x, d, s, i, r0, r1);
+        }
       });
       return;
     }
-    case DType::Q4_K:
-    case DType::Q6_K: {
+    case DType::Q2_K: case DType::Q3_K: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: {
       const int64_t nb = K / QK_K;
       std::vector<BlockQ8_K> xq(static_cast<size_t>(a.n * nb));
       for (int64_t i = 0; i < a.n; ++i) quantize_act_q8_k(a.x + i * K, xq.data() + i * nb, K);
-      const bool q4 = a.w->dtype == DType::Q4_K;
+      const DType t = a.w->dtype;
       gemv_tokens(a, [&](auto N, int64_t i, int64_t r0, int64_t r1) {
-        if (q4) gemv_q4_k<decltype(N)::value>(a, xq.data() + i * nb, i, r0, r1);
-        else gemv_q6_k<decltype(N)::value>(a, xq.data() + i * nb, i, r0, r1);
+        constexpr int n = decltype(N)::value;
+        const BlockQ8_K* x = xq.data() + i * nb;
+        switch (t) {
+          case DType::Q2_K: return gemv_q2_q3_k<DType::Q2_K, n>(a, x, i, r0, r1);
+          case DType::Q3_K: return gemv_q2_q3_k<DType::Q3_K, n>(a, x, i, r0, r1);
+          case DType::Q4_K: return gemv_q4_k<n>(a, x, i, r0, r1);
+          case DType::Q5_K: return gemv_q5_k<n>(a, x, i, r0, r1);
+          default: return gemv_q6_k<n>(a, x, i, r0, r1);
+        }
       });
       return;
     }
@@ -551,10 +708,11 @@ void gemm(const MatMulArgs& a) {
 }
 
 // ------------------------------------------------------------------ 4-bit prefill, interleaved
-// Q4_0 / Q4_K prefill on the interleaved layout (matmul_interleave.h). The weights are
-// unsigned 4-bit, so vpmaddubsw pairs stay within 2 x 15 x 127 and eight chunks can add up in
-// int16 (<= 30480) before one vpmaddwd per 8 blocks.
-template <int R, int T, bool kMins>
+// Q4_0 / Q4_1 / Q4_K prefill on the interleaved layout (matmul_interleave.h), and the 5-bit
+// Q5_0 / Q5_1 / Q5_K. 4-bit weights keep vpmaddubsw pairs within 2 x 15 x 128, so eight chunks
+// add up in int16 (<= 30720) before one vpmaddwd per 8 blocks; 5-bit ones (2 x 31 x 128) four
+// chunks (<= 31744), so kChunks = 4 widens twice per group.
+template <int R, int T, bool kMins, int kChunks>
 FP_AVX2 void tile_q4(const cpu::PackedW* const* w, const cpu::PackedX* const* x, int64_t groups, float* y, int64_t ldy,
                      const float* bias) {
   __m256 acc[R][T];
@@ -562,23 +720,28 @@ FP_AVX2 void tile_q4(const cpu::PackedW* const* w, const cpu::PackedX* const* x,
     for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
   const __m256i ones = _mm256_set1_epi16(1);
   for (int64_t g = 0; g < groups; ++g) {
-    __m256i a16[R][T];
+    __m256i i32[R][T];
     for (int r = 0; r < R; ++r)
-      for (int t = 0; t < T; ++t) a16[r][t] = _mm256_setzero_si256();
-    for (int c = 0; c < 8; ++c) {
-      __m256i wv[R];
-      for (int r = 0; r < R; ++r) wv[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[r][g].q + 32 * c));
-      for (int t = 0; t < T; ++t) {
-        __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[t][g].q + 32 * c));
-        for (int r = 0; r < R; ++r) a16[r][t] = _mm256_add_epi16(a16[r][t], _mm256_maddubs_epi16(wv[r], xv));
+      for (int t = 0; t < T; ++t) i32[r][t] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[t][g].init));
+    for (int c0 = 0; c0 < 8; c0 += kChunks) {
+      __m256i a16[R][T];
+      for (int r = 0; r < R; ++r)
+        for (int t = 0; t < T; ++t) a16[r][t] = _mm256_setzero_si256();
+      for (int c = c0; c < c0 + kChunks; ++c) {
+        __m256i wv[R];
+        for (int r = 0; r < R; ++r) wv[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[r][g].q + 32 * c));
+        for (int t = 0; t < T; ++t) {
+          __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[t][g].q + 32 * c));
+          for (int r = 0; r < R; ++r) a16[r][t] = _mm256_add_epi16(a16[r][t], _mm256_maddubs_epi16(wv[r], xv));
+        }
       }
+      for (int r = 0; r < R; ++r)
+        for (int t = 0; t < T; ++t) i32[r][t] = _mm256_add_epi32(i32[r][t], _mm256_madd_epi16(a16[r][t], ones));
     }
     for (int r = 0; r < R; ++r) {
       __m256 ws = _mm256_loadu_ps(w[r][g].scale);
       for (int t = 0; t < T; ++t) {
-        __m256i i32 = _mm256_add_epi32(_mm256_madd_epi16(a16[r][t], ones),
-                                       _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[t][g].init)));
-        acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i32), _mm256_mul_ps(ws, _mm256_loadu_ps(x[t][g].d)), acc[r][t]);
+        acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i32[r][t]), _mm256_mul_ps(ws, _mm256_loadu_ps(x[t][g].d)), acc[r][t]);
         if (kMins) acc[r][t] = _mm256_fnmadd_ps(_mm256_loadu_ps(w[r][g].min), _mm256_loadu_ps(x[t][g].bsum), acc[r][t]);
       }
     }
@@ -587,28 +750,41 @@ FP_AVX2 void tile_q4(const cpu::PackedW* const* w, const cpu::PackedX* const* x,
     for (int t = 0; t < T; ++t) y[t * ldy + r] = hsum(acc[r][t]) + (bias ? bias[r] : 0.0f);
 }
 
-template <bool kMins>
+template <bool kMins, int kChunks>
 void tile_q4_dispatch(int R, int T, const cpu::PackedW* const* w, const cpu::PackedX* const* x, int64_t groups, float* y,
                       int64_t ldy, const float* bias) {
   switch (R * 4 + T) {
-#define FP_TILE(r, t) case r * 4 + t: return tile_q4<r, t, kMins>(w, x, groups, y, ldy, bias);
+#define FP_TILE(r, t) case r * 4 + t: return tile_q4<r, t, kMins, kChunks>(w, x, groups, y, ldy, bias);
     FP_TILE(1, 1) FP_TILE(1, 2) FP_TILE(1, 3) FP_TILE(2, 1) FP_TILE(2, 2) FP_TILE(2, 3)
 #undef FP_TILE
   }
 }
 
+bool q4_tile_type(DType t) {
+  return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1 || t == DType::Q4_K || t == DType::Q4_K_X8 ||
+         t == DType::Q5_K;
+}
+
 void gemm_q4_interleaved(const MatMulArgs& a) {
-  const bool mins = a.w->dtype == DType::Q4_K || a.w->dtype == DType::Q4_K_X8;
+  const DType t = a.w->dtype;
+  const bool mins = t == DType::Q4_K || t == DType::Q4_K_X8 || t == DType::Q5_K || t == DType::Q4_1 || t == DType::Q5_1;
+  const bool five_bit = t == DType::Q5_0 || t == DType::Q5_1 || t == DType::Q5_K;
   cpu::gemm_interleaved(a, 2, 3, [&](int R, int T, const cpu::PackedW* const* w, const cpu::PackedX* const* x, int64_t groups,
                                   float* y, int64_t ldy, const float* bias) {
-    if (mins) tile_q4_dispatch<true>(R, T, w, x, groups, y, ldy, bias);
-    else tile_q4_dispatch<false>(R, T, w, x, groups, y, ldy, bias);
+    if (five_bit) {
+      if (mins) tile_q4_dispatch<true, 4>(R, T, w, x, groups, y, ldy, bias);
+      else tile_q4_dispatch<false, 4>(R, T, w, x, groups, y, ldy, bias);
+    } else {
+      if (mins) tile_q4_dispatch<true, 8>(R, T, w, x, groups, y, ldy, bias);
+      else tile_q4_dispatch<false, 8>(R, T, w, x, groups, y, ldy, bias);
+    }
   });
 }
 
-// Q6_K prefill on the interleaved layout: unsigned 6-bit weights (q, the value being q - 32), so
-// vpmaddubsw pairs reach 2 x 63 x 127 and each chunk widens to int32 at once; chunks 0..3 and 4..7
-// (each block's two 16-value groups, two scales) sum apart, started at -32 x sum(x) of their half.
+// Q6_K (and Q3_K) prefill on the interleaved layout: unsigned 6-bit weights (q, the value being
+// q - 32; Q3_K: 3-bit, q - 4), so vpmaddubsw pairs reach 2 x 63 x 127 and each chunk widens to
+// int32 at once; chunks 0..3 and 4..7 (each block's two 16-value groups, two scales) sum apart,
+// started at -32 (Q3_K: -4) x sum(x) of their half.
 template <int R, int T>
 FP_AVX2 void tile_q6(const cpu::PackedW* const* w, const cpu::PackedX* const* x, int64_t groups, float* y, int64_t ldy,
                      const float* bias) {
@@ -782,9 +958,9 @@ void matmul_avx2(const MatMulArgs& a) {
   if (t == DType::Q8_0_X8) matmul_q8_0_x8(a);
   else if (t == DType::Q4_K_X8 && a.n <= kGemvMaxTokens) gemv_q4_k_x8(a);
   else if (t == DType::Q6_K_X8 && a.n <= kGemvMaxTokens) gemv_q6_k_x8(a);
-  else if (a.n > kGemvMaxTokens && (t == DType::Q4_0 || t == DType::Q4_K || t == DType::Q4_K_X8) && cpu::interleaved_supported(a))
+  else if (a.n > kGemvMaxTokens && q4_tile_type(t) && cpu::interleaved_supported(a))
     gemm_q4_interleaved(a);
-  else if (a.n > kGemvMaxTokens && (t == DType::Q6_K || t == DType::Q6_K_X8) && cpu::interleaved_supported(a))
+  else if (a.n > kGemvMaxTokens && (t == DType::Q6_K || t == DType::Q6_K_X8 || t == DType::Q3_K) && cpu::interleaved_supported(a))
     gemm_q6_interleaved(a);
   else if (a.n <= kGemvMaxTokens || dtype_info(t).quantized) gemv(a);
   else gemm(a);
@@ -795,8 +971,8 @@ std::string refuse_matmul_avx2(const MatMulArgs& a) {
   if (!cpu.empty()) return cpu;
   switch (a.w->dtype) {
     case DType::F32: case DType::F16: case DType::BF16: case DType::F8_E4M3:
-    case DType::Q8_0: case DType::Q4_0: case DType::Q4_K: case DType::Q6_K: case DType::Q8_0_X8: case DType::Q4_K_X8:
-    case DType::Q6_K_X8: break;
+    case DType::Q8_0: case DType::Q4_0: case DType::Q4_1: case DType::Q5_0: case DType::Q5_1: case DType::Q2_K: case DType::Q3_K:
+    case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: case DType::Q8_0_X8: case DType::Q4_K_X8: case DType::Q6_K_X8: break;
     default: return std::string("no AVX2 kernel for weights of type ") + dtype_name(a.w->dtype);
   }
   if (a.w->block_scale && a.w->dtype != DType::F8_E4M3) return "block scales are only supported on FP8 weights";

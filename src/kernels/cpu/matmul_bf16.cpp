@@ -6,7 +6,7 @@
 //    4 rows x 4 tokens per tile: one load and one vdpbf16ps per 32 weights and token, so a core
 //    streams more than the AVX2 GEMV's widening and FMAs let it (27 vs 21 GB/s in L3), and 2-4
 //    tokens run 3x faster than its token groups.
-//  - BF16 weights beyond 32 tokens, and quantized weights (Q8_0, Q4_0, Q4_K, Q6_K and their
+//  - BF16 weights beyond 32 tokens, and quantized weights (every GGUF block format and the
 //    repacked forms) beyond 256 tokens (prefill): packed panels, the quantized rows dequantized
 //    and rounded to BF16 as they are packed. Fewer tokens of quantized weights stay with the
 //    integer kernels (the conversion would not pay).
@@ -360,8 +360,7 @@ std::string refuse_bf16(const MatMulArgs& a) {
   std::string cpu = cpu_features().missing({"avx512f", "avx512bw", "avx512vl", "avx512_bf16"});
   if (!cpu.empty()) return cpu;
   const DType t = a.w->dtype;
-  const bool quantized = t == DType::Q8_0 || t == DType::Q8_0_X8 || t == DType::Q4_0 || t == DType::Q4_K ||
-                         t == DType::Q4_K_X8 || t == DType::Q6_K || t == DType::Q6_K_X8;
+  const bool quantized = dtype_info(t).quantized;  // every GGUF block format (and its repacked forms)
   if (t != DType::BF16 && !quantized) return std::string("only BF16 and quantized weights (these are ") + dtype_name(t) + ")";
   if (quantized && a.n <= kQuantizedMinTokens)
     return "quantized weights of up to 256 tokens: the integer kernels (converting them to BF16 would not pay)";

@@ -17,9 +17,67 @@ namespace fp::cpu {
 
 bool interleaved_supported(const MatMulArgs& a) {
   const DType t = a.w->dtype;
-  return (t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_K || t == DType::Q4_K_X8 || t == DType::Q6_K ||
-          t == DType::Q6_K_X8) &&
+  return (t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1 || t == DType::Q3_K ||
+          t == DType::Q4_K || t == DType::Q4_K_X8 || t == DType::Q5_K || t == DType::Q6_K || t == DType::Q6_K_X8) &&
          a.w->cols() % 256 == 0 && !a.w->block_scale;
+}
+
+bool k_quant_activations(DType t) {
+  return t == DType::Q3_K || t == DType::Q4_K || t == DType::Q4_K_X8 || t == DType::Q5_K || t == DType::Q6_K || t == DType::Q6_K_X8;
+}
+
+// The unsigned weight values of the group's 8 blocks of 32 (block j = values 32j..32j+31 of the
+// group, at q + 32j) for the formats packed through scalar code (Q4_1, Q5_0, Q5_1, Q3_K, Q5_K), with their
+// scales: scale[j] (scale_hi[j] for Q3_K's second 16 values), min[j] subtracted per unit of sum(x).
+static void unpack_group_scalar(const Tensor& w, const uint8_t* row, int64_t g, uint8_t q[256], PackedW& p) {
+  switch (w.dtype) {
+    case DType::Q4_1: case DType::Q5_0: case DType::Q5_1:
+      for (int j = 0; j < 8; ++j) {
+        const int64_t b = g * 8 + j;
+        if (w.dtype == DType::Q4_1) {
+          const BlockQ4_1& bl = reinterpret_cast<const BlockQ4_1*>(row)[b];
+          for (int k = 0; k < 16; ++k) {
+            q[32 * j + k] = bl.qs[k] & 0xf;
+            q[32 * j + k + 16] = static_cast<uint8_t>(bl.qs[k] >> 4);
+          }
+          p.scale[j] = f16_to_f32(bl.d);
+          p.min[j] = -f16_to_f32(bl.m);
+          continue;
+        }
+        if (w.dtype == DType::Q5_0) q5_values(reinterpret_cast<const BlockQ5_0*>(row)[b].qs, reinterpret_cast<const BlockQ5_0*>(row)[b].qh, q + 32 * j);
+        else q5_values(reinterpret_cast<const BlockQ5_1*>(row)[b].qs, reinterpret_cast<const BlockQ5_1*>(row)[b].qh, q + 32 * j);
+        if (w.dtype == DType::Q5_0) {
+          p.scale[j] = f16_to_f32(reinterpret_cast<const BlockQ5_0*>(row)[b].d);
+          p.min[j] = 0;  // the -16 offset is the activations' init
+        } else {
+          p.scale[j] = f16_to_f32(reinterpret_cast<const BlockQ5_1*>(row)[b].d);
+          p.min[j] = -f16_to_f32(reinterpret_cast<const BlockQ5_1*>(row)[b].m);
+        }
+      }
+      return;
+    case DType::Q5_K: {
+      const BlockQ5_K& b = reinterpret_cast<const BlockQ5_K*>(row)[g];
+      const float d = f16_to_f32(b.d), dmin = f16_to_f32(b.dmin);
+      q5_k_values(b, q);
+      for (int j = 0; j < 8; ++j) {
+        const int sc = j < 4 ? b.scales[j] & 63 : (b.scales[j + 4] & 0xf) | ((b.scales[j - 4] >> 6) << 4);
+        const int m = j < 4 ? b.scales[j + 4] & 63 : (b.scales[j + 4] >> 4) | ((b.scales[j] >> 6) << 4);
+        p.scale[j] = d * static_cast<float>(sc);
+        p.min[j] = dmin * static_cast<float>(m);
+      }
+      return;
+    }
+    case DType::Q3_K: {  // values q - 4, q = low 2 bits | hmask bit << 2 (0..7); 16-value scales
+      const BlockQ3_K& b = reinterpret_cast<const BlockQ3_K*>(row)[g];
+      const float d = f16_to_f32(b.d);
+      q3_k_values(b, q);
+      int8_t sc[16];
+      q3_k_scales(b.scales, sc);
+      for (int j = 0; j < 16; ++j) (j % 2 ? p.scale_hi : p.scale)[j / 2] = d * static_cast<float>(sc[j]);
+      return;
+    }
+    default: fail("unpack_group_scalar: ", dtype_name(w.dtype));
+  }
 }
 
 // dst lane j, chunk c  <-  block j, bytes 4c..4c+3 (the scalar form, used for activations)
@@ -141,6 +199,12 @@ FP_PACK_TARGET void pack_weights(const Tensor& w, int64_t o, PackedW* dst) {
       _mm256_storeu_ps(p.scale, scale);
       _mm256_storeu_ps(p.min, min);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.init), _mm256_setzero_si256());
+    } else if (w.dtype != DType::Q4_K) {  // the formats unpacked by scalar code
+      uint8_t q[256];
+      unpack_group_scalar(w, row, g, q, p);
+      for (int j = 0; j < 8; ++j) rows[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * j));
+      transpose_store(rows, p.q);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.init), _mm256_setzero_si256());
     } else {  // Q4_K: sub-block 2i = low nibbles of qs[32i..], 2i+1 = high nibbles
       const BlockQ4_K& b = reinterpret_cast<const BlockQ4_K*>(row)[g];
       for (int i = 0; i < 4; ++i) {
@@ -169,18 +233,19 @@ FP_PACK_TARGET void pack_weights(const Tensor& w, int64_t o, PackedW* dst) {
 void pack_activations(DType wtype, const float* x, const BlockQ8_0* xq, int64_t K, PackedX* dst) {
   const int64_t groups = K / 256;
   uint8_t blocks[8][32];
-  if (wtype == DType::Q4_K || wtype == DType::Q4_K_X8 || wtype == DType::Q6_K || wtype == DType::Q6_K_X8) {
+  if (k_quant_activations(wtype)) {
     std::vector<BlockQ8_K> q(static_cast<size_t>(groups));
     quantize_act_q8_k(x, q.data(), K);
-    const bool q6 = wtype == DType::Q6_K || wtype == DType::Q6_K_X8;  // weights q - 32: the offset's share starts each half
+    // Q6_K / Q3_K weights are q - 32 / q - 4: the offset's share starts each half.
+    const int offset = wtype == DType::Q6_K || wtype == DType::Q6_K_X8 ? 32 : wtype == DType::Q3_K ? 4 : 0;
     for (int64_t g = 0; g < groups; ++g) {
       PackedX& p = dst[g];
       const BlockQ8_K& b = q[static_cast<size_t>(g)];
       for (int j = 0; j < 8; ++j) {
         std::memcpy(blocks[j], b.qs + 32 * j, 32);
         p.d[j] = b.d;
-        p.init[j] = q6 ? -32 * b.bsums[2 * j] : 0;
-        p.init_hi[j] = q6 ? -32 * b.bsums[2 * j + 1] : 0;
+        p.init[j] = -offset * b.bsums[2 * j];
+        p.init_hi[j] = -offset * b.bsums[2 * j + 1];
         p.bsum[j] = b.d * static_cast<float>(b.bsums[2 * j] + b.bsums[2 * j + 1]);
       }
       interleave(blocks, p.q);
@@ -204,10 +269,11 @@ void pack_activations(DType wtype, const float* x, const BlockQ8_0* xq, int64_t 
         sum += b.qs[k];
       }
       p.d[j] = f16_to_f32(b.d);
-      // The unsigned weights carry an offset (Q4_0: q = w + 8, Q8_0_X8: q = w + 128) whose
-      // share of the dot product, offset x sum(x), starts the accumulator negated.
-      p.init[j] = wtype == DType::Q4_0 ? -8 * sum : wtype == DType::Q8_0_X8 ? -128 * sum : 0;
-      p.bsum[j] = 0;
+      // The unsigned weights carry an offset (Q4_0: q = w + 8, Q5_0: q = w + 16, Q8_0_X8: q = w + 128)
+      // whose share of the dot product, offset x sum(x), starts the accumulator negated; Q4_1 /
+      // Q5_1's minimum applies per unit of sum(x) (bsum).
+      p.init[j] = wtype == DType::Q4_0 ? -8 * sum : wtype == DType::Q5_0 ? -16 * sum : wtype == DType::Q8_0_X8 ? -128 * sum : 0;
+      p.bsum[j] = wtype == DType::Q4_1 || wtype == DType::Q5_1 ? p.d[j] * static_cast<float>(sum) : 0;
       p.init_hi[j] = 0;
     }
     interleave(blocks, p.q);
@@ -218,8 +284,7 @@ std::vector<PackedX> pack_all_activations(const MatMulArgs& a) {
   const Tensor& w = *a.w;
   const int64_t K = w.cols(), groups = K / 256;
   std::vector<PackedX> xp(static_cast<size_t>(a.n * groups));
-  const bool q8_0_acts =
-      w.dtype != DType::Q4_K && w.dtype != DType::Q4_K_X8 && w.dtype != DType::Q6_K && w.dtype != DType::Q6_K_X8;
+  const bool q8_0_acts = !k_quant_activations(w.dtype);
   thread_pool().parallel_for(a.n, 16, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i)
       pack_activations(w.dtype, a.x + i * K, a.xq && q8_0_acts ? a.xq + i * (K / QK8_0) : nullptr, K,

@@ -17,26 +17,30 @@
 namespace fp::cpu {
 
 struct PackedW {
-  uint8_t q[256];    // Q8_0: signed; Q4_0 / Q4_K: unsigned 0..15; Q6_K: unsigned 0..63
-  float scale[8];    // per block: d (Q8_0/Q4_0), d * sub-block scale (Q4_K), d * scale of values 0..15 (Q6_K)
+  uint8_t q[256];    // Q8_0: signed; Q4_0 / Q4_1 / Q4_K: unsigned 0..15; Q5_*: 0..31; Q6_K: 0..63; Q3_K: 0..7
+  float scale[8];    // per block: d (Q8_0/Q4_0/Q4_1/Q5_0/Q5_1), d * sub-block scale (Q4_K/Q5_K),
+                     // d * scale of values 0..15 (Q6_K/Q3_K)
   int32_t init[8];   // Q8_0: -128 * sum(w) per block, cancelling the activation offset
-  float min[8];      // Q4_K: dmin * sub-block min
-  float scale_hi[8]; // Q6_K: d * scale of the block's values 16..31 (its second 16-value group)
+  float min[8];      // Q4_K/Q5_K: dmin * sub-block min; Q4_1/Q5_1: -m (the minimum is added)
+  float scale_hi[8]; // Q6_K/Q3_K: d * scale of the block's values 16..31 (its second 16-value group)
 };
 struct PackedX {
   uint8_t q[256];    // Q8_0 weights: x + 128 (unsigned); otherwise signed x
   float d[8];        // per block activation scale
-  int32_t init[8];   // Q4_0: -8 * sum(x) per block, for the weights' -8 offset; Q8_0_X8: -128 * sum(x);
-                     // Q6_K: -32 * sum(x) over the block's values 0..15
-  float bsum[8];     // Q4_K: d * sum(x) per sub-block, for the minimums
-  int32_t init_hi[8];  // Q6_K: -32 * sum(x) over the block's values 16..31
+  int32_t init[8];   // Q4_0: -8 * sum(x) per block, for the weights' -8 offset; Q5_0: -16 * sum(x);
+                     // Q8_0_X8: -128 * sum(x); Q6_K / Q3_K: -32 / -4 * sum(x) over the block's values 0..15
+  float bsum[8];     // Q4_K/Q5_K/Q4_1/Q5_1: d * sum(x) per sub-block, for the minimums
+  int32_t init_hi[8];  // Q6_K / Q3_K: -32 / -4 * sum(x) over the block's values 16..31
 };
 
 // Q6_K's 16-value groups: chunks 0..3 of a group hold every block's values 0..15 (the first group
 // of its two), chunks 4..7 its values 16..31, so its kernels keep two accumulators per tile
 // element, one per half, scaled by `scale` and `scale_hi`; the -32 offset starts them (init, init_hi).
 
-bool interleaved_supported(const MatMulArgs& a);  // Q8_0/Q4_0/Q4_K(_X8)/Q6_K(_X8) with rows a multiple of 256
+// Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q3_K, Q4_K(_X8), Q5_K, Q6_K(_X8) with rows a multiple of 256.
+bool interleaved_supported(const MatMulArgs& a);
+// Weights whose activations are Q8_K (256-value blocks with 16-value sums): the K-quants.
+bool k_quant_activations(DType t);
 void pack_weights(const Tensor& w, int64_t row, PackedW* dst);
 // xq: the row already quantized to Q8_0 (Q8_0/Q4_0/Q8_0_X8 weights), or null to quantize x here.
 void pack_activations(DType wtype, const float* x, const BlockQ8_0* xq, int64_t K, PackedX* dst);

@@ -9,7 +9,8 @@
 //  - Q4_0 (weights q - 8, q in 0..15): the unsigned q meets the signed activations directly;
 //    the -8 x sum(x) term starts the accumulator (sum(x) per block is computed once per call).
 //  - Q4_K_X8 / Q6_K_X8 (repacked at load) decode: one vpdpbusd per chunk leaves sub-block j's
-//    dot product in lane j; their prefill, and Q4_K's / Q6_K's, run the interleaved tiles.
+//    dot product in lane j; their prefill, and Q4_K's / Q6_K's, run the interleaved tiles, as
+//    Q4_1 / Q5_0 / Q5_1 / Q5_K prefill (the Q4 tiles) and Q3_K prefill (the Q6 tiles) do.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -341,7 +342,9 @@ void gemv_q6_k_x8(const MatMulArgs& a) {
 }
 
 void gemm_interleaved_vnni(const MatMulArgs& a) {
-  const bool unsigned_w = a.w->dtype != DType::Q8_0, mins = a.w->dtype == DType::Q4_K || a.w->dtype == DType::Q4_K_X8;
+  const DType t = a.w->dtype;
+  const bool unsigned_w = t != DType::Q8_0,
+             mins = t == DType::Q4_K || t == DType::Q4_K_X8 || t == DType::Q5_K || t == DType::Q4_1 || t == DType::Q5_1;
   cpu::gemm_interleaved(a, 4, 4, [&](int R, int T, const cpu::PackedW* const* w, const cpu::PackedX* const* x, int64_t groups,
                                   float* y, int64_t ldy, const float* bias) {
     if (!unsigned_w) tile_dispatch<false, false>(R, T, w, x, groups, y, ldy, bias);
@@ -355,9 +358,11 @@ void matmul_vnni(const MatMulArgs& a) {
   if (a.w->dtype == DType::Q8_0_X8) return matmul_q8_0_x8(a);
   if (a.w->dtype == DType::Q4_K_X8 && a.n <= cpu::kGemvMaxTokens) return gemv_q4_k_x8(a);
   if (a.w->dtype == DType::Q6_K_X8 && a.n <= cpu::kGemvMaxTokens) return gemv_q6_k_x8(a);
-  if (a.w->dtype == DType::Q6_K || a.w->dtype == DType::Q6_K_X8) return gemm_q6_interleaved_vnni(a);  // Q6_K: prefill only
+  if (a.w->dtype == DType::Q6_K || a.w->dtype == DType::Q6_K_X8 || a.w->dtype == DType::Q3_K)
+    return gemm_q6_interleaved_vnni(a);  // Q6_K, Q3_K: prefill only
   if (a.n > cpu::kGemvMaxTokens && a.w->cols() % 256 == 0) return gemm_interleaved_vnni(a);
-  FP_CHECK(a.w->dtype != DType::Q4_K, "matmul avx512vnni: Q4_K needs rows that are a multiple of 256");
+  FP_CHECK(a.w->dtype == DType::Q8_0 || a.w->dtype == DType::Q4_0, "matmul avx512vnni: ", dtype_name(a.w->dtype),
+           " needs more than 4 tokens and rows that are a multiple of 256");
   const int64_t K = a.w->cols(), nb = K / QK8_0;
   QuantizedActs x;
   x.q = a.xq;
@@ -389,12 +394,16 @@ std::string refuse_vnni(const MatMulArgs& a) {
   std::string cpu = cpu_features().missing({"avx2", "fma", "f16c", "avx512f", "avx512vl", "avx512bw", "avx512_vnni"});
   if (!cpu.empty()) return cpu;
   const DType t = a.w->dtype;
-  if (t != DType::Q8_0 && t != DType::Q4_0 && t != DType::Q4_K && t != DType::Q8_0_X8 && t != DType::Q4_K_X8 && t != DType::Q6_K &&
-      t != DType::Q6_K_X8)
-    return std::string("only Q8_0/Q4_0/Q4_K/Q6_K/Q8_0_X8/Q4_K_X8/Q6_K_X8 weights (these are ") + dtype_name(t) + ")";
-  if ((t == DType::Q4_K || t == DType::Q6_K) && a.n <= cpu::kGemvMaxTokens)
+  // Prefill only (decode is left to the AVX2 kernel), on the interleaved tiles.
+  const bool prefill_only = t == DType::Q4_K || t == DType::Q6_K || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1 ||
+                            t == DType::Q3_K || t == DType::Q5_K;
+  if (t != DType::Q8_0 && t != DType::Q4_0 && t != DType::Q8_0_X8 && t != DType::Q4_K_X8 && t != DType::Q6_K_X8 && !prefill_only)
+    return std::string("only Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q3_K/Q4_K/Q5_K/Q6_K and the repacked Q8_0_X8/Q4_K_X8/Q6_K_X8 weights (these are ") +
+           dtype_name(t) + ")";
+  if (prefill_only && a.n <= cpu::kGemvMaxTokens)
     return std::string(dtype_name(t)) + " decode (<= 4 tokens) is left to the AVX2 kernel";
-  if (t == DType::Q6_K && a.w->cols() % 256 != 0) return "Q6_K needs rows that are a multiple of 256";
+  if (prefill_only && a.w->cols() % 256 != 0)
+    return std::string(dtype_name(t)) + " needs rows that are a multiple of 256 (these have " + std::to_string(a.w->cols()) + ")";
   return {};
 }
 
