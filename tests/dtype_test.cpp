@@ -156,7 +156,9 @@ TEST(DType, RowBytesRejectsPartialBlocks) {
   DType t;
   EXPECT_TRUE(dtype_from_name("q4_k", &t));
   EXPECT_EQ(t, DType::Q4_K);
-  EXPECT_FALSE(dtype_from_name("q5_k", &t));
+  EXPECT_TRUE(dtype_from_name("q5_k", &t));
+  EXPECT_EQ(t, DType::Q5_K);
+  EXPECT_FALSE(dtype_from_name("iq2_xxs", &t));
 }
 
 }  // namespace

@@ -288,7 +288,7 @@ TEST_P(GgufRealFiles, TargetedFields) {
     EXPECT_LOAD_ERROR(parse(info([&](Bytes& b) { poke<uint32_t>(b, ti.dims_pos - 4, 9); })), path, ti.name, "dimensions");
     EXPECT_LOAD_ERROR(parse(info([&](Bytes& b) { poke<int64_t>(b, ti.dims_pos, -32); })), path, ti.name, "negative");
     EXPECT_LOAD_ERROR(parse(info([&](Bytes& b) { poke<uint32_t>(b, ti.type_pos, 99); })), path, ti.name, "type 99");
-    EXPECT_LOAD_ERROR(parse(info([&](Bytes& b) { poke<uint32_t>(b, ti.type_pos, 3); })), path, ti.name, "type 3");
+    EXPECT_LOAD_ERROR(parse(info([&](Bytes& b) { poke<uint32_t>(b, ti.type_pos, 16); })), path, ti.name, "type 16 (IQ2_XXS)");
     EXPECT_LOAD_ERROR(parse(info([&](Bytes& b) { poke<uint64_t>(b, ti.offset_pos, peek<uint64_t>(b, ti.offset_pos) + 4); })),
                       path, ti.name, "alignment");
     for (uint64_t off : {uint64_t(orig.size()) / 32 * 32, uint64_t(1) << 40, ~uint64_t(31)})

@@ -6,12 +6,25 @@
 #include <fstream>
 #include <limits>
 #include <sstream>
+#include <utility>
 
 #include "core/error.h"
 
 namespace fp {
 
 namespace {
+
+// ggml's names for the tensor types fastpath does not read (the i-quants, ternary and FP4
+// formats, Q8_1/Q8_K), so the error says what the file holds.
+std::string gguf_type_label(uint32_t g) {
+  static const std::pair<uint32_t, const char*> kOthers[] = {
+      {9, "Q8_1"},     {15, "Q8_K"},  {16, "IQ2_XXS"}, {17, "IQ2_XS"}, {18, "IQ3_XXS"}, {19, "IQ1_S"},
+      {20, "IQ4_NL"},  {21, "IQ3_S"}, {22, "IQ2_S"},   {23, "IQ4_XS"}, {29, "IQ1_M"},   {34, "TQ1_0"},
+      {35, "TQ2_0"},   {39, "MXFP4"}, {40, "NVFP4"},   {41, "Q1_0"}};
+  for (const auto& [id, name] : kOthers)
+    if (id == g) return std::to_string(g) + " (" + name + ")";
+  return std::to_string(g);
+}
 
 constexpr uint32_t kMagic = 0x46554747;  // "GGUF" little-endian
 constexpr uint64_t kMaxStringLen = uint64_t{1} << 30;
@@ -241,7 +254,9 @@ void GgufFile::parse_all() {
       ti.ne.push_back(ne);
     }
     uint32_t gt = r.read<uint32_t>("tensor type");
-    if (!dtype_from_gguf(gt, &ti.type)) fail(name_, ": tensor '", ti.name, "': unsupported tensor type ", gt);
+    if (!dtype_from_gguf(gt, &ti.type))
+      fail(name_, ": tensor '", ti.name, "': unsupported tensor type ", gguf_type_label(gt),
+           "; fastpath reads F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K");
     ti.offset = r.read<uint64_t>("tensor offset");
     if (ti.offset % alignment_ != 0)
       fail(name_, ": tensor '", ti.name, "': offset ", ti.offset, " is not a multiple of the alignment ", alignment_);
