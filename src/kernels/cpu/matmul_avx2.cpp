@@ -259,29 +259,38 @@ FP_AVX2_INLINE __m128i q4k_scales_mins(const uint8_t* q) {
   return _mm_set_epi32(static_cast<int>(u[3]), static_cast<int>(u[2]), static_cast<int>(u[1]), static_cast<int>(u[0]));
 }
 
-template <int N>
-FP_AVX2 void gemv_q4_k(const MatMulArgs& a, const BlockQ8_K* xq, int64_t n_off, int64_t r0, int64_t r1) {
+// Q4_K and Q5_K (Q4_K's scales and nibbles, each value's fifth bit, bit s of qh[l] for
+// sub-block s, added as 16; the vpmaddubsw pairs stay within 2 x 31 x 128).
+template <DType T, int N>
+FP_AVX2 void gemv_q4_q5_k(const MatMulArgs& a, const BlockQ8_K* xq, int64_t n_off, int64_t r0, int64_t r1) {
+  using Block = std::conditional_t<T == DType::Q4_K, BlockQ4_K, BlockQ5_K>;
   const Tensor& w = *a.w;
   const int64_t K = w.cols(), out = w.rows(), nb = K / QK_K;
-  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
   for (int64_t o = r0; o < r1; ++o) {
-    const BlockQ4_K* wb = reinterpret_cast<const BlockQ4_K*>(w.row_ptr(o));
+    const Block* wb = reinterpret_cast<const Block*>(w.row_ptr(o));
     __m256 acc[N], minacc[N];
     for (int i = 0; i < N; ++i) acc[i] = minacc[i] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
-      for (int l = 0; l < 3; ++l) cpu::prefetch_stream(reinterpret_cast<const char*>(wb + b) + 64 * l);  // 144 bytes
+      for (int l = 0; l < 3; ++l) cpu::prefetch_stream(reinterpret_cast<const char*>(wb + b) + 64 * l);  // 144 / 176 bytes
       // 16 int16: scales 0..7 in the low half, mins 0..7 in the high half.
       const __m256i sm = _mm256_cvtepu8_epi16(q4k_scales_mins(wb[b].scales));
       const __m128i mins = _mm256_extracti128_si256(sm, 1);
       const __m256i scales = _mm256_permute2x128_si256(sm, sm, 0x00);  // scales in both halves
       const float d = _cvtsh_ss(wb[b].d), dmin = _cvtsh_ss(wb[b].dmin);
       // Sub-block scales go into vpmaddwd, so a whole super-block accumulates in int32
-      // (at most 8 x 32 x 15 x 127 x 63 < 2^31) and converts to float once.
+      // (at most 8 x 32 x 31 x 127 x 63 < 2^31) and converts to float once.
+      __m256i qh = _mm256_setzero_si256();
+      if constexpr (T == DType::Q5_K) qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb[b].qh));
       __m256i sumi[N];
       for (int i = 0; i < N; ++i) sumi[i] = _mm256_setzero_si256();
       for (int j = 0; j < 4; ++j) {
         __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb[b].qs + 32 * j));
         __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+        if constexpr (T == DType::Q5_K) {
+          lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * j), one), 4));
+          hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * j + 1), one), 4));
+        }
         // Broadcast int16 scale 2j / 2j+1 to every lane (bytes 4j..4j+1 / 4j+2..4j+3 of each half).
         __m256i s_lo = _mm256_shuffle_epi8(scales, _mm256_set1_epi16(static_cast<int16_t>((4 * j + 1) << 8 | (4 * j))));
         __m256i s_hi = _mm256_shuffle_epi8(scales, _mm256_set1_epi16(static_cast<int16_t>((4 * j + 3) << 8 | (4 * j + 2))));
@@ -350,53 +359,6 @@ FP_AVX2 void gemv_q6_k(const MatMulArgs& a, const BlockQ8_K* xq, int64_t n_off, 
       }
     }
     for (int i = 0; i < N; ++i) a.y[(n_off + i) * out + o] = hsum(acc[i]) - offs[i] + (a.bias ? a.bias[o] : 0.0f);
-  }
-}
-
-// Q5_K: Q4_K's kernel with each value's fifth bit (bit s of qh[l] for sub-block s) added as 16;
-// the vpmaddubsw pairs stay within 2 x 31 x 128.
-template <int N>
-FP_AVX2 void gemv_q5_k(const MatMulArgs& a, const BlockQ8_K* xq, int64_t n_off, int64_t r0, int64_t r1) {
-  const Tensor& w = *a.w;
-  const int64_t K = w.cols(), out = w.rows(), nb = K / QK_K;
-  const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
-  for (int64_t o = r0; o < r1; ++o) {
-    const BlockQ5_K* wb = reinterpret_cast<const BlockQ5_K*>(w.row_ptr(o));
-    __m256 acc[N], minacc[N];
-    for (int i = 0; i < N; ++i) acc[i] = minacc[i] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b) {
-      for (int l = 0; l < 3; ++l) cpu::prefetch_stream(reinterpret_cast<const char*>(wb + b) + 64 * l);  // 176 bytes
-      const __m256i sm = _mm256_cvtepu8_epi16(q4k_scales_mins(wb[b].scales));  // same 12 scale bytes as Q4_K
-      const __m128i mins = _mm256_extracti128_si256(sm, 1);
-      const __m256i scales = _mm256_permute2x128_si256(sm, sm, 0x00);
-      const float d = _cvtsh_ss(wb[b].d), dmin = _cvtsh_ss(wb[b].dmin);
-      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb[b].qh));
-      __m256i sumi[N];
-      for (int i = 0; i < N; ++i) sumi[i] = _mm256_setzero_si256();
-      for (int j = 0; j < 4; ++j) {
-        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb[b].qs + 32 * j));
-        const __m256i h_lo = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * j), one), h_hi = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * j + 1), one);
-        const __m256i lo = _mm256_or_si256(_mm256_and_si256(q, m4), _mm256_slli_epi16(h_lo, 4));
-        const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), _mm256_slli_epi16(h_hi, 4));
-        __m256i s_lo = _mm256_shuffle_epi8(scales, _mm256_set1_epi16(static_cast<int16_t>((4 * j + 1) << 8 | (4 * j))));
-        __m256i s_hi = _mm256_shuffle_epi8(scales, _mm256_set1_epi16(static_cast<int16_t>((4 * j + 3) << 8 | (4 * j + 2))));
-        for (int i = 0; i < N; ++i) {
-          const int8_t* xqs = xq[i * nb + b].qs + 64 * j;
-          sumi[i] = _mm256_add_epi32(sumi[i], dot_u8_scaled(lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xqs)), s_lo));
-          sumi[i] = _mm256_add_epi32(sumi[i], dot_u8_scaled(hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xqs + 32)), s_hi));
-        }
-      }
-      for (int i = 0; i < N; ++i) {
-        const BlockQ8_K& xb = xq[i * nb + b];
-        __m128i bs = _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xb.bsums)),
-                                    _mm_loadu_si128(reinterpret_cast<const __m128i*>(xb.bsums + 8)));
-        __m128i pm = _mm_madd_epi16(mins, bs);
-        acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d * xb.d), _mm256_cvtepi32_ps(sumi[i]), acc[i]);
-        minacc[i] = _mm256_fmadd_ps(_mm256_set1_ps(dmin * xb.d), _mm256_cvtepi32_ps(_mm256_zextsi128_si256(pm)), minacc[i]);
-      }
-    }
-    for (int i = 0; i < N; ++i)
-      a.y[(n_off + i) * out + o] = hsum(acc[i]) - hsum(minacc[i]) + (a.bias ? a.bias[o] : 0.0f);
   }
 }
 
@@ -521,8 +483,8 @@ void gemv(const MatMulArgs& a) {
         switch (t) {
           case DType::Q2_K: return gemv_q2_q3_k<DType::Q2_K, n>(a, x, i, r0, r1);
           case DType::Q3_K: return gemv_q2_q3_k<DType::Q3_K, n>(a, x, i, r0, r1);
-          case DType::Q4_K: return gemv_q4_k<n>(a, x, i, r0, r1);
-          case DType::Q5_K: return gemv_q5_k<n>(a, x, i, r0, r1);
+          case DType::Q4_K: return gemv_q4_q5_k<DType::Q4_K, n>(a, x, i, r0, r1);
+          case DType::Q5_K: return gemv_q4_q5_k<DType::Q5_K, n>(a, x, i, r0, r1);
           default: return gemv_q6_k<n>(a, x, i, r0, r1);
         }
       });
