@@ -73,7 +73,10 @@ static void unpack_group_scalar(const Tensor& w, const uint8_t* row, int64_t g, 
       q3_k_values(b, q);
       int8_t sc[16];
       q3_k_scales(b.scales, sc);
-      for (int j = 0; j < 16; ++j) (j % 2 ? p.scale_hi : p.scale)[j / 2] = d * static_cast<float>(sc[j]);
+      for (int j = 0; j < 8; ++j) {  // block j's two 16-value groups
+        p.scale[j] = d * static_cast<float>(sc[2 * j]);
+        p.scale_hi[j] = d * static_cast<float>(sc[2 * j + 1]);
+      }
       return;
     }
     default: fail("unpack_group_scalar: ", dtype_name(w.dtype));
