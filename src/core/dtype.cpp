@@ -207,6 +207,17 @@ void q3_k_scales(const uint8_t* s, int8_t out[16]) {
   }
 }
 
+// Q4_K / Q5_K's 12 scale bytes pack 8 six-bit scales and 8 six-bit mins.
+void q4k_scale_min(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {
+  if (j < 4) {
+    *sc = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *sc = static_cast<uint8_t>((q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4));
+    *m = static_cast<uint8_t>((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+  }
+}
+
 namespace {
 
 void check_blocks(DType t, int64_t n) { (void)row_bytes(t, n); }
@@ -284,17 +295,6 @@ void dequant_q3_k(const BlockQ3_K* b, float* y, int64_t nb) {
     q3_k_values(b[i], q);
     q3_k_scales(b[i].scales, sc);
     for (int v = 0; v < QK_K; ++v) y[i * QK_K + v] = d * sc[v / 16] * (q[v] - 4);
-  }
-}
-
-// The 12 scale bytes of Q4_K pack 8 six-bit scales and 8 six-bit mins.
-inline void q4k_scale_min(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {
-  if (j < 4) {
-    *sc = q[j] & 63;
-    *m = q[j + 4] & 63;
-  } else {
-    *sc = static_cast<uint8_t>((q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4));
-    *m = static_cast<uint8_t>((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
   }
 }
 

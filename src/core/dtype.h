@@ -196,6 +196,8 @@ void q5_values(const uint8_t* qs, const uint8_t* qh, uint8_t q[32]);
 void q5_k_values(const BlockQ5_K& b, uint8_t q[QK_K]);
 void q3_k_values(const BlockQ3_K& b, uint8_t q[QK_K]);
 void q3_k_scales(const uint8_t* scales, int8_t out[16]);
+// Q4_K / Q5_K sub-block j's six-bit scale and min from the 12 scale bytes.
+void q4k_scale_min(int j, const uint8_t* scales, uint8_t* sc, uint8_t* m);
 
 // Dequantize n elements of type t starting at src into dst (f32). Plain types convert.
 void dequantize_row(DType t, const void* src, float* dst, int64_t n);

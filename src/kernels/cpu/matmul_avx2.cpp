@@ -729,7 +729,7 @@ bool q4_tile_type(DType t) {
 
 void gemm_q4_interleaved(const MatMulArgs& a) {
   const DType t = a.w->dtype;
-  const bool mins = t == DType::Q4_K || t == DType::Q4_K_X8 || t == DType::Q5_K || t == DType::Q4_1 || t == DType::Q5_1;
+  const bool mins = cpu::packed_has_mins(t);
   const bool five_bit = t == DType::Q5_0 || t == DType::Q5_1 || t == DType::Q5_K;
   cpu::gemm_interleaved(a, 2, 3, [&](int R, int T, const cpu::PackedW* const* w, const cpu::PackedX* const* x, int64_t groups,
                                   float* y, int64_t ldy, const float* bias) {

@@ -22,6 +22,10 @@ bool interleaved_supported(const MatMulArgs& a) {
          a.w->cols() % 256 == 0 && !a.w->block_scale;
 }
 
+bool packed_has_mins(DType t) {
+  return t == DType::Q4_K || t == DType::Q4_K_X8 || t == DType::Q5_K || t == DType::Q4_1 || t == DType::Q5_1;
+}
+
 bool k_quant_activations(DType t) {
   return t == DType::Q3_K || t == DType::Q4_K || t == DType::Q4_K_X8 || t == DType::Q5_K || t == DType::Q6_K || t == DType::Q6_K_X8;
 }
@@ -60,8 +64,8 @@ static void unpack_group_scalar(const Tensor& w, const uint8_t* row, int64_t g, 
       const float d = f16_to_f32(b.d), dmin = f16_to_f32(b.dmin);
       q5_k_values(b, q);
       for (int j = 0; j < 8; ++j) {
-        const int sc = j < 4 ? b.scales[j] & 63 : (b.scales[j + 4] & 0xf) | ((b.scales[j - 4] >> 6) << 4);
-        const int m = j < 4 ? b.scales[j + 4] & 63 : (b.scales[j + 4] >> 4) | ((b.scales[j] >> 6) << 4);
+        uint8_t sc, m;
+        q4k_scale_min(j, b.scales, &sc, &m);
         p.scale[j] = d * static_cast<float>(sc);
         p.min[j] = dmin * static_cast<float>(m);
       }

@@ -41,6 +41,8 @@ struct PackedX {
 bool interleaved_supported(const MatMulArgs& a);
 // Weights whose activations are Q8_K (256-value blocks with 16-value sums): the K-quants.
 bool k_quant_activations(DType t);
+// Weights whose packed groups carry a minimum (PackedW::min, applied per unit of PackedX::bsum).
+bool packed_has_mins(DType t);
 void pack_weights(const Tensor& w, int64_t row, PackedW* dst);
 // xq: the row already quantized to Q8_0 (Q8_0/Q4_0/Q8_0_X8 weights), or null to quantize x here.
 void pack_activations(DType wtype, const float* x, const BlockQ8_0* xq, int64_t K, PackedX* dst);

@@ -343,8 +343,7 @@ void gemv_q6_k_x8(const MatMulArgs& a) {
 
 void gemm_interleaved_vnni(const MatMulArgs& a) {
   const DType t = a.w->dtype;
-  const bool unsigned_w = t != DType::Q8_0,
-             mins = t == DType::Q4_K || t == DType::Q4_K_X8 || t == DType::Q5_K || t == DType::Q4_1 || t == DType::Q5_1;
+  const bool unsigned_w = t != DType::Q8_0, mins = cpu::packed_has_mins(t);
   cpu::gemm_interleaved(a, 4, 4, [&](int R, int T, const cpu::PackedW* const* w, const cpu::PackedX* const* x, int64_t groups,
                                   float* y, int64_t ldy, const float* bias) {
     if (!unsigned_w) tile_dispatch<false, false>(R, T, w, x, groups, y, ldy, bias);
