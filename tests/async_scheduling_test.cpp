@@ -20,19 +20,8 @@
 namespace fp {
 namespace {
 
-const char* kStories = "models/stories260K/stories260K.gguf";
 
 // f() throws an fp::Error whose message holds `part`.
-template <class F>
-void expect_error(F f, const std::string& part) {
-  try {
-    f();
-    ADD_FAILURE() << "no error; expected one saying: " << part;
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
-  }
-}
-
 struct Outcome {
   std::vector<int32_t> tokens;
   std::vector<float> logprobs;
@@ -148,15 +137,15 @@ void check_same_as_step_by_step(Model& m, int32_t stop_id) {
 }
 
 TEST(AsyncScheduling, GivesTheTokensOfStepByStepScheduling) {
-  FP_REQUIRE_FILE(test::testdata(kStories));
-  auto m = load_model(test::testdata(kStories));
+  FP_REQUIRE_FILE(test::testdata(test::kStoriesGguf));
+  auto m = load_model(test::testdata(test::kStoriesGguf));
   const auto period = m->tokenizer()->encode("a.", false, false);  // "." ends many sentences of its stories
   check_same_as_step_by_step(*m, period.back());
 }
 
 TEST(AsyncScheduling, RandomisedArrivalsAndCancellationsKeepTheInvariants) {
-  FP_REQUIRE_FILE(test::testdata(kStories));
-  auto m = load_model(test::testdata(kStories));
+  FP_REQUIRE_FILE(test::testdata(test::kStoriesGguf));
+  auto m = load_model(test::testdata(test::kStoriesGguf));
   std::mt19937 rng(99);
   EngineConfig c;
   c.page_size = 8;
@@ -228,8 +217,8 @@ TEST(AsyncScheduling, RandomisedArrivalsAndCancellationsKeepTheInvariants) {
 }
 
 TEST(AsyncScheduling, AnEngineGoneWithAStepInFlightLeavesTheModelUsable) {
-  FP_REQUIRE_FILE(test::testdata(kStories));
-  auto m = load_model(test::testdata(kStories));
+  FP_REQUIRE_FILE(test::testdata(test::kStoriesGguf));
+  auto m = load_model(test::testdata(test::kStoriesGguf));
   EngineConfig c;
   c.max_model_len = 128;
   c.kv_cache_bytes = 8 << 20;
@@ -261,28 +250,28 @@ TEST(AsyncScheduling, AnEngineGoneWithAStepInFlightLeavesTheModelUsable) {
 }
 
 TEST(AsyncScheduling, LaunchStepRefusesWhatItCannotRun) {
-  FP_REQUIRE_FILE(test::testdata(kStories));
-  auto m = load_model(test::testdata(kStories));
+  FP_REQUIRE_FILE(test::testdata(test::kStoriesGguf));
+  auto m = load_model(test::testdata(test::kStoriesGguf));
   auto pool = std::make_unique<KvPool>(m->kv_layout(), 16, 8, Device::CPU);
   ForwardBatch b;
   const int32_t toks[] = {1, 2, 3};
   const int32_t pages[] = {0};
   b.add_sequence(toks, 3, 0, pages, 1, true);
   RowSampling host_row;  // its logits wanted on the host
-  expect_error([&] { m->launch_step(b, *pool, {host_row}); }, "every logit row must be sampled where the logits are");
+  test::expect_error([&] { m->launch_step(b, *pool, {host_row}); }, {"every logit row must be sampled where the logits are"});
   RowSampling row;
   row.here = true;
   b.feed_rows = {-1, -1, 0};
-  expect_error([&] { m->launch_step(b, *pool, {row}); }, "fed from row 0 of a step of 0 rows");
+  test::expect_error([&] { m->launch_step(b, *pool, {row}); }, {"fed from row 0 of a step of 0 rows"});
   b.feed_rows.clear();
   m->launch_step(b, *pool, {row});
   m->launch_step(b, *pool, {row});
-  expect_error([&] { m->launch_step(b, *pool, {row}); }, "launched and unfinished already");
+  test::expect_error([&] { m->launch_step(b, *pool, {row}); }, {"launched and unfinished already"});
   int32_t id[1] = {-1};
   m->finish_step(id);
   m->finish_step(id);
   EXPECT_GE(id[0], 0);
-  expect_error([&] { m->finish_step(id); }, "no step was launched");
+  test::expect_error([&] { m->finish_step(id); }, {"no step was launched"});
 }
 
 // The token_feed op's reference: fed positions take the named row's id, the others keep theirs.

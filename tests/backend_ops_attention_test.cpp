@@ -122,7 +122,6 @@ int run_cases(const std::vector<AttnCase>& cases) {
   return checked;
 }
 
-bool have_avx2() { return cpu_features().missing({"avx2", "fma", "f16c"}).empty(); }
 
 // (heads, kv_heads) for GQA ratios 1, 2, 4, 8.
 const std::vector<std::pair<int64_t, int64_t>> kHeadConfigs = {{4, 4}, {4, 2}, {8, 2}, {8, 1}};
@@ -144,7 +143,7 @@ TEST(BackendOps, AttentionDecodeEveryKernelAgainstItsReference) {
   cs.push_back({1, 4, 1, 192, 128, 700, 699});
   cs.push_back({1, 8, 8, 64, 64, 600, 599, false, 1.0f});
   int checked = run_cases(cs);
-  if (have_avx2()) {
+  if (test::cpu_has_avx2()) {
     EXPECT_GT(checked, 0) << "no non-reference attention kernel ran on an AVX2 CPU";
   }
 }
@@ -168,7 +167,7 @@ TEST(BackendOps, AttentionPrefillEveryKernelAgainstItsReference) {
   cs.push_back({24, 8, 2, 64, 32, 300, 250});
   cs.push_back({70, 4, 4, 128, 128, 200, 130, false, 1.0f});
   int checked = run_cases(cs);
-  if (have_avx2()) {
+  if (test::cpu_has_avx2()) {
     EXPECT_GT(checked, 0) << "no non-reference attention kernel ran on an AVX2 CPU";
   }
 }
@@ -177,7 +176,7 @@ TEST(BackendOps, AttentionEmptyCacheGivesZerosAndNoTokensWritesNothing) {
   // kv_len 0: no query sees a key; the reference writes zeros.
   std::vector<AttnCase> cs = {{3, 4, 2, 16, 16, 0, 0}, {1, 4, 4, 64, 64, 0, 0}};
   int checked = run_cases(cs);
-  if (have_avx2()) {
+  if (test::cpu_has_avx2()) {
     EXPECT_GT(checked, 0);
   }
   AttnCase c{0, 4, 2, 64, 64, 10, 0};
@@ -203,7 +202,7 @@ TEST(BackendOps, AttentionEveryPageSizeAndVarlenBatches) {
   for (int64_t s = 1; s < 16; ++s) decodes.more.push_back({1, 40 * s + 3, 40 * s + 2});
   cs.push_back(decodes);
   int checked = run_cases(cs);
-  if (have_avx2()) {
+  if (test::cpu_has_avx2()) {
     EXPECT_GT(checked, 0);
   }
 }

@@ -21,11 +21,10 @@
 namespace fp {
 namespace {
 
-bool have_avx2() { return cpu_features().missing({"avx2", "fma", "f16c"}).empty(); }
 
 // Fails when the CPU has AVX2 but no fast kernel was checked (it refused silently).
 void expect_fast_kernel_ran(int checked, const char* op) {
-  if (have_avx2()) {
+  if (test::cpu_has_avx2()) {
     EXPECT_GT(checked, 0) << "no non-reference " << op << " kernel ran on an AVX2 CPU";
   }
 }
@@ -343,7 +342,7 @@ FP_AVX2 void exp8_many(const float* x, float* y, size_t n) {
 }
 
 TEST(BackendOps, VectorExpRelativeErrorAndRange) {
-  if (!have_avx2()) GTEST_SKIP() << "CPU lacks AVX2/FMA";
+  if (!test::cpu_has_avx2()) GTEST_SKIP() << "CPU lacks AVX2/FMA";
   std::vector<float> x, y;
   for (double v = -87.3; v <= 88.0; v += 1.37e-4) x.push_back(static_cast<float>(v));
   for (float v : {0.0f, -0.0f, 1e-30f, -1e-30f, 0.3465f, -0.3466f}) x.push_back(v);

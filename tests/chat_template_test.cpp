@@ -29,17 +29,6 @@ std::string render(const std::string& src, const ojson& vars = ojson::object(), 
   return jinja::Template(src, "t").render(vars, lim);
 }
 
-// Runs f, expecting fp::Error whose message contains every needle.
-template <class F>
-void expect_error(F f, const std::vector<std::string>& needles) {
-  try {
-    f();
-    ADD_FAILURE() << "no fp::Error thrown";
-  } catch (const Error& e) {
-    for (const auto& n : needles) EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what() << " lacks " << n;
-  }
-}
-
 // ---- the interpreter, feature by feature (expected values from jinja2) ----
 
 TEST(JinjaGolden, UnitCasesMatchJinja2) {
@@ -64,18 +53,18 @@ TEST(JinjaGolden, UnitCasesMatchJinja2) {
 }
 
 TEST(Jinja, ErrorsNameTemplateLineAndColumn) {
-  expect_error([] { render("line one\n{% if true %}\n  {{ 1 + }}\n{% endif %}"); }, {"t:3:", "unexpected end of print statement"});
-  expect_error([] { render("{% for m in messages %}\nx"); }, {"t:2:", "endfor", "'for' (line 1)"});
-  expect_error([] { render("ok\n{{ 'never closed }}"); }, {"t:2:4", "unterminated string"});
-  expect_error([] { render("{# no end"); }, {"t:1:1", "comment"});
-  expect_error([] { render("a\n  {{ x|no_such_filter }}"); }, {"t:2:", "no filter named 'no_such_filter'"});
-  expect_error([] { render("{% frobnicate %}"); }, {"t:1:", "frobnicate"});
-  expect_error([] { render("{{ missing.attr }}"); }, {"'missing' is undefined"});
-  expect_error([] { render("{{ [1, 2) }}"); }, {"unexpected ')'"});
+  test::expect_error([] { render("line one\n{% if true %}\n  {{ 1 + }}\n{% endif %}"); }, {"t:3:", "unexpected end of print statement"});
+  test::expect_error([] { render("{% for m in messages %}\nx"); }, {"t:2:", "endfor", "'for' (line 1)"});
+  test::expect_error([] { render("ok\n{{ 'never closed }}"); }, {"t:2:4", "unterminated string"});
+  test::expect_error([] { render("{# no end"); }, {"t:1:1", "comment"});
+  test::expect_error([] { render("a\n  {{ x|no_such_filter }}"); }, {"t:2:", "no filter named 'no_such_filter'"});
+  test::expect_error([] { render("{% frobnicate %}"); }, {"t:1:", "frobnicate"});
+  test::expect_error([] { render("{{ missing.attr }}"); }, {"'missing' is undefined"});
+  test::expect_error([] { render("{{ [1, 2) }}"); }, {"unexpected ')'"});
 }
 
 TEST(Jinja, RaiseExceptionCarriesTheMessage) {
-  expect_error(
+  test::expect_error(
       [] {
         render("{% for m in messages %}{% if m.role == 'bot' %}{{ raise_exception('Only user and assistant roles are "
                "supported!') }}{% endif %}{% endfor %}",
@@ -86,21 +75,21 @@ TEST(Jinja, RaiseExceptionCarriesTheMessage) {
 
 TEST(Jinja, DeepNestingIsBounded) {
   const std::string parens = "{{ " + std::string(100000, '(') + "1" + std::string(100000, ')') + " }}";
-  expect_error([&] { render(parens); }, {"nested too deeply"});
+  test::expect_error([&] { render(parens); }, {"nested too deeply"});
   std::string blocks;
   for (int k = 0; k < 20000; ++k) blocks += "{% if true %}";
-  expect_error([&] { render(blocks); }, {"nested too deeply"});
+  test::expect_error([&] { render(blocks); }, {"nested too deeply"});
   std::string chain = "{{ 1";
   for (int k = 0; k < 100000; ++k) chain += " + 1";
-  expect_error([&] { render(chain + " }}"); }, {"nested too deeply"});
-  expect_error([] { render("{{ " + std::string(50000, '-') + "1 }}"); }, {"nested too deeply"});
+  test::expect_error([&] { render(chain + " }}"); }, {"nested too deeply"});
+  test::expect_error([] { render("{{ " + std::string(50000, '-') + "1 }}"); }, {"nested too deeply"});
   std::string nots = "{{ ";
   for (int k = 0; k < 50000; ++k) nots += "not ";
-  expect_error([&] { render(nots + "1 }}"); }, {"nested too deeply"});
-  expect_error([] { render("{{ " + std::string(50000, '[') + " }}"); }, {});
+  test::expect_error([&] { render(nots + "1 }}"); }, {"nested too deeply"});
+  test::expect_error([] { render("{{ " + std::string(50000, '[') + " }}"); }, {});
   // Deeply nested data (a hostile request body) cannot overflow the stack either.
   const ojson deep = ojson::parse(std::string(2000, '[') + "1" + std::string(2000, ']'));
-  expect_error([&] { render("{{ x|tojson }}", {{"x", deep}}); }, {"nested deeper"});
+  test::expect_error([&] { render("{{ x|tojson }}", {{"x", deep}}); }, {"nested deeper"});
   // Modest nesting still works.
   EXPECT_EQ(render("{{ " + std::string(40, '(') + "7" + std::string(40, ')') + " }}"), "7");
 }
@@ -108,16 +97,16 @@ TEST(Jinja, DeepNestingIsBounded) {
 TEST(Jinja, RunawayTemplatesHitTheLimits) {
   jinja::RenderLimits lim;
   lim.max_output_bytes = 1 << 20;
-  expect_error([&] { render("{% for i in range(100000) %}{{ 'x' * 100 }}{% endfor %}", ojson::object(), lim); },
+  test::expect_error([&] { render("{% for i in range(100000) %}{{ 'x' * 100 }}{% endfor %}", ojson::object(), lim); },
                {"output exceeds"});
   lim.max_steps = 200'000;
-  expect_error([&] { render("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+  test::expect_error([&] { render("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
                             ojson::object(), lim); },
                {"work limit"});
-  expect_error([] { render("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}"); }, {"macro calls nested deeper"});
-  expect_error([] { render("{{ 'x' * 100000000000 }}"); }, {"too long"});
-  expect_error([] { render("{{ 2 ** 100 }}"); }, {"overflow"});
-  expect_error([] { render("{% set ns = namespace(s='ab') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}"); },
+  test::expect_error([] { render("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}"); }, {"macro calls nested deeper"});
+  test::expect_error([] { render("{{ 'x' * 100000000000 }}"); }, {"too long"});
+  test::expect_error([] { render("{{ 2 ** 100 }}"); }, {"overflow"});
+  test::expect_error([] { render("{% set ns = namespace(s='ab') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}"); },
                {"too long"});
 }
 
@@ -253,7 +242,7 @@ TEST(ChatTemplate, NamedTemplatesAndChatTemplateJinja) {
   EXPECT_EQ(ChatTemplate::from_path(dir).render(ojson::array(), false), "<B>D<E>");
   EXPECT_EQ(ChatTemplate::from_tokenizer_config(dir + "/tokenizer_config.json", "tool_use").render(ojson::array(), true),
             "TOOLS");
-  expect_error([&] { ChatTemplate::from_tokenizer_config(dir + "/tokenizer_config.json", "nope"); },
+  test::expect_error([&] { ChatTemplate::from_tokenizer_config(dir + "/tokenizer_config.json", "nope"); },
                {"no chat template named 'nope'", "tool_use, default"});
   // transformers' newer layout: chat_template.jinja beside the config wins.
   std::ofstream(dir + "/chat_template.jinja") << "J{{ messages|length }}{{ eos_token }}\n";

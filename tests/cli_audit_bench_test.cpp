@@ -15,12 +15,10 @@
 namespace fp {
 namespace {
 
-std::string stories() { return test::testdata("models/stories260K/stories260K.gguf"); }
-
 TEST(CliAudit, PrintsTheLedgerAndStrictPassesWithoutFallbacks) {
-  FP_REQUIRE_FILE(stories());
+  FP_REQUIRE_FILE(test::stories_path());
   int rc = -1;
-  std::string out = test::run_command(test::fastpath_bin() + " audit -q --strict -m " + stories(), &rc);
+  std::string out = test::run_command(test::fastpath_bin() + " audit -q --strict -m " + test::stories_path(), &rc);
   EXPECT_EQ(rc, 0) << out;
   for (const char* op : {"matmul", "attention", "rmsnorm", "rope", "silu_mul", "embedding", "add"})
     EXPECT_NE(out.find(op), std::string::npos) << op << "\n" << out;
@@ -28,15 +26,15 @@ TEST(CliAudit, PrintsTheLedgerAndStrictPassesWithoutFallbacks) {
 }
 
 TEST(CliAudit, StrictFailsWhenAFastKernelIsRefused) {
-  FP_REQUIRE_FILE(stories());
+  FP_REQUIRE_FILE(test::stories_path());
   if (!cpu_features().missing({"avx2"}).empty()) GTEST_SKIP() << "no AVX2 kernels to refuse on this CPU";
   int rc = -1;
-  std::string out = test::run_command("FASTPATH_CPU_DISABLE=avx2 " + test::fastpath_bin() + " audit --strict -m " + stories() + " 2>&1", &rc);
+  std::string out = test::run_command("FASTPATH_CPU_DISABLE=avx2 " + test::fastpath_bin() + " audit --strict -m " + test::stories_path() + " 2>&1", &rc);
   EXPECT_EQ(rc, 3) << out;
   EXPECT_NE(out.find("FALLBACK"), std::string::npos) << out;
   EXPECT_NE(out.find("needs avx2"), std::string::npos) << out;
   // The JSON ledger says the same.
-  out = test::run_command("FASTPATH_CPU_DISABLE=avx2 " + test::fastpath_bin() + " audit -q --json -m " + stories(), &rc);
+  out = test::run_command("FASTPATH_CPU_DISABLE=avx2 " + test::fastpath_bin() + " audit -q --json -m " + test::stories_path(), &rc);
   EXPECT_EQ(rc, 0);
   auto j = nlohmann::json::parse(out, nullptr, false);
   ASSERT_FALSE(j.is_discarded()) << out;
@@ -44,18 +42,18 @@ TEST(CliAudit, StrictFailsWhenAFastKernelIsRefused) {
 }
 
 TEST(CliAudit, ForcedKernelThatCannotRunIsAnError) {
-  FP_REQUIRE_FILE(stories());
+  FP_REQUIRE_FILE(test::stories_path());
   if (!cpu_features().missing({"avx2"}).empty()) GTEST_SKIP() << "needs AVX2";
   int rc = -1;
-  std::string out = test::run_command("FASTPATH_CPU_DISABLE=avx2 " + test::fastpath_bin() + " audit --kernel matmul=avx2 -m " + stories() + " 2>&1", &rc);
+  std::string out = test::run_command("FASTPATH_CPU_DISABLE=avx2 " + test::fastpath_bin() + " audit --kernel matmul=avx2 -m " + test::stories_path() + " 2>&1", &rc);
   EXPECT_EQ(rc, 1) << out;
   EXPECT_NE(out.find("was forced but cannot run"), std::string::npos) << out;
 }
 
 TEST(CliBench, JsonHasTheContractKeys) {
-  FP_REQUIRE_FILE(stories());
+  FP_REQUIRE_FILE(test::stories_path());
   int rc = -1;
-  std::string out = test::run_command(test::fastpath_bin() + " bench -q --json -p 32 -n 8 -r 2 --warmup 0 -m " + stories(), &rc);
+  std::string out = test::run_command(test::fastpath_bin() + " bench -q --json -p 32 -n 8 -r 2 --warmup 0 -m " + test::stories_path(), &rc);
   ASSERT_EQ(rc, 0) << out;
   auto j = nlohmann::json::parse(out, nullptr, false);
   ASSERT_FALSE(j.is_discarded()) << out;
@@ -71,7 +69,7 @@ TEST(CliBench, JsonHasTheContractKeys) {
   EXPECT_NEAR(j["decode_beside_fraction"].get<double>(), j["decode_tps"].get<double>() / j["decode_beside_ceiling_tps"].get<double>(),
               1e-9 * j["decode_beside_fraction"].get<double>());
   // Batched decode: one entry per batch size above 1.
-  out = test::run_command(test::fastpath_bin() + " bench -q --json -p 0 -n 8 -r 1 --warmup 0 -b 1,4 -m " + stories(), &rc);
+  out = test::run_command(test::fastpath_bin() + " bench -q --json -p 0 -n 8 -r 1 --warmup 0 -b 1,4 -m " + test::stories_path(), &rc);
   ASSERT_EQ(rc, 0) << out;
   j = nlohmann::json::parse(out, nullptr, false);
   ASSERT_FALSE(j.is_discarded()) << out;
@@ -138,11 +136,11 @@ TEST(CliKvDtype, AutoFollowsTheWeights) {
 }
 
 TEST(CliBench, ServingRunReportsThroughputAndPrefixHits) {
-  FP_REQUIRE_FILE(stories());
+  FP_REQUIRE_FILE(test::stories_path());
   int rc = -1;
   std::string out = test::run_command(test::fastpath_bin() +
                                           " bench -q --json --requests 12 --input-len 40 --output-len 8 --concurrency 1,4 "
-                                          "--shared-prefix-len 32 --kv-cache-memory 64MiB -m " + stories(), &rc);
+                                          "--shared-prefix-len 32 --kv-cache-memory 64MiB -m " + test::stories_path(), &rc);
   ASSERT_EQ(rc, 0) << out;
   auto j = nlohmann::json::parse(out, nullptr, false);
   ASSERT_FALSE(j.is_discarded()) << out;
@@ -158,7 +156,7 @@ TEST(CliBench, ServingRunReportsThroughputAndPrefixHits) {
 }
 
 TEST(CliGenerate, BatchFileGivesEachPromptsOwnTextInOrder) {
-  FP_REQUIRE_FILE(stories());
+  FP_REQUIRE_FILE(test::stories_path());
   std::string dir = test::temp_dir("batch_file");
   const std::vector<std::string> prompts = {"Once upon a time", "Lily had a dog", "The sun was", "Tom"};
   {
@@ -167,7 +165,7 @@ TEST(CliGenerate, BatchFileGivesEachPromptsOwnTextInOrder) {
       f << nlohmann::json{{"prompt", prompts[i]}, {"max_tokens", 12 + static_cast<int>(i)}, {"temperature", 0}}.dump() << "\n";
   }
   int rc = -1;
-  std::string out = test::run_command(test::fastpath_bin() + " generate -q --batch-file " + dir + "/in.jsonl -m " + stories(), &rc);
+  std::string out = test::run_command(test::fastpath_bin() + " generate -q --batch-file " + dir + "/in.jsonl -m " + test::stories_path(), &rc);
   ASSERT_EQ(rc, 0) << out;
   std::istringstream lines(out);
   std::string line;
@@ -177,7 +175,7 @@ TEST(CliGenerate, BatchFileGivesEachPromptsOwnTextInOrder) {
     auto j = nlohmann::json::parse(line);
     EXPECT_EQ(j["index"], i);
     std::string alone = test::run_command(test::fastpath_bin() + " generate -q --temp 0 -n " + std::to_string(12 + i) + " -p '" +
-                                              prompts[i] + "' -m " + stories(), &rc);
+                                              prompts[i] + "' -m " + test::stories_path(), &rc);
     ASSERT_EQ(rc, 0);
     EXPECT_EQ(j["text"].get<std::string>() + "\n", alone) << "prompt " << i;
   }
@@ -187,7 +185,7 @@ TEST(CliGenerate, BatchFileGivesEachPromptsOwnTextInOrder) {
     std::ofstream f(dir + "/bad.jsonl");
     f << "{\"prompt\": \"ok\"}\n{\"prompt\": \"x\", \"temperature\": \"hot\"}\n";
   }
-  out = test::run_command(test::fastpath_bin() + " generate -q --batch-file " + dir + "/bad.jsonl -m " + stories() + " 2>&1", &rc);
+  out = test::run_command(test::fastpath_bin() + " generate -q --batch-file " + dir + "/bad.jsonl -m " + test::stories_path() + " 2>&1", &rc);
   EXPECT_EQ(rc, 1);
   EXPECT_NE(out.find("bad.jsonl:2: field 'temperature'"), std::string::npos) << out;
 }

@@ -22,7 +22,7 @@ using test::download;
 using test::upload;
 using test::upload_into;
 
-struct AttnCase {
+struct GpuAttnCase {
   int64_t n, heads, kv_heads, hd, vd, kv_len;
   int32_t pos0;           // pos[i] = pos0 + i, unless shuffled
   bool shuffled = false;  // positions in a scrambled order with gaps
@@ -31,7 +31,7 @@ struct AttnCase {
   DType kv = DType::F32;
 };
 
-std::string label(const AttnCase& c) {
+std::string label(const GpuAttnCase& c) {
   std::string more;
   for (auto& sq : c.more) more += " +seq(n=" + std::to_string(sq[0]) + " kv=" + std::to_string(sq[1]) + " pos0=" + std::to_string(sq[2]) + ")";
   return "n=" + std::to_string(c.n) + " heads=" + std::to_string(c.heads) + "/" + std::to_string(c.kv_heads) +
@@ -50,7 +50,7 @@ struct AttnHost {
   int64_t n = 0, n_seqs = 0, k_stride = 0, v_stride = 0;
 };
 
-AttnHost make_host(const AttnCase& c) {
+AttnHost make_host(const GpuAttnCase& c) {
   std::vector<std::array<int64_t, 3>> seqs = {{c.n, c.kv_len, c.pos0}};
   seqs.insert(seqs.end(), c.more.begin(), c.more.end());
   const uint32_t seed = static_cast<uint32_t>(c.n * 131 + c.heads * 17 + c.kv_heads * 5 + c.hd + c.kv_len * 3 + c.page_size);
@@ -90,7 +90,7 @@ AttnHost make_host(const AttnCase& c) {
   return h;
 }
 
-AttentionArgs args(const AttnCase& c, const AttnHost& h, const float* q, const int32_t* pos, const int32_t* seq_indptr,
+AttentionArgs args(const GpuAttnCase& c, const AttnHost& h, const float* q, const int32_t* pos, const int32_t* seq_indptr,
                    const void* k, const void* v, const int32_t* page_indptr, const int32_t* page_ids, const int32_t* kv_len,
                    float* out) {
   AttentionArgs a{};
@@ -117,7 +117,7 @@ AttentionArgs args(const AttnCase& c, const AttnHost& h, const float* q, const i
   return a;
 }
 
-void check_attention(const AttnCase& c, Coverage& cov) {
+void check_attention(const GpuAttnCase& c, Coverage& cov) {
   SCOPED_TRACE(label(c));
   const AttnHost h = make_host(c);
   const bool half = c.kv != DType::F32;
@@ -149,9 +149,9 @@ void check_attention(const AttnCase& c, Coverage& cov) {
   }
 }
 
-void run_all_kv_dtypes(const std::vector<AttnCase>& cases, Coverage& cov) {
+void run_all_kv_dtypes(const std::vector<GpuAttnCase>& cases, Coverage& cov) {
   for (DType kv : {DType::F32, DType::F16, DType::BF16})
-    for (AttnCase c : cases) {
+    for (GpuAttnCase c : cases) {
       c.kv = kv;
       check_attention(c, cov);
     }
@@ -167,7 +167,7 @@ const std::vector<std::pair<int64_t, int64_t>> kDims = {{8, 8},     {16, 16},   
 TEST(CudaOpsAttention, DecodeAgainstTheReference) {
   FP_SKIP_WITHOUT_GPU();
   Coverage cov;
-  std::vector<AttnCase> cs;
+  std::vector<GpuAttnCase> cs;
   for (auto [hd, vd] : kDims)
     for (auto [h, kvh] : kHeads)
       for (int64_t kv : {1, 2, 33, 65, 1000}) cs.push_back({1, h, kvh, hd, vd, kv, static_cast<int32_t>(kv - 1)});
@@ -187,7 +187,7 @@ TEST(CudaOpsAttention, DecodeAgainstTheReference) {
 TEST(CudaOpsAttention, PrefillAgainstTheReference) {
   FP_SKIP_WITHOUT_GPU();
   Coverage cov;
-  std::vector<AttnCase> cs;
+  std::vector<GpuAttnCase> cs;
   for (auto [hd, vd] : kDims)
     for (auto [h, kvh] : kHeads)
       for (int64_t n : {2, 17, 65})
@@ -211,25 +211,25 @@ TEST(CudaOpsAttention, PrefillAgainstTheReference) {
 TEST(CudaOpsAttention, EveryPageSizeAndVarlenBatches) {
   FP_SKIP_WITHOUT_GPU();
   Coverage cov;
-  std::vector<AttnCase> cs;
+  std::vector<GpuAttnCase> cs;
   for (int64_t ps : {1, 8, 16, 32, 64, 128, 256}) {
     cs.push_back({1, 8, 2, 64, 64, 700, 699, false, ps});   // decode
     cs.push_back({37, 8, 2, 64, 64, 237, 200, false, ps});  // prefill after a prefix
     // decode + chunked prefill + a one-token cache + a long decode + an empty sequence + prefill
-    AttnCase mixed{1, 8, 2, 128, 128, 300, 299, false, ps};
+    GpuAttnCase mixed{1, 8, 2, 128, 128, 300, 299, false, ps};
     mixed.more = {{50, 130, 80}, {1, 1, 0}, {1, 1000, 999}, {0, 20, 20}, {17, 17, 0}};
     cs.push_back(mixed);
   }
   // The continuous-batching decode step: many sequences, one token each, short and long.
-  AttnCase decodes{1, 32, 8, 128, 128, 5, 4, false, 16};
+  GpuAttnCase decodes{1, 32, 8, 128, 128, 5, 4, false, 16};
   for (int64_t s = 1; s < 24; ++s) decodes.more.push_back({1, 173 * s + 3, 173 * s + 2});
   cs.push_back(decodes);
   // As many tokens as sequences (the "decode" class) but not one each: 2 + 0 tokens.
-  AttnCase lumpy{2, 8, 2, 64, 64, 50, 48, false, 16};
+  GpuAttnCase lumpy{2, 8, 2, 64, 64, 50, 48, false, 16};
   lumpy.more = {{0, 30, 30}};
   cs.push_back(lumpy);
   // A prefill tile that straddles sequences: short sequences of odd lengths back to back.
-  AttnCase packed{3, 16, 16, 64, 64, 3, 0, false, 16};
+  GpuAttnCase packed{3, 16, 16, 64, 64, 3, 0, false, 16};
   packed.more = {{5, 5, 0}, {7, 40, 33}, {1, 9, 8}, {11, 11, 0}};
   cs.push_back(packed);
   run_all_kv_dtypes(cs, cov);
@@ -238,7 +238,7 @@ TEST(CudaOpsAttention, EveryPageSizeAndVarlenBatches) {
 
 TEST(CudaOpsAttention, NoTokensWritesNothing) {
   FP_SKIP_WITHOUT_GPU();
-  AttnCase c{0, 4, 2, 64, 64, 10, 0};
+  GpuAttnCase c{0, 4, 2, 64, 64, 10, 0};
   const AttnHost h = make_host(c);
   DeviceBuffer dq = upload(h.q), dpos = upload(h.pos), dsi = upload(h.seq_indptr), dpi = upload(h.page_indptr),
                dpid = upload(h.page_ids), dkl = upload(h.kv_len), dk = upload(h.k), dv = upload(h.v);

@@ -35,15 +35,6 @@ std::string synth_v3(const std::string& out, DType type, const nlohmann::json& c
   return out;
 }
 
-double rel_err(const std::vector<float>& got, const std::vector<float>& ref) {
-  double err = 0, mx = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    err = std::max(err, static_cast<double>(std::fabs(got[i] - ref[i])));
-    mx = std::max(mx, static_cast<double>(std::fabs(ref[i])));
-  }
-  return err / mx;
-}
-
 const std::vector<int32_t> kIds = {1, 17, 300, 5, 99, 42, 260, 7, 511, 3};
 
 // The FP8 directory `src` rewritten with every FP8 weight dequantized (scales applied) to F32.
@@ -88,7 +79,7 @@ TEST(DeepseekCheckpoint, Fp8BlockScaledMatchesItsDequantizedTwinAndBf16) {
   auto fp8 = test::all_position_logits(fp8_dir, kIds);
   dequantize_fp8_dir(fp8_dir, dir + "/deq");
   auto deq = test::all_position_logits(dir + "/deq", kIds);
-  EXPECT_LT(rel_err(fp8, deq), 1e-4);
+  EXPECT_LT(test::rel_err(fp8, deq), 1e-4);
 
   // Against the BF16 twin: E4M3 keeps 3 mantissa bits (rounding error up to 1/16 per weight),
   // BF16 8. Every expert is selected here, so FP8 noise cannot flip a routing decision (with
@@ -98,9 +89,9 @@ TEST(DeepseekCheckpoint, Fp8BlockScaledMatchesItsDequantizedTwinAndBf16) {
   auto f32 = test::all_position_logits(synth_v3(dir + "/all_f32", DType::F32, all), kIds);
   auto bf16 = test::all_position_logits(synth_v3(dir + "/all_bf16", DType::BF16, all), kIds);
   auto fp8a = test::all_position_logits(synth_v3(dir + "/all_fp8", DType::F8_E4M3, all), kIds);
-  const double e_fp8 = rel_err(fp8a, f32), e_bf16 = rel_err(bf16, f32);
+  const double e_fp8 = test::rel_err(fp8a, f32), e_bf16 = test::rel_err(bf16, f32);
   std::printf("vs F32: FP8 %.3g, BF16 %.3g (relative to max |logit|)\n", e_fp8, e_bf16);
-  EXPECT_LT(rel_err(fp8a, bf16), 0.15);
+  EXPECT_LT(test::rel_err(fp8a, bf16), 0.15);
   EXPECT_LT(e_bf16, 0.02);
 }
 

@@ -29,15 +29,6 @@ Fixture read_fixture(const std::string& name) {
   return f;
 }
 
-double rel_err(const std::vector<float>& got, const std::vector<float>& ref) {
-  double err = 0, mx = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    err = std::max(err, static_cast<double>(std::fabs(got[i] - ref[i])));
-    mx = std::max(mx, static_cast<double>(std::fabs(ref[i])));
-  }
-  return err / mx;
-}
-
 std::vector<float> token_by_token(Model& m, const std::vector<int32_t>& ids) {
   const int64_t n = static_cast<int64_t>(ids.size()), V = m.config().n_vocab;
   auto cache = m.new_cache(n, 16);
@@ -65,11 +56,11 @@ TEST_P(DeepseekFixture, MatchesLlamaCppBatchAndIncremental) {
   EXPECT_EQ(m->kv_layout().v_width, 0);
 
   auto batch = test::all_position_logits(path, f.ids);
-  EXPECT_LT(rel_err(batch, f.ref), 1e-3) << name << " batch";
+  EXPECT_LT(test::rel_err(batch, f.ref), 1e-3) << name << " batch";
   auto inc = token_by_token(*m, f.ids);
-  EXPECT_LT(rel_err(inc, f.ref), 1e-3) << name << " token by token";
-  std::printf("%s: batch %.3g, token by token %.3g (relative to max |logit|)\n", name.c_str(), rel_err(batch, f.ref),
-              rel_err(inc, f.ref));
+  EXPECT_LT(test::rel_err(inc, f.ref), 1e-3) << name << " token by token";
+  std::printf("%s: batch %.3g, token by token %.3g (relative to max |logit|)\n", name.c_str(), test::rel_err(batch, f.ref),
+              test::rel_err(inc, f.ref));
 
   // The absorbed form on the whole batch equals the expanded form (prefill) to 1e-4.
   KernelOverrides::global().force("mla_attention", "absorbed");
@@ -77,7 +68,7 @@ TEST_P(DeepseekFixture, MatchesLlamaCppBatchAndIncremental) {
   auto absorbed = test::all_position_logits(path, f.ids);
   KernelOverrides::global().clear();
   invalidate_all_dispatch();
-  EXPECT_LT(rel_err(absorbed, batch), 1e-4) << name << " absorbed vs expanded";
+  EXPECT_LT(test::rel_err(absorbed, batch), 1e-4) << name << " absorbed vs expanded";
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, DeepseekFixture, ::testing::Values("ds3-tiny", "ds2lite-tiny"));

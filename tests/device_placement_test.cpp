@@ -32,14 +32,13 @@
 namespace fp {
 namespace {
 
-const char* kStories = "models/stories260K/stories260K.gguf";
 
 using test::EmulatedDevice;
 
 std::unique_ptr<Model> load_on(Device d) {
   LoadOptions lo;
   lo.device = d;
-  return load_model(test::testdata(kStories), lo);
+  return load_model(test::testdata(test::kStoriesGguf), lo);
 }
 
 std::vector<int32_t> greedy_tokens(Model& m, const std::string& prompt, int32_t n) {
@@ -100,7 +99,7 @@ std::vector<std::vector<int32_t>> serve_prompts(Model& m, int32_t n, bool chunke
 }
 
 TEST(DevicePlacement, StandInDeviceGivesTheCpuModelsLogitsAndText) {
-  FP_REQUIRE_FILE(test::testdata(kStories));
+  FP_REQUIRE_FILE(test::testdata(test::kStoriesGguf));
   FP_REQUIRE_NO_GPU();
   auto cpu = load_on(Device::CPU);
   EmulatedDevice dev;
@@ -153,7 +152,7 @@ TEST(DevicePlacement, StandInDeviceGivesTheCpuModelsLogitsAndText) {
 }
 
 TEST(DevicePlacement, StandInDeviceServesABatchLikeTheCpu) {
-  FP_REQUIRE_FILE(test::testdata(kStories));
+  FP_REQUIRE_FILE(test::testdata(test::kStoriesGguf));
   FP_REQUIRE_NO_GPU();
   auto cpu = load_on(Device::CPU);
   std::vector<std::vector<int32_t>> want;
@@ -182,7 +181,7 @@ TEST(DevicePlacement, StandInDeviceServesABatchLikeTheCpu) {
 // device from the ids the step before sampled, and gives the CPU's tokens. A missing fence, or
 // ids read before their copy ran, would give stale tokens here.
 TEST(DevicePlacement, AsyncSchedulingOnADeferredStreamGivesTheCpuTokens) {
-  FP_REQUIRE_FILE(test::testdata(kStories));
+  FP_REQUIRE_FILE(test::testdata(test::kStoriesGguf));
   FP_REQUIRE_NO_GPU();
   auto cpu = load_on(Device::CPU);
   const auto want_greedy = serve_prompts(*cpu, 32, true), want_mixed = serve_prompts(*cpu, 32, true, true);
@@ -232,7 +231,7 @@ TEST(DevicePlacement, UploadRingNeverOverwritesAnImageStillToBeCopied) {
 // Decode steps replay recorded graphs: the same tokens as running every step eagerly, and the
 // ledger counts the steps that were recorded, replayed, and run eagerly (with why).
 TEST(DevicePlacement, DecodeStepsReplayRecordedGraphs) {
-  FP_REQUIRE_FILE(test::testdata(kStories));
+  FP_REQUIRE_FILE(test::testdata(test::kStoriesGguf));
   FP_REQUIRE_NO_GPU();
   auto cpu = load_on(Device::CPU);
   std::vector<std::vector<int32_t>> want;
@@ -243,7 +242,7 @@ TEST(DevicePlacement, DecodeStepsReplayRecordedGraphs) {
     LoadOptions lo;
     lo.device = Device::CUDA;
     lo.device_graphs = graphs;
-    auto gpu = load_model(test::testdata(kStories), lo);
+    auto gpu = load_model(test::testdata(test::kStoriesGguf), lo);
     // One sequence alone, then four decoding together through the engine.
     EXPECT_EQ(greedy_tokens(*gpu, kPrompts[0], 32), want[0]);
     auto got = serve_prompts(*gpu, 32, false);
@@ -415,13 +414,13 @@ TEST(DevicePlacement, KvPoolOnADeviceWritesReadsAndCopiesBlocks) {
 }
 
 TEST(DevicePlacement, NoGpuIsAClearError) {
-  FP_REQUIRE_FILE(test::testdata(kStories));
+  FP_REQUIRE_FILE(test::testdata(test::kStoriesGguf));
   FP_REQUIRE_NO_GPU();
   const std::string why = device_unavailable(Device::CUDA);
   EXPECT_FALSE(why.empty());
   EXPECT_THROW(DeviceBuffer(Device::CUDA, 16), Error);
   int rc = 0;
-  std::string out = test::run_command(test::fastpath_bin() + " generate -q -m " + test::testdata(kStories) +
+  std::string out = test::run_command(test::fastpath_bin() + " generate -q -m " + test::testdata(test::kStoriesGguf) +
                                           " -p hi -n 2 --device cuda 2>&1",
                                       &rc);
   EXPECT_NE(rc, 0);
@@ -438,7 +437,7 @@ TEST(DevicePlacement, NoGpuIsAClearError) {
 
 TEST(CudaModel, GreedyTextEqualsTheCpusAndLogitsAgree) {
   FP_REQUIRE_GPU();
-  FP_REQUIRE_FILE(test::testdata(kStories));
+  FP_REQUIRE_FILE(test::testdata(test::kStoriesGguf));
   auto cpu = load_on(Device::CPU);
   auto gpu = load_on(Device::CUDA);
   for (const char* p : kPrompts) EXPECT_EQ(greedy_tokens(*gpu, p, 64), greedy_tokens(*cpu, p, 64)) << p;
@@ -482,9 +481,9 @@ TEST(CudaModel, DeepSeekMatchesTheCpu) {
 
 TEST(CudaModel, AuditStrictShowsNoFallback) {
   FP_REQUIRE_GPU();
-  FP_REQUIRE_FILE(test::testdata(kStories));
+  FP_REQUIRE_FILE(test::testdata(test::kStoriesGguf));
   int rc = 0;
-  std::string out = test::run_command(test::fastpath_bin() + " audit --strict --device cuda -m " + test::testdata(kStories) + " 2>&1", &rc);
+  std::string out = test::run_command(test::fastpath_bin() + " audit --strict --device cuda -m " + test::testdata(test::kStoriesGguf) + " 2>&1", &rc);
   EXPECT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("cuda"), std::string::npos) << out;
 }

@@ -16,9 +16,8 @@
 namespace fp {
 namespace {
 
-const char* kStories = "models/stories260K/stories260K.gguf";
 
-std::unique_ptr<Model> load_stories() { return load_model(test::testdata(kStories)); }
+std::unique_ptr<Model> load_stories() { return load_model(test::testdata(test::kStoriesGguf)); }
 
 // 32 different prompts: story openings of different lengths and words.
 std::vector<std::vector<int32_t>> make_prompts(const Model& m, int count) {
@@ -114,7 +113,7 @@ EngineConfig small_config(int64_t page, bool chunked, int64_t budget_tokens = 40
 }
 
 TEST(Engine, BatchInvarianceAcrossPageSizesAndChunkedPrefill) {
-  FP_REQUIRE_FILE(test::testdata(kStories));
+  FP_REQUIRE_FILE(test::testdata(test::kStoriesGguf));
   auto m = load_stories();
   auto prompts = make_prompts(*m, 32);
   const int32_t n = 40;
@@ -133,7 +132,7 @@ TEST(Engine, BatchInvarianceAcrossPageSizesAndChunkedPrefill) {
 }
 
 TEST(Engine, SharedPrefixComputesOnlyTheSuffix) {
-  FP_REQUIRE_FILE(test::testdata(kStories));
+  FP_REQUIRE_FILE(test::testdata(test::kStoriesGguf));
   auto m = load_stories();
   std::string story = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park.";
   std::vector<int32_t> prefix = m->tokenizer()->encode(story + story + story + story + story + story + story + story, true, false);
@@ -167,7 +166,7 @@ TEST(Engine, SharedPrefixComputesOnlyTheSuffix) {
 }
 
 TEST(Engine, PreemptionUnderASmallBudgetLosesNothing) {
-  FP_REQUIRE_FILE(test::testdata(kStories));
+  FP_REQUIRE_FILE(test::testdata(test::kStoriesGguf));
   auto m = load_stories();
   auto prompts = make_prompts(*m, 64);
   const int32_t n = 48;
@@ -244,7 +243,7 @@ TEST(Engine, CapacityPlanningArithmetic) {
 }
 
 TEST(Engine, EngineRefusesAMaxModelLenThatCannotFit) {
-  FP_REQUIRE_FILE(test::testdata(kStories));
+  FP_REQUIRE_FILE(test::testdata(test::kStoriesGguf));
   auto m = load_stories();
   EngineConfig c = small_config(16, true);
   c.kv_cache_bytes = m->kv_layout().bytes_per_token() * 100;
@@ -301,7 +300,7 @@ TEST(Engine, CopyOnWriteForkedSequences) {
 }
 
 TEST(Engine, RandomisedSchedulingKeepsItsInvariants) {
-  FP_REQUIRE_FILE(test::testdata(kStories));
+  FP_REQUIRE_FILE(test::testdata(test::kStoriesGguf));
   auto m = load_stories();
   std::mt19937 rng(1234);
   for (int trial = 0; trial < 3; ++trial) {

@@ -22,15 +22,15 @@ namespace fp {
 namespace {
 
 // Little-endian byte builder for hand-made files.
-struct Bytes {
+struct ByteWriter {
   std::vector<uint8_t> b;
   template <class T>
-  Bytes& put(T v) {
+  ByteWriter& put(T v) {
     const auto* p = reinterpret_cast<const uint8_t*>(&v);
     b.insert(b.end(), p, p + sizeof(T));
     return *this;
   }
-  Bytes& str(const std::string& s) {
+  ByteWriter& str(const std::string& s) {
     put<uint64_t>(s.size());
     b.insert(b.end(), s.begin(), s.end());
     return *this;
@@ -38,7 +38,7 @@ struct Bytes {
 };
 
 TEST(Gguf, ParsesEveryMetadataTypeIncludingNestedArrays) {
-  Bytes f;
+  ByteWriter f;
   f.put<uint32_t>(0x46554747).put<uint32_t>(2).put<uint64_t>(1).put<uint64_t>(14);  // v2, 1 tensor, 14 kv
   f.str("u8").put<uint32_t>(0).put<uint8_t>(200);
   f.str("i8").put<uint32_t>(1).put<int8_t>(-5);
@@ -199,7 +199,7 @@ TEST(Llama2c, Version1HeaderGivesSameLogitsAsLegacy) {
   EXPECT_EQ(c.dim, 64);
   EXPECT_EQ(c.n_kv_heads, 4);
   EXPECT_TRUE(c.shared_classifier);
-  Bytes v1;
+  ByteWriter v1;
   v1.put<uint32_t>(0x616b3432).put<int32_t>(1);
   for (int32_t x : {c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, c.vocab_size, c.seq_len}) v1.put(x);
   v1.put<uint8_t>(1);

@@ -22,7 +22,6 @@
 namespace fp {
 namespace {
 
-const char* kStories = "models/stories260K/stories260K.gguf";
 
 // Logits of every position of `ids` with the cache in `kv`: the first half as one prefill, the
 // rest one token at a time, so the prefill and the decode attention paths both read the cache.
@@ -53,8 +52,8 @@ double normalised_diff(const std::vector<float>& got, const std::vector<float>& 
 constexpr double kF16Tol = 3e-3, kBf16Tol = 2e-2;
 
 TEST(KvDtype, StoriesHalfWidthCacheLogitsStayNearF32) {
-  FP_REQUIRE_FILE(test::testdata(kStories));
-  auto m = load_model(test::testdata(kStories));
+  FP_REQUIRE_FILE(test::testdata(test::kStoriesGguf));
+  auto m = load_model(test::testdata(test::kStoriesGguf));
   auto ids = m->tokenizer()->encode(
       "Once upon a time, there was a little girl named Lily. She loved to play outside in the sun. One day, she saw a big "
       "red ball in the park. She ran to it and kicked it very hard.",
@@ -101,8 +100,8 @@ TEST(KvDtype, MlaLatentCacheHalfWidthLogitsStayNearF32) {
 }
 
 TEST(KvDtype, EngineCapacityDoublesAtHalfWidth) {
-  FP_REQUIRE_FILE(test::testdata(kStories));
-  auto m = load_model(test::testdata(kStories));
+  FP_REQUIRE_FILE(test::testdata(test::kStoriesGguf));
+  auto m = load_model(test::testdata(test::kStoriesGguf));
   EngineConfig c;
   c.page_size = 16;
   c.max_model_len = 256;
@@ -126,8 +125,8 @@ TEST(KvDtype, EngineCapacityDoublesAtHalfWidth) {
 }
 
 TEST(KvDtype, HalfWidthCacheKeepsBatchInvariance) {
-  FP_REQUIRE_FILE(test::testdata(kStories));
-  auto m = load_model(test::testdata(kStories));
+  FP_REQUIRE_FILE(test::testdata(test::kStoriesGguf));
+  auto m = load_model(test::testdata(test::kStoriesGguf));
   std::vector<std::vector<int32_t>> prompts;
   for (const char* text : {"Once upon a time, a little dog", "Tom and Lily went to the park. They saw", "The sun was hot and",
                            "One day, a tiny bird wanted to fly high in the sky, but it", "Mom said"})
@@ -225,20 +224,20 @@ TEST(KvDtype, PackedRowsMoveBetweenPoolsAsStored) {
 }
 
 TEST(KvDtype, CommandLineRefusesAnUnknownDtypeNamingIt) {
-  FP_REQUIRE_FILE(test::testdata(kStories));
+  FP_REQUIRE_FILE(test::testdata(test::kStoriesGguf));
   int rc = 0;
   const std::string out = test::run_command(
-      test::fastpath_bin() + " generate -q -n 4 -p hi --kv-cache-dtype fp4 -m " + test::testdata(kStories) + " 2>&1", &rc);
+      test::fastpath_bin() + " generate -q -n 4 -p hi --kv-cache-dtype fp4 -m " + test::testdata(test::kStoriesGguf) + " 2>&1", &rc);
   EXPECT_NE(rc, 0) << out;
   EXPECT_NE(out.find("--kv-cache-dtype fp4 is not one of auto, f32, f16, bf16"), std::string::npos) << out;
 }
 
 TEST(KvDtype, AuditShowsTheFastKernelReadingAHalfWidthCache) {
-  FP_REQUIRE_FILE(test::testdata(kStories));
+  FP_REQUIRE_FILE(test::testdata(test::kStoriesGguf));
   if (!cpu_features().missing({"avx2", "fma", "f16c"}).empty()) GTEST_SKIP() << "the fast attention kernel needs AVX2";
   int rc = 0;
   const std::string out = test::run_command(
-      test::fastpath_bin() + " audit -q --strict --kv-cache-dtype f16 -m " + test::testdata(kStories) + " 2>&1", &rc);
+      test::fastpath_bin() + " audit -q --strict --kv-cache-dtype f16 -m " + test::testdata(test::kStoriesGguf) + " 2>&1", &rc);
   EXPECT_EQ(rc, 0) << out;  // --strict: no op fell back to a reference kernel
   EXPECT_NE(out.find("KV cache F16"), std::string::npos) << out;
   EXPECT_NE(out.find("kv=F16"), std::string::npos) << out;

@@ -14,7 +14,7 @@
 namespace fp {
 namespace {
 
-const std::string kStories = "models/stories260K/";
+const std::string kStoriesDir = "models/stories260K/";
 
 std::vector<int32_t> parse_ids(const std::string& line) {
   std::vector<int32_t> ids;
@@ -26,7 +26,7 @@ std::vector<int32_t> parse_ids(const std::string& line) {
 
 // The 64-token sequence of the reference file ("sequence: 1 403 ...").
 std::vector<int32_t> stories_sequence() {
-  std::istringstream in(test::read_file(test::testdata(kStories + "stories260K_once_upon_a_time_64_tokens.txt")));
+  std::istringstream in(test::read_file(test::testdata(kStoriesDir + "stories260K_once_upon_a_time_64_tokens.txt")));
   std::string line;
   while (std::getline(in, line))
     if (line.rfind("sequence:", 0) == 0) return parse_ids(line.substr(9));
@@ -56,9 +56,9 @@ double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b, si
 class Stories : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Stories, LogitsMatchLlama2cReference) {
-  std::string path = test::testdata(kStories + GetParam());
+  std::string path = test::testdata(kStoriesDir + GetParam());
   FP_REQUIRE_FILE(path);
-  auto ref = test::read_f32_file(test::testdata(kStories + "stories260K_once_upon_a_time_64_logits.f32"));
+  auto ref = test::read_f32_file(test::testdata(kStoriesDir + "stories260K_once_upon_a_time_64_logits.f32"));
   auto seq = stories_sequence();
   ASSERT_GE(seq.size(), 64u);
   seq.resize(64);
@@ -71,9 +71,9 @@ TEST_P(Stories, LogitsMatchLlama2cReference) {
 }
 
 TEST_P(Stories, GreedyGenerationFromBosMatchesRunC) {
-  std::string path = test::testdata(kStories + GetParam());
+  std::string path = test::testdata(kStoriesDir + GetParam());
   FP_REQUIRE_FILE(path);
-  std::string expected = test::read_file(test::testdata(kStories + "stories260K_greedy_BOS_256.txt"));
+  std::string expected = test::read_file(test::testdata(kStoriesDir + "stories260K_greedy_BOS_256.txt"));
   int rc = -1;
   std::string out = test::run_command(test::fastpath_bin() + " generate -q -n 256 --temp 0 -m " + path, &rc);
   EXPECT_EQ(rc, 0);
@@ -85,7 +85,7 @@ INSTANTIATE_TEST_SUITE_P(BothFormats, Stories, ::testing::Values("stories260K.gg
 
 // The reference's 64 positions are the prompt and its greedy continuation.
 TEST(Stories, GreedyContinuationOfPromptMatchesReferenceSequence) {
-  std::string path = test::testdata(kStories + "stories260K.gguf");
+  std::string path = test::testdata(kStoriesDir + "stories260K.gguf");
   FP_REQUIRE_FILE(path);
   auto seq = stories_sequence();
   ASSERT_GE(seq.size(), 64u);
@@ -99,7 +99,7 @@ TEST(Stories, GreedyContinuationOfPromptMatchesReferenceSequence) {
 }
 
 TEST(Stories, PromptTokensMatchReference) {
-  std::string path = test::testdata(kStories + "stories260K.gguf");
+  std::string path = test::testdata(kStoriesDir + "stories260K.gguf");
   FP_REQUIRE_FILE(path);
   auto model = load_model(path);
   auto ids = model->tokenizer()->encode("Once upon a time", true, true);
@@ -132,13 +132,13 @@ TEST(LlamaTinyQ8, Q8ActivationKernelMatchesLlamaCppClosely) {
 }
 
 TEST(Cli, LogitsCommandWritesReferenceRows) {
-  std::string path = test::testdata(kStories + "stories260K.gguf");
+  std::string path = test::testdata(kStoriesDir + "stories260K.gguf");
   FP_REQUIRE_FILE(path);
   auto seq = stories_sequence();
   seq.resize(64);
   std::string ids;
   for (auto t : seq) ids += std::to_string(t) + " ";
-  auto ref = test::read_f32_file(test::testdata(kStories + "stories260K_once_upon_a_time_64_logits.f32"));
+  auto ref = test::read_f32_file(test::testdata(kStoriesDir + "stories260K_once_upon_a_time_64_logits.f32"));
   for (const char* flags : {"", " --no-mmap", " --mmap"}) {
     std::string out = test::temp_dir("logits") + "/l.f32";
     int rc = -1;
@@ -158,7 +158,7 @@ TEST(Cli, ErrorsAreCleanAndNameTheProblem) {
   out = test::run_command(test::fastpath_bin() + " logits -m /nonexistent.gguf --tokens 'x' --out /dev/null 2>&1", &rc);
   EXPECT_EQ(rc, 1);
   EXPECT_NE(out.find("'x' is not a token id"), std::string::npos) << out;
-  std::string path = test::testdata(kStories + "stories260K.gguf");
+  std::string path = test::testdata(kStoriesDir + "stories260K.gguf");
   if (file_exists(path)) {
     out = test::run_command(test::fastpath_bin() + " generate -m " + path + " --kernel matmul=nope 2>&1", &rc);
     EXPECT_EQ(rc, 1);
@@ -175,7 +175,7 @@ TEST(Cli, ErrorsAreCleanAndNameTheProblem) {
 }
 
 TEST(Cli, InspectDescribesStories) {
-  std::string path = test::testdata(kStories + "stories260K.gguf");
+  std::string path = test::testdata(kStoriesDir + "stories260K.gguf");
   FP_REQUIRE_FILE(path);
   int rc = -1;
   std::string out = test::run_command(test::fastpath_bin() + " inspect -m " + path, &rc);

@@ -19,15 +19,6 @@
 namespace fp {
 namespace {
 
-double rel_err(const std::vector<float>& got, const std::vector<float>& ref) {
-  double err = 0, mx = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    err = std::max(err, static_cast<double>(std::fabs(got[i] - ref[i])));
-    mx = std::max(mx, static_cast<double>(std::fabs(ref[i])));
-  }
-  return err / mx;
-}
-
 // Rewrites the dense HF directory `src` as Qwen3-MoE in `dst` with n_expert copies of each FFN.
 void dense_to_moe(const std::string& src, const std::string& dst, int64_t n_expert, int64_t k) {
   std::ifstream in(src + "/config.json");
@@ -81,7 +72,7 @@ TEST(MoeDense, ExpertsCopiedFromDenseFfnReproduceDenseLogits) {
   auto dense = test::all_position_logits(o.out, ids);
   auto moe = test::all_position_logits(dir + "/moe", ids);
   ASSERT_EQ(dense.size(), moe.size());
-  EXPECT_LT(rel_err(moe, dense), 1e-5);
+  EXPECT_LT(test::rel_err(moe, dense), 1e-5);
 
   // Token by token (decode: GEMV over the selected experts) equals the batch.
   LoadOptions lo;
@@ -95,7 +86,7 @@ TEST(MoeDense, ExpertsCopiedFromDenseFfnReproduceDenseLogits) {
     const int32_t pos = static_cast<int32_t>(i);
     m->forward(&ids[static_cast<size_t>(i)], &pos, 1, *cache, inc.data() + i * V, false);
   }
-  EXPECT_LT(rel_err(inc, moe), 1e-5);
+  EXPECT_LT(test::rel_err(inc, moe), 1e-5);
 }
 
 }  // namespace

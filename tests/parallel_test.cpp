@@ -41,17 +41,17 @@ TEST(SplitRange, RefusesEmptyPiecesAndMisalignedTotals) {
 }
 
 // A [rows, cols] weight of type t from random values, and those values dequantized.
-struct Weight {
+struct RandomWeight {
   std::vector<uint8_t> bytes;
   Tensor t;
   std::vector<float> values;  // what the stored weight holds, [rows, cols]
 };
-Weight make_weight(DType type, int64_t rows, int64_t cols) {
+RandomWeight make_weight(DType type, int64_t rows, int64_t cols) {
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> u(-1, 1);
   std::vector<float> src(static_cast<size_t>(rows * cols));
   for (float& v : src) v = u(rng);
-  Weight w;
+  RandomWeight w;
   w.bytes.resize(static_cast<size_t>(rows * row_bytes(type, cols)));
   for (int64_t r = 0; r < rows; ++r)
     quantize_row(type, src.data() + r * cols, w.bytes.data() + r * row_bytes(type, cols), cols);
@@ -64,7 +64,7 @@ Weight make_weight(DType type, int64_t rows, int64_t cols) {
 TEST(Shard, RowViewsAndColumnCopiesHoldTheWholeWeightsValues) {
   for (DType type : {DType::F32, DType::Q8_0}) {
     const int64_t rows = 6, cols = 128;
-    Weight w = make_weight(type, rows, cols);
+    RandomWeight w = make_weight(type, rows, cols);
     Tensor rv = slice_rows(w.t, Range{2, 3});
     EXPECT_EQ(rv.data, w.t.row_ptr(2)) << "a row slice is a view, not a copy";
     OwnedTensor cv = copy_columns(w.t, Range{32, 64});
@@ -121,7 +121,7 @@ TEST(Shard, BlockScaledColumnCopiesKeepTheirScaleTiles) {
 }
 
 TEST(Shard, RefusesAColumnCutInsideABlock) {
-  Weight w = make_weight(DType::Q8_0, 2, 64);
+  RandomWeight w = make_weight(DType::Q8_0, 2, 64);
   try {
     copy_columns(w.t, Range{16, 48});
     ADD_FAILURE();

@@ -25,15 +25,13 @@ namespace {
 
 using nlohmann::json;
 
-std::string stories() { return test::testdata("models/stories260K/stories260K.gguf"); }
-
 // A `fastpath serve` child process on a free port.
 class ServerProcess {
  public:
   explicit ServerProcess(const std::vector<std::string>& extra, int max_model_len = 256) {
     dir_ = test::temp_dir("serve");
     port_file_ = dir_ + "/port";
-    std::vector<std::string> args = {test::fastpath_bin(), "serve", "-q", "-m", stories(), "--port", "0", "--port-file", port_file_,
+    std::vector<std::string> args = {test::fastpath_bin(), "serve", "-q", "-m", test::stories_path(), "--port", "0", "--port-file", port_file_,
                                      "--kv-cache-memory", "64MiB", "--max-model-len", std::to_string(max_model_len)};
     args.insert(args.end(), extra.begin(), extra.end());
     std::vector<char*> argv;
@@ -92,7 +90,7 @@ json post(httplib::Client& c, const std::string& path, const std::string& body, 
 std::string greedy_text(const std::string& prompt, int n) {
   int rc = -1;
   std::string out = test::run_command(test::fastpath_bin() + " generate -q --temp 0 -n " + std::to_string(n) + " -p '" + prompt +
-                                          "' -m " + stories(), &rc);
+                                          "' -m " + test::stories_path(), &rc);
   EXPECT_EQ(rc, 0);
   if (!out.empty() && out.back() == '\n') out.pop_back();
   return out;
@@ -157,7 +155,7 @@ double metric(httplib::Client& c, const std::string& name) {
 }
 
 TEST(Server, OpenAiRoutesAndFormats) {
-  FP_REQUIRE_FILE(stories());
+  FP_REQUIRE_FILE(test::stories_path());
   ServerProcess srv({});
   auto c = srv.client();
   auto health = c.Get("/health");
@@ -232,7 +230,7 @@ TEST(Server, OpenAiRoutesAndFormats) {
 }
 
 TEST(Server, BadRequestsGetTheRight4xx) {
-  FP_REQUIRE_FILE(stories());
+  FP_REQUIRE_FILE(test::stories_path());
   ServerProcess srv({});
   auto c = srv.client();
   struct Case {
@@ -290,7 +288,7 @@ TEST(Server, BadRequestsGetTheRight4xx) {
 }
 
 TEST(Server, ApiKeyIsEnforcedOnV1Only) {
-  FP_REQUIRE_FILE(stories());
+  FP_REQUIRE_FILE(test::stories_path());
   ServerProcess srv({"--api-key", "sekret"});
   auto c = srv.client();
   int st = 0;
@@ -306,7 +304,7 @@ TEST(Server, ApiKeyIsEnforcedOnV1Only) {
 }
 
 TEST(Server, DisconnectingClientsDoNotDisturbTheOthersAndFreeTheirKv) {
-  FP_REQUIRE_FILE(stories());
+  FP_REQUIRE_FILE(test::stories_path());
   ServerProcess srv({});
   auto probe = srv.client();
   const double total_blocks = metric(probe, "fastpath:kv_cache_blocks_total");
@@ -365,7 +363,7 @@ TEST(Server, DisconnectingClientsDoNotDisturbTheOthersAndFreeTheirKv) {
 }
 
 TEST(Server, SigtermEndsInFlightStreamsAndExitsZero) {
-  FP_REQUIRE_FILE(stories());
+  FP_REQUIRE_FILE(test::stories_path());
   ServerProcess srv({}, 2048);
   Streamed s;
   std::thread t([&] {

@@ -26,7 +26,7 @@ double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
   return e / mx;
 }
 
-std::string write(const std::string& dir, const std::string& arch, const nlohmann::json& cfg, DType t, const std::string& out) {
+std::string write_synth(const std::string& dir, const std::string& arch, const nlohmann::json& cfg, DType t, const std::string& out) {
   SynthOptions o;
   o.arch = arch;
   o.config = cfg;
@@ -37,7 +37,7 @@ std::string write(const std::string& dir, const std::string& arch, const nlohman
   return o.out;
 }
 
-const std::vector<int32_t> kIds = {1, 17, 300, 5, 99, 42, 260, 7, 511, 3, 128};
+const std::vector<int32_t> kPromptIds = {1, 17, 300, 5, 99, 42, 260, 7, 511, 3, 128};
 
 struct Case {
   std::string arch;
@@ -59,8 +59,8 @@ TEST(SynthModel, GgufAndSafetensorsGiveTheSameLogits) {
   for (auto& c : cases) {
     for (DType t : {DType::F32, DType::F16, DType::BF16}) {
       std::string tag = c.arch + std::to_string(k) + dtype_name(t);
-      auto g = test::all_position_logits(write(dir, c.arch, c.cfg, t, tag + ".gguf"), kIds);
-      auto s = test::all_position_logits(write(dir, c.arch, c.cfg, t, tag + "_hf"), kIds);
+      auto g = test::all_position_logits(write_synth(dir, c.arch, c.cfg, t, tag + ".gguf"), kPromptIds);
+      auto s = test::all_position_logits(write_synth(dir, c.arch, c.cfg, t, tag + "_hf"), kPromptIds);
       // Same values; the Llama GGUF permutes q/k rows, so dot products sum in another order.
       EXPECT_LT(rel_diff(g, s), 1e-5) << tag;
       double mx = 0;
@@ -75,11 +75,11 @@ TEST(SynthModel, QuantizedGgufStaysWithinFormatError) {
   std::string dir = test::temp_dir("synth_quant");
   nlohmann::json cfg = {{"hidden_size", 256}, {"num_attention_heads", 4}, {"intermediate_size", 512}, {"vocab_size", 512},
                         {"num_hidden_layers", 2}};
-  auto f32 = test::all_position_logits(write(dir, "llama", cfg, DType::F32, "f32.gguf"), kIds);
+  auto f32 = test::all_position_logits(write_synth(dir, "llama", cfg, DType::F32, "f32.gguf"), kPromptIds);
   struct Q { DType t; double bound; };
   for (auto q : {Q{DType::Q8_0, 0.03}, Q{DType::Q6_K, 0.08}, Q{DType::Q5_K, 0.15}, Q{DType::Q5_0, 0.15}, Q{DType::Q5_1, 0.15},
                  Q{DType::Q4_0, 0.3}, Q{DType::Q4_1, 0.3}, Q{DType::Q4_K, 0.3}, Q{DType::Q3_K, 0.6}, Q{DType::Q2_K, 1.0}}) {
-    auto got = test::all_position_logits(write(dir, "llama", cfg, q.t, std::string(dtype_name(q.t)) + ".gguf"), kIds);
+    auto got = test::all_position_logits(write_synth(dir, "llama", cfg, q.t, std::string(dtype_name(q.t)) + ".gguf"), kPromptIds);
     double e = rel_diff(got, f32);
     EXPECT_LT(e, q.bound) << dtype_name(q.t);
     EXPECT_GT(e, 0.0) << dtype_name(q.t);
@@ -89,8 +89,8 @@ TEST(SynthModel, QuantizedGgufStaysWithinFormatError) {
 TEST(SynthModel, Fp8BlockScaledSafetensorsLoadAndStayClose) {
   std::string dir = test::temp_dir("synth_fp8");
   nlohmann::json cfg = {{"hidden_size", 256}, {"num_attention_heads", 4}, {"intermediate_size", 320}, {"vocab_size", 512}};
-  auto f32 = test::all_position_logits(write(dir, "llama", cfg, DType::F32, "f32_hf"), kIds);
-  auto fp8 = test::all_position_logits(write(dir, "llama", cfg, DType::F8_E4M3, "fp8_hf"), kIds);
+  auto f32 = test::all_position_logits(write_synth(dir, "llama", cfg, DType::F32, "f32_hf"), kPromptIds);
+  auto fp8 = test::all_position_logits(write_synth(dir, "llama", cfg, DType::F8_E4M3, "fp8_hf"), kPromptIds);
   double e = rel_diff(fp8, f32);
   EXPECT_LT(e, 0.1);
   EXPECT_GT(e, 0.0);
@@ -99,14 +99,14 @@ TEST(SynthModel, Fp8BlockScaledSafetensorsLoadAndStayClose) {
 TEST(SynthModel, BadConfigsAreRejectedWithTheField) {
   std::string dir = test::temp_dir("synth_bad");
   try {
-    write(dir, "llama", {{"hidden_size", 64}, {"num_attention_heads", 3}, {"num_key_value_heads", 2}}, DType::F32, "x.gguf");
+    write_synth(dir, "llama", {{"hidden_size", 64}, {"num_attention_heads", 3}, {"num_key_value_heads", 2}}, DType::F32, "x.gguf");
     FAIL();
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("kv head count"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(write(dir, "mamba", {}, DType::F32, "x.gguf"), Error);
-  EXPECT_THROW(write(dir, "llama", {{"hidden_size", 64}}, DType::Q4_K, "y.gguf"), Error);  // 64 % 256 != 0
-  EXPECT_THROW(write(dir, "llama", {{"hidden_size", 64}}, DType::Q8_0, "z_hf"), Error);    // no Q8_0 in safetensors
+  EXPECT_THROW(write_synth(dir, "mamba", {}, DType::F32, "x.gguf"), Error);
+  EXPECT_THROW(write_synth(dir, "llama", {{"hidden_size", 64}}, DType::Q4_K, "y.gguf"), Error);  // 64 % 256 != 0
+  EXPECT_THROW(write_synth(dir, "llama", {{"hidden_size", 64}}, DType::Q8_0, "z_hf"), Error);    // no Q8_0 in safetensors
 }
 
 }  // namespace

@@ -1,8 +1,10 @@
 // tests/test_util.cpp — see test_util.h.
 #include "test_util.h"
 
+#include "core/cpu_features.h"
 #include "model/model.h"
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -62,5 +64,22 @@ std::string temp_dir(const std::string& name) {
   std::filesystem::create_directories(dir);
   return dir.string();
 }
+
+void write_file(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  if (!out) throw std::runtime_error("cannot write " + path);
+}
+
+double rel_err(const std::vector<float>& got, const std::vector<float>& ref) {
+  double err = 0, mx = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    err = std::max(err, static_cast<double>(std::fabs(got[i] - ref[i])));
+    mx = std::max(mx, static_cast<double>(std::fabs(ref[i])));
+  }
+  return err / mx;
+}
+
+bool cpu_has_avx2() { return cpu_features().missing({"avx2", "fma", "f16c"}).empty(); }
 
 }  // namespace fp::test

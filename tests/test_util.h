@@ -7,11 +7,15 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "core/paths.h"
 
 namespace fp::test {
 
 inline std::string testdata(const std::string& rel) { return testdata_dir() + "/" + rel; }
+// The small real model most suites run (relative to the test-data directory).
+inline constexpr const char* kStoriesGguf = "models/stories260K/stories260K.gguf";
+inline std::string stories_path() { return testdata(kStoriesGguf); }
 
 // Skips the current test (with the reason printed) when a test-data file is missing.
 #define FP_REQUIRE_FILE(path)                                                 \
@@ -28,5 +32,21 @@ inline std::string fastpath_bin() { return FASTPATH_BINARY; }
 std::vector<float> all_position_logits(const std::string& model_path, const std::vector<int32_t>& ids);
 // A fresh empty directory under the build's temp area.
 std::string temp_dir(const std::string& name);
+void write_file(const std::string& path, const std::string& bytes);
+// max |got - ref| / max |ref|: one figure for how far a result is from its reference.
+double rel_err(const std::vector<float>& got, const std::vector<float>& ref);
+// Whether this CPU runs the AVX2 kernels (AVX2, FMA and F16C).
+bool cpu_has_avx2();
+
+// Runs f and expects an fp::Error whose message contains every needle.
+template <class F>
+void expect_error(F f, const std::vector<std::string>& needles) {
+  try {
+    f();
+    ADD_FAILURE() << "no fp::Error thrown";
+  } catch (const Error& e) {
+    for (const auto& n : needles) EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what() << " lacks " << n;
+  }
+}
 
 }  // namespace fp::test

@@ -12,7 +12,7 @@
 namespace fp {
 namespace {
 
-std::string write(const std::string& name, const std::string& text) {
+std::string write_case(const std::string& name, const std::string& text) {
   std::string path = test::temp_dir("tok_fuzz_regress") + "/" + name;
   std::ofstream(path) << text;
   return path;
@@ -29,18 +29,18 @@ void expect_error_naming_file(const std::string& path, const std::string& what) 
 }
 
 TEST(TokenizerFuzzRegressions, WrongJsonTypeIsAnErrorNotACrash) {
-  expect_error_naming_file(write("type.json", R"({"model": {"type": 7, "vocab": {}, "merges": []}})"), "unexpected JSON structure");
-  expect_error_naming_file(write("vocab.json", R"({"model": {"type": "BPE", "vocab": {"a": "x"}, "merges": []}})"), "model.vocab");
+  expect_error_naming_file(write_case("type.json", R"({"model": {"type": 7, "vocab": {}, "merges": []}})"), "unexpected JSON structure");
+  expect_error_naming_file(write_case("vocab.json", R"({"model": {"type": "BPE", "vocab": {"a": "x"}, "merges": []}})"), "model.vocab");
 }
 
 // An id of 100 digits parses as a double (1.1e98); converting it to an integer was undefined
 // behaviour (UBSan caught it in CI's fuzzing, 2026-12-01).
 TEST(TokenizerFuzzRegressions, AddedTokenIdBeyondAnyIntegerIsAnError) {
   const std::string huge(100, '1');
-  expect_error_naming_file(write("huge_id.json", R"({"model": {"type": "BPE", "vocab": {}, "merges": []}, "added_tokens": [{"id": )" +
+  expect_error_naming_file(write_case("huge_id.json", R"({"model": {"type": "BPE", "vocab": {}, "merges": []}, "added_tokens": [{"id": )" +
                                                      huge + R"(, "content": "<|x|>", "special": true}]})"),
                            "added_tokens id");
-  expect_error_naming_file(write("float_id.json", R"({"model": {"type": "BPE", "vocab": {}, "merges": []}, "added_tokens": [{"id": 2.5, "content": "x"}]})"),
+  expect_error_naming_file(write_case("float_id.json", R"({"model": {"type": "BPE", "vocab": {}, "merges": []}, "added_tokens": [{"id": 2.5, "content": "x"}]})"),
                            "is not an integer id");
 }
 
@@ -49,7 +49,7 @@ TEST(TokenizerFuzzRegressions, DeepNestingIsRejectedBeforeAnyRecursion) {
   for (int i = 0; i < 50000; ++i) deep += R"({"type": "Sequence", "pretokenizers": [)";
   for (int i = 0; i < 50000; ++i) deep += "]}";
   deep += "}";
-  expect_error_naming_file(write("deep.json", deep), "levels deep");
+  expect_error_naming_file(write_case("deep.json", deep), "levels deep");
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
 // tests/tokenizer_hf_test.cpp — Hugging Face tokenizer.json loading (Qwen3, DeepSeek-V3, Llama-3):
-// round trips over varied text, added/special tokens, tokenizer_config.json, load time.
+// round trips over varied text, added/special tokens, tokenizer_config.json, load_timed time.
 #include <algorithm>
 #include <chrono>
 
@@ -32,7 +32,7 @@ struct Loaded {
   std::unique_ptr<Tokenizer> tok;
   double seconds = 0;
 };
-Loaded load(const std::string& rel) {
+Loaded load_timed(const std::string& rel) {
   const auto t0 = std::chrono::steady_clock::now();
   Loaded l{Tokenizer::from_hf_json(test::testdata(rel)), 0};
   l.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -52,7 +52,7 @@ void expect_fast_load(const Loaded& l) {
 TEST(TokenizerHf, Qwen3) {
   const std::string path = test::testdata("tokenizers/qwen3/tokenizer.json");
   FP_REQUIRE_FILE(path);
-  const Loaded l = load("tokenizers/qwen3/tokenizer.json");
+  const Loaded l = load_timed("tokenizers/qwen3/tokenizer.json");
   const Tokenizer& tok = *l.tok;
   EXPECT_EQ(tok.n_vocab(), 151669);
   EXPECT_EQ(tok.spec().normalizer, "NFC");
@@ -87,7 +87,7 @@ TEST(TokenizerHf, Qwen3) {
 TEST(TokenizerHf, DeepSeekV3) {
   const std::string path = test::testdata("tokenizers/deepseek_v3/tokenizer.json");
   FP_REQUIRE_FILE(path);
-  const Loaded l = load("tokenizers/deepseek_v3/tokenizer.json");
+  const Loaded l = load_timed("tokenizers/deepseek_v3/tokenizer.json");
   const Tokenizer& tok = *l.tok;
   EXPECT_EQ(tok.n_vocab(), 128815);
   for (const auto& t : round_trip_texts()) EXPECT_EQ(tok.decode(tok.encode(t, false, false)), t) << t;
@@ -109,7 +109,7 @@ TEST(TokenizerHf, DeepSeekV3) {
 TEST(TokenizerHf, Llama3SpecialTokensAndBos) {
   const std::string path = test::testdata("tokenizers/llama3/tokenizer.json");
   FP_REQUIRE_FILE(path);
-  const Loaded l = load("tokenizers/llama3/tokenizer.json");
+  const Loaded l = load_timed("tokenizers/llama3/tokenizer.json");
   const Tokenizer& tok = *l.tok;
   EXPECT_EQ(tok.n_vocab(), 128256);
   EXPECT_EQ(tok.bos_id(), 128000);

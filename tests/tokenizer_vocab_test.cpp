@@ -48,7 +48,7 @@ std::vector<Vector> load_vectors(const std::string& prefix) {
   return v;
 }
 
-std::unique_ptr<Tokenizer> load(const std::string& path) {
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path) {
   if (path.size() > 5 && path.substr(path.size() - 5) == ".gguf") return Tokenizer::from_gguf(*GgufFile::open(path));
   return Tokenizer::from_path(path);
 }
@@ -62,7 +62,7 @@ TEST_P(TokenizerVocabTest, EncodesTestVectorsExactly) {
   FP_REQUIRE_FILE(tok_path);
   FP_REQUIRE_FILE(prefix + ".inp");
   FP_REQUIRE_FILE(prefix + ".out");
-  const auto tok = load(tok_path);
+  const auto tok = load_tokenizer(tok_path);
   const auto vectors = load_vectors(prefix);
   ASSERT_EQ(vectors.size(), 46u);
   int failures = 0;
@@ -80,7 +80,7 @@ TEST_P(TokenizerVocabTest, DecodeRoundTrips) {
   const std::string prefix = test::testdata("tokenizers/vocab/" + c.vectors);
   FP_REQUIRE_FILE(tok_path);
   FP_REQUIRE_FILE(prefix + ".inp");
-  const auto tok = load(tok_path);
+  const auto tok = load_tokenizer(tok_path);
   for (const auto& v : load_vectors(prefix)) {
     EXPECT_EQ(tok->decode(tok->encode(v.text, false, false)), v.text) << c.name;
     // With BOS added the text comes back the same (BOS renders as nothing).

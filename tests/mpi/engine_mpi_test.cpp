@@ -72,7 +72,7 @@ std::vector<std::vector<int32_t>> run(Model& m, bool prefix_hits = true, const E
   return out;
 }
 
-std::unique_ptr<Model> load(std::shared_ptr<Communicator> comm, ParallelSizes ps, Device device = Device::CPU,
+std::unique_ptr<Model> load_ranked(std::shared_ptr<Communicator> comm, ParallelSizes ps, Device device = Device::CPU,
                             int64_t overlap = 0) {
   LoadOptions lo;
   lo.prefault = false;
@@ -90,14 +90,14 @@ TEST_P(EngineAcrossRanks, RankZeroLeadsAndTheTokensMatchOneRank) {
   const int ranks = test::world_comm()->size();
   if (8 % ranks != 0) GTEST_SKIP() << "stories260K's 8 heads do not split " << ranks << " ways";
   const bool context_parallel = GetParam();
-  auto split = load(test::world_comm(), ParallelSizes{ranks, 1, context_parallel ? ranks : 1});
+  auto split = load_ranked(test::world_comm(), ParallelSizes{ranks, 1, context_parallel ? ranks : 1});
   if (test::world_comm()->rank() != 0) {
     follow_engines(*split);  // returns when rank 0 releases the followers
     return;
   }
   const auto got = run(*split);
   release_followers(*split);
-  auto whole = load(nullptr, {});
+  auto whole = load_ranked(nullptr, {});
   EXPECT_EQ(got, run(*whole));
 }
 
@@ -255,7 +255,7 @@ TEST(EngineAcrossRanksOnADevice, ContextParallelPrefillTensorParallelDecodeMatch
   const int ranks = test::world_comm()->size();
   if (8 % ranks != 0) GTEST_SKIP() << "stories260K's 8 heads do not split " << ranks << " ways";
   test::EmulatedDevice dev(/*deferred=*/true);
-  auto split = load(test::world_comm(), ParallelSizes{ranks, 1, ranks}, Device::CUDA);
+  auto split = load_ranked(test::world_comm(), ParallelSizes{ranks, 1, ranks}, Device::CUDA);
   if (test::world_comm()->rank() != 0) {
     follow_engines(*split);
     return;
@@ -263,7 +263,7 @@ TEST(EngineAcrossRanksOnADevice, ContextParallelPrefillTensorParallelDecodeMatch
   const auto got = run(*split);
   EXPECT_GT(Ledger::global().steps()["eager: context-parallel prefill"], 0u);
   release_followers(*split);
-  auto whole = load(nullptr, {}, Device::CUDA);
+  auto whole = load_ranked(nullptr, {}, Device::CUDA);
   EXPECT_EQ(got, run(*whole));
 }
 
@@ -279,7 +279,7 @@ TEST(EngineAcrossRanksOnADevice, MicroBatchOverlapMatchesOneRank) {
   if (8 % ranks != 0) GTEST_SKIP() << "stories260K's 8 heads do not split " << ranks << " ways";
   test::EmulatedDevice dev(/*deferred=*/true);
   Ledger::global().reset();
-  auto split = load(test::world_comm(), ParallelSizes{ranks, 1}, Device::CUDA, 2);
+  auto split = load_ranked(test::world_comm(), ParallelSizes{ranks, 1}, Device::CUDA, 2);
   if (test::world_comm()->rank() != 0) {
     follow_engines(*split);
     return;
@@ -288,7 +288,7 @@ TEST(EngineAcrossRanksOnADevice, MicroBatchOverlapMatchesOneRank) {
   EXPECT_GT(Ledger::global().steps()["replayed"], 0u) << "overlapped decode steps replay recorded graphs";
   EXPECT_NE(Ledger::global().table().find("all_reduce_start"), std::string::npos);
   release_followers(*split);
-  auto whole = load(nullptr, {}, Device::CUDA);
+  auto whole = load_ranked(nullptr, {}, Device::CUDA);
   EXPECT_EQ(got, run(*whole));
 }
 
