@@ -19,7 +19,7 @@ namespace {
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
-std::string gib(int64_t bytes) {
+std::string gib_text(int64_t bytes) {
   std::ostringstream os;
   os.precision(3);
   os << static_cast<double>(bytes) / static_cast<double>(int64_t{1} << 30) << " GiB";
@@ -30,7 +30,7 @@ std::string gib(int64_t bytes) {
 std::string KvCapacity::describe() const {
   std::ostringstream os;
   const int64_t per_rank = n_blocks / partitions;
-  os << "KV cache: " << gib(per_rank * page_size * bytes_per_token) << " " << dtype_name(dtype) << " = " << per_rank
+  os << "KV cache: " << gib_text(per_rank * page_size * bytes_per_token) << " " << dtype_name(dtype) << " = " << per_rank
      << " blocks of " << page_size << " tokens (" << per_rank * page_size << " tokens, " << bytes_per_token << " B/token)";
   if (partitions > 1)
     os << " per rank; data-parallel attention: " << partitions << " ranks hold " << n_blocks << " blocks (" << tokens()
@@ -55,7 +55,7 @@ KvCapacity plan_kv_cache(const KvLayout& layout, int64_t page_size, int64_t budg
   const int64_t block_bytes = c.bytes_per_token * page_size;
   const int64_t per_seq = (max_model_len + page_size - 1) / page_size;
   c.n_blocks = budget_bytes / block_bytes;
-  FP_CHECK(c.n_blocks >= per_seq, "the KV cache budget of ", budget_bytes, " bytes (", gib(budget_bytes), ") holds ",
+  FP_CHECK(c.n_blocks >= per_seq, "the KV cache budget of ", budget_bytes, " bytes (", gib_text(budget_bytes), ") holds ",
            c.n_blocks, " blocks of ", page_size, " tokens x ", c.bytes_per_token, " B/token = ", c.n_blocks * page_size,
            " tokens, but one sequence of --max-model-len ", max_model_len, " needs ", per_seq, " blocks (",
            per_seq * block_bytes, " bytes); raise --kv-cache-memory or lower --max-model-len");

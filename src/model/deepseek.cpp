@@ -630,7 +630,7 @@ class DeepseekModel : public Model {
   std::vector<float> all_;      // data parallel: the whole batch's rows for the FFN layers
 };
 
-const bool registered = register_sharded_architecture(
+const bool deepseek_registered = register_sharded_architecture(
     "deepseek2",
     [](std::shared_ptr<ModelFile> f, std::shared_ptr<Communicator> comm) -> std::unique_ptr<Model> {
       return std::make_unique<DeepseekModel>(std::move(f), std::move(comm));

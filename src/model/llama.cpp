@@ -529,7 +529,7 @@ std::unique_ptr<Model> make_llama(std::shared_ptr<ModelFile> f, std::shared_ptr<
   return std::make_unique<LlamaModel>(std::move(f), std::move(tp));
 }
 
-const bool registered = register_sharded_architecture("llama", make_llama, true) &&
+const bool llama_registered = register_sharded_architecture("llama", make_llama, true) &&
                         register_sharded_architecture("qwen2", make_llama, true) &&
                         register_sharded_architecture("qwen3", make_llama, true);
 

@@ -199,7 +199,7 @@ void load_llama2c(ModelFile& m, const std::string& path, const LoadOptions& opts
 // ---------------------------------------------------------------- Hugging Face safetensors
 // A value for messages and `inspect`: json::dump recurses per nesting level (a hostile config.json
 // of deeply nested arrays would overflow the stack), so long or nested values print their type.
-std::string short_dump(const nlohmann::json& j) {
+std::string short_json(const nlohmann::json& j) {
   if (j.is_primitive()) return j.dump();
   bool flat = j.size() <= 16;
   for (auto it = j.begin(); flat && it != j.end(); ++it) flat = it->is_primitive();
@@ -208,13 +208,13 @@ std::string short_dump(const nlohmann::json& j) {
 bool json_bool(const nlohmann::json& j, const std::string& key, const std::string& file, bool def) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return def;
-  FP_CHECK(it->is_boolean(), file, ": field '", key, "' should be true or false, found ", short_dump(*it));
+  FP_CHECK(it->is_boolean(), file, ": field '", key, "' should be true or false, found ", short_json(*it));
   return it->get<bool>();
 }
-std::string json_str(const nlohmann::json& j, const std::string& key, const std::string& file, const std::string& def) {
+std::string string_field(const nlohmann::json& j, const std::string& key, const std::string& file, const std::string& def) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return def;
-  FP_CHECK(it->is_string(), file, ": field '", key, "' should be a string, found ", short_dump(*it));
+  FP_CHECK(it->is_string(), file, ": field '", key, "' should be a string, found ", short_json(*it));
   return it->get<std::string>();
 }
 int64_t json_int(const nlohmann::json& j, const std::string& key, const std::string& file, int64_t def = -1) {
@@ -223,13 +223,13 @@ int64_t json_int(const nlohmann::json& j, const std::string& key, const std::str
     FP_CHECK(def >= 0, file, ": missing field '", key, "'");
     return def;
   }
-  FP_CHECK(it->is_number_integer(), file, ": field '", key, "' should be an integer, found ", short_dump(*it));
+  FP_CHECK(it->is_number_integer(), file, ": field '", key, "' should be an integer, found ", short_json(*it));
   return it->get<int64_t>();
 }
 double json_num(const nlohmann::json& j, const std::string& key, const std::string& file, double def) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return def;
-  FP_CHECK(it->is_number(), file, ": field '", key, "' should be a number, found ", short_dump(*it));
+  FP_CHECK(it->is_number(), file, ": field '", key, "' should be a number, found ", short_json(*it));
   return it->get<double>();
 }
 
@@ -245,7 +245,7 @@ void load_hf_moe(ModelConfig& c, const nlohmann::json& j, const std::string& cfg
     if (auto it = j.find("mlp_only_layers"); it != j.end() && !it->is_null()) {
       FP_CHECK(it->is_array(), cfg_path, ": field 'mlp_only_layers' should be an array of layer indices");
       for (auto& v : *it) {
-        FP_CHECK(v.is_number_integer(), cfg_path, ": mlp_only_layers holds ", short_dump(v), ", not a layer index");
+        FP_CHECK(v.is_number_integer(), cfg_path, ": mlp_only_layers holds ", short_json(v), ", not a layer index");
         e.dense_layers.push_back(v.get<int64_t>());
       }
     }
@@ -256,9 +256,9 @@ void load_hf_moe(ModelConfig& c, const nlohmann::json& j, const std::string& cfg
   e.n_shared = json_int(j, "n_shared_experts", cfg_path, 0);
   e.first_dense = json_int(j, "first_k_dense_replace", cfg_path, 0);
   e.scale = static_cast<float>(json_num(j, "routed_scaling_factor", cfg_path, 1.0));
-  e.scoring = v3 ? "sigmoid" : json_str(j, "scoring_func", cfg_path, "softmax");
+  e.scoring = v3 ? "sigmoid" : string_field(j, "scoring_func", cfg_path, "softmax");
   e.has_bias = v3;
-  const std::string method = json_str(j, "topk_method", cfg_path, v3 ? "noaux_tc" : "greedy");
+  const std::string method = string_field(j, "topk_method", cfg_path, v3 ? "noaux_tc" : "greedy");
   if (v3 || method == "group_limited_greedy") {
     e.n_group = json_int(j, "n_group", cfg_path, 1);
     e.topk_group = json_int(j, "topk_group", cfg_path, e.n_group);
@@ -285,7 +285,7 @@ void load_hf(ModelFile& m, const std::string& dir) {
   nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
   FP_CHECK(!j.is_discarded() && j.is_object(), cfg_path, ": not a valid JSON object");
   m.format = "safetensors";
-  for (auto& [k, v] : j.items()) m.metadata.emplace_back(k, short_dump(v));
+  for (auto& [k, v] : j.items()) m.metadata.emplace_back(k, short_json(v));
   ModelConfig& c = m.config;
   c.source = "safetensors";
   c.name = std::filesystem::path(dir).filename().string();
@@ -320,7 +320,7 @@ void load_hf(ModelFile& m, const std::string& dir) {
   if (rs == j.end() || !rs->is_object()) rs = j.find("rope_parameters");  // transformers v5 spelling
   if (rs != j.end() && rs->is_object()) {
     if (rs->contains("rope_theta")) c.rope_theta = static_cast<float>(json_num(*rs, "rope_theta", cfg_path, c.rope_theta));
-    std::string type = json_str(*rs, "rope_type", cfg_path, json_str(*rs, "type", cfg_path, "none"));
+    std::string type = string_field(*rs, "rope_type", cfg_path, string_field(*rs, "type", cfg_path, "none"));
     if (type == "linear" || type == "llama3") {
       c.rope_scaling.type = type;
       c.rope_scaling.factor = static_cast<float>(json_num(*rs, "factor", cfg_path, 1.0));

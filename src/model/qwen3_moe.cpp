@@ -467,7 +467,7 @@ class Qwen3MoeModel : public Model {
   std::deque<Tensor> shards_;         // this rank's weight slices (stable addresses)
 };
 
-const bool registered = register_sharded_architecture(
+const bool qwen3_moe_registered = register_sharded_architecture(
     "qwen3moe",
     [](std::shared_ptr<ModelFile> f, std::shared_ptr<Communicator> comm) -> std::unique_ptr<Model> {
       return std::make_unique<Qwen3MoeModel>(std::move(f), std::move(comm));

@@ -142,7 +142,7 @@ Kernel<Args> ref_kernel(std::function<void(const Args&)> run) {
   return Kernel<Args>{"ref", Backend::CPU, 0, true, nullptr, std::move(run)};
 }
 
-const bool registered = [] {
+const bool collectives_registered = [] {
   register_kernel(ref_kernel<AllReduceArgs>(all_reduce_ref));
   // The reference does not overlap: it completes the sum when started.
   register_kernel(ref_kernel<AllReduceStartArgs>([](const AllReduceStartArgs& a) {

@@ -11,6 +11,9 @@
 
 namespace fp::jinja {
 
+// The value of an argument a call did not pass.
+inline const Value kMissing = Value::undefined();
+
 // obj.name: a method first (dict.items, str.strip, ...), then the item; Undefined when neither.
 // Raises on an Undefined obj.
 Value get_attr(const Value& obj, const std::string& name);

@@ -13,8 +13,6 @@
 namespace fp::jinja {
 namespace {
 
-const Value kMissing = Value::undefined();
-
 using FilterFn = Value (*)(const Value& in, CallArgs& a);
 using TestFn = bool (*)(const Value& in, CallArgs& a);
 

@@ -23,11 +23,11 @@ struct Spec {
   char type = 0;
 };
 
-bool is_digit(char c) { return c >= '0' && c <= '9'; }
+bool is_ascii_digit(char c) { return c >= '0' && c <= '9'; }
 
 int64_t read_int(const std::string& s, size_t& k) {
   int64_t v = 0;
-  while (k < s.size() && is_digit(s[k])) {
+  while (k < s.size() && is_ascii_digit(s[k])) {
     v = v * 10 + (s[k++] - '0');
     if (v > int64_t(kMaxBuiltString)) raise("format width or precision too large");
   }
@@ -59,11 +59,11 @@ Spec parse_spec(const std::string& s) {
     }
     ++k;
   }
-  if (k < s.size() && is_digit(s[k])) sp.width = read_int(s, k);
+  if (k < s.size() && is_ascii_digit(s[k])) sp.width = read_int(s, k);
   if (k < s.size() && (s[k] == ',' || s[k] == '_')) sp.grouping = s[k++];
   if (k < s.size() && s[k] == '.') {
     ++k;
-    if (k >= s.size() || !is_digit(s[k])) raise("format specifier missing precision");
+    if (k >= s.size() || !is_ascii_digit(s[k])) raise("format specifier missing precision");
     sp.precision = int(read_int(s, k));
   }
   if (k < s.size()) sp.type = s[k++];
@@ -174,7 +174,7 @@ Value field_value(const std::string& field, const CallArgs& a, size_t& auto_inde
   while (k < field.size() && field[k] != '.' && field[k] != '[') ++k;
   const std::string head = field.substr(0, k);
   Value v;
-  if (head.empty() || std::all_of(head.begin(), head.end(), is_digit)) {
+  if (head.empty() || std::all_of(head.begin(), head.end(), is_ascii_digit)) {
     size_t idx = auto_index;
     if (head.empty()) ++auto_index;
     else if (head.size() > 9) raise("Replacement index " + head + " out of range for positional args tuple");
@@ -200,7 +200,7 @@ Value field_value(const std::string& field, const CallArgs& a, size_t& auto_inde
       const size_t e = field.find(']', k);
       if (e == std::string::npos) raise("Missing ']' in format string");
       const std::string key = field.substr(k + 1, e - k - 1);
-      const bool num = !key.empty() && key.size() <= 18 && std::all_of(key.begin(), key.end(), is_digit);
+      const bool num = !key.empty() && key.size() <= 18 && std::all_of(key.begin(), key.end(), is_ascii_digit);
       v = get_item(v, num ? Value::integer(std::atoll(key.c_str())) : Value::str(key));
       k = e + 1;
     }
@@ -286,7 +286,7 @@ Value percent_format(const std::string& fmt, const ValueList& args, const Value*
       else if (f == '0') sp.fill.assign(1, '0');
       else break;
     }
-    if (k < fmt.size() && is_digit(fmt[k])) sp.width = read_int(fmt, k);
+    if (k < fmt.size() && is_ascii_digit(fmt[k])) sp.width = read_int(fmt, k);
     if (k < fmt.size() && fmt[k] == '.') {
       ++k;
       sp.precision = int(read_int(fmt, k));

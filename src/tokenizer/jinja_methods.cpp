@@ -10,8 +10,6 @@
 namespace fp::jinja {
 namespace {
 
-const Value kMissing = Value::undefined();
-
 // Python's clamping of a slice-like index into [0, n].
 int64_t clamp_index(const Value& v, int64_t n, int64_t def) {
   if (v.is_none() || v.is_undefined()) return def;

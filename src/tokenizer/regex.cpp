@@ -81,9 +81,9 @@ bool nullable(const Node& n) {
   }
 }
 
-class Parser {
+class RegexParser {
  public:
-  Parser(const std::string& pattern, std::vector<CharClass>& classes) : pattern_(pattern), classes_(classes) {
+  RegexParser(const std::string& pattern, std::vector<CharClass>& classes) : pattern_(pattern), classes_(classes) {
     // Decode the pattern once; escapes and classes are then read code point by code point.
     for (size_t i = 0; i < pattern.size();) {
       size_t len;
@@ -476,7 +476,7 @@ struct Regex::Program {
 };
 
 Regex::Regex(const std::string& pattern) : pattern_(pattern), prog_(std::make_unique<Program>()) {
-  Parser parser(pattern, prog_->classes);
+  RegexParser parser(pattern, prog_->classes);
   Node root = parser.parse();
   prog_->compile(root);
   prog_->emit(Program::Match);
