@@ -13,6 +13,14 @@
 namespace fp::test {
 
 inline std::string testdata(const std::string& rel) { return testdata_dir() + "/" + rel; }
+// True in the sanitizer build (CI's second phase), where the broadest shape sweeps run fewer or
+// smaller cases: every kernel and every tail still runs under ASan, the Release run keeps them all.
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr bool kSanitized = true;
+#else
+inline constexpr bool kSanitized = false;
+#endif
+
 // The small real model most suites run (relative to the test-data directory).
 inline constexpr const char* kStoriesGguf = "models/stories260K/stories260K.gguf";
 inline std::string stories_path() { return testdata(kStoriesGguf); }

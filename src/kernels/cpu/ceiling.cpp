@@ -24,9 +24,13 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// The probes measure the machine, so sanitizer builds leave them uninstrumented: instrumented, they
+// measured the sanitizer (and took ~20 s of every sanitized test that calibrates).
+#define FP_PROBE __attribute__((no_sanitize("address", "undefined")))
+
 // prefetch: also ask for the lines 2 KiB ahead (as the decode GEMVs do, cpu::kStreamAheadBytes),
 // which on some machines streams faster than the hardware prefetchers alone.
-FP_AVX2 double sum_avx2(const float* p, int64_t n, bool prefetch) {
+FP_PROBE FP_AVX2 double sum_avx2(const float* p, int64_t n, bool prefetch) {
   __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
   for (int64_t i = 0; i + 32 <= n; i += 32) {
     if (prefetch) {
@@ -41,7 +45,7 @@ FP_AVX2 double sum_avx2(const float* p, int64_t n, bool prefetch) {
   return avx2::hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
 }
 
-double sum_scalar(const float* p, int64_t n) {
+FP_PROBE double sum_scalar(const float* p, int64_t n) {
   double s = 0;
   for (int64_t i = 0; i < n; ++i) s += p[i];
   return s;
@@ -49,14 +53,16 @@ double sum_scalar(const float* p, int64_t n) {
 
 // Streams a 1 GiB buffer with every thread reading its own slice; best of 6 passes, alternately
 // without and with software prefetch (a kernel that prefetches must not read above the ceiling).
+FP_PROBE void fill_pattern(float* p, int64_t b, int64_t e) {
+  for (int64_t i = b; i < e; ++i) p[i] = static_cast<float>(i & 7);
+}
+
 double measure_read_gbps() {
   const int64_t n = (int64_t{1} << 30) / 4;
   float* buf = static_cast<float*>(std::aligned_alloc(64, static_cast<size_t>(n) * 4));
   if (!buf) return 0;
   const bool avx2 = cpu_features().missing({"avx2", "fma", "f16c"}).empty();
-  thread_pool().parallel_for(n, 1 << 20, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) buf[i] = static_cast<float>(i & 7);
-  });
+  thread_pool().parallel_for(n, 1 << 20, [&](int64_t b, int64_t e) { fill_pattern(buf, b, e); });
   double best = 0;
   volatile double sink = 0;
   for (int rep = 0; rep < 6; ++rep) {
@@ -73,7 +79,7 @@ double measure_read_gbps() {
 }
 
 // 12 independent FMA chains per thread hide the FMA latency on every current x86 core.
-FP_AVX2 double fma_loop(int64_t iters) {
+FP_PROBE FP_AVX2 double fma_loop(int64_t iters) {
   __m256 acc[12];
   for (int i = 0; i < 12; ++i) acc[i] = _mm256_set1_ps(static_cast<float>(i) * 1e-3f);
   const __m256 m = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
@@ -85,7 +91,7 @@ FP_AVX2 double fma_loop(int64_t iters) {
 }
 
 // vpmaddubsw + vpmaddwd + vpaddd: 32 int8 multiply-adds per step, as the quantized kernels do.
-FP_AVX2 double int8_loop(int64_t iters) {
+FP_PROBE FP_AVX2 double int8_loop(int64_t iters) {
   __m256i acc[8];
   for (int i = 0; i < 8; ++i) acc[i] = _mm256_set1_epi32(i);
   const __m256i a = _mm256_set1_epi8(3), b = _mm256_set1_epi8(-2), ones = _mm256_set1_epi16(1);
@@ -101,7 +107,7 @@ FP_AVX2 double int8_loop(int64_t iters) {
 // 16 chains, unrolled so that they stay in registers (a loop over an array of 24 was not, and
 // measured the stores: 205 instead of 457 GFLOP/s per core here): enough for a core that issues
 // two per cycle at a latency of up to 8 cycles.
-__attribute__((target("avx512f,avx512bf16"))) double bf16_loop(int64_t iters) {
+FP_PROBE __attribute__((target("avx512f,avx512bf16"))) double bf16_loop(int64_t iters) {
   __m512 acc[16];
   for (int i = 0; i < 16; ++i) acc[i] = _mm512_set1_ps(static_cast<float>(i) * 1e-3f);
   const __m512bh a = (__m512bh)_mm512_set1_epi32(0x3f803f80), b = (__m512bh)_mm512_set1_epi32(0x33d633d6);  // 1.0, 1e-7
