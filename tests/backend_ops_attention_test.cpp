@@ -15,7 +15,6 @@
 #include <cmath>
 
 #include "backend_ops.h"
-#include "core/cpu_features.h"
 #include "kernels/ops.h"
 
 namespace fp {

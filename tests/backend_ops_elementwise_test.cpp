@@ -13,7 +13,6 @@
 #include <limits>
 
 #include "backend_ops.h"
-#include "core/cpu_features.h"
 #include "kernels/cpu/exp_avx2.h"
 #include "kernels/ops.h"
 #include "kernels/registry.h"

@@ -12,7 +12,6 @@
 #include <utility>
 #include <vector>
 
-#include "core/cpu_features.h"
 #include "core/error.h"
 #include "engine/engine.h"
 #include "engine/generator.h"
@@ -36,16 +35,6 @@ std::vector<float> logits_with_kv(Model& m, const std::vector<int32_t>& ids, DTy
   return out;
 }
 
-// max |got - ref| / max |ref|
-double normalised_diff(const std::vector<float>& got, const std::vector<float>& ref) {
-  double err = 0, mx = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    err = std::max(err, static_cast<double>(std::fabs(got[i] - ref[i])));
-    mx = std::max(mx, static_cast<double>(std::fabs(ref[i])));
-  }
-  return err / mx;
-}
-
 // F16 keeps 11 significant bits, BF16 8: the rounding of K/V moves the logits by about that
 // relative amount. Measured on stories260K: F16 7.0e-4, BF16 5.6e-3; on the MLA synth model:
 // F16 2.3e-4, BF16 1.8e-3. The bounds leave about 4x room.
@@ -60,8 +49,8 @@ TEST(KvDtype, StoriesHalfWidthCacheLogitsStayNearF32) {
       true, false);
   ASSERT_GE(ids.size(), 40u);
   auto f32 = logits_with_kv(*m, ids, DType::F32);
-  const double f16 = normalised_diff(logits_with_kv(*m, ids, DType::F16), f32);
-  const double bf16 = normalised_diff(logits_with_kv(*m, ids, DType::BF16), f32);
+  const double f16 = test::rel_err(logits_with_kv(*m, ids, DType::F16), f32);
+  const double bf16 = test::rel_err(logits_with_kv(*m, ids, DType::BF16), f32);
   std::printf("logits vs the F32 cache (normalised): F16 %.3g, BF16 %.3g\n", f16, bf16);
   EXPECT_LE(f16, kF16Tol);
   EXPECT_LE(bf16, kBf16Tol);
@@ -90,8 +79,8 @@ TEST(KvDtype, MlaLatentCacheHalfWidthLogitsStayNearF32) {
   std::vector<int32_t> ids;
   for (int i = 0; i < 48; ++i) ids.push_back((i * 37 + 11) % 256);
   auto f32 = logits_with_kv(*m, ids, DType::F32);
-  const double f16 = normalised_diff(logits_with_kv(*m, ids, DType::F16), f32);
-  const double bf16 = normalised_diff(logits_with_kv(*m, ids, DType::BF16), f32);
+  const double f16 = test::rel_err(logits_with_kv(*m, ids, DType::F16), f32);
+  const double bf16 = test::rel_err(logits_with_kv(*m, ids, DType::BF16), f32);
   std::printf("logits vs the F32 cache (normalised): F16 %.3g, BF16 %.3g\n", f16, bf16);
   EXPECT_LE(f16, kF16Tol);
   EXPECT_LE(bf16, kBf16Tol);
@@ -234,7 +223,7 @@ TEST(KvDtype, CommandLineRefusesAnUnknownDtypeNamingIt) {
 
 TEST(KvDtype, AuditShowsTheFastKernelReadingAHalfWidthCache) {
   FP_REQUIRE_FILE(test::testdata(test::kStoriesGguf));
-  if (!cpu_features().missing({"avx2", "fma", "f16c"}).empty()) GTEST_SKIP() << "the fast attention kernel needs AVX2";
+  if (!test::cpu_has_avx2()) GTEST_SKIP() << "the fast attention kernel needs AVX2";
   int rc = 0;
   const std::string out = test::run_command(
       test::fastpath_bin() + " audit -q --strict --kv-cache-dtype f16 -m " + test::testdata(test::kStoriesGguf) + " 2>&1", &rc);
