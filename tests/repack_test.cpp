@@ -1,6 +1,6 @@
-// tests/repack_test.cpp — Q8_0, Q4_K and Q6_K weights repacked at load into Q8_0_X8, Q4_K_X8 and
-// Q6_K_X8 (model/repack.h): the repacking is exact both ways (in place too) and dequantizes to the
-// same values; a Q8_0, Q4_K or Q6_K model gives the same logits repacked or not, mapped or copied
+// tests/repack_test.cpp — Q8_0, Q4_K, Q6_K, Q4_0, Q4_1, Q5_0 and Q5_1 weights repacked at load into
+// their _X8 forms (model/repack.h): the repacking is exact both ways (in place too) and dequantizes
+// to the same values; a model of each gives the same logits repacked or not, mapped or copied
 // (--no-mmap), on the fast kernels and on the forced reference; what is not repackable (short
 // rows, other dtypes) stays as it was.
 // Also where the weights go by default (resolve_weight_memory: copied when that suits).
@@ -147,11 +147,72 @@ TEST(Repack, Q6_KRoundTripsExactlyAndInPlace) {
   EXPECT_EQ(row_bytes(DType::Q6_K_X8, 2048), row_bytes(DType::Q6_K, 2048));
 }
 
-TEST(Repack, OnlyQ8_0AndKQuantMatricesOfWholeGroups) {
+// Q4_0 / Q4_1 / Q5_0 / Q5_1 groups of 8 blocks: every byte random (finite f16 scales and
+// minimums), repacked and back exactly (in place too), dequantizing to the same floats.
+TEST(Repack, Block32FormatsRoundTripExactlyAndInPlace) {
+  std::mt19937 rng(3);
+  std::uniform_int_distribution<int> byte(0, 255), h(0, 0x7bff);
+  for (DType base : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1}) {
+    const DType packed_type = block32_x8(base);
+    SCOPED_TRACE(dtype_name(packed_type));
+    EXPECT_EQ(block32_base(packed_type), base);
+    EXPECT_EQ(repacked_dtype(base), packed_type);
+    const int64_t block_bytes = dtype_info(base).block_bytes;
+    for (int64_t groups : {1, 3, 64}) {
+      std::vector<uint8_t> src(static_cast<size_t>(8 * groups * block_bytes));
+      for (auto& v : src) v = static_cast<uint8_t>(byte(rng));
+      for (int64_t b = 0; b < 8 * groups; ++b) {  // d (and m) are the block's first f16 values
+        const int halves = base == DType::Q4_1 || base == DType::Q5_1 ? 2 : 1;
+        for (int k = 0; k < halves; ++k) {
+          const auto v = static_cast<uint16_t>(h(rng));
+          std::memcpy(src.data() + b * block_bytes + 2 * k, &v, 2);
+        }
+      }
+      std::vector<uint8_t> packed(src.size()), back(src.size());
+      pack_block32_x8(base, src.data(), packed.data(), groups);
+      unpack_block32_x8(packed_type, packed.data(), back.data(), groups);
+      ASSERT_EQ(back, src) << groups << " groups";
+      std::vector<uint8_t> inplace = src;
+      pack_block32_x8(base, inplace.data(), inplace.data(), groups);
+      ASSERT_EQ(inplace, packed);
+      unpack_block32_x8(packed_type, inplace.data(), inplace.data(), groups);
+      ASSERT_EQ(inplace, src);
+      const int64_t n = groups * 256;
+      std::vector<float> a(static_cast<size_t>(n)), b(static_cast<size_t>(n));
+      dequantize_row(base, src.data(), a.data(), n);
+      dequantize_row(packed_type, packed.data(), b.data(), n);
+      ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+    }
+    EXPECT_EQ(row_bytes(packed_type, 2048), row_bytes(base, 2048));
+  }
+  // The layout, on Q5_1: block j's byte 4t + k at qs[32t + 4j + k]; its fifth bit of value 4c + k
+  // at bit 4j + k of the u32 at qh + 4c.
+  std::vector<BlockQ5_1> blocks(8);
+  for (auto& b : blocks) {
+    b.d = static_cast<uint16_t>(h(rng));
+    b.m = static_cast<uint16_t>(h(rng));
+    for (auto& v : b.qh) v = static_cast<uint8_t>(byte(rng));
+    for (auto& v : b.qs) v = static_cast<uint8_t>(byte(rng));
+  }
+  BlockQ5_1x8 p;
+  pack_block32_x8(DType::Q5_1, blocks.data(), &p, 1);
+  EXPECT_EQ(p.qs[32 * 2 + 4 * 5 + 3], blocks[5].qs[4 * 2 + 3]);
+  EXPECT_EQ(p.d[6], blocks[6].d);
+  EXPECT_EQ(p.m[7], blocks[7].m);
+  uint32_t qh5, word6;
+  std::memcpy(&qh5, blocks[5].qh, 4);
+  std::memcpy(&word6, p.qh + 4 * 6, 4);
+  EXPECT_EQ(word6 >> (4 * 5 + 1) & 1, qh5 >> (4 * 6 + 1) & 1);
+}
+
+TEST(Repack, OnlyRepackableFormatsAndMatricesOfWholeGroups) {
   std::vector<uint8_t> bytes(static_cast<size_t>(row_bytes(DType::Q8_0, 512) * 4));
   EXPECT_TRUE(repackable(Tensor::view(bytes.data(), DType::Q8_0, {4, 512})));
   EXPECT_FALSE(repackable(Tensor::view(bytes.data(), DType::Q8_0, {8, 224})));  // 7 blocks a row
-  EXPECT_FALSE(repackable(Tensor::view(bytes.data(), DType::Q4_0, {4, 512})));
+  EXPECT_TRUE(repackable(Tensor::view(bytes.data(), DType::Q4_0, {4, 512})));
+  EXPECT_FALSE(repackable(Tensor::view(bytes.data(), DType::Q4_0, {8, 224})));
+  EXPECT_FALSE(repackable(Tensor::view(bytes.data(), DType::Q5_1, {2, 2, 512})));  // an expert stack of a 32-value format
+  EXPECT_FALSE(repackable(Tensor::view(bytes.data(), DType::Q2_K, {2, 512})));  // no _X8 form
   EXPECT_FALSE(repackable(Tensor::view(bytes.data(), DType::Q8_0, {2, 2, 512})));  // a Q8_0 expert stack (the MoE GEMV reads it)
   Tensor t = Tensor::view(bytes.data(), DType::Q8_0, {4, 512});
   EXPECT_TRUE(repack_in_place(t));
@@ -164,7 +225,7 @@ TEST(Repack, OnlyQ8_0AndKQuantMatricesOfWholeGroups) {
   EXPECT_TRUE(repackable(Tensor::view(k_bytes.data(), DType::Q4_K, {2, 2, 512})));  // a K-quant expert stack: rows
   EXPECT_TRUE(repack_in_place(k));
   EXPECT_EQ(k.dtype, DType::Q4_K_X8);
-  EXPECT_EQ(repacked_dtype(DType::Q4_0), DType::Q4_0);
+  EXPECT_EQ(repacked_dtype(DType::Q3_K), DType::Q3_K);
 }
 
 std::string synth_q8(const std::string& dir, const std::string& name, nlohmann::json cfg, DType type = DType::Q8_0) {
@@ -199,12 +260,12 @@ std::vector<float> logits(const std::string& path, bool repack, bool mmap, DType
 
 TEST(Repack, ModelGivesTheSameLogits) {
   const std::string dir = test::temp_dir("repack_model");
-  for (DType type : {DType::Q8_0, DType::Q4_K, DType::Q6_K})
+  for (DType type : {DType::Q8_0, DType::Q4_K, DType::Q6_K, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1})
   for (bool tied : {true, false}) {
     // Rows of 256 and 512 values repack; the 96-wide FFN of the second Q8_0 model leaves
     // ffn_down (rows of 96) and nothing else changes. (K-quant rows are whole super-blocks.)
     for (int64_t ffn : {512, 96}) {
-      if (type != DType::Q8_0 && ffn % QK_K != 0) continue;
+      if (dtype_info(type).block_elems == QK_K && ffn % QK_K != 0) continue;
       const std::string path = synth_q8(dir, std::string(dtype_name(type)) + std::to_string(tied) + std::to_string(ffn) + ".gguf",
                                         {{"hidden_size", 256}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},
                                          {"intermediate_size", ffn}, {"vocab_size", 512}, {"num_hidden_layers", 2},

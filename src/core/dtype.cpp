@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstring>
+#include <type_traits>
 
 #include "core/error.h"
 
@@ -19,7 +21,9 @@ const DTypeInfo& dtype_info(DType t) {
       q4_k{"Q4_K", QK_K, sizeof(BlockQ4_K), true}, q5_k{"Q5_K", QK_K, sizeof(BlockQ5_K), true},
       q6_k{"Q6_K", QK_K, sizeof(BlockQ6_K), true},
       q8_0_x8{"Q8_0_X8", QK8_0X8, sizeof(BlockQ8_0x8), true}, q4_k_x8{"Q4_K_X8", QK_K, sizeof(BlockQ4_Kx8), true},
-      q6_k_x8{"Q6_K_X8", QK_K, sizeof(BlockQ6_Kx8), true}, i8{"I8", 1, 1, false}, i16{"I16", 1, 2, false},
+      q6_k_x8{"Q6_K_X8", QK_K, sizeof(BlockQ6_Kx8), true}, q4_0_x8{"Q4_0_X8", 256, sizeof(BlockQ4_0x8), true},
+      q4_1_x8{"Q4_1_X8", 256, sizeof(BlockQ4_1x8), true}, q5_0_x8{"Q5_0_X8", 256, sizeof(BlockQ5_0x8), true},
+      q5_1_x8{"Q5_1_X8", 256, sizeof(BlockQ5_1x8), true}, i8{"I8", 1, 1, false}, i16{"I16", 1, 2, false},
       i32{"I32", 1, 4, false}, i64{"I64", 1, 8, false}, f64{"F64", 1, 8, false};
   switch (t) {
     case DType::F32: return f32;
@@ -39,6 +43,10 @@ const DTypeInfo& dtype_info(DType t) {
     case DType::Q8_0_X8: return q8_0_x8;
     case DType::Q4_K_X8: return q4_k_x8;
     case DType::Q6_K_X8: return q6_k_x8;
+    case DType::Q4_0_X8: return q4_0_x8;
+    case DType::Q4_1_X8: return q4_1_x8;
+    case DType::Q5_0_X8: return q5_0_x8;
+    case DType::Q5_1_X8: return q5_1_x8;
     case DType::I8: return i8;
     case DType::I16: return i16;
     case DType::I32: return i32;
@@ -689,6 +697,105 @@ void unpack_q4_k_x8(const BlockQ4_Kx8* src, BlockQ4_K* dst, int64_t blocks) {
   }
 }
 
+DType block32_x8(DType t) {
+  switch (t) {
+    case DType::Q4_0: return DType::Q4_0_X8;
+    case DType::Q4_1: return DType::Q4_1_X8;
+    case DType::Q5_0: return DType::Q5_0_X8;
+    case DType::Q5_1: return DType::Q5_1_X8;
+    default: return t;
+  }
+}
+
+DType block32_base(DType t) {
+  switch (t) {
+    case DType::Q4_0_X8: return DType::Q4_0;
+    case DType::Q4_1_X8: return DType::Q4_1;
+    case DType::Q5_0_X8: return DType::Q5_0;
+    case DType::Q5_1_X8: return DType::Q5_1;
+    default: return t;
+  }
+}
+
+namespace {
+
+// One group of 8 blocks <-> its _X8 form (core/dtype.h). The fields a format lacks (Q4_0's m and
+// qh, ...) are skipped through `if constexpr`.
+template <class B> constexpr bool kHasMin = std::is_same_v<B, BlockQ4_1> || std::is_same_v<B, BlockQ5_1>;
+template <class B> constexpr bool kHasQh = std::is_same_v<B, BlockQ5_0> || std::is_same_v<B, BlockQ5_1>;
+
+template <class B, class P>
+void pack_group32(const B* src, P* dst) {
+  B b[8];
+  std::memcpy(b, src, sizeof b);  // a copy first: dst may overlap src
+  P p{};
+  for (int j = 0; j < 8; ++j) {
+    p.d[j] = b[j].d;
+    if constexpr (kHasMin<B>) p.m[j] = b[j].m;
+    for (int t = 0; t < 4; ++t)
+      for (int k = 0; k < 4; ++k) p.qs[32 * t + 4 * j + k] = b[j].qs[4 * t + k];
+    if constexpr (kHasQh<B>) {
+      uint32_t qh;
+      std::memcpy(&qh, b[j].qh, 4);
+      for (int c = 0; c < 8; ++c)
+        for (int k = 0; k < 4; ++k)
+          if (qh >> (4 * c + k) & 1) p.qh[4 * c + (4 * j + k) / 8] |= static_cast<uint8_t>(1u << ((4 * j + k) % 8));
+    }
+  }
+  std::memcpy(dst, &p, sizeof p);
+}
+
+template <class B, class P>
+void unpack_group32(const P* src, B* dst) {
+  P p;
+  std::memcpy(&p, src, sizeof p);
+  B b[8] = {};
+  for (int j = 0; j < 8; ++j) {
+    b[j].d = p.d[j];
+    if constexpr (kHasMin<B>) b[j].m = p.m[j];
+    for (int t = 0; t < 4; ++t)
+      for (int k = 0; k < 4; ++k) b[j].qs[4 * t + k] = p.qs[32 * t + 4 * j + k];
+    if constexpr (kHasQh<B>) {
+      uint32_t qh = 0;
+      for (int c = 0; c < 8; ++c)
+        for (int k = 0; k < 4; ++k) qh |= static_cast<uint32_t>(p.qh[4 * c + (4 * j + k) / 8] >> ((4 * j + k) % 8) & 1) << (4 * c + k);
+      std::memcpy(b[j].qh, &qh, 4);
+    }
+  }
+  std::memcpy(dst, b, sizeof b);
+}
+
+template <class B, class P>
+void pack_groups32(const void* src, void* dst, int64_t groups) {
+  for (int64_t g = 0; g < groups; ++g) pack_group32(static_cast<const B*>(src) + 8 * g, static_cast<P*>(dst) + g);
+}
+template <class B, class P>
+void unpack_groups32(const void* src, void* dst, int64_t groups) {
+  for (int64_t g = 0; g < groups; ++g) unpack_group32(static_cast<const P*>(src) + g, static_cast<B*>(dst) + 8 * g);
+}
+
+}  // namespace
+
+void pack_block32_x8(DType base, const void* src, void* dst, int64_t groups) {
+  switch (base) {
+    case DType::Q4_0: return pack_groups32<BlockQ4_0, BlockQ4_0x8>(src, dst, groups);
+    case DType::Q4_1: return pack_groups32<BlockQ4_1, BlockQ4_1x8>(src, dst, groups);
+    case DType::Q5_0: return pack_groups32<BlockQ5_0, BlockQ5_0x8>(src, dst, groups);
+    case DType::Q5_1: return pack_groups32<BlockQ5_1, BlockQ5_1x8>(src, dst, groups);
+    default: fail("pack_block32_x8: ", dtype_name(base), " has no _X8 form");
+  }
+}
+
+void unpack_block32_x8(DType packed, const void* src, void* dst, int64_t groups) {
+  switch (packed) {
+    case DType::Q4_0_X8: return unpack_groups32<BlockQ4_0, BlockQ4_0x8>(src, dst, groups);
+    case DType::Q4_1_X8: return unpack_groups32<BlockQ4_1, BlockQ4_1x8>(src, dst, groups);
+    case DType::Q5_0_X8: return unpack_groups32<BlockQ5_0, BlockQ5_0x8>(src, dst, groups);
+    case DType::Q5_1_X8: return unpack_groups32<BlockQ5_1, BlockQ5_1x8>(src, dst, groups);
+    default: fail("unpack_block32_x8: ", dtype_name(packed), " is not an _X8 form of a 32-value format");
+  }
+}
+
 namespace {
 // The 256 six-bit values (0..63, the weight being d * scale * (q - 32)) of a Q6_K super-block, in order.
 void q6_k_values(const BlockQ6_K& b, uint8_t q[QK_K]) {
@@ -826,6 +933,16 @@ void dequantize_row(DType t, const void* src, float* y, int64_t n) {
         dequant_q6_k(&b, y + g * QK_K, 1);
       }
       return;
+    case DType::Q4_0_X8: case DType::Q4_1_X8: case DType::Q5_0_X8: case DType::Q5_1_X8: {
+      const DType base = block32_base(t);
+      const int64_t group_bytes = 8 * dtype_info(base).block_bytes;
+      alignas(8) uint8_t blocks[8 * sizeof(BlockQ5_1)];
+      for (int64_t g = 0; g < n / 256; ++g) {
+        unpack_block32_x8(t, static_cast<const uint8_t*>(src) + g * group_bytes, blocks, 1);
+        dequantize_row(base, blocks, y + g * 256, 256);
+      }
+      return;
+    }
     case DType::F64: {
       auto s = static_cast<const double*>(src);
       for (int64_t i = 0; i < n; ++i) y[i] = static_cast<float>(s[i]);
@@ -875,6 +992,10 @@ void quantize_row(DType t, const float* x, void* dst, int64_t n) {
     case DType::Q6_K_X8:  // as Q6_K, then repacked in place
       quant_q6_k(x, static_cast<BlockQ6_K*>(dst), n / QK_K);
       pack_q6_k_x8(static_cast<const BlockQ6_K*>(dst), static_cast<BlockQ6_Kx8*>(dst), n / QK_K);
+      return;
+    case DType::Q4_0_X8: case DType::Q4_1_X8: case DType::Q5_0_X8: case DType::Q5_1_X8:  // as the base, then repacked in place
+      quantize_row(block32_base(t), x, dst, n);
+      pack_block32_x8(block32_base(t), dst, dst, n / 256);
       return;
     default: fail("cannot quantize F32 to ", dtype_name(t));
   }

@@ -36,6 +36,11 @@ enum class DType : uint32_t {
   Q4_K_X8 = 1002,
   // Q6_K repacked at load for the CPU matmul kernels (BlockQ6_Kx8 below); never in a file.
   Q6_K_X8 = 1003,
+  // Q4_0 / Q4_1 / Q5_0 / Q5_1 repacked at load, 8 blocks interleaved (BlockQ4_0x8 ... below); never in a file.
+  Q4_0_X8 = 1004,
+  Q4_1_X8 = 1005,
+  Q5_0_X8 = 1006,
+  Q5_1_X8 = 1007,
 };
 
 struct DTypeInfo {
@@ -176,6 +181,32 @@ struct BlockQ6_Kx8 {
   int8_t scales[QK_K / 16];
   uint16_t d;
 };
+// Eight consecutive blocks of a 32-value format (Q4_0, Q4_1, Q5_0, Q5_1) of one row, interleaved
+// as Q4_K_X8's sub-blocks are: qs[32t + 4j + k] = block j's byte 4t + k, whose low nibble is its
+// value 4t + k and high nibble its value 16 + 4t + k, so chunk t's low (high) nibbles line up with
+// chunk t (t + 4) of the interleaved Q8_0 activations. d[j] / m[j]: block j's scale / minimum.
+// Q5: bit 4j + k of the little-endian u32 at qh + 4c = block j's fifth bit of value 4c + k (the
+// values of chunk c). Same bytes as the 8 blocks they replace.
+struct BlockQ4_0x8 {
+  uint16_t d[8];
+  uint8_t qs[128];
+};
+struct BlockQ4_1x8 {
+  uint16_t d[8];
+  uint16_t m[8];
+  uint8_t qs[128];
+};
+struct BlockQ5_0x8 {
+  uint16_t d[8];
+  uint8_t qh[32];
+  uint8_t qs[128];
+};
+struct BlockQ5_1x8 {
+  uint16_t d[8];
+  uint16_t m[8];
+  uint8_t qh[32];
+  uint8_t qs[128];
+};
 static_assert(sizeof(BlockQ8_0) == 34);
 static_assert(sizeof(BlockQ8_0x8) == 8 * sizeof(BlockQ8_0));
 static_assert(sizeof(BlockQ4_0) == 18);
@@ -189,6 +220,8 @@ static_assert(sizeof(BlockQ5_K) == 176);
 static_assert(sizeof(BlockQ4_Kx8) == sizeof(BlockQ4_K));
 static_assert(sizeof(BlockQ6_K) == 210);
 static_assert(sizeof(BlockQ6_Kx8) == sizeof(BlockQ6_K));
+static_assert(sizeof(BlockQ4_0x8) == 8 * sizeof(BlockQ4_0) && sizeof(BlockQ4_1x8) == 8 * sizeof(BlockQ4_1));
+static_assert(sizeof(BlockQ5_0x8) == 8 * sizeof(BlockQ5_0) && sizeof(BlockQ5_1x8) == 8 * sizeof(BlockQ5_1));
 
 // The unsigned values of one block, in order: Q5_0 / Q5_1 (0..31; the weight d * (q - 16) or
 // d * q + m), Q5_K (0..31), Q3_K (0..7, the weight d * scale * (q - 4)); Q3_K's 16 scales (-32..31).
@@ -214,6 +247,15 @@ void unpack_q4_k_x8(const BlockQ4_Kx8* src, BlockQ4_K* dst, int64_t blocks);
 // Q6_K <-> Q6_K_X8, likewise.
 void pack_q6_k_x8(const BlockQ6_K* src, BlockQ6_Kx8* dst, int64_t blocks);
 void unpack_q6_k_x8(const BlockQ6_Kx8* src, BlockQ6_K* dst, int64_t blocks);
+
+// Q4_0 / Q4_1 / Q5_0 / Q5_1 <-> their _X8 forms. block32_x8(t): the _X8 form of t (t itself when
+// t has none); block32_base(t): the file format of an _X8 form (t itself otherwise).
+DType block32_x8(DType t);
+DType block32_base(DType t);
+inline bool is_block32_x8(DType t) { return block32_base(t) != t; }
+// `groups` groups of 8 blocks of type base = block32_base(packed); exact both ways; dst may equal src.
+void pack_block32_x8(DType base, const void* src, void* dst, int64_t groups);
+void unpack_block32_x8(DType packed, const void* src, void* dst, int64_t groups);
 
 // ggml's Q8_0 quantizer (round half away from zero), used for activations too.
 void quantize_row_q8_0(const float* src, BlockQ8_0* dst, int64_t n);

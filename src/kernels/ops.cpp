@@ -12,6 +12,9 @@ std::string MatMulArgs::shape_class() const {
   // follows, so a cached decision never meets a call on the other side of any of those lines.
   std::string s = std::string("w=") + dtype_name(w->dtype) +
                   (n <= 4 ? " gemv" : n <= 8 ? " gemv8" : n <= 32 ? " gemm32" : n <= 256 ? " gemm256" : " gemm");
+  // The interleaved integer kernels need rows of whole 256-value groups; a model can mix such
+  // rows with others of the same dtype (a 96- or 896-wide FFN), so they are a class of their own.
+  if (dtype_info(w->dtype).quantized && w->cols() % 256 != 0) s += " k%256!=0";
   if (w->block_scale) s += " block-scaled";
   if (bias) s += " +bias";
   return s;

@@ -385,7 +385,8 @@ void Model::deliver_logits(const float* device_logits, int64_t rows, float* logi
 const BlockQ8_0* rmsnorm_for(RmsNormArgs norm, std::initializer_list<const Tensor*> ws, std::vector<BlockQ8_0>& blocks) {
   bool q8 = norm.d % QK8_0 == 0 && ws.size() > 0 && current_device() == Device::CPU;
   for (const Tensor* w : ws)
-    q8 = q8 && w && !w->block_scale && (w->dtype == DType::Q8_0 || w->dtype == DType::Q4_0 || w->dtype == DType::Q8_0_X8);
+    q8 = q8 && w && !w->block_scale && (w->dtype == DType::Q8_0 || w->dtype == DType::Q4_0 || w->dtype == DType::Q8_0_X8 ||
+                                            w->dtype == DType::Q4_0_X8);
   if (!q8) {
     dispatch(norm);
     return nullptr;

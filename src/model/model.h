@@ -168,7 +168,7 @@ AttentionArgs paged_attention_args(const StagedBatch& b, const KvPool& pool);
 ParallelSizes resolve_parallel(ParallelSizes requested, int ranks, const ModelConfig& config);
 
 using ArchitectureFactory = std::function<std::unique_ptr<Model>(std::shared_ptr<ModelFile>)>;
-// Dispatches `norm`. When every weight in `ws` dots Q8_0 activations (Q8_0, Q8_0_X8 or Q4_0 weights),
+// Dispatches `norm`. When every weight in `ws` dots Q8_0 activations (Q8_0, Q8_0_X8, Q4_0 or Q4_0_X8 weights),
 // the norm also writes its rows quantized to Q8_0 into `blocks` and the result points at them,
 // for MatMulArgs::xq — the matmuls that share the normalised input quantize it once (issue 3's
 // fused rmsnorm + quantize). Otherwise returns null and the matmuls quantize as usual.

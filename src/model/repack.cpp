@@ -1,4 +1,5 @@
-// model/repack.cpp — Q8_0 -> Q8_0_X8, Q4_K -> Q4_K_X8 and Q6_K -> Q6_K_X8 at load (see repack.h).
+// model/repack.cpp — Q8_0 -> Q8_0_X8, Q4_K -> Q4_K_X8, Q6_K -> Q6_K_X8 and Q4_0 / Q4_1 / Q5_0 /
+// Q5_1 -> their _X8 forms at load (see repack.h).
 #include "model/repack.h"
 
 #include <sys/mman.h>
@@ -16,20 +17,21 @@ DType repacked_dtype(DType t) {
     case DType::Q8_0: return DType::Q8_0_X8;
     case DType::Q4_K: return DType::Q4_K_X8;
     case DType::Q6_K: return DType::Q6_K_X8;
-    default: return t;
+    default: return block32_x8(t);
   }
 }
 
 bool repackable(const Tensor& w) {
-  // A 3-D stack of experts is rows too; Q8_0 stacks stay (the MoE decode kernel reads Q8_0 rows).
-  const bool shape_ok = w.ndim == 2 || (w.ndim == 3 && w.dtype != DType::Q8_0);
+  // A 3-D stack of experts is rows too; Q8_0 and 32-value-block stacks stay (the MoE kernels read
+  // their rows in the file's layout).
+  const bool shape_ok = w.ndim == 2 || (w.ndim == 3 && (w.dtype == DType::Q4_K || w.dtype == DType::Q6_K));
   return repacked_dtype(w.dtype) != w.dtype && shape_ok && w.is_contiguous() && w.cols() % 256 == 0 &&
          !w.block_scale && w.device == Device::CPU;
 }
 
 namespace {
 
-// Rows of src (Q8_0 / Q4_K / Q6_K) into dst (the _X8 form, the same number of bytes); dst may equal src.
+// Rows of src (a repackable type) into dst (the _X8 form, the same number of bytes); dst may equal src.
 void repack_rows(const Tensor& src, void* dst) {
   const int64_t rb = row_bytes(src.dtype, src.cols());
   thread_pool().parallel_for(src.rows(), 64, [&](int64_t r0, int64_t r1) {
@@ -43,8 +45,10 @@ void repack_rows(const Tensor& src, void* dst) {
         case DType::Q4_K:
           pack_q4_k_x8(reinterpret_cast<const BlockQ4_K*>(from), reinterpret_cast<BlockQ4_Kx8*>(to), src.cols() / QK_K);
           break;
-        default:
+        case DType::Q6_K:
           pack_q6_k_x8(reinterpret_cast<const BlockQ6_K*>(from), reinterpret_cast<BlockQ6_Kx8*>(to), src.cols() / QK_K);
+          break;
+        default: pack_block32_x8(src.dtype, from, to, src.cols() / 256);
       }
     }
   });
@@ -67,7 +71,7 @@ const Tensor* WeightRepacker::repack(const Tensor* w) {
     if (&t == w) entry = &t;
   const int64_t bytes = w->nbytes();
   const DType to = repacked_dtype(w->dtype);
-  (w->dtype == DType::Q8_0 ? q8_tensors_ : w->dtype == DType::Q4_K ? q4k_tensors_ : q6k_tensors_) += 1;
+  ++by_type_[w->dtype];
   const Tensor* out = nullptr;
   if (entry && f_.weights_writable) {
     repack_in_place(*entry);
@@ -103,9 +107,9 @@ const Tensor* WeightRepacker::repack(const Tensor* w) {
 void WeightRepacker::report() const {
   if (tensors_ == 0) return;
   std::string what;
-  if (q8_tensors_ > 0) what += std::to_string(q8_tensors_) + " Q8_0 -> Q8_0_X8";
-  if (q4k_tensors_ > 0) what += std::string(what.empty() ? "" : ", ") + std::to_string(q4k_tensors_) + " Q4_K -> Q4_K_X8";
-  if (q6k_tensors_ > 0) what += std::string(what.empty() ? "" : ", ") + std::to_string(q6k_tensors_) + " Q6_K -> Q6_K_X8";
+  for (const auto& [from, count] : by_type_)
+    what += std::string(what.empty() ? "" : ", ") + std::to_string(count) + " " + dtype_name(from) + " -> " +
+            dtype_name(repacked_dtype(from));
   log_info("repacked ", tensors_, " matmul weights (", what, "; ", static_cast<double>(bytes_) / (1 << 20), " MiB) in ",
            seconds_ * 1000, " ms; ",
            new_bytes_ == 0 ? std::string("in place, no extra memory")

@@ -1,19 +1,22 @@
-// model/repack.h — Q8_0, Q4_K and Q6_K matmul weights repacked once at load into Q8_0_X8, Q4_K_X8
-// and Q6_K_X8 (core/dtype.h), the interleaved layouts the CPU matmul kernels read: Q8_0_X8 at
-// every batch size (batched decode and prefill no longer repack weights on every call), the
-// K-quant forms in decode (their scales apply once per super-block, not per sub-block). Same bytes per row, so the repacked
-// tensor replaces the file's: no second copy is kept. See docs/design.md, "Weights repacked at load".
+// model/repack.h — Q8_0, Q4_K, Q6_K, Q4_0, Q4_1, Q5_0 and Q5_1 matmul weights repacked once at
+// load into their _X8 forms (core/dtype.h), the interleaved layouts the CPU matmul kernels read:
+// Q8_0_X8 at every batch size (batched decode and prefill no longer repack weights on every
+// call), the others in decode (the scales of 8 blocks apply as one vector, not one per block).
+// Same bytes per row, so the repacked tensor replaces the file's: no second copy is kept. See
+// docs/design.md, "Weights repacked at load".
 #pragma once
 #include <cstdint>
+#include <map>
 
 #include "core/tensor.h"
 #include "model/model_file.h"
 
 namespace fp {
 
-// Whether a weight can be repacked: Q8_0, Q4_K or Q6_K, 2-D (or a 3-D stack of Q4_K / Q6_K
-// experts, rows all the same), contiguous, rows a multiple of 256 values, no block scales, on the
-// CPU. Everything else (Q4_0, Q8_0 expert stacks, short rows) is left as is.
+// Whether a weight can be repacked: Q8_0, Q4_K, Q6_K, Q4_0, Q4_1, Q5_0 or Q5_1, 2-D (or a 3-D
+// stack of Q4_K / Q6_K experts, rows all the same), contiguous, rows a multiple of 256 values, no
+// block scales, on the CPU. Everything else (the other formats, other expert stacks, short rows)
+// is left as is.
 bool repackable(const Tensor& w);
 // The layout a repackable weight of type t becomes (t itself when there is none).
 DType repacked_dtype(DType t);
@@ -37,7 +40,8 @@ class WeightRepacker {
 
  private:
   ModelFile& f_;
-  int64_t tensors_ = 0, q8_tensors_ = 0, q4k_tensors_ = 0, q6k_tensors_ = 0, bytes_ = 0, new_bytes_ = 0;
+  std::map<DType, int64_t> by_type_;  // tensors repacked, by their file type
+  int64_t tensors_ = 0, bytes_ = 0, new_bytes_ = 0;
   double seconds_ = 0;
 };
 

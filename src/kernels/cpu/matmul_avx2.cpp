@@ -4,7 +4,8 @@
 //    in registers; Q8_0/Q4_0/Q4_1/Q5_0/Q5_1 use int8 dot products against Q8_0-quantized
 //    activations, the K-quants (Q2_K..Q6_K) against Q8_K-quantized activations (as ggml does). Q8_0_X8 (Q8_0 repacked at load) runs
 //    one interleaved integer kernel at every batch size; Q4_K_X8 (Q4_K repacked at load) has an
-//    interleaved decode kernel and shares the Q4 prefill tiles; Q6_K_X8 likewise with the Q6 tiles.
+//    interleaved decode kernel and shares the Q4 prefill tiles; Q6_K_X8 likewise with the Q6 tiles;
+//    Q4_0_X8 / Q4_1_X8 / Q5_0_X8 / Q5_1_X8 (repacked at load) likewise with the Q4 tiles.
 //  - GEMM path for float-like weights (n > 4, prefill): compute-bound; 16-row weight panels are
 //    widened to f32 and packed [k][16], then a 6x16 register-blocked FMA micro-kernel sweeps the
 //    tokens. Quantized weights keep the integer path at every n, with rows blocked to stay in L2.
@@ -160,15 +161,6 @@ FP_AVX2 void gemv_float(const MatMulArgs& a, const float* x, int64_t n_off, int6
 }
 
 // ------------------------------------------------------------------ integer GEMV
-// Byte j of the result = 0xff where bit j of x is set: each byte picks the byte of x holding its
-// bit, then tests that one bit.
-FP_AVX2_INLINE __m256i bits_to_bytes(uint32_t x) {
-  const __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(x)),
-                                            _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
-  const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
-  return _mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit);
-}
-
 // A Q4_0-style nibble block's 32 values (low nibbles = values 0..15), unsigned 0..15.
 FP_AVX2_INLINE __m256i unpack_nibbles(const uint8_t* qs) {
   __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
@@ -724,13 +716,13 @@ void tile_q4_dispatch(int R, int T, const cpu::PackedW* const* w, const cpu::Pac
 
 bool q4_tile_type(DType t) {
   return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1 || t == DType::Q4_K || t == DType::Q4_K_X8 ||
-         t == DType::Q5_K;
+         t == DType::Q5_K || is_block32_x8(t);
 }
 
 void gemm_q4_interleaved(const MatMulArgs& a) {
   const DType t = a.w->dtype;
   const bool mins = cpu::packed_has_mins(t);
-  const bool five_bit = t == DType::Q5_0 || t == DType::Q5_1 || t == DType::Q5_K;
+  const bool five_bit = t == DType::Q5_0 || t == DType::Q5_1 || t == DType::Q5_K || t == DType::Q5_0_X8 || t == DType::Q5_1_X8;
   cpu::gemm_interleaved(a, 2, 3, [&](int R, int T, const cpu::PackedW* const* w, const cpu::PackedX* const* x, int64_t groups,
                                   float* y, int64_t ldy, const float* bias) {
     if (five_bit) {
@@ -912,6 +904,64 @@ void gemv_q6_k_x8(const MatMulArgs& a) {
                                          int64_t ldy, float bias) { row_q6_k_x8<decltype(N)::value>(w, xs, groups, y, ldy, bias); });
 }
 
+// ------------------------------------------------------------------ Q4_0/Q4_1/Q5_0/Q5_1 _X8 decode (packed at load)
+// As Q4_K_X8: chunk c's values meet activation chunk c and c + 4's, lane j of the int32 sums is
+// block j's dot product, and the 8 blocks' scales (and minimums) apply as one vector per group
+// where the file's layout costs a scale broadcast and a multiply-add per 32 values. Four-bit
+// pair sums add up in int16 over all 8 chunks (<= 8 x 2 x 15 x 127 = 30480), five-bit ones over
+// two (2 x 2 x 31 x 127 = 15748). The offset of Q4_0 / Q5_0 (q - 8, q - 16) starts the sums as
+// -offset x sum(x) (PackedX::init); Q4_1 / Q5_1's minimum adds m x d_x sum(x) (PackedX::bsum).
+template <DType W, int T>
+FP_AVX2 void row_block32_x8(const typename Block32X8<W>::type* w, const cpu::PackedX* const* x, int64_t groups, float* y,
+                            int64_t ldy, float bias) {
+  using Traits = Block32X8<W>;
+  constexpr int kLines = (sizeof(typename Traits::type) + 63) / 64;
+  __m256 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t g = 0; g < groups; ++g) {
+    for (int l = 0; l < kLines; ++l) cpu::prefetch_stream(reinterpret_cast<const char*>(w + g) + 64 * l);
+    __m256i lo[4], hi[4];
+    for (int c = 0; c < 4; ++c) block32_x8_chunks<W>(w[g], c, &lo[c], &hi[c]);
+    const __m256 scale = block32_x8_scales<W>(w[g]);
+    const __m256 min = block32_x8_mins<W>(w[g]);
+    for (int t = 0; t < T; ++t) {
+      const uint8_t* xq = x[t][g].q;
+      __m256i dot = Traits::kOffset ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[t][g].init)) : _mm256_setzero_si256();
+      __m256i s16 = _mm256_setzero_si256();
+      for (int c = 0; c < 4; ++c) {
+        const __m256i xl = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * c));
+        const __m256i xh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * (c + 4)));
+        s16 = _mm256_add_epi16(s16, _mm256_add_epi16(_mm256_maddubs_epi16(lo[c], xl), _mm256_maddubs_epi16(hi[c], xh)));
+        if constexpr (Traits::kFive) {
+          dot = _mm256_add_epi32(dot, _mm256_madd_epi16(s16, ones));
+          s16 = _mm256_setzero_si256();
+        }
+      }
+      if constexpr (!Traits::kFive) dot = _mm256_add_epi32(dot, _mm256_madd_epi16(s16, ones));
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(scale, _mm256_loadu_ps(x[t][g].d)), acc[t]);
+      if constexpr (Traits::kMins) acc[t] = _mm256_fmadd_ps(min, _mm256_loadu_ps(x[t][g].bsum), acc[t]);
+    }
+  }
+  for (int t = 0; t < T; ++t) y[t * ldy] = hsum(acc[t]) + bias;
+}
+
+template <DType W>
+void gemv_block32_x8_as(const MatMulArgs& a) {
+  cpu::gemv_repacked_rows<typename Block32X8<W>::type>(
+      a, [](auto N, const typename Block32X8<W>::type* w, const cpu::PackedX* const* xs, int64_t groups, float* y, int64_t ldy,
+            float bias) { row_block32_x8<W, decltype(N)::value>(w, xs, groups, y, ldy, bias); });
+}
+
+void gemv_block32_x8(const MatMulArgs& a) {
+  switch (a.w->dtype) {
+    case DType::Q4_0_X8: return gemv_block32_x8_as<DType::Q4_0_X8>(a);
+    case DType::Q4_1_X8: return gemv_block32_x8_as<DType::Q4_1_X8>(a);
+    case DType::Q5_0_X8: return gemv_block32_x8_as<DType::Q5_0_X8>(a);
+    default: return gemv_block32_x8_as<DType::Q5_1_X8>(a);
+  }
+}
+
 // Float-like weights: GEMV for a few tokens, packed FMA GEMM beyond. Quantized weights: integer
 // dot products at every batch size (the int8 multiply-add rate is above the f32 FMA rate).
 void matmul_avx2(const MatMulArgs& a) {
@@ -920,6 +970,7 @@ void matmul_avx2(const MatMulArgs& a) {
   if (t == DType::Q8_0_X8) matmul_q8_0_x8(a);
   else if (t == DType::Q4_K_X8 && a.n <= kGemvMaxTokens) gemv_q4_k_x8(a);
   else if (t == DType::Q6_K_X8 && a.n <= kGemvMaxTokens) gemv_q6_k_x8(a);
+  else if (is_block32_x8(t) && a.n <= kGemvMaxTokens) gemv_block32_x8(a);
   else if (a.n > kGemvMaxTokens && q4_tile_type(t) && cpu::interleaved_supported(a))
     gemm_q4_interleaved(a);
   else if (a.n > kGemvMaxTokens && (t == DType::Q6_K || t == DType::Q6_K_X8 || t == DType::Q3_K) && cpu::interleaved_supported(a))
@@ -934,7 +985,8 @@ std::string refuse_matmul_avx2(const MatMulArgs& a) {
   switch (a.w->dtype) {
     case DType::F32: case DType::F16: case DType::BF16: case DType::F8_E4M3:
     case DType::Q8_0: case DType::Q4_0: case DType::Q4_1: case DType::Q5_0: case DType::Q5_1: case DType::Q2_K: case DType::Q3_K:
-    case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: case DType::Q8_0_X8: case DType::Q4_K_X8: case DType::Q6_K_X8: break;
+    case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: case DType::Q8_0_X8: case DType::Q4_K_X8: case DType::Q6_K_X8:
+    case DType::Q4_0_X8: case DType::Q4_1_X8: case DType::Q5_0_X8: case DType::Q5_1_X8: break;
     default: return std::string("no AVX2 kernel for weights of type ") + dtype_name(a.w->dtype);
   }
   if (a.w->block_scale && a.w->dtype != DType::F8_E4M3) return "block scales are only supported on FP8 weights";

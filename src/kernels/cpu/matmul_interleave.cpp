@@ -18,12 +18,13 @@ namespace fp::cpu {
 bool interleaved_supported(const MatMulArgs& a) {
   const DType t = a.w->dtype;
   return (t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1 || t == DType::Q3_K ||
-          t == DType::Q4_K || t == DType::Q4_K_X8 || t == DType::Q5_K || t == DType::Q6_K || t == DType::Q6_K_X8) &&
+          t == DType::Q4_K || t == DType::Q4_K_X8 || t == DType::Q5_K || t == DType::Q6_K || t == DType::Q6_K_X8 || is_block32_x8(t)) &&
          a.w->cols() % 256 == 0 && !a.w->block_scale;
 }
 
 bool packed_has_mins(DType t) {
-  return t == DType::Q4_K || t == DType::Q4_K_X8 || t == DType::Q5_K || t == DType::Q4_1 || t == DType::Q5_1;
+  return t == DType::Q4_K || t == DType::Q4_K_X8 || t == DType::Q5_K || t == DType::Q4_1 || t == DType::Q5_1 || t == DType::Q4_1_X8 ||
+         t == DType::Q5_1_X8;
 }
 
 bool k_quant_activations(DType t) {
@@ -120,6 +121,21 @@ FP_PACK_TARGET static inline __m256 f16x8(const uint16_t h[8]) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h)));
 }
 
+// Group g of an _X8 row of a 32-value format: its chunks, scales and (negated) minimums as they are.
+template <DType W>
+FP_PACK_TARGET static void pack_block32_x8_group(const uint8_t* row, int64_t g, PackedW& p) {
+  const auto& b = reinterpret_cast<const typename avx2::Block32X8<W>::type*>(row)[g];
+  for (int c = 0; c < 4; ++c) {
+    __m256i lo, hi;
+    avx2::block32_x8_chunks<W>(b, c, &lo, &hi);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.q + 32 * c), lo);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.q + 32 * (c + 4)), hi);
+  }
+  _mm256_storeu_ps(p.scale, avx2::block32_x8_scales<W>(b));
+  _mm256_storeu_ps(p.min, _mm256_sub_ps(_mm256_setzero_ps(), avx2::block32_x8_mins<W>(b)));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.init), _mm256_setzero_si256());
+}
+
 FP_PACK_TARGET void pack_weights(const Tensor& w, int64_t o, PackedW* dst) {
   const int64_t groups = w.cols() / 256;
   const __m256i m4 = _mm256_set1_epi8(0x0f);
@@ -206,6 +222,13 @@ FP_PACK_TARGET void pack_weights(const Tensor& w, int64_t o, PackedW* dst) {
       _mm256_storeu_ps(p.scale, scale);
       _mm256_storeu_ps(p.min, min);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.init), _mm256_setzero_si256());
+    } else if (is_block32_x8(w.dtype)) {  // already interleaved (Q4_0_X8 ... Q5_1_X8)
+      switch (w.dtype) {
+        case DType::Q4_0_X8: pack_block32_x8_group<DType::Q4_0_X8>(row, g, p); break;
+        case DType::Q4_1_X8: pack_block32_x8_group<DType::Q4_1_X8>(row, g, p); break;
+        case DType::Q5_0_X8: pack_block32_x8_group<DType::Q5_0_X8>(row, g, p); break;
+        default: pack_block32_x8_group<DType::Q5_1_X8>(row, g, p);
+      }
     } else if (w.dtype != DType::Q4_K) {  // the formats unpacked by scalar code
       uint8_t q[256];
       unpack_group_scalar(w, row, g, q, p);
@@ -239,6 +262,7 @@ FP_PACK_TARGET void pack_weights(const Tensor& w, int64_t o, PackedW* dst) {
 
 void pack_activations(DType wtype, const float* x, const BlockQ8_0* xq, int64_t K, PackedX* dst) {
   const int64_t groups = K / 256;
+  wtype = block32_base(wtype);  // Q4_0_X8 ... Q5_1_X8 dot the same activations as their file formats
   uint8_t blocks[8][32];
   if (k_quant_activations(wtype)) {
     std::vector<BlockQ8_K> q(static_cast<size_t>(groups));

@@ -4,7 +4,7 @@
 // per-block scales apply with one multiply-add per 8 blocks instead of one per block. A "group"
 // is 8 blocks = 256 values (one Q4_K super-block). Weights are repacked per row block (kept in
 // L2), activations once per call. Used by the AVX-512 VNNI and the AVX2 kernels.
-// Q8_0_X8, Q4_K_X8 and Q6_K_X8 weights (core/dtype.h) are already in this layout, packed once at load:
+// Q8_0_X8, Q4_K_X8, Q6_K_X8 and Q4_0_X8 ... Q5_1_X8 weights (core/dtype.h) are already in this layout, packed once at load:
 // the decode kernels read them in place and only the activations are packed per call.
 #pragma once
 #include <cstdint>
@@ -37,7 +37,7 @@ struct PackedX {
 // of its two), chunks 4..7 its values 16..31, so its kernels keep two accumulators per tile
 // element, one per half, scaled by `scale` and `scale_hi`; the -32 offset starts them (init, init_hi).
 
-// Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q3_K, Q4_K(_X8), Q5_K, Q6_K(_X8) with rows a multiple of 256.
+// Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 (and their _X8 forms), Q3_K, Q4_K(_X8), Q5_K, Q6_K(_X8) with rows a multiple of 256.
 bool interleaved_supported(const MatMulArgs& a);
 // Weights whose activations are Q8_K (256-value blocks with 16-value sums): the K-quants.
 bool k_quant_activations(DType t);
@@ -49,7 +49,7 @@ void pack_activations(DType wtype, const float* x, const BlockQ8_0* xq, int64_t 
 // All a.n rows of the call's activations, K / 256 groups per row (threads share the rows).
 std::vector<PackedX> pack_all_activations(const MatMulArgs& a);
 
-// Decode over weights repacked at load (Q4_K_X8, Q6_K_X8): the call's activations packed once,
+// Decode over weights repacked at load (Q4_K_X8, Q6_K_X8, Q4_0_X8 ...): the call's activations packed once,
 // then row(integral_constant<T>, row's blocks, activations[T], groups, y, ldy, bias) for each
 // weight row and group of T <= 4 tokens, rows split across threads (gemv_tokens).
 template <class Block, class RowFn>

@@ -1,4 +1,4 @@
-// kernels/cpu/matmul_vnni.cpp — Q8_0, Q4_0, Q4_K_X8, Q6_K_X8 (and Q4_K, Q6_K prefill) matmul with AVX-512 VNNI (vpdpbusd on 256-bit
+// kernels/cpu/matmul_vnni.cpp — Q8_0, Q4_0, the _X8 forms (and Q4_K, Q6_K, ... prefill) matmul with AVX-512 VNNI (vpdpbusd on 256-bit
 // registers, AVX512-VL), every batch size. vpdpbusd multiplies unsigned by signed bytes and
 // accumulates in int32 without saturation (no int16 pair sums as AVX2's vpmaddubsw):
 //  - Q8_0 decode (signed weights): |w| times x with w's sign (vpsignb), two cheap ops per block.
@@ -8,8 +8,8 @@
 //    activations; the accumulator starts at -128 x sum(x). One tile kernel at every batch size.
 //  - Q4_0 (weights q - 8, q in 0..15): the unsigned q meets the signed activations directly;
 //    the -8 x sum(x) term starts the accumulator (sum(x) per block is computed once per call).
-//  - Q4_K_X8 / Q6_K_X8 (repacked at load) decode: one vpdpbusd per chunk leaves sub-block j's
-//    dot product in lane j; their prefill, and Q4_K's / Q6_K's, run the interleaved tiles, as
+//  - Q4_K_X8 / Q6_K_X8 / Q4_0_X8 ... Q5_1_X8 (repacked at load) decode: one vpdpbusd per chunk
+//    leaves (sub-)block j's dot product in lane j; their prefill, and Q4_K's / Q6_K's, run the interleaved tiles, as
 //    Q4_1 / Q5_0 / Q5_1 / Q5_K prefill (the Q4 tiles) and Q3_K prefill (the Q6 tiles) do.
 #include <algorithm>
 #include <cstring>
@@ -341,6 +341,51 @@ void gemv_q6_k_x8(const MatMulArgs& a) {
                                          int64_t ldy, float bias) { row_q6_k_x8<decltype(N)::value>(w, xs, groups, y, ldy, bias); });
 }
 
+// Q4_0_X8 / Q4_1_X8 / Q5_0_X8 / Q5_1_X8 (packed at load) decode: as the AVX2 kernel, one vpdpbusd
+// per chunk (no int16 pair sums to keep in range).
+template <DType W, int T>
+FP_VNNI void row_block32_x8(const typename avx2::Block32X8<W>::type* w, const cpu::PackedX* const* x, int64_t groups, float* y,
+                            int64_t ldy, float bias) {
+  using Traits = avx2::Block32X8<W>;
+  constexpr int kLines = (sizeof(typename Traits::type) + 63) / 64;
+  __m256 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t g = 0; g < groups; ++g) {
+    for (int l = 0; l < kLines; ++l) cpu::prefetch_stream(reinterpret_cast<const char*>(w + g) + 64 * l);
+    __m256i lo[4], hi[4];
+    for (int c = 0; c < 4; ++c) avx2::block32_x8_chunks<W>(w[g], c, &lo[c], &hi[c]);
+    const __m256 scale = avx2::block32_x8_scales<W>(w[g]);
+    const __m256 min = avx2::block32_x8_mins<W>(w[g]);
+    for (int t = 0; t < T; ++t) {
+      const uint8_t* xq = x[t][g].q;
+      __m256i dot = Traits::kOffset ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[t][g].init)) : _mm256_setzero_si256();
+      for (int c = 0; c < 4; ++c) {
+        dot = _mm256_dpbusd_epi32(dot, lo[c], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * c)));
+        dot = _mm256_dpbusd_epi32(dot, hi[c], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * (c + 4))));
+      }
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(scale, _mm256_loadu_ps(x[t][g].d)), acc[t]);
+      if constexpr (Traits::kMins) acc[t] = _mm256_fmadd_ps(min, _mm256_loadu_ps(x[t][g].bsum), acc[t]);
+    }
+  }
+  for (int t = 0; t < T; ++t) y[t * ldy] = avx2::hsum(acc[t]) + bias;
+}
+
+template <DType W>
+void gemv_block32_x8_as(const MatMulArgs& a) {
+  using Block = typename avx2::Block32X8<W>::type;
+  cpu::gemv_repacked_rows<Block>(a, [](auto N, const Block* w, const cpu::PackedX* const* xs, int64_t groups, float* y, int64_t ldy,
+                                       float bias) { row_block32_x8<W, decltype(N)::value>(w, xs, groups, y, ldy, bias); });
+}
+
+void gemv_block32_x8(const MatMulArgs& a) {
+  switch (a.w->dtype) {
+    case DType::Q4_0_X8: return gemv_block32_x8_as<DType::Q4_0_X8>(a);
+    case DType::Q4_1_X8: return gemv_block32_x8_as<DType::Q4_1_X8>(a);
+    case DType::Q5_0_X8: return gemv_block32_x8_as<DType::Q5_0_X8>(a);
+    default: return gemv_block32_x8_as<DType::Q5_1_X8>(a);
+  }
+}
+
 void gemm_interleaved_vnni(const MatMulArgs& a) {
   const DType t = a.w->dtype;
   const bool unsigned_w = t != DType::Q8_0, mins = cpu::packed_has_mins(t);
@@ -357,6 +402,7 @@ void matmul_vnni(const MatMulArgs& a) {
   if (a.w->dtype == DType::Q8_0_X8) return matmul_q8_0_x8(a);
   if (a.w->dtype == DType::Q4_K_X8 && a.n <= cpu::kGemvMaxTokens) return gemv_q4_k_x8(a);
   if (a.w->dtype == DType::Q6_K_X8 && a.n <= cpu::kGemvMaxTokens) return gemv_q6_k_x8(a);
+  if (is_block32_x8(a.w->dtype) && a.n <= cpu::kGemvMaxTokens) return gemv_block32_x8(a);
   if (a.w->dtype == DType::Q6_K || a.w->dtype == DType::Q6_K_X8 || a.w->dtype == DType::Q3_K)
     return gemm_q6_interleaved_vnni(a);  // Q6_K, Q3_K: prefill only
   if (a.n > cpu::kGemvMaxTokens && a.w->cols() % 256 == 0) return gemm_interleaved_vnni(a);
@@ -396,8 +442,9 @@ std::string refuse_vnni(const MatMulArgs& a) {
   // Prefill only (decode is left to the AVX2 kernel), on the interleaved tiles.
   const bool prefill_only = t == DType::Q4_K || t == DType::Q6_K || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1 ||
                             t == DType::Q3_K || t == DType::Q5_K;
-  if (t != DType::Q8_0 && t != DType::Q4_0 && t != DType::Q8_0_X8 && t != DType::Q4_K_X8 && t != DType::Q6_K_X8 && !prefill_only)
-    return std::string("only Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q3_K/Q4_K/Q5_K/Q6_K and the repacked Q8_0_X8/Q4_K_X8/Q6_K_X8 weights (these are ") +
+  if (t != DType::Q8_0 && t != DType::Q4_0 && t != DType::Q8_0_X8 && t != DType::Q4_K_X8 && t != DType::Q6_K_X8 && !is_block32_x8(t) &&
+      !prefill_only)
+    return std::string("only Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q3_K/Q4_K/Q5_K/Q6_K and their repacked _X8 forms (these are ") +
            dtype_name(t) + ")";
   if (prefill_only && a.n <= cpu::kGemvMaxTokens)
     return std::string(dtype_name(t)) + " decode (<= 4 tokens) is left to the AVX2 kernel";

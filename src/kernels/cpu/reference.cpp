@@ -156,20 +156,25 @@ void block32_ints(DType t, const uint8_t* row, int64_t b, int q[32], float* d, f
 // Q4_1 / Q5_1 m_w * d_x * sum(q_x) (ggml's Q8_1 activations carry that sum).
 void matmul_ref_q8act(const MatMulArgs& a) {
   const Tensor& w = *a.w;
-  if (w.dtype != DType::Q8_0_X8 && dtype_info(w.dtype).block_elems == QK_K) return matmul_ref_q8k_act(a);  // the K-quants
+  const bool block32_x8 = is_block32_x8(w.dtype);
+  if (w.dtype != DType::Q8_0_X8 && !block32_x8 && dtype_info(w.dtype).block_elems == QK_K) return matmul_ref_q8k_act(a);  // the K-quants
   int64_t out = w.rows(), in = w.cols(), nb = in / QK8_0;
   std::vector<BlockQ8_0> xq(static_cast<size_t>(a.n * nb));
   for (int64_t i = 0; i < a.n; ++i) quantize_row_q8_0(a.x + i * in, xq.data() + i * nb, in);
-  std::vector<BlockQ8_0> unpacked(static_cast<size_t>(w.dtype == DType::Q8_0_X8 ? nb : 0));
+  std::vector<BlockQ5_1> unpacked(static_cast<size_t>(w.dtype == DType::Q8_0_X8 || block32_x8 ? nb * 2 : 0));  // >= nb Q8_0 blocks
   int q[32];
   for (int64_t o = 0; o < out; ++o) {
-    // Q8_0_X8: the row's Q8_0 blocks back in their file order (the repacking is exact).
+    // The _X8 forms: the row's blocks back in their file format and order (the repacking is exact).
     const uint8_t* row = w.row_ptr(o);
     DType t = w.dtype;
     if (t == DType::Q8_0_X8) {
-      unpack_q8_0_x8(reinterpret_cast<const BlockQ8_0x8*>(row), unpacked.data(), nb / 8);
+      unpack_q8_0_x8(reinterpret_cast<const BlockQ8_0x8*>(row), reinterpret_cast<BlockQ8_0*>(unpacked.data()), nb / 8);
       row = reinterpret_cast<const uint8_t*>(unpacked.data());
       t = DType::Q8_0;
+    } else if (block32_x8) {
+      unpack_block32_x8(t, row, unpacked.data(), nb / 8);
+      row = reinterpret_cast<const uint8_t*>(unpacked.data());
+      t = block32_base(t);
     }
     for (int64_t i = 0; i < a.n; ++i) {
       const BlockQ8_0* xb = xq.data() + i * nb;

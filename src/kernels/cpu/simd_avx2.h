@@ -69,6 +69,53 @@ FP_AVX2_INLINE __m256i dot_u8_scaled(__m256i u, __m256i s, __m256i scale16) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), scale16);
 }
 
+// Byte j of the result = 0xff where bit j of x is set: each byte picks the byte of x holding its
+// bit, then tests that one bit.
+FP_AVX2_INLINE __m256i bits_to_bytes(uint32_t x) {
+  const __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(x)),
+                                            _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
+  const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
+  return _mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit);
+}
+
+// The 32-value formats repacked at load (Q4_0_X8, Q4_1_X8, Q5_0_X8, Q5_1_X8; core/dtype.h): their
+// group type, whether they carry a minimum (weight d * q + m) or a fifth bit, and the offset of
+// q (weight d * (q - offset)) for the others.
+template <DType T> struct Block32X8;
+template <> struct Block32X8<DType::Q4_0_X8> { using type = BlockQ4_0x8; static constexpr bool kMins = false, kFive = false; static constexpr int kOffset = 8; };
+template <> struct Block32X8<DType::Q4_1_X8> { using type = BlockQ4_1x8; static constexpr bool kMins = true, kFive = false; static constexpr int kOffset = 0; };
+template <> struct Block32X8<DType::Q5_0_X8> { using type = BlockQ5_0x8; static constexpr bool kMins = false, kFive = true; static constexpr int kOffset = 16; };
+template <> struct Block32X8<DType::Q5_1_X8> { using type = BlockQ5_1x8; static constexpr bool kMins = true, kFive = true; static constexpr int kOffset = 0; };
+
+// Chunks c and c + 4 (c < 4) of a group as unsigned values (0..15, or 0..31 with the fifth bit):
+// byte 4j + k of chunk c = block j's value 4c + k.
+template <DType T>
+FP_AVX2_INLINE void block32_x8_chunks(const typename Block32X8<T>::type& b, int c, __m256i* lo, __m256i* hi) {
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * c));
+  *lo = _mm256_and_si256(q, m4);
+  *hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+  if constexpr (Block32X8<T>::kFive) {
+    const __m256i bit4 = _mm256_set1_epi8(0x10);
+    uint32_t h_lo, h_hi;
+    std::memcpy(&h_lo, b.qh + 4 * c, 4);
+    std::memcpy(&h_hi, b.qh + 4 * (c + 4), 4);
+    *lo = _mm256_or_si256(*lo, _mm256_and_si256(bits_to_bytes(h_lo), bit4));
+    *hi = _mm256_or_si256(*hi, _mm256_and_si256(bits_to_bytes(h_hi), bit4));
+  }
+}
+
+// The 8 blocks' scales (and minimums, for the formats with one) as f32, lane j = block j.
+template <DType T>
+FP_AVX2_INLINE __m256 block32_x8_scales(const typename Block32X8<T>::type& b) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.d)));
+}
+template <DType T>
+FP_AVX2_INLINE __m256 block32_x8_mins(const typename Block32X8<T>::type& b) {
+  if constexpr (Block32X8<T>::kMins) return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.m)));
+  else return _mm256_setzero_ps();
+}
+
 // d x the 8 scales and dmin x the 8 mins of a Q4_K_X8 super-block (core/dtype.h), lane j = sub-block j.
 FP_AVX2_INLINE void q4_k_x8_scales_mins(const BlockQ4_Kx8& b, __m256* scale, __m256* min) {
   const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.scales)));
