@@ -738,8 +738,7 @@ void pack_group32(const B* src, P* dst) {
       uint32_t qh;
       std::memcpy(&qh, b[j].qh, 4);
       for (int c = 0; c < 8; ++c)
-        for (int k = 0; k < 4; ++k)
-          if (qh >> (4 * c + k) & 1) p.qh[4 * c + (4 * j + k) / 8] |= static_cast<uint8_t>(1u << ((4 * j + k) % 8));
+        for (int k = 0; k < 4; ++k) p.qh[4 * j + k] |= static_cast<uint8_t>((qh >> (4 * c + k) & 1) << c);
     }
   }
   std::memcpy(dst, &p, sizeof p);
@@ -758,7 +757,7 @@ void unpack_group32(const P* src, B* dst) {
     if constexpr (kHasQh<B>) {
       uint32_t qh = 0;
       for (int c = 0; c < 8; ++c)
-        for (int k = 0; k < 4; ++k) qh |= static_cast<uint32_t>(p.qh[4 * c + (4 * j + k) / 8] >> ((4 * j + k) % 8) & 1) << (4 * c + k);
+        for (int k = 0; k < 4; ++k) qh |= static_cast<uint32_t>(p.qh[4 * j + k] >> c & 1) << (4 * c + k);
       std::memcpy(b[j].qh, &qh, 4);
     }
   }

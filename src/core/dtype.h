@@ -185,8 +185,9 @@ struct BlockQ6_Kx8 {
 // as Q4_K_X8's sub-blocks are: qs[32t + 4j + k] = block j's byte 4t + k, whose low nibble is its
 // value 4t + k and high nibble its value 16 + 4t + k, so chunk t's low (high) nibbles line up with
 // chunk t (t + 4) of the interleaved Q8_0 activations. d[j] / m[j]: block j's scale / minimum.
-// Q5: bit 4j + k of the little-endian u32 at qh + 4c = block j's fifth bit of value 4c + k (the
-// values of chunk c). Same bytes as the 8 blocks they replace.
+// Q5: bit c of qh[4j + k] = block j's fifth bit of value 4c + k, so one shift of the 32 bytes and
+// a mask put chunk c's fifth bits in place (bit 4 of byte 4j + k). Same bytes as the 8 blocks
+// they replace.
 struct BlockQ4_0x8 {
   uint16_t d[8];
   uint8_t qs[128];

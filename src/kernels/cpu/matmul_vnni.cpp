@@ -358,11 +358,14 @@ FP_VNNI void row_block32_x8(const typename avx2::Block32X8<W>::type* w, const cp
     const __m256 min = avx2::block32_x8_mins<W>(w[g]);
     for (int t = 0; t < T; ++t) {
       const uint8_t* xq = x[t][g].q;
-      __m256i dot = Traits::kOffset ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[t][g].init)) : _mm256_setzero_si256();
+      // Two chains of four (the low and the high chunks), not one of eight: vpdpbusd's latency.
+      __m256i dot_lo = Traits::kOffset ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[t][g].init)) : _mm256_setzero_si256();
+      __m256i dot_hi = _mm256_setzero_si256();
       for (int c = 0; c < 4; ++c) {
-        dot = _mm256_dpbusd_epi32(dot, lo[c], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * c)));
-        dot = _mm256_dpbusd_epi32(dot, hi[c], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * (c + 4))));
+        dot_lo = _mm256_dpbusd_epi32(dot_lo, lo[c], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * c)));
+        dot_hi = _mm256_dpbusd_epi32(dot_hi, hi[c], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * (c + 4))));
       }
+      const __m256i dot = _mm256_add_epi32(dot_lo, dot_hi);
       acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(scale, _mm256_loadu_ps(x[t][g].d)), acc[t]);
       if constexpr (Traits::kMins) acc[t] = _mm256_fmadd_ps(min, _mm256_loadu_ps(x[t][g].bsum), acc[t]);
     }

@@ -95,13 +95,12 @@ FP_AVX2_INLINE void block32_x8_chunks(const typename Block32X8<T>::type& b, int 
   const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * c));
   *lo = _mm256_and_si256(q, m4);
   *hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-  if constexpr (Block32X8<T>::kFive) {
+  if constexpr (Block32X8<T>::kFive) {  // bit c (c + 4) of each qh byte to bit 4: 16-bit shifts of at most
+    // 4 places, so no bit of the neighbouring byte reaches bit 4
     const __m256i bit4 = _mm256_set1_epi8(0x10);
-    uint32_t h_lo, h_hi;
-    std::memcpy(&h_lo, b.qh + 4 * c, 4);
-    std::memcpy(&h_hi, b.qh + 4 * (c + 4), 4);
-    *lo = _mm256_or_si256(*lo, _mm256_and_si256(bits_to_bytes(h_lo), bit4));
-    *hi = _mm256_or_si256(*hi, _mm256_and_si256(bits_to_bytes(h_hi), bit4));
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh));
+    *lo = _mm256_or_si256(*lo, _mm256_and_si256(_mm256_sll_epi16(h, _mm_cvtsi32_si128(4 - c)), bit4));
+    *hi = _mm256_or_si256(*hi, _mm256_and_si256(_mm256_srl_epi16(h, _mm_cvtsi32_si128(c)), bit4));
   }
 }
 
