@@ -23,7 +23,7 @@ const DTypeInfo& dtype_info(DType t) {
       q8_0_x8{"Q8_0_X8", QK8_0X8, sizeof(BlockQ8_0x8), true}, q4_k_x8{"Q4_K_X8", QK_K, sizeof(BlockQ4_Kx8), true},
       q6_k_x8{"Q6_K_X8", QK_K, sizeof(BlockQ6_Kx8), true}, q4_0_x8{"Q4_0_X8", 256, sizeof(BlockQ4_0x8), true},
       q4_1_x8{"Q4_1_X8", 256, sizeof(BlockQ4_1x8), true}, q5_0_x8{"Q5_0_X8", 256, sizeof(BlockQ5_0x8), true},
-      q5_1_x8{"Q5_1_X8", 256, sizeof(BlockQ5_1x8), true}, i8{"I8", 1, 1, false}, i16{"I16", 1, 2, false},
+      q5_1_x8{"Q5_1_X8", 256, sizeof(BlockQ5_1x8), true}, q3_k_x8{"Q3_K_X8", QK_K, sizeof(BlockQ3_Kx8), true}, i8{"I8", 1, 1, false}, i16{"I16", 1, 2, false},
       i32{"I32", 1, 4, false}, i64{"I64", 1, 8, false}, f64{"F64", 1, 8, false};
   switch (t) {
     case DType::F32: return f32;
@@ -47,6 +47,7 @@ const DTypeInfo& dtype_info(DType t) {
     case DType::Q4_1_X8: return q4_1_x8;
     case DType::Q5_0_X8: return q5_0_x8;
     case DType::Q5_1_X8: return q5_1_x8;
+    case DType::Q3_K_X8: return q3_k_x8;
     case DType::I8: return i8;
     case DType::I16: return i16;
     case DType::I32: return i32;
@@ -697,6 +698,63 @@ void unpack_q4_k_x8(const BlockQ4_Kx8* src, BlockQ4_K* dst, int64_t blocks) {
   }
 }
 
+void pack_q3_k_x8(const BlockQ3_K* src, BlockQ3_Kx8* dst, int64_t blocks) {
+  for (int64_t i = 0; i < blocks; ++i) {
+    BlockQ3_K b;
+    std::memcpy(&b, src + i, sizeof b);  // a copy first: dst may overlap src
+    uint8_t q[QK_K];
+    q3_k_values(b, q);
+    int8_t sc[16];
+    q3_k_scales(b.scales, sc);
+    BlockQ3_Kx8 p{};
+    p.d = b.d;
+    auto v = [&](int j, int at) { return q[32 * j + at]; };  // block j's value `at`
+    uint32_t top = 0;
+    for (int j = 0; j < 8; ++j) {
+      const int lo = sc[2 * j] + 32, hi = sc[2 * j + 1] + 32;  // 0..63
+      p.scales[j] = static_cast<uint8_t>((lo & 15) | (hi & 15) << 4);
+      top |= static_cast<uint32_t>(lo >> 4) << (2 * j) | static_cast<uint32_t>(hi >> 4) << (16 + 2 * j);
+      for (int k = 0; k < 4; ++k) {
+        for (int u = 0; u < 2; ++u)
+          p.qs[32 * u + 4 * j + k] = static_cast<uint8_t>((v(j, 8 * u + k) & 3) | (v(j, 16 + 8 * u + k) & 3) << 2 |
+                                                          (v(j, 8 * u + 4 + k) & 3) << 4 | (v(j, 16 + 8 * u + 4 + k) & 3) << 6);
+        for (int c = 0; c < 8; ++c) p.hmask[4 * j + k] |= static_cast<uint8_t>((v(j, 4 * c + k) >> 2) << c);
+      }
+    }
+    std::memcpy(p.scales + 8, &top, 4);
+    std::memcpy(dst + i, &p, sizeof p);
+  }
+}
+
+void unpack_q3_k_x8(const BlockQ3_Kx8* src, BlockQ3_K* dst, int64_t blocks) {
+  for (int64_t i = 0; i < blocks; ++i) {
+    BlockQ3_Kx8 p;
+    std::memcpy(&p, src + i, sizeof p);
+    BlockQ3_K b{};
+    b.d = p.d;
+    uint32_t top;
+    std::memcpy(&top, p.scales + 8, 4);
+    for (int j = 0; j < 8; ++j) {
+      for (int half = 0; half < 2; ++half) {  // group g = 2j + half, Q3_K's scale layout (q3_k_scales)
+        const int g = 2 * j + half;
+        const int s6 = (p.scales[j] >> (4 * half) & 15) | (top >> (16 * half + 2 * j) & 3) << 4;
+        b.scales[g % 8] |= static_cast<uint8_t>((s6 & 15) << (4 * (g / 8)));
+        b.scales[8 + g % 4] |= static_cast<uint8_t>((s6 >> 4) << (2 * (g / 4)));
+      }
+      for (int k = 0; k < 4; ++k)
+        for (int c = 0; c < 8; ++c) {
+          // value 4c + k of block j: low bits from the plane (chunk c < 4: a low chunk, else high)
+          const int t = c % 4, u = t / 2, shift = 4 * (t % 2) + 2 * (c / 4);
+          const int low = p.qs[32 * u + 4 * j + k] >> shift & 3, high = p.hmask[4 * j + k] >> c & 1;
+          const int value = 32 * j + 4 * c + k;  // Q3_K's position of the value in the super-block
+          b.qs[32 * (value / 128) + value % 32] |= static_cast<uint8_t>(low << (2 * ((value / 32) % 4)));
+          b.hmask[value % 32] |= static_cast<uint8_t>(high << (value / 32));
+        }
+    }
+    std::memcpy(dst + i, &b, sizeof b);
+  }
+}
+
 DType block32_x8(DType t) {
   switch (t) {
     case DType::Q4_0: return DType::Q4_0_X8;
@@ -932,6 +990,13 @@ void dequantize_row(DType t, const void* src, float* y, int64_t n) {
         dequant_q6_k(&b, y + g * QK_K, 1);
       }
       return;
+    case DType::Q3_K_X8:
+      for (int64_t g = 0; g < n / QK_K; ++g) {
+        BlockQ3_K b;
+        unpack_q3_k_x8(static_cast<const BlockQ3_Kx8*>(src) + g, &b, 1);
+        dequant_q3_k(&b, y + g * QK_K, 1);
+      }
+      return;
     case DType::Q4_0_X8: case DType::Q4_1_X8: case DType::Q5_0_X8: case DType::Q5_1_X8: {
       const DType base = block32_base(t);
       const int64_t group_bytes = 8 * dtype_info(base).block_bytes;
@@ -991,6 +1056,10 @@ void quantize_row(DType t, const float* x, void* dst, int64_t n) {
     case DType::Q6_K_X8:  // as Q6_K, then repacked in place
       quant_q6_k(x, static_cast<BlockQ6_K*>(dst), n / QK_K);
       pack_q6_k_x8(static_cast<const BlockQ6_K*>(dst), static_cast<BlockQ6_Kx8*>(dst), n / QK_K);
+      return;
+    case DType::Q3_K_X8:  // as Q3_K, then repacked in place
+      quant_q3_k(x, static_cast<BlockQ3_K*>(dst), n / QK_K);
+      pack_q3_k_x8(static_cast<const BlockQ3_K*>(dst), static_cast<BlockQ3_Kx8*>(dst), n / QK_K);
       return;
     case DType::Q4_0_X8: case DType::Q4_1_X8: case DType::Q5_0_X8: case DType::Q5_1_X8:  // as the base, then repacked in place
       quantize_row(block32_base(t), x, dst, n);

@@ -41,6 +41,8 @@ enum class DType : uint32_t {
   Q4_1_X8 = 1005,
   Q5_0_X8 = 1006,
   Q5_1_X8 = 1007,
+  // Q3_K repacked at load for the CPU matmul kernels (BlockQ3_Kx8 below); never in a file.
+  Q3_K_X8 = 1008,
 };
 
 struct DTypeInfo {
@@ -208,6 +210,18 @@ struct BlockQ5_1x8 {
   uint8_t qh[32];
   uint8_t qs[128];
 };
+// One Q3_K super-block rearranged as Q6_K_X8 is (value v of block j: 3 bits q, the weight
+// d * scale * (q - 4)): qs[32u + 4j + k] holds the low 2 bits of values 8u + k, 16 + 8u + k,
+// 8u + 4 + k and 16 + 8u + 4 + k at bits 0, 2, 4, 6 (chunks 2u and 2u + 1, as Q6_K_X8's qh);
+// bit c of hmask[4j + k] = the third bit of value 4c + k. The 16 six-bit scales (stored + 32):
+// byte j (0..7) = low 4 bits of block j's scale of values 0..15 | those of its values 16..31 << 4;
+// the u32 at scales + 8: their top 2 bits at bits 2j and 16 + 2j. Same 110 bytes as Q3_K.
+struct BlockQ3_Kx8 {
+  uint8_t qs[QK_K / 4];
+  uint8_t hmask[QK_K / 8];
+  uint8_t scales[12];
+  uint16_t d;
+};
 static_assert(sizeof(BlockQ8_0) == 34);
 static_assert(sizeof(BlockQ8_0x8) == 8 * sizeof(BlockQ8_0));
 static_assert(sizeof(BlockQ4_0) == 18);
@@ -223,6 +237,7 @@ static_assert(sizeof(BlockQ6_K) == 210);
 static_assert(sizeof(BlockQ6_Kx8) == sizeof(BlockQ6_K));
 static_assert(sizeof(BlockQ4_0x8) == 8 * sizeof(BlockQ4_0) && sizeof(BlockQ4_1x8) == 8 * sizeof(BlockQ4_1));
 static_assert(sizeof(BlockQ5_0x8) == 8 * sizeof(BlockQ5_0) && sizeof(BlockQ5_1x8) == 8 * sizeof(BlockQ5_1));
+static_assert(sizeof(BlockQ3_Kx8) == sizeof(BlockQ3_K));
 
 // The unsigned values of one block, in order: Q5_0 / Q5_1 (0..31; the weight d * (q - 16) or
 // d * q + m), Q5_K (0..31), Q3_K (0..7, the weight d * scale * (q - 4)); Q3_K's 16 scales (-32..31).
@@ -249,6 +264,9 @@ void unpack_q4_k_x8(const BlockQ4_Kx8* src, BlockQ4_K* dst, int64_t blocks);
 void pack_q6_k_x8(const BlockQ6_K* src, BlockQ6_Kx8* dst, int64_t blocks);
 void unpack_q6_k_x8(const BlockQ6_Kx8* src, BlockQ6_K* dst, int64_t blocks);
 
+// Q3_K <-> Q3_K_X8, `blocks` super-blocks; exact both ways; dst may equal src.
+void pack_q3_k_x8(const BlockQ3_K* src, BlockQ3_Kx8* dst, int64_t blocks);
+void unpack_q3_k_x8(const BlockQ3_Kx8* src, BlockQ3_K* dst, int64_t blocks);
 // Q4_0 / Q4_1 / Q5_0 / Q5_1 <-> their _X8 forms. block32_x8(t): the _X8 form of t (t itself when
 // t has none); block32_base(t): the file format of an _X8 form (t itself otherwise).
 DType block32_x8(DType t);

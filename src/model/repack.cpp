@@ -1,5 +1,5 @@
-// model/repack.cpp — Q8_0 -> Q8_0_X8, Q4_K -> Q4_K_X8, Q6_K -> Q6_K_X8 and Q4_0 / Q4_1 / Q5_0 /
-// Q5_1 -> their _X8 forms at load (see repack.h).
+// model/repack.cpp — Q8_0 -> Q8_0_X8, Q4_K -> Q4_K_X8, Q6_K -> Q6_K_X8, Q3_K -> Q3_K_X8 and Q4_0 /
+// Q4_1 / Q5_0 / Q5_1 -> their _X8 forms at load (see repack.h).
 #include "model/repack.h"
 
 #include <sys/mman.h>
@@ -17,6 +17,7 @@ DType repacked_dtype(DType t) {
     case DType::Q8_0: return DType::Q8_0_X8;
     case DType::Q4_K: return DType::Q4_K_X8;
     case DType::Q6_K: return DType::Q6_K_X8;
+    case DType::Q3_K: return DType::Q3_K_X8;
     default: return block32_x8(t);
   }
 }
@@ -47,6 +48,9 @@ void repack_rows(const Tensor& src, void* dst) {
           break;
         case DType::Q6_K:
           pack_q6_k_x8(reinterpret_cast<const BlockQ6_K*>(from), reinterpret_cast<BlockQ6_Kx8*>(to), src.cols() / QK_K);
+          break;
+        case DType::Q3_K:
+          pack_q3_k_x8(reinterpret_cast<const BlockQ3_K*>(from), reinterpret_cast<BlockQ3_Kx8*>(to), src.cols() / QK_K);
           break;
         default: pack_block32_x8(src.dtype, from, to, src.cols() / 256);
       }

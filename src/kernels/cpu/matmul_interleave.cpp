@@ -18,7 +18,8 @@ namespace fp::cpu {
 bool interleaved_supported(const MatMulArgs& a) {
   const DType t = a.w->dtype;
   return (t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1 || t == DType::Q3_K ||
-          t == DType::Q4_K || t == DType::Q4_K_X8 || t == DType::Q5_K || t == DType::Q6_K || t == DType::Q6_K_X8 || is_block32_x8(t)) &&
+          t == DType::Q4_K || t == DType::Q4_K_X8 || t == DType::Q5_K || t == DType::Q6_K || t == DType::Q6_K_X8 || is_block32_x8(t) ||
+          t == DType::Q3_K_X8) &&
          a.w->cols() % 256 == 0 && !a.w->block_scale;
 }
 
@@ -28,7 +29,8 @@ bool packed_has_mins(DType t) {
 }
 
 bool k_quant_activations(DType t) {
-  return t == DType::Q3_K || t == DType::Q4_K || t == DType::Q4_K_X8 || t == DType::Q5_K || t == DType::Q6_K || t == DType::Q6_K_X8;
+  return t == DType::Q3_K || t == DType::Q3_K_X8 || t == DType::Q4_K || t == DType::Q4_K_X8 || t == DType::Q5_K || t == DType::Q6_K ||
+         t == DType::Q6_K_X8;
 }
 
 // The unsigned weight values of the group's 8 blocks of 32 (block j = values 32j..32j+31 of the
@@ -222,6 +224,19 @@ FP_PACK_TARGET void pack_weights(const Tensor& w, int64_t o, PackedW* dst) {
       _mm256_storeu_ps(p.scale, scale);
       _mm256_storeu_ps(p.min, min);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.init), _mm256_setzero_si256());
+    } else if (w.dtype == DType::Q3_K_X8) {  // already interleaved, as Q6_K_X8
+      const BlockQ3_Kx8& b = reinterpret_cast<const BlockQ3_Kx8*>(row)[g];
+      for (int t = 0; t < 4; ++t) {
+        __m256i lo, hi;
+        avx2::q3_k_x8_chunks(b, t, &lo, &hi);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.q + 32 * t), lo);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.q + 32 * (t + 4)), hi);
+      }
+      __m256 s_lo, s_hi;
+      avx2::q3_k_x8_scales(b, &s_lo, &s_hi);
+      _mm256_storeu_ps(p.scale, s_lo);
+      _mm256_storeu_ps(p.scale_hi, s_hi);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.init), _mm256_setzero_si256());
     } else if (is_block32_x8(w.dtype)) {  // already interleaved (Q4_0_X8 ... Q5_1_X8)
       switch (w.dtype) {
         case DType::Q4_0_X8: pack_block32_x8_group<DType::Q4_0_X8>(row, g, p); break;
@@ -268,7 +283,7 @@ void pack_activations(DType wtype, const float* x, const BlockQ8_0* xq, int64_t 
     std::vector<BlockQ8_K> q(static_cast<size_t>(groups));
     quantize_act_q8_k(x, q.data(), K);
     // Q6_K / Q3_K weights are q - 32 / q - 4: the offset's share starts each half.
-    const int offset = wtype == DType::Q6_K || wtype == DType::Q6_K_X8 ? 32 : wtype == DType::Q3_K ? 4 : 0;
+    const int offset = wtype == DType::Q6_K || wtype == DType::Q6_K_X8 ? 32 : wtype == DType::Q3_K || wtype == DType::Q3_K_X8 ? 4 : 0;
     for (int64_t g = 0; g < groups; ++g) {
       PackedX& p = dst[g];
       const BlockQ8_K& b = q[static_cast<size_t>(g)];

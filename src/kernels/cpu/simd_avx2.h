@@ -147,4 +147,33 @@ FP_AVX2_INLINE void q6_k_x8_scales(const BlockQ6_Kx8& b, __m256* lo, __m256* hi)
   *hi = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.scales + 8)))), d);
 }
 
+// Chunks t and t + 4 (t < 4) of a Q3_K_X8 super-block (core/dtype.h) as 3-bit values 0..7: the
+// plane's 2 bits (bits 4 (t % 2) and 4 (t % 2) + 2 of qs vector t / 2) and hmask bit t / t + 4 as 4.
+// 16-bit shifts of at most 6 places, masked to bits 0..1 or 2, never take a neighbouring byte's bits.
+FP_AVX2_INLINE void q3_k_x8_chunks(const BlockQ3_Kx8& b, int t, __m256i* lo, __m256i* hi) {
+  const __m256i m3 = _mm256_set1_epi8(3), bit2 = _mm256_set1_epi8(4);
+  const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * (t / 2)));
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.hmask));
+  const int shift = 4 * (t % 2);
+  const __m256i h_lo = t <= 2 ? _mm256_sll_epi16(h, _mm_cvtsi32_si128(2 - t)) : _mm256_srl_epi16(h, _mm_cvtsi32_si128(t - 2));
+  *lo = _mm256_or_si256(_mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(shift)), m3), _mm256_and_si256(h_lo, bit2));
+  *hi = _mm256_or_si256(_mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(shift + 2)), m3),
+                        _mm256_and_si256(_mm256_srl_epi16(h, _mm_cvtsi32_si128(t + 2)), bit2));
+}
+
+// d x the signed scales of a Q3_K_X8 super-block's blocks: values 0..15 (lo) and 16..31 (hi), lane j = block j.
+FP_AVX2_INLINE void q3_k_x8_scales(const BlockQ3_Kx8& b, __m256* lo, __m256* hi) {
+  const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.scales)));
+  uint32_t top;
+  std::memcpy(&top, b.scales + 8, 4);
+  const __m256i t = _mm256_set1_epi32(static_cast<int>(top)), m3 = _mm256_set1_epi32(3), m15 = _mm256_set1_epi32(15);
+  const __m256i shifts = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14), off = _mm256_set1_epi32(32);
+  const __m256i s_lo = _mm256_or_si256(_mm256_and_si256(v, m15), _mm256_slli_epi32(_mm256_and_si256(_mm256_srlv_epi32(t, shifts), m3), 4));
+  const __m256i s_hi = _mm256_or_si256(_mm256_srli_epi32(v, 4),
+                                       _mm256_slli_epi32(_mm256_and_si256(_mm256_srlv_epi32(t, _mm256_add_epi32(shifts, _mm256_set1_epi32(16))), m3), 4));
+  const __m256 d = _mm256_set1_ps(_cvtsh_ss(b.d));
+  *lo = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(s_lo, off)), d);
+  *hi = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(s_hi, off)), d);
+}
+
 }  // namespace fp::avx2
