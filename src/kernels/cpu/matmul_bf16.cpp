@@ -25,6 +25,7 @@
 #include "core/dtype.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/matmul_common.h"
+#include "kernels/cpu/simd_avx2.h"
 #include "kernels/ops.h"
 #include "kernels/registry.h"
 
@@ -206,6 +207,50 @@ FP_BF16 void q4_k_x8_to_bf16(const BlockQ4_Kx8* b, int64_t blocks, uint16_t* out
   }
 }
 
+// Q3_K_X8 super-blocks: the chunks assembled as the decode kernels do (simd_avx2.h), transposed so
+// vector j holds block j's 32 values in order; value = d sc (q - 4), exact in f32 in any order.
+FP_BF16 void q3_k_x8_to_bf16(const BlockQ3_Kx8* b, int64_t blocks, uint16_t* out) {
+  const __m512i four = _mm512_set1_epi32(4);
+  for (int64_t bi = 0; bi < blocks; ++bi, out += QK_K) {
+    __m256i c[8];
+    for (int t = 0; t < 4; ++t) avx2::q3_k_x8_chunks(b[bi], t, &c[t], &c[t + 4]);
+    transpose8(c);
+    __m256 s_lo, s_hi;
+    avx2::q3_k_x8_scales(b[bi], &s_lo, &s_hi);
+    alignas(32) float lo_scale[8], hi_scale[8];
+    _mm256_store_ps(lo_scale, s_lo);
+    _mm256_store_ps(hi_scale, s_hi);
+    for (int j = 0; j < 8; ++j) {
+      const __m512i lo = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(c[j])), four);
+      const __m512i hi = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(c[j], 1)), four);
+      store_bf16(out + 32 * j, _mm512_mul_ps(_mm512_set1_ps(lo_scale[j]), _mm512_cvtepi32_ps(lo)),
+                 _mm512_mul_ps(_mm512_set1_ps(hi_scale[j]), _mm512_cvtepi32_ps(hi)));
+    }
+  }
+}
+
+// Q4_0_X8 ... Q5_1_X8 groups, the same way: value = d (q - offset), or d q + m (exact d q, one rounding).
+template <DType W>
+FP_BF16 void block32_x8_to_bf16(const void* src, int64_t groups, uint16_t* out) {
+  using Traits = avx2::Block32X8<W>;
+  const auto* g = static_cast<const typename Traits::type*>(src);
+  const __m512i offset = _mm512_set1_epi32(Traits::kOffset);
+  for (int64_t gi = 0; gi < groups; ++gi, out += 256) {
+    __m256i c[8];
+    for (int t = 0; t < 4; ++t) avx2::block32_x8_chunks<W>(g[gi], t, &c[t], &c[t + 4]);
+    transpose8(c);
+    for (int j = 0; j < 8; ++j) {
+      const __m512 d = _mm512_set1_ps(f16_to_f32(g[gi].d[j]));
+      __m512 m = _mm512_setzero_ps();
+      if constexpr (Traits::kMins) m = _mm512_set1_ps(f16_to_f32(g[gi].m[j]));
+      const __m512i lo = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(c[j])), offset);
+      const __m512i hi = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(c[j], 1)), offset);
+      store_bf16(out + 32 * j, _mm512_add_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(lo)), m),
+                 _mm512_add_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(hi)), m));
+    }
+  }
+}
+
 // Columns [k0, k0 + kc) of a quantized row as BF16 (kc a multiple of the block): the layouts the
 // CPU loader repacks to by vector code, the others through the f32 dequantizer (scratch).
 void quantized_row_to_bf16(const Tensor& w, int64_t o, int64_t k0, int64_t kc, uint16_t* out, float* f32) {
@@ -213,6 +258,14 @@ void quantized_row_to_bf16(const Tensor& w, int64_t o, int64_t k0, int64_t kc, u
   const uint8_t* src = w.row_ptr(o) + k0 / info.block_elems * info.block_bytes;
   if (w.dtype == DType::Q8_0_X8) return q8_0_x8_to_bf16(reinterpret_cast<const BlockQ8_0x8*>(src), kc / QK8_0X8, out);
   if (w.dtype == DType::Q4_K_X8) return q4_k_x8_to_bf16(reinterpret_cast<const BlockQ4_Kx8*>(src), kc / QK_K, out);
+  if (w.dtype == DType::Q3_K_X8) return q3_k_x8_to_bf16(reinterpret_cast<const BlockQ3_Kx8*>(src), kc / QK_K, out);
+  switch (w.dtype) {
+    case DType::Q4_0_X8: return block32_x8_to_bf16<DType::Q4_0_X8>(src, kc / 256, out);
+    case DType::Q4_1_X8: return block32_x8_to_bf16<DType::Q4_1_X8>(src, kc / 256, out);
+    case DType::Q5_0_X8: return block32_x8_to_bf16<DType::Q5_0_X8>(src, kc / 256, out);
+    case DType::Q5_1_X8: return block32_x8_to_bf16<DType::Q5_1_X8>(src, kc / 256, out);
+    default: break;
+  }
   dequantize_row(w.dtype, src, f32, kc);
   round_row(f32, kc, out);
 }
