@@ -1,7 +1,7 @@
 // tests/backend_ops_matmul_test.cpp — every matmul kernel against its reference twin over
 // weight dtypes and shapes: 1..4 tokens (GEMV path) and more (GEMM path), odd row counts,
 // K tails, large K, biases, FP8 block scales with partial tiles; the _X8 forms (Q8_0_X8, Q4_K_X8,
-// Q6_K_X8, Q3_K_X8, Q4_0_X8, Q4_1_X8, Q5_0_X8, Q5_1_X8: repacked at load) against their reference and
+// Q6_K_X8, Q3_K_X8, Q2_K_X8, Q4_0_X8, Q4_1_X8, Q5_0_X8, Q5_1_X8: repacked at load) against their reference and
 // against the file layout's on the same weights.
 #include <gtest/gtest.h>
 
@@ -54,7 +54,8 @@ std::vector<MatMulCase> cases() {
   std::vector<MatMulCase> cs;
   for (DType t : {DType::F32, DType::F16, DType::BF16, DType::F8_E4M3, DType::Q8_0, DType::Q8_0_X8, DType::Q4_0, DType::Q4_1,
                   DType::Q5_0, DType::Q5_1, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q4_K_X8, DType::Q5_K, DType::Q6_K,
-                  DType::Q6_K_X8, DType::Q4_0_X8, DType::Q4_1_X8, DType::Q5_0_X8, DType::Q5_1_X8, DType::Q3_K_X8}) {
+                  DType::Q6_K_X8, DType::Q4_0_X8, DType::Q4_1_X8, DType::Q5_0_X8, DType::Q5_1_X8, DType::Q3_K_X8,
+                  DType::Q2_K_X8}) {
     int64_t blk = dtype_info(t).block_elems;
     std::vector<int64_t> ins = blk == 1 ? std::vector<int64_t>{8, 13, 64, 300, 1024} : std::vector<int64_t>{blk, 2 * blk, 8 * blk};
     // The formats whose kernels share the Q4_0/Q4_K/Q6_K (Q4_0_X8) code paths take fewer token counts and
@@ -62,7 +63,7 @@ std::vector<MatMulCase> cases() {
     // the sanitizers, which run each case ~5x slower; there the two big cases take a shorter row.
     const bool shared_paths = t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1 || t == DType::Q2_K ||
                               t == DType::Q3_K || t == DType::Q5_K || t == DType::Q4_1_X8 || t == DType::Q5_0_X8 ||
-                              t == DType::Q5_1_X8 || t == DType::Q3_K_X8;
+                              t == DType::Q5_1_X8 || t == DType::Q3_K_X8 || t == DType::Q2_K_X8;
     const std::vector<int64_t> ns = shared_paths    ? std::vector<int64_t>{1, 3, 5, 13}
                                     : test::kSanitized ? std::vector<int64_t>{1, 3, 4, 13, 16}
                                                        : std::vector<int64_t>{1, 2, 3, 4, 5, 7, 13, 16};
@@ -126,12 +127,13 @@ TEST(BackendOps, RepackedWeightsMatchTheFileLayoutsReference) {
   for (const auto& c : cases()) {
     const bool block32 = block32_x8(c.type) != c.type;
     if (((c.type != DType::Q8_0 && !block32) || c.in % 256 != 0) && c.type != DType::Q4_K && c.type != DType::Q6_K &&
-        c.type != DType::Q3_K)
+        c.type != DType::Q3_K && c.type != DType::Q2_K)
       continue;
     const DType packed_type = c.type == DType::Q8_0   ? DType::Q8_0_X8
                               : c.type == DType::Q4_K ? DType::Q4_K_X8
                               : c.type == DType::Q6_K ? DType::Q6_K_X8
                               : c.type == DType::Q3_K ? DType::Q3_K_X8
+                              : c.type == DType::Q2_K ? DType::Q2_K_X8
                                                       : block32_x8(c.type);
     MatMulData d;
     std::vector<float> want, want_bf16;
@@ -146,6 +148,9 @@ TEST(BackendOps, RepackedWeightsMatchTheFileLayoutsReference) {
                    c.out * c.in / QK8_0X8);
     else if (block32)
       pack_block32_x8(c.type, d.w.data(), packed.data(), c.out * c.in / 256);
+    else if (c.type == DType::Q2_K)
+      pack_q2_k_x8(reinterpret_cast<const BlockQ2_K*>(d.w.data()), reinterpret_cast<BlockQ2_Kx8*>(packed.data()),
+                   c.out * c.in / QK_K);
     else if (c.type == DType::Q3_K)
       pack_q3_k_x8(reinterpret_cast<const BlockQ3_K*>(d.w.data()), reinterpret_cast<BlockQ3_Kx8*>(packed.data()),
                    c.out * c.in / QK_K);

@@ -1,4 +1,4 @@
-// tests/repack_test.cpp — Q8_0, Q4_K, Q6_K, Q3_K, Q4_0, Q4_1, Q5_0 and Q5_1 weights repacked at load into
+// tests/repack_test.cpp — Q8_0, Q4_K, Q6_K, Q3_K, Q2_K, Q4_0, Q4_1, Q5_0 and Q5_1 weights repacked at load into
 // their _X8 forms (model/repack.h): the repacking is exact both ways (in place too) and dequantizes
 // to the same values; a model of each gives the same logits repacked or not, mapped or copied
 // (--no-mmap), on the fast kernels and on the forced reference; what is not repackable (short
@@ -193,6 +193,47 @@ TEST(Repack, Q3_KRoundTripsExactlyAndInPlace) {
   EXPECT_EQ(repacked_dtype(DType::Q3_K), DType::Q3_K_X8);
 }
 
+// Random Q2_K super-blocks, every bit random (finite d, dmin): repacked and back exactly, in place too.
+TEST(Repack, Q2_KRoundTripsExactlyAndInPlace) {
+  std::mt19937 rng(9);
+  std::uniform_int_distribution<int> byte(0, 255), h(0, 0x7bff);
+  for (int64_t blocks : {1, 3, 64}) {
+    std::vector<BlockQ2_K> src(static_cast<size_t>(blocks));
+    for (auto& b : src) {
+      for (auto& v : b.scales) v = static_cast<uint8_t>(byte(rng));
+      for (auto& v : b.qs) v = static_cast<uint8_t>(byte(rng));
+      b.d = static_cast<uint16_t>(h(rng));
+      b.dmin = static_cast<uint16_t>(h(rng));
+    }
+    std::vector<BlockQ2_Kx8> packed(static_cast<size_t>(blocks));
+    pack_q2_k_x8(src.data(), packed.data(), blocks);
+    // The layout: block j's value 4c + k from the plane (Q2_K: bits 2s of qs[32h + l] for value
+    // 128h + 32s + l); its groups' scale bytes.
+    for (int j : {0, 3, 6})
+      for (int c = 0; c < 8; ++c) {
+        const int k = (j + 2 * c) % 4, t = c % 4, shift = 4 * (t % 2) + 2 * (c / 4), v = 32 * j + 4 * c + k;
+        EXPECT_EQ(packed[0].qs[32 * (t / 2) + 4 * j + k] >> shift & 3, src[0].qs[32 * (v / 128) + v % 32] >> (2 * ((v / 32) % 4)) & 3)
+            << "block " << j << " chunk " << c;
+      }
+    EXPECT_EQ(packed[0].scales[8 + 3], src[0].scales[7]);
+    std::vector<BlockQ2_K> back(src.size());
+    unpack_q2_k_x8(packed.data(), back.data(), blocks);
+    ASSERT_EQ(std::memcmp(back.data(), src.data(), src.size() * sizeof(BlockQ2_K)), 0) << blocks << " blocks";
+    std::vector<BlockQ2_K> inplace = src;
+    pack_q2_k_x8(inplace.data(), reinterpret_cast<BlockQ2_Kx8*>(inplace.data()), blocks);
+    ASSERT_EQ(std::memcmp(inplace.data(), packed.data(), packed.size() * sizeof(BlockQ2_Kx8)), 0);
+    unpack_q2_k_x8(reinterpret_cast<const BlockQ2_Kx8*>(inplace.data()), inplace.data(), blocks);
+    ASSERT_EQ(std::memcmp(inplace.data(), src.data(), src.size() * sizeof(BlockQ2_K)), 0);
+    const int64_t n = blocks * QK_K;
+    std::vector<float> a(static_cast<size_t>(n)), b(static_cast<size_t>(n));
+    dequantize_row(DType::Q2_K, src.data(), a.data(), n);
+    dequantize_row(DType::Q2_K_X8, packed.data(), b.data(), n);
+    ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+  }
+  EXPECT_EQ(row_bytes(DType::Q2_K_X8, 2048), row_bytes(DType::Q2_K, 2048));
+  EXPECT_EQ(repacked_dtype(DType::Q2_K), DType::Q2_K_X8);
+}
+
 // Q4_0 / Q4_1 / Q5_0 / Q5_1 groups of 8 blocks: every byte random (finite f16 scales and
 // minimums), repacked and back exactly (in place too), dequantizing to the same floats.
 TEST(Repack, Block32FormatsRoundTripExactlyAndInPlace) {
@@ -257,7 +298,7 @@ TEST(Repack, OnlyRepackableFormatsAndMatricesOfWholeGroups) {
   EXPECT_TRUE(repackable(Tensor::view(bytes.data(), DType::Q4_0, {4, 512})));
   EXPECT_FALSE(repackable(Tensor::view(bytes.data(), DType::Q4_0, {8, 224})));
   EXPECT_FALSE(repackable(Tensor::view(bytes.data(), DType::Q5_1, {2, 2, 512})));  // an expert stack of a 32-value format
-  EXPECT_FALSE(repackable(Tensor::view(bytes.data(), DType::Q2_K, {2, 512})));  // no _X8 form
+  EXPECT_FALSE(repackable(Tensor::view(bytes.data(), DType::Q5_K, {2, 512})));  // no _X8 form
   EXPECT_FALSE(repackable(Tensor::view(bytes.data(), DType::Q8_0, {2, 2, 512})));  // a Q8_0 expert stack (the MoE GEMV reads it)
   Tensor t = Tensor::view(bytes.data(), DType::Q8_0, {4, 512});
   EXPECT_TRUE(repack_in_place(t));
@@ -270,7 +311,6 @@ TEST(Repack, OnlyRepackableFormatsAndMatricesOfWholeGroups) {
   EXPECT_TRUE(repackable(Tensor::view(k_bytes.data(), DType::Q4_K, {2, 2, 512})));  // a K-quant expert stack: rows
   EXPECT_TRUE(repack_in_place(k));
   EXPECT_EQ(k.dtype, DType::Q4_K_X8);
-  EXPECT_EQ(repacked_dtype(DType::Q2_K), DType::Q2_K);
   EXPECT_EQ(repacked_dtype(DType::Q5_K), DType::Q5_K);
 }
 
@@ -306,7 +346,7 @@ std::vector<float> logits(const std::string& path, bool repack, bool mmap, DType
 
 TEST(Repack, ModelGivesTheSameLogits) {
   const std::string dir = test::temp_dir("repack_model");
-  for (DType type : {DType::Q8_0, DType::Q4_K, DType::Q6_K, DType::Q3_K, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1})
+  for (DType type : {DType::Q8_0, DType::Q4_K, DType::Q6_K, DType::Q3_K, DType::Q2_K, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1})
   for (bool tied : {true, false}) {
     // Rows of 256 and 512 values repack; the 96-wide FFN of the second Q8_0 model leaves
     // ffn_down (rows of 96) and nothing else changes. (K-quant rows are whole super-blocks.)

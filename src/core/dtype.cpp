@@ -23,7 +23,8 @@ const DTypeInfo& dtype_info(DType t) {
       q8_0_x8{"Q8_0_X8", QK8_0X8, sizeof(BlockQ8_0x8), true}, q4_k_x8{"Q4_K_X8", QK_K, sizeof(BlockQ4_Kx8), true},
       q6_k_x8{"Q6_K_X8", QK_K, sizeof(BlockQ6_Kx8), true}, q4_0_x8{"Q4_0_X8", 256, sizeof(BlockQ4_0x8), true},
       q4_1_x8{"Q4_1_X8", 256, sizeof(BlockQ4_1x8), true}, q5_0_x8{"Q5_0_X8", 256, sizeof(BlockQ5_0x8), true},
-      q5_1_x8{"Q5_1_X8", 256, sizeof(BlockQ5_1x8), true}, q3_k_x8{"Q3_K_X8", QK_K, sizeof(BlockQ3_Kx8), true}, i8{"I8", 1, 1, false}, i16{"I16", 1, 2, false},
+      q5_1_x8{"Q5_1_X8", 256, sizeof(BlockQ5_1x8), true}, q3_k_x8{"Q3_K_X8", QK_K, sizeof(BlockQ3_Kx8), true},
+      q2_k_x8{"Q2_K_X8", QK_K, sizeof(BlockQ2_Kx8), true}, i8{"I8", 1, 1, false}, i16{"I16", 1, 2, false},
       i32{"I32", 1, 4, false}, i64{"I64", 1, 8, false}, f64{"F64", 1, 8, false};
   switch (t) {
     case DType::F32: return f32;
@@ -48,6 +49,7 @@ const DTypeInfo& dtype_info(DType t) {
     case DType::Q5_0_X8: return q5_0_x8;
     case DType::Q5_1_X8: return q5_1_x8;
     case DType::Q3_K_X8: return q3_k_x8;
+    case DType::Q2_K_X8: return q2_k_x8;
     case DType::I8: return i8;
     case DType::I16: return i16;
     case DType::I32: return i32;
@@ -755,6 +757,49 @@ void unpack_q3_k_x8(const BlockQ3_Kx8* src, BlockQ3_K* dst, int64_t blocks) {
   }
 }
 
+void pack_q2_k_x8(const BlockQ2_K* src, BlockQ2_Kx8* dst, int64_t blocks) {
+  for (int64_t i = 0; i < blocks; ++i) {
+    BlockQ2_K b;
+    std::memcpy(&b, src + i, sizeof b);  // a copy first: dst may overlap src
+    uint8_t q[QK_K];
+    k_low2_values(b.qs, q);
+    BlockQ2_Kx8 p{};
+    p.d = b.d;
+    p.dmin = b.dmin;
+    auto v = [&](int j, int at) { return q[32 * j + at]; };  // block j's value `at`
+    for (int j = 0; j < 8; ++j) {
+      p.scales[j] = b.scales[2 * j];
+      p.scales[8 + j] = b.scales[2 * j + 1];
+      for (int k = 0; k < 4; ++k)
+        for (int u = 0; u < 2; ++u)
+          p.qs[32 * u + 4 * j + k] = static_cast<uint8_t>(v(j, 8 * u + k) | v(j, 16 + 8 * u + k) << 2 | v(j, 8 * u + 4 + k) << 4 |
+                                                          v(j, 16 + 8 * u + 4 + k) << 6);
+    }
+    std::memcpy(dst + i, &p, sizeof p);
+  }
+}
+
+void unpack_q2_k_x8(const BlockQ2_Kx8* src, BlockQ2_K* dst, int64_t blocks) {
+  for (int64_t i = 0; i < blocks; ++i) {
+    BlockQ2_Kx8 p;
+    std::memcpy(&p, src + i, sizeof p);
+    BlockQ2_K b{};
+    b.d = p.d;
+    b.dmin = p.dmin;
+    for (int j = 0; j < 8; ++j) {
+      b.scales[2 * j] = p.scales[j];
+      b.scales[2 * j + 1] = p.scales[8 + j];
+      for (int k = 0; k < 4; ++k)
+        for (int c = 0; c < 8; ++c) {  // value 4c + k of block j, as in unpack_q3_k_x8
+          const int t = c % 4, shift = 4 * (t % 2) + 2 * (c / 4), value = 32 * j + 4 * c + k;
+          const int low = p.qs[32 * (t / 2) + 4 * j + k] >> shift & 3;
+          b.qs[32 * (value / 128) + value % 32] |= static_cast<uint8_t>(low << (2 * ((value / 32) % 4)));
+        }
+    }
+    std::memcpy(dst + i, &b, sizeof b);
+  }
+}
+
 DType block32_x8(DType t) {
   switch (t) {
     case DType::Q4_0: return DType::Q4_0_X8;
@@ -990,6 +1035,13 @@ void dequantize_row(DType t, const void* src, float* y, int64_t n) {
         dequant_q6_k(&b, y + g * QK_K, 1);
       }
       return;
+    case DType::Q2_K_X8:
+      for (int64_t g = 0; g < n / QK_K; ++g) {
+        BlockQ2_K b;
+        unpack_q2_k_x8(static_cast<const BlockQ2_Kx8*>(src) + g, &b, 1);
+        dequant_q2_k(&b, y + g * QK_K, 1);
+      }
+      return;
     case DType::Q3_K_X8:
       for (int64_t g = 0; g < n / QK_K; ++g) {
         BlockQ3_K b;
@@ -1056,6 +1108,10 @@ void quantize_row(DType t, const float* x, void* dst, int64_t n) {
     case DType::Q6_K_X8:  // as Q6_K, then repacked in place
       quant_q6_k(x, static_cast<BlockQ6_K*>(dst), n / QK_K);
       pack_q6_k_x8(static_cast<const BlockQ6_K*>(dst), static_cast<BlockQ6_Kx8*>(dst), n / QK_K);
+      return;
+    case DType::Q2_K_X8:  // as Q2_K, then repacked in place
+      quant_q2_k(x, static_cast<BlockQ2_K*>(dst), n / QK_K);
+      pack_q2_k_x8(static_cast<const BlockQ2_K*>(dst), static_cast<BlockQ2_Kx8*>(dst), n / QK_K);
       return;
     case DType::Q3_K_X8:  // as Q3_K, then repacked in place
       quant_q3_k(x, static_cast<BlockQ3_K*>(dst), n / QK_K);

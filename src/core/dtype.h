@@ -43,6 +43,8 @@ enum class DType : uint32_t {
   Q5_1_X8 = 1007,
   // Q3_K repacked at load for the CPU matmul kernels (BlockQ3_Kx8 below); never in a file.
   Q3_K_X8 = 1008,
+  // Q2_K repacked at load for the CPU matmul kernels (BlockQ2_Kx8 below); never in a file.
+  Q2_K_X8 = 1009,
 };
 
 struct DTypeInfo {
@@ -222,6 +224,15 @@ struct BlockQ3_Kx8 {
   uint8_t scales[12];
   uint16_t d;
 };
+// One Q2_K super-block rearranged the same way: qs as Q3_K_X8's plane (the 2-bit values), scales[j]
+// / scales[8 + j] = Q2_K's scale byte (scale | min << 4) of block j's values 0..15 / 16..31 (Q2_K's
+// groups 2j and 2j + 1). Same 84 bytes as Q2_K.
+struct BlockQ2_Kx8 {
+  uint8_t qs[QK_K / 4];
+  uint8_t scales[QK_K / 16];
+  uint16_t d;
+  uint16_t dmin;
+};
 static_assert(sizeof(BlockQ8_0) == 34);
 static_assert(sizeof(BlockQ8_0x8) == 8 * sizeof(BlockQ8_0));
 static_assert(sizeof(BlockQ4_0) == 18);
@@ -238,6 +249,7 @@ static_assert(sizeof(BlockQ6_Kx8) == sizeof(BlockQ6_K));
 static_assert(sizeof(BlockQ4_0x8) == 8 * sizeof(BlockQ4_0) && sizeof(BlockQ4_1x8) == 8 * sizeof(BlockQ4_1));
 static_assert(sizeof(BlockQ5_0x8) == 8 * sizeof(BlockQ5_0) && sizeof(BlockQ5_1x8) == 8 * sizeof(BlockQ5_1));
 static_assert(sizeof(BlockQ3_Kx8) == sizeof(BlockQ3_K));
+static_assert(sizeof(BlockQ2_Kx8) == sizeof(BlockQ2_K));
 
 // The unsigned values of one block, in order: Q5_0 / Q5_1 (0..31; the weight d * (q - 16) or
 // d * q + m), Q5_K (0..31), Q3_K (0..7, the weight d * scale * (q - 4)); Q3_K's 16 scales (-32..31).
@@ -267,6 +279,9 @@ void unpack_q6_k_x8(const BlockQ6_Kx8* src, BlockQ6_K* dst, int64_t blocks);
 // Q3_K <-> Q3_K_X8, `blocks` super-blocks; exact both ways; dst may equal src.
 void pack_q3_k_x8(const BlockQ3_K* src, BlockQ3_Kx8* dst, int64_t blocks);
 void unpack_q3_k_x8(const BlockQ3_Kx8* src, BlockQ3_K* dst, int64_t blocks);
+// Q2_K <-> Q2_K_X8, likewise.
+void pack_q2_k_x8(const BlockQ2_K* src, BlockQ2_Kx8* dst, int64_t blocks);
+void unpack_q2_k_x8(const BlockQ2_Kx8* src, BlockQ2_K* dst, int64_t blocks);
 // Q4_0 / Q4_1 / Q5_0 / Q5_1 <-> their _X8 forms. block32_x8(t): the _X8 form of t (t itself when
 // t has none); block32_base(t): the file format of an _X8 form (t itself otherwise).
 DType block32_x8(DType t);

@@ -1,4 +1,4 @@
-// model/repack.cpp — Q8_0 -> Q8_0_X8, Q4_K -> Q4_K_X8, Q6_K -> Q6_K_X8, Q3_K -> Q3_K_X8 and Q4_0 /
+// model/repack.cpp — Q8_0 -> Q8_0_X8, Q4_K -> Q4_K_X8, Q6_K -> Q6_K_X8, Q3_K / Q2_K -> Q3_K_X8 / Q2_K_X8 and Q4_0 /
 // Q4_1 / Q5_0 / Q5_1 -> their _X8 forms at load (see repack.h).
 #include "model/repack.h"
 
@@ -18,6 +18,7 @@ DType repacked_dtype(DType t) {
     case DType::Q4_K: return DType::Q4_K_X8;
     case DType::Q6_K: return DType::Q6_K_X8;
     case DType::Q3_K: return DType::Q3_K_X8;
+    case DType::Q2_K: return DType::Q2_K_X8;
     default: return block32_x8(t);
   }
 }
@@ -48,6 +49,9 @@ void repack_rows(const Tensor& src, void* dst) {
           break;
         case DType::Q6_K:
           pack_q6_k_x8(reinterpret_cast<const BlockQ6_K*>(from), reinterpret_cast<BlockQ6_Kx8*>(to), src.cols() / QK_K);
+          break;
+        case DType::Q2_K:
+          pack_q2_k_x8(reinterpret_cast<const BlockQ2_K*>(from), reinterpret_cast<BlockQ2_Kx8*>(to), src.cols() / QK_K);
           break;
         case DType::Q3_K:
           pack_q3_k_x8(reinterpret_cast<const BlockQ3_K*>(from), reinterpret_cast<BlockQ3_Kx8*>(to), src.cols() / QK_K);

@@ -6,7 +6,7 @@
 //    one interleaved integer kernel at every batch size; Q4_K_X8 (Q4_K repacked at load) has an
 //    interleaved decode kernel and shares the Q4 prefill tiles; Q6_K_X8 likewise with the Q6 tiles;
 //    Q4_0_X8 / Q4_1_X8 / Q5_0_X8 / Q5_1_X8 (repacked at load) likewise with the Q4 tiles, Q3_K_X8
-//    with the Q6 tiles.
+//    with the Q6 tiles; Q2_K_X8 runs its row kernel at every batch size.
 //  - GEMM path for float-like weights (n > 4, prefill): compute-bound; 16-row weight panels are
 //    widened to f32 and packed [k][16], then a 6x16 register-blocked FMA micro-kernel sweeps the
 //    tokens. Quantized weights keep the integer path at every n, with rows blocked to stay in L2.
@@ -942,6 +942,45 @@ void gemv_q3_k_x8(const MatMulArgs& a) {
                                          int64_t ldy, float bias) { row_q3_k_x8<decltype(N)::value>(w, xs, groups, y, ldy, bias); });
 }
 
+// ------------------------------------------------------------------ Q2_K_X8 (packed at load), every batch size
+// As Q3_K_X8 with 2-bit values and no offset; each 16 values' minimum comes off once per
+// super-block: dmin x d_x x sum over the 16 groups of min x sum(x) (PackedX::sum16).
+template <int T>
+FP_AVX2 void row_q2_k_x8(const BlockQ2_Kx8* w, const cpu::PackedX* const* x, int64_t groups, float* y, int64_t ldy, float bias) {
+  __m256 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t g = 0; g < groups; ++g) {
+    for (int l = 0; l < 2; ++l) cpu::prefetch_stream(reinterpret_cast<const char*>(w + g) + 64 * l);  // 84 bytes
+    __m256i lo[4], hi[4];
+    for (int c = 0; c < 4; ++c) q2_k_x8_chunks(w[g], c, &lo[c], &hi[c]);
+    __m256 s_lo, s_hi;
+    __m256i m_lo, m_hi;
+    q2_k_x8_scales_mins(w[g], &s_lo, &s_hi, &m_lo, &m_hi);
+    const __m256 dmin = _mm256_set1_ps(_cvtsh_ss(w[g].dmin));
+    for (int t = 0; t < T; ++t) {
+      const uint8_t* xq = x[t][g].q;
+      __m256i p_lo = _mm256_setzero_si256(), p_hi = _mm256_setzero_si256();
+      for (int c = 0; c < 4; ++c) {  // pair sums <= 4 x 2 x 3 x 127 in int16
+        p_lo = _mm256_add_epi16(p_lo, _mm256_maddubs_epi16(lo[c], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * c))));
+        p_hi = _mm256_add_epi16(p_hi, _mm256_maddubs_epi16(hi[c], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * (c + 4)))));
+      }
+      const __m256 dx = _mm256_loadu_ps(x[t][g].d);
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(p_lo, ones)), _mm256_mul_ps(s_lo, dx), acc[t]);
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(p_hi, ones)), _mm256_mul_ps(s_hi, dx), acc[t]);
+      const __m256i mins = _mm256_add_epi32(_mm256_mullo_epi32(m_lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[t][g].sum16))),
+                                            _mm256_mullo_epi32(m_hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[t][g].sum16 + 8))));
+      acc[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mins), _mm256_mul_ps(dmin, dx), acc[t]);
+    }
+  }
+  for (int t = 0; t < T; ++t) y[t * ldy] = hsum(acc[t]) + bias;
+}
+
+void matmul_q2_k_x8(const MatMulArgs& a) {
+  cpu::gemv_repacked_rows<BlockQ2_Kx8>(a, [](auto N, const BlockQ2_Kx8* w, const cpu::PackedX* const* xs, int64_t groups, float* y,
+                                         int64_t ldy, float bias) { row_q2_k_x8<decltype(N)::value>(w, xs, groups, y, ldy, bias); });
+}
+
 // ------------------------------------------------------------------ Q4_0/Q4_1/Q5_0/Q5_1 _X8 decode (packed at load)
 // As Q4_K_X8: chunk c's values meet activation chunk c and c + 4's, lane j of the int32 sums is
 // block j's dot product, and the 8 blocks' scales (and minimums) apply as one vector per group
@@ -1010,6 +1049,7 @@ void matmul_avx2(const MatMulArgs& a) {
   else if (t == DType::Q6_K_X8 && a.n <= kGemvMaxTokens) gemv_q6_k_x8(a);
   else if (is_block32_x8(t) && a.n <= kGemvMaxTokens) gemv_block32_x8(a);
   else if (t == DType::Q3_K_X8 && a.n <= kGemvMaxTokens) gemv_q3_k_x8(a);
+  else if (t == DType::Q2_K_X8) matmul_q2_k_x8(a);  // every batch size (Q2_K has no prefill tiles either)
   else if (a.n > kGemvMaxTokens && q4_tile_type(t) && cpu::interleaved_supported(a))
     gemm_q4_interleaved(a);
   else if (a.n > kGemvMaxTokens && (t == DType::Q6_K || t == DType::Q6_K_X8 || t == DType::Q3_K || t == DType::Q3_K_X8) &&
@@ -1026,7 +1066,8 @@ std::string refuse_matmul_avx2(const MatMulArgs& a) {
     case DType::F32: case DType::F16: case DType::BF16: case DType::F8_E4M3:
     case DType::Q8_0: case DType::Q4_0: case DType::Q4_1: case DType::Q5_0: case DType::Q5_1: case DType::Q2_K: case DType::Q3_K:
     case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: case DType::Q8_0_X8: case DType::Q4_K_X8: case DType::Q6_K_X8:
-    case DType::Q4_0_X8: case DType::Q4_1_X8: case DType::Q5_0_X8: case DType::Q5_1_X8: case DType::Q3_K_X8: break;
+    case DType::Q4_0_X8: case DType::Q4_1_X8: case DType::Q5_0_X8: case DType::Q5_1_X8: case DType::Q3_K_X8:
+    case DType::Q2_K_X8: break;
     default: return std::string("no AVX2 kernel for weights of type ") + dtype_name(a.w->dtype);
   }
   if (a.w->block_scale && a.w->dtype != DType::F8_E4M3) return "block scales are only supported on FP8 weights";

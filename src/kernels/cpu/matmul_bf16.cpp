@@ -229,6 +229,26 @@ FP_BF16 void q3_k_x8_to_bf16(const BlockQ3_Kx8* b, int64_t blocks, uint16_t* out
   }
 }
 
+// Q2_K_X8 super-blocks, the same way: value = (d sc) q - dmin m per 16 values (as dequant_q2_k).
+FP_BF16 void q2_k_x8_to_bf16(const BlockQ2_Kx8* b, int64_t blocks, uint16_t* out) {
+  for (int64_t bi = 0; bi < blocks; ++bi, out += QK_K) {
+    __m256i c[8];
+    for (int t = 0; t < 4; ++t) avx2::q2_k_x8_chunks(b[bi], t, &c[t], &c[t + 4]);
+    transpose8(c);
+    const float d = f16_to_f32(b[bi].d), dmin = f16_to_f32(b[bi].dmin);
+    for (int j = 0; j < 8; ++j) {
+      const uint8_t s_lo = b[bi].scales[j], s_hi = b[bi].scales[8 + j];
+      const __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(c[j])));
+      const __m512 hi = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(c[j], 1)));
+      store_bf16(out + 32 * j,
+                 _mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(d * static_cast<float>(s_lo & 15)), lo),
+                               _mm512_set1_ps(dmin * static_cast<float>(s_lo >> 4))),
+                 _mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(d * static_cast<float>(s_hi & 15)), hi),
+                               _mm512_set1_ps(dmin * static_cast<float>(s_hi >> 4))));
+    }
+  }
+}
+
 // Q4_0_X8 ... Q5_1_X8 groups, the same way: value = d (q - offset), or d q + m (exact d q, one rounding).
 template <DType W>
 FP_BF16 void block32_x8_to_bf16(const void* src, int64_t groups, uint16_t* out) {
@@ -259,6 +279,7 @@ void quantized_row_to_bf16(const Tensor& w, int64_t o, int64_t k0, int64_t kc, u
   if (w.dtype == DType::Q8_0_X8) return q8_0_x8_to_bf16(reinterpret_cast<const BlockQ8_0x8*>(src), kc / QK8_0X8, out);
   if (w.dtype == DType::Q4_K_X8) return q4_k_x8_to_bf16(reinterpret_cast<const BlockQ4_Kx8*>(src), kc / QK_K, out);
   if (w.dtype == DType::Q3_K_X8) return q3_k_x8_to_bf16(reinterpret_cast<const BlockQ3_Kx8*>(src), kc / QK_K, out);
+  if (w.dtype == DType::Q2_K_X8) return q2_k_x8_to_bf16(reinterpret_cast<const BlockQ2_Kx8*>(src), kc / QK_K, out);
   switch (w.dtype) {
     case DType::Q4_0_X8: return block32_x8_to_bf16<DType::Q4_0_X8>(src, kc / 256, out);
     case DType::Q4_1_X8: return block32_x8_to_bf16<DType::Q4_1_X8>(src, kc / 256, out);

@@ -29,7 +29,7 @@ bool packed_has_mins(DType t) {
 }
 
 bool k_quant_activations(DType t) {
-  return t == DType::Q3_K || t == DType::Q3_K_X8 || t == DType::Q4_K || t == DType::Q4_K_X8 || t == DType::Q5_K || t == DType::Q6_K ||
+  return t == DType::Q2_K_X8 || t == DType::Q3_K || t == DType::Q3_K_X8 || t == DType::Q4_K || t == DType::Q4_K_X8 || t == DType::Q5_K || t == DType::Q6_K ||
          t == DType::Q6_K_X8;
 }
 
@@ -293,6 +293,8 @@ void pack_activations(DType wtype, const float* x, const BlockQ8_0* xq, int64_t 
         p.init[j] = -offset * b.bsums[2 * j];
         p.init_hi[j] = -offset * b.bsums[2 * j + 1];
         p.bsum[j] = b.d * static_cast<float>(b.bsums[2 * j] + b.bsums[2 * j + 1]);
+        p.sum16[j] = b.bsums[2 * j];
+        p.sum16[8 + j] = b.bsums[2 * j + 1];
       }
       interleave(blocks, p.q);
     }

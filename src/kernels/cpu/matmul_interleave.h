@@ -31,6 +31,7 @@ struct PackedX {
                      // Q8_0_X8: -128 * sum(x); Q6_K / Q3_K: -32 / -4 * sum(x) over the block's values 0..15
   float bsum[8];     // Q4_K/Q5_K/Q4_1/Q5_1: d * sum(x) per sub-block, for the minimums
   int32_t init_hi[8];  // Q6_K / Q3_K: -32 / -4 * sum(x) over the block's values 16..31
+  int32_t sum16[16];   // Q2_K_X8: sum(x) over block j's values 0..15 (sum16[j]) and 16..31 (sum16[8 + j]), for its minimums
 };
 
 // Q6_K's 16-value groups: chunks 0..3 of a group hold every block's values 0..15 (the first group

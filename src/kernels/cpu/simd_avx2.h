@@ -176,4 +176,26 @@ FP_AVX2_INLINE void q3_k_x8_scales(const BlockQ3_Kx8& b, __m256* lo, __m256* hi)
   *hi = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(s_hi, off)), d);
 }
 
+// Chunks t and t + 4 (t < 4) of a Q2_K_X8 super-block: the plane's 2-bit values, as Q3_K_X8's.
+FP_AVX2_INLINE void q2_k_x8_chunks(const BlockQ2_Kx8& b, int t, __m256i* lo, __m256i* hi) {
+  const __m256i m3 = _mm256_set1_epi8(3);
+  const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * (t / 2)));
+  const int shift = 4 * (t % 2);
+  *lo = _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(shift)), m3);
+  *hi = _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(shift + 2)), m3);
+}
+
+// A Q2_K_X8 super-block's 4-bit scales (d x scale, as f32) and mins (as int32) of its blocks'
+// values 0..15 (lo) and 16..31 (hi), lane j = block j.
+FP_AVX2_INLINE void q2_k_x8_scales_mins(const BlockQ2_Kx8& b, __m256* s_lo, __m256* s_hi, __m256i* m_lo, __m256i* m_hi) {
+  const __m256i m15 = _mm256_set1_epi32(15);
+  const __m256i lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.scales)));
+  const __m256i hi = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.scales + 8)));
+  const __m256 d = _mm256_set1_ps(_cvtsh_ss(b.d));
+  *s_lo = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_and_si256(lo, m15)), d);
+  *s_hi = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_and_si256(hi, m15)), d);
+  *m_lo = _mm256_srli_epi32(lo, 4);
+  *m_hi = _mm256_srli_epi32(hi, 4);
+}
+
 }  // namespace fp::avx2
