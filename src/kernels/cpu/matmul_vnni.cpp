@@ -8,7 +8,7 @@
 //    activations; the accumulator starts at -128 x sum(x). One tile kernel at every batch size.
 //  - Q4_0 (weights q - 8, q in 0..15): the unsigned q meets the signed activations directly;
 //    the -8 x sum(x) term starts the accumulator (sum(x) per block is computed once per call).
-//  - Q4_K_X8 / Q6_K_X8 / Q3_K_X8 / Q2_K_X8 / Q4_0_X8 ... Q5_1_X8 (repacked at load) decode: one vpdpbusd per chunk
+//  - Q4_K_X8 / Q6_K_X8 / Q3_K_X8 / Q4_0_X8 ... Q5_1_X8 (repacked at load) decode: one vpdpbusd per chunk
 //    leaves (sub-)block j's dot product in lane j; their prefill, and Q4_K's / Q6_K's, run the interleaved tiles, as
 //    Q4_1 / Q5_0 / Q5_1 / Q5_K prefill (the Q4 tiles) and Q3_K prefill (the Q6 tiles) do.
 #include <algorithm>
@@ -374,42 +374,6 @@ void gemv_q3_k_x8(const MatMulArgs& a) {
                                          int64_t ldy, float bias) { row_q3_k_x8<decltype(N)::value>(w, xs, groups, y, ldy, bias); });
 }
 
-// Q2_K_X8 (packed at load) decode: as the AVX2 kernel, four chains of two vpdpbusd.
-template <int T>
-FP_VNNI void row_q2_k_x8(const BlockQ2_Kx8* w, const cpu::PackedX* const* x, int64_t groups, float* y, int64_t ldy, float bias) {
-  __m256 acc[T];
-  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
-  for (int64_t g = 0; g < groups; ++g) {
-    for (int l = 0; l < 2; ++l) cpu::prefetch_stream(reinterpret_cast<const char*>(w + g) + 64 * l);  // 84 bytes
-    __m256i lo[4], hi[4];
-    for (int c = 0; c < 4; ++c) avx2::q2_k_x8_chunks(w[g], c, &lo[c], &hi[c]);
-    __m256 s_lo, s_hi;
-    __m256i m_lo, m_hi;
-    avx2::q2_k_x8_scales_mins(w[g], &s_lo, &s_hi, &m_lo, &m_hi);
-    const __m256 dmin = _mm256_set1_ps(_cvtsh_ss(w[g].dmin));
-    for (int t = 0; t < T; ++t) {
-      const uint8_t* xq = x[t][g].q;
-      __m256i dot[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
-      for (int c = 0; c < 4; ++c) {
-        dot[c % 2] = _mm256_dpbusd_epi32(dot[c % 2], lo[c], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * c)));
-        dot[2 + c % 2] = _mm256_dpbusd_epi32(dot[2 + c % 2], hi[c], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * (c + 4))));
-      }
-      const __m256 dx = _mm256_loadu_ps(x[t][g].d);
-      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(dot[0], dot[1])), _mm256_mul_ps(s_lo, dx), acc[t]);
-      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(dot[2], dot[3])), _mm256_mul_ps(s_hi, dx), acc[t]);
-      const __m256i mins = _mm256_add_epi32(_mm256_mullo_epi32(m_lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[t][g].sum16))),
-                                            _mm256_mullo_epi32(m_hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[t][g].sum16 + 8))));
-      acc[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mins), _mm256_mul_ps(dmin, dx), acc[t]);
-    }
-  }
-  for (int t = 0; t < T; ++t) y[t * ldy] = avx2::hsum(acc[t]) + bias;
-}
-
-void gemv_q2_k_x8(const MatMulArgs& a) {
-  cpu::gemv_repacked_rows<BlockQ2_Kx8>(a, [](auto N, const BlockQ2_Kx8* w, const cpu::PackedX* const* xs, int64_t groups, float* y,
-                                         int64_t ldy, float bias) { row_q2_k_x8<decltype(N)::value>(w, xs, groups, y, ldy, bias); });
-}
-
 // Q4_0_X8 / Q4_1_X8 / Q5_0_X8 / Q5_1_X8 (packed at load) decode: as the AVX2 kernel, one vpdpbusd
 // per chunk (no int16 pair sums to keep in range).
 template <DType W, int T>
@@ -476,7 +440,6 @@ void matmul_vnni(const MatMulArgs& a) {
   if (a.w->dtype == DType::Q6_K_X8 && a.n <= cpu::kGemvMaxTokens) return gemv_q6_k_x8(a);
   if (is_block32_x8(a.w->dtype) && a.n <= cpu::kGemvMaxTokens) return gemv_block32_x8(a);
   if (a.w->dtype == DType::Q3_K_X8 && a.n <= cpu::kGemvMaxTokens) return gemv_q3_k_x8(a);
-  if (a.w->dtype == DType::Q2_K_X8) return gemv_q2_k_x8(a);  // decode only (refuse_vnni)
   if (a.w->dtype == DType::Q6_K || a.w->dtype == DType::Q6_K_X8 || a.w->dtype == DType::Q3_K || a.w->dtype == DType::Q3_K_X8)
     return gemm_q6_interleaved_vnni(a);  // Q6_K, Q3_K: prefill only
   if (a.n > cpu::kGemvMaxTokens && a.w->cols() % 256 == 0) return gemm_interleaved_vnni(a);
@@ -517,11 +480,9 @@ std::string refuse_vnni(const MatMulArgs& a) {
   const bool prefill_only = t == DType::Q4_K || t == DType::Q6_K || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1 ||
                             t == DType::Q3_K || t == DType::Q5_K;
   if (t != DType::Q8_0 && t != DType::Q4_0 && t != DType::Q8_0_X8 && t != DType::Q4_K_X8 && t != DType::Q6_K_X8 && !is_block32_x8(t) &&
-      t != DType::Q3_K_X8 && t != DType::Q2_K_X8 && !prefill_only)
+      t != DType::Q3_K_X8 && !prefill_only)
     return std::string("only Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q3_K/Q4_K/Q5_K/Q6_K and their repacked _X8 forms (these are ") +
            dtype_name(t) + ")";
-  if (t == DType::Q2_K_X8 && a.n > cpu::kGemvMaxTokens)
-    return "Q2_K_X8 beyond 4 tokens is left to the AVX2 kernel (no interleaved tiles for Q2_K)";
   if (prefill_only && a.n <= cpu::kGemvMaxTokens)
     return std::string(dtype_name(t)) + " decode (<= 4 tokens) is left to the AVX2 kernel";
   if (prefill_only && a.w->cols() % 256 != 0)
