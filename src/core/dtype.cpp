@@ -700,6 +700,23 @@ void unpack_q4_k_x8(const BlockQ4_Kx8* src, BlockQ4_K* dst, int64_t blocks) {
   }
 }
 
+namespace {
+// The 2-bit plane of the K-quant _X8 forms (Q6_K_X8's qh, Q3_K_X8's and Q2_K_X8's qs): byte
+// 32u + 4j + k holds bits `shift`..`shift`+1 of block j's values 8u + k, 16 + 8u + k, 8u + 4 + k and
+// 16 + 8u + 4 + k (q: the super-block's 256 values in order) at bits 0, 2, 4, 6.
+uint8_t plane2_byte(const uint8_t* q, int j, int k, int u, int shift) {
+  auto v = [&](int at) { return (q[32 * j + at] >> shift) & 3; };
+  return static_cast<uint8_t>(v(8 * u + k) | v(16 + 8 * u + k) << 2 | v(8 * u + 4 + k) << 4 | v(16 + 8 * u + 4 + k) << 6);
+}
+// The 2 bits of block j's value 4c + k in such a plane (chunk c < 4 low, else high).
+int plane2_value(const uint8_t* plane, int j, int k, int c) {
+  const int t = c % 4;
+  return plane[32 * (t / 2) + 4 * j + k] >> (4 * (t % 2) + 2 * (c / 4)) & 3;
+}
+// Q2_K / Q3_K's own layout: value v's 2 bits at bits 2s of qs[32h + l] (v = 128h + 32s + l).
+void put_k_low2(uint8_t* qs, int v, int low) { qs[32 * (v / 128) + v % 32] |= static_cast<uint8_t>(low << (2 * ((v / 32) % 4))); }
+}  // namespace
+
 void pack_q3_k_x8(const BlockQ3_K* src, BlockQ3_Kx8* dst, int64_t blocks) {
   for (int64_t i = 0; i < blocks; ++i) {
     BlockQ3_K b;
@@ -710,17 +727,14 @@ void pack_q3_k_x8(const BlockQ3_K* src, BlockQ3_Kx8* dst, int64_t blocks) {
     q3_k_scales(b.scales, sc);
     BlockQ3_Kx8 p{};
     p.d = b.d;
-    auto v = [&](int j, int at) { return q[32 * j + at]; };  // block j's value `at`
     uint32_t top = 0;
     for (int j = 0; j < 8; ++j) {
       const int lo = sc[2 * j] + 32, hi = sc[2 * j + 1] + 32;  // 0..63
       p.scales[j] = static_cast<uint8_t>((lo & 15) | (hi & 15) << 4);
       top |= static_cast<uint32_t>(lo >> 4) << (2 * j) | static_cast<uint32_t>(hi >> 4) << (16 + 2 * j);
       for (int k = 0; k < 4; ++k) {
-        for (int u = 0; u < 2; ++u)
-          p.qs[32 * u + 4 * j + k] = static_cast<uint8_t>((v(j, 8 * u + k) & 3) | (v(j, 16 + 8 * u + k) & 3) << 2 |
-                                                          (v(j, 8 * u + 4 + k) & 3) << 4 | (v(j, 16 + 8 * u + 4 + k) & 3) << 6);
-        for (int c = 0; c < 8; ++c) p.hmask[4 * j + k] |= static_cast<uint8_t>((v(j, 4 * c + k) >> 2) << c);
+        for (int u = 0; u < 2; ++u) p.qs[32 * u + 4 * j + k] = plane2_byte(q, j, k, u, 0);
+        for (int c = 0; c < 8; ++c) p.hmask[4 * j + k] |= static_cast<uint8_t>((q[32 * j + 4 * c + k] >> 2) << c);
       }
     }
     std::memcpy(p.scales + 8, &top, 4);
@@ -744,13 +758,10 @@ void unpack_q3_k_x8(const BlockQ3_Kx8* src, BlockQ3_K* dst, int64_t blocks) {
         b.scales[8 + g % 4] |= static_cast<uint8_t>((s6 >> 4) << (2 * (g / 4)));
       }
       for (int k = 0; k < 4; ++k)
-        for (int c = 0; c < 8; ++c) {
-          // value 4c + k of block j: low bits from the plane (chunk c < 4: a low chunk, else high)
-          const int t = c % 4, u = t / 2, shift = 4 * (t % 2) + 2 * (c / 4);
-          const int low = p.qs[32 * u + 4 * j + k] >> shift & 3, high = p.hmask[4 * j + k] >> c & 1;
-          const int value = 32 * j + 4 * c + k;  // Q3_K's position of the value in the super-block
-          b.qs[32 * (value / 128) + value % 32] |= static_cast<uint8_t>(low << (2 * ((value / 32) % 4)));
-          b.hmask[value % 32] |= static_cast<uint8_t>(high << (value / 32));
+        for (int c = 0; c < 8; ++c) {  // value 4c + k of block j
+          const int value = 32 * j + 4 * c + k;
+          put_k_low2(b.qs, value, plane2_value(p.qs, j, k, c));
+          b.hmask[value % 32] |= static_cast<uint8_t>((p.hmask[4 * j + k] >> c & 1) << (value / 32));
         }
     }
     std::memcpy(dst + i, &b, sizeof b);
@@ -766,14 +777,11 @@ void pack_q2_k_x8(const BlockQ2_K* src, BlockQ2_Kx8* dst, int64_t blocks) {
     BlockQ2_Kx8 p{};
     p.d = b.d;
     p.dmin = b.dmin;
-    auto v = [&](int j, int at) { return q[32 * j + at]; };  // block j's value `at`
     for (int j = 0; j < 8; ++j) {
       p.scales[j] = b.scales[2 * j];
       p.scales[8 + j] = b.scales[2 * j + 1];
       for (int k = 0; k < 4; ++k)
-        for (int u = 0; u < 2; ++u)
-          p.qs[32 * u + 4 * j + k] = static_cast<uint8_t>(v(j, 8 * u + k) | v(j, 16 + 8 * u + k) << 2 | v(j, 8 * u + 4 + k) << 4 |
-                                                          v(j, 16 + 8 * u + 4 + k) << 6);
+        for (int u = 0; u < 2; ++u) p.qs[32 * u + 4 * j + k] = plane2_byte(q, j, k, u, 0);
     }
     std::memcpy(dst + i, &p, sizeof p);
   }
@@ -790,11 +798,7 @@ void unpack_q2_k_x8(const BlockQ2_Kx8* src, BlockQ2_K* dst, int64_t blocks) {
       b.scales[2 * j] = p.scales[j];
       b.scales[2 * j + 1] = p.scales[8 + j];
       for (int k = 0; k < 4; ++k)
-        for (int c = 0; c < 8; ++c) {  // value 4c + k of block j, as in unpack_q3_k_x8
-          const int t = c % 4, shift = 4 * (t % 2) + 2 * (c / 4), value = 32 * j + 4 * c + k;
-          const int low = p.qs[32 * (t / 2) + 4 * j + k] >> shift & 3;
-          b.qs[32 * (value / 128) + value % 32] |= static_cast<uint8_t>(low << (2 * ((value / 32) % 4)));
-        }
+        for (int c = 0; c < 8; ++c) put_k_low2(b.qs, 32 * j + 4 * c + k, plane2_value(p.qs, j, k, c));
     }
     std::memcpy(dst + i, &b, sizeof b);
   }
@@ -927,9 +931,7 @@ void pack_q6_k_x8(const BlockQ6_K* src, BlockQ6_Kx8* dst, int64_t blocks) {
       for (int k = 0; k < 4; ++k) {
         for (int t = 0; t < 4; ++t)
           p.ql[32 * t + 4 * j + k] = static_cast<uint8_t>((v(j, 4 * t + k) & 15) | (v(j, 16 + 4 * t + k) & 15) << 4);
-        for (int u = 0; u < 2; ++u)
-          p.qh[32 * u + 4 * j + k] = static_cast<uint8_t>(v(j, 8 * u + k) >> 4 | (v(j, 16 + 8 * u + k) >> 4) << 2 |
-                                                          (v(j, 8 * u + 4 + k) >> 4) << 4 | (v(j, 16 + 8 * u + 4 + k) >> 4) << 6);
+        for (int u = 0; u < 2; ++u) p.qh[32 * u + 4 * j + k] = plane2_byte(q, j, k, u, 4);
       }
     }
     std::memcpy(dst + i, &p, sizeof p);
