@@ -55,7 +55,7 @@ std::vector<GoldenFormat> read_golden() {
 
 TEST(QuantGolden, DequantizersMatchLlamaCppsOwn) {
   const auto formats = read_golden();
-  ASSERT_EQ(formats.size(), 10u);
+  ASSERT_EQ(formats.size(), 12u);
   for (const auto& g : formats) {
     DType t;
     ASSERT_TRUE(dtype_from_name(g.name, &t)) << g.name;
@@ -86,7 +86,7 @@ TEST(QuantGolden, QuantizersRoundTripWithinTheirFormatsError) {
   };
   const auto x = test::random_floats(4096, 11);
   for (auto c : {Case{DType::Q4_1, 0.1}, Case{DType::Q5_0, 0.055}, Case{DType::Q5_1, 0.05}, Case{DType::Q5_K, 0.05},
-                 Case{DType::Q3_K, 0.2}, Case{DType::Q2_K, 0.4}}) {
+                 Case{DType::Q3_K, 0.2}, Case{DType::Q2_K, 0.4}, Case{DType::IQ4_NL, 0.1}, Case{DType::IQ4_XS, 0.1}}) {
     std::vector<uint8_t> q(static_cast<size_t>(row_bytes(c.t, 4096)));
     quantize_row(c.t, x.data(), q.data(), 4096);
     std::vector<float> y(4096);

@@ -1,4 +1,4 @@
-// tests/repack_test.cpp — Q8_0, Q4_K, Q6_K, Q3_K, Q2_K, Q4_0, Q4_1, Q5_0 and Q5_1 weights repacked at load into
+// tests/repack_test.cpp — Q8_0, Q4_K, Q6_K, Q3_K, Q2_K, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL and IQ4_XS weights repacked at load into
 // their _X8 forms (model/repack.h): the repacking is exact both ways (in place too) and dequantizes
 // to the same values; a model of each gives the same logits repacked or not, mapped or copied
 // (--no-mmap), on the fast kernels and on the forced reference; what is not repackable (short
@@ -234,12 +234,12 @@ TEST(Repack, Q2_KRoundTripsExactlyAndInPlace) {
   EXPECT_EQ(repacked_dtype(DType::Q2_K), DType::Q2_K_X8);
 }
 
-// Q4_0 / Q4_1 / Q5_0 / Q5_1 groups of 8 blocks: every byte random (finite f16 scales and
+// Q4_0 / Q4_1 / Q5_0 / Q5_1 / IQ4_NL groups of 8 blocks: every byte random (finite f16 scales and
 // minimums), repacked and back exactly (in place too), dequantizing to the same floats.
 TEST(Repack, Block32FormatsRoundTripExactlyAndInPlace) {
   std::mt19937 rng(3);
   std::uniform_int_distribution<int> byte(0, 255), h(0, 0x7bff);
-  for (DType base : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1}) {
+  for (DType base : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL}) {
     const DType packed_type = block32_x8(base);
     SCOPED_TRACE(dtype_name(packed_type));
     EXPECT_EQ(block32_base(packed_type), base);
@@ -289,6 +289,41 @@ TEST(Repack, Block32FormatsRoundTripExactlyAndInPlace) {
   uint32_t qh5;
   std::memcpy(&qh5, blocks[5].qh, 4);
   for (int c = 0; c < 8; ++c) EXPECT_EQ(p.qh[4 * 5 + 1] >> c & 1, qh5 >> (4 * c + 1) & 1) << "chunk " << c;
+}
+
+// Random IQ4_XS super-blocks (every bit random, finite d): repacked and back exactly, in place too;
+// the layout: block j's byte 4t + k (qs[16j + 4t + k]) at qs[32t + 4j + k], d and scales unmoved.
+TEST(Repack, IQ4_XSRoundTripsExactlyAndInPlace) {
+  std::mt19937 rng(9);
+  std::uniform_int_distribution<int> byte(0, 255), h(0, 0x7bff);
+  for (int64_t blocks : {1, 5, 64}) {
+    std::vector<BlockIQ4_XS> src(static_cast<size_t>(blocks));
+    for (auto& b : src) {
+      for (size_t i = 0; i < sizeof b; ++i) reinterpret_cast<uint8_t*>(&b)[i] = static_cast<uint8_t>(byte(rng));
+      b.d = static_cast<uint16_t>(h(rng));
+    }
+    std::vector<BlockIQ4_XSx8> packed(static_cast<size_t>(blocks));
+    pack_iq4_xs_x8(src.data(), packed.data(), blocks);
+    EXPECT_EQ(packed[0].qs[32 * 3 + 4 * 6 + 2], src[0].qs[16 * 6 + 4 * 3 + 2]);
+    EXPECT_EQ(packed[0].d, src[0].d);
+    EXPECT_EQ(packed[0].scales_h, src[0].scales_h);
+    EXPECT_EQ(std::memcmp(packed[0].scales_l, src[0].scales_l, 4), 0);
+    std::vector<BlockIQ4_XS> back(src.size());
+    unpack_iq4_xs_x8(packed.data(), back.data(), blocks);
+    ASSERT_EQ(std::memcmp(back.data(), src.data(), src.size() * sizeof(BlockIQ4_XS)), 0) << blocks << " blocks";
+    std::vector<BlockIQ4_XS> inplace = src;
+    pack_iq4_xs_x8(inplace.data(), reinterpret_cast<BlockIQ4_XSx8*>(inplace.data()), blocks);
+    ASSERT_EQ(std::memcmp(inplace.data(), packed.data(), packed.size() * sizeof(BlockIQ4_XSx8)), 0);
+    unpack_iq4_xs_x8(reinterpret_cast<const BlockIQ4_XSx8*>(inplace.data()), inplace.data(), blocks);
+    ASSERT_EQ(std::memcmp(inplace.data(), src.data(), src.size() * sizeof(BlockIQ4_XS)), 0);
+    const int64_t n = blocks * QK_K;
+    std::vector<float> a(static_cast<size_t>(n)), b(static_cast<size_t>(n));
+    dequantize_row(DType::IQ4_XS, src.data(), a.data(), n);
+    dequantize_row(DType::IQ4_XS_X8, packed.data(), b.data(), n);
+    ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+  }
+  EXPECT_EQ(row_bytes(DType::IQ4_XS_X8, 2048), row_bytes(DType::IQ4_XS, 2048));
+  EXPECT_EQ(repacked_dtype(DType::IQ4_XS), DType::IQ4_XS_X8);
 }
 
 TEST(Repack, OnlyRepackableFormatsAndMatricesOfWholeGroups) {
@@ -346,7 +381,8 @@ std::vector<float> logits(const std::string& path, bool repack, bool mmap, DType
 
 TEST(Repack, ModelGivesTheSameLogits) {
   const std::string dir = test::temp_dir("repack_model");
-  for (DType type : {DType::Q8_0, DType::Q4_K, DType::Q6_K, DType::Q3_K, DType::Q2_K, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1})
+  for (DType type : {DType::Q8_0, DType::Q4_K, DType::Q6_K, DType::Q3_K, DType::Q2_K, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
+                     DType::IQ4_NL, DType::IQ4_XS})
   for (bool tied : {true, false}) {
     // Rows of 256 and 512 values repack; the 96-wide FFN of the second Q8_0 model leaves
     // ffn_down (rows of 96) and nothing else changes. (K-quant rows are whole super-blocks.)
@@ -365,8 +401,18 @@ TEST(Repack, ModelGivesTheSameLogits) {
       EXPECT_EQ(plain_t, type);
       EXPECT_EQ(packed_t, tied ? packed_type : type);  // the table is repacked when it is the output too
       EXPECT_EQ(copied_t, packed_t);
-      // Same integer products; the float sums of the GEMV path may run in another order.
-      EXPECT_LE(test::normalised_error(packed, plain), 1e-5);
+      // Same integer products; the float sums may run in another order, and a last-bit difference
+      // can flip the rounding of one 8-bit activation downstream (seen once, at one position, on
+      // IQ4_NL with a 96-wide FFN: 1e-3 there). So: every position but at most one within 1e-5, all
+      // within 2e-3 (a wrong kernel moves every position, by far more).
+      EXPECT_LE(test::normalised_error(packed, plain), 2e-3);
+      const int64_t V = 512, positions = static_cast<int64_t>(plain.size()) / V;
+      int off = 0;
+      for (int64_t p = 0; p < positions; ++p) {
+        const std::vector<float> a(packed.begin() + p * V, packed.begin() + (p + 1) * V), b(plain.begin() + p * V, plain.begin() + (p + 1) * V);
+        off += test::normalised_error(a, b) > 1e-5;
+      }
+      EXPECT_LE(off, 1) << "positions beyond 1e-5";
       EXPECT_EQ(packed, copied);
       // The reference kernel reads the repacked weights too (dequantized, exactly).
       KernelOverrides::global().force("matmul", "ref");

@@ -78,7 +78,8 @@ TEST(SynthModel, QuantizedGgufStaysWithinFormatError) {
   auto f32 = test::all_position_logits(write_synth(dir, "llama", cfg, DType::F32, "f32.gguf"), kPromptIds);
   struct Q { DType t; double bound; };
   for (auto q : {Q{DType::Q8_0, 0.03}, Q{DType::Q6_K, 0.08}, Q{DType::Q5_K, 0.15}, Q{DType::Q5_0, 0.15}, Q{DType::Q5_1, 0.15},
-                 Q{DType::Q4_0, 0.3}, Q{DType::Q4_1, 0.3}, Q{DType::Q4_K, 0.3}, Q{DType::Q3_K, 0.6}, Q{DType::Q2_K, 1.0}}) {
+                 Q{DType::Q4_0, 0.3}, Q{DType::Q4_1, 0.3}, Q{DType::Q4_K, 0.3}, Q{DType::Q3_K, 0.6}, Q{DType::Q2_K, 1.0},
+                 Q{DType::IQ4_NL, 0.3}, Q{DType::IQ4_XS, 0.3}}) {
     auto got = test::all_position_logits(write_synth(dir, "llama", cfg, q.t, std::string(dtype_name(q.t)) + ".gguf"), kPromptIds);
     double e = rel_diff(got, f32);
     EXPECT_LT(e, q.bound) << dtype_name(q.t);

@@ -24,7 +24,9 @@ const DTypeInfo& dtype_info(DType t) {
       q6_k_x8{"Q6_K_X8", QK_K, sizeof(BlockQ6_Kx8), true}, q4_0_x8{"Q4_0_X8", 256, sizeof(BlockQ4_0x8), true},
       q4_1_x8{"Q4_1_X8", 256, sizeof(BlockQ4_1x8), true}, q5_0_x8{"Q5_0_X8", 256, sizeof(BlockQ5_0x8), true},
       q5_1_x8{"Q5_1_X8", 256, sizeof(BlockQ5_1x8), true}, q3_k_x8{"Q3_K_X8", QK_K, sizeof(BlockQ3_Kx8), true},
-      q2_k_x8{"Q2_K_X8", QK_K, sizeof(BlockQ2_Kx8), true}, i8{"I8", 1, 1, false}, i16{"I16", 1, 2, false},
+      q2_k_x8{"Q2_K_X8", QK_K, sizeof(BlockQ2_Kx8), true}, iq4_nl{"IQ4_NL", 32, sizeof(BlockIQ4_NL), true},
+      iq4_xs{"IQ4_XS", QK_K, sizeof(BlockIQ4_XS), true}, iq4_nl_x8{"IQ4_NL_X8", 256, sizeof(BlockIQ4_NLx8), true},
+      iq4_xs_x8{"IQ4_XS_X8", QK_K, sizeof(BlockIQ4_XSx8), true}, i8{"I8", 1, 1, false}, i16{"I16", 1, 2, false},
       i32{"I32", 1, 4, false}, i64{"I64", 1, 8, false}, f64{"F64", 1, 8, false};
   switch (t) {
     case DType::F32: return f32;
@@ -50,6 +52,10 @@ const DTypeInfo& dtype_info(DType t) {
     case DType::Q5_1_X8: return q5_1_x8;
     case DType::Q3_K_X8: return q3_k_x8;
     case DType::Q2_K_X8: return q2_k_x8;
+    case DType::IQ4_NL: return iq4_nl;
+    case DType::IQ4_XS: return iq4_xs;
+    case DType::IQ4_NL_X8: return iq4_nl_x8;
+    case DType::IQ4_XS_X8: return iq4_xs_x8;
     case DType::I8: return i8;
     case DType::I16: return i16;
     case DType::I32: return i32;
@@ -61,7 +67,7 @@ const DTypeInfo& dtype_info(DType t) {
 
 bool dtype_from_gguf(uint32_t g, DType* out) {
   switch (g) {
-    case 0: case 1: case 2: case 3: case 6: case 7: case 8: case 10: case 11: case 12: case 13: case 14: case 24: case 25: case 26: case 27: case 28: case 30:
+    case 0: case 1: case 2: case 3: case 6: case 7: case 8: case 10: case 11: case 12: case 13: case 14: case 20: case 23: case 24: case 25: case 26: case 27: case 28: case 30:
       *out = static_cast<DType>(g);
       return true;
     default:
@@ -77,7 +83,7 @@ bool dtype_from_name(const std::string& name, DType* out) {
     return true;
   }
   for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
-                  DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::I8, DType::I16, DType::I32, DType::I64, DType::F64}) {
+                  DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::I8, DType::I16, DType::I32, DType::I64, DType::F64}) {
     if (up == dtype_info(t).name) {
       *out = t;
       return true;
@@ -365,6 +371,27 @@ void dequant_q6_k(const BlockQ6_K* b, float* y, int64_t nb) {
   }
 }
 
+void dequant_iq4_nl(const BlockIQ4_NL* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, y += 32) {
+    const float d = f16_to_f32(b[i].d);
+    for (int j = 0; j < 16; ++j) {
+      y[j] = d * kIq4nlValues[b[i].qs[j] & 15];
+      y[j + 16] = d * kIq4nlValues[b[i].qs[j] >> 4];
+    }
+  }
+}
+
+void dequant_iq4_xs(const BlockIQ4_XS* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i)
+    for (int j = 0; j < 8; ++j, y += 32) {
+      const float d = f16_to_f32(b[i].d) * static_cast<float>(iq4_xs_scale(b[i], j));
+      for (int k = 0; k < 16; ++k) {
+        y[k] = d * kIq4nlValues[b[i].qs[16 * j + k] & 15];
+        y[k + 16] = d * kIq4nlValues[b[i].qs[16 * j + k] >> 4];
+      }
+    }
+}
+
 void quant_q4_0(const float* x, BlockQ4_0* b, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i) {
     const float* v = x + i * QK4_0;
@@ -380,6 +407,101 @@ void quant_q4_0(const float* x, BlockQ4_0* b, int64_t nb) {
       int q0 = std::min(15, static_cast<int>(v[j] * id + 8.5f));
       int q1 = std::min(15, static_cast<int>(v[j + QK4_0 / 2] * id + 8.5f));
       b[i].qs[j] = static_cast<uint8_t>(q0 | (q1 << 4));
+    }
+  }
+}
+
+// The IQ4 level nearest v (kIq4nlValues is ascending: a binary search over the midpoints).
+int iq4_nearest(float v) {
+  int lo = 0, hi = 15;
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if (v > 0.5f * static_cast<float>(kIq4nlValues[mid] + kIq4nlValues[mid + 1])) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+// 32 values on the IQ4 levels: the scale that puts the largest magnitude on level 0 (-127), then one
+// least-squares refit of the scale to the chosen levels (kept when it lowers the error). Simple, not
+// ggml's search.
+float iq4_block_scale(const float* v, uint8_t q[32]) {
+  float amax = 0, max = 0;
+  for (int j = 0; j < 32; ++j)
+    if (std::fabs(v[j]) > amax) {
+      amax = std::fabs(v[j]);
+      max = v[j];
+    }
+  if (amax == 0) {
+    std::fill(q, q + 32, static_cast<uint8_t>(8));
+    return 0;
+  }
+  auto fit = [&](float d, uint8_t* out) {
+    float err = 0;
+    for (int j = 0; j < 32; ++j) {
+      out[j] = static_cast<uint8_t>(iq4_nearest(v[j] / d));
+      const float e = v[j] - d * kIq4nlValues[out[j]];
+      err += e * e;
+    }
+    return err;
+  };
+  const float d0 = max / static_cast<float>(kIq4nlValues[0]);
+  const float err0 = fit(d0, q);
+  float sxv = 0, svv = 0;
+  for (int j = 0; j < 32; ++j) {
+    sxv += v[j] * kIq4nlValues[q[j]];
+    svv += static_cast<float>(kIq4nlValues[q[j]] * kIq4nlValues[q[j]]);
+  }
+  const float d1 = svv > 0 ? sxv / svv : d0;
+  uint8_t q1[32];
+  if (d1 != 0 && fit(d1, q1) < err0) {
+    std::copy(q1, q1 + 32, q);
+    return d1;
+  }
+  return d0;
+}
+
+void store_nibbles32(const uint8_t q[32], uint8_t* qs) {
+  for (int j = 0; j < 16; ++j) qs[j] = static_cast<uint8_t>(q[j] | (q[j + 16] << 4));
+}
+
+void quant_iq4_nl(const float* x, BlockIQ4_NL* b, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i) {
+    uint8_t q[32];
+    b[i].d = f32_to_f16(iq4_block_scale(x + 32 * i, q));
+    const float d = f16_to_f32(b[i].d);  // the levels again against the stored scale
+    if (d != 0)
+      for (int j = 0; j < 32; ++j) q[j] = static_cast<uint8_t>(iq4_nearest(x[32 * i + j] / d));
+    store_nibbles32(q, b[i].qs);
+  }
+}
+
+// IQ4_XS: each block's scale as IQ4_NL's, then d = the largest-magnitude one / -32 so the six-bit
+// scales ls_j = round(scale_j / d) + 32 fall in 0..63, and the levels again against d * (ls_j - 32).
+void quant_iq4_xs(const float* x, BlockIQ4_XS* b, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i) {
+    const float* v = x + QK_K * i;
+    uint8_t q[32];
+    float scale[8], amax = 0, max = 0;
+    for (int j = 0; j < 8; ++j) {
+      scale[j] = iq4_block_scale(v + 32 * j, q);
+      if (std::fabs(scale[j]) > amax) {
+        amax = std::fabs(scale[j]);
+        max = scale[j];
+      }
+    }
+    BlockIQ4_XS& out = b[i];
+    out.d = f32_to_f16(max / -32.0f);
+    const float d = f16_to_f32(out.d);
+    out.scales_h = 0;
+    std::memset(out.scales_l, 0, sizeof out.scales_l);
+    for (int j = 0; j < 8; ++j) {
+      const int ls = d == 0 ? 32 : std::clamp(static_cast<int>(std::lround(scale[j] / d)) + 32, 0, 63);
+      out.scales_l[j / 2] |= static_cast<uint8_t>((ls & 15) << (4 * (j % 2)));
+      out.scales_h |= static_cast<uint16_t>((ls >> 4) << (2 * j));
+      const float dl = d * static_cast<float>(ls - 32);
+      for (int k = 0; k < 32; ++k) q[k] = dl == 0 ? 8 : static_cast<uint8_t>(iq4_nearest(v[32 * j + k] / dl));
+      store_nibbles32(q, out.qs + 16 * j);
     }
   }
 }
@@ -810,6 +932,7 @@ DType block32_x8(DType t) {
     case DType::Q4_1: return DType::Q4_1_X8;
     case DType::Q5_0: return DType::Q5_0_X8;
     case DType::Q5_1: return DType::Q5_1_X8;
+    case DType::IQ4_NL: return DType::IQ4_NL_X8;
     default: return t;
   }
 }
@@ -820,6 +943,7 @@ DType block32_base(DType t) {
     case DType::Q4_1_X8: return DType::Q4_1;
     case DType::Q5_0_X8: return DType::Q5_0;
     case DType::Q5_1_X8: return DType::Q5_1;
+    case DType::IQ4_NL_X8: return DType::IQ4_NL;
     default: return t;
   }
 }
@@ -888,6 +1012,7 @@ void pack_block32_x8(DType base, const void* src, void* dst, int64_t groups) {
     case DType::Q4_1: return pack_groups32<BlockQ4_1, BlockQ4_1x8>(src, dst, groups);
     case DType::Q5_0: return pack_groups32<BlockQ5_0, BlockQ5_0x8>(src, dst, groups);
     case DType::Q5_1: return pack_groups32<BlockQ5_1, BlockQ5_1x8>(src, dst, groups);
+    case DType::IQ4_NL: return pack_groups32<BlockIQ4_NL, BlockIQ4_NLx8>(src, dst, groups);
     default: fail("pack_block32_x8: ", dtype_name(base), " has no _X8 form");
   }
 }
@@ -898,7 +1023,32 @@ void unpack_block32_x8(DType packed, const void* src, void* dst, int64_t groups)
     case DType::Q4_1_X8: return unpack_groups32<BlockQ4_1, BlockQ4_1x8>(src, dst, groups);
     case DType::Q5_0_X8: return unpack_groups32<BlockQ5_0, BlockQ5_0x8>(src, dst, groups);
     case DType::Q5_1_X8: return unpack_groups32<BlockQ5_1, BlockQ5_1x8>(src, dst, groups);
+    case DType::IQ4_NL_X8: return unpack_groups32<BlockIQ4_NL, BlockIQ4_NLx8>(src, dst, groups);
     default: fail("unpack_block32_x8: ", dtype_name(packed), " is not an _X8 form of a 32-value format");
+  }
+}
+
+void pack_iq4_xs_x8(const BlockIQ4_XS* src, BlockIQ4_XSx8* dst, int64_t blocks) {
+  for (int64_t i = 0; i < blocks; ++i) {
+    const BlockIQ4_XS b = src[i];  // a copy first: dst may overlap src
+    BlockIQ4_XSx8 p{b.d, b.scales_h, {}, {}};
+    std::memcpy(p.scales_l, b.scales_l, sizeof p.scales_l);
+    for (int j = 0; j < 8; ++j)
+      for (int t = 0; t < 4; ++t)
+        for (int k = 0; k < 4; ++k) p.qs[32 * t + 4 * j + k] = b.qs[16 * j + 4 * t + k];
+    std::memcpy(dst + i, &p, sizeof p);
+  }
+}
+
+void unpack_iq4_xs_x8(const BlockIQ4_XSx8* src, BlockIQ4_XS* dst, int64_t blocks) {
+  for (int64_t i = 0; i < blocks; ++i) {
+    const BlockIQ4_XSx8 p = src[i];
+    BlockIQ4_XS b{p.d, p.scales_h, {}, {}};
+    std::memcpy(b.scales_l, p.scales_l, sizeof b.scales_l);
+    for (int j = 0; j < 8; ++j)
+      for (int t = 0; t < 4; ++t)
+        for (int k = 0; k < 4; ++k) b.qs[16 * j + 4 * t + k] = p.qs[32 * t + 4 * j + k];
+    std::memcpy(dst + i, &b, sizeof b);
   }
 }
 
@@ -1016,6 +1166,15 @@ void dequantize_row(DType t, const void* src, float* y, int64_t n) {
     case DType::Q4_K: dequant_q4_k(static_cast<const BlockQ4_K*>(src), y, n / QK_K); return;
     case DType::Q5_K: dequant_q5_k(static_cast<const BlockQ5_K*>(src), y, n / QK_K); return;
     case DType::Q6_K: dequant_q6_k(static_cast<const BlockQ6_K*>(src), y, n / QK_K); return;
+    case DType::IQ4_NL: dequant_iq4_nl(static_cast<const BlockIQ4_NL*>(src), y, n / 32); return;
+    case DType::IQ4_XS: dequant_iq4_xs(static_cast<const BlockIQ4_XS*>(src), y, n / QK_K); return;
+    case DType::IQ4_XS_X8:
+      for (int64_t g = 0; g < n / QK_K; ++g) {
+        BlockIQ4_XS b;
+        unpack_iq4_xs_x8(static_cast<const BlockIQ4_XSx8*>(src) + g, &b, 1);
+        dequant_iq4_xs(&b, y + g * QK_K, 1);
+      }
+      return;
     case DType::Q8_0_X8:
       for (int64_t g = 0; g < n / QK8_0X8; ++g) {
         BlockQ8_0 b[8];
@@ -1051,7 +1210,7 @@ void dequantize_row(DType t, const void* src, float* y, int64_t n) {
         dequant_q3_k(&b, y + g * QK_K, 1);
       }
       return;
-    case DType::Q4_0_X8: case DType::Q4_1_X8: case DType::Q5_0_X8: case DType::Q5_1_X8: {
+    case DType::Q4_0_X8: case DType::Q4_1_X8: case DType::Q5_0_X8: case DType::Q5_1_X8: case DType::IQ4_NL_X8: {
       const DType base = block32_base(t);
       const int64_t group_bytes = 8 * dtype_info(base).block_bytes;
       alignas(8) uint8_t blocks[8 * sizeof(BlockQ5_1)];
@@ -1099,6 +1258,12 @@ void quantize_row(DType t, const float* x, void* dst, int64_t n) {
     case DType::Q4_K: quant_q4_k(x, static_cast<BlockQ4_K*>(dst), n / QK_K); return;
     case DType::Q5_K: quant_q5_k(x, static_cast<BlockQ5_K*>(dst), n / QK_K); return;
     case DType::Q6_K: quant_q6_k(x, static_cast<BlockQ6_K*>(dst), n / QK_K); return;
+    case DType::IQ4_NL: quant_iq4_nl(x, static_cast<BlockIQ4_NL*>(dst), n / 32); return;
+    case DType::IQ4_XS: quant_iq4_xs(x, static_cast<BlockIQ4_XS*>(dst), n / QK_K); return;
+    case DType::IQ4_XS_X8:  // as IQ4_XS, then repacked in place
+      quant_iq4_xs(x, static_cast<BlockIQ4_XS*>(dst), n / QK_K);
+      pack_iq4_xs_x8(static_cast<const BlockIQ4_XS*>(dst), static_cast<BlockIQ4_XSx8*>(dst), n / QK_K);
+      return;
     case DType::Q8_0_X8:  // as Q8_0, then repacked in place
       quantize_row_q8_0(x, static_cast<BlockQ8_0*>(dst), n);
       pack_q8_0_x8(static_cast<const BlockQ8_0*>(dst), static_cast<BlockQ8_0x8*>(dst), n / QK8_0X8);
@@ -1119,7 +1284,7 @@ void quantize_row(DType t, const float* x, void* dst, int64_t n) {
       quant_q3_k(x, static_cast<BlockQ3_K*>(dst), n / QK_K);
       pack_q3_k_x8(static_cast<const BlockQ3_K*>(dst), static_cast<BlockQ3_Kx8*>(dst), n / QK_K);
       return;
-    case DType::Q4_0_X8: case DType::Q4_1_X8: case DType::Q5_0_X8: case DType::Q5_1_X8:  // as the base, then repacked in place
+    case DType::Q4_0_X8: case DType::Q4_1_X8: case DType::Q5_0_X8: case DType::Q5_1_X8: case DType::IQ4_NL_X8:  // as the base, then repacked in place
       quantize_row(block32_base(t), x, dst, n);
       pack_block32_x8(block32_base(t), dst, dst, n / 256);
       return;

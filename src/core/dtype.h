@@ -23,6 +23,8 @@ enum class DType : uint32_t {
   Q4_K = 12,
   Q5_K = 13,
   Q6_K = 14,
+  IQ4_NL = 20,
+  IQ4_XS = 23,
   I8 = 24,
   I16 = 25,
   I32 = 26,
@@ -45,6 +47,9 @@ enum class DType : uint32_t {
   Q3_K_X8 = 1008,
   // Q2_K repacked at load for the CPU matmul kernels (BlockQ2_Kx8 below); never in a file.
   Q2_K_X8 = 1009,
+  // IQ4_NL / IQ4_XS repacked at load for the CPU matmul kernels (BlockIQ4_NLx8 / BlockIQ4_XSx8 below); never in a file.
+  IQ4_NL_X8 = 1010,
+  IQ4_XS_X8 = 1011,
 };
 
 struct DTypeInfo {
@@ -144,6 +149,26 @@ struct BlockQ5_K {
   uint8_t qh[QK_K / 8];
   uint8_t qs[QK_K / 2];
 };
+// IQ4_NL: value j = d * kIq4nlValues[q], q the nibble (low nibbles: elements 0..15, high: 16..31):
+// Q4_0's layout with 16 non-linear signed levels in place of q - 8.
+inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+struct BlockIQ4_NL {
+  uint16_t d;
+  uint8_t qs[16];
+};
+// IQ4_XS: 8 blocks of 32 values, value = d * (ls_j - 32) * kIq4nlValues[q]. Block j's six-bit scale
+// ls_j: low 4 bits = nibble j % 2 of scales_l[j / 2], high 2 bits = bits 2j..2j+1 of scales_h; its
+// nibbles are qs[16j .. 16j + 15], laid out as IQ4_NL's.
+struct BlockIQ4_XS {
+  uint16_t d;
+  uint16_t scales_h;
+  uint8_t scales_l[QK_K / 64];
+  uint8_t qs[QK_K / 2];
+};
+// Block j's signed scale ls_j - 32 (-32..31) of an IQ4_XS super-block.
+inline int iq4_xs_scale(const BlockIQ4_XS& b, int j) {
+  return (((b.scales_l[j / 2] >> (4 * (j % 2))) & 15) | (((b.scales_h >> (2 * j)) & 3) << 4)) - 32;
+}
 struct BlockQ6_K {
   uint8_t ql[QK_K / 2];      // low 4 bits
   uint8_t qh[QK_K / 4];      // high 2 bits
@@ -212,6 +237,16 @@ struct BlockQ5_1x8 {
   uint8_t qh[32];
   uint8_t qs[128];
 };
+// Eight IQ4_NL blocks interleaved as Q4_0's (its nibbles index kIq4nlValues instead of q - 8).
+using BlockIQ4_NLx8 = BlockQ4_0x8;
+// One IQ4_XS super-block with its 8 blocks' nibbles interleaved as BlockQ4_0x8's (qs[32t + 4j + k]
+// = block j's byte 4t + k); d and the scales as the file's. Same 136 bytes as IQ4_XS.
+struct BlockIQ4_XSx8 {
+  uint16_t d;
+  uint16_t scales_h;
+  uint8_t scales_l[QK_K / 64];
+  uint8_t qs[QK_K / 2];
+};
 // One Q3_K super-block rearranged as Q6_K_X8 is (value v of block j: 3 bits q, the weight
 // d * scale * (q - 4)): qs[32u + 4j + k] holds the low 2 bits of values 8u + k, 16 + 8u + k,
 // 8u + 4 + k and 16 + 8u + 4 + k at bits 0, 2, 4, 6 (chunks 2u and 2u + 1, as Q6_K_X8's qh);
@@ -250,6 +285,7 @@ static_assert(sizeof(BlockQ4_0x8) == 8 * sizeof(BlockQ4_0) && sizeof(BlockQ4_1x8
 static_assert(sizeof(BlockQ5_0x8) == 8 * sizeof(BlockQ5_0) && sizeof(BlockQ5_1x8) == 8 * sizeof(BlockQ5_1));
 static_assert(sizeof(BlockQ3_Kx8) == sizeof(BlockQ3_K));
 static_assert(sizeof(BlockQ2_Kx8) == sizeof(BlockQ2_K));
+static_assert(sizeof(BlockIQ4_NL) == 18 && sizeof(BlockIQ4_XS) == 136 && sizeof(BlockIQ4_XSx8) == sizeof(BlockIQ4_XS));
 
 // The unsigned values of one block, in order: Q5_0 / Q5_1 (0..31; the weight d * (q - 16) or
 // d * q + m), Q5_K (0..31), Q3_K (0..7, the weight d * scale * (q - 4)); Q3_K's 16 scales (-32..31).
@@ -282,7 +318,10 @@ void unpack_q3_k_x8(const BlockQ3_Kx8* src, BlockQ3_K* dst, int64_t blocks);
 // Q2_K <-> Q2_K_X8, likewise.
 void pack_q2_k_x8(const BlockQ2_K* src, BlockQ2_Kx8* dst, int64_t blocks);
 void unpack_q2_k_x8(const BlockQ2_Kx8* src, BlockQ2_K* dst, int64_t blocks);
-// Q4_0 / Q4_1 / Q5_0 / Q5_1 <-> their _X8 forms. block32_x8(t): the _X8 form of t (t itself when
+// IQ4_XS <-> IQ4_XS_X8, likewise.
+void pack_iq4_xs_x8(const BlockIQ4_XS* src, BlockIQ4_XSx8* dst, int64_t blocks);
+void unpack_iq4_xs_x8(const BlockIQ4_XSx8* src, BlockIQ4_XS* dst, int64_t blocks);
+// Q4_0 / Q4_1 / Q5_0 / Q5_1 / IQ4_NL <-> their _X8 forms. block32_x8(t): the _X8 form of t (t itself when
 // t has none); block32_base(t): the file format of an _X8 form (t itself otherwise).
 DType block32_x8(DType t);
 DType block32_base(DType t);

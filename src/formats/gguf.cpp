@@ -256,7 +256,7 @@ void GgufFile::parse_all() {
     uint32_t gt = r.read<uint32_t>("tensor type");
     if (!dtype_from_gguf(gt, &ti.type))
       fail(name_, ": tensor '", ti.name, "': unsupported tensor type ", gguf_type_label(gt),
-           "; fastpath reads F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K");
+           "; fastpath reads F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS");
     ti.offset = r.read<uint64_t>("tensor offset");
     if (ti.offset % alignment_ != 0)
       fail(name_, ": tensor '", ti.name, "': offset ", ti.offset, " is not a multiple of the alignment ", alignment_);

@@ -1,5 +1,5 @@
 // model/repack.cpp — Q8_0 -> Q8_0_X8, Q4_K -> Q4_K_X8, Q6_K -> Q6_K_X8, Q3_K / Q2_K -> Q3_K_X8 / Q2_K_X8 and Q4_0 /
-// Q4_1 / Q5_0 / Q5_1 -> their _X8 forms at load (see repack.h).
+// Q4_1 / Q5_0 / Q5_1 / IQ4_NL / IQ4_XS -> their _X8 forms at load (see repack.h).
 #include "model/repack.h"
 
 #include <sys/mman.h>
@@ -19,7 +19,8 @@ DType repacked_dtype(DType t) {
     case DType::Q6_K: return DType::Q6_K_X8;
     case DType::Q3_K: return DType::Q3_K_X8;
     case DType::Q2_K: return DType::Q2_K_X8;
-    default: return block32_x8(t);
+    case DType::IQ4_XS: return DType::IQ4_XS_X8;
+    default: return block32_x8(t);  // Q4_0 / Q4_1 / Q5_0 / Q5_1 / IQ4_NL
   }
 }
 
@@ -55,6 +56,9 @@ void repack_rows(const Tensor& src, void* dst) {
           break;
         case DType::Q3_K:
           pack_q3_k_x8(reinterpret_cast<const BlockQ3_K*>(from), reinterpret_cast<BlockQ3_Kx8*>(to), src.cols() / QK_K);
+          break;
+        case DType::IQ4_XS:
+          pack_iq4_xs_x8(reinterpret_cast<const BlockIQ4_XS*>(from), reinterpret_cast<BlockIQ4_XSx8*>(to), src.cols() / QK_K);
           break;
         default: pack_block32_x8(src.dtype, from, to, src.cols() / 256);
       }

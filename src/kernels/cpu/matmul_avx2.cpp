@@ -6,7 +6,8 @@
 //    one interleaved integer kernel at every batch size; Q4_K_X8 (Q4_K repacked at load) has an
 //    interleaved decode kernel and shares the Q4 prefill tiles; Q6_K_X8 likewise with the Q6 tiles;
 //    Q4_0_X8 / Q4_1_X8 / Q5_0_X8 / Q5_1_X8 (repacked at load) likewise with the Q4 tiles, Q3_K_X8
-//    with the Q6 tiles; Q2_K_X8 runs its row kernel at every batch size.
+//    with the Q6 tiles; Q2_K_X8, IQ4_NL_X8 and IQ4_XS_X8 run their row kernels at every batch size.
+//    IQ4_NL / IQ4_XS (non-linear 4-bit levels) look their nibbles up with vpshufb, Q8_0 activations.
 //  - GEMM path for float-like weights (n > 4, prefill): compute-bound; 16-row weight panels are
 //    widened to f32 and packed [k][16], then a 6x16 register-blocked FMA micro-kernel sweeps the
 //    tokens. Quantized weights keep the integer path at every n, with rows blocked to stay in L2.
@@ -182,6 +183,7 @@ template <> struct Block32<DType::Q4_0> { using type = BlockQ4_0; };
 template <> struct Block32<DType::Q5_0> { using type = BlockQ5_0; };
 template <> struct Block32<DType::Q4_1> { using type = BlockQ4_1; };
 template <> struct Block32<DType::Q5_1> { using type = BlockQ5_1; };
+template <> struct Block32<DType::IQ4_NL> { using type = BlockIQ4_NL; };
 template <DType T> constexpr bool kAffine = T == DType::Q4_1 || T == DType::Q5_1;  // weight d * q + m
 
 // Q8_0 / Q4_0 / Q5_0 (signed values) and Q4_1 / Q5_1 (unsigned q, plus a minimum m) weights
@@ -194,6 +196,7 @@ FP_AVX2_INLINE void q8_0_like_block(const uint8_t* row, const BlockQ8_0* xq, con
   if constexpr (T == DType::Q8_0) wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb.qs));
   else if constexpr (T == DType::Q4_0) wq = _mm256_sub_epi8(unpack_nibbles(wb.qs), _mm256_set1_epi8(8));
   else if constexpr (T == DType::Q5_0) wq = _mm256_sub_epi8(unpack_q5(wb.qs, wb.qh), _mm256_set1_epi8(16));
+  else if constexpr (T == DType::IQ4_NL) wq = _mm256_shuffle_epi8(iq4_levels(false), unpack_nibbles(wb.qs));
   else if constexpr (T == DType::Q4_1) wq = unpack_nibbles(wb.qs);
   else wq = unpack_q5(wb.qs, wb.qh);
   const float dw = _cvtsh_ss(wb.d);
@@ -233,6 +236,34 @@ FP_AVX2 void gemv_q8_0_like(const MatMulArgs& a, const BlockQ8_0* xq, const floa
       for (int u = 1; u < U; ++u) t = _mm256_add_ps(t, acc[u][i]);
       a.y[(n_off + i) * out + o] = hsum(t) + macc[i] + (a.bias ? a.bias[o] : 0.0f);
     }
+  }
+}
+
+// IQ4_XS in the file's layout against Q8_0 activations: each block of 32 as IQ4_NL's (levels looked
+// up, signed int8 dot products), scaled by d * (ls_j - 32) x the activation block's d.
+template <int N>
+FP_AVX2 void gemv_iq4_xs(const MatMulArgs& a, const BlockQ8_0* xq, const float* dx, int64_t n_off, int64_t r0, int64_t r1) {
+  const Tensor& w = *a.w;
+  const int64_t K = w.cols(), out = w.rows(), nb = K / QK8_0;
+  const __m256i levels = iq4_levels(false);
+  for (int64_t o = r0; o < r1; ++o) {
+    const auto* wb = reinterpret_cast<const BlockIQ4_XS*>(w.row_ptr(o));
+    __m256 acc[2][N];
+    for (int i = 0; i < N; ++i) acc[0][i] = acc[1][i] = _mm256_setzero_ps();
+    for (int64_t s = 0; s < K / QK_K; ++s) {
+      for (int l = 0; l < 3; ++l) cpu::prefetch_stream(reinterpret_cast<const char*>(wb + s) + 64 * l);  // 136 bytes
+      const float d = _cvtsh_ss(wb[s].d);
+      for (int j = 0; j < 8; ++j) {
+        const __m256i wq = _mm256_shuffle_epi8(levels, unpack_nibbles(wb[s].qs + 16 * j));
+        const float dw = d * static_cast<float>(iq4_xs_scale(wb[s], j));
+        const int64_t b = 8 * s + j;
+        for (int i = 0; i < N; ++i) {
+          const __m256i p = dot_i8(wq, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[i * nb + b].qs)));
+          acc[j & 1][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * dx[i * nb + b]), acc[j & 1][i]);
+        }
+      }
+    }
+    for (int i = 0; i < N; ++i) a.y[(n_off + i) * out + o] = hsum(_mm256_add_ps(acc[0][i], acc[1][i])) + (a.bias ? a.bias[o] : 0.0f);
   }
 }
 
@@ -431,7 +462,8 @@ void gemv(const MatMulArgs& a) {
     case DType::F16: return gemv_float_all<DType::F16>(a);
     case DType::BF16: return gemv_float_all<DType::BF16>(a);
     case DType::F8_E4M3: return gemv_float_all<DType::F8_E4M3>(a);
-    case DType::Q8_0: case DType::Q4_0: case DType::Q5_0: case DType::Q4_1: case DType::Q5_1: {
+    case DType::Q8_0: case DType::Q4_0: case DType::Q5_0: case DType::Q4_1: case DType::Q5_1: case DType::IQ4_NL:
+    case DType::IQ4_XS: {
       const int64_t nb = K / QK8_0;
       std::vector<BlockQ8_0> own;
       const BlockQ8_0* xq = a.xq;
@@ -460,6 +492,8 @@ void gemv(const MatMulArgs& a) {
           case DType::Q4_0: return gemv_q8_0_like<DType::Q4_0, n>(a, x, d, s, i, r0, r1);
           case DType::Q5_0: return gemv_q8_0_like<DType::Q5_0, n>(a, x, d, s, i, r0, r1);
           case DType::Q4_1: return gemv_q8_0_like<DType::Q4_1, n>(a, x, d, s, i, r0, r1);
+          case DType::IQ4_NL: return gemv_q8_0_like<DType::IQ4_NL, n>(a, x, d, s, i, r0, r1);
+          case DType::IQ4_XS: return gemv_iq4_xs<n>(a, x, d, i, r0, r1);
           default: return gemv_q8_0_like<DType::Q5_1, n>(a, x, d, s, i, r0, r1);
         }
       });
@@ -717,7 +751,7 @@ void tile_q4_dispatch(int R, int T, const cpu::PackedW* const* w, const cpu::Pac
 
 bool q4_tile_type(DType t) {
   return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1 || t == DType::Q4_K || t == DType::Q4_K_X8 ||
-         t == DType::Q5_K || is_block32_x8(t);
+         t == DType::Q5_K || (is_block32_x8(t) && t != DType::IQ4_NL_X8);
 }
 
 void gemm_q4_interleaved(const MatMulArgs& a) {
@@ -1039,6 +1073,53 @@ void gemv_block32_x8(const MatMulArgs& a) {
   }
 }
 
+// ------------------------------------------------------------------ IQ4_NL_X8 / IQ4_XS_X8 (packed at load)
+// As the 32-value _X8 forms, with each chunk's nibbles looked up in the 16 signed levels (one
+// vpshufb per chunk, shared by the tokens). Signed weights against signed activations take the
+// sign trick (|w| x sign(x, w) in vpmaddubsw); a pair can reach 2 x 127 x 127, so every chunk's
+// pairs widen to int32 at once. Run at every batch size (no AVX2 prefill tiles: their vpmaddubsw
+// would overflow on levels offset to unsigned).
+template <class Block, int T>
+FP_AVX2 void row_iq4_x8(const Block* w, const cpu::PackedX* const* x, int64_t groups, float* y, int64_t ldy, float bias) {
+  constexpr int kLines = (sizeof(Block) + 63) / 64;
+  const __m256i levels = iq4_levels(false), ones = _mm256_set1_epi16(1);
+  __m256 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t g = 0; g < groups; ++g) {
+    for (int l = 0; l < kLines; ++l) cpu::prefetch_stream(reinterpret_cast<const char*>(w + g) + 64 * l);
+    __m256i lo[4], hi[4], alo[4], ahi[4];
+    for (int c = 0; c < 4; ++c) {
+      iq4_x8_chunks(w[g].qs, c, levels, &lo[c], &hi[c]);
+      alo[c] = _mm256_sign_epi8(lo[c], lo[c]);
+      ahi[c] = _mm256_sign_epi8(hi[c], hi[c]);
+    }
+    const __m256 scale = iq4_x8_scales(w[g]);
+    for (int t = 0; t < T; ++t) {
+      const uint8_t* xq = x[t][g].q;
+      __m256i dot = _mm256_setzero_si256();
+      for (int c = 0; c < 4; ++c) {
+        const __m256i xl = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * c));
+        const __m256i xh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * (c + 4)));
+        dot = _mm256_add_epi32(dot, _mm256_madd_epi16(_mm256_maddubs_epi16(alo[c], _mm256_sign_epi8(xl, lo[c])), ones));
+        dot = _mm256_add_epi32(dot, _mm256_madd_epi16(_mm256_maddubs_epi16(ahi[c], _mm256_sign_epi8(xh, hi[c])), ones));
+      }
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(scale, _mm256_loadu_ps(x[t][g].d)), acc[t]);
+    }
+  }
+  for (int t = 0; t < T; ++t) y[t * ldy] = hsum(acc[t]) + bias;
+}
+
+template <class Block>
+void matmul_iq4_x8_as(const MatMulArgs& a) {
+  cpu::gemv_repacked_rows<Block>(a, [](auto N, const Block* w, const cpu::PackedX* const* xs, int64_t groups, float* y, int64_t ldy,
+                                       float bias) { row_iq4_x8<Block, decltype(N)::value>(w, xs, groups, y, ldy, bias); });
+}
+
+void matmul_iq4_x8(const MatMulArgs& a) {
+  if (a.w->dtype == DType::IQ4_NL_X8) matmul_iq4_x8_as<BlockIQ4_NLx8>(a);
+  else matmul_iq4_x8_as<BlockIQ4_XSx8>(a);
+}
+
 // Float-like weights: GEMV for a few tokens, packed FMA GEMM beyond. Quantized weights: integer
 // dot products at every batch size (the int8 multiply-add rate is above the f32 FMA rate).
 void matmul_avx2(const MatMulArgs& a) {
@@ -1047,9 +1128,10 @@ void matmul_avx2(const MatMulArgs& a) {
   if (t == DType::Q8_0_X8) matmul_q8_0_x8(a);
   else if (t == DType::Q4_K_X8 && a.n <= kGemvMaxTokens) gemv_q4_k_x8(a);
   else if (t == DType::Q6_K_X8 && a.n <= kGemvMaxTokens) gemv_q6_k_x8(a);
-  else if (is_block32_x8(t) && a.n <= kGemvMaxTokens) gemv_block32_x8(a);
+  else if (is_block32_x8(t) && t != DType::IQ4_NL_X8 && a.n <= kGemvMaxTokens) gemv_block32_x8(a);
   else if (t == DType::Q3_K_X8 && a.n <= kGemvMaxTokens) gemv_q3_k_x8(a);
   else if (t == DType::Q2_K_X8) matmul_q2_k_x8(a);  // every batch size (Q2_K has no prefill tiles either)
+  else if (t == DType::IQ4_NL_X8 || t == DType::IQ4_XS_X8) matmul_iq4_x8(a);  // every batch size
   else if (a.n > kGemvMaxTokens && q4_tile_type(t) && cpu::interleaved_supported(a))
     gemm_q4_interleaved(a);
   else if (a.n > kGemvMaxTokens && (t == DType::Q6_K || t == DType::Q6_K_X8 || t == DType::Q3_K || t == DType::Q3_K_X8) &&
@@ -1067,7 +1149,7 @@ std::string refuse_matmul_avx2(const MatMulArgs& a) {
     case DType::Q8_0: case DType::Q4_0: case DType::Q4_1: case DType::Q5_0: case DType::Q5_1: case DType::Q2_K: case DType::Q3_K:
     case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: case DType::Q8_0_X8: case DType::Q4_K_X8: case DType::Q6_K_X8:
     case DType::Q4_0_X8: case DType::Q4_1_X8: case DType::Q5_0_X8: case DType::Q5_1_X8: case DType::Q3_K_X8:
-    case DType::Q2_K_X8: break;
+    case DType::Q2_K_X8: case DType::IQ4_NL: case DType::IQ4_XS: case DType::IQ4_NL_X8: case DType::IQ4_XS_X8: break;
     default: return std::string("no AVX2 kernel for weights of type ") + dtype_name(a.w->dtype);
   }
   if (a.w->block_scale && a.w->dtype != DType::F8_E4M3) return "block scales are only supported on FP8 weights";

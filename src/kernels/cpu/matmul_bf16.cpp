@@ -271,6 +271,25 @@ FP_BF16 void block32_x8_to_bf16(const void* src, int64_t groups, uint16_t* out) 
   }
 }
 
+// IQ4_NL_X8 groups / IQ4_XS_X8 super-blocks, the same way: value = scale_j x level (one rounding).
+template <class Block>
+FP_BF16 void iq4_x8_to_bf16(const void* src, int64_t groups, uint16_t* out) {
+  const auto* g = static_cast<const Block*>(src);
+  const __m256i levels = avx2::iq4_levels(false);
+  for (int64_t gi = 0; gi < groups; ++gi, out += 256) {
+    __m256i c[8];
+    for (int t = 0; t < 4; ++t) avx2::iq4_x8_chunks(g[gi].qs, t, levels, &c[t], &c[t + 4]);
+    transpose8(c);
+    alignas(32) float scale[8];
+    _mm256_store_ps(scale, avx2::iq4_x8_scales(g[gi]));
+    for (int j = 0; j < 8; ++j) {
+      const __m512 d = _mm512_set1_ps(scale[j]);
+      store_bf16(out + 32 * j, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(c[j])))),
+                 _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(c[j], 1)))));
+    }
+  }
+}
+
 // Columns [k0, k0 + kc) of a quantized row as BF16 (kc a multiple of the block): the layouts the
 // CPU loader repacks to by vector code, the others through the f32 dequantizer (scratch).
 void quantized_row_to_bf16(const Tensor& w, int64_t o, int64_t k0, int64_t kc, uint16_t* out, float* f32) {
@@ -285,6 +304,8 @@ void quantized_row_to_bf16(const Tensor& w, int64_t o, int64_t k0, int64_t kc, u
     case DType::Q4_1_X8: return block32_x8_to_bf16<DType::Q4_1_X8>(src, kc / 256, out);
     case DType::Q5_0_X8: return block32_x8_to_bf16<DType::Q5_0_X8>(src, kc / 256, out);
     case DType::Q5_1_X8: return block32_x8_to_bf16<DType::Q5_1_X8>(src, kc / 256, out);
+    case DType::IQ4_NL_X8: return iq4_x8_to_bf16<BlockIQ4_NLx8>(src, kc / 256, out);
+    case DType::IQ4_XS_X8: return iq4_x8_to_bf16<BlockIQ4_XSx8>(src, kc / 256, out);
     default: break;
   }
   dequantize_row(w.dtype, src, f32, kc);

@@ -19,7 +19,7 @@ bool interleaved_supported(const MatMulArgs& a) {
   const DType t = a.w->dtype;
   return (t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1 || t == DType::Q3_K ||
           t == DType::Q4_K || t == DType::Q4_K_X8 || t == DType::Q5_K || t == DType::Q6_K || t == DType::Q6_K_X8 || is_block32_x8(t) ||
-          t == DType::Q3_K_X8) &&
+          t == DType::Q3_K_X8 || t == DType::IQ4_XS_X8) &&
          a.w->cols() % 256 == 0 && !a.w->block_scale;
 }
 
@@ -138,6 +138,23 @@ FP_PACK_TARGET static void pack_block32_x8_group(const uint8_t* row, int64_t g, 
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.init), _mm256_setzero_si256());
 }
 
+// IQ4_NL_X8 / IQ4_XS_X8: the levels + 128 (unsigned, as vpdpbusd takes them; the activations'
+// init, -128 x sum(x), takes the offset back) and the blocks' scales.
+template <class Block>
+FP_PACK_TARGET static void pack_iq4_x8_group(const uint8_t* row, int64_t g, PackedW& p) {
+  const Block& b = reinterpret_cast<const Block*>(row)[g];
+  const __m256i levels = avx2::iq4_levels(true);
+  for (int c = 0; c < 4; ++c) {
+    __m256i lo, hi;
+    avx2::iq4_x8_chunks(b.qs, c, levels, &lo, &hi);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.q + 32 * c), lo);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.q + 32 * (c + 4)), hi);
+  }
+  _mm256_storeu_ps(p.scale, avx2::iq4_x8_scales(b));
+  _mm256_storeu_ps(p.min, _mm256_setzero_ps());
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.init), _mm256_setzero_si256());
+}
+
 FP_PACK_TARGET void pack_weights(const Tensor& w, int64_t o, PackedW* dst) {
   const int64_t groups = w.cols() / 256;
   const __m256i m4 = _mm256_set1_epi8(0x0f);
@@ -237,6 +254,10 @@ FP_PACK_TARGET void pack_weights(const Tensor& w, int64_t o, PackedW* dst) {
       _mm256_storeu_ps(p.scale, s_lo);
       _mm256_storeu_ps(p.scale_hi, s_hi);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.init), _mm256_setzero_si256());
+    } else if (w.dtype == DType::IQ4_NL_X8) {
+      pack_iq4_x8_group<BlockIQ4_NLx8>(row, g, p);
+    } else if (w.dtype == DType::IQ4_XS_X8) {
+      pack_iq4_x8_group<BlockIQ4_XSx8>(row, g, p);
     } else if (is_block32_x8(w.dtype)) {  // already interleaved (Q4_0_X8 ... Q5_1_X8)
       switch (w.dtype) {
         case DType::Q4_0_X8: pack_block32_x8_group<DType::Q4_0_X8>(row, g, p); break;
@@ -278,6 +299,7 @@ FP_PACK_TARGET void pack_weights(const Tensor& w, int64_t o, PackedW* dst) {
 void pack_activations(DType wtype, const float* x, const BlockQ8_0* xq, int64_t K, PackedX* dst) {
   const int64_t groups = K / 256;
   wtype = block32_base(wtype);  // Q4_0_X8 ... Q5_1_X8 dot the same activations as their file formats
+  const bool iq4 = wtype == DType::IQ4_NL || wtype == DType::IQ4_XS || wtype == DType::IQ4_XS_X8;
   uint8_t blocks[8][32];
   if (k_quant_activations(wtype)) {
     std::vector<BlockQ8_K> q(static_cast<size_t>(groups));
@@ -320,7 +342,8 @@ void pack_activations(DType wtype, const float* x, const BlockQ8_0* xq, int64_t 
       // The unsigned weights carry an offset (Q4_0: q = w + 8, Q5_0: q = w + 16, Q8_0_X8: q = w + 128)
       // whose share of the dot product, offset x sum(x), starts the accumulator negated; Q4_1 /
       // Q5_1's minimum applies per unit of sum(x) (bsum).
-      p.init[j] = wtype == DType::Q4_0 ? -8 * sum : wtype == DType::Q5_0 ? -16 * sum : wtype == DType::Q8_0_X8 ? -128 * sum : 0;
+      // IQ4's levels meet vpdpbusd plus 128 (the AVX2 kernels dot them signed and ignore init).
+      p.init[j] = wtype == DType::Q4_0 ? -8 * sum : wtype == DType::Q5_0 ? -16 * sum : wtype == DType::Q8_0_X8 || iq4 ? -128 * sum : 0;
       p.bsum[j] = wtype == DType::Q4_1 || wtype == DType::Q5_1 ? p.d[j] * static_cast<float>(sum) : 0;
       p.init_hi[j] = 0;
     }

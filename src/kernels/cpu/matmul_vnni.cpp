@@ -11,6 +11,8 @@
 //  - Q4_K_X8 / Q6_K_X8 / Q3_K_X8 / Q4_0_X8 ... Q5_1_X8 (repacked at load) decode: one vpdpbusd per chunk
 //    leaves (sub-)block j's dot product in lane j; their prefill, and Q4_K's / Q6_K's, run the interleaved tiles, as
 //    Q4_1 / Q5_0 / Q5_1 / Q5_K prefill (the Q4 tiles) and Q3_K prefill (the Q6 tiles) do.
+//  - IQ4_NL_X8 / IQ4_XS_X8 (repacked at load): nibbles looked up as level + 128 (vpshufb), then as
+//    Q8_0_X8 (activations' init -128 x sum(x)); decode row kernel, prefill the unsigned-weight tiles.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -422,6 +424,41 @@ void gemv_block32_x8(const MatMulArgs& a) {
   }
 }
 
+// IQ4_NL_X8 / IQ4_XS_X8 decode: each chunk's nibbles looked up as level + 128 (unsigned, one vpshufb
+// shared by the tokens), so vpdpbusd takes them directly; -128 x sum(x) (PackedX::init) starts the
+// sums. Two chains of four, as row_block32_x8.
+template <class Block, int T>
+FP_VNNI void row_iq4_x8(const Block* w, const cpu::PackedX* const* x, int64_t groups, float* y, int64_t ldy, float bias) {
+  constexpr int kLines = (sizeof(Block) + 63) / 64;
+  const __m256i levels = avx2::iq4_levels(true);
+  __m256 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t g = 0; g < groups; ++g) {
+    for (int l = 0; l < kLines; ++l) cpu::prefetch_stream(reinterpret_cast<const char*>(w + g) + 64 * l);
+    __m256i lo[4], hi[4];
+    for (int c = 0; c < 4; ++c) avx2::iq4_x8_chunks(w[g].qs, c, levels, &lo[c], &hi[c]);
+    const __m256 scale = avx2::iq4_x8_scales(w[g]);
+    for (int t = 0; t < T; ++t) {
+      const uint8_t* xq = x[t][g].q;
+      __m256i dot_lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[t][g].init));
+      __m256i dot_hi = _mm256_setzero_si256();
+      for (int c = 0; c < 4; ++c) {
+        dot_lo = _mm256_dpbusd_epi32(dot_lo, lo[c], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * c)));
+        dot_hi = _mm256_dpbusd_epi32(dot_hi, hi[c], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * (c + 4))));
+      }
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(dot_lo, dot_hi)), _mm256_mul_ps(scale, _mm256_loadu_ps(x[t][g].d)),
+                               acc[t]);
+    }
+  }
+  for (int t = 0; t < T; ++t) y[t * ldy] = avx2::hsum(acc[t]) + bias;
+}
+
+template <class Block>
+void gemv_iq4_x8_as(const MatMulArgs& a) {
+  cpu::gemv_repacked_rows<Block>(a, [](auto N, const Block* w, const cpu::PackedX* const* xs, int64_t groups, float* y, int64_t ldy,
+                                       float bias) { row_iq4_x8<Block, decltype(N)::value>(w, xs, groups, y, ldy, bias); });
+}
+
 void gemm_interleaved_vnni(const MatMulArgs& a) {
   const DType t = a.w->dtype;
   const bool unsigned_w = t != DType::Q8_0, mins = cpu::packed_has_mins(t);
@@ -438,6 +475,8 @@ void matmul_vnni(const MatMulArgs& a) {
   if (a.w->dtype == DType::Q8_0_X8) return matmul_q8_0_x8(a);
   if (a.w->dtype == DType::Q4_K_X8 && a.n <= cpu::kGemvMaxTokens) return gemv_q4_k_x8(a);
   if (a.w->dtype == DType::Q6_K_X8 && a.n <= cpu::kGemvMaxTokens) return gemv_q6_k_x8(a);
+  if (a.w->dtype == DType::IQ4_NL_X8 && a.n <= cpu::kGemvMaxTokens) return gemv_iq4_x8_as<BlockIQ4_NLx8>(a);
+  if (a.w->dtype == DType::IQ4_XS_X8 && a.n <= cpu::kGemvMaxTokens) return gemv_iq4_x8_as<BlockIQ4_XSx8>(a);
   if (is_block32_x8(a.w->dtype) && a.n <= cpu::kGemvMaxTokens) return gemv_block32_x8(a);
   if (a.w->dtype == DType::Q3_K_X8 && a.n <= cpu::kGemvMaxTokens) return gemv_q3_k_x8(a);
   if (a.w->dtype == DType::Q6_K || a.w->dtype == DType::Q6_K_X8 || a.w->dtype == DType::Q3_K || a.w->dtype == DType::Q3_K_X8)
@@ -480,8 +519,8 @@ std::string refuse_vnni(const MatMulArgs& a) {
   const bool prefill_only = t == DType::Q4_K || t == DType::Q6_K || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1 ||
                             t == DType::Q3_K || t == DType::Q5_K;
   if (t != DType::Q8_0 && t != DType::Q4_0 && t != DType::Q8_0_X8 && t != DType::Q4_K_X8 && t != DType::Q6_K_X8 && !is_block32_x8(t) &&
-      t != DType::Q3_K_X8 && !prefill_only)
-    return std::string("only Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q3_K/Q4_K/Q5_K/Q6_K and their repacked _X8 forms (these are ") +
+      t != DType::Q3_K_X8 && t != DType::IQ4_XS_X8 && !prefill_only)
+    return std::string("only Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q3_K/Q4_K/Q5_K/Q6_K and their repacked _X8 forms, IQ4_NL_X8 and IQ4_XS_X8 (these are ") +
            dtype_name(t) + ")";
   if (prefill_only && a.n <= cpu::kGemvMaxTokens)
     return std::string(dtype_name(t)) + " decode (<= 4 tokens) is left to the AVX2 kernel";

@@ -111,10 +111,28 @@ void matmul_ref_q8k_act(const MatMulArgs& a) {
 }
 
 // The integer values of block b (32 values) of a row with 32-value blocks, the weight being
-// d * q + m: Q8_0 q signed, Q4_0 / Q5_0 q - 8 / q - 16, Q4_1 / Q5_1 unsigned q with a minimum m.
+// d * q + m: Q8_0 q signed, Q4_0 / Q5_0 q - 8 / q - 16, Q4_1 / Q5_1 unsigned q with a minimum m,
+// IQ4_NL the table's levels; IQ4_XS's 32-value block b % 8 of super-block b / 8, d its scale.
 void block32_ints(DType t, const uint8_t* row, int64_t b, int q[32], float* d, float* m) {
   *m = 0;
   switch (t) {
+    case DType::IQ4_NL: case DType::IQ4_XS: {
+      const uint8_t* qs;
+      if (t == DType::IQ4_NL) {
+        const auto& wb = reinterpret_cast<const BlockIQ4_NL*>(row)[b];
+        qs = wb.qs;
+        *d = f16_to_f32(wb.d);
+      } else {
+        const auto& wb = reinterpret_cast<const BlockIQ4_XS*>(row)[b / 8];
+        qs = wb.qs + 16 * (b % 8);
+        *d = f16_to_f32(wb.d) * static_cast<float>(iq4_xs_scale(wb, static_cast<int>(b % 8)));
+      }
+      for (int j = 0; j < 16; ++j) {
+        q[j] = kIq4nlValues[qs[j] & 15];
+        q[j + 16] = kIq4nlValues[qs[j] >> 4];
+      }
+      return;
+    }
     case DType::Q8_0: {
       const auto& wb = reinterpret_cast<const BlockQ8_0*>(row)[b];
       for (int j = 0; j < 32; ++j) q[j] = wb.qs[j];
@@ -152,16 +170,19 @@ void block32_ints(DType t, const uint8_t* row, int64_t b, int q[32], float* d, f
   }
 }
 
-// 32-value block formats against Q8_0 activations: per block d_w * d_x * sum(q_w * q_x), plus for
-// Q4_1 / Q5_1 m_w * d_x * sum(q_x) (ggml's Q8_1 activations carry that sum).
+// 32-value block formats (and IQ4_XS, whose blocks of 32 each have a scale) against Q8_0
+// activations: per block d_w * d_x * sum(q_w * q_x), plus for Q4_1 / Q5_1 m_w * d_x * sum(q_x)
+// (ggml's Q8_1 activations carry that sum).
 void matmul_ref_q8act(const MatMulArgs& a) {
   const Tensor& w = *a.w;
   const bool block32_x8 = is_block32_x8(w.dtype);
-  if (w.dtype != DType::Q8_0_X8 && !block32_x8 && dtype_info(w.dtype).block_elems == QK_K) return matmul_ref_q8k_act(a);  // the K-quants
+  const bool iq4_xs = w.dtype == DType::IQ4_XS || w.dtype == DType::IQ4_XS_X8;
+  if (w.dtype != DType::Q8_0_X8 && !block32_x8 && !iq4_xs && dtype_info(w.dtype).block_elems == QK_K)
+    return matmul_ref_q8k_act(a);  // the K-quants
   int64_t out = w.rows(), in = w.cols(), nb = in / QK8_0;
   std::vector<BlockQ8_0> xq(static_cast<size_t>(a.n * nb));
   for (int64_t i = 0; i < a.n; ++i) quantize_row_q8_0(a.x + i * in, xq.data() + i * nb, in);
-  std::vector<BlockQ5_1> unpacked(static_cast<size_t>(w.dtype == DType::Q8_0_X8 || block32_x8 ? nb * 2 : 0));  // >= nb Q8_0 blocks
+  std::vector<BlockQ5_1> unpacked(static_cast<size_t>(w.dtype == DType::Q8_0_X8 || block32_x8 || iq4_xs ? nb * 2 : 0));  // >= nb Q8_0 blocks
   int q[32];
   for (int64_t o = 0; o < out; ++o) {
     // The _X8 forms: the row's blocks back in their file format and order (the repacking is exact).
@@ -175,6 +196,10 @@ void matmul_ref_q8act(const MatMulArgs& a) {
       unpack_block32_x8(t, row, unpacked.data(), nb / 8);
       row = reinterpret_cast<const uint8_t*>(unpacked.data());
       t = block32_base(t);
+    } else if (t == DType::IQ4_XS_X8) {
+      unpack_iq4_xs_x8(reinterpret_cast<const BlockIQ4_XSx8*>(row), reinterpret_cast<BlockIQ4_XS*>(unpacked.data()), nb / 8);
+      row = reinterpret_cast<const uint8_t*>(unpacked.data());
+      t = DType::IQ4_XS;
     }
     for (int64_t i = 0; i < a.n; ++i) {
       const BlockQ8_0* xb = xq.data() + i * nb;

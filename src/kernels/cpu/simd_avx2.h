@@ -198,4 +198,36 @@ FP_AVX2_INLINE void q2_k_x8_scales_mins(const BlockQ2_Kx8& b, __m256* s_lo, __m2
   *m_hi = _mm256_srli_epi32(hi, 4);
 }
 
+// IQ4_NL / IQ4_XS: the 16 levels (kIq4nlValues) in both 128-bit lanes, for vpshufb; with
+// `plus128` each level + 128 (its top bit flipped: unsigned 1..241), vpdpbusd's unsigned operand.
+FP_AVX2_INLINE __m256i iq4_levels(bool plus128) {
+  const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues)));
+  return plus128 ? _mm256_xor_si256(v, _mm256_set1_epi8(static_cast<char>(0x80))) : v;
+}
+
+// Chunks c and c + 4 (c < 4) of an IQ4_NL_X8 group or IQ4_XS_X8 super-block (qs interleaved as
+// BlockQ4_0x8's) as the levels their nibbles index in `levels` (iq4_levels).
+FP_AVX2_INLINE void iq4_x8_chunks(const uint8_t* qs, int c, __m256i levels, __m256i* lo, __m256i* hi) {
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * c));
+  *lo = _mm256_shuffle_epi8(levels, _mm256_and_si256(q, m4));
+  *hi = _mm256_shuffle_epi8(levels, _mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
+}
+
+// The 8 blocks' scales as f32, lane j = block j: IQ4_NL_X8's f16 d[j]; IQ4_XS_X8's d * (ls_j - 32),
+// ls_j's low 4 bits at bits 4j of the u32 scales_l, its high 2 at bits 2j of scales_h.
+FP_AVX2_INLINE __m256 iq4_x8_scales(const BlockIQ4_NLx8& b) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.d)));
+}
+FP_AVX2_INLINE __m256 iq4_x8_scales(const BlockIQ4_XSx8& b) {
+  uint32_t lo4;
+  std::memcpy(&lo4, b.scales_l, 4);
+  const __m256i lo = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(lo4)), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
+                                      _mm256_set1_epi32(15));
+  const __m256i hi = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(b.scales_h), _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14)),
+                                      _mm256_set1_epi32(3));
+  const __m256i ls = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), _mm256_set1_epi32(32));
+  return _mm256_mul_ps(_mm256_cvtepi32_ps(ls), _mm256_set1_ps(_cvtsh_ss(b.d)));
+}
+
 }  // namespace fp::avx2
