@@ -379,6 +379,19 @@ std::vector<float> logits(const std::string& path, bool repack, bool mmap, DType
   return out;
 }
 
+// Logits of 512-token rows: every position within 1e-5 (normalised) but at most one, and all
+// within `bound`.
+void expect_same_but_one_position(const std::vector<float>& got, const std::vector<float>& want, double bound) {
+  EXPECT_LE(test::normalised_error(got, want), bound);
+  const int64_t V = 512, positions = static_cast<int64_t>(want.size()) / V;
+  int off = 0;
+  for (int64_t p = 0; p < positions; ++p) {
+    const std::vector<float> a(got.begin() + p * V, got.begin() + (p + 1) * V), b(want.begin() + p * V, want.begin() + (p + 1) * V);
+    off += test::normalised_error(a, b) > 1e-5;
+  }
+  EXPECT_LE(off, 1) << "positions beyond 1e-5";
+}
+
 TEST(Repack, ModelGivesTheSameLogits) {
   const std::string dir = test::temp_dir("repack_model");
   for (DType type : {DType::Q8_0, DType::Q4_K, DType::Q6_K, DType::Q3_K, DType::Q2_K, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
@@ -405,14 +418,7 @@ TEST(Repack, ModelGivesTheSameLogits) {
       // can flip the rounding of one 8-bit activation downstream (seen once, at one position, on
       // IQ4_NL with a 96-wide FFN: 1e-3 there). So: every position but at most one within 1e-5, all
       // within 2e-3 (a wrong kernel moves every position, by far more).
-      EXPECT_LE(test::normalised_error(packed, plain), 2e-3);
-      const int64_t V = 512, positions = static_cast<int64_t>(plain.size()) / V;
-      int off = 0;
-      for (int64_t p = 0; p < positions; ++p) {
-        const std::vector<float> a(packed.begin() + p * V, packed.begin() + (p + 1) * V), b(plain.begin() + p * V, plain.begin() + (p + 1) * V);
-        off += test::normalised_error(a, b) > 1e-5;
-      }
-      EXPECT_LE(off, 1) << "positions beyond 1e-5";
+      expect_same_but_one_position(packed, plain, 2e-3);
       EXPECT_EQ(packed, copied);
       // The reference kernel reads the repacked weights too (dequantized, exactly).
       KernelOverrides::global().force("matmul", "ref");
@@ -446,18 +452,24 @@ TEST(Repack, MoeModelsRepackTheirExpertsAndGiveTheSameLogits) {
         {"vocab_size", 512}, {"n_routed_experts", 4}, {"num_experts_per_tok", 2}, {"moe_intermediate_size", 256},
         {"n_shared_experts", 1}, {"first_k_dense_replace", 1}, {"q_lora_rank", 256}, {"kv_lora_rank", 256},
         {"qk_rope_head_dim", 64}, {"qk_nope_head_dim", 256}, {"v_head_dim", 256}}},
+      {"qwen3_moe", DType::IQ4_XS,
+       {{"hidden_size", 256}, {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"head_dim", 64},
+        {"intermediate_size", 256}, {"num_hidden_layers", 2}, {"vocab_size", 512}, {"num_experts", 4},
+        {"num_experts_per_tok", 2}, {"moe_intermediate_size", 256}}},
   };
   for (const Case& c : cases) {
-    SCOPED_TRACE(c.arch);
+    SCOPED_TRACE(std::string(c.arch) + " " + dtype_name(c.type));
     SynthOptions o;
     o.arch = c.arch;
     o.config = c.config;
     o.type = c.type;
     o.seed = 11;
-    o.out = dir + "/" + c.arch + ".gguf";
+    o.out = dir + "/" + c.arch + dtype_name(c.type) + ".gguf";
     synth_model(o);
     const auto plain = logits(o.out, false, true), packed = logits(o.out, true, false);
-    EXPECT_LE(test::normalised_error(packed, plain), 1e-5);
+    // As above; IQ4_XS's one position off (1.4e-2 at most, at one position whose later neighbours
+    // agree) is the last layer's 8-bit rounding or top-k choice flipped by a last-bit difference.
+    expect_same_but_one_position(packed, plain, 1e-2);
     LoadOptions lo;
     lo.prefault = false;
     auto m = load_model(o.out, lo);

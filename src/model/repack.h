@@ -14,7 +14,7 @@
 namespace fp {
 
 // Whether a weight can be repacked: Q8_0, Q4_K, Q6_K, Q3_K, Q2_K, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL or IQ4_XS, 2-D (or a 3-D
-// stack of Q4_K / Q6_K experts, rows all the same), contiguous, rows a multiple of 256 values, no
+// stack of Q4_K / Q6_K / IQ4_NL / IQ4_XS experts, rows all the same), contiguous, rows a multiple of 256 values, no
 // block scales, on the CPU. Everything else (Q5_K, other expert stacks, short rows)
 // is left as is.
 bool repackable(const Tensor& w);
