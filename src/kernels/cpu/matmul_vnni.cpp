@@ -1,5 +1,5 @@
 // kernels/cpu/matmul_vnni.cpp — Q8_0, Q4_0, the _X8 forms (and Q4_K, Q6_K, ... prefill) matmul with AVX-512 VNNI (vpdpbusd on 256-bit
-// registers, AVX512-VL), every batch size. vpdpbusd multiplies unsigned by signed bytes and
+// registers, AVX512-VL), every batch size; the same code for AVX-VNNI (matmul_avxvnni.cpp). vpdpbusd multiplies unsigned by signed bytes and
 // accumulates in int32 without saturation (no int16 pair sums as AVX2's vpmaddubsw):
 //  - Q8_0 decode (signed weights): |w| times x with w's sign (vpsignb), two cheap ops per block.
 //    The prefill tiles instead offset the activations to unsigned (x + 128) and subtract the
@@ -28,7 +28,17 @@
 #include "kernels/ops.h"
 #include "kernels/registry.h"
 
+// This file is compiled twice: as itself, the AVX-512 VNNI kernel ("avx512vnni": vpdpbusd with the
+// EVEX encoding on 256-bit registers), and included by matmul_avxvnni.cpp with the macros below
+// defined for AVX-VNNI ("avxvnni": the same instruction, VEX-encoded, on CPUs without AVX-512 such
+// as Intel's Alder Lake and later client cores). Nothing here uses more than 256-bit registers.
+#ifndef FP_VNNI
 #define FP_VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")))
+#define FP_DPBUSD _mm256_dpbusd_epi32
+#define FP_VNNI_NAME "avx512vnni"
+#define FP_VNNI_FEATURES {"avx2", "fma", "f16c", "avx512f", "avx512vl", "avx512bw", "avx512_vnni"}
+#define FP_VNNI_PRIORITY 200
+#endif
 
 namespace fp {
 namespace {
@@ -52,7 +62,7 @@ FP_VNNI inline void q8_0_block(const BlockQ8_0* wb, const BlockQ8_0* const* xs, 
   const float dw = _cvtsh_ss(wb[b].d);
   for (int i = 0; i < N; ++i) {
     const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs[i][b].qs));
-    const __m256i dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), wabs, _mm256_sign_epi8(xq, wq));
+    const __m256i dot = FP_DPBUSD(_mm256_setzero_si256(), wabs, _mm256_sign_epi8(xq, wq));
     acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(dw * dx[i][b]), acc[i]);
   }
 }
@@ -99,7 +109,7 @@ FP_VNNI void q4_0_rows(const MatMulArgs& a, const QuantizedActs& x, int64_t i0, 
         const int64_t xb = (i0 + i) * nb + b;
         __m256i xs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q[xb].qs));
         __m256i init = _mm256_setr_epi32(-8 * x.sums[static_cast<size_t>(xb)], 0, 0, 0, 0, 0, 0, 0);
-        __m256i dot = _mm256_dpbusd_epi32(init, wu, xs);
+        __m256i dot = FP_DPBUSD(init, wu, xs);
         acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(dw * _cvtsh_ss(x.q[xb].d)), acc[i]);
       }
     }
@@ -149,7 +159,7 @@ FP_VNNI void tile_kernel(const WG* const* w, const cpu::PackedX* const* x, int64
       for (int t = 0; t < T; ++t) {
         __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[t][g].q + 32 * c));
         for (int r = 0; r < R; ++r)
-          iacc[r][t] = kWeightsUnsigned ? _mm256_dpbusd_epi32(iacc[r][t], wv[r], xv) : _mm256_dpbusd_epi32(iacc[r][t], xv, wv[r]);
+          iacc[r][t] = kWeightsUnsigned ? FP_DPBUSD(iacc[r][t], wv[r], xv) : FP_DPBUSD(iacc[r][t], xv, wv[r]);
       }
     }
     for (int r = 0; r < R; ++r) {
@@ -200,8 +210,8 @@ FP_VNNI void tile_q6(const cpu::PackedW* const* w, const cpu::PackedX* const* x,
       for (int t = 0; t < T; ++t) {
         const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[t][g].q + 32 * c));
         for (int r = 0; r < R; ++r) {
-          if (c < 4) lo[r][t] = _mm256_dpbusd_epi32(lo[r][t], wv[r], xv);
-          else hi[r][t] = _mm256_dpbusd_epi32(hi[r][t], wv[r], xv);
+          if (c < 4) lo[r][t] = FP_DPBUSD(lo[r][t], wv[r], xv);
+          else hi[r][t] = FP_DPBUSD(hi[r][t], wv[r], xv);
         }
       }
     }
@@ -295,8 +305,8 @@ FP_VNNI void row_q4_k_x8(const BlockQ4_Kx8* w, const cpu::PackedX* const* x, int
       const uint8_t* xq = x[t][g].q;
       __m256i dot_lo = _mm256_setzero_si256(), dot_hi = _mm256_setzero_si256();
       for (int c = 0; c < 4; ++c) {
-        dot_lo = _mm256_dpbusd_epi32(dot_lo, lo[c], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * c)));
-        dot_hi = _mm256_dpbusd_epi32(dot_hi, hi[c], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * (c + 4))));
+        dot_lo = FP_DPBUSD(dot_lo, lo[c], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * c)));
+        dot_hi = FP_DPBUSD(dot_hi, hi[c], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * (c + 4))));
       }
       const __m256i dot = _mm256_add_epi32(dot_lo, _mm256_srai_epi32(dot_hi, 4));
       acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(scale, _mm256_loadu_ps(x[t][g].d)), acc[t]);
@@ -327,8 +337,8 @@ FP_VNNI void row_q6_k_x8(const BlockQ6_Kx8* w, const cpu::PackedX* const* x, int
       __m256i dot_lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[t][g].init));
       __m256i dot_hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[t][g].init_hi));
       for (int c = 0; c < 4; ++c) {
-        dot_lo = _mm256_dpbusd_epi32(dot_lo, lo[c], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * c)));
-        dot_hi = _mm256_dpbusd_epi32(dot_hi, hi[c], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * (c + 4))));
+        dot_lo = FP_DPBUSD(dot_lo, lo[c], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * c)));
+        dot_hi = FP_DPBUSD(dot_hi, hi[c], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * (c + 4))));
       }
       const __m256 dx = _mm256_loadu_ps(x[t][g].d);
       acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_lo), _mm256_mul_ps(s_lo, dx), acc[t]);
@@ -360,8 +370,8 @@ FP_VNNI void row_q3_k_x8(const BlockQ3_Kx8* w, const cpu::PackedX* const* x, int
       __m256i dot[4] = {_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[t][g].init)), _mm256_setzero_si256(),
                         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[t][g].init_hi)), _mm256_setzero_si256()};
       for (int c = 0; c < 4; ++c) {
-        dot[c % 2] = _mm256_dpbusd_epi32(dot[c % 2], lo[c], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * c)));
-        dot[2 + c % 2] = _mm256_dpbusd_epi32(dot[2 + c % 2], hi[c], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * (c + 4))));
+        dot[c % 2] = FP_DPBUSD(dot[c % 2], lo[c], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * c)));
+        dot[2 + c % 2] = FP_DPBUSD(dot[2 + c % 2], hi[c], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * (c + 4))));
       }
       const __m256 dx = _mm256_loadu_ps(x[t][g].d);
       acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(dot[0], dot[1])), _mm256_mul_ps(s_lo, dx), acc[t]);
@@ -397,8 +407,8 @@ FP_VNNI void row_block32_x8(const typename avx2::Block32X8<W>::type* w, const cp
       __m256i dot_lo = Traits::kOffset ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[t][g].init)) : _mm256_setzero_si256();
       __m256i dot_hi = _mm256_setzero_si256();
       for (int c = 0; c < 4; ++c) {
-        dot_lo = _mm256_dpbusd_epi32(dot_lo, lo[c], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * c)));
-        dot_hi = _mm256_dpbusd_epi32(dot_hi, hi[c], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * (c + 4))));
+        dot_lo = FP_DPBUSD(dot_lo, lo[c], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * c)));
+        dot_hi = FP_DPBUSD(dot_hi, hi[c], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * (c + 4))));
       }
       const __m256i dot = _mm256_add_epi32(dot_lo, dot_hi);
       acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(scale, _mm256_loadu_ps(x[t][g].d)), acc[t]);
@@ -443,8 +453,8 @@ FP_VNNI void row_iq4_x8(const Block* w, const cpu::PackedX* const* x, int64_t gr
       __m256i dot_lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[t][g].init));
       __m256i dot_hi = _mm256_setzero_si256();
       for (int c = 0; c < 4; ++c) {
-        dot_lo = _mm256_dpbusd_epi32(dot_lo, lo[c], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * c)));
-        dot_hi = _mm256_dpbusd_epi32(dot_hi, hi[c], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * (c + 4))));
+        dot_lo = FP_DPBUSD(dot_lo, lo[c], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * c)));
+        dot_hi = FP_DPBUSD(dot_hi, hi[c], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * (c + 4))));
       }
       acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(dot_lo, dot_hi)), _mm256_mul_ps(scale, _mm256_loadu_ps(x[t][g].d)),
                                acc[t]);
@@ -482,7 +492,7 @@ void matmul_vnni(const MatMulArgs& a) {
   if (a.w->dtype == DType::Q6_K || a.w->dtype == DType::Q6_K_X8 || a.w->dtype == DType::Q3_K || a.w->dtype == DType::Q3_K_X8)
     return gemm_q6_interleaved_vnni(a);  // Q6_K, Q3_K: prefill only
   if (a.n > cpu::kGemvMaxTokens && a.w->cols() % 256 == 0) return gemm_interleaved_vnni(a);
-  FP_CHECK(a.w->dtype == DType::Q8_0 || a.w->dtype == DType::Q4_0, "matmul avx512vnni: ", dtype_name(a.w->dtype),
+  FP_CHECK(a.w->dtype == DType::Q8_0 || a.w->dtype == DType::Q4_0, "matmul " FP_VNNI_NAME ": ", dtype_name(a.w->dtype),
            " needs more than 4 tokens and rows that are a multiple of 256");
   const int64_t K = a.w->cols(), nb = K / QK8_0;
   QuantizedActs x;
@@ -512,7 +522,7 @@ void matmul_vnni(const MatMulArgs& a) {
 }
 
 std::string refuse_vnni(const MatMulArgs& a) {
-  std::string cpu = cpu_features().missing({"avx2", "fma", "f16c", "avx512f", "avx512vl", "avx512bw", "avx512_vnni"});
+  std::string cpu = cpu_features().missing(FP_VNNI_FEATURES);
   if (!cpu.empty()) return cpu;
   const DType t = a.w->dtype;
   // Prefill only (decode is left to the AVX2 kernel), on the interleaved tiles.
@@ -529,7 +539,7 @@ std::string refuse_vnni(const MatMulArgs& a) {
   return {};
 }
 
-const bool registered = register_kernel(Kernel<MatMulArgs>{"avx512vnni", Backend::CPU, 200, false, refuse_vnni, matmul_vnni});
+const bool registered = register_kernel(Kernel<MatMulArgs>{FP_VNNI_NAME, Backend::CPU, FP_VNNI_PRIORITY, false, refuse_vnni, matmul_vnni});
 
 }  // namespace
 }  // namespace fp
