@@ -82,6 +82,9 @@ std::vector<MatMulCase> cases() {
     cs.push_back({t, 33, 40, ins.front(), false});  // just past 32 tokens, a partial panel
     cs.push_back({t, 77, 33, ins[1], true});        // a token tail of 5, one row past a panel
     if (dtype_info(t).quantized) cs.push_back({t, 261, 33, ins[1], false});  // past 256: quantized weights on BF16 panels
+    // K of 10 groups of 256: the AVX2 4-bit tiles sweep K in blocks of 8 groups and add the
+    // second block's sums (not the bias again) into y.
+    if (dtype_info(t).quantized) cs.push_back({t, 7, 9, 2560, true});
   }
   for (int64_t n : {1, 3, 9})
     for (int64_t out : {1, 130, 257})

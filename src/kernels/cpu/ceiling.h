@@ -14,7 +14,8 @@ struct MachineCeiling {
   int threads = 1;
   double read_gbps = 0;  // GB/s (1e9 bytes), streaming reads of a buffer far larger than caches
   double fma_gflops = 0; // f32 FMA, GFLOP/s (2 flops per multiply-add)
-  double int8_gops = 0;  // int8 multiply-adds as 2 ops each, GOP/s (AVX2 vpmaddubsw path)
+  double int8_gops = 0;  // int8 multiply-adds as 2 ops each, GOP/s, the fastest instruction for them
+  std::string int8_path;  // that instruction: "vpmaddubsw" (AVX2, + vpaddw), "vpdpbusd ymm" / "vpdpbusd zmm" (VNNI)
   double bf16_gflops = 0;  // BF16 multiply-adds as 2 flops each (vdpbf16ps), GFLOP/s; 0 without AVX512-BF16
   bool cached = false;   // read from the cache file rather than measured now
   std::string describe() const;

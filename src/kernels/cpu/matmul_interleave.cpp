@@ -364,11 +364,13 @@ std::vector<PackedX> pack_all_activations(const MatMulArgs& a) {
   return xp;
 }
 
-void gemm_interleaved(const MatMulArgs& a, int rows_per_tile, int tokens_per_tile, const InterleavedTile& tile) {
+void gemm_interleaved(const MatMulArgs& a, int rows_per_tile, int tokens_per_tile, const InterleavedTile& tile,
+                      int64_t group_block) {
   FP_CHECK(rows_per_tile >= 1 && rows_per_tile <= kMaxTileRows && tokens_per_tile >= 1 && tokens_per_tile <= kMaxTileTokens,
            "gemm_interleaved: tile of ", rows_per_tile, "x", tokens_per_tile, " is out of range");
   const Tensor& w = *a.w;
   const int64_t K = w.cols(), out = w.rows(), groups = K / 256;
+  const int64_t gb = group_block > 0 ? std::min(group_block, groups) : groups;
   const std::vector<PackedX> xp = pack_all_activations(a);
   constexpr int64_t kRows = 32;
   const int64_t kR = rows_per_tile, kT = tokens_per_tile;
@@ -377,17 +379,29 @@ void gemm_interleaved(const MatMulArgs& a, int rows_per_tile, int tokens_per_til
     for (int64_t blk = b0; blk < b1; ++blk) {
       const int64_t o0 = blk * kRows, rows = std::min(kRows, out - o0);
       for (int64_t r = 0; r < rows; ++r) pack_weights(w, o0 + r, wp.data() + r * groups);
-      for (int64_t t0 = 0; t0 < a.n; t0 += kT) {
-        const int T = static_cast<int>(std::min(kT, a.n - t0));
-        const PackedX* xs[kMaxTileTokens];
-        for (int t = 0; t < T; ++t) xs[t] = xp.data() + (t0 + t) * groups;
-        for (int64_t r0 = 0; r0 < rows; r0 += kR) {
-          const int R = static_cast<int>(std::min(kR, rows - r0));
-          const PackedW* ws[kMaxTileRows];
-          for (int r = 0; r < R; ++r) ws[r] = wp.data() + (r0 + r) * groups;
-          float* y = a.y + t0 * out + o0 + r0;
-          const float* bias = a.bias ? a.bias + o0 + r0 : nullptr;
-          tile(R, T, ws, xs, groups, y, out, bias);
+      // Groups in blocks of gb: the token tile's activations of one block stay in L1 while
+      // every row tile of the row block passes over them. Blocks after the first add their
+      // partial sums (written by the tile to `part`, without the bias) into y.
+      for (int64_t g0 = 0; g0 < groups; g0 += gb) {
+        const int64_t gn = std::min(gb, groups - g0);
+        for (int64_t t0 = 0; t0 < a.n; t0 += kT) {
+          const int T = static_cast<int>(std::min(kT, a.n - t0));
+          const PackedX* xs[kMaxTileTokens];
+          for (int t = 0; t < T; ++t) xs[t] = xp.data() + (t0 + t) * groups + g0;
+          for (int64_t r0 = 0; r0 < rows; r0 += kR) {
+            const int R = static_cast<int>(std::min(kR, rows - r0));
+            const PackedW* ws[kMaxTileRows];
+            for (int r = 0; r < R; ++r) ws[r] = wp.data() + (r0 + r) * groups + g0;
+            float* y = a.y + t0 * out + o0 + r0;
+            if (g0 == 0) {
+              tile(R, T, ws, xs, gn, y, out, a.bias ? a.bias + o0 + r0 : nullptr);
+              continue;
+            }
+            float part[kMaxTileTokens * kMaxTileRows];
+            tile(R, T, ws, xs, gn, part, R, nullptr);
+            for (int t = 0; t < T; ++t)
+              for (int r = 0; r < R; ++r) y[t * out + r] += part[t * R + r];
+          }
         }
       }
     }

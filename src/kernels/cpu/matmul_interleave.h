@@ -70,10 +70,13 @@ void gemv_repacked_rows(const MatMulArgs& a, RowFn row) {
 
 // tile(R, T, weights[R], activations[T], groups, y, ldy, bias): y[t * ldy + r] for R rows and
 // T tokens, R <= rows_per_tile <= 4 and T <= tokens_per_tile <= 4. Rows go in blocks of 32
-// across threads (packed once per block), tokens in tiles of tokens_per_tile.
+// across threads (packed once per block), tokens in tiles of tokens_per_tile. group_block > 0
+// cuts K into blocks of that many groups, each swept by all the block's tiles before the next
+// (the tiles' activations then stay in L1; the blocks' sums add up in y); 0: K at once.
 constexpr int kMaxTileRows = 4, kMaxTileTokens = 4;
 using InterleavedTile = std::function<void(int, int, const PackedW* const*, const PackedX* const*, int64_t, float*,
                                            int64_t, const float*)>;
-void gemm_interleaved(const MatMulArgs& a, int rows_per_tile, int tokens_per_tile, const InterleavedTile& tile);
+void gemm_interleaved(const MatMulArgs& a, int rows_per_tile, int tokens_per_tile, const InterleavedTile& tile,
+                      int64_t group_block = 0);
 
 }  // namespace fp::cpu
