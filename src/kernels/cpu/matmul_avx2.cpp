@@ -993,26 +993,22 @@ FP_AVX2 void row_q2_k_x8(const BlockQ2_Kx8* w, const cpu::PackedX* const* x, int
   const __m256i ones = _mm256_set1_epi16(1);
   for (int64_t g = 0; g < groups; ++g) {
     for (int l = 0; l < 2; ++l) cpu::prefetch_stream(reinterpret_cast<const char*>(w + g) + 64 * l);  // 84 bytes
-    __m256i p_lo[T], p_hi[T];
-    for (int t = 0; t < T; ++t) p_lo[t] = p_hi[t] = _mm256_setzero_si256();
-#pragma GCC unroll 1
-    for (int c = 0; c < 4; ++c) {  // pair sums <= 4 x 2 x 3 x 127 in int16
-      __m256i lo, hi;
-      q2_k_x8_chunks(w[g], c, &lo, &hi);
-      for (int t = 0; t < T; ++t) {
-        const uint8_t* xq = x[t][g].q;
-        p_lo[t] = _mm256_add_epi16(p_lo[t], _mm256_maddubs_epi16(lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * c))));
-        p_hi[t] = _mm256_add_epi16(p_hi[t], _mm256_maddubs_epi16(hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * (c + 4)))));
-      }
-    }
+    __m256i lo[4], hi[4];
+    for (int c = 0; c < 4; ++c) q2_k_x8_chunks(w[g], c, &lo[c], &hi[c]);
     __m256 s_lo, s_hi;
     __m256i m_lo, m_hi;
     q2_k_x8_scales_mins(w[g], &s_lo, &s_hi, &m_lo, &m_hi);
     const __m256 dmin = _mm256_set1_ps(_cvtsh_ss(w[g].dmin));
     for (int t = 0; t < T; ++t) {
+      const uint8_t* xq = x[t][g].q;
+      __m256i p_lo = _mm256_setzero_si256(), p_hi = _mm256_setzero_si256();
+      for (int c = 0; c < 4; ++c) {  // pair sums <= 4 x 2 x 3 x 127 in int16
+        p_lo = _mm256_add_epi16(p_lo, _mm256_maddubs_epi16(lo[c], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * c))));
+        p_hi = _mm256_add_epi16(p_hi, _mm256_maddubs_epi16(hi[c], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * (c + 4)))));
+      }
       const __m256 dx = _mm256_loadu_ps(x[t][g].d);
-      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(p_lo[t], ones)), _mm256_mul_ps(s_lo, dx), acc[t]);
-      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(p_hi[t], ones)), _mm256_mul_ps(s_hi, dx), acc[t]);
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(p_lo, ones)), _mm256_mul_ps(s_lo, dx), acc[t]);
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(p_hi, ones)), _mm256_mul_ps(s_hi, dx), acc[t]);
       const __m256i mins = _mm256_add_epi32(_mm256_mullo_epi32(m_lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[t][g].sum16))),
                                             _mm256_mullo_epi32(m_hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[t][g].sum16 + 8))));
       acc[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mins), _mm256_mul_ps(dmin, dx), acc[t]);
@@ -1090,28 +1086,40 @@ void gemv_block32_x8(const MatMulArgs& a) {
 // sign trick (|w| x sign(x, w) in vpmaddubsw); a pair can reach 2 x 127 x 127, so every chunk's
 // pairs widen to int32 at once. Run at every batch size (no AVX2 prefill tiles: their vpmaddubsw
 // would overflow on levels offset to unsigned).
+// Chunk c (values 32c.. of lo, 32(c + 4).. of hi) against T tokens. The chunk loop calling this is
+// fully unrolled for 1-2 tokens and kept rolled from 3: unrolled, GCC unpacked all four chunks
+// up front and spilled; rolled at 1 token, decode lost ~20% (the next chunk's loads no longer
+// overlap this one's sums). Q2_K_X8 measured slower rolled and keeps its unrolled loop.
+template <int T>
+FP_AVX2_INLINE void iq4_x8_chunk(const uint8_t* qs, const cpu::PackedX* const* x, int64_t g, int c, __m256i levels, __m256i* dot) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i lo, hi;
+  iq4_x8_chunks(qs, c, levels, &lo, &hi);
+  const __m256i alo = _mm256_sign_epi8(lo, lo), ahi = _mm256_sign_epi8(hi, hi);
+  for (int t = 0; t < T; ++t) {
+    const uint8_t* xq = x[t][g].q;
+    const __m256i xl = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * c));
+    const __m256i xh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * (c + 4)));
+    dot[t] = _mm256_add_epi32(dot[t], _mm256_madd_epi16(_mm256_maddubs_epi16(alo, _mm256_sign_epi8(xl, lo)), ones));
+    dot[t] = _mm256_add_epi32(dot[t], _mm256_madd_epi16(_mm256_maddubs_epi16(ahi, _mm256_sign_epi8(xh, hi)), ones));
+  }
+}
+
 template <class Block, int T>
 FP_AVX2 void row_iq4_x8(const Block* w, const cpu::PackedX* const* x, int64_t groups, float* y, int64_t ldy, float bias) {
   constexpr int kLines = (sizeof(Block) + 63) / 64;
-  const __m256i levels = iq4_levels(false), ones = _mm256_set1_epi16(1);
+  const __m256i levels = iq4_levels(false);
   __m256 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t g = 0; g < groups; ++g) {
     for (int l = 0; l < kLines; ++l) cpu::prefetch_stream(reinterpret_cast<const char*>(w + g) + 64 * l);
     __m256i dot[T];
     for (int t = 0; t < T; ++t) dot[t] = _mm256_setzero_si256();
+    if constexpr (T <= 2) {
+      for (int c = 0; c < 4; ++c) iq4_x8_chunk<T>(w[g].qs, x, g, c, levels, dot);
+    } else {
 #pragma GCC unroll 1
-    for (int c = 0; c < 4; ++c) {
-      __m256i lo, hi;
-      iq4_x8_chunks(w[g].qs, c, levels, &lo, &hi);
-      const __m256i alo = _mm256_sign_epi8(lo, lo), ahi = _mm256_sign_epi8(hi, hi);
-      for (int t = 0; t < T; ++t) {
-        const uint8_t* xq = x[t][g].q;
-        const __m256i xl = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * c));
-        const __m256i xh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * (c + 4)));
-        dot[t] = _mm256_add_epi32(dot[t], _mm256_madd_epi16(_mm256_maddubs_epi16(alo, _mm256_sign_epi8(xl, lo)), ones));
-        dot[t] = _mm256_add_epi32(dot[t], _mm256_madd_epi16(_mm256_maddubs_epi16(ahi, _mm256_sign_epi8(xh, hi)), ones));
-      }
+      for (int c = 0; c < 4; ++c) iq4_x8_chunk<T>(w[g].qs, x, g, c, levels, dot);
     }
     const __m256 scale = iq4_x8_scales(w[g]);
     for (int t = 0; t < T; ++t)
