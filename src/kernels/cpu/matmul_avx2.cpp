@@ -792,7 +792,6 @@ FP_AVX2 void tile_q6(const cpu::PackedW* const* w, const cpu::PackedX* const* x,
       for (int r = 0; r < R; ++r)
         for (int t = 0; t < T; ++t)
           isum[r][t] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(half ? x[t][g].init_hi : x[t][g].init));
-#pragma GCC unroll 1
       for (int c = 4 * half; c < 4 * half + 4; ++c) {
         __m256i wv[R];
         for (int r = 0; r < R; ++r) wv[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[r][g].q + 32 * c));
@@ -836,14 +835,19 @@ FP_AVX2 void row_q8_0_x8(const BlockQ8_0x8* w, const cpu::PackedX* const* x, int
   for (int64_t g = 0; g < groups; ++g) {
     __m256i isum[T];
     for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
-#pragma GCC unroll 1
-    for (int c = 0; c < 8; ++c) {
+    const auto chunk = [&](int c) FP_AVX2_INLINE_LAMBDA {
       const __m256i wv = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[g].qs + 32 * c)), flip);
       const __m256i wabs = _mm256_abs_epi8(wv);
       for (int t = 0; t < T; ++t) {
         const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[t][g].q + 32 * c));
         isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(_mm256_maddubs_epi16(wabs, _mm256_sign_epi8(xv, wv)), ones));
       }
+    };
+    if constexpr (T <= 2) {
+      for (int c = 0; c < 8; ++c) chunk(c);
+    } else {  // rolled from 3 tokens (see iq4_x8_chunk)
+#pragma GCC unroll 1
+      for (int c = 0; c < 8; ++c) chunk(c);
     }
     const __m256 ws = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w[g].d)));
     for (int t = 0; t < T; ++t)

@@ -12,6 +12,8 @@
 
 #define FP_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define FP_AVX2_INLINE __attribute__((target("avx2,fma,f16c"), always_inline)) inline
+// For a lambda inside an FP_AVX2 function (lambdas do not inherit the target): [&](...) FP_AVX2_INLINE_LAMBDA { ... }
+#define FP_AVX2_INLINE_LAMBDA __attribute__((target("avx2,fma,f16c"), always_inline))
 
 namespace fp::avx2 {
 
