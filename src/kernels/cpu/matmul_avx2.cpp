@@ -776,15 +776,17 @@ void gemm_q4_interleaved(const MatMulArgs& a) {
 }
 
 // Q6_K (and Q3_K) prefill on the interleaved layout: unsigned 6-bit weights (q, the value being
-// q - 32; Q3_K: 3-bit, q - 4), so vpmaddubsw pairs reach 2 x 63 x 127 and each chunk widens to
-// int32 at once; chunks 0..3 and 4..7 (each block's two 16-value groups, two scales) sum apart,
-// started at -32 (Q3_K: -4) x sum(x) of their half.
+// q - 32; Q3_K: 3-bit, q - 4); chunks 0..3 and 4..7 (each block's two 16-value groups, two
+// scales) sum apart, started at -32 (Q3_K: -4) x sum(x) of their half. vpmaddubsw pairs reach
+// 2 x 63 x 128, so two chunks add up in int16 (<= 32256) before one vpmaddwd widens them: 12
+// multiplies per 256 values and tile element instead of 16. The float sums live in memory
+// (updated twice per group), leaving the 16 registers to the hot loop: 6 integer sums, 4 weight
+// and 2 activation vectors, the constant and the products. Kept in registers with one vpmaddwd
+// per chunk, GCC spilled the integer sums of the 2x3 tile inside the chunk loop.
 template <int R, int T>
 FP_AVX2 void tile_q6(const cpu::PackedW* const* w, const cpu::PackedX* const* x, int64_t groups, float* y, int64_t ldy,
                      const float* bias) {
-  __m256 acc[R][T];
-  for (int r = 0; r < R; ++r)
-    for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
+  alignas(32) float acc[R][T][8] = {};
   const __m256i ones = _mm256_set1_epi16(1);
   for (int64_t g = 0; g < groups; ++g) {
     for (int half = 0; half < 2; ++half) {
@@ -792,24 +794,31 @@ FP_AVX2 void tile_q6(const cpu::PackedW* const* w, const cpu::PackedX* const* x,
       for (int r = 0; r < R; ++r)
         for (int t = 0; t < T; ++t)
           isum[r][t] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(half ? x[t][g].init_hi : x[t][g].init));
-      for (int c = 4 * half; c < 4 * half + 4; ++c) {
-        __m256i wv[R];
-        for (int r = 0; r < R; ++r) wv[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[r][g].q + 32 * c));
+      for (int c = 4 * half; c < 4 * half + 4; c += 2) {
+        __m256i w0[R], w1[R];
+        for (int r = 0; r < R; ++r) {
+          w0[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[r][g].q + 32 * c));
+          w1[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[r][g].q + 32 * (c + 1)));
+        }
         for (int t = 0; t < T; ++t) {
-          const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[t][g].q + 32 * c));
-          for (int r = 0; r < R; ++r)
-            isum[r][t] = _mm256_add_epi32(isum[r][t], _mm256_madd_epi16(_mm256_maddubs_epi16(wv[r], xv), ones));
+          const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[t][g].q + 32 * c));
+          const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[t][g].q + 32 * (c + 1)));
+          for (int r = 0; r < R; ++r) {
+            const __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(w0[r], x0), _mm256_maddubs_epi16(w1[r], x1));
+            isum[r][t] = _mm256_add_epi32(isum[r][t], _mm256_madd_epi16(s16, ones));
+          }
         }
       }
       for (int r = 0; r < R; ++r) {
         const __m256 ws = _mm256_loadu_ps(half ? w[r][g].scale_hi : w[r][g].scale);
         for (int t = 0; t < T; ++t)
-          acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][t]), _mm256_mul_ps(ws, _mm256_loadu_ps(x[t][g].d)), acc[r][t]);
+          _mm256_store_ps(acc[r][t], _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][t]), _mm256_mul_ps(ws, _mm256_loadu_ps(x[t][g].d)),
+                                                     _mm256_load_ps(acc[r][t])));
       }
     }
   }
   for (int r = 0; r < R; ++r)
-    for (int t = 0; t < T; ++t) y[t * ldy + r] = hsum(acc[r][t]) + (bias ? bias[r] : 0.0f);
+    for (int t = 0; t < T; ++t) y[t * ldy + r] = hsum(_mm256_load_ps(acc[r][t])) + (bias ? bias[r] : 0.0f);
 }
 
 void gemm_q6_interleaved(const MatMulArgs& a) {
