@@ -39,6 +39,11 @@
 #define FP_VNNI_FEATURES {"avx2", "fma", "f16c", "avx512f", "avx512vl", "avx512bw", "avx512_vnni"}
 #define FP_VNNI_PRIORITY 200
 #endif
+// Weight rows per prefill tile (gemm_interleaved_vnni): 4 x 4 tokens fits AVX-512's 32 vector
+// registers; AVX-VNNI has 16 and sets 3 (matmul_avxvnni.cpp).
+#ifndef FP_VNNI_TILE_ROWS
+#define FP_VNNI_TILE_ROWS 4
+#endif
 
 namespace fp {
 namespace {
@@ -472,7 +477,7 @@ void gemv_iq4_x8_as(const MatMulArgs& a) {
 void gemm_interleaved_vnni(const MatMulArgs& a) {
   const DType t = a.w->dtype;
   const bool unsigned_w = t != DType::Q8_0, mins = cpu::packed_has_mins(t);
-  cpu::gemm_interleaved(a, 4, 4, [&](int R, int T, const cpu::PackedW* const* w, const cpu::PackedX* const* x, int64_t groups,
+  cpu::gemm_interleaved(a, FP_VNNI_TILE_ROWS, 4, [&](int R, int T, const cpu::PackedW* const* w, const cpu::PackedX* const* x, int64_t groups,
                                   float* y, int64_t ldy, const float* bias) {
     if (!unsigned_w) tile_dispatch<false, false>(R, T, w, x, groups, y, ldy, bias);
     else if (mins) tile_dispatch<true, true>(R, T, w, x, groups, y, ldy, bias);
