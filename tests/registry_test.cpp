@@ -1,10 +1,17 @@
 // tests/registry_test.cpp — dispatch order, refusal reasons, forcing, and the ledger.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
 #include <string>
+#include <thread>
 
 #include "kernels/ledger.h"
 #include "kernels/registry.h"
+#include "kernels/timed_choice.h"
 
 namespace fp {
 namespace {
@@ -95,6 +102,129 @@ TEST(Registry, ProfilingAccumulatesTime) {
   ASSERT_TRUE(find_entry(es, "w=8"));
   EXPECT_EQ(find_entry(es, "w=8")->calls, 3u);
   EXPECT_NE(Ledger::global().summary_line().find("toy=fast"), std::string::npos);
+}
+
+
+// A second private op for timed choices: "panels" (timed, ranked first) sleeps when `slow_panels`,
+// "tiles" when not, so which one is faster is set by the call; "picky" ranks between them and
+// refuses every call; runs[] counts each kernel's runs.
+struct TimedToyArgs {
+  static constexpr const char* kName = "toy_timed";
+  bool slow_panels = true;
+  int* ran = nullptr;   // 1 panels, 2 tiles
+  int* runs = nullptr;  // [3]: ref, panels, tiles
+  std::string shape_class() const { return slow_panels ? "slow panels" : "fast panels"; }
+};
+
+void nap(const TimedToyArgs& a, bool slow) {
+  if (slow) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+}
+
+const bool timed_toy_registered = [] {
+  register_kernel(Kernel<TimedToyArgs>{"ref", Backend::CPU, 0, true, nullptr, [](const TimedToyArgs& a) {
+                                         *a.ran = 0, ++a.runs[0];
+                                       }});
+  register_kernel(Kernel<TimedToyArgs>{"tiles", Backend::CPU, 10, false, nullptr, [](const TimedToyArgs& a) {
+                                         nap(a, !a.slow_panels), *a.ran = 2, ++a.runs[2];
+                                       }});
+  register_kernel(Kernel<TimedToyArgs>{"picky", Backend::CPU, 15, false,
+                                       [](const TimedToyArgs&) { return std::string("never runs"); }, nullptr});
+  Kernel<TimedToyArgs> panels{"panels", Backend::CPU, 20, false, nullptr, [](const TimedToyArgs& a) {
+                                nap(a, a.slow_panels), *a.ran = 1, ++a.runs[1];
+                              }};
+  panels.timed = true;
+  register_kernel(panels);
+  return true;
+}();
+
+// The timed choices go to a file of this test's own, away from other test processes, removed
+// (and XDG_CACHE_HOME restored) at the end.
+class PrivateChoiceFile {
+ public:
+  PrivateChoiceFile() {
+    if (const char* old = std::getenv("XDG_CACHE_HOME")) old_ = old, had_ = true;
+    std::filesystem::create_directories(dir_);
+    ::setenv("XDG_CACHE_HOME", dir_.c_str(), 1);
+  }
+  ~PrivateChoiceFile() {
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+    if (had_) ::setenv("XDG_CACHE_HOME", old_.c_str(), 1);
+    else ::unsetenv("XDG_CACHE_HOME");
+  }
+ private:
+  std::string dir_ = (std::filesystem::temp_directory_path() / ("fp-registry-test-" + std::to_string(::getpid()))).string();
+  std::string old_;
+  bool had_ = false;
+};
+
+const LedgerEntry* find_timed(const std::string& cls) {
+  static std::vector<LedgerEntry> es;
+  es = Ledger::global().snapshot();
+  for (auto& e : es)
+    if (e.op == "toy_timed" && e.shape_class == cls) return &e;
+  return nullptr;
+}
+
+TEST(Registry, TimedKernelRacesItsRivalOnceAndTheFasterOneStays) {
+  PrivateChoiceFile file;
+  Ledger::global().reset();
+  int ran = -1, runs[3] = {0, 0, 0};
+  dispatch(TimedToyArgs{true, &ran, runs});
+  EXPECT_EQ(ran, 2) << "the slow timed kernel lost: the rival's output is the call's";
+  EXPECT_EQ(runs[1], 2) << "the timed kernel ran twice";
+  EXPECT_EQ(runs[2], 2) << "the rival ran twice, the second time last (its output stays)";
+  dispatch(TimedToyArgs{true, &ran, runs});
+  EXPECT_EQ(runs[1], 2) << "decided: no more timing";
+  EXPECT_EQ(runs[2], 3);
+  const LedgerEntry* e = find_timed("slow panels");
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->kernel, "tiles");
+  EXPECT_EQ(e->calls, 2u);
+  EXPECT_NE(e->timing.find("tiles"), std::string::npos) << e->timing;
+  EXPECT_NE(e->timing.find("timed in this run"), std::string::npos) << e->timing;
+  ASSERT_EQ(e->refused.size(), 2u) << "panels lost, and picky ranks above the winner now (best ranked first)";
+  EXPECT_EQ(e->refused[0].first, "panels");
+  EXPECT_NE(e->refused[0].second.find("slower"), std::string::npos);
+  EXPECT_EQ(e->refused[1].first, "picky");
+  EXPECT_FALSE(e->fallback());
+  EXPECT_NE(Ledger::global().table().find("chosen by timing"), std::string::npos);
+
+  // Where the timed kernel is faster it keeps its rank; picky, ranked below it, is not listed.
+  dispatch(TimedToyArgs{false, &ran, runs});
+  EXPECT_EQ(ran, 1) << "the winner ran once more after the rival, for the output";
+  EXPECT_EQ(runs[1], 2 + 3);
+  e = find_timed("fast panels");
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->kernel, "panels");
+  ASSERT_EQ(e->refused.size(), 1u);
+  EXPECT_EQ(e->refused[0].first, "tiles");
+
+  // A later process (here: forgotten decisions) takes the stored choice without timing.
+  Ledger::global().reset();
+  const int panels_runs = runs[1];
+  dispatch(TimedToyArgs{true, &ran, runs});
+  EXPECT_EQ(ran, 2);
+  EXPECT_EQ(runs[1], panels_runs) << "the stored choice needs no timing";
+  e = find_timed("slow panels");
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->kernel, "tiles");
+  EXPECT_NE(e->timing.find("stored in"), std::string::npos) << e->timing;
+
+  // --kernel decides outright: no timing, no rival.
+  KernelOverrides::global().force("toy_timed", "panels");
+  dispatch(TimedToyArgs{true, &ran, runs});
+  EXPECT_EQ(ran, 1);
+  EXPECT_TRUE(find_timed("slow panels")->forced);
+  EXPECT_TRUE(find_timed("slow panels")->timing.empty());
+  KernelOverrides::global().clear();
+
+  // Forgotten on disk too: timed again.
+  forget_timed_choices();
+  Ledger::global().reset();
+  dispatch(TimedToyArgs{true, &ran, runs});
+  EXPECT_EQ(runs[1], panels_runs + 1 + 2);
+  EXPECT_NE(find_timed("slow panels")->timing.find("timed in this run"), std::string::npos);
 }
 
 }  // namespace

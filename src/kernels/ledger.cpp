@@ -86,6 +86,7 @@ std::string Ledger::table() const {
     if (e.nanos > 0) os << e.nanos / 1e6;
     else os << "-";  // not profiled (--profile)
     os << "  " << status << "\n";
+    if (!e.timing.empty()) os << "    chosen by timing: " << e.timing << "\n";
     for (auto& [k, why] : e.refused) os << "    refused " << k << ": " << why << "\n";
   }
   auto st = steps();
@@ -114,6 +115,7 @@ std::string Ledger::json() const {
     r["backend"] = e.backend;
     r["reference"] = e.reference;
     r["forced"] = e.forced;
+    if (!e.timing.empty()) r["timing"] = e.timing;
     r["fallback"] = e.fallback();
     r["calls"] = e.calls;
     r["time_ms"] = e.nanos / 1e6;

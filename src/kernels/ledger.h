@@ -17,6 +17,7 @@ struct LedgerEntry {
   std::string backend;      // "cpu", "cuda"
   bool reference = false;   // the chosen kernel is the plain reference
   bool forced = false;      // chosen by --kernel op=name
+  std::string timing;       // chosen by timing it against a rival (timed_choice.h): both times
   std::vector<std::pair<std::string, std::string>> refused;  // (kernel, reason), best first
   uint64_t calls = 0;
   uint64_t nanos = 0;  // only while profiling is on

@@ -7,6 +7,14 @@
 // decision per shape class, and records it in the ledger. Registration is one line beside the
 // kernel:  static const bool reg = register_kernel<RmsNormArgs>({...});
 //
+// Timed kernels: where the order of kernels depends on the CPU and not on its features
+// (timed_choice.h), the better ranked are marked `timed`. When a timed kernel accepts a call, it
+// and the candidates below it that accept it, down to the first one not timed, are raced on the
+// first call of the shape class (twice each: they must be idempotent, as every kernel that
+// writes its output and reads only its inputs is) and the fastest is cached like any decision;
+// the others are recorded as refused, and the times in the entry. The choice is kept per
+// machine, so later runs take it without timing. --kernel op=name still decides outright.
+//
 // Backends: a call runs on the calling thread's execution device (core/device.h,
 // current_device()); only that backend's kernels are candidates, and its decisions are cached
 // and recorded apart ("cuda: " before the shape class), so the ledger shows both sides.
@@ -22,6 +30,7 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "kernels/ledger.h"
+#include "kernels/timed_choice.h"
 
 namespace fp {
 
@@ -41,6 +50,8 @@ struct Kernel {
   bool reference = false;
   std::function<std::string(const Args&)> refuse;  // "" when the kernel can run the call
   std::function<void(const Args&)> run;
+  // Its lead over the next candidate that accepts a call is settled by timing both (above).
+  bool timed = false;
 };
 
 // Forced kernel choices (--kernel op=name), shared by all ops.
@@ -81,6 +92,7 @@ class OpRegistry {
   // Runs the call on the chosen kernel, recording it in the ledger.
   void call(const Args& args) {
     Decision d = decide(args);
+    if (!d.contenders.empty()) return contest(args, d);
     Ledger& ledger = Ledger::global();
     if (ledger.profiling()) {
       auto t0 = std::chrono::steady_clock::now();
@@ -107,7 +119,74 @@ class OpRegistry {
   struct Decision {
     const Kernel<Args>* kernel = nullptr;
     LedgerEntry* entry = nullptr;
+    // Until a timed choice is settled: the kernels to time, best ranked first (kernel is the
+    // first), and every kernel ranked from the first down to the last of them with its refusal
+    // ("" for the contenders), for the ledger once the winner is known.
+    std::vector<const Kernel<Args>*> contenders;
+    std::vector<std::pair<const Kernel<Args>*, std::string>> ranked;
+    std::string cls;
   };
+
+  static double run_ms(const Kernel<Args>& k, const Args& args) {
+    auto t0 = std::chrono::steady_clock::now();
+    k.run(args);
+    if (k.backend != Backend::CPU) device_memory(Device::CUDA).synchronize();
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  }
+
+  static std::vector<std::string> names(const std::vector<const Kernel<Args>*>& ks) {
+    std::vector<std::string> out;
+    for (auto* k : ks) out.push_back(k->name);
+    return out;
+  }
+
+  // Runs the call on every contender twice: worst ranked first in the first round (so the timed
+  // kernels do not pay for first touches alone), best ranked first in the second; the best time
+  // of each decides, and the call's output is the winner's (run once more if it did not run
+  // last). Outside the lock: a kernel may dispatch other ops.
+  void contest(const Args& args, Decision d) {
+    const size_t n = d.contenders.size();
+    std::vector<double> ms(n);
+    for (size_t i = n; i-- > 0;) ms[i] = run_ms(*d.contenders[i], args);
+    for (size_t i = 0; i < n; ++i) ms[i] = std::min(ms[i], run_ms(*d.contenders[i], args));
+    TimedChoice c;
+    for (size_t i = 0; i < n; ++i) c.times.emplace_back(d.contenders[i]->name, ms[i]);
+    std::stable_sort(c.times.begin(), c.times.end(), [](const auto& x, const auto& y) { return x.second < y.second; });
+    if (c.winner() != d.contenders[n - 1]->name)  // the output must be the kernel's every later call runs
+      for (auto* k : d.contenders)
+        if (k->name == c.winner()) k->run(args);
+    store_timed_choice(Args::kName, d.cls, c);
+    std::lock_guard<std::mutex> lock(mu_);
+    settle(d, c);
+    cache_[d.cls] = d;
+    ++d.entry->calls;
+    if (Ledger::global().profiling()) d.entry->nanos += static_cast<uint64_t>(c.times[0].second * 1e6);
+  }
+
+  // Records the timed choice in the decision and the ledger (under mu_): the kernels ranked
+  // above the winner are refused with their reasons, and every other contender as slower.
+  void settle(Decision& d, const TimedChoice& c) {
+    for (auto* k : d.contenders)
+      if (k->name == c.winner()) d.kernel = k;
+    bool above = true;
+    for (auto& [k, why] : d.ranked) {
+      if (k == d.kernel) {
+        above = false;
+        continue;
+      }
+      if (!why.empty()) {
+        if (above) d.entry->refused.emplace_back(k->name, why);
+      } else {
+        d.entry->refused.emplace_back(k->name, "slower on this machine (timed: see above)");
+      }
+    }
+    d.contenders.clear();
+    d.ranked.clear();
+    d.entry->timing = c.describe();
+    d.entry->kernel = d.kernel->name;
+    d.entry->backend = backend_name(d.kernel->backend);
+    d.entry->reference = d.kernel->reference;
+  }
 
   Decision decide(const Args& args) {
     const Backend backend = backend_of(current_device());
@@ -117,8 +196,10 @@ class OpRegistry {
     auto it = cache_.find(cls);
     if (it != cache_.end()) return it->second;
     Decision d;
+    d.cls = cls;
     LedgerEntry* e = Ledger::global().entry(Args::kName, cls);
     e->refused.clear();
+    e->timing.clear();
     const std::string* forced = KernelOverrides::global().forced(Args::kName);
     for (const auto& k : kernels_) {
       if (k.backend != backend) continue;  // another device's kernel: not a candidate here
@@ -126,12 +207,21 @@ class OpRegistry {
       std::string why = k.refuse ? k.refuse(args) : std::string();
       if (!why.empty()) {
         if (forced) fail("kernel ", Args::kName, "=", k.name, " was forced but cannot run ", cls, ": ", why);
-        e->refused.emplace_back(k.name, why);
+        if (d.kernel) d.ranked.emplace_back(&k, why);
+        else e->refused.emplace_back(k.name, why);
         continue;
       }
-      d.kernel = &k;
-      break;
+      if (!d.kernel) {
+        d.kernel = &k;
+        if (!k.timed || forced) break;
+      }
+      // A timed kernel: it and every candidate that accepts the call down to the first one
+      // that is not timed are raced.
+      d.contenders.push_back(&k);
+      d.ranked.emplace_back(&k, std::string());
+      if (d.contenders.size() > 1 && !k.timed) break;
     }
+    if (d.contenders.size() == 1) d.contenders.clear(), d.ranked.clear();  // no rival accepts the call
     if (!d.kernel) {
       if (forced)
         fail("kernel ", Args::kName, "=", *forced, " was forced but no ", backend_name(backend), " kernel of that name is registered");
@@ -144,6 +234,11 @@ class OpRegistry {
     e->reference = d.kernel->reference;
     e->forced = forced != nullptr;
     d.entry = e;
+    if (!d.contenders.empty()) {
+      std::optional<TimedChoice> stored = load_timed_choice(Args::kName, cls, names(d.contenders));
+      if (!stored) return d;  // the caller times them (contest) and caches the winner
+      settle(d, *stored);
+    }
     cache_[cls] = d;
     return d;
   }

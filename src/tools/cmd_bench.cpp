@@ -17,6 +17,7 @@
 #include "core/thread_pool.h"
 #include "kernels/cpu/ceiling.h"
 #include "kernels/ledger.h"
+#include "kernels/timed_choice.h"
 #include "engine/engine.h"
 #include "engine/followers.h"
 #include "parallel/collectives.h"
@@ -284,8 +285,10 @@ void add_bench(CLI::App& app) {
   cmd->add_option("-r,--reps", o->reps, "timed repetitions (median reported)")->check(CLI::Range(1, 1000));
   cmd->add_option("--warmup", o->warmup, "untimed warm-up runs")->check(CLI::Range(0, 100));
   cmd->add_flag("--json", o->json, "one JSON object on stdout");
-  cmd->add_flag("--recalibrate", o->recalibrate, "measure the machine's ceilings again instead of using the cache");
+  cmd->add_flag("--recalibrate", o->recalibrate,
+                "measure the machine's ceilings again instead of using the cache, and time the timed kernel choices again");
   cmd->callback([o] {
+    if (o->recalibrate) forget_timed_choices();
     auto model = load_with(o->common);
     if (o->requests > 0) {
       // Several ranks: rank 0 runs the engine, the others follow its steps.

@@ -464,7 +464,15 @@ std::string refuse_bf16(const MatMulArgs& a) {
   return {};
 }
 
-const bool registered = register_kernel(Kernel<MatMulArgs>{"avx512bf16", Backend::CPU, 210, false, refuse_bf16, matmul_bf16});
+// Timed against the next candidate (registry.h): whether the BF16 panels beat the integer tiles
+// on quantized prefill depends on the core, not on its features (1.4-1.6x faster on Zen 4,
+// 0.4-0.7x on Sapphire Rapids; bench/RESULTS.md), so the first call of each class times both.
+Kernel<MatMulArgs> bf16_kernel() {
+  Kernel<MatMulArgs> k{"avx512bf16", Backend::CPU, 210, false, refuse_bf16, matmul_bf16};
+  k.timed = true;
+  return k;
+}
+const bool registered = register_kernel(bf16_kernel());
 
 }  // namespace
 }  // namespace fp
