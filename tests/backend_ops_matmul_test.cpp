@@ -93,7 +93,7 @@ std::vector<MatMulCase> cases() {
 }
 
 TEST(BackendOps, MatMulEveryKernelAgainstItsReference) {
-  int checked = 0, bf16_checked = 0, bf16_quantized_checked = 0;
+  int checked = 0, bf16_checked = 0, bf16_quantized_checked = 0, amx_checked = 0, amx_quantized_checked = 0;
   for (const auto& c : cases()) {
     MatMulData d;
     std::function<MatMulArgs(std::vector<float>&)> make = [&](std::vector<float>& out) { return build(c, d, out); };
@@ -101,14 +101,20 @@ TEST(BackendOps, MatMulEveryKernelAgainstItsReference) {
     // integer dot products on 8-bit activations, as `ref_q8act` does; the AVX512-BF16 kernel
     // multiplies BF16 weights by activations rounded to BF16, as `ref_bf16act` does ...
     bool int_act = dtype_info(c.type).quantized;
-    const auto bf16_act = [](const Kernel<MatMulArgs>& k) { return k.name == "avx512bf16"; };
+    const auto bf16_act = [](const Kernel<MatMulArgs>& k) { return k.name == "avx512bf16" || k.name == "amxbf16"; };
+    const auto amx = [](const Kernel<MatMulArgs>& k) { return k.name == "amxbf16"; };
     checked += test::check_kernels<MatMulArgs>(label(c), make, int_act ? "ref_q8act" : "ref", 1e-4,
                                                [&](const Kernel<MatMulArgs>& k) { return !bf16_act(k); });
-    // ... and quantized weights beyond 256 tokens dequantized and rounded to BF16 the same way.
+    // ... and quantized weights beyond 256 tokens dequantized and rounded to BF16 the same way
+    // (the AMX kernel too: the same products, on tiles).
     if (c.type == DType::BF16 || (int_act && c.type != DType::F8_E4M3)) {
-      const int n = test::check_kernels<MatMulArgs>(label(c), make, "ref_bf16act", 1e-5, bf16_act);
+      const int n = test::check_kernels<MatMulArgs>(label(c), make, "ref_bf16act", 1e-5,
+                                                    [](const Kernel<MatMulArgs>& k) { return k.name == "avx512bf16"; });
       bf16_checked += n;
       if (int_act) bf16_quantized_checked += n;
+      const int m = test::check_kernels<MatMulArgs>(label(c), make, "ref_bf16act", 1e-5, amx);
+      amx_checked += m;
+      if (int_act) amx_quantized_checked += m;
     }
   }
   if (test::cpu_has_avx2()) {
@@ -117,6 +123,10 @@ TEST(BackendOps, MatMulEveryKernelAgainstItsReference) {
   if (cpu_features().missing({"avx512f", "avx512bw", "avx512vl", "avx512_bf16"}).empty()) {
     EXPECT_GT(bf16_checked, 0) << "the AVX512-BF16 kernel ran no case";
     EXPECT_GT(bf16_quantized_checked, 0) << "the AVX512-BF16 kernel ran no quantized case";
+  }
+  if (cpu_features().missing({"avx512f", "avx512bw", "avx512vl", "avx512_bf16", "amx_bf16"}).empty()) {
+    EXPECT_GT(amx_checked, 0) << "the AMX kernel ran no case";
+    EXPECT_GT(amx_quantized_checked, 0) << "the AMX kernel ran no quantized case";
   }
 }
 
@@ -175,7 +185,7 @@ TEST(BackendOps, RepackedWeightsMatchTheFileLayoutsReference) {
     Tensor pt = Tensor::view(packed.data(), packed_type, {c.out, c.in});
     for (auto& k : OpRegistry<MatMulArgs>::instance().kernels()) {
       if (k.name == "ref" || k.name == "ref_bf16act") continue;  // other activations than 8-bit ones
-      const bool bf16 = k.name == "avx512bf16";
+      const bool bf16 = k.name == "avx512bf16" || k.name == "amxbf16";
       for (int threads : {1, 2}) {
         set_num_threads(threads);
         std::vector<float> got(want.size(), NAN);
