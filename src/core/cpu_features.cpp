@@ -2,6 +2,10 @@
 #include "core/cpu_features.h"
 
 #include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
 
 #include <cstdlib>
 #include <cstring>
@@ -109,6 +113,15 @@ std::string CpuFeatures::describe() const {
   for (auto& [name, field] : feature_fields())
     if (this->*field) s += (s.empty() ? "" : " ") + name;
   return s;
+}
+
+const std::string& amx_tile_permission() {
+  static const std::string why = [] {
+    constexpr long kReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    if (syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureXtiledata) == 0) return std::string();
+    return std::string("the OS refused AMX tile state (arch_prctl ARCH_REQ_XCOMP_PERM: ") + std::strerror(errno) + ")";
+  }();
+  return why;
 }
 
 }  // namespace fp

@@ -19,6 +19,11 @@ struct CpuFeatures {
   bool has(const std::string& name) const;
 };
 
+// Linux hands a process the AMX tile state only on request (arch_prctl ARCH_REQ_XCOMP_PERM for
+// XFEATURE_XTILEDATA), once, for all its threads. Asks on the first call; "" when granted, else
+// why not (the AMX kernels refuse with it).
+const std::string& amx_tile_permission();
+
 const CpuFeatures& cpu_features();
 
 }  // namespace fp

@@ -363,11 +363,12 @@ void add_bench(CLI::App& app) {
       if (one_machine) {
         struct Figures {
           double read, fma, int8, bf16;
-          bool cached;
+          bool cached, bf16_amx;
         };
         const Figures f = on_rank0([&] {
           const MachineCeiling m = machine_ceiling(threads * ranks->size(), o->recalibrate);
-          return Figures{m.read_gbps, m.fma_gflops, m.int8_gops, m.bf16_gflops, m.cached};
+          return Figures{m.read_gbps, m.fma_gflops, m.int8_gops, m.bf16_gflops, m.cached,
+                         m.bf16_path.find("AMX") != std::string::npos};
         });
         ceil.cached = f.cached;
         ceil.cpu = cpu_features().brand.empty() ? "unknown CPU" : cpu_features().brand;
@@ -375,6 +376,7 @@ void add_bench(CLI::App& app) {
         ceil.fma_gflops = f.fma;
         ceil.int8_gops = f.int8;
         ceil.bf16_gflops = f.bf16;
+        ceil.bf16_path = f.bf16_amx ? "tdpbf16ps (AMX)" : "vdpbf16ps";
         ceil.threads = threads * ranks->size();
       } else {
         ceil = machine_ceiling(threads, o->recalibrate);
@@ -395,12 +397,17 @@ void add_bench(CLI::App& app) {
                   : ceil.describe();
     log_info("ceiling: ", machine);
     ModelCost cost = model_cost(*model);
-    // The compute roofline: integer-quantized matmuls run int8 dot products, BF16 ones BF16 dot
-    // products where the CPU has them (the avx512bf16 kernel), other float ones FMAs; attention
-    // is float.
-    const bool bf16_rate = !on_device && cost.bf16_matmuls && ceil.bf16_gflops > 0;
-    const double matmul_rate =
-        (cost.integer_matmuls ? ceil.int8_gops : bf16_rate ? ceil.bf16_gflops : ceil.fma_gflops) * 1e9;
+    // The compute roofline: integer-quantized matmuls run int8 dot products, or BF16 ones where
+    // the CPU's BF16 path is faster (AMX: the amxbf16 kernel takes quantized prefill), BF16
+    // matmuls BF16 dot products where the CPU has them (avx512bf16, amxbf16), other float ones
+    // FMAs; attention is float.
+    const bool bf16_rate = !on_device && ceil.bf16_gflops > 0 &&
+                           (cost.integer_matmuls ? ceil.bf16_gflops > ceil.int8_gops : cost.bf16_matmuls);
+    const double matmul_rate = (bf16_rate ? ceil.bf16_gflops : cost.integer_matmuls ? ceil.int8_gops : ceil.fma_gflops) * 1e9;
+    const std::string rate_name = on_device ? "bf16 cuBLAS"
+                                  : bf16_rate ? (ceil.bf16_path.find("AMX") != std::string::npos ? "bf16 AMX" : "bf16 dot")
+                                  : cost.integer_matmuls ? "int8 dot"
+                                                         : "f32 FMA";
     auto compute_seconds = [&](double matmul_flops, double attn_flops) {
       return matmul_flops / matmul_rate + attn_flops / (ceil.fma_gflops * 1e9);
     };
@@ -517,8 +524,7 @@ void add_bench(CLI::App& app) {
       std::printf("%-12s %12.2f %8.2f - %-8.2f %14.2f %9.1f%%  %.1f GFLOP/s (%s peak %.1f)\n", ("prefill " + std::to_string(o->prompt)).c_str(),
                   j["prefill_tps"].get<double>(), j["prefill_tps_min"].get<double>(), j["prefill_tps_max"].get<double>(),
                   j["prefill_ceiling_tps"].get<double>(), 100 * j["prefill_ceiling_fraction"].get<double>(),
-                  j["prefill_gflops"].get<double>(), on_device ? "bf16 cuBLAS" : cost.integer_matmuls ? "int8 dot" : bf16_rate ? "bf16 dot" : "f32 FMA",
-                  matmul_rate / 1e9);
+                  j["prefill_gflops"].get<double>(), rate_name.c_str(), matmul_rate / 1e9);
     if (j.contains("decode_tps"))
       std::printf("%-12s %12.2f %8.2f - %-8.2f %14.2f %9.1f%%  %.1f GB/s of %.1f\n", ("decode " + std::to_string(o->gen)).c_str(),
                   j["decode_tps"].get<double>(), j["decode_tps_min"].get<double>(), j["decode_tps_max"].get<double>(),

@@ -177,6 +177,45 @@ FP_PROBE __attribute__((target("avx512f,avx512bf16"))) double bf16_loop(int64_t 
   return sum;
 }
 
+// AMX TDPBF16PS: 16 x 16 f32 sums += 16 x 32 BF16 by 32 x 16 BF16 (16384 flops), four
+// independent sum tiles per step as the amxbf16 kernel keeps them. One step stands for 16 of
+// measure_peak's iterations (a step takes ~16 cycles per tile where a vector loop's takes ~8).
+struct AmxProbeConfig {
+  uint8_t palette = 1, start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {64, 64, 64, 64, 64, 64, 64, 64};
+  uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
+};
+alignas(64) constexpr AmxProbeConfig kAmxProbeConfig{};  // in memory: see matmul_bf16.cpp's kTileConfig
+constexpr int64_t kAmxItersPerStep = 16;
+
+FP_PROBE __attribute__((target("amx-tile,amx-bf16"))) double amx_bf16_loop(int64_t iters) {
+  alignas(64) uint32_t a[16 * 16], b[16 * 16];  // BF16 pairs (1.0, 1.0) and (1e-7, 1e-7), as bf16_loop
+  for (int i = 0; i < 16 * 16; ++i) a[i] = 0x3f803f80u, b[i] = 0x33d633d6u;
+  alignas(64) float out[16 * 16];
+  asm volatile("" ::: "memory");  // the tile loads below read a and b (GCC does not see it)
+  _tile_loadconfig(&kAmxProbeConfig);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  _tile_loadd(4, a, 64);
+  _tile_loadd(5, a, 64);
+  _tile_loadd(6, b, 64);
+  _tile_loadd(7, b, 64);
+  for (int64_t it = 0; it < iters / kAmxItersPerStep; ++it) {
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  asm volatile("" ::: "memory");
+  _tile_stored(0, out, 64);
+  asm volatile("" ::: "memory");
+  _tile_release();
+  return out[0];
+}
+
 template <class Loop>
 double measure_peak(Loop loop, double ops_per_iter) {
   const int threads = thread_pool().size();
@@ -214,7 +253,7 @@ std::string MachineCeiling::describe() const {
   os << cpu << ", " << threads << " threads: read " << read_gbps << " GB/s, f32 FMA " << fma_gflops << " GFLOP/s, int8 dot "
      << int8_gops << " GOP/s";
   if (!int8_path.empty()) os << " (" << int8_path << ")";
-  if (bf16_gflops > 0) os << ", bf16 dot " << bf16_gflops << " GFLOP/s";
+  if (bf16_gflops > 0) os << ", bf16 dot " << bf16_gflops << " GFLOP/s (" << bf16_path << ")";
   os << (cached ? " (cached calibration)" : " (measured now)");
   return os.str();
 }
@@ -238,7 +277,8 @@ MachineCeiling machine_ceiling(int threads, bool recalibrate) {
     c.fma_gflops = e.value("fma_gflops", 0.0);
     c.int8_gops = e.value("int8_peak_gops", 0.0);  // older keys hold probes that understated it
     c.int8_path = e.value("int8_path", std::string());
-    c.bf16_gflops = e.value("bf16_gflops", 0.0);
+    c.bf16_gflops = e.value("bf16_peak_gflops", 0.0);  // older keys lack the AMX probe
+    c.bf16_path = e.value("bf16_path", std::string());
     const bool bf16 = cpu_features().missing({"avx512f", "avx512_bf16"}).empty();
     c.cached = c.read_gbps > 0 && c.fma_gflops > 0 && c.int8_gops > 0 && (c.bf16_gflops > 0 || !bf16);  // older caches lack some
     if (c.cached) return c;
@@ -259,9 +299,16 @@ MachineCeiling machine_ceiling(int threads, bool recalibrate) {
     const double g = measure_peak(avx512vnni_loop, 16 * 64 * 2);
     if (g > c.int8_gops) c.int8_gops = g, c.int8_path = "vpdpbusd zmm";
   }
-  if (cpu_features().missing({"avx512f", "avx512_bf16"}).empty()) c.bf16_gflops = measure_peak(bf16_loop, 16 * 16 * 2 * 2);
-  cache[key] = {{"read_gbps", c.read_gbps},     {"fma_gflops", c.fma_gflops},   {"int8_peak_gops", c.int8_gops},
-                {"int8_path", c.int8_path},     {"bf16_gflops", c.bf16_gflops}};
+  if (cpu_features().missing({"avx512f", "avx512_bf16"}).empty()) {
+    c.bf16_gflops = measure_peak(bf16_loop, 16 * 16 * 2 * 2);
+    c.bf16_path = "vdpbf16ps";
+  }
+  if (cpu_features().missing({"amx_bf16"}).empty() && amx_tile_permission().empty()) {
+    const double g = measure_peak(amx_bf16_loop, 4.0 * 16 * 16 * 32 * 2 / kAmxItersPerStep);
+    if (g > c.bf16_gflops) c.bf16_gflops = g, c.bf16_path = "tdpbf16ps (AMX)";
+  }
+  cache[key] = {{"read_gbps", c.read_gbps},     {"fma_gflops", c.fma_gflops},       {"int8_peak_gops", c.int8_gops},
+                {"int8_path", c.int8_path},     {"bf16_peak_gflops", c.bf16_gflops}, {"bf16_path", c.bf16_path}};
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(cache_path()).parent_path(), ec);
   std::ofstream(cache_path()) << cache.dump(2) << "\n";

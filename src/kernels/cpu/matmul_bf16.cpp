@@ -20,11 +20,7 @@
 // two BF16 values of row r at columns 2p, 2p+1), so one zmm load holds 16 rows' pair p. The
 // micro-kernel keeps 8 tokens x 32 rows of f32 sums in 16 zmm registers; per pair it loads the
 // panel's two vectors and multiplies each with every token's pair broadcast from memory.
-#include <sys/syscall.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 #include <vector>
 
@@ -462,17 +458,6 @@ void matmul_bf16(const MatMulArgs& a) {
 }
 
 // ---- AMX: the packed panels through tile matrix multiplies ----
-// Linux grants a process the AMX tile state only on request (arch_prctl ARCH_REQ_XCOMP_PERM for
-// XFEATURE_XTILEDATA), once, for every thread. "" when granted, else why not.
-const std::string& amx_permission() {
-  static const std::string why = [] {
-    constexpr long kReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
-    if (syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureXtiledata) == 0) return std::string();
-    return std::string("the OS refused AMX tile state (arch_prctl ARCH_REQ_XCOMP_PERM: ") + std::strerror(errno) + ")";
-  }();
-  return why;
-}
-
 // Tiles 0-3: the 2 x 2 blocks of 16 tokens x 16 rows of f32 sums; 4-5: 16 tokens x 32 BF16
 // activations; 6-7: 16 pairs x 16 rows of the panel. Every tile 16 rows of 64 bytes.
 struct TileConfig {
@@ -631,7 +616,7 @@ const bool registered = register_kernel(bf16_kernel());
 std::string refuse_amx(const MatMulArgs& a) {
   std::string cpu = cpu_features().missing({"avx512f", "avx512bw", "avx512vl", "avx512_bf16", "amx_bf16"});
   if (!cpu.empty()) return cpu;
-  if (!amx_permission().empty()) return amx_permission();
+  if (!amx_tile_permission().empty()) return amx_tile_permission();
   if (a.n <= kFewTokens) return "up to 32 tokens: the AVX512-BF16 dot tiles (a 32-token AMX block would be mostly padding)";
   return refuse_bf16(a);
 }
