@@ -319,13 +319,13 @@ void quantized_row_to_bf16(const Tensor& w, int64_t o, int64_t k0, int64_t kc, u
 }
 
 // The panel of rows [o0, o0 + rows) x columns [k0, k0 + kc) of quantized weights, through BF16
-// rows in scratch ([32][kKC] values) and pack_rows.
+// rows in scratch ([32][kc] values) and pack_rows.
 void pack_panel_quantized(const Tensor& w, int64_t o0, int64_t rows, int64_t k0, int64_t kc, uint32_t* dst, float* f32,
                           uint16_t* bf16) {
   const uint16_t* row_ptrs[kNR] = {};
   for (int64_t r = 0; r < rows; ++r) {
-    quantized_row_to_bf16(w, o0 + r, k0, kc, bf16 + r * kKC, f32);
-    row_ptrs[r] = bf16 + r * kKC;
+    quantized_row_to_bf16(w, o0 + r, k0, kc, bf16 + r * kc, f32);
+    row_ptrs[r] = bf16 + r * kc;
   }
   pack_rows(row_ptrs, kc / 2, dst);
 }
@@ -480,16 +480,20 @@ FP_AMX void amx_configure() { _tile_loadconfig(&kTileConfig); }
 
 constexpr int64_t kAmxTokens = 32;  // tokens per block: two A tiles
 constexpr int64_t kAmxPairs = 16;   // pairs per tile step: a B tile's rows
+#ifndef FP_AMX_KC
+#define FP_AMX_KC 4096
+#endif
+constexpr int64_t kAmxKC = FP_AMX_KC;  // K chunk: a 32-token block and a panel, 16 KiB each, in L1 together
 
-// c[t][r] for 32 tokens x 32 rows (row stride ldc floats) = c (+ bias when `init`: first chunk)
-// + x[t] . panel over `steps` x 16 pairs; x rows ldx words apart, the panel's 32 words per pair.
-FP_AMX void amx_block(const uint32_t* x, int64_t ldx, const uint32_t* pack, int64_t steps, float* c, int64_t ldc,
-                      const float* init) {
+// c[t][r] for 32 tokens x 32 rows (row stride ldc floats) = c (or the bias rows `init`, on the
+// first chunk) + x[t] . panel over `steps` x 16 pairs. x holds, per step, the 32 tokens' 16
+// pairs in a row (2 KiB: both A tiles, contiguous); the panel 32 words per pair.
+FP_AMX void amx_block(const uint32_t* x, const uint32_t* pack, int64_t steps, float* c, int64_t ldc, const float* init) {
   // GCC's tile load and store intrinsics are asm statements that do not name the memory they
   // read and write: the barriers keep every store to the operands before them, every read of
   // the sums after.
   asm volatile("" ::: "memory");
-  const int64_t sc = ldc * 4, sx = ldx * 4;
+  const int64_t sc = ldc * 4;
   if (init) {  // 16 copies of the bias row (or zeros), stride 32 floats
     _tile_loadd(0, init, 128);
     _tile_loadd(1, init + 16, 128);
@@ -502,10 +506,10 @@ FP_AMX void amx_block(const uint32_t* x, int64_t ldx, const uint32_t* pack, int6
     _tile_loadd(3, c + 16 * ldc + 16, sc);
   }
   for (int64_t s = 0; s < steps; ++s) {
-    const uint32_t* xs = x + s * kAmxPairs;
+    const uint32_t* xs = x + s * kAmxTokens * kAmxPairs;
     const uint32_t* ps = pack + s * kAmxPairs * kNR;
-    _tile_loadd(4, xs, sx);
-    _tile_loadd(5, xs + 16 * ldx, sx);
+    _tile_loadd(4, xs, kAmxPairs * 4);
+    _tile_loadd(5, xs + 16 * kAmxPairs, kAmxPairs * 4);
     _tile_loadd(6, ps, kNR * 4);
     _tile_loadd(7, ps + 16, kNR * 4);
     _tile_dpbf16ps(0, 4, 6);
@@ -522,65 +526,76 @@ FP_AMX void amx_block(const uint32_t* x, int64_t ldx, const uint32_t* pack, int6
 
 FP_AMX void amx_release() { _tile_release(); }
 
-// As matmul_bf16's panel path, with the activations' rows padded to whole tiles: tokens to a
-// multiple of 32 and pairs to a multiple of 16 (zeros, as are the panels' pad pairs), so that
-// every tile is whole. A block of sums that is not (the last tokens, the last rows) goes
-// through a 32 x 32 scratch block.
+// As matmul_bf16's panel path, with the activations laid out as the A tiles read them: per
+// block of 32 tokens and step of 16 pairs, the 32 rows of 64 bytes in a row (tokens padded to a
+// multiple of 32 and pairs to a multiple of 16 with zeros, as are the panels' pad pairs, so
+// that every tile is whole). Rows of a token-major matrix K values apart fell in few L1 sets
+// and left the tile loads waiting. A block of sums that is not whole (the last tokens, the last
+// rows) goes through a 32 x 32 scratch block.
 void matmul_amx(const MatMulArgs& a) {
   if (a.n <= 0) return;
   const Tensor& w = *a.w;
   const int64_t K = w.cols(), out = w.rows(), words = (K + 1) / 2;
-  const int64_t ldx = (words + kAmxPairs - 1) / kAmxPairs * kAmxPairs;
-  const int64_t n_pad = (a.n + kAmxTokens - 1) / kAmxTokens * kAmxTokens;
-  std::vector<uint32_t> xb(static_cast<size_t>(n_pad * ldx), 0);
+  const int64_t all_steps = (words + kAmxPairs - 1) / kAmxPairs;
+  const int64_t blocks = (a.n + kAmxTokens - 1) / kAmxTokens;
+  const int64_t block_words = all_steps * kAmxTokens * kAmxPairs;  // one token block, every step
+  std::vector<uint32_t> xb(static_cast<size_t>(blocks * block_words), 0);
   thread_pool().parallel_for(a.n, 1, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) round_row(a.x + i * K, K, reinterpret_cast<uint16_t*>(xb.data() + i * ldx));
+    std::vector<uint32_t> row(static_cast<size_t>(all_steps * kAmxPairs), 0);
+    for (int64_t i = i0; i < i1; ++i) {
+      round_row(a.x + i * K, K, reinterpret_cast<uint16_t*>(row.data()));
+      uint32_t* dst = xb.data() + (i / kAmxTokens) * block_words + (i % kAmxTokens) * kAmxPairs;
+      for (int64_t s = 0; s < all_steps; ++s)
+        std::memcpy(dst + s * kAmxTokens * kAmxPairs, row.data() + s * kAmxPairs, kAmxPairs * 4);
+    }
   });
   const auto* wd = static_cast<const uint16_t*>(w.data);
   const bool quantized = w.dtype != DType::BF16;
   const int64_t group_rows = kNR * kPanels, groups = (out + group_rows - 1) / group_rows;
   thread_pool().parallel_for(groups, 1, [&](int64_t g0, int64_t g1) {
     amx_configure();  // the tile configuration is each thread's own
-    std::vector<uint32_t> pack(static_cast<size_t>(kPanels * (kKC / 2) * kNR));
-    std::vector<float> f32(quantized ? static_cast<size_t>(kKC) : 0);
-    std::vector<uint16_t> bf16(quantized ? static_cast<size_t>(kNR * kKC) : 0);
+    std::vector<uint32_t> pack(static_cast<size_t>(kPanels * (kAmxKC / 2) * kNR));
+    std::vector<float> f32(quantized ? static_cast<size_t>(kAmxKC) : 0);
+    std::vector<uint16_t> bf16(quantized ? static_cast<size_t>(kNR * kAmxKC) : 0);
     alignas(64) float init[16 * kNR];  // 16 copies of the bias row (first chunk)
     alignas(64) float scratch[kAmxTokens * kNR];
     for (int64_t g = g0; g < g1; ++g) {
       const int64_t o_begin = g * group_rows, o_end = std::min(out, o_begin + group_rows);
       const int64_t panels = (o_end - o_begin + kNR - 1) / kNR;
-      for (int64_t k0 = 0; k0 < K; k0 += kKC) {
-        const int64_t kc = std::min(kKC, K - k0), pairs = (kc + 1) / 2;
+      for (int64_t k0 = 0; k0 < K; k0 += kAmxKC) {
+        const int64_t kc = std::min(kAmxKC, K - k0), pairs = (kc + 1) / 2;
         const int64_t steps = (pairs + kAmxPairs - 1) / kAmxPairs;
         for (int64_t p = 0; p < panels; ++p) {
           const int64_t o0 = o_begin + p * kNR;
-          uint32_t* dst = pack.data() + p * (kKC / 2) * kNR;
+          uint32_t* dst = pack.data() + p * (kAmxKC / 2) * kNR;
           if (quantized)
             pack_panel_quantized(w, o0, std::min(kNR, o_end - o0), k0, kc, dst, f32.data(), bf16.data());
           else
             pack_panel(wd, K, o0, std::min(kNR, o_end - o0), k0, kc, dst);
           std::memset(dst + pairs * kNR, 0, static_cast<size_t>((steps * kAmxPairs - pairs) * kNR) * 4);
         }
-        for (int64_t p = 0; p < panels; ++p) {
-          const int64_t o0 = o_begin + p * kNR, cols = std::min(kNR, o_end - o0);
-          const float* first = nullptr;
-          if (k0 == 0) {
-            for (int64_t r = 0; r < 16; ++r)
-              for (int64_t col = 0; col < kNR; ++col) init[r * kNR + col] = a.bias && col < cols ? a.bias[o0 + col] : 0.0f;
-            first = init;
-          }
-          for (int64_t i0 = 0; i0 < a.n; i0 += kAmxTokens) {
-            const int64_t rows = std::min(kAmxTokens, a.n - i0);
-            const uint32_t* xs = xb.data() + i0 * ldx + k0 / 2;
-            const uint32_t* ps = pack.data() + p * (kKC / 2) * kNR;
+        // Token blocks outer: a block's activations (32 tokens x the chunk) serve every panel
+        // of the group from L2 before the next block's are read.
+        for (int64_t i0 = 0; i0 < a.n; i0 += kAmxTokens) {
+          const int64_t rows = std::min(kAmxTokens, a.n - i0);
+          const uint32_t* xs = xb.data() + (i0 / kAmxTokens) * block_words + (k0 / 2 / kAmxPairs) * kAmxTokens * kAmxPairs;
+          for (int64_t p = 0; p < panels; ++p) {
+            const int64_t o0 = o_begin + p * kNR, cols = std::min(kNR, o_end - o0);
+            const float* first = nullptr;
+            if (k0 == 0) {
+              for (int64_t r = 0; r < 16; ++r)
+                for (int64_t col = 0; col < kNR; ++col) init[r * kNR + col] = a.bias && col < cols ? a.bias[o0 + col] : 0.0f;
+              first = init;
+            }
+            const uint32_t* ps = pack.data() + p * (kAmxKC / 2) * kNR;
             float* y = a.y + i0 * out + o0;
             if (rows == kAmxTokens && cols == kNR) {
-              amx_block(xs, ldx, ps, steps, y, out, first);
+              amx_block(xs, ps, steps, y, out, first);
               continue;
             }
             if (!first)
               for (int64_t t = 0; t < rows; ++t) std::memcpy(scratch + t * kNR, y + t * out, static_cast<size_t>(cols) * 4);
-            amx_block(xs, ldx, ps, steps, scratch, kNR, first);
+            amx_block(xs, ps, steps, scratch, kNR, first);
             for (int64_t t = 0; t < rows; ++t) std::memcpy(y + t * out, scratch + t * kNR, static_cast<size_t>(cols) * 4);
           }
         }
