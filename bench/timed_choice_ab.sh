@@ -8,7 +8,7 @@
 # winner of every prefill (gemm) class it contends in. Run a model once normally first, so that
 # the file holds its classes.
 #
-#   bench/timed_choice_ab.sh MODEL[,MODEL...] KERNEL[,KERNEL...] [ROUNDS] [extra bench args]
+#   [PROMPT=512] bench/timed_choice_ab.sh MODEL[,MODEL...] KERNEL[,KERNEL...] [ROUNDS] [extra bench args]
 #   e.g. bench/timed_choice_ab.sh /work/models/llama1b-q4_0.gguf avx512bf16,avx512vnni,amxbf16 3
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,7 +37,7 @@ done
 for r in $(seq 1 "$rounds"); do
   for m in "${M[@]}"; do
     for k in "${K[@]}"; do
-      tps=$(XDG_CACHE_HOME="$work/$k" build/fastpath bench -q -m "$m" -p 512 -n 0 -r 3 "$@" 2>/dev/null | awk '/^prefill/ {print $3}')
+      tps=$(XDG_CACHE_HOME="$work/$k" build/fastpath bench -q -m "$m" -p "${PROMPT:-512}" -n 0 -r 3 "$@" 2>/dev/null | awk '/^prefill/ {print $3}')
       echo "round $r  $(basename "$m")  $k  prefill ${tps:-failed} tok/s"
     done
   done

@@ -8,10 +8,18 @@ std::string EmbeddingArgs::shape_class() const { return std::string("table=") + 
 
 std::string MatMulArgs::shape_class() const {
   // Kernels switch paths at 4 tokens (CPU GEMV), 8 (CUDA GEMV), 32 (the CPU's AVX512-BF16
-  // kernel packs panels beyond it) and 256 (it takes quantized weights beyond that); the class
-  // follows, so a cached decision never meets a call on the other side of any of those lines.
+  // kernel packs panels beyond it, the AMX one starts) and 256 (the AVX512-BF16 one takes
+  // quantized weights beyond it); the class follows, so a cached decision never meets a call on
+  // the other side of any of those lines. 128 splits the range of a timed choice (AMX against
+  // the integer tiles): the lead changes with the token count, and a choice timed on a 40-token
+  // call should not decide for 250 tokens.
   std::string s = std::string("w=") + dtype_name(w->dtype) +
-                  (n <= 4 ? " gemv" : n <= 8 ? " gemv8" : n <= 32 ? " gemm32" : n <= 256 ? " gemm256" : " gemm");
+                  (n <= 4      ? " gemv"
+                   : n <= 8    ? " gemv8"
+                   : n <= 32   ? " gemm32"
+                   : n <= 128  ? " gemm128"
+                   : n <= 256  ? " gemm256"
+                               : " gemm");
   // The interleaved integer kernels need rows of whole 256-value groups; a model can mix such
   // rows with others of the same dtype (a 96- or 896-wide FFN), so they are a class of their own.
   if (dtype_info(w->dtype).quantized && w->cols() % 256 != 0) s += " k%256!=0";

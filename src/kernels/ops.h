@@ -32,7 +32,7 @@ struct MatMulArgs {
   // them; a fused rmsnorm writes it). Kernels that dot Q8_0/Q4_0 weights with 8-bit
   // activations use it instead of quantizing x again; the others ignore it.
   const BlockQ8_0* xq = nullptr;
-  std::string shape_class() const;  // weight dtype and gemv (n <= 4) / gemv8 (n <= 8) / gemm
+  std::string shape_class() const;  // weight dtype and gemv (n <= 4) / gemv8 / gemm32 / gemm128 / gemm256 / gemm
 };
 
 // out[n, d] = x / sqrt(mean(x^2) + eps) * weight; out may alias x. Rows of x and out lie `stride`
