@@ -91,8 +91,9 @@ class OpRegistry {
 
   // Runs the call on the chosen kernel, recording it in the ledger.
   void call(const Args& args) {
-    Decision d = decide(args);
-    if (!d.contenders.empty()) return contest(args, d);
+    Contest c;
+    Decision d = decide(args, c);
+    if (!c.contenders.empty()) return contest(args, d, c);
     Ledger& ledger = Ledger::global();
     if (ledger.profiling()) {
       auto t0 = std::chrono::steady_clock::now();
@@ -116,12 +117,14 @@ class OpRegistry {
  private:
   OpRegistry() { register_invalidator([this] { invalidate(); }); }
 
-  struct Decision {
+  struct Decision {  // what the cache keeps per shape class, copied on every call
     const Kernel<Args>* kernel = nullptr;
     LedgerEntry* entry = nullptr;
-    // Until a timed choice is settled: the kernels to time, best ranked first (kernel is the
-    // first), and every kernel ranked from the first down to the last of them with its refusal
-    // ("" for the contenders), for the ledger once the winner is known.
+  };
+  // A timed choice not settled yet: the kernels to time, best ranked first, and every kernel
+  // ranked from the first down to the last of them with its refusal ("" for the contenders),
+  // for the ledger once the winner is known.
+  struct Contest {
     std::vector<const Kernel<Args>*> contenders;
     std::vector<std::pair<const Kernel<Args>*, std::string>> ranked;
     std::string cls;
@@ -144,32 +147,32 @@ class OpRegistry {
   // kernels do not pay for first touches alone), best ranked first in the second; the best time
   // of each decides, and the call's output is the winner's (run once more if it did not run
   // last). Outside the lock: a kernel may dispatch other ops.
-  void contest(const Args& args, Decision d) {
-    const size_t n = d.contenders.size();
+  void contest(const Args& args, Decision d, Contest& c) {
+    const size_t n = c.contenders.size();
     std::vector<double> ms(n);
-    for (size_t i = n; i-- > 0;) ms[i] = run_ms(*d.contenders[i], args);
-    for (size_t i = 0; i < n; ++i) ms[i] = std::min(ms[i], run_ms(*d.contenders[i], args));
-    TimedChoice c;
-    for (size_t i = 0; i < n; ++i) c.times.emplace_back(d.contenders[i]->name, ms[i]);
-    std::stable_sort(c.times.begin(), c.times.end(), [](const auto& x, const auto& y) { return x.second < y.second; });
-    if (c.winner() != d.contenders[n - 1]->name)  // the output must be the kernel's every later call runs
-      for (auto* k : d.contenders)
-        if (k->name == c.winner()) k->run(args);
-    store_timed_choice(Args::kName, d.cls, c);
+    for (size_t i = n; i-- > 0;) ms[i] = run_ms(*c.contenders[i], args);
+    for (size_t i = 0; i < n; ++i) ms[i] = std::min(ms[i], run_ms(*c.contenders[i], args));
+    TimedChoice t;
+    for (size_t i = 0; i < n; ++i) t.times.emplace_back(c.contenders[i]->name, ms[i]);
+    std::stable_sort(t.times.begin(), t.times.end(), [](const auto& x, const auto& y) { return x.second < y.second; });
+    if (t.winner() != c.contenders[n - 1]->name)  // the output must be the kernel's every later call runs
+      for (auto* k : c.contenders)
+        if (k->name == t.winner()) k->run(args);
+    store_timed_choice(Args::kName, c.cls, t);
     std::lock_guard<std::mutex> lock(mu_);
-    settle(d, c);
-    cache_[d.cls] = d;
+    settle(d, c, t);
+    cache_[c.cls] = d;
     ++d.entry->calls;
-    if (Ledger::global().profiling()) d.entry->nanos += static_cast<uint64_t>(c.times[0].second * 1e6);
+    if (Ledger::global().profiling()) d.entry->nanos += static_cast<uint64_t>(t.times[0].second * 1e6);
   }
 
   // Records the timed choice in the decision and the ledger (under mu_): the kernels ranked
   // above the winner are refused with their reasons, and every other contender as slower.
-  void settle(Decision& d, const TimedChoice& c) {
-    for (auto* k : d.contenders)
-      if (k->name == c.winner()) d.kernel = k;
+  void settle(Decision& d, Contest& c, const TimedChoice& t) {
+    for (auto* k : c.contenders)
+      if (k->name == t.winner()) d.kernel = k;
     bool above = true;
-    for (auto& [k, why] : d.ranked) {
+    for (auto& [k, why] : c.ranked) {
       if (k == d.kernel) {
         above = false;
         continue;
@@ -180,15 +183,15 @@ class OpRegistry {
         d.entry->refused.emplace_back(k->name, "slower on this machine (timed: see above)");
       }
     }
-    d.contenders.clear();
-    d.ranked.clear();
-    d.entry->timing = c.describe();
+    c.contenders.clear();
+    c.ranked.clear();
+    d.entry->timing = t.describe();
     d.entry->kernel = d.kernel->name;
     d.entry->backend = backend_name(d.kernel->backend);
     d.entry->reference = d.kernel->reference;
   }
 
-  Decision decide(const Args& args) {
+  Decision decide(const Args& args, Contest& c) {
     const Backend backend = backend_of(current_device());
     std::string cls = args.shape_class();
     if (backend != Backend::CPU) cls = std::string(backend_name(backend)) + ": " + cls;
@@ -196,7 +199,6 @@ class OpRegistry {
     auto it = cache_.find(cls);
     if (it != cache_.end()) return it->second;
     Decision d;
-    d.cls = cls;
     LedgerEntry* e = Ledger::global().entry(Args::kName, cls);
     e->refused.clear();
     e->timing.clear();
@@ -207,7 +209,7 @@ class OpRegistry {
       std::string why = k.refuse ? k.refuse(args) : std::string();
       if (!why.empty()) {
         if (forced) fail("kernel ", Args::kName, "=", k.name, " was forced but cannot run ", cls, ": ", why);
-        if (d.kernel) d.ranked.emplace_back(&k, why);
+        if (d.kernel) c.ranked.emplace_back(&k, why);
         else e->refused.emplace_back(k.name, why);
         continue;
       }
@@ -217,11 +219,11 @@ class OpRegistry {
       }
       // A timed kernel: it and every candidate that accepts the call down to the first one
       // that is not timed are raced.
-      d.contenders.push_back(&k);
-      d.ranked.emplace_back(&k, std::string());
-      if (d.contenders.size() > 1 && !k.timed) break;
+      c.contenders.push_back(&k);
+      c.ranked.emplace_back(&k, std::string());
+      if (c.contenders.size() > 1 && !k.timed) break;
     }
-    if (d.contenders.size() == 1) d.contenders.clear(), d.ranked.clear();  // no rival accepts the call
+    if (c.contenders.size() == 1) c.contenders.clear(), c.ranked.clear();  // no rival accepts the call
     if (!d.kernel) {
       if (forced)
         fail("kernel ", Args::kName, "=", *forced, " was forced but no ", backend_name(backend), " kernel of that name is registered");
@@ -234,10 +236,13 @@ class OpRegistry {
     e->reference = d.kernel->reference;
     e->forced = forced != nullptr;
     d.entry = e;
-    if (!d.contenders.empty()) {
-      std::optional<TimedChoice> stored = load_timed_choice(Args::kName, cls, names(d.contenders));
-      if (!stored) return d;  // the caller times them (contest) and caches the winner
-      settle(d, *stored);
+    if (!c.contenders.empty()) {
+      std::optional<TimedChoice> stored = load_timed_choice(Args::kName, cls, names(c.contenders));
+      if (!stored) {
+        c.cls = cls;
+        return d;  // the caller times them (contest) and caches the winner
+      }
+      settle(d, c, *stored);
     }
     cache_[cls] = d;
     return d;
