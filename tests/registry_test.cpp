@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <thread>
 
@@ -146,6 +147,7 @@ class PrivateChoiceFile {
     std::filesystem::create_directories(dir_);
     ::setenv("XDG_CACHE_HOME", dir_.c_str(), 1);
   }
+  std::string path() const { return dir_ + "/fastpath/kernel_choices.json"; }
   ~PrivateChoiceFile() {
     std::error_code ec;
     std::filesystem::remove_all(dir_, ec);
@@ -225,6 +227,18 @@ TEST(Registry, TimedKernelRacesItsRivalOnceAndTheFasterOneStays) {
   dispatch(TimedToyArgs{true, &ran, runs});
   EXPECT_EQ(runs[1], panels_runs + 1 + 2);
   EXPECT_NE(find_timed("slow panels")->timing.find("timed in this run"), std::string::npos);
+
+  // A damaged file is no error: the choice is timed again and the file rewritten whole.
+  for (const char* damaged : {"{\"truncated", "[1, 2]", "{\"Intel | 2 threads\": 7}"}) {
+    std::ofstream(file.path()) << damaged;
+    Ledger::global().reset();
+    EXPECT_NO_THROW(dispatch(TimedToyArgs{true, &ran, runs})) << damaged;
+    EXPECT_EQ(ran, 2) << damaged;
+  }
+  Ledger::global().reset();
+  const int before = runs[1];
+  dispatch(TimedToyArgs{true, &ran, runs});
+  EXPECT_EQ(runs[1], before) << "the rewritten file holds the choice";
 }
 
 }  // namespace

@@ -50,7 +50,7 @@ struct Kernel {
   bool reference = false;
   std::function<std::string(const Args&)> refuse;  // "" when the kernel can run the call
   std::function<void(const Args&)> run;
-  // Its lead over the next candidate that accepts a call is settled by timing both (above).
+  // Its lead over the candidates below it that accept a call is settled by timing them (above).
   bool timed = false;
 };
 

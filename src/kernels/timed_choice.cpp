@@ -107,7 +107,9 @@ void store_timed_choice(const std::string& op, const std::string& shape_class, c
   std::vector<std::string> kernels;
   nlohmann::json times = nlohmann::json::object();
   for (auto& [k, ms] : c.times) kernels.push_back(k), times[k] = ms;
-  j[machine_key()][choice_key(op, shape_class, kernels)] = {{"winner", c.winner()}, {"times_ms", times}};
+  const std::string mk = machine_key();
+  if (!j.contains(mk) || !j[mk].is_object()) j[mk] = nlohmann::json::object();  // absent, or a hand-edited file's other type
+  j[mk][choice_key(op, shape_class, kernels)] = {{"winner", c.winner()}, {"times_ms", times}};
   write_file(j);
 }
 
