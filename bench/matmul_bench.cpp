@@ -51,7 +51,7 @@ void register_all() {
       for (int64_t n : {1, 4, 12, 16, 32, 64, 128, 256, 512}) {
         // Kernels register during static initialisation too, so they are looked up by name
         // when the benchmark runs, not now.
-        for (std::string kname : {"ref", "avx2", "avx512", "avx512vnni", "avxvnni", "avx512bf16"}) {
+        for (std::string kname : {"ref", "avx2", "avx512", "avx512vnni", "avxvnni", "avx512bf16", "amxbf16"}) {
           if (kname == "ref" && n > 1) continue;
           for (int threads : {1, 2}) {
             std::string name = "matmul/" + kname + "/" + dtype_name(type) + "/n=" + std::to_string(n) + "/" +
