@@ -494,7 +494,10 @@ constexpr int64_t kAmxPairs = 16;   // pairs per tile step: a B tile's rows
 #ifndef FP_AMX_KC
 #define FP_AMX_KC 4096
 #endif
-constexpr int64_t kAmxKC = FP_AMX_KC;  // K chunk: a 32-token block and a panel, 16 KiB each, in L1 together
+// K chunk, in columns: the C tiles are loaded and stored once per chunk, so long chunks won
+// (1B prefill: 256 columns 0.8x, 1024 1.15x, 4096 1.25x the speed of 512); the group's four
+// panels of 4096 columns take 1 MiB of L2.
+constexpr int64_t kAmxKC = FP_AMX_KC;
 
 // c[t][r] for 32 tokens x 32 rows (row stride ldc floats) = c (or the bias rows `init`, on the
 // first chunk) + x[t] . panel over `steps` x 16 pairs. x holds, per step, the 32 tokens' 16
