@@ -1,4 +1,4 @@
-// core/paths.cpp — FASTPATH_TESTDATA lookup.
+// core/paths.cpp — FASTPATH_TESTDATA lookup and the cache directory.
 #include "core/paths.h"
 
 #include <sys/stat.h>
@@ -17,6 +17,13 @@ std::string testdata_dir() {
 }
 
 std::string default_model_path() { return testdata_dir() + "/models/stories260K/stories260K.gguf"; }
+
+std::string fastpath_cache_dir() {
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  if (xdg && *xdg) return std::string(xdg) + "/fastpath";
+  const char* home = std::getenv("HOME");
+  return std::string(home ? home : "/tmp") + "/.cache/fastpath";
+}
 
 bool file_exists(const std::string& path) {
   struct stat st {};

@@ -16,17 +16,13 @@
 
 #include "core/cpu_affinity.h"
 #include "core/cpu_features.h"
+#include "core/paths.h"
 #include "core/thread_pool.h"
 
 namespace fp {
 namespace {
 
-std::string file_path() {
-  const char* xdg = std::getenv("XDG_CACHE_HOME");
-  if (xdg && *xdg) return std::string(xdg) + "/fastpath/kernel_choices.json";
-  const char* home = std::getenv("HOME");
-  return std::string(home ? home : "/tmp") + "/.cache/fastpath/kernel_choices.json";
-}
+std::string file_path() { return fastpath_cache_dir() + "/kernel_choices.json"; }
 
 // The same kernel can win on 1 thread and lose on 2 (bandwidth-bound vs compute-bound), and a
 // rank bound to one core is not the machine: the key is the one machine_ceiling() uses.

@@ -15,7 +15,9 @@
 #include "core/cpu_affinity.h"
 #include "core/cpu_features.h"
 #include "core/log.h"
+#include "core/paths.h"
 #include "core/thread_pool.h"
+#include "kernels/cpu/amx_tiles.h"
 #include "kernels/cpu/matmul_common.h"
 #include "kernels/cpu/simd_avx2.h"
 
@@ -180,13 +182,6 @@ FP_PROBE __attribute__((target("avx512f,avx512bf16"))) double bf16_loop(int64_t 
 // AMX TDPBF16PS: 16 x 16 f32 sums += 16 x 32 BF16 by 32 x 16 BF16 (16384 flops), four
 // independent sum tiles per step as the amxbf16 kernel keeps them. One step stands for 16 of
 // measure_peak's iterations (a step takes ~16 cycles per tile where a vector loop's takes ~8).
-struct AmxProbeConfig {
-  uint8_t palette = 1, start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {64, 64, 64, 64, 64, 64, 64, 64};
-  uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
-};
-alignas(64) constexpr AmxProbeConfig kAmxProbeConfig{};  // in memory: see matmul_bf16.cpp's kTileConfig
 constexpr int64_t kAmxItersPerStep = 16;
 
 FP_PROBE __attribute__((target("amx-tile,amx-bf16"))) double amx_bf16_loop(int64_t iters) {
@@ -194,7 +189,7 @@ FP_PROBE __attribute__((target("amx-tile,amx-bf16"))) double amx_bf16_loop(int64
   for (int i = 0; i < 16 * 16; ++i) a[i] = 0x3f803f80u, b[i] = 0x33d633d6u;
   alignas(64) float out[16 * 16];
   asm volatile("" ::: "memory");  // the tile loads below read a and b (GCC does not see it)
-  _tile_loadconfig(&kAmxProbeConfig);
+  _tile_loadconfig(&cpu::kAmxTiles);
   _tile_zero(0);
   _tile_zero(1);
   _tile_zero(2);
@@ -233,15 +228,9 @@ double measure_peak(Loop loop, double ops_per_iter) {
   return best;
 }
 
-// $XDG_CACHE_HOME/fastpath/ceiling.json, else ~/.cache/fastpath/ceiling.json (the test suite
-// points XDG_CACHE_HOME into the build tree: figures measured while tests run side by side must
-// not become this machine's calibration).
-std::string cache_path() {
-  const char* xdg = std::getenv("XDG_CACHE_HOME");
-  if (xdg && *xdg) return std::string(xdg) + "/fastpath/ceiling.json";
-  const char* home = std::getenv("HOME");
-  return std::string(home ? home : "/tmp") + "/.cache/fastpath/ceiling.json";
-}
+// In fastpath_cache_dir() (the test suite points XDG_CACHE_HOME into the build tree: figures
+// measured while tests run side by side must not become this machine's calibration).
+std::string cache_path() { return fastpath_cache_dir() + "/ceiling.json"; }
 
 }  // namespace
 

@@ -29,6 +29,7 @@
 #include "core/cpu_features.h"
 #include "core/dtype.h"
 #include "core/thread_pool.h"
+#include "kernels/cpu/amx_tiles.h"
 #include "kernels/cpu/matmul_common.h"
 #include "kernels/cpu/simd_avx2.h"
 #include "kernels/ops.h"
@@ -470,24 +471,8 @@ void matmul_bf16(const MatMulArgs& a) {
 
 // ---- AMX: the packed panels through tile matrix multiplies ----
 // Tiles 0-3: the 2 x 2 blocks of 16 tokens x 16 rows of f32 sums; 4-5: 16 tokens x 32 BF16
-// activations; 6-7: 16 pairs x 16 rows of the panel. Every tile 16 rows of 64 bytes.
-struct TileConfig {
-  uint8_t palette = 1, start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
-constexpr TileConfig tile_config() {
-  TileConfig cfg;
-  for (int t = 0; t < 8; ++t) cfg.rows[t] = 16, cfg.colsb[t] = 64;
-  return cfg;
-}
-// A constant in memory: GCC 12 does not see LDTILECFG read its operand, and dropped the stores
-// of a configuration built on the stack (the instruction then faulted on the garbage).
-alignas(64) constexpr TileConfig kTileConfig = tile_config();
-
-FP_AMX void amx_configure() { _tile_loadconfig(&kTileConfig); }
+// activations; 6-7: 16 pairs x 16 rows of the panel (amx_tiles.h: every tile 16 rows of 64 bytes).
+FP_AMX void amx_configure() { _tile_loadconfig(&cpu::kAmxTiles); }
 
 constexpr int64_t kAmxTokens = 32;  // tokens per block: two A tiles
 constexpr int64_t kAmxPairs = 16;   // pairs per tile step: a B tile's rows
@@ -623,28 +608,29 @@ void matmul_amx(const MatMulArgs& a) {
   });
 }
 
-std::string refuse_bf16(const MatMulArgs& a) {
-  std::string cpu = cpu_features().missing({"avx512f", "avx512bw", "avx512vl", "avx512_bf16"});
-  if (!cpu.empty()) return cpu;
+// What both BF16-product kernels need of the weights: BF16, or a quantized format (every GGUF
+// block format and its repacked forms, dequantized and rounded to BF16 as they are packed).
+std::string refuse_weights(const MatMulArgs& a) {
   const DType t = a.w->dtype;
-  const bool quantized = dtype_info(t).quantized;  // every GGUF block format (and its repacked forms)
-  if (t != DType::BF16 && !quantized) return std::string("only BF16 and quantized weights (these are ") + dtype_name(t) + ")";
-  if (quantized && a.n <= kQuantizedMinTokens)
-    return "quantized weights of up to 256 tokens: the integer kernels (converting them to BF16 would not pay)";
+  if (t != DType::BF16 && !dtype_info(t).quantized) return std::string("only BF16 and quantized weights (these are ") + dtype_name(t) + ")";
   if (a.w->block_scale) return "block-scaled weights";
   if (!a.w->is_contiguous()) return "non-contiguous weights";
   return {};
 }
 
-// Timed against the next candidate (registry.h): whether the BF16 panels beat the integer tiles
-// on quantized prefill depends on the core, not on its features (1.4-1.6x faster on Zen 4,
-// 0.4-0.7x on Sapphire Rapids; bench/RESULTS.md), so the first call of each class times both.
-Kernel<MatMulArgs> bf16_kernel() {
-  Kernel<MatMulArgs> k{"avx512bf16", Backend::CPU, 210, false, refuse_bf16, matmul_bf16};
-  k.timed = true;
-  return k;
+std::string refuse_bf16(const MatMulArgs& a) {
+  std::string cpu = cpu_features().missing({"avx512f", "avx512bw", "avx512vl", "avx512_bf16"});
+  if (!cpu.empty()) return cpu;
+  if (dtype_info(a.w->dtype).quantized && a.n <= kQuantizedMinTokens)
+    return "quantized weights of up to 256 tokens: the integer kernels (converting them to BF16 would not pay)";
+  return refuse_weights(a);
 }
-const bool registered = register_kernel(bf16_kernel());
+
+// Timed against the candidates below it (registry.h): whether the BF16 panels beat the integer
+// tiles on quantized prefill depends on the core, not on its features (1.4-1.6x faster on Zen 4,
+// 0.4x on Sapphire Rapids; bench/RESULTS.md), so the first call of each class times them.
+const bool registered = register_kernel(Kernel<MatMulArgs>{
+    .name = "avx512bf16", .priority = 210, .refuse = refuse_bf16, .run = matmul_bf16, .timed = true});
 
 std::string refuse_amx(const MatMulArgs& a) {
   std::string cpu = cpu_features().missing({"avx512f", "avx512bw", "avx512vl", "avx512_bf16", "amx_bf16"});
@@ -653,20 +639,12 @@ std::string refuse_amx(const MatMulArgs& a) {
   if (a.n <= kFewTokens) return "up to 32 tokens: the AVX512-BF16 dot tiles (a 32-token AMX block would be mostly padding)";
   // Quantized weights too from 33 tokens on (where the AVX512-BF16 panels wait for 257): timed
   // against the integer tiles, AMX won at 64 tokens already (0.29 vs 0.38-0.58 ms, Sapphire Rapids).
-  const DType t = a.w->dtype;
-  if (t != DType::BF16 && !dtype_info(t).quantized) return std::string("only BF16 and quantized weights (these are ") + dtype_name(t) + ")";
-  if (a.w->block_scale) return "block-scaled weights";
-  if (!a.w->is_contiguous()) return "non-contiguous weights";
-  return {};
+  return refuse_weights(a);
 }
 
 // Timed too: ranked first, it races avx512bf16 and the integer tiles below it.
-Kernel<MatMulArgs> amx_kernel() {
-  Kernel<MatMulArgs> k{"amxbf16", Backend::CPU, 220, false, refuse_amx, matmul_amx};
-  k.timed = true;
-  return k;
-}
-const bool amx_registered = register_kernel(amx_kernel());
+const bool amx_registered = register_kernel(Kernel<MatMulArgs>{
+    .name = "amxbf16", .priority = 220, .refuse = refuse_amx, .run = matmul_amx, .timed = true});
 
 }  // namespace
 }  // namespace fp
