@@ -29,8 +29,12 @@ run_part() { [ "$PART" = all ] || [ "$PART" = "$1" ]; }
 export FASTPATH_TESTDATA=$B/testdata
 libs=$B/lib
 for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib; do [ -d "$d" ] && libs=$libs:$d; done
-pylib=$(python3 -c 'import nvidia.cublas, os; print(os.path.join(list(nvidia.cublas.__path__)[0], "lib"))' 2>/dev/null || true)
-[ -n "$pylib" ] && libs=$libs:$pylib
+# cuBLAS from the toolkit first, else from the image's Python packages; NCCL (opened at run time by
+# the NCCL communicator) from those packages.
+for pkg in cublas nccl; do
+  pylib=$(python3 -c "import nvidia.$pkg, os; print(os.path.join(list(nvidia.$pkg.__path__)[0], 'lib'))" 2>/dev/null || true)
+  [ -n "$pylib" ] && libs=$libs:$pylib
+done
 export LD_LIBRARY_PATH=$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 FP=$B/bin/fastpath
 TESTS=$B/bin/fastpath_tests
@@ -61,6 +65,10 @@ import json, sys
 j = json.load(open(sys.argv[1])); label = sys.argv[2]; c = j["ceiling"]
 def f(k): return j.get(k, float("nan"))
 print(f"{'ceilings':46s} copy {c['read_gbps']:.0f} GB/s, bf16 cuBLAS {c['fma_gflops']/1000:.0f} TFLOP/s")
+g = j.get("device_gemm")
+if g and g["bf16_gflops"] > 0:
+    print(f"{'matmul op 8192^3 TFLOP/s':46s} bf16 {g['bf16_gflops']/1000:.0f}, fp8 block {g['fp8_block_gflops']/1000:.0f} "
+          f"({g['fp8_block_gflops']/g['bf16_gflops']:.2f}x), fp8 dequantized {g['fp8_dequant_gflops']/1000:.0f}")
 if "prefill_tps" in j:
     print(f"{label + ' prefill':46s} {f('prefill_tps'):.0f} tok/s = {100*f('prefill_ceiling_fraction'):.1f}% of the bf16 rate")
 if "decode_tps" in j:
@@ -163,6 +171,18 @@ timeout 120 "$FP" synth --arch deepseek_v2 --fast-fill --config "$DCFG" --type q
 [ -f "$SYN/v2lite-3l-q8_0.gguf" ] && bench_model "v2lite3l-q8_0" "$SYN/v2lite-3l-q8_0.gguf" -p 1024 -n 32 -b 16 -r 2 --warmup 1 --kv-cache-dtype bf16
 fi  # moe
 rm -rf "$SYN"
+
+# Memory checking, time permitting: the kernels with the most indexing (attention, MLA, the MoE
+# grouping, sampling, the KV writes) under compute-sanitizer's memcheck.
+SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
+if run_part core && [ -n "$SAN" ] && [ "$SECONDS" -lt 420 ]; then
+  step "compute-sanitizer memcheck"
+  timeout 100 "$SAN" --tool memcheck --error-exitcode 3 "$TESTS" \
+    --gtest_filter='CudaOpsAttention.*:CudaOps.MlaAttention*:CudaOps.MoeRoute*:CudaOps.MoeFfn*:CudaOps.Sample*:CudaOps.KvWrite*' \
+    > "$OUT/memcheck.log" 2>&1
+  rc=$?
+  row "compute-sanitizer memcheck (attention, MLA, MoE, sampling, KV)" "exit $rc ($(grep -c 'ERROR SUMMARY: 0 errors' "$OUT/memcheck.log") clean summaries; $(grep -E -c '^\[       OK \]' "$OUT/memcheck.log") tests ok)"
+fi
 
 echo
 echo "==== device check summary (${SECONDS}s) ===="

@@ -26,6 +26,10 @@ struct DeviceCeilings {
   std::string name;          // e.g. "NVIDIA H200 (132 SMs, 139.8 GiB)"
   double copy_gbps = 0;      // device-to-device copy, bytes read + bytes written per second / 1e9
   double bf16_gflops = 0;    // dense BF16 matrix product through the vendor library (cuBLAS), GFLOP/s
+  // The engine's own matmul op (F32 activations in, F32 out) at 8192 tokens x 8192 x 8192, GFLOP/s:
+  double gemm_bf16_gflops = 0;          // BF16 weights (gemm_cublas)
+  double gemm_fp8_gflops = 0;           // FP8 E4M3 128x128 block-scaled weights (cublaslt_fp8; 0: not taken here)
+  double gemm_fp8_dequant_gflops = 0;   // the same FP8 weights dequantized to BF16 first (gemm_cublas)
 };
 
 // Memory functions of a device backend. copy() moves bytes between any two addresses of the

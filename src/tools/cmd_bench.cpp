@@ -301,10 +301,11 @@ void add_bench(CLI::App& app) {
     const int threads = thread_pool().size();
     const bool on_device = model->device() != Device::CPU;
     MachineCeiling ceil;
+    DeviceCeilings dc;
     if (on_device) {
       // The GPU's ceilings, measured now: copy bandwidth for decode, the BF16 matrix rate for
       // prefill (float and quantized weights alike run BF16/F16 tensor-core products there).
-      const DeviceCeilings dc = device_memory(model->device()).measure_ceilings();
+      dc = device_memory(model->device()).measure_ceilings();
       ceil.cpu = dc.name;
       ceil.read_gbps = dc.copy_gbps;
       ceil.fma_gflops = ceil.int8_gops = dc.bf16_gflops;
@@ -434,6 +435,10 @@ void add_bench(CLI::App& app) {
     j["expert_parallel_size"] = model->parallel().ep;
     j["ceiling"] = {{"read_gbps", ceil.read_gbps}, {"fma_gflops", ceil.fma_gflops}, {"int8_gops", ceil.int8_gops},
                     {"bf16_gflops", ceil.bf16_gflops}, {"cpu", ceil.cpu}, {"cpus", on_device ? 0 : ceiling_cpus}};
+    if (on_device)  // the engine's matmul at 8192^3 on BF16 and FP8 block-scaled weights (ceiling.cu)
+      j["device_gemm"] = {{"bf16_gflops", dc.gemm_bf16_gflops},
+                          {"fp8_block_gflops", dc.gemm_fp8_gflops},
+                          {"fp8_dequant_gflops", dc.gemm_fp8_dequant_gflops}};
 
     if (o->prompt > 0) {
       std::vector<int32_t> ids(static_cast<size_t>(o->prompt)), pos(ids.size());
@@ -519,6 +524,10 @@ void add_bench(CLI::App& app) {
     std::printf("model    %s (%s, %.3g params; %s; KV cache %s, %lld B/token)\n", model->file().path.c_str(), cfg.arch.c_str(),
                 cost.params, cost.weight_types.c_str(), dtype_name(kv.dtype), static_cast<long long>(kv.bytes_per_token()));
     std::printf("machine  %s\n", machine.c_str());
+    if (on_device)
+      std::printf("gemm     the matmul op at 8192^3: BF16 weights %.0f GFLOP/s, FP8 block-scaled %.0f (%.2fx; dequantized first: %.0f)\n",
+                  dc.gemm_bf16_gflops, dc.gemm_fp8_gflops, dc.gemm_bf16_gflops > 0 ? dc.gemm_fp8_gflops / dc.gemm_bf16_gflops : 0.0,
+                  dc.gemm_fp8_dequant_gflops);
     std::printf("%-12s %12s %18s %14s %10s  %s\n", "test", "tok/s", "spread (min-max)", "ceiling tok/s", "fraction", "achieved");
     if (j.contains("prefill_tps"))
       std::printf("%-12s %12.2f %8.2f - %-8.2f %14.2f %9.1f%%  %.1f GFLOP/s (%s peak %.1f)\n", ("prefill " + std::to_string(o->prompt)).c_str(),

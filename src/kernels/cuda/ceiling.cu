@@ -1,6 +1,10 @@
 // kernels/cuda/ceiling.cu — the GPU's ceilings, measured: device-to-device copy bandwidth
 // (bytes read + written) and the dense BF16 matrix-product rate through cuBLAS, each the median
-// of timed repetitions (device events) after a warm-up, on random data (never zeros).
+// of timed repetitions (device events) after a warm-up, on random data (never zeros). Beside
+// them, the engine's own matmul op at one large shape on BF16 weights and on FP8 block-scaled
+// weights (both of its FP8 paths), so that bench reports the FP8 GEMM's gain over BF16.
+#include <cuda_fp8.h>
+
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -8,6 +12,7 @@
 #include "core/device.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/device_math.cuh"
+#include "kernels/cuda/launch.h"
 
 namespace fp::cuda {
 namespace {
@@ -20,6 +25,27 @@ __global__ void fill_random_bf16(uint16_t* p, int64_t n, uint32_t seed) {
   h *= 2246822519u;
   h ^= h >> 13;
   p[i] = float_to_bf16_bits((static_cast<float>(h & 0xffff) / 65536.0f - 0.5f) * 2.0f);
+}
+
+__device__ float random_unit(int64_t i, uint32_t seed) {  // in [-1, 1)
+  uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+  h ^= h >> 15;
+  h *= 2246822519u;
+  h ^= h >> 13;
+  return (static_cast<float>(h & 0xffff) / 65536.0f - 0.5f) * 2.0f;
+}
+
+// scale_min == 0: values in [-1, 1); else scales in [scale_min, 2 scale_min).
+__global__ void fill_random_f32(float* p, int64_t n, uint32_t seed, float scale_min) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  const float u = random_unit(i, seed);
+  p[i] = scale_min > 0.0f ? scale_min * (1.5f + 0.5f * u) : u;
+}
+
+__global__ void fill_random_fp8(uint8_t* p, int64_t n, uint32_t seed) {  // E4M3 in [-240, 240)
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) p[i] = static_cast<uint8_t>(__nv_cvt_float_to_fp8(240.0f * random_unit(i, seed), __NV_SATFINITE, __NV_E4M3));
 }
 
 template <class F>
@@ -41,6 +67,45 @@ double median_ms(F&& body, int warmup, int reps) {
   cudaEventDestroy(b);
   std::sort(ms.begin(), ms.end());
   return ms[ms.size() / 2];
+}
+
+// The engine's matmul op, y[n, n] = x[n, n] W^T with F32 x and y, n = 8192: W in BF16 (gemm_cublas),
+// W in FP8 E4M3 with 128x128 block scales (cublaslt_fp8 where it runs: Hopper; and gemm_cublas,
+// which dequantizes it to BF16 panels first). Random data throughout.
+void measure_engine_gemms(DeviceCeilings& c) {
+  const int64_t n = 8192, sb = 128;
+  const double flop = 2.0 * n * static_cast<double>(n) * n;
+  DeviceBuffer x_buf(Device::CUDA, n * n * sizeof(float)), y_buf(Device::CUDA, n * n * sizeof(float));
+  DeviceBuffer w16_buf(Device::CUDA, n * n * 2), w8_buf(Device::CUDA, n * n), s_buf(Device::CUDA, (n / sb) * (n / sb) * sizeof(float));
+  auto* x = static_cast<float*>(x_buf.data());
+  fill_random_f32<<<blocks_for(n * n, 256), 256, 0, stream()>>>(x, n * n, 3, 0.0f);
+  FP_CUDA_LAUNCHED("fill_random_f32");
+  fill_random_bf16<<<blocks_for(n * n, 256), 256, 0, stream()>>>(static_cast<uint16_t*>(w16_buf.data()), n * n, 4);
+  FP_CUDA_LAUNCHED("fill_random_bf16");
+  fill_random_fp8<<<blocks_for(n * n, 256), 256, 0, stream()>>>(static_cast<uint8_t*>(w8_buf.data()), n * n, 5);
+  FP_CUDA_LAUNCHED("fill_random_fp8");
+  // Scales near 1/(240 * 64): products of the order of the BF16 case's.
+  fill_random_f32<<<blocks_for((n / sb) * (n / sb), 256), 256, 0, stream()>>>(static_cast<float*>(s_buf.data()),
+                                                                                (n / sb) * (n / sb), 6, 6.5e-5f);
+  FP_CUDA_LAUNCHED("fill_random_f32");
+  Tensor w16 = Tensor::view(w16_buf.data(), DType::BF16, {n, n});
+  Tensor w8 = Tensor::view(w8_buf.data(), DType::F8_E4M3, {n, n});
+  w8.block_scale = static_cast<const float*>(s_buf.data());
+  w8.scale_block = sb;
+  MatMulArgs a;
+  a.x = x;
+  a.n = n;
+  a.y = static_cast<float*>(y_buf.data());
+  auto gflops = [&](void (*gemm)(const MatMulArgs&)) { return flop / (median_ms([&] { gemm(a); }, 2, 7) * 1e-3) / 1e9; };
+  a.w = &w16;
+  c.gemm_bf16_gflops = gflops(gemm_cublas);
+  a.w = &w8;
+  c.gemm_fp8_dequant_gflops = gflops(gemm_cublas);
+  if (refuse_cublaslt_fp8(a).empty()) {
+    const int64_t fallbacks = cublaslt_fp8_fallbacks();
+    const double r = gflops(gemm_cublaslt_fp8);
+    c.gemm_fp8_gflops = cublaslt_fp8_fallbacks() == fallbacks ? r : 0.0;  // 0: it ran gemm_cublas instead
+  }
 }
 
 DeviceCeilings measure() {
@@ -77,6 +142,7 @@ DeviceCeilings measure() {
       },
       2, 9);
   c.bf16_gflops = 2.0 * n * static_cast<double>(n) * n / (gemm_ms * 1e-3) / 1e9;
+  measure_engine_gemms(c);
   return c;
 }
 

@@ -24,6 +24,7 @@
 #include <cublasLt.h>
 #include <cuda_fp8.h>
 
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -141,6 +142,8 @@ const cublasLtMatmulAlgo_t* algo_for(const Descs& ds, int64_t out, int64_t n_pad
   return it->second.ok ? &it->second.algo : nullptr;
 }
 
+std::atomic<int64_t> g_fallbacks{0};  // calls handed to gemm_cublas (the shape did not fit)
+
 bool is_hopper() {
   static const bool hopper = [] {
     int major = 0;
@@ -150,6 +153,8 @@ bool is_hopper() {
 }
 
 }  // namespace
+
+int64_t cublaslt_fp8_fallbacks() { return g_fallbacks.load(); }
 
 std::string refuse_cublaslt_fp8(const MatMulArgs& a) {
   if (a.w->dtype != DType::F8_E4M3) return "weights are not F8_E4M3";
@@ -164,7 +169,10 @@ void gemm_cublaslt_fp8(const MatMulArgs& a) {
   const int64_t out = w.rows(), K = w.cols();
   const bool fits = K > 0 && K % (4 * kBlock) == 0 && out % 16 == 0 && reinterpret_cast<uintptr_t>(w.data) % 16 == 0 &&
                     reinterpret_cast<uintptr_t>(w.block_scale) % 16 == 0;
-  if (!fits) return gemm_cublas(a);
+  if (!fits) {
+    ++g_fallbacks;
+    return gemm_cublas(a);
+  }
   const int64_t n_pad = (a.n + 15) / 16 * 16;
   // Scratch slot 5: the quantized x [n_pad, K], its scales, and D when n is padded.
   const size_t q_bytes = (static_cast<size_t>(n_pad * K) + 255) & ~size_t{255};
@@ -181,7 +189,10 @@ void gemm_cublaslt_fp8(const MatMulArgs& a) {
   Descs ds;
   make_descs(ds, out, n_pad, K, w.block_scale, sx);
   const cublasLtMatmulAlgo_t* algo = algo_for(ds, out, n_pad, K);
-  if (!algo) return gemm_cublas(a);
+  if (!algo) {
+    ++g_fallbacks;
+    return gemm_cublas(a);
+  }
 
   const int64_t warps = n_pad * (K / kBlock);
   quantize_x_kernel<<<blocks_for(warps * 32, kThreads), kThreads, 0, stream()>>>(a.x, a.n, n_pad, K, q, sx);

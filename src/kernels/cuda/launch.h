@@ -52,6 +52,7 @@ void gemm_cublas(const MatMulArgs& a);
 // per token and 128 columns); shapes its path does not take run gemm_cublas
 std::string refuse_cublaslt_fp8(const MatMulArgs& a);
 void gemm_cublaslt_fp8(const MatMulArgs& a);
+int64_t cublaslt_fp8_fallbacks();  // calls so far that ran gemm_cublas instead (shape or no algorithm)
 
 // moe_route.cu: one warp per token
 std::string refuse_moe_route(const MoeRouteArgs& a);
