@@ -11,20 +11,31 @@
 # (stories260K, the Llama shape), and prints a short table last. Logs and JSON go to
 # $OUT (summary.txt grows row by row, so a run cut short still reports what it did). Every step has
 # its own time limit; a failing step is reported and the next runs.
-# Parts: `bash bench/device_check.sh [all|core|moe]` — core: tests, stories260K, the Llama shapes;
-# moe: the MoE shapes only (a second call, when the first ran out of time before them).
+# Parts: `bash bench/device_check.sh [all|core|moe|second]` — core: tests, stories260K, the Llama
+# shapes; moe: the MoE shapes only (a second call, when the first ran out of time before them);
+# second: the tests, the greedy text and logits on both devices, the Llama and MoE shapes with
+# per-kernel profiles, no serving runs and no memcheck (a follow-up call with less time).
+# Only 8 files come back from the device: every log goes into logs.tar.gz (rewritten after each
+# step, so a run cut short still returns its logs) beside summary.txt.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 B=$PWD/device-bundle
 OUT=${OUT:-$PWD/device-out}
-mkdir -p "$OUT"
+FINAL_OUT=$OUT
+OUT=$PWD/device-logs  # the logs; packed into $FINAL_OUT/logs.tar.gz after every step
+rm -rf "$OUT"
+mkdir -p "$OUT" "$FINAL_OUT"
 SUMMARY=$OUT/summary.txt
 : > "$SUMMARY"
 row() { printf '%-46s %s\n' "$1" "$2" >> "$SUMMARY"; }
-step() { echo "== [${SECONDS}s] $*"; }
+pack() { tar -czf "$FINAL_OUT/logs.tar.gz" -C "$OUT" . 2>/dev/null; cp "$SUMMARY" "$FINAL_OUT/summary.txt"; }
+step() { pack; echo "== [${SECONDS}s] $*"; }
+trap pack EXIT
 PART=${1:-all}
-case $PART in all|core|moe) ;; *) echo "usage: $0 [all|core|moe]" >&2; exit 2 ;; esac
-run_part() { [ "$PART" = all ] || [ "$PART" = "$1" ]; }
+case $PART in all|core|moe|second) ;; *) echo "usage: $0 [all|core|moe|second]" >&2; exit 2 ;; esac
+# second runs core's and moe's benchmarks without the serving runs, the wmma run and memcheck.
+run_part() { [ "$PART" = all ] || [ "$PART" = "$1" ] || [ "$PART" = second ]; }
+extras() { [ "$PART" = all ] || [ "$PART" = core ]; }
 
 export FASTPATH_TESTDATA=$B/testdata
 libs=$B/lib
@@ -52,7 +63,7 @@ if ldd "$FP" | grep -q "not found"; then
   exit 2
 fi
 
-SYN=$OUT/../device-models
+SYN=$PWD/device-models
 mkdir -p "$SYN"
 bench_model() {  # label, model path, extra bench args...
   local label=$1 model=$2; shift 2
@@ -119,10 +130,26 @@ timeout 60 "$FP" generate -q -m "$M" -p "Once upon a time" -n 64 --device cpu > 
 timeout 60 "$FP" generate -q -m "$M" -p "Once upon a time" -n 64 --device cuda > "$OUT/generate_cuda.txt" 2>&1
 if cmp -s "$OUT/generate_cpu.txt" "$OUT/generate_cuda.txt"; then row "stories260K greedy 64 tokens" "same text on cuda and cpu"
 else row "stories260K greedy 64 tokens" "DIFFERENT (generate_*.txt)"; fi
+# The logits of a fixed token sequence on both devices, one batch and one token per step.
+TOK="1 403 407 261 378 105 269 238 9 116 164 334 500 17 260 301 402 28 31 402"  # ids < 512 (its vocabulary)
+for dev in cpu cuda; do
+  timeout 60 "$FP" logits -q -m "$M" --device $dev --tokens "$TOK" --out "$OUT/logits_$dev.f32" > /dev/null 2>> "$OUT/logits.err"
+  timeout 60 "$FP" logits -q -m "$M" --device $dev --tokens "$TOK" --incremental --out "$OUT/logits_inc_$dev.f32" > /dev/null 2>> "$OUT/logits.err"
+done
+python3 - "$OUT" >> "$SUMMARY" <<'PY' || row "logits cpu vs cuda" "FAILED (logits.err)"
+import sys, numpy as np
+o = sys.argv[1]
+for kind in ("", "inc_"):
+    a = np.fromfile(f"{o}/logits_{kind}cpu.f32", np.float32); b = np.fromfile(f"{o}/logits_{kind}cuda.f32", np.float32)
+    rel = np.linalg.norm(a - b) / np.linalg.norm(a)
+    n = 20; v = a.size // n
+    agree = (a.reshape(n, v).argmax(1) == b.reshape(n, v).argmax(1)).sum()
+    print(f"{'logits cpu vs cuda ' + (kind or 'batch_'):46s} rel err {rel:.2e}, argmax agrees {agree}/{n}")
+PY
 
 # The engine's overlap: each step scheduled and launched while the one before runs (stories260K:
 # tiny steps, where the host's share is largest; then the Llama shape below).
-serve_pair stories "$M" --requests 128 --input-len 32 --output-len 96 --concurrency 32 --max-model-len 256
+extras && serve_pair stories "$M" --requests 128 --input-len 32 --output-len 96 --concurrency 32 --max-model-len 256
 
 step "audit --strict --device cuda"
 timeout 60 "$FP" audit --strict --profile --device cuda -m "$M" > "$OUT/audit_stories.txt" 2>&1
@@ -136,13 +163,16 @@ for T in bf16 q8_0; do
     || row "synth $T" "FAILED (synth_$T.log)"
   [ -f "$SYN/llama8b-8l-$T.gguf" ] && bench_model "8b8l-$T" "$SYN/llama8b-8l-$T.gguf" -p 4096 -n 64 -b 16,64 -r 3 --warmup 1 --kv-cache-dtype bf16
   # Decode with every step eager, for the CUDA-graph comparison (issue 8: batch 64 with and without).
+  # Where the time goes: every kernel call timed (synchronised), prefill of 4096 and 32 decode steps.
+  [ -f "$SYN/llama8b-8l-$T.gguf" ] && \
+    bench_model "8b8l-$T-profile" "$SYN/llama8b-8l-$T.gguf" -p 4096 -n 32 -r 1 --warmup 1 --kv-cache-dtype bf16 --profile
   [ "$T" = bf16 ] && [ -f "$SYN/llama8b-8l-$T.gguf" ] && \
     bench_model "8b8l-$T-nographs" "$SYN/llama8b-8l-$T.gguf" -p 0 -n 64 -b 64 -r 3 --warmup 1 --kv-cache-dtype bf16 --no-cuda-graphs
-  [ "$T" = bf16 ] && [ -f "$SYN/llama8b-8l-$T.gguf" ] && \
+  extras && [ "$T" = bf16 ] && [ -f "$SYN/llama8b-8l-$T.gguf" ] && \
     serve_pair "8b8l-$T" "$SYN/llama8b-8l-$T.gguf" --requests 64 --input-len 128 --output-len 64 --concurrency 32 \
       --max-model-len 512 --kv-cache-dtype bf16
   # Prefill attention on the tensor cores (kernel wmma, below `tiled` until checked here).
-  [ "$T" = bf16 ] && [ -f "$SYN/llama8b-8l-$T.gguf" ] && \
+  extras && [ "$T" = bf16 ] && [ -f "$SYN/llama8b-8l-$T.gguf" ] && \
     bench_model "8b8l-$T-wmma" "$SYN/llama8b-8l-$T.gguf" -p 4096 -n 8 -r 2 --warmup 1 --kv-cache-dtype bf16 --kernel attention=wmma
   rm -f "$SYN/llama8b-8l-$T.gguf"
 done
@@ -150,6 +180,8 @@ step "synth llama-8B-shape fp8 (safetensors, 128x128 block scales)"
 timeout 150 "$FP" synth --arch llama --fast-fill --config "$CFG" --type fp8 --out "$SYN/llama8b-8l-fp8" > "$OUT/synth_fp8.log" 2>&1 \
   || row "synth fp8" "FAILED (synth_fp8.log)"
 [ -d "$SYN/llama8b-8l-fp8" ] && bench_model "8b8l-fp8" "$SYN/llama8b-8l-fp8" -p 4096 -n 64 -r 3 --warmup 1 --kv-cache-dtype bf16
+[ -d "$SYN/llama8b-8l-fp8" ] && \
+  bench_model "8b8l-fp8-profile" "$SYN/llama8b-8l-fp8" -p 4096 -n 32 -r 1 --warmup 1 --kv-cache-dtype bf16 --profile
 rm -rf "$SYN/llama8b-8l-fp8"
 fi  # core
 
@@ -175,7 +207,7 @@ rm -rf "$SYN"
 # Memory checking, time permitting: the kernels with the most indexing (attention, MLA, the MoE
 # grouping, sampling, the KV writes) under compute-sanitizer's memcheck.
 SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
-if run_part core && [ -n "$SAN" ] && [ "$SECONDS" -lt 420 ]; then
+if extras && [ -n "$SAN" ] && [ "$SECONDS" -lt 420 ]; then
   step "compute-sanitizer memcheck"
   timeout 100 "$SAN" --tool memcheck --error-exitcode 3 "$TESTS" \
     --gtest_filter='CudaOpsAttention.*:CudaOps.MlaAttention*:CudaOps.MoeRoute*:CudaOps.MoeFfn*:CudaOps.Sample*:CudaOps.KvWrite*' \

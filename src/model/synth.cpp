@@ -624,18 +624,22 @@ std::string synth_model(const SynthOptions& o) {
       if (o.type == DType::F8_E4M3 && t.matrix && name != "model.embed_tokens.weight") {
         // DeepSeek-V3 layout: E4M3 weights with one f32 scale_inv per 128x128 block (amax / 448).
         int64_t sr = (rows + 127) / 128, sc = (cols + 127) / 128;
+        // One task per row of 128x128 blocks (its scales, then its values), in parallel.
         std::vector<float> scale(static_cast<size_t>(sr * sc), 0.0f);
-        for (int64_t r = 0; r < rows; ++r)
-          for (int64_t k = 0; k < cols; ++k) {
-            float& s = scale[static_cast<size_t>((r / 128) * sc + k / 128)];
-            s = std::max(s, std::fabs(t.data[static_cast<size_t>(r * cols + k)]) / 448.0f);
-          }
-        for (auto& s : scale) if (s == 0) s = 1;
         std::vector<uint8_t> q(static_cast<size_t>(rows * cols));
-        for (int64_t r = 0; r < rows; ++r)
-          for (int64_t k = 0; k < cols; ++k)
-            q[static_cast<size_t>(r * cols + k)] =
-                f32_to_fp8e4m3(t.data[static_cast<size_t>(r * cols + k)] / scale[static_cast<size_t>((r / 128) * sc + k / 128)]);
+        thread_pool().parallel_for(sr, 1, [&](int64_t b0, int64_t b1) {
+          for (int64_t r = b0 * 128; r < std::min(rows, b1 * 128); ++r)
+            for (int64_t k = 0; k < cols; ++k) {
+              float& s = scale[static_cast<size_t>((r / 128) * sc + k / 128)];
+              s = std::max(s, std::fabs(t.data[static_cast<size_t>(r * cols + k)]) / 448.0f);
+            }
+          for (int64_t i = b0 * sc; i < b1 * sc; ++i)
+            if (scale[static_cast<size_t>(i)] == 0) scale[static_cast<size_t>(i)] = 1;
+          for (int64_t r = b0 * 128; r < std::min(rows, b1 * 128); ++r)
+            for (int64_t k = 0; k < cols; ++k)
+              q[static_cast<size_t>(r * cols + k)] =
+                  f32_to_fp8e4m3(t.data[static_cast<size_t>(r * cols + k)] / scale[static_cast<size_t>((r / 128) * sc + k / 128)]);
+        });
         st.add(name, DType::F8_E4M3, t.shape, std::move(q));
         std::vector<uint8_t> sb(scale.size() * 4);
         std::memcpy(sb.data(), scale.data(), sb.size());

@@ -110,7 +110,7 @@ double kv_bytes(const KvLayout& kv, double ctx) { return static_cast<double>(kv.
 double batched_decode_tps(Model& model, const KvLayout& kv, int batch, int gen, std::mt19937& rng) {
   const ModelConfig& cfg = model.config();
   const int64_t page = 16, pages_per_seq = (gen + 1 + page - 1) / page;
-  KvPool pool(kv, page, pages_per_seq * batch);
+  KvPool pool(kv, page, pages_per_seq * batch, model.device());  // beside the weights
   std::vector<std::vector<int32_t>> tables(static_cast<size_t>(batch));
   for (auto& t : tables)
     for (int64_t p = 0; p < pages_per_seq; ++p) t.push_back(pool.blocks().allocate());
