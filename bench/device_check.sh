@@ -49,6 +49,7 @@ done
 export LD_LIBRARY_PATH=$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 FP=$B/bin/fastpath
 TESTS=$B/bin/fastpath_tests
+export FASTPATH_BIN=$FP  # the CLI tests' binary (not the build tree's path baked into them)
 M=$B/testdata/models/stories260K/stories260K.gguf
 
 step "machine"

@@ -579,6 +579,40 @@ TEST(CudaOps, LedgerRecordsTheCudaBackendAndItsKernels) {
   }
 }
 
+// Through the registry, where one decision is cached per shape class: F32 matrices 64, 172 and
+// again 64 values wide at one token, as stories260K's attention and FFN rows alternate. The GEMV
+// reads whole 8-value chunks and refuses 172; that refusal must not be cached for 64 nor the
+// GEMV's acceptance for 172 (on the H200 it was: the FFN's last 4 columns were dropped).
+TEST(CudaOps, MatMulRowsOfOddWidthNeverMeetTheGemvsCachedDecision) {
+  const auto cls = [](int64_t in) {
+    std::vector<float> f(static_cast<size_t>(4 * in));
+    Tensor w = Tensor::view(f.data(), DType::F32, {4, in});
+    return MatMulArgs{f.data(), 1, &w, nullptr, f.data()}.shape_class();
+  };
+  EXPECT_NE(cls(64), cls(172));
+  EXPECT_EQ(cls(64), cls(4096));
+  FP_SKIP_WITHOUT_GPU();
+  if (test::cuda_tests_on_cpu()) GTEST_SKIP() << "skipped: the registry's CUDA kernels need a GPU";
+  for (int64_t in : {64, 172, 64}) {
+    SCOPED_TRACE("in=" + std::to_string(in));
+    const int64_t out = 40;
+    const auto wf = random_floats(static_cast<size_t>(out * in), static_cast<uint32_t>(in));
+    const auto x = random_floats(static_cast<size_t>(in), static_cast<uint32_t>(in + 1));
+    Tensor hw = Tensor::view(wf.data(), DType::F32, {out, in});
+    std::vector<float> want(static_cast<size_t>(out));
+    test::find_kernel<MatMulArgs>(Backend::CPU, "ref")->run(MatMulArgs{x.data(), 1, &hw, nullptr, want.data()});
+    DeviceBuffer dw = upload(wf), dx = upload(x), dy = upload(std::vector<float>(want.size(), NAN));
+    Tensor tw = Tensor::view(dw.data(), DType::F32, {out, in});
+    tw.device = Device::CUDA;
+    {
+      DeviceScope scope(Device::CUDA);
+      dispatch(MatMulArgs{dx.as<float>(), 1, &tw, nullptr, dy.as<float>()});
+      device_memory(Device::CUDA).synchronize();
+    }
+    EXPECT_LE(l2_error(download<float>(dy, want.size()), want), 2e-5);
+  }
+}
+
 // No launches: each CUDA kernel's refuse() on calls outside what it supports names the reason
 // (without a GPU: that every one refuses with the reason there is none).
 TEST(CudaOps, RefusalsCarryReasons) {

@@ -271,6 +271,12 @@ std::string synth_qwen3moe(DType t) {
               {"head_dim", 16},          {"intermediate_size", 96},  {"num_hidden_layers", 3},
               {"vocab_size", 512},       {"num_experts", 8},         {"num_experts_per_tok", 2},
               {"moe_intermediate_size", 32}, {"mlp_only_layers", {1}}};
+  if (dtype_info(t).block_elems == QK_K) {  // rows of whole 256-value blocks
+    o.config["hidden_size"] = 256;
+    o.config["head_dim"] = 64;
+    o.config["intermediate_size"] = 256;
+    o.config["moe_intermediate_size"] = 256;
+  }
   o.out = test::temp_dir("device_qwen3moe") + "/qwen3moe_" + dtype_name(t) + ".gguf";
   synth_model(o);
   return o.out;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -35,7 +36,12 @@ std::string read_file(const std::string& path);
 std::vector<float> read_f32_file(const std::string& path);
 // Runs a shell command, returns its stdout; *exit_code gets the exit status.
 std::string run_command(const std::string& cmd, int* exit_code);
-inline std::string fastpath_bin() { return FASTPATH_BINARY; }
+// The fastpath binary the CLI tests run: $FASTPATH_BIN where set (the device check runs the
+// tests away from their build tree), else the one built beside them.
+inline std::string fastpath_bin() {
+  const char* env = std::getenv("FASTPATH_BIN");
+  return env && *env ? std::string(env) : std::string(FASTPATH_BINARY);
+}
 // Loads a model and returns the logits of every position of `ids` fed as one batch ([n, vocab]).
 std::vector<float> all_position_logits(const std::string& model_path, const std::vector<int32_t>& ids);
 // A fresh empty directory under the build's temp area.

@@ -23,6 +23,11 @@ std::string MatMulArgs::shape_class() const {
   // The interleaved integer kernels need rows of whole 256-value groups; a model can mix such
   // rows with others of the same dtype (a 96- or 896-wide FFN), so they are a class of their own.
   if (dtype_info(w->dtype).quantized && w->cols() % 256 != 0) s += " k%256!=0";
+  // Likewise rows of float weights that are not whole 8-value chunks (stories260K's 172-wide
+  // FFN beside its 64-wide rows): the CUDA GEMV reads 8 at a time and refuses them, a decision
+  // that must not be cached for the other rows' class (seen on the H200: the FFN's last 4
+  // columns dropped, greedy text off the CPU's).
+  if (!dtype_info(w->dtype).quantized && w->cols() % 8 != 0) s += " k%8!=0";
   if (w->block_scale) s += " block-scaled";
   if (bias) s += " +bias";
   return s;

@@ -4,6 +4,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "core/dtype.h"
@@ -47,15 +48,26 @@ __device__ __forceinline__ float block_max(float v) {
   return warp_max(v);
 }
 
-// Element c of a row of `dtype` (F32, F16, BF16, Q8_0) as float.
+// A T at p, whatever p's alignment (a weight view can start anywhere in a file: safetensors
+// aligns nothing): one load where p is aligned, byte loads where not.
+template <class T>
+__device__ __forceinline__ T load_any(const uint8_t* p) {
+  if ((reinterpret_cast<uintptr_t>(p) & (sizeof(T) - 1)) == 0) return *reinterpret_cast<const T*>(p);
+  T v;
+  memcpy(&v, p, sizeof(T));
+  return v;
+}
+
+// Element c of a row of `dtype` (F32, F16, BF16, Q8_0) as float, at any alignment of the row.
 __device__ __forceinline__ float load_element(const uint8_t* row, DType dtype, int64_t c) {
   switch (dtype) {
-    case DType::F32: return reinterpret_cast<const float*>(row)[c];
-    case DType::F16: return half_bits_to_float(reinterpret_cast<const uint16_t*>(row)[c]);
-    case DType::BF16: return bf16_bits_to_float(reinterpret_cast<const uint16_t*>(row)[c]);
+    case DType::F32: return load_any<float>(row + 4 * c);
+    case DType::F16: return half_bits_to_float(load_any<uint16_t>(row + 2 * c));
+    case DType::BF16: return bf16_bits_to_float(load_any<uint16_t>(row + 2 * c));
     case DType::Q8_0: {
-      const auto* b = reinterpret_cast<const BlockQ8_0*>(row) + c / QK8_0;
-      return half_bits_to_float(b->d) * static_cast<float>(b->qs[c % QK8_0]);
+      const uint8_t* b = row + (c / QK8_0) * static_cast<int64_t>(sizeof(BlockQ8_0));
+      const float d = half_bits_to_float(load_any<uint16_t>(b + offsetof(BlockQ8_0, d)));
+      return d * static_cast<float>(reinterpret_cast<const int8_t*>(b + offsetof(BlockQ8_0, qs))[c % QK8_0]);
     }
     default: return 0.0f;  // refused on the host before launch
   }

@@ -133,8 +133,11 @@ void gemm_cublas(const MatMulArgs& a) {
   const bool quantized = w.dtype == DType::Q8_0 || w.dtype == DType::Q4_K || w.dtype == DType::Q6_K || w.dtype == DType::F8_E4M3;
   // Per call (dispatch caches per shape class): an empty reduction or a weight view the 16-byte
   // dequantizing loads cannot read goes to the plain kernel.
+  // Float weights go to cuBLAS as they are, which needs them aligned to their element size (a
+  // view 2 bytes into an F32 buffer faulted on the H200).
   const uintptr_t need = w.dtype == DType::Q6_K ? 1 : w.dtype == DType::Q8_0 ? 2 : w.dtype == DType::F8_E4M3 ? 8 : 16;
-  if (in == 0 || (quantized && !aligned(w.data, need))) return matmul(a);
+  const uintptr_t element = w.dtype == DType::F32 ? 4 : 2;
+  if (in == 0 || (quantized && !aligned(w.data, need)) || (!quantized && !aligned(w.data, element))) return matmul(a);
   switch (w.dtype) {
     case DType::F32: gemm(w.data, CUDA_R_32F, a.x, out, a.n, in, a.y, out); break;
     case DType::F16: gemm(w.data, CUDA_R_16F, convert_x(a, in, false), out, a.n, in, a.y, out); break;
