@@ -173,6 +173,9 @@ for T in bf16 q8_0; do
     serve_pair "8b8l-$T" "$SYN/llama8b-8l-$T.gguf" --requests 64 --input-len 128 --output-len 64 --concurrency 32 \
       --max-model-len 512 --kv-cache-dtype bf16
   # Prefill attention on the tensor cores (kernel wmma, below `tiled` until checked here).
+  # The register-resident flash attention (kernel mma, below `tiled` until checked here).
+  [ "$T" = bf16 ] && [ -f "$SYN/llama8b-8l-$T.gguf" ] && \
+    bench_model "8b8l-$T-mma" "$SYN/llama8b-8l-$T.gguf" -p 4096 -n 8 -r 3 --warmup 1 --kv-cache-dtype bf16 --kernel attention=mma
   extras && [ "$T" = bf16 ] && [ -f "$SYN/llama8b-8l-$T.gguf" ] && \
     bench_model "8b8l-$T-wmma" "$SYN/llama8b-8l-$T.gguf" -p 4096 -n 8 -r 2 --warmup 1 --kv-cache-dtype bf16 --kernel attention=wmma
   rm -f "$SYN/llama8b-8l-$T.gguf"
