@@ -16,6 +16,9 @@
 //         or high nibble of ql[64n + l + 32(g & 1)] and bits 2g..2g+1 of qh[32n + l] as its high
 //         two bits; y = d * scales[8n + l/16 + 2g] * (q - 32). Byte loads (blocks are unaligned).
 #pragma once
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
 #include <cstdint>
 
 #include "kernels/cuda/device_math.cuh"
@@ -64,11 +67,17 @@ __device__ __forceinline__ void load8(const uint8_t* __restrict__ row, int64_t c
       }
     }
   } else if constexpr (T == DType::F8_E4M3) {
+    // Pairs of E4M3 to F16 pairs (exact: every E4M3 value is an F16 one) by the conversion
+    // instruction where the GPU has one (sm_89 and later; cuda_fp8.h emulates it before), then
+    // to floats: the same values as fp8e4m3_bits_to_float, in a few instructions per pair.
     const uint2 u = __ldg(reinterpret_cast<const uint2*>(row) + c);
+    const uint32_t words[2] = {u.x, u.y};
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-      w[k] = fp8e4m3_bits_to_float((u.x >> (8 * k)) & 0xffu);
-      w[4 + k] = fp8e4m3_bits_to_float((u.y >> (8 * k)) & 0xffu);
+      const auto pair = static_cast<__nv_fp8x2_storage_t>((words[k >> 1] >> (16 * (k & 1))) & 0xffffu);
+      const float2 f = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3)));
+      w[2 * k] = f.x;  // the pair's lower byte
+      w[2 * k + 1] = f.y;
     }
   } else if constexpr (T == DType::Q8_0) {
     const uint8_t* blk = row + (c >> 2) * static_cast<int64_t>(sizeof(BlockQ8_0));
