@@ -162,7 +162,11 @@ for T in bf16 q8_0; do
   step "synth llama-8B-shape $T"
   timeout 150 "$FP" synth --arch llama --fast-fill --config "$CFG" --type $T --out "$SYN/llama8b-8l-$T.gguf" > "$OUT/synth_$T.log" 2>&1 \
     || row "synth $T" "FAILED (synth_$T.log)"
-  [ -f "$SYN/llama8b-8l-$T.gguf" ] && bench_model "8b8l-$T" "$SYN/llama8b-8l-$T.gguf" -p 4096 -n 64 -b 16,64 -r 3 --warmup 1 --kv-cache-dtype bf16
+  [ -f "$SYN/llama8b-8l-$T.gguf" ] && bench_model "8b8l-$T" "$SYN/llama8b-8l-$T.gguf" -p 4096 -n 64 -b 8,16,64 -r 3 --warmup 1 --kv-cache-dtype bf16
+  # The warp-per-rows GEMV against the default block GEMV (below it until timed here): decode
+  # at batch 1 and 8 (the GEMV's range), every matmul forced onto it.
+  [ -f "$SYN/llama8b-8l-$T.gguf" ] && \
+    bench_model "8b8l-$T-gemv_warp" "$SYN/llama8b-8l-$T.gguf" -p 0 -n 64 -b 8 -r 3 --warmup 1 --kv-cache-dtype bf16 --kernel matmul=gemv_warp
   # Decode with every step eager, for the CUDA-graph comparison (issue 8: batch 64 with and without).
   # Where the time goes: every kernel call timed (synchronised), prefill of 4096 and 32 decode steps.
   [ -f "$SYN/llama8b-8l-$T.gguf" ] && \
@@ -183,7 +187,9 @@ done
 step "synth llama-8B-shape fp8 (safetensors, 128x128 block scales)"
 timeout 150 "$FP" synth --arch llama --fast-fill --config "$CFG" --type fp8 --out "$SYN/llama8b-8l-fp8" > "$OUT/synth_fp8.log" 2>&1 \
   || row "synth fp8" "FAILED (synth_fp8.log)"
-[ -d "$SYN/llama8b-8l-fp8" ] && bench_model "8b8l-fp8" "$SYN/llama8b-8l-fp8" -p 4096 -n 64 -r 3 --warmup 1 --kv-cache-dtype bf16
+[ -d "$SYN/llama8b-8l-fp8" ] && bench_model "8b8l-fp8" "$SYN/llama8b-8l-fp8" -p 4096 -n 64 -b 8 -r 3 --warmup 1 --kv-cache-dtype bf16
+[ -d "$SYN/llama8b-8l-fp8" ] && \
+  bench_model "8b8l-fp8-gemv_warp" "$SYN/llama8b-8l-fp8" -p 0 -n 64 -b 8 -r 3 --warmup 1 --kv-cache-dtype bf16 --kernel matmul=gemv_warp
 [ -d "$SYN/llama8b-8l-fp8" ] && \
   bench_model "8b8l-fp8-profile" "$SYN/llama8b-8l-fp8" -p 4096 -n 32 -r 1 --warmup 1 --kv-cache-dtype bf16 --profile
 rm -rf "$SYN/llama8b-8l-fp8"

@@ -120,6 +120,99 @@ void launch_gemv(const MatMulArgs& a, const float* x, int nt, float* y) {
   FP_CUDA_LAUNCHED("gemv");
 }
 
+// The `gemv_warp` variant: each warp owns kWarpRows rows on its own (lanes stride over the row
+// in 8-weight chunks, two chunks per row in flight, a shuffle reduction; no shared memory, no
+// block barrier), 4 warps per block. Against `gemv` (a block of 8 warps on 4 rows, ~2 chunks per
+// thread at K = 4096, then a shared-memory reduction) it trades the block's reduction for
+// longer streams per warp. Written after the H200 run (2026-12-04: the BF16 GEMV moved 2.6 of
+// 4.2 TB/s); registered below `gemv` until a device run times the two side by side.
+constexpr int kWarpRows = 2, kWarpsPerBlock = 4;
+
+template <DType T, int NT>
+__global__ void __launch_bounds__(32 * kWarpsPerBlock)
+    gemv_warp_kernel(const float* __restrict__ x, const uint8_t* __restrict__ w, int64_t row_bytes, int64_t out, int64_t in,
+                     const float* __restrict__ scale, int64_t sb, int64_t scale_cols, const float* __restrict__ bias,
+                     float* __restrict__ y, int64_t y_stride) {
+  const int lane = threadIdx.x & 31;
+  const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5)) * kWarpRows;
+  if (row0 >= out) return;  // whole warps
+  const int64_t chunks = in / 8;
+  const float* srow[kWarpRows];
+#pragma unroll
+  for (int r = 0; r < kWarpRows; ++r) srow[r] = scale && row0 + r < out ? scale + ((row0 + r) / sb) * scale_cols : nullptr;
+  const uint32_t sb32 = static_cast<uint32_t>(sb);
+  float acc[kWarpRows][NT];
+#pragma unroll
+  for (int r = 0; r < kWarpRows; ++r)
+#pragma unroll
+    for (int t = 0; t < NT; ++t) acc[r][t] = 0.0f;
+#pragma unroll 2
+  for (int64_t c = lane; c < chunks; c += 32) {
+    float wv[kWarpRows][8];
+    const uint32_t scol = scale ? static_cast<uint32_t>(8 * c) / sb32 : 0;
+#pragma unroll
+    for (int r = 0; r < kWarpRows; ++r) {
+      if (row0 + r < out) {
+        load8<T>(w + (row0 + r) * row_bytes, c, wv[r]);
+        if (scale) {
+          const float s = __ldg(srow[r] + scol);
+#pragma unroll
+          for (int j = 0; j < 8; ++j) wv[r][j] *= s;
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) wv[r][j] = 0.0f;
+      }
+    }
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      const float4* xp = reinterpret_cast<const float4*>(x + t * in) + 2 * c;
+      const float4 a = __ldg(xp), b = __ldg(xp + 1);
+      const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+      for (int r = 0; r < kWarpRows; ++r)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[r][t] += wv[r][j] * xv[j];
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kWarpRows; ++r)
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      const float v = warp_sum(acc[r][t]);
+      if (lane == 0 && row0 + r < out) y[t * y_stride + row0 + r] = v + (bias ? bias[row0 + r] : 0.0f);
+    }
+}
+
+template <DType T>
+void launch_gemv_warp(const MatMulArgs& a, const float* x, int nt, float* y) {
+  const Tensor& w = *a.w;
+  const int64_t out = w.rows(), in = w.cols();
+  const int64_t sb = w.block_scale ? w.scale_block : 1;
+  const int64_t rows_per_block = int64_t{kWarpRows} * kWarpsPerBlock;
+  const dim3 grid(static_cast<unsigned>((out + rows_per_block - 1) / rows_per_block));
+  const auto* wp = static_cast<const uint8_t*>(w.data);
+  const int64_t rb = row_bytes(w.dtype, in), sc = (in + sb - 1) / sb;
+#define FP_GEMV_CASE(N)                                                                                        \
+  case N:                                                                                                      \
+    gemv_warp_kernel<T, N><<<grid, 32 * kWarpsPerBlock, 0, stream()>>>(x, wp, rb, out, in, w.block_scale, sb, sc, \
+                                                                       a.bias, y, out);                        \
+    break;
+  switch (nt) {
+    FP_GEMV_CASE(1)
+    FP_GEMV_CASE(2)
+    FP_GEMV_CASE(3)
+    FP_GEMV_CASE(4)
+    FP_GEMV_CASE(5)
+    FP_GEMV_CASE(6)
+    FP_GEMV_CASE(7)
+    FP_GEMV_CASE(8)
+    default: fail("gemv_warp: ", nt, " tokens in one launch (at most ", kMaxTokens, ")");
+  }
+#undef FP_GEMV_CASE
+  FP_CUDA_LAUNCHED("gemv_warp");
+}
+
 bool aligned(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
 // The alignment the chunk loads need (weights.cuh): of the weight data and of x.
@@ -139,7 +232,11 @@ std::string refuse_gemv(const MatMulArgs& a) {
   return {};
 }
 
-void gemv(const MatMulArgs& a) {
+namespace {
+
+// Both GEMVs: the per-call checks, then launches of at most kMaxTokens tokens each.
+template <template <DType> class Launch>
+void run_gemv(const MatMulArgs& a) {
   const Tensor& w = *a.w;
   const int64_t out = w.rows();
   if (a.n == 0 || out == 0) return;
@@ -153,16 +250,30 @@ void gemv(const MatMulArgs& a) {
     const float* x = a.x + t0 * w.cols();
     float* y = a.y + t0 * out;
     switch (w.dtype) {
-      case DType::F32: launch_gemv<DType::F32>(a, x, nt, y); break;
-      case DType::F16: launch_gemv<DType::F16>(a, x, nt, y); break;
-      case DType::BF16: launch_gemv<DType::BF16>(a, x, nt, y); break;
-      case DType::Q8_0: launch_gemv<DType::Q8_0>(a, x, nt, y); break;
-      case DType::Q4_K: launch_gemv<DType::Q4_K>(a, x, nt, y); break;
-      case DType::Q6_K: launch_gemv<DType::Q6_K>(a, x, nt, y); break;
-      case DType::F8_E4M3: launch_gemv<DType::F8_E4M3>(a, x, nt, y); break;
+      case DType::F32: Launch<DType::F32>::run(a, x, nt, y); break;
+      case DType::F16: Launch<DType::F16>::run(a, x, nt, y); break;
+      case DType::BF16: Launch<DType::BF16>::run(a, x, nt, y); break;
+      case DType::Q8_0: Launch<DType::Q8_0>::run(a, x, nt, y); break;
+      case DType::Q4_K: Launch<DType::Q4_K>::run(a, x, nt, y); break;
+      case DType::Q6_K: Launch<DType::Q6_K>::run(a, x, nt, y); break;
+      case DType::F8_E4M3: Launch<DType::F8_E4M3>::run(a, x, nt, y); break;
       default: fail("gemv: weights of ", dtype_name(w.dtype));
     }
   }
 }
+
+template <DType T>
+struct BlockGemv {
+  static void run(const MatMulArgs& a, const float* x, int nt, float* y) { launch_gemv<T>(a, x, nt, y); }
+};
+template <DType T>
+struct WarpGemv {
+  static void run(const MatMulArgs& a, const float* x, int nt, float* y) { launch_gemv_warp<T>(a, x, nt, y); }
+};
+
+}  // namespace
+
+void gemv(const MatMulArgs& a) { run_gemv<BlockGemv>(a); }
+void gemv_warp(const MatMulArgs& a) { run_gemv<WarpGemv>(a); }
 
 }  // namespace fp::cuda

@@ -49,6 +49,7 @@ void matmul(const MatMulArgs& a);
 // gemv.cu: decode, n <= 8 tokens
 std::string refuse_gemv(const MatMulArgs& a);
 void gemv(const MatMulArgs& a);
+void gemv_warp(const MatMulArgs& a);  // the same calls, a warp per 2 rows (refuse_gemv)
 // gemm_cublas.cu: cuBLAS GemmEx (quantized weights dequantized to F16/BF16 first)
 std::string refuse_gemm_cublas(const MatMulArgs& a);
 void gemm_cublas(const MatMulArgs& a);

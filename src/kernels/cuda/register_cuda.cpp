@@ -34,6 +34,8 @@ const bool registered = [] {
   // Best first: the decode GEMV, cuBLASLt's FP8 block-scaled GEMM, cuBLAS, then the plain
   // kernels ("cuda") that read everything.
   register_kernel(cuda_kernel<MatMulArgs>(gemv, refuse_gemv, "gemv", 130));
+  // The same calls, a warp per 2 rows: below `gemv` until a device run times them side by side.
+  register_kernel(cuda_kernel<MatMulArgs>(gemv_warp, refuse_gemv, "gemv_warp", 129));
   register_kernel(cuda_kernel<MatMulArgs>(gemm_cublaslt_fp8, refuse_cublaslt_fp8, "cublaslt_fp8", 125));
   register_kernel(cuda_kernel<MatMulArgs>(gemm_cublas, refuse_gemm_cublas, "cublas", 120));
   register_kernel(cuda_kernel<MatMulArgs>(matmul, refuse_matmul));
