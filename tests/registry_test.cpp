@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <thread>
 
@@ -69,6 +70,45 @@ TEST(Registry, PicksBestKernelThatAcceptsAndRecordsRefusals) {
   ASSERT_EQ(fb.size(), 1u);
   EXPECT_NE(fb[0].find("w=12"), std::string::npos);
   EXPECT_NE(Ledger::global().json().find("\"fallback\": true"), std::string::npos);
+}
+
+// An op whose shape class misses what its fast kernel refuses on (the row width's tail): the
+// first call decides for the whole class, a later call of the same class that the kernel
+// refuses must not run on it. It is decided apart, under a class naming the gap.
+struct GapArgs {
+  static constexpr const char* kName = "toy_gap";
+  int width = 0;
+  int* ran = nullptr;  // 0 ref, 1 chunked
+  std::string shape_class() const { return "one class"; }
+};
+
+const bool gap_registered = [] {
+  register_kernel(Kernel<GapArgs>{"ref", Backend::CPU, 0, true, nullptr, [](const GapArgs& a) { *a.ran = 0; }});
+  register_kernel(Kernel<GapArgs>{"chunked", Backend::CPU, 10, false,
+                                  [](const GapArgs& a) { return a.width % 8 ? "width " + std::to_string(a.width) + " not a multiple of 8" : std::string(); },
+                                  [](const GapArgs& a) { *a.ran = 1; }});
+  return true;
+}();
+
+TEST(Registry, ACachedDecisionNeverRunsOnACallItsKernelRefuses) {
+  Ledger::global().reset();
+  int ran = -1;
+  for (int width : {64, 172, 64, 172, 20}) {
+    dispatch(GapArgs{width, &ran});
+    EXPECT_EQ(ran, width % 8 ? 0 : 1) << "width " << width;
+  }
+  std::map<std::string, const LedgerEntry*> by_class;
+  const auto es = Ledger::global().snapshot();
+  for (const auto& e : es)
+    if (e.op == "toy_gap") by_class[e.shape_class] = &e;
+  ASSERT_EQ(by_class.size(), 3u);  // the class, and one apart per refusal reason (172, 20)
+  ASSERT_TRUE(by_class.count("one class"));
+  EXPECT_EQ(by_class["one class"]->kernel, "chunked");
+  EXPECT_EQ(by_class["one class"]->calls, 2u);
+  const std::string apart = "one class | chunked refuses: width 172 not a multiple of 8";
+  ASSERT_TRUE(by_class.count(apart));
+  EXPECT_EQ(by_class[apart]->kernel, "ref");
+  EXPECT_EQ(by_class[apart]->calls, 2u);
 }
 
 TEST(Registry, ForcedKernelRunsOrFailsWithReason) {

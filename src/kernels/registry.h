@@ -29,6 +29,7 @@
 
 #include "core/device.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "kernels/ledger.h"
 #include "kernels/timed_choice.h"
 
@@ -197,8 +198,22 @@ class OpRegistry {
     if (backend != Backend::CPU) cls = std::string(backend_name(backend)) + ": " + cls;
     std::lock_guard<std::mutex> lock(mu_);
     auto it = cache_.find(cls);
-    if (it != cache_.end()) return it->second;
-    Decision d;
+    // A cached decision is re-asked: a kernel whose refusal depends on something the shape class
+    // does not name would otherwise run on calls it refuses (twice a wrong result: rows not whole
+    // 256-value groups on the CPU, not whole 8-value chunks on the GPU). Such a call is decided
+    // apart, under a class naming the gap, once with a warning; the ledger shows both entries.
+    for (int depth = 0; it != cache_.end() && depth < 4; ++depth) {
+      const Kernel<Args>* k = it->second.kernel;
+      const std::string why = k->refuse ? k->refuse(args) : std::string();
+      if (why.empty()) return it->second;
+      const std::string apart = cls + " | " + k->name + " refuses: " + why;
+      if (!cache_.count(apart))
+        log_warn("dispatch: ", Args::kName, " class '", cls, "' was decided for ", k->name,
+                 ", which refuses this call (", why, "): the class misses a property; deciding it apart");
+      cls = apart;
+      it = cache_.find(cls);
+    }
+    Decision d;  // a new class (or, past 4 gaps, the last one decided again)
     LedgerEntry* e = Ledger::global().entry(Args::kName, cls);
     e->refused.clear();
     e->timing.clear();
