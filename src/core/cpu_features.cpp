@@ -22,14 +22,17 @@ uint64_t xgetbv0() {
   return (static_cast<uint64_t>(edx) << 32) | eax;
 }
 
-std::map<std::string, bool CpuFeatures::*> feature_fields() {
-  return {{"sse4.2", &CpuFeatures::sse42},        {"avx", &CpuFeatures::avx},
+// Built once: kernels' refusals ask has() on every dispatched call (registry.h re-asks a cached
+// decision), so a map built per question would cost microseconds per op call.
+const std::map<std::string, bool CpuFeatures::*>& feature_fields() {
+  static const std::map<std::string, bool CpuFeatures::*> fields{{"sse4.2", &CpuFeatures::sse42},        {"avx", &CpuFeatures::avx},
           {"avx2", &CpuFeatures::avx2},           {"fma", &CpuFeatures::fma},
           {"f16c", &CpuFeatures::f16c},           {"avx512f", &CpuFeatures::avx512f},
           {"avx512bw", &CpuFeatures::avx512bw},   {"avx512vl", &CpuFeatures::avx512vl},
           {"avx512_vnni", &CpuFeatures::avx512_vnni}, {"avx512_bf16", &CpuFeatures::avx512_bf16},
           {"avx_vnni", &CpuFeatures::avx_vnni},   {"amx_int8", &CpuFeatures::amx_int8},
           {"amx_bf16", &CpuFeatures::amx_bf16}};
+  return fields;
 }
 
 CpuFeatures detect() {
@@ -79,7 +82,7 @@ CpuFeatures detect() {
     while (!f.brand.empty() && f.brand.back() == ' ') f.brand.pop_back();
   }
   if (const char* off = std::getenv("FASTPATH_CPU_DISABLE")) {
-    auto fields = feature_fields();
+    const auto& fields = feature_fields();
     std::stringstream ss(off);
     std::string name;
     while (std::getline(ss, name, ','))
@@ -96,7 +99,7 @@ const CpuFeatures& cpu_features() {
 }
 
 bool CpuFeatures::has(const std::string& name) const {
-  auto fields = feature_fields();
+  const auto& fields = feature_fields();
   auto it = fields.find(name);
   return it != fields.end() && this->*(it->second);
 }

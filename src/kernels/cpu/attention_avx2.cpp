@@ -544,7 +544,7 @@ void attention_avx2(const AttentionArgs& a) {
 }
 
 std::string refuse_attention_avx2(const AttentionArgs& a) {
-  std::string why = cpu_features().missing({"avx2", "fma", "f16c"});
+  static const std::string why = cpu_features().missing({"avx2", "fma", "f16c"});
   if (!why.empty()) return why;
   if (a.n_kv_heads <= 0 || a.n_heads % a.n_kv_heads != 0)
     return "n_heads " + std::to_string(a.n_heads) + " is not a multiple of n_kv_heads " + std::to_string(a.n_kv_heads);

@@ -26,7 +26,10 @@ using namespace avx2;
 constexpr int64_t kParallelMin = 1 << 15;
 constexpr int kPriority = 100;
 
-std::string refuse_avx2_cpu() { return cpu_features().missing({"avx2", "fma", "f16c"}); }
+std::string refuse_avx2_cpu() {
+  static const std::string why = cpu_features().missing({"avx2", "fma", "f16c"});  // fixed for the process
+  return why;
+}
 
 template <class Args>
 Kernel<Args> avx2_kernel(void (*run)(const Args&)) {

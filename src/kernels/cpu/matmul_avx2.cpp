@@ -1184,7 +1184,7 @@ void matmul_avx2(const MatMulArgs& a) {
 }
 
 std::string refuse_matmul_avx2(const MatMulArgs& a) {
-  std::string cpu = cpu_features().missing({"avx2", "fma", "f16c"});
+  static const std::string cpu = cpu_features().missing({"avx2", "fma", "f16c"});
   if (!cpu.empty()) return cpu;
   switch (a.w->dtype) {
     case DType::F32: case DType::F16: case DType::BF16: case DType::F8_E4M3:

@@ -161,7 +161,7 @@ void matmul_avx512(const MatMulArgs& a) {
 }
 
 std::string refuse_avx512(const MatMulArgs& a) {
-  std::string cpu = cpu_features().missing({"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl"});
+  static const std::string cpu = cpu_features().missing({"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl"});
   if (!cpu.empty()) return cpu;
   const DType t = a.w->dtype;
   if (t != DType::F32 && t != DType::F16 && t != DType::BF16)

@@ -619,7 +619,7 @@ std::string refuse_weights(const MatMulArgs& a) {
 }
 
 std::string refuse_bf16(const MatMulArgs& a) {
-  std::string cpu = cpu_features().missing({"avx512f", "avx512bw", "avx512vl", "avx512_bf16"});
+  static const std::string cpu = cpu_features().missing({"avx512f", "avx512bw", "avx512vl", "avx512_bf16"});
   if (!cpu.empty()) return cpu;
   if (dtype_info(a.w->dtype).quantized && a.n <= kQuantizedMinTokens)
     return "quantized weights of up to 256 tokens: the integer kernels (converting them to BF16 would not pay)";
@@ -633,7 +633,7 @@ const bool registered = register_kernel(Kernel<MatMulArgs>{
     .name = "avx512bf16", .priority = 210, .refuse = refuse_bf16, .run = matmul_bf16, .timed = true});
 
 std::string refuse_amx(const MatMulArgs& a) {
-  std::string cpu = cpu_features().missing({"avx512f", "avx512bw", "avx512vl", "avx512_bf16", "amx_bf16"});
+  static const std::string cpu = cpu_features().missing({"avx512f", "avx512bw", "avx512vl", "avx512_bf16", "amx_bf16"});
   if (!cpu.empty()) return cpu;
   if (!amx_tile_permission().empty()) return amx_tile_permission();
   if (a.n <= kFewTokens) return "up to 32 tokens: the AVX512-BF16 dot tiles (a 32-token AMX block would be mostly padding)";

@@ -527,7 +527,7 @@ void matmul_vnni(const MatMulArgs& a) {
 }
 
 std::string refuse_vnni(const MatMulArgs& a) {
-  std::string cpu = cpu_features().missing(FP_VNNI_FEATURES);
+  static const std::string cpu = cpu_features().missing(FP_VNNI_FEATURES);
   if (!cpu.empty()) return cpu;
   const DType t = a.w->dtype;
   // Prefill only (decode is left to the AVX2 kernel), on the interleaved tiles.

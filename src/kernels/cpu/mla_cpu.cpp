@@ -253,7 +253,7 @@ void mla_absorbed(const MlaAttentionArgs& a) {
 }
 
 std::string refuse_absorbed(const MlaAttentionArgs& a) {
-  std::string why = cpu_features().missing({"avx2", "fma", "f16c"});
+  static const std::string why = cpu_features().missing({"avx2", "fma", "f16c"});
   if (!why.empty()) return why;
   return refuse_kv_dtype(a.kv_dtype, {DType::F32, DType::F16, DType::BF16});
 }

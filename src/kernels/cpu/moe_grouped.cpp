@@ -188,7 +188,8 @@ void moe_ffn_gemv(const MoeFfnArgs& a) {
 
 std::string refuse_gemv(const MoeFfnArgs& a) {
   if (a.n > 4) return "more than 4 tokens: the grouped batched matmuls are faster";
-  if (std::string m = cpu_features().missing({"avx2", "fma", "f16c"}); !m.empty()) return m;
+  static const std::string m = cpu_features().missing({"avx2", "fma", "f16c"});  // fixed for the process
+  if (!m.empty()) return m;
   for (int64_t e = a.expert_begin; e < a.local_end(); ++e)
     for (const Tensor* t : {&a.gate[e], &a.up[e], &a.down[e]})
       if (std::string why = moe_gemv::refuse(*t); !why.empty()) return "expert " + std::to_string(e) + ": " + why;
