@@ -62,11 +62,9 @@ struct Params {
   float* out;
 };
 
-// F16, clamped to its finite range (a larger BF16 / F32 value would become inf).
-__device__ __forceinline__ __half to_half(float v) { return __float2half(fminf(fmaxf(v, -65504.0f), 65504.0f)); }
 
 __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
-  const __half2 h = __halves2half2(to_half(lo), to_half(hi));
+  const __half2 h = __halves2half2(to_half_clamped(lo), to_half_clamped(hi));
   return *reinterpret_cast<const uint32_t*>(&h);
 }
 
@@ -79,9 +77,15 @@ __device__ __forceinline__ void mma_16816(float d[4], const uint32_t a[4], uint3
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// Values [8 c8, 8 c8 + 8) of the K or V row starting at element `base` of `pool`, as floats.
-__device__ __forceinline__ void load_kv8(const Params& p, const uint8_t* pool, int64_t base, float v[8]) {
-  if (p.vec16) {
+// Values [8 c8, 8 c8 + 8) of the K or V row starting at element `base` of `pool`, as floats;
+// zeros for a position past the visible ones (slot -1).
+__device__ __forceinline__ void load_kv8(const Params& p, const uint8_t* pool, int64_t slot, int64_t stride, int64_t offset,
+                                         float v[8]) {
+  const int64_t base = slot * stride + offset;
+  if (slot < 0) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = 0.0f;
+  } else if (p.vec16) {
     const uint4 u = __ldg(reinterpret_cast<const uint4*>(pool + 2 * base));
     const uint32_t w[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
@@ -173,12 +177,7 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(Params p) {
       for (int e = threadIdx.x; e < kBC * (D / 8); e += kThreads) {
         const int key = e / (D / 8), c8 = e % (D / 8);
         float kv[8];
-        if (slots[key] >= 0) {
-          load_kv8(p, p.k_pool, slots[key] * p.k_stride + kvh * D + 8 * c8, kv);
-        } else {
-#pragma unroll
-          for (int j = 0; j < 8; ++j) kv[j] = 0.0f;
-        }
+        load_kv8(p, p.k_pool, slots[key], p.k_stride, kvh * D + 8 * c8, kv);
         uint4 packed;
         packed.x = pack_half2(kv[0], kv[1]);
         packed.y = pack_half2(kv[2], kv[3]);
@@ -189,14 +188,9 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(Params p) {
       for (int e = threadIdx.x; e < kBC * (D / 8); e += kThreads) {
         const int key = e % kBC, c8 = e / kBC;
         float vv[8];
-        if (slots[key] >= 0) {
-          load_kv8(p, p.v_pool, slots[key] * p.v_stride + kvh * D + 8 * c8, vv);
-        } else {
+        load_kv8(p, p.v_pool, slots[key], p.v_stride, kvh * D + 8 * c8, vv);
 #pragma unroll
-          for (int j = 0; j < 8; ++j) vv[j] = 0.0f;
-        }
-#pragma unroll
-        for (int j = 0; j < 8; ++j) vt[(8 * c8 + j) * kLdV + key] = to_half(vv[j]);
+        for (int j = 0; j < 8; ++j) vt[(8 * c8 + j) * kLdV + key] = to_half_clamped(vv[j]);
       }
       __syncthreads();
 
@@ -290,17 +284,6 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(Params p) {
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 }  // namespace
-
-std::string refuse_attention_mma(const AttentionArgs& a) {
-  std::string why = refuse_kv_dtype(a.kv_dtype, {DType::F32, DType::F16, DType::BF16});
-  if (!why.empty()) return why;
-  if (a.head_dim != a.v_dim || (a.head_dim != 64 && a.head_dim != 128))
-    return "head_dim " + std::to_string(a.head_dim) + " / v_dim " + std::to_string(a.v_dim) + ": this kernel takes 64 or 128, equal";
-  if (a.n_kv_heads <= 0 || a.n_heads % a.n_kv_heads != 0)
-    return "n_heads " + std::to_string(a.n_heads) + " is not a multiple of n_kv_heads " + std::to_string(a.n_kv_heads);
-  if (a.page_size < 1) return "page size " + std::to_string(a.page_size);
-  return {};
-}
 
 void attention_mma(const AttentionArgs& a) {
   if (a.n == 0 || a.n_heads == 0) return;

@@ -66,8 +66,6 @@ struct Layout {
   static constexpr size_t bytes = o_off + sizeof(float) * kBR * ldo;
 };
 
-// F16 for the tensor cores, clamped to its finite range (a larger BF16 / F32 value would become inf).
-__device__ __forceinline__ __half to_half(float v) { return __float2half(fminf(fmaxf(v, -65504.0f), 65504.0f)); }
 
 template <int D>
 __global__ void __launch_bounds__(kThreads) attention_wmma_kernel(Params p) {
@@ -91,7 +89,7 @@ __global__ void __launch_bounds__(kThreads) attention_wmma_kernel(Params p) {
   // Q rows as F16, O = 0, per-row state.
   for (int e = threadIdx.x; e < kBR * D; e += kThreads) {
     const int r = e / D, d = e % D;
-    qs[r * L::ldh + d] = to_half(r < rows ? p.q[((i0 + r) * p.n_heads + h) * D + d] : 0.0f);
+    qs[r * L::ldh + d] = to_half_clamped(r < rows ? p.q[((i0 + r) * p.n_heads + h) * D + d] : 0.0f);
   }
   for (int e = threadIdx.x; e < kBR * D; e += kThreads) os[(e / D) * L::ldo + e % D] = 0.0f;
   for (int r = threadIdx.x; r < kBR; r += kThreads) {
@@ -130,8 +128,8 @@ __global__ void __launch_bounds__(kThreads) attention_wmma_kernel(Params p) {
           kv = kv_load(p.k_pool, p.kv_dtype, slots[t] * p.k_stride + kvh * D + d);
           vv = kv_load(p.v_pool, p.kv_dtype, slots[t] * p.v_stride + kvh * D + d);
         }
-        ks[t * L::ldh + d] = to_half(kv);
-        vs[t * L::ldh + d] = to_half(vv);
+        ks[t * L::ldh + d] = to_half_clamped(kv);
+        vs[t * L::ldh + d] = to_half_clamped(vv);
       }
       __syncthreads();
 

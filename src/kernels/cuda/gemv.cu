@@ -19,6 +19,50 @@ constexpr int kThreads = 256;
 constexpr int kRows = 4;
 constexpr int kMaxTokens = 8;
 
+// FP8 block scales: each of R rows' row of scales found once, the column's index once per chunk
+// (in 32 bits) for all rows — 64-bit divisions per weight chunk and row cost more than the loads
+// (the FP8 GEMV moved 0.6 TB/s on the H200 with them). Null rows past `out` or without scales.
+template <int R>
+__device__ __forceinline__ void scale_rows(const float* scale, int64_t row0, int64_t out, int64_t sb, int64_t scale_cols,
+                                           const float* srow[R]) {
+#pragma unroll
+  for (int r = 0; r < R; ++r) srow[r] = scale && row0 + r < out ? scale + ((row0 + r) / sb) * scale_cols : nullptr;
+}
+
+// One 8-weight chunk c of rows row0..row0+R-1 (zeros past `out`) times the NT tokens' chunk c of
+// x, added to acc: the step both GEMVs repeat.
+template <DType T, int NT, int R>
+__device__ __forceinline__ void gemv_chunk(const float* __restrict__ x, const uint8_t* __restrict__ w, int64_t row_bytes,
+                                           int64_t row0, int64_t out, int64_t in, const float* const srow[R], uint32_t sb32,
+                                           int64_t c, float acc[R][NT]) {
+  float wv[R][8];
+  const uint32_t scol = srow[0] ? static_cast<uint32_t>(8 * c) / sb32 : 0;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    if (row0 + r < out) {
+      load8<T>(w + (row0 + r) * row_bytes, c, wv[r]);
+      if (srow[r]) {
+        const float s = __ldg(srow[r] + scol);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) wv[r][j] *= s;
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) wv[r][j] = 0.0f;
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    const float4* xp = reinterpret_cast<const float4*>(x + t * in) + 2 * c;
+    const float4 a = __ldg(xp), b = __ldg(xp + 1);
+    const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int j = 0; j < 8; ++j) acc[r][t] += wv[r][j] * xv[j];
+  }
+}
+
 // x [NT, in] (row stride in), W rows of row_bytes; scale: FP8 block scales or null.
 template <DType T, int NT>
 __global__ void __launch_bounds__(kThreads) gemv_kernel(const float* __restrict__ x, const uint8_t* __restrict__ w,
@@ -34,42 +78,10 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const float* __restrict_
 #pragma unroll
     for (int t = 0; t < NT; ++t) acc[r][t] = 0.0f;
 
-  // FP8 block scales: each row's row of scales found once, the column's index once per chunk
-  // (in 32 bits) for all kRows rows — 64-bit divisions per weight chunk and row cost more than
-  // the loads (the FP8 GEMV moved 0.6 TB/s on the H200 with them).
   const float* srow[kRows];
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) srow[r] = scale && row0 + r < out ? scale + ((row0 + r) / sb) * scale_cols : nullptr;
-  const uint32_t sb32 = static_cast<uint32_t>(sb);
-  for (int64_t c = threadIdx.x; c < chunks; c += kThreads) {
-    float wv[kRows][8];
-    const uint32_t scol = scale ? static_cast<uint32_t>(8 * c) / sb32 : 0;
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      const int64_t o = row0 + r;
-      if (o < out) {
-        load8<T>(w + o * row_bytes, c, wv[r]);
-        if (scale) {
-          const float s = __ldg(srow[r] + scol);
-#pragma unroll
-          for (int j = 0; j < 8; ++j) wv[r][j] *= s;
-        }
-      } else {
-#pragma unroll
-        for (int j = 0; j < 8; ++j) wv[r][j] = 0.0f;
-      }
-    }
-#pragma unroll
-    for (int t = 0; t < NT; ++t) {
-      const float4* xp = reinterpret_cast<const float4*>(x + t * in) + 2 * c;
-      const float4 a = __ldg(xp), b = __ldg(xp + 1);
-      const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-#pragma unroll
-      for (int r = 0; r < kRows; ++r)
-#pragma unroll
-        for (int j = 0; j < 8; ++j) acc[r][t] += wv[r][j] * xv[j];
-    }
-  }
+  scale_rows<kRows>(scale, row0, out, sb, scale_cols, srow);
+  for (int64_t c = threadIdx.x; c < chunks; c += kThreads)
+    gemv_chunk<T, NT, kRows>(x, w, row_bytes, row0, out, in, srow, static_cast<uint32_t>(sb), c, acc);
 
   __shared__ float red[kThreads / 32][kRows * NT];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -138,43 +150,15 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock)
   if (row0 >= out) return;  // whole warps
   const int64_t chunks = in / 8;
   const float* srow[kWarpRows];
-#pragma unroll
-  for (int r = 0; r < kWarpRows; ++r) srow[r] = scale && row0 + r < out ? scale + ((row0 + r) / sb) * scale_cols : nullptr;
-  const uint32_t sb32 = static_cast<uint32_t>(sb);
+  scale_rows<kWarpRows>(scale, row0, out, sb, scale_cols, srow);
   float acc[kWarpRows][NT];
 #pragma unroll
   for (int r = 0; r < kWarpRows; ++r)
 #pragma unroll
     for (int t = 0; t < NT; ++t) acc[r][t] = 0.0f;
 #pragma unroll 2
-  for (int64_t c = lane; c < chunks; c += 32) {
-    float wv[kWarpRows][8];
-    const uint32_t scol = scale ? static_cast<uint32_t>(8 * c) / sb32 : 0;
-#pragma unroll
-    for (int r = 0; r < kWarpRows; ++r) {
-      if (row0 + r < out) {
-        load8<T>(w + (row0 + r) * row_bytes, c, wv[r]);
-        if (scale) {
-          const float s = __ldg(srow[r] + scol);
-#pragma unroll
-          for (int j = 0; j < 8; ++j) wv[r][j] *= s;
-        }
-      } else {
-#pragma unroll
-        for (int j = 0; j < 8; ++j) wv[r][j] = 0.0f;
-      }
-    }
-#pragma unroll
-    for (int t = 0; t < NT; ++t) {
-      const float4* xp = reinterpret_cast<const float4*>(x + t * in) + 2 * c;
-      const float4 a = __ldg(xp), b = __ldg(xp + 1);
-      const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-#pragma unroll
-      for (int r = 0; r < kWarpRows; ++r)
-#pragma unroll
-        for (int j = 0; j < 8; ++j) acc[r][t] += wv[r][j] * xv[j];
-    }
-  }
+  for (int64_t c = lane; c < chunks; c += 32)
+    gemv_chunk<T, NT, kWarpRows>(x, w, row_bytes, row0, out, in, srow, static_cast<uint32_t>(sb), c, acc);
 #pragma unroll
   for (int r = 0; r < kWarpRows; ++r)
 #pragma unroll
@@ -240,11 +224,9 @@ void run_gemv(const MatMulArgs& a) {
   const Tensor& w = *a.w;
   const int64_t out = w.rows();
   if (a.n == 0 || out == 0) return;
-  // Checked per call, not in refuse (dispatch caches a decision per shape class): a view at an
-  // odd address runs on the plain kernel rather than faulting. Rows of whole 8-value chunks are
-  // part of the class (MatMulArgs::shape_class); checked again here, as the kernel drops a tail.
-  if (w.cols() == 0 || w.cols() % 8 != 0 || !aligned(w.data, weight_alignment(w.dtype)) || !aligned(a.x, 16))
-    return matmul(a);
+  // Checked per call, not in refuse: a view at an odd address runs on the plain kernel rather
+  // than faulting. (Rows that are not whole 8-value chunks are refused: dispatch re-asks.)
+  if (w.cols() == 0 || !aligned(w.data, weight_alignment(w.dtype)) || !aligned(a.x, 16)) return matmul(a);
   for (int64_t t0 = 0; t0 < a.n; t0 += kMaxTokens) {
     const int nt = static_cast<int>(std::min<int64_t>(kMaxTokens, a.n - t0));
     const float* x = a.x + t0 * w.cols();

@@ -38,9 +38,8 @@ void attention_tiled(const AttentionArgs& a);
 // attention_wmma.cu: flash attention on the tensor cores (F16 WMMA), head_dim = v_dim = 64 or 128
 std::string refuse_attention_wmma(const AttentionArgs& a);
 void attention_wmma(const AttentionArgs& a);
-// attention_mma.cu: flash attention with Q, S, P and O in registers (mma.sync m16n8k16 F16),
-// head_dim = v_dim = 64 or 128
-std::string refuse_attention_mma(const AttentionArgs& a);
+// attention_mma.cu: flash attention with Q, S, P and O in registers (mma.sync m16n8k16 F16);
+// the same calls as wmma (refuse_attention_wmma)
 void attention_mma(const AttentionArgs& a);
 
 // matmul.cu: the plain kernel (every weight dtype below, any alignment)

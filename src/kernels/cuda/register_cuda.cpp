@@ -46,7 +46,7 @@ const bool registered = [] {
   // Below `tiled` until a GPU run has checked and timed them (bench/device_check.sh): `wmma`
   // passed its tests on the H200 (2026-12-04) at 1.3x `tiled`'s prefill, still 6-9 TFLOP/s;
   // `mma` (registers instead of shared memory for S, P and O) is not yet run on a GPU.
-  register_kernel(cuda_kernel<AttentionArgs>(attention_mma, refuse_attention_mma, "mma", 115));
+  register_kernel(cuda_kernel<AttentionArgs>(attention_mma, refuse_attention_wmma, "mma", 115));
   register_kernel(cuda_kernel<AttentionArgs>(attention_wmma, refuse_attention_wmma, "wmma", 110));
   register_kernel(cuda_kernel<AttentionArgs>(attention, refuse_attention));
   register_kernel(cuda_kernel<KvWriteArgs>(kv_write, refuse_kv_write));
