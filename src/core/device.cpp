@@ -135,7 +135,9 @@ void PinnedBuffer::reserve(size_t bytes) {
     data_ = device_memory(device_).alloc_host(bytes);
     pinned_ = true;
   } else {
-    data_ = std::malloc(bytes);
+    // Cache-line aligned (malloc gives 16 bytes): the AMX kernel's tiles store their sums here,
+    // and a 64-byte tile row across two lines costs two (kernels/cpu/aligned_vector.h).
+    data_ = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
     FP_CHECK(data_, "out of host memory allocating ", bytes, " bytes");
   }
   bytes_ = bytes;
@@ -164,7 +166,9 @@ void DeviceBuffer::reserve(size_t bytes) {
   if (bytes <= bytes_) return;
   reset();
   if (device_ == Device::CPU) {
-    data_ = std::malloc(bytes);
+    // Cache-line aligned (malloc gives 16 bytes): the AMX kernel's tiles store their sums here,
+    // and a 64-byte tile row across two lines costs two (kernels/cpu/aligned_vector.h).
+    data_ = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
     FP_CHECK(data_, "out of host memory allocating ", bytes, " bytes");
   } else {
     data_ = device_memory(device_).alloc(bytes);

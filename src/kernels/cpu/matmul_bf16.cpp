@@ -29,6 +29,7 @@
 #include "core/cpu_features.h"
 #include "core/dtype.h"
 #include "core/thread_pool.h"
+#include "kernels/cpu/aligned_vector.h"
 #include "kernels/cpu/amx_tiles.h"
 #include "kernels/cpu/matmul_common.h"
 #include "kernels/cpu/simd_avx2.h"
@@ -74,16 +75,16 @@ FP_BF16 void round_row(const float* x, int64_t K, uint16_t* dst) {
 // The calling thread's buffer `Slot`, at least n long, kept between calls (contents are left
 // over from the last one): a fresh vector of this size is mapped memory, and every call paid its
 // page faults and zeroing again (~0.8 ms of a 0.6 ms AMX call at 200 tokens: enough to lose a
-// timed choice it should win).
+// timed choice it should win). Cache-line aligned: the AMX tiles load from it.
 template <class T, int Slot>
-std::vector<T>& scratch_buffer(size_t n) {
-  thread_local std::vector<T> buf;
+cpu::AlignedVector<T>& scratch_buffer(size_t n) {
+  thread_local cpu::AlignedVector<T> buf;
   if (buf.size() < n) buf.resize(n);
   return buf;
 }
 
 // x [n, K] f32 -> [n, Kp] BF16 pairs (Kp = K rounded up to even, the pad a zero).
-void round_activations(const float* x, int64_t n, int64_t K, std::vector<uint32_t>& out) {
+void round_activations(const float* x, int64_t n, int64_t K, cpu::AlignedVector<uint32_t>& out) {
   const int64_t words = (K + 1) / 2;
   out.assign(static_cast<size_t>(n * words), 0);
   thread_pool().parallel_for(n, 1, [&](int64_t i0, int64_t i1) {
@@ -418,7 +419,7 @@ template <int R>
 constexpr DotTile kDotRow[5] = {nullptr, dot_tile<R, 1>, dot_tile<R, 2>, dot_tile<R, 3>, dot_tile<R, 4>};
 constexpr const DotTile* kDot[5] = {nullptr, kDotRow<1>, kDotRow<2>, kDotRow<3>, kDotRow<4>};
 
-void matmul_bf16_few(const MatMulArgs& a, const std::vector<uint32_t>& xb, int64_t words) {
+void matmul_bf16_few(const MatMulArgs& a, const cpu::AlignedVector<uint32_t>& xb, int64_t words) {
   const int64_t K = a.w->cols(), ldx = 2 * words;
   const auto* w = static_cast<const uint16_t*>(a.w->data);
   const auto* x = reinterpret_cast<const uint16_t*>(xb.data());
@@ -433,16 +434,16 @@ void matmul_bf16(const MatMulArgs& a) {
   if (a.n <= 0) return;
   const Tensor& w = *a.w;
   const int64_t K = w.cols(), out = w.rows(), words = (K + 1) / 2;
-  std::vector<uint32_t> xb;
+  cpu::AlignedVector<uint32_t> xb;
   round_activations(a.x, a.n, K, xb);
   if (a.n <= kFewTokens) return matmul_bf16_few(a, xb, words);
   const auto* wd = static_cast<const uint16_t*>(w.data);
   const bool quantized = w.dtype != DType::BF16;
   const int64_t group_rows = kNR * kPanels, groups = (out + group_rows - 1) / group_rows;
   thread_pool().parallel_for(groups, 1, [&](int64_t g0, int64_t g1) {
-    std::vector<uint32_t>& pack = scratch_buffer<uint32_t, 1>(static_cast<size_t>(kPanels * (kKC / 2) * kNR));
-    std::vector<float>& f32 = scratch_buffer<float, 2>(quantized ? static_cast<size_t>(kKC) : 0);
-    std::vector<uint16_t>& bf16 = scratch_buffer<uint16_t, 3>(quantized ? static_cast<size_t>(kNR * kKC) : 0);
+    auto& pack = scratch_buffer<uint32_t, 1>(static_cast<size_t>(kPanels * (kKC / 2) * kNR));
+    auto& f32 = scratch_buffer<float, 2>(quantized ? static_cast<size_t>(kKC) : 0);
+    auto& bf16 = scratch_buffer<uint16_t, 3>(quantized ? static_cast<size_t>(kNR * kKC) : 0);
     for (int64_t g = g0; g < g1; ++g) {
       const int64_t o_begin = g * group_rows, o_end = std::min(out, o_begin + group_rows);
       const int64_t panels = (o_end - o_begin + kNR - 1) / kNR;
@@ -546,7 +547,7 @@ void matmul_amx(const MatMulArgs& a) {
   const int64_t all_steps = (words + kAmxPairs - 1) / kAmxPairs;
   const int64_t blocks = (a.n + kAmxTokens - 1) / kAmxTokens;
   const int64_t block_words = all_steps * kAmxTokens * kAmxPairs;  // one token block, every step
-  std::vector<uint32_t>& xb = scratch_buffer<uint32_t, 0>(static_cast<size_t>(blocks * block_words));
+  auto& xb = scratch_buffer<uint32_t, 0>(static_cast<size_t>(blocks * block_words));
   const int64_t pad_tokens = blocks * kAmxTokens - a.n;  // the last block's missing tokens are zeros
   for (int64_t s = 0; pad_tokens > 0 && s < all_steps; ++s)
     std::memset(xb.data() + (blocks - 1) * block_words + (s * kAmxTokens + kAmxTokens - pad_tokens) * kAmxPairs, 0,
@@ -565,9 +566,9 @@ void matmul_amx(const MatMulArgs& a) {
   const int64_t group_rows = kNR * kPanels, groups = (out + group_rows - 1) / group_rows;
   thread_pool().parallel_for(groups, 1, [&](int64_t g0, int64_t g1) {
     amx_configure();  // the tile configuration is each thread's own
-    std::vector<uint32_t>& pack = scratch_buffer<uint32_t, 1>(static_cast<size_t>(kPanels * (kAmxKC / 2) * kNR));
-    std::vector<float>& f32 = scratch_buffer<float, 2>(quantized ? static_cast<size_t>(kAmxKC) : 0);
-    std::vector<uint16_t>& bf16 = scratch_buffer<uint16_t, 3>(quantized ? static_cast<size_t>(kNR * kAmxKC) : 0);
+    auto& pack = scratch_buffer<uint32_t, 1>(static_cast<size_t>(kPanels * (kAmxKC / 2) * kNR));
+    auto& f32 = scratch_buffer<float, 2>(quantized ? static_cast<size_t>(kAmxKC) : 0);
+    auto& bf16 = scratch_buffer<uint16_t, 3>(quantized ? static_cast<size_t>(kNR * kAmxKC) : 0);
     alignas(64) float init[kPanels][16 * kNR];  // per panel, 16 copies of its bias row (first chunk)
     alignas(64) float scratch[kAmxTokens * kNR];
     for (int64_t g = g0; g < g1; ++g) {
