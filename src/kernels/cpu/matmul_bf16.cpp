@@ -331,16 +331,24 @@ void quantized_row_to_bf16(const Tensor& w, int64_t o, int64_t k0, int64_t kc, u
   round_row(f32, kc, out);
 }
 
+// Columns per piece of a quantized panel: 32 rows of 256 BF16 values are 16 KiB, so the rows
+// written by the dequantizer are still in L1 when pack_rows reads them back (a block of every
+// format divides 256; kc is a multiple of the block, so the last piece is too).
+constexpr int64_t kQuantPiece = 256;
+
 // The panel of rows [o0, o0 + rows) x columns [k0, k0 + kc) of quantized weights, through BF16
-// rows in scratch ([32][kc] values) and pack_rows.
+// rows in scratch ([32][kQuantPiece] values) and pack_rows, a piece of columns at a time.
 void pack_panel_quantized(const Tensor& w, int64_t o0, int64_t rows, int64_t k0, int64_t kc, uint32_t* dst, float* f32,
                           uint16_t* bf16) {
-  const uint16_t* row_ptrs[kNR] = {};
-  for (int64_t r = 0; r < rows; ++r) {
-    quantized_row_to_bf16(w, o0 + r, k0, kc, bf16 + r * kc, f32);
-    row_ptrs[r] = bf16 + r * kc;
+  for (int64_t c0 = 0; c0 < kc; c0 += kQuantPiece) {
+    const int64_t cols = std::min(kQuantPiece, kc - c0);
+    const uint16_t* row_ptrs[kNR] = {};
+    for (int64_t r = 0; r < rows; ++r) {
+      quantized_row_to_bf16(w, o0 + r, k0 + c0, cols, bf16 + r * cols, f32);
+      row_ptrs[r] = bf16 + r * cols;
+    }
+    pack_rows(row_ptrs, cols / 2, dst + c0 / 2 * kNR);
   }
-  pack_rows(row_ptrs, kc / 2, dst);
 }
 
 // y[t][0..cols) (+)= sum over the chunk's pairs of x[t] . panel, for MR tokens.
@@ -442,8 +450,8 @@ void matmul_bf16(const MatMulArgs& a) {
   const int64_t group_rows = kNR * kPanels, groups = (out + group_rows - 1) / group_rows;
   thread_pool().parallel_for(groups, 1, [&](int64_t g0, int64_t g1) {
     auto& pack = scratch_buffer<uint32_t, 1>(static_cast<size_t>(kPanels * (kKC / 2) * kNR));
-    auto& f32 = scratch_buffer<float, 2>(quantized ? static_cast<size_t>(kKC) : 0);
-    auto& bf16 = scratch_buffer<uint16_t, 3>(quantized ? static_cast<size_t>(kNR * kKC) : 0);
+    auto& f32 = scratch_buffer<float, 2>(quantized ? static_cast<size_t>(kQuantPiece) : 0);
+    auto& bf16 = scratch_buffer<uint16_t, 3>(quantized ? static_cast<size_t>(kNR * kQuantPiece) : 0);
     for (int64_t g = g0; g < g1; ++g) {
       const int64_t o_begin = g * group_rows, o_end = std::min(out, o_begin + group_rows);
       const int64_t panels = (o_end - o_begin + kNR - 1) / kNR;
@@ -567,8 +575,8 @@ void matmul_amx(const MatMulArgs& a) {
   thread_pool().parallel_for(groups, 1, [&](int64_t g0, int64_t g1) {
     amx_configure();  // the tile configuration is each thread's own
     auto& pack = scratch_buffer<uint32_t, 1>(static_cast<size_t>(kPanels * (kAmxKC / 2) * kNR));
-    auto& f32 = scratch_buffer<float, 2>(quantized ? static_cast<size_t>(kAmxKC) : 0);
-    auto& bf16 = scratch_buffer<uint16_t, 3>(quantized ? static_cast<size_t>(kNR * kAmxKC) : 0);
+    auto& f32 = scratch_buffer<float, 2>(quantized ? static_cast<size_t>(kQuantPiece) : 0);
+    auto& bf16 = scratch_buffer<uint16_t, 3>(quantized ? static_cast<size_t>(kNR * kQuantPiece) : 0);
     alignas(64) float init[kPanels][16 * kNR];  // per panel, 16 copies of its bias row (first chunk)
     alignas(64) float scratch[kAmxTokens * kNR];
     for (int64_t g = g0; g < g1; ++g) {
