@@ -54,6 +54,7 @@ constexpr int64_t kMR = 8;       // tokens per micro-kernel call
 constexpr int64_t kKC = 512;     // K chunk, in columns (even)
 constexpr int64_t kPanels = 4;   // panels packed together per K chunk (64 KiB of L2)
 constexpr int64_t kFewTokens = 32;  // up to this many tokens: dot products on the rows in place, no packing
+constexpr int64_t kAmxMinTokensBf16 = 8;  // AMX on BF16 weights beyond this many tokens (a shape-class line)
 // Quantized weights from this many tokens on: below it, dequantizing every weight to BF16 once
 // per call cost more than the faster products gave back (Q8_0_X8 at 256 tokens: 0.7-1.0x the
 // integer kernel; Q4_K_X8 1.4-1.8x; at 512 all gain, 1.1-1.4x; bench/RESULTS.md).
@@ -652,7 +653,13 @@ std::string refuse_amx(const MatMulArgs& a) {
   static const std::string cpu = cpu_features().missing({"avx512f", "avx512bw", "avx512vl", "avx512_bf16", "amx_bf16"});
   if (!cpu.empty()) return cpu;
   if (!amx_tile_permission().empty()) return amx_tile_permission();
-  if (a.n <= kFewTokens) return "up to 32 tokens: the AVX512-BF16 dot tiles (a 32-token AMX block would be mostly padding)";
+  // BF16 weights from 9 tokens on (the gemm32 class, timed against the dot tiles): with
+  // cache-line-aligned operands a padded 32-token block already beat them at 12 and 16 tokens
+  // (1.2-3x, 1-2 threads, bench/RESULTS.md). Quantized weights from 33 on: below, the integer
+  // kernels won (0.35-0.5x at 12 and 16 tokens, level at 32).
+  if (a.n <= kAmxMinTokensBf16) return "up to 8 tokens: the AVX512-BF16 dot tiles (a 32-token AMX block would be mostly padding)";
+  if (dtype_info(a.w->dtype).quantized && a.n <= kFewTokens)
+    return "quantized weights of up to 32 tokens: the integer kernels (faster here)";
   // Quantized weights too from 33 tokens on (where the AVX512-BF16 panels wait for 257): timed
   // against the integer tiles, AMX won at 64 tokens already (0.29 vs 0.38-0.58 ms, Sapphire Rapids).
   return refuse_weights(a);
