@@ -14,6 +14,7 @@
 #include "core/cpu_features.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "kernels/cpu/aligned_vector.h"
 #include "kernels/cpu/moe_gemv.h"
 #include "kernels/ops.h"
 #include "kernels/ops_moe.h"
@@ -23,10 +24,10 @@ namespace fp {
 namespace {
 
 struct Scratch {
-  std::vector<float> x, g, u, y;
+  cpu::AlignedVector<float> x, g, u, y;  // cache-line aligned: the AMX tiles store into them
 };
 
-void grow(std::vector<float>& v, int64_t n) {
+void grow(cpu::AlignedVector<float>& v, int64_t n) {
   if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
 }
 
@@ -79,9 +80,9 @@ void moe_ffn_grouped(const MoeFfnArgs& a) {
   // Per calling thread; the lambdas below run on pool threads too, so they use these references
   // (a thread_local named inside them would be that thread's own, empty, instance).
   static thread_local Buckets tl_buckets;
-  static thread_local std::vector<float> tl_rows;
+  static thread_local cpu::AlignedVector<float> tl_rows;
   Buckets& bk = tl_buckets;
-  std::vector<float>& ys = tl_rows;
+  cpu::AlignedVector<float>& ys = tl_rows;
   const int64_t E = a.n_expert, dim = a.dim, nk = a.n * a.k;
   bucket(a, bk);
   grow(ys, (nk + (a.shared_gate ? a.n : 0)) * dim);
@@ -143,7 +144,7 @@ void moe_ffn_grouped(const MoeFfnArgs& a) {
 // then every down projection in a second (the shared expert is one more job per token), instead
 // of 3 matmul calls per expert (each a thread wake-up).
 void moe_ffn_gemv(const MoeFfnArgs& a) {
-  static thread_local std::vector<float> g, u, y;
+  static thread_local cpu::AlignedVector<float> g, u, y;
   struct Group {
     int64_t i;
     const Tensor *gate, *up, *down;
