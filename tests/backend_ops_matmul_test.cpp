@@ -107,9 +107,9 @@ TEST(BackendOps, MatMulEveryKernelAgainstItsReference) {
     const auto amx = [](const Kernel<MatMulArgs>& k) { return k.name == "amxbf16"; };
     checked += test::check_kernels<MatMulArgs>(label(c), make, int_act ? "ref_q8act" : "ref", 1e-4,
                                                [&](const Kernel<MatMulArgs>& k) { return !bf16_act(k); });
-    // ... and quantized weights beyond 256 tokens dequantized and rounded to BF16 the same way
-    // (the AMX kernel too: the same products, on tiles).
-    if (c.type == DType::BF16 || (int_act && c.type != DType::F8_E4M3)) {
+    // ... and F16 or quantized weights beyond 32 / 256 tokens converted and rounded to BF16 the
+    // same way (the AMX kernel too: the same products, on tiles).
+    if (c.type == DType::BF16 || c.type == DType::F16 || (int_act && c.type != DType::F8_E4M3)) {
       const int n = test::check_kernels<MatMulArgs>(label(c), make, "ref_bf16act", 1e-5,
                                                     [](const Kernel<MatMulArgs>& k) { return k.name == "avx512bf16"; });
       bf16_checked += n;
@@ -233,10 +233,13 @@ TEST(BackendOps, Bf16ActivationReferenceRoundsTheActivationsOnly) {
   EXPECT_EQ(f32_to_bf16_daz(1e-39f), 0u);                             // subnormal: zero
   EXPECT_EQ(f32_to_bf16_daz(-1e-39f), 0x8000u);
   EXPECT_NE(f32_to_bf16(1e-39f), 0u);                                 // the plain rounding keeps it
-  MatMulCase f16{DType::F16, 9, 4, 8};
+  MatMulCase f32{DType::F32, 9, 4, 8};
   MatMulData d;
   std::vector<float> out;
-  EXPECT_NE(ref_bf16->refuse(build(f16, d, out)), "") << "F16 weights are not its to take";
+  EXPECT_NE(ref_bf16->refuse(build(f32, d, out)), "") << "F32 weights are not its to take";
+  MatMulCase f16{DType::F16, 9, 4, 8};
+  MatMulData d16;
+  EXPECT_EQ(ref_bf16->refuse(build(f16, d16, out)), "") << "F16 weights are rounded to BF16 as the kernels pack them";
 }
 
 TEST(BackendOps, ZeroTokensWritesNothing) {

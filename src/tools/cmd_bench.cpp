@@ -56,7 +56,7 @@ struct ModelCost {
   double matmul_flops_per_token = 0;  // 2 x parameters of every matrix the token passes through
   double params = 0;
   bool integer_matmuls = false;       // most matrix bytes are integer-quantized: int8 dot rate applies
-  bool bf16_matmuls = false;          // most matrix bytes are BF16: the BF16 dot rate applies where the CPU has it
+  bool bf16_matmuls = false;          // most matrix bytes are BF16 or F16: the BF16 dot rate applies where the CPU has it
   std::string weight_types;
 
   double weight_bytes_per_token() const { return dense_bytes + expert_bytes * expert_fraction; }
@@ -86,7 +86,7 @@ ModelCost model_cost(const Model& m) {
       bytes_by_type[dtype_name(t.dtype)] += t.nbytes();
       matrix_bytes += t.nbytes();
       if (dtype_info(t.dtype).quantized) int_bytes += t.nbytes();
-      if (t.dtype == DType::BF16) bf16_bytes += t.nbytes();
+      if (t.dtype == DType::BF16 || t.dtype == DType::F16) bf16_bytes += t.nbytes();  // F16 prefill: BF16 kernels too
     }
   }
   c.integer_matmuls = 2 * int_bytes > matrix_bytes;

@@ -6,9 +6,9 @@
 //    4 rows x 4 tokens per tile: one load and one vdpbf16ps per 32 weights and token, so a core
 //    streams more than the AVX2 GEMV's widening and FMAs let it (27 vs 21 GB/s in L3), and 2-4
 //    tokens run 3x faster than its token groups.
-//  - BF16 weights beyond 32 tokens, and quantized weights (every GGUF block format and the
-//    repacked forms) beyond 256 tokens (prefill): packed panels, the quantized rows dequantized
-//    and rounded to BF16 as they are packed. Fewer tokens of quantized weights stay with the
+//  - BF16 and F16 weights beyond 32 tokens, and quantized weights (every GGUF block format and
+//    the repacked forms) beyond 256 tokens (prefill): packed panels, the F16 and quantized rows
+//    converted and rounded to BF16 as they are packed. Fewer tokens of quantized weights stay with the
 //    integer kernels (the conversion would not pay).
 //
 //  - `amxbf16` (Sapphire Rapids and later): the same panels multiplied by AMX tiles instead —
@@ -310,8 +310,9 @@ FP_BF16 void iq4_x8_to_bf16(const void* src, int64_t groups, uint16_t* out) {
   }
 }
 
-// Columns [k0, k0 + kc) of a quantized row as BF16 (kc a multiple of the block): the layouts the
-// CPU loader repacks to by vector code, the others through the f32 dequantizer (scratch).
+// Columns [k0, k0 + kc) of a quantized (or F16) row as BF16 (kc a multiple of the block): the
+// layouts the CPU loader repacks to by vector code, the others (F16 too) through the f32
+// dequantizer (scratch).
 void quantized_row_to_bf16(const Tensor& w, int64_t o, int64_t k0, int64_t kc, uint16_t* out, float* f32) {
   const auto& info = dtype_info(w.dtype);
   const uint8_t* src = w.row_ptr(o) + k0 / info.block_elems * info.block_bytes;
@@ -342,13 +343,14 @@ constexpr int64_t kQuantPiece = 256;
 void pack_panel_quantized(const Tensor& w, int64_t o0, int64_t rows, int64_t k0, int64_t kc, uint32_t* dst, float* f32,
                           uint16_t* bf16) {
   for (int64_t c0 = 0; c0 < kc; c0 += kQuantPiece) {
-    const int64_t cols = std::min(kQuantPiece, kc - c0);
+    const int64_t cols = std::min(kQuantPiece, kc - c0), even = (cols + 1) / 2 * 2;  // an odd F16 K: a zero pad value
     const uint16_t* row_ptrs[kNR] = {};
     for (int64_t r = 0; r < rows; ++r) {
-      quantized_row_to_bf16(w, o0 + r, k0 + c0, cols, bf16 + r * cols, f32);
-      row_ptrs[r] = bf16 + r * cols;
+      quantized_row_to_bf16(w, o0 + r, k0 + c0, cols, bf16 + r * even, f32);
+      if (even != cols) bf16[r * even + cols] = 0;
+      row_ptrs[r] = bf16 + r * even;
     }
-    pack_rows(row_ptrs, cols / 2, dst + c0 / 2 * kNR);
+    pack_rows(row_ptrs, even / 2, dst + c0 / 2 * kNR);
   }
 }
 
@@ -447,12 +449,12 @@ void matmul_bf16(const MatMulArgs& a) {
   round_activations(a.x, a.n, K, xb);
   if (a.n <= kFewTokens) return matmul_bf16_few(a, xb, words);
   const auto* wd = static_cast<const uint16_t*>(w.data);
-  const bool quantized = w.dtype != DType::BF16;
+  const bool converted = w.dtype != DType::BF16;  // F16 or quantized: to BF16 as packed
   const int64_t group_rows = kNR * kPanels, groups = (out + group_rows - 1) / group_rows;
   thread_pool().parallel_for(groups, 1, [&](int64_t g0, int64_t g1) {
     auto& pack = scratch_buffer<uint32_t, 1>(static_cast<size_t>(kPanels * (kKC / 2) * kNR));
-    auto& f32 = scratch_buffer<float, 2>(quantized ? static_cast<size_t>(kQuantPiece) : 0);
-    auto& bf16 = scratch_buffer<uint16_t, 3>(quantized ? static_cast<size_t>(kNR * kQuantPiece) : 0);
+    auto& f32 = scratch_buffer<float, 2>(converted ? static_cast<size_t>(kQuantPiece) : 0);
+    auto& bf16 = scratch_buffer<uint16_t, 3>(converted ? static_cast<size_t>(kNR * kQuantPiece) : 0);
     for (int64_t g = g0; g < g1; ++g) {
       const int64_t o_begin = g * group_rows, o_end = std::min(out, o_begin + group_rows);
       const int64_t panels = (o_end - o_begin + kNR - 1) / kNR;
@@ -460,7 +462,7 @@ void matmul_bf16(const MatMulArgs& a) {
         const int64_t kc = std::min(kKC, K - k0), pairs = (kc + 1) / 2;
         for (int64_t p = 0; p < panels; ++p) {
           const int64_t o0 = o_begin + p * kNR;
-          if (quantized)
+          if (converted)
             pack_panel_quantized(w, o0, std::min(kNR, o_end - o0), k0, kc, pack.data() + p * (kKC / 2) * kNR, f32.data(),
                                  bf16.data());
           else
@@ -571,13 +573,13 @@ void matmul_amx(const MatMulArgs& a) {
     }
   });
   const auto* wd = static_cast<const uint16_t*>(w.data);
-  const bool quantized = w.dtype != DType::BF16;
+  const bool converted = w.dtype != DType::BF16;  // F16 or quantized: to BF16 as packed
   const int64_t group_rows = kNR * kPanels, groups = (out + group_rows - 1) / group_rows;
   thread_pool().parallel_for(groups, 1, [&](int64_t g0, int64_t g1) {
     amx_configure();  // the tile configuration is each thread's own
     auto& pack = scratch_buffer<uint32_t, 1>(static_cast<size_t>(kPanels * (kAmxKC / 2) * kNR));
-    auto& f32 = scratch_buffer<float, 2>(quantized ? static_cast<size_t>(kQuantPiece) : 0);
-    auto& bf16 = scratch_buffer<uint16_t, 3>(quantized ? static_cast<size_t>(kNR * kQuantPiece) : 0);
+    auto& f32 = scratch_buffer<float, 2>(converted ? static_cast<size_t>(kQuantPiece) : 0);
+    auto& bf16 = scratch_buffer<uint16_t, 3>(converted ? static_cast<size_t>(kNR * kQuantPiece) : 0);
     alignas(64) float init[kPanels][16 * kNR];  // per panel, 16 copies of its bias row (first chunk)
     alignas(64) float scratch[kAmxTokens * kNR];
     for (int64_t g = g0; g < g1; ++g) {
@@ -593,7 +595,7 @@ void matmul_amx(const MatMulArgs& a) {
               for (int64_t col = 0; col < kNR; ++col)
                 init[p][r * kNR + col] = a.bias && o0 + col < o_end ? a.bias[o0 + col] : 0.0f;
           uint32_t* dst = pack.data() + p * (kAmxKC / 2) * kNR;
-          if (quantized)
+          if (converted)
             pack_panel_quantized(w, o0, std::min(kNR, o_end - o0), k0, kc, dst, f32.data(), bf16.data());
           else
             pack_panel(wd, K, o0, std::min(kNR, o_end - o0), k0, kc, dst);
@@ -625,11 +627,12 @@ void matmul_amx(const MatMulArgs& a) {
   });
 }
 
-// What both BF16-product kernels need of the weights: BF16, or a quantized format (every GGUF
-// block format and its repacked forms, dequantized and rounded to BF16 as they are packed).
+// What both BF16-product kernels need of the weights: BF16, or F16 or a quantized format (every
+// GGUF block format and its repacked forms), converted and rounded to BF16 as they are packed.
 std::string refuse_weights(const MatMulArgs& a) {
   const DType t = a.w->dtype;
-  if (t != DType::BF16 && !dtype_info(t).quantized) return std::string("only BF16 and quantized weights (these are ") + dtype_name(t) + ")";
+  if (t != DType::BF16 && t != DType::F16 && !dtype_info(t).quantized)
+    return std::string("only BF16, F16 and quantized weights (these are ") + dtype_name(t) + ")";
   if (a.w->block_scale) return "block-scaled weights";
   if (!a.w->is_contiguous()) return "non-contiguous weights";
   return {};
@@ -640,6 +643,8 @@ std::string refuse_bf16(const MatMulArgs& a) {
   if (!cpu.empty()) return cpu;
   if (dtype_info(a.w->dtype).quantized && a.n <= kQuantizedMinTokens)
     return "quantized weights of up to 256 tokens: the integer kernels (converting them to BF16 would not pay)";
+  if (a.w->dtype == DType::F16 && a.n <= kFewTokens)
+    return "F16 weights of up to 32 tokens: the dot tiles read BF16 rows only (avx512 multiplies F16 in f32)";
   return refuse_weights(a);
 }
 
@@ -660,6 +665,8 @@ std::string refuse_amx(const MatMulArgs& a) {
   if (a.n <= kAmxMinTokensBf16) return "up to 8 tokens: the AVX512-BF16 dot tiles (a 32-token AMX block would be mostly padding)";
   if (dtype_info(a.w->dtype).quantized && a.n <= kFewTokens)
     return "quantized weights of up to 32 tokens: the integer kernels (faster here)";
+  if (a.w->dtype == DType::F16 && a.n <= kFewTokens)
+    return "F16 weights of up to 32 tokens: avx512 multiplies them in f32 (converting them to BF16 would not pay)";
   // Quantized weights too from 33 tokens on (where the AVX512-BF16 panels wait for 257): timed
   // against the integer tiles, AMX won at 64 tokens already (0.29 vs 0.38-0.58 ms, Sapphire Rapids).
   return refuse_weights(a);

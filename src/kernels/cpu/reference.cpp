@@ -53,13 +53,13 @@ void matmul_ref(const MatMulArgs& a) {
 }
 
 // BF16 products: the activations rounded to BF16 first (round to nearest even, inputs below
-// the smallest normal float taken as zero, as AVX512-BF16's conversion does), and quantized
-// weights dequantized and rounded the same way: what the avx512bf16 kernel computes with
-// vdpbf16ps (llama.cpp's BF16 path does the same for BF16 weights).
+// the smallest normal float taken as zero, as AVX512-BF16's conversion does), and F16 or
+// quantized weights dequantized and rounded the same way: what the avx512bf16 kernel computes
+// with vdpbf16ps (llama.cpp's BF16 path does the same for BF16 weights).
 std::string refuse_bf16act(const MatMulArgs& a) {
   const DType t = a.w->dtype;
-  if (a.w->block_scale || (t != DType::BF16 && !dtype_info(t).quantized))
-    return std::string("weights are ") + dtype_name(t) + ", needs BF16 or a GGUF block format";
+  if (a.w->block_scale || (t != DType::BF16 && t != DType::F16 && !dtype_info(t).quantized))
+    return std::string("weights are ") + dtype_name(t) + ", needs BF16, F16 or a GGUF block format";
   return {};
 }
 
