@@ -310,12 +310,25 @@ FP_BF16 void iq4_x8_to_bf16(const void* src, int64_t groups, uint16_t* out) {
   }
 }
 
+// F16 values to BF16 (through f32: exact, then rounded as the activations are), 32 at a time;
+// the scalar dequantizer took ~1 ns per weight, more than the AMX products at 512 tokens.
+FP_BF16 void f16_to_bf16(const uint16_t* src, int64_t n, uint16_t* out) {
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m512 lo = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i)));
+    const __m512 hi = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i + 16)));
+    store_bf16(out + i, lo, hi);
+  }
+  for (; i < n; ++i) out[i] = f32_to_bf16_daz(f16_to_f32(src[i]));
+}
+
 // Columns [k0, k0 + kc) of a quantized (or F16) row as BF16 (kc a multiple of the block): the
 // layouts the CPU loader repacks to by vector code, the others (F16 too) through the f32
 // dequantizer (scratch).
 void quantized_row_to_bf16(const Tensor& w, int64_t o, int64_t k0, int64_t kc, uint16_t* out, float* f32) {
   const auto& info = dtype_info(w.dtype);
   const uint8_t* src = w.row_ptr(o) + k0 / info.block_elems * info.block_bytes;
+  if (w.dtype == DType::F16) return f16_to_bf16(reinterpret_cast<const uint16_t*>(src), kc, out);
   if (w.dtype == DType::Q8_0_X8) return q8_0_x8_to_bf16(reinterpret_cast<const BlockQ8_0x8*>(src), kc / QK8_0X8, out);
   if (w.dtype == DType::Q4_K_X8) return q4_k_x8_to_bf16(reinterpret_cast<const BlockQ4_Kx8*>(src), kc / QK_K, out);
   if (w.dtype == DType::Q3_K_X8) return q3_k_x8_to_bf16(reinterpret_cast<const BlockQ3_Kx8*>(src), kc / QK_K, out);
@@ -658,15 +671,13 @@ std::string refuse_amx(const MatMulArgs& a) {
   static const std::string cpu = cpu_features().missing({"avx512f", "avx512bw", "avx512vl", "avx512_bf16", "amx_bf16"});
   if (!cpu.empty()) return cpu;
   if (!amx_tile_permission().empty()) return amx_tile_permission();
-  // BF16 weights from 9 tokens on (the gemm32 class, timed against the dot tiles): with
-  // cache-line-aligned operands a padded 32-token block already beat them at 12 and 16 tokens
-  // (1.2-3x, 1-2 threads, bench/RESULTS.md). Quantized weights from 33 on: below, the integer
-  // kernels won (0.35-0.5x at 12 and 16 tokens, level at 32).
+  // BF16 and F16 weights from 9 tokens on (the gemm32 class, timed against the dot tiles or
+  // avx512's f32 FMAs): with cache-line-aligned operands a padded 32-token block already beat
+  // them at 12 and 16 tokens (BF16 1.2-3x, F16 0.9-3.5x, bench/RESULTS.md). Quantized weights
+  // from 33 on: below, the integer kernels won (0.35-0.5x at 12 and 16 tokens, level at 32).
   if (a.n <= kAmxMinTokensBf16) return "up to 8 tokens: the AVX512-BF16 dot tiles (a 32-token AMX block would be mostly padding)";
   if (dtype_info(a.w->dtype).quantized && a.n <= kFewTokens)
     return "quantized weights of up to 32 tokens: the integer kernels (faster here)";
-  if (a.w->dtype == DType::F16 && a.n <= kFewTokens)
-    return "F16 weights of up to 32 tokens: avx512 multiplies them in f32 (converting them to BF16 would not pay)";
   // Quantized weights too from 33 tokens on (where the AVX512-BF16 panels wait for 257): timed
   // against the integer tiles, AMX won at 64 tokens already (0.29 vs 0.38-0.58 ms, Sapphire Rapids).
   return refuse_weights(a);
