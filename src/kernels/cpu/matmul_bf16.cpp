@@ -249,6 +249,29 @@ FP_BF16 void q3_k_x8_to_bf16(const BlockQ3_Kx8* b, int64_t blocks, uint16_t* out
   }
 }
 
+// Q6_K_X8 super-blocks, the same way: value = (d sc) (q - 32), the reference's order (d sc is
+// exact in f32, the product rounds once, as there). The scalar dequantizer took ~1.6 ns per
+// weight: half of an AMX call at 512 tokens.
+FP_BF16 void q6_k_x8_to_bf16(const BlockQ6_Kx8* b, int64_t blocks, uint16_t* out) {
+  const __m512i offset = _mm512_set1_epi32(32);
+  for (int64_t bi = 0; bi < blocks; ++bi, out += QK_K) {
+    __m256i c[8];
+    for (int t = 0; t < 4; ++t) avx2::q6_k_x8_chunks(b[bi], t, &c[t], &c[t + 4]);
+    transpose8(c);
+    __m256 s_lo, s_hi;
+    avx2::q6_k_x8_scales(b[bi], &s_lo, &s_hi);
+    alignas(32) float lo_scale[8], hi_scale[8];
+    _mm256_store_ps(lo_scale, s_lo);
+    _mm256_store_ps(hi_scale, s_hi);
+    for (int j = 0; j < 8; ++j) {
+      const __m512i lo = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(c[j])), offset);
+      const __m512i hi = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(c[j], 1)), offset);
+      store_bf16(out + 32 * j, _mm512_mul_ps(_mm512_set1_ps(lo_scale[j]), _mm512_cvtepi32_ps(lo)),
+                 _mm512_mul_ps(_mm512_set1_ps(hi_scale[j]), _mm512_cvtepi32_ps(hi)));
+    }
+  }
+}
+
 // Q2_K_X8 super-blocks, the same way: value = (d sc) q - dmin m per 16 values (as dequant_q2_k).
 FP_BF16 void q2_k_x8_to_bf16(const BlockQ2_Kx8* b, int64_t blocks, uint16_t* out) {
   for (int64_t bi = 0; bi < blocks; ++bi, out += QK_K) {
@@ -331,6 +354,7 @@ void quantized_row_to_bf16(const Tensor& w, int64_t o, int64_t k0, int64_t kc, u
   if (w.dtype == DType::F16) return f16_to_bf16(reinterpret_cast<const uint16_t*>(src), kc, out);
   if (w.dtype == DType::Q8_0_X8) return q8_0_x8_to_bf16(reinterpret_cast<const BlockQ8_0x8*>(src), kc / QK8_0X8, out);
   if (w.dtype == DType::Q4_K_X8) return q4_k_x8_to_bf16(reinterpret_cast<const BlockQ4_Kx8*>(src), kc / QK_K, out);
+  if (w.dtype == DType::Q6_K_X8) return q6_k_x8_to_bf16(reinterpret_cast<const BlockQ6_Kx8*>(src), kc / QK_K, out);
   if (w.dtype == DType::Q3_K_X8) return q3_k_x8_to_bf16(reinterpret_cast<const BlockQ3_Kx8*>(src), kc / QK_K, out);
   if (w.dtype == DType::Q2_K_X8) return q2_k_x8_to_bf16(reinterpret_cast<const BlockQ2_Kx8*>(src), kc / QK_K, out);
   switch (w.dtype) {
