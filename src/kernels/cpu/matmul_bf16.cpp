@@ -695,13 +695,18 @@ std::string refuse_amx(const MatMulArgs& a) {
   static const std::string cpu = cpu_features().missing({"avx512f", "avx512bw", "avx512vl", "avx512_bf16", "amx_bf16"});
   if (!cpu.empty()) return cpu;
   if (!amx_tile_permission().empty()) return amx_tile_permission();
-  // BF16 and F16 weights from 9 tokens on (the gemm32 class, timed against the dot tiles or
-  // avx512's f32 FMAs): with cache-line-aligned operands a padded 32-token block already beat
-  // them at 12 and 16 tokens (BF16 1.2-3x, F16 0.9-3.5x, bench/RESULTS.md). Quantized weights
-  // from 33 on: below, the integer kernels won (0.35-0.5x at 12 and 16 tokens, level at 32).
+  // BF16 weights from 9 tokens on (the gemm32 class, timed against the dot tiles): with
+  // cache-line-aligned operands a padded 32-token block already beat them at 12 and 16 tokens
+  // (1.2-3x, 1-2 threads, bench/RESULTS.md). Quantized weights from 33 on: below, the integer
+  // kernels won (0.35-0.5x at 12 and 16 tokens, level at 32). F16 weights from 33 on too: AMX
+  // was faster from 16 tokens, but rounding them to BF16 is not the same product as avx512's
+  // f32 one, and decode (batched or not) keeps F16's precision; ranks that race on their own
+  // must not land on kernels of different precision for one step (tests/mpi's F16 layouts did).
   if (a.n <= kAmxMinTokensBf16) return "up to 8 tokens: the AVX512-BF16 dot tiles (a 32-token AMX block would be mostly padding)";
   if (dtype_info(a.w->dtype).quantized && a.n <= kFewTokens)
     return "quantized weights of up to 32 tokens: the integer kernels (faster here)";
+  if (a.w->dtype == DType::F16 && a.n <= kFewTokens)
+    return "F16 weights of up to 32 tokens: avx512 multiplies them in f32 (decode keeps F16's precision)";
   // Quantized weights too from 33 tokens on (where the AVX512-BF16 panels wait for 257): timed
   // against the integer tiles, AMX won at 64 tokens already (0.29 vs 0.38-0.58 ms, Sapphire Rapids).
   return refuse_weights(a);
