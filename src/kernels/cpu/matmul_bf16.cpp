@@ -227,39 +227,21 @@ FP_BF16 void q4_k_x8_to_bf16(const BlockQ4_Kx8* b, int64_t blocks, uint16_t* out
   }
 }
 
-// Q3_K_X8 super-blocks: the chunks assembled as the decode kernels do (simd_avx2.h), transposed so
-// vector j holds block j's 32 values in order; value = d sc (q - 4), exact in f32 in any order.
-FP_BF16 void q3_k_x8_to_bf16(const BlockQ3_Kx8* b, int64_t blocks, uint16_t* out) {
-  const __m512i four = _mm512_set1_epi32(4);
+// The K-quant layouts scaled per 16 values (Q3_K_X8, Q6_K_X8): the chunks assembled as the
+// decode kernels do (simd_avx2.h), transposed so that vector j holds block j's 32 values in
+// order; value = (d sc) (q - offset) with the scales of values 0..15 and 16..31 — Q3_K's exact in
+// f32 in any order, Q6_K's in the reference's order (d sc exact, the product rounds once, as
+// there). The scalar dequantizer took ~1.6 ns per Q6_K weight: half of an AMX call at 512 tokens.
+template <class Block, int kOffset, void (*Chunks)(const Block&, int, __m256i*, __m256i*),
+          void (*Scales)(const Block&, __m256*, __m256*)>
+FP_BF16 void scaled16_x8_to_bf16(const Block* b, int64_t blocks, uint16_t* out) {
+  const __m512i offset = _mm512_set1_epi32(kOffset);
   for (int64_t bi = 0; bi < blocks; ++bi, out += QK_K) {
     __m256i c[8];
-    for (int t = 0; t < 4; ++t) avx2::q3_k_x8_chunks(b[bi], t, &c[t], &c[t + 4]);
+    for (int t = 0; t < 4; ++t) Chunks(b[bi], t, &c[t], &c[t + 4]);
     transpose8(c);
     __m256 s_lo, s_hi;
-    avx2::q3_k_x8_scales(b[bi], &s_lo, &s_hi);
-    alignas(32) float lo_scale[8], hi_scale[8];
-    _mm256_store_ps(lo_scale, s_lo);
-    _mm256_store_ps(hi_scale, s_hi);
-    for (int j = 0; j < 8; ++j) {
-      const __m512i lo = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(c[j])), four);
-      const __m512i hi = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(c[j], 1)), four);
-      store_bf16(out + 32 * j, _mm512_mul_ps(_mm512_set1_ps(lo_scale[j]), _mm512_cvtepi32_ps(lo)),
-                 _mm512_mul_ps(_mm512_set1_ps(hi_scale[j]), _mm512_cvtepi32_ps(hi)));
-    }
-  }
-}
-
-// Q6_K_X8 super-blocks, the same way: value = (d sc) (q - 32), the reference's order (d sc is
-// exact in f32, the product rounds once, as there). The scalar dequantizer took ~1.6 ns per
-// weight: half of an AMX call at 512 tokens.
-FP_BF16 void q6_k_x8_to_bf16(const BlockQ6_Kx8* b, int64_t blocks, uint16_t* out) {
-  const __m512i offset = _mm512_set1_epi32(32);
-  for (int64_t bi = 0; bi < blocks; ++bi, out += QK_K) {
-    __m256i c[8];
-    for (int t = 0; t < 4; ++t) avx2::q6_k_x8_chunks(b[bi], t, &c[t], &c[t + 4]);
-    transpose8(c);
-    __m256 s_lo, s_hi;
-    avx2::q6_k_x8_scales(b[bi], &s_lo, &s_hi);
+    Scales(b[bi], &s_lo, &s_hi);
     alignas(32) float lo_scale[8], hi_scale[8];
     _mm256_store_ps(lo_scale, s_lo);
     _mm256_store_ps(hi_scale, s_hi);
@@ -271,6 +253,8 @@ FP_BF16 void q6_k_x8_to_bf16(const BlockQ6_Kx8* b, int64_t blocks, uint16_t* out
     }
   }
 }
+constexpr auto q3_k_x8_to_bf16 = scaled16_x8_to_bf16<BlockQ3_Kx8, 4, avx2::q3_k_x8_chunks, avx2::q3_k_x8_scales>;
+constexpr auto q6_k_x8_to_bf16 = scaled16_x8_to_bf16<BlockQ6_Kx8, 32, avx2::q6_k_x8_chunks, avx2::q6_k_x8_scales>;
 
 // Q2_K_X8 super-blocks, the same way: value = (d sc) q - dmin m per 16 values (as dequant_q2_k).
 FP_BF16 void q2_k_x8_to_bf16(const BlockQ2_Kx8* b, int64_t blocks, uint16_t* out) {
