@@ -46,6 +46,11 @@ std::string AttentionArgs::shape_class() const {
          (n == n_seqs ? " decode" : " prefill") + " page=" + std::to_string(page_size) + " kv=" + dtype_name(kv_dtype);
 }
 
+bool AttentionArgs::wide(int64_t s) const {
+  const int64_t tokens = seq_indptr[s + 1] - seq_indptr[s];
+  return n_kv_heads > 0 && tokens >= kWideMinTokens && tokens * (n_heads / n_kv_heads) >= kWideMinRows;
+}
+
 std::string refuse_kv_dtype(DType t, std::initializer_list<DType> reads) {
   std::string names;
   for (DType r : reads) {

@@ -100,6 +100,11 @@ struct AttentionArgs {
   int64_t slot(int64_t s, int64_t t) const {
     return static_cast<int64_t>(page_ids[page_indptr[s] + t / page_size]) * page_size + t % page_size;
   }
+  // Sequence s is prefill-like: at least kWideMinTokens query tokens and kWideMinRows query rows
+  // (tokens x GQA ratio) per KV head. `amx_flash` computes such sequences from q * scale, K and V
+  // rounded to BF16 (its twin `ref_bf16` rounds the same ones); decode stays in f32.
+  static constexpr int64_t kWideMinTokens = 4, kWideMinRows = 16;
+  bool wide(int64_t s) const;
 };
 
 // Stores n tokens' K/V rows into a paged pool's layer: row i of k_rows [n, k_width] (f32) goes to

@@ -1,7 +1,10 @@
-// kernels/cpu/amx_tiles.h — the AMX tile configuration the amxbf16 kernel and the ceiling probe
-// share: eight tiles of 16 rows x 64 bytes (palette 1).
+// kernels/cpu/amx_tiles.h — the AMX tile configuration the AMX kernels (amxbf16, amx_flash) and
+// the ceiling probe share: eight tiles of 16 rows x 64 bytes (palette 1).
 #pragma once
 #include <cstdint>
+
+// What the AMX kernels are compiled for (AVX-512 with BF16 around the tiles).
+#define FP_AMX __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512bf16,amx-tile,amx-bf16")))
 
 namespace fp::cpu {
 

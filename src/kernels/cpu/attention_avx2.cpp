@@ -36,6 +36,7 @@
 
 #include "core/cpu_features.h"
 #include "core/thread_pool.h"
+#include "kernels/cpu/attention_cpu.h"
 #include "kernels/cpu/exp_avx2.h"
 #include "kernels/cpu/simd_avx2.h"
 #include "kernels/ops.h"
@@ -60,17 +61,13 @@ FP_AVX2_INLINE void prefetch_kv(const void* base, int64_t i) {
   _mm_prefetch(static_cast<const char*>(base) + i * kElemBytes<KV>, _MM_HINT_T0);
 }
 
-constexpr int64_t kBk = 64;             // keys per block (the row stride of S and Kt)
+using cpu::AttnPartials;
+using cpu::AttnPlan;
+constexpr int64_t kBk = cpu::kAttnBk;   // keys per block (the row stride of S and Kt)
 constexpr int64_t kRowsPerItem = 64;    // target query rows (tokens x group) per item
 constexpr int64_t kPackedMinRows = 8;   // from this many rows on, transpose K and use the GEMM
 constexpr int64_t kMinSplitKeys = 128;  // fewest keys in one KV split
 constexpr double kParallelMinFlops = 2e5;  // below this, one thread
-
-struct Plan {
-  int64_t group = 1, bq = 1, qblocks = 1;
-  int64_t heads_per_item = 1;  // KV heads per item: 1, or all of them when there is one query block
-  int64_t splits = 1, split_len = 0;
-};
 
 // Per-thread buffers, grown on demand.
 struct Scratch {
@@ -326,11 +323,10 @@ FP_AVX2 void pv(const float* p, int64_t rows, const void* v, const int64_t* sl, 
 // ---------------------------------------------------------------- one work item
 // Sequence s: KV heads [kvh0, kvh0 + pl.heads_per_item), query block qb, KV split sp. Rows come
 // per KV head j in groups of rpg = tokens x group: row j * rpg + r is (token i0 + r / group,
-// head (kvh0 + j) * group + r % group). With part_m == nullptr the normalized result goes to
-// out; otherwise (m, l, O) go to the split's partial slots. KV: the pool's dtype.
+// head (kvh0 + j) * group + r % group). The rows go where `part` says. KV: the pool's dtype.
 template <DType KV>
-FP_AVX2 void run_item(const AttentionArgs& a, const Plan& pl, int64_t s, int64_t kvh0, int64_t qb, int64_t sp,
-                      int64_t max_splits, float* part_m, float* part_l, float* part_o) {
+FP_AVX2 void run_item(const AttentionArgs& a, const AttnPlan& pl, int64_t s, int64_t kvh0, int64_t qb, int64_t sp,
+                      const AttnPartials& part) {
   const int64_t hd = a.head_dim, vd = a.v_dim, g = pl.group, nh = pl.heads_per_item;
   const int64_t seq_end = a.seq_indptr[s + 1], kv_len = a.kv_len[s];
   const int64_t i0 = a.seq_indptr[s] + qb * pl.bq, i1 = std::min(seq_end, i0 + pl.bq), rpg = (i1 - i0) * g, rows = rpg * nh;
@@ -398,11 +394,11 @@ FP_AVX2 void run_item(const AttentionArgs& a, const Plan& pl, int64_t s, int64_t
     const int64_t i = token(r), h = head(r);
     const float* o = sc.o.data() + r * vd;
     float l = sc.l[static_cast<size_t>(r)];
-    if (part_m) {
-      int64_t slot = (i * a.n_heads + h) * max_splits + sp;
-      part_m[slot] = sc.m[static_cast<size_t>(r)];
-      part_l[slot] = l;
-      std::copy(o, o + vd, part_o + slot * vd);
+    if (part.m) {
+      int64_t slot = (i * a.n_heads + h) * part.max_splits + sp;
+      part.m[slot] = sc.m[static_cast<size_t>(r)];
+      part.l[slot] = l;
+      std::copy(o, o + vd, part.o + slot * vd);
     } else {
       float* dst = a.out + (i * a.n_heads + h) * vd;
       const __m256 inv = _mm256_set1_ps(l > 0 ? 1.0f / l : 0.0f);  // no visible keys: zeros
@@ -439,8 +435,9 @@ FP_AVX2 void merge_row(const AttentionArgs& a, int64_t splits, int64_t max_split
 
 // ---------------------------------------------------------------- plan and run
 // The plan of sequence s: query blocks, heads per item; splits are decided over the whole batch.
-Plan make_plan(const AttentionArgs& a, int64_t n_tokens, int64_t max_len) {
-  Plan p;
+AttnPlan make_plan(const AttentionArgs& a, int64_t n_tokens, int64_t max_len) {
+  AttnPlan p;
+  p.max_len = max_len;
   p.group = a.n_heads / a.n_kv_heads;
   p.bq = std::clamp<int64_t>(kRowsPerItem / p.group, 1, std::max<int64_t>(n_tokens, 1));
   p.qblocks = (n_tokens + p.bq - 1) / p.bq;
@@ -452,7 +449,7 @@ Plan make_plan(const AttentionArgs& a, int64_t n_tokens, int64_t max_len) {
   return p;
 }
 
-void set_splits(Plan& p, int64_t splits, int64_t max_len) {
+void set_splits(AttnPlan& p, int64_t splits, int64_t max_len) {
   p.split_len = (max_len + splits - 1) / splits;
   p.split_len = std::max<int64_t>(kBk, (p.split_len + kBk - 1) / kBk * kBk);
   p.splits = std::max<int64_t>(1, (max_len + p.split_len - 1) / p.split_len);
@@ -462,9 +459,11 @@ struct Item {
   int32_t seq, kvh0, qb, sp;
 };
 
-void attention_avx2(const AttentionArgs& a) {
+}  // namespace
+
+void cpu::attention_flash_cpu(const AttentionArgs& a, AttnWideItems* wide) {
   if (a.n <= 0) return;
-  std::vector<Plan> plans(static_cast<size_t>(a.n_seqs));
+  std::vector<AttnPlan> plans(static_cast<size_t>(a.n_seqs));
   std::vector<int64_t> max_lens(static_cast<size_t>(a.n_seqs), 0);
   double work = 0;  // multiply-adds, for the thread decision
   int64_t base_items = 0;
@@ -475,7 +474,7 @@ void attention_avx2(const AttentionArgs& a) {
       max_len = std::max(max_len, len);
       work += static_cast<double>(len) * static_cast<double>(a.n_heads * (a.head_dim + a.v_dim));
     }
-    Plan& p = plans[static_cast<size_t>(s)];
+    AttnPlan& p = plans[static_cast<size_t>(s)];
     p = make_plan(a, a.seq_indptr[s + 1] - a.seq_indptr[s], max_len);
     if (a.seq_indptr[s + 1] > a.seq_indptr[s]) base_items += (a.n_kv_heads / p.heads_per_item) * p.qblocks;
   }
@@ -492,7 +491,7 @@ void attention_avx2(const AttentionArgs& a) {
   // Items, most expensive (latest query blocks) first within each sequence.
   std::vector<Item> items;
   for (int64_t s = 0; s < a.n_seqs; ++s) {
-    const Plan& p = plans[static_cast<size_t>(s)];
+    const AttnPlan& p = plans[static_cast<size_t>(s)];
     if (a.seq_indptr[s + 1] == a.seq_indptr[s]) continue;
     const int64_t kv_items = a.n_kv_heads / p.heads_per_item;
     for (int64_t qb = p.qblocks - 1; qb >= 0; --qb)
@@ -508,17 +507,22 @@ void attention_avx2(const AttentionArgs& a) {
     part_l.resize(static_cast<size_t>(slots));
     part_o.resize(static_cast<size_t>(slots * a.v_dim));
   }
-  using ItemFn = void (*)(const AttentionArgs&, const Plan&, int64_t, int64_t, int64_t, int64_t, int64_t, float*, float*,
-                          float*);
+  const AttnPartials part{part_m.data(), part_l.data(), part_o.data(), max_splits};
+  std::vector<char> wide_seq(static_cast<size_t>(a.n_seqs), 0);
+  for (int64_t s = 0; wide && s < a.n_seqs; ++s) wide_seq[static_cast<size_t>(s)] = wide->takes(a, s);
+  if (wide) wide->prepare(a, plans);
+  using ItemFn = void (*)(const AttentionArgs&, const AttnPlan&, int64_t, int64_t, int64_t, int64_t, const AttnPartials&);
   const ItemFn run_item_kv = a.kv_dtype == DType::F16    ? run_item<DType::F16>
                              : a.kv_dtype == DType::BF16 ? run_item<DType::BF16>
                                                          : run_item<DType::F32>;
   auto run_index = [&](int64_t it) {
     const Item& item = items[static_cast<size_t>(it)];
-    const Plan& p = plans[static_cast<size_t>(item.seq)];
-    const bool split = p.splits > 1;
-    run_item_kv(a, p, item.seq, item.kvh0, item.qb, item.sp, max_splits, split ? part_m.data() : nullptr,
-             split ? part_l.data() : nullptr, split ? part_o.data() : nullptr);
+    const AttnPlan& p = plans[static_cast<size_t>(item.seq)];
+    const AttnPartials& to = p.splits > 1 ? part : AttnPartials{};
+    if (wide_seq[static_cast<size_t>(item.seq)])
+      wide->run(a, p, item.seq, item.kvh0, item.qb, item.sp, to);
+    else
+      run_item_kv(a, p, item.seq, item.kvh0, item.qb, item.sp, to);
   };
   const int64_t n_items = static_cast<int64_t>(items.size());
   const int64_t workers = std::min<int64_t>(threads, n_items);
@@ -543,7 +547,7 @@ void attention_avx2(const AttentionArgs& a) {
   }
 }
 
-std::string refuse_attention_avx2(const AttentionArgs& a) {
+std::string cpu::refuse_attention_avx2(const AttentionArgs& a) {
   static const std::string why = cpu_features().missing({"avx2", "fma", "f16c"});
   if (!why.empty()) return why;
   if (a.n_kv_heads <= 0 || a.n_heads % a.n_kv_heads != 0)
@@ -555,8 +559,8 @@ std::string refuse_attention_avx2(const AttentionArgs& a) {
   return refuse_kv_dtype(a.kv_dtype, {DType::F32, DType::F16, DType::BF16});
 }
 
-const bool registered =
-    register_kernel(Kernel<AttentionArgs>{"avx2_flash", Backend::CPU, 100, false, refuse_attention_avx2, attention_avx2});
-
+namespace {
+const bool registered = register_kernel(Kernel<AttentionArgs>{"avx2_flash", Backend::CPU, 100, false, cpu::refuse_attention_avx2,
+                                                              [](const AttentionArgs& a) { cpu::attention_flash_cpu(a, nullptr); }});
 }  // namespace
 }  // namespace fp

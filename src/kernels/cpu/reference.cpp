@@ -298,25 +298,35 @@ void token_feed_ref(const TokenFeedArgs& a) {
 }
 
 // ---- attention: scores, softmax, weighted sum; one query token and head at a time ----
-// K/V rows are converted from the pool's dtype to f32 as they are read.
-void attention_ref(const AttentionArgs& a) {
+// K/V rows are converted from the pool's dtype to f32 as they are read. With bf16_wide, the
+// prefill-like sequences (AttentionArgs::wide) take q * scale, K and V rounded to BF16, as
+// amx_flash multiplies them (`ref_bf16`); the softmax and sums stay f32.
+void attention_ref_rounding(const AttentionArgs& a, bool bf16_wide) {
   int64_t group = a.n_heads / a.n_kv_heads;
-  std::vector<float> p, k(static_cast<size_t>(a.head_dim)), v(static_cast<size_t>(a.v_dim));
+  std::vector<float> p, qs(static_cast<size_t>(a.head_dim)), k(static_cast<size_t>(a.head_dim)), v(static_cast<size_t>(a.v_dim));
   for (int64_t s = 0; s < a.n_seqs; ++s) {
     const int64_t kv_len = a.kv_len[s];
     p.resize(static_cast<size_t>(std::max<int64_t>(kv_len, 1)));
+    const bool round = bf16_wide && a.wide(s);
+    auto rounded = [&](std::vector<float>& x) {
+      if (round)
+        for (float& e : x) e = bf16_to_f32(f32_to_bf16_daz(e));
+    };
     for (int64_t i = a.seq_indptr[s]; i < a.seq_indptr[s + 1]; ++i) {
       int64_t len = std::min<int64_t>(a.pos[i] + 1, kv_len);
       for (int64_t h = 0; h < a.n_heads; ++h) {
         const float* q = a.q + (i * a.n_heads + h) * a.head_dim;
+        for (int64_t j = 0; j < a.head_dim; ++j) qs[static_cast<size_t>(j)] = round ? q[j] * a.scale : q[j];
+        rounded(qs);
         int64_t kvh = h / group;
         float mx = -std::numeric_limits<float>::infinity();
         for (int64_t t = 0; t < len; ++t) {
           dequantize_row(a.kv_dtype, kv_element(a.k_pool, a.kv_dtype, a.slot(s, t) * a.k_stride + kvh * a.head_dim), k.data(),
                          a.head_dim);
+          rounded(k);
           float dot = 0;
-          for (int64_t j = 0; j < a.head_dim; ++j) dot += q[j] * k[static_cast<size_t>(j)];
-          p[static_cast<size_t>(t)] = dot * a.scale;
+          for (int64_t j = 0; j < a.head_dim; ++j) dot += qs[static_cast<size_t>(j)] * k[static_cast<size_t>(j)];
+          p[static_cast<size_t>(t)] = round ? dot : dot * a.scale;
           mx = std::max(mx, p[static_cast<size_t>(t)]);
         }
         float sum = 0;
@@ -326,6 +336,7 @@ void attention_ref(const AttentionArgs& a) {
         for (int64_t t = 0; t < len; ++t) {
           dequantize_row(a.kv_dtype, kv_element(a.v_pool, a.kv_dtype, a.slot(s, t) * a.v_stride + kvh * a.v_dim), v.data(),
                          a.v_dim);
+          rounded(v);
           float w = p[static_cast<size_t>(t)] / sum;
           for (int64_t j = 0; j < a.v_dim; ++j) o[j] += w * v[static_cast<size_t>(j)];
         }
@@ -333,6 +344,9 @@ void attention_ref(const AttentionArgs& a) {
     }
   }
 }
+
+void attention_ref(const AttentionArgs& a) { attention_ref_rounding(a, false); }
+void attention_ref_bf16(const AttentionArgs& a) { attention_ref_rounding(a, true); }
 
 std::string refuse_attention(const AttentionArgs& a) {
   if (a.n_kv_heads <= 0 || a.n_heads % a.n_kv_heads != 0)
@@ -389,6 +403,7 @@ const bool registered = [] {
   register_kernel(ref<RmsNormArgs>(rmsnorm_ref));
   register_kernel(ref<RopeArgs>(rope_ref));
   register_kernel(ref<AttentionArgs>(attention_ref, refuse_attention));
+  register_kernel(ref<AttentionArgs>(attention_ref_bf16, refuse_attention, "ref_bf16"));
   register_kernel(ref<KvWriteArgs>(kv_write_ref));
   register_kernel(ref<KvMoveArgs>(kv_move_ref));
   register_kernel(ref<SiluMulArgs>(silu_mul_ref));
