@@ -269,6 +269,7 @@ TEST(BackendOps, AttentionEveryPageSizeAndVarlenBatches) {
 
 TEST(BackendOps, AttentionFastKernelDeclaresItsPageSizes) {
   AttnCase c{1, 4, 2, 64, 64, 50, 49, false, 0, 24};  // a page size that is not a power of two
+  c.kv = DType::BF16;  // a cache every kernel reads (amx_flash reads BF16 only)
   AttnData d;
   std::vector<float> out;
   AttentionArgs a = build(c, d, out);
@@ -289,13 +290,23 @@ TEST(BackendOps, AttentionKernelsDeclareTheirKvDtypes) {
   AttentionArgs a = build(c, d, out);
   EXPECT_NE(a.shape_class().find("kv=F16"), std::string::npos) << a.shape_class();
   // FP8 is not read by any kernel yet: every one refuses it, naming the dtype and what it reads.
+  // amx_flash refuses F16 and F32 caches too (their precision stays on the f32 kernel).
+  for (DType t : {DType::F16, DType::F32}) {
+    a.kv_dtype = t;
+    for (auto& k : OpRegistry<AttentionArgs>::instance().kernels()) {
+      if (k.name == "amx_flash" && k.refuse(a).find("this CPU lacks") == std::string::npos) {
+        EXPECT_NE(k.refuse(a).find("--kv-cache-dtype bf16"), std::string::npos) << k.refuse(a);
+      }
+    }
+  }
   a.kv_dtype = DType::F8_E4M3;
   for (auto& k : OpRegistry<AttentionArgs>::instance().kernels()) {
     if (k.backend != Backend::CPU) continue;
     ASSERT_TRUE(k.refuse) << k.name;
     const std::string why = k.refuse(a);
     if (!k.reference && why.find("this CPU lacks") != std::string::npos) continue;  // refused earlier, on the CPU
-    EXPECT_NE(why.find("KV cache dtype F8_E4M3: this kernel reads F32, F16, BF16"), std::string::npos) << k.name << ": " << why;
+    const std::string reads = k.name == "amx_flash" ? "BF16" : "F32, F16, BF16";  // amx_flash: the cache as it multiplies it
+    EXPECT_NE(why.find("KV cache dtype F8_E4M3: this kernel reads " + reads), std::string::npos) << k.name << ": " << why;
   }
 }
 

@@ -2,8 +2,9 @@
 // AMX tiles (BF16 products, f32 sums), flash style with an online softmax; the other sequences of
 // the call (decode) go to the f32 items of avx2_flash through the shared driver (attention_cpu.h).
 //
-// A sequence is taken when AttentionArgs::wide says so (>= 4 query tokens and >= 16 query rows
-// per KV head). Its work, per item (a block of query rows of one KV head, as the f32 items):
+// It reads a BF16 cache only (K and V multiplied as stored; F16 and F32 caches keep their
+// precision on avx2_flash). A sequence is taken when AttentionArgs::wide says so (>= 4 query
+// tokens and >= 16 query rows per KV head). Its work, per item (a block of query rows of one KV head, as the f32 items):
 //   S = Qs Kᵀ        16 rows x 64 keys per row tile: Qs = q * scale rounded to BF16 (A tiles,
 //                    straight from the item's rows), Kᵀ from K tiles packed once per call;
 //   P = e^(S - m')   the online softmax of attention_avx2.cpp, 16 lanes at a time, P rounded to
@@ -384,6 +385,11 @@ std::string refuse_amx_flash(const AttentionArgs& a) {
   static const std::string why = cpu_features().missing({"avx512f", "avx512bw", "avx512vl", "avx512_bf16", "amx_bf16"});
   if (!why.empty()) return why;
   if (!amx_tile_permission().empty()) return amx_tile_permission();
+  // A BF16 cache only: K and V are then multiplied as stored. Rounding an F16 cache's rows to
+  // BF16 would drop 3 of the bits it was chosen to keep (stories260K's logits moved 7e-4 -> 5e-3
+  // from an F32 cache's), an F32 cache asks for f32 attention.
+  const std::string kv = refuse_kv_dtype(a.kv_dtype, {DType::BF16});
+  if (!kv.empty()) return kv + " (products in BF16 would round the cache's rows; --kv-cache-dtype bf16 takes amx_flash)";
   std::string f32_items = cpu::refuse_attention_avx2(a);  // the sequences left to them
   if (!f32_items.empty()) return f32_items;
   for (int64_t s = 0; s < a.n_seqs; ++s)
