@@ -92,168 +92,168 @@ FP_AMX_INLINE __mmask16 lanes(int64_t count) {  // the first count (clamped to 0
 }
 
 // ---------------------------------------------------------------- packing (once per call)
-// Pool row `slot` of KV head h as BF16 into dst[0..padded), zeros past n.
-void row_to_bf16(const void* pool, DType t, int64_t index, int64_t n, int64_t padded, float* f32, uint16_t* dst) {
-  dequantize_row(t, kv_element(pool, t, index), f32, n);
-  for (int64_t d = 0; d < n; ++d) dst[d] = f32_to_bf16_daz(f32[d]);
+// n values of the BF16 pool from element `index` into dst[0..padded), zeros past n.
+void copy_row(const void* pool, int64_t index, int64_t n, int64_t padded, uint16_t* dst) {
+  std::memcpy(dst, static_cast<const uint16_t*>(pool) + index, static_cast<size_t>(n) * 2);
   std::fill(dst + n, dst + padded, uint16_t{0});
 }
 
 // Block b (keys b*64 ..) of sequence s, KV head h, keys below `len`, into `tiles`
-// (Dims::block_tiles() tiles: K then V).
+// (Dims::block_tiles() tiles: K then Vᵀ); keys from len on are zeros.
 void pack_block(const AttentionArgs& a, const Dims& dm, int64_t s, int64_t h, int64_t b, int64_t len, uint16_t* tiles,
-                float* f32, uint16_t* rows) {
-  const int64_t hw = dm.hdp / 2;  // uint32 words per K row
-  // K: row t of the block -> rows[t][hdp]; tile (d, kt) row p, word n = word d*16 + p of key kt*16 + n.
+                uint16_t* rows) {
+  // K: the block's rows as they are, [64][hdp] (an A tile is 16 keys x 32 dims of it).
   for (int64_t t = 0; t < kBk; ++t) {
     const int64_t key = b * kBk + t;
+    uint16_t* dst = tiles + t * dm.hdp;
     if (key < len)
-      row_to_bf16(a.k_pool, a.kv_dtype, a.slot(s, key) * a.k_stride + h * dm.hd, dm.hd, dm.hdp, f32, rows + t * dm.hdp);
+      copy_row(a.k_pool, a.slot(s, key) * a.k_stride + h * dm.hd, dm.hd, dm.hdp, dst);
     else
-      std::fill(rows + t * dm.hdp, rows + (t + 1) * dm.hdp, uint16_t{0});
+      std::fill(dst, dst + dm.hdp, uint16_t{0});
   }
-  const auto* kw = reinterpret_cast<const uint32_t*>(rows);
-  auto* out = reinterpret_cast<uint32_t*>(tiles);
-  for (int64_t d = 0; d < dm.dsteps(); ++d)
-    for (int64_t kt = 0; kt < kBk / 16; ++kt) {
-      uint32_t* tile = out + (d * (kBk / 16) + kt) * (kTile / 2);
-      for (int64_t p = 0; p < 16; ++p)
-        for (int64_t n = 0; n < 16; ++n) tile[p * 16 + n] = kw[(kt * 16 + n) * hw + d * 16 + p];
-    }
-  // V: rows[t][vdp]; tile (ks, ct) row p, word c = (V[ks*32 + 2p][ct*16 + c], V[ks*32 + 2p + 1][ct*16 + c]).
+  // Vᵀ: tile (ks, ct) row c = V[ks*32 .. ks*32 + 32)[ct*16 + c] (16 value dims x 32 keys).
   for (int64_t t = 0; t < kBk; ++t) {
     const int64_t key = b * kBk + t;
     if (key < len)
-      row_to_bf16(a.v_pool, a.kv_dtype, a.slot(s, key) * a.v_stride + h * dm.vd, dm.vd, dm.vdp, f32, rows + t * dm.vdp);
+      copy_row(a.v_pool, a.slot(s, key) * a.v_stride + h * dm.vd, dm.vd, dm.vdp, rows + t * dm.vdp);
     else
       std::fill(rows + t * dm.vdp, rows + (t + 1) * dm.vdp, uint16_t{0});
   }
-  uint32_t* v = out + dm.k_tiles() * (kTile / 2);
+  uint16_t* vt = tiles + dm.k_tiles() * kTile;
   for (int64_t ks = 0; ks < 2; ++ks)
     for (int64_t ct = 0; ct < dm.ctiles(); ++ct) {
-      uint32_t* tile = v + (ks * dm.ctiles() + ct) * (kTile / 2);
-      for (int64_t p = 0; p < 16; ++p) {
-        const uint16_t* r0 = rows + (ks * 32 + 2 * p) * dm.vdp + ct * 16;
-        const uint16_t* r1 = r0 + dm.vdp;
-        for (int64_t c = 0; c < 16; ++c) tile[p * 16 + c] = r0[c] | static_cast<uint32_t>(r1[c]) << 16;
-      }
+      uint16_t* tile = vt + (ks * dm.ctiles() + ct) * kTile;
+      for (int64_t c = 0; c < 16; ++c)
+        for (int64_t k = 0; k < 32; ++k) tile[c * 32 + k] = rows[(ks * 32 + k) * dm.vdp + ct * 16 + c];
     }
 }
 
 // ---------------------------------------------------------------- one row tile, one block
+// The item works on transposed scores Sᵀ = K Qsᵀ (keys x rows), so that each key's scores for
+// the tile's 16 rows are one vector: the softmax's max, sum and rescale run down the keys with
+// no horizontal reductions, and Pᵀ goes to a B tile by one interleave per key pair. Likewise
+// Oᵀ (value dims x rows) = Vᵀ Pᵀ, whose rows are rescaled by the row vector e^(m - m').
 FP_AMX void amx_configure() { _tile_loadconfig(&cpu::kAmxTiles); }
 FP_AMX void amx_release() { _tile_release(); }
 
-// s[16][64] = q (16 rows of hdp BF16) x the block's K tiles. Tiles 0-3: the four key tiles' sums;
-// 4: q; 5-6: K. (The barriers: GCC's tile intrinsics do not name the memory they touch.)
-FP_AMX void scores(const uint16_t* q, const Dims& dm, const uint16_t* kb, float* s) {
+// st[64 keys][16 rows] = K (the block's 64 rows, hdp BF16 each) x qt (per 32 dims a B tile of
+// 16 dim pairs x 16 rows). Tiles 0-3: the four key tiles' sums; 4-5: K; 6: qt. (The barriers:
+// GCC's tile intrinsics do not name the memory they touch.)
+FP_AMX void scores_t(const uint16_t* qt, const Dims& dm, const uint16_t* kb, float* st) {
   asm volatile("" ::: "memory");
+  const int64_t sk = dm.hdp * 2;
   _tile_zero(0);
   _tile_zero(1);
   _tile_zero(2);
   _tile_zero(3);
   for (int64_t d = 0; d < dm.dsteps(); ++d) {
-    const uint16_t* kd = kb + d * 4 * kTile;
-    _tile_loadd(4, q + d * 32, dm.hdp * 2);
-    _tile_loadd(5, kd, 64);
-    _tile_dpbf16ps(0, 4, 5);
-    _tile_loadd(6, kd + kTile, 64);
-    _tile_dpbf16ps(1, 4, 6);
-    _tile_loadd(5, kd + 2 * kTile, 64);
-    _tile_dpbf16ps(2, 4, 5);
-    _tile_loadd(6, kd + 3 * kTile, 64);
-    _tile_dpbf16ps(3, 4, 6);
+    const uint16_t* kd = kb + d * 32;
+    _tile_loadd(6, qt + d * kTile, 64);
+    _tile_loadd(4, kd, sk);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_loadd(5, kd + 16 * dm.hdp, sk);
+    _tile_dpbf16ps(1, 5, 6);
+    _tile_loadd(4, kd + 32 * dm.hdp, sk);
+    _tile_dpbf16ps(2, 4, 6);
+    _tile_loadd(5, kd + 48 * dm.hdp, sk);
+    _tile_dpbf16ps(3, 5, 6);
   }
-  _tile_stored(0, s, kBk * 4);
-  _tile_stored(1, s + 16, kBk * 4);
-  _tile_stored(2, s + 32, kBk * 4);
-  _tile_stored(3, s + 48, kBk * 4);
+  _tile_stored(0, st, 64);
+  _tile_stored(1, st + 256, 64);
+  _tile_stored(2, st + 512, 64);
+  _tile_stored(3, st + 768, 64);
   asm volatile("" ::: "memory");
 }
 
-// o[16][vdp] += p[16][64 BF16] x the block's V tiles, up to four column tiles at a time.
-// Tiles 0-3: O; 4-5: P's two halves (keys 0-31, 32-63); 6-7: V.
-FP_AMX void weighted_sum(const uint16_t* p, const Dims& dm, const uint16_t* vb, float* o) {
+// ot[vdp][16 rows] += Vᵀ tiles x pt (Pᵀ: two B tiles of 16 key pairs x 16 rows), up to four
+// column tiles at a time. Tiles 0-3: Oᵀ; 4-5: pt's halves (keys 0-31, 32-63); 6-7: Vᵀ.
+FP_AMX void weighted_sum_t(const uint16_t* pt, const Dims& dm, const uint16_t* vt, float* ot) {
   asm volatile("" ::: "memory");
-  const int64_t ct_all = dm.ctiles(), so = dm.vdp * 4;
-  const uint16_t* v0 = vb;                  // keys 0-31
-  const uint16_t* v1 = vb + ct_all * kTile;  // keys 32-63
-  _tile_loadd(4, p, kBk * 2);
-  _tile_loadd(5, p + 32, kBk * 2);
+  const int64_t ct_all = dm.ctiles();
+  const uint16_t* v0 = vt;                   // keys 0-31
+  const uint16_t* v1 = vt + ct_all * kTile;  // keys 32-63
+  _tile_loadd(4, pt, 64);
+  _tile_loadd(5, pt + kTile, 64);
   int64_t ct = 0;
   for (; ct + 4 <= ct_all; ct += 4) {
-    float* oc = o + ct * 16;
-    _tile_loadd(0, oc, so);
-    _tile_loadd(1, oc + 16, so);
-    _tile_loadd(2, oc + 32, so);
-    _tile_loadd(3, oc + 48, so);
+    float* oc = ot + ct * 256;
+    _tile_loadd(0, oc, 64);
+    _tile_loadd(1, oc + 256, 64);
+    _tile_loadd(2, oc + 512, 64);
+    _tile_loadd(3, oc + 768, 64);
     _tile_loadd(6, v0 + ct * kTile, 64);
     _tile_loadd(7, v1 + ct * kTile, 64);
-    _tile_dpbf16ps(0, 4, 6);
-    _tile_dpbf16ps(0, 5, 7);
+    _tile_dpbf16ps(0, 6, 4);
+    _tile_dpbf16ps(0, 7, 5);
     _tile_loadd(6, v0 + (ct + 1) * kTile, 64);
     _tile_loadd(7, v1 + (ct + 1) * kTile, 64);
-    _tile_dpbf16ps(1, 4, 6);
-    _tile_dpbf16ps(1, 5, 7);
+    _tile_dpbf16ps(1, 6, 4);
+    _tile_dpbf16ps(1, 7, 5);
     _tile_loadd(6, v0 + (ct + 2) * kTile, 64);
     _tile_loadd(7, v1 + (ct + 2) * kTile, 64);
-    _tile_dpbf16ps(2, 4, 6);
-    _tile_dpbf16ps(2, 5, 7);
+    _tile_dpbf16ps(2, 6, 4);
+    _tile_dpbf16ps(2, 7, 5);
     _tile_loadd(6, v0 + (ct + 3) * kTile, 64);
     _tile_loadd(7, v1 + (ct + 3) * kTile, 64);
-    _tile_dpbf16ps(3, 4, 6);
-    _tile_dpbf16ps(3, 5, 7);
-    _tile_stored(0, oc, so);
-    _tile_stored(1, oc + 16, so);
-    _tile_stored(2, oc + 32, so);
-    _tile_stored(3, oc + 48, so);
+    _tile_dpbf16ps(3, 6, 4);
+    _tile_dpbf16ps(3, 7, 5);
+    _tile_stored(0, oc, 64);
+    _tile_stored(1, oc + 256, 64);
+    _tile_stored(2, oc + 512, 64);
+    _tile_stored(3, oc + 768, 64);
   }
   for (; ct < ct_all; ++ct) {  // value dims not a multiple of 64: one column tile at a time
-    float* oc = o + ct * 16;
-    _tile_loadd(0, oc, so);
+    float* oc = ot + ct * 256;
+    _tile_loadd(0, oc, 64);
     _tile_loadd(6, v0 + ct * kTile, 64);
     _tile_loadd(7, v1 + ct * kTile, 64);
-    _tile_dpbf16ps(0, 4, 6);
-    _tile_dpbf16ps(0, 5, 7);
-    _tile_stored(0, oc, so);
+    _tile_dpbf16ps(0, 6, 4);
+    _tile_dpbf16ps(0, 7, 5);
+    _tile_stored(0, oc, 64);
   }
   asm volatile("" ::: "memory");
 }
 
-// The online softmax step of 16 rows over the block's keys (attention_avx2.cpp's, on 16 lanes):
-// row r sees valid = len[r] - t0 keys (0..64) of s[r]; p[r] = e^(s - m') rounded to BF16
-// (zeros past valid), l = l e^(m - m') + sum p, and O's row scaled by e^(m - m').
-FP_AMX void softmax_rows(const float* s, const int64_t* len, int64_t t0, float* m, float* l, uint16_t* p, float* o,
-                         const Dims& dm) {
-  for (int64_t r = 0; r < 16; ++r) {
-    const int64_t valid = std::clamp<int64_t>(len[r] - t0, 0, kBk);
-    uint16_t* pr = p + r * kBk;
-    if (valid == 0) {
-      _mm512_store_si512(pr, _mm512_setzero_si512());
-      _mm512_store_si512(pr + 32, _mm512_setzero_si512());
-      continue;
+// The rows (lanes) whose len > key: those that see the key.
+FP_AMX_INLINE __mmask16 sees(__m512i len, int64_t key) {
+  return _mm512_cmpgt_epi32_mask(len, _mm512_set1_epi32(static_cast<int>(key)));
+}
+
+// The online softmax step of the tile's 16 rows (lanes) over the block's keys: key t counts for
+// the rows whose len > t0 + t. m' = max(m, max_t s_t), P_t = e^(s_t - m') rounded to BF16
+// (to nearest; zeros where masked), l = l e^(m - m') + sum_t P_t, Oᵀ's rows times e^(m - m'). `keys`: the
+// keys any row sees (pt holds zeros for the rest). A row that saw no key yet keeps m = -inf,
+// l = 0 (e^(-inf - -inf) is NaN, which exp16 takes to 0).
+FP_AMX void softmax_t(const float* st, __m512i len, int64_t t0, int64_t keys, __m512& m, __m512& l, uint16_t* pt,
+                      float* ot, const Dims& dm) {
+  __m512 mx = m;
+  for (int64_t t = 0; t < keys; ++t) mx = _mm512_mask_max_ps(mx, sees(len, t0 + t), mx, _mm512_load_ps(st + 16 * t));
+  const __m512 corr = exp16(_mm512_sub_ps(m, mx));
+  const __m512i half = _mm512_set1_epi32(0x8000);
+  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+  __m512 sum = _mm512_setzero_ps();
+  for (int64_t t = 0; t < kBk; t += 2) {
+    __m512i pair = _mm512_setzero_si512();
+    if (t < keys) {
+      const __mmask16 k0 = sees(len, t0 + t), k1 = t + 1 < keys ? sees(len, t0 + t + 1) : __mmask16(0);
+      const __m512 e0 = _mm512_maskz_mov_ps(k0, exp16(_mm512_sub_ps(_mm512_load_ps(st + 16 * t), mx)));
+      const __m512 e1 = _mm512_maskz_mov_ps(k1, exp16(_mm512_sub_ps(_mm512_load_ps(st + 16 * t + 16), mx)));
+      // Both rounded to BF16 in place, P_t to the low and P_t+1 to the high half of each lane:
+      // adding half a BF16 unit then dropping the low 16 bits rounds to nearest (ties away;
+      // 0 <= P <= 1, so nothing overflows), with no cross-lane shuffle.
+      const __m512i u0 = _mm512_add_epi32(_mm512_castps_si512(e0), half);
+      const __m512i u1 = _mm512_add_epi32(_mm512_castps_si512(e1), half);
+      pair = _mm512_or_si512(_mm512_srli_epi32(u0, 16), _mm512_and_si512(u1, high));
+      // The rounded values back to f32 (each 32-bit lane holds row r's two): the weights l sums.
+      sum = _mm512_add_ps(sum, _mm512_castsi512_ps(_mm512_slli_epi32(pair, 16)));
+      sum = _mm512_add_ps(sum, _mm512_castsi512_ps(_mm512_and_si512(pair, high)));
     }
-    const float* sr = s + r * kBk;
-    __m512 mx = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-    for (int64_t v = 0; v < kBk / 16; ++v) mx = _mm512_mask_max_ps(mx, lanes(valid - 16 * v), mx, _mm512_load_ps(sr + 16 * v));
-    const float m_new = std::max(m[r], _mm512_reduce_max_ps(mx));
-    const float corr = std::exp(m[r] - m_new);  // 0 on the row's first keys (m = -inf)
-    const __m512 vm = _mm512_set1_ps(m_new);
-    __m512 sum = _mm512_setzero_ps();
-    for (int64_t v = 0; v < kBk / 16; ++v) {
-      __m512 e = _mm512_maskz_mov_ps(lanes(valid - 16 * v), exp16(_mm512_sub_ps(_mm512_load_ps(sr + 16 * v), vm)));
-      __m256i b = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(e));
-      _mm256_store_si256(reinterpret_cast<__m256i*>(pr + 16 * v), b);
-      sum = _mm512_add_ps(sum, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16)));
-    }
-    l[r] = l[r] * corr + _mm512_reduce_add_ps(sum);
-    m[r] = m_new;
-    if (corr != 1.0f) {
-      float* orow = o + r * dm.vdp;
-      const __m512 c = _mm512_set1_ps(corr);
-      for (int64_t d = 0; d < dm.vdp; d += 16) _mm512_store_ps(orow + d, _mm512_mul_ps(_mm512_load_ps(orow + d), c));
-    }
+    _mm512_store_si512(pt + 16 * t, pair);  // B tile row t / 2 (tile t / 32)
   }
+  l = _mm512_fmadd_ps(l, corr, sum);
+  m = mx;
+  if (_mm512_cmp_ps_mask(corr, _mm512_set1_ps(1.0f), _CMP_NEQ_UQ))
+    for (int64_t c = 0; c < dm.vdp; ++c) _mm512_store_ps(ot + 16 * c, _mm512_mul_ps(_mm512_load_ps(ot + 16 * c), corr));
 }
 
 // ---------------------------------------------------------------- the wide items
@@ -294,23 +294,50 @@ void AmxItems::prepare(const AttentionArgs& a, const std::vector<AttnPlan>& plan
   pack_ = &pack;
   uint16_t* base = pack.data();
   thread_pool().parallel_for(static_cast<int64_t>(units.size()), 4, [&](int64_t u0, int64_t u1) {
-    std::vector<float> f32(static_cast<size_t>(std::max(dm.hd, dm.vd)));
     std::vector<uint16_t> rows(static_cast<size_t>(kBk * std::max(dm.hdp, dm.vdp)));
     for (int64_t u = u0; u < u1; ++u) {
       const Unit& un = units[static_cast<size_t>(u)];
       const int64_t blocks = seq_blocks_[static_cast<size_t>(un.s)];
       uint16_t* dst = base + (seq_tile_[static_cast<size_t>(un.s)] + (un.h * blocks + un.b) * dm.block_tiles()) * kTile;
-      pack_block(a, dm, un.s, un.h, un.b, plans[static_cast<size_t>(un.s)].max_len, dst, f32.data(), rows.data());
+      pack_block(a, dm, un.s, un.h, un.b, plans[static_cast<size_t>(un.s)].max_len, dst, rows.data());
     }
   });
 }
 
 struct ItemScratch {
-  cpu::AlignedVector<uint16_t> q, p;
-  cpu::AlignedVector<float> o, s;
-  std::vector<float> m, l;
-  std::vector<int64_t> len;
+  cpu::AlignedVector<uint16_t> qs, qt, pt;
+  cpu::AlignedVector<float> ot, st, m, l;
+  cpu::AlignedVector<int32_t> len;
 };
+
+// dst[0..hdp) = q[0..hd) * scale rounded to BF16 (vcvtneps2bf16: to nearest even, inputs below
+// the smallest normal float as zero, as f32_to_bf16_daz and the twin round), zeros past hd.
+FP_AMX void round_scaled(const float* q, float scale, const Dims& dm, uint16_t* dst) {
+  const __m512 vs = _mm512_set1_ps(scale);
+  for (int64_t d = 0; d < dm.hdp; d += 16) {
+    const __mmask16 k = lanes(dm.hd - d);
+    const __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, q + d), vs);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + d), reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(x)));
+  }
+}
+
+// Every row tile of the item's current KV head through the block of keys [t0, t0 + 64) (K and
+// Vᵀ tiles at kb), keys from t_end on left out.
+FP_AMX void block_step(ItemScratch& sc, const Dims& dm, int64_t rtiles, const uint16_t* kb, int64_t t0, int64_t t_end) {
+  const uint16_t* vt = kb + dm.k_tiles() * kTile;
+  for (int64_t rt = 0; rt < rtiles; ++rt) {
+    const __m512i len = _mm512_load_si512(sc.len.data() + rt * 16);
+    const int64_t keys = std::min<int64_t>({kBk, _mm512_reduce_max_epi32(len) - t0, t_end - t0});
+    if (keys <= 0) continue;  // no row of the tile sees these keys
+    float* ot = sc.ot.data() + rt * dm.vdp * 16;
+    scores_t(sc.qt.data() + rt * dm.dsteps() * kTile, dm, kb, sc.st.data());
+    __m512 m = _mm512_load_ps(sc.m.data() + rt * 16), l = _mm512_load_ps(sc.l.data() + rt * 16);
+    softmax_t(sc.st.data(), len, t0, keys, m, l, sc.pt.data(), ot, dm);
+    _mm512_store_ps(sc.m.data() + rt * 16, m);
+    _mm512_store_ps(sc.l.data() + rt * 16, l);
+    weighted_sum_t(sc.pt.data(), dm, vt, ot);
+  }
+}
 
 void AmxItems::run(const AttentionArgs& a, const AttnPlan& pl, int64_t s, int64_t kvh0, int64_t qb, int64_t sp,
                    const AttnPartials& out) {
@@ -318,11 +345,13 @@ void AmxItems::run(const AttentionArgs& a, const AttnPlan& pl, int64_t s, int64_
   const int64_t g = pl.group, i0 = a.seq_indptr[s] + qb * pl.bq, i1 = std::min<int64_t>(a.seq_indptr[s + 1], i0 + pl.bq);
   const int64_t rpg = (i1 - i0) * g, rtiles = (rpg + 15) / 16, rows = rtiles * 16;
   const int64_t kv_len = a.kv_len[s], blocks = seq_blocks_[static_cast<size_t>(s)];
+  const int64_t ot_floats = dm.vdp * 16;  // one row tile's Oᵀ
   thread_local ItemScratch sc;
-  sc.q.resize(static_cast<size_t>(rows * dm.hdp));
-  sc.o.resize(static_cast<size_t>(rows * dm.vdp));
-  sc.s.resize(static_cast<size_t>(16 * kBk));
-  sc.p.resize(static_cast<size_t>(16 * kBk));
+  sc.qs.resize(static_cast<size_t>(rows * dm.hdp));
+  sc.qt.resize(static_cast<size_t>(rtiles * dm.dsteps() * kTile));
+  sc.pt.resize(static_cast<size_t>(2 * kTile));
+  sc.ot.resize(static_cast<size_t>(rtiles * ot_floats));
+  sc.st.resize(static_cast<size_t>(kBk * 16));
   sc.m.resize(static_cast<size_t>(rows));
   sc.l.resize(static_cast<size_t>(rows));
   sc.len.resize(static_cast<size_t>(rows));
@@ -331,51 +360,52 @@ void AmxItems::run(const AttentionArgs& a, const AttnPlan& pl, int64_t s, int64_
     const int64_t h = kvh0 + j;
     int64_t max_len = 0;
     for (int64_t r = 0; r < rows; ++r) {
-      uint16_t* qd = sc.q.data() + r * dm.hdp;
+      uint16_t* qd = sc.qs.data() + r * dm.hdp;
       if (r >= rpg) {
         std::fill(qd, qd + dm.hdp, uint16_t{0});
         sc.len[static_cast<size_t>(r)] = 0;
         continue;
       }
       const int64_t i = i0 + r / g;
-      const float* q = a.q + (i * a.n_heads + h * g + r % g) * dm.hd;
-      for (int64_t d = 0; d < dm.hd; ++d) qd[d] = f32_to_bf16_daz(q[d] * a.scale);
-      std::fill(qd + dm.hd, qd + dm.hdp, uint16_t{0});
+      round_scaled(a.q + (i * a.n_heads + h * g + r % g) * dm.hd, a.scale, dm, qd);
       const int64_t len = std::clamp<int64_t>(static_cast<int64_t>(a.pos[i]) + 1, 0, kv_len);
-      sc.len[static_cast<size_t>(r)] = len;
+      sc.len[static_cast<size_t>(r)] = static_cast<int32_t>(len);
       max_len = std::max(max_len, len);
     }
-    std::fill(sc.o.begin(), sc.o.end(), 0.0f);
+    // Qsᵀ as B tiles: tile (rt, d) row p, word r = dims d*32 + 2p, +1 of row rt*16 + r.
+    const auto* qw = reinterpret_cast<const uint32_t*>(sc.qs.data());
+    auto* qt = reinterpret_cast<uint32_t*>(sc.qt.data());
+    for (int64_t rt = 0; rt < rtiles; ++rt)
+      for (int64_t d = 0; d < dm.dsteps(); ++d) {
+        uint32_t* tile = qt + (rt * dm.dsteps() + d) * (kTile / 2);
+        for (int64_t p = 0; p < 16; ++p)
+          for (int64_t r = 0; r < 16; ++r) tile[p * 16 + r] = qw[(rt * 16 + r) * (dm.hdp / 2) + d * 16 + p];
+      }
+    std::fill(sc.ot.begin(), sc.ot.end(), 0.0f);
     std::fill(sc.m.begin(), sc.m.end(), -std::numeric_limits<float>::infinity());
     std::fill(sc.l.begin(), sc.l.end(), 0.0f);
     const int64_t t_begin = sp * pl.split_len, t_end = std::min(max_len, t_begin + pl.split_len);
     const uint16_t* head_tiles = pack_->data() + (seq_tile_[static_cast<size_t>(s)] + h * blocks * dm.block_tiles()) * kTile;
     for (int64_t t0 = t_begin; t0 < t_end; t0 += kBk) {
       const uint16_t* kb = head_tiles + (t0 / kBk) * dm.block_tiles() * kTile;
-      const uint16_t* vb = kb + dm.k_tiles() * kTile;
-      for (int64_t rt = 0; rt < rtiles; ++rt) {
-        const int64_t r0 = rt * 16;
-        const int64_t* len = sc.len.data() + r0;
-        if (*std::max_element(len, len + 16) <= t0) continue;  // no row of the tile sees these keys
-        scores(sc.q.data() + r0 * dm.hdp, dm, kb, sc.s.data());
-        softmax_rows(sc.s.data(), len, t0, sc.m.data() + r0, sc.l.data() + r0, sc.p.data(), sc.o.data() + r0 * dm.vdp, dm);
-        weighted_sum(sc.p.data(), dm, vb, sc.o.data() + r0 * dm.vdp);
-      }
+      block_step(sc, dm, rtiles, kb, t0, t_end);
     }
     for (int64_t r = 0; r < rpg; ++r) {
       const int64_t i = i0 + r / g, head = h * g + r % g;
-      const float* o = sc.o.data() + r * dm.vdp;
+      const float* o = sc.ot.data() + (r / 16) * ot_floats + r % 16;  // column r % 16 of Oᵀ
       const float l = sc.l[static_cast<size_t>(r)];
+      float* dst;
+      float scale = 1.0f;
       if (out.m) {
         const int64_t slot = (i * a.n_heads + head) * out.max_splits + sp;
         out.m[slot] = sc.m[static_cast<size_t>(r)];
         out.l[slot] = l;
-        std::copy(o, o + dm.vd, out.o + slot * dm.vd);
+        dst = out.o + slot * dm.vd;
       } else {
-        float* dst = a.out + (i * a.n_heads + head) * dm.vd;
-        const float inv = l > 0 ? 1.0f / l : 0.0f;  // no visible keys: zeros
-        for (int64_t c = 0; c < dm.vd; ++c) dst[c] = o[c] * inv;
+        dst = a.out + (i * a.n_heads + head) * dm.vd;
+        scale = l > 0 ? 1.0f / l : 0.0f;  // no visible keys: zeros
       }
+      for (int64_t c = 0; c < dm.vd; ++c) dst[c] = o[c * 16] * scale;
     }
   }
   amx_release();
