@@ -188,7 +188,8 @@ void bench_attention() {
   };
   for (S s : {S{"decode", 1, 32, 8, 64, 511}, S{"decode", 1, 32, 8, 64, 4095}, S{"decode", 1, 32, 8, 128, 4095},
               S{"decode", 1, 8, 1, 128, 4095}, S{"decode", 1, 8, 1, 128, 16383},
-              S{"prefill", 256, 32, 8, 64, 0}, S{"prefill", 128, 32, 8, 128, 1024}})
+              S{"prefill", 256, 32, 8, 64, 0}, S{"prefill", 128, 32, 8, 128, 1024}, S{"prefill", 1024, 32, 8, 64, 0},
+              S{"prefill", 512, 32, 8, 128, 1536}})
   for (DType kv : {DType::F32, DType::F16, DType::BF16}) {
     const int64_t kv_len = s.pos0 + s.n;
     auto q = std::make_shared<std::vector<float>>(randn(static_cast<size_t>(s.n * s.heads * s.hd), 1));
