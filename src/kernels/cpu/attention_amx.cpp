@@ -4,22 +4,25 @@
 //
 // It reads a BF16 cache only (K and V multiplied as stored; F16 and F32 caches keep their
 // precision on avx2_flash). A sequence is taken when AttentionArgs::wide says so (>= 4 query
-// tokens and >= 16 query rows per KV head). Its work, per item (a block of query rows of one KV head, as the f32 items):
-//   S = Qs Kᵀ        16 rows x 64 keys per row tile: Qs = q * scale rounded to BF16 (A tiles,
-//                    straight from the item's rows), Kᵀ from K tiles packed once per call;
-//   P = e^(S - m')   the online softmax of attention_avx2.cpp, 16 lanes at a time, P rounded to
-//                    BF16 (the sum l adds the rounded values, so the weights stay a convex mix);
-//   O = O e^(m - m') + P V   O's rows rescaled in memory, then loaded as C tiles, P as A tiles,
-//                    V from tiles packed once per call.
-// Packing (prepare): every wide sequence's K and V rows up to the last key its queries see go,
-// per (sequence, KV head, block of 64 keys), into B-tile layout: K as [d/32][key/16] tiles whose
-// row p holds dims 2p, 2p+1 of 16 keys; V as [key/32][column/16] tiles whose row p holds keys
-// 2p, 2p+1 of 16 columns. Head dims are padded with zeros to 32, value dims to 16, the last
-// block's missing keys are zeros (their scores are masked). The items then load whole tiles.
+// tokens and >= 16 query rows per KV head). Per item (a block of query rows of one KV head, as
+// the f32 items), per row tile of 16 query rows, per block of 64 keys, everything transposed so
+// that one key's values for the tile's 16 rows are one vector:
+//   Sᵀ = K Qsᵀ       4 C tiles of 16 keys x 16 rows: K's rows as A tiles, Qsᵀ (q * scale
+//                    rounded to BF16) as B tiles built once per item;
+//   P = e^(S - m')   the online softmax of attention_avx2.cpp down the keys, the 16 rows in the
+//                    lanes (no horizontal reductions); P rounded to BF16 in place, two keys per
+//                    32-bit lane, which is a B tile's layout (Pᵀ); l sums the rounded values, so
+//                    the weights stay a convex mix;
+//   Oᵀ = Oᵀ e^(m - m') + Vᵀ Pᵀ   Oᵀ (value dims x rows) rescaled in memory by the row vector,
+//                    then loaded as C tiles, Vᵀ as A tiles.
+// Packing (prepare, once per call): every wide sequence's K and V rows up to the last key its
+// queries see go, per (sequence, KV head, block of 64 keys), into tiles: K as its rows (64 x hd,
+// padded with zeros to a multiple of 32 dims), Vᵀ as [key/32][value dim/16] tiles of 16 value
+// dims x 32 keys (value dims padded to 16). The last block's missing keys are zeros (masked).
 //
-// What differs from the f32 kernel: the inputs rounded to BF16 (relative 2^-9) and P rounded to
-// BF16; the reference twin `ref_bf16` (reference.cpp) rounds the same inputs, so a test against it
-// sees only P's rounding and the order of sums (tests/backend_ops_attention_test.cpp).
+// What differs from the f32 kernel: q * scale and P rounded to BF16; the reference twin
+// `ref_bf16` (reference.cpp) rounds the same inputs, so a test against it sees only P's rounding
+// and the order of sums (tests/backend_ops_attention_test.cpp).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -131,7 +134,7 @@ void pack_block(const AttentionArgs& a, const Dims& dm, int64_t s, int64_t h, in
 // ---------------------------------------------------------------- one row tile, one block
 // The item works on transposed scores Sᵀ = K Qsᵀ (keys x rows), so that each key's scores for
 // the tile's 16 rows are one vector: the softmax's max, sum and rescale run down the keys with
-// no horizontal reductions, and Pᵀ goes to a B tile by one interleave per key pair. Likewise
+// no horizontal reductions, and Pᵀ goes to a B tile as rounded, two keys per lane. Likewise
 // Oᵀ (value dims x rows) = Vᵀ Pᵀ, whose rows are rescaled by the row vector e^(m - m').
 FP_AMX void amx_configure() { _tile_loadconfig(&cpu::kAmxTiles); }
 FP_AMX void amx_release() { _tile_release(); }

@@ -22,7 +22,9 @@
 //  - KV splits (when items are too few to feed the threads and the context is long) each keep
 //    (m, l, O); a final pass merges them: m* = max m_s,
 //    out = sum_s O_s e^(m_s - m*) / sum_s l_s e^(m_s - m*).
-// Items are taken from an atomic counter, most expensive (latest query blocks) first.
+// Items are taken from an atomic counter, most expensive (latest query blocks) first. The plan,
+// the items and the merge are the CPU flash driver (attention_cpu.h), which amx_flash
+// (attention_amx.cpp) runs too, handing its prefill-like sequences' items to AMX tiles.
 //
 // The KV pool may hold F32, F16 or BF16 values: every function that reads it is a template on
 // the dtype and widens 8 values at a time in registers (avx2::load8: F16 through F16C's
