@@ -56,6 +56,10 @@ using cpu::AttnPartials;
 using cpu::AttnPlan;
 constexpr int64_t kBk = cpu::kAttnBk;  // keys per block: 4 key tiles of 16
 constexpr int64_t kTile = 512;         // uint16 per tile (16 rows x 64 bytes)
+#ifndef FP_AMX_ATTN_ROWS
+#define FP_AMX_ATTN_ROWS 128
+#endif
+constexpr int64_t kRowsPerItem = FP_AMX_ATTN_ROWS;  // query rows per item
 
 struct Dims {
   int64_t hd, vd, hdp, vdp;  // hdp: head dim padded to 32, vdp: value dim padded to 16
@@ -286,6 +290,9 @@ FP_AMX void softmax_t(const float* st, __m512i len, int64_t t0, int64_t keys, __
 class AmxItems final : public cpu::AttnWideItems {
  public:
   bool takes(const AttentionArgs& a, int64_t s) const override { return a.wide(s); }
+  // 128: each block's K and Vᵀ tiles serve 8 row tiles (64 rows: level at head dim 64, 13%
+  // slower at 128, bench/RESULTS.md).
+  int64_t rows_per_item() const override { return kRowsPerItem; }
   void prepare(const AttentionArgs& a, const std::vector<AttnPlan>& plans) override;
   void run(const AttentionArgs& a, const AttnPlan& p, int64_t s, int64_t kvh0, int64_t qb, int64_t sp,
            const AttnPartials& out) override;

@@ -437,11 +437,11 @@ FP_AVX2 void merge_row(const AttentionArgs& a, int64_t splits, int64_t max_split
 
 // ---------------------------------------------------------------- plan and run
 // The plan of sequence s: query blocks, heads per item; splits are decided over the whole batch.
-AttnPlan make_plan(const AttentionArgs& a, int64_t n_tokens, int64_t max_len) {
+AttnPlan make_plan(const AttentionArgs& a, int64_t n_tokens, int64_t max_len, int64_t rows_per_item) {
   AttnPlan p;
   p.max_len = max_len;
   p.group = a.n_heads / a.n_kv_heads;
-  p.bq = std::clamp<int64_t>(kRowsPerItem / p.group, 1, std::max<int64_t>(n_tokens, 1));
+  p.bq = std::clamp<int64_t>(rows_per_item / p.group, 1, std::max<int64_t>(n_tokens, 1));
   p.qblocks = (n_tokens + p.bq - 1) / p.bq;
   // Few tokens (decode): one item walks all KV heads block by block, reading whole cache rows
   // in order, and the threads split the key range instead of the heads.
@@ -466,6 +466,7 @@ struct Item {
 void cpu::attention_flash_cpu(const AttentionArgs& a, AttnWideItems* wide) {
   if (a.n <= 0) return;
   std::vector<AttnPlan> plans(static_cast<size_t>(a.n_seqs));
+  std::vector<char> wide_seq(static_cast<size_t>(a.n_seqs), 0);  // items that go to `wide`
   std::vector<int64_t> max_lens(static_cast<size_t>(a.n_seqs), 0);
   double work = 0;  // multiply-adds, for the thread decision
   int64_t base_items = 0;
@@ -477,7 +478,9 @@ void cpu::attention_flash_cpu(const AttentionArgs& a, AttnWideItems* wide) {
       work += static_cast<double>(len) * static_cast<double>(a.n_heads * (a.head_dim + a.v_dim));
     }
     AttnPlan& p = plans[static_cast<size_t>(s)];
-    p = make_plan(a, a.seq_indptr[s + 1] - a.seq_indptr[s], max_len);
+    const bool taken = wide && wide->takes(a, s);
+    wide_seq[static_cast<size_t>(s)] = taken;
+    p = make_plan(a, a.seq_indptr[s + 1] - a.seq_indptr[s], max_len, taken ? wide->rows_per_item() : kRowsPerItem);
     if (a.seq_indptr[s + 1] > a.seq_indptr[s]) base_items += (a.n_kv_heads / p.heads_per_item) * p.qblocks;
   }
   const int threads = work < kParallelMinFlops ? 1 : thread_pool().size();
@@ -510,8 +513,6 @@ void cpu::attention_flash_cpu(const AttentionArgs& a, AttnWideItems* wide) {
     part_o.resize(static_cast<size_t>(slots * a.v_dim));
   }
   const AttnPartials part{part_m.data(), part_l.data(), part_o.data(), max_splits};
-  std::vector<char> wide_seq(static_cast<size_t>(a.n_seqs), 0);
-  for (int64_t s = 0; wide && s < a.n_seqs; ++s) wide_seq[static_cast<size_t>(s)] = wide->takes(a, s);
   if (wide) wide->prepare(a, plans);
   using ItemFn = void (*)(const AttentionArgs&, const AttnPlan&, int64_t, int64_t, int64_t, int64_t, const AttnPartials&);
   const ItemFn run_item_kv = a.kv_dtype == DType::F16    ? run_item<DType::F16>

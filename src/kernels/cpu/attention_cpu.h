@@ -33,6 +33,8 @@ class AttnWideItems {
  public:
   virtual ~AttnWideItems() = default;
   virtual bool takes(const AttentionArgs& a, int64_t s) const = 0;
+  // Query rows (tokens x GQA ratio) per item of the sequences it takes.
+  virtual int64_t rows_per_item() const = 0;
   // Once per call, before any item runs (on the calling thread; may use the thread pool).
   virtual void prepare(const AttentionArgs& a, const std::vector<AttnPlan>& plans) = 0;
   // Sequence s: KV heads [kvh0, kvh0 + p.heads_per_item), query block qb, KV split sp.
