@@ -73,27 +73,6 @@ Dims dims_of(const AttentionArgs& a) {
   return {a.head_dim, a.v_dim, (a.head_dim + 31) / 32 * 32, (a.v_dim + 15) / 16 * 16};
 }
 
-// ---------------------------------------------------------------- e^x on 16 floats
-// exp8 of exp_avx2.h on 16 lanes: x = n ln2 + r, e^r by its degree-6 Taylor polynomial, 2^n by
-// vscalefps. Inputs below ln(2^-126) give 0.
-FP_AMX_INLINE __m512 exp16(__m512 x) {
-  const __m512 lo = _mm512_set1_ps(-87.33654475f), hi = _mm512_set1_ps(88.0f);
-  __m512 xc = _mm512_min_ps(hi, _mm512_max_ps(lo, x));
-  __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
-                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), xc);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.0f / 720);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  __m512 y = _mm512_scalef_ps(p, n);
-  return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, lo, _CMP_GE_OQ), y);  // below the range (and -inf): 0
-}
-
 FP_AMX_INLINE __mmask16 lanes(int64_t count) {  // the first count (clamped to 0..16) lanes
   return count >= 16 ? __mmask16(0xFFFF) : count <= 0 ? __mmask16(0) : __mmask16((1u << count) - 1);
 }
@@ -173,7 +152,9 @@ FP_AMX void scores_t(const uint16_t* qt, const Dims& dm, const uint16_t* kb, flo
 }
 
 // ot[vdp][16 rows] += Vᵀ tiles x pt (Pᵀ: two B tiles of 16 key pairs x 16 rows), up to four
-// column tiles at a time. Tiles 0-3: Oᵀ; 4-5: pt's halves (keys 0-31, 32-63); 6-7: Vᵀ.
+// column tiles at a time. Tiles 0-3: Oᵀ; 4-5: pt's halves (keys 0-31, 32-63); 6-7: Vᵀ. (Written
+// out per tile: GCC's tile intrinsics paste the tile numbers into the assembly, so they cannot
+// be loop or template variables.)
 FP_AMX void weighted_sum_t(const uint16_t* pt, const Dims& dm, const uint16_t* vt, float* ot) {
   asm volatile("" ::: "memory");
   const int64_t ct_all = dm.ctiles();
@@ -221,11 +202,12 @@ FP_AMX void weighted_sum_t(const uint16_t* pt, const Dims& dm, const uint16_t* v
   asm volatile("" ::: "memory");
 }
 
-// e^x for the softmax weights, where x = s - m' <= 0 on every lane the caller keeps (it zeroes
-// the others, whatever they hold). Fewer steps than exp16: a degree-4 Taylor polynomial for e^r
-// (|r| <= ln2/2: relative error <= 4.2e-5, against the 2^-9 to which P is rounded next), only
-// the lower clamp (below it the result is ~1e-38, not 0: negligible beside the row's largest
-// weight, 1).
+// e^x on 16 lanes for the softmax, where x = s - m' or m - m' <= 0 on every lane that counts (the
+// caller zeroes the weights of the others, whatever they hold): exp8 of exp_avx2.h cut to what
+// BF16 weights need. x = n ln2 + r, e^r by a degree-4 Taylor polynomial (|r| <= ln2/2: relative
+// error <= 4.2e-5, against the 2^-9 to which P is rounded next), 2^n by vscalefps; only the
+// lower clamp, which also takes NaN (a row that saw no key yet: -inf - -inf) to it: below it the
+// result is ~1e-38, not 0, negligible beside the row's largest weight, 1.
 FP_AMX_INLINE __m512 exp16_weight(__m512 x) {
   const __m512 xc = _mm512_max_ps(x, _mm512_set1_ps(-87.33654475f));
   const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
@@ -251,14 +233,14 @@ FP_AMX_INLINE __mmask16 sees(__m512i len, int64_t key) {
 // the rows whose len > t0 + t. m' = max(m, max_t s_t), P_t = e^(s_t - m') rounded to BF16
 // (to nearest; zeros where masked), l = l e^(m - m') + sum_t P_t, Oᵀ's rows times e^(m - m').
 // `keys`: the keys any row sees (pt holds zeros for the rest). A row that saw no key yet keeps
-// m = -inf, l = 0 (e^(-inf - -inf) is NaN, which exp16 takes to 0). kAll: every row sees every
+// m = -inf, l = 0 and O = 0, which any rescale keeps. kAll: every row sees every
 // one of the keys (blocks before the diagonal), so nothing is masked.
 template <bool kAll>
 FP_AMX void softmax_t(const float* st, __m512i len, int64_t t0, int64_t keys, __m512& m, __m512& l, uint16_t* pt,
                       float* ot, const Dims& dm) {
   __m512 mx = m;
   for (int64_t t = 0; t < keys; ++t) mx = _mm512_mask_max_ps(mx, sees<kAll>(len, t0 + t), mx, _mm512_load_ps(st + 16 * t));
-  const __m512 corr = exp16(_mm512_sub_ps(m, mx));
+  const __m512 corr = exp16_weight(_mm512_sub_ps(m, mx));
   const __m512i half = _mm512_set1_epi32(0x8000);
   const __m512i high = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
   __m512 sum = _mm512_setzero_ps();
