@@ -8,12 +8,14 @@
 // Tolerance 2e-5 (normalised error): the fast kernel scales q before the dot products, sums
 // in a different order, uses a polynomial exp (<= 2.3e-7 relative) and normalizes once at the
 // end instead of per weight. amx_flash (BF16 products on AMX tiles for prefill-like sequences)
-// is compared with its twin `ref_bf16` instead (kAmxTolerance below).
+// is compared with its twin `ref_bf16` instead (kAmxTolerance below); amx_flash_x3 (an F16
+// cache's prefill in two-part BF16 products) with the f32 reference at kX3Tolerance.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <map>
 
 #include "backend_ops.h"
 #include "core/cpu_features.h"
@@ -117,11 +119,19 @@ std::string label(const AttnCase& c) {
 // f32 reference up to 2.3e-2 (the input rounding the twin shares).
 constexpr double kAmxTolerance = 4e-3;
 
+// amx_flash_x3 against the f32 reference: K and V exact (an F16 row is the sum of its two BF16
+// parts), q * scale and P to 2^-17 relative, the kl ql product left out (2^-18). Over this
+// file's cases the error was <= 2e-5 but for the sharp softmax (scale 1, head dim 128: scores
+// of tens, whose 2^-17 becomes the weights' relative error): 4.0e-5. The F16 cache's own
+// rounding of K and V is 2^-11 = 4.9e-4.
+constexpr double kX3Tolerance = 1e-4;
+
 bool amx_kernel(const Kernel<AttentionArgs>& k) { return k.name == "amx_flash"; }
+bool x3_kernel(const Kernel<AttentionArgs>& k) { return k.name == "amx_flash_x3"; }
 bool amx_cpu() { return cpu_features().missing({"avx512f", "avx512bw", "avx512vl", "avx512_bf16", "amx_bf16"}).empty(); }
 
 struct Checked {
-  int f32 = 0, amx = 0;  // kernel runs compared with `ref`, and amx_flash's with `ref_bf16`
+  int f32 = 0, amx = 0, x3 = 0;  // kernel runs compared with `ref`, amx_flash's with `ref_bf16`, amx_flash_x3's
 };
 
 // Every case with the pool in each KV dtype.
@@ -132,8 +142,10 @@ Checked run_cases(const std::vector<AttnCase>& cases) {
       c.kv = kv;
       AttnData d;
       std::function<AttentionArgs(std::vector<float>&)> make = [&](std::vector<float>& out) { return build(c, d, out); };
-      checked.f32 += test::check_kernels<AttentionArgs>(label(c), make, "ref", 2e-5, [](auto& k) { return !amx_kernel(k); });
+      checked.f32 += test::check_kernels<AttentionArgs>(label(c), make, "ref", 2e-5,
+                                                        [](auto& k) { return !amx_kernel(k) && !x3_kernel(k); });
       checked.amx += test::check_kernels<AttentionArgs>(label(c), make, "ref_bf16", kAmxTolerance, amx_kernel);
+      checked.x3 += test::check_kernels<AttentionArgs>(label(c), make, "ref", kX3Tolerance, x3_kernel);
     }
   return checked;
 }
@@ -163,6 +175,7 @@ TEST(BackendOps, AttentionDecodeEveryKernelAgainstItsReference) {
     EXPECT_GT(checked.f32, 0) << "no non-reference attention kernel ran on an AVX2 CPU";
   }
   EXPECT_EQ(checked.amx, 0) << "decode is not amx_flash's (it leaves it to the f32 items)";
+  EXPECT_EQ(checked.x3, 0) << "decode is not amx_flash_x3's (it leaves it to the f32 items)";
 }
 
 TEST(BackendOps, AttentionPrefillEveryKernelAgainstItsReference) {
@@ -198,6 +211,7 @@ TEST(BackendOps, AttentionPrefillEveryKernelAgainstItsReference) {
   }
   if (amx_cpu()) {
     EXPECT_GT(checked.amx, 0) << "amx_flash ran no case on an AMX CPU";
+    EXPECT_GT(checked.x3, 0) << "amx_flash_x3 ran no case on an AMX CPU";
   }
 }
 
@@ -211,7 +225,7 @@ TEST(BackendOps, AttentionAmxMatchesItsTwinWhereRoundingVanishes) {
   const std::vector<AttnCase> cases = {{300, 8, 2, 64, 64, 300, 0},     {100, 8, 2, 128, 128, 900, 800},
                                        {66, 4, 1, 80, 40, 500, 434},    {20, 4, 2, 64, 64, 600, 100},
                                        {8, 8, 2, 64, 64, 2000, 1992}};
-  int checked = 0;
+  int checked = 0, checked_x3 = 0;
   for (DType kv : {DType::F32, DType::F16, DType::BF16})
     for (AttnCase c : cases) {
       c.kv = kv;
@@ -222,8 +236,11 @@ TEST(BackendOps, AttentionAmxMatchesItsTwinWhereRoundingVanishes) {
         return a;
       };
       checked += test::check_kernels<AttentionArgs>(label(c) + " q=0", make, "ref_bf16", 1e-5, amx_kernel);
+      // amx_flash_x3 (F16 pools): the mean of exact V rows, against the f32 reference.
+      checked_x3 += test::check_kernels<AttentionArgs>(label(c) + " q=0", make, "ref", 1e-6, x3_kernel);
     }
   EXPECT_GT(checked, 0);
+  EXPECT_GT(checked_x3, 0);
 }
 
 TEST(BackendOps, AttentionEmptyCacheGivesZerosAndNoTokensWritesNothing) {
@@ -264,22 +281,31 @@ TEST(BackendOps, AttentionEveryPageSizeAndVarlenBatches) {
   }
   if (amx_cpu()) {
     EXPECT_GT(checked.amx, 0) << "amx_flash ran no mixed batch on an AMX CPU";
+    EXPECT_GT(checked.x3, 0) << "amx_flash_x3 ran no mixed batch on an AMX CPU";
   }
 }
 
 TEST(BackendOps, AttentionFastKernelDeclaresItsPageSizes) {
   AttnCase c{1, 4, 2, 64, 64, 50, 49, false, 0, 24};  // a page size that is not a power of two
-  c.kv = DType::BF16;  // a cache every kernel reads (amx_flash reads BF16 only)
-  AttnData d;
-  std::vector<float> out;
-  AttentionArgs a = build(c, d, out);
-  for (auto& k : OpRegistry<AttentionArgs>::instance().kernels()) {
-    if (k.reference || k.backend != Backend::CPU) continue;
-    ASSERT_TRUE(k.refuse);
-    if (k.refuse(a).find("this CPU lacks") != std::string::npos) continue;  // refused earlier, on the CPU
-    EXPECT_NE(k.refuse(a).find("page size 24"), std::string::npos) << k.name << ": " << k.refuse(a);
+  std::map<std::string, int> named;  // per kernel: the pools on which it named the page size
+  for (DType kv : {DType::BF16, DType::F16}) {  // amx_flash reads BF16 only, amx_flash_x3 F16 only
+    c.kv = kv;
+    AttnData d;
+    std::vector<float> out;
+    AttentionArgs a = build(c, d, out);
+    for (auto& k : OpRegistry<AttentionArgs>::instance().kernels()) {
+      if (k.reference || k.backend != Backend::CPU) continue;
+      ASSERT_TRUE(k.refuse);
+      const std::string why = k.refuse(a);
+      if (why.find("this CPU lacks") != std::string::npos) continue;  // refused earlier, on the CPU
+      named[k.name] += 0;
+      if (why.find("KV cache dtype") == 0) continue;  // a cache it does not read
+      EXPECT_NE(why.find("page size 24"), std::string::npos) << k.name << ": " << why;
+      ++named[k.name];
+    }
+    EXPECT_NE(a.shape_class().find("page=24"), std::string::npos);
   }
-  EXPECT_NE(a.shape_class().find("page=24"), std::string::npos);
+  for (auto& [name, n] : named) EXPECT_GT(n, 0) << name << " refused both pools by their dtype";
 }
 
 TEST(BackendOps, AttentionKernelsDeclareTheirKvDtypes) {
@@ -305,7 +331,8 @@ TEST(BackendOps, AttentionKernelsDeclareTheirKvDtypes) {
     ASSERT_TRUE(k.refuse) << k.name;
     const std::string why = k.refuse(a);
     if (!k.reference && why.find("this CPU lacks") != std::string::npos) continue;  // refused earlier, on the CPU
-    const std::string reads = k.name == "amx_flash" ? "BF16" : "F32, F16, BF16";  // amx_flash: the cache as it multiplies it
+    // amx_flash and amx_flash_x3: the cache they multiply as it is (x3: in two exact parts).
+    const std::string reads = k.name == "amx_flash" ? "BF16" : k.name == "amx_flash_x3" ? "F16" : "F32, F16, BF16";
     EXPECT_NE(why.find("KV cache dtype F8_E4M3: this kernel reads " + reads), std::string::npos) << k.name << ": " << why;
   }
 }
