@@ -148,16 +148,34 @@ void pack_block(const AttentionArgs& a, const Dims& dm, int64_t s, int64_t h, in
 FP_AMX void amx_configure() { _tile_loadconfig(&cpu::kAmxTiles); }
 FP_AMX void amx_release() { _tile_release(); }
 
+// The four sum tiles 0-3 as 16 x 16 f32 blocks 256 floats apart (rows of 64 bytes): zeroed,
+// loaded from c, stored to c.
+FP_AMX_INLINE void zero_c4() {
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+}
+FP_AMX_INLINE void load_c4(const float* c) {
+  _tile_loadd(0, c, 64);
+  _tile_loadd(1, c + 256, 64);
+  _tile_loadd(2, c + 512, 64);
+  _tile_loadd(3, c + 768, 64);
+}
+FP_AMX_INLINE void store_c4(float* c) {
+  _tile_stored(0, c, 64);
+  _tile_stored(1, c + 256, 64);
+  _tile_stored(2, c + 512, 64);
+  _tile_stored(3, c + 768, 64);
+}
+
 // st[64 keys][16 rows] = K (the block's 64 rows, hdp BF16 each) x qt (per 32 dims a B tile of
 // 16 dim pairs x 16 rows). Tiles 0-3: the four key tiles' sums; 4-5: K; 6: qt. (The barriers:
 // GCC's tile intrinsics do not name the memory they touch.)
 FP_AMX void scores_t(const uint16_t* qt, const Dims& dm, const uint16_t* kb, float* st) {
   asm volatile("" ::: "memory");
   const int64_t sk = dm.hdp * 2;
-  _tile_zero(0);
-  _tile_zero(1);
-  _tile_zero(2);
-  _tile_zero(3);
+  zero_c4();
   for (int64_t d = 0; d < dm.dsteps(); ++d) {
     const uint16_t* kd = kb + d * 32;
     _tile_loadd(6, qt + d * kTile, 64);
@@ -170,24 +188,19 @@ FP_AMX void scores_t(const uint16_t* qt, const Dims& dm, const uint16_t* kb, flo
     _tile_loadd(5, kd + 48 * dm.hdp, sk);
     _tile_dpbf16ps(3, 5, 6);
   }
-  _tile_stored(0, st, 64);
-  _tile_stored(1, st + 256, 64);
-  _tile_stored(2, st + 512, 64);
-  _tile_stored(3, st + 768, 64);
+  store_c4(st);
   asm volatile("" ::: "memory");
 }
 
 // scores_t with every operand in two parts (amx_flash_x3): K = kh + kl (the same layout, F16
 // rows exactly), qt = qh + ql; the three products that count, kh qh + kl qh + kh ql (kl ql is
 // below 2^-16 of the sum). Tiles 0-3: sums; 4-5: one key tile's kh and kl; 6-7: qh and ql.
+// (Written out per key tile, as weighted_sum_t: the tile numbers must be literals.)
 FP_AMX void scores_t_x3(const uint16_t* qh, const uint16_t* ql, const Dims& dm, const uint16_t* kh, const uint16_t* kl,
                         float* st) {
   asm volatile("" ::: "memory");
   const int64_t sk = dm.hdp * 2;
-  _tile_zero(0);
-  _tile_zero(1);
-  _tile_zero(2);
-  _tile_zero(3);
+  zero_c4();
   for (int64_t d = 0; d < dm.dsteps(); ++d) {
     const uint16_t *hd = kh + d * 32, *ld = kl + d * 32;
     _tile_loadd(6, qh + d * kTile, 64);
@@ -213,10 +226,7 @@ FP_AMX void scores_t_x3(const uint16_t* qh, const uint16_t* ql, const Dims& dm, 
     _tile_dpbf16ps(3, 5, 6);
     _tile_dpbf16ps(3, 4, 7);
   }
-  _tile_stored(0, st, 64);
-  _tile_stored(1, st + 256, 64);
-  _tile_stored(2, st + 512, 64);
-  _tile_stored(3, st + 768, 64);
+  store_c4(st);
   asm volatile("" ::: "memory");
 }
 
@@ -234,10 +244,7 @@ FP_AMX void weighted_sum_t(const uint16_t* pt, const Dims& dm, const uint16_t* v
   int64_t ct = 0;
   for (; ct + 4 <= ct_all; ct += 4) {
     float* oc = ot + ct * 256;
-    _tile_loadd(0, oc, 64);
-    _tile_loadd(1, oc + 256, 64);
-    _tile_loadd(2, oc + 512, 64);
-    _tile_loadd(3, oc + 768, 64);
+    load_c4(oc);
     _tile_loadd(6, v0 + ct * kTile, 64);
     _tile_loadd(7, v1 + ct * kTile, 64);
     _tile_dpbf16ps(0, 6, 4);
@@ -254,10 +261,7 @@ FP_AMX void weighted_sum_t(const uint16_t* pt, const Dims& dm, const uint16_t* v
     _tile_loadd(7, v1 + (ct + 3) * kTile, 64);
     _tile_dpbf16ps(3, 6, 4);
     _tile_dpbf16ps(3, 7, 5);
-    _tile_stored(0, oc, 64);
-    _tile_stored(1, oc + 256, 64);
-    _tile_stored(2, oc + 512, 64);
-    _tile_stored(3, oc + 768, 64);
+    store_c4(oc);
   }
   for (; ct < ct_all; ++ct) {  // value dims not a multiple of 64: one column tile at a time
     float* oc = ot + ct * 256;
@@ -280,10 +284,7 @@ FP_AMX void weighted_sum_t_x3(const uint16_t* ph, const uint16_t* pl, const Dims
   int64_t ct = 0;
   for (; ct + 4 <= ct_all; ct += 4) {
     float* oc = ot + ct * 256;
-    _tile_loadd(0, oc, 64);
-    _tile_loadd(1, oc + 256, 64);
-    _tile_loadd(2, oc + 512, 64);
-    _tile_loadd(3, oc + 768, 64);
+    load_c4(oc);
     for (int64_t ks = 0; ks < 2; ++ks) {  // keys 0-31, 32-63
       const uint16_t *h = vh + (ks * ct_all + ct) * kTile, *l = vl + (ks * ct_all + ct) * kTile;
       _tile_loadd(4, ph + ks * kTile, 64);
@@ -309,10 +310,7 @@ FP_AMX void weighted_sum_t_x3(const uint16_t* ph, const uint16_t* pl, const Dims
       _tile_dpbf16ps(3, 7, 4);
       _tile_dpbf16ps(3, 6, 5);
     }
-    _tile_stored(0, oc, 64);
-    _tile_stored(1, oc + 256, 64);
-    _tile_stored(2, oc + 512, 64);
-    _tile_stored(3, oc + 768, 64);
+    store_c4(oc);
   }
   for (; ct < ct_all; ++ct) {  // value dims not a multiple of 64: one column tile at a time
     float* oc = ot + ct * 256;
