@@ -83,15 +83,20 @@ FP_AMX_INLINE __mmask16 lanes(int64_t count) {  // the first count (clamped to 0
 // n values of the pool from element `index` into hi[0..padded), zeros past n: a BF16 pool's as
 // they are; an F16 pool's (lo given) as two BF16 parts, v = hi + lo exactly (hi holds 8 of the
 // 11 significant bits, lo the other 3; F16's range lies inside BF16's).
-void copy_row(const void* pool, int64_t index, int64_t n, int64_t padded, uint16_t* hi, uint16_t* lo) {
+// (vcvtneps2bf16 rounds to nearest even as f32_to_bf16 does; the inputs it takes as zero, f32
+// subnormals, do not occur: an F16 value and its remainder are f32 normals or zero.)
+FP_AMX void copy_row(const void* pool, int64_t index, int64_t n, int64_t padded, uint16_t* hi, uint16_t* lo) {
   const auto* src = static_cast<const uint16_t*>(pool) + index;
   if (!lo) {
     std::memcpy(hi, src, static_cast<size_t>(n) * 2);
   } else {
-    for (int64_t i = 0; i < n; ++i) {
-      const float v = f16_to_f32(src[i]);
-      hi[i] = f32_to_bf16(v);
-      lo[i] = f32_to_bf16(v - bf16_to_f32(hi[i]));
+    for (int64_t i = 0; i < n; i += 16) {
+      const __mmask16 k = lanes(n - i);
+      const __m512 v = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, src + i));
+      const __m256i h = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v));
+      const __m512 hf = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+      _mm256_mask_storeu_epi16(hi + i, k, h);
+      _mm256_mask_storeu_epi16(lo + i, k, reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_sub_ps(v, hf))));
     }
     std::fill(lo + n, lo + padded, uint16_t{0});
   }
