@@ -11,7 +11,14 @@ times itself, for a side-by-side table on the same GGUF file, machine and thread
   $PY bench/llamacpp_peer.py --model M.gguf -p 256 -n 32 -r 5 -t 2 [--json out.json]
 
 A bench tool, not part of the engine (which has no Python at run time). Needs llama-cpp-python
-(pip builds it from source with -march=native, llama.cpp's default).
+(pip builds it from source with -march=native, llama.cpp's default). On a CPU with AMX that
+build's AMX-INT8 backend crashed on the first Q4_0 / Q4_K prefill (llama-cpp-python 0.3.36,
+SIGSEGV in ggml_backend_amx_mul_mat, llama.cpp issue #20824); build it without AMX instead:
+  CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+    -DGGML_BMI2=ON -DGGML_AVX_VNNI=ON -DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON
+    -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF
+    -DGGML_AMX_BF16=OFF" pip install --no-cache-dir --no-binary llama-cpp-python llama-cpp-python==0.3.36
+(--no-cache-dir: pip otherwise reuses the wheel it built before, whatever CMAKE_ARGS say).
 """
 import argparse
 import json
