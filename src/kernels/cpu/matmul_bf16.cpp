@@ -188,8 +188,10 @@ FP_BF16 void q8_0_x8_to_bf16(const BlockQ8_0x8* g, int64_t groups, uint16_t* out
     __m256i c[8];
     for (int i = 0; i < 8; ++i) c[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(g[gi].qs + 32 * i));
     transpose8(c);
+    alignas(32) float dj[8];  // the 8 blocks' scales, F16 to f32 at once
+    _mm256_store_ps(dj, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g[gi].d))));
     for (int j = 0; j < 8; ++j) {
-      const __m512 d = _mm512_set1_ps(f16_to_f32(g[gi].d[j]));
+      const __m512 d = _mm512_set1_ps(dj[j]);
       const __m512i lo = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(c[j])), offset);
       const __m512i hi = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(c[j], 1)), offset);
       store_bf16(out + 32 * j, _mm512_mul_ps(d, _mm512_cvtepi32_ps(lo)), _mm512_mul_ps(d, _mm512_cvtepi32_ps(hi)));
@@ -278,24 +280,28 @@ FP_BF16 void q2_k_x8_to_bf16(const BlockQ2_Kx8* b, int64_t blocks, uint16_t* out
   }
 }
 
-// Q4_0_X8 ... Q5_1_X8 groups, the same way: value = d (q - offset), or d q + m (exact d q, one rounding).
+// Q4_0_X8 ... Q5_1_X8 groups, the same way: value = d (q - offset), or d q + m (exact d q, one
+// rounding). As for Q4_K: a block's values for q = 0..31 (4 or 5 bits) rounded once into a
+// table of 32 BF16 values, which vpermw indexes by the block's 32 q.
 template <DType W>
 FP_BF16 void block32_x8_to_bf16(const void* src, int64_t groups, uint16_t* out) {
   using Traits = avx2::Block32X8<W>;
   const auto* g = static_cast<const typename Traits::type*>(src);
-  const __m512i offset = _mm512_set1_epi32(Traits::kOffset);
+  const __m512 offset = _mm512_set1_ps(static_cast<float>(Traits::kOffset));
+  const __m512 q_lo = _mm512_sub_ps(_mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), offset);
+  const __m512 q_hi = _mm512_add_ps(q_lo, _mm512_set1_ps(16.0f));  // q - offset, exact
   for (int64_t gi = 0; gi < groups; ++gi, out += 256) {
     __m256i c[8];
     for (int t = 0; t < 4; ++t) avx2::block32_x8_chunks<W>(g[gi], t, &c[t], &c[t + 4]);
     transpose8(c);
+    alignas(32) float dj[8], mj[8] = {};  // the 8 blocks' scales (and mins), F16 to f32 at once
+    _mm256_store_ps(dj, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g[gi].d))));
+    if constexpr (Traits::kMins) _mm256_store_ps(mj, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g[gi].m))));
     for (int j = 0; j < 8; ++j) {
-      const __m512 d = _mm512_set1_ps(f16_to_f32(g[gi].d[j]));
-      __m512 m = _mm512_setzero_ps();
-      if constexpr (Traits::kMins) m = _mm512_set1_ps(f16_to_f32(g[gi].m[j]));
-      const __m512i lo = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(c[j])), offset);
-      const __m512i hi = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(c[j], 1)), offset);
-      store_bf16(out + 32 * j, _mm512_add_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(lo)), m),
-                 _mm512_add_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(hi)), m));
+      const __m512 d = _mm512_set1_ps(dj[j]), m = _mm512_set1_ps(mj[j]);
+      const __m512i table =
+          as_si(_mm512_cvtne2ps_pbh(_mm512_add_ps(_mm512_mul_ps(d, q_hi), m), _mm512_add_ps(_mm512_mul_ps(d, q_lo), m)));
+      _mm512_storeu_si512(out + 32 * j, _mm512_permutexvar_epi16(_mm512_cvtepu8_epi16(c[j]), table));
     }
   }
 }
