@@ -81,6 +81,9 @@ g = j.get("device_gemm")
 if g and g["bf16_gflops"] > 0:
     print(f"{'matmul op 8192^3 TFLOP/s':46s} bf16 {g['bf16_gflops']/1000:.0f}, fp8 block {g['fp8_block_gflops']/1000:.0f} "
           f"({g['fp8_block_gflops']/g['bf16_gflops']:.2f}x), fp8 dequantized {g['fp8_dequant_gflops']/1000:.0f}")
+    if g.get("lt_fp8_candidates"):
+        print(f"{'cuBLASLt fp8 matmul alone 8192^3 TFLOP/s':46s} heuristic's first {g['lt_fp8_first_gflops']/1000:.0f}, "
+              f"fastest of {g['lt_fp8_candidates']} timed {g['lt_fp8_chosen_gflops']/1000:.0f}")
 if "prefill_tps" in j:
     print(f"{label + ' prefill':46s} {f('prefill_tps'):.0f} tok/s = {100*f('prefill_ceiling_fraction'):.1f}% of the bf16 rate")
 if "decode_tps" in j:

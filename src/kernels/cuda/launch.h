@@ -41,6 +41,9 @@ void attention_wmma(const AttentionArgs& a);
 // attention_mma.cu: flash attention with Q, S, P and O in registers (mma.sync m16n8k16 F16);
 // the same calls as wmma (refuse_attention_wmma)
 void attention_mma(const AttentionArgs& a);
+// attention_mma_pipelined.cu: the same loop on the cache's own F16/BF16 with cp.async double-buffered tiles
+std::string refuse_attention_mma_pipelined(const AttentionArgs& a);
+void attention_mma_pipelined(const AttentionArgs& a);
 
 // matmul.cu: the plain kernel (every weight dtype below, any alignment)
 std::string refuse_matmul(const MatMulArgs& a);
@@ -57,6 +60,14 @@ void gemm_cublas(const MatMulArgs& a);
 std::string refuse_cublaslt_fp8(const MatMulArgs& a);
 void gemm_cublaslt_fp8(const MatMulArgs& a);
 int64_t cublaslt_fp8_fallbacks();  // calls so far that ran gemm_cublas instead (shape or no algorithm)
+// What the per-shape timing of cuBLASLt's candidates found (zeros: not timed, e.g. one candidate).
+struct Fp8GemmTuning {
+  int candidates = 0;      // algorithms the heuristic offered
+  int chosen = 0;          // the fastest's rank in the heuristic's order
+  float first_ms = 0.0f;   // the heuristic's first choice, one matmul
+  float chosen_ms = 0.0f;  // the fastest
+};
+Fp8GemmTuning cublaslt_fp8_tuning(int64_t out, int64_t n, int64_t K);
 
 // moe_route.cu: one warp per token
 std::string refuse_moe_route(const MoeRouteArgs& a);

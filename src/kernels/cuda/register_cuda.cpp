@@ -45,8 +45,12 @@ const bool registered = [] {
   register_kernel(cuda_kernel<AttentionArgs>(attention_tiled, refuse_attention_tiled, "tiled", 120));
   // Below `tiled` until a GPU run has checked and timed them (bench/device_check.sh): `wmma`
   // passed its tests on the H200 (2026-12-04) at 1.3x `tiled`'s prefill, still 6-9 TFLOP/s;
-  // `mma` (registers instead of shared memory for S, P and O) is not yet run on a GPU.
+  // `mma` (registers instead of shared memory for S, P and O) and `mma_pipelined` (the same on
+  // the cache's own 16-bit type, tiles copied by cp.async behind the arithmetic) are not yet run
+  // on a GPU.
   register_kernel(cuda_kernel<AttentionArgs>(attention_mma, refuse_attention_wmma, "mma", 115));
+  register_kernel(
+      cuda_kernel<AttentionArgs>(attention_mma_pipelined, refuse_attention_mma_pipelined, "mma_pipelined", 114));
   register_kernel(cuda_kernel<AttentionArgs>(attention_wmma, refuse_attention_wmma, "wmma", 110));
   register_kernel(cuda_kernel<AttentionArgs>(attention, refuse_attention));
   register_kernel(cuda_kernel<KvWriteArgs>(kv_write, refuse_kv_write));
