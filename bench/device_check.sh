@@ -183,6 +183,9 @@ for T in bf16 q8_0; do
   # The register-resident flash attention (kernel mma, below `tiled` until checked here).
   [ "$T" = bf16 ] && [ -f "$SYN/llama8b-8l-$T.gguf" ] && \
     bench_model "8b8l-$T-mma" "$SYN/llama8b-8l-$T.gguf" -p 4096 -n 8 -r 3 --warmup 1 --kv-cache-dtype bf16 --kernel attention=mma
+  # The same loop on BF16 operands with cp.async double-buffered tiles (kernel mma_pipelined).
+  [ "$T" = bf16 ] && [ -f "$SYN/llama8b-8l-$T.gguf" ] && \
+    bench_model "8b8l-$T-mma_pipelined" "$SYN/llama8b-8l-$T.gguf" -p 4096 -n 8 -r 3 --warmup 1 --kv-cache-dtype bf16 --kernel attention=mma_pipelined
   extras && [ "$T" = bf16 ] && [ -f "$SYN/llama8b-8l-$T.gguf" ] && \
     bench_model "8b8l-$T-wmma" "$SYN/llama8b-8l-$T.gguf" -p 4096 -n 8 -r 2 --warmup 1 --kv-cache-dtype bf16 --kernel attention=wmma
   rm -f "$SYN/llama8b-8l-$T.gguf"

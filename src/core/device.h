@@ -30,6 +30,11 @@ struct DeviceCeilings {
   double gemm_bf16_gflops = 0;          // BF16 weights (gemm_cublas)
   double gemm_fp8_gflops = 0;           // FP8 E4M3 128x128 block-scaled weights (cublaslt_fp8; 0: not taken here)
   double gemm_fp8_dequant_gflops = 0;   // the same FP8 weights dequantized to BF16 first (gemm_cublas)
+  // cuBLASLt's FP8 matmul alone (no quantization of x) at that shape: the heuristic's first
+  // algorithm and the fastest of its candidates, as timed by cublaslt_fp8 (0: not timed).
+  double lt_fp8_first_gflops = 0;
+  double lt_fp8_chosen_gflops = 0;
+  int lt_fp8_candidates = 0;
 };
 
 // Memory functions of a device backend. copy() moves bytes between any two addresses of the

@@ -438,7 +438,10 @@ void add_bench(CLI::App& app) {
     if (on_device)  // the engine's matmul at 8192^3 on BF16 and FP8 block-scaled weights (ceiling.cu)
       j["device_gemm"] = {{"bf16_gflops", dc.gemm_bf16_gflops},
                           {"fp8_block_gflops", dc.gemm_fp8_gflops},
-                          {"fp8_dequant_gflops", dc.gemm_fp8_dequant_gflops}};
+                          {"fp8_dequant_gflops", dc.gemm_fp8_dequant_gflops},
+                          {"lt_fp8_first_gflops", dc.lt_fp8_first_gflops},
+                          {"lt_fp8_chosen_gflops", dc.lt_fp8_chosen_gflops},
+                          {"lt_fp8_candidates", dc.lt_fp8_candidates}};
 
     if (o->prompt > 0) {
       std::vector<int32_t> ids(static_cast<size_t>(o->prompt)), pos(ids.size());

@@ -105,6 +105,10 @@ void measure_engine_gemms(DeviceCeilings& c) {
     const int64_t fallbacks = cublaslt_fp8_fallbacks();
     const double r = gflops(gemm_cublaslt_fp8);
     c.gemm_fp8_gflops = cublaslt_fp8_fallbacks() == fallbacks ? r : 0.0;  // 0: it ran gemm_cublas instead
+    const Fp8GemmTuning t = cublaslt_fp8_tuning(n, n, n);
+    c.lt_fp8_candidates = t.candidates;
+    if (t.first_ms > 0) c.lt_fp8_first_gflops = flop / (t.first_ms * 1e-3) / 1e9;
+    if (t.chosen_ms > 0) c.lt_fp8_chosen_gflops = flop / (t.chosen_ms * 1e-3) / 1e9;
   }
 }
 

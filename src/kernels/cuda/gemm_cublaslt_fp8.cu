@@ -28,6 +28,7 @@
 #include <map>
 #include <mutex>
 #include <tuple>
+#include <vector>
 
 #include "core/error.h"
 #include "kernels/cuda/cuda_context.h"
@@ -40,6 +41,9 @@ namespace {
 constexpr int kBlock = 128;
 constexpr int kThreads = 256;
 
+// vec4: x 16-byte aligned (its rows then are too: K is a multiple of 512), read as float4; the
+// four E4M3 bytes of a lane leave as one 32-bit store either way.
+template <bool vec4>
 __global__ void quantize_x_kernel(const float* __restrict__ x, int64_t n, int64_t n_pad, int64_t K, uint8_t* __restrict__ q,
                                   float* __restrict__ sx) {
   const int64_t w = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
@@ -47,16 +51,24 @@ __global__ void quantize_x_kernel(const float* __restrict__ x, int64_t n, int64_
   const int64_t kblocks = K / kBlock;
   if (w >= n_pad * kblocks) return;  // whole warps
   const int64_t t = w / kblocks, kb = w % kblocks, c0 = kb * kBlock + lane * 4;
-  float v[4], amax = 0.0f;
+  float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  if (t < n) {
+    if constexpr (vec4) {
+      const float4 f = __ldg(reinterpret_cast<const float4*>(x + t * K + c0));
+      v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
+    } else {
 #pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    v[j] = t < n ? x[t * K + c0 + j] : 0.0f;
-    amax = fmaxf(amax, fabsf(v[j]));
+      for (int j = 0; j < 4; ++j) v[j] = x[t * K + c0 + j];
+    }
   }
+  float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
   amax = warp_max(amax);
   const float s = amax > 0.0f ? fmaxf(amax / 448.0f, 1e-30f) : 1.0f;  // no 0 scale for a denormal block
+  uint32_t packed = 0;
 #pragma unroll
-  for (int j = 0; j < 4; ++j) q[t * K + c0 + j] = static_cast<uint8_t>(__nv_cvt_float_to_fp8(v[j] / s, __NV_SATFINITE, __NV_E4M3));
+  for (int j = 0; j < 4; ++j)
+    packed |= static_cast<uint32_t>(static_cast<uint8_t>(__nv_cvt_float_to_fp8(v[j] / s, __NV_SATFINITE, __NV_E4M3))) << (8 * j);
+  *reinterpret_cast<uint32_t*>(q + t * K + c0) = packed;
   if (lane == 0) sx[kb * n_pad + t] = s;
 }
 
@@ -70,10 +82,14 @@ struct Lt {
   void* workspace = nullptr;
   size_t workspace_bytes = size_t{32} << 20;
   std::mutex mu;
-  // The heuristic's first algorithm per (out, n_pad, K), or none (nullopt-like: ok = false).
+  // Per (out, n_pad, K): the heuristic's candidates (best first by its estimate) and the one
+  // chosen — the first until the shape is timed (ok = false: no algorithm at all).
   struct Algo {
     bool ok = false;
+    bool timed = false;
+    std::vector<cublasLtMatmulAlgo_t> candidates;
     cublasLtMatmulAlgo_t algo{};
+    Fp8GemmTuning tuning;
   };
   std::map<std::tuple<int64_t, int64_t, int64_t>, Algo> algos;
 };
@@ -116,8 +132,10 @@ void make_descs(Descs& ds, int64_t out, int64_t n_pad, int64_t K, const float* w
   FP_CUBLAS(cublasLtMatrixLayoutCreate(&ds.d, CUDA_R_32F, static_cast<uint64_t>(out), static_cast<uint64_t>(n_pad), out));
 }
 
-// cuBLASLt's algorithm for this shape (asked once per shape), or null when it has none.
-const cublasLtMatmulAlgo_t* algo_for(const Descs& ds, int64_t out, int64_t n_pad, int64_t K) {
+constexpr int kCandidates = 8;  // algorithms asked of the heuristic and timed per shape
+
+// cuBLASLt's candidates for this shape (asked once per shape); the entry, or null when it has none.
+Lt::Algo* algo_for(const Descs& ds, int64_t out, int64_t n_pad, int64_t K) {
   Lt& l = lt();
   std::lock_guard<std::mutex> lock(l.mu);
   auto key = std::make_tuple(out, n_pad, K);
@@ -128,18 +146,65 @@ const cublasLtMatmulAlgo_t* algo_for(const Descs& ds, int64_t out, int64_t n_pad
     FP_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &l.workspace_bytes,
                                          sizeof(l.workspace_bytes));
-    cublasLtMatmulHeuristicResult_t res{};
+    cublasLtMatmulHeuristicResult_t res[kCandidates]{};
     int found = 0;
     const cublasStatus_t st =
-        cublasLtMatmulAlgoGetHeuristic(l.handle, ds.op, ds.a, ds.b, ds.d, ds.d, pref, 1, &res, &found);
+        cublasLtMatmulAlgoGetHeuristic(l.handle, ds.op, ds.a, ds.b, ds.d, ds.d, pref, kCandidates, res, &found);
     cublasLtMatmulPreferenceDestroy(pref);
-    if (st == CUBLAS_STATUS_SUCCESS && found > 0) {
-      a.ok = true;
-      a.algo = res.algo;
-    }
+    if (st == CUBLAS_STATUS_SUCCESS)
+      for (int i = 0; i < found; ++i)
+        if (res[i].state == CUBLAS_STATUS_SUCCESS) a.candidates.push_back(res[i].algo);
+    a.ok = !a.candidates.empty();
+    if (a.ok) a.algo = a.candidates[0];
+    a.tuning.candidates = static_cast<int>(a.candidates.size());
     it = l.algos.emplace(key, a).first;
   }
-  return it->second.ok ? &it->second.algo : nullptr;
+  return it->second.ok ? &it->second : nullptr;
+}
+
+// Times every candidate on this call's operands (once per shape, at its first call outside a
+// CUDA graph capture) and keeps the fastest: the heuristic's first choice is its estimate, not a
+// measurement, and on block-scaled FP8 the candidates differ by tens of percent. One warm-up and
+// three timed runs each; a candidate that fails to launch is skipped. D is overwritten by every
+// run; the caller's own run follows.
+void time_candidates(Lt::Algo& a, const Descs& ds, const void* w, const void* q, float* d) {
+  Lt& l = lt();
+  std::lock_guard<std::mutex> lock(l.mu);
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  FP_CUDA(cudaStreamIsCapturing(stream(), &capture));
+  if (capture != cudaStreamCaptureStatusNone || a.timed) return;
+  a.timed = true;
+  if (a.candidates.size() < 2) return;
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+  FP_CUDA(cudaEventCreate(&e0));
+  FP_CUDA(cudaEventCreate(&e1));
+  const float alpha = 1.0f, beta = 0.0f;
+  float best_ms = 0.0f;
+  for (size_t i = 0; i < a.candidates.size(); ++i) {
+    auto launch = [&] {
+      return cublasLtMatmul(l.handle, ds.op, &alpha, w, ds.a, q, ds.b, &beta, d, ds.d, d, ds.d, &a.candidates[i],
+                            l.workspace, l.workspace_bytes, stream());
+    };
+    if (launch() != CUBLAS_STATUS_SUCCESS) continue;
+    FP_CUDA(cudaEventRecord(e0, stream()));
+    bool ok = true;
+    for (int r = 0; r < 3 && ok; ++r) ok = launch() == CUBLAS_STATUS_SUCCESS;
+    FP_CUDA(cudaEventRecord(e1, stream()));
+    FP_CUDA(cudaEventSynchronize(e1));
+    float ms = 0.0f;
+    FP_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+    ms /= 3.0f;
+    if (!ok) continue;
+    if (i == 0) a.tuning.first_ms = ms;
+    if (best_ms == 0.0f || ms < best_ms) {
+      best_ms = ms;
+      a.algo = a.candidates[i];
+      a.tuning.chosen = static_cast<int>(i);
+    }
+  }
+  a.tuning.chosen_ms = best_ms;
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
 }
 
 std::atomic<int64_t> g_fallbacks{0};  // calls handed to gemm_cublas (the shape did not fit)
@@ -155,6 +220,13 @@ bool is_hopper() {
 }  // namespace
 
 int64_t cublaslt_fp8_fallbacks() { return g_fallbacks.load(); }
+
+Fp8GemmTuning cublaslt_fp8_tuning(int64_t out, int64_t n, int64_t K) {
+  Lt& l = lt();
+  std::lock_guard<std::mutex> lock(l.mu);
+  auto it = l.algos.find(std::make_tuple(out, (n + 15) / 16 * 16, K));
+  return it == l.algos.end() ? Fp8GemmTuning{} : it->second.tuning;
+}
 
 std::string refuse_cublaslt_fp8(const MatMulArgs& a) {
   if (a.w->dtype != DType::F8_E4M3) return "weights are not F8_E4M3";
@@ -188,19 +260,23 @@ void gemm_cublaslt_fp8(const MatMulArgs& a) {
 
   Descs ds;
   make_descs(ds, out, n_pad, K, w.block_scale, sx);
-  const cublasLtMatmulAlgo_t* algo = algo_for(ds, out, n_pad, K);
+  Lt::Algo* algo = algo_for(ds, out, n_pad, K);
   if (!algo) {
     ++g_fallbacks;
     return gemm_cublas(a);
   }
 
   const int64_t warps = n_pad * (K / kBlock);
-  quantize_x_kernel<<<blocks_for(warps * 32, kThreads), kThreads, 0, stream()>>>(a.x, a.n, n_pad, K, q, sx);
+  if (reinterpret_cast<uintptr_t>(a.x) % 16 == 0)
+    quantize_x_kernel<true><<<blocks_for(warps * 32, kThreads), kThreads, 0, stream()>>>(a.x, a.n, n_pad, K, q, sx);
+  else
+    quantize_x_kernel<false><<<blocks_for(warps * 32, kThreads), kThreads, 0, stream()>>>(a.x, a.n, n_pad, K, q, sx);
   FP_CUDA_LAUNCHED("fp8 quantize x");
+  if (!algo->timed) time_candidates(*algo, ds, w.data, q, d);
   const float alpha = 1.0f, beta = 0.0f;
   Lt& l = lt();
-  FP_CUBLAS(cublasLtMatmul(l.handle, ds.op, &alpha, w.data, ds.a, q, ds.b, &beta, d, ds.d, d, ds.d, algo, l.workspace,
-                           l.workspace_bytes, stream()));
+  FP_CUBLAS(cublasLtMatmul(l.handle, ds.op, &alpha, w.data, ds.a, q, ds.b, &beta, d, ds.d, d, ds.d, &algo->algo,
+                           l.workspace, l.workspace_bytes, stream()));
   if (d != a.y)
     FP_CUDA(cudaMemcpyAsync(a.y, d, static_cast<size_t>(a.n * out) * sizeof(float), cudaMemcpyDeviceToDevice, stream()));
   if (a.bias) {
