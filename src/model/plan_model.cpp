@@ -42,11 +42,11 @@ PlanModel plan_model_from_file(const std::string& path) {
       m.embedding_bytes = bytes;
       if (c.tied_output) {
         m.output_bytes = bytes;
-        m.matmul_flops_per_token += flops;
+        m.output_flops = flops;
       }
     } else if (name == "output.weight") {
       m.output_bytes = bytes;
-      m.matmul_flops_per_token += flops;
+      m.output_flops = flops;
     } else {
       const bool router = name.find("ffn_gate_inp") != std::string::npos;
       if (router && t.ndim == 2) ++m.n_moe_layers;

@@ -59,7 +59,8 @@ PhaseCost step_cost(const PlanModel& m, const Layout& l, const PlanHardware& hw,
   const double t = l.tp, L = static_cast<double>(m.n_layers), moe_l = static_cast<double>(m.n_moe_layers);
   const double k = static_cast<double>(m.n_used), hidden = static_cast<double>(m.dim) * hw.activation_bytes;
   const double hidden_all = s.tokens * hidden;  // the group's hidden states, bytes
-  double flops = (s.tokens * m.matmul_flops_per_token + s.attn_flops) / t;
+  double flops = (s.tokens * m.matmul_flops_per_token + s.attn_flops) / t +
+                 s.logit_rows * m.output_flops / output_ranks(l);  // a prefill's last rows only
   double bytes = m.replicated_bytes + m.split_bytes / t + m.output_bytes / output_ranks(l) + s.kv_read;
   // Dense layers: all-reduce after attention and after the FFN.
   double comm = 2 * (L - moe_l) * ring_all_reduce_seconds(hidden_all, l.tp, hw);
@@ -176,7 +177,8 @@ PlanModel plan_model_from_hf_config(const nlohmann::json& j, const std::string& 
   m.output_bytes = vocab * d * wb;
   m.tied_output = tied;
   m.vocab = static_cast<int64_t>(vocab);
-  m.matmul_flops_per_token = 2 * (layers + vocab * d + routers);  // (the cost model divides all of it over TP ranks)
+  m.matmul_flops_per_token = 2 * (layers + routers);  // (the cost model divides all of it over TP ranks)
+  m.output_flops = 2 * vocab * d;
   m.ff = static_cast<int64_t>(ff);
   if (m.moe()) {
     m.expert_bytes = 3 * d * static_cast<double>(moe_ff) * wb;

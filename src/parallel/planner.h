@@ -65,7 +65,8 @@ struct PlanModel {
   double output_bytes = 0;      // the output projection: split by vocabulary rows (see the top)
   bool tied_output = false;     // the output projection is the embedding table
   int64_t vocab = 0;
-  double matmul_flops_per_token = 0;  // 2 x the parameters one token passes through (output included)
+  double matmul_flops_per_token = 0;  // 2 x the parameters one token passes through, the output projection aside
+  double output_flops = 0;            // 2 x the output projection's parameters: per row whose logits are computed
   // Mixture of experts (n_experts == 0: dense).
   int64_t n_experts = 0, n_used = 0, n_moe_layers = 0;  // routed experts, top-k, layers with experts
   double expert_bytes = 0, expert_flops = 0;   // one routed expert of one layer; 2 x its parameters

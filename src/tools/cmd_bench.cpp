@@ -54,6 +54,11 @@ struct ModelCost {
   double expert_bytes = 0;            // all routed experts' matrices
   double expert_fraction = 1;         // n_used / n_experts (1 for a dense model)
   double matmul_flops_per_token = 0;  // 2 x parameters of every matrix the token passes through
+  double output_flops = 0;            // of which the output projection's (logits of one row)
+  // Per prompt token of a prefill that computes the logits of its last row only.
+  double prefill_matmul_flops_per_token(double prompt) const {
+    return matmul_flops_per_token - output_flops + output_flops / std::max(prompt, 1.0);
+  }
   double params = 0;
   bool integer_matmuls = false;       // most matrix bytes are integer-quantized: int8 dot rate applies
   bool bf16_matmuls = false;          // most matrix bytes are BF16 or F16: the BF16 dot rate applies where the CPU has it
@@ -81,6 +86,7 @@ ModelCost model_cost(const Model& m) {
     if (!embedding || cfg.tied_output) {
       (expert ? c.expert_bytes : c.dense_bytes) += static_cast<double>(t.nbytes());
       if (t.ndim >= 2) c.matmul_flops_per_token += 2.0 * static_cast<double>(t.numel()) * (expert ? c.expert_fraction : 1.0);
+      if (name == "output.weight" || embedding) c.output_flops = 2.0 * static_cast<double>(t.numel());
     }
     if (t.ndim >= 2) {
       bytes_by_type[dtype_name(t.dtype)] += t.nbytes();
@@ -455,8 +461,10 @@ void add_bench(CLI::App& app) {
         if (r >= o->warmup) tps.push_back(o->prompt / sec);
       }
       Stats s = stats_of(tps);
-      double flops = cost.matmul_flops_per_token + attention_flops(cfg, o->prompt / 2.0);
-      double ceiling_tps = 1.0 / compute_seconds(cost.matmul_flops_per_token, attention_flops(cfg, o->prompt / 2.0));
+      // The prefill computes the last row's logits only: the output projection counts once.
+      const double matmul_flops = cost.prefill_matmul_flops_per_token(o->prompt);
+      double flops = matmul_flops + attention_flops(cfg, o->prompt / 2.0);
+      double ceiling_tps = 1.0 / compute_seconds(matmul_flops, attention_flops(cfg, o->prompt / 2.0));
       j["prefill_tps"] = s.median;
       j["prefill_tps_min"] = s.min;
       j["prefill_tps_max"] = s.max;
