@@ -75,6 +75,72 @@ TEST(BackendOps, RmsNormStridedRowsInPlace) {
   expect_fast_kernel_ran(checked, "rmsnorm");
 }
 
+// The residual fused in (x += add; out = norm(x)): every CPU kernel's sum is exactly x + add and
+// its output is the reference's norm of that sum, with the buffers apart or aliased as the model
+// uses them (sum over x, out over add), strided rows, Q8_0 output too, and tails.
+TEST(BackendOps, RmsNormWithResidualAddsThenNormalises) {
+  const Kernel<RmsNormArgs>* ref = nullptr;
+  for (auto& k : OpRegistry<RmsNormArgs>::instance().kernels())
+    if (k.backend == Backend::CPU && k.name == "ref") ref = &k;
+  ASSERT_TRUE(ref);
+  int fast = 0;
+  for (auto& k : OpRegistry<RmsNormArgs>::instance().kernels()) {
+    if (k.backend != Backend::CPU) continue;
+    for (int64_t n : {0, 1, 3, 17})
+      for (int64_t d : {1, 7, 32, 100, 4096})
+        for (int64_t extra : {0, 5})
+          for (bool alias : {false, true})
+            for (bool q8 : {false, true}) {
+              if (q8 && d % QK8_0 != 0) continue;
+              const int64_t stride = d + extra, len = std::max<int64_t>(n * stride, 1);
+              const auto x = test::random_floats(static_cast<size_t>(len), static_cast<uint32_t>(n * 7 + d + extra));
+              const auto add = test::random_floats(static_cast<size_t>(len), static_cast<uint32_t>(n * 11 + d + 1));
+              const auto w = test::random_floats(static_cast<size_t>(d), 9);
+              // Expected: the sum, then the reference on it as plain rows.
+              std::vector<float> want_sum = x, want_out(static_cast<size_t>(len), NAN);
+              for (int64_t i = 0; i < n; ++i)
+                for (int64_t j = 0; j < d; ++j) want_sum[static_cast<size_t>(i * stride + j)] += add[static_cast<size_t>(i * stride + j)];
+              if (alias) want_out = add;  // the values past d of each row stay as they were
+              RmsNormArgs plain{want_sum.data(), w.data(), n, d, 1e-5f, want_out.data()};
+              plain.stride = extra ? stride : 0;
+              ref->run(plain);
+
+              std::vector<float> xs = x, adds = add, sums(static_cast<size_t>(len), NAN), outs(static_cast<size_t>(len), NAN);
+              std::vector<BlockQ8_0> qb(static_cast<size_t>(n * std::max<int64_t>(d / QK8_0, 1)));
+              RmsNormArgs a{xs.data(), w.data(), n, d, 1e-5f, alias ? adds.data() : outs.data()};
+              a.stride = extra ? stride : 0;
+              a.add = adds.data();
+              a.sum = alias ? xs.data() : sums.data();
+              if (q8) a.q8 = qb.data();
+              if (k.refuse && !k.refuse(a).empty()) continue;
+              k.run(a);
+              const std::string label = k.name + " n=" + std::to_string(n) + " d=" + std::to_string(d) + " stride=" +
+                                        std::to_string(stride) + (alias ? " aliased" : "") + (q8 ? " +q8" : "");
+              const std::vector<float>& got_sum = alias ? xs : sums;
+              const std::vector<float>& got_out = alias ? adds : outs;
+              for (int64_t i = 0; i < n; ++i)
+                for (int64_t j = 0; j < d; ++j) {
+                  const auto e = static_cast<size_t>(i * stride + j);
+                  ASSERT_EQ(got_sum[e], want_sum[e]) << label << " sum at " << i << "," << j;
+                }
+              std::vector<float> got_rows, want_rows;
+              for (int64_t i = 0; i < n; ++i)
+                for (int64_t j = 0; j < d; ++j) {
+                  got_rows.push_back(got_out[static_cast<size_t>(i * stride + j)]);
+                  want_rows.push_back(want_out[static_cast<size_t>(i * stride + j)]);
+                }
+              EXPECT_LE(test::normalised_error(got_rows, want_rows), 1e-5) << label;
+              if (alias && extra) {  // past d: the add buffer's own values, untouched
+                for (int64_t i = 0; i < n; ++i) {
+                  EXPECT_EQ(adds[static_cast<size_t>(i * stride + d)], add[static_cast<size_t>(i * stride + d)]) << label;
+                }
+              }
+              fast += k.name != "ref";
+            }
+  }
+  expect_fast_kernel_ran(fast, "rmsnorm with a residual");
+}
+
 // The fused form: every kernel's Q8_0 rows are exactly the quantization of its own f32 output
 // (which is unchanged by asking for them), in place or not; rows not a multiple of 32 are refused.
 TEST(BackendOps, RmsNormWithQ8OutputQuantizesItsOwnRows) {

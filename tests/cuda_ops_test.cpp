@@ -260,6 +260,31 @@ TEST(CudaOps, RmsNormRowsOfEverySize) {
                                 },
                                 [&] { return download<float>(in_place ? dx : dout, want.size()); }, want, 1e-5, cov);
       }
+  // The residual fused in, aliased as the model runs it (sum over x, out over add): the sum
+  // exactly x + add, the output the reference's norm of it.
+  for (int64_t n : {1, 3, 17})
+    for (int64_t d : {7, 1000, 4096}) {
+      const auto x = random_floats(static_cast<size_t>(n * d), static_cast<uint32_t>(n * 5 + d), 2.0f);
+      const auto r = random_floats(static_cast<size_t>(n * d), static_cast<uint32_t>(n * 9 + d), 2.0f);
+      auto w = random_floats(static_cast<size_t>(d), static_cast<uint32_t>(d + 5));
+      std::vector<float> sum(x.size()), want(x.size(), NAN);
+      for (size_t i = 0; i < x.size(); ++i) sum[i] = x[i] + r[i];
+      test::find_kernel<RmsNormArgs>(Backend::CPU, "ref")->run(RmsNormArgs{sum.data(), w.data(), n, d, 1e-5f, want.data()});
+      DeviceBuffer dx = upload(x), dr = upload(r), dw = upload(w);
+      RmsNormArgs a{dx.as<float>(), dw.as<float>(), n, d, 1e-5f, dr.as<float>()};
+      a.add = dr.as<float>();
+      a.sum = dx.as<float>();
+      check_each<RmsNormArgs>("residual n=" + std::to_string(n) + " d=" + std::to_string(d), a,
+                              [&] {
+                                upload_into(dx, x);
+                                upload_into(dr, r);
+                              },
+                              [&] {
+                                EXPECT_EQ(download<float>(dx, sum.size()), sum) << "the sum x + add, n=" << n << " d=" << d;
+                                return download<float>(dr, want.size());
+                              },
+                              want, 1e-5, cov);
+    }
   // Strided rows in place (DeepSeek's latent c inside [c | k_pe]): the values past d untouched.
   for (int64_t n : {1, 5})
     for (int64_t d : {7, 512}) {

@@ -26,6 +26,7 @@
 #include "model/synth.h"
 #include "kernels/registry.h"
 #include "backend_ops.h"
+#include "cuda_ops.h"
 #include "emulated_device.h"
 #include "test_util.h"
 
@@ -125,6 +126,22 @@ TEST(DevicePlacement, StandInDeviceGivesTheCpuModelsLogitsAndText) {
     norm += want[i] * want[i];
   }
   EXPECT_LT(std::sqrt(err / norm), 1e-5) << "device logits differ from the CPU's";
+
+  // A one-row step (a decode step) runs one matmul over the stacked [wq; wk; wv] and one over
+  // [w_gate; w_up] per layer, then the output projection: 4 per layer + 1, where the separate
+  // matrices take 7 + 1; and it still gives the CPU's logits.
+  auto device_matmuls = [] {
+    uint64_t calls = 0;
+    for (const LedgerEntry& e : Ledger::global().snapshot()) calls += e.op == "matmul" && e.backend == "cuda" ? e.calls : 0;
+    return calls;
+  };
+  const uint64_t before = device_matmuls();
+  const int32_t next_id = ids.back(), next_pos = static_cast<int32_t>(n);
+  std::vector<float> want1(static_cast<size_t>(vocab)), got1(want1.size(), NAN);
+  cpu->forward(&next_id, &next_pos, 1, *cpu_cache, want1.data(), true);
+  gpu->forward(&next_id, &next_pos, 1, *gpu_cache, got1.data(), true);
+  EXPECT_EQ(device_matmuls() - before, static_cast<uint64_t>(4 * cpu->config().n_layers + 1));
+  EXPECT_LT(test::l2_error(got1, want1), 1e-5) << "one-row step: device logits differ from the CPU's";
 
   for (const char* p : kPrompts) EXPECT_EQ(greedy_tokens(*gpu, p, 40), greedy_tokens(*cpu, p, 40)) << p;
   // Sampled: on the device (no penalty) from the host's draws, and on the host (a penalty).

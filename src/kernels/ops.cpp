@@ -34,7 +34,7 @@ std::string MatMulArgs::shape_class() const {
 }
 
 std::string RmsNormArgs::shape_class() const {
-  return std::string(q8 ? "f32 +q8_0" : "f32") + (row_stride() != d ? " strided" : "");
+  return std::string(q8 ? "f32 +q8_0" : "f32") + (row_stride() != d ? " strided" : "") + (add ? " +residual" : "");
 }
 
 std::string RopeArgs::shape_class() const {

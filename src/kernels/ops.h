@@ -49,6 +49,11 @@ struct RmsNormArgs {
   // L1 — the activations of the Q8_0/Q4_0 matmuls that follow (MatMulArgs::xq), quantized once.
   BlockQ8_0* q8 = nullptr;
   int64_t stride = 0;
+  // Optional residual connection fused in: the rows normalised are x + add (same row stride),
+  // and that sum is written to `sum` (which may alias x) before out (which may alias add) —
+  // "x += h; h = norm(x)" in one pass. Both or neither.
+  const float* add = nullptr;
+  float* sum = nullptr;
   int64_t row_stride() const { return stride ? stride : d; }
   std::string shape_class() const;
 };

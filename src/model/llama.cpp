@@ -57,6 +57,11 @@ struct LlamaLayer {
   const float *bq = nullptr, *bk = nullptr, *bv = nullptr;       // Qwen2
   const float *q_norm = nullptr, *k_norm = nullptr;              // Qwen3, [head_dim]
   int64_t ffn_width = 0;  // this rank's share of the FFN width (hidden_dim on one rank)
+  // On a device, where the parts could be stacked (DeviceWeights::stack_rows): [wq; wk; wv] and
+  // [w_gate; w_up] as one matrix each (the parts are views of their rows), and bq|bk|bv. A
+  // one-row step runs one matmul for each, writing the parts' outputs side by side.
+  const Tensor *wqkv = nullptr, *w_gate_up = nullptr;
+  const float* bqkv = nullptr;
 };
 
 class LlamaModel : public Model {
@@ -175,9 +180,12 @@ class LlamaModel : public Model {
     // Every op of the step, on the device: replayed as one recorded graph for repeated decode shapes.
     graphs_.run(n, sb.n_seqs, rows, &pool, [&] {
       dispatch(EmbeddingArgs{embed_, sb.tokens, n, x});
+      // Each residual add is fused into the norm after it (x += h; h = norm(x): one pass):
+      // `residual` is the h the next norm adds to x first; the last one is added at the end.
+      const float* residual = nullptr;
       for (size_t l = 0; l < layers_.size(); ++l) {
         const LlamaLayer& L = layers_[l];
-        attention_inputs(L, x, h, n, heads_, kv_heads_, pos, q, k, v);
+        attention_inputs(L, x, h, n, heads_, kv_heads_, pos, q, k, v, nullptr, residual);
         if (every_head) cp_.every_head.write(tp_.get(), pool, static_cast<int64_t>(l), sb.slots, n, k, v, kv_dim, v_dim);
         else pool.write(static_cast<int64_t>(l), sb.slots, n, k, v);
         att.k_pool = kv_element(pool.k(static_cast<int64_t>(l)), pool.dtype(), k_off);
@@ -185,9 +193,11 @@ class LlamaModel : public Model {
         dispatch(att);
         dispatch(MatMulArgs{att_out, n, L.wo, nullptr, h});
         if (tp) dispatch(AllReduceArgs{tp_.get(), h, n * c.dim});  // sum the heads' shares
-        dispatch(AddArgs{x, h, n * c.dim, x});
-        ffn_residual(L, x, h, gate, up, n, tp);  // summing the ranks' FFN shares under TP
+        ffn_share(L, x, h, gate, up, n, h);                          // x += h first (fused)
+        if (tp) dispatch(AllReduceArgs{tp_.get(), h, n * c.dim});  // sum the ranks' FFN shares
+        residual = h;
       }
+      if (residual) dispatch(AddArgs{x, residual, n * c.dim, x});
       // Final norm and output projection, only for the rows whose logits are wanted (gathered by
       // the embedding op over x seen as a [n, dim] table).
       if (rows == 0) return;
@@ -207,32 +217,35 @@ class LlamaModel : public Model {
     const ModelConfig& c = config();
     int64_t ffn = 0;  // the widest FFN share of the layers (their weight types may differ)
     for (const LlamaLayer& L : layers_) ffn = std::max(ffn, L.ffn_width);
-    return {act_.f32(0, n * c.dim),
-            act_.f32(1, n * c.dim),
-            act_.f32(2, n * heads_ * c.head_dim),
-            act_.f32(3, n * kv_heads_ * c.head_dim),
-            act_.f32(4, n * kv_heads_ * c.v_head_dim),
-            act_.f32(5, n * heads_ * c.v_head_dim),
-            act_.f32(6, n * ffn),
-            act_.f32(7, n * ffn)};
+    // q, k, v one after another in one buffer, and gate, up likewise: for one row they are the
+    // outputs of the stacked matrices (wqkv, w_gate_up) side by side.
+    const int64_t q_dim = heads_ * c.head_dim, kv_dim = kv_heads_ * c.head_dim, v_dim = kv_heads_ * c.v_head_dim;
+    float* qkv = act_.f32(2, n * (q_dim + kv_dim + v_dim));
+    float* gate_up = act_.f32(6, 2 * n * ffn);
+    return {act_.f32(0, n * c.dim), act_.f32(1, n * c.dim), qkv, qkv + n * q_dim, qkv + n * (q_dim + kv_dim),
+            act_.f32(5, n * heads_ * c.v_head_dim), gate_up, gate_up + n * ffn};
   }
 
   // Layer L's attention inputs for n rows of x (h receives the normalised rows): q [n, heads *
   // head_dim], k and v [n, kv_heads * head_dim] with biases, q/k norms and RoPE at positions pos.
   // K and V come first: `kv_ready` (when given) runs once they are final, before the queries'
   // work, so that a K/V exchange it starts travels behind it (context-parallel prefill).
-  void attention_inputs(const LlamaLayer& L, const float* x, float* h, int64_t n, int64_t heads, int64_t kv_heads,
+  // With `residual`, x += residual first, fused into the norm.
+  void attention_inputs(const LlamaLayer& L, float* x, float* h, int64_t n, int64_t heads, int64_t kv_heads,
                         const int32_t* pos, float* q, float* k, float* v,
-                        const std::function<void()>& kv_ready = nullptr) {
+                        const std::function<void()>& kv_ready = nullptr, const float* residual = nullptr) {
     const ModelConfig& c = config();
-    const BlockQ8_0* hq = rmsnorm_for({x, L.attn_norm, n, c.dim, c.rms_eps, h}, {L.wq, L.wk, L.wv}, hq_);
-    dispatch(MatMulArgs{h, n, L.wk, L.bk, k, hq});
-    dispatch(MatMulArgs{h, n, L.wv, L.bv, v, hq});
+    const BlockQ8_0* hq = rmsnorm_for(with_residual({x, L.attn_norm, n, c.dim, c.rms_eps, h}, x, residual), {L.wq, L.wk, L.wv}, hq_);
+    // One row, q, k, v side by side (step_buffers): one matmul over the stacked matrices.
+    const bool stacked = n == 1 && L.wqkv && !kv_ready && k == q + heads * c.head_dim && v == k + kv_heads * c.head_dim;
+    if (stacked) dispatch(MatMulArgs{h, n, L.wqkv, L.bqkv, q, hq});
+    if (!stacked) dispatch(MatMulArgs{h, n, L.wk, L.bk, k, hq});
+    if (!stacked) dispatch(MatMulArgs{h, n, L.wv, L.bv, v, hq});
     if (c.qk_norm) dispatch(RmsNormArgs{k, L.k_norm, n * kv_heads, c.head_dim, c.rms_eps, k});
     dispatch(RopeArgs{k, pos, n, kv_heads, c.head_dim, c.rot_dim, kv_heads * c.head_dim, inv_freq_at_, 1.0f, c.rope_style});
     if (kv_ready) kv_ready();
     progress();
-    dispatch(MatMulArgs{h, n, L.wq, L.bq, q, hq});
+    if (!stacked) dispatch(MatMulArgs{h, n, L.wq, L.bq, q, hq});
     progress();
     if (c.qk_norm) dispatch(RmsNormArgs{q, L.q_norm, n * heads, c.head_dim, c.rms_eps, q});
     dispatch(RopeArgs{q, pos, n, heads, c.head_dim, c.rot_dim, heads * c.head_dim, inv_freq_at_, 1.0f, c.rope_style});
@@ -247,13 +260,29 @@ class LlamaModel : public Model {
     dispatch(AddArgs{x, h, n * c.dim, x});
   }
 
-  // h = this rank's share of FFN(RMSNorm(x)) for n rows (gate, up: scratch).
-  void ffn_share(const LlamaLayer& L, const float* x, float* h, float* gate, float* up, int64_t n) {
+  // The norm's arguments with x += residual fused in (x, the norm's input, is written); none: as
+  // they are.
+  static RmsNormArgs with_residual(RmsNormArgs a, float* x, const float* residual) {
+    if (residual) {
+      a.add = residual;
+      a.sum = x;
+    }
+    return a;
+  }
+
+  // h = this rank's share of FFN(RMSNorm(x)) for n rows (gate, up: scratch); with `residual`,
+  // x += residual first (fused into the norm).
+  void ffn_share(const LlamaLayer& L, float* x, float* h, float* gate, float* up, int64_t n,
+                 const float* residual = nullptr) {
     const ModelConfig& c = config();
-    const BlockQ8_0* hq = rmsnorm_for({x, L.ffn_norm, n, c.dim, c.rms_eps, h}, {L.w_gate, L.w_up}, hq_);
-    dispatch(MatMulArgs{h, n, L.w_gate, nullptr, gate, hq});
-    progress();
-    dispatch(MatMulArgs{h, n, L.w_up, nullptr, up, hq});
+    const BlockQ8_0* hq = rmsnorm_for(with_residual({x, L.ffn_norm, n, c.dim, c.rms_eps, h}, x, residual), {L.w_gate, L.w_up}, hq_);
+    if (n == 1 && L.w_gate_up && up == gate + L.ffn_width) {  // one row, gate and up side by side
+      dispatch(MatMulArgs{h, n, L.w_gate_up, nullptr, gate, hq});
+    } else {
+      dispatch(MatMulArgs{h, n, L.w_gate, nullptr, gate, hq});
+      progress();
+      dispatch(MatMulArgs{h, n, L.w_up, nullptr, up, hq});
+    }
     progress();
     dispatch(SiluMulArgs{gate, up, n, L.ffn_width, 0, 0, gate});
     dispatch(MatMulArgs{gate, n, L.w_down, nullptr, h});
@@ -468,6 +497,18 @@ class LlamaModel : public Model {
     auto place = [&](LlamaLayer& L, int64_t heads, int64_t kv_heads) {
       L.attn_norm = dw.floats(L.attn_norm, c.dim);
       L.ffn_norm = dw.floats(L.ffn_norm, c.dim);
+      // Stacked where the parts allow it (one dtype and width): a decode step's one row then
+      // takes one matmul launch for Q, K, V and one for gate, up instead of five.
+      L.wqkv = dw.stack_rows({&L.wq, &L.wk, &L.wv});
+      L.w_gate_up = dw.stack_rows({&L.w_gate, &L.w_up});
+      if (L.wqkv && L.bq) {
+        const int64_t q = heads * c.head_dim, kv = kv_heads * c.head_dim, vw = kv_heads * c.v_head_dim;
+        float* b = file_->own_f32(static_cast<size_t>(q + kv + vw));
+        std::copy(L.bq, L.bq + q, b);
+        std::copy(L.bk, L.bk + kv, b + q);
+        std::copy(L.bv, L.bv + vw, b + q + kv);
+        L.bqkv = dw.floats(b, q + kv + vw);
+      }
       for (const Tensor** w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) *w = dw.tensor(*w);
       L.bq = dw.floats(L.bq, heads * c.head_dim);
       L.bk = dw.floats(L.bk, kv_heads * c.head_dim);

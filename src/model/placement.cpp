@@ -22,7 +22,7 @@ const void* DeviceWeights::upload(const void* host, size_t bytes) {
 }
 
 const Tensor* DeviceWeights::tensor(const Tensor* t) {
-  if (!t || device_ == Device::CPU) return t;
+  if (!t || device_ == Device::CPU || t->device == device_) return t;  // (a view stack_rows made)
   const TensorKey key{t->data, t->rows(), t->cols(), static_cast<int>(t->dtype)};
   auto it = tensors_.find(key);
   if (it != tensors_.end()) return it->second;
@@ -72,6 +72,47 @@ std::vector<Tensor> DeviceWeights::stack(const std::vector<Tensor>& experts, int
   }
   bytes_ += mat * count + scales * count * sizeof(float);
   return out;
+}
+
+const Tensor* DeviceWeights::stack_rows(const std::vector<const Tensor**>& parts) {
+  if (device_ == Device::CPU || parts.empty()) return nullptr;
+  const Tensor& first = **parts[0];
+  int64_t rows = 0;
+  for (const Tensor** p : parts) {
+    const Tensor& t = **p;
+    if (t.device != Device::CPU || t.ndim != 2 || !t.is_contiguous() || t.dtype != first.dtype || t.cols() != first.cols() ||
+        (t.block_scale != nullptr) != (first.block_scale != nullptr) || t.scale_block != first.scale_block ||
+        (t.block_scale && t.rows() % t.scale_block != 0) || tensors_.count({t.data, t.rows(), t.cols(), static_cast<int>(t.dtype)}))
+      return nullptr;  // another layout, already placed alone, or scale blocks that would straddle two parts
+    rows += t.rows();
+  }
+  const auto row_bytes = static_cast<size_t>(fp::row_bytes(first.dtype, first.cols()));
+  const int64_t sb = first.scale_block, scale_cols = first.block_scale ? (first.cols() + sb - 1) / sb : 0;
+  DeviceBuffer& buf = buffers_.emplace_back(device_, row_bytes * static_cast<size_t>(rows));
+  DeviceBuffer* sbuf = scale_cols ? &buffers_.emplace_back(device_, static_cast<size_t>(rows / sb * scale_cols) * sizeof(float)) : nullptr;
+  Tensor whole = Tensor::view(buf.data(), first.dtype, {rows, first.cols()});
+  whole.block_scale = sbuf ? sbuf->as<float>() : nullptr;
+  whole.scale_block = first.scale_block;
+  whole.device = device_;
+  int64_t row0 = 0;
+  for (const Tensor** p : parts) {
+    const Tensor& t = **p;
+    Tensor d = t;
+    d.data = buf.as<uint8_t>() + static_cast<size_t>(row0) * row_bytes;
+    d.device = device_;
+    copy_bytes(device_, d.data, Device::CPU, t.data, static_cast<size_t>(t.nbytes()));
+    if (sbuf) {
+      d.block_scale = sbuf->as<float>() + row0 / sb * scale_cols;
+      copy_bytes(device_, const_cast<float*>(d.block_scale), Device::CPU, t.block_scale,
+                 static_cast<size_t>(t.rows() / sb * scale_cols) * sizeof(float));
+    }
+    const Tensor* view = &views_.emplace_back(d);
+    tensors_[{t.data, t.rows(), t.cols(), static_cast<int>(t.dtype)}] = view;
+    *p = view;
+    row0 += t.rows();
+  }
+  bytes_ += buf.bytes() + (sbuf ? sbuf->bytes() : 0);
+  return &views_.emplace_back(whole);
 }
 
 void LogitRowGather::run(const float* x, int64_t n, int64_t dim, const int32_t* ids, int64_t rows, const float* norm,

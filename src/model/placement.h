@@ -36,6 +36,12 @@ class DeviceWeights {
   // views were one file tensor or one per expert; the other entries stay empty. `experts`
   // itself on the CPU.
   std::vector<Tensor> stack(const std::vector<Tensor>& experts, int64_t begin, int64_t end);
+  // Matrices of one dtype and width stacked by rows in one device buffer, as one tensor [sum of
+  // rows, cols] (block scales likewise; each part's rows then a multiple of the scale block), so
+  // that one matmul computes all of them for a row of x: its output row is the parts' outputs
+  // side by side. `parts` are pointed at their rows of it (asking tensor() for a part later
+  // returns the same). Null on the CPU, or (parts untouched) where the parts cannot be stacked.
+  const Tensor* stack_rows(const std::vector<const Tensor**>& parts);
   size_t bytes() const { return bytes_; }
 
  private:

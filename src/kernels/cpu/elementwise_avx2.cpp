@@ -40,13 +40,22 @@ Kernel<Args> avx2_kernel(void (*run)(const Args&)) {
 int64_t row_grain(int64_t row_elems) { return std::max<int64_t>(1, kParallelMin / std::max<int64_t>(row_elems, 1)); }
 
 // ------------------------------------------------------------------ rmsnorm
-// out[r] = x[r] * (1 / sqrt(mean(x[r]^2) + eps)) * weight; x, out are [n, d] (may alias).
+// out[r] = x[r] * (1 / sqrt(mean(x[r]^2) + eps)) * weight; x, out are [n, d] (may alias); with a
+// residual, x[r] + add[r] is written to sum[r] and normalised instead.
 FP_AVX2 void rmsnorm_rows(const RmsNormArgs& a, int64_t r0, int64_t r1) {
   const int64_t d = a.d, d8 = d & ~int64_t{7};
   const __m256i tm = tail_mask(d - d8);
   for (int64_t r = r0; r < r1; ++r) {
     const float* x = a.x + r * a.row_stride();
     float* y = a.out + r * a.row_stride();
+    if (a.add) {  // the residual first (the sum's row, still in L1, is then normalised)
+      const float* add = a.add + r * a.row_stride();
+      float* sum = a.sum + r * a.row_stride();
+      int64_t j = 0;
+      for (; j < d8; j += 8) _mm256_storeu_ps(sum + j, _mm256_add_ps(_mm256_loadu_ps(x + j), _mm256_loadu_ps(add + j)));
+      if (j < d) _mm256_maskstore_ps(sum + j, tm, _mm256_add_ps(_mm256_maskload_ps(x + j, tm), _mm256_maskload_ps(add + j, tm)));
+      x = sum;
+    }
     __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
     int64_t j = 0;
     for (; j + 32 <= d; j += 32) {
@@ -78,6 +87,7 @@ FP_AVX2 void rmsnorm_rows(const RmsNormArgs& a, int64_t r0, int64_t r1) {
 
 void rmsnorm_avx2(const RmsNormArgs& a) {
   FP_CHECK(!a.q8 || a.d % QK8_0 == 0, "rmsnorm: Q8_0 output needs rows that are a multiple of 32 (d = ", a.d, ")");
+  FP_CHECK(!a.add == !a.sum, "rmsnorm: a residual needs both add and sum");
   thread_pool().parallel_for(a.n, row_grain(a.d), [&](int64_t b, int64_t e) { rmsnorm_rows(a, b, e); });
 }
 const bool reg_rmsnorm = register_kernel(avx2_kernel<RmsNormArgs>(rmsnorm_avx2));

@@ -223,9 +223,16 @@ void matmul_ref_q8act(const MatMulArgs& a) {
 // ---- element-wise ----
 void rmsnorm_ref(const RmsNormArgs& a) {
   FP_CHECK(!a.q8 || a.d % QK8_0 == 0, "rmsnorm: Q8_0 output needs rows that are a multiple of 32 (d = ", a.d, ")");
+  FP_CHECK(!a.add == !a.sum, "rmsnorm: a residual needs both add and sum");
   for (int64_t i = 0; i < a.n; ++i) {
     const float* x = a.x + i * a.row_stride();
     float* y = a.out + i * a.row_stride();
+    if (a.add) {  // the residual first: the row normalised is the sum
+      const float* r = a.add + i * a.row_stride();
+      float* s = a.sum + i * a.row_stride();
+      for (int64_t j = 0; j < a.d; ++j) s[j] = x[j] + r[j];
+      x = s;
+    }
     float ss = 0;
     for (int64_t j = 0; j < a.d; ++j) ss += x[j] * x[j];
     float inv = 1.0f / std::sqrt(ss / static_cast<float>(a.d) + a.eps);

@@ -20,11 +20,25 @@ __global__ void embedding_kernel(const uint8_t* table, DType dtype, int64_t row_
   for (int64_t c = threadIdx.x; c < dim; c += blockDim.x) out[i * dim + c] = load_weight(row, dtype, c);
 }
 
-__global__ void rmsnorm_kernel(const float* x, const float* w, int64_t d, int64_t stride, float eps, float* out) {
+// With a residual (add, sum non-null): sum = x + add, normalised. Each thread reads and writes
+// the same elements in both passes, so sum may alias x and out may alias add.
+__global__ void rmsnorm_kernel(const float* x, const float* add, float* sum, const float* w, int64_t d, int64_t stride,
+                               float eps, float* out) {
   const float* xr = x + blockIdx.x * stride;
   float* yr = out + blockIdx.x * stride;
   float ss = 0.0f;
-  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) ss += xr[j] * xr[j];
+  if (add) {
+    const float* ar = add + blockIdx.x * stride;
+    float* sr = sum + blockIdx.x * stride;
+    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
+      const float v = xr[j] + ar[j];
+      sr[j] = v;
+      ss += v * v;
+    }
+    xr = sr;
+  } else {
+    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) ss += xr[j] * xr[j];
+  }
   ss = block_sum(ss);
   const float inv = rsqrtf(ss / static_cast<float>(d) + eps);
   for (int64_t j = threadIdx.x; j < d; j += blockDim.x) yr[j] = xr[j] * inv * w[j];
@@ -168,12 +182,14 @@ void embedding(const EmbeddingArgs& a) {
 }
 
 std::string refuse_rmsnorm(const RmsNormArgs& a) {
+  if (!a.add != !a.sum) return "a residual needs both add and sum";
   return a.q8 ? "a fused Q8_0 output is the CPU matmuls' activation layout" : "";
 }
 
 void rmsnorm(const RmsNormArgs& a) {
   if (a.n == 0) return;
-  rmsnorm_kernel<<<static_cast<unsigned>(a.n), kThreads, 0, stream()>>>(a.x, a.weight, a.d, a.row_stride(), a.eps, a.out);
+  rmsnorm_kernel<<<static_cast<unsigned>(a.n), kThreads, 0, stream()>>>(a.x, a.add, a.sum, a.weight, a.d, a.row_stride(),
+                                                                        a.eps, a.out);
   FP_CUDA_LAUNCHED("rmsnorm");
 }
 
