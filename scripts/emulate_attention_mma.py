@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """scripts/emulate_attention_mma.py — checks the register-level index arithmetic of the CUDA
-prefill kernel `mma_pipelined` (src/kernels/cuda/attention_mma_pipelined.cu) without a GPU.
+prefill kernel `mma_pipelined` (src/kernels/cuda/attention_mma_pipelined.cu and the steps it shares with
+`mma` in attention_mma_common.cuh) without a GPU.
 
 Every lane's registers are emulated as the kernel fills them: Q's A fragments, the K tile's B
 fragments from `ldmatrix.x4` and V's from `ldmatrix.x4.trans` (row addresses exactly as the kernel

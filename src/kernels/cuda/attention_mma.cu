@@ -19,10 +19,7 @@
 // several sequences (the host does not see seq_indptr): the block takes each sequence's part in
 // turn, the other rows masked (p = 0, correction 1), as `wmma` does.
 //
-// Fragment layouts (PTX ISA, mma.m16n8k16, g = lane / 4, t = lane % 4): A (16 x 16) registers
-// {row g, cols 2t..2t+1}, {row g+8, same}, {row g, cols 2t+8..}, {row g+8, cols 2t+8..}; B
-// (16 x 8, k x n) {k 2t..2t+1, n g}, {k 2t+8.., n g}; C (16 x 8) {row g, cols 2t, 2t+1},
-// {row g+8, cols 2t, 2t+1}. A pair's lower 16 bits hold the lower column.
+// Fragment layouts and the steps both register-resident kernels share: attention_mma_common.cuh.
 //
 // Shared memory (D = 128): K 64 x 136 and Vt 128 x 72 halves (rows padded by 8 halves so the
 // fragment reads of the 8 row groups fall in different banks), 36 KB. Q, K, P and V are rounded
@@ -32,6 +29,7 @@
 #include <cuda_fp16.h>
 
 #include "core/error.h"
+#include "kernels/cuda/attention_mma_common.cuh"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/launch.h"
@@ -39,9 +37,7 @@
 namespace fp::cuda {
 namespace {
 
-constexpr int kWarps = 4, kThreads = 32 * kWarps;
-constexpr int kBR = 16 * kWarps, kBC = 64;  // query rows per block, positions per KV tile
-constexpr float kLog2e = 1.4426950408889634f;
+using namespace mma_attention;
 
 struct Params {
   const float* q;
@@ -62,20 +58,6 @@ struct Params {
   float* out;
 };
 
-
-__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
-  const __half2 h = __halves2half2(to_half_clamped(lo), to_half_clamped(hi));
-  return *reinterpret_cast<const uint32_t*>(&h);
-}
-
-// d += a b for one 16 x 8 tile.
-__device__ __forceinline__ void mma_16816(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 // Values [8 c8, 8 c8 + 8) of the K or V row starting at element `base` of `pool`, as floats;
 // zeros for a position past the visible ones (slot -1).
@@ -115,33 +97,9 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(Params p) {
   const int rows = static_cast<int>(min(static_cast<int64_t>(kBR), p.n - i0));
   const int wr = 16 * warp;  // the warp's first row in the block
 
-  for (int r = threadIdx.x; r < kBR; r += kThreads) {
-    if (r < rows) {
-      const int64_t s = seq_of(p.seq_indptr, p.n_seqs, i0 + r);
-      row_seq[r] = s;
-      row_vis[r] = static_cast<int>(min(static_cast<int64_t>(p.pos[i0 + r]) + 1, static_cast<int64_t>(p.kv_len[s])));
-    } else {
-      row_seq[r] = -1;
-      row_vis[r] = 0;
-    }
-  }
-
-  // Q of the thread's rows as A fragments, scaled for exp2.
-  const float qscale = p.scale * kLog2e;
-  uint32_t qf[kKC][4];
-#pragma unroll
-  for (int kc = 0; kc < kKC; ++kc)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int r = wr + g + ((i & 1) ? 8 : 0), c = 16 * kc + 2 * t + ((i & 2) ? 8 : 0);
-      float lo = 0.0f, hi = 0.0f;
-      if (r < rows) {
-        const float* qr = p.q + ((i0 + r) * p.n_heads + h) * D;
-        lo = qr[c] * qscale;
-        hi = qr[c + 1] * qscale;
-      }
-      qf[kc][i] = pack_half2(lo, hi);
-    }
+  init_rows(p.seq_indptr, p.n_seqs, p.pos, p.kv_len, i0, rows, row_vis, row_seq);
+  uint32_t qf[kKC][4];  // Q of the thread's rows as A fragments, scaled for exp2
+  load_q<DType::F16, D>(p.q, p.n_heads, h, i0, rows, wr, p.scale, qf);
 
   float o[kDT][4];
 #pragma unroll
@@ -151,16 +109,9 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(Params p) {
 
   // Each sequence part of the block in turn: rows [r0, r1) of sequence s.
   for (int r0 = 0; r0 < rows;) {
+    int vis = 0, limit[2];
+    const int r1 = part_of(row_seq, row_vis, rows, r0, wr, vis, limit);
     const int64_t s = row_seq[r0];
-    int r1 = r0, vis = 0;
-    while (r1 < rows && row_seq[r1] == s) vis = max(vis, row_vis[r1]), ++r1;
-    // The thread's two rows: their limits in this part (0: not in it).
-    int limit[2];
-#pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      const int r = wr + g + 8 * hr;
-      limit[hr] = r >= r0 && r < r1 ? row_vis[r] : 0;
-    }
     const int64_t page0 = p.page_indptr[s];
     for (int t0 = 0; t0 < vis; t0 += kBC) {
       const int cnt = min(kBC, vis - t0);
@@ -179,10 +130,10 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(Params p) {
         float kv[8];
         load_kv8(p, p.k_pool, slots[key], p.k_stride, kvh * D + 8 * c8, kv);
         uint4 packed;
-        packed.x = pack_half2(kv[0], kv[1]);
-        packed.y = pack_half2(kv[2], kv[3]);
-        packed.z = pack_half2(kv[4], kv[5]);
-        packed.w = pack_half2(kv[6], kv[7]);
+        packed.x = pack2<DType::F16>(kv[0], kv[1]);
+        packed.y = pack2<DType::F16>(kv[2], kv[3]);
+        packed.z = pack2<DType::F16>(kv[4], kv[5]);
+        packed.w = pack2<DType::F16>(kv[6], kv[7]);
         *reinterpret_cast<uint4*>(ks + key * kLdK + 8 * c8) = packed;
       }
       for (int e = threadIdx.x; e < kBC * (D / 8); e += kThreads) {
@@ -204,62 +155,23 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(Params p) {
         for (int kc = 0; kc < kKC; ++kc) {
           const uint32_t b0 = *reinterpret_cast<const uint32_t*>(krow + 16 * kc);
           const uint32_t b1 = *reinterpret_cast<const uint32_t*>(krow + 16 * kc + 8);
-          mma_16816(sc[j], qf[kc], b0, b1);
+          mma_16816<DType::F16>(sc[j], qf[kc], b0, b1);
         }
       }
 
-      // Online softmax of the thread's two rows (registers 0-1: row g, 2-3: row g + 8).
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        float mx = -INFINITY;
-#pragma unroll
-        for (int j = 0; j < kNT; ++j)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int key = t0 + 8 * j + 2 * t + e;
-            float& v = sc[j][2 * hr + e];
-            if (key >= limit[hr]) v = -INFINITY;
-            mx = fmaxf(mx, v);
-          }
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float m_new = fmaxf(m[hr], mx);
-        // A row with nothing visible yet keeps m = -inf (base 0: its p are exp2(-inf) = 0). The
-        // correction is exp2(m_old - m_new); 0 while m_old is -inf, where O and l are still 0.
-        const float base = m_new == -INFINITY ? 0.0f : m_new;
-        const float corr = exp2f(m[hr] - base);
-        float sum = 0.0f;
-#pragma unroll
-        for (int j = 0; j < kNT; ++j)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            float& v = sc[j][2 * hr + e];
-            v = exp2f(v - base);  // exp2(-inf) = 0
-            sum += v;
-          }
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-        l[hr] = l[hr] * corr + sum;
-        m[hr] = m_new;
-#pragma unroll
-        for (int dn = 0; dn < kDT; ++dn) {
-          o[dn][2 * hr] *= corr;
-          o[dn][2 * hr + 1] *= corr;
-        }
-      }
+      softmax_update<kNT, kDT>(sc, limit, t0, m, l, o);
 
       // O += P V: P's 16-position chunks as A fragments, Vt rows as B fragments.
 #pragma unroll
       for (int kk = 0; kk < kBC / 16; ++kk) {
-        const uint32_t a[4] = {pack_half2(sc[2 * kk][0], sc[2 * kk][1]), pack_half2(sc[2 * kk][2], sc[2 * kk][3]),
-                               pack_half2(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
-                               pack_half2(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
+        uint32_t a[4];
+        p_fragment<DType::F16, kNT>(sc, kk, a);
 #pragma unroll
         for (int dn = 0; dn < kDT; ++dn) {
           const __half* vrow = vt + (8 * dn + g) * kLdV + 16 * kk + 2 * t;
           const uint32_t b0 = *reinterpret_cast<const uint32_t*>(vrow);
           const uint32_t b1 = *reinterpret_cast<const uint32_t*>(vrow + 8);
-          mma_16816(o[dn], a, b0, b1);
+          mma_16816<DType::F16>(o[dn], a, b0, b1);
         }
       }
       __syncthreads();  // K, Vt and slots are rewritten by the next tile
@@ -267,18 +179,7 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(Params p) {
     r0 = r1;
   }
 
-#pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {
-    const int r = wr + g + 8 * hr;
-    if (r >= rows) continue;
-    float* orow = p.out + ((i0 + r) * p.n_heads + h) * D;
-    const float inv = l[hr] > 0.0f ? 1.0f / l[hr] : 0.0f;
-#pragma unroll
-    for (int dn = 0; dn < kDT; ++dn) {
-      orow[8 * dn + 2 * t] = o[dn][2 * hr] * inv;
-      orow[8 * dn + 2 * t + 1] = o[dn][2 * hr + 1] * inv;
-    }
-  }
+  store_rows<D>(p.out, p.n_heads, h, i0, rows, wr, l, o);
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }

@@ -28,6 +28,7 @@
 #include <cuda_fp16.h>
 
 #include "core/error.h"
+#include "kernels/cuda/attention_mma_common.cuh"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/launch.h"
@@ -35,9 +36,7 @@
 namespace fp::cuda {
 namespace {
 
-constexpr int kWarps = 4, kThreads = 32 * kWarps;
-constexpr int kBR = 16 * kWarps, kBC = 64;  // query rows per block, positions per KV tile
-constexpr float kLog2e = 1.4426950408889634f;
+using namespace mma_attention;
 
 struct Params {
   const float* q;
@@ -55,35 +54,6 @@ struct Params {
   float scale;
   float* out;
 };
-
-// Two floats as one 32-bit pair of the operand type (the lower column in the lower half).
-template <DType T>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-  if constexpr (T == DType::F16) {
-    const __half2 v = __halves2half2(to_half_clamped(lo), to_half_clamped(hi));
-    return *reinterpret_cast<const uint32_t*>(&v);
-  } else {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&v);
-  }
-}
-
-// d += a b for one 16 x 8 tile, operands of type T.
-template <DType T>
-__device__ __forceinline__ void mma_16816(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-  if constexpr (T == DType::F16)
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  else
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 __device__ __forceinline__ uint32_t shared_address(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -150,33 +120,13 @@ __global__ void __launch_bounds__(kThreads, 2) attention_mma_pipelined_kernel(Pa
 
   const int64_t h = blockIdx.x, kvh = h / p.group;
   const int64_t i0 = static_cast<int64_t>(gridDim.y - 1 - blockIdx.y) * kBR;  // the last (longest) rows first
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int rows = static_cast<int>(min(static_cast<int64_t>(kBR), p.n - i0));
   const int wr = 16 * warp;  // the warp's first row in the block
 
-  for (int r = threadIdx.x; r < kBR; r += kThreads) {
-    if (r < rows) {
-      const int64_t s = seq_of(p.seq_indptr, p.n_seqs, i0 + r);
-      row_seq[r] = s;
-      row_vis[r] = static_cast<int>(min(static_cast<int64_t>(p.pos[i0 + r]) + 1, static_cast<int64_t>(p.kv_len[s])));
-    } else {
-      row_seq[r] = -1;
-      row_vis[r] = 0;
-    }
-  }
-
-  // Q of the thread's rows as A fragments, scaled for exp2.
-  const float qscale = p.scale * kLog2e;
-  uint32_t qf[kKC][4];
-#pragma unroll
-  for (int kc = 0; kc < kKC; ++kc)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int r = wr + g + ((i & 1) ? 8 : 0), c = 16 * kc + 2 * t + ((i & 2) ? 8 : 0);
-      float2 v = make_float2(0.0f, 0.0f);
-      if (r < rows) v = *reinterpret_cast<const float2*>(p.q + ((i0 + r) * p.n_heads + h) * D + c);
-      qf[kc][i] = pack2<T>(v.x * qscale, v.y * qscale);
-    }
+  init_rows(p.seq_indptr, p.n_seqs, p.pos, p.kv_len, i0, rows, row_vis, row_seq);
+  uint32_t qf[kKC][4];  // Q of the thread's rows as A fragments, scaled for exp2
+  load_q<T, D>(p.q, p.n_heads, h, i0, rows, wr, p.scale, qf);
 
   float o[kDT][4];
 #pragma unroll
@@ -186,15 +136,9 @@ __global__ void __launch_bounds__(kThreads, 2) attention_mma_pipelined_kernel(Pa
 
   // Each sequence part of the block in turn: rows [r0, r1) of sequence s.
   for (int r0 = 0; r0 < rows;) {
+    int vis = 0, limit[2];
+    const int r1 = part_of(row_seq, row_vis, rows, r0, wr, vis, limit);
     const int64_t s = row_seq[r0];
-    int r1 = r0, vis = 0;
-    while (r1 < rows && row_seq[r1] == s) vis = max(vis, row_vis[r1]), ++r1;
-    int limit[2];  // the thread's two rows' limits in this part (0: not in it)
-#pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      const int r = wr + g + 8 * hr;
-      limit[hr] = r >= r0 && r < r1 ? row_vis[r] : 0;
-    }
     int warp_limit = max(limit[0], limit[1]);
     for (int o2 = 16; o2 > 0; o2 >>= 1) warp_limit = max(warp_limit, __shfl_xor_sync(0xffffffffu, warp_limit, o2));
     const int64_t page0 = p.page_indptr[s];
@@ -233,53 +177,14 @@ __global__ void __launch_bounds__(kThreads, 2) attention_mma_pipelined_kernel(Pa
           }
         }
 
-        // Online softmax of the thread's two rows (registers 0-1: row g, 2-3: row g + 8).
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-          float mx = -INFINITY;
-#pragma unroll
-          for (int j = 0; j < kNT; ++j)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const int key = t0 + 8 * j + 2 * t + e;
-              float& v = sc[j][2 * hr + e];
-              if (key >= limit[hr]) v = -INFINITY;
-              mx = fmaxf(mx, v);
-            }
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-          const float m_new = fmaxf(m[hr], mx);
-          // A row with nothing visible yet keeps m = -inf (base 0: its p are exp2(-inf) = 0); the
-          // correction exp2(m_old - m_new) is 0 while m_old is -inf, where O and l are still 0.
-          const float base = m_new == -INFINITY ? 0.0f : m_new;
-          const float corr = exp2f(m[hr] - base);
-          float sum = 0.0f;
-#pragma unroll
-          for (int j = 0; j < kNT; ++j)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              float& v = sc[j][2 * hr + e];
-              v = exp2f(v - base);
-              sum += v;
-            }
-          sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-          sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-          l[hr] = l[hr] * corr + sum;
-          m[hr] = m_new;
-#pragma unroll
-          for (int dn = 0; dn < kDT; ++dn) {
-            o[dn][2 * hr] *= corr;
-            o[dn][2 * hr + 1] *= corr;
-          }
-        }
+        softmax_update<kNT, kDT>(sc, limit, t0, m, l, o);
 
         // O += P V: P's 16-position chunks as A fragments; V's B fragments for two 8-wide
         // column blocks per ldmatrix.trans (matrices: positions +0 / +8, columns +0 / +8).
 #pragma unroll
         for (int kk = 0; kk < kBC / 16; ++kk) {
-          const uint32_t a[4] = {pack2<T>(sc[2 * kk][0], sc[2 * kk][1]), pack2<T>(sc[2 * kk][2], sc[2 * kk][3]),
-                                 pack2<T>(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
-                                 pack2<T>(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
+          uint32_t a[4];
+          p_fragment<T, kNT>(sc, kk, a);
 #pragma unroll
           for (int dn = 0; dn < kDT; dn += 2) {
             uint32_t b[4];
@@ -294,16 +199,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_mma_pipelined_kernel(Pa
     r0 = r1;
   }
 
-#pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {
-    const int r = wr + g + 8 * hr;
-    if (r >= rows) continue;
-    float* orow = p.out + ((i0 + r) * p.n_heads + h) * D;
-    const float inv = l[hr] > 0.0f ? 1.0f / l[hr] : 0.0f;
-#pragma unroll
-    for (int dn = 0; dn < kDT; ++dn)
-      *reinterpret_cast<float2*>(orow + 8 * dn + 2 * t) = make_float2(o[dn][2 * hr] * inv, o[dn][2 * hr + 1] * inv);
-  }
+  store_rows<D>(p.out, p.n_heads, h, i0, rows, wr, l, o);
 }
 
 template <int D, DType T>
@@ -335,8 +231,6 @@ std::string refuse_attention_mma_pipelined(const AttentionArgs& a) {
   if (a.k_stride % 8 != 0 || a.v_stride % 8 != 0 || !aligned16(a.k_pool) || !aligned16(a.v_pool))
     return "K/V rows not 16-byte aligned (strides " + std::to_string(a.k_stride) + " / " + std::to_string(a.v_stride) +
            " values): the tiles are copied 16 bytes at a time";
-  if (reinterpret_cast<uintptr_t>(a.q) % 8 != 0 || reinterpret_cast<uintptr_t>(a.out) % 8 != 0)
-    return "q or out not 8-byte aligned (read and written two floats at a time)";
   if ((a.n + kBR - 1) / kBR > 65535) return std::to_string(a.n) + " tokens: more query tiles than the grid's y extent";
   return {};
 }
