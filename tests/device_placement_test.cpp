@@ -23,6 +23,7 @@
 #include "kernels/ledger.h"
 #include "kernels/ops.h"
 #include "kernels/ops_moe.h"
+#include "model/placement.h"
 #include "model/synth.h"
 #include "kernels/registry.h"
 #include "backend_ops.h"
@@ -166,6 +167,80 @@ TEST(DevicePlacement, StandInDeviceGivesTheCpuModelsLogitsAndText) {
     }
   }
   EXPECT_GE(cuda_entries, 8);  // embedding, matmul, rmsnorm, rope, kv_write, attention, silu_mul, add
+}
+
+// Matrices stacked by rows on the device (DeviceWeights::stack_rows, the decode step's [wq; wk;
+// wv] and [w_gate; w_up]): the stack holds the parts' bytes one after another and the parts
+// become views of their rows, FP8 block scales included (a part's scale rows follow the one
+// before's); parts of another dtype or width, or FP8 parts whose rows would split a scale
+// block, are not stacked and stay as they were; asking for a stacked part again gives its view.
+TEST(DevicePlacement, StackedRowsAreThePartsSideBySide) {
+  FP_REQUIRE_NO_GPU();
+  EmulatedDevice dev;
+  DeviceWeights dw(Device::CUDA);
+  auto bytes_of = [](const Tensor& t) {
+    std::vector<uint8_t> b(static_cast<size_t>(t.nbytes()));
+    copy_bytes(Device::CPU, b.data(), t.device, t.data, b.size());
+    return b;
+  };
+  // F32 parts of 3, 2 and 4 rows of 8.
+  std::vector<float> qa = test::random_floats(24, 1), ka = test::random_floats(16, 2), va = test::random_floats(32, 3);
+  const Tensor q = Tensor::view(qa.data(), DType::F32, {3, 8}), k = Tensor::view(ka.data(), DType::F32, {2, 8}),
+               v = Tensor::view(va.data(), DType::F32, {4, 8});
+  const Tensor *pq = &q, *pk = &k, *pv = &v;
+  const Tensor* whole = dw.stack_rows({&pq, &pk, &pv});
+  ASSERT_TRUE(whole);
+  EXPECT_EQ(whole->device, Device::CUDA);
+  EXPECT_EQ(whole->rows(), 9);
+  EXPECT_EQ(whole->cols(), 8);
+  std::vector<uint8_t> want;
+  for (const Tensor* t : {&q, &k, &v}) {
+    const auto* b = static_cast<const uint8_t*>(t->data);
+    want.insert(want.end(), b, b + t->nbytes());
+  }
+  EXPECT_EQ(bytes_of(*whole), want);
+  EXPECT_EQ(pk->data, static_cast<const uint8_t*>(whole->data) + 3 * 8 * sizeof(float));
+  EXPECT_EQ(pk->rows(), 2);
+  EXPECT_EQ(bytes_of(*pv), std::vector<uint8_t>(reinterpret_cast<uint8_t*>(va.data()), reinterpret_cast<uint8_t*>(va.data()) + 128));
+  EXPECT_EQ(dw.tensor(&k), pk) << "a stacked part asked for again is its view";
+  EXPECT_EQ(dw.tensor(pk), pk) << "a device view is its own placement";
+
+  // Another dtype or width: not stacked, the parts untouched.
+  std::vector<uint16_t> h16(16, 0x3c00);
+  const Tensor k16 = Tensor::view(h16.data(), DType::F16, {2, 8});
+  std::vector<float> wide(30, 1.0f);
+  const Tensor k10 = Tensor::view(wide.data(), DType::F32, {3, 10});
+  for (const Tensor* other : {&k16, &k10}) {
+    const Tensor *a = &q, *b = other;
+    EXPECT_EQ(dw.stack_rows({&a, &b}), nullptr);
+    EXPECT_EQ(a, &q);
+    EXPECT_EQ(b, other);
+  }
+
+  // FP8 with 128x128 block scales: parts of 256 and 128 rows x 256; the second part's scales
+  // start after the first's 2 x 2.
+  std::vector<uint8_t> g8(256 * 256), u8(128 * 256);
+  for (size_t i = 0; i < g8.size(); ++i) g8[i] = static_cast<uint8_t>(i * 7);
+  for (size_t i = 0; i < u8.size(); ++i) u8[i] = static_cast<uint8_t>(i * 13 + 1);
+  std::vector<float> gs = {1, 2, 3, 4}, us = {5, 6};
+  Tensor g = Tensor::view(g8.data(), DType::F8_E4M3, {256, 256}), u = Tensor::view(u8.data(), DType::F8_E4M3, {128, 256});
+  g.block_scale = gs.data();
+  u.block_scale = us.data();
+  const Tensor *pg = &g, *pu = &u;
+  const Tensor* gu = dw.stack_rows({&pg, &pu});
+  ASSERT_TRUE(gu);
+  EXPECT_EQ(gu->rows(), 384);
+  ASSERT_TRUE(gu->block_scale);
+  std::vector<float> scales(6);
+  copy_bytes(Device::CPU, scales.data(), Device::CUDA, gu->block_scale, scales.size() * sizeof(float));
+  EXPECT_EQ(scales, (std::vector<float>{1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(pu->block_scale, gu->block_scale + 4);
+  EXPECT_EQ(bytes_of(*pu), u8);
+  // A part of 100 rows would put two parts' rows in one 128-row scale block: not stacked.
+  Tensor odd = Tensor::view(u8.data(), DType::F8_E4M3, {100, 256});
+  odd.block_scale = us.data();
+  const Tensor *a = &g, *b = &odd;
+  EXPECT_EQ(dw.stack_rows({&a, &b}), nullptr);
 }
 
 TEST(DevicePlacement, StandInDeviceServesABatchLikeTheCpu) {
