@@ -84,6 +84,9 @@ if g and g["bf16_gflops"] > 0:
     if g.get("lt_fp8_candidates"):
         print(f"{'cuBLASLt fp8 matmul alone 8192^3 TFLOP/s':46s} heuristic's first {g['lt_fp8_first_gflops']/1000:.0f}, "
               f"fastest of {g['lt_fp8_candidates']} timed {g['lt_fp8_chosen_gflops']/1000:.0f}")
+for r in (j.get("device_gemv", []) if label == "8b8l-bf16" else []):  # once: the same on every call
+    print(f"{'gemv alone BF16 ' + str(r['out']) + 'x' + str(r['in']) + ' GB/s':46s} gemv {r['gemv_gbps']:.0f}, "
+          f"gemv_warp {r['gemv_warp_gbps']:.0f} (of copy {c['read_gbps']:.0f})")
 if "prefill_tps" in j:
     print(f"{label + ' prefill':46s} {f('prefill_tps'):.0f} tok/s = {100*f('prefill_ceiling_fraction'):.1f}% of the bf16 rate")
 if "decode_tps" in j:

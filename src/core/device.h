@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 #include <utility>
 
 #include "core/tensor.h"
@@ -35,6 +36,13 @@ struct DeviceCeilings {
   double lt_fp8_first_gflops = 0;
   double lt_fp8_chosen_gflops = 0;
   int lt_fp8_candidates = 0;
+  // The decode GEMV alone (one token, BF16 weights [out, in]), weight bytes read per second / 1e9,
+  // for each GEMV kernel at the shapes a Llama-3-8B decode step runs.
+  struct GemvRate {
+    int64_t out = 0, in = 0;
+    double gemv_gbps = 0, gemv_warp_gbps = 0;
+  };
+  std::vector<GemvRate> gemv_rates;
 };
 
 // Memory functions of a device backend. copy() moves bytes between any two addresses of the

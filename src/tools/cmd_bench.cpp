@@ -448,6 +448,12 @@ void add_bench(CLI::App& app) {
                           {"lt_fp8_first_gflops", dc.lt_fp8_first_gflops},
                           {"lt_fp8_chosen_gflops", dc.lt_fp8_chosen_gflops},
                           {"lt_fp8_candidates", dc.lt_fp8_candidates}};
+    if (on_device && !dc.gemv_rates.empty()) {  // the decode GEMVs alone (ceiling.cu)
+      nlohmann::json rates = nlohmann::json::array();
+      for (const auto& r : dc.gemv_rates)
+        rates.push_back({{"out", r.out}, {"in", r.in}, {"gemv_gbps", r.gemv_gbps}, {"gemv_warp_gbps", r.gemv_warp_gbps}});
+      j["device_gemv"] = rates;
+    }
 
     if (o->prompt > 0) {
       std::vector<int32_t> ids(static_cast<size_t>(o->prompt)), pos(ids.size());
@@ -539,6 +545,9 @@ void add_bench(CLI::App& app) {
       std::printf("gemm     the matmul op at 8192^3: BF16 weights %.0f GFLOP/s, FP8 block-scaled %.0f (%.2fx; dequantized first: %.0f)\n",
                   dc.gemm_bf16_gflops, dc.gemm_fp8_gflops, dc.gemm_bf16_gflops > 0 ? dc.gemm_fp8_gflops / dc.gemm_bf16_gflops : 0.0,
                   dc.gemm_fp8_dequant_gflops);
+    for (const auto& r : dc.gemv_rates)
+      std::printf("gemv     BF16 %lld x %lld, one token: gemv %.0f GB/s, gemv_warp %.0f GB/s (copy %.0f)\n",
+                  static_cast<long long>(r.out), static_cast<long long>(r.in), r.gemv_gbps, r.gemv_warp_gbps, dc.copy_gbps);
     std::printf("%-12s %12s %18s %14s %10s  %s\n", "test", "tok/s", "spread (min-max)", "ceiling tok/s", "fraction", "achieved");
     if (j.contains("prefill_tps"))
       std::printf("%-12s %12.2f %8.2f - %-8.2f %14.2f %9.1f%%  %.1f GFLOP/s (%s peak %.1f)\n", ("prefill " + std::to_string(o->prompt)).c_str(),

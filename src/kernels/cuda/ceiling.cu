@@ -2,7 +2,8 @@
 // (bytes read + written) and the dense BF16 matrix-product rate through cuBLAS, each the median
 // of timed repetitions (device events) after a warm-up, on random data (never zeros). Beside
 // them, the engine's own matmul op at one large shape on BF16 weights and on FP8 block-scaled
-// weights (both of its FP8 paths), so that bench reports the FP8 GEMM's gain over BF16.
+// weights (both of its FP8 paths), so that bench reports the FP8 GEMM's gain over BF16, and the
+// decode GEMVs alone at one token.
 #include <cuda_fp8.h>
 
 #include <algorithm>
@@ -112,6 +113,40 @@ void measure_engine_gemms(DeviceCeilings& c) {
   }
 }
 
+// The decode GEMV alone at one token on BF16 weights: Llama-3-8B's stacked Q/K/V (6144 x 4096),
+// attention output (4096 x 4096), stacked gate/up (28672 x 4096), down (4096 x 14336) and
+// output head (128256 x 4096); `gemv` and `gemv_warp` on the same data, weight bytes per second.
+// What a decode step's matmuls can reach, apart from the launches between them.
+void measure_gemvs(DeviceCeilings& c) {
+  struct Shape {
+    int64_t out, in;
+  };
+  const Shape shapes[] = {{6144, 4096}, {4096, 4096}, {28672, 4096}, {4096, 14336}, {128256, 4096}};
+  int64_t most = 0, widest = 0, tallest = 0;
+  for (const Shape& s : shapes) most = std::max(most, s.out * s.in), widest = std::max(widest, s.in), tallest = std::max(tallest, s.out);
+  DeviceBuffer w_buf(Device::CUDA, static_cast<size_t>(most) * 2), x_buf(Device::CUDA, static_cast<size_t>(widest) * sizeof(float)),
+      y_buf(Device::CUDA, static_cast<size_t>(tallest) * sizeof(float));
+  fill_random_bf16<<<blocks_for(most, 256), 256, 0, stream()>>>(static_cast<uint16_t*>(w_buf.data()), most, 7);
+  FP_CUDA_LAUNCHED("fill_random_bf16");
+  fill_random_f32<<<blocks_for(widest, 256), 256, 0, stream()>>>(static_cast<float*>(x_buf.data()), widest, 8, 0.0f);
+  FP_CUDA_LAUNCHED("fill_random_f32");
+  for (const Shape& s : shapes) {
+    const Tensor w = Tensor::view(w_buf.data(), DType::BF16, {s.out, s.in});
+    MatMulArgs a;
+    a.x = static_cast<const float*>(x_buf.data());
+    a.n = 1;
+    a.w = &w;
+    a.y = static_cast<float*>(y_buf.data());
+    const double bytes = 2.0 * static_cast<double>(s.out * s.in);
+    DeviceCeilings::GemvRate r;
+    r.out = s.out;
+    r.in = s.in;
+    r.gemv_gbps = bytes / (median_ms([&] { gemv(a); }, 3, 11) * 1e-3) / 1e9;
+    r.gemv_warp_gbps = bytes / (median_ms([&] { gemv_warp(a); }, 3, 11) * 1e-3) / 1e9;
+    c.gemv_rates.push_back(r);
+  }
+}
+
 DeviceCeilings measure() {
   DeviceCeilings c;
   cudaDeviceProp prop{};
@@ -147,6 +182,7 @@ DeviceCeilings measure() {
       2, 9);
   c.bf16_gflops = 2.0 * n * static_cast<double>(n) * n / (gemm_ms * 1e-3) / 1e9;
   measure_engine_gemms(c);
+  measure_gemvs(c);
   return c;
 }
 
