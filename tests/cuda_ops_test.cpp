@@ -113,6 +113,11 @@ TEST(CudaOps, MatMulEveryKernelAgainstTheReference) {
     check_matmul({t, 1, 64, big_k}, cov);                // large K, decode
     check_matmul({t, 8, 96, big_k, true}, cov);          // large K, the widest GEMV
     check_matmul({t, 64, 257, big_k}, cov);              // large K, GEMM with a row tail
+    // gemv_warp's unrolled passes of 128 chunks and a remainder after them, odd rows (a warp's
+    // second row past the end), several tokens.
+    const int64_t passes_and_tail = blk == 1 ? 1160 : blk == QK_K ? 1280 : 1120;
+    check_matmul({t, 3, 33, passes_and_tail, true}, cov);
+    check_matmul({t, 1, 7, passes_and_tail}, cov);
     check_matmul({t, 3, 40, ins.back(), false, false, true}, cov);         // unaligned x: GEMV falls back
     check_matmul({t, 3, 40, ins.back(), false, false, false, true}, cov);  // unaligned weights
     check_matmul({t, 20, 40, ins.back(), true, false, true, true}, cov);   // both, GEMM
@@ -121,6 +126,7 @@ TEST(CudaOps, MatMulEveryKernelAgainstTheReference) {
   for (int64_t n : {1, 3, 8, 9, 40})
     for (int64_t out : {1, 130, 257})
       for (int64_t in : {128, 260, 384, 1000}) check_matmul({DType::F8_E4M3, n, out, in, n == 9, true}, cov);
+  check_matmul({DType::F8_E4M3, 2, 131, 1152, false, true}, cov);  // gemv_warp: passes, a remainder, scales
   // Zero-length: no tokens (nothing written, nothing faults); an empty reduction (y = bias).
   check_matmul({DType::F16, 0, 17, 64}, cov);
   check_matmul({DType::F32, 3, 5, 0, true}, cov);

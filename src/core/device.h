@@ -37,12 +37,16 @@ struct DeviceCeilings {
   double lt_fp8_chosen_gflops = 0;
   int lt_fp8_candidates = 0;
   // The decode GEMV alone (one token, BF16 weights [out, in]), weight bytes read per second / 1e9,
-  // for each GEMV kernel at the shapes a Llama-3-8B decode step runs.
+  // for each GEMV kernel at the shapes a Llama-3-8B decode step runs: launches one after another
+  // on distinct weights (none from L2), plain and chained (programmatic dependent launch; 0
+  // where the GPU has none).
   struct GemvRate {
     int64_t out = 0, in = 0;
     double gemv_gbps = 0, gemv_warp_gbps = 0;
+    double gemv_chained_gbps = 0, gemv_warp_chained_gbps = 0;
   };
   std::vector<GemvRate> gemv_rates;
+  bool chained_launches = false;  // whether this run's kernels are chained (FASTPATH_CUDA_PDL=1 on a GPU that can)
 };
 
 // Memory functions of a device backend. copy() moves bytes between any two addresses of the

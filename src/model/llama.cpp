@@ -236,16 +236,23 @@ class LlamaModel : public Model {
                         const std::function<void()>& kv_ready = nullptr, const float* residual = nullptr) {
     const ModelConfig& c = config();
     const BlockQ8_0* hq = rmsnorm_for(with_residual({x, L.attn_norm, n, c.dim, c.rms_eps, h}, x, residual), {L.wq, L.wk, L.wv}, hq_);
-    // One row, q, k, v side by side (step_buffers): one matmul over the stacked matrices.
-    const bool stacked = n == 1 && L.wqkv && !kv_ready && k == q + heads * c.head_dim && v == k + kv_heads * c.head_dim;
-    if (stacked) dispatch(MatMulArgs{h, n, L.wqkv, L.bqkv, q, hq});
-    if (!stacked) dispatch(MatMulArgs{h, n, L.wk, L.bk, k, hq});
-    if (!stacked) dispatch(MatMulArgs{h, n, L.wv, L.bv, v, hq});
+    // One row, q, k, v side by side (step_buffers): one matmul over the stacked matrices, and
+    // q's heads and k's rotated in one call.
+    if (n == 1 && L.wqkv && !kv_ready && k == q + heads * c.head_dim && v == k + kv_heads * c.head_dim) {
+      dispatch(MatMulArgs{h, n, L.wqkv, L.bqkv, q, hq});
+      if (c.qk_norm) dispatch(RmsNormArgs{k, L.k_norm, n * kv_heads, c.head_dim, c.rms_eps, k});
+      if (c.qk_norm) dispatch(RmsNormArgs{q, L.q_norm, n * heads, c.head_dim, c.rms_eps, q});
+      const int64_t qk_heads = heads + kv_heads;
+      dispatch(RopeArgs{q, pos, n, qk_heads, c.head_dim, c.rot_dim, qk_heads * c.head_dim, inv_freq_at_, 1.0f, c.rope_style});
+      return;
+    }
+    dispatch(MatMulArgs{h, n, L.wk, L.bk, k, hq});
+    dispatch(MatMulArgs{h, n, L.wv, L.bv, v, hq});
     if (c.qk_norm) dispatch(RmsNormArgs{k, L.k_norm, n * kv_heads, c.head_dim, c.rms_eps, k});
     dispatch(RopeArgs{k, pos, n, kv_heads, c.head_dim, c.rot_dim, kv_heads * c.head_dim, inv_freq_at_, 1.0f, c.rope_style});
     if (kv_ready) kv_ready();
     progress();
-    if (!stacked) dispatch(MatMulArgs{h, n, L.wq, L.bq, q, hq});
+    dispatch(MatMulArgs{h, n, L.wq, L.bq, q, hq});
     progress();
     if (c.qk_norm) dispatch(RmsNormArgs{q, L.q_norm, n * heads, c.head_dim, c.rms_eps, q});
     dispatch(RopeArgs{q, pos, n, heads, c.head_dim, c.rot_dim, heads * c.head_dim, inv_freq_at_, 1.0f, c.rope_style});

@@ -441,6 +441,7 @@ void add_bench(CLI::App& app) {
     j["expert_parallel_size"] = model->parallel().ep;
     j["ceiling"] = {{"read_gbps", ceil.read_gbps}, {"fma_gflops", ceil.fma_gflops}, {"int8_gops", ceil.int8_gops},
                     {"bf16_gflops", ceil.bf16_gflops}, {"cpu", ceil.cpu}, {"cpus", on_device ? 0 : ceiling_cpus}};
+    if (on_device) j["chained_launches"] = dc.chained_launches;  // FASTPATH_CUDA_PDL=1 took effect (pdl.cuh)
     if (on_device)  // the engine's matmul at 8192^3 on BF16 and FP8 block-scaled weights (ceiling.cu)
       j["device_gemm"] = {{"bf16_gflops", dc.gemm_bf16_gflops},
                           {"fp8_block_gflops", dc.gemm_fp8_gflops},
@@ -451,7 +452,12 @@ void add_bench(CLI::App& app) {
     if (on_device && !dc.gemv_rates.empty()) {  // the decode GEMVs alone (ceiling.cu)
       nlohmann::json rates = nlohmann::json::array();
       for (const auto& r : dc.gemv_rates)
-        rates.push_back({{"out", r.out}, {"in", r.in}, {"gemv_gbps", r.gemv_gbps}, {"gemv_warp_gbps", r.gemv_warp_gbps}});
+        rates.push_back({{"out", r.out},
+                         {"in", r.in},
+                         {"gemv_gbps", r.gemv_gbps},
+                         {"gemv_warp_gbps", r.gemv_warp_gbps},
+                         {"gemv_chained_gbps", r.gemv_chained_gbps},
+                         {"gemv_warp_chained_gbps", r.gemv_warp_chained_gbps}});
       j["device_gemv"] = rates;
     }
 
@@ -546,8 +552,9 @@ void add_bench(CLI::App& app) {
                   dc.gemm_bf16_gflops, dc.gemm_fp8_gflops, dc.gemm_bf16_gflops > 0 ? dc.gemm_fp8_gflops / dc.gemm_bf16_gflops : 0.0,
                   dc.gemm_fp8_dequant_gflops);
     for (const auto& r : dc.gemv_rates)
-      std::printf("gemv     BF16 %lld x %lld, one token: gemv %.0f GB/s, gemv_warp %.0f GB/s (copy %.0f)\n",
-                  static_cast<long long>(r.out), static_cast<long long>(r.in), r.gemv_gbps, r.gemv_warp_gbps, dc.copy_gbps);
+      std::printf("gemv     BF16 %lld x %lld, one token: gemv %.0f GB/s, gemv_warp %.0f; chained %.0f, %.0f (copy %.0f)\n",
+                  static_cast<long long>(r.out), static_cast<long long>(r.in), r.gemv_gbps, r.gemv_warp_gbps,
+                  r.gemv_chained_gbps, r.gemv_warp_chained_gbps, dc.copy_gbps);
     std::printf("%-12s %12s %18s %14s %10s  %s\n", "test", "tok/s", "spread (min-max)", "ceiling tok/s", "fraction", "achieved");
     if (j.contains("prefill_tps"))
       std::printf("%-12s %12.2f %8.2f - %-8.2f %14.2f %9.1f%%  %.1f GFLOP/s (%s peak %.1f)\n", ("prefill " + std::to_string(o->prompt)).c_str(),

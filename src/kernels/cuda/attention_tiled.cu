@@ -24,6 +24,7 @@
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/launch.h"
+#include "kernels/cuda/pdl.cuh"
 
 namespace fp::cuda {
 namespace {
@@ -96,6 +97,8 @@ __device__ __forceinline__ void load_tile(const uint8_t* pool, DType dt, int64_t
 }
 
 __global__ void __launch_bounds__(kThreads) attention_tile_kernel(TileParams p) {
+  pdl_release();
+  pdl_wait();  // chained (pdl.cuh): q and the cache rows are the kernels before's output
   extern __shared__ float smem[];
   __shared__ int64_t slots[kMaxT];
   __shared__ float ps[kMaxR * kMaxT];
@@ -230,6 +233,8 @@ __global__ void __launch_bounds__(kThreads) attention_tile_kernel(TileParams p) 
 
 // One block per (token, head): out = sum_s acc_s * e^(m_s - M) / sum_s l_s * e^(m_s - M).
 __global__ void attention_combine_kernel(const float* part_acc, const float* part_ml, int nsplit, int64_t v_dim, float* out) {
+  pdl_release();
+  pdl_wait();
   const int64_t row = blockIdx.x;
   const float* ml = part_ml + row * nsplit * 2;
   float m = -INFINITY;
@@ -305,12 +310,11 @@ void run_tiles(const AttentionArgs& a, bool decode) {
   }
   const int R = p.bq * p.hb;
   const size_t smem = static_cast<size_t>(R * a.head_dim + tile * (a.head_dim + 1) + tile * (a.v_dim + 1)) * sizeof(float);
-  attention_tile_kernel<<<dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(p.nsplit)), kThreads, smem, stream()>>>(p);
-  FP_CUDA_LAUNCHED("attention tiles");
-  if (p.nsplit > 1) {
-    attention_combine_kernel<<<static_cast<unsigned>(rows), 128, 0, stream()>>>(p.part_acc, p.part_ml, p.nsplit, a.v_dim, a.out);
-    FP_CUDA_LAUNCHED("attention combine");
-  }
+  launch_chained("attention tiles", attention_tile_kernel, dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(p.nsplit)),
+                 dim3(kThreads), smem, p);
+  if (p.nsplit > 1)
+    launch_chained("attention combine", attention_combine_kernel, dim3(static_cast<unsigned>(rows)), dim3(128), 0,
+                   static_cast<const float*>(p.part_acc), static_cast<const float*>(p.part_ml), p.nsplit, a.v_dim, a.out);
 }
 
 }  // namespace

@@ -116,7 +116,10 @@ void measure_engine_gemms(DeviceCeilings& c) {
 // The decode GEMV alone at one token on BF16 weights: Llama-3-8B's stacked Q/K/V (6144 x 4096),
 // attention output (4096 x 4096), stacked gate/up (28672 x 4096), down (4096 x 14336) and
 // output head (128256 x 4096); `gemv` and `gemv_warp` on the same data, weight bytes per second.
-// What a decode step's matmuls can reach, apart from the launches between them.
+// Each timing is a run of launches one after another, each on its own part of a 1 GiB buffer
+// (up to 8 of them, so that no launch finds its weights in L2: 50 MB on the H100/H200), as a
+// decode step runs its GEMVs back to back; then the same chained (pdl.cuh), where the GPU can.
+// What a decode step's matmuls can reach, apart from the other kernels between them.
 void measure_gemvs(DeviceCeilings& c) {
   struct Shape {
     int64_t out, in;
@@ -130,21 +133,43 @@ void measure_gemvs(DeviceCeilings& c) {
   FP_CUDA_LAUNCHED("fill_random_bf16");
   fill_random_f32<<<blocks_for(widest, 256), 256, 0, stream()>>>(static_cast<float*>(x_buf.data()), widest, 8, 0.0f);
   FP_CUDA_LAUNCHED("fill_random_f32");
+  const bool chained = pdl_launches();
   for (const Shape& s : shapes) {
-    const Tensor w = Tensor::view(w_buf.data(), DType::BF16, {s.out, s.in});
+    const int64_t elems = s.out * s.in, views = std::clamp<int64_t>(most / elems, 1, 8);
+    std::vector<Tensor> w;
+    for (int64_t i = 0; i < views; ++i)
+      w.push_back(Tensor::view(static_cast<uint16_t*>(w_buf.data()) + i * elems, DType::BF16, {s.out, s.in}));
     MatMulArgs a;
     a.x = static_cast<const float*>(x_buf.data());
     a.n = 1;
-    a.w = &w;
     a.y = static_cast<float*>(y_buf.data());
-    const double bytes = 2.0 * static_cast<double>(s.out * s.in);
+    const double bytes = 2.0 * static_cast<double>(elems * views);
+    auto gbps = [&](void (*kernel)(const MatMulArgs&), bool chain) {
+      set_pdl_launches(chain);
+      const double ms = median_ms(
+          [&] {
+            for (const Tensor& t : w) {
+              a.w = &t;
+              kernel(a);
+            }
+          },
+          2, 9);
+      return bytes / (ms * 1e-3) / 1e9;
+    };
     DeviceCeilings::GemvRate r;
     r.out = s.out;
     r.in = s.in;
-    r.gemv_gbps = bytes / (median_ms([&] { gemv(a); }, 3, 11) * 1e-3) / 1e9;
-    r.gemv_warp_gbps = bytes / (median_ms([&] { gemv_warp(a); }, 3, 11) * 1e-3) / 1e9;
+    r.gemv_gbps = gbps(gemv, false);
+    r.gemv_warp_gbps = gbps(gemv_warp, false);
+    set_pdl_launches(true);
+    if (pdl_launches()) {  // the GPU can
+      r.gemv_chained_gbps = gbps(gemv, true);
+      r.gemv_warp_chained_gbps = gbps(gemv_warp, true);
+    }
     c.gemv_rates.push_back(r);
   }
+  set_pdl_launches(chained);
+  c.chained_launches = chained;
 }
 
 DeviceCeilings measure() {

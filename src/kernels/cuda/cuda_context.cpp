@@ -2,6 +2,8 @@
 // device-memory functions registered with core/device.h.
 #include "kernels/cuda/cuda_context.h"
 
+#include <atomic>
+#include <cstdlib>
 #include <deque>
 #include <mutex>
 #include <vector>
@@ -19,6 +21,8 @@ struct Context {
   std::vector<std::pair<void*, size_t>> scratch;
   int sm_count = 0;
   int device = 0;
+  bool pdl_capable = false;  // compute capability 9.0 or later
+  std::atomic<bool> pdl{false};
 };
 
 std::once_flag g_probe_once;
@@ -53,6 +57,11 @@ Context& ctx() {
     FP_CUDA(cudaMalloc(&ws, ws_bytes));
     FP_CUBLAS(cublasSetWorkspace(c2->cublas, ws, ws_bytes));
     FP_CUDA(cudaDeviceGetAttribute(&c2->sm_count, cudaDevAttrMultiProcessorCount, c2->device));
+    int major = 0;
+    FP_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, c2->device));
+    c2->pdl_capable = major >= 9;
+    const char* env = std::getenv("FASTPATH_CUDA_PDL");
+    c2->pdl = c2->pdl_capable && env && std::string(env) == "1";
     return c2;
   }();
   return *c;
@@ -208,6 +217,8 @@ cudaStream_t stream() { return ctx().stream; }
 cublasHandle_t cublas() { return ctx().cublas; }
 int sm_count() { return ctx().sm_count; }
 int device_index() { return ctx().device; }
+bool pdl_launches() { return ctx().pdl; }
+void set_pdl_launches(bool on) { ctx().pdl = on && ctx().pdl_capable; }
 
 void* scratch(size_t bytes, int slot) {
   auto& s = ctx().scratch;

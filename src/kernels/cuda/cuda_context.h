@@ -22,6 +22,12 @@ void* scratch(size_t bytes, int slot = 0);
 int sm_count();
 // The CUDA device this process's kernels run on.
 int device_index();
+// Whether launch_chained (pdl.cuh) chains kernels by programmatic dependent launch: on a GPU of
+// compute capability 9.0 or later with FASTPATH_CUDA_PDL=1 (off by default until a device run
+// has timed it); set_pdl_launches overrides the setting (bench times both), ignored where the
+// GPU cannot.
+bool pdl_launches();
+void set_pdl_launches(bool on);
 
 [[noreturn]] void fail_cuda(cudaError_t e, const char* what, const char* file, int line);
 [[noreturn]] void fail_cublas(cublasStatus_t s, const char* what, const char* file, int line);

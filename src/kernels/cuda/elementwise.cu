@@ -2,10 +2,12 @@
 // embedding, RMSNorm, RoPE, SiLU-and-multiply, add, softmax, argmax, the token feed and the
 // KV-cache write and row moves.
 // Each mirrors its reference in kernels/cpu/reference.cpp; rows go one per block, elements
-// one per thread.
+// one per thread. The ops of a decode layer's chain (RMSNorm, RoPE, SiLU, add, the KV write) are
+// launched chained (pdl.cuh): each waits for the kernel before at its start.
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/launch.h"
+#include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/weights.cuh"
 
 namespace fp::cuda {
@@ -24,6 +26,8 @@ __global__ void embedding_kernel(const uint8_t* table, DType dtype, int64_t row_
 // the same elements in both passes, so sum may alias x and out may alias add.
 __global__ void rmsnorm_kernel(const float* x, const float* add, float* sum, const float* w, int64_t d, int64_t stride,
                                float eps, float* out) {
+  pdl_release();
+  pdl_wait();
   const float* xr = x + blockIdx.x * stride;
   float* yr = out + blockIdx.x * stride;
   float ss = 0.0f;
@@ -47,6 +51,8 @@ __global__ void rmsnorm_kernel(const float* x, const float* add, float* sum, con
 // One thread per (token, pair index i, head).
 __global__ void rope_kernel(float* x, const int32_t* pos, int64_t n, int64_t n_heads, int64_t head_dim, int64_t half,
                             int64_t row_stride, const float* inv_freq, float mscale, bool neox) {
+  pdl_release();
+  pdl_wait();
   const int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (idx >= n * half * n_heads) return;
   const int64_t h = idx % n_heads, i = (idx / n_heads) % half, t = idx / (n_heads * half);
@@ -63,6 +69,8 @@ __global__ void rope_kernel(float* x, const int32_t* pos, int64_t n, int64_t n_h
 }
 
 __global__ void silu_mul_kernel(const float* gate, const float* up, int64_t n, int64_t d, int64_t gs, int64_t us, float* out) {
+  pdl_release();
+  pdl_wait();
   const int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (idx >= n * d) return;
   const int64_t i = idx / d, j = idx % d;
@@ -71,6 +79,8 @@ __global__ void silu_mul_kernel(const float* gate, const float* up, int64_t n, i
 }
 
 __global__ void add_kernel(const float* a, const float* b, int64_t n, float* out) {
+  pdl_release();
+  pdl_wait();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i < n) out[i] = a[i] + b[i];
 }
@@ -128,13 +138,20 @@ __global__ void argmax_kernel(const float* x, int64_t d, int32_t* out) {
   if (threadIdx.x == 0) out[blockIdx.x] = static_cast<int32_t>(si[0] == d ? 0 : si[0]);
 }
 
-// One thread per (token, element) of the K side and of the V side.
-__global__ void kv_write_kernel(uint8_t* pool, DType dtype, int64_t width, const int64_t* slots, int64_t n, const float* rows) {
+// One thread per (token, element) of a token's K row and V row side by side (vw 0: K only).
+__global__ void kv_write_kernel(uint8_t* k_pool, uint8_t* v_pool, DType dtype, int64_t kw, int64_t vw, const int64_t* slots,
+                                int64_t n, const float* k_rows, const float* v_rows) {
+  pdl_release();
+  pdl_wait();
   const int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (idx >= n * width) return;
-  const int64_t i = idx / width, j = idx % width;
-  const int64_t dst = slots[i] * width + j;
-  const float v = rows[idx];
+  const int64_t both = kw + vw;
+  if (idx >= n * both) return;
+  const int64_t i = idx / both, j = idx % both;
+  const bool is_k = j < kw;
+  const int64_t width = is_k ? kw : vw, col = is_k ? j : j - kw;
+  uint8_t* pool = is_k ? k_pool : v_pool;
+  const int64_t dst = slots[i] * width + col;
+  const float v = (is_k ? k_rows : v_rows)[i * width + col];
   if (dtype == DType::F32) reinterpret_cast<float*>(pool)[dst] = v;
   else if (dtype == DType::F16) reinterpret_cast<uint16_t*>(pool)[dst] = float_to_half_bits(v);
   else reinterpret_cast<uint16_t*>(pool)[dst] = float_to_bf16_bits(v);
@@ -188,32 +205,27 @@ std::string refuse_rmsnorm(const RmsNormArgs& a) {
 
 void rmsnorm(const RmsNormArgs& a) {
   if (a.n == 0) return;
-  rmsnorm_kernel<<<static_cast<unsigned>(a.n), kThreads, 0, stream()>>>(a.x, a.add, a.sum, a.weight, a.d, a.row_stride(),
-                                                                        a.eps, a.out);
-  FP_CUDA_LAUNCHED("rmsnorm");
+  launch_chained("rmsnorm", rmsnorm_kernel, dim3(static_cast<unsigned>(a.n)), dim3(kThreads), 0, a.x, a.add, a.sum, a.weight,
+                 a.d, a.row_stride(), a.eps, a.out);
 }
 
 void rope(const RopeArgs& a) {
   const int64_t half = a.rot_dim / 2, total = a.n * half * a.n_heads;
   if (total == 0) return;
-  rope_kernel<<<blocks_for(total, kThreads), kThreads, 0, stream()>>>(a.x, a.pos, a.n, a.n_heads, a.head_dim, half,
-                                                                       a.row_stride, a.inv_freq, a.mscale,
-                                                                       a.style == RopeStyle::NeoX);
-  FP_CUDA_LAUNCHED("rope");
+  launch_chained("rope", rope_kernel, dim3(blocks_for(total, kThreads)), dim3(kThreads), 0, a.x, a.pos, a.n, a.n_heads,
+                 a.head_dim, half, a.row_stride, a.inv_freq, a.mscale, a.style == RopeStyle::NeoX);
 }
 
 void silu_mul(const SiluMulArgs& a) {
   const int64_t total = a.n * a.d;
   if (total == 0) return;
-  silu_mul_kernel<<<blocks_for(total, kThreads), kThreads, 0, stream()>>>(
-      a.gate, a.up, a.n, a.d, a.gate_stride ? a.gate_stride : a.d, a.up_stride ? a.up_stride : a.d, a.out);
-  FP_CUDA_LAUNCHED("silu_mul");
+  launch_chained("silu_mul", silu_mul_kernel, dim3(blocks_for(total, kThreads)), dim3(kThreads), 0, a.gate, a.up, a.n, a.d,
+                 a.gate_stride ? a.gate_stride : a.d, a.up_stride ? a.up_stride : a.d, a.out);
 }
 
 void add(const AddArgs& a) {
   if (a.n == 0) return;
-  add_kernel<<<blocks_for(a.n, kThreads), kThreads, 0, stream()>>>(a.a, a.b, a.n, a.out);
-  FP_CUDA_LAUNCHED("add");
+  launch_chained("add", add_kernel, dim3(blocks_for(a.n, kThreads)), dim3(kThreads), 0, a.a, a.b, a.n, a.out);
 }
 
 void softmax(const SoftmaxArgs& a) {
@@ -236,14 +248,10 @@ void token_feed(const TokenFeedArgs& a) {
 
 void kv_write(const KvWriteArgs& a) {
   if (a.n == 0) return;
-  kv_write_kernel<<<blocks_for(a.n * a.k_width, kThreads), kThreads, 0, stream()>>>(static_cast<uint8_t*>(a.k_pool), a.dtype,
-                                                                                    a.k_width, a.slots, a.n, a.k_rows);
-  FP_CUDA_LAUNCHED("kv_write k");
-  if (a.v_width && a.v_rows) {
-    kv_write_kernel<<<blocks_for(a.n * a.v_width, kThreads), kThreads, 0, stream()>>>(
-        static_cast<uint8_t*>(a.v_pool), a.dtype, a.v_width, a.slots, a.n, a.v_rows);
-    FP_CUDA_LAUNCHED("kv_write v");
-  }
+  const int64_t vw = a.v_rows ? a.v_width : 0;  // one launch for K and V
+  launch_chained("kv_write", kv_write_kernel, dim3(blocks_for(a.n * (a.k_width + vw), kThreads)), dim3(kThreads), 0,
+                 static_cast<uint8_t*>(a.k_pool), static_cast<uint8_t*>(a.v_pool), a.dtype, a.k_width, vw, a.slots, a.n,
+                 a.k_rows, a.v_rows);
 }
 
 void kv_move(const KvMoveArgs& a) {

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/launch.h"
+#include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/weights.cuh"
 
 namespace fp::cuda {
@@ -70,6 +71,8 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const float* __restrict_
                                                         const float* __restrict__ scale, int64_t sb, int64_t scale_cols,
                                                         const float* __restrict__ bias, float* __restrict__ y,
                                                         int64_t y_stride) {
+  pdl_release();
+  pdl_wait();  // chained (pdl.cuh): x is the kernel before's output
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kRows;
   const int64_t chunks = in / 8;
   float acc[kRows][NT];
@@ -113,9 +116,10 @@ void launch_gemv(const MatMulArgs& a, const float* x, int nt, float* y) {
   const dim3 grid(static_cast<unsigned>((out + kRows - 1) / kRows));
   const auto* wp = static_cast<const uint8_t*>(w.data);
   const int64_t rb = row_bytes(w.dtype, in), sc = (in + sb - 1) / sb;
-#define FP_GEMV_CASE(N)                                                                                           \
-  case N:                                                                                                         \
-    gemv_kernel<T, N><<<grid, kThreads, 0, stream()>>>(x, wp, rb, out, in, w.block_scale, sb, sc, a.bias, y, out); \
+  const float* scale = w.block_scale;
+#define FP_GEMV_CASE(N)                                                                                                \
+  case N:                                                                                                              \
+    launch_chained("gemv", gemv_kernel<T, N>, grid, dim3(kThreads), 0, x, wp, rb, out, in, scale, sb, sc, a.bias, y, out); \
     break;
   switch (nt) {
     FP_GEMV_CASE(1)
@@ -129,36 +133,95 @@ void launch_gemv(const MatMulArgs& a, const float* x, int nt, float* y) {
     default: fail("gemv: ", nt, " tokens in one launch (at most ", kMaxTokens, ")");
   }
 #undef FP_GEMV_CASE
-  FP_CUDA_LAUNCHED("gemv");
 }
 
-// The `gemv_warp` variant: each warp owns kWarpRows rows on its own (lanes stride over the row
-// in 8-weight chunks, two chunks per row in flight, a shuffle reduction; no shared memory, no
-// block barrier), 4 warps per block. Against `gemv` (a block of 8 warps on 4 rows, ~2 chunks per
-// thread at K = 4096, then a shared-memory reduction) it trades the block's reduction for
-// longer streams per warp. Written after the H200 run (2026-12-04: the BF16 GEMV moved 2.6 of
-// 4.2 TB/s); registered below `gemv` until a device run times the two side by side.
-constexpr int kWarpRows = 2, kWarpsPerBlock = 4;
+// The `gemv_warp` variant: a warp owns kWarpRows consecutive rows on its own (no shared memory,
+// no block barrier; 4 warps per block). Its lanes stride over the rows in 8-weight chunks, and
+// each pass of the main loop requests kUnroll chunks of every row before it uses any: the loads
+// carry no guard (a row past `out` reads the last row again, dropped at the end; the remainder
+// of fewer than 32 * kUnroll chunks runs in a loop of its own), so they are in flight together,
+// kWarpRows * kUnroll * 16 bytes per lane for BF16. The plain dtypes' weights bypass L1
+// (load_weights16), which keeps the activations every warp reads. Chained (pdl.cuh): the first
+// pass's weights are requested before the wait for the kernel that writes x.
+// (The first version, 2 rows and 2 guarded chunks in flight, was written after the H200 run of
+// 2026-12-04, where the block GEMV moved 2.6 of 4.2 TB/s, and never ran on a GPU.)
+constexpr int kWarpRows = 2, kWarpsPerBlock = 4, kUnroll = 4;
+
+// Chunk c of R rows as floats, FP8 block scales applied.
+template <DType T, int R>
+__device__ __forceinline__ void load_rows(const uint8_t* const wrow[R], const float* const srow[R], uint32_t sb32, int64_t c,
+                                          float wv[R][8]) {
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    load8<T, true>(wrow[r], c, wv[r]);
+    if (srow[r]) {
+      const float s = __ldg(srow[r] + static_cast<uint32_t>(8 * c) / sb32);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) wv[r][j] *= s;
+    }
+  }
+}
+
+// acc[r][t] += the R rows' chunk c (wv) times the NT tokens' chunk c of x.
+template <int NT, int R>
+__device__ __forceinline__ void fma_chunk(const float* __restrict__ x, int64_t in, int64_t c, const float wv[R][8],
+                                          float acc[R][NT]) {
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    const float4* xp = reinterpret_cast<const float4*>(x + t * in) + 2 * c;
+    const float4 a = __ldg(xp), b = __ldg(xp + 1);
+    const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int j = 0; j < 8; ++j) acc[r][t] += wv[r][j] * xv[j];
+  }
+}
 
 template <DType T, int NT>
 __global__ void __launch_bounds__(32 * kWarpsPerBlock)
     gemv_warp_kernel(const float* __restrict__ x, const uint8_t* __restrict__ w, int64_t row_bytes, int64_t out, int64_t in,
                      const float* __restrict__ scale, int64_t sb, int64_t scale_cols, const float* __restrict__ bias,
                      float* __restrict__ y, int64_t y_stride) {
+  pdl_release();
   const int lane = threadIdx.x & 31;
   const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5)) * kWarpRows;
-  if (row0 >= out) return;  // whole warps
-  const int64_t chunks = in / 8;
+  if (row0 >= out) return;  // whole warps; they touch nothing
+  const uint8_t* wrow[kWarpRows];
   const float* srow[kWarpRows];
-  scale_rows<kWarpRows>(scale, row0, out, sb, scale_cols, srow);
+#pragma unroll
+  for (int r = 0; r < kWarpRows; ++r) {
+    const int64_t row = min(row0 + r, out - 1);
+    wrow[r] = w + row * row_bytes;
+    srow[r] = scale ? scale + (row / sb) * scale_cols : nullptr;
+  }
+  const uint32_t sb32 = static_cast<uint32_t>(sb);
   float acc[kWarpRows][NT];
 #pragma unroll
   for (int r = 0; r < kWarpRows; ++r)
 #pragma unroll
     for (int t = 0; t < NT; ++t) acc[r][t] = 0.0f;
-#pragma unroll 2
-  for (int64_t c = lane; c < chunks; c += 32)
-    gemv_chunk<T, NT, kWarpRows>(x, w, row_bytes, row0, out, in, srow, static_cast<uint32_t>(sb), c, acc);
+
+  const int64_t chunks = in / 8, main_end = chunks - chunks % (32 * kUnroll);
+  int64_t c = lane;
+  bool waited = false;
+  for (; c < main_end; c += 32 * kUnroll) {
+    float wv[kUnroll][kWarpRows][8];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) load_rows<T, kWarpRows>(wrow, srow, sb32, c + 32 * u, wv[u]);
+    if (!waited) {
+      pdl_wait();  // x is the kernel before's output
+      waited = true;
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) fma_chunk<NT, kWarpRows>(x, in, c + 32 * u, wv[u], acc);
+  }
+  if (!waited) pdl_wait();
+  for (; c < chunks; c += 32) {
+    float wv[kWarpRows][8];
+    load_rows<T, kWarpRows>(wrow, srow, sb32, c, wv);
+    fma_chunk<NT, kWarpRows>(x, in, c, wv, acc);
+  }
 #pragma unroll
   for (int r = 0; r < kWarpRows; ++r)
 #pragma unroll
@@ -177,10 +240,11 @@ void launch_gemv_warp(const MatMulArgs& a, const float* x, int nt, float* y) {
   const dim3 grid(static_cast<unsigned>((out + rows_per_block - 1) / rows_per_block));
   const auto* wp = static_cast<const uint8_t*>(w.data);
   const int64_t rb = row_bytes(w.dtype, in), sc = (in + sb - 1) / sb;
-#define FP_GEMV_CASE(N)                                                                                        \
-  case N:                                                                                                      \
-    gemv_warp_kernel<T, N><<<grid, 32 * kWarpsPerBlock, 0, stream()>>>(x, wp, rb, out, in, w.block_scale, sb, sc, \
-                                                                       a.bias, y, out);                        \
+  const float* scale = w.block_scale;
+#define FP_GEMV_CASE(N)                                                                                                 \
+  case N:                                                                                                               \
+    launch_chained("gemv_warp", gemv_warp_kernel<T, N>, grid, dim3(32 * kWarpsPerBlock), 0, x, wp, rb, out, in, scale, \
+                   sb, sc, a.bias, y, out);                                                                             \
     break;
   switch (nt) {
     FP_GEMV_CASE(1)
@@ -194,7 +258,6 @@ void launch_gemv_warp(const MatMulArgs& a, const float* x, int nt, float* y) {
     default: fail("gemv_warp: ", nt, " tokens in one launch (at most ", kMaxTokens, ")");
   }
 #undef FP_GEMV_CASE
-  FP_CUDA_LAUNCHED("gemv_warp");
 }
 
 bool aligned(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }

@@ -44,17 +44,45 @@ __device__ __forceinline__ void q4k_scale_min(int j, const uint8_t* q, float* sc
   }
 }
 
+// 16 and 8 bytes of weights through the read-only path. kStream: not kept in L1 (a GEMV reads each
+// weight once; L1 stays with the activations every warp reads), with a 256-byte L2 fetch hint.
+// Not volatile: weights do not change while a kernel runs, so the compiler may move these loads
+// freely (ahead of pdl_wait() among others).
+template <bool kStream>
+__device__ __forceinline__ uint4 load_weights16(const void* p) {
+  if constexpr (kStream) {
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+    return v;
+  } else {
+    return __ldg(static_cast<const uint4*>(p));
+  }
+}
+template <bool kStream>
+__device__ __forceinline__ uint2 load_weights8(const void* p) {
+  if constexpr (kStream) {
+    uint2 v;
+    asm("ld.global.nc.L1::no_allocate.L2::256B.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+    return v;
+  } else {
+    return __ldg(static_cast<const uint2*>(p));
+  }
+}
+
 // Weights 8c..8c+7 of `row` (a row of `dtype`; callers check the alignment named above: 16 bytes
-// for the row start of F32/F16/BF16/Q4_K, 8 for F8_E4M3, 2 for Q8_0, none for Q6_K).
-template <DType T>
+// for the row start of F32/F16/BF16/Q4_K, 8 for F8_E4M3, 2 for Q8_0, none for Q6_K). kStream: the
+// plain dtypes' loads bypass L1 (load_weights16); the block formats always go through it (a
+// block's scales serve several chunks).
+template <DType T, bool kStream = false>
 __device__ __forceinline__ void load8(const uint8_t* __restrict__ row, int64_t c, float w[8]) {
   if constexpr (T == DType::F32) {
-    const float4* p = reinterpret_cast<const float4*>(row) + 2 * c;
-    const float4 a = __ldg(p), b = __ldg(p + 1);
-    w[0] = a.x; w[1] = a.y; w[2] = a.z; w[3] = a.w;
-    w[4] = b.x; w[5] = b.y; w[6] = b.z; w[7] = b.w;
+    const uint4 ua = load_weights16<kStream>(row + 32 * c), ub = load_weights16<kStream>(row + 32 * c + 16);
+    w[0] = __uint_as_float(ua.x); w[1] = __uint_as_float(ua.y); w[2] = __uint_as_float(ua.z); w[3] = __uint_as_float(ua.w);
+    w[4] = __uint_as_float(ub.x); w[5] = __uint_as_float(ub.y); w[6] = __uint_as_float(ub.z); w[7] = __uint_as_float(ub.w);
   } else if constexpr (T == DType::F16 || T == DType::BF16) {
-    const uint4 u = __ldg(reinterpret_cast<const uint4*>(row) + c);
+    const uint4 u = load_weights16<kStream>(row + 16 * c);
     const uint32_t words[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
@@ -70,7 +98,7 @@ __device__ __forceinline__ void load8(const uint8_t* __restrict__ row, int64_t c
     // Pairs of E4M3 to F16 pairs (exact: every E4M3 value is an F16 one) by the conversion
     // instruction where the GPU has one (sm_89 and later; cuda_fp8.h emulates it before), then
     // to floats: the same values as fp8e4m3_bits_to_float, in a few instructions per pair.
-    const uint2 u = __ldg(reinterpret_cast<const uint2*>(row) + c);
+    const uint2 u = load_weights8<kStream>(row + 8 * c);
     const uint32_t words[2] = {u.x, u.y};
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
