@@ -86,7 +86,10 @@ if g and g["bf16_gflops"] > 0:
               f"fastest of {g['lt_fp8_candidates']} timed {g['lt_fp8_chosen_gflops']/1000:.0f}")
 for r in (j.get("device_gemv", []) if label == "8b8l-bf16" else []):  # once: the same on every call
     print(f"{'gemv alone BF16 ' + str(r['out']) + 'x' + str(r['in']) + ' GB/s':46s} gemv {r['gemv_gbps']:.0f}, "
-          f"gemv_warp {r['gemv_warp_gbps']:.0f} (of copy {c['read_gbps']:.0f})")
+          f"gemv_warp {r['gemv_warp_gbps']:.0f}; chained {r.get('gemv_chained_gbps', 0):.0f}, "
+          f"{r.get('gemv_warp_chained_gbps', 0):.0f} (of copy {c['read_gbps']:.0f})")
+if j.get("chained_launches"):
+    print(f"{label + ' kernels chained':46s} yes (FASTPATH_CUDA_PDL=1)")
 if "prefill_tps" in j:
     print(f"{label + ' prefill':46s} {f('prefill_tps'):.0f} tok/s = {100*f('prefill_ceiling_fraction'):.1f}% of the bf16 rate")
 if "decode_tps" in j:
@@ -132,11 +135,23 @@ done
 row "CUDA tests" "$ok ok, $failed failed, $skipped skipped"
 [ -n "$failed_names" ] && row "  failed" "$failed_names"
 
+# The same kernels chained (programmatic dependent launch, pdl.cuh; off by default until timed
+# here): the ops of a decode layer and the model tests, one process.
+step "CUDA tests with chained launches"
+FASTPATH_CUDA_PDL=1 timeout 150 "$TESTS" \
+  --gtest_filter='CudaOps.MatMul*:CudaOps.RmsNorm*:CudaOps.Rope*:CudaOps.SiluMul*:CudaOps.KvWrite*:CudaOps.AddAndItsAliases:CudaOpsAttention.Decode*:CudaModel.*:DevicePlacement.DecodeStepsReplayRecordedGraphs' \
+  > "$OUT/tests_chained.log" 2>&1
+rc=$?
+row "CUDA tests, chained launches" "exit $rc ($(grep -E -c '^\[       OK \]' "$OUT/tests_chained.log") ok, $(grep -E -c '^\[  FAILED  \] [A-Za-z]+\.' "$OUT/tests_chained.log") failed)"
+
 step "stories260K greedy text, cpu vs cuda"
 timeout 60 "$FP" generate -q -m "$M" -p "Once upon a time" -n 64 --device cpu > "$OUT/generate_cpu.txt" 2>&1
 timeout 60 "$FP" generate -q -m "$M" -p "Once upon a time" -n 64 --device cuda > "$OUT/generate_cuda.txt" 2>&1
 if cmp -s "$OUT/generate_cpu.txt" "$OUT/generate_cuda.txt"; then row "stories260K greedy 64 tokens" "same text on cuda and cpu"
 else row "stories260K greedy 64 tokens" "DIFFERENT (generate_*.txt)"; fi
+FASTPATH_CUDA_PDL=1 timeout 60 "$FP" generate -q -m "$M" -p "Once upon a time" -n 64 --device cuda > "$OUT/generate_cuda_chained.txt" 2>&1
+if cmp -s "$OUT/generate_cpu.txt" "$OUT/generate_cuda_chained.txt"; then row "stories260K greedy 64 tokens, chained" "same text on cuda and cpu"
+else row "stories260K greedy 64 tokens, chained" "DIFFERENT (generate_cuda_chained.txt)"; fi
 # The logits of a fixed token sequence on both devices, one batch and one token per step.
 TOK="1 403 407 261 378 105 269 238 9 116 164 334 500 17 260 301 402 28 31 402"  # ids < 512 (its vocabulary)
 for dev in cpu cuda; do
@@ -170,12 +185,17 @@ for T in bf16 q8_0; do
     || row "synth $T" "FAILED (synth_$T.log)"
   [ -f "$SYN/llama8b-8l-$T.gguf" ] && bench_model "8b8l-$T" "$SYN/llama8b-8l-$T.gguf" -p 4096 -n 64 -b 8,16,64 -r 3 --warmup 1 --kv-cache-dtype bf16
   # The warp-per-rows GEMV against the default block GEMV (below it until timed here): decode
-  # at batch 1 and 8 (the GEMV's range), every matmul forced onto it.
-  [ -f "$SYN/llama8b-8l-$T.gguf" ] && \
+  # at batch 1 and 8 (the GEMV's range), every matmul forced onto it; then both with the
+  # decode kernels chained (FASTPATH_CUDA_PDL=1).
+  [ "$T" = bf16 ] && [ -f "$SYN/llama8b-8l-$T.gguf" ] && \
     bench_model "8b8l-$T-gemv_warp" "$SYN/llama8b-8l-$T.gguf" -p 0 -n 64 -b 8 -r 3 --warmup 1 --kv-cache-dtype bf16 --kernel matmul=gemv_warp
+  [ "$T" = bf16 ] && [ -f "$SYN/llama8b-8l-$T.gguf" ] && FASTPATH_CUDA_PDL=1 \
+    bench_model "8b8l-$T-chained" "$SYN/llama8b-8l-$T.gguf" -p 0 -n 64 -b 8,64 -r 3 --warmup 1 --kv-cache-dtype bf16
+  [ "$T" = bf16 ] && [ -f "$SYN/llama8b-8l-$T.gguf" ] && FASTPATH_CUDA_PDL=1 \
+    bench_model "8b8l-$T-chained-gemv_warp" "$SYN/llama8b-8l-$T.gguf" -p 0 -n 64 -b 8 -r 3 --warmup 1 --kv-cache-dtype bf16 --kernel matmul=gemv_warp
   # Decode with every step eager, for the CUDA-graph comparison (issue 8: batch 64 with and without).
   # Where the time goes: every kernel call timed (synchronised), prefill of 4096 and 32 decode steps.
-  [ -f "$SYN/llama8b-8l-$T.gguf" ] && \
+  [ "$T" = bf16 ] && [ -f "$SYN/llama8b-8l-$T.gguf" ] && \
     bench_model "8b8l-$T-profile" "$SYN/llama8b-8l-$T.gguf" -p 4096 -n 32 -r 1 --warmup 1 --kv-cache-dtype bf16 --profile
   [ "$T" = bf16 ] && [ -f "$SYN/llama8b-8l-$T.gguf" ] && \
     bench_model "8b8l-$T-nographs" "$SYN/llama8b-8l-$T.gguf" -p 0 -n 64 -b 64 -r 3 --warmup 1 --kv-cache-dtype bf16 --no-cuda-graphs
