@@ -97,15 +97,14 @@ __device__ __forceinline__ void copy_tile(const Params& p, int64_t page0, int t0
     const int e = threadIdx.x + round * kThreads;
     const int key = e / kChunks, c8 = e % kChunks, tp = t0 + key;
     const bool valid = tp < vis;
-    const uint16_t* ksrc = p.k_pool;
-    const uint16_t* vsrc = p.v_pool;
-    if (valid) {
-      const int64_t slot = static_cast<int64_t>(p.page_ids[page0 + tp / p.page_size]) * p.page_size + tp % p.page_size;
-      ksrc += slot * p.k_stride + kvh * D + 8 * c8;
-      vsrc += slot * p.v_stride + kvh * D + 8 * c8;
-    }
-    copy16_async(ks + key * kLd + 8 * c8, ksrc, valid);
-    copy16_async(vs + key * kLd + 8 * c8, vsrc, valid);
+    // No branch around the page lookup, so the rounds' page_ids loads issue back to back rather
+    // than one latency each: a row past `vis` looks up position 0 (a tile is copied only when
+    // vis > 0, so that entry exists) and copies nothing from the pool's start.
+    const int tc = valid ? tp : 0;
+    const int64_t slot = static_cast<int64_t>(__ldg(p.page_ids + page0 + tc / p.page_size)) * p.page_size + tc % p.page_size;
+    const int64_t off = valid ? kvh * D + 8 * c8 : 0;
+    copy16_async(ks + key * kLd + 8 * c8, p.k_pool + (valid ? slot * p.k_stride : 0) + off, valid);
+    copy16_async(vs + key * kLd + 8 * c8, p.v_pool + (valid ? slot * p.v_stride : 0) + off, valid);
   }
 }
 

@@ -134,6 +134,10 @@ void measure_gemvs(DeviceCeilings& c) {
   fill_random_f32<<<blocks_for(widest, 256), 256, 0, stream()>>>(static_cast<float*>(x_buf.data()), widest, 8, 0.0f);
   FP_CUDA_LAUNCHED("fill_random_f32");
   const bool chained = pdl_launches();
+  struct Restore {  // the process's setting back, also when a measurement throws
+    bool on;
+    ~Restore() { set_pdl_launches(on); }
+  } restore{chained};
   for (const Shape& s : shapes) {
     const int64_t elems = s.out * s.in, views = std::clamp<int64_t>(most / elems, 1, 8);
     std::vector<Tensor> w;
@@ -168,7 +172,6 @@ void measure_gemvs(DeviceCeilings& c) {
     }
     c.gemv_rates.push_back(r);
   }
-  set_pdl_launches(chained);
   c.chained_launches = chained;
 }
 

@@ -59,7 +59,9 @@ Context& ctx() {
     FP_CUDA(cudaDeviceGetAttribute(&c2->sm_count, cudaDevAttrMultiProcessorCount, c2->device));
     int major = 0;
     FP_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, c2->device));
-    c2->pdl_capable = major >= 9;
+    int driver = 0;  // programmatic edges under stream capture need a 12.3 driver
+    FP_CUDA(cudaDriverGetVersion(&driver));
+    c2->pdl_capable = major >= 9 && driver >= 12030;
     const char* env = std::getenv("FASTPATH_CUDA_PDL");
     c2->pdl = c2->pdl_capable && env && std::string(env) == "1";
     return c2;

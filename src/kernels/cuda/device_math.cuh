@@ -15,8 +15,11 @@ __device__ __forceinline__ float half_bits_to_float(uint16_t h) { return __half2
 __device__ __forceinline__ float bf16_bits_to_float(uint16_t b) { return __uint_as_float(static_cast<uint32_t>(b) << 16); }
 // Round to nearest even, as the CPU's f32 -> f16 / bf16 conversions (NaN stays NaN).
 __device__ __forceinline__ uint16_t float_to_half_bits(float f) { return __half_as_ushort(__float2half_rn(f)); }
-// F16 for the tensor cores, clamped to its finite range (a larger BF16 / F32 value would become inf).
-__device__ __forceinline__ __half to_half_clamped(float v) { return __float2half(fminf(fmaxf(v, -65504.0f), 65504.0f)); }
+// F16 for the tensor cores, clamped to its finite range (a larger BF16 / F32 value would become
+// inf); NaN stays NaN (fmaxf would turn it into the bound), as in the reference.
+__device__ __forceinline__ __half to_half_clamped(float v) {
+  return __float2half(isnan(v) ? v : fminf(fmaxf(v, -65504.0f), 65504.0f));
+}
 __device__ __forceinline__ uint16_t float_to_bf16_bits(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
 
 __device__ __forceinline__ float warp_sum(float v) {

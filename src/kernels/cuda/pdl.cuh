@@ -8,7 +8,8 @@
 //
 // The contract, for every kernel launched with launch_chained():
 //   - nothing the kernel before may write, or may still read, is touched before pdl_wait()
-//     (weights are safe: no kernel writes them during a step);
+//     (weights are safe: they are uploaded or stacked at load time and no kernel writes them;
+//     a kernel that built a GEMV's weights on the device just before it would break this);
 //   - pdl_release() lets the next chained kernel launch; it may come anywhere (the next kernel
 //     still waits for this one to finish before its own pdl_wait() returns), and a block that
 //     never calls it releases when it exits.
