@@ -176,6 +176,69 @@ TEST(BackendOps, RmsNormWithQ8OutputQuantizesItsOwnRows) {
   EXPECT_THROW(dispatch(bad), Error);
 }
 
+// The BF16 copies (RmsNormArgs / SiluMulArgs::bf16, what a device's BF16 GEMMs read): packed
+// rows that are exactly the kernel's own F32 output rounded to nearest even, the F32 output
+// unchanged by asking for them. Strided and residual norms, strided gate/up.
+TEST(BackendOps, Bf16CopiesAreTheOutputRounded) {
+  int fast = 0;
+  for (auto& k : OpRegistry<RmsNormArgs>::instance().kernels()) {
+    if (k.backend != Backend::CPU) continue;
+    for (int64_t n : {1, 3, 17})
+      for (int64_t d : {7, 64, 4096})
+        for (int64_t extra : {0, 5})
+          for (bool residual : {false, true}) {
+            const int64_t stride = d + extra;
+            const auto x = test::random_floats(static_cast<size_t>(n * stride), static_cast<uint32_t>(n + d + extra), 3.0f);
+            const auto add = test::random_floats(static_cast<size_t>(n * stride), static_cast<uint32_t>(n * 3 + d));
+            const auto w = test::random_floats(static_cast<size_t>(d), 4);
+            std::vector<float> plain_out(x.size(), NAN), out(x.size(), NAN), sum1(x.size()), sum2(x.size());
+            std::vector<uint16_t> b(static_cast<size_t>(n * d), 0xffff);
+            RmsNormArgs a{x.data(), w.data(), n, d, 1e-5f, plain_out.data()};
+            a.stride = extra ? stride : 0;
+            if (residual) a.add = add.data(), a.sum = sum1.data();
+            if (k.refuse && !k.refuse(a).empty()) continue;
+            k.run(a);
+            a.out = out.data();
+            if (residual) a.sum = sum2.data();
+            a.bf16 = b.data();
+            k.run(a);
+            const std::string label = k.name + " n=" + std::to_string(n) + " d=" + std::to_string(d) + " stride=" +
+                                      std::to_string(stride) + (residual ? " +residual" : "");
+            for (int64_t i = 0; i < n; ++i)
+              for (int64_t j = 0; j < d; ++j) {
+                const auto e = static_cast<size_t>(i * stride + j);
+                ASSERT_EQ(out[e], plain_out[e]) << label;
+                ASSERT_EQ(b[static_cast<size_t>(i * d + j)], f32_to_bf16(out[e])) << label << " at " << i << "," << j;
+              }
+            fast += k.name != "ref";
+          }
+  }
+  expect_fast_kernel_ran(fast, "rmsnorm +bf16");
+  fast = 0;
+  for (auto& k : OpRegistry<SiluMulArgs>::instance().kernels()) {
+    if (k.backend != Backend::CPU) continue;
+    for (int64_t n : {1, 4, 9})
+      for (int64_t d : {5, 100, 14336})
+        for (bool strided : {false, true}) {
+          const int64_t gs = strided ? 2 * d : d;
+          const auto g = test::random_floats(static_cast<size_t>(n * gs), static_cast<uint32_t>(n + d), 4.0f);
+          const auto u = test::random_floats(static_cast<size_t>(n * gs), static_cast<uint32_t>(n + d + 1));
+          std::vector<float> plain_out(static_cast<size_t>(n * d), NAN), out(plain_out.size(), NAN);
+          std::vector<uint16_t> b(plain_out.size(), 0xffff);
+          SiluMulArgs a{g.data(), u.data(), n, d, strided ? gs : 0, strided ? gs : 0, plain_out.data()};
+          if (k.refuse && !k.refuse(a).empty()) continue;
+          k.run(a);
+          a.out = out.data();
+          a.bf16 = b.data();
+          k.run(a);
+          ASSERT_EQ(out, plain_out) << k.name << " n=" << n << " d=" << d;
+          for (size_t e = 0; e < out.size(); ++e) ASSERT_EQ(b[e], f32_to_bf16(out[e])) << k.name << " n=" << n << " d=" << d << " at " << e;
+          fast += k.name != "ref";
+        }
+  }
+  expect_fast_kernel_ran(fast, "silu_mul +bf16");
+}
+
 // ---------------------------------------------------------------- add
 TEST(BackendOps, AddEveryKernelAgainstItsReference) {
   int checked = 0;

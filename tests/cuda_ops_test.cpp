@@ -366,6 +366,91 @@ TEST(CudaOps, SiluMulWithRowStrides) {
   cov.expect_ran({"cuda"});
 }
 
+// The BF16 copies a device step hands from RMSNorm and SiLU-and-multiply to the GEMMs after them
+// (RmsNormArgs / SiluMulArgs::bf16 -> MatMulArgs::xb): each copy is exactly the kernel's own F32
+// output rounded, and a matmul given x as BF16 gives what it gives converting x itself.
+TEST(CudaOps, Bf16CopiesFeedTheGemmsAsTheirOwnConversion) {
+  FP_SKIP_WITHOUT_GPU();
+  Coverage cov;
+  for (int64_t n : {1, 9, 40})
+    for (int64_t d : {7, 4096})
+      for (bool residual : {false, true}) {
+        const int64_t stride = d + 3;  // strided rows; the copy's rows are packed
+        const auto x = random_floats(static_cast<size_t>(n * stride), static_cast<uint32_t>(n + d), 2.0f);
+        const auto r = random_floats(static_cast<size_t>(n * stride), static_cast<uint32_t>(n * 3 + d), 2.0f);
+        const auto w = random_floats(static_cast<size_t>(d), static_cast<uint32_t>(d + 2));
+        DeviceBuffer dx = upload(x), dr = upload(r), dw = upload(w), dout = upload(x), dsum = upload(x);
+        DeviceBuffer db = upload(std::vector<uint16_t>(static_cast<size_t>(n * d), 0xffff));
+        RmsNormArgs a{dx.as<float>(), dw.as<float>(), n, d, 1e-5f, dout.as<float>()};
+        a.stride = stride;
+        if (residual) a.add = dr.as<float>(), a.sum = dsum.as<float>();
+        a.bf16 = db.as<uint16_t>();
+        for (const auto* k : test::kernels_under_test<RmsNormArgs>()) {
+          if (!test::refusal(*k, a).empty()) continue;
+          ASSERT_EQ(test::run_kernel(*k, a), "") << k->name;
+          const auto out = download<float>(dout, x.size());
+          const auto b = download<uint16_t>(db, static_cast<size_t>(n * d));
+          for (int64_t i = 0; i < n; ++i)
+            for (int64_t j = 0; j < d; ++j)
+              ASSERT_EQ(b[static_cast<size_t>(i * d + j)], f32_to_bf16(out[static_cast<size_t>(i * stride + j)]))
+                  << k->name << " rmsnorm n=" << n << " d=" << d << (residual ? " +residual" : "") << " at " << i << "," << j;
+          ++cov.ran[k->name];
+        }
+      }
+  for (int64_t n : {1, 9, 64})
+    for (int64_t d : {13, 14336}) {
+      const auto gu = random_floats(static_cast<size_t>(n * 2 * d), static_cast<uint32_t>(n + d), 3.0f);
+      DeviceBuffer dgu = upload(gu), dout = upload(std::vector<float>(static_cast<size_t>(n * d), NAN));
+      DeviceBuffer db = upload(std::vector<uint16_t>(static_cast<size_t>(n * d), 0xffff));
+      const float* g = dgu.as<float>();
+      SiluMulArgs a{g, g + d, n, d, 2 * d, 2 * d, dout.as<float>()};  // gate and up side by side per row
+      a.bf16 = db.as<uint16_t>();
+      for (const auto* k : test::kernels_under_test<SiluMulArgs>()) {
+        if (!test::refusal(*k, a).empty()) continue;
+        ASSERT_EQ(test::run_kernel(*k, a), "") << k->name;
+        const auto out = download<float>(dout, static_cast<size_t>(n * d));
+        const auto b = download<uint16_t>(db, out.size());
+        for (size_t e = 0; e < out.size(); ++e)
+          ASSERT_EQ(b[e], f32_to_bf16(out[e])) << k->name << " silu_mul n=" << n << " d=" << d << " at " << e;
+        ++cov.ran[k->name];
+      }
+    }
+  // BF16 weights, GEMM sizes: the same output with x given as BF16 as with x converted by the
+  // kernel, and the reference's within the BF16 tolerance.
+  for (int64_t n : {9, 64, 300})
+    for (int64_t in : {64, 4096}) {
+      const int64_t out = 257;
+      const auto wf = random_floats(static_cast<size_t>(out * in), static_cast<uint32_t>(n + in));
+      std::vector<uint8_t> w(static_cast<size_t>(out * in * 2));
+      quantize_row(DType::BF16, wf.data(), w.data(), out * in);
+      const auto x = random_floats(static_cast<size_t>(n * in), static_cast<uint32_t>(n + in + 1));
+      std::vector<uint16_t> xb(x.size());
+      for (size_t i = 0; i < x.size(); ++i) xb[i] = f32_to_bf16(x[i]);
+      Tensor hw = Tensor::view(w.data(), DType::BF16, {out, in});
+      std::vector<float> want(static_cast<size_t>(n * out), NAN);
+      test::find_kernel<MatMulArgs>(Backend::CPU, "ref")->run(MatMulArgs{x.data(), n, &hw, nullptr, want.data()});
+      DeviceBuffer dw = upload(w), dx = upload(x), dxb = upload(xb), dy = upload(want);
+      Tensor tw = Tensor::view(dw.as<uint8_t>(), DType::BF16, {out, in});
+      tw.device = test::test_device();
+      MatMulArgs a{dx.as<float>(), n, &tw, nullptr, dy.as<float>()};
+      for (const auto* k : test::kernels_under_test<MatMulArgs>()) {
+        if (!test::refusal(*k, a).empty()) continue;
+        const std::string label = k->name + " n=" + std::to_string(n) + " in=" + std::to_string(in);
+        a.xb = nullptr;
+        ASSERT_EQ(test::run_kernel(*k, a), "") << label;
+        const auto converted = download<float>(dy, want.size());
+        a.xb = dxb.as<uint16_t>();
+        upload_into(dy, std::vector<float>(want.size(), NAN));
+        ASSERT_EQ(test::run_kernel(*k, a), "") << label;
+        const auto given = download<float>(dy, want.size());
+        EXPECT_LE(l2_error(given, converted), 1e-6) << label;
+        EXPECT_LE(l2_error(given, want), matmul_tol(k->name, DType::BF16)) << label;
+        ++cov.ran[k->name];
+      }
+    }
+  cov.expect_ran({"cuda", "cublas"});
+}
+
 TEST(CudaOps, AddAndItsAliases) {
   FP_SKIP_WITHOUT_GPU();
   Coverage cov;

@@ -32,6 +32,10 @@ struct MatMulArgs {
   // them; a fused rmsnorm writes it). Kernels that dot Q8_0/Q4_0 weights with 8-bit
   // activations use it instead of quantizing x again; the others ignore it.
   const BlockQ8_0* xq = nullptr;
+  // Optional: x already as BF16 (n packed rows of K, rounded to nearest even; a fused RMSNorm
+  // or SiLU-and-multiply writes it). Kernels that would convert x to BF16 first use it instead;
+  // the others ignore it. Must hold exactly x's values rounded.
+  const uint16_t* xb = nullptr;
   std::string shape_class() const;  // weight dtype and gemv (n <= 4) / gemv8 / gemm32 / gemm128 / gemm256 / gemm
 };
 
@@ -54,6 +58,9 @@ struct RmsNormArgs {
   // "x += h; h = norm(x)" in one pass. Both or neither.
   const float* add = nullptr;
   float* sum = nullptr;
+  // Optional: also out's rows as BF16 (n packed rows of d, rounded to nearest even) — the
+  // activations of the BF16 GEMMs that follow (MatMulArgs::xb), converted once.
+  uint16_t* bf16 = nullptr;
   int64_t row_stride() const { return stride ? stride : d; }
   std::string shape_class() const;
 };
@@ -163,6 +170,7 @@ struct SiluMulArgs {
   int64_t n = 0, d = 0;
   int64_t gate_stride = 0, up_stride = 0;  // floats between rows (0 means d)
   float* out = nullptr;
+  uint16_t* bf16 = nullptr;  // optional: also out as BF16 (as RmsNormArgs::bf16)
   std::string shape_class() const;
 };
 

@@ -235,7 +235,9 @@ class LlamaModel : public Model {
                         const int32_t* pos, float* q, float* k, float* v,
                         const std::function<void()>& kv_ready = nullptr, const float* residual = nullptr) {
     const ModelConfig& c = config();
-    const BlockQ8_0* hq = rmsnorm_for(with_residual({x, L.attn_norm, n, c.dim, c.rms_eps, h}, x, residual), {L.wq, L.wk, L.wv}, hq_);
+    RmsNormArgs norm = with_residual({x, L.attn_norm, n, c.dim, c.rms_eps, h}, x, residual);
+    const uint16_t* hb = norm.bf16 = bf16_copy(n, {L.wq, L.wk, L.wv});
+    const BlockQ8_0* hq = rmsnorm_for(norm, {L.wq, L.wk, L.wv}, hq_);
     // One row, q, k, v side by side (step_buffers): one matmul over the stacked matrices, and
     // q's heads and k's rotated in one call.
     if (n == 1 && L.wqkv && !kv_ready && k == q + heads * c.head_dim && v == k + kv_heads * c.head_dim) {
@@ -246,13 +248,13 @@ class LlamaModel : public Model {
       dispatch(RopeArgs{q, pos, n, qk_heads, c.head_dim, c.rot_dim, qk_heads * c.head_dim, inv_freq_at_, 1.0f, c.rope_style});
       return;
     }
-    dispatch(MatMulArgs{h, n, L.wk, L.bk, k, hq});
-    dispatch(MatMulArgs{h, n, L.wv, L.bv, v, hq});
+    dispatch(MatMulArgs{h, n, L.wk, L.bk, k, hq, hb});
+    dispatch(MatMulArgs{h, n, L.wv, L.bv, v, hq, hb});
     if (c.qk_norm) dispatch(RmsNormArgs{k, L.k_norm, n * kv_heads, c.head_dim, c.rms_eps, k});
     dispatch(RopeArgs{k, pos, n, kv_heads, c.head_dim, c.rot_dim, kv_heads * c.head_dim, inv_freq_at_, 1.0f, c.rope_style});
     if (kv_ready) kv_ready();
     progress();
-    dispatch(MatMulArgs{h, n, L.wq, L.bq, q, hq});
+    dispatch(MatMulArgs{h, n, L.wq, L.bq, q, hq, hb});
     progress();
     if (c.qk_norm) dispatch(RmsNormArgs{q, L.q_norm, n * heads, c.head_dim, c.rms_eps, q});
     dispatch(RopeArgs{q, pos, n, heads, c.head_dim, c.rot_dim, heads * c.head_dim, inv_freq_at_, 1.0f, c.rope_style});
@@ -265,6 +267,20 @@ class LlamaModel : public Model {
     ffn_share(L, x, h, gate, up, n);
     if (sum_ranks) dispatch(AllReduceArgs{tp_.get(), h, n * c.dim});
     dispatch(AddArgs{x, h, n * c.dim, x});
+  }
+
+  // Where a device's GEMMs on BF16 weights follow an op, the op also writes its output as BF16
+  // (RmsNormArgs / SiluMulArgs::bf16) and the matmuls take it (MatMulArgs::xb) rather than each
+  // converting x again: on a device, more rows than the GEMV takes (8), every weight BF16. The
+  // buffer: n rows of the widest activation, so it is allocated once per n; one op's copy is
+  // read by the matmuls right after it, before the next op writes the next. Null: not worth it.
+  uint16_t* bf16_copy(int64_t n, std::initializer_list<const Tensor*> ws) {
+    if (device() == Device::CPU || n <= 8) return nullptr;
+    for (const Tensor* w : ws)
+      if (!w || w->dtype != DType::BF16) return nullptr;
+    int64_t width = config().dim;
+    for (const LlamaLayer& L : layers_) width = std::max(width, L.ffn_width);
+    return reinterpret_cast<uint16_t*>(act_.f32(11, (n * width + 1) / 2));
   }
 
   // The norm's arguments with x += residual fused in (x, the norm's input, is written); none: as
@@ -282,17 +298,20 @@ class LlamaModel : public Model {
   void ffn_share(const LlamaLayer& L, float* x, float* h, float* gate, float* up, int64_t n,
                  const float* residual = nullptr) {
     const ModelConfig& c = config();
-    const BlockQ8_0* hq = rmsnorm_for(with_residual({x, L.ffn_norm, n, c.dim, c.rms_eps, h}, x, residual), {L.w_gate, L.w_up}, hq_);
+    RmsNormArgs norm = with_residual({x, L.ffn_norm, n, c.dim, c.rms_eps, h}, x, residual);
+    const uint16_t* hb = norm.bf16 = bf16_copy(n, {L.w_gate, L.w_up});
+    const BlockQ8_0* hq = rmsnorm_for(norm, {L.w_gate, L.w_up}, hq_);
     if (n == 1 && L.w_gate_up && up == gate + L.ffn_width) {  // one row, gate and up side by side
       dispatch(MatMulArgs{h, n, L.w_gate_up, nullptr, gate, hq});
     } else {
-      dispatch(MatMulArgs{h, n, L.w_gate, nullptr, gate, hq});
+      dispatch(MatMulArgs{h, n, L.w_gate, nullptr, gate, hq, hb});
       progress();
-      dispatch(MatMulArgs{h, n, L.w_up, nullptr, up, hq});
+      dispatch(MatMulArgs{h, n, L.w_up, nullptr, up, hq, hb});
     }
     progress();
-    dispatch(SiluMulArgs{gate, up, n, L.ffn_width, 0, 0, gate});
-    dispatch(MatMulArgs{gate, n, L.w_down, nullptr, h});
+    uint16_t* gb = bf16_copy(n, {L.w_down});  // (h's copy above is read by then)
+    dispatch(SiluMulArgs{gate, up, n, L.ffn_width, 0, 0, gate, gb});
+    dispatch(MatMulArgs{gate, n, L.w_down, nullptr, h, nullptr, gb});
     progress();
   }
 

@@ -82,6 +82,8 @@ FP_AVX2 void rmsnorm_rows(const RmsNormArgs& a, int64_t r0, int64_t r1) {
       _mm256_maskstore_ps(y + j, tm, _mm256_mul_ps(_mm256_mul_ps(_mm256_maskload_ps(x + j, tm), inv),
                                                    _mm256_maskload_ps(a.weight + j, tm)));
     if (a.q8) quantize_act_q8_0(y, a.q8 + r * (d / QK8_0), d);  // the row is still in L1
+    if (a.bf16)
+      for (j = 0; j < d; ++j) a.bf16[r * d + j] = f32_to_bf16(y[j]);
   }
 }
 
@@ -145,6 +147,8 @@ void silu_mul_avx2(const SiluMulArgs& a) {
     for (int64_t it = b; it < e; ++it) {
       int64_t r = it / chunks, j0 = (it % chunks) * cw, j1 = std::min(a.d, j0 + cw);
       silu_mul_span(a.gate + r * gs + j0, a.up + r * us + j0, a.out + r * a.d + j0, j1 - j0);
+      if (a.bf16)
+        for (int64_t j = j0; j < j1; ++j) a.bf16[r * a.d + j] = f32_to_bf16(a.out[r * a.d + j]);
     }
   });
 }

@@ -238,6 +238,8 @@ void rmsnorm_ref(const RmsNormArgs& a) {
     float inv = 1.0f / std::sqrt(ss / static_cast<float>(a.d) + a.eps);
     for (int64_t j = 0; j < a.d; ++j) y[j] = x[j] * inv * a.weight[j];
     if (a.q8) quantize_row_q8_0(y, a.q8 + i * (a.d / QK8_0), a.d);
+    if (a.bf16)
+      for (int64_t j = 0; j < a.d; ++j) a.bf16[i * a.d + j] = f32_to_bf16(y[j]);
   }
 }
 
@@ -265,6 +267,7 @@ void silu_mul_ref(const SiluMulArgs& a) {
     for (int64_t j = 0; j < a.d; ++j) {
       float g = a.gate[i * gs + j];
       a.out[i * a.d + j] = g / (1.0f + std::exp(-g)) * a.up[i * us + j];
+      if (a.bf16) a.bf16[i * a.d + j] = f32_to_bf16(a.out[i * a.d + j]);
     }
 }
 

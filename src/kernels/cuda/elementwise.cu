@@ -25,7 +25,7 @@ __global__ void embedding_kernel(const uint8_t* table, DType dtype, int64_t row_
 // With a residual (add, sum non-null): sum = x + add, normalised. Each thread reads and writes
 // the same elements in both passes, so sum may alias x and out may alias add.
 __global__ void rmsnorm_kernel(const float* x, const float* add, float* sum, const float* w, int64_t d, int64_t stride,
-                               float eps, float* out) {
+                               float eps, float* out, uint16_t* bf16) {
   pdl_release();
   pdl_wait();
   const float* xr = x + blockIdx.x * stride;
@@ -45,7 +45,12 @@ __global__ void rmsnorm_kernel(const float* x, const float* add, float* sum, con
   }
   ss = block_sum(ss);
   const float inv = rsqrtf(ss / static_cast<float>(d) + eps);
-  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) yr[j] = xr[j] * inv * w[j];
+  uint16_t* br = bf16 ? bf16 + blockIdx.x * d : nullptr;  // packed rows
+  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
+    const float v = xr[j] * inv * w[j];
+    yr[j] = v;
+    if (br) br[j] = float_to_bf16_bits(v);
+  }
 }
 
 // One thread per (token, pair index i, head).
@@ -68,14 +73,17 @@ __global__ void rope_kernel(float* x, const int32_t* pos, int64_t n, int64_t n_h
   xh[i1] = x0 * s + x1 * c;
 }
 
-__global__ void silu_mul_kernel(const float* gate, const float* up, int64_t n, int64_t d, int64_t gs, int64_t us, float* out) {
+__global__ void silu_mul_kernel(const float* gate, const float* up, int64_t n, int64_t d, int64_t gs, int64_t us, float* out,
+                                uint16_t* bf16) {
   pdl_release();
   pdl_wait();
   const int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (idx >= n * d) return;
   const int64_t i = idx / d, j = idx % d;
   const float g = gate[i * gs + j];
-  out[idx] = g / (1.0f + expf(-g)) * up[i * us + j];
+  const float v = g / (1.0f + expf(-g)) * up[i * us + j];
+  out[idx] = v;
+  if (bf16) bf16[idx] = float_to_bf16_bits(v);
 }
 
 __global__ void add_kernel(const float* a, const float* b, int64_t n, float* out) {
@@ -206,7 +214,7 @@ std::string refuse_rmsnorm(const RmsNormArgs& a) {
 void rmsnorm(const RmsNormArgs& a) {
   if (a.n == 0) return;
   launch_chained("rmsnorm", rmsnorm_kernel, dim3(static_cast<unsigned>(a.n)), dim3(kThreads), 0, a.x, a.add, a.sum, a.weight,
-                 a.d, a.row_stride(), a.eps, a.out);
+                 a.d, a.row_stride(), a.eps, a.out, a.bf16);
 }
 
 void rope(const RopeArgs& a) {
@@ -220,7 +228,7 @@ void silu_mul(const SiluMulArgs& a) {
   const int64_t total = a.n * a.d;
   if (total == 0) return;
   launch_chained("silu_mul", silu_mul_kernel, dim3(blocks_for(total, kThreads)), dim3(kThreads), 0, a.gate, a.up, a.n, a.d,
-                 a.gate_stride ? a.gate_stride : a.d, a.up_stride ? a.up_stride : a.d, a.out);
+                 a.gate_stride ? a.gate_stride : a.d, a.up_stride ? a.up_stride : a.d, a.out, a.bf16);
 }
 
 void add(const AddArgs& a) {

@@ -2,8 +2,9 @@
 // (+ bias), computed in F32 with F32 output.
 //   F32 weights:  cublasGemmEx on F32 (CUBLAS_COMPUTE_32F under the handle's default math mode:
 //                 no TF32, so it compares tightly with the reference).
-//   F16 / BF16:   x is converted to the weight dtype (scratch slot 0), then GemmEx 16F/16BF x
-//                 16F/16BF -> 32F on the tensor cores.
+//   F16 / BF16:   x is converted to the weight dtype (scratch slot 0; BF16 x that came with the
+//                 call, MatMulArgs::xb, is taken as it is), then GemmEx 16F/16BF x 16F/16BF -> 32F
+//                 on the tensor cores.
 //   Q8_0 / Q4_K:  panels of weight rows are dequantized to F16 (scratch slot 1), x to F16, then
 //                 the same GemmEx per panel ("dequantize, then the dense GEMM", as llama.cpp).
 //   F8_E4M3:      likewise to BF16, the 128x128 block scales applied while dequantizing (FP8
@@ -69,8 +70,10 @@ void gemm(const void* w, cudaDataType at, const void* x, int64_t rows, int64_t n
                          static_cast<int>(ldc), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
-// x [n, in] f32 -> scratch slot 0 as F16 or BF16.
+// x [n, in] f32 -> scratch slot 0 as F16 or BF16; BF16 given with the call (MatMulArgs::xb) is
+// used as it is.
 const uint16_t* convert_x(const MatMulArgs& a, int64_t in, bool bf16) {
+  if (bf16 && a.xb) return a.xb;
   const int64_t count = a.n * in;
   auto* xh = static_cast<uint16_t*>(scratch(static_cast<size_t>(count) * 2, 0));
   if (bf16) convert_kernel<true><<<blocks_for(count, kThreads), kThreads, 0, stream()>>>(a.x, count, xh);
