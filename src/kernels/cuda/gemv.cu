@@ -30,8 +30,24 @@ __device__ __forceinline__ void scale_rows(const float* scale, int64_t row0, int
   for (int r = 0; r < R; ++r) srow[r] = scale && row0 + r < out ? scale + ((row0 + r) / sb) * scale_cols : nullptr;
 }
 
+// acc[r][t] += the R rows' chunk c (wv) times the NT tokens' chunk c of x.
+template <int NT, int R>
+__device__ __forceinline__ void fma_chunk(const float* __restrict__ x, int64_t in, int64_t c, const float wv[R][8],
+                                          float acc[R][NT]) {
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    const float4* xp = reinterpret_cast<const float4*>(x + t * in) + 2 * c;
+    const float4 a = __ldg(xp), b = __ldg(xp + 1);
+    const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int j = 0; j < 8; ++j) acc[r][t] += wv[r][j] * xv[j];
+  }
+}
+
 // One 8-weight chunk c of rows row0..row0+R-1 (zeros past `out`) times the NT tokens' chunk c of
-// x, added to acc: the step both GEMVs repeat.
+// x, added to acc: the block GEMV's step.
 template <DType T, int NT, int R>
 __device__ __forceinline__ void gemv_chunk(const float* __restrict__ x, const uint8_t* __restrict__ w, int64_t row_bytes,
                                            int64_t row0, int64_t out, int64_t in, const float* const srow[R], uint32_t sb32,
@@ -52,16 +68,7 @@ __device__ __forceinline__ void gemv_chunk(const float* __restrict__ x, const ui
       for (int j = 0; j < 8; ++j) wv[r][j] = 0.0f;
     }
   }
-#pragma unroll
-  for (int t = 0; t < NT; ++t) {
-    const float4* xp = reinterpret_cast<const float4*>(x + t * in) + 2 * c;
-    const float4 a = __ldg(xp), b = __ldg(xp + 1);
-    const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-#pragma unroll
-      for (int j = 0; j < 8; ++j) acc[r][t] += wv[r][j] * xv[j];
-  }
+  fma_chunk<NT, R>(x, in, c, wv, acc);
 }
 
 // x [NT, in] (row stride in), W rows of row_bytes; scale: FP8 block scales or null.
@@ -159,22 +166,6 @@ __device__ __forceinline__ void load_rows(const uint8_t* const wrow[R], const fl
 #pragma unroll
       for (int j = 0; j < 8; ++j) wv[r][j] *= s;
     }
-  }
-}
-
-// acc[r][t] += the R rows' chunk c (wv) times the NT tokens' chunk c of x.
-template <int NT, int R>
-__device__ __forceinline__ void fma_chunk(const float* __restrict__ x, int64_t in, int64_t c, const float wv[R][8],
-                                          float acc[R][NT]) {
-#pragma unroll
-  for (int t = 0; t < NT; ++t) {
-    const float4* xp = reinterpret_cast<const float4*>(x + t * in) + 2 * c;
-    const float4 a = __ldg(xp), b = __ldg(xp + 1);
-    const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-#pragma unroll
-      for (int j = 0; j < 8; ++j) acc[r][t] += wv[r][j] * xv[j];
   }
 }
 
