@@ -6,7 +6,8 @@
 // weights (16-byte loads for F16/BF16, see weights.cuh) strided by 256, so each thread keeps
 // kRows independent weight loads in flight per step and reuses each 8-float slice of the n
 // activation rows (read from L1/L2) for all kRows rows. Partial sums meet in shared memory.
-// Grid: ceil(out / 4) blocks.
+// Grid: ceil(out / 4) blocks. The `gemv_warp` variant below gives each warp 2 rows of its own.
+// Both are launched chained (pdl.cuh) when that is on.
 #include "core/error.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/launch.h"
