@@ -94,6 +94,8 @@ if "prefill_tps" in j:
     print(f"{label + ' prefill':46s} {f('prefill_tps'):.0f} tok/s = {100*f('prefill_ceiling_fraction'):.1f}% of the bf16 rate")
 if "decode_tps" in j:
     print(f"{label + ' decode b=1':46s} {f('decode_tps'):.1f} tok/s = {100*f('decode_ceiling_fraction'):.1f}% of copy bandwidth ({f('decode_gbps'):.0f} GB/s)")
+if "decode_overlapped_tps" in j:
+    print(f"{label + ' decode b=1 overlapped':46s} {f('decode_overlapped_tps'):.1f} tok/s = {100*f('decode_overlapped_ceiling_fraction'):.1f}% of copy bandwidth")
 for e in j.get("decode_batches", []):
     print(f"{label + ' decode b=' + str(e['batch']):46s} {e['decode_tps']:.1f} tok/s = {100*e['decode_ceiling_fraction']:.1f}% of its roofline")
 PY
