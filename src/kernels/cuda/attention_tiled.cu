@@ -72,13 +72,13 @@ __device__ __forceinline__ void load_tile(const uint8_t* pool, DType dt, int64_t
       }
       const int64_t idx = slots[t] * stride + off + d0;
       if (dt == DType::F32) {
-        const float4 v = __ldg(reinterpret_cast<const float4*>(pool) + idx / 4);
+        const float4 v = reinterpret_cast<const float4*>(pool)[idx / 4];  // not __ldg: pdl.cuh
         out[0] = v.x;
         out[1] = v.y;
         out[2] = v.z;
         out[3] = v.w;
       } else {
-        const uint4 u = __ldg(reinterpret_cast<const uint4*>(pool) + idx / 8);
+        const uint4 u = reinterpret_cast<const uint4*>(pool)[idx / 8];
         const uint32_t words[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
         for (int k = 0; k < 4; ++k) {

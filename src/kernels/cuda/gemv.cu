@@ -33,12 +33,12 @@ __device__ __forceinline__ void scale_rows(const float* scale, int64_t row0, int
 
 // acc[r][t] += the R rows' chunk c (wv) times the NT tokens' chunk c of x.
 template <int NT, int R>
-__device__ __forceinline__ void fma_chunk(const float* __restrict__ x, int64_t in, int64_t c, const float wv[R][8],
+__device__ __forceinline__ void fma_chunk(const float* x, int64_t in, int64_t c, const float wv[R][8],
                                           float acc[R][NT]) {
 #pragma unroll
   for (int t = 0; t < NT; ++t) {
     const float4* xp = reinterpret_cast<const float4*>(x + t * in) + 2 * c;
-    const float4 a = __ldg(xp), b = __ldg(xp + 1);
+    const float4 a = xp[0], b = xp[1];  // ordinary loads: see pdl.cuh
     const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
 #pragma unroll
     for (int r = 0; r < R; ++r)
@@ -50,7 +50,7 @@ __device__ __forceinline__ void fma_chunk(const float* __restrict__ x, int64_t i
 // One 8-weight chunk c of rows row0..row0+R-1 (zeros past `out`) times the NT tokens' chunk c of
 // x, added to acc: the block GEMV's step.
 template <DType T, int NT, int R>
-__device__ __forceinline__ void gemv_chunk(const float* __restrict__ x, const uint8_t* __restrict__ w, int64_t row_bytes,
+__device__ __forceinline__ void gemv_chunk(const float* x, const uint8_t* __restrict__ w, int64_t row_bytes,
                                            int64_t row0, int64_t out, int64_t in, const float* const srow[R], uint32_t sb32,
                                            int64_t c, float acc[R][NT]) {
   float wv[R][8];
@@ -74,7 +74,7 @@ __device__ __forceinline__ void gemv_chunk(const float* __restrict__ x, const ui
 
 // x [NT, in] (row stride in), W rows of row_bytes; scale: FP8 block scales or null.
 template <DType T, int NT>
-__global__ void __launch_bounds__(kThreads) gemv_kernel(const float* __restrict__ x, const uint8_t* __restrict__ w,
+__global__ void __launch_bounds__(kThreads) gemv_kernel(const float* x, const uint8_t* __restrict__ w,
                                                         int64_t row_bytes, int64_t out, int64_t in,
                                                         const float* __restrict__ scale, int64_t sb, int64_t scale_cols,
                                                         const float* __restrict__ bias, float* __restrict__ y,
@@ -149,32 +149,56 @@ void launch_gemv(const MatMulArgs& a, const float* x, int nt, float* y) {
 // carry no guard (a row past `out` reads the last row again, dropped at the end; the remainder
 // of fewer than 32 * kUnroll chunks runs in a loop of its own), so they are in flight together,
 // kWarpRows * kUnroll * 16 bytes per lane for BF16. The plain dtypes' weights bypass L1
-// (load_weights16), which keeps the activations every warp reads. Chained (pdl.cuh): the first
-// pass's weights are requested before the wait for the kernel that writes x.
+// (load_weights16), which keeps the activations every warp reads. FP8 block scales multiply
+// each chunk's dot product, not its weights. Chained (pdl.cuh): the first pass's weights are
+// requested before the wait for the kernel that writes x.
 // (The first version, 2 rows and 2 guarded chunks in flight, was written after the H200 run of
 // 2026-12-04, where the block GEMV moved 2.6 of 4.2 TB/s, and never ran on a GPU.)
 constexpr int kWarpRows = 2, kWarpsPerBlock = 4, kUnroll = 4;
 
-// Chunk c of R rows as floats, FP8 block scales applied.
+// The FP8 block-scale column of chunk c: a shift where the block is a power of two (128 for
+// DeepSeek's checkpoints; sb_shift >= 0), else a division.
+__device__ __forceinline__ uint32_t scale_col(int64_t c, uint32_t sb32, int sb_shift) {
+  const auto e = static_cast<uint32_t>(8 * c);
+  return sb_shift >= 0 ? e >> sb_shift : e / sb32;
+}
+
+// Chunk c of R rows as floats (wv) and each row's block scale for it (s; 1 without scales).
 template <DType T, int R>
-__device__ __forceinline__ void load_rows(const uint8_t* const wrow[R], const float* const srow[R], uint32_t sb32, int64_t c,
-                                          float wv[R][8]) {
+__device__ __forceinline__ void load_rows(const uint8_t* const wrow[R], const float* const srow[R], uint32_t scol, int64_t c,
+                                          float wv[R][8], float s[R]) {
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     load8<T, true>(wrow[r], c, wv[r]);
-    if (srow[r]) {
-      const float s = __ldg(srow[r] + static_cast<uint32_t>(8 * c) / sb32);
+    s[r] = srow[r] ? __ldg(srow[r] + scol) : 1.0f;
+  }
+}
+
+// acc[r][t] += s[r] * (row r's chunk c . token t's chunk c of x): the scale multiplies the
+// chunk's dot product once rather than each of its 8 weights (FP8 decode is short of ALU).
+template <int NT, int R>
+__device__ __forceinline__ void fma_chunk_scaled(const float* x, int64_t in, int64_t c, const float wv[R][8],
+                                                 const float s[R], float acc[R][NT]) {
 #pragma unroll
-      for (int j = 0; j < 8; ++j) wv[r][j] *= s;
+  for (int t = 0; t < NT; ++t) {
+    const float4* xp = reinterpret_cast<const float4*>(x + t * in) + 2 * c;
+    const float4 a = xp[0], b = xp[1];  // ordinary loads: see pdl.cuh
+    const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      float d = wv[r][0] * xv[0];
+#pragma unroll
+      for (int j = 1; j < 8; ++j) d = fmaf(wv[r][j], xv[j], d);
+      acc[r][t] = fmaf(s[r], d, acc[r][t]);
     }
   }
 }
 
 template <DType T, int NT>
 __global__ void __launch_bounds__(32 * kWarpsPerBlock)
-    gemv_warp_kernel(const float* __restrict__ x, const uint8_t* __restrict__ w, int64_t row_bytes, int64_t out, int64_t in,
-                     const float* __restrict__ scale, int64_t sb, int64_t scale_cols, const float* __restrict__ bias,
-                     float* __restrict__ y, int64_t y_stride) {
+    gemv_warp_kernel(const float* x, const uint8_t* __restrict__ w, int64_t row_bytes, int64_t out, int64_t in,
+                     const float* __restrict__ scale, int64_t sb, int sb_shift, int64_t scale_cols,
+                     const float* __restrict__ bias, float* __restrict__ y, int64_t y_stride) {
   pdl_release();
   const int lane = threadIdx.x & 31;
   const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5)) * kWarpRows;
@@ -198,21 +222,22 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock)
   int64_t c = lane;
   bool waited = false;
   for (; c < main_end; c += 32 * kUnroll) {
-    float wv[kUnroll][kWarpRows][8];
+    float wv[kUnroll][kWarpRows][8], s[kUnroll][kWarpRows];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) load_rows<T, kWarpRows>(wrow, srow, sb32, c + 32 * u, wv[u]);
+    for (int u = 0; u < kUnroll; ++u)
+      load_rows<T, kWarpRows>(wrow, srow, scale_col(c + 32 * u, sb32, sb_shift), c + 32 * u, wv[u], s[u]);
     if (!waited) {
       pdl_wait();  // x is the kernel before's output
       waited = true;
     }
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) fma_chunk<NT, kWarpRows>(x, in, c + 32 * u, wv[u], acc);
+    for (int u = 0; u < kUnroll; ++u) fma_chunk_scaled<NT, kWarpRows>(x, in, c + 32 * u, wv[u], s[u], acc);
   }
   if (!waited) pdl_wait();
   for (; c < chunks; c += 32) {
-    float wv[kWarpRows][8];
-    load_rows<T, kWarpRows>(wrow, srow, sb32, c, wv);
-    fma_chunk<NT, kWarpRows>(x, in, c, wv, acc);
+    float wv[kWarpRows][8], s[kWarpRows];
+    load_rows<T, kWarpRows>(wrow, srow, scale_col(c, sb32, sb_shift), c, wv, s);
+    fma_chunk_scaled<NT, kWarpRows>(x, in, c, wv, s, acc);
   }
 #pragma unroll
   for (int r = 0; r < kWarpRows; ++r)
@@ -233,10 +258,13 @@ void launch_gemv_warp(const MatMulArgs& a, const float* x, int nt, float* y) {
   const auto* wp = static_cast<const uint8_t*>(w.data);
   const int64_t rb = row_bytes(w.dtype, in), sc = (in + sb - 1) / sb;
   const float* scale = w.block_scale;
+  int sb_shift = -1;  // log2(sb) where sb is a power of two
+  for (int k = 0; k < 31; ++k)
+    if (int64_t{1} << k == sb) sb_shift = k;
 #define FP_GEMV_CASE(N)                                                                                                 \
   case N:                                                                                                               \
     launch_chained("gemv_warp", gemv_warp_kernel<T, N>, grid, dim3(32 * kWarpsPerBlock), 0, x, wp, rb, out, in, scale, \
-                   sb, sc, a.bias, y, out);                                                                             \
+                   sb, sb_shift, sc, a.bias, y, out);                                                                   \
     break;
   switch (nt) {
     FP_GEMV_CASE(1)

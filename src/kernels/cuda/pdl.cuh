@@ -10,6 +10,11 @@
 //   - nothing the kernel before may write, or may still read, is touched before pdl_wait()
 //     (weights are safe: they are uploaded or stacked at load time and no kernel writes them;
 //     a kernel that built a GEMV's weights on the device just before it would break this);
+//   - what the kernel before writes is read with ordinary loads, never __ldg / ld.global.nc, and
+//     its pointers are not `const __restrict__` (nvcc turns such loads into .nc ones): ptxas
+//     treats non-coherent loads as reading memory that nothing changes while the kernel runs
+//     and schedules them above griddepcontrol.wait (seen in gemv_warp's SASS, where the PTX
+//     had them after it). Weights may use them;
 //   - pdl_release() lets the next chained kernel launch; it may come anywhere (the next kernel
 //     still waits for this one to finish before its own pdl_wait() returns), and a block that
 //     never calls it releases when it exits.
