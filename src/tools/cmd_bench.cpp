@@ -109,17 +109,27 @@ double attention_flops(const ModelConfig& c, double ctx) {
 // MLA's latent row) in the cache's dtype.
 double kv_bytes(const KvLayout& kv, double ctx) { return static_cast<double>(kv.bytes_per_token()) * ctx; }
 
+// `batch` sequences of up to gen + 1 positions, each with its own block table in one pool.
+struct DecodeSequences {
+  KvPool pool;
+  std::vector<std::vector<int32_t>> tables;
+  DecodeSequences(const KvLayout& kv, const Model& model, int batch, int gen)
+      : pool(kv, kPage, pages(gen) * batch, model.device()), tables(static_cast<size_t>(batch)) {
+    for (auto& t : tables)
+      for (int64_t p = 0; p < pages(gen); ++p) t.push_back(pool.blocks().allocate());
+  }
+  static constexpr int64_t kPage = 16;
+  static int64_t pages(int gen) { return (gen + 1 + kPage - 1) / kPage; }
+};
+
 // Decode tokens/s for `batch` sequences stepping together (one token each per forward), each
 // with its own block table in one pool: the weights are read once per step for all of them.
 // Greedy steps as the engine runs them (Model::forward_sampled): on a device only the sampled
 // ids come back, not batch x n_vocab logits.
 double batched_decode_tps(Model& model, const KvLayout& kv, int batch, int gen, std::mt19937& rng) {
   const ModelConfig& cfg = model.config();
-  const int64_t page = 16, pages_per_seq = (gen + 1 + page - 1) / page;
-  KvPool pool(kv, page, pages_per_seq * batch, model.device());  // beside the weights
-  std::vector<std::vector<int32_t>> tables(static_cast<size_t>(batch));
-  for (auto& t : tables)
-    for (int64_t p = 0; p < pages_per_seq; ++p) t.push_back(pool.blocks().allocate());
+  DecodeSequences seqs(kv, model, batch, gen);  // beside the weights
+  KvPool& pool = seqs.pool;
   std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(cfg.n_vocab - 1));
   std::vector<float> logits(static_cast<size_t>(batch * cfg.n_vocab));
   const std::vector<RowSampling> greedy(static_cast<size_t>(batch), RowSampling{true, SampleRow{}});
@@ -127,7 +137,7 @@ double batched_decode_tps(Model& model, const KvLayout& kv, int batch, int gen, 
   ForwardBatch fb;
   auto step = [&](int pos) {
     fb.clear();
-    for (auto& t : tables) {
+    for (auto& t : seqs.tables) {
       int32_t id = tok(rng);
       fb.add_sequence(&id, 1, pos, t.data(), static_cast<int64_t>(t.size()), true);
     }
@@ -145,18 +155,15 @@ double batched_decode_tps(Model& model, const KvLayout& kv, int batch, int gen, 
 // steps run one after another as before). Tokens per second over `gen` steps.
 double overlapped_decode_tps(Model& model, const KvLayout& kv, int batch, int gen, std::mt19937& rng) {
   const ModelConfig& cfg = model.config();
-  const int64_t page = 16, pages_per_seq = (gen + 1 + page - 1) / page;
-  KvPool pool(kv, page, pages_per_seq * batch, model.device());
-  std::vector<std::vector<int32_t>> tables(static_cast<size_t>(batch));
-  for (auto& t : tables)
-    for (int64_t p = 0; p < pages_per_seq; ++p) t.push_back(pool.blocks().allocate());
+  DecodeSequences seqs(kv, model, batch, gen);
+  KvPool& pool = seqs.pool;
   std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(cfg.n_vocab - 1));
   const std::vector<RowSampling> greedy(static_cast<size_t>(batch), RowSampling{true, SampleRow{}});
   std::vector<int32_t> ids(static_cast<size_t>(batch));
   ForwardBatch fb;
   auto launch = [&](int pos) {
     fb.clear();
-    for (auto& t : tables) {
+    for (auto& t : seqs.tables) {
       int32_t id = pos == 0 ? tok(rng) : 0;
       fb.add_sequence(&id, 1, pos, t.data(), static_cast<int64_t>(t.size()), true);
     }

@@ -31,15 +31,22 @@ __device__ __forceinline__ void scale_rows(const float* scale, int64_t row0, int
   for (int r = 0; r < R; ++r) srow[r] = scale && row0 + r < out ? scale + ((row0 + r) / sb) * scale_cols : nullptr;
 }
 
+// Token t's chunk c of x (rows of `in` floats), by ordinary loads: x is the kernel before's
+// output (pdl.cuh says why not __ldg).
+__device__ __forceinline__ void load_x8(const float* x, int64_t in, int t, int64_t c, float xv[8]) {
+  const float4* xp = reinterpret_cast<const float4*>(x + t * in) + 2 * c;
+  const float4 a = xp[0], b = xp[1];
+  xv[0] = a.x, xv[1] = a.y, xv[2] = a.z, xv[3] = a.w, xv[4] = b.x, xv[5] = b.y, xv[6] = b.z, xv[7] = b.w;
+}
+
 // acc[r][t] += the R rows' chunk c (wv) times the NT tokens' chunk c of x.
 template <int NT, int R>
 __device__ __forceinline__ void fma_chunk(const float* x, int64_t in, int64_t c, const float wv[R][8],
                                           float acc[R][NT]) {
 #pragma unroll
   for (int t = 0; t < NT; ++t) {
-    const float4* xp = reinterpret_cast<const float4*>(x + t * in) + 2 * c;
-    const float4 a = xp[0], b = xp[1];  // ordinary loads: see pdl.cuh
-    const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+    float xv[8];
+    load_x8(x, in, t, c, xv);
 #pragma unroll
     for (int r = 0; r < R; ++r)
 #pragma unroll
@@ -181,9 +188,8 @@ __device__ __forceinline__ void fma_chunk_scaled(const float* x, int64_t in, int
                                                  const float s[R], float acc[R][NT]) {
 #pragma unroll
   for (int t = 0; t < NT; ++t) {
-    const float4* xp = reinterpret_cast<const float4*>(x + t * in) + 2 * c;
-    const float4 a = xp[0], b = xp[1];  // ordinary loads: see pdl.cuh
-    const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+    float xv[8];
+    load_x8(x, in, t, c, xv);
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       float d = wv[r][0] * xv[0];
