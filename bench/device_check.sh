@@ -84,7 +84,7 @@ if g and g["bf16_gflops"] > 0:
     if g.get("lt_fp8_candidates"):
         print(f"{'cuBLASLt fp8 matmul alone 8192^3 TFLOP/s':46s} heuristic's first {g['lt_fp8_first_gflops']/1000:.0f}, "
               f"fastest of {g['lt_fp8_candidates']} timed {g['lt_fp8_chosen_gflops']/1000:.0f}")
-for r in (j.get("device_gemv", []) if label == "8b8l-bf16" else []):  # once: the same on every call
+for r in j.get("device_gemv", []):  # bench --gemv-rates (the first BF16 run only)
     print(f"{'gemv alone BF16 ' + str(r['out']) + 'x' + str(r['in']) + ' GB/s':46s} gemv {r['gemv_gbps']:.0f}, "
           f"gemv_warp {r['gemv_warp_gbps']:.0f}; chained {r.get('gemv_chained_gbps', 0):.0f}, "
           f"{r.get('gemv_warp_chained_gbps', 0):.0f} (of copy {c['read_gbps']:.0f})")
@@ -185,7 +185,9 @@ for T in bf16 q8_0; do
   step "synth llama-8B-shape $T"
   timeout 150 "$FP" synth --arch llama --fast-fill --config "$CFG" --type $T --out "$SYN/llama8b-8l-$T.gguf" > "$OUT/synth_$T.log" 2>&1 \
     || row "synth $T" "FAILED (synth_$T.log)"
-  [ -f "$SYN/llama8b-8l-$T.gguf" ] && bench_model "8b8l-$T" "$SYN/llama8b-8l-$T.gguf" -p 4096 -n 64 -b 8,16,64 -r 3 --warmup 1 --kv-cache-dtype bf16
+  # (BF16 only: the decode GEMVs alone too, ~10 s, once.)
+  [ -f "$SYN/llama8b-8l-$T.gguf" ] && bench_model "8b8l-$T" "$SYN/llama8b-8l-$T.gguf" -p 4096 -n 64 -b 8,16,64 -r 3 --warmup 1 \
+    --kv-cache-dtype bf16 $([ "$T" = bf16 ] && echo --gemv-rates)
   # The warp-per-rows GEMV against the default block GEMV (below it until timed here): decode
   # at batch 1 and 8 (the GEMV's range), every matmul forced onto it; then both with the
   # decode kernels chained (FASTPATH_CUDA_PDL=1).

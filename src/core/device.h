@@ -76,6 +76,9 @@ struct DeviceMemoryOps {
                         size_t rows) = nullptr;
   size_t (*free_bytes)() = nullptr;  // free device memory
   DeviceCeilings (*measure_ceilings)() = nullptr;  // a second or two of copies and matrix products
+  // The decode GEMVs alone into c.gemv_rates (DeviceCeilings::GemvRate; ~10 s of streaming, so
+  // only on request: bench --gemv-rates). Null: the device has none to time.
+  void (*measure_gemv_rates)(DeviceCeilings& c) = nullptr;
 };
 // Installs a device's functions; returns the ones it replaces (tests swap in a host-memory
 // stand-in and put the real ones back).

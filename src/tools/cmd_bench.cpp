@@ -311,7 +311,7 @@ void add_bench(CLI::App& app) {
     CommonOptions common;
     int prompt = 512, gen = 128, reps = 3, warmup = 1;
     std::vector<int> batch;
-    bool json = false, recalibrate = false;
+    bool json = false, recalibrate = false, gemv_rates = false;
     int requests = 0, input_len = 256, output_len = 128, shared_prefix = 0;
     std::vector<int> concurrency{1};
     EngineOptions engine;
@@ -337,6 +337,8 @@ void add_bench(CLI::App& app) {
   cmd->add_option("-r,--reps", o->reps, "timed repetitions (median reported)")->check(CLI::Range(1, 1000));
   cmd->add_option("--warmup", o->warmup, "untimed warm-up runs")->check(CLI::Range(0, 100));
   cmd->add_flag("--json", o->json, "one JSON object on stdout");
+  cmd->add_flag("--gemv-rates", o->gemv_rates,
+                "on a GPU, also time the decode GEMVs alone at the Llama-3-8B shapes (about 10 s)");
   cmd->add_flag("--recalibrate", o->recalibrate,
                 "measure the machine's ceilings again instead of using the cache, and time the timed kernel choices again");
   cmd->callback([o] {
@@ -358,6 +360,8 @@ void add_bench(CLI::App& app) {
       // The GPU's ceilings, measured now: copy bandwidth for decode, the BF16 matrix rate for
       // prefill (float and quantized weights alike run BF16/F16 tensor-core products there).
       dc = device_memory(model->device()).measure_ceilings();
+      if (o->gemv_rates && device_memory(model->device()).measure_gemv_rates)
+        device_memory(model->device()).measure_gemv_rates(dc);
       ceil.cpu = dc.name;
       ceil.read_gbps = dc.copy_gbps;
       ceil.fma_gflops = ceil.int8_gops = dc.bf16_gflops;

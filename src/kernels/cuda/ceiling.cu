@@ -117,8 +117,9 @@ void measure_engine_gemms(DeviceCeilings& c) {
 // attention output (4096 x 4096), stacked gate/up (28672 x 4096), down (4096 x 14336) and
 // output head (128256 x 4096); `gemv` and `gemv_warp` on the same data, weight bytes per second.
 // Each timing is a run of launches one after another, each on its own part of a 1 GiB buffer
-// (up to 8 of them, so that no launch finds its weights in L2: 50 MB on the H100/H200), as a
-// decode step runs its GEMVs back to back; then the same chained (pdl.cuh), where the GPU can.
+// (at least 128 MB in all, so that no launch finds its weights in L2: 50 MB on the H100/H200), as
+// a decode step runs its GEMVs back to back; then the same chained (pdl.cuh), where the GPU can.
+// About 10 s of streaming: only on request (bench --gemv-rates).
 // What a decode step's matmuls can reach, apart from the other kernels between them.
 void measure_gemvs(DeviceCeilings& c) {
   struct Shape {
@@ -139,7 +140,9 @@ void measure_gemvs(DeviceCeilings& c) {
     ~Restore() { set_pdl_launches(on); }
   } restore{chained};
   for (const Shape& s : shapes) {
-    const int64_t elems = s.out * s.in, views = std::clamp<int64_t>(most / elems, 1, 8);
+    // At least 128 MB of weights per timing, far beyond L2 (4 copies of the 32 MB matrix, 1 of the head).
+    const int64_t elems = s.out * s.in, views = std::clamp<int64_t>(((int64_t{128} << 20) + elems - 1) / elems, 1,
+                                                                      std::min<int64_t>(8, most / elems));
     std::vector<Tensor> w;
     for (int64_t i = 0; i < views; ++i)
       w.push_back(Tensor::view(static_cast<uint16_t*>(w_buf.data()) + i * elems, DType::BF16, {s.out, s.in}));
@@ -157,7 +160,7 @@ void measure_gemvs(DeviceCeilings& c) {
               kernel(a);
             }
           },
-          2, 9);
+          1, 5);
       return bytes / (ms * 1e-3) / 1e9;
     };
     DeviceCeilings::GemvRate r;
@@ -172,7 +175,6 @@ void measure_gemvs(DeviceCeilings& c) {
     }
     c.gemv_rates.push_back(r);
   }
-  c.chained_launches = chained;
 }
 
 DeviceCeilings measure() {
@@ -210,12 +212,13 @@ DeviceCeilings measure() {
       2, 9);
   c.bf16_gflops = 2.0 * n * static_cast<double>(n) * n / (gemm_ms * 1e-3) / 1e9;
   measure_engine_gemms(c);
-  measure_gemvs(c);
+  c.chained_launches = pdl_launches();
   return c;
 }
 
 }  // namespace
 
 DeviceCeilings measure_ceilings() { return measure(); }
+void measure_gemv_rates(DeviceCeilings& c) { measure_gemvs(c); }
 
 }  // namespace fp::cuda

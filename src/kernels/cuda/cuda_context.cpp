@@ -12,7 +12,8 @@
 #include "core/error.h"
 
 namespace fp::cuda {
-DeviceCeilings measure_ceilings();  // ceiling.cu
+DeviceCeilings measure_ceilings();             // ceiling.cu
+void measure_gemv_rates(DeviceCeilings& c);  // ceiling.cu
 namespace {
 
 struct Context {
@@ -205,6 +206,7 @@ const bool registered = [] {
   ops.wait_fence = mem_wait_fence;
   ops.free_bytes = mem_free_bytes;
   ops.measure_ceilings = measure_ceilings;
+  ops.measure_gemv_rates = measure_gemv_rates;
   register_device_memory(Device::CUDA, ops);
   return true;
 }();
