@@ -69,10 +69,20 @@ void load_gguf(ModelFile& m, const std::string& path) {
   c.arch = g->get_string("general.architecture");
   c.name = g->get_string("general.name", std::filesystem::path(path).stem().string());
   const std::string a = c.arch + ".";
-  FP_CHECK(c.arch == "llama" || c.arch == "qwen2" || c.arch == "qwen3" || c.arch == "qwen3moe" || c.arch == "deepseek2",
-           path, ": general.architecture '", c.arch, "' is not supported yet (supported: llama, qwen2, qwen3, qwen3moe, deepseek2)");
+  FP_CHECK(c.arch == "llama" || c.arch == "qwen2" || c.arch == "qwen3" || c.arch == "qwen3moe" || c.arch == "deepseek2" ||
+               c.arch == "glm4moe",
+           path, ": general.architecture '", c.arch,
+           "' is not supported yet (supported: llama, qwen2, qwen3, qwen3moe, deepseek2, glm4moe)");
   c.dim = static_cast<int64_t>(g->get_uint(a + "embedding_length"));
   c.n_layers = static_cast<int64_t>(g->get_uint(a + "block_count"));
+  if (c.arch == "glm4moe") {
+    // llama.cpp counts GLM's multi-token-prediction layers (the last ones) in block_count; the
+    // forward runs the layers before them.
+    const auto nextn = static_cast<int64_t>(g->get_uint(a + "nextn_predict_layers", 0));
+    FP_CHECK(nextn < c.n_layers, path, ": ", a, "nextn_predict_layers = ", nextn, " leaves no layer of the ", c.n_layers,
+             " in block_count");
+    c.n_layers -= nextn;
+  }
   c.hidden_dim = static_cast<int64_t>(g->get_uint(a + "feed_forward_length"));
   c.n_heads = static_cast<int64_t>(g->get_uint(a + "attention.head_count"));
   c.n_kv_heads = static_cast<int64_t>(g->get_uint(a + "attention.head_count_kv", static_cast<uint64_t>(c.n_heads)));
@@ -110,7 +120,7 @@ void load_gguf(ModelFile& m, const std::string& path) {
   }
   c.qkv_bias = c.arch == "qwen2";
   c.qk_norm = c.arch == "qwen3" || c.arch == "qwen3moe";
-  if (c.arch == "qwen3moe" || c.arch == "deepseek2") {
+  if (c.arch == "qwen3moe" || c.arch == "deepseek2" || c.arch == "glm4moe") {
     MoeConfig& e = c.moe;
     e.n_experts = static_cast<int64_t>(g->get_uint(a + "expert_count", 0));
     e.n_used = static_cast<int64_t>(g->get_uint(a + "expert_used_count", 0));
@@ -138,14 +148,22 @@ void load_gguf(ModelFile& m, const std::string& path) {
     int64_t shape[4];
     int nd = static_cast<int>(ti.ne.size());
     for (int i = 0; i < nd; ++i) shape[i] = ti.ne[static_cast<size_t>(nd - 1 - i)];
-    m.tensors[ti.name] = Tensor::view(ti.data, ti.type, shape, nd);
+    // GLM-4.5's GGUF names the norm before the FFN post_attention_norm (llama.cpp's attn_post_norm).
+    std::string name = ti.name;
+    if (c.arch == "glm4moe" && name.ends_with(".post_attention_norm.weight"))
+      name = name.substr(0, name.size() - std::string("post_attention_norm.weight").size()) + "ffn_norm.weight";
+    m.tensors[name] = Tensor::view(ti.data, ti.type, shape, nd);
+  }
+  if (c.arch == "glm4moe") {  // optional in GLM-4.5's files: q/k/v biases, per-head q/k norms
+    c.qkv_bias = m.find("blk.0.attn_q.bias") != nullptr;
+    c.qk_norm = m.find("blk.0.attn_q_norm.weight") != nullptr;
   }
   c.tied_output = m.find("output.weight") == nullptr;
   const Tensor* emb = m.find("token_embd.weight");
   FP_CHECK(emb, path, ": missing tensor 'token_embd.weight'");
   c.n_vocab = static_cast<int64_t>(g->get_uint(a + "vocab_size", static_cast<uint64_t>(emb->dim(0))));
   if (g->has("tokenizer.ggml.model")) m.tokenizer = Tokenizer::from_gguf(*g);
-  if (c.arch == "deepseek2" || c.arch == "qwen3moe") c.moe.has_bias = m.find("blk." + std::to_string(c.moe.first_dense) + ".exp_probs_b.bias") != nullptr;
+  if (c.arch == "deepseek2" || c.arch == "qwen3moe" || c.arch == "glm4moe") c.moe.has_bias = m.find("blk." + std::to_string(c.moe.first_dense) + ".exp_probs_b.bias") != nullptr;
   if (m.find("rope_freqs.weight")) m.notes.push_back("rope_freqs.weight present: per-frequency RoPE factors applied");
   for (auto& [k, v] : g->metadata()) m.metadata.emplace_back(k, v.to_string(6));
   m.notes.push_back("GGUF v" + std::to_string(g->version()) + ", " + std::to_string(g->metadata().size()) +
@@ -233,7 +251,7 @@ double json_num(const nlohmann::json& j, const std::string& key, const std::stri
   return it->get<double>();
 }
 
-// MoE and MLA fields of a Qwen3-MoE / DeepSeek-V2 / DeepSeek-V3 config.json.
+// MoE and MLA fields of a Qwen3-MoE / DeepSeek-V2 / DeepSeek-V3 / GLM-4.5 (Glm4Moe) config.json.
 void load_hf_moe(ModelConfig& c, const nlohmann::json& j, const std::string& cfg_path, const std::string& arch_cls) {
   MoeConfig& e = c.moe;
   e.n_used = json_int(j, "num_experts_per_tok", cfg_path);
@@ -249,6 +267,19 @@ void load_hf_moe(ModelConfig& c, const nlohmann::json& j, const std::string& cfg
         e.dense_layers.push_back(v.get<int64_t>());
       }
     }
+    return;
+  }
+  if (c.arch == "glm4moe") {  // DeepSeek-V3's router (sigmoid, selection bias, top-2-sum groups), GQA attention
+    e.n_experts = json_int(j, "n_routed_experts", cfg_path);
+    e.n_shared = json_int(j, "n_shared_experts", cfg_path, 1);
+    e.first_dense = json_int(j, "first_k_dense_replace", cfg_path, 1);
+    e.scale = static_cast<float>(json_num(j, "routed_scaling_factor", cfg_path, 1.0));
+    e.norm_topk = json_bool(j, "norm_topk_prob", cfg_path, true);
+    e.scoring = "sigmoid";
+    e.has_bias = true;
+    e.n_group = json_int(j, "n_group", cfg_path, 1);
+    e.topk_group = json_int(j, "topk_group", cfg_path, 1);
+    e.group_score = "top2sum";
     return;
   }
   const bool v3 = arch_cls == "DeepseekV3ForCausalLM";
@@ -297,8 +328,9 @@ void load_hf(ModelFile& m, const std::string& dir) {
   else if (arch_cls == "Qwen3ForCausalLM") c.arch = "qwen3";
   else if (arch_cls == "Qwen3MoeForCausalLM") c.arch = "qwen3moe";
   else if (arch_cls == "DeepseekV3ForCausalLM" || arch_cls == "DeepseekV2ForCausalLM") c.arch = "deepseek2";
+  else if (arch_cls == "Glm4MoeForCausalLM") c.arch = "glm4moe";
   else fail(cfg_path, ": architectures[0] '", arch_cls, "' is not supported yet (LlamaForCausalLM, Qwen2ForCausalLM, ",
-            "Qwen3ForCausalLM, Qwen3MoeForCausalLM, DeepseekV3ForCausalLM, DeepseekV2ForCausalLM)");
+            "Qwen3ForCausalLM, Qwen3MoeForCausalLM, DeepseekV3ForCausalLM, DeepseekV2ForCausalLM, Glm4MoeForCausalLM)");
   c.dim = json_int(j, "hidden_size", cfg_path);
   c.n_layers = json_int(j, "num_hidden_layers", cfg_path);
   c.n_heads = json_int(j, "num_attention_heads", cfg_path);
@@ -314,10 +346,18 @@ void load_hf(ModelFile& m, const std::string& dir) {
   c.rope_style = RopeStyle::NeoX;  // HF rotate_half
   c.tied_output = json_bool(j, "tie_word_embeddings", cfg_path, false);
   c.qkv_bias = c.arch == "qwen2" || json_bool(j, "attention_bias", cfg_path, false);
-  c.qk_norm = c.arch == "qwen3" || c.arch == "qwen3moe";
-  if (c.arch == "qwen3moe" || c.arch == "deepseek2") load_hf_moe(c, j, cfg_path, arch_cls);
+  c.qk_norm = c.arch == "qwen3" || c.arch == "qwen3moe" || (c.arch == "glm4moe" && json_bool(j, "use_qk_norm", cfg_path, false));
+  if (c.arch == "qwen3moe" || c.arch == "deepseek2" || c.arch == "glm4moe") load_hf_moe(c, j, cfg_path, arch_cls);
   auto rs = j.find("rope_scaling");
   if (rs == j.end() || !rs->is_object()) rs = j.find("rope_parameters");  // transformers v5 spelling
+  if (c.arch == "glm4moe") {
+    // GLM rotates the first partial_rotary_factor of each head (NeoX halves of that part); the
+    // factor sits at the top level or, in transformers v5's spelling, in rope_parameters.
+    double factor = json_num(j, "partial_rotary_factor", cfg_path, 0.5);
+    if (rs != j.end() && rs->is_object()) factor = json_num(*rs, "partial_rotary_factor", cfg_path, factor);
+    FP_CHECK(factor > 0 && factor <= 1, cfg_path, ": partial_rotary_factor ", factor, " must be in (0, 1]");
+    c.rot_dim = static_cast<int64_t>(static_cast<double>(c.head_dim) * factor);
+  }
   if (rs != j.end() && rs->is_object()) {
     if (rs->contains("rope_theta")) c.rope_theta = static_cast<float>(json_num(*rs, "rope_theta", cfg_path, c.rope_theta));
     std::string type = string_field(*rs, "rope_type", cfg_path, string_field(*rs, "type", cfg_path, "none"));

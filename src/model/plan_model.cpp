@@ -2,6 +2,7 @@
 #include "model/plan_model.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "core/error.h"
 #include "model/model_file.h"
@@ -32,6 +33,8 @@ PlanModel plan_model_from_file(const std::string& path) {
   for (const auto& [name, t] : f->tensors) {
     const double bytes = static_cast<double>(t.nbytes()), flops = 2.0 * static_cast<double>(t.numel());
     const bool layer = name.rfind("blk.", 0) == 0;
+    // Layers after the model's (GLM's multi-token-prediction layers) are not run.
+    if (layer && std::atoll(name.c_str() + 4) >= c.n_layers) continue;
     if (layer && name.find("_exps") != std::string::npos) {
       routed_bytes += bytes;
       routed_flops += flops;

@@ -1,7 +1,13 @@
-// model/qwen3_moe.cpp — Qwen3-MoE (HF Qwen3MoeForCausalLM, GGUF qwen3moe): Qwen3 attention
-// (GQA, per-head q/k RMSNorm, NeoX RoPE) and, in the sparse layers, a softmax top-k router over
-// routed experts (norm_topk_prob). Dense layers (mlp_only_layers, decoder_sparse_step; in GGUF
-// a layer without ffn_gate_inp) keep a plain SwiGLU FFN.
+// model/qwen3_moe.cpp — the MoE models with GQA attention:
+//   Qwen3-MoE (HF Qwen3MoeForCausalLM, GGUF qwen3moe): GQA, per-head q/k RMSNorm, NeoX RoPE; in
+//     the sparse layers a softmax top-k router over routed experts (norm_topk_prob). Dense layers
+//     (mlp_only_layers, decoder_sparse_step; in GGUF a layer without ffn_gate_inp) keep a plain
+//     SwiGLU FFN.
+//   GLM-4.5 / 4.6 (HF Glm4MoeForCausalLM, GGUF glm4moe): GQA with q/k/v biases (attention_bias),
+//     q/k norms only where use_qk_norm, NeoX RoPE over the first half of each head
+//     (partial_rotary_factor); DeepSeek-V3's router (sigmoid scores, selection bias, top-2-sum
+//     groups, routed_scaling_factor) and a shared expert; the first first_k_dense_replace layers
+//     dense. Its multi-token-prediction layers (after num_hidden_layers) are not run.
 //
 // Split across ranks (parallel(), see ParallelSizes): with tp = N the attention heads are split
 // as in llama.cpp (q/k/v row views, attn_output columns copied, an all-reduce after it); with
@@ -43,7 +49,9 @@ namespace fp {
 namespace {
 
 struct Qwen3MoeLayer {
-  const float *attn_norm, *ffn_norm, *q_norm, *k_norm;
+  const float *attn_norm, *ffn_norm;
+  const float *q_norm = nullptr, *k_norm = nullptr;         // config.qk_norm
+  const float *bq = nullptr, *bk = nullptr, *bv = nullptr;  // config.qkv_bias (this rank's heads' share)
   const Tensor *wq, *wk, *wv, *wo;
   bool moe = false;
   const Tensor *w_gate = nullptr, *w_up = nullptr, *w_down = nullptr;  // dense layers
@@ -72,8 +80,8 @@ class Qwen3MoeModel : public Model {
     heads_ = c.n_heads / attn_ranks_;
     kv_heads_ = c.n_kv_heads / attn_ranks_;
     const FfnSplit split{rank, ranks, parallel().ep > 1, &shards_};
-    FP_CHECK(c.v_head_dim == c.head_dim, mf.path, ": qwen3moe needs value_length == key_length");
-    FP_CHECK(c.moe.n_experts > 0, mf.path, ": qwen3moe needs an expert count");
+    FP_CHECK(c.v_head_dim == c.head_dim, mf.path, ": ", c.arch, " needs value_length == key_length");
+    FP_CHECK(c.moe.n_experts > 0, mf.path, ": ", c.arch, " needs an expert count");
     const int64_t q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
     // Matmul weights into the CPU kernels' interleaved layouts (model/repack.h): expert stacks as
     // they load (K-quants), the rest after sharding. Not with context-parallel prefill over
@@ -90,8 +98,15 @@ class Qwen3MoeModel : public Model {
       Qwen3MoeLayer L{};
       L.attn_norm = load_vec_f32(mf, p + "attn_norm.weight", c.dim);
       L.ffn_norm = load_vec_f32(mf, p + "ffn_norm.weight", c.dim);
-      L.q_norm = load_vec_f32(mf, p + "attn_q_norm.weight", c.head_dim);
-      L.k_norm = load_vec_f32(mf, p + "attn_k_norm.weight", c.head_dim);
+      if (c.qk_norm) {
+        L.q_norm = load_vec_f32(mf, p + "attn_q_norm.weight", c.head_dim);
+        L.k_norm = load_vec_f32(mf, p + "attn_k_norm.weight", c.head_dim);
+      }
+      if (c.qkv_bias) {
+        L.bq = load_vec_f32(mf, p + "attn_q.bias", q_dim);
+        L.bk = load_vec_f32(mf, p + "attn_k.bias", kv_dim);
+        L.bv = load_vec_f32(mf, p + "attn_v.bias", kv_dim);
+      }
       L.wq = &mf.get(p + "attn_q.weight", {q_dim, c.dim});
       L.wk = &mf.get(p + "attn_k.weight", {kv_dim, c.dim});
       L.wv = &mf.get(p + "attn_v.weight", {kv_dim, c.dim});
@@ -116,6 +131,7 @@ class Qwen3MoeModel : public Model {
         L.wq = &shards_.emplace_back(slice_rows(*L.wq, q));
         L.wk = &shards_.emplace_back(slice_rows(*L.wk, kv));
         L.wv = &shards_.emplace_back(slice_rows(*L.wv, kv));
+        if (L.bq) L.bq += q.begin, L.bk += kv.begin, L.bv += kv.begin;  // the same rows of the biases
         OwnedTensor o = copy_columns(*L.wo, q);
         mf.owners.push_back(o.bytes);
         L.wo = &shards_.emplace_back(o.view);
@@ -235,14 +251,14 @@ class Qwen3MoeModel : public Model {
     const int64_t n = r.n;
     const BlockQ8_0* hq = rmsnorm_for({r.x, L.attn_norm, n, c.dim, c.rms_eps, r.h}, {L.wq, L.wk, L.wv}, hq_);
     // K and V first: under context parallel every rank's rows travel while the queries are computed.
-    dispatch(MatMulArgs{r.h, n, L.wk, nullptr, r.k, hq});
-    dispatch(MatMulArgs{r.h, n, L.wv, nullptr, r.v, hq});
-    dispatch(RmsNormArgs{r.k, L.k_norm, n * hd.KH, c.head_dim, c.rms_eps, r.k});
+    dispatch(MatMulArgs{r.h, n, L.wk, L.bk, r.k, hq});
+    dispatch(MatMulArgs{r.h, n, L.wv, L.bv, r.v, hq});
+    if (L.k_norm) dispatch(RmsNormArgs{r.k, L.k_norm, n * hd.KH, c.head_dim, c.rms_eps, r.k});
     dispatch(RopeArgs{r.k, pos, n, hd.KH, c.head_dim, c.rot_dim, hd.kv_dim, inv_freq_at_, rope_mscale_, c.rope_style});
     if (cp) cp_.start_kv(pool, layer, r.k, r.v);
-    dispatch(MatMulArgs{r.h, n, L.wq, nullptr, r.q, hq});
+    dispatch(MatMulArgs{r.h, n, L.wq, L.bq, r.q, hq});
     if (cp) cp_.progress();
-    dispatch(RmsNormArgs{r.q, L.q_norm, n * hd.H, c.head_dim, c.rms_eps, r.q});
+    if (L.q_norm) dispatch(RmsNormArgs{r.q, L.q_norm, n * hd.H, c.head_dim, c.rms_eps, r.q});
     dispatch(RopeArgs{r.q, pos, n, hd.H, c.head_dim, c.rot_dim, hd.q_dim, inv_freq_at_, rope_mscale_, c.rope_style});
     if (cp) cp_.finish_kv(pool);  // every rank's rows
     else if (hd.every_head) every_head_.write(tp_.get(), pool, layer, slots, n, r.k, r.v, hd.kv_dim, hd.kv_dim);
@@ -426,8 +442,14 @@ class Qwen3MoeModel : public Model {
       for (Qwen3MoeLayer& L : *layers) {
         L.attn_norm = dw.floats(L.attn_norm, c.dim);
         L.ffn_norm = dw.floats(L.ffn_norm, c.dim);
-        L.q_norm = dw.floats(L.q_norm, c.head_dim);
-        L.k_norm = dw.floats(L.k_norm, c.head_dim);
+        if (L.q_norm) L.q_norm = dw.floats(L.q_norm, c.head_dim);
+        if (L.k_norm) L.k_norm = dw.floats(L.k_norm, c.head_dim);
+        if (L.bq) {  // this rank's heads' share (every head in the whole layers)
+          const bool whole = layers == &whole_layers_;
+          L.bq = dw.floats(L.bq, (whole ? c.n_heads : heads_) * c.head_dim);
+          L.bk = dw.floats(L.bk, (whole ? c.n_kv_heads : kv_heads_) * c.head_dim);
+          L.bv = dw.floats(L.bv, (whole ? c.n_kv_heads : kv_heads_) * c.head_dim);
+        }
         for (const Tensor** w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) *w = dw.tensor(*w);
         if (L.moe) L.experts = place_moe_layer(L.experts, dw);
       }
@@ -467,12 +489,11 @@ class Qwen3MoeModel : public Model {
   std::deque<Tensor> shards_;         // this rank's weight slices (stable addresses)
 };
 
-const bool qwen3_moe_registered = register_sharded_architecture(
-    "qwen3moe",
-    [](std::shared_ptr<ModelFile> f, std::shared_ptr<Communicator> comm) -> std::unique_ptr<Model> {
-      return std::make_unique<Qwen3MoeModel>(std::move(f), std::move(comm));
-    },
-    true);
+std::unique_ptr<Model> make_gqa_moe(std::shared_ptr<ModelFile> f, std::shared_ptr<Communicator> comm) {
+  return std::make_unique<Qwen3MoeModel>(std::move(f), std::move(comm));
+}
+const bool qwen3_moe_registered = register_sharded_architecture("qwen3moe", make_gqa_moe, true);
+const bool glm4_moe_registered = register_sharded_architecture("glm4moe", make_gqa_moe, true);
 
 }  // namespace
 }  // namespace fp

@@ -51,8 +51,9 @@ uint64_t name_hash(const std::string& s) {
 std::string canonical_arch(const std::string& arch) {
   if (arch == "qwen3_moe" || arch == "qwen3moe") return "qwen3moe";
   if (arch == "deepseek_v3" || arch == "deepseek_v2") return "deepseek2";
+  if (arch == "glm4_moe" || arch == "glm4moe") return "glm4moe";
   FP_CHECK(arch == "llama" || arch == "qwen2" || arch == "qwen3", "synth: --arch '", arch,
-           "' is not one of llama, qwen2, qwen3, qwen3_moe, deepseek_v2, deepseek_v3");
+           "' is not one of llama, qwen2, qwen3, qwen3_moe, deepseek_v2, deepseek_v3, glm4_moe");
   return arch;
 }
 
@@ -72,6 +73,19 @@ void synth_moe_config(ModelConfig& c, const std::string& arch_in, const nlohmann
     e.norm_topk = j.value("norm_topk_prob", true);
     e.sparse_step = geti("decoder_sparse_step", 1);
     if (j.contains("mlp_only_layers")) e.dense_layers = j["mlp_only_layers"].get<std::vector<int64_t>>();
+    return;
+  }
+  if (c.arch == "glm4moe") {  // DeepSeek-V3's router over GQA attention
+    e.n_experts = geti("n_routed_experts", 8);
+    e.n_shared = getz("n_shared_experts", 1);
+    e.first_dense = getz("first_k_dense_replace", 1);
+    e.scale = j.value("routed_scaling_factor", 1.0f);
+    e.norm_topk = j.value("norm_topk_prob", true);
+    e.scoring = "sigmoid";
+    e.has_bias = true;
+    e.group_score = "top2sum";
+    e.n_group = geti("n_group", 1);
+    e.topk_group = geti("topk_group", 1);
     return;
   }
   const bool v3 = arch_in == "deepseek_v3";
@@ -127,8 +141,9 @@ ModelConfig config_from_json(const std::string& arch_in, const nlohmann::json& j
   c.rms_eps = j.value("rms_norm_eps", 1e-6f);
   c.rope_theta = j.value("rope_theta", 10000.0f);
   c.tied_output = j.value("tie_word_embeddings", false);
-  c.qkv_bias = arch == "qwen2";
-  c.qk_norm = arch == "qwen3" || arch == "qwen3moe";
+  c.qkv_bias = arch == "qwen2" || (arch == "glm4moe" && j.value("attention_bias", true));
+  c.qk_norm = arch == "qwen3" || arch == "qwen3moe" || (arch == "glm4moe" && j.value("use_qk_norm", false));
+  if (arch == "glm4moe") c.rot_dim = static_cast<int64_t>(static_cast<double>(c.head_dim) * j.value("partial_rotary_factor", 0.5));
   if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) {
     auto& rs = j["rope_scaling"];
     c.rope_scaling.type = rs.value("rope_type", rs.value("type", std::string("none")));
@@ -140,7 +155,7 @@ ModelConfig config_from_json(const std::string& arch_in, const nlohmann::json& j
                  (c.rope_scaling.type == "yarn" && arch == "deepseek2"),
              "synth: rope_scaling type '", c.rope_scaling.type, "' is not supported (linear, llama3; yarn for deepseek)");
   }
-  if (arch == "qwen3moe" || arch == "deepseek2") synth_moe_config(c, arch_in, j, geti);
+  if (arch == "qwen3moe" || arch == "deepseek2" || arch == "glm4moe") synth_moe_config(c, arch_in, j, geti);
   c.validate("synth --config");
   return c;
 }
@@ -184,8 +199,9 @@ void fill_tensor(const std::string& name, HfTensor& t, uint64_t seed, bool fast 
 }
 
 // With lazy, only shapes and how to draw them (fill_tensor draws later): for models too big
-// to hold in memory as f32.
-std::map<std::string, HfTensor> make_weights(const ModelConfig& c, uint64_t seed, bool lazy = false) {
+// to hold in memory as f32. `extra_layers` more decoder layers after the model's (GLM's
+// multi-token-prediction layers, which a forward does not run).
+std::map<std::string, HfTensor> make_weights(const ModelConfig& c, uint64_t seed, bool lazy = false, int64_t extra_layers = 0) {
   std::map<std::string, HfTensor> w;
   auto mat = [&](const std::string& name, int64_t out, int64_t in) {
     HfTensor t{{out, in}, {}, true, 0, 0.0f, 1.0f / std::sqrt(static_cast<float>(in))};
@@ -217,7 +233,7 @@ std::map<std::string, HfTensor> make_weights(const ModelConfig& c, uint64_t seed
   }
   vec("model.norm.weight", c.dim, 1.0f, 0.02f);
   if (!c.tied_output) mat("lm_head.weight", c.n_vocab, c.dim);
-  for (int64_t l = 0; l < c.n_layers; ++l) {
+  for (int64_t l = 0; l < c.n_layers + extra_layers; ++l) {
     std::string p = "model.layers." + std::to_string(l) + ".";
     if (c.arch == "deepseek2") {  // MLA attention
       const int64_t L = c.mla.kv_lora_rank, nope = c.head_dim - c.rot_dim;
@@ -244,7 +260,7 @@ std::map<std::string, HfTensor> make_weights(const ModelConfig& c, uint64_t seed
     mat(p + "self_attn.k_proj.weight", kv, c.dim);
     mat(p + "self_attn.v_proj.weight", kv, c.dim);
     mat(p + "self_attn.o_proj.weight", c.dim, q);
-    if (c.arch == "qwen3moe" && c.moe.is_moe_layer(l)) moe(p);
+    if ((c.arch == "qwen3moe" || c.arch == "glm4moe") && c.moe.is_moe_layer(l)) moe(p);
     else ffn(p + "mlp.", c.hidden_dim);
     if (c.qkv_bias) {
       vec(p + "self_attn.q_proj.bias", q, 0.0f, 0.1f);
@@ -259,9 +275,13 @@ std::map<std::string, HfTensor> make_weights(const ModelConfig& c, uint64_t seed
   return w;
 }
 
-std::string gguf_name(const std::string& hf) {
+// The tensor's name in a GGUF file of this architecture: the canonical name, except GLM-4.5's
+// norm before the FFN, which llama.cpp calls post_attention_norm.
+std::string gguf_name(const std::string& hf, const ModelConfig& c) {
   std::string n = canonical_from_hf(hf);
   FP_CHECK(!n.empty(), "synth: no GGUF name for '", hf, "'");
+  if (c.arch == "glm4moe" && n.ends_with(".ffn_norm.weight"))
+    n = n.substr(0, n.size() - std::string("ffn_norm.weight").size()) + "post_attention_norm.weight";
   return n;
 }
 
@@ -325,6 +345,21 @@ void hf_moe_config(nlohmann::json& cfg, const ModelConfig& c, const std::string&
     cfg["mlp_only_layers"] = e.dense_layers;
     return;
   }
+  if (c.arch == "glm4moe") {
+    cfg["architectures"] = {"Glm4MoeForCausalLM"};
+    cfg["model_type"] = "glm4_moe";
+    cfg["n_routed_experts"] = e.n_experts;
+    cfg["n_shared_experts"] = e.n_shared;
+    cfg["first_k_dense_replace"] = e.first_dense;
+    cfg["routed_scaling_factor"] = e.scale;
+    cfg["n_group"] = e.n_group;
+    cfg["topk_group"] = e.topk_group;
+    cfg["attention_bias"] = c.qkv_bias;
+    cfg["use_qk_norm"] = c.qk_norm;
+    cfg["partial_rotary_factor"] = static_cast<double>(c.rot_dim) / static_cast<double>(c.head_dim);
+    cfg["hidden_act"] = "silu";
+    return;
+  }
   const bool v3 = arch_in == "deepseek_v3";
   cfg["architectures"] = {v3 ? "DeepseekV3ForCausalLM" : "DeepseekV2ForCausalLM"};
   cfg["model_type"] = v3 ? "deepseek_v3" : "deepseek_v2";
@@ -357,7 +392,7 @@ void add_moe_metadata(GgufWriter& g, const ModelConfig& c) {
   g.set_u32(a + "expert_used_count", static_cast<uint32_t>(e.n_used));
   g.set_u32(a + "expert_feed_forward_length", static_cast<uint32_t>(e.ff));
   g.set_bool(a + "expert_weights_norm", e.norm_topk);
-  if (c.arch != "deepseek2") return;
+  if (c.arch == "qwen3moe") return;
   FP_CHECK(e.scoring == "sigmoid" || e.group_score == "max", "synth: GGUF cannot express this routing");
   g.set_u32(a + "leading_dense_block_count", static_cast<uint32_t>(e.first_dense));
   g.set_u32(a + "expert_shared_count", static_cast<uint32_t>(e.n_shared));
@@ -365,6 +400,7 @@ void add_moe_metadata(GgufWriter& g, const ModelConfig& c) {
   g.set_u32(a + "expert_gating_func", e.scoring == "sigmoid" ? 2 : 1);
   g.set_u32(a + "expert_group_count", static_cast<uint32_t>(e.n_group));
   g.set_u32(a + "expert_group_used_count", static_cast<uint32_t>(e.topk_group));
+  if (c.arch != "deepseek2") return;
   g.set_u32(a + "attention.q_lora_rank", static_cast<uint32_t>(c.mla.q_lora_rank));
   g.set_u32(a + "attention.kv_lora_rank", static_cast<uint32_t>(c.mla.kv_lora_rank));
   const RopeScaling& rs = c.rope_scaling;
@@ -388,7 +424,7 @@ void add_moe_metadata(GgufWriter& g, const ModelConfig& c) {
 std::map<std::string, HfTensor> gguf_layout(const std::map<std::string, HfTensor>& w, const ModelConfig& c, bool split_kv_b) {
   std::map<std::string, HfTensor> out;
   for (auto& [name, t] : w) {
-    std::string gn = gguf_name(name);
+    std::string gn = gguf_name(name, c);
     if (size_t at = gn.find("_exps."); at != std::string::npos) {
       const std::string stacked = gn.substr(0, at + 5) + ".weight";
       const int64_t e = std::stoll(gn.substr(at + 6, gn.size() - at - 6 - 7));
@@ -438,7 +474,7 @@ void write_gguf_streaming(const SynthOptions& o, const ModelConfig& c, const Ggu
   for (auto& [gn, v] : f32_extras) plan[gn] = Entry{{static_cast<int64_t>(v.size())}, false, {}, &v};
   const int64_t H = c.n_heads, L = c.mla.kv_lora_rank, nope = c.head_dim - c.rot_dim, vd = c.v_head_dim;
   for (auto& [name, t] : w) {
-    const std::string gn = gguf_name(name);
+    const std::string gn = gguf_name(name, c);
     if (size_t at = gn.find("_exps."); at != std::string::npos) {
       Entry& e = plan[gn.substr(0, at + 5) + ".weight"];
       e.shape = {c.moe.n_experts, t.shape[0], t.shape[1]};
@@ -534,7 +570,10 @@ void write_gguf_streaming(const SynthOptions& o, const ModelConfig& c, const Ggu
 
 std::string synth_model(const SynthOptions& o) {
   ModelConfig c = config_from_json(o.arch, o.config);
-  auto w = make_weights(c, o.seed, /*lazy=*/true);
+  // GLM's multi-token-prediction layers: written after the model's (as in its checkpoints), never run.
+  const int64_t nextn = c.arch == "glm4moe" ? o.config.value("num_nextn_predict_layers", int64_t{0}) : 0;
+  FP_CHECK(nextn >= 0 && nextn <= 4, "synth --config: num_nextn_predict_layers = ", nextn, " (0..4)");
+  auto w = make_weights(c, o.seed, /*lazy=*/true, nextn);
   int64_t params = 0;
   for (auto& [n, t] : w) {
     int64_t k = 1;
@@ -564,7 +603,8 @@ std::string synth_model(const SynthOptions& o) {
     g.set_string("general.name", "synth " + c.arch + " (random weights, seed " + std::to_string(o.seed) + ")");
     g.set_u32(a + "context_length", static_cast<uint32_t>(c.max_context));
     g.set_u32(a + "embedding_length", static_cast<uint32_t>(c.dim));
-    g.set_u32(a + "block_count", static_cast<uint32_t>(c.n_layers));
+    g.set_u32(a + "block_count", static_cast<uint32_t>(c.n_layers + nextn));  // llama.cpp counts GLM's MTP layers
+    if (c.arch == "glm4moe") g.set_u32(a + "nextn_predict_layers", static_cast<uint32_t>(nextn));
     g.set_u32(a + "feed_forward_length", static_cast<uint32_t>(c.hidden_dim));
     g.set_u32(a + "attention.head_count", static_cast<uint32_t>(c.n_heads));
     g.set_u32(a + "attention.head_count_kv", static_cast<uint32_t>(c.n_kv_heads));
