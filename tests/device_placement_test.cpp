@@ -387,6 +387,24 @@ std::string synth_qwen3moe(DType t) {
   return o.out;
 }
 
+// A small GLM-4.5-style MoE written by synth with matrices of type t: q/k/v biases, half of
+// each head rotated, sigmoid routing with groups and a selection bias, a shared expert, the
+// first layer dense, and a multi-token-prediction layer that the forward skips.
+std::string synth_glm4moe(DType t) {
+  SynthOptions o;
+  o.arch = "glm4_moe";
+  o.type = t;
+  o.config = {{"hidden_size", 64},           {"num_attention_heads", 4},   {"num_key_value_heads", 2},
+              {"head_dim", 32},              {"intermediate_size", 96},    {"num_hidden_layers", 3},
+              {"vocab_size", 512},           {"n_routed_experts", 8},      {"num_experts_per_tok", 2},
+              {"moe_intermediate_size", 32}, {"n_shared_experts", 1},      {"first_k_dense_replace", 1},
+              {"n_group", 2},                {"topk_group", 1},            {"routed_scaling_factor", 2.5},
+              {"num_nextn_predict_layers", 1}};
+  o.out = test::temp_dir("device_glm4moe") + "/glm4moe_" + dtype_name(t) + ".gguf";
+  synth_model(o);
+  return o.out;
+}
+
 // Logits of every position of ids run as one batch on m.
 std::vector<float> batch_logits(Model& m, const std::vector<int32_t>& ids) {
   const auto n = static_cast<int64_t>(ids.size());
@@ -500,6 +518,12 @@ TEST(DevicePlacement, StandInDeviceRunsQwen3MoeLikeTheCpu) {
   for (DType t : {DType::F32, DType::Q8_0}) expect_device_matches_cpu(synth_qwen3moe(t), 1e-5, 0.0f);
 }
 
+TEST(DevicePlacement, StandInDeviceRunsGlm4MoeLikeTheCpu) {
+  FP_REQUIRE_NO_GPU();
+  EmulatedDevice dev;
+  for (DType t : {DType::F32, DType::Q8_0}) expect_device_matches_cpu(synth_glm4moe(t), 1e-5, 0.0f);
+}
+
 TEST(DevicePlacement, StandInDeviceRunsABf16LlamaLikeTheCpu) {
   FP_REQUIRE_NO_GPU();
   EmulatedDevice dev;
@@ -593,6 +617,12 @@ TEST(CudaModel, Qwen3MoeMatchesTheCpu) {
   FP_REQUIRE_GPU();
   for (DType t : {DType::F32, DType::BF16, DType::Q8_0, DType::Q4_K})
     expect_device_matches_cpu(synth_qwen3moe(t), gpu_tol(t), gpu_slack(t));
+}
+
+TEST(CudaModel, Glm4MoeMatchesTheCpu) {
+  FP_REQUIRE_GPU();
+  for (DType t : {DType::F32, DType::BF16, DType::Q8_0})
+    expect_device_matches_cpu(synth_glm4moe(t), gpu_tol(t), gpu_slack(t));
 }
 
 TEST(CudaModel, DeepSeekMatchesTheCpu) {

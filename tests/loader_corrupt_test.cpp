@@ -668,6 +668,42 @@ TEST(SafetensorsCorrupt, ConfigDisagreesWithTensors) {
   EXPECT_LOAD_ERROR(load_and_build(d), d, "blk.0.ffn_down.weight", "[64, 32]", "expected [32, 64]");
 }
 
+// GLM-4.5's config fields, each wrong in turn: the error names the field or the tensor.
+TEST(SafetensorsCorrupt, Glm4MoeConfigFields) {
+  const std::string base = test::temp_dir("corrupt_glm");
+  SynthOptions so;
+  so.arch = "glm4_moe";
+  so.config = {{"hidden_size", 64}, {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"head_dim", 32},
+               {"intermediate_size", 96}, {"num_hidden_layers", 2}, {"vocab_size", 512}, {"n_routed_experts", 4},
+               {"num_experts_per_tok", 2}, {"moe_intermediate_size", 32}};
+  so.out = base + "/good";
+  synth_model(so);
+  ASSERT_NO_THROW(load_and_build(so.out));
+  const std::string cfg_text = test::read_file(so.out + "/config.json");
+  int n = 0;
+  auto with_config = [&](const std::function<void(nlohmann::json&)>& edit) {
+    std::string d = base + "/v" + std::to_string(n++);
+    std::filesystem::create_directories(d);
+    std::filesystem::copy_file(so.out + "/model.safetensors", d + "/model.safetensors");
+    nlohmann::json j = nlohmann::json::parse(cfg_text);
+    edit(j);
+    write_text(d + "/config.json", j.dump());
+    return d;
+  };
+  std::string d = with_config([](auto& j) { j["partial_rotary_factor"] = 1.5; });
+  EXPECT_LOAD_ERROR(load_and_build(d), d, "partial_rotary_factor", "1.5");
+  d = with_config([](auto& j) { j["partial_rotary_factor"] = 0.3; });  // 9.6 -> 9 dims: odd
+  EXPECT_LOAD_ERROR(load_and_build(d), d, "rope dimension count", "9");
+  d = with_config([](auto& j) { j["use_qk_norm"] = true; });  // the file has no q/k norms
+  EXPECT_LOAD_ERROR(load_and_build(d), d, "missing tensor", "attn_q_norm");
+  d = with_config([](auto& j) { j["n_routed_experts"] = 8; });
+  EXPECT_LOAD_ERROR(load_and_build(d), d, "ffn_gate_inp", "expected [8, 64]");
+  d = with_config([](auto& j) { j["first_k_dense_replace"] = 0; });  // layer 0 has a dense FFN, no router
+  EXPECT_LOAD_ERROR(load_and_build(d), d, "missing tensor", "blk.0.ffn_gate_inp");
+  d = with_config([](auto& j) { j["n_group"] = 3; });
+  EXPECT_LOAD_ERROR(load_and_build(d), d, "expert group count", "3");
+}
+
 TEST(SafetensorsCorrupt, MisalignedTensorDataIsCopied) {
   // Valid but awkward: an odd-length F16 tensor first shifts every F32 tensor off 4-byte alignment.
   const std::string dir = synth(test::temp_dir("st_misaligned") + "/m");

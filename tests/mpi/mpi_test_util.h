@@ -26,13 +26,20 @@ inline std::shared_ptr<Communicator> world_comm() { return open_world(launched_w
     if (::fp::launched_world_size() < (n)) GTEST_SKIP() << "needs mpirun -np " << (n) << " or more"; \
   } while (0)
 
-// Small MoE shapes: qwen3moe (GQA 12 / 6 heads, a dense layer) and DeepSeek (MLA with q_lora,
-// a shared expert, a dense first layer).
+// Small MoE shapes: qwen3moe (GQA 12 / 6 heads, a dense layer), GLM-4.5 (GQA 12 / 6 heads with
+// q/k/v biases, half of each head rotated, grouped sigmoid routing, a shared expert, a dense
+// first layer) and DeepSeek (MLA with q_lora, a shared expert, a dense first layer).
 inline nlohmann::json moe_config(const std::string& arch) {
   if (arch == "qwen3_moe")
     return {{"hidden_size", 64},  {"num_attention_heads", 12}, {"num_key_value_heads", 6}, {"head_dim", 16},
             {"intermediate_size", 96}, {"num_hidden_layers", 3}, {"vocab_size", 256}, {"num_experts", 6},
             {"num_experts_per_tok", 2}, {"moe_intermediate_size", 96}, {"mlp_only_layers", {1}}};
+  if (arch == "glm4_moe")
+    return {{"hidden_size", 64},  {"num_attention_heads", 12}, {"num_key_value_heads", 6}, {"head_dim", 16},
+            {"intermediate_size", 96}, {"num_hidden_layers", 3}, {"vocab_size", 256}, {"n_routed_experts", 6},
+            {"num_experts_per_tok", 2}, {"moe_intermediate_size", 96}, {"n_shared_experts", 1},
+            {"first_k_dense_replace", 1}, {"n_group", 2}, {"topk_group", 1}, {"routed_scaling_factor", 2.5},
+            {"num_nextn_predict_layers", 1}};
   return {{"hidden_size", 64}, {"num_attention_heads", 2}, {"intermediate_size", 96}, {"num_hidden_layers", 3},
           {"vocab_size", 256}, {"n_routed_experts", 6}, {"num_experts_per_tok", 2}, {"moe_intermediate_size", 96},
           {"n_shared_experts", 1}, {"first_k_dense_replace", 1}, {"q_lora_rank", 32}, {"kv_lora_rank", 32},

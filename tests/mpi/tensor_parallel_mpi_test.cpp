@@ -164,6 +164,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(MoeSplitCase{"qwen3moe_tp", "qwen3_moe", DType::Q8_0, {0, 1}},
                       MoeSplitCase{"qwen3moe_ep", "qwen3_moe", DType::Q8_0, {1, 0}},
                       MoeSplitCase{"qwen3moe_tp_ep", "qwen3_moe", DType::F16, {0, 0}},
+                      MoeSplitCase{"glm4moe_tp", "glm4_moe", DType::Q8_0, {0, 1}},
+                      MoeSplitCase{"glm4moe_tp_ep", "glm4_moe", DType::F16, {0, 0}},
                       MoeSplitCase{"deepseek_v3_ep", "deepseek_v3", DType::Q8_0, {1, 0}},
                       MoeSplitCase{"deepseek_v3_fp8_ep", "deepseek_v3", DType::F8_E4M3, {1, 0}},
                       MoeSplitCase{"deepseek_v2_ep", "deepseek_v2", DType::F32, {1, 0}}),
