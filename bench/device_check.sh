@@ -193,6 +193,10 @@ for T in bf16 q8_0; do
   # decode kernels chained (FASTPATH_CUDA_PDL=1).
   [ "$T" = bf16 ] && [ -f "$SYN/llama8b-8l-$T.gguf" ] && \
     bench_model "8b8l-$T-gemv_warp" "$SYN/llama8b-8l-$T.gguf" -p 0 -n 64 -b 8 -r 3 --warmup 1 --kv-cache-dtype bf16 --kernel matmul=gemv_warp
+  # Q8_0 rows read in whole 16-byte loads (gemv_q8, below gemv until timed here) against the
+  # default GEMV's 2-byte loads: decode at batch 1 and 8.
+  [ "$T" = q8_0 ] && [ -f "$SYN/llama8b-8l-$T.gguf" ] && \
+    bench_model "8b8l-$T-gemv_q8" "$SYN/llama8b-8l-$T.gguf" -p 0 -n 64 -b 8 -r 3 --warmup 1 --kv-cache-dtype bf16 --kernel matmul=gemv_q8
   [ "$T" = bf16 ] && [ -f "$SYN/llama8b-8l-$T.gguf" ] && FASTPATH_CUDA_PDL=1 \
     bench_model "8b8l-$T-chained" "$SYN/llama8b-8l-$T.gguf" -p 0 -n 64 -b 8,64 -r 3 --warmup 1 --kv-cache-dtype bf16
   [ "$T" = bf16 ] && [ -f "$SYN/llama8b-8l-$T.gguf" ] && FASTPATH_CUDA_PDL=1 \

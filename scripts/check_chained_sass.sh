@@ -27,7 +27,7 @@ if ! command -v cuobjdump > /dev/null || ! command -v nvdisasm > /dev/null; then
 fi
 CUOBJDUMP=$(command -v cuobjdump)
 status=0
-for f in gemv elementwise attention_tiled; do
+for f in gemv gemv_q8 elementwise attention_tiled; do
   "$NVCC" -Isrc -O3 -DNDEBUG -std=c++17 -gencode=arch=compute_90a,code=sm_90a -x cu -c "src/kernels/cuda/$f.cu" \
     -o "$WORK/$f.o"
   "$CUOBJDUMP" -sass "$WORK/$f.o" > "$WORK/$f.sass"

@@ -122,6 +122,12 @@ TEST(CudaOps, MatMulEveryKernelAgainstTheReference) {
     check_matmul({t, 3, 40, ins.back(), false, false, false, true}, cov);  // unaligned weights
     check_matmul({t, 20, 40, ins.back(), true, false, true, true}, cov);   // both, GEMM
   }
+  // gemv_q8 (Q8_0, in % 256 == 0): steps of 32 blocks and a shorter last step, odd rows (a
+  // warp's second row past the end), several tokens; the widest row of a Llama-3-8B decode.
+  check_matmul({DType::Q8_0, 3, 33, 1280, true}, cov);
+  check_matmul({DType::Q8_0, 1, 7, 768}, cov);
+  check_matmul({DType::Q8_0, 8, 131, 14336, true}, cov);
+  check_matmul({DType::Q8_0, 5, 9, 256, false, false, false, true}, cov);  // weights 2 bytes in: falls back
   // FP8 with 128x128 block scales: partial tiles in both dimensions, K not a multiple of 8.
   for (int64_t n : {1, 3, 8, 9, 40})
     for (int64_t out : {1, 130, 257})
@@ -131,7 +137,7 @@ TEST(CudaOps, MatMulEveryKernelAgainstTheReference) {
   check_matmul({DType::F16, 0, 17, 64}, cov);
   check_matmul({DType::F32, 3, 5, 0, true}, cov);
   check_matmul({DType::F32, 12, 5, 0, true}, cov);
-  cov.expect_ran({"gemv", "gemv_warp", "cublas", "cuda"});
+  cov.expect_ran({"gemv", "gemv_warp", "gemv_q8", "cublas", "cuda"});
 }
 
 // cuBLASLt's FP8 block-scaled GEMM against the reference run on the activations quantized the

@@ -52,6 +52,9 @@ void matmul(const MatMulArgs& a);
 std::string refuse_gemv(const MatMulArgs& a);
 void gemv(const MatMulArgs& a);
 void gemv_warp(const MatMulArgs& a);  // the same calls, a warp per 2 rows (refuse_gemv)
+// gemv_q8.cu: decode on Q8_0 weights of in % 256 == 0, whole 16-byte loads staged in shared memory
+std::string refuse_gemv_q8(const MatMulArgs& a);
+void gemv_q8(const MatMulArgs& a);
 // gemm_cublas.cu: cuBLAS GemmEx (quantized weights dequantized to F16/BF16 first)
 std::string refuse_gemm_cublas(const MatMulArgs& a);
 void gemm_cublas(const MatMulArgs& a);

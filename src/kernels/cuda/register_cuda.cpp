@@ -36,6 +36,8 @@ const bool registered = [] {
   register_kernel(cuda_kernel<MatMulArgs>(gemv, refuse_gemv, "gemv", 130));
   // The same calls, a warp per 2 rows: below `gemv` until a device run times them side by side.
   register_kernel(cuda_kernel<MatMulArgs>(gemv_warp, refuse_gemv, "gemv_warp", 129));
+  // Q8_0 rows in whole 16-byte loads (Q8_0 blocks are 2-byte aligned): below both until timed.
+  register_kernel(cuda_kernel<MatMulArgs>(gemv_q8, refuse_gemv_q8, "gemv_q8", 128));
   register_kernel(cuda_kernel<MatMulArgs>(gemm_cublaslt_fp8, refuse_cublaslt_fp8, "cublaslt_fp8", 125));
   register_kernel(cuda_kernel<MatMulArgs>(gemm_cublas, refuse_gemm_cublas, "cublas", 120));
   register_kernel(cuda_kernel<MatMulArgs>(matmul, refuse_matmul));
