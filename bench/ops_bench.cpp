@@ -9,6 +9,7 @@
 #include <benchmark/benchmark.h>
 
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <random>
 #include <string>
@@ -16,6 +17,7 @@
 
 #include "core/thread_pool.h"
 #include "kernels/ops.h"
+#include "kernels/ops_moe.h"
 #include "kernels/registry.h"
 
 namespace fp {
@@ -248,6 +250,83 @@ void bench_attention() {
   }
 }
 
+// ---------------------------------------------------------------- moe_ffn
+// Decode of one token through an MoE layer with Q8_0 experts: GLM-4.5-Air's (dim 4096, experts
+// of 1408, 128 experts, top 8, one shared expert) and Qwen3-30B-A3B's (dim 2048, experts of 768,
+// 128, top 8). Each iteration selects the next 8 experts (outside the timed region), so the
+// weights come from memory as in decode, not from a cache. Bytes: the selected experts' (and the
+// shared expert's) three matrices once.
+void bench_moe_ffn() {
+  struct S {
+    const char* name;
+    int64_t dim, ff, experts, k, shared;
+  };
+  for (S s : {S{"glm45air", 4096, 1408, 128, 8, 1}, S{"qwen3_30b", 2048, 768, 128, 8, 0}}) {
+    struct Data {
+      std::vector<uint8_t> bytes;  // gate, up, down of every expert, then the shared expert's
+      std::vector<Tensor> gate, up, down;
+      Tensor sg, su, sd;
+      std::vector<float> x, w, out;
+      std::vector<int32_t> ids;
+    };
+    auto data = std::make_shared<Data>();
+    const double per_expert = 3.0 * static_cast<double>(row_bytes(DType::Q8_0, s.dim) * s.ff);
+    const Work wk{per_expert * static_cast<double>(s.k + s.shared), 2.0 * 3.0 * static_cast<double>(s.ff * s.dim * (s.k + s.shared))};
+    auto setup = [=]() {
+      Data& d = *data;
+      if (d.bytes.empty()) {  // built on first use: GLM's experts take 2.3 GB
+        const int64_t gate_bytes = row_bytes(DType::Q8_0, s.dim) * s.ff, down_bytes = row_bytes(DType::Q8_0, s.ff) * s.dim;
+        const int64_t one = 2 * gate_bytes + down_bytes;
+        d.bytes.resize(static_cast<size_t>(one * (s.experts + s.shared)));
+        uint64_t state = 88172645463325252ull;  // xorshift: random int8 values, scale 2^-7
+        for (size_t i = 0; i + 1 < d.bytes.size(); i += 2) {
+          state ^= state << 13, state ^= state >> 7, state ^= state << 17;
+          d.bytes[i] = static_cast<uint8_t>(state), d.bytes[i + 1] = static_cast<uint8_t>(state >> 8);
+        }
+        auto q8 = [&](int64_t off, int64_t rows, int64_t cols) {
+          uint8_t* p = d.bytes.data() + off;
+          for (int64_t b = 0; b < rows * cols / 32; ++b) {
+            const uint16_t half = 0x2000;  // 2^-7
+            std::memcpy(p + b * 34, &half, 2);
+          }
+          return Tensor::view(p, DType::Q8_0, {rows, cols});
+        };
+        for (int64_t e = 0; e <= s.experts; ++e) {
+          if (e == s.experts && !s.shared) break;
+          const int64_t o = e * one;
+          Tensor g = q8(o, s.ff, s.dim), u = q8(o + gate_bytes, s.ff, s.dim), dn = q8(o + 2 * gate_bytes, s.dim, s.ff);
+          if (e < s.experts) {
+            d.gate.push_back(g), d.up.push_back(u), d.down.push_back(dn);
+          } else {
+            d.sg = g, d.su = u, d.sd = dn;
+          }
+        }
+        d.x = randn(static_cast<size_t>(s.dim), 5);
+        d.w.assign(static_cast<size_t>(s.k), 1.0f / static_cast<float>(s.k));
+        d.out.resize(static_cast<size_t>(s.dim));
+        for (int64_t j = 0; j < s.k; ++j) d.ids.push_back(static_cast<int32_t>(j));
+      }
+      MoeFfnArgs a{};
+      a.x = d.x.data();
+      a.n = 1;
+      a.dim = s.dim;
+      a.ids = d.ids.data();
+      a.weights = d.w.data();
+      a.k = s.k;
+      a.n_expert = s.experts;
+      a.ff = s.ff;
+      a.gate = d.gate.data(), a.up = d.up.data(), a.down = d.down.data();
+      if (s.shared) a.shared_gate = &d.sg, a.shared_up = &d.su, a.shared_down = &d.sd, a.shared_ff = s.ff;
+      a.out = d.out.data();
+      return a;
+    };
+    auto next_experts = [=]() {  // the next k experts: every iteration reads other weights
+      for (auto& id : data->ids) id = static_cast<int32_t>((id + s.k) % s.experts);
+    };
+    register_op<MoeFfnArgs>(std::string(s.name) + ",n=1,w=Q8_0", wk, setup, next_experts);
+  }
+}
+
 }  // namespace
 }  // namespace fp
 
@@ -260,6 +339,7 @@ int main(int argc, char** argv) {
   fp::bench_argmax();
   fp::bench_sample();
   fp::bench_attention();
+  fp::bench_moe_ffn();
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

@@ -3,14 +3,20 @@
 // MB each; dispatched one by one, each pays a thread wake-up (milliseconds on a busy machine).
 // Here every job's rows are cut into blocks and the blocks of all jobs are shared out at once.
 // F32/F16/BF16/Q8_0 weights without block scales; callers fall back to matmul otherwise.
+// Q8_0 rows take f32 activations, or (run's int8_q8_0, on CPUs with VNNI) activations quantized
+// to Q8_0 blocks and vpdpbusd as the matmul kernels do: widening each weight to f32 capped a core
+// at ~3.4 GB/s of Q8_0 experts (bench/RESULTS.md, twenty-ninth session), the integer dot at more.
 #pragma once
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
+#include "core/cpu_features.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
+#include "kernels/cpu/quantize_act.h"
 #include "kernels/cpu/simd_avx2.h"
 
 namespace fp::moe_gemv {
@@ -28,12 +34,18 @@ FP_AVX2_INLINE float dot_row(const void* row, const float* x, int64_t n) {
   return avx2::hsum(_mm256_add_ps(s0, s1));
 }
 
+// Q8_0 weights are prefetched 64 blocks (2 KB) ahead, past a row's end into the next row's: one
+// core streamed ~6 GB/s of Q8_0 rows without it and ~10 with it (Sapphire Rapids VM, twenty-ninth
+// session), where the hardware prefetchers alone kept too few lines in flight.
+constexpr int64_t kPrefetchBlocks = 64;
+
 // Q8_0 rows: each block's 32 int8 widened to f32 and dotted with x, times the block scale
 // (f32 activations: closer to the reference than ggml's 8-bit activation rounding).
 FP_AVX2 inline float dot_q8_0(const void* row, const float* x, int64_t n) {
   const auto* b = static_cast<const BlockQ8_0*>(row);
   __m256 acc = _mm256_setzero_ps();
   for (int64_t k = 0; k < n; k += 32, ++b) {
+    _mm_prefetch(reinterpret_cast<const char*>(b + kPrefetchBlocks), _MM_HINT_T0);
     const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b->qs));
     const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b->qs + 16));
     __m256 s = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo)), _mm256_loadu_ps(x + k));
@@ -56,6 +68,45 @@ FP_AVX2 inline float dot(const Tensor& w, int64_t r, const float* x) {
   }
 }
 
+// A Q8_0 row against activations in Q8_0 blocks (n / 32 blocks): |w| as vpdpbusd's unsigned
+// operand, x with w's sign, each block's int32 sum scaled by both block scales; four
+// accumulators (one chain of dependent FMAs per block would cap a core, as in matmul_vnni.cpp).
+// Defined twice: EVEX vpdpbusd (AVX-512 VNNI) and VEX (AVX-VNNI, client CPUs without AVX-512).
+#define FP_MOE_DOT_Q8_0_INT8(NAME, TARGET, DPBUSD)                                                        \
+  __attribute__((target(TARGET))) inline __m256 NAME##_block(const BlockQ8_0& w, const BlockQ8_0& x, __m256 acc) { \
+    const __m256i wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qs));                       \
+    const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs));                       \
+    const __m256i dot = DPBUSD(_mm256_setzero_si256(), _mm256_abs_epi8(wq), _mm256_sign_epi8(xv, wq));    \
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(_cvtsh_ss(w.d) * _cvtsh_ss(x.d)), acc); \
+  }                                                                                                       \
+  __attribute__((target(TARGET))) inline float NAME(const void* row, const BlockQ8_0* xq, int64_t nb) {  \
+    const auto* wb = static_cast<const BlockQ8_0*>(row);                                                  \
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                                           \
+    int64_t b = 0;                                                                                        \
+    for (; b + 4 <= nb; b += 4) {                                                                         \
+      const char* ahead = reinterpret_cast<const char*>(wb + b + kPrefetchBlocks);                        \
+      _mm_prefetch(ahead, _MM_HINT_T0);                                                                   \
+      _mm_prefetch(ahead + 64, _MM_HINT_T0);                                                              \
+      a0 = NAME##_block(wb[b], xq[b], a0);                                                                \
+      a1 = NAME##_block(wb[b + 1], xq[b + 1], a1);                                                        \
+      a2 = NAME##_block(wb[b + 2], xq[b + 2], a2);                                                        \
+      a3 = NAME##_block(wb[b + 3], xq[b + 3], a3);                                                        \
+    }                                                                                                     \
+    for (; b < nb; ++b) a0 = NAME##_block(wb[b], xq[b], a0);                                              \
+    return avx2::hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));                      \
+  }
+FP_MOE_DOT_Q8_0_INT8(dot_q8_0_avx512vnni, "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni", _mm256_dpbusd_epi32)
+FP_MOE_DOT_Q8_0_INT8(dot_q8_0_avxvnni, "avx2,fma,f16c,avxvnni", _mm256_dpbusd_avx_epi32)
+#undef FP_MOE_DOT_Q8_0_INT8
+
+// Which integer dot this CPU has for Q8_0 rows: 2 AVX-512 VNNI, 1 AVX-VNNI, 0 none.
+inline int int8_dot_level() {
+  static const int level = cpu_features().missing({"avx2", "fma", "f16c", "avx512f", "avx512vl", "avx512bw", "avx512_vnni"}).empty() ? 2
+                           : cpu_features().missing({"avx2", "fma", "f16c", "avx_vnni"}).empty()                                   ? 1
+                                                                                                                                   : 0;
+  return level;
+}
+
 // "" when w can be used here.
 inline std::string refuse(const Tensor& w) {
   if (w.dtype != DType::F32 && w.dtype != DType::F16 && w.dtype != DType::BF16 && w.dtype != DType::Q8_0)
@@ -65,21 +116,49 @@ inline std::string refuse(const Tensor& w) {
   return {};
 }
 
-// y_j = W_j x_j for every job, in one parallel region over blocks of `block` rows.
+// y_j = W_j x_j for every job, in one parallel region over blocks of `block` rows. With
+// int8_q8_0 (and a CPU with VNNI), Q8_0 jobs read their x quantized to Q8_0 blocks (each distinct
+// x once, before the region).
 struct Job {
   const Tensor* w;
   const float* x;
   float* y;
 };
-inline void run(const std::vector<Job>& jobs, int64_t block = 16) {
+inline void run(const std::vector<Job>& jobs, int64_t block = 16, bool int8_q8_0 = false) {
   std::vector<int64_t> first(jobs.size() + 1, 0);  // first block of each job
   for (size_t j = 0; j < jobs.size(); ++j) first[j + 1] = first[j] + (jobs[j].w->rows() + block - 1) / block;
+  const int level = int8_q8_0 ? int8_dot_level() : 0;
+  static thread_local std::vector<BlockQ8_0> xq;  // the quantized activations, one run of blocks per distinct x
+  std::vector<int64_t> xq_at(jobs.size(), -1);    // job j's first block in xq
+  if (level > 0) {
+    std::unordered_map<const float*, int64_t> seen;  // x -> its first block
+    std::vector<size_t> first_use;                    // the jobs that bring a new x
+    int64_t blocks = 0;
+    for (size_t j = 0; j < jobs.size(); ++j) {
+      if (jobs[j].w->dtype != DType::Q8_0) continue;
+      auto [it, added] = seen.emplace(jobs[j].x, blocks);
+      if (added) blocks += jobs[j].w->cols() / 32, first_use.push_back(j);
+      xq_at[j] = it->second;
+    }
+    if (static_cast<int64_t>(xq.size()) < blocks) xq.resize(static_cast<size_t>(blocks));
+    for (size_t j : first_use) quantize_act_q8_0(jobs[j].x, xq.data() + xq_at[j], jobs[j].w->cols());
+  }
+  const BlockQ8_0* xq_all = xq.data();  // the calling thread's buffer, read by every worker
   thread_pool().parallel_for(first.back(), 1, [&](int64_t b0, int64_t b1) {
     size_t j = static_cast<size_t>(std::upper_bound(first.begin(), first.end(), b0) - first.begin()) - 1;
     for (int64_t b = b0; b < b1; ++b) {
       while (b >= first[j + 1]) ++j;
       const Job& job = jobs[j];
       const int64_t r0 = (b - first[j]) * block, r1 = std::min(job.w->rows(), r0 + block);
+      if (xq_at[j] >= 0) {
+        const BlockQ8_0* x = xq_all + xq_at[j];
+        const int64_t nb = job.w->cols() / 32;
+        if (level == 2)
+          for (int64_t r = r0; r < r1; ++r) job.y[r] = dot_q8_0_avx512vnni(job.w->row_ptr(r), x, nb);
+        else
+          for (int64_t r = r0; r < r1; ++r) job.y[r] = dot_q8_0_avxvnni(job.w->row_ptr(r), x, nb);
+        continue;
+      }
       for (int64_t r = r0; r < r1; ++r) job.y[r] = dot(*job.w, r, job.x);
     }
   });
