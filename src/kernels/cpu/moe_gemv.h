@@ -4,8 +4,9 @@
 // Here every job's rows are cut into blocks and the blocks of all jobs are shared out at once.
 // F32/F16/BF16/Q8_0 weights without block scales; callers fall back to matmul otherwise.
 // Q8_0 rows take f32 activations, or (run's int8_q8_0, on CPUs with VNNI) activations quantized
-// to Q8_0 blocks and vpdpbusd as the matmul kernels do: widening each weight to f32 capped a core
-// at ~3.4 GB/s of Q8_0 experts (bench/RESULTS.md, twenty-ninth session), the integer dot at more.
+// to Q8_0 blocks and vpdpbusd as the matmul kernels do; either way the weights are prefetched 2 KiB
+// ahead (cpu::prefetch_stream) as the decode GEMVs do. Before both, one core streamed ~3.4 GB/s of
+// Q8_0 experts (widening each weight to f32, no prefetch); bench/RESULTS.md, twenty-ninth session.
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -16,6 +17,7 @@
 #include "core/cpu_features.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
+#include "kernels/cpu/matmul_common.h"
 #include "kernels/cpu/quantize_act.h"
 #include "kernels/cpu/simd_avx2.h"
 
@@ -34,18 +36,13 @@ FP_AVX2_INLINE float dot_row(const void* row, const float* x, int64_t n) {
   return avx2::hsum(_mm256_add_ps(s0, s1));
 }
 
-// Q8_0 weights are prefetched 64 blocks (2 KB) ahead, past a row's end into the next row's: one
-// core streamed ~6 GB/s of Q8_0 rows without it and ~10 with it (Sapphire Rapids VM, twenty-ninth
-// session), where the hardware prefetchers alone kept too few lines in flight.
-constexpr int64_t kPrefetchBlocks = 64;
-
 // Q8_0 rows: each block's 32 int8 widened to f32 and dotted with x, times the block scale
 // (f32 activations: closer to the reference than ggml's 8-bit activation rounding).
 FP_AVX2 inline float dot_q8_0(const void* row, const float* x, int64_t n) {
   const auto* b = static_cast<const BlockQ8_0*>(row);
   __m256 acc = _mm256_setzero_ps();
   for (int64_t k = 0; k < n; k += 32, ++b) {
-    _mm_prefetch(reinterpret_cast<const char*>(b + kPrefetchBlocks), _MM_HINT_T0);
+    cpu::prefetch_stream(b);
     const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b->qs));
     const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b->qs + 16));
     __m256 s = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo)), _mm256_loadu_ps(x + k));
@@ -84,9 +81,8 @@ FP_AVX2 inline float dot(const Tensor& w, int64_t r, const float* x) {
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                                           \
     int64_t b = 0;                                                                                        \
     for (; b + 4 <= nb; b += 4) {                                                                         \
-      const char* ahead = reinterpret_cast<const char*>(wb + b + kPrefetchBlocks);                        \
-      _mm_prefetch(ahead, _MM_HINT_T0);                                                                   \
-      _mm_prefetch(ahead + 64, _MM_HINT_T0);                                                              \
+      cpu::prefetch_stream(wb + b);                                                                       \
+      cpu::prefetch_stream(reinterpret_cast<const char*>(wb + b) + 64);                                   \
       a0 = NAME##_block(wb[b], xq[b], a0);                                                                \
       a1 = NAME##_block(wb[b + 1], xq[b + 1], a1);                                                        \
       a2 = NAME##_block(wb[b + 2], xq[b + 2], a2);                                                        \
