@@ -334,7 +334,8 @@ TEST(Repack, OnlyRepackableFormatsAndMatricesOfWholeGroups) {
   EXPECT_FALSE(repackable(Tensor::view(bytes.data(), DType::Q4_0, {8, 224})));
   EXPECT_FALSE(repackable(Tensor::view(bytes.data(), DType::Q5_1, {2, 2, 512})));  // an expert stack of a 32-value format
   EXPECT_FALSE(repackable(Tensor::view(bytes.data(), DType::Q5_K, {2, 512})));  // no _X8 form
-  EXPECT_FALSE(repackable(Tensor::view(bytes.data(), DType::Q8_0, {2, 2, 512})));  // a Q8_0 expert stack (the MoE GEMV reads it)
+  EXPECT_TRUE(repackable(Tensor::view(bytes.data(), DType::Q8_0, {2, 2, 512})));    // a Q8_0 expert stack: rows
+  EXPECT_FALSE(repackable(Tensor::view(bytes.data(), DType::Q8_0, {2, 2, 224})));   // ... of 7 blocks: stays
   Tensor t = Tensor::view(bytes.data(), DType::Q8_0, {4, 512});
   EXPECT_TRUE(repack_in_place(t));
   EXPECT_EQ(t.dtype, DType::Q8_0_X8);
@@ -456,6 +457,10 @@ TEST(Repack, MoeModelsRepackTheirExpertsAndGiveTheSameLogits) {
        {{"hidden_size", 256}, {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"head_dim", 64},
         {"intermediate_size", 256}, {"num_hidden_layers", 2}, {"vocab_size", 512}, {"num_experts", 4},
         {"num_experts_per_tok", 2}, {"moe_intermediate_size", 256}}},
+      {"glm4_moe", DType::Q8_0,  // Q8_0 stacks (and the shared expert) repacked too
+       {{"hidden_size", 256}, {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"head_dim", 64},
+        {"intermediate_size", 256}, {"num_hidden_layers", 2}, {"vocab_size", 512}, {"n_routed_experts", 4},
+        {"num_experts_per_tok", 2}, {"moe_intermediate_size", 256}, {"n_shared_experts", 1}}},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(std::string(c.arch) + " " + dtype_name(c.type));
@@ -475,7 +480,13 @@ TEST(Repack, MoeModelsRepackTheirExpertsAndGiveTheSameLogits) {
     auto m = load_model(o.out, lo);
     EXPECT_EQ(m->file().get("blk.1.ffn_gate_exps.weight").dtype, repacked_dtype(c.type));
     EXPECT_EQ(m->file().get("blk.1.ffn_down_exps.weight").dtype, repacked_dtype(c.type));
+    if (m->file().find("blk.1.ffn_gate_shexp.weight")) {
+      EXPECT_EQ(m->file().get("blk.1.ffn_gate_shexp.weight").dtype, repacked_dtype(c.type));
+    }
+    // The reference matmul under both layouts (the plain Q8_0 experts' own MoE GEMV bypasses the
+    // matmul op: the grouped kernel runs them through it).
     KernelOverrides::global().force("matmul", "ref");
+    KernelOverrides::global().force("moe_ffn", "grouped");
     invalidate_all_dispatch();
     const auto ref_plain = logits(o.out, false, true), ref_packed = logits(o.out, true, true);
     KernelOverrides::global().clear();

@@ -71,9 +71,8 @@ MoeLayerWeights load_moe_layer(ModelFile& mf, const std::string& p, const ModelC
     w.sh_gate = &mf.get(p + "ffn_gate_shexp.weight", {w.sh_ff, c.dim});
     w.sh_up = &mf.get(p + "ffn_up_shexp.weight", {w.sh_ff, c.dim});
     w.sh_down = &mf.get(p + "ffn_down_shexp.weight", {c.dim, w.sh_ff});
-    // K-quant shared experts too; Q8_0 ones stay for the MoE decode kernel, which reads them with
-    // the routed experts (moe_gemv.h) and takes no repacked layout.
-    if (repacker && w.sh_gate->dtype != DType::Q8_0)
+    // The shared experts as the routed ones (what repackable() takes).
+    if (repacker)
       for (const Tensor** t : {&w.sh_gate, &w.sh_up, &w.sh_down}) *t = repacker->repack(*t);
   }
   return w;

@@ -18,6 +18,7 @@
 #include "core/tensor.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/matmul_common.h"
+#include "kernels/cpu/matmul_interleave.h"
 #include "kernels/cpu/quantize_act.h"
 #include "kernels/cpu/simd_avx2.h"
 
@@ -95,6 +96,30 @@ FP_MOE_DOT_Q8_0_INT8(dot_q8_0_avx512vnni, "avx2,fma,f16c,avx512f,avx512vl,avx512
 FP_MOE_DOT_Q8_0_INT8(dot_q8_0_avxvnni, "avx2,fma,f16c,avxvnni", _mm256_dpbusd_avx_epi32)
 #undef FP_MOE_DOT_Q8_0_INT8
 
+// A Q8_0_X8 row (repacked at load: groups of 8 blocks, w + 128 interleaved, core/dtype.h) against
+// activations packed for it (cpu::PackedX: signed x, init = -128 x sum(x) per block): 8 vpdpbusd
+// per group leave block j's dot product in lane j, scaled by both block scales at once.
+#define FP_MOE_DOT_Q8_0_X8(NAME, TARGET, DPBUSD)                                                              \
+  __attribute__((target(TARGET))) inline float NAME(const void* row, const cpu::PackedX* x, int64_t groups) { \
+    const auto* wg = static_cast<const BlockQ8_0x8*>(row);                                                    \
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0;                                                                 \
+    for (int64_t g = 0; g < groups; ++g) {                                                                    \
+      for (int l = 0; l < 272; l += 64) cpu::prefetch_stream(reinterpret_cast<const char*>(wg + g) + l);     \
+      __m256i s = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[g].init));                           \
+      for (int c = 0; c < 8; ++c)                                                                             \
+        s = DPBUSD(s, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wg[g].qs + 32 * c)),                \
+                   _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[g].q + 32 * c)));                    \
+      const __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wg[g].d))), \
+                                     _mm256_loadu_ps(x[g].d));                                                \
+      if (g & 1) a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), d, a1);                                          \
+      else a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), d, a0);                                                \
+    }                                                                                                         \
+    return avx2::hsum(_mm256_add_ps(a0, a1));                                                                 \
+  }
+FP_MOE_DOT_Q8_0_X8(dot_q8_0_x8_avx512vnni, "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni", _mm256_dpbusd_epi32)
+FP_MOE_DOT_Q8_0_X8(dot_q8_0_x8_avxvnni, "avx2,fma,f16c,avxvnni", _mm256_dpbusd_avx_epi32)
+#undef FP_MOE_DOT_Q8_0_X8
+
 // Which integer dot this CPU has for Q8_0 rows: 2 AVX-512 VNNI, 1 AVX-VNNI, 0 none.
 inline int int8_dot_level() {
   static const int level = cpu_features().missing({"avx2", "fma", "f16c", "avx512f", "avx512vl", "avx512bw", "avx512_vnni"}).empty() ? 2
@@ -105,8 +130,10 @@ inline int int8_dot_level() {
 
 // "" when w can be used here.
 inline std::string refuse(const Tensor& w) {
-  if (w.dtype != DType::F32 && w.dtype != DType::F16 && w.dtype != DType::BF16 && w.dtype != DType::Q8_0)
-    return std::string("weights are ") + dtype_name(w.dtype) + " (this path takes F32/F16/BF16/Q8_0)";
+  if (w.dtype == DType::Q8_0_X8 && int8_dot_level() == 0) return "Q8_0_X8 weights need VNNI (AVX-512 VNNI or AVX-VNNI)";
+  if (w.dtype != DType::F32 && w.dtype != DType::F16 && w.dtype != DType::BF16 && w.dtype != DType::Q8_0 &&
+      w.dtype != DType::Q8_0_X8)
+    return std::string("weights are ") + dtype_name(w.dtype) + " (this path takes F32/F16/BF16/Q8_0/Q8_0_X8)";
   if (w.block_scale) return "block-scaled weights";
   if (w.cols() % (w.dtype == DType::Q8_0 ? 32 : 8)) return "rows of " + std::to_string(w.cols()) + " values (needs a multiple of 8, Q8_0 of 32)";
   return {};
@@ -114,7 +141,8 @@ inline std::string refuse(const Tensor& w) {
 
 // y_j = W_j x_j for every job, in one parallel region over blocks of `block` rows. With
 // int8_q8_0 (and a CPU with VNNI), Q8_0 jobs read their x quantized to Q8_0 blocks (each distinct
-// x once, before the region).
+// x once, before the region). Q8_0_X8 jobs (refuse() lets them in only with VNNI) always read
+// their x packed for the interleaved groups (cpu::PackedX), likewise once per distinct x.
 struct Job {
   const Tensor* w;
   const float* x;
@@ -126,6 +154,23 @@ inline void run(const std::vector<Job>& jobs, int64_t block = 16, bool int8_q8_0
   const int level = int8_q8_0 ? int8_dot_level() : 0;
   static thread_local std::vector<BlockQ8_0> xq;  // the quantized activations, one run of blocks per distinct x
   std::vector<int64_t> xq_at(jobs.size(), -1);    // job j's first block in xq
+  static thread_local std::vector<cpu::PackedX> xp;  // Q8_0_X8 jobs' activations, one run of groups per distinct x
+  std::vector<int64_t> xp_at(jobs.size(), -1);       // job j's first group in xp
+  {
+    std::unordered_map<const float*, int64_t> seen;
+    std::vector<size_t> first_use;
+    int64_t groups = 0;
+    for (size_t j = 0; j < jobs.size(); ++j) {
+      if (jobs[j].w->dtype != DType::Q8_0_X8) continue;
+      auto [it, added] = seen.emplace(jobs[j].x, groups);
+      if (added) groups += jobs[j].w->cols() / 256, first_use.push_back(j);
+      xp_at[j] = it->second;
+    }
+    if (static_cast<int64_t>(xp.size()) < groups) xp.resize(static_cast<size_t>(groups));
+    for (size_t j : first_use) cpu::pack_activations(DType::Q8_0_X8, jobs[j].x, nullptr, jobs[j].w->cols(), xp.data() + xp_at[j]);
+  }
+  const cpu::PackedX* xp_all = xp.data();
+  const int x8_level = int8_dot_level();
   if (level > 0) {
     std::unordered_map<const float*, int64_t> seen;  // x -> its first block
     std::vector<size_t> first_use;                    // the jobs that bring a new x
@@ -146,6 +191,15 @@ inline void run(const std::vector<Job>& jobs, int64_t block = 16, bool int8_q8_0
       while (b >= first[j + 1]) ++j;
       const Job& job = jobs[j];
       const int64_t r0 = (b - first[j]) * block, r1 = std::min(job.w->rows(), r0 + block);
+      if (xp_at[j] >= 0) {
+        const cpu::PackedX* x = xp_all + xp_at[j];
+        const int64_t groups = job.w->cols() / 256;
+        if (x8_level == 2)
+          for (int64_t r = r0; r < r1; ++r) job.y[r] = dot_q8_0_x8_avx512vnni(job.w->row_ptr(r), x, groups);
+        else
+          for (int64_t r = r0; r < r1; ++r) job.y[r] = dot_q8_0_x8_avxvnni(job.w->row_ptr(r), x, groups);
+        continue;
+      }
       if (xq_at[j] >= 0) {
         const BlockQ8_0* x = xq_all + xq_at[j];
         const int64_t nb = job.w->cols() / 32;
