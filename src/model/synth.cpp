@@ -331,6 +331,17 @@ void add_synth_vocab(GgufWriter& g, int64_t n_vocab) {
   g.set_u32("tokenizer.ggml.unknown_token_id", 0);
 }
 
+// DeepSeek's router keys, which GLM-4.5's config.json shares.
+void hf_deepseek_router_keys(nlohmann::json& cfg, const MoeConfig& e) {
+  cfg["n_routed_experts"] = e.n_experts;
+  cfg["n_shared_experts"] = e.n_shared;
+  cfg["first_k_dense_replace"] = e.first_dense;
+  cfg["routed_scaling_factor"] = e.scale;
+  cfg["n_group"] = e.n_group;
+  cfg["topk_group"] = e.topk_group;
+  cfg["hidden_act"] = "silu";
+}
+
 // config.json keys of the MoE architectures, every one written (transformers' defaults differ).
 void hf_moe_config(nlohmann::json& cfg, const ModelConfig& c, const std::string& arch_in) {
   const MoeConfig& e = c.moe;
@@ -348,27 +359,16 @@ void hf_moe_config(nlohmann::json& cfg, const ModelConfig& c, const std::string&
   if (c.arch == "glm4moe") {
     cfg["architectures"] = {"Glm4MoeForCausalLM"};
     cfg["model_type"] = "glm4_moe";
-    cfg["n_routed_experts"] = e.n_experts;
-    cfg["n_shared_experts"] = e.n_shared;
-    cfg["first_k_dense_replace"] = e.first_dense;
-    cfg["routed_scaling_factor"] = e.scale;
-    cfg["n_group"] = e.n_group;
-    cfg["topk_group"] = e.topk_group;
+    hf_deepseek_router_keys(cfg, e);
     cfg["attention_bias"] = c.qkv_bias;
     cfg["use_qk_norm"] = c.qk_norm;
     cfg["partial_rotary_factor"] = static_cast<double>(c.rot_dim) / static_cast<double>(c.head_dim);
-    cfg["hidden_act"] = "silu";
     return;
   }
   const bool v3 = arch_in == "deepseek_v3";
   cfg["architectures"] = {v3 ? "DeepseekV3ForCausalLM" : "DeepseekV2ForCausalLM"};
   cfg["model_type"] = v3 ? "deepseek_v3" : "deepseek_v2";
-  cfg["n_routed_experts"] = e.n_experts;
-  cfg["n_shared_experts"] = e.n_shared;
-  cfg["first_k_dense_replace"] = e.first_dense;
-  cfg["routed_scaling_factor"] = e.scale;
-  cfg["n_group"] = e.n_group;
-  cfg["topk_group"] = e.topk_group;
+  hf_deepseek_router_keys(cfg, e);
   if (!v3) {
     cfg["topk_method"] = e.n_group > 1 ? "group_limited_greedy" : "greedy";
     cfg["scoring_func"] = "softmax";
@@ -381,7 +381,6 @@ void hf_moe_config(nlohmann::json& cfg, const ModelConfig& c, const std::string&
   cfg["head_dim"] = c.rot_dim;  // transformers' DeepSeek configs: head_dim is the rotary dim
   cfg["rope_interleave"] = true;
   cfg["attention_bias"] = false;
-  cfg["hidden_act"] = "silu";
 }
 
 // MoE / MLA keys as llama.cpp's converters write them.

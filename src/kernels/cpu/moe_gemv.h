@@ -139,52 +139,52 @@ inline std::string refuse(const Tensor& w) {
   return {};
 }
 
-// y_j = W_j x_j for every job, in one parallel region over blocks of `block` rows. With
-// int8_q8_0 (and a CPU with VNNI), Q8_0 jobs read their x quantized to Q8_0 blocks (each distinct
-// x once, before the region). Q8_0_X8 jobs (refuse() lets them in only with VNNI) always read
-// their x packed for the interleaved groups (cpu::PackedX), likewise once per distinct x.
+// One matrix-vector product: y = w x.
 struct Job {
   const Tensor* w;
   const float* x;
   float* y;
 };
+
+// The distinct activation rows of the jobs on `dtype` weights, each laid out once in buf by
+// fill(x, cols, dst) as cols / per units; at[j]: job j's first unit (-1 for the other jobs).
+template <class Unit, class Fill>
+const Unit* distinct_activations(const std::vector<Job>& jobs, DType dtype, int64_t per, std::vector<Unit>& buf,
+                                 std::vector<int64_t>& at, Fill fill) {
+  std::unordered_map<const float*, int64_t> seen;  // x -> its first unit
+  std::vector<size_t> first_use;                    // the jobs that bring a new x
+  int64_t units = 0;
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    if (jobs[j].w->dtype != dtype) continue;
+    auto [it, added] = seen.emplace(jobs[j].x, units);
+    if (added) units += jobs[j].w->cols() / per, first_use.push_back(j);
+    at[j] = it->second;
+  }
+  if (static_cast<int64_t>(buf.size()) < units) buf.resize(static_cast<size_t>(units));
+  for (size_t j : first_use) fill(jobs[j].x, jobs[j].w->cols(), buf.data() + at[j]);
+  return buf.data();
+}
+
+// y_j = W_j x_j for every job, in one parallel region over blocks of `block` rows. With
+// int8_q8_0 (and a CPU with VNNI), Q8_0 jobs read their x quantized to Q8_0 blocks (each distinct
+// x once, before the region). Q8_0_X8 jobs (refuse() lets them in only with VNNI) always read
+// their x packed for the interleaved groups (cpu::PackedX), likewise once per distinct x.
 inline void run(const std::vector<Job>& jobs, int64_t block = 16, bool int8_q8_0 = false) {
   std::vector<int64_t> first(jobs.size() + 1, 0);  // first block of each job
   for (size_t j = 0; j < jobs.size(); ++j) first[j + 1] = first[j] + (jobs[j].w->rows() + block - 1) / block;
-  const int level = int8_q8_0 ? int8_dot_level() : 0;
-  static thread_local std::vector<BlockQ8_0> xq;  // the quantized activations, one run of blocks per distinct x
-  std::vector<int64_t> xq_at(jobs.size(), -1);    // job j's first block in xq
-  static thread_local std::vector<cpu::PackedX> xp;  // Q8_0_X8 jobs' activations, one run of groups per distinct x
-  std::vector<int64_t> xp_at(jobs.size(), -1);       // job j's first group in xp
-  {
-    std::unordered_map<const float*, int64_t> seen;
-    std::vector<size_t> first_use;
-    int64_t groups = 0;
-    for (size_t j = 0; j < jobs.size(); ++j) {
-      if (jobs[j].w->dtype != DType::Q8_0_X8) continue;
-      auto [it, added] = seen.emplace(jobs[j].x, groups);
-      if (added) groups += jobs[j].w->cols() / 256, first_use.push_back(j);
-      xp_at[j] = it->second;
-    }
-    if (static_cast<int64_t>(xp.size()) < groups) xp.resize(static_cast<size_t>(groups));
-    for (size_t j : first_use) cpu::pack_activations(DType::Q8_0_X8, jobs[j].x, nullptr, jobs[j].w->cols(), xp.data() + xp_at[j]);
-  }
-  const cpu::PackedX* xp_all = xp.data();
-  const int x8_level = int8_dot_level();
-  if (level > 0) {
-    std::unordered_map<const float*, int64_t> seen;  // x -> its first block
-    std::vector<size_t> first_use;                    // the jobs that bring a new x
-    int64_t blocks = 0;
-    for (size_t j = 0; j < jobs.size(); ++j) {
-      if (jobs[j].w->dtype != DType::Q8_0) continue;
-      auto [it, added] = seen.emplace(jobs[j].x, blocks);
-      if (added) blocks += jobs[j].w->cols() / 32, first_use.push_back(j);
-      xq_at[j] = it->second;
-    }
-    if (static_cast<int64_t>(xq.size()) < blocks) xq.resize(static_cast<size_t>(blocks));
-    for (size_t j : first_use) quantize_act_q8_0(jobs[j].x, xq.data() + xq_at[j], jobs[j].w->cols());
-  }
-  const BlockQ8_0* xq_all = xq.data();  // the calling thread's buffer, read by every worker
+  // The activations in the integer kernels' forms, on the calling thread (thread_local buffers:
+  // the workers read them through these pointers).
+  const int level = int8_q8_0 ? int8_dot_level() : 0, x8_level = int8_dot_level();
+  static thread_local std::vector<BlockQ8_0> xq;     // Q8_0 jobs' x quantized (with int8_q8_0)
+  static thread_local std::vector<cpu::PackedX> xp;  // Q8_0_X8 jobs' x packed for the interleaved groups
+  std::vector<int64_t> xq_at(jobs.size(), -1), xp_at(jobs.size(), -1);
+  const cpu::PackedX* xp_all = distinct_activations(jobs, DType::Q8_0_X8, 256, xp, xp_at, [](const float* x, int64_t k, cpu::PackedX* d) {
+    cpu::pack_activations(DType::Q8_0_X8, x, nullptr, k, d);
+  });
+  const BlockQ8_0* xq_all = nullptr;
+  if (level > 0)
+    xq_all = distinct_activations(jobs, DType::Q8_0, 32, xq, xq_at,
+                                  [](const float* x, int64_t k, BlockQ8_0* d) { quantize_act_q8_0(x, d, k); });
   thread_pool().parallel_for(first.back(), 1, [&](int64_t b0, int64_t b1) {
     size_t j = static_cast<size_t>(std::upper_bound(first.begin(), first.end(), b0) - first.begin()) - 1;
     for (int64_t b = b0; b < b1; ++b) {
