@@ -2,7 +2,8 @@
 // of MLA's per-head projections is dozens of matrix-vector products of a few hundred KB to a few
 // MB each; dispatched one by one, each pays a thread wake-up (milliseconds on a busy machine).
 // Here every job's rows are cut into blocks and the blocks of all jobs are shared out at once.
-// F32/F16/BF16/Q8_0 weights without block scales; callers fall back to matmul otherwise.
+// F32/F16/BF16/Q8_0 weights without block scales, and Q8_0_X8 (experts repacked at load) on CPUs
+// with VNNI; callers fall back to matmul otherwise.
 // Q8_0 rows take f32 activations, or (run's int8_q8_0, on CPUs with VNNI) activations quantized
 // to Q8_0 blocks and vpdpbusd as the matmul kernels do; either way the weights are prefetched 2 KiB
 // ahead (cpu::prefetch_stream) as the decode GEMVs do. Before both, one core streamed ~3.4 GB/s of
