@@ -11,6 +11,7 @@
 #include <random>
 
 #include "backend_ops.h"
+#include "core/cpu_features.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "kernels/registry.h"
@@ -474,7 +475,12 @@ TEST(Repack, MoeModelsRepackTheirExpertsAndGiveTheSameLogits) {
     const auto plain = logits(o.out, false, true), packed = logits(o.out, true, false);
     // As above; IQ4_XS's one position off (1.4e-2 at most, at one position whose later neighbours
     // agree) is the last layer's 8-bit rounding or top-k choice flipped by a last-bit difference.
-    expect_same_but_one_position(packed, plain, 1e-2);
+    // Plain Q8_0 experts on a CPU without VNNI take the MoE GEMV's f32 activations where the
+    // repacked ones take 8-bit activations: the same logits only to that rounding.
+    const bool vnni = cpu_features().missing({"avx512f", "avx512vl", "avx512bw", "avx512_vnni"}).empty() ||
+                      cpu_features().missing({"avx_vnni"}).empty();
+    if (c.type == DType::Q8_0 && !vnni) EXPECT_LE(test::normalised_error(packed, plain), 1e-2);
+    else expect_same_but_one_position(packed, plain, 1e-2);
     LoadOptions lo;
     lo.prefault = false;
     auto m = load_model(o.out, lo);
