@@ -251,17 +251,19 @@ void bench_attention() {
 }
 
 // ---------------------------------------------------------------- moe_ffn
-// Decode of one token through an MoE layer with Q8_0 experts: GLM-4.5-Air's (dim 4096, experts
-// of 1408, 128 experts, top 8, one shared expert) and Qwen3-30B-A3B's (dim 2048, experts of 768,
-// 128, top 8). Each iteration selects the next 8 experts (outside the timed region), so the
+// Decode of one token through an MoE layer: GLM-4.5-Air's (dim 4096, experts of 1408, 128
+// experts, top 8, one shared expert; Q8_0) and Qwen3-30B-A3B's (dim 2048, experts of 768, 128,
+// top 8; Q8_0 and BF16). Each iteration selects the next 8 experts (outside the timed region), so the
 // weights come from memory as in decode, not from a cache. Bytes: the selected experts' (and the
 // shared expert's) three matrices once.
 void bench_moe_ffn() {
   struct S {
     const char* name;
     int64_t dim, ff, experts, k, shared;
+    DType type;
   };
-  for (S s : {S{"glm45air", 4096, 1408, 128, 8, 1}, S{"qwen3_30b", 2048, 768, 128, 8, 0}}) {
+  for (S s : {S{"glm45air", 4096, 1408, 128, 8, 1, DType::Q8_0}, S{"qwen3_30b", 2048, 768, 128, 8, 0, DType::Q8_0},
+              S{"qwen3_30b", 2048, 768, 128, 8, 0, DType::BF16}}) {
     struct Data {
       std::vector<uint8_t> bytes;  // gate, up, down of every expert, then the shared expert's
       std::vector<Tensor> gate, up, down;
@@ -270,26 +272,30 @@ void bench_moe_ffn() {
       std::vector<int32_t> ids;
     };
     auto data = std::make_shared<Data>();
-    const double per_expert = 3.0 * static_cast<double>(row_bytes(DType::Q8_0, s.dim) * s.ff);
+    const double per_expert = 3.0 * static_cast<double>(row_bytes(s.type, s.dim) * s.ff);
     const Work wk{per_expert * static_cast<double>(s.k + s.shared), 2.0 * 3.0 * static_cast<double>(s.ff * s.dim * (s.k + s.shared))};
     auto setup = [=]() {
       Data& d = *data;
       if (d.bytes.empty()) {  // built on first use: GLM's experts take 2.3 GB
-        const int64_t gate_bytes = row_bytes(DType::Q8_0, s.dim) * s.ff, down_bytes = row_bytes(DType::Q8_0, s.ff) * s.dim;
+        const int64_t gate_bytes = row_bytes(s.type, s.dim) * s.ff, down_bytes = row_bytes(s.type, s.ff) * s.dim;
         const int64_t one = 2 * gate_bytes + down_bytes;
         d.bytes.resize(static_cast<size_t>(one * (s.experts + s.shared)));
-        uint64_t state = 88172645463325252ull;  // xorshift: random int8 values, scale 2^-7
+        // xorshift: random int8 values (Q8_0, block scale 2^-7), or BF16 values of magnitude
+        // 2^-7..2^-6 with random sign and mantissa
+        uint64_t state = 88172645463325252ull;
         for (size_t i = 0; i + 1 < d.bytes.size(); i += 2) {
           state ^= state << 13, state ^= state >> 7, state ^= state << 17;
-          d.bytes[i] = static_cast<uint8_t>(state), d.bytes[i + 1] = static_cast<uint8_t>(state >> 8);
+          uint16_t v = static_cast<uint16_t>(state);
+          if (s.type == DType::BF16) v = static_cast<uint16_t>(0x3C00u | (v & 0x807Fu));
+          std::memcpy(d.bytes.data() + i, &v, 2);
         }
         auto q8 = [&](int64_t off, int64_t rows, int64_t cols) {
           uint8_t* p = d.bytes.data() + off;
-          for (int64_t b = 0; b < rows * cols / 32; ++b) {
+          for (int64_t b = 0; s.type == DType::Q8_0 && b < rows * cols / 32; ++b) {
             const uint16_t half = 0x2000;  // 2^-7
             std::memcpy(p + b * 34, &half, 2);
           }
-          return Tensor::view(p, DType::Q8_0, {rows, cols});
+          return Tensor::view(p, s.type, {rows, cols});
         };
         for (int64_t e = 0; e <= s.experts; ++e) {
           if (e == s.experts && !s.shared) break;
@@ -323,7 +329,7 @@ void bench_moe_ffn() {
     auto next_experts = [=]() {  // the next k experts: every iteration reads other weights
       for (auto& id : data->ids) id = static_cast<int32_t>((id + s.k) % s.experts);
     };
-    register_op<MoeFfnArgs>(std::string(s.name) + ",n=1,w=Q8_0", wk, setup, next_experts);
+    register_op<MoeFfnArgs>(std::string(s.name) + ",n=1,w=" + dtype_name(s.type), wk, setup, next_experts);
   }
 }
 

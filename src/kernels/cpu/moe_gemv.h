@@ -121,6 +121,35 @@ FP_MOE_DOT_Q8_0_X8(dot_q8_0_x8_avx512vnni, "avx2,fma,f16c,avx512f,avx512vl,avx51
 FP_MOE_DOT_Q8_0_X8(dot_q8_0_x8_avxvnni, "avx2,fma,f16c,avxvnni", _mm256_dpbusd_avx_epi32)
 #undef FP_MOE_DOT_Q8_0_X8
 
+// A BF16 row against x rounded to BF16 (as the BF16 matmul kernels round it), on CPUs with
+// AVX512-BF16: vdpbf16ps over 32 pairs a step, two accumulators, the tail masked (n % 8 == 0).
+// Widening each weight to f32 instead capped 2 threads at ~16 GB/s where `grouped` (through the
+// BF16 matmul's vdpbf16ps) reached ~20 (bench/RESULTS.md, twenty-ninth session).
+__attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512bf16"))) inline float dot_bf16_dpbf16(
+    const void* row, const uint16_t* x, int64_t n) {
+  const auto* w = static_cast<const uint16_t*>(row);
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0;
+  int64_t k = 0;
+  for (; k + 64 <= n; k += 64) {
+    cpu::prefetch_stream(w + k);  // 128 bytes a pass: two lines
+    cpu::prefetch_stream(w + k + 32);
+    a0 = _mm512_dpbf16_ps(a0, (__m512bh)_mm512_loadu_si512(w + k), (__m512bh)_mm512_loadu_si512(x + k));
+    a1 = _mm512_dpbf16_ps(a1, (__m512bh)_mm512_loadu_si512(w + k + 32), (__m512bh)_mm512_loadu_si512(x + k + 32));
+  }
+  for (; k < n; k += 32) {
+    const int64_t left = n - k;
+    const auto m = left >= 32 ? static_cast<__mmask32>(0xffffffffu) : static_cast<__mmask32>((uint64_t{1} << left) - 1);
+    a0 = _mm512_dpbf16_ps(a0, (__m512bh)_mm512_maskz_loadu_epi16(m, w + k), (__m512bh)_mm512_maskz_loadu_epi16(m, x + k));
+  }
+  alignas(64) float lanes[16];  // (GCC 12 warns inside _mm512_reduce_add_ps and the 256-bit extracts)
+  _mm512_store_ps(lanes, _mm512_add_ps(a0, a1));
+  return avx2::hsum(_mm256_add_ps(_mm256_load_ps(lanes), _mm256_load_ps(lanes + 8)));
+}
+inline bool has_dpbf16() {
+  static const bool ok = cpu_features().missing({"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_bf16"}).empty();
+  return ok;
+}
+
 // Which integer dot this CPU has for Q8_0 rows: 2 AVX-512 VNNI, 1 AVX-VNNI, 0 none.
 inline int int8_dot_level() {
   static const int level = cpu_features().missing({"avx2", "fma", "f16c", "avx512f", "avx512vl", "avx512bw", "avx512_vnni"}).empty() ? 2
@@ -167,21 +196,29 @@ const Unit* distinct_activations(const std::vector<Job>& jobs, DType dtype, int6
 }
 
 // y_j = W_j x_j for every job, in one parallel region over blocks of `block` rows. With
-// int8_q8_0 (and a CPU with VNNI), Q8_0 jobs read their x quantized to Q8_0 blocks (each distinct
-// x once, before the region). Q8_0_X8 jobs (refuse() lets them in only with VNNI) always read
-// their x packed for the interleaved groups (cpu::PackedX), likewise once per distinct x.
-inline void run(const std::vector<Job>& jobs, int64_t block = 16, bool int8_q8_0 = false) {
+// rounded_x, x is rounded as the matmul kernels round it where the CPU has their instructions:
+// Q8_0 jobs read it quantized to Q8_0 blocks (VNNI), BF16 jobs rounded to BF16 (AVX512-BF16),
+// each distinct x once, before the region. Q8_0_X8 jobs (refuse() lets them in only with VNNI)
+// always read their x packed for the interleaved groups (cpu::PackedX), likewise once per x.
+inline void run(const std::vector<Job>& jobs, int64_t block = 16, bool rounded_x = false) {
   std::vector<int64_t> first(jobs.size() + 1, 0);  // first block of each job
   for (size_t j = 0; j < jobs.size(); ++j) first[j + 1] = first[j] + (jobs[j].w->rows() + block - 1) / block;
   // The activations in the integer kernels' forms, on the calling thread (thread_local buffers:
   // the workers read them through these pointers).
-  const int level = int8_q8_0 ? int8_dot_level() : 0, x8_level = int8_dot_level();
+  const int level = rounded_x ? int8_dot_level() : 0, x8_level = int8_dot_level();
   static thread_local std::vector<BlockQ8_0> xq;     // Q8_0 jobs' x quantized (with int8_q8_0)
   static thread_local std::vector<cpu::PackedX> xp;  // Q8_0_X8 jobs' x packed for the interleaved groups
   std::vector<int64_t> xq_at(jobs.size(), -1), xp_at(jobs.size(), -1);
   const cpu::PackedX* xp_all = distinct_activations(jobs, DType::Q8_0_X8, 256, xp, xp_at, [](const float* x, int64_t k, cpu::PackedX* d) {
     cpu::pack_activations(DType::Q8_0_X8, x, nullptr, k, d);
   });
+  static thread_local std::vector<uint16_t> xb;     // BF16 jobs' x rounded to BF16 (with rounded_x)
+  std::vector<int64_t> xb_at(jobs.size(), -1);
+  const uint16_t* xb_all = nullptr;
+  if (rounded_x && has_dpbf16())
+    xb_all = distinct_activations(jobs, DType::BF16, 1, xb, xb_at, [](const float* x, int64_t k, uint16_t* d) {
+      for (int64_t i = 0; i < k; ++i) d[i] = f32_to_bf16_daz(x[i]);
+    });
   const BlockQ8_0* xq_all = nullptr;
   if (level > 0)
     xq_all = distinct_activations(jobs, DType::Q8_0, 32, xq, xq_at,
@@ -199,6 +236,10 @@ inline void run(const std::vector<Job>& jobs, int64_t block = 16, bool int8_q8_0
           for (int64_t r = r0; r < r1; ++r) job.y[r] = dot_q8_0_x8_avx512vnni(job.w->row_ptr(r), x, groups);
         else
           for (int64_t r = r0; r < r1; ++r) job.y[r] = dot_q8_0_x8_avxvnni(job.w->row_ptr(r), x, groups);
+        continue;
+      }
+      if (xb_at[j] >= 0) {
+        for (int64_t r = r0; r < r1; ++r) job.y[r] = dot_bf16_dpbf16(job.w->row_ptr(r), xb_all + xb_at[j], job.w->cols());
         continue;
       }
       if (xq_at[j] >= 0) {

@@ -174,11 +174,11 @@ void moe_ffn_gemv(const MoeFfnArgs& a) {
     jobs.push_back({groups[q].gate, x, g.data() + off[q]});
     jobs.push_back({groups[q].up, x, u.data() + off[q]});
   }
-  moe_gemv::run(jobs, 16, /*int8_q8_0=*/true);
+  moe_gemv::run(jobs, 16, /*rounded_x=*/true);
   dispatch(SiluMulArgs{g.data(), u.data(), 1, off.back(), 0, 0, g.data()});
   jobs.clear();
   for (size_t q = 0; q < groups.size(); ++q) jobs.push_back({groups[q].down, g.data() + off[q], y.data() + static_cast<int64_t>(q) * a.dim});
-  moe_gemv::run(jobs, 16, /*int8_q8_0=*/true);
+  moe_gemv::run(jobs, 16, /*rounded_x=*/true);
   std::fill(a.out, a.out + a.n * a.dim, 0.0f);
   for (size_t q = 0; q < groups.size(); ++q) {
     float* o = a.out + groups[q].i * a.dim;
