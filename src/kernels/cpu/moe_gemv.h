@@ -223,6 +223,9 @@ inline void run(const std::vector<Job>& jobs, int64_t block = 16, bool rounded_x
   if (level > 0)
     xq_all = distinct_activations(jobs, DType::Q8_0, 32, xq, xq_at,
                                   [](const float* x, int64_t k, BlockQ8_0* d) { quantize_act_q8_0(x, d, k); });
+  // The integer dots this CPU runs (AVX-512 VNNI or AVX-VNNI), chosen once.
+  const auto dot_x8 = x8_level == 2 ? dot_q8_0_x8_avx512vnni : dot_q8_0_x8_avxvnni;
+  const auto dot_q8 = level == 2 ? dot_q8_0_avx512vnni : dot_q8_0_avxvnni;
   thread_pool().parallel_for(first.back(), 1, [&](int64_t b0, int64_t b1) {
     size_t j = static_cast<size_t>(std::upper_bound(first.begin(), first.end(), b0) - first.begin()) - 1;
     for (int64_t b = b0; b < b1; ++b) {
@@ -230,12 +233,7 @@ inline void run(const std::vector<Job>& jobs, int64_t block = 16, bool rounded_x
       const Job& job = jobs[j];
       const int64_t r0 = (b - first[j]) * block, r1 = std::min(job.w->rows(), r0 + block);
       if (xp_at[j] >= 0) {
-        const cpu::PackedX* x = xp_all + xp_at[j];
-        const int64_t groups = job.w->cols() / 256;
-        if (x8_level == 2)
-          for (int64_t r = r0; r < r1; ++r) job.y[r] = dot_q8_0_x8_avx512vnni(job.w->row_ptr(r), x, groups);
-        else
-          for (int64_t r = r0; r < r1; ++r) job.y[r] = dot_q8_0_x8_avxvnni(job.w->row_ptr(r), x, groups);
+        for (int64_t r = r0; r < r1; ++r) job.y[r] = dot_x8(job.w->row_ptr(r), xp_all + xp_at[j], job.w->cols() / 256);
         continue;
       }
       if (xb_at[j] >= 0) {
@@ -243,12 +241,7 @@ inline void run(const std::vector<Job>& jobs, int64_t block = 16, bool rounded_x
         continue;
       }
       if (xq_at[j] >= 0) {
-        const BlockQ8_0* x = xq_all + xq_at[j];
-        const int64_t nb = job.w->cols() / 32;
-        if (level == 2)
-          for (int64_t r = r0; r < r1; ++r) job.y[r] = dot_q8_0_avx512vnni(job.w->row_ptr(r), x, nb);
-        else
-          for (int64_t r = r0; r < r1; ++r) job.y[r] = dot_q8_0_avxvnni(job.w->row_ptr(r), x, nb);
+        for (int64_t r = r0; r < r1; ++r) job.y[r] = dot_q8(job.w->row_ptr(r), xq_all + xq_at[j], job.w->cols() / 32);
         continue;
       }
       for (int64_t r = r0; r < r1; ++r) job.y[r] = dot(*job.w, r, job.x);
