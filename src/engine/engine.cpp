@@ -125,8 +125,14 @@ Engine::Engine(Model& model, const EngineConfig& cfg) : model_(model), cfg_(cfg)
     followers_ = std::make_unique<StepSender>(model.tensor_parallel(), *pool_);  // the same pool on every rank
     pool_->record_copies(true);
   }
+  cfg_.speculative.check();
+  FP_CHECK(!(cfg_.async_scheduling == AsyncScheduling::On && cfg_.speculative.enabled()),
+           "--async-scheduling on: with speculative decoding each step's tokens depend on how much of the draft before "
+           "was kept, so steps run one at a time; use auto or off");
   async_ = cfg_.async_scheduling == AsyncScheduling::On ||
-           (cfg_.async_scheduling == AsyncScheduling::Auto && !followers_ && model.device() != Device::CPU);
+           (cfg_.async_scheduling == AsyncScheduling::Auto && !followers_ && model.device() != Device::CPU &&
+            !cfg_.speculative.enabled());
+  if (cfg_.speculative.enabled()) log_info(cfg_.speculative.describe());
   if (async_) log_info("async scheduling: each step is scheduled and launched while the model runs the one before");
 }
 
@@ -234,7 +240,7 @@ void Engine::build_batch(const std::vector<ScheduledSeq>& sched) {
     Sequence& s = *x.seq;
     if (!s.admitted_once || s.n_computed < s.n_prompt) stats_.computed_prompt_tokens += std::min(x.n_tokens, std::max<int64_t>(0, s.n_prompt - s.n_computed));
     batch_.add_sequence(s.tokens.data() + s.n_computed, x.n_tokens, s.n_computed, s.table.blocks.data(),
-                        static_cast<int64_t>(s.table.blocks.size()), x.samples);
+                        static_cast<int64_t>(s.table.blocks.size()), x.samples, x.samples && s.n_draft > 0);
     stats_.batched_tokens += x.n_tokens;
     for (int64_t i = 0; i < x.n_tokens; ++i) fed |= s.tokens[static_cast<size_t>(s.n_computed + i)] < 0;
   }
@@ -251,6 +257,10 @@ void Engine::build_batch(const std::vector<ScheduledSeq>& sched) {
   row_sampling_.clear();
   for (const ScheduledSeq& x : sched) {
     if (!x.samples) continue;
+    if (x.seq->n_draft > 0) {  // a draft is verified here, on every row's logits
+      row_sampling_.insert(row_sampling_.end(), static_cast<size_t>(rows_of(x)), RowSampling{});
+      continue;
+    }
     Sampler& sampler = *x.seq->sampler;
     RowSampling row;
     row.here = sampler.penalties_off() && x.seq->req.logprobs < 0;
@@ -313,16 +323,89 @@ void Engine::run_now(const std::vector<ScheduledSeq>& sched, std::vector<StepOut
   sampled_ids_.resize(row_sampling_.size());
   if (followers_) followers_->send_step(batch_, pool_->take_copies());
   model_.forward_sampled(batch_, *pool_, logits_.data(), row_sampling_, sampled_ids_.data());
-  scheduler_->commit(sched);
-  // Postprocess: sample, append, finish.
+  // Drafts are judged before the commit, so that only the kept tokens count as computed and
+  // reach the prefix cache (a refused token's KV slot is written over by the next step).
+  std::vector<ScheduledSeq> done = sched;
+  std::vector<DraftVerdict> verdicts(done.size());
   size_t row = 0;
-  for (const ScheduledSeq& x : sched) {
+  for (size_t i = 0; i < done.size(); ++i) {
+    ScheduledSeq& x = done[i];
     Sequence& s = *x.seq;
-    if (!x.samples) continue;
-    float* lg = logits_.data() + row++ * static_cast<size_t>(V);
+    const int64_t rows = rows_of(x);
+    if (rows > 1) {
+      const size_t first = s.tokens.size() - static_cast<size_t>(s.n_draft);
+      verdicts[i] = verify_draft(*s.sampler, logits_.data() + row * static_cast<size_t>(V), V, s.tokens.data(), first,
+                                 s.n_draft, static_cast<size_t>(s.n_prompt));
+      ++stats_.speculative.drafts;
+      stats_.speculative.draft_tokens += s.n_draft;
+      stats_.speculative.accepted_tokens += verdicts[i].accepted;
+      s.tokens.resize(first + static_cast<size_t>(verdicts[i].accepted));
+      x.n_tokens = 1 + verdicts[i].accepted;
+    }
+    row += static_cast<size_t>(rows);
+  }
+  scheduler_->commit(done);
+  // Postprocess: sample, append, finish.
+  row = 0;
+  for (size_t i = 0; i < done.size(); ++i) {
+    const ScheduledSeq& x = done[i];
+    Sequence& s = *x.seq;
+    const int64_t rows = rows_of(x);
+    float* lg = logits_.data() + row * static_cast<size_t>(V);
+    row += static_cast<size_t>(rows);
+    if (rows == 0) continue;
+    if (rows > 1) {  // the kept draft tokens (already in place), then the model's next token
+      s.n_draft = 0;
+      const DraftVerdict& v = verdicts[i];
+      const int64_t first = s.n_computed - v.accepted;
+      for (int64_t j = 0; j < v.accepted && s.state != SeqState::Finished; ++j)
+        take_token(s, s.tokens[static_cast<size_t>(first + j)], first + j, lg + j * V, out);
+      if (s.state != SeqState::Finished) take_token(s, v.next, -1, lg + v.accepted * V, out);
+      continue;
+    }
     const int32_t id = row_sampling_[row - 1].here ? sampled_ids_[row - 1]
                                                    : s.sampler->sample(lg, V, s.tokens, static_cast<size_t>(s.n_prompt));
     take_token(s, id, -1, lg, out);
+  }
+}
+
+void Engine::add_drafts() {
+  const SpeculativeConfig& c = cfg_.speculative;
+  std::vector<int32_t> draft;
+  // Drafts take blocks only where they are free: a guess never preempts a sequence. Keep one
+  // block per running sequence aside for its own next token.
+  int64_t spare = blocks_->n_available() - scheduler_->n_running();
+  for (Sequence* s : scheduler_->running()) {
+    const int64_t n = static_cast<int64_t>(s->tokens.size());
+    if (s->n_draft != 0 || n - s->n_computed != 1 || s->n_generated() < 1) continue;  // not decoding
+    const int64_t room = std::min<int64_t>({c.num_tokens, s->req.max_new_tokens - s->n_generated() - 1, cfg_.max_model_len - n - 1});
+    int64_t k = propose_ngram_draft(s->tokens.data(), n, c, room, draft);
+    const int64_t base = blocks_->blocks_needed(s->table, s->n_computed, n);
+    while (k > 0 && blocks_->blocks_needed(s->table, s->n_computed, n + k) - base > std::max<int64_t>(spare, 0)) --k;
+    if (k == 0) continue;
+    spare -= blocks_->blocks_needed(s->table, s->n_computed, n + k) - base;
+    s->tokens.insert(s->tokens.end(), draft.begin(), draft.begin() + k);
+    s->n_draft = k;
+  }
+}
+
+void Engine::fit_drafts(std::vector<ScheduledSeq>& sched) {
+  for (ScheduledSeq& x : sched) {
+    Sequence& s = *x.seq;
+    if (s.n_draft == 0) continue;
+    // The token budget ran out inside the draft: keep what the step runs (the fed token is first).
+    const int64_t keep = std::min(s.n_draft, x.n_tokens - 1);
+    s.tokens.resize(s.tokens.size() - static_cast<size_t>(s.n_draft - keep));
+    s.n_draft = keep;
+    x.samples = true;
+  }
+  // Sequences the step does not run (out of budget, or preempted) give their drafts back.
+  for (auto& [id, s] : seqs_) {
+    if (s->n_draft == 0) continue;
+    const bool runs = std::any_of(sched.begin(), sched.end(), [&](const ScheduledSeq& x) { return x.seq == s.get(); });
+    if (runs) continue;
+    s->tokens.resize(s->tokens.size() - static_cast<size_t>(s->n_draft));
+    s->n_draft = 0;
   }
 }
 
@@ -384,7 +467,9 @@ void Engine::abandon_launched() {
 std::vector<StepOutput> Engine::step() {
   std::vector<StepOutput> out;
   if (!async_) {
-    const std::vector<ScheduledSeq> sched = schedule();
+    if (cfg_.speculative.enabled()) add_drafts();
+    std::vector<ScheduledSeq> sched = schedule();
+    if (cfg_.speculative.enabled()) fit_drafts(sched);
     if (!sched.empty()) run_now(sched, out);
     stats_.preemptions = scheduler_->stats().preemptions;
     return out;

@@ -23,6 +23,7 @@
 #include "engine/followers.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
+#include "engine/speculative.h"
 #include "model/model.h"
 
 namespace fp {
@@ -41,6 +42,9 @@ struct EngineConfig {
   int64_t max_model_len = 0;         // 0: the model's context length
   bool prefix_caching = true;
   SchedulerConfig scheduler;
+  // Prompt-lookup drafts verified in the step (engine/speculative.h). Steps then run one at a
+  // time (no async scheduling): a step's tokens depend on how much of the draft before was kept.
+  SpeculativeConfig speculative;
 };
 
 // Capacity planning: how many blocks a budget buys and what they hold.
@@ -84,6 +88,7 @@ struct EngineStats {
   // Async scheduling: steps launched while the step before still ran, and steps that waited
   // for it because a row is sampled on the host.
   int64_t steps_ahead = 0, steps_waited = 0;
+  SpeculativeStats speculative;
 };
 
 class Engine {
@@ -142,6 +147,14 @@ class Engine {
   // A sampled token for s: appended (or written at token_at), then stop / length checks.
   void take_token(Sequence& s, int32_t id, int64_t token_at, const float* logits, std::vector<StepOutput>& out);
   void finish(Sequence& s, const std::string& reason, std::vector<StepOutput>& out);
+  // Speculative decoding: appends a prompt-lookup draft to every decoding sequence (before the
+  // scheduler places them), then, once scheduled, trims each draft to the tokens the step runs
+  // and takes back the drafts of the sequences it does not run.
+  void add_drafts();
+  void fit_drafts(std::vector<ScheduledSeq>& sched);
+  // The logit rows a scheduled sequence has this step: its draft's and one, 1, or 0 (a prompt
+  // chunk that samples nothing).
+  static int64_t rows_of(const ScheduledSeq& x) { return x.samples ? 1 + x.seq->n_draft : 0; }
   Model& model_;
   EngineConfig cfg_;
   KvCapacity capacity_;

@@ -1,6 +1,7 @@
 // engine/generator.cpp — the prefill/decode loop of one sequence.
 #include "engine/generator.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "core/error.h"
@@ -44,13 +45,23 @@ GenerateResult generate(Model& model, const GenerateRequest& req, const std::fun
 
   // Without penalties the model samples where the logits are (on a device only the id comes
   // back); the draw is taken before each forward, in the same order as sample() takes it.
+  // Speculative decoding verifies drafts on the host, so it takes every row's logits.
+  const SpeculativeConfig& spec = req.speculative;
+  spec.check();
   RowSampling row;
-  row.here = sampler.penalties_off();
+  row.here = sampler.penalties_off() && !spec.enabled();
   int32_t sampled = -1;
   auto run = [&](const int32_t* toks, const int32_t* at, int64_t n) {
     if (!row.here) return model.forward(toks, at, n, *cache, logits.data(), false);
     row.settings = sampler.next_row();
     model.forward_sampled(toks, at, n, *cache, logits.data(), row, &sampled);
+  };
+  Communicator* tp = model.tensor_parallel();
+  if (tp && tp->size() <= 1) tp = nullptr;
+  // Tensor parallel: every rank holds the same logits, but only rank 0's choice counts (the
+  // ranks' seeds may differ), so every rank feeds the same tokens next.
+  auto agree = [&](int32_t* v, size_t n) {
+    if (tp) dispatch(BroadcastArgs{tp, v, static_cast<int64_t>(n * sizeof(int32_t)), 0});
   };
 
   auto t0 = std::chrono::steady_clock::now();
@@ -58,23 +69,59 @@ GenerateResult generate(Model& model, const GenerateRequest& req, const std::fun
   auto t1 = std::chrono::steady_clock::now();
   res.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
   int32_t next_pos = static_cast<int32_t>(req.prompt.size());
-  for (int32_t step = 0; step < req.max_new_tokens; ++step) {
-    int32_t id = row.here ? sampled : sampler.sample(logits.data(), c.n_vocab, history, req.prompt.size());
-    // Tensor parallel: every rank holds the same logits, but only rank 0's choice counts (the
-    // ranks' seeds may differ), so every rank feeds the same token next.
-    if (Communicator* tp = model.tensor_parallel(); tp && tp->size() > 1)
-      dispatch(BroadcastArgs{tp, &id, sizeof(id), 0});
+  // Takes a generated token; false when generation ends with it (end of generation, or the
+  // token budget spent).
+  auto take = [&](int32_t id) {
     if (req.stop_at_eog && tok && tok->is_eog(id)) {
       res.finish_reason = "stop";
-      break;
+      return false;
     }
     res.tokens.push_back(id);
     history.push_back(id);
     if (stream) emit(stream->push(id));
-    if (step + 1 == req.max_new_tokens) break;
-    if (next_pos >= capacity) break;  // context full
-    run(&id, &next_pos, 1);
-    ++next_pos;
+    return static_cast<int32_t>(res.tokens.size()) < req.max_new_tokens;
+  };
+  std::vector<int32_t> draft, feed, feed_pos, scratch;
+  std::vector<float> rows;
+  int32_t id = -1;
+  if (req.max_new_tokens > 0) {
+    id = row.here ? sampled : sampler.sample(logits.data(), c.n_vocab, history, req.prompt.size());
+    agree(&id, 1);
+  }
+  while (req.max_new_tokens > 0 && take(id) && next_pos < capacity) {
+    // Draft: at most what the token budget and the cache leave room for after id.
+    const int64_t room = std::min<int64_t>({spec.num_tokens, req.max_new_tokens - static_cast<int64_t>(res.tokens.size()) - 1,
+                                            capacity - next_pos - 1});
+    const int64_t k = spec.enabled() ? propose_ngram_draft(history.data(), static_cast<int64_t>(history.size()), spec, room, draft) : 0;
+    ++res.decode_forwards;
+    if (k == 0) {
+      run(&id, &next_pos, 1);
+      ++next_pos;
+      id = row.here ? sampled : sampler.sample(logits.data(), c.n_vocab, history, req.prompt.size());
+      agree(&id, 1);
+      continue;
+    }
+    // Verify: id and the draft in one forward, every position's logits.
+    feed.assign(1, id);
+    feed.insert(feed.end(), draft.begin(), draft.end());
+    feed_pos.resize(feed.size());
+    for (size_t i = 0; i < feed.size(); ++i) feed_pos[i] = next_pos + static_cast<int32_t>(i);
+    rows.resize(feed.size() * static_cast<size_t>(c.n_vocab));
+    model.forward(feed.data(), feed_pos.data(), static_cast<int64_t>(feed.size()), *cache, rows.data(), true);
+    scratch = history;
+    scratch.insert(scratch.end(), draft.begin(), draft.end());
+    const DraftVerdict v = verify_draft(sampler, rows.data(), c.n_vocab, scratch.data(), history.size(), k, req.prompt.size());
+    int32_t verdict[2] = {static_cast<int32_t>(v.accepted), v.next};
+    agree(verdict, 2);
+    ++res.speculative.drafts;
+    res.speculative.draft_tokens += k;
+    res.speculative.accepted_tokens += verdict[0];
+    // The kept draft tokens have their KV in the cache; the refused ones' slots are written over.
+    next_pos += 1 + verdict[0];
+    bool more = true;
+    for (int32_t j = 0; j < verdict[0] && more; ++j) more = take(draft[static_cast<size_t>(j)]);
+    if (!more) break;
+    id = verdict[1];
   }
   if (stream) emit(stream->flush());
   res.decode_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine/sampler.h"
+#include "engine/speculative.h"
 #include "model/model.h"
 
 namespace fp {
@@ -16,6 +17,7 @@ struct GenerateRequest {
   SamplingParams sampling;
   bool stop_at_eog = true;
   DType kv_dtype = DType::F32;  // what the KV cache stores (F32, F16, BF16)
+  SpeculativeConfig speculative;  // prompt-lookup drafts checked in one forward (off by default)
 };
 
 struct GenerateResult {
@@ -23,6 +25,8 @@ struct GenerateResult {
   std::string text;
   std::string finish_reason;    // "stop" or "length"
   double prefill_seconds = 0, decode_seconds = 0;
+  int64_t decode_forwards = 0;   // forward calls after the prefill
+  SpeculativeStats speculative;  // with GenerateRequest::speculative on
 };
 
 // on_text receives each complete piece of text as it is produced.

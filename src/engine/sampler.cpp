@@ -11,23 +11,29 @@ namespace fp {
 
 Sampler::Sampler(const SamplingParams& p) : p_(p), rng_(p.seed) {}
 
-int32_t Sampler::sample(float* logits, int64_t n_vocab, const std::vector<int32_t>& history, size_t n_prompt) {
-  if ((p_.presence_penalty != 0.0f || p_.frequency_penalty != 0.0f) && history.size() > n_prompt) {
+void Sampler::apply_penalties(float* logits, int64_t n_vocab, const int32_t* history, size_t n_history, size_t n_prompt) {
+  if ((p_.presence_penalty != 0.0f || p_.frequency_penalty != 0.0f) && n_history > n_prompt) {
     counts_.clear();
-    for (size_t i = n_prompt; i < history.size(); ++i)
+    for (size_t i = n_prompt; i < n_history; ++i)
       if (history[i] >= 0 && history[i] < n_vocab) ++counts_[history[i]];
     for (auto& [t, c] : counts_) logits[t] -= p_.presence_penalty + p_.frequency_penalty * static_cast<float>(c);
   }
   if (p_.repetition_penalty != 1.0f && p_.repetition_window > 0) {
     std::unordered_set<int32_t> seen;
-    size_t start = history.size() > static_cast<size_t>(p_.repetition_window) ? history.size() - p_.repetition_window : 0;
-    for (size_t i = start; i < history.size(); ++i) {
+    size_t start = n_history > static_cast<size_t>(p_.repetition_window) ? n_history - p_.repetition_window : 0;
+    for (size_t i = start; i < n_history; ++i) {
       int32_t t = history[i];
       if (t < 0 || t >= n_vocab || !seen.insert(t).second) continue;
       float& l = logits[t];
       l = l > 0 ? l / p_.repetition_penalty : l * p_.repetition_penalty;
     }
   }
+}
+
+double Sampler::uniform() { return std::uniform_real_distribution<double>(0.0, 1.0)(rng_); }
+
+int32_t Sampler::sample(float* logits, int64_t n_vocab, const std::vector<int32_t>& history, size_t n_prompt) {
+  apply_penalties(logits, n_vocab, history.data(), history.size(), n_prompt);
   const SampleRow row = next_row();
   int32_t id = 0;
   if (row.temperature > 0.0f) dispatch(SampleArgs{logits, 1, n_vocab, &row, &id});

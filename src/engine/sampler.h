@@ -30,6 +30,10 @@ class Sampler {
   // logits: [n_vocab], modified in place by penalties. `history` holds the tokens so far, of
   // which the first n_prompt are the prompt (presence/frequency penalties look at the rest).
   int32_t sample(float* logits, int64_t n_vocab, const std::vector<int32_t>& history, size_t n_prompt = 0);
+  // The penalties alone (what sample() applies first), for `history` = tokens[0..n_history).
+  void apply_penalties(float* logits, int64_t n_vocab, const int32_t* history, size_t n_history, size_t n_prompt);
+  // A uniform draw in [0, 1) from this sampler's generator (speculative decoding's acceptance test).
+  double uniform();
   // The sample op's settings for the next token, its uniform draw taken from this sampler's
   // generator (greedy rows draw nothing), as sample() would use them: for a caller that samples
   // elsewhere (on the device) a request whose penalties are off (penalties_off()).

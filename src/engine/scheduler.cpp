@@ -26,6 +26,9 @@ void Scheduler::remove(Sequence* s) {
 void Scheduler::preempt(Sequence* s) {
   running_.erase(std::remove(running_.begin(), running_.end(), s), running_.end());
   blocks_.release(s->table);
+  // A speculative draft is a guess, not part of the sequence to recompute.
+  s->tokens.resize(s->tokens.size() - static_cast<size_t>(s->n_draft));
+  s->n_draft = 0;
   s->n_computed = 0;
   s->state = SeqState::Waiting;
   ++s->preemptions;

@@ -30,6 +30,7 @@ struct Sequence {
   std::vector<int32_t> tokens;  // prompt + generated
   int64_t n_prompt = 0;
   int64_t n_computed = 0;       // leading tokens whose KV is in the cache
+  int64_t n_draft = 0;          // within a step: speculative draft tokens at the end of `tokens`
   int64_t n_generated() const { return static_cast<int64_t>(tokens.size()) - n_prompt; }
   BlockTable table;
   SeqState state = SeqState::Waiting;

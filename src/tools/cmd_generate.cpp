@@ -118,6 +118,7 @@ void run_batch_file(Model& model, const Opts& o) {
   log_info(ids.size(), " requests in ", sec, " s: ", st.prompt_tokens, " prompt tokens (", st.cached_prompt_tokens,
            " from the prefix cache), ", st.generated_tokens, " generated (", static_cast<double>(st.generated_tokens) / sec,
            " tok/s), ", st.steps, " steps, ", st.preemptions, " preemptions");
+  if (o.engine.speculative.enabled()) log_info(st.speculative.describe());
   log_info(Ledger::global().summary_line());
 }
 
@@ -170,6 +171,7 @@ void add_generate(CLI::App& app) {
     req.max_new_tokens = o->n;
     req.stop_at_eog = !o->ignore_eos;
     req.kv_dtype = kv_cache_dtype(o->engine.kv_cache_dtype, *model);
+    req.speculative = o->engine.speculative;
     SamplingParams& s = req.sampling;
     s.temperature = o->temp;
     s.top_k = o->top_k;
@@ -189,6 +191,7 @@ void add_generate(CLI::App& app) {
     double pf = res.prefill_seconds > 0 ? static_cast<double>(req.prompt.size()) / res.prefill_seconds : 0;
     double dc = res.decode_seconds > 0 && res.tokens.size() > 1 ? (res.tokens.size() - 1) / res.decode_seconds : 0;
     log_info("generated ", res.tokens.size(), " tokens (", res.finish_reason, "); prefill ", pf, " tok/s, decode ", dc, " tok/s");
+    if (req.speculative.enabled()) log_info(res.speculative.describe(), "; ", res.decode_forwards, " decode forwards");
     log_info(Ledger::global().summary_line());
   });
 }

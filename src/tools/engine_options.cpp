@@ -28,6 +28,16 @@ void add_engine_options(CLI::App* app, EngineOptions& o) {
                   "the CPU and across ranks), on or off")
       ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str();
+  app->add_option("--speculative-tokens", o.speculative.num_tokens,
+                  "speculative decoding by prompt lookup: draft up to this many tokens per step from an earlier "
+                  "occurrence of the sequence's last n-gram and verify them in one forward (0: off)")
+      ->check(CLI::Range(0, 64));
+  app->add_option("--prompt-lookup-min", o.speculative.ngram_min, "shortest n-gram the draft lookup matches")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  app->add_option("--prompt-lookup-max", o.speculative.ngram_max, "longest n-gram the draft lookup matches (tried first)")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
 }
 
 EngineConfig engine_config(const EngineOptions& o, const Model& model) {
@@ -44,6 +54,7 @@ EngineConfig engine_config(const EngineOptions& o, const Model& model) {
   c.async_scheduling = o.async_scheduling == "on"    ? AsyncScheduling::On
                        : o.async_scheduling == "off" ? AsyncScheduling::Off
                                                      : AsyncScheduling::Auto;
+  c.speculative = o.speculative;
   return c;
 }
 

@@ -1,0 +1,97 @@
+// engine/speculative.cpp — the prompt-lookup proposer and the acceptance test of a draft.
+#include "engine/speculative.h"
+
+#include <algorithm>
+#include <sstream>
+#include <utility>
+
+#include "core/error.h"
+#include "kernels/ops.h"
+#include "kernels/registry.h"
+
+namespace fp {
+
+void SpeculativeConfig::check() const {
+  FP_CHECK(num_tokens >= 0 && num_tokens <= 64, "--speculative-tokens must be in [0, 64], got ", num_tokens);
+  if (!enabled()) return;
+  FP_CHECK(ngram_min >= 1, "--prompt-lookup-min must be at least 1, got ", ngram_min);
+  FP_CHECK(ngram_max >= ngram_min && ngram_max <= 64, "--prompt-lookup-max must be in [--prompt-lookup-min (", ngram_min,
+           "), 64], got ", ngram_max);
+}
+
+std::string SpeculativeConfig::describe() const {
+  std::ostringstream os;
+  os << "speculative decoding: up to " << num_tokens << " tokens drafted per step by prompt lookup (n-grams of "
+     << ngram_max << " down to " << ngram_min << " tokens)";
+  return os.str();
+}
+
+int64_t propose_ngram_draft(const int32_t* tokens, int64_t n, const SpeculativeConfig& c, int64_t max_tokens,
+                            std::vector<int32_t>& out) {
+  out.clear();
+  if (max_tokens <= 0) return 0;
+  for (int64_t g = std::min<int64_t>(c.ngram_max, n - 1); g >= c.ngram_min; --g) {
+    const int32_t* suffix = tokens + n - g;
+    // The latest occurrence that has a token after it and is not the suffix itself.
+    for (int64_t i = n - g - 1; i >= 0; --i) {
+      if (tokens[i] != suffix[0] || !std::equal(suffix, suffix + g, tokens + i)) continue;
+      const int64_t from = i + g, to = std::min(n, from + max_tokens);
+      out.assign(tokens + from, tokens + to);
+      return static_cast<int64_t>(out.size());
+    }
+  }
+  return 0;
+}
+
+DraftVerdict verify_draft(Sampler& sampler, float* rows, int64_t n_vocab, const int32_t* tokens, size_t n_context,
+                          int64_t n_draft, size_t n_prompt) {
+  std::vector<std::pair<float, int32_t>> cand;
+  for (int64_t i = 0;; ++i) {
+    float* lg = rows + i * n_vocab;
+    sampler.apply_penalties(lg, n_vocab, tokens, n_context + static_cast<size_t>(i), n_prompt);
+    const SampleRow row = sampler.next_row();
+    int32_t id = 0;
+    if (i == n_draft) {  // every draft token kept: the model's next token after them
+      if (row.temperature > 0.0f) dispatch(SampleArgs{lg, 1, n_vocab, &row, &id});
+      else dispatch(ArgmaxArgs{lg, 1, n_vocab, &id});
+      return {n_draft, id};
+    }
+    const int32_t d = tokens[n_context + static_cast<size_t>(i)];
+    if (!(row.temperature > 0.0f)) {
+      dispatch(ArgmaxArgs{lg, 1, n_vocab, &id});
+      if (id == d) continue;
+      return {i, id};
+    }
+    // Sampling: keep d with the probability the sampler gives it; otherwise draw from the kept
+    // candidates without d, in proportion to their probabilities.
+    sample_candidates(lg, n_vocab, row, cand);
+    double total = 0, p_d = 0;
+    for (const auto& [p, t] : cand) {
+      total += p;
+      if (t == d) p_d = p;
+    }
+    if (sampler.uniform() * total < p_d) continue;
+    const double r = row.u * (total - p_d);
+    double acc = 0;
+    id = -1;
+    for (const auto& [p, t] : cand) {
+      if (t == d) continue;
+      id = t;
+      acc += p;
+      if (r < acc) break;
+    }
+    FP_CHECK(id >= 0, "speculative decoding: a draft token was refused with nothing else left to sample");
+    return {i, id};
+  }
+}
+
+std::string SpeculativeStats::describe() const {
+  std::ostringstream os;
+  os.precision(3);
+  os << "speculative decoding: " << drafts << " drafts, " << accepted_tokens << " of " << draft_tokens
+     << " drafted tokens accepted (" << 100.0 * acceptance_rate() << "%), " << tokens_per_draft()
+     << " tokens per verification";
+  return os.str();
+}
+
+}  // namespace fp

@@ -1,0 +1,60 @@
+// engine/speculative.h — speculative decoding by prompt lookup (n-gram drafts): a sequence's
+// next tokens are guessed from an earlier place where its last few tokens occurred (in the prompt
+// or in what it generated), the model checks the guess in one forward over the fed token and the
+// drafted ones, and every draft token the model agrees with is kept. On hardware where a decode
+// step is bound by reading the weights (every CPU, every GPU at small batches), checking k+1
+// tokens costs little more than one, so each accepted token is a step saved. The output follows
+// the same distribution as plain decoding: greedy keeps a draft token when it is the argmax;
+// sampling keeps it with the probability the sampler gives it and otherwise draws from what is
+// left (the rejection rule of speculative sampling, with the draft's own distribution one-hot).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/sampler.h"
+
+namespace fp {
+
+struct SpeculativeConfig {
+  int32_t num_tokens = 0;  // tokens drafted per step and sequence (0: off); vLLM's num_speculative_tokens
+  int32_t ngram_min = 2;   // shortest suffix looked up (vLLM's prompt_lookup_min)
+  int32_t ngram_max = 4;   // longest suffix looked up, tried first (prompt_lookup_max)
+  bool enabled() const { return num_tokens > 0; }
+  // Fails naming the field when a value is out of range.
+  void check() const;
+  std::string describe() const;
+};
+
+// Drafts at most max_tokens tokens for the sequence tokens[0..n): for n-gram sizes from
+// ngram_max down to ngram_min, the latest earlier occurrence of the sequence's last n tokens,
+// and the tokens that followed it there. Returns how many were written to `out` (0: no match).
+int64_t propose_ngram_draft(const int32_t* tokens, int64_t n, const SpeculativeConfig& c, int64_t max_tokens,
+                            std::vector<int32_t>& out);
+
+// The verdict on a draft: how many of its tokens were kept, and the token that follows them (the
+// model's own choice where it disagreed with the draft, or the one after the whole draft).
+struct DraftVerdict {
+  int64_t accepted = 0;
+  int32_t next = -1;
+};
+
+// rows: the logits [n_draft + 1, n_vocab] of the forward over the fed token and the draft
+// (modified: penalties). tokens[0..n_context) is the sequence up to and including the fed token,
+// followed by the draft: tokens[n_context + i] is draft token i (what the penalties of row i + 1
+// see). n_prompt: the prompt's length, for the presence / frequency penalties.
+DraftVerdict verify_draft(Sampler& sampler, float* rows, int64_t n_vocab, const int32_t* tokens, size_t n_context,
+                          int64_t n_draft, size_t n_prompt);
+
+// Counts for the ledger, the logs and /metrics.
+struct SpeculativeStats {
+  int64_t drafts = 0;           // verifications run (steps of a sequence with a draft)
+  int64_t draft_tokens = 0;     // tokens proposed
+  int64_t accepted_tokens = 0;  // of them, kept
+  double acceptance_rate() const { return draft_tokens ? static_cast<double>(accepted_tokens) / static_cast<double>(draft_tokens) : 0.0; }
+  // Tokens each verification produced on average (the accepted ones and the model's next).
+  double tokens_per_draft() const { return drafts ? 1.0 + static_cast<double>(accepted_tokens) / static_cast<double>(drafts) : 0.0; }
+  std::string describe() const;
+};
+
+}  // namespace fp
