@@ -192,6 +192,76 @@ TEST(Engine, PreemptionUnderASmallBudgetLosesNothing) {
   }
 }
 
+// Speculative decoding (prompt-lookup drafts verified in the step): the greedy tokens of plain
+// decoding, in fewer steps, across page sizes, chunked prefill and a budget that forces
+// preemption (a preempted sequence's draft is not recomputed as its own).
+TEST(Engine, SpeculativeDecodingGivesThePlainTokensInFewerSteps) {
+  FP_REQUIRE_FILE(test::testdata(test::kStoriesGguf));
+  auto m = load_stories();
+  auto prompts = make_prompts(*m, 24);
+  const int32_t n = 60;
+  auto want = alone(*m, prompts, n);
+  for (int64_t page : {1, 16})
+    for (bool chunked : {false, true}) {
+      EngineConfig c = small_config(page, chunked);
+      Engine plain(*m, c);
+      run_all(plain, prompts, n);
+      c.speculative = {5, 1, 3};
+      Engine e(*m, c);
+      auto got = run_all(e, prompts, n);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < want.size(); ++i)
+        EXPECT_EQ(got[i], want[i]) << "prompt " << i << " page " << page << (chunked ? " chunked" : "");
+      const SpeculativeStats& st = e.stats().speculative;
+      EXPECT_GT(st.accepted_tokens, 0);
+      EXPECT_LE(st.accepted_tokens, st.draft_tokens);
+      EXPECT_EQ(e.stats().generated_tokens, plain.stats().generated_tokens);
+      EXPECT_LT(e.stats().steps, plain.stats().steps) << "page " << page << (chunked ? " chunked" : "");
+    }
+  EngineConfig small = small_config(16, true);
+  small.scheduler.max_num_batched_tokens = 256;
+  small.max_model_len = 160;
+  small.kv_cache_bytes = m->kv_layout().bytes_per_token() * 16 * 32;
+  small.speculative = {5, 1, 3};
+  Engine e(*m, small);
+  auto got = run_all(e, make_prompts(*m, 48), 48);
+  auto want48 = alone(*m, make_prompts(*m, 48), 48);
+  for (size_t i = 0; i < want48.size(); ++i) EXPECT_EQ(got[i], want48[i]) << "prompt " << i << " (preempting)";
+  EXPECT_GT(e.stats().preemptions, 0) << "the budget was meant to force preemption";
+  EXPECT_GT(e.stats().speculative.accepted_tokens, 0);
+  e.blocks().prefix_cache()->clear();
+  EXPECT_EQ(e.pool().blocks().n_free(), e.pool().n_blocks()) << "blocks leaked";
+}
+
+// Log-probabilities of the tokens a verification keeps come from their own rows.
+TEST(Engine, SpeculativeDecodingReportsEachTokensLogprob) {
+  FP_REQUIRE_FILE(test::testdata(test::kStoriesGguf));
+  auto m = load_stories();
+  auto prompt = make_prompts(*m, 1)[0];
+  std::vector<std::vector<StepOutput>> outs(2);
+  for (int spec = 0; spec < 2; ++spec) {
+    EngineConfig c = small_config(16, true);
+    if (spec) c.speculative = {4, 1, 3};
+    Engine e(*m, c);
+    Request r = greedy(prompt, 50);
+    r.logprobs = 2;
+    e.add_request(r);
+    while (e.has_work())
+      for (StepOutput& o : e.step())
+        if (o.token >= 0) outs[static_cast<size_t>(spec)].push_back(o);
+    if (spec) {
+      EXPECT_GT(e.stats().speculative.accepted_tokens, 0);
+    }
+  }
+  ASSERT_EQ(outs[0].size(), outs[1].size());
+  for (size_t i = 0; i < outs[0].size(); ++i) {
+    EXPECT_EQ(outs[1][i].token, outs[0][i].token) << i;
+    EXPECT_NEAR(outs[1][i].logprob, outs[0][i].logprob, 1e-3) << i;
+    ASSERT_EQ(outs[1][i].top_logprobs.size(), 2u);
+    EXPECT_EQ(outs[1][i].top_logprobs[0].first, outs[0][i].top_logprobs[0].first) << i;
+  }
+}
+
 TEST(Engine, CapacityPlanningArithmetic) {
   // GQA: Llama-3.2-1B (16 layers, 8 KV heads x 64) -> 2 * 16 * 512 * 4 = 65536 B/token.
   KvLayout gqa{16, 8 * 64, 8 * 64};
@@ -311,6 +381,7 @@ TEST(Engine, RandomisedSchedulingKeepsItsInvariants) {
     c.scheduler.max_num_batched_tokens = 24 + 40 * trial;
     c.scheduler.max_num_seqs = 3 + 5 * trial;
     c.prefix_caching = trial != 1;
+    if (trial != 1) c.speculative = {4, 1, 3};  // drafts trimmed by small budgets, dropped on preemption
     Engine e(*m, c);
     std::set<int64_t> live, cancelled;
     std::vector<int64_t> all;
@@ -344,6 +415,9 @@ TEST(Engine, RandomisedSchedulingKeepsItsInvariants) {
       ASSERT_LE(e.scheduler().n_running(), c.scheduler.max_num_seqs);
     }
     EXPECT_FALSE(e.has_work());
+    if (c.speculative.enabled()) {
+      EXPECT_GT(e.stats().speculative.drafts, 0) << "trial " << trial;
+    }
     for (int64_t id : all) {
       const Sequence* s = e.sequence(id);
       ASSERT_TRUE(s);

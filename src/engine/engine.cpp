@@ -372,18 +372,28 @@ void Engine::run_now(const std::vector<ScheduledSeq>& sched, std::vector<StepOut
 void Engine::add_drafts() {
   const SpeculativeConfig& c = cfg_.speculative;
   std::vector<int32_t> draft;
-  // Drafts take blocks only where they are free: a guess never preempts a sequence. Keep one
-  // block per running sequence aside for its own next token.
+  // Drafts take blocks only where they are free: a guess never preempts a sequence (one block
+  // per running sequence is kept aside for its own next token).
   int64_t spare = blocks_->n_available() - scheduler_->n_running();
+  // Nor does it take the token budget from work that is certain: the running sequences' next
+  // tokens and prompt chunks, and the prompts waiting for a slot.
+  int64_t budget = cfg_.scheduler.max_num_batched_tokens;
+  for (const Sequence* s : scheduler_->running()) budget -= static_cast<int64_t>(s->tokens.size()) - s->n_computed;
+  int64_t slots = cfg_.scheduler.max_num_seqs - scheduler_->n_running();
+  for (auto it = scheduler_->waiting().begin(); it != scheduler_->waiting().end() && slots > 0 && budget > 0; ++it, --slots)
+    budget -= static_cast<int64_t>((*it)->tokens.size()) - (*it)->n_computed;
   for (Sequence* s : scheduler_->running()) {
+    if (budget <= 0) break;
     const int64_t n = static_cast<int64_t>(s->tokens.size());
     if (s->n_draft != 0 || n - s->n_computed != 1 || s->n_generated() < 1) continue;  // not decoding
-    const int64_t room = std::min<int64_t>({c.num_tokens, s->req.max_new_tokens - s->n_generated() - 1, cfg_.max_model_len - n - 1});
+    const int64_t room =
+        std::min<int64_t>({c.num_tokens, budget, s->req.max_new_tokens - s->n_generated() - 1, cfg_.max_model_len - n - 1});
     int64_t k = propose_ngram_draft(s->tokens.data(), n, c, room, draft);
     const int64_t base = blocks_->blocks_needed(s->table, s->n_computed, n);
     while (k > 0 && blocks_->blocks_needed(s->table, s->n_computed, n + k) - base > std::max<int64_t>(spare, 0)) --k;
     if (k == 0) continue;
     spare -= blocks_->blocks_needed(s->table, s->n_computed, n + k) - base;
+    budget -= k;
     s->tokens.insert(s->tokens.end(), draft.begin(), draft.begin() + k);
     s->n_draft = k;
   }
