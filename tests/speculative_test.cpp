@@ -36,8 +36,11 @@ TEST(NgramDraft, HandMadeCases) {
   std::vector<int32_t> t = {1, 2, 3, 9, 1, 2, 3, 7, 5, 1, 2, 3};
   EXPECT_EQ(propose_ngram_draft(t.data(), 12, lookup(3, 2, 3), 3, out), 3);
   EXPECT_EQ(out, (std::vector<int32_t>{7, 5, 1}));  // the latest earlier "1 2 3", at 4
-  EXPECT_EQ(propose_ngram_draft(t.data(), 12, lookup(3, 2, 3), 10, out), 5);
-  EXPECT_EQ(out, (std::vector<int32_t>{7, 5, 1, 2, 3}));  // runs up to the end of the sequence
+  EXPECT_EQ(propose_ngram_draft(t.data(), 12, lookup(3, 2, 3), 10, out), 10);
+  EXPECT_EQ(out, (std::vector<int32_t>{7, 5, 1, 2, 3, 7, 5, 1, 2, 3}));  // past the end: the text repeating
+  std::vector<int32_t> loop = {4, 6, 6, 6};  // "6 6" last at 1..2: what follows is the last 6, then the draft
+  EXPECT_EQ(propose_ngram_draft(loop.data(), 4, lookup(3, 2, 3), 3, out), 3);
+  EXPECT_EQ(out, (std::vector<int32_t>{6, 6, 6}));
   EXPECT_EQ(propose_ngram_draft(t.data(), 12, lookup(3, 2, 3), 0, out), 0);
   EXPECT_TRUE(out.empty());
   // The longest n-gram wins over a later shorter one: "8 2 3" at 0, "2 3" alone later at 5.
@@ -54,7 +57,8 @@ TEST(NgramDraft, HandMadeCases) {
 }
 
 // On random sequences over a small alphabet: a draft is the continuation of the latest earlier
-// occurrence of the longest suffix n-gram in range; no draft means no suffix n-gram recurs.
+// occurrence of the longest suffix n-gram in range (the sequence extended by copying from there
+// on, which continues the period); no draft means no suffix n-gram recurs.
 TEST(NgramDraft, MatchesItsDefinitionOnRandomSequences) {
   std::mt19937 rng(7);
   std::vector<int32_t> out;
@@ -80,8 +84,11 @@ TEST(NgramDraft, MatchesItsDefinitionOnRandomSequences) {
       EXPECT_EQ(k, 0) << "trial " << trial;
       continue;
     }
-    const int64_t from = want_i + want_g, to = std::min(n, from + max_tokens);
-    EXPECT_EQ(out, std::vector<int32_t>(t.begin() + from, t.begin() + to)) << "trial " << trial;
+    // What followed, the sequence read as repeating from the match onwards past its end.
+    std::vector<int32_t> want, ext = t;
+    for (int64_t j = 0; j < max_tokens; ++j) ext.push_back(ext[static_cast<size_t>(want_i + want_g + j)]);
+    want.assign(ext.begin() + n, ext.end());
+    EXPECT_EQ(out, want) << "trial " << trial;
   }
 }
 

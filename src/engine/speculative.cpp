@@ -35,9 +35,12 @@ int64_t propose_ngram_draft(const int32_t* tokens, int64_t n, const SpeculativeC
     // The latest occurrence that has a token after it and is not the suffix itself.
     for (int64_t i = n - g - 1; i >= 0; --i) {
       if (tokens[i] != suffix[0] || !std::equal(suffix, suffix + g, tokens + i)) continue;
-      const int64_t from = i + g, to = std::min(n, from + max_tokens);
-      out.assign(tokens + from, tokens + to);
-      return static_cast<int64_t>(out.size());
+      // What followed it; past the end of the sequence, the draft itself (the text repeating
+      // with the period the match suggests: a loop drafts its whole next turn).
+      const int64_t from = i + g;
+      for (int64_t j = 0; j < max_tokens; ++j)
+        out.push_back(from + j < n ? tokens[from + j] : out[static_cast<size_t>(from + j - n)]);
+      return max_tokens;
     }
   }
   return 0;

@@ -26,9 +26,13 @@ struct SpeculativeConfig {
   std::string describe() const;
 };
 
-// Drafts at most max_tokens tokens for the sequence tokens[0..n): for n-gram sizes from
-// ngram_max down to ngram_min, the latest earlier occurrence of the sequence's last n tokens,
-// and the tokens that followed it there. Returns how many were written to `out` (0: no match).
+// Drafts max_tokens tokens for the sequence tokens[0..n): for n-gram sizes from ngram_max down
+// to ngram_min, the latest earlier occurrence of the sequence's last n tokens, and the tokens
+// that followed it there; where those run into the end of the sequence, the draft goes on as if
+// the text repeats from the occurrence (tokens[n + j] read as the draft's own token j), so a
+// sequence caught in a loop drafts the loop's next turn in full. (vLLM drafts from the earliest
+// occurrence and stops at the end.) Returns how many were written to `out`: max_tokens, or 0
+// when no suffix n-gram occurs earlier.
 int64_t propose_ngram_draft(const int32_t* tokens, int64_t n, const SpeculativeConfig& c, int64_t max_tokens,
                             std::vector<int32_t>& out);
 
