@@ -82,6 +82,10 @@ std::vector<MatMulCase> cases() {
     cs.push_back({t, 33, 40, ins.front(), false});  // just past 32 tokens, a partial panel
     cs.push_back({t, 77, 33, ins[1], true});        // a token tail of 5, one row past a panel
     if (dtype_info(t).quantized) cs.push_back({t, 261, 33, ins[1], false});  // past 256: quantized weights on BF16 panels
+    if (t == DType::Q4_0_X8 || t == DType::Q5_1_X8) {  // the in-place rows' largest token count: 3 groups of 4
+      cs.push_back({t, 12, 40, ins[1], false});
+      cs.push_back({t, 9, 17, ins.back(), true});
+    }
     if (t == DType::BF16) cs.push_back({t, 40, 33, 4101, true});  // K past the AMX kernel's 4096-column chunk, odd
     if (t == DType::Q8_0_X8 || t == DType::Q4_K_X8) cs.push_back({t, 300, 33, 4352, true});  // the same, quantized
     // K of 10 groups of 256: the AVX2 4-bit tiles sweep K in blocks of 8 groups and add the
