@@ -229,6 +229,39 @@ TEST(Server, OpenAiRoutesAndFormats) {
   EXPECT_EQ(srv.terminate(), 0);
 }
 
+// Speculative decoding behind the API: the greedy text of plain decoding, streamed or not, with
+// several requests at once, and the drafts counted in /metrics.
+TEST(Server, SpeculativeDecodingServesThePlainGreedyText) {
+  FP_REQUIRE_FILE(test::stories_path());
+  ServerProcess srv({"--speculative-tokens", "5", "--prompt-lookup-min", "1", "--prompt-lookup-max", "3"});
+  auto c = srv.client();
+  const std::string want = greedy_text("Once upon a time", 100);
+  int st = 0;
+  json r = post(c, "/v1/completions", R"({"prompt": "Once upon a time", "max_tokens": 100, "temperature": 0})", &st);
+  ASSERT_EQ(st, 200) << r.dump();
+  EXPECT_EQ(r["choices"][0]["text"], want);
+  EXPECT_EQ(r["usage"]["completion_tokens"], 100);
+  std::vector<std::thread> clients;
+  std::vector<Streamed> got(4);
+  for (size_t i = 0; i < got.size(); ++i)
+    clients.emplace_back([&, i] {
+      auto ci = srv.client();
+      got[i] = stream(ci, "/v1/completions",
+                      {{"prompt", "Once upon a time"}, {"max_tokens", 100}, {"temperature", 0}, {"stream", true}});
+    });
+  for (auto& t : clients) t.join();
+  for (const Streamed& g : got) {
+    EXPECT_TRUE(g.error.empty()) << g.error;
+    EXPECT_EQ(g.text.at(0), want);
+  }
+  const double drafted = metric(c, "fastpath:spec_decode_num_draft_tokens_total");
+  const double accepted = metric(c, "fastpath:spec_decode_num_accepted_tokens_total");
+  EXPECT_GT(metric(c, "fastpath:spec_decode_num_drafts_total"), 0);
+  EXPECT_GT(accepted, 0);
+  EXPECT_LE(accepted, drafted);
+  EXPECT_EQ(srv.terminate(), 0);
+}
+
 TEST(Server, BadRequestsGetTheRight4xx) {
   FP_REQUIRE_FILE(test::stories_path());
   ServerProcess srv({});

@@ -207,6 +207,9 @@ void AsyncEngine::loop() {
     metrics_.kv_blocks_total = engine_->pool().n_blocks();
     metrics_.kv_blocks_free = engine_->blocks().n_available();
     metrics_.preemptions = st.preemptions;
+    metrics_.spec_drafts = st.speculative.drafts;
+    metrics_.spec_draft_tokens = st.speculative.draft_tokens;
+    metrics_.spec_accepted_tokens = st.speculative.accepted_tokens;
     metrics_.prefix_hit_rate =
         st.prompt_tokens ? static_cast<double>(st.cached_prompt_tokens) / static_cast<double>(st.prompt_tokens) : 0.0;
   }
