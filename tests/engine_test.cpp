@@ -253,6 +253,11 @@ TEST(Engine, SpeculativeDecodingReportsEachTokensLogprob) {
       EXPECT_GT(e.stats().speculative.accepted_tokens, 0);
     }
   }
+  // Steps that depend on the draft before them cannot be launched ahead.
+  EngineConfig ahead = small_config(16, true);
+  ahead.speculative = {4, 1, 3};
+  ahead.async_scheduling = AsyncScheduling::On;
+  EXPECT_THROW(Engine(*m, ahead), Error);
   ASSERT_EQ(outs[0].size(), outs[1].size());
   for (size_t i = 0; i < outs[0].size(); ++i) {
     EXPECT_EQ(outs[1][i].token, outs[0][i].token) << i;

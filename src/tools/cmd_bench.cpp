@@ -200,6 +200,7 @@ struct ServingResult {
   int64_t preemptions = 0, steps = 0, steps_ahead = 0;
   bool prefix_caching = false;  // as the engine ran
   bool async_scheduling = false;
+  SpeculativeStats speculative;
 };
 
 // A closed loop: `concurrency` requests in flight, a new one submitted as each finishes.
@@ -249,6 +250,7 @@ ServingResult serving_run(Model& model, const EngineConfig& ecfg, int requests, 
   r.steps_ahead = st.steps_ahead;
   r.prefix_caching = engine.config().prefix_caching;
   r.async_scheduling = engine.async_scheduling();
+  r.speculative = st.speculative;
   std::vector<double> ttft, tpot;
   for (int64_t id : ids) {
     const Sequence* s = engine.sequence(id);
@@ -285,6 +287,10 @@ void run_serving_bench(Model& model, const Opts& o) {
                          {"total_tps", r.total_tps}, {"prefix_hit_rate", r.hit_rate}, {"ttft_median_ms", r.ttft_median_ms},
                          {"ttft_p95_ms", r.ttft_p95_ms}, {"tpot_median_ms", r.tpot_median_ms}, {"preemptions", r.preemptions},
                          {"steps", r.steps}, {"steps_ahead", r.steps_ahead}});
+    if (ecfg.speculative.enabled())
+      j["runs"].back()["speculative"] = {{"drafts", r.speculative.drafts},
+                                         {"draft_tokens", r.speculative.draft_tokens},
+                                         {"accepted_tokens", r.speculative.accepted_tokens}};
   }
   const bool prefix_caching = results.empty() ? ecfg.prefix_caching : results.front().prefix_caching;
   j["prefix_caching"] = prefix_caching;
@@ -304,6 +310,12 @@ void run_serving_bench(Model& model, const Opts& o) {
     std::printf("%11d %9.2f %11.2f %11.2f %11.2f %8.1f%% %12.1f %12.1f %12.1f %8lld\n", r.concurrency, r.seconds, r.input_tps,
                 r.output_tps, r.total_tps, 100 * r.hit_rate, r.ttft_median_ms, r.ttft_p95_ms, r.tpot_median_ms,
                 static_cast<long long>(r.preemptions));
+  if (ecfg.speculative.enabled()) {
+    std::printf("%s\n", ecfg.speculative.describe().c_str());
+    for (const ServingResult& r : results)
+      std::printf("concurrency %d: %s; %lld steps\n", r.concurrency, r.speculative.describe().c_str(),
+                  static_cast<long long>(r.steps));
+  }
 }
 
 void add_bench(CLI::App& app) {

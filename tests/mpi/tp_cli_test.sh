@@ -71,6 +71,11 @@ printf '%s\n' '{"prompt": "Once upon a time", "max_tokens": 30}' '{"prompt": "Th
 one=$("$bin" generate -m "$model" --batch-file "$tmp/batch.jsonl" --temp 0 -t 1 -q --kv-cache-memory 64MiB)
 two=$(run2 2 "$bin" generate -m "$model" --batch-file "$tmp/batch.jsonl" --temp 0 -t 1 -q --kv-cache-memory 64MiB --tp 2)
 [ -n "$one" ] && [ "$one" = "$two" ]; check "batch file with TP=2 equals one rank" $?
+spec=$(run2 2 "$bin" generate -m "$model" --batch-file "$tmp/batch.jsonl" --temp 0 -t 1 -q --kv-cache-memory 64MiB --tp 2 \
+  --speculative-tokens 4 --prompt-lookup-min 1)
+[ -n "$one" ] && [ "$one" = "$spec" ]; check "batch file with TP=2 and speculative decoding equals one rank" $?
+spec=$(run2 2 "$bin" "${gen[@]}" --tensor-parallel-size 2 --speculative-tokens 4 --prompt-lookup-min 1 -q)
+[ -n "$spec" ] && [ "$spec" = "$("$bin" "${gen[@]}" -q)" ]; check "greedy text with TP=2 and speculative decoding equals TP=1" $?
 asy=$("$bin" generate -m "$model" --batch-file "$tmp/batch.jsonl" --temp 0 -t 1 -q --kv-cache-memory 64MiB --async-scheduling on)
 [ -n "$one" ] && [ "$one" = "$asy" ]; check "batch file with async scheduling forced on equals step by step" $?
 err=$(run2 2 "$bin" generate -m "$model" --batch-file "$tmp/batch.jsonl" --temp 0 -t 1 -q --kv-cache-memory 64MiB --tp 2 \
