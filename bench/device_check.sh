@@ -154,6 +154,12 @@ else row "stories260K greedy 64 tokens" "DIFFERENT (generate_*.txt)"; fi
 FASTPATH_CUDA_PDL=1 timeout 60 "$FP" generate -q -m "$M" -p "Once upon a time" -n 64 --device cuda > "$OUT/generate_cuda_chained.txt" 2>&1
 if cmp -s "$OUT/generate_cpu.txt" "$OUT/generate_cuda_chained.txt"; then row "stories260K greedy 64 tokens, chained" "same text on cuda and cpu"
 else row "stories260K greedy 64 tokens, chained" "DIFFERENT (generate_cuda_chained.txt)"; fi
+# Speculative decoding (prompt-lookup drafts verified in one forward) on the device: the CPU's
+# plain greedy text, through generate and through the engine.
+timeout 60 "$FP" generate -q -m "$M" -p "Once upon a time" -n 64 --device cuda --speculative-tokens 4 --prompt-lookup-min 1 \
+  > "$OUT/generate_cuda_spec.txt" 2> "$OUT/generate_cuda_spec.err"
+if cmp -s "$OUT/generate_cpu.txt" "$OUT/generate_cuda_spec.txt"; then row "stories260K greedy 64 tokens, speculative" "same text on cuda and cpu"
+else row "stories260K greedy 64 tokens, speculative" "DIFFERENT (generate_cuda_spec.*)"; fi
 # The logits of a fixed token sequence on both devices, one batch and one token per step.
 TOK="1 403 407 261 378 105 269 238 9 116 164 334 500 17 260 301 402 28 31 402"  # ids < 512 (its vocabulary)
 for dev in cpu cuda; do
