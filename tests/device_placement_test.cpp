@@ -43,11 +43,12 @@ std::unique_ptr<Model> load_on(Device d) {
   return load_model(test::testdata(test::kStoriesGguf), lo);
 }
 
-std::vector<int32_t> greedy_tokens(Model& m, const std::string& prompt, int32_t n) {
+std::vector<int32_t> greedy_tokens(Model& m, const std::string& prompt, int32_t n, SpeculativeConfig spec = {}) {
   GenerateRequest g;
   g.prompt = m.tokenizer()->encode(prompt, true, false);
   g.max_new_tokens = n;
   g.sampling.temperature = 0;
+  g.speculative = spec;
   return generate(m, g).tokens;
 }
 
@@ -266,6 +267,8 @@ TEST(DevicePlacement, StandInDeviceServesABatchLikeTheCpu) {
   EXPECT_EQ(mixed, serve_prompts(*cpu, 24, true, true));
   EXPECT_EQ(mixed[0], got[0]);  // greedy, as before
   EXPECT_TRUE(mixed[1] != got[1] || mixed[3] != got[3]) << "the sampled sequences sampled";
+  // Speculative decoding: drafts verified on the device, every row's logits back.
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(greedy_tokens(*gpu, kPrompts[i], 24, {4, 1, 3}), want[i]) << kPrompts[i];
 }
 
 // Async scheduling on a stand-in whose work waits in a stream until the host waits for it (as a
@@ -584,6 +587,8 @@ TEST(CudaModel, GreedyTextEqualsTheCpusAndLogitsAgree) {
   auto cpu = load_on(Device::CPU);
   auto gpu = load_on(Device::CUDA);
   for (const char* p : kPrompts) EXPECT_EQ(greedy_tokens(*gpu, p, 64), greedy_tokens(*cpu, p, 64)) << p;
+  for (const char* p : kPrompts)
+    EXPECT_EQ(greedy_tokens(*gpu, p, 64, {4, 1, 3}), greedy_tokens(*cpu, p, 64)) << p << " (speculative)";
   const auto ids = cpu->tokenizer()->encode("Once upon a time, there was a little girl", true, false);
   const int64_t n = static_cast<int64_t>(ids.size()), vocab = cpu->config().n_vocab;
   std::vector<int32_t> pos(ids.size());
