@@ -71,8 +71,10 @@ const char* kPrompts[] = {"Once upon a time", "The little dog ran", "Lily wanted
 // Every prompt of kPrompts through one engine on m (greedy, n tokens each; with `sampled`, every
 // other prompt samples at temperature 0.8 from a fixed seed, the fourth with a repetition penalty
 // so that its logits come back to the host); the tokens generated.
-std::vector<std::vector<int32_t>> serve_prompts(Model& m, int32_t n, bool chunked, bool sampled = false) {
+std::vector<std::vector<int32_t>> serve_prompts(Model& m, int32_t n, bool chunked, bool sampled = false,
+                                                SpeculativeConfig spec = {}) {
   EngineConfig c;
+  c.speculative = spec;
   c.page_size = 16;
   c.kv_cache_bytes = 4 << 20;
   c.max_model_len = 256;
@@ -267,8 +269,10 @@ TEST(DevicePlacement, StandInDeviceServesABatchLikeTheCpu) {
   EXPECT_EQ(mixed, serve_prompts(*cpu, 24, true, true));
   EXPECT_EQ(mixed[0], got[0]);  // greedy, as before
   EXPECT_TRUE(mixed[1] != got[1] || mixed[3] != got[3]) << "the sampled sequences sampled";
-  // Speculative decoding: drafts verified on the device, every row's logits back.
+  // Speculative decoding: generate's drafts verified on the host (every row's logits back); the
+  // engine's sampled where the logits are (ids back), or on the host under a penalty.
   for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(greedy_tokens(*gpu, kPrompts[i], 24, {4, 1, 3}), want[i]) << kPrompts[i];
+  EXPECT_EQ(serve_prompts(*gpu, 40, true, true, {4, 1, 3}), serve_prompts(*cpu, 40, true, true));
 }
 
 // Async scheduling on a stand-in whose work waits in a stream until the host waits for it (as a

@@ -233,6 +233,38 @@ TEST(Engine, SpeculativeDecodingGivesThePlainTokensInFewerSteps) {
   EXPECT_EQ(e.pool().blocks().n_free(), e.pool().n_blocks()) << "blocks leaked";
 }
 
+// Sampled requests (drafts sampled where the logits are, or on the host under a penalty): a seed
+// gives the tokens of plain decoding, since token j always uses the sampler's draw j.
+TEST(Engine, SpeculativeDecodingSamplesThePlainTokensForASeed) {
+  FP_REQUIRE_FILE(test::testdata(test::kStoriesGguf));
+  auto m = load_stories();
+  auto prompts = make_prompts(*m, 8);
+  std::vector<std::vector<std::vector<int32_t>>> got(2);
+  for (int spec = 0; spec < 2; ++spec) {
+    EngineConfig c = small_config(16, true);
+    if (spec) c.speculative = {4, 1, 3};
+    Engine e(*m, c);
+    std::vector<int64_t> ids;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      Request r = greedy(prompts[i], 80);
+      r.sampling.temperature = 0.7f;
+      r.sampling.seed = 100 + i;
+      r.sampling.repetition_penalty = i % 2 ? 1.2f : 1.0f;
+      r.stop_at_eog = false;
+      ids.push_back(e.add_request(r));
+    }
+    while (e.has_work()) e.step();
+    for (int64_t id : ids) {
+      const Sequence* s = e.sequence(id);
+      got[static_cast<size_t>(spec)].emplace_back(s->tokens.begin() + s->n_prompt, s->tokens.end());
+    }
+    if (spec) {
+      EXPECT_GT(e.stats().speculative.accepted_tokens, 0);
+    }
+  }
+  for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(got[1][i], got[0][i]) << "prompt " << i;
+}
+
 // Log-probabilities of the tokens a verification keeps come from their own rows.
 TEST(Engine, SpeculativeDecodingReportsEachTokensLogprob) {
   FP_REQUIRE_FILE(test::testdata(test::kStoriesGguf));

@@ -146,7 +146,8 @@ TEST(VerifyDraft, PenaltiesSeeTheDraftTokensBeforeEachRow) {
 }
 
 // The first token a verification produces (the draft's, when kept, else the model's choice) is
-// distributed as the sampler's distribution of that row, whatever the draft.
+// distributed as the sampler's distribution of that row, whatever the draft (the rejection rule
+// with a one-hot draft: kept with probability p(d), else drawn from p without d).
 std::vector<double> first_token_frequencies(const SamplingParams& p, const std::vector<float>& row0, int32_t draft, int trials) {
   std::vector<double> freq(row0.size(), 0.0);
   const int64_t V = static_cast<int64_t>(row0.size());
@@ -196,6 +197,23 @@ TEST(VerifyDraft, SamplingKeepsTheSamplersDistribution) {
   for (size_t j = 0; j < probs.size(); ++j) EXPECT_NEAR(f[j], probs[j] * probs[j] / z, 0.012) << "token " << j;
 }
 
+TEST(VerifyDraft, JudgedFromRowsSampledElsewhere) {
+  const std::vector<int32_t> draft = {4, 1, 3};
+  const std::vector<int32_t> all = {4, 1, 3, 5}, two = {4, 1, 0, 9}, none = {2, 1, 3, 5};
+  DraftVerdict v = judge_sampled_draft(all.data(), draft.data(), 3);
+  EXPECT_EQ(v.accepted, 3);
+  EXPECT_EQ(v.next, 5);
+  v = judge_sampled_draft(two.data(), draft.data(), 3);
+  EXPECT_EQ(v.accepted, 2);
+  EXPECT_EQ(v.next, 0);
+  v = judge_sampled_draft(none.data(), draft.data(), 3);
+  EXPECT_EQ(v.accepted, 0);
+  EXPECT_EQ(v.next, 2);
+  v = judge_sampled_draft(none.data(), draft.data(), 0);
+  EXPECT_EQ(v.accepted, 0);
+  EXPECT_EQ(v.next, 2);
+}
+
 TEST(SpeculativeConfig, RefusesOutOfRangeSettings) {
   EXPECT_NO_THROW(lookup(0, 0, 0).check());  // off: the n-gram sizes are not looked at
   EXPECT_NO_THROW(lookup(5, 1, 4).check());
@@ -234,8 +252,9 @@ TEST(SpeculativeGenerate, GreedyTokensEqualPlainDecoding) {
     }
 }
 
-// Sampling with drafts: reproducible for a seed, every token in the vocabulary, the budget kept.
-TEST(SpeculativeGenerate, SamplingIsReproducibleAndKeepsTheBudget) {
+// Sampling with drafts: token j uses the sampler's draw j, so a seed gives the tokens of plain
+// decoding; the budget is kept.
+TEST(SpeculativeGenerate, SampledTokensEqualPlainDecodingForASeed) {
   FP_REQUIRE_FILE(test::testdata(test::kStoriesGguf));
   auto m = load_model(test::testdata(test::kStoriesGguf));
   GenerateRequest g;
@@ -244,14 +263,19 @@ TEST(SpeculativeGenerate, SamplingIsReproducibleAndKeepsTheBudget) {
   g.sampling.seed = 11;
   g.speculative = lookup(6, 1, 3);
   g.stop_at_eog = false;
-  for (int32_t n : {1, 2, 7, 150}) {
-    g.max_new_tokens = n;
-    const auto a = generate(*m, g), b = generate(*m, g);
-    EXPECT_EQ(a.tokens, b.tokens);
-    EXPECT_EQ(static_cast<int32_t>(a.tokens.size()), n);
-    for (int32_t t : a.tokens) EXPECT_TRUE(t >= 0 && t < m->config().n_vocab);
-  }
-  EXPECT_GT(generate(*m, g).speculative.accepted_tokens, 0);
+  for (int32_t n : {1, 2, 7, 150})
+    for (float penalty : {1.0f, 1.2f}) {
+      g.max_new_tokens = n;
+      g.sampling.repetition_penalty = penalty;
+      GenerateRequest plain = g;
+      plain.speculative = {};
+      const auto a = generate(*m, g);
+      EXPECT_EQ(a.tokens, generate(*m, plain).tokens) << n << " tokens, penalty " << penalty;
+      EXPECT_EQ(static_cast<int32_t>(a.tokens.size()), n);
+      if (n == 150) {
+        EXPECT_GT(a.speculative.accepted_tokens, 0);
+      }
+    }
 }
 
 }  // namespace

@@ -257,11 +257,19 @@ void Engine::build_batch(const std::vector<ScheduledSeq>& sched) {
   row_sampling_.clear();
   for (const ScheduledSeq& x : sched) {
     if (!x.samples) continue;
-    if (x.seq->n_draft > 0) {  // a draft is verified here, on every row's logits
-      row_sampling_.insert(row_sampling_.end(), static_cast<size_t>(rows_of(x)), RowSampling{});
+    Sampler& sampler = *x.seq->sampler;
+    if (x.seq->n_draft > 0) {
+      // A draft's rows: each sampled where the logits are under the sampler's next draw (the draws
+      // of rows after a refusal are taken back once judged), or every row's logits sent back.
+      RowSampling row;
+      row.here = sampler.penalties_off() && x.seq->req.logprobs < 0;
+      if (row.here) sampler.mark();
+      for (int64_t r = 0; r < rows_of(x); ++r) {
+        if (row.here) row.settings = sampler.next_row();
+        row_sampling_.push_back(row);
+      }
       continue;
     }
-    Sampler& sampler = *x.seq->sampler;
     RowSampling row;
     row.here = sampler.penalties_off() && x.seq->req.logprobs < 0;
     if (row.here) row.settings = sampler.next_row();
@@ -334,8 +342,13 @@ void Engine::run_now(const std::vector<ScheduledSeq>& sched, std::vector<StepOut
     const int64_t rows = rows_of(x);
     if (rows > 1) {
       const size_t first = s.tokens.size() - static_cast<size_t>(s.n_draft);
-      verdicts[i] = verify_draft(*s.sampler, logits_.data() + row * static_cast<size_t>(V), V, s.tokens.data(), first,
-                                 s.n_draft, static_cast<size_t>(s.n_prompt));
+      if (row_sampling_[row].here) {
+        verdicts[i] = judge_sampled_draft(sampled_ids_.data() + row, s.tokens.data() + first, s.n_draft);
+        s.sampler->rewind(verdicts[i].accepted + 1);
+      } else {
+        verdicts[i] = verify_draft(*s.sampler, logits_.data() + row * static_cast<size_t>(V), V, s.tokens.data(), first,
+                                   s.n_draft, static_cast<size_t>(s.n_prompt));
+      }
       ++stats_.speculative.drafts;
       stats_.speculative.draft_tokens += s.n_draft;
       stats_.speculative.accepted_tokens += verdicts[i].accepted;

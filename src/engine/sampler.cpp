@@ -30,7 +30,10 @@ void Sampler::apply_penalties(float* logits, int64_t n_vocab, const int32_t* his
   }
 }
 
-double Sampler::uniform() { return std::uniform_real_distribution<double>(0.0, 1.0)(rng_); }
+void Sampler::rewind(int64_t rows_used) {
+  rng_ = marked_;
+  for (int64_t i = 0; i < rows_used; ++i) (void)next_row();
+}
 
 int32_t Sampler::sample(float* logits, int64_t n_vocab, const std::vector<int32_t>& history, size_t n_prompt) {
   apply_penalties(logits, n_vocab, history.data(), history.size(), n_prompt);

@@ -32,8 +32,12 @@ class Sampler {
   int32_t sample(float* logits, int64_t n_vocab, const std::vector<int32_t>& history, size_t n_prompt = 0);
   // The penalties alone (what sample() applies first), for `history` = tokens[0..n_history).
   void apply_penalties(float* logits, int64_t n_vocab, const int32_t* history, size_t n_history, size_t n_prompt);
-  // A uniform draw in [0, 1) from this sampler's generator (speculative decoding's acceptance test).
-  double uniform();
+  // Speculative decoding draws every row of a draft ahead (next_row() per row, sampled where the
+  // logits are); mark() before those draws and rewind(rows) after the verdict take back the
+  // draws of the rows not used, so that a sequence's token j always uses draw j: a seed gives the
+  // same tokens with and without drafts.
+  void mark() { marked_ = rng_; }
+  void rewind(int64_t rows_used);
   // The sample op's settings for the next token, its uniform draw taken from this sampler's
   // generator (greedy rows draw nothing), as sample() would use them: for a caller that samples
   // elsewhere (on the device) a request whose penalties are off (penalties_off()).
@@ -43,7 +47,7 @@ class Sampler {
 
  private:
   SamplingParams p_;
-  std::mt19937_64 rng_;
+  std::mt19937_64 rng_, marked_;
   std::unordered_map<int32_t, int32_t> counts_;
 };
 

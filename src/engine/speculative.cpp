@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <sstream>
-#include <utility>
 
 #include "core/error.h"
 #include "kernels/ops.h"
@@ -48,44 +47,21 @@ int64_t propose_ngram_draft(const int32_t* tokens, int64_t n, const SpeculativeC
 
 DraftVerdict verify_draft(Sampler& sampler, float* rows, int64_t n_vocab, const int32_t* tokens, size_t n_context,
                           int64_t n_draft, size_t n_prompt) {
-  std::vector<std::pair<float, int32_t>> cand;
   for (int64_t i = 0;; ++i) {
     float* lg = rows + i * n_vocab;
     sampler.apply_penalties(lg, n_vocab, tokens, n_context + static_cast<size_t>(i), n_prompt);
     const SampleRow row = sampler.next_row();
     int32_t id = 0;
-    if (i == n_draft) {  // every draft token kept: the model's next token after them
-      if (row.temperature > 0.0f) dispatch(SampleArgs{lg, 1, n_vocab, &row, &id});
-      else dispatch(ArgmaxArgs{lg, 1, n_vocab, &id});
-      return {n_draft, id};
-    }
-    const int32_t d = tokens[n_context + static_cast<size_t>(i)];
-    if (!(row.temperature > 0.0f)) {
-      dispatch(ArgmaxArgs{lg, 1, n_vocab, &id});
-      if (id == d) continue;
-      return {i, id};
-    }
-    // Sampling: keep d with the probability the sampler gives it; otherwise draw from the kept
-    // candidates without d, in proportion to their probabilities.
-    sample_candidates(lg, n_vocab, row, cand);
-    double total = 0, p_d = 0;
-    for (const auto& [p, t] : cand) {
-      total += p;
-      if (t == d) p_d = p;
-    }
-    if (sampler.uniform() * total < p_d) continue;
-    const double r = row.u * (total - p_d);
-    double acc = 0;
-    id = -1;
-    for (const auto& [p, t] : cand) {
-      if (t == d) continue;
-      id = t;
-      acc += p;
-      if (r < acc) break;
-    }
-    FP_CHECK(id >= 0, "speculative decoding: a draft token was refused with nothing else left to sample");
-    return {i, id};
+    if (row.temperature > 0.0f) dispatch(SampleArgs{lg, 1, n_vocab, &row, &id});
+    else dispatch(ArgmaxArgs{lg, 1, n_vocab, &id});
+    if (i == n_draft || id != tokens[n_context + static_cast<size_t>(i)]) return {i, id};
   }
+}
+
+DraftVerdict judge_sampled_draft(const int32_t* ids, const int32_t* draft, int64_t n_draft) {
+  int64_t i = 0;
+  while (i < n_draft && ids[i] == draft[i]) ++i;
+  return {i, ids[i]};
 }
 
 std::string SpeculativeStats::describe() const {

@@ -3,10 +3,9 @@
 // or in what it generated), the model checks the guess in one forward over the fed token and the
 // drafted ones, and every draft token the model agrees with is kept. On hardware where a decode
 // step is bound by reading the weights (every CPU, every GPU at small batches), checking k+1
-// tokens costs little more than one, so each accepted token is a step saved. The output follows
-// the same distribution as plain decoding: greedy keeps a draft token when it is the argmax;
-// sampling keeps it with the probability the sampler gives it and otherwise draws from what is
-// left (the rejection rule of speculative sampling, with the draft's own distribution one-hot).
+// tokens costs little more than one, so each accepted token is a step saved. The output is plain
+// decoding's: a draft token is kept when the model, sampling as it would without drafts,
+// picks it (see verify_draft).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -43,12 +42,22 @@ struct DraftVerdict {
   int32_t next = -1;
 };
 
-// rows: the logits [n_draft + 1, n_vocab] of the forward over the fed token and the draft
-// (modified: penalties). tokens[0..n_context) is the sequence up to and including the fed token,
-// followed by the draft: tokens[n_context + i] is draft token i (what the penalties of row i + 1
-// see). n_prompt: the prompt's length, for the presence / frequency penalties.
+// Judges a draft: row i of the forward over the fed token and the draft is sampled as a plain
+// step would sample it (penalties seeing draft tokens 0..i-1, the sampler's next draw), and draft
+// token i is kept when that row samples it; the first row that samples something else gives the
+// next token. For a draft that is a single guess (no distribution of its own) this is exactly
+// the rejection rule of speculative sampling: d is kept with the probability p(d) the sampler
+// gives it, and otherwise the token comes from p without d (the row's draw, given it is not d).
+// So the output follows plain decoding's distribution, and since token j always uses the
+// sampler's draw j, a seed gives plain decoding's tokens (up to the logits' rounding).
+// rows: the logits [n_draft + 1, n_vocab] (modified: penalties). tokens[0..n_context) is the
+// sequence up to and including the fed token, followed by the draft (tokens[n_context + i] is
+// draft token i). n_prompt: the prompt's length, for the presence / frequency penalties.
 DraftVerdict verify_draft(Sampler& sampler, float* rows, int64_t n_vocab, const int32_t* tokens, size_t n_context,
                           int64_t n_draft, size_t n_prompt);
+// The same verdict from rows sampled where the logits are (Model::forward_sampled, each row
+// under the sampler's next draw in order): ids[0..n_draft] against draft[0..n_draft).
+DraftVerdict judge_sampled_draft(const int32_t* ids, const int32_t* draft, int64_t n_draft);
 
 // Counts for the ledger, the logs and /metrics.
 struct SpeculativeStats {

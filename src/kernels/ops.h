@@ -5,8 +5,6 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
-#include <utility>
-#include <vector>
 
 #include "core/tensor.h"
 
@@ -238,10 +236,5 @@ struct SampleArgs {
   int32_t* out = nullptr;
   std::string shape_class() const;
 };
-// The candidates row x[d] keeps under p, most likely first, each with its softmax probability
-// (before the cuts; the draw walks them against u times their sum): what the sample op draws
-// from. A greedy row, or one whose largest logit is not finite, keeps its first candidate alone
-// with 1. Speculative decoding's acceptance test reads it (engine/speculative.h).
-void sample_candidates(const float* x, int64_t d, const SampleRow& p, std::vector<std::pair<float, int32_t>>& cand);
 
 }  // namespace fp

@@ -1,7 +1,6 @@
 // kernels/cpu/sample_ref.cpp — the sample op's reference (the only CPU kernel; the engine's
 // Sampler calls it after the penalties): sort the candidates, cut by top-k, softmax with the
-// temperature, cut by top-p and min-p (sample_candidates, which speculative decoding also
-// reads), then walk the running mass to the row's draw. Plain on
+// temperature, cut by top-p and min-p, then walk the running mass to the row's draw. Plain on
 // purpose: the CUDA kernel (kernels/cuda/sample.cu) reaches the same token without sorting and is
 // checked against this one.
 #include <algorithm>
@@ -19,19 +18,13 @@ namespace {
 // A NaN logit counts as -inf, and -0 as 0 (so equal logits are ordered by id alone).
 float canonical(float l) { return std::isnan(l) ? -std::numeric_limits<float>::infinity() : l == 0.0f ? 0.0f : l; }
 
-}  // namespace
-
-void sample_candidates(const float* x, int64_t d, const SampleRow& p, std::vector<std::pair<float, int32_t>>& cand) {
-  cand.clear();
-  if (d <= 0) return;
+int32_t sample_row(const float* x, int64_t d, const SampleRow& p, std::vector<std::pair<float, int32_t>>& cand) {
   int64_t best = 0;
   for (int64_t j = 1; j < d; ++j)
     if (canonical(x[j]) > canonical(x[best])) best = j;
   const float mx = canonical(x[best]);
-  if (!(p.temperature > 0.0f) || !std::isfinite(mx)) {
-    cand.push_back({1.0f, static_cast<int32_t>(best)});
-    return;
-  }
+  if (!(p.temperature > 0.0f) || !std::isfinite(mx)) return static_cast<int32_t>(best);
+
   // Candidates sorted by logit (the lower id first on ties), cut by top-k.
   cand.resize(static_cast<size_t>(d));
   for (int64_t i = 0; i < d; ++i) cand[static_cast<size_t>(i)] = {canonical(x[i]), static_cast<int32_t>(i)};
@@ -61,12 +54,6 @@ void sample_candidates(const float* x, int64_t d, const SampleRow& p, std::vecto
     while (keep < cand.size() && cand[keep].first >= floor) ++keep;
     cand.resize(keep);
   }
-}
-
-namespace {
-
-int32_t sample_row(const float* x, int64_t d, const SampleRow& p, std::vector<std::pair<float, int32_t>>& cand) {
-  sample_candidates(x, d, p, cand);
   // The draw: the first candidate whose running mass exceeds u x the mass kept.
   double total = 0;
   for (auto& c : cand) total += c.first;
