@@ -82,7 +82,8 @@ std::vector<MatMulCase> cases() {
     cs.push_back({t, 33, 40, ins.front(), false});  // just past 32 tokens, a partial panel
     cs.push_back({t, 77, 33, ins[1], true});        // a token tail of 5, one row past a panel
     if (dtype_info(t).quantized) cs.push_back({t, 261, 33, ins[1], false});  // past 256: quantized weights on BF16 panels
-    if (t == DType::Q4_0_X8 || t == DType::Q5_1_X8) {  // the in-place rows' largest token count: 3 groups of 4
+    if (t == DType::Q4_0_X8 || t == DType::Q5_1_X8 || t == DType::Q4_K_X8 || t == DType::Q6_K_X8) {
+      // Rows read in place up to 12 tokens: 3 groups of 4, and a tail.
       cs.push_back({t, 12, 40, ins[1], false});
       cs.push_back({t, 9, 17, ins.back(), true});
     }

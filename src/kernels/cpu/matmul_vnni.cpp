@@ -433,8 +433,6 @@ void gemv_block32_x8_as(const MatMulArgs& a) {
                                        float bias) { row_block32_x8<W, decltype(N)::value>(w, xs, groups, y, ldy, bias); });
 }
 
-constexpr int64_t kBlock32X8GemvMaxTokens = 12;
-
 void gemv_block32_x8(const MatMulArgs& a) {
   switch (a.w->dtype) {
     case DType::Q4_0_X8: return gemv_block32_x8_as<DType::Q4_0_X8>(a);
@@ -490,19 +488,22 @@ void gemm_interleaved_vnni(const MatMulArgs& a) {
   });
 }
 
+// Q4_0_X8 ... Q5_1_X8, Q4_K_X8 and Q6_K_X8 are read in place by their decode row kernels up to 12
+// tokens (3 groups of 4 over each L2-resident block of rows): beyond 4 tokens that beats the
+// interleaved tiles, which unpack every group again per tile. A speculative check of 2-11 drafted
+// tokens, or a batch of a few sequences, is such a step (bench/RESULTS.md, thirtieth session: on
+// the 1B shape, 5 tokens 1.26x and 9 tokens 1.10x for Q4_0; 16 tokens were 0.92x, hence 12).
+constexpr int64_t kRowsInPlaceMaxTokens = 12;
+
 void matmul_vnni(const MatMulArgs& a) {
   if (a.n <= 0) return;
   if (a.w->dtype == DType::Q8_0_X8) return matmul_q8_0_x8(a);
-  if (a.w->dtype == DType::Q4_K_X8 && a.n <= cpu::kGemvMaxTokens) return gemv_q4_k_x8(a);
-  if (a.w->dtype == DType::Q6_K_X8 && a.n <= cpu::kGemvMaxTokens) return gemv_q6_k_x8(a);
+  if (a.w->dtype == DType::Q4_K_X8 && a.n <= kRowsInPlaceMaxTokens) return gemv_q4_k_x8(a);
+  if (a.w->dtype == DType::Q6_K_X8 && a.n <= kRowsInPlaceMaxTokens) return gemv_q6_k_x8(a);
   if (a.w->dtype == DType::IQ4_NL_X8 && a.n <= cpu::kGemvMaxTokens) return gemv_iq4_x8_as<BlockIQ4_NLx8>(a);
   if (a.w->dtype == DType::IQ4_XS_X8 && a.n <= cpu::kGemvMaxTokens) return gemv_iq4_x8_as<BlockIQ4_XSx8>(a);
-  // Q4_0_X8 ... Q5_1_X8 read in place up to 12 tokens (3 groups of 4 over each L2-resident block
-  // of rows): beyond 4 tokens that beat the interleaved tiles, which unpack every group again per
-  // tile (bench/RESULTS.md, thirtieth session: 5 tokens 1.26x, 9 tokens 1.10x, 16 tokens 0.92x).
   const DType t = a.w->dtype;
-  if ((t == DType::Q4_0_X8 || t == DType::Q4_1_X8 || t == DType::Q5_0_X8 || t == DType::Q5_1_X8) &&
-      a.n <= kBlock32X8GemvMaxTokens)
+  if ((t == DType::Q4_0_X8 || t == DType::Q4_1_X8 || t == DType::Q5_0_X8 || t == DType::Q5_1_X8) && a.n <= kRowsInPlaceMaxTokens)
     return gemv_block32_x8(a);
   if (a.w->dtype == DType::Q3_K_X8 && a.n <= cpu::kGemvMaxTokens) return gemv_q3_k_x8(a);
   if (a.w->dtype == DType::Q6_K || a.w->dtype == DType::Q6_K_X8 || a.w->dtype == DType::Q3_K || a.w->dtype == DType::Q3_K_X8)
