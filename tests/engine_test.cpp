@@ -69,6 +69,11 @@ void check_block_ownership(Engine& e) {
   }
   ASSERT_EQ(free_blocks, a.n_free());
   for (const Sequence* s : e.sequences()) {
+    ASSERT_EQ(s->n_draft, 0) << "sequence " << s->id << " kept a speculative draft past the step";
+    if (s->state == SeqState::Running) {  // no blocks past its tokens (a refused draft's go back)
+      ASSERT_LE(static_cast<int64_t>(s->table.blocks.size()), e.blocks().blocks_for(static_cast<int64_t>(s->tokens.size())))
+          << "sequence " << s->id;
+    }
     if (s->state != SeqState::Running) {
       ASSERT_TRUE(s->state != SeqState::Finished || s->table.blocks.empty()) << "finished sequence " << s->id << " holds blocks";
       continue;
@@ -263,6 +268,51 @@ TEST(Engine, SpeculativeDecodingSamplesThePlainTokensForASeed) {
     }
   }
   for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(got[1][i], got[0][i]) << "prompt " << i;
+}
+
+// A stop token (or the end-of-generation token) among a draft's kept tokens ends the sequence
+// there, as in plain decoding: the prompts hold "." (id 426), which the stories repeat, so drafts
+// carry it.
+TEST(Engine, SpeculativeDecodingStopsAtAStopTokenInsideADraft) {
+  FP_REQUIRE_FILE(test::testdata(test::kStoriesGguf));
+  auto m = load_stories();
+  auto prompts = make_prompts(*m, 16);
+  std::vector<std::vector<std::vector<int32_t>>> got(2);
+  std::vector<std::vector<std::string>> why(2);
+  for (int spec = 0; spec < 2; ++spec) {
+    EngineConfig c = small_config(16, true);
+    if (spec) c.speculative = {6, 1, 3};
+    Engine e(*m, c);
+    std::vector<int64_t> ids;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      Request r = greedy(prompts[i], 60);
+      if (i % 2) r.stop_token_ids = {426};
+      r.stop_at_eog = i % 4 != 3;
+      ids.push_back(e.add_request(r));
+    }
+    while (e.has_work()) {
+      e.step();
+      check_block_ownership(e);
+      if (HasFatalFailure()) return;
+    }
+    for (int64_t id : ids) {
+      const Sequence* s = e.sequence(id);
+      got[static_cast<size_t>(spec)].emplace_back(s->tokens.begin() + s->n_prompt, s->tokens.end());
+      why[static_cast<size_t>(spec)].push_back(s->finish_reason);
+    }
+    if (spec) {
+      EXPECT_GT(e.stats().speculative.accepted_tokens, 0);
+    }
+    if (e.blocks().prefix_cache()) e.blocks().prefix_cache()->clear();
+    EXPECT_EQ(e.pool().blocks().n_free(), e.pool().n_blocks()) << "blocks leaked";
+  }
+  int stopped = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(got[1][i], got[0][i]) << "prompt " << i;
+    EXPECT_EQ(why[1][i], why[0][i]) << "prompt " << i;
+    stopped += why[0][i] == "stop";
+  }
+  EXPECT_GT(stopped, 4) << "the stop token was meant to end most of the odd requests";
 }
 
 // Log-probabilities of the tokens a verification keeps come from their own rows.

@@ -1,6 +1,8 @@
 // cache/block_manager.cpp — block tables, copy-on-write and the prefix-cache hooks.
 #include "cache/block_manager.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace fp {
@@ -112,6 +114,15 @@ void BlockManager::register_computed(BlockTable& t, const int32_t* tokens, int64
   if (full <= t.n_registered) return;
   caches_[static_cast<size_t>(partition_of(t))]->insert(tokens, full, t.blocks.data());
   t.n_registered = full;
+}
+
+void BlockManager::truncate(BlockTable& t, int64_t n_tokens) {
+  const auto keep = static_cast<size_t>(blocks_for(n_tokens));
+  while (t.blocks.size() > keep) {
+    pool_.blocks().unref(t.blocks.back());
+    t.blocks.pop_back();
+  }
+  t.n_registered = std::min<int64_t>(t.n_registered, static_cast<int64_t>(t.blocks.size()));
 }
 
 void BlockManager::release(BlockTable& t) {

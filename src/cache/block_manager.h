@@ -54,6 +54,9 @@ class BlockManager {
   bool ensure(BlockTable& t, int64_t write_from, int64_t n_tokens);
   // Offers the table's full blocks of computed tokens to the prefix cache.
   void register_computed(BlockTable& t, const int32_t* tokens, int64_t n_computed);
+  // Returns the table's blocks past those covering positions [0, n_tokens) (a refused
+  // speculative draft's), which hold nothing registered.
+  void truncate(BlockTable& t, int64_t n_tokens);
   // Returns every block of the table (cached ones stay cached) and empties it.
   void release(BlockTable& t);
   // Makes `child` share all of `parent`'s blocks.

@@ -186,6 +186,8 @@ bool Engine::cancel(int64_t id) {
   if (it == seqs_.end() || it->second->state == SeqState::Finished) return false;
   Sequence& s = *it->second;
   scheduler_->remove(&s);
+  s.tokens.resize(s.tokens.size() - static_cast<size_t>(s.n_draft));  // a draft left by a failed step
+  s.n_draft = 0;
   while (static_cast<int64_t>(s.tokens.size()) > s.n_prompt && s.tokens.back() < 0) s.tokens.pop_back();  // being sampled
   s.state = SeqState::Finished;
   s.finish_reason = "cancelled";
@@ -358,6 +360,9 @@ void Engine::run_now(const std::vector<ScheduledSeq>& sched, std::vector<StepOut
     row += static_cast<size_t>(rows);
   }
   scheduler_->commit(done);
+  // A refused draft's blocks go back (what the next token needs stays).
+  for (size_t i = 0; i < done.size(); ++i)
+    if (rows_of(done[i]) > 1) blocks_->truncate(done[i].seq->table, done[i].seq->n_computed + 1);
   // Postprocess: sample, append, finish.
   row = 0;
   for (size_t i = 0; i < done.size(); ++i) {
@@ -386,15 +391,27 @@ void Engine::add_drafts() {
   const SpeculativeConfig& c = cfg_.speculative;
   std::vector<int32_t> draft;
   // Drafts take blocks only where they are free: a guess never preempts a sequence (one block
-  // per running sequence is kept aside for its own next token).
-  int64_t spare = blocks_->n_available() - scheduler_->n_running();
-  // Nor does it take the token budget from work that is certain: the running sequences' next
-  // tokens and prompt chunks, and the prompts waiting for a slot.
+  // per running sequence is kept aside for its own next token). In a partitioned pool (data-
+  // parallel attention) a sequence's blocks come from its own partition, so count per partition.
+  // Nor does a draft take token budget or blocks from work that is certain: the running
+  // sequences' next tokens and prompt chunks, and the prompts waiting for a slot (whose partition
+  // is not chosen yet: counted against every partition).
+  const int parts = pool_->partition().parts;
+  std::vector<int64_t> spare(static_cast<size_t>(parts));
+  for (int p = 0; p < parts; ++p) spare[static_cast<size_t>(p)] = blocks_->n_available(p);
   int64_t budget = cfg_.scheduler.max_num_batched_tokens;
-  for (const Sequence* s : scheduler_->running()) budget -= static_cast<int64_t>(s->tokens.size()) - s->n_computed;
+  for (const Sequence* s : scheduler_->running()) {
+    const int64_t n = std::min(budget, static_cast<int64_t>(s->tokens.size()) - s->n_computed);
+    budget -= n;
+    spare[static_cast<size_t>(std::max(0, blocks_->partition_of(s->table)))] -=
+        std::max<int64_t>(1, blocks_->blocks_needed(s->table, s->n_computed, s->n_computed + n));
+  }
   int64_t slots = cfg_.scheduler.max_num_seqs - scheduler_->n_running();
-  for (auto it = scheduler_->waiting().begin(); it != scheduler_->waiting().end() && slots > 0 && budget > 0; ++it, --slots)
-    budget -= static_cast<int64_t>((*it)->tokens.size()) - (*it)->n_computed;
+  for (auto it = scheduler_->waiting().begin(); it != scheduler_->waiting().end() && slots > 0 && budget > 0; ++it, --slots) {
+    const int64_t n = std::min(budget, static_cast<int64_t>((*it)->tokens.size()) - (*it)->n_computed);
+    budget -= n;
+    for (int64_t& sp : spare) sp -= blocks_->blocks_for(n);
+  }
   for (Sequence* s : scheduler_->running()) {
     if (budget <= 0) break;
     const int64_t n = static_cast<int64_t>(s->tokens.size());
@@ -403,9 +420,10 @@ void Engine::add_drafts() {
         std::min<int64_t>({c.num_tokens, budget, s->req.max_new_tokens - s->n_generated() - 1, cfg_.max_model_len - n - 1});
     int64_t k = propose_ngram_draft(s->tokens.data(), n, c, room, draft);
     const int64_t base = blocks_->blocks_needed(s->table, s->n_computed, n);
-    while (k > 0 && blocks_->blocks_needed(s->table, s->n_computed, n + k) - base > std::max<int64_t>(spare, 0)) --k;
+    int64_t& free_here = spare[static_cast<size_t>(std::max(0, blocks_->partition_of(s->table)))];
+    while (k > 0 && blocks_->blocks_needed(s->table, s->n_computed, n + k) - base > std::max<int64_t>(free_here, 0)) --k;
     if (k == 0) continue;
-    spare -= blocks_->blocks_needed(s->table, s->n_computed, n + k) - base;
+    free_here -= blocks_->blocks_needed(s->table, s->n_computed, n + k) - base;
     budget -= k;
     s->tokens.insert(s->tokens.end(), draft.begin(), draft.begin() + k);
     s->n_draft = k;

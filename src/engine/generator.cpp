@@ -118,6 +118,7 @@ GenerateResult generate(Model& model, const GenerateRequest& req, const std::fun
     res.speculative.accepted_tokens += verdict[0];
     // The kept draft tokens have their KV in the cache; the refused ones' slots are written over.
     next_pos += 1 + verdict[0];
+    cache->len = next_pos;
     bool more = true;
     for (int32_t j = 0; j < verdict[0] && more; ++j) more = take(draft[static_cast<size_t>(j)]);
     if (!more) break;

@@ -44,7 +44,7 @@ std::vector<std::vector<int32_t>> prompts(int32_t vocab) {
 }
 
 // Runs every prompt to completion (greedy, 24 tokens); returns their tokens.
-std::vector<std::vector<int32_t>> run(Model& m, bool prefix_hits = true, const EngineConfig& cfg = config()) {
+std::vector<std::vector<int32_t>> run(Model& m, bool prefix_hits = true, const EngineConfig& cfg = config(), bool preempts = true) {
   Engine e(m, cfg);
   if (m.parallel().dp > 1) {  // data-parallel attention: rank 0 stores its partition of the pool
     EXPECT_EQ(e.pool().partition().parts, m.parallel().dp);
@@ -65,7 +65,9 @@ std::vector<std::vector<int32_t>> run(Model& m, bool prefix_hits = true, const E
     const Sequence* s = e.sequence(id);
     out.emplace_back(s->tokens.begin() + s->n_prompt, s->tokens.end());
   }
-  EXPECT_GT(e.stats().preemptions, 0) << "the budget should force preemptions";
+  if (preempts) {
+    EXPECT_GT(e.stats().preemptions, 0) << "the budget should force preemptions";
+  }
   if (prefix_hits) {
     EXPECT_GT(e.stats().cached_prompt_tokens, 0) << "prompts should hit the prefix cache";
   }
@@ -137,11 +139,17 @@ TEST(EngineAcrossRanksDeepSeek, DataParallelAttentionMatchesOneRank) {
                 .n_blocks,
             17 * ranks);
   const auto got = run(*split, true, c);
+  // Speculative drafts take blocks only from their own sequence's partition, never by preemption.
+  EngineConfig spec = c;
+  spec.speculative = {4, 1, 3};
+  const auto got_spec = run(*split, true, spec, /*preempts=*/false);
   release_followers(*split);
   LoadOptions whole_lo;
   whole_lo.prefault = false;
   auto whole = load_model(o.out, whole_lo);
-  EXPECT_EQ(got, run(*whole, true, c));
+  const auto want = run(*whole, true, c);
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(got_spec, want);
 }
 
 // qwen3moe on the device of every rank, attention heads and experts split across the ranks (the

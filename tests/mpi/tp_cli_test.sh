@@ -76,6 +76,14 @@ spec=$(run2 2 "$bin" generate -m "$model" --batch-file "$tmp/batch.jsonl" --temp
 [ -n "$one" ] && [ "$one" = "$spec" ]; check "batch file with TP=2 and speculative decoding equals one rank" $?
 spec=$(run2 2 "$bin" "${gen[@]}" --tensor-parallel-size 2 --speculative-tokens 4 --prompt-lookup-min 1 -q)
 [ -n "$spec" ] && [ "$spec" = "$("$bin" "${gen[@]}" -q)" ]; check "greedy text with TP=2 and speculative decoding equals TP=1" $?
+# Sampled, no seed given: each rank draws its own seed, so only rank 0's verdict on each draft
+# may count (broadcast); its text equals one rank's run from the seed rank 0 logged.
+spec=$(run2 2 "$bin" generate -m "$model" -p "Once upon a time" -n 64 --temp 0.8 -t 1 --tensor-parallel-size 2 \
+  --speculative-tokens 4 --prompt-lookup-min 1 2> "$tmp/spec.err")
+seed=$(grep -o 'seed [0-9]*' "$tmp/spec.err" | head -1 | cut -d' ' -f2)
+[ -n "$seed" ] && [ -n "$spec" ] && \
+  [ "$spec" = "$("$bin" generate -m "$model" -p "Once upon a time" -n 64 --temp 0.8 -t 1 -s "$seed" -q)" ]
+check "sampled text with TP=2 and speculative decoding equals one rank from rank 0's seed" $?
 asy=$("$bin" generate -m "$model" --batch-file "$tmp/batch.jsonl" --temp 0 -t 1 -q --kv-cache-memory 64MiB --async-scheduling on)
 [ -n "$one" ] && [ "$one" = "$asy" ]; check "batch file with async scheduling forced on equals step by step" $?
 err=$(run2 2 "$bin" generate -m "$model" --batch-file "$tmp/batch.jsonl" --temp 0 -t 1 -q --kv-cache-memory 64MiB --tp 2 \
