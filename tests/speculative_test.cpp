@@ -214,6 +214,21 @@ TEST(VerifyDraft, JudgedFromRowsSampledElsewhere) {
   EXPECT_EQ(v.next, 2);
 }
 
+TEST(SpeculativeConfig, DraftLengthRisesWhileDraftsHoldAndFallsWhenRefused) {
+  const SpeculativeConfig c = lookup(6, 1, 3);
+  EXPECT_EQ(next_draft_length(0, 6, 6, c), 6);  // first draft at the configured length, kept: capped
+  EXPECT_EQ(next_draft_length(0, 6, 2, c), 5);
+  EXPECT_EQ(next_draft_length(5, 5, 0, c), 4);
+  EXPECT_EQ(next_draft_length(1, 1, 0, c), 1);  // never below one guess
+  EXPECT_EQ(next_draft_length(1, 1, 1, c), 3);
+  EXPECT_EQ(next_draft_length(3, 2, 2, c), 5);  // a draft cut short (room) and kept whole counts as kept
+  int32_t len = 0;
+  for (int i = 0; i < 10; ++i) len = next_draft_length(len, len ? len : 6, 0, c);
+  EXPECT_EQ(len, 1);
+  for (int i = 0; i < 10; ++i) len = next_draft_length(len, len, len, c);
+  EXPECT_EQ(len, 6);
+}
+
 TEST(SpeculativeConfig, RefusesOutOfRangeSettings) {
   EXPECT_NO_THROW(lookup(0, 0, 0).check());  // off: the n-gram sizes are not looked at
   EXPECT_NO_THROW(lookup(5, 1, 4).check());

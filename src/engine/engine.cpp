@@ -354,6 +354,7 @@ void Engine::run_now(const std::vector<ScheduledSeq>& sched, std::vector<StepOut
       ++stats_.speculative.drafts;
       stats_.speculative.draft_tokens += s.n_draft;
       stats_.speculative.accepted_tokens += verdicts[i].accepted;
+      s.draft_length = next_draft_length(s.draft_length, s.n_draft, verdicts[i].accepted, cfg_.speculative);
       s.tokens.resize(first + static_cast<size_t>(verdicts[i].accepted));
       x.n_tokens = 1 + verdicts[i].accepted;
     }
@@ -417,7 +418,8 @@ void Engine::add_drafts() {
     const int64_t n = static_cast<int64_t>(s->tokens.size());
     if (s->n_draft != 0 || n - s->n_computed != 1 || s->n_generated() < 1) continue;  // not decoding
     const int64_t room =
-        std::min<int64_t>({c.num_tokens, budget, s->req.max_new_tokens - s->n_generated() - 1, cfg_.max_model_len - n - 1});
+        std::min<int64_t>({s->draft_length > 0 ? s->draft_length : c.num_tokens, budget,
+                           s->req.max_new_tokens - s->n_generated() - 1, cfg_.max_model_len - n - 1});
     int64_t k = propose_ngram_draft(s->tokens.data(), n, c, room, draft);
     const int64_t base = blocks_->blocks_needed(s->table, s->n_computed, n);
     int64_t& free_here = spare[static_cast<size_t>(std::max(0, blocks_->partition_of(s->table)))];

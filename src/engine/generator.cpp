@@ -82,6 +82,7 @@ GenerateResult generate(Model& model, const GenerateRequest& req, const std::fun
     return static_cast<int32_t>(res.tokens.size()) < req.max_new_tokens;
   };
   std::vector<int32_t> draft, feed, feed_pos, scratch;
+  int32_t draft_length = 0;  // next_draft_length's schedule (0: the configured number)
   std::vector<float> rows;
   int32_t id = -1;
   if (req.max_new_tokens > 0) {
@@ -90,7 +91,7 @@ GenerateResult generate(Model& model, const GenerateRequest& req, const std::fun
   }
   while (req.max_new_tokens > 0 && take(id) && next_pos < capacity) {
     // Draft: at most what the token budget and the cache leave room for after id.
-    const int64_t room = std::min<int64_t>({spec.num_tokens, req.max_new_tokens - static_cast<int64_t>(res.tokens.size()) - 1,
+    const int64_t room = std::min<int64_t>({draft_length > 0 ? draft_length : spec.num_tokens, req.max_new_tokens - static_cast<int64_t>(res.tokens.size()) - 1,
                                             capacity - next_pos - 1});
     const int64_t k = spec.enabled() ? propose_ngram_draft(history.data(), static_cast<int64_t>(history.size()), spec, room, draft) : 0;
     ++res.decode_forwards;
@@ -116,6 +117,7 @@ GenerateResult generate(Model& model, const GenerateRequest& req, const std::fun
     ++res.speculative.drafts;
     res.speculative.draft_tokens += k;
     res.speculative.accepted_tokens += verdict[0];
+    draft_length = next_draft_length(draft_length, k, verdict[0], spec);
     // The kept draft tokens have their KV in the cache; the refused ones' slots are written over.
     next_pos += 1 + verdict[0];
     cache->len = next_pos;

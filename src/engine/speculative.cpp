@@ -45,6 +45,12 @@ int64_t propose_ngram_draft(const int32_t* tokens, int64_t n, const SpeculativeC
   return 0;
 }
 
+int32_t next_draft_length(int32_t current, int64_t drafted, int64_t accepted, const SpeculativeConfig& c) {
+  if (current <= 0) current = c.num_tokens;
+  const int32_t next = accepted >= drafted ? current + 2 : current - 1;
+  return std::clamp(next, std::min<int32_t>(1, c.num_tokens), c.num_tokens);
+}
+
 DraftVerdict verify_draft(Sampler& sampler, float* rows, int64_t n_vocab, const int32_t* tokens, size_t n_context,
                           int64_t n_draft, size_t n_prompt) {
   for (int64_t i = 0;; ++i) {

@@ -35,6 +35,14 @@ struct SpeculativeConfig {
 int64_t propose_ngram_draft(const int32_t* tokens, int64_t n, const SpeculativeConfig& c, int64_t max_tokens,
                             std::vector<int32_t>& out);
 
+// How many tokens a sequence drafts next, after a draft of `drafted` tokens of which `accepted`
+// were kept (current 0: the sequence's first draft, num_tokens): two more after a draft kept
+// whole, one fewer after a refusal, within [1, num_tokens] (the schedule Hugging Face uses for
+// assistant models). A check of k+1 tokens costs more than a plain step (on the CPU a 5-token
+// check of a 1B Q4_K model ~1.6x), so a sequence whose drafts keep failing comes down to checking
+// one guess at a time, the cheapest check, and one whose drafts hold goes back up.
+int32_t next_draft_length(int32_t current, int64_t drafted, int64_t accepted, const SpeculativeConfig& c);
+
 // The verdict on a draft: how many of its tokens were kept, and the token that follows them (the
 // model's own choice where it disagreed with the draft, or the one after the whole draft).
 struct DraftVerdict {
