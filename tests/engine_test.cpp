@@ -1,10 +1,12 @@
 // tests/engine_test.cpp — the serving core on stories260K: batch invariance across page sizes
-// and chunked prefill, prefix reuse, preemption under a small KV budget, and a randomised
-// scheduler run whose invariants are checked after every step; the partitioned pool of
+// and chunked prefill, prefix reuse, preemption under a small KV budget, speculative decoding
+// through all of them (and sampled, stopped inside a draft, with log-probabilities), and a
+// randomised scheduler run whose invariants are checked after every step; the partitioned pool of
 // data-parallel attention (allocation, storage, capacity, a randomised scheduler run over it).
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <random>
 #include <set>
 
@@ -117,6 +119,8 @@ EngineConfig small_config(int64_t page, bool chunked, int64_t budget_tokens = 40
   return c;
 }
 
+// With speculative decoding (prompt-lookup drafts verified in the step) too: the same tokens, in
+// fewer steps.
 TEST(Engine, BatchInvarianceAcrossPageSizesAndChunkedPrefill) {
   FP_REQUIRE_FILE(test::testdata(test::kStoriesGguf));
   auto m = load_stories();
@@ -125,13 +129,26 @@ TEST(Engine, BatchInvarianceAcrossPageSizesAndChunkedPrefill) {
   auto want = alone(*m, prompts, n);
   for (int64_t page : {1, 16, 256})
     for (bool chunked : {false, true}) {
-      Engine e(*m, small_config(page, chunked));
-      auto got = run_all(e, prompts, n);
-      ASSERT_EQ(got.size(), want.size());
-      for (size_t i = 0; i < want.size(); ++i)
-        EXPECT_EQ(got[i], want[i]) << "prompt " << i << " page " << page << (chunked ? " chunked" : "");
-      if (chunked) {
-        EXPECT_GT(e.stats().steps, 1);
+      int64_t plain_steps = 0;
+      for (bool spec : {false, true}) {
+        EngineConfig c = small_config(page, chunked);
+        if (spec) c.speculative = {5, 1, 3};
+        Engine e(*m, c);
+        auto got = run_all(e, prompts, n);
+        ASSERT_EQ(got.size(), want.size());
+        for (size_t i = 0; i < want.size(); ++i)
+          EXPECT_EQ(got[i], want[i]) << "prompt " << i << " page " << page << (chunked ? " chunked" : "") << (spec ? " drafts" : "");
+        if (chunked) {
+          EXPECT_GT(e.stats().steps, 1);
+        }
+        if (!spec) {
+          plain_steps = e.stats().steps;
+          continue;
+        }
+        const SpeculativeStats& st = e.stats().speculative;
+        EXPECT_GT(st.accepted_tokens, 0);
+        EXPECT_LE(st.accepted_tokens, st.draft_tokens);
+        EXPECT_LT(e.stats().steps, plain_steps) << "page " << page << (chunked ? " chunked" : "");
       }
     }
 }
@@ -180,62 +197,57 @@ TEST(Engine, PreemptionUnderASmallBudgetLosesNothing) {
   Engine e_big(*m, big);
   auto want = run_all(e_big, prompts, n);
 
-  for (bool prefix : {true, false}) {
-    EngineConfig small = big;
-    small.max_model_len = 160;  // room for about three sequences of 160 tokens
-    small.kv_cache_bytes = m->kv_layout().bytes_per_token() * 16 * 32;
-    small.prefix_caching = prefix;
-    Engine e(*m, small);
-    EXPECT_EQ(e.capacity().n_blocks, 32);
-    auto got = run_all(e, prompts, n);
-    ASSERT_EQ(got.size(), want.size());
-    for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(got[i], want[i]) << "prompt " << i;
-    EXPECT_GT(e.stats().preemptions, 0) << "the budget was meant to force preemption";
-    EXPECT_EQ(e.stats().finished, 64);
+  // Speculative drafts too: a preempted sequence's draft is not recomputed as its own.
+  for (bool prefix : {true, false})
+    for (bool spec : {false, true}) {
+      EngineConfig small = big;
+      small.max_model_len = 160;  // room for about three sequences of 160 tokens
+      small.kv_cache_bytes = m->kv_layout().bytes_per_token() * 16 * 32;
+      small.prefix_caching = prefix;
+      if (spec) small.speculative = {5, 1, 3};
+      Engine e(*m, small);
+      EXPECT_EQ(e.capacity().n_blocks, 32);
+      auto got = run_all(e, prompts, n);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(got[i], want[i]) << "prompt " << i;
+      EXPECT_GT(e.stats().preemptions, 0) << "the budget was meant to force preemption";
+      EXPECT_EQ(e.stats().finished, 64);
+      if (e.blocks().prefix_cache()) e.blocks().prefix_cache()->clear();
+      EXPECT_EQ(e.pool().blocks().n_free(), e.pool().n_blocks()) << "blocks leaked";
+    }
+}
+
+// The requests make(0..count) through an engine without drafts ([0]) and one with `spec` ([1]),
+// the block invariants checked after every step: each request's tokens and finish reason.
+struct PlainAndDrafted {
+  std::vector<std::vector<int32_t>> tokens[2];
+  std::vector<std::string> finish[2];
+};
+PlainAndDrafted plain_and_drafted(Model& m, size_t count, SpeculativeConfig spec, const std::function<Request(size_t)>& make) {
+  PlainAndDrafted out;
+  for (int with = 0; with < 2; ++with) {
+    EngineConfig c = small_config(16, true);
+    if (with) c.speculative = spec;
+    Engine e(m, c);
+    std::vector<int64_t> ids;
+    for (size_t i = 0; i < count; ++i) ids.push_back(e.add_request(make(i)));
+    while (e.has_work()) {
+      e.step();
+      check_block_ownership(e);
+      if (::testing::Test::HasFatalFailure()) return out;
+    }
+    for (int64_t id : ids) {
+      const Sequence* s = e.sequence(id);
+      out.tokens[with].emplace_back(s->tokens.begin() + s->n_prompt, s->tokens.end());
+      out.finish[with].push_back(s->finish_reason);
+    }
+    if (with) {
+      EXPECT_GT(e.stats().speculative.accepted_tokens, 0);
+    }
     if (e.blocks().prefix_cache()) e.blocks().prefix_cache()->clear();
     EXPECT_EQ(e.pool().blocks().n_free(), e.pool().n_blocks()) << "blocks leaked";
   }
-}
-
-// Speculative decoding (prompt-lookup drafts verified in the step): the greedy tokens of plain
-// decoding, in fewer steps, across page sizes, chunked prefill and a budget that forces
-// preemption (a preempted sequence's draft is not recomputed as its own).
-TEST(Engine, SpeculativeDecodingGivesThePlainTokensInFewerSteps) {
-  FP_REQUIRE_FILE(test::testdata(test::kStoriesGguf));
-  auto m = load_stories();
-  auto prompts = make_prompts(*m, 24);
-  const int32_t n = 60;
-  auto want = alone(*m, prompts, n);
-  for (int64_t page : {1, 16})
-    for (bool chunked : {false, true}) {
-      EngineConfig c = small_config(page, chunked);
-      Engine plain(*m, c);
-      run_all(plain, prompts, n);
-      c.speculative = {5, 1, 3};
-      Engine e(*m, c);
-      auto got = run_all(e, prompts, n);
-      ASSERT_EQ(got.size(), want.size());
-      for (size_t i = 0; i < want.size(); ++i)
-        EXPECT_EQ(got[i], want[i]) << "prompt " << i << " page " << page << (chunked ? " chunked" : "");
-      const SpeculativeStats& st = e.stats().speculative;
-      EXPECT_GT(st.accepted_tokens, 0);
-      EXPECT_LE(st.accepted_tokens, st.draft_tokens);
-      EXPECT_EQ(e.stats().generated_tokens, plain.stats().generated_tokens);
-      EXPECT_LT(e.stats().steps, plain.stats().steps) << "page " << page << (chunked ? " chunked" : "");
-    }
-  EngineConfig small = small_config(16, true);
-  small.scheduler.max_num_batched_tokens = 256;
-  small.max_model_len = 160;
-  small.kv_cache_bytes = m->kv_layout().bytes_per_token() * 16 * 32;
-  small.speculative = {5, 1, 3};
-  Engine e(*m, small);
-  auto got = run_all(e, make_prompts(*m, 48), 48);
-  auto want48 = alone(*m, make_prompts(*m, 48), 48);
-  for (size_t i = 0; i < want48.size(); ++i) EXPECT_EQ(got[i], want48[i]) << "prompt " << i << " (preempting)";
-  EXPECT_GT(e.stats().preemptions, 0) << "the budget was meant to force preemption";
-  EXPECT_GT(e.stats().speculative.accepted_tokens, 0);
-  e.blocks().prefix_cache()->clear();
-  EXPECT_EQ(e.pool().blocks().n_free(), e.pool().n_blocks()) << "blocks leaked";
+  return out;
 }
 
 // Sampled requests (drafts sampled where the logits are, or on the host under a penalty): a seed
@@ -244,30 +256,16 @@ TEST(Engine, SpeculativeDecodingSamplesThePlainTokensForASeed) {
   FP_REQUIRE_FILE(test::testdata(test::kStoriesGguf));
   auto m = load_stories();
   auto prompts = make_prompts(*m, 8);
-  std::vector<std::vector<std::vector<int32_t>>> got(2);
-  for (int spec = 0; spec < 2; ++spec) {
-    EngineConfig c = small_config(16, true);
-    if (spec) c.speculative = {4, 1, 3};
-    Engine e(*m, c);
-    std::vector<int64_t> ids;
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      Request r = greedy(prompts[i], 80);
-      r.sampling.temperature = 0.7f;
-      r.sampling.seed = 100 + i;
-      r.sampling.repetition_penalty = i % 2 ? 1.2f : 1.0f;
-      r.stop_at_eog = false;
-      ids.push_back(e.add_request(r));
-    }
-    while (e.has_work()) e.step();
-    for (int64_t id : ids) {
-      const Sequence* s = e.sequence(id);
-      got[static_cast<size_t>(spec)].emplace_back(s->tokens.begin() + s->n_prompt, s->tokens.end());
-    }
-    if (spec) {
-      EXPECT_GT(e.stats().speculative.accepted_tokens, 0);
-    }
-  }
-  for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(got[1][i], got[0][i]) << "prompt " << i;
+  const PlainAndDrafted r = plain_and_drafted(*m, prompts.size(), {4, 1, 3}, [&](size_t i) {
+    Request q = greedy(prompts[i], 80);
+    q.sampling.temperature = 0.7f;
+    q.sampling.seed = 100 + i;
+    q.sampling.repetition_penalty = i % 2 ? 1.2f : 1.0f;
+    q.stop_at_eog = false;
+    return q;
+  });
+  ASSERT_EQ(r.tokens[1].size(), prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(r.tokens[1][i], r.tokens[0][i]) << "prompt " << i;
 }
 
 // A stop token (or the end-of-generation token) among a draft's kept tokens ends the sequence
@@ -277,40 +275,18 @@ TEST(Engine, SpeculativeDecodingStopsAtAStopTokenInsideADraft) {
   FP_REQUIRE_FILE(test::testdata(test::kStoriesGguf));
   auto m = load_stories();
   auto prompts = make_prompts(*m, 16);
-  std::vector<std::vector<std::vector<int32_t>>> got(2);
-  std::vector<std::vector<std::string>> why(2);
-  for (int spec = 0; spec < 2; ++spec) {
-    EngineConfig c = small_config(16, true);
-    if (spec) c.speculative = {6, 1, 3};
-    Engine e(*m, c);
-    std::vector<int64_t> ids;
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      Request r = greedy(prompts[i], 60);
-      if (i % 2) r.stop_token_ids = {426};
-      r.stop_at_eog = i % 4 != 3;
-      ids.push_back(e.add_request(r));
-    }
-    while (e.has_work()) {
-      e.step();
-      check_block_ownership(e);
-      if (HasFatalFailure()) return;
-    }
-    for (int64_t id : ids) {
-      const Sequence* s = e.sequence(id);
-      got[static_cast<size_t>(spec)].emplace_back(s->tokens.begin() + s->n_prompt, s->tokens.end());
-      why[static_cast<size_t>(spec)].push_back(s->finish_reason);
-    }
-    if (spec) {
-      EXPECT_GT(e.stats().speculative.accepted_tokens, 0);
-    }
-    if (e.blocks().prefix_cache()) e.blocks().prefix_cache()->clear();
-    EXPECT_EQ(e.pool().blocks().n_free(), e.pool().n_blocks()) << "blocks leaked";
-  }
+  const PlainAndDrafted r = plain_and_drafted(*m, prompts.size(), {6, 1, 3}, [&](size_t i) {
+    Request q = greedy(prompts[i], 60);
+    if (i % 2) q.stop_token_ids = {426};
+    q.stop_at_eog = i % 4 != 3;
+    return q;
+  });
+  ASSERT_EQ(r.tokens[1].size(), prompts.size());
   int stopped = 0;
   for (size_t i = 0; i < prompts.size(); ++i) {
-    EXPECT_EQ(got[1][i], got[0][i]) << "prompt " << i;
-    EXPECT_EQ(why[1][i], why[0][i]) << "prompt " << i;
-    stopped += why[0][i] == "stop";
+    EXPECT_EQ(r.tokens[1][i], r.tokens[0][i]) << "prompt " << i;
+    EXPECT_EQ(r.finish[1][i], r.finish[0][i]) << "prompt " << i;
+    stopped += r.finish[0][i] == "stop";
   }
   EXPECT_GT(stopped, 4) << "the stop token was meant to end most of the odd requests";
 }
