@@ -66,6 +66,18 @@ fi
 
 SYN=$PWD/device-models
 mkdir -p "$SYN"
+spec_pair() {  # label, model path: one sequence's greedy decode without and with prompt-lookup drafts
+  local label=$1 model=$2 k line
+  step "speculative decoding $label"
+  line=""
+  for k in 0 4; do
+    timeout 120 "$FP" generate --device cuda -m "$model" -p "Once upon a time there was" -n 128 --temp 0 --ignore-eos \
+      --kv-cache-dtype bf16 --speculative-tokens $k > /dev/null 2> "$OUT/spec_${label}_$k.err"
+    line="$line K=$k $(grep -o 'decode [0-9.]* tok/s' "$OUT/spec_${label}_$k.err" | head -1)"
+  done
+  row "$label generate 128, speculative" "$line; $(grep -o '[0-9.]* tokens per verification' "$OUT/spec_${label}_4.err" | head -1)"
+}
+
 bench_model() {  # label, model path, extra bench args...
   local label=$1 model=$2; shift 2
   step "bench $label"
@@ -213,6 +225,9 @@ for T in bf16 q8_0; do
     bench_model "8b8l-$T-profile" "$SYN/llama8b-8l-$T.gguf" -p 4096 -n 32 -r 1 --warmup 1 --kv-cache-dtype bf16 --profile
   [ "$T" = bf16 ] && [ -f "$SYN/llama8b-8l-$T.gguf" ] && \
     bench_model "8b8l-$T-nographs" "$SYN/llama8b-8l-$T.gguf" -p 0 -n 64 -b 64 -r 3 --warmup 1 --kv-cache-dtype bf16 --no-cuda-graphs
+  # Speculative decoding: what a check of 5 tokens costs against a step on the GPU (the model's
+  # greedy output loops, so every draft holds: an upper bound on the gain).
+  extras && [ "$T" = bf16 ] && [ -f "$SYN/llama8b-8l-$T.gguf" ] && spec_pair "8b8l-$T" "$SYN/llama8b-8l-$T.gguf"
   extras && [ "$T" = bf16 ] && [ -f "$SYN/llama8b-8l-$T.gguf" ] && \
     serve_pair "8b8l-$T" "$SYN/llama8b-8l-$T.gguf" --requests 64 --input-len 128 --output-len 64 --concurrency 32 \
       --max-model-len 512 --kv-cache-dtype bf16
