@@ -28,21 +28,25 @@ std::string SpeculativeConfig::describe() const {
 int64_t propose_ngram_draft(const int32_t* tokens, int64_t n, const SpeculativeConfig& c, int64_t max_tokens,
                             std::vector<int32_t>& out) {
   out.clear();
-  if (max_tokens <= 0) return 0;
-  for (int64_t g = std::min<int64_t>(c.ngram_max, n - 1); g >= c.ngram_min; --g) {
-    const int32_t* suffix = tokens + n - g;
-    // The latest occurrence that has a token after it and is not the suffix itself.
-    for (int64_t i = n - g - 1; i >= 0; --i) {
-      if (tokens[i] != suffix[0] || !std::equal(suffix, suffix + g, tokens + i)) continue;
-      // What followed it; past the end of the sequence, the draft itself (the text repeating
-      // with the period the match suggests: a loop drafts its whole next turn).
-      const int64_t from = i + g;
-      for (int64_t j = 0; j < max_tokens; ++j)
-        out.push_back(from + j < n ? tokens[from + j] : out[static_cast<size_t>(from + j - n)]);
-      return max_tokens;
-    }
+  if (max_tokens <= 0 || n < 2) return 0;
+  // One pass from the end: at each earlier place e holding the sequence's last token, how many
+  // tokens match backwards (up to ngram_max). The longest match wins, the latest on ties; a
+  // match of ngram_max ends the search (nothing later can beat it).
+  const int32_t last = tokens[n - 1];
+  int64_t best_len = 0, best_end = -1;
+  for (int64_t e = n - 2; e >= 0 && best_len < c.ngram_max; --e) {
+    if (tokens[e] != last) continue;
+    int64_t len = 1;
+    while (len < c.ngram_max && len <= e && tokens[e - len] == tokens[n - 1 - len]) ++len;
+    if (len > best_len) best_len = len, best_end = e;
   }
-  return 0;
+  if (best_len < c.ngram_min) return 0;
+  // What followed it; past the end of the sequence, the draft itself (the text repeating with
+  // the period the match suggests: a loop drafts its whole next turn).
+  const int64_t from = best_end + 1;
+  for (int64_t j = 0; j < max_tokens; ++j)
+    out.push_back(from + j < n ? tokens[from + j] : out[static_cast<size_t>(from + j - n)]);
+  return max_tokens;
 }
 
 int32_t next_draft_length(int32_t current, int64_t drafted, int64_t accepted, const SpeculativeConfig& c) {
