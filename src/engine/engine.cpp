@@ -391,12 +391,11 @@ void Engine::run_now(const std::vector<ScheduledSeq>& sched, std::vector<StepOut
 void Engine::add_drafts() {
   const SpeculativeConfig& c = cfg_.speculative;
   std::vector<int32_t> draft;
-  // Drafts take blocks only where they are free: a guess never preempts a sequence (one block
-  // per running sequence is kept aside for its own next token). In a partitioned pool (data-
-  // parallel attention) a sequence's blocks come from its own partition, so count per partition.
-  // Nor does a draft take token budget or blocks from work that is certain: the running
-  // sequences' next tokens and prompt chunks, and the prompts waiting for a slot (whose partition
-  // is not chosen yet: counted against every partition).
+  // A draft takes only the token budget and blocks that work which is certain leaves: the running
+  // sequences' next tokens and prompt chunks, then the prompts waiting for a slot (whose partition
+  // is not chosen yet: counted against every partition). So a guess never preempts a sequence.
+  // In a partitioned pool (data-parallel attention) a sequence's blocks come from its own
+  // partition, so blocks are counted per partition.
   const int parts = pool_->partition().parts;
   std::vector<int64_t> spare(static_cast<size_t>(parts));
   for (int p = 0; p < parts; ++p) spare[static_cast<size_t>(p)] = blocks_->n_available(p);
