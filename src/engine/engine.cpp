@@ -260,22 +260,15 @@ void Engine::build_batch(const std::vector<ScheduledSeq>& sched) {
   for (const ScheduledSeq& x : sched) {
     if (!x.samples) continue;
     Sampler& sampler = *x.seq->sampler;
-    if (x.seq->n_draft > 0) {
-      // A draft's rows: each sampled where the logits are under the sampler's next draw (the draws
-      // of rows after a refusal are taken back once judged), or every row's logits sent back.
-      RowSampling row;
-      row.here = sampler.penalties_off() && x.seq->req.logprobs < 0;
-      if (row.here) sampler.mark();
-      for (int64_t r = 0; r < rows_of(x); ++r) {
-        if (row.here) row.settings = sampler.next_row();
-        row_sampling_.push_back(row);
-      }
-      continue;
-    }
+    // A draft's rows too, each under the sampler's next draw (those of rows after a refusal are
+    // taken back once judged, Sampler::rewind).
     RowSampling row;
     row.here = sampler.penalties_off() && x.seq->req.logprobs < 0;
-    if (row.here) row.settings = sampler.next_row();
-    row_sampling_.push_back(row);
+    if (row.here && x.seq->n_draft > 0) sampler.mark();
+    for (int64_t r = 0; r < rows_of(x); ++r) {
+      if (row.here) row.settings = sampler.next_row();
+      row_sampling_.push_back(row);
+    }
   }
 }
 
@@ -337,11 +330,12 @@ void Engine::run_now(const std::vector<ScheduledSeq>& sched, std::vector<StepOut
   // reach the prefix cache (a refused token's KV slot is written over by the next step).
   std::vector<ScheduledSeq> done = sched;
   std::vector<DraftVerdict> verdicts(done.size());
+  std::vector<int64_t> rows_at(done.size());  // each sequence's logit rows this step
   size_t row = 0;
   for (size_t i = 0; i < done.size(); ++i) {
     ScheduledSeq& x = done[i];
     Sequence& s = *x.seq;
-    const int64_t rows = rows_of(x);
+    const int64_t rows = rows_at[i] = rows_of(x);
     if (rows > 1) {
       const size_t first = s.tokens.size() - static_cast<size_t>(s.n_draft);
       if (row_sampling_[row].here) {
@@ -356,6 +350,7 @@ void Engine::run_now(const std::vector<ScheduledSeq>& sched, std::vector<StepOut
       stats_.speculative.accepted_tokens += verdicts[i].accepted;
       s.draft_length = next_draft_length(s.draft_length, s.n_draft, verdicts[i].accepted, cfg_.speculative);
       s.tokens.resize(first + static_cast<size_t>(verdicts[i].accepted));
+      s.n_draft = 0;
       x.n_tokens = 1 + verdicts[i].accepted;
     }
     row += static_cast<size_t>(rows);
@@ -363,18 +358,17 @@ void Engine::run_now(const std::vector<ScheduledSeq>& sched, std::vector<StepOut
   scheduler_->commit(done);
   // A refused draft's blocks go back (what the next token needs stays).
   for (size_t i = 0; i < done.size(); ++i)
-    if (rows_of(done[i]) > 1) blocks_->truncate(done[i].seq->table, done[i].seq->n_computed + 1);
+    if (rows_at[i] > 1) blocks_->truncate(done[i].seq->table, done[i].seq->n_computed + 1);
   // Postprocess: sample, append, finish.
   row = 0;
   for (size_t i = 0; i < done.size(); ++i) {
     const ScheduledSeq& x = done[i];
     Sequence& s = *x.seq;
-    const int64_t rows = rows_of(x);
+    const int64_t rows = rows_at[i];
     float* lg = logits_.data() + row * static_cast<size_t>(V);
     row += static_cast<size_t>(rows);
     if (rows == 0) continue;
     if (rows > 1) {  // the kept draft tokens (already in place), then the model's next token
-      s.n_draft = 0;
       const DraftVerdict& v = verdicts[i];
       const int64_t first = s.n_computed - v.accepted;
       for (int64_t j = 0; j < v.accepted && s.state != SeqState::Finished; ++j)

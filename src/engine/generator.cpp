@@ -81,25 +81,25 @@ GenerateResult generate(Model& model, const GenerateRequest& req, const std::fun
     if (stream) emit(stream->push(id));
     return static_cast<int32_t>(res.tokens.size()) < req.max_new_tokens;
   };
-  std::vector<int32_t> draft, feed, feed_pos, scratch;
+  std::vector<int32_t> draft, feed, feed_pos;
   int32_t draft_length = 0;  // next_draft_length's schedule (0: the configured number)
   std::vector<float> rows;
   int32_t id = -1;
-  if (req.max_new_tokens > 0) {
+  auto sample_next = [&] {  // the token after the last forward's last position
     id = row.here ? sampled : sampler.sample(logits.data(), c.n_vocab, history, req.prompt.size());
     agree(&id, 1);
-  }
+  };
+  if (req.max_new_tokens > 0) sample_next();
   while (req.max_new_tokens > 0 && take(id) && next_pos < capacity) {
     // Draft: at most what the token budget and the cache leave room for after id.
-    const int64_t room = std::min<int64_t>({draft_length > 0 ? draft_length : spec.num_tokens, req.max_new_tokens - static_cast<int64_t>(res.tokens.size()) - 1,
-                                            capacity - next_pos - 1});
+    const int64_t room = std::min<int64_t>({draft_length > 0 ? draft_length : spec.num_tokens,
+                                            req.max_new_tokens - static_cast<int64_t>(res.tokens.size()) - 1, capacity - next_pos - 1});
     const int64_t k = spec.enabled() ? propose_ngram_draft(history.data(), static_cast<int64_t>(history.size()), spec, room, draft) : 0;
     ++res.decode_forwards;
     if (k == 0) {
       run(&id, &next_pos, 1);
       ++next_pos;
-      id = row.here ? sampled : sampler.sample(logits.data(), c.n_vocab, history, req.prompt.size());
-      agree(&id, 1);
+      sample_next();
       continue;
     }
     // Verify: id and the draft in one forward, every position's logits.
@@ -109,9 +109,10 @@ GenerateResult generate(Model& model, const GenerateRequest& req, const std::fun
     for (size_t i = 0; i < feed.size(); ++i) feed_pos[i] = next_pos + static_cast<int32_t>(i);
     rows.resize(feed.size() * static_cast<size_t>(c.n_vocab));
     model.forward(feed.data(), feed_pos.data(), static_cast<int64_t>(feed.size()), *cache, rows.data(), true);
-    scratch = history;
-    scratch.insert(scratch.end(), draft.begin(), draft.end());
-    const DraftVerdict v = verify_draft(sampler, rows.data(), c.n_vocab, scratch.data(), history.size(), k, req.prompt.size());
+    const size_t n_context = history.size();  // the draft after it for the penalties, then taken back
+    history.insert(history.end(), draft.begin(), draft.end());
+    const DraftVerdict v = verify_draft(sampler, rows.data(), c.n_vocab, history.data(), n_context, k, req.prompt.size());
+    history.resize(n_context);
     int32_t verdict[2] = {static_cast<int32_t>(v.accepted), v.next};
     agree(verdict, 2);
     ++res.speculative.drafts;

@@ -35,8 +35,8 @@ void Sampler::rewind(int64_t rows_used) {
   for (int64_t i = 0; i < rows_used; ++i) (void)next_row();
 }
 
-int32_t Sampler::sample(float* logits, int64_t n_vocab, const std::vector<int32_t>& history, size_t n_prompt) {
-  apply_penalties(logits, n_vocab, history.data(), history.size(), n_prompt);
+int32_t Sampler::sample(float* logits, int64_t n_vocab, const int32_t* history, size_t n_history, size_t n_prompt) {
+  apply_penalties(logits, n_vocab, history, n_history, n_prompt);
   const SampleRow row = next_row();
   int32_t id = 0;
   if (row.temperature > 0.0f) dispatch(SampleArgs{logits, 1, n_vocab, &row, &id});

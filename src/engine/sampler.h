@@ -29,7 +29,11 @@ class Sampler {
   explicit Sampler(const SamplingParams& p);
   // logits: [n_vocab], modified in place by penalties. `history` holds the tokens so far, of
   // which the first n_prompt are the prompt (presence/frequency penalties look at the rest).
-  int32_t sample(float* logits, int64_t n_vocab, const std::vector<int32_t>& history, size_t n_prompt = 0);
+  int32_t sample(float* logits, int64_t n_vocab, const std::vector<int32_t>& history, size_t n_prompt = 0) {
+    return sample(logits, n_vocab, history.data(), history.size(), n_prompt);
+  }
+  // The same, for `history` = tokens[0..n_history).
+  int32_t sample(float* logits, int64_t n_vocab, const int32_t* history, size_t n_history, size_t n_prompt);
   // The penalties alone (what sample() applies first), for `history` = tokens[0..n_history).
   void apply_penalties(float* logits, int64_t n_vocab, const int32_t* history, size_t n_history, size_t n_prompt);
   // Speculative decoding draws every row of a draft ahead (next_row() per row, sampled where the

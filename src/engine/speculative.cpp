@@ -5,8 +5,6 @@
 #include <sstream>
 
 #include "core/error.h"
-#include "kernels/ops.h"
-#include "kernels/registry.h"
 
 namespace fp {
 
@@ -58,13 +56,9 @@ int32_t next_draft_length(int32_t current, int64_t drafted, int64_t accepted, co
 DraftVerdict verify_draft(Sampler& sampler, float* rows, int64_t n_vocab, const int32_t* tokens, size_t n_context,
                           int64_t n_draft, size_t n_prompt) {
   for (int64_t i = 0;; ++i) {
-    float* lg = rows + i * n_vocab;
-    sampler.apply_penalties(lg, n_vocab, tokens, n_context + static_cast<size_t>(i), n_prompt);
-    const SampleRow row = sampler.next_row();
-    int32_t id = 0;
-    if (row.temperature > 0.0f) dispatch(SampleArgs{lg, 1, n_vocab, &row, &id});
-    else dispatch(ArgmaxArgs{lg, 1, n_vocab, &id});
-    if (i == n_draft || id != tokens[n_context + static_cast<size_t>(i)]) return {i, id};
+    const size_t seen = n_context + static_cast<size_t>(i);
+    const int32_t id = sampler.sample(rows + i * n_vocab, n_vocab, tokens, seen, n_prompt);
+    if (i == n_draft || id != tokens[seen]) return {i, id};
   }
 }
 

@@ -497,15 +497,15 @@ constexpr int64_t kRowsInPlaceMaxTokens = 12;
 
 void matmul_vnni(const MatMulArgs& a) {
   if (a.n <= 0) return;
-  if (a.w->dtype == DType::Q8_0_X8) return matmul_q8_0_x8(a);
-  if (a.w->dtype == DType::Q4_K_X8 && a.n <= kRowsInPlaceMaxTokens) return gemv_q4_k_x8(a);
-  if (a.w->dtype == DType::Q6_K_X8 && a.n <= kRowsInPlaceMaxTokens) return gemv_q6_k_x8(a);
-  if (a.w->dtype == DType::IQ4_NL_X8 && a.n <= cpu::kGemvMaxTokens) return gemv_iq4_x8_as<BlockIQ4_NLx8>(a);
-  if (a.w->dtype == DType::IQ4_XS_X8 && a.n <= cpu::kGemvMaxTokens) return gemv_iq4_x8_as<BlockIQ4_XSx8>(a);
   const DType t = a.w->dtype;
+  if (t == DType::Q8_0_X8) return matmul_q8_0_x8(a);
+  if (t == DType::Q4_K_X8 && a.n <= kRowsInPlaceMaxTokens) return gemv_q4_k_x8(a);
+  if (t == DType::Q6_K_X8 && a.n <= kRowsInPlaceMaxTokens) return gemv_q6_k_x8(a);
+  if (t == DType::IQ4_NL_X8 && a.n <= cpu::kGemvMaxTokens) return gemv_iq4_x8_as<BlockIQ4_NLx8>(a);
+  if (t == DType::IQ4_XS_X8 && a.n <= cpu::kGemvMaxTokens) return gemv_iq4_x8_as<BlockIQ4_XSx8>(a);
   if ((t == DType::Q4_0_X8 || t == DType::Q4_1_X8 || t == DType::Q5_0_X8 || t == DType::Q5_1_X8) && a.n <= kRowsInPlaceMaxTokens)
     return gemv_block32_x8(a);
-  if (a.w->dtype == DType::Q3_K_X8 && a.n <= cpu::kGemvMaxTokens) return gemv_q3_k_x8(a);
+  if (t == DType::Q3_K_X8 && a.n <= cpu::kGemvMaxTokens) return gemv_q3_k_x8(a);
   if (a.w->dtype == DType::Q6_K || a.w->dtype == DType::Q6_K_X8 || a.w->dtype == DType::Q3_K || a.w->dtype == DType::Q3_K_X8)
     return gemm_q6_interleaved_vnni(a);  // Q6_K, Q3_K: prefill only
   if (a.n > cpu::kGemvMaxTokens && a.w->cols() % 256 == 0) return gemm_interleaved_vnni(a);

@@ -206,7 +206,7 @@ inline void run(const std::vector<Job>& jobs, int64_t block = 16, bool rounded_x
   // The activations in the integer kernels' forms, on the calling thread (thread_local buffers:
   // the workers read them through these pointers).
   const int level = rounded_x ? int8_dot_level() : 0, x8_level = int8_dot_level();
-  static thread_local std::vector<BlockQ8_0> xq;     // Q8_0 jobs' x quantized (with int8_q8_0)
+  static thread_local std::vector<BlockQ8_0> xq;     // Q8_0 jobs' x quantized (with rounded_x)
   static thread_local std::vector<cpu::PackedX> xp;  // Q8_0_X8 jobs' x packed for the interleaved groups
   std::vector<int64_t> xq_at(jobs.size(), -1), xp_at(jobs.size(), -1);
   const cpu::PackedX* xp_all = distinct_activations(jobs, DType::Q8_0_X8, 256, xp, xp_at, [](const float* x, int64_t k, cpu::PackedX* d) {
