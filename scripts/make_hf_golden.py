@@ -8,10 +8,18 @@ through both loaders, and compares its logits with these. Needs a venv with torc
     .venv/bin/python scripts/make_hf_golden.py build/fastpath [CASE_NAME ...]
 Cases cover Llama/Qwen2/Qwen3 and the MoE architectures (Qwen3-MoE, DeepSeek-V2/V3 with MLA, GLM-4.5);
 naming cases regenerates only those.
+
+Cases with "mtp": true also get the logits of the model's multi-token-prediction layer (DeepSeek-V3 /
+GLM-4.5, the layer after num_hidden_layers), which transformers loads but never runs. The reference
+wires it as vLLM and the DeepSeek-V3 report do, around transformers' own decoder layer class:
+row i (i < T-1) feeds eh_proj([enorm(embed(token[i+1])) ; hnorm(h_i)]) (the embedding zeroed at
+position 0, as vLLM does) through the layer at position i, where h_i is the model's final hidden
+state (after its norm); then the layer's shared_head norm and head give the prediction for token i+2.
 """
 import json, os, subprocess, sys, tempfile
 
 import torch
+from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
 CASES_FILE = os.path.join(os.path.dirname(__file__), "..", "tests", "golden", "hf_cases.json")
@@ -37,6 +45,47 @@ def main():
             path = os.path.join(out_dir, case["name"] + ".logits.f32")
             logits.numpy().astype("<f4").tofile(path)
             print(f"{case['name']}: {tuple(logits.shape)} -> {path}")
+            if case.get("mtp"):
+                with torch.no_grad():
+                    mtp = mtp_logits(model, load_file(os.path.join(d, "model.safetensors")), ids[0])
+                path = os.path.join(out_dir, case["name"] + ".mtp_logits.f32")
+                mtp.numpy().astype("<f4").tofile(path)
+                print(f"{case['name']}: MTP {tuple(mtp.shape)} -> {path}")
+
+
+def rms_norm(x, w, eps):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def mtp_logits(model, weights, ids):
+    """The first multi-token-prediction layer's logits for rows 0..T-2 (see the module text)."""
+    cfg = model.config
+    n = cfg.num_hidden_layers
+    p = f"model.layers.{n}."
+    eps = cfg.rms_norm_eps
+    T = ids.shape[0]
+    h = model.model(ids[None]).last_hidden_state[0, :T - 1]  # after the final norm
+    block = type(model.model.layers[-1])(cfg, layer_idx=n).to(torch.float32)
+    own = ("eh_proj.", "enorm.", "hnorm.", "shared_head.", "embed_tokens.")
+    state = {k[len(p):]: v.to(torch.float32) for k, v in weights.items() if k.startswith(p) and not k[len(p):].startswith(own)}
+    if "mlp.experts.gate_up_proj" in block.state_dict():  # transformers 5 stacks the experts
+        E = sum(1 for k in state if k.startswith("mlp.experts.") and k.endswith(".gate_proj.weight"))
+        ex = [state.pop(f"mlp.experts.{e}.{w}_proj.weight") for e in range(E) for w in ("gate", "up", "down")]
+        state["mlp.experts.gate_up_proj"] = torch.stack([torch.cat([ex[3 * e], ex[3 * e + 1]]) for e in range(E)])
+        state["mlp.experts.down_proj"] = torch.stack([ex[3 * e + 2] for e in range(E)])
+    block.load_state_dict(state, strict=True)
+    block.eval()
+    emb = model.model.embed_tokens(ids[1:])
+    emb[0] = 0  # position 0
+    x = torch.cat([rms_norm(emb, weights[p + "enorm.weight"], eps), rms_norm(h, weights[p + "hnorm.weight"], eps)], dim=-1)
+    x = x @ weights[p + "eh_proj.weight"].to(torch.float32).T
+    pos = torch.arange(T - 1)[None]
+    cos_sin = model.model.rotary_emb(x[None], pos)
+    mask = torch.full((T - 1, T - 1), float("-inf")).triu(1)[None, None]
+    out = block(x[None], attention_mask=mask, position_ids=pos, position_embeddings=cos_sin)
+    out = (out[0] if isinstance(out, tuple) else out)[0]
+    out = rms_norm(out, weights[p + "shared_head.norm.weight"], eps)
+    return (out @ weights[p + "shared_head.head.weight"].to(torch.float32).T).contiguous()
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 // tests/hf_golden_test.cpp — the Llama/Qwen2/Qwen3/Qwen3-MoE/DeepSeek-V2/V3/GLM-4.5-MoE forward against Hugging Face transformers:
 // tests/golden/*.logits.f32 were computed by transformers (scripts/make_hf_golden.py) on models
 // `synth` writes deterministically; here the same models are written again, loaded from the
-// safetensors directory and from GGUF, and their logits compared with transformers'.
+// safetensors directory and from GGUF, and their logits compared with transformers'. Also the
+// multi-token-prediction layer's logits against a reference built around transformers' layers.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -45,6 +46,87 @@ TEST(HfGolden, LlamaQwen2Qwen3MatchTransformers) {
       EXPECT_LT(err / mx, 1e-4) << name << ext << ": max |ours - transformers| = " << err << " (max |logit| " << mx << ")";
     }
   }
+}
+
+// The multi-token-prediction layer (DeepSeek-V3, GLM-4.5) against the reference the script wires
+// around transformers' own decoder layer (scripts/make_hf_golden.py, mtp_logits): row i continues
+// the model's final hidden state at position i with token i+1 and predicts token i+2.
+TEST(HfGolden, MultiTokenPredictionLayerMatchesReference) {
+  std::ifstream in(kGolden + "hf_cases.json");
+  ASSERT_TRUE(in) << kGolden;
+  auto cases = nlohmann::json::parse(in);
+  std::vector<int32_t> ids = cases["tokens"].get<std::vector<int32_t>>();
+  const auto T = static_cast<int64_t>(ids.size());
+  std::string dir = test::temp_dir("hf_golden_mtp");
+  int checked = 0;
+  for (auto& c : cases["cases"]) {
+    if (!c.value("mtp", false)) continue;
+    std::string name = c["name"];
+    auto ref = test::read_f32_file(kGolden + name + ".mtp_logits.f32");
+    ASSERT_EQ(ref.size(), static_cast<size_t>((T - 1) * 512)) << name;
+    double mx = 0;
+    for (float r : ref) mx = std::max(mx, static_cast<double>(std::fabs(r)));
+    for (const std::string& ext : {std::string("_hf"), std::string(".gguf")}) {
+      SynthOptions o;
+      o.arch = c["arch"];
+      o.config = c["config"];
+      o.seed = c["seed"].get<uint64_t>();
+      o.out = dir + "/" + name + ext;
+      synth_model(o);
+      LoadOptions lo;
+      lo.prefault = false;
+      lo.mtp = true;
+      auto m = load_model(o.out, lo);
+      ASSERT_TRUE(m->has_mtp());
+      const int64_t V = m->config().n_vocab, d = m->config().dim;
+      auto cache = m->new_cache(T);
+      EXPECT_EQ(cache->pool->layout().n_layers, m->config().n_layers + 1) << "the draft layer's KV is one more layer";
+      std::vector<int32_t> pos(ids.size());
+      for (size_t i = 0; i < pos.size(); ++i) pos[i] = static_cast<int32_t>(i);
+      std::vector<float> logits(static_cast<size_t>(T * V));
+      m->forward(ids.data(), pos.data(), T, *cache, logits.data(), true);
+      std::vector<float> hidden(m->final_hidden(), m->final_hidden() + (T - 1) * d);
+      ForwardBatch b;
+      b.add_sequence(ids.data() + 1, T - 1, 0, cache->pages.data(), static_cast<int64_t>(cache->pages.size()), true, true);
+      std::vector<float> got(static_cast<size_t>((T - 1) * V)), out_hidden(static_cast<size_t>((T - 1) * d));
+      m->mtp_forward(b, *cache->pool, hidden.data(), got.data(), out_hidden.data());
+      double err = 0;
+      for (size_t i = 0; i < ref.size(); ++i) err = std::max(err, static_cast<double>(std::fabs(got[i] - ref[i])));
+      EXPECT_LT(err / mx, 1e-4) << name << ext << ": max |ours - reference| = " << err << " (max |logit| " << mx << ")";
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 4) << "two MTP cases, each from safetensors and GGUF";
+}
+
+// A model loaded without its draft layer, or one that has none, says so.
+TEST(HfGolden, MultiTokenPredictionNeedsTheLayer) {
+  std::string dir = test::temp_dir("hf_golden_mtp_none");
+  SynthOptions o;
+  o.arch = "qwen3_moe";
+  o.config = {{"hidden_size", 64}, {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"intermediate_size", 96},
+              {"num_hidden_layers", 2}, {"vocab_size", 512}, {"num_experts", 4}, {"num_experts_per_tok", 2},
+              {"moe_intermediate_size", 32}};
+  o.out = dir + "/m.gguf";
+  synth_model(o);
+  LoadOptions lo;
+  lo.prefault = false;
+  lo.mtp = true;
+  try {
+    load_model(o.out, lo);
+    ADD_FAILURE() << "loaded a draft layer the file does not have";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("num_nextn_predict_layers = 0"), std::string::npos) << e.what();
+  }
+  lo.mtp = false;
+  auto m = load_model(o.out, lo);
+  EXPECT_FALSE(m->has_mtp());
+  ForwardBatch b;
+  auto cache = m->new_cache(4);
+  const int32_t t = 5;
+  b.add_sequence(&t, 1, 0, cache->pages.data(), static_cast<int64_t>(cache->pages.size()), true);
+  std::vector<float> lg(512);
+  EXPECT_THROW(m->mtp_forward(b, *cache->pool, lg.data(), lg.data(), nullptr), std::exception);
 }
 
 }  // namespace

@@ -132,6 +132,7 @@ Engine::Engine(Model& model, const EngineConfig& cfg) : model_(model), cfg_(cfg)
   async_ = cfg_.async_scheduling == AsyncScheduling::On ||
            (cfg_.async_scheduling == AsyncScheduling::Auto && !followers_ && model.device() != Device::CPU &&
             !cfg_.speculative.enabled());
+  if (cfg_.speculative.mtp()) mtp_ = std::make_unique<MtpDrafter>(model_);
   if (cfg_.speculative.enabled()) log_info(cfg_.speculative.describe());
   if (async_) log_info("async scheduling: each step is scheduled and launched while the model runs the one before");
 }
@@ -380,6 +381,42 @@ void Engine::run_now(const std::vector<ScheduledSeq>& sched, std::vector<StepOut
                                                    : s.sampler->sample(lg, V, s.tokens, static_cast<size_t>(s.n_prompt));
     take_token(s, id, -1, lg, out);
   }
+  if (mtp_) run_mtp(done, rows_at);
+}
+
+void Engine::run_mtp(const std::vector<ScheduledSeq>& done, const std::vector<int64_t>& rows_at) {
+  const SpeculativeConfig& c = cfg_.speculative;
+  std::vector<MtpRows> rows;
+  std::vector<Sequence*> of;
+  for (size_t i = 0; i < done.size(); ++i) {
+    Sequence& s = *done[i].seq;
+    const int64_t n = done[i].n_tokens;  // the kept rows (a refused draft's are not)
+    const int64_t start = s.n_computed - n;
+    // The token after each kept row must be known: the prompt's next, a kept draft token, or the
+    // one just sampled (not there when the sequence finished with this step).
+    if (s.state != SeqState::Running || n <= 0 || static_cast<int64_t>(s.tokens.size()) <= s.n_computed) continue;
+    MtpRows r;
+    r.row0 = batch_.seq_indptr[i];
+    r.n = n;
+    r.next = s.tokens.data() + start + 1;
+    r.start = static_cast<int32_t>(start);
+    r.pages = s.table.blocks.data();
+    r.n_pages = static_cast<int64_t>(s.table.blocks.size());
+    // A draft for a sequence that decodes next (its last token is the one just sampled).
+    const int64_t len = static_cast<int64_t>(s.tokens.size());
+    if (rows_at[i] > 0 && len - s.n_computed == 1)
+      r.max_draft = std::max<int64_t>(0, std::min<int64_t>({s.draft_length > 0 ? s.draft_length : c.num_tokens,
+                                                            s.req.max_new_tokens - s.n_generated() - 1, cfg_.max_model_len - len - 1}));
+    rows.push_back(r);
+    of.push_back(&s);
+  }
+  if (rows.empty()) return;
+  std::vector<std::vector<int32_t>> drafts;
+  mtp_->run(rows, *pool_, drafts);
+  for (size_t i = 0; i < of.size(); ++i) {
+    of[i]->mtp_draft = std::move(drafts[i]);
+    of[i]->mtp_draft_at = static_cast<int64_t>(of[i]->tokens.size());
+  }
 }
 
 void Engine::add_drafts() {
@@ -413,7 +450,13 @@ void Engine::add_drafts() {
     const int64_t room =
         std::min<int64_t>({s->draft_length > 0 ? s->draft_length : c.num_tokens, budget,
                            s->req.max_new_tokens - s->n_generated() - 1, cfg_.max_model_len - n - 1});
-    int64_t k = propose_ngram_draft(s->tokens.data(), n, c, room, draft);
+    int64_t k = 0;
+    if (!mtp_) {
+      k = propose_ngram_draft(s->tokens.data(), n, c, room, draft);
+    } else if (s->mtp_draft_at == n) {  // the draft layer's guess after this sequence's last step
+      draft = s->mtp_draft;
+      k = std::min<int64_t>(room, static_cast<int64_t>(draft.size()));
+    }
     const int64_t base = blocks_->blocks_needed(s->table, s->n_computed, n);
     int64_t& free_here = spare[static_cast<size_t>(std::max(0, blocks_->partition_of(s->table)))];
     while (k > 0 && blocks_->blocks_needed(s->table, s->n_computed, n + k) - base > std::max<int64_t>(free_here, 0)) --k;

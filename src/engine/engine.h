@@ -23,6 +23,7 @@
 #include "engine/followers.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
+#include "engine/mtp_drafter.h"
 #include "engine/speculative.h"
 #include "model/model.h"
 
@@ -151,6 +152,9 @@ class Engine {
   // scheduler places them), then, once scheduled, trims each draft to the tokens the step runs
   // and takes back the drafts of the sequences it does not run.
   void add_drafts();
+  // --speculative-method mtp, after a step's tokens were taken: the draft layer over each
+  // sequence's kept rows, and its next draft (Sequence::mtp_draft).
+  void run_mtp(const std::vector<ScheduledSeq>& done, const std::vector<int64_t>& rows_at);
   void fit_drafts(std::vector<ScheduledSeq>& sched);
   // The logit rows a scheduled sequence has this step: its draft's and one, 1, or 0 (a prompt
   // chunk that samples nothing).
@@ -160,6 +164,7 @@ class Engine {
   KvCapacity capacity_;
   std::unique_ptr<KvPool> pool_;
   std::unique_ptr<StepSender> followers_;  // a model split across ranks: sends each step to the others
+  std::unique_ptr<MtpDrafter> mtp_;        // --speculative-method mtp: the model's draft layer
   std::unique_ptr<BlockManager> blocks_;
   std::unique_ptr<Scheduler> scheduler_;
   std::map<int64_t, std::unique_ptr<Sequence>> seqs_;

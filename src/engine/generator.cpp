@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "core/error.h"
+#include "engine/mtp_drafter.h"
 #include "kernels/registry.h"
 #include "parallel/collectives.h"
 
@@ -89,13 +90,37 @@ GenerateResult generate(Model& model, const GenerateRequest& req, const std::fun
     id = row.here ? sampled : sampler.sample(logits.data(), c.n_vocab, history, req.prompt.size());
     agree(&id, 1);
   };
+  // Drafts from the model's multi-token-prediction layer: after each forward it runs over the
+  // kept rows (the fed tokens' positions from kept_start, each with the token that followed it:
+  // kept_next, then the newest id) before drafting what follows.
+  std::unique_ptr<MtpDrafter> mtp;
+  if (spec.mtp()) mtp = std::make_unique<MtpDrafter>(model);
+  std::vector<int32_t> kept_next(req.prompt.begin() + 1, req.prompt.end());
+  int32_t kept_start = 0;
+  std::vector<std::vector<int32_t>> mtp_drafts;
+  auto propose = [&](int64_t room) -> int64_t {
+    if (!mtp) return spec.enabled() ? propose_ngram_draft(history.data(), static_cast<int64_t>(history.size()), spec, room, draft) : 0;
+    kept_next.push_back(id);
+    MtpRows kept;
+    kept.n = static_cast<int64_t>(kept_next.size());
+    kept.next = kept_next.data();
+    kept.start = kept_start;
+    kept.pages = cache->pages.data();
+    kept.n_pages = static_cast<int64_t>(cache->pages.size());
+    kept.max_draft = std::max<int64_t>(room, 0);
+    mtp->run({kept}, *cache->pool, mtp_drafts);
+    draft = mtp_drafts[0];
+    return static_cast<int64_t>(draft.size());
+  };
   if (req.max_new_tokens > 0) sample_next();
   while (req.max_new_tokens > 0 && take(id) && next_pos < capacity) {
     // Draft: at most what the token budget and the cache leave room for after id.
     const int64_t room = std::min<int64_t>({draft_length > 0 ? draft_length : spec.num_tokens,
                                             req.max_new_tokens - static_cast<int64_t>(res.tokens.size()) - 1, capacity - next_pos - 1});
-    const int64_t k = spec.enabled() ? propose_ngram_draft(history.data(), static_cast<int64_t>(history.size()), spec, room, draft) : 0;
+    const int64_t k = propose(room);
     ++res.decode_forwards;
+    kept_next.clear();
+    kept_start = next_pos;
     if (k == 0) {
       run(&id, &next_pos, 1);
       ++next_pos;
@@ -125,6 +150,7 @@ GenerateResult generate(Model& model, const GenerateRequest& req, const std::fun
     bool more = true;
     for (int32_t j = 0; j < verdict[0] && more; ++j) more = take(draft[static_cast<size_t>(j)]);
     if (!more) break;
+    kept_next.assign(draft.begin(), draft.begin() + verdict[0]);
     id = verdict[1];
   }
   if (stream) emit(stream->flush());

@@ -32,6 +32,8 @@ struct Sequence {
   int64_t n_computed = 0;       // leading tokens whose KV is in the cache
   int64_t n_draft = 0;          // within a step: speculative draft tokens at the end of `tokens`
   int32_t draft_length = 0;     // how many tokens the next draft may have (0: the configured number)
+  std::vector<int32_t> mtp_draft;  // --speculative-method mtp: the draft layer's guess of what follows
+  int64_t mtp_draft_at = -1;       // ... made when `tokens` held this many
   int64_t n_generated() const { return static_cast<int64_t>(tokens.size()) - n_prompt; }
   BlockTable table;
   SeqState state = SeqState::Waiting;

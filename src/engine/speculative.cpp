@@ -18,6 +18,10 @@ void SpeculativeConfig::check() const {
 
 std::string SpeculativeConfig::describe() const {
   std::ostringstream os;
+  if (method == DraftMethod::Mtp) {
+    os << "speculative decoding: up to " << num_tokens << " tokens drafted per step by the model's multi-token-prediction layer";
+    return os.str();
+  }
   os << "speculative decoding: up to " << num_tokens << " tokens drafted per step by prompt lookup (n-grams of "
      << ngram_max << " down to " << ngram_min << " tokens)";
   return os.str();

@@ -15,11 +15,17 @@
 
 namespace fp {
 
+// Where drafts come from: an earlier occurrence of the sequence's last n-gram (prompt lookup), or
+// the model's own multi-token-prediction layer (DeepSeek-V3, GLM-4.5; engine/mtp_drafter.h).
+enum class DraftMethod { Ngram, Mtp };
+
 struct SpeculativeConfig {
   int32_t num_tokens = 0;  // tokens drafted per step and sequence (0: off); vLLM's num_speculative_tokens
   int32_t ngram_min = 2;   // shortest suffix looked up (vLLM's prompt_lookup_min)
   int32_t ngram_max = 4;   // longest suffix looked up, tried first (prompt_lookup_max)
+  DraftMethod method = DraftMethod::Ngram;  // --speculative-method ngram|mtp
   bool enabled() const { return num_tokens > 0; }
+  bool mtp() const { return enabled() && method == DraftMethod::Mtp; }
   // Fails naming the field when a value is out of range.
   void check() const;
   std::string describe() const;

@@ -62,6 +62,10 @@ struct ModelConfig {
   bool qk_norm = false;      // Qwen3: RMSNorm over each head of q and k before RoPE
   MoeConfig moe;
   MlaConfig mla;
+  // Multi-token-prediction layers stored after the n_layers (DeepSeek-V3, GLM-4.5:
+  // num_nextn_predict_layers). The forward never runs them; with LoadOptions::mtp the first is
+  // loaded as the model's own draft layer (Model::mtp_forward).
+  int64_t mtp_layers = 0;
 
   void validate(const std::string& where) const;  // throws naming `where` and the field
   std::string describe() const;

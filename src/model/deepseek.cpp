@@ -40,6 +40,7 @@
 #include "model/vocab_parallel.h"
 #include "model/model.h"
 #include "model/moe_layers.h"
+#include "model/mtp.h"
 #include "model/repack.h"
 #include "parallel/collectives.h"
 
@@ -90,7 +91,8 @@ class DeepseekModel : public Model {
     // Split by vocabulary rows across the ranks the weights are split over (model/vocab_parallel.h).
     output_.init(c.tied_output ? embed_ : &mf.get("output.weight", {c.n_vocab, c.dim}), ranks > 1 ? tp_.get() : nullptr,
                  shards_, mf.path, device());
-    for (int64_t l = 0; l < c.n_layers; ++l) {
+    // Layer l's weights (l = n_layers: the multi-token-prediction layer's decoder layer).
+    auto load_layer = [&](int64_t l) {
       const std::string p = "blk." + std::to_string(l) + ".";
       DeepseekLayer Y{};
       Y.attn_norm = load_vec_f32(mf, p + "attn_norm.weight", c.dim);
@@ -121,10 +123,14 @@ class DeepseekModel : public Model {
       if (Y.moe) shard_moe_layer(mf, split, Y.experts);
       else if (ranks > 1) Y.ffn_width = shard_ffn(mf, split, Y.w_gate, Y.w_up, Y.w_down, "FFN width (intermediate_size)");
       for (const Tensor** w : {&Y.w_gate, &Y.w_up, &Y.w_down}) *w = rp.repack(*w);
-      layers_.push_back(std::move(Y));
-    }
+      return Y;
+    };
+    if (mf.mtp) enable_mtp();
+    for (int64_t l = 0; l < c.n_layers; ++l) layers_.push_back(load_layer(l));
+    if (mtp_) mtp_layer_ = load_layer(c.n_layers);
     output_.weight = rp.repack(output_.weight);
     if (c.tied_output && !output_.split()) embed_ = output_.weight;
+    if (mtp_) mtp_head_.load(mf, c.n_layers, embed_, output_.weight, rp, shards_);
     rp.report();
     inv_freq_ = c.rope_inv_freq();
     const RopeScaling& rs = c.rope_scaling;
@@ -138,7 +144,27 @@ class DeepseekModel : public Model {
     if (device() != Device::CPU) place_on_device();
   }
 
-  KvLayout kv_layout() const override { return KvLayout{config().n_layers, L_ + rope_, 0}; }
+  KvLayout kv_layout() const override { return KvLayout{config().n_layers + (mtp_ ? 1 : 0), L_ + rope_, 0}; }
+
+  void mtp_forward(const ForwardBatch& b, KvPool& pool, const float* hidden, float* logits, float* out_hidden) override {
+    const ModelConfig& c = config();
+    if (!mtp_) return Model::mtp_forward(b, pool, hidden, logits, out_hidden);
+    check_batch(b, pool);
+    const int64_t n = b.n_tokens();
+    if (n <= 0) return;
+    resize_buffers(n, n, n);
+    b.slots(pool.page_size(), slots_);
+    const Rows r = rows_at(0, n, b.positions.data(), slots_.data());
+    MlaAttentionArgs att = mla_args(host_view(b), pool, r);
+    mtp_head_.input(b.tokens.data(), b.positions.data(), hidden, n, x_.data());
+    attention(mtp_layer_, c.n_layers, r, false, pool, att);
+    dispatch(RmsNormArgs{x_.data(), mtp_layer_.ffn_norm, n, c.dim, c.rms_eps, h_.data()});
+    float* out = ffn(mtp_layer_, h_.data(), n, gate_.data(), up_.data(), h_.data());
+    dispatch(AddArgs{x_.data(), out, n * c.dim, x_.data()});
+    if (out_hidden) std::copy_n(x_.data(), n * c.dim, out_hidden);
+    resize(rows_, static_cast<int64_t>(b.logit_rows.size()) * c.dim);
+    mtp_head_.logits(rows_.data(), b.gather_logit_rows(x_.data(), c.dim, rows_.data()), logits);
+  }
 
   void forward(const ForwardBatch& b, KvPool& pool, float* logits) override {
     const ModelConfig& c = config();
@@ -434,6 +460,7 @@ class DeepseekModel : public Model {
       dp_.gather(x_.data(), c.dim, all_.data());
       rows = b.gather_logit_rows(all_.data(), c.dim, rows_.data());
     } else {
+      keep_final_hidden(x_.data(), b.n_tokens(), output_norm_);
       rows = b.gather_logit_rows(x_.data(), c.dim, rows_.data());
     }
     if (rows == 0) return;
@@ -605,6 +632,8 @@ class DeepseekModel : public Model {
   VocabParallelOutput output_;  // the output projection, split by vocabulary rows across the ranks
   const float* output_norm_ = nullptr;
   std::vector<DeepseekLayer> layers_;
+  DeepseekLayer mtp_layer_{};  // with the draft layer loaded (Model::has_mtp): its decoder layer
+  MtpHead mtp_head_;           // and what goes in and out of it
   std::vector<DeepseekLayer> whole_layers_;  // context-parallel prefill with EP decode: the unsplit layers
   std::vector<float> inv_freq_;
   const float* inv_freq_at_ = nullptr;  // inv_freq_ where the kernels read it (host or device)

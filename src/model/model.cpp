@@ -332,6 +332,28 @@ void Model::finish_step(int32_t* ids) {
   --n_launched_;
 }
 
+void Model::mtp_forward(const ForwardBatch&, KvPool&, const float*, float*, float*) {
+  FP_CHECK(false, file_->path, ": ", config().arch, " has no multi-token-prediction layer to draft with");
+}
+
+void Model::enable_mtp() {
+  const ModelConfig& c = config();
+  FP_CHECK(c.mtp_layers > 0, file_->path, ": --speculative-method mtp needs the model's multi-token-prediction layer, ",
+           "and this file declares none (num_nextn_predict_layers = 0)");
+  FP_CHECK(device() == Device::CPU, file_->path, ": --speculative-method mtp runs on the CPU for now (not --device ",
+           device_name(device()), ")");
+  FP_CHECK(tp_size() == 1, file_->path, ": --speculative-method mtp runs on one rank for now (", tp_size(), " ranks)");
+  FP_CHECK(file_->micro_batch_overlap == 0, file_->path, ": --speculative-method mtp does not run with --micro-batch-overlap");
+  mtp_ = true;
+}
+
+void Model::keep_final_hidden(const float* x, int64_t n, const float* norm) {
+  if (!mtp_ || n <= 0) return;
+  const ModelConfig& c = config();
+  if (static_cast<int64_t>(final_hidden_.size()) < n * c.dim) final_hidden_.resize(static_cast<size_t>(n * c.dim));
+  dispatch(RmsNormArgs{x, norm, n, c.dim, c.rms_eps, final_hidden_.data()});
+}
+
 void Model::abandon_steps() {
   if (n_launched_ == 0) return;
   if (device() != Device::CPU) {

@@ -118,6 +118,21 @@ class Model {
   // Forgets the launched steps after an error (waits for the device first).
   void abandon_steps();
 
+  // Multi-token prediction (DeepSeek-V3, GLM-4.5; LoadOptions::mtp): the checkpoint's own draft
+  // layer. When loaded, the KV layout has one more layer (the draft layer's, last) and every
+  // forward keeps its rows' final hidden states. For now on the CPU, on one rank.
+  bool has_mtp() const { return mtp_; }
+  // After a forward with the draft layer loaded: every token row's final hidden state (after the
+  // output norm), [n_tokens, dim] in the batch's order, what the draft layer reads.
+  const float* final_hidden() const { return final_hidden_.data(); }
+  // The draft layer over `batch`: row i continues the state hidden[i] ([n_tokens, dim]: the
+  // model's final hidden state at that position, or the draft layer's own output there) with
+  // batch.tokens[i], the token that follows it; positions and block tables as the model's (its KV
+  // goes to the pool's last layer). Writes logits for batch.logit_rows (the next token's,
+  // predicted) and every row's output state to out_hidden [n_tokens, dim] (what a further draft
+  // step continues).
+  virtual void mtp_forward(const ForwardBatch& batch, KvPool& pool, const float* hidden, float* logits, float* out_hidden);
+
  protected:
   explicit Model(std::shared_ptr<ModelFile> file) : file_(std::move(file)) {}
   // Checks the batch against the pool and the vocabulary (every architecture calls it first).
@@ -132,6 +147,12 @@ class Model {
   void deliver_logits(const float* device_logits, int64_t rows, float* logits);
   // Where a device step's fed tokens come from (BatchStager::stage): the last sampled ids.
   const int32_t* fed_ids() const { return device_ids_.as<int32_t>(); }
+  // With the draft layer loaded: checks where it can run (the CPU, one rank) and sets has_mtp().
+  void enable_mtp();
+  // With the draft layer loaded, keeps the rows x [n, dim] normalised by `norm` as final_hidden().
+  void keep_final_hidden(const float* x, int64_t n, const float* norm);
+  bool mtp_ = false;
+  std::vector<float> final_hidden_;
 
  private:
   void forward_one(const int32_t* tokens, const int32_t* pos, int64_t n, KvCache& cache, float* logits, bool all_logits,

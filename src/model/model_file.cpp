@@ -75,13 +75,14 @@ void load_gguf(ModelFile& m, const std::string& path) {
            "' is not supported yet (supported: llama, qwen2, qwen3, qwen3moe, deepseek2, glm4moe)");
   c.dim = static_cast<int64_t>(g->get_uint(a + "embedding_length"));
   c.n_layers = static_cast<int64_t>(g->get_uint(a + "block_count"));
-  if (c.arch == "glm4moe") {
-    // llama.cpp counts GLM's multi-token-prediction layers (the last ones) in block_count; the
-    // forward runs the layers before them.
+  {
+    // llama.cpp counts the multi-token-prediction layers (the last ones, GLM-4.5's) in
+    // block_count; the forward runs the layers before them.
     const auto nextn = static_cast<int64_t>(g->get_uint(a + "nextn_predict_layers", 0));
     FP_CHECK(nextn < c.n_layers, path, ": ", a, "nextn_predict_layers = ", nextn, " leaves no layer of the ", c.n_layers,
              " in block_count");
     c.n_layers -= nextn;
+    c.mtp_layers = nextn;
   }
   c.hidden_dim = static_cast<int64_t>(g->get_uint(a + "feed_forward_length"));
   c.n_heads = static_cast<int64_t>(g->get_uint(a + "attention.head_count"));
@@ -333,6 +334,7 @@ void load_hf(ModelFile& m, const std::string& dir) {
             "Qwen3ForCausalLM, Qwen3MoeForCausalLM, DeepseekV3ForCausalLM, DeepseekV2ForCausalLM, Glm4MoeForCausalLM)");
   c.dim = json_int(j, "hidden_size", cfg_path);
   c.n_layers = json_int(j, "num_hidden_layers", cfg_path);
+  if (c.arch == "deepseek2" || c.arch == "glm4moe") c.mtp_layers = json_int(j, "num_nextn_predict_layers", cfg_path, 0);
   c.n_heads = json_int(j, "num_attention_heads", cfg_path);
   c.n_kv_heads = json_int(j, "num_key_value_heads", cfg_path, c.n_heads);
   c.hidden_dim = json_int(j, "intermediate_size", cfg_path);
@@ -543,6 +545,7 @@ std::unique_ptr<ModelFile> load_model_file(const std::string& path, const LoadOp
   m->device_graphs = opts.device_graphs;
   m->parallel = opts.parallel;
   m->micro_batch_overlap = opts.micro_batch_overlap;
+  m->mtp = opts.mtp;
   return m;
 }
 

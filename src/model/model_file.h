@@ -59,6 +59,9 @@ struct LoadOptions {
   // Split-model steps of at least this many tokens run as two micro-batches whose all-reduces
   // overlap the other micro-batch's compute (--micro-batch-overlap; 0: off). CPU ranks.
   int64_t micro_batch_overlap = 0;
+  // Load the model's first multi-token-prediction layer (ModelConfig::mtp_layers) as its own
+  // draft layer (--speculative-method mtp); its KV cache is one more layer.
+  bool mtp = false;
 };
 
 struct ModelFile {
@@ -77,6 +80,7 @@ struct ModelFile {
   bool repack_weights = true;     // LoadOptions::repack on the CPU, for the architecture as it is built
   ParallelSizes parallel;         // LoadOptions::parallel; build_model resolves it against the ranks
   int64_t micro_batch_overlap = 0;  // LoadOptions::micro_batch_overlap
+  bool mtp = false;                 // LoadOptions::mtp
 
   const Tensor* find(const std::string& name) const;
   // The tensor, checked against the expected shape (outermost first); throws naming the

@@ -7,7 +7,8 @@
 //     q/k norms only where use_qk_norm, NeoX RoPE over the first half of each head
 //     (partial_rotary_factor); DeepSeek-V3's router (sigmoid scores, selection bias, top-2-sum
 //     groups, routed_scaling_factor) and a shared expert; the first first_k_dense_replace layers
-//     dense. Its multi-token-prediction layers (after num_hidden_layers) are not run.
+//     dense. Its first multi-token-prediction layer (after num_hidden_layers) drafts tokens
+//     with --speculative-method mtp (Model::mtp_forward).
 //
 // Split across ranks (parallel(), see ParallelSizes): with tp = N the attention heads are split
 // as in llama.cpp (q/k/v row views, attn_output columns copied, an all-reduce after it); with
@@ -41,6 +42,7 @@
 #include "model/vocab_parallel.h"
 #include "model/model.h"
 #include "model/moe_layers.h"
+#include "model/mtp.h"
 #include "model/repack.h"
 #include "parallel/collectives.h"
 #include "parallel/shard.h"
@@ -93,7 +95,8 @@ class Qwen3MoeModel : public Model {
     // Split by vocabulary rows across the ranks the weights are split over (model/vocab_parallel.h).
     output_.init(c.tied_output ? embed_ : &mf.get("output.weight", {c.n_vocab, c.dim}), ranks > 1 ? tp_.get() : nullptr,
                  shards_, mf.path, device());
-    for (int64_t l = 0; l < c.n_layers; ++l) {
+    // Layer l's weights (l = n_layers: the multi-token-prediction layer's decoder layer).
+    auto load_layer = [&](int64_t l) {
       const std::string p = "blk." + std::to_string(l) + ".";
       Qwen3MoeLayer L{};
       L.attn_norm = load_vec_f32(mf, p + "attn_norm.weight", c.dim);
@@ -137,10 +140,14 @@ class Qwen3MoeModel : public Model {
         L.wo = &shards_.emplace_back(o.view);
       }
       for (const Tensor** w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) *w = rp.repack(*w);
-      layers_.push_back(std::move(L));
-    }
+      return L;
+    };
+    if (mf.mtp) enable_mtp();
+    for (int64_t l = 0; l < c.n_layers; ++l) layers_.push_back(load_layer(l));
+    if (mtp_) mtp_layer_ = load_layer(c.n_layers);
     output_.weight = rp.repack(output_.weight);
     if (c.tied_output && !output_.split()) embed_ = output_.weight;
+    if (mtp_) mtp_head_.load(mf, c.n_layers, embed_, output_.weight, rp, shards_);
     rp.report();
     inv_freq_ = c.rope_inv_freq();
     inv_freq_at_ = inv_freq_.data();
@@ -153,7 +160,28 @@ class Qwen3MoeModel : public Model {
   KvLayout kv_layout() const override {
     const ModelConfig& c = config();
     const int64_t h = context_parallel_ ? c.n_kv_heads : kv_heads_;
-    return KvLayout{c.n_layers, h * c.head_dim, h * c.head_dim};
+    return KvLayout{c.n_layers + (mtp_ ? 1 : 0), h * c.head_dim, h * c.head_dim};
+  }
+
+  void mtp_forward(const ForwardBatch& b, KvPool& pool, const float* hidden, float* logits, float* out_hidden) override {
+    const ModelConfig& c = config();
+    if (!mtp_) return Model::mtp_forward(b, pool, hidden, logits, out_hidden);
+    check_batch(b, pool);
+    const int64_t n = b.n_tokens();
+    if (n <= 0) return;
+    const Heads hd = heads(false, pool);
+    resize_buffers(n, n, hd);
+    b.slots(pool.page_size(), slots_);
+    AttentionArgs att = attention_args(paged_attention_args(b, pool), pool, hd, q_.data(), att_.data());
+    mtp_head_.input(b.tokens.data(), b.positions.data(), hidden, n, x_.data());
+    const Rows r{x_.data(), h_.data(), q_.data(), k_.data(), v_.data(), att_.data(), gate_.data(), up_.data(), n};
+    attention(mtp_layer_, c.n_layers, hd, r, b.positions.data(), slots_.data(), att, pool, false);
+    dispatch(AddArgs{x_.data(), h_.data(), n * c.dim, x_.data()});
+    float* out = ffn(mtp_layer_, r);
+    dispatch(AddArgs{x_.data(), out, n * c.dim, x_.data()});
+    if (out_hidden) std::copy_n(x_.data(), n * c.dim, out_hidden);
+    resize(rows_, static_cast<int64_t>(b.logit_rows.size()) * c.dim);
+    mtp_head_.logits(rows_.data(), b.gather_logit_rows(x_.data(), c.dim, rows_.data()), logits);
   }
 
   void forward(const ForwardBatch& b, KvPool& pool, float* logits) override {
@@ -368,6 +396,7 @@ class Qwen3MoeModel : public Model {
   void finish_logits(const ForwardBatch& b, bool cp, float* logits) {
     const ModelConfig& c = config();
     resize(rows_, static_cast<int64_t>(b.logit_rows.size()) * c.dim);
+    if (!cp) keep_final_hidden(x_.data(), b.n_tokens(), output_norm_);
     const int64_t rows =
         cp ? cp_.gather_logit_rows(x_.data(), c.dim, rows_.data()) : b.gather_logit_rows(x_.data(), c.dim, rows_.data());
     if (rows == 0) return;
@@ -465,6 +494,8 @@ class Qwen3MoeModel : public Model {
   VocabParallelOutput output_;  // the output projection, split by vocabulary rows across the ranks
   const float* output_norm_ = nullptr;
   std::vector<Qwen3MoeLayer> layers_;
+  Qwen3MoeLayer mtp_layer_{};  // with the draft layer loaded (Model::has_mtp): its decoder layer
+  MtpHead mtp_head_;           // and what goes in and out of it
   std::vector<Qwen3MoeLayer> whole_layers_;  // context-parallel prefill with EP or TP decode: the unsplit layers
   std::vector<float> inv_freq_;
   const float* inv_freq_at_ = nullptr;  // inv_freq_ where the kernels read it (host or device)

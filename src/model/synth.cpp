@@ -199,8 +199,8 @@ void fill_tensor(const std::string& name, HfTensor& t, uint64_t seed, bool fast 
 }
 
 // With lazy, only shapes and how to draw them (fill_tensor draws later): for models too big
-// to hold in memory as f32. `extra_layers` more decoder layers after the model's (GLM's
-// multi-token-prediction layers, which a forward does not run).
+// to hold in memory as f32. `extra_layers` multi-token-prediction layers after the model's
+// (DeepSeek-V3's and GLM-4.5's): a decoder layer and the MTP tensors each.
 std::map<std::string, HfTensor> make_weights(const ModelConfig& c, uint64_t seed, bool lazy = false, int64_t extra_layers = 0) {
   std::map<std::string, HfTensor> w;
   auto mat = [&](const std::string& name, int64_t out, int64_t in) {
@@ -271,6 +271,16 @@ std::map<std::string, HfTensor> make_weights(const ModelConfig& c, uint64_t seed
       vec(p + "self_attn.q_norm.weight", c.head_dim, 1.0f, 0.02f);
       vec(p + "self_attn.k_norm.weight", c.head_dim, 1.0f, 0.02f);
     }
+  }
+  // A multi-token-prediction layer's own tensors beside its decoder layer (DeepSeek-V3 names):
+  // the input projection of [enorm(embedding); hnorm(hidden)], and its head's norm and matrix.
+  for (int64_t l = c.n_layers; l < c.n_layers + extra_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    mat(p + "eh_proj.weight", c.dim, 2 * c.dim);
+    vec(p + "enorm.weight", c.dim, 1.0f, 0.02f);
+    vec(p + "hnorm.weight", c.dim, 1.0f, 0.02f);
+    vec(p + "shared_head.norm.weight", c.dim, 1.0f, 0.02f);
+    mat(p + "shared_head.head.weight", c.n_vocab, c.dim);
   }
   return w;
 }
@@ -569,8 +579,9 @@ void write_gguf_streaming(const SynthOptions& o, const ModelConfig& c, const Ggu
 
 std::string synth_model(const SynthOptions& o) {
   ModelConfig c = config_from_json(o.arch, o.config);
-  // GLM's multi-token-prediction layers: written after the model's (as in its checkpoints), never run.
-  const int64_t nextn = c.arch == "glm4moe" ? o.config.value("num_nextn_predict_layers", int64_t{0}) : 0;
+  // Multi-token-prediction layers (DeepSeek-V3, GLM-4.5): written after the model's, as in their
+  // checkpoints; a forward does not run them, --speculative-method mtp drafts with the first.
+  const int64_t nextn = c.arch == "glm4moe" || c.arch == "deepseek2" ? o.config.value("num_nextn_predict_layers", int64_t{0}) : 0;
   FP_CHECK(nextn >= 0 && nextn <= 4, "synth --config: num_nextn_predict_layers = ", nextn, " (0..4)");
   auto w = make_weights(c, o.seed, /*lazy=*/true, nextn);
   int64_t params = 0;
@@ -602,8 +613,8 @@ std::string synth_model(const SynthOptions& o) {
     g.set_string("general.name", "synth " + c.arch + " (random weights, seed " + std::to_string(o.seed) + ")");
     g.set_u32(a + "context_length", static_cast<uint32_t>(c.max_context));
     g.set_u32(a + "embedding_length", static_cast<uint32_t>(c.dim));
-    g.set_u32(a + "block_count", static_cast<uint32_t>(c.n_layers + nextn));  // llama.cpp counts GLM's MTP layers
-    if (c.arch == "glm4moe") g.set_u32(a + "nextn_predict_layers", static_cast<uint32_t>(nextn));
+    g.set_u32(a + "block_count", static_cast<uint32_t>(c.n_layers + nextn));  // llama.cpp counts the MTP layers
+    if (nextn > 0) g.set_u32(a + "nextn_predict_layers", static_cast<uint32_t>(nextn));
     g.set_u32(a + "feed_forward_length", static_cast<uint32_t>(c.hidden_dim));
     g.set_u32(a + "attention.head_count", static_cast<uint32_t>(c.n_heads));
     g.set_u32(a + "attention.head_count_kv", static_cast<uint32_t>(c.n_kv_heads));

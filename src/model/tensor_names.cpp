@@ -24,7 +24,12 @@ std::string canonical_base(const std::string& hf) {
       // MLA (DeepSeek-V2/V3)
       {"self_attn.q_a_proj.weight", "attn_q_a.weight"}, {"self_attn.q_a_layernorm.weight", "attn_q_a_norm.weight"},
       {"self_attn.q_b_proj.weight", "attn_q_b.weight"}, {"self_attn.kv_a_proj_with_mqa.weight", "attn_kv_a_mqa.weight"},
-      {"self_attn.kv_a_layernorm.weight", "attn_kv_a_norm.weight"}, {"self_attn.kv_b_proj.weight", "attn_kv_b.weight"}};
+      {"self_attn.kv_a_layernorm.weight", "attn_kv_a_norm.weight"}, {"self_attn.kv_b_proj.weight", "attn_kv_b.weight"},
+      // Multi-token prediction (DeepSeek-V3, GLM-4.5: the layers after num_hidden_layers), as llama.cpp names them
+      {"eh_proj.weight", "nextn.eh_proj.weight"},       {"enorm.weight", "nextn.enorm.weight"},
+      {"hnorm.weight", "nextn.hnorm.weight"},           {"embed_tokens.weight", "nextn.embed_tokens.weight"},
+      {"shared_head.norm.weight", "nextn.shared_head_norm.weight"},
+      {"shared_head.head.weight", "nextn.shared_head_head.weight"}};
   if (hf == "model.embed_tokens.weight") return "token_embd.weight";
   if (hf == "model.norm.weight") return "output_norm.weight";
   if (hf == "lm_head.weight") return "output.weight";

@@ -355,6 +355,7 @@ void add_bench(CLI::App& app) {
                 "measure the machine's ceilings again instead of using the cache, and time the timed kernel choices again");
   cmd->callback([o] {
     if (o->recalibrate) forget_timed_choices();
+    o->common.mtp = o->engine.speculative.mtp();
     auto model = load_with(o->common);
     if (o->requests > 0) {
       // Several ranks: rank 0 runs the engine, the others follow its steps.

@@ -152,6 +152,7 @@ void add_generate(CLI::App& app) {
                   "seed, ignore_eos}); runs them together and prints one JSON result per line, in order");
   add_engine_options(cmd, o->engine);
   cmd->callback([o] {
+    o->common.mtp = o->engine.speculative.mtp();
     auto model = load_with(o->common);
     const Tokenizer* tok = model->tokenizer();
     FP_CHECK(tok, o->common.model, ": the model has no tokenizer (for llama2.c pass --tokenizer)");

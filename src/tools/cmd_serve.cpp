@@ -33,6 +33,7 @@ void add_serve(CLI::App& app) {
                   "chat template source: a .jinja file, a tokenizer_config.json, a model directory or .gguf (default: the model's own)");
   cmd->callback([o] {
     block_shutdown_signals();  // before the kernel and engine threads start
+    o->common.mtp = o->engine.speculative.mtp();
     auto model = load_with(o->common);
     // Several ranks: rank 0 owns the HTTP server and the engine, the others follow its steps.
     if (!is_output_rank()) return follow_engines(*model);

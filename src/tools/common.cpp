@@ -182,6 +182,7 @@ std::unique_ptr<Model> load_with(const CommonOptions& options) {
   lo.parallel = ParallelSizes{o.tensor_parallel, o.expert_parallel, o.context_parallel,
                               o.data_parallel_attention ? o.ranks() : 1};
   lo.micro_batch_overlap = o.micro_batch_overlap;
+  lo.mtp = o.mtp;
   // Split across ranks, each touches only the pages of its slices (prefaulting would read all).
   if (world->size() > 1) lo.prefault = false;
   // GPU ranks talk through NCCL (bootstrapped over the MPI world); CPU ranks through MPI.

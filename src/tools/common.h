@@ -34,6 +34,7 @@ struct CommonOptions {
   bool no_cuda_graphs = false;
   std::string parallel_plan;       // hardware/*.json: the planner picks the parallel sizes (parallel/layout_choice.h)
   int plan_concurrency = 16;       // the decode concurrency it plans for
+  bool mtp = false;                // load the multi-token-prediction layer (set from --speculative-method mtp)
 };
 
 // A JSON file, parsed; errors name the file.

@@ -29,9 +29,18 @@ void add_engine_options(CLI::App* app, EngineOptions& o) {
       ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str();
   app->add_option("--speculative-tokens", o.speculative.num_tokens,
-                  "speculative decoding by prompt lookup: draft up to this many tokens per step from an earlier "
-                  "occurrence of the sequence's last n-gram and verify them in one forward (0: off)")
+                  "speculative decoding: draft up to this many tokens per step and verify them in one forward (0: off; "
+                  "with --speculative-method mtp the default is 1)")
       ->check(CLI::Range(0, 64));
+  app->add_option_function<std::string>(
+         "--speculative-method",
+         [&o](const std::string& m) {
+           o.speculative.method = m == "mtp" ? DraftMethod::Mtp : DraftMethod::Ngram;
+           if (m == "mtp" && o.speculative.num_tokens == 0) o.speculative.num_tokens = 1;
+         },
+         "where drafts come from: ngram (prompt lookup: an earlier occurrence of the sequence's last n-gram) or mtp "
+         "(the model's own multi-token-prediction layer: DeepSeek-V3, GLM-4.5; on the CPU, one rank)")
+      ->check(CLI::IsMember({"ngram", "mtp"}));
   app->add_option("--prompt-lookup-min", o.speculative.ngram_min, "shortest n-gram the draft lookup matches")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
