@@ -8,6 +8,8 @@
 //   keys/values per head come from attn_kv_b (or its split attn_k_b / attn_v_b form) — see the
 //   mla_attention op for the two execution forms (expanded for prefill, absorbed for decode).
 // FFN: the first `first_dense` layers dense, the others MoE (see moe_layers.h).
+// DeepSeek-V3's multi-token-prediction layer (after num_hidden_layers) drafts tokens with
+// --speculative-method mtp (Model::mtp_forward, model/mtp.h).
 //
 // Split across ranks: expert parallel only (--expert-parallel-size N): each rank holds E/N whole
 // routed experts and a slice of the shared experts' and dense layers' width, and one all-reduce
