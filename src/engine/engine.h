@@ -43,8 +43,9 @@ struct EngineConfig {
   int64_t max_model_len = 0;         // 0: the model's context length
   bool prefix_caching = true;
   SchedulerConfig scheduler;
-  // Prompt-lookup drafts verified in the step (engine/speculative.h). Steps then run one at a
-  // time (no async scheduling): a step's tokens depend on how much of the draft before was kept.
+  // Drafts (prompt lookup, or the model's MTP layer: engine/mtp_drafter.h) verified in the step
+  // (engine/speculative.h). Steps then run one at a time (no async scheduling): a step's tokens
+  // depend on how much of the draft before was kept.
   SpeculativeConfig speculative;
 };
 

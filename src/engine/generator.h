@@ -17,7 +17,7 @@ struct GenerateRequest {
   SamplingParams sampling;
   bool stop_at_eog = true;
   DType kv_dtype = DType::F32;  // what the KV cache stores (F32, F16, BF16)
-  SpeculativeConfig speculative;  // prompt-lookup drafts checked in one forward (off by default)
+  SpeculativeConfig speculative;  // drafts (prompt lookup, or the model's MTP layer) checked in one forward (off by default)
 };
 
 struct GenerateResult {

@@ -21,7 +21,7 @@ struct EngineOptions {
   bool no_prefix_caching = false;
   bool no_chunked_prefill = false;
   std::string async_scheduling = "auto";  // auto, on, off
-  SpeculativeConfig speculative;          // --speculative-tokens, --prompt-lookup-min/max
+  SpeculativeConfig speculative;          // --speculative-tokens, --speculative-method, --prompt-lookup-min/max
 };
 
 void add_engine_options(CLI::App* app, EngineOptions& o);
