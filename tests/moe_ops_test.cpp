@@ -9,6 +9,7 @@
 #include <numeric>
 
 #include "backend_ops.h"
+#include "kernels/cpu/moe_gemv.h"
 #include "kernels/ops_moe.h"
 #include "kernels/registry.h"
 #include "model/repack.h"
@@ -148,7 +149,7 @@ TEST(BackendOps, MoeFfnKernelsMatchReference) {
     std::vector<Tensor> g_local = g, u_local = u, d_local = d;
     for (int64_t e = 0; e < E; ++e)
       if (e < 2 || e >= 5) g_local[static_cast<size_t>(e)] = u_local[static_cast<size_t>(e)] = d_local[static_cast<size_t>(e)] = Tensor{};
-    for (int64_t n : {1, 3, 17})
+    for (int64_t n : {1, 2, 3, 4, 17})  // 2..4: the decode GEMV, experts shared between tokens
     for (bool local : {false, true}) {
       for (bool shared : {false, true}) {
         auto x = random_floats(static_cast<size_t>(n * dim), 7);
@@ -182,6 +183,43 @@ TEST(BackendOps, MoeFfnKernelsMatchReference) {
     }
   }
   EXPECT_GT(checked, 0);
+}
+
+// The decode GEMVs run the jobs on one weight together (each row dotted with all their x while
+// it is in L1): every job's output equals what it gives run alone, bit for bit, for every weight
+// form, with and without the integer kernels' rounding of x, jobs of one weight far apart in the
+// list and weights of several blocks.
+TEST(MoeGemv, JobsOnOneWeightGiveWhatEachGivesAlone) {
+  const int64_t rows = 40, cols = 256;
+  for (DType type : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q8_0_X8}) {
+    std::vector<Weight> ws;
+    for (uint32_t i = 0; i < 3; ++i) ws.emplace_back(type == DType::Q8_0_X8 ? DType::Q8_0 : type, rows, cols, 900 + i);
+    if (type == DType::Q8_0_X8) {
+      for (Weight& w : ws) ASSERT_TRUE(repack_in_place(w.t));
+    }
+    if (!moe_gemv::refuse(ws[0].t).empty()) {
+      std::printf("skipped %s: %s\n", dtype_name(type), moe_gemv::refuse(ws[0].t).c_str());
+      continue;
+    }
+    std::vector<std::vector<float>> xs;
+    for (uint32_t i = 0; i < 5; ++i) xs.push_back(random_floats(static_cast<size_t>(cols), 950 + i));
+    // Weight of each job: 0 three times, 1 twice, 2 once, interleaved; x 0..4 (x 1 twice).
+    const int wi[] = {0, 1, 0, 2, 1, 0}, xi[] = {0, 1, 2, 3, 1, 4};
+    for (bool rounded : {false, true}) {
+      std::vector<std::vector<float>> together(6, std::vector<float>(rows, NAN)), alone = together;
+      std::vector<moe_gemv::Job> jobs;
+      for (int j = 0; j < 6; ++j) jobs.push_back({&ws[static_cast<size_t>(wi[j])].t, xs[static_cast<size_t>(xi[j])].data(), together[static_cast<size_t>(j)].data()});
+      moe_gemv::run(jobs, 16, rounded);
+      for (int j = 0; j < 6; ++j) {
+        moe_gemv::Job one = jobs[static_cast<size_t>(j)];
+        one.y = alone[static_cast<size_t>(j)].data();
+        moe_gemv::run({one}, 16, rounded);
+        for (int64_t r = 0; r < rows; ++r)
+          ASSERT_EQ(together[static_cast<size_t>(j)][static_cast<size_t>(r)], alone[static_cast<size_t>(j)][static_cast<size_t>(r)])
+              << dtype_name(type) << (rounded ? " rounded x" : "") << ": job " << j << " row " << r;
+      }
+    }
+  }
 }
 
 // Q8_0 experts repacked at load (Q8_0_X8, rows of 256-value groups), routed and shared: every

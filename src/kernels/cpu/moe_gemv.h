@@ -195,14 +195,24 @@ const Unit* distinct_activations(const std::vector<Job>& jobs, DType dtype, int6
   return buf.data();
 }
 
-// y_j = W_j x_j for every job, in one parallel region over blocks of `block` rows. With
+// y_j = W_j x_j for every job, in one parallel region over blocks of `block` rows. Jobs on the
+// same weight (an expert two tokens chose, the shared expert of every token, an MLA head's
+// matrix for each token) are run together: each row of W is dotted with all their x while it is
+// in L1, so a weight is read from memory once per call however many tokens use it. With
 // rounded_x, x is rounded as the matmul kernels round it where the CPU has their instructions:
 // Q8_0 jobs read it quantized to Q8_0 blocks (VNNI), BF16 jobs rounded to BF16 (AVX512-BF16),
 // each distinct x once, before the region. Q8_0_X8 jobs (refuse() lets them in only with VNNI)
 // always read their x packed for the interleaved groups (cpu::PackedX), likewise once per x.
 inline void run(const std::vector<Job>& jobs, int64_t block = 16, bool rounded_x = false) {
+  // The jobs of each weight, listed under its first job (`members`); the others get no blocks.
+  std::vector<std::vector<size_t>> members(jobs.size());
+  {
+    std::unordered_map<const Tensor*, size_t> lead;
+    for (size_t j = 0; j < jobs.size(); ++j) members[lead.emplace(jobs[j].w, j).first->second].push_back(j);
+  }
   std::vector<int64_t> first(jobs.size() + 1, 0);  // first block of each job
-  for (size_t j = 0; j < jobs.size(); ++j) first[j + 1] = first[j] + (jobs[j].w->rows() + block - 1) / block;
+  for (size_t j = 0; j < jobs.size(); ++j)
+    first[j + 1] = first[j] + (members[j].empty() ? 0 : (jobs[j].w->rows() + block - 1) / block);
   // The activations in the integer kernels' forms, on the calling thread (thread_local buffers:
   // the workers read them through these pointers).
   const int level = rounded_x ? int8_dot_level() : 0, x8_level = int8_dot_level();
@@ -230,21 +240,16 @@ inline void run(const std::vector<Job>& jobs, int64_t block = 16, bool rounded_x
     size_t j = static_cast<size_t>(std::upper_bound(first.begin(), first.end(), b0) - first.begin()) - 1;
     for (int64_t b = b0; b < b1; ++b) {
       while (b >= first[j + 1]) ++j;
-      const Job& job = jobs[j];
-      const int64_t r0 = (b - first[j]) * block, r1 = std::min(job.w->rows(), r0 + block);
-      if (xp_at[j] >= 0) {
-        for (int64_t r = r0; r < r1; ++r) job.y[r] = dot_x8(job.w->row_ptr(r), xp_all + xp_at[j], job.w->cols() / 256);
-        continue;
-      }
-      if (xb_at[j] >= 0) {
-        for (int64_t r = r0; r < r1; ++r) job.y[r] = dot_bf16_dpbf16(job.w->row_ptr(r), xb_all + xb_at[j], job.w->cols());
-        continue;
-      }
-      if (xq_at[j] >= 0) {
-        for (int64_t r = r0; r < r1; ++r) job.y[r] = dot_q8(job.w->row_ptr(r), xq_all + xq_at[j], job.w->cols() / 32);
-        continue;
-      }
-      for (int64_t r = r0; r < r1; ++r) job.y[r] = dot(*job.w, r, job.x);
+      const Tensor& w = *jobs[j].w;
+      const int64_t r0 = (b - first[j]) * block, r1 = std::min(w.rows(), r0 + block);
+      for (int64_t r = r0; r < r1; ++r)
+        for (size_t m : members[j]) {  // the same form of x for all of them (one weight, one dtype)
+          const Job& job = jobs[m];
+          if (xp_at[m] >= 0) job.y[r] = dot_x8(w.row_ptr(r), xp_all + xp_at[m], w.cols() / 256);
+          else if (xb_at[m] >= 0) job.y[r] = dot_bf16_dpbf16(w.row_ptr(r), xb_all + xb_at[m], w.cols());
+          else if (xq_at[m] >= 0) job.y[r] = dot_q8(w.row_ptr(r), xq_all + xq_at[m], w.cols() / 32);
+          else job.y[r] = dot(w, r, job.x);
+        }
     }
   });
 }
