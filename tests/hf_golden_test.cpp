@@ -114,6 +114,19 @@ TEST(HfGolden, MultiTokenPredictionNeedsTheLayer) {
   lo.mtp = true;
   try {
     load_model(o.out, lo);
+    ADD_FAILURE() << "loaded a draft layer an architecture without one cannot have";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("this one is qwen3moe"), std::string::npos) << e.what();
+  }
+  SynthOptions glm;  // an architecture with the layer, in a file without it
+  glm.arch = "glm4_moe";
+  glm.config = {{"hidden_size", 64}, {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"intermediate_size", 96},
+                {"num_hidden_layers", 2}, {"vocab_size", 512}, {"n_routed_experts", 4}, {"num_experts_per_tok", 2},
+                {"moe_intermediate_size", 32}};
+  glm.out = dir + "/glm.gguf";
+  synth_model(glm);
+  try {
+    load_model(glm.out, lo);
     ADD_FAILURE() << "loaded a draft layer the file does not have";
   } catch (const std::exception& e) {
     EXPECT_NE(std::string(e.what()).find("num_nextn_predict_layers = 0"), std::string::npos) << e.what();

@@ -68,6 +68,10 @@ std::unique_ptr<Model> build_model(std::shared_ptr<ModelFile> file, std::shared_
     for (auto& a : registered_architectures()) known += (known.empty() ? "" : ", ") + a;
     fail(file->path, ": no architecture '", file->config.arch, "' (registered: ", known, ")");
   }
+  FP_CHECK(!file->mtp || file->config.arch == "deepseek2" || file->config.arch == "glm4moe", file->path,
+           ": --speculative-method mtp drafts with the model's multi-token-prediction layer, which DeepSeek-V3 and "
+           "GLM-4.5 models (deepseek2, glm4moe) have; this one is ", file->config.arch, " (--speculative-method ngram "
+           "drafts by prompt lookup instead)");
   if (file->device != Device::CPU) {
     const std::string why = device_unavailable(file->device);
     FP_CHECK(why.empty(), "--device ", device_name(file->device), ": ", why);
