@@ -412,6 +412,7 @@ void Engine::run_mtp(const std::vector<ScheduledSeq>& done, const std::vector<in
   }
   if (rows.empty()) return;
   std::vector<std::vector<int32_t>> drafts;
+  if (followers_) followers_->send_mtp(rows);
   mtp_->run(rows, *pool_, drafts);
   for (size_t i = 0; i < of.size(); ++i) {
     of[i]->mtp_draft = std::move(drafts[i]);

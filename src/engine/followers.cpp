@@ -13,7 +13,7 @@
 namespace fp {
 namespace {
 
-enum Command : int64_t { kEngine = 1, kStep = 2, kEnd = 3, kExit = 4 };
+enum Command : int64_t { kEngine = 1, kStep = 2, kEnd = 3, kExit = 4, kMtp = 5 };
 constexpr int kHeaderWords = 8;
 
 void broadcast(Communicator* comm, void* data, int64_t bytes) {
@@ -57,6 +57,21 @@ void StepSender::send_step(const ForwardBatch& batch, const std::vector<int32_t>
   broadcast(comm_, flat.data(), static_cast<int64_t>(flat.size() * sizeof(int32_t)));
 }
 
+void StepSender::send_mtp(const std::vector<MtpRows>& rows) {
+  std::vector<int32_t> flat;  // per sequence row0, n, start, pages, max_draft; then the next tokens, then the pages
+  int64_t next = 0, pages = 0;
+  for (const MtpRows& r : rows) {
+    flat.insert(flat.end(), {static_cast<int32_t>(r.row0), static_cast<int32_t>(r.n), r.start, static_cast<int32_t>(r.n_pages),
+                             static_cast<int32_t>(r.max_draft)});
+    next += r.n;
+    pages += r.n_pages;
+  }
+  for (const MtpRows& r : rows) flat.insert(flat.end(), r.next, r.next + r.n);
+  for (const MtpRows& r : rows) flat.insert(flat.end(), r.pages, r.pages + r.n_pages);
+  send_header(comm_, {kMtp, static_cast<int64_t>(rows.size()), next, pages});
+  broadcast(comm_, flat.data(), static_cast<int64_t>(flat.size() * sizeof(int32_t)));
+}
+
 void follow_engines(Model& model) {
   Communicator* comm = model.tensor_parallel();
   if (!comm || comm->size() == 1) return;
@@ -65,6 +80,9 @@ void follow_engines(Model& model) {
   ForwardBatch b;
   std::vector<int32_t> flat;
   std::vector<float> logits;
+  std::unique_ptr<MtpDrafter> mtp;
+  std::vector<MtpRows> mtp_rows;
+  std::vector<std::vector<int32_t>> drafts;
   for (;;) {
     int64_t h[kHeaderWords] = {};
     comm->broadcast_idle(h, sizeof h, 0);
@@ -93,6 +111,27 @@ void follow_engines(Model& model) {
         }
         logits.resize(static_cast<size_t>(rows * model.config().n_vocab));
         model.forward(b, *pool, logits.data());
+        break;
+      }
+      case kMtp: {
+        FP_CHECK(pool, "rank ", comm->rank(), ": draft-layer rows arrived before their engine");
+        if (!mtp) mtp = std::make_unique<MtpDrafter>(model);
+        const int64_t seqs = h[1], next = h[2], pages = h[3];
+        flat.resize(static_cast<size_t>(5 * seqs + next + pages));
+        broadcast(comm, flat.data(), static_cast<int64_t>(flat.size() * sizeof(int32_t)));
+        mtp_rows.assign(static_cast<size_t>(seqs), MtpRows{});
+        const int32_t* nx = flat.data() + 5 * seqs;
+        const int32_t* pg = nx + next;
+        for (int64_t i = 0; i < seqs; ++i) {
+          const int32_t* w = flat.data() + 5 * i;
+          MtpRows& r = mtp_rows[static_cast<size_t>(i)];
+          r.row0 = w[0], r.n = w[1], r.start = w[2], r.n_pages = w[3], r.max_draft = w[4];
+          r.next = nx;
+          r.pages = pg;
+          nx += r.n;
+          pg += r.n_pages;
+        }
+        mtp->run(mtp_rows, *pool, drafts);
         break;
       }
       case kEnd:

@@ -7,6 +7,8 @@
 // Protocol (broadcasts from rank 0): a header of int64 words, then for a step one int32 array.
 //   engine <blocks> <page size> <kv dtype>   a new Engine: followers build a pool of those blocks
 //   step <tokens> <seqs> <pages> <logit rows> <block copies>, then the batch's arrays
+//   mtp <seqs> <next tokens> <pages>, then each sequence's rows for the draft layer (MtpRows),
+//     their next tokens and block tables: after a step, followers run the same draft steps
 //   end                                       that Engine is gone: followers drop the pool
 //   exit                                      rank 0 is done: follow_engines returns
 #pragma once
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "cache/kv_pool.h"
+#include "engine/mtp_drafter.h"
 #include "model/model.h"
 
 namespace fp {
@@ -27,6 +30,9 @@ class StepSender {
   StepSender& operator=(const StepSender&) = delete;
   // Sends one step: the block copies (src, dst pairs, already made on rank 0) and the batch.
   void send_step(const ForwardBatch& batch, const std::vector<int32_t>& copies);
+  // Sends the draft layer's rows after a step (--speculative-method mtp): the followers run
+  // MtpDrafter::run on the same rows (its chained steps follow from logits every rank holds).
+  void send_mtp(const std::vector<MtpRows>& rows);
 
  private:
   Communicator* comm_;

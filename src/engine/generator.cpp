@@ -110,6 +110,12 @@ GenerateResult generate(Model& model, const GenerateRequest& req, const std::fun
     kept.max_draft = std::max<int64_t>(room, 0);
     mtp->run({kept}, *cache->pool, mtp_drafts);
     draft = mtp_drafts[0];
+    // Across ranks every rank drafts from the same logits; rank 0's draft is the one fed.
+    std::vector<int32_t> sent(1 + static_cast<size_t>(kept.max_draft), -1);
+    sent[0] = static_cast<int32_t>(draft.size());
+    std::copy(draft.begin(), draft.end(), sent.begin() + 1);
+    agree(sent.data(), sent.size());
+    draft.assign(sent.begin() + 1, sent.begin() + 1 + sent[0]);
     return static_cast<int64_t>(draft.size());
   };
   if (req.max_new_tokens > 0) sample_next();

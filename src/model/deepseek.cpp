@@ -91,8 +91,8 @@ class DeepseekModel : public Model {
     embed_ = &mf.get("token_embd.weight", {c.n_vocab, c.dim});
     output_norm_ = load_vec_f32(mf, "output_norm.weight", c.dim);
     // Split by vocabulary rows across the ranks the weights are split over (model/vocab_parallel.h).
-    output_.init(c.tied_output ? embed_ : &mf.get("output.weight", {c.n_vocab, c.dim}), ranks > 1 ? tp_.get() : nullptr,
-                 shards_, mf.path, device());
+    const Tensor* output = c.tied_output ? embed_ : &mf.get("output.weight", {c.n_vocab, c.dim});
+    output_.init(output, ranks > 1 ? tp_.get() : nullptr, shards_, mf.path, device());
     // Layer l's weights (l = n_layers: the multi-token-prediction layer's decoder layer).
     auto load_layer = [&](int64_t l) {
       const std::string p = "blk." + std::to_string(l) + ".";
@@ -132,7 +132,7 @@ class DeepseekModel : public Model {
     if (mtp_) mtp_layer_ = load_layer(c.n_layers);
     output_.weight = rp.repack(output_.weight);
     if (c.tied_output && !output_.split()) embed_ = output_.weight;
-    if (mtp_) mtp_head_.load(mf, c.n_layers, embed_, output_.weight, rp, shards_);
+    if (mtp_) mtp_head_.load(mf, c.n_layers, embed_, output, output_.weight, ranks > 1 ? tp_.get() : nullptr, rp, shards_);
     rp.report();
     inv_freq_ = c.rope_inv_freq();
     const RopeScaling& rs = c.rope_scaling;
@@ -162,6 +162,7 @@ class DeepseekModel : public Model {
     attention(mtp_layer_, c.n_layers, r, false, pool, att);
     dispatch(RmsNormArgs{x_.data(), mtp_layer_.ffn_norm, n, c.dim, c.rms_eps, h_.data()});
     float* out = ffn(mtp_layer_, h_.data(), n, gate_.data(), up_.data(), h_.data());
+    if (ffn_split_) dispatch(AllReduceArgs{tp_.get(), out, n * c.dim});  // sum the ranks' experts / FFN shares
     dispatch(AddArgs{x_.data(), out, n * c.dim, x_.data()});
     if (out_hidden) std::copy_n(x_.data(), n * c.dim, out_hidden);
     resize(rows_, static_cast<int64_t>(b.logit_rows.size()) * c.dim);

@@ -346,7 +346,9 @@ void Model::enable_mtp() {
            "and this file declares none (num_nextn_predict_layers = 0)");
   FP_CHECK(device() == Device::CPU, file_->path, ": --speculative-method mtp runs on the CPU for now (not --device ",
            device_name(device()), ")");
-  FP_CHECK(tp_size() == 1, file_->path, ": --speculative-method mtp runs on one rank for now (", tp_size(), " ranks)");
+  FP_CHECK(parallel().cp <= 1 && parallel().dp <= 1, file_->path, ": --speculative-method mtp runs on one rank or split by ",
+           "heads and experts (--tensor-parallel-size, --expert-parallel-size), not with --prefill-context-parallel-size or ",
+           "--data-parallel-attention");
   FP_CHECK(file_->micro_batch_overlap == 0, file_->path, ": --speculative-method mtp does not run with --micro-batch-overlap");
   mtp_ = true;
 }

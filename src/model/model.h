@@ -120,7 +120,8 @@ class Model {
 
   // Multi-token prediction (DeepSeek-V3, GLM-4.5; LoadOptions::mtp): the checkpoint's own draft
   // layer. When loaded, the KV layout has one more layer (the draft layer's, last) and every
-  // forward keeps its rows' final hidden states. For now on the CPU, on one rank.
+  // forward keeps its rows' final hidden states. On the CPU, on one rank or split across ranks by
+  // heads and experts (every rank runs the same draft steps).
   bool has_mtp() const { return mtp_; }
   // After a forward with the draft layer loaded: every token row's final hidden state (after the
   // output norm), [n_tokens, dim] in the batch's order, what the draft layer reads.
@@ -147,7 +148,8 @@ class Model {
   void deliver_logits(const float* device_logits, int64_t rows, float* logits);
   // Where a device step's fed tokens come from (BatchStager::stage): the last sampled ids.
   const int32_t* fed_ids() const { return device_ids_.as<int32_t>(); }
-  // With the draft layer loaded: checks where it can run (the CPU, one rank) and sets has_mtp().
+  // With the draft layer loaded: checks where it can run (the CPU; not context parallel or with
+  // data-parallel attention) and sets has_mtp().
   void enable_mtp();
   // With the draft layer loaded, keeps the rows x [n, dim] normalised by `norm` as final_hidden().
   void keep_final_hidden(const float* x, int64_t n, const float* norm);

@@ -10,8 +10,8 @@
 
 namespace fp {
 
-void MtpHead::load(ModelFile& mf, int64_t layer, const Tensor* embed, const Tensor* output, WeightRepacker& rp,
-                   std::deque<Tensor>& shards) {
+void MtpHead::load(ModelFile& mf, int64_t layer, const Tensor* embed, const Tensor* output, const Tensor* output_used,
+                   Communicator* comm, WeightRepacker& rp, std::deque<Tensor>& shards) {
   const ModelConfig& c = mf.config;
   dim_ = c.dim;
   vocab_ = c.n_vocab;
@@ -25,8 +25,8 @@ void MtpHead::load(ModelFile& mf, int64_t layer, const Tensor* embed, const Tens
   head_norm_ = load_vec_f32(mf, p + "shared_head_norm.weight", c.dim);
   embed_ = mf.find(p + "embed_tokens.weight") ? &mf.get(p + "embed_tokens.weight", {c.n_vocab, c.dim}) : embed;
   const Tensor* head = mf.find(p + "shared_head_head.weight") ? &mf.get(p + "shared_head_head.weight", {c.n_vocab, c.dim}) : output;
-  head_.init(head, nullptr, shards, mf.path);
-  head_.weight = head == output ? output : rp.repack(head);
+  head_.init(head, comm, shards, mf.path);
+  head_.weight = head == output ? output_used : rp.repack(head_.weight);
 }
 
 void MtpHead::input(const int32_t* tokens, const int32_t* pos, const float* hidden, int64_t n, float* x) {

@@ -18,10 +18,12 @@ namespace fp {
 class MtpHead {
  public:
   // Loads blk.<layer>.nextn.* from `mf`; the embedding table and the head default to the model's
-  // (`embed`, `output`) when the file leaves its own out (they are copies in the published
-  // checkpoints, and llama.cpp's GGUFs may drop them).
-  void load(ModelFile& mf, int64_t layer, const Tensor* embed, const Tensor* output, WeightRepacker& rp,
-            std::deque<Tensor>& shards);
+  // (`embed`; `output`, the whole matrix, whose part this rank multiplies by is `output_used`)
+  // when the file leaves its own out (they are copies in the published checkpoints, and
+  // llama.cpp's GGUFs may drop them). With `comm` (a model split across ranks) the head is split
+  // by vocabulary rows as the model's is (model/vocab_parallel.h).
+  void load(ModelFile& mf, int64_t layer, const Tensor* embed, const Tensor* output, const Tensor* output_used,
+            Communicator* comm, WeightRepacker& rp, std::deque<Tensor>& shards);
   // x [n, dim] = eh_proj · [enorm(embed(tokens[i])) ; hnorm(hidden[i])] for each row i; a token at
   // position 0 embeds as zeros (as vLLM feeds it: no token precedes it).
   void input(const int32_t* tokens, const int32_t* pos, const float* hidden, int64_t n, float* x);

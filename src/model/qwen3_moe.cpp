@@ -93,8 +93,8 @@ class Qwen3MoeModel : public Model {
     embed_ = &mf.get("token_embd.weight", {c.n_vocab, c.dim});
     output_norm_ = load_vec_f32(mf, "output_norm.weight", c.dim);
     // Split by vocabulary rows across the ranks the weights are split over (model/vocab_parallel.h).
-    output_.init(c.tied_output ? embed_ : &mf.get("output.weight", {c.n_vocab, c.dim}), ranks > 1 ? tp_.get() : nullptr,
-                 shards_, mf.path, device());
+    const Tensor* output = c.tied_output ? embed_ : &mf.get("output.weight", {c.n_vocab, c.dim});
+    output_.init(output, ranks > 1 ? tp_.get() : nullptr, shards_, mf.path, device());
     // Layer l's weights (l = n_layers: the multi-token-prediction layer's decoder layer).
     auto load_layer = [&](int64_t l) {
       const std::string p = "blk." + std::to_string(l) + ".";
@@ -147,7 +147,7 @@ class Qwen3MoeModel : public Model {
     if (mtp_) mtp_layer_ = load_layer(c.n_layers);
     output_.weight = rp.repack(output_.weight);
     if (c.tied_output && !output_.split()) embed_ = output_.weight;
-    if (mtp_) mtp_head_.load(mf, c.n_layers, embed_, output_.weight, rp, shards_);
+    if (mtp_) mtp_head_.load(mf, c.n_layers, embed_, output, output_.weight, ranks > 1 ? tp_.get() : nullptr, rp, shards_);
     rp.report();
     inv_freq_ = c.rope_inv_freq();
     inv_freq_at_ = inv_freq_.data();
@@ -176,8 +176,10 @@ class Qwen3MoeModel : public Model {
     mtp_head_.input(b.tokens.data(), b.positions.data(), hidden, n, x_.data());
     const Rows r{x_.data(), h_.data(), q_.data(), k_.data(), v_.data(), att_.data(), gate_.data(), up_.data(), n};
     attention(mtp_layer_, c.n_layers, hd, r, b.positions.data(), slots_.data(), att, pool, false);
+    if (hd.split) dispatch(AllReduceArgs{tp_.get(), h_.data(), n * c.dim});  // sum the heads' shares
     dispatch(AddArgs{x_.data(), h_.data(), n * c.dim, x_.data()});
     float* out = ffn(mtp_layer_, r);
+    if (ffn_split_) dispatch(AllReduceArgs{tp_.get(), out, n * c.dim});  // sum the ranks' FFN shares
     dispatch(AddArgs{x_.data(), out, n * c.dim, x_.data()});
     if (out_hidden) std::copy_n(x_.data(), n * c.dim, out_hidden);
     resize(rows_, static_cast<int64_t>(b.logit_rows.size()) * c.dim);

@@ -39,7 +39,7 @@ void add_engine_options(CLI::App* app, EngineOptions& o) {
            if (m == "mtp" && o.speculative.num_tokens == 0) o.speculative.num_tokens = 1;
          },
          "where drafts come from: ngram (prompt lookup: an earlier occurrence of the sequence's last n-gram) or mtp "
-         "(the model's own multi-token-prediction layer: DeepSeek-V3, GLM-4.5; on the CPU, one rank)")
+         "(the model's own multi-token-prediction layer: DeepSeek-V3, GLM-4.5; on the CPU)")
       ->check(CLI::IsMember({"ngram", "mtp"}));
   app->add_option("--prompt-lookup-min", o.speculative.ngram_min, "shortest n-gram the draft lookup matches")
       ->check(CLI::Range(1, 64))

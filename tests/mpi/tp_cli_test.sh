@@ -84,6 +84,32 @@ seed=$(grep -o 'seed [0-9]*' "$tmp/spec.err" | head -1 | cut -d' ' -f2)
 [ -n "$seed" ] && [ -n "$spec" ] && \
   [ "$spec" = "$("$bin" generate -m "$model" -p "Once upon a time" -n 64 --temp 0.8 -t 1 -s "$seed" -q)" ]
 check "sampled text with TP=2 and speculative decoding equals one rank from rank 0's seed" $?
+
+# Drafts from the model's own multi-token-prediction layer across ranks (every rank runs the same
+# draft steps): GLM-4.5's shape split by heads (TP) or experts (EP), DeepSeek-V3's by experts;
+# one-sequence generate and the engine each give one rank's plain greedy text.
+glm='{"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "intermediate_size": 96,
+  "num_hidden_layers": 2, "vocab_size": 512, "n_routed_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+  "n_shared_experts": 1, "first_k_dense_replace": 1, "attention_bias": true, "partial_rotary_factor": 0.5,
+  "num_nextn_predict_layers": 1}'
+ds='{"hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 128, "num_hidden_layers": 2, "vocab_size": 512,
+  "n_routed_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 48, "n_shared_experts": 1,
+  "first_k_dense_replace": 1, "q_lora_rank": 32, "kv_lora_rank": 32, "qk_rope_head_dim": 16, "qk_nope_head_dim": 32,
+  "v_head_dim": 32, "num_nextn_predict_layers": 1}'
+"$bin" synth --arch glm4_moe --config "$glm" --out "$tmp/glm_mtp.gguf" 2>/dev/null
+"$bin" synth --arch deepseek_v3 --config "$ds" --out "$tmp/ds_mtp.gguf" 2>/dev/null
+for case in "glm_mtp --tp 2" "glm_mtp --ep 2" "ds_mtp --ep 2"; do
+  read -r name flag size <<<"$case"
+  m=(-m "$tmp/$name.gguf" -t 1 -q --temp 0)
+  plain=$("$bin" generate "${m[@]}" -p "Once upon a time" -n 40 --ignore-eos)
+  drafted=$(run2 2 "$bin" generate "${m[@]}" -p "Once upon a time" -n 40 --ignore-eos "$flag" "$size" --speculative-method mtp \
+    --speculative-tokens 2)
+  [ -n "$plain" ] && [ "$plain" = "$drafted" ]; check "$name: greedy text with $flag $size and MTP drafts equals one rank's plain text" $?
+  plain=$("$bin" generate "${m[@]}" --batch-file "$tmp/batch.jsonl" --kv-cache-memory 64MiB --ignore-eos)
+  drafted=$(run2 2 "$bin" generate "${m[@]}" --batch-file "$tmp/batch.jsonl" --kv-cache-memory 64MiB --ignore-eos "$flag" "$size" \
+    --speculative-method mtp --speculative-tokens 2)
+  [ -n "$plain" ] && [ "$plain" = "$drafted" ]; check "$name: batch file with $flag $size and MTP drafts equals one rank's plain results" $?
+done
 asy=$("$bin" generate -m "$model" --batch-file "$tmp/batch.jsonl" --temp 0 -t 1 -q --kv-cache-memory 64MiB --async-scheduling on)
 [ -n "$one" ] && [ "$one" = "$asy" ]; check "batch file with async scheduling forced on equals step by step" $?
 err=$(run2 2 "$bin" generate -m "$model" --batch-file "$tmp/batch.jsonl" --temp 0 -t 1 -q --kv-cache-memory 64MiB --tp 2 \
