@@ -154,6 +154,31 @@ TEST(DeepseekCheckpoint, Fp8WithoutScalesIsRefused) {
   EXPECT_NE(err.find("blk.1.ffn_up_exps.2.weight' has no weight_scale_inv"), std::string::npos) << err;
 }
 
+// `inspect` says whether the file kept the multi-token-prediction layer it declares (some
+// conversions drop it): a checkpoint with it, and the same config.json over a file without it.
+TEST(DeepseekCheckpoint, InspectSaysWhetherTheMtpLayerIsThere) {
+  nlohmann::json cfg = kV3;
+  cfg["num_nextn_predict_layers"] = 1;
+  const std::string dir = test::temp_dir("ds_inspect_mtp");
+  const std::string with = synth_v3(dir + "/with", DType::F32, cfg);
+  int rc = 0;
+  std::string out = test::run_command(test::fastpath_bin() + " inspect -m " + with + " 2>&1", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("mtp:          1 multi-token-prediction layer(s) after the " + std::to_string(kV3["num_hidden_layers"].get<int>()) +
+                     "; the first drafts with --speculative-method mtp"),
+            std::string::npos)
+      << out;
+  const std::string without = synth_v3(dir + "/without", DType::F32);
+  test::write_file(without + "/config.json", nlohmann::json::parse(test::read_file(with + "/config.json")).dump());
+  out = test::run_command(test::fastpath_bin() + " inspect -m " + without + " 2>&1", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("declared, but blk."), std::string::npos) << out;
+  EXPECT_NE(out.find("are not in the file: no MTP drafts"), std::string::npos) << out;
+  out = test::run_command(test::fastpath_bin() + " generate -m " + without + " --tokenizer x -n 2 --speculative-method mtp 2>&1", &rc);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("the conversion dropped them"), std::string::npos) << out;
+}
+
 TEST(DeepseekCheckpoint, InspectPrintsLatentKvBytesPerToken) {
   // DeepSeek-V3's attention shape (kv_lora 512, rope 64, nope 128, v 128), narrowed elsewhere.
   nlohmann::json cfg = kV3;

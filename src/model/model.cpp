@@ -344,6 +344,10 @@ void Model::enable_mtp() {
   const ModelConfig& c = config();
   FP_CHECK(c.mtp_layers > 0, file_->path, ": --speculative-method mtp needs the model's multi-token-prediction layer, ",
            "and this file declares none (num_nextn_predict_layers = 0)");
+  const std::string first = "blk." + std::to_string(c.n_layers) + ".";
+  FP_CHECK(file_->find(first + "nextn.eh_proj.weight") && file_->find(first + "attn_norm.weight"), file_->path,
+           ": --speculative-method mtp: the file declares ", c.mtp_layers, " multi-token-prediction layer(s) but holds no ",
+           first, "nextn.eh_proj / ", first, "attn_norm (the conversion dropped them)");
   FP_CHECK(device() == Device::CPU, file_->path, ": --speculative-method mtp runs on the CPU for now (not --device ",
            device_name(device()), ")");
   FP_CHECK(parallel().cp <= 1 && parallel().dp <= 1, file_->path, ": --speculative-method mtp runs on one rank or split by ",

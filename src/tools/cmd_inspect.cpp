@@ -69,6 +69,15 @@ void add_inspect(CLI::App& app) {
     KvLayout half = kv;
     half.dtype = DType::F16;
     out << "); " << half.bytes_per_token() << " in f16/bf16 (--kv-cache-dtype)\n";
+    // Whether the file kept its multi-token-prediction layer (some conversions and quants drop it).
+    if (c.mtp_layers > 0) {
+      const std::string p = "blk." + std::to_string(c.n_layers) + ".";
+      const bool has = mf->find(p + "nextn.eh_proj.weight") && mf->find(p + "attn_norm.weight");
+      out << "mtp:          " << c.mtp_layers << " multi-token-prediction layer(s) after the " << c.n_layers << "; "
+          << (has ? "the first drafts with --speculative-method mtp" : "declared, but " + p + "nextn.eh_proj / " + p +
+                                                                             "attn_norm are not in the file: no MTP drafts")
+          << "\n";
+    }
   });
 }
 
