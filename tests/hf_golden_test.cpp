@@ -19,6 +19,29 @@ namespace {
 
 const std::string kGolden = std::string(FASTPATH_SOURCE_DIR_FOR_TESTS) + "/tests/golden/";
 
+// A case's model (hf_cases.json), written to `out`: a safetensors directory, or GGUF for *.gguf.
+std::string write_case(const nlohmann::json& c, const std::string& out) {
+  SynthOptions o;
+  o.arch = c["arch"];
+  o.config = c["config"];
+  o.seed = c["seed"].get<uint64_t>();
+  o.out = out;
+  synth_model(o);
+  return out;
+}
+
+double max_abs(const std::vector<float>& v) {
+  double mx = 0;
+  for (float x : v) mx = std::max(mx, static_cast<double>(std::fabs(x)));
+  return mx;
+}
+
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double err = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) err = std::max(err, static_cast<double>(std::fabs(a[i] - b[i])));
+  return err;
+}
+
 
 TEST(HfGolden, LlamaQwen2Qwen3MatchTransformers) {
   std::ifstream in(kGolden + "hf_cases.json");
@@ -30,19 +53,11 @@ TEST(HfGolden, LlamaQwen2Qwen3MatchTransformers) {
     std::string name = c["name"];
     auto ref = test::read_f32_file(kGolden + name + ".logits.f32");
     ASSERT_EQ(ref.size(), ids.size() * 512) << name;
-    double mx = 0;
-    for (float r : ref) mx = std::max(mx, static_cast<double>(std::fabs(r)));
+    const double mx = max_abs(ref);
     for (const std::string& ext : {std::string("_hf"), std::string(".gguf")}) {
-      SynthOptions o;
-      o.arch = c["arch"];
-      o.config = c["config"];
-      o.seed = c["seed"].get<uint64_t>();
-      o.out = dir + "/" + name + ext;
-      synth_model(o);
-      auto got = test::all_position_logits(o.out, ids);
+      auto got = test::all_position_logits(write_case(c, dir + "/" + name + ext), ids);
       ASSERT_EQ(got.size(), ref.size());
-      double err = 0;
-      for (size_t i = 0; i < ref.size(); ++i) err = std::max(err, static_cast<double>(std::fabs(got[i] - ref[i])));
+      const double err = max_abs_diff(got, ref);
       EXPECT_LT(err / mx, 1e-4) << name << ext << ": max |ours - transformers| = " << err << " (max |logit| " << mx << ")";
     }
   }
@@ -64,19 +79,12 @@ TEST(HfGolden, MultiTokenPredictionLayerMatchesReference) {
     std::string name = c["name"];
     auto ref = test::read_f32_file(kGolden + name + ".mtp_logits.f32");
     ASSERT_EQ(ref.size(), static_cast<size_t>((T - 1) * 512)) << name;
-    double mx = 0;
-    for (float r : ref) mx = std::max(mx, static_cast<double>(std::fabs(r)));
+    const double mx = max_abs(ref);
     for (const std::string& ext : {std::string("_hf"), std::string(".gguf")}) {
-      SynthOptions o;
-      o.arch = c["arch"];
-      o.config = c["config"];
-      o.seed = c["seed"].get<uint64_t>();
-      o.out = dir + "/" + name + ext;
-      synth_model(o);
       LoadOptions lo;
       lo.prefault = false;
       lo.mtp = true;
-      auto m = load_model(o.out, lo);
+      auto m = load_model(write_case(c, dir + "/" + name + ext), lo);
       ASSERT_TRUE(m->has_mtp());
       const int64_t V = m->config().n_vocab, d = m->config().dim;
       auto cache = m->new_cache(T);
@@ -90,8 +98,7 @@ TEST(HfGolden, MultiTokenPredictionLayerMatchesReference) {
       b.add_sequence(ids.data() + 1, T - 1, 0, cache->pages.data(), static_cast<int64_t>(cache->pages.size()), true, true);
       std::vector<float> got(static_cast<size_t>((T - 1) * V)), out_hidden(static_cast<size_t>((T - 1) * d));
       m->mtp_forward(b, *cache->pool, hidden.data(), got.data(), out_hidden.data());
-      double err = 0;
-      for (size_t i = 0; i < ref.size(); ++i) err = std::max(err, static_cast<double>(std::fabs(got[i] - ref[i])));
+      const double err = max_abs_diff(got, ref);
       EXPECT_LT(err / mx, 1e-4) << name << ext << ": max |ours - reference| = " << err << " (max |logit| " << mx << ")";
       ++checked;
     }

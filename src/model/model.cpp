@@ -357,6 +357,12 @@ void Model::enable_mtp() {
   mtp_ = true;
 }
 
+int64_t Model::begin_mtp(const ForwardBatch& b, const KvPool& pool) const {
+  FP_CHECK(mtp_, file_->path, ": ", config().arch, " was loaded without its multi-token-prediction layer (LoadOptions::mtp)");
+  check_batch(b, pool);
+  return b.n_tokens();
+}
+
 void Model::keep_final_hidden(const float* x, int64_t n, const float* norm) {
   if (!mtp_ || n <= 0) return;
   const ModelConfig& c = config();

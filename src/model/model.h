@@ -151,6 +151,9 @@ class Model {
   // With the draft layer loaded: checks where it can run (the CPU; not context parallel or with
   // data-parallel attention) and sets has_mtp().
   void enable_mtp();
+  // An architecture's mtp_forward starts here: fails without the draft layer, checks the batch
+  // against the pool, returns its token count.
+  int64_t begin_mtp(const ForwardBatch& batch, const KvPool& pool) const;
   // With the draft layer loaded, keeps the rows x [n, dim] normalised by `norm` as final_hidden().
   void keep_final_hidden(const float* x, int64_t n, const float* norm);
   bool mtp_ = false;

@@ -14,7 +14,6 @@ void MtpHead::load(ModelFile& mf, int64_t layer, const Tensor* embed, const Tens
                    Communicator* comm, WeightRepacker& rp, std::deque<Tensor>& shards) {
   const ModelConfig& c = mf.config;
   dim_ = c.dim;
-  vocab_ = c.n_vocab;
   eps_ = c.rms_eps;
   const std::string p = "blk." + std::to_string(layer) + ".nextn.";
   FP_CHECK(mf.find(p + "eh_proj.weight"), mf.path, ": no tensor '", p, "eh_proj.weight': the file has no multi-token-prediction ",

@@ -32,7 +32,7 @@ class MtpHead {
   void logits(float* out, int64_t rows, float* logits);
 
  private:
-  int64_t dim_ = 0, vocab_ = 0;
+  int64_t dim_ = 0;
   float eps_ = 1e-6f;
   const Tensor* embed_ = nullptr;
   const Tensor* eh_proj_ = nullptr;  // [dim, 2 * dim]

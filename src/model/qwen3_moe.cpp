@@ -165,9 +165,7 @@ class Qwen3MoeModel : public Model {
 
   void mtp_forward(const ForwardBatch& b, KvPool& pool, const float* hidden, float* logits, float* out_hidden) override {
     const ModelConfig& c = config();
-    if (!mtp_) return Model::mtp_forward(b, pool, hidden, logits, out_hidden);
-    check_batch(b, pool);
-    const int64_t n = b.n_tokens();
+    const int64_t n = begin_mtp(b, pool);
     if (n <= 0) return;
     const Heads hd = heads(false, pool);
     resize_buffers(n, n, hd);
