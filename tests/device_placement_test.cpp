@@ -299,8 +299,8 @@ TEST(DevicePlacement, AsyncSchedulingOnADeferredStreamGivesTheCpuTokens) {
   // Sampled rows (drawn on the device) and a row with a penalty (its logits to the host: those
   // steps wait for the one before).
   EXPECT_EQ(serve_prompts(*gpu, 32, true, true), want_mixed);
-  EXPECT_GT(Ledger::global().engine_steps()["after the step before: a row is sampled on the host (penalties or log-probabilities)"] +
-                Ledger::global().engine_steps()["now: a row is sampled on the host (penalties or log-probabilities)"],
+  EXPECT_GT(Ledger::global().engine_steps()["after the step before: a row is sampled on the host (penalties, log-probabilities or a grammar)"] +
+                Ledger::global().engine_steps()["now: a row is sampled on the host (penalties, log-probabilities or a grammar)"],
             0u);
 }
 

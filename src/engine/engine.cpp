@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "kernels/ledger.h"
+#include "engine/token_constraint.h"
 #include "tokenizer/tokenizer.h"
 
 namespace fp {
@@ -157,6 +158,7 @@ int64_t Engine::add_request(const Request& req) {
   s->tokens = req.prompt;
   s->n_prompt = static_cast<int64_t>(req.prompt.size());
   s->sampler = std::make_unique<Sampler>(req.sampling);
+  if (req.constraint) s->grammar = req.constraint->start();
   s->arrival = s->id;
   s->t_arrival = now_seconds();
   Sequence* raw = s.get();
@@ -264,7 +266,7 @@ void Engine::build_batch(const std::vector<ScheduledSeq>& sched) {
     // A draft's rows too, each under the sampler's next draw (those of rows after a refusal are
     // taken back once judged, Sampler::rewind).
     RowSampling row;
-    row.here = sampler.penalties_off() && x.seq->req.logprobs < 0;
+    row.here = samples_anywhere(*x.seq);
     if (row.here && x.seq->n_draft > 0) sampler.mark();
     for (int64_t r = 0; r < rows_of(x); ++r) {
       if (row.here) row.settings = sampler.next_row();
@@ -275,7 +277,7 @@ void Engine::build_batch(const std::vector<ScheduledSeq>& sched) {
 
 bool Engine::launchable(const std::vector<ScheduledSeq>& sched) const {
   for (const ScheduledSeq& x : sched)
-    if (x.samples && !(x.seq->sampler->penalties_off() && x.seq->req.logprobs < 0)) return false;
+    if (x.samples && !samples_anywhere(*x.seq)) return false;
   return true;
 }
 
@@ -289,13 +291,19 @@ void Engine::take_token(Sequence& s, int32_t id, int64_t token_at, const float* 
   }
   s.t_last_token = t;
   const auto& stop_ids = s.req.stop_token_ids;
-  if ((s.req.stop_at_eog && tok && tok->is_eog(id)) || std::find(stop_ids.begin(), stop_ids.end(), id) != stop_ids.end()) {
+  const bool eog = tok && tok->is_eog(id);
+  // A constrained text ends at the end-of-generation token even under ignore_eos (the grammar
+  // allows it only where the text is complete).
+  if ((eog && (s.req.stop_at_eog || s.req.constraint)) || std::find(stop_ids.begin(), stop_ids.end(), id) != stop_ids.end()) {
     if (token_at >= 0) s.tokens.resize(static_cast<size_t>(token_at));  // its placeholder, and any after it
     finish(s, "stop", out);
     return;
   }
   if (token_at >= 0) s.tokens[static_cast<size_t>(token_at)] = id;
   else s.tokens.push_back(id);
+  if (s.req.constraint)
+    FP_CHECK(s.req.constraint->accept(s.grammar, id), "request ", s.id, ": sampled token ", id,
+             " is outside its ", s.req.constraint->what(), " grammar");
   const int64_t len = token_at >= 0 ? token_at + 1 : static_cast<int64_t>(s.tokens.size());
   ++stats_.generated_tokens;
   out.push_back({s.id, id, false, "", 0.0f, {}});
@@ -317,6 +325,7 @@ void Engine::take_token(Sequence& s, int32_t id, int64_t token_at, const float* 
       o.top_logprobs.push_back({idx[static_cast<size_t>(i)], static_cast<float>(raw_[static_cast<size_t>(idx[static_cast<size_t>(i)])] - lse)});
   }
   if (len - s.n_prompt >= s.req.max_new_tokens || len >= cfg_.max_model_len) finish(s, "length", out);
+  else if (s.req.constraint && s.req.constraint->only_end(s.grammar)) finish(s, "stop", out);  // the text is complete
 }
 
 void Engine::run_now(const std::vector<ScheduledSeq>& sched, std::vector<StepOutput>& out) {
@@ -377,8 +386,16 @@ void Engine::run_now(const std::vector<ScheduledSeq>& sched, std::vector<StepOut
       if (s.state != SeqState::Finished) take_token(s, v.next, -1, lg + v.accepted * V, out);
       continue;
     }
-    const int32_t id = row_sampling_[row - 1].here ? sampled_ids_[row - 1]
-                                                   : s.sampler->sample(lg, V, s.tokens, static_cast<size_t>(s.n_prompt));
+    int32_t id = -1;
+    if (row_sampling_[row - 1].here) {
+      id = sampled_ids_[row - 1];
+    } else if (s.req.constraint) {  // the refused tokens masked in a copy (log-probabilities come from the model's row)
+      masked_.assign(lg, lg + V);
+      s.req.constraint->mask_logits(s.grammar, masked_.data(), V);
+      id = s.sampler->sample(masked_.data(), V, s.tokens, static_cast<size_t>(s.n_prompt));
+    } else {
+      id = s.sampler->sample(lg, V, s.tokens, static_cast<size_t>(s.n_prompt));
+    }
     take_token(s, id, -1, lg, out);
   }
   if (mtp_) run_mtp(done, rows_at);
@@ -448,6 +465,7 @@ void Engine::add_drafts() {
     if (budget <= 0) break;
     const int64_t n = static_cast<int64_t>(s->tokens.size());
     if (s->n_draft != 0 || n - s->n_computed != 1 || s->n_generated() < 1) continue;  // not decoding
+    if (s->req.constraint) continue;  // drafts are not judged against a grammar (yet)
     const int64_t room =
         std::min<int64_t>({s->draft_length > 0 ? s->draft_length : c.num_tokens, budget,
                            s->req.max_new_tokens - s->n_generated() - 1, cfg_.max_model_len - n - 1});
@@ -560,7 +578,7 @@ std::vector<StepOutput> Engine::step() {
       if (sched.empty()) return out;
       if (!launchable(sched)) {
         ++stats_.steps_waited;
-        Ledger::global().note_engine_step("now: a row is sampled on the host (penalties or log-probabilities)");
+        Ledger::global().note_engine_step("now: a row is sampled on the host (penalties, log-probabilities or a grammar)");
         run_now(sched, out);
         stats_.preemptions = scheduler_->stats().preemptions;
         return out;
@@ -583,7 +601,7 @@ std::vector<StepOutput> Engine::step() {
       next.erase(std::remove_if(next.begin(), next.end(), [](const ScheduledSeq& x) { return x.seq->state != SeqState::Running; }),
                  next.end());
       ++stats_.steps_waited;
-      Ledger::global().note_engine_step("after the step before: a row is sampled on the host (penalties or log-probabilities)");
+      Ledger::global().note_engine_step("after the step before: a row is sampled on the host (penalties, log-probabilities or a grammar)");
       if (!next.empty()) run_now(next, out);
     }
   } catch (...) {

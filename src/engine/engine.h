@@ -142,6 +142,10 @@ class Engine {
   void build_batch(const std::vector<ScheduledSeq>& sched);
   // Every sampling row of sched can be sampled where the logits are (no host postprocessing).
   bool launchable(const std::vector<ScheduledSeq>& sched) const;
+  // A row the model may sample where its logits are: no penalties, no log-probabilities, no grammar.
+  static bool samples_anywhere(const Sequence& s) {
+    return s.sampler->penalties_off() && s.req.logprobs < 0 && !s.req.constraint;
+  }
   void run_now(const std::vector<ScheduledSeq>& sched, std::vector<StepOutput>& out);
   void launch(const std::vector<ScheduledSeq>& sched);
   void finish_oldest(std::vector<StepOutput>& out);
@@ -171,7 +175,7 @@ class Engine {
   std::map<int64_t, std::unique_ptr<Sequence>> seqs_;
   int64_t next_id_ = 0;
   ForwardBatch batch_;
-  std::vector<float> logits_, raw_;
+  std::vector<float> logits_, raw_, masked_;
   std::vector<RowSampling> row_sampling_;  // per logit row of the step: sampled by the model, or here
   std::vector<int32_t> sampled_ids_;       // the tokens the model sampled (Model::forward_sampled)
   bool async_ = false;

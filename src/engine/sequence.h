@@ -7,9 +7,12 @@
 #include <vector>
 
 #include "cache/block_manager.h"
+#include "engine/grammar.h"
 #include "engine/sampler.h"
 
 namespace fp {
+
+class TokenConstraint;
 
 struct Request {
   std::vector<int32_t> prompt;  // token ids, at least one
@@ -20,6 +23,9 @@ struct Request {
   // output), whether or not stop_at_eog is set (vLLM's stop_token_ids).
   std::vector<int32_t> stop_token_ids;
   int32_t logprobs = -1;  // -1: none; else the sampled token's log-probability and this many top alternatives
+  // Constrained decoding (response_format, grammar): only tokens that keep the text inside this
+  // grammar are sampled (engine/token_constraint.h); shared by the choices of one call.
+  std::shared_ptr<TokenConstraint> constraint;
 };
 
 enum class SeqState { Waiting, Running, Finished };
@@ -34,6 +40,7 @@ struct Sequence {
   int32_t draft_length = 0;     // how many tokens the next draft may have (0: the configured number)
   std::vector<int32_t> mtp_draft;  // --speculative-method mtp: the draft layer's guess of what follows
   int64_t mtp_draft_at = -1;       // ... made when `tokens` held this many
+  GrammarState grammar;            // with req.constraint: where the generated text stands in its grammar
   int64_t n_generated() const { return static_cast<int64_t>(tokens.size()) - n_prompt; }
   BlockTable table;
   SeqState state = SeqState::Waiting;

@@ -221,6 +221,11 @@ struct HttpServer::Impl {
       reject(res, *err);
       return;
     }
+    if (wants_constraint(body))  // read again with its keys in order: a schema's properties keep theirs
+      if (auto err = parse_constraint(nlohmann::ordered_json::parse(hreq.body), tok, call->req.base)) {
+        reject(res, *err);
+        return;
+      }
     if (!call->req.model.empty() && call->req.model != cfg.served_model_name) {
       reject(res, ApiError{404, "The model `" + call->req.model + "` does not exist (this server serves `" + cfg.served_model_name + "`)",
                            "NotFoundError", "model"});

@@ -5,6 +5,8 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "engine/json_schema.h"
+#include "engine/token_constraint.h"
 
 namespace fp {
 
@@ -274,6 +276,69 @@ nlohmann::json chat_logprob_entry(const Tokenizer& tok, int32_t token, float lp,
     alts.push_back({{"token", at}, {"logprob", l}, {"bytes", ab}});
   }
   return {{"token", text}, {"logprob", lp}, {"bytes", bytes}, {"top_logprobs", alts}};
+}
+
+}  // namespace fp
+
+namespace fp {
+
+namespace {
+const char* const kConstraintFields[] = {"response_format", "grammar", "json_schema", "guided_json"};
+}
+
+bool wants_constraint(const nlohmann::json& b) {
+  if (!b.is_object()) return false;
+  for (const char* k : kConstraintFields)
+    if (b.contains(k) && !b[k].is_null()) return true;
+  return false;
+}
+
+std::optional<ApiError> parse_constraint(const nlohmann::ordered_json& b, const Tokenizer& tok, Request& out) {
+  using ojson = nlohmann::ordered_json;
+  std::string given;
+  for (const char* k : kConstraintFields)
+    if (b.contains(k) && !b[k].is_null()) {
+      if (!given.empty()) return bad(k, "'" + given + "' and '" + k + "' both constrain the output; give one of them");
+      given = k;
+    }
+  if (given.empty()) return std::nullopt;
+  std::string gbnf, what, param = given;
+  try {
+    const ojson& v = b[given];
+    if (given == "response_format") {
+      if (!v.is_object() || !v.contains("type") || !v["type"].is_string())
+        return bad(param, "'response_format' must be an object with a string 'type' (text, json_object or json_schema)");
+      const std::string type = v["type"].get<std::string>();
+      if (type == "text") return std::nullopt;
+      if (type == "json_object") {
+        gbnf = json_object_gbnf();
+        what = "json_object";
+      } else if (type == "json_schema") {
+        param = "response_format.json_schema";
+        if (!v.contains("json_schema") || !v["json_schema"].is_object())
+          return bad(param, "'response_format' of type json_schema needs 'json_schema': {\"name\": ..., \"schema\": {...}}");
+        const ojson& js = v["json_schema"];
+        param = "response_format.json_schema.schema";
+        if (!js.contains("schema")) return bad(param, "'response_format.json_schema' needs a 'schema'");
+        gbnf = json_schema_to_gbnf(js["schema"]);
+        what = "json_schema";
+      } else {
+        return bad("response_format.type", "'response_format.type' must be text, json_object or json_schema, got '" + type + "'");
+      }
+    } else if (given == "grammar") {
+      if (!v.is_string()) return bad(param, "'grammar' must be a string of GBNF rules with a 'root' rule");
+      gbnf = v.get<std::string>();
+      what = "grammar";
+    } else {  // json_schema (llama.cpp) or guided_json (vLLM): the schema itself, or its text
+      ojson schema = v.is_string() ? ojson::parse(v.get<std::string>()) : v;
+      gbnf = json_schema_to_gbnf(schema);
+      what = "json_schema";
+    }
+    out.constraint = std::make_shared<TokenConstraint>(Grammar::parse(gbnf), tok, what);
+  } catch (const std::exception& e) {
+    return bad(param, std::string("'") + param + "' cannot be used: " + e.what());
+  }
+  return std::nullopt;
 }
 
 }  // namespace fp

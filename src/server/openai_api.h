@@ -48,6 +48,14 @@ struct ApiLimits {
 std::optional<ApiError> parse_request(const nlohmann::json& body, bool chat, const Tokenizer& tok, const ChatTemplate* tmpl,
                                       const ApiLimits& limits, ApiRequest& out);
 
+// Constrained decoding: response_format ({"type": "text" | "json_object" | "json_schema"}),
+// llama.cpp's `grammar` (GBNF) and `json_schema`, vLLM's `guided_json` (at most one of them).
+// Sets out.constraint; the body is read with its keys in order (a schema's properties are written
+// in the order given). A schema or grammar that cannot be compiled is a 400 naming the field.
+std::optional<ApiError> parse_constraint(const nlohmann::ordered_json& body, const Tokenizer& tok, Request& out);
+// Whether a body asks for constrained decoding (so that parse_constraint has work to do).
+bool wants_constraint(const nlohmann::json& body);
+
 // One choice's text as it streams: StreamDecoder primed with the prompt, plus stop strings.
 // Text that could still be the start of a stop string is held back until it cannot be.
 class ChoiceText {

@@ -11,6 +11,7 @@
 #include "formats/gguf.h"
 #include "tokenizer/models.h"
 #include "tokenizer/unicode.h"
+#include "tokenizer/vocab_trie.h"
 
 namespace fp {
 
@@ -127,6 +128,11 @@ std::string Tokenizer::token_to_bytes(int32_t id, bool render_special) const {
     case TokenType::Unused: return std::string();
     default: return piece_bytes(id);
   }
+}
+
+const VocabTrie& Tokenizer::vocab_trie() const {
+  std::call_once(trie_once_, [this] { trie_ = std::make_shared<const VocabTrie>(*this); });
+  return *trie_;
 }
 
 std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool render_special) const {

@@ -6,12 +6,15 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
 
 namespace fp {
+
+class VocabTrie;
 
 class GgufFile;
 
@@ -79,6 +82,8 @@ class Tokenizer {
   TokenType token_type(int32_t id) const;
   // True when decoding drops the space the SPM encoder put before the text.
   bool strips_leading_space() const { return spec_.model == "llama" && spec_.add_space_prefix; }
+  // The vocabulary as a byte trie (constrained decoding), built on first use; thread-safe.
+  const VocabTrie& vocab_trie() const;
 
  protected:
   explicit Tokenizer(TokenizerSpec spec);
@@ -106,6 +111,8 @@ class Tokenizer {
   };
   std::vector<Added> added_;                 // sorted longest first
   std::vector<std::vector<uint32_t>> added_by_byte_;  // first byte -> indices into added_
+  mutable std::once_flag trie_once_;
+  mutable std::shared_ptr<const VocabTrie> trie_;
 };
 
 // Streams decoded text token by token, holding back bytes of an incomplete UTF-8

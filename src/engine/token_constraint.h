@@ -1,0 +1,64 @@
+// engine/token_constraint.h — constrained decoding: which tokens may come next so that the text
+// stays inside a grammar (engine/grammar.h; a JSON schema compiled by engine/json_schema.h, any
+// JSON object, or GBNF given directly). Refused tokens' logits become -inf before sampling, so
+// greedy and sampled decoding alike only write text the grammar accepts, and the
+// end-of-generation token is allowed only where the text is complete.
+//
+// The allowed set for a grammar state is found by walking the vocabulary's byte trie
+// (tokenizer/vocab_trie.h) with the state, pruning a branch at the first byte the grammar refuses;
+// tokens that end inside a UTF-8 character are judged by the characters they can still become.
+// Sets are cached by state: JSON revisits few states (inside a string every character leaves the
+// same state), so after the first visit a step's mask is a lookup.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/grammar.h"
+
+namespace fp {
+
+class Tokenizer;
+class VocabTrie;
+
+class TokenConstraint {
+ public:
+  // `what` says where the grammar came from ("json_schema", "json_object", "grammar") for messages.
+  TokenConstraint(std::shared_ptr<const Grammar> grammar, const Tokenizer& tok, std::string what);
+
+  const Grammar& grammar() const { return *grammar_; }
+  const std::string& what() const { return what_; }
+  GrammarState start() const { return grammar_start(*grammar_); }
+
+  // Bit i (word i / 64) set when token i may come next in state `s`. Where nothing at all may
+  // (the grammar wants a character no token spells), the end-of-generation tokens are allowed so
+  // that the generation ends instead of going astray.
+  const std::vector<uint64_t>& allowed(const GrammarState& s);
+  // Sets the logits of refused tokens to -inf (ids at or beyond the tokenizer's vocabulary too).
+  void mask_logits(const GrammarState& s, float* logits, int64_t n_vocab);
+  // Advances `s` over a token's bytes; false when the grammar refuses them.
+  bool accept(GrammarState& s, int32_t token) const;
+  // The text is complete and no token can extend it: only ending is left.
+  bool only_end(const GrammarState& s);
+  bool is_end(int32_t token) const;
+
+  size_t cache_size() const { return cache_.size(); }
+  int64_t walks() const { return walks_; }  // masks computed (cache misses)
+
+ private:
+  void walk(uint32_t node, const GrammarState& s, size_t depth, std::vector<uint64_t>& bits);
+
+  std::shared_ptr<const Grammar> grammar_;
+  const Tokenizer& tok_;
+  const VocabTrie& trie_;
+  std::string what_;
+  std::vector<int32_t> end_ids_;  // end-of-generation tokens
+  int32_t n_vocab_ = 0;
+  std::vector<GrammarState> scratch_;  // one state per trie depth
+  std::unordered_map<std::string, std::vector<uint64_t>> cache_;
+  int64_t walks_ = 0;
+};
+
+}  // namespace fp
