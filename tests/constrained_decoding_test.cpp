@@ -8,6 +8,7 @@
 
 #include <random>
 #include <set>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -473,6 +474,54 @@ TEST(Engine, ConstrainedRequestsWriteValidJsonBesideUnchangedOthers) {
       break;  // the first token only
     }
   EXPECT_GT(refused_alternatives, 0);
+}
+
+}  // namespace
+}  // namespace fp
+
+namespace fp {
+namespace {
+
+// `generate --json-schema` / `--json` / `--grammar-file`, alone and with --batch-file; refusals.
+TEST(GenerateCli, ConstrainedOutputAndRefusals) {
+  FP_REQUIRE_FILE(test::stories_path());
+  const std::string dir = test::temp_dir("constrained_cli");
+  test::write_file(dir + "/schema.json", kFiniteSchema);
+  test::write_file(dir + "/yn.gbnf", "# yes or no\nroot ::= \"yes\" | \"no\"\n");
+  const std::string base = test::fastpath_bin() + " generate -q -m " + test::stories_path() + " -n 200 ";
+  int rc = -1;
+  std::string out = test::run_command(base + "--temp 0 -p 'Lily' --json-schema " + dir + "/schema.json", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  ASSERT_FALSE(out.empty());
+  out.pop_back();  // the newline after the text
+  expect_finite_schema_instance(out);
+  out = test::run_command(base + "--temp 0 -p 'Is it?' --grammar-file " + dir + "/yn.gbnf", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_TRUE(out == "yes\n" || out == "no\n") << out;
+  // A batch: every line under the schema, sampled.
+  test::write_file(dir + "/batch.jsonl", "{\"prompt\": \"Once\", \"temperature\": 1.0, \"seed\": 1}\n{\"prompt\": \"Tom\", \"temperature\": 1.0, \"seed\": 2}\n");
+  out = test::run_command(base + "--batch-file " + dir + "/batch.jsonl --json-schema '" + std::string(kFiniteSchema) + "'", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  std::istringstream lines(out);
+  int n = 0;
+  for (std::string line; std::getline(lines, line); ++n) {
+    const json r = json::parse(line);
+    EXPECT_EQ(r["finish_reason"], "stop") << line;
+    expect_finite_schema_instance(r["text"].get<std::string>());
+  }
+  EXPECT_EQ(n, 2);
+  struct Bad {
+    std::string args, needle;
+  };
+  for (const Bad& b : std::vector<Bad>{{"--json-schema '{\"type\": \"string\", \"format\": \"date\"}'", "'format'"},
+                                       {"--json-schema " + dir + "/none.json", "cannot open"},
+                                       {"--json --grammar-file " + dir + "/yn.gbnf", "give one"},
+                                       {"--json --speculative-tokens 2", "speculative"},
+                                       {"--grammar-file " + dir + "/schema.json", "schema.json: grammar line 1"}}) {
+    out = test::run_command(base + "-p x " + b.args + " 2>&1", &rc);
+    EXPECT_NE(rc, 0) << b.args;
+    EXPECT_NE(out.find(b.needle), std::string::npos) << b.args << ": " << out;
+  }
 }
 
 }  // namespace

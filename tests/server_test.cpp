@@ -262,6 +262,75 @@ TEST(Server, SpeculativeDecodingServesThePlainGreedyText) {
   EXPECT_EQ(srv.terminate(), 0);
 }
 
+// Constrained decoding over HTTP: response_format json_schema (plain and streamed, n = 2),
+// json_object, llama.cpp's grammar; a schema or grammar that cannot be used is a 400 naming it.
+TEST(Server, ResponseFormatAndGrammarConstrainTheOutput) {
+  FP_REQUIRE_FILE(test::stories_path());
+  ServerProcess srv({});
+  auto c = srv.client();
+  const json schema = json::parse(R"({"type": "object", "properties": {"mood": {"enum": ["happy", "sad"]}, "age": {"type": "integer"},
+                                      "names": {"type": "array", "items": {"enum": ["Lily", "Tom"]}, "maxItems": 2}},
+                                      "required": ["mood", "age", "names"]})");
+  auto check = [](const std::string& text) {
+    ASSERT_TRUE(json::accept(text)) << text;
+    const json j = json::parse(text);
+    EXPECT_TRUE(j["mood"] == "happy" || j["mood"] == "sad") << text;
+    EXPECT_TRUE(j["age"].is_number_integer()) << text;
+    EXPECT_TRUE(j["names"].is_array() && j["names"].size() <= 2) << text;
+    EXPECT_EQ(j.size(), 3u) << text;
+  };
+  const json rf = {{"type", "json_schema"}, {"json_schema", {{"name", "person"}, {"schema", schema}, {"strict", true}}}};
+  int st = 0;
+  json r = post(c, "/v1/chat/completions",
+                json({{"messages", {{{"role", "user"}, {"content", "Tell me about Lily."}}}}, {"response_format", rf}, {"temperature", 0},
+                      {"max_tokens", 200}})
+                    .dump(),
+                &st);
+  ASSERT_EQ(st, 200) << r.dump();
+  check(r["choices"][0]["message"]["content"].get<std::string>());
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "stop");
+  Streamed sr = stream(c, "/v1/chat/completions",
+                       {{"messages", {{{"role", "user"}, {"content", "Once upon a time"}}}}, {"response_format", rf}, {"n", 2},
+                        {"temperature", 1.0}, {"seed", 3}, {"max_tokens", 200}, {"stream", true}});
+  EXPECT_TRUE(sr.error.empty()) << sr.error;
+  for (int i = 0; i < 2; ++i) {
+    check(sr.text[i]);
+    EXPECT_EQ(sr.finish[i], "stop");
+  }
+  // Any object: it parses when it ended, and its log-probabilities are still the model's.
+  r = post(c, "/v1/completions",
+           json({{"prompt", "The cat"}, {"response_format", {{"type", "json_object"}}}, {"max_tokens", 60}, {"temperature", 0.7}, {"seed", 1}})
+               .dump(),
+           &st);
+  ASSERT_EQ(st, 200) << r.dump();
+  if (r["choices"][0]["finish_reason"] == "stop") {
+    EXPECT_TRUE(json::parse(r["choices"][0]["text"].get<std::string>()).is_object()) << r.dump();
+  }
+  r = post(c, "/v1/completions", json({{"prompt", "Is the sky blue?"}, {"grammar", "root ::= \"yes\" | \"no\""}, {"temperature", 0}}).dump(), &st);
+  ASSERT_EQ(st, 200) << r.dump();
+  EXPECT_TRUE(r["choices"][0]["text"] == "yes" || r["choices"][0]["text"] == "no") << r.dump();
+  // Refusals name the field and the problem.
+  struct Bad {
+    std::string body, param, needle;
+  };
+  const std::vector<Bad> bad = {
+      {R"({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "string", "pattern": "a+"}}}})",
+       "response_format.json_schema.schema", "'pattern'"},
+      {R"({"prompt": "x", "response_format": {"type": "xml"}})", "response_format.type", "xml"},
+      {R"({"prompt": "x", "response_format": {"type": "json_schema"}})", "response_format.json_schema", "needs"},
+      {R"({"prompt": "x", "grammar": "root ::= item"})", "grammar", "'item'"},
+      {R"({"prompt": "x", "grammar": "root ::= \"a\"", "response_format": {"type": "json_object"}})", "grammar", "give one"},
+      {R"({"prompt": "x", "guided_json": "{not json"})", "guided_json", "cannot be used"},
+  };
+  for (const Bad& b : bad) {
+    r = post(c, "/v1/completions", b.body, &st);
+    EXPECT_EQ(st, 400) << b.body;
+    EXPECT_EQ(r["error"]["param"], b.param) << r.dump();
+    EXPECT_NE(r["error"]["message"].get<std::string>().find(b.needle), std::string::npos) << r.dump();
+  }
+  EXPECT_EQ(srv.terminate(), 0);
+}
+
 TEST(Server, BadRequestsGetTheRight4xx) {
   FP_REQUIRE_FILE(test::stories_path());
   ServerProcess srv({});

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "engine/mtp_drafter.h"
+#include "engine/token_constraint.h"
 #include "kernels/registry.h"
 #include "parallel/collectives.h"
 
@@ -50,7 +51,12 @@ GenerateResult generate(Model& model, const GenerateRequest& req, const std::fun
   const SpeculativeConfig& spec = req.speculative;
   spec.check();
   RowSampling row;
-  row.here = sampler.penalties_off() && !spec.enabled();
+  TokenConstraint* grammar = req.constraint.get();
+  FP_CHECK(!grammar || !spec.enabled(), "constrained decoding (a ", grammar ? grammar->what() : "",
+           ") with speculative decoding: drafts are not judged against a grammar; leave speculative decoding off");
+  GrammarState grammar_at = grammar ? grammar->start() : GrammarState{};
+  std::vector<float> masked;
+  row.here = sampler.penalties_off() && !spec.enabled() && !grammar;
   int32_t sampled = -1;
   auto run = [&](const int32_t* toks, const int32_t* at, int64_t n) {
     if (!row.here) return model.forward(toks, at, n, *cache, logits.data(), false);
@@ -73,13 +79,20 @@ GenerateResult generate(Model& model, const GenerateRequest& req, const std::fun
   // Takes a generated token; false when generation ends with it (end of generation, or the
   // token budget spent).
   auto take = [&](int32_t id) {
-    if (req.stop_at_eog && tok && tok->is_eog(id)) {
+    if ((req.stop_at_eog || grammar) && tok && tok->is_eog(id)) {  // a grammar's end even under ignore_eos
       res.finish_reason = "stop";
       return false;
     }
     res.tokens.push_back(id);
     history.push_back(id);
     if (stream) emit(stream->push(id));
+    if (grammar) {
+      FP_CHECK(grammar->accept(grammar_at, id), "sampled token ", id, " is outside the ", grammar->what(), " grammar");
+      if (grammar->only_end(grammar_at)) {  // the text is complete: nothing can follow
+        res.finish_reason = "stop";
+        return false;
+      }
+    }
     return static_cast<int32_t>(res.tokens.size()) < req.max_new_tokens;
   };
   std::vector<int32_t> draft, feed, feed_pos;
@@ -87,7 +100,15 @@ GenerateResult generate(Model& model, const GenerateRequest& req, const std::fun
   std::vector<float> rows;
   int32_t id = -1;
   auto sample_next = [&] {  // the token after the last forward's last position
-    id = row.here ? sampled : sampler.sample(logits.data(), c.n_vocab, history, req.prompt.size());
+    if (row.here) {
+      id = sampled;
+    } else if (grammar) {
+      masked = logits;
+      grammar->mask_logits(grammar_at, masked.data(), c.n_vocab);
+      id = sampler.sample(masked.data(), c.n_vocab, history, req.prompt.size());
+    } else {
+      id = sampler.sample(logits.data(), c.n_vocab, history, req.prompt.size());
+    }
     agree(&id, 1);
   };
   // Drafts from the model's multi-token-prediction layer: after each forward it runs over the

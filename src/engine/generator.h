@@ -2,6 +2,7 @@
 // token, streaming text through a callback. (Batched serving comes with the scheduler.)
 #pragma once
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,8 @@
 
 namespace fp {
 
+class TokenConstraint;
+
 struct GenerateRequest {
   std::vector<int32_t> prompt;  // token ids; must not be empty (BOS at least)
   int32_t max_new_tokens = 128;
@@ -18,6 +21,9 @@ struct GenerateRequest {
   bool stop_at_eog = true;
   DType kv_dtype = DType::F32;  // what the KV cache stores (F32, F16, BF16)
   SpeculativeConfig speculative;  // drafts (prompt lookup, or the model's MTP layer) checked in one forward (off by default)
+  // Constrained decoding (engine/token_constraint.h): only text inside this grammar is written,
+  // and it ends where the grammar's text is complete. Not with speculative decoding.
+  std::shared_ptr<TokenConstraint> constraint;
 };
 
 struct GenerateResult {

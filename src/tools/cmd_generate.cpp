@@ -14,6 +14,8 @@
 #include "engine/engine.h"
 #include "engine/followers.h"
 #include "engine/generator.h"
+#include "engine/json_schema.h"
+#include "engine/token_constraint.h"
 #include "kernels/ledger.h"
 #include "tools/common.h"
 #include "tools/engine_options.h"
@@ -62,11 +64,56 @@ std::vector<nlohmann::json> read_batch_file(const std::string& path) {
   return out;
 }
 
+// --json-schema (a file or the schema itself), --json, --grammar-file: the constraint every
+// request of this run writes under, or none.
+std::shared_ptr<TokenConstraint> make_constraint(const std::string& json_schema, bool json_object, const std::string& grammar_file,
+                                                 const Tokenizer& tok) {
+  FP_CHECK((!json_schema.empty()) + json_object + (!grammar_file.empty()) <= 1,
+           "--json-schema, --json and --grammar-file each constrain the output; give one of them");
+  if (json_object) return std::make_shared<TokenConstraint>(Grammar::parse(json_object_gbnf()), tok, "json_object");
+  if (!grammar_file.empty()) {
+    std::ifstream f(grammar_file);
+    FP_CHECK(f, grammar_file, ": cannot open the grammar file");
+    const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    try {
+      return std::make_shared<TokenConstraint>(Grammar::parse(text), tok, "grammar");
+    } catch (const Error& e) {
+      fail(grammar_file, ": ", e.what());
+    }
+  }
+  if (json_schema.empty()) return nullptr;
+  std::string text = json_schema, where = "--json-schema";
+  const size_t first = json_schema.find_first_not_of(" \t\r\n");
+  if (first == std::string::npos || (json_schema[first] != '{' && json_schema.substr(first) != "true")) {  // a file
+    std::ifstream f(json_schema);
+    FP_CHECK(f, json_schema, ": cannot open the JSON schema file (or pass the schema itself, starting with '{')");
+    text.assign((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    where = json_schema;
+  }
+  nlohmann::ordered_json schema;
+  try {
+    schema = nlohmann::ordered_json::parse(text);
+  } catch (const std::exception& e) {
+    fail(where, ": the schema is not valid JSON (", e.what(), ")");
+  }
+  try {
+    return std::make_shared<TokenConstraint>(Grammar::parse(json_schema_to_gbnf(schema)), tok, "json_schema");
+  } catch (const Error& e) {
+    fail(where, ": ", e.what());
+  }
+}
+
+template <class Opts>
+std::shared_ptr<TokenConstraint> constraint_from(const Opts& o, const Tokenizer& tok) {
+  return make_constraint(o.json_schema, o.json_object, o.grammar_file, tok);
+}
+
 }  // namespace
 
 template <class Opts>
 void run_batch_file(Model& model, const Opts& o) {
   const Tokenizer& tok = *model.tokenizer();
+  const std::shared_ptr<TokenConstraint> constraint = constraint_from(o, tok);
   const std::vector<nlohmann::json> lines = read_batch_file(o.batch_file);
   Engine engine(model, engine_config(o.engine, model));
   log_info(engine.capacity().describe());
@@ -82,6 +129,7 @@ void run_batch_file(Model& model, const Opts& o) {
       r.prompt.push_back(tok.bos_id());
     }
     r.max_new_tokens = j.value("max_tokens", o.n);
+    r.constraint = constraint;
     r.stop_at_eog = !j.value("ignore_eos", o.ignore_eos);
     SamplingParams& s = r.sampling;
     s.temperature = j.value("temperature", o.temp);
@@ -132,6 +180,8 @@ void add_generate(CLI::App& app) {
     int64_t seed = -1;
     bool ignore_eos = false;
     std::string batch_file;
+    std::string json_schema, grammar_file;  // constrained decoding
+    bool json_object = false;
     EngineOptions engine;
   };
   auto o = std::make_shared<Opts>();
@@ -150,6 +200,11 @@ void add_generate(CLI::App& app) {
   cmd->add_option("--batch-file", o->batch_file,
                   "JSON lines, one request each ({\"prompt\": ..., optional max_tokens, temperature, top_p, top_k, min_p, "
                   "seed, ignore_eos}); runs them together and prints one JSON result per line, in order");
+  cmd->add_option("--json-schema", o->json_schema,
+                  "write only JSON this schema accepts: a schema file, or the schema itself ({...}); see docs/design.md for the "
+                  "keywords supported");
+  cmd->add_flag("--json", o->json_object, "write only a JSON object");
+  cmd->add_option("--grammar-file", o->grammar_file, "write only text this GBNF grammar (rule 'root') accepts");
   add_engine_options(cmd, o->engine);
   cmd->callback([o] {
     o->common.mtp = o->engine.speculative.mtp();
@@ -173,6 +228,7 @@ void add_generate(CLI::App& app) {
     req.stop_at_eog = !o->ignore_eos;
     req.kv_dtype = kv_cache_dtype(o->engine.kv_cache_dtype, *model);
     req.speculative = o->engine.speculative;
+    req.constraint = constraint_from(*o, *tok);
     SamplingParams& s = req.sampling;
     s.temperature = o->temp;
     s.top_k = o->top_k;
