@@ -1,6 +1,7 @@
 // engine/token_constraint.cpp — allowed-token masks by trie walk, cached by grammar state.
 #include "engine/token_constraint.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -11,7 +12,9 @@
 namespace fp {
 
 namespace {
-constexpr size_t kMaxCachedStates = 4096;
+// Past this many interned states (a grammar that keeps making new ones: deep nesting) everything
+// is forgotten before the next mask, which is then walked afresh.
+constexpr size_t kMaxStates = 20000;
 inline void set_bit(std::vector<uint64_t>& bits, int32_t i) { bits[static_cast<size_t>(i) >> 6] |= uint64_t{1} << (i & 63); }
 inline bool has_bit(const std::vector<uint64_t>& bits, int64_t i) { return (bits[static_cast<size_t>(i) >> 6] >> (i & 63)) & 1; }
 }  // namespace
@@ -20,43 +23,76 @@ TokenConstraint::TokenConstraint(std::shared_ptr<const Grammar> grammar, const T
     : grammar_(std::move(grammar)), tok_(tok), trie_(tok.vocab_trie()), what_(std::move(what)), n_vocab_(tok.n_vocab()) {
   for (int32_t id = 0; id < n_vocab_; ++id)
     if (tok.is_eog(id)) end_ids_.push_back(id);
-  scratch_.resize(trie_.depth() + 1);
 }
 
 bool TokenConstraint::is_end(int32_t token) const { return tok_.is_eog(token); }
 
-void TokenConstraint::walk(uint32_t node, const GrammarState& s, size_t depth, std::vector<uint64_t>& bits) {
+void TokenConstraint::clear_cache() {
+  states_.clear();
+  ids_.clear();
+  masks_.clear();
+}
+
+int32_t TokenConstraint::intern(GrammarState s) {
+  std::string key = s.key();
+  auto it = ids_.find(key);
+  if (it != ids_.end()) return it->second;
+  const int32_t id = static_cast<int32_t>(states_.size());
+  Interned in;
+  in.state = std::move(s);
+  in.next.fill(kUnknown);
+  states_.push_back(std::move(in));
+  ids_.emplace(std::move(key), id);
+  return id;
+}
+
+int32_t TokenConstraint::step(int32_t id, uint8_t byte) {
+  const int32_t known = states_[static_cast<size_t>(id)].next[byte];
+  if (known != kUnknown) return known;
+  GrammarState t = states_[static_cast<size_t>(id)].state;
+  const int32_t next = grammar_advance(*grammar_, t, byte) ? intern(std::move(t)) : kDead;
+  states_[static_cast<size_t>(id)].next[byte] = next;  // states_ may have grown: index again
+  return next;
+}
+
+void TokenConstraint::walk(uint32_t node, int32_t state, std::vector<uint64_t>& bits) {
   const VocabTrie::Node& n = trie_.node(node);
   for (uint32_t c = n.first_child; c < n.first_child + n.n_children; ++c) {
     const VocabTrie::Node& child = trie_.node(c);
-    GrammarState& next = scratch_[depth];
-    next = s;
-    if (!grammar_advance(*grammar_, next, child.byte)) continue;
+    const int32_t next = step(state, child.byte);
+    if (next == kDead) continue;
     for (uint32_t t = 0; t < child.n_tokens; ++t) set_bit(bits, trie_.token_ids()[child.first_token + t]);
-    if (child.n_children) walk(c, next, depth + 1, bits);
+    if (child.n_children) walk(c, next, bits);
   }
 }
 
 const std::vector<uint64_t>& TokenConstraint::allowed(const GrammarState& s) {
-  std::string key = s.key();
-  auto it = cache_.find(key);
-  if (it != cache_.end()) return it->second;
-  if (cache_.size() >= kMaxCachedStates) cache_.clear();
+  if (states_.size() > kMaxStates) clear_cache();
+  const int32_t id = intern(s);
+  auto it = masks_.find(id);
+  if (it != masks_.end()) return it->second;
   ++walks_;
   std::vector<uint64_t> bits((static_cast<size_t>(n_vocab_) + 63) / 64, 0);
-  walk(VocabTrie::kRoot, s, 0, bits);
+  walk(VocabTrie::kRoot, id, bits);
   bool any = false;
   for (uint64_t w : bits) any |= w != 0;
   if (s.complete() || !any)
-    for (int32_t id : end_ids_) set_bit(bits, id);
-  return cache_.emplace(std::move(key), std::move(bits)).first->second;
+    for (int32_t e : end_ids_) set_bit(bits, e);
+  return masks_.emplace(id, std::move(bits)).first->second;
 }
 
 void TokenConstraint::mask_logits(const GrammarState& s, float* logits, int64_t n_vocab) {
   const std::vector<uint64_t>& bits = allowed(s);
   const float ninf = -std::numeric_limits<float>::infinity();
-  for (int64_t i = 0; i < n_vocab; ++i)
-    if (i >= n_vocab_ || !has_bit(bits, i)) logits[i] = ninf;
+  const int64_t n = std::min<int64_t>(n_vocab, n_vocab_);
+  for (int64_t w = 0; w * 64 < n; ++w) {  // a word at a time: most are all taken or all refused
+    const uint64_t m = bits[static_cast<size_t>(w)];
+    const int64_t base = w * 64, end = std::min<int64_t>(base + 64, n);
+    if (m == ~uint64_t{0} && end - base == 64) continue;
+    for (int64_t i = base; i < end; ++i)
+      if (!((m >> (i - base)) & 1)) logits[i] = ninf;
+  }
+  for (int64_t i = n; i < n_vocab; ++i) logits[i] = ninf;  // rows past the tokenizer's vocabulary
 }
 
 bool TokenConstraint::accept(GrammarState& s, int32_t token) const {

@@ -7,9 +7,13 @@
 // The allowed set for a grammar state is found by walking the vocabulary's byte trie
 // (tokenizer/vocab_trie.h) with the state, pruning a branch at the first byte the grammar refuses;
 // tokens that end inside a UTF-8 character are judged by the characters they can still become.
-// Sets are cached by state: JSON revisits few states (inside a string every character leaves the
-// same state), so after the first visit a step's mask is a lookup.
+// States are interned (numbered) and each state's step over a byte is remembered, so the walk
+// mostly follows a table: JSON has few states (inside a string every character leads back to the
+// same one), and a walk over a 128K vocabulary that takes most tokens costs a few milliseconds
+// instead of a grammar step per trie node. Sets are cached by state, so after the first visit a
+// step's mask is a lookup.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -44,11 +48,19 @@ class TokenConstraint {
   bool only_end(const GrammarState& s);
   bool is_end(int32_t token) const;
 
-  size_t cache_size() const { return cache_.size(); }
+  size_t cache_size() const { return masks_.size(); }
+  void clear_cache();  // forgets every state, step and mask (a benchmark's cold start)
   int64_t walks() const { return walks_; }  // masks computed (cache misses)
 
  private:
-  void walk(uint32_t node, const GrammarState& s, size_t depth, std::vector<uint64_t>& bits);
+  struct Interned {
+    GrammarState state;
+    std::array<int32_t, 256> next;  // the state after each byte: kUnknown until needed, kDead when refused
+  };
+  static constexpr int32_t kUnknown = -2, kDead = -1;
+  int32_t intern(GrammarState s);
+  int32_t step(int32_t id, uint8_t byte);
+  void walk(uint32_t node, int32_t state, std::vector<uint64_t>& bits);
 
   std::shared_ptr<const Grammar> grammar_;
   const Tokenizer& tok_;
@@ -56,8 +68,9 @@ class TokenConstraint {
   std::string what_;
   std::vector<int32_t> end_ids_;  // end-of-generation tokens
   int32_t n_vocab_ = 0;
-  std::vector<GrammarState> scratch_;  // one state per trie depth
-  std::unordered_map<std::string, std::vector<uint64_t>> cache_;
+  std::vector<Interned> states_;
+  std::unordered_map<std::string, int32_t> ids_;   // GrammarState::key() -> index into states_
+  std::unordered_map<int32_t, std::vector<uint64_t>> masks_;  // state -> allowed tokens
   int64_t walks_ = 0;
 };
 
