@@ -526,3 +526,22 @@ TEST(GenerateCli, ConstrainedOutputAndRefusals) {
 
 }  // namespace
 }  // namespace fp
+
+namespace fp {
+namespace {
+
+// Hostile grammars cost bounded time and memory: one that keeps 2^n parses alive is refused once
+// more than 1024 are, and repetitions that would build 2M elements are refused at parse time.
+TEST(Grammar, AmbiguityAndSizeAreBounded) {
+  auto g = Grammar::parse(R"(root ::= "a" root "b" | "a" root "c" | "")");
+  GrammarState s = grammar_start(*g);
+  int taken = 0;
+  while (taken < 40 && grammar_advance(*g, s, 'a')) ++taken;
+  EXPECT_GE(taken, 7);   // each 'a' doubles the parses (3 * 2^k stacks after k)
+  EXPECT_LE(taken, 10);  // past 1024: refused
+  test::expect_error([] { Grammar::parse("root ::= \"" + std::string(200, 'a') + "\"{10000}"); }, {"grows past"});
+  EXPECT_NO_THROW(Grammar::parse(R"(root ::= ("a"{10000}){10000})"));  // a group is one rule: 20000 elements
+}
+
+}  // namespace
+}  // namespace fp

@@ -87,6 +87,8 @@ class GrammarBuilder {
   std::vector<std::string> names_;
   std::vector<bool> defined_;
   std::unordered_map<std::string, uint32_t> ids_;
+  static constexpr size_t kMaxItems = 1 << 20;
+  size_t items_ = 0;  // elements written by repetitions so far
 
   size_t line_of(size_t at) const { return 1 + static_cast<size_t>(std::count(src_.begin(), src_.begin() + static_cast<std::ptrdiff_t>(std::min(at, src_.size())), '\n')); }
   std::string excerpt(size_t at) const {
@@ -299,6 +301,10 @@ class GrammarBuilder {
       ++pos_;
       FP_CHECK(unbounded || hi >= lo, "grammar line ", line_of(at), ": repetition {", lo, ",", hi, "} runs backwards");
     }
+    // A bound on what repetitions can build: ("a"{10000}){10000} would be 10^8 elements.
+    items_ += (std::max<size_t>(lo, 1) + (unbounded ? 1 : hi - std::min(hi, lo))) * std::max<size_t>(x.size(), 1);
+    FP_CHECK(items_ <= kMaxItems, "grammar line ", line_of(at), ": the grammar grows past ", kMaxItems,
+             " elements with its repetitions");
     Seq out;
     for (size_t i = 0; i < lo; ++i) out.insert(out.end(), x.begin(), x.end());
     if (unbounded) {
@@ -407,6 +413,8 @@ std::string GrammarState::key() const {
 
 namespace {
 
+constexpr size_t kMaxStacks = 1024;
+
 // Expands `stack` until its top is a character class (or it is empty: a complete match), adding
 // each result to `out`. A reference that ends its alternative replaces the frame instead of
 // stacking on it, so right recursion (x* as r ::= x r) keeps stacks flat.
@@ -454,6 +462,9 @@ bool advance_code_point(const Grammar& g, GrammarState& s, uint32_t cp) {
     expand_stack(g, tmp, out);
   }
   normalize(out);
+  // An ambiguous grammar can keep exponentially many parses alive (r ::= "a" r "b" | "a" r "c"
+  // | ""): past this many the text is refused rather than let one request stall the engine.
+  if (out.size() > kMaxStacks) out.clear();
   s.stacks = std::move(out);
   return !s.stacks.empty();
 }

@@ -9,7 +9,9 @@
 // "literals", [classes] (ranges, ^ to negate), `.` (any character), rule names, ( groups ), and
 // the postfix operators * + ? {m} {m,} {m,n}; escapes \n \r \t \\ \" \] \- \xHH \uHHHH
 // \UHHHHHHHH; `#` starts a comment. A rule may span lines (a new rule starts at `name ::=`).
-// Left recursion is refused when the grammar is parsed (it would never stop expanding).
+// Left recursion is refused when the grammar is parsed (it would never stop expanding), as is a
+// grammar whose repetitions build more than 2^20 elements; a text that keeps more than 1024
+// parses alive at once (a deeply ambiguous grammar) is refused at that byte.
 #pragma once
 #include <cstdint>
 #include <memory>
