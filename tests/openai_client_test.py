@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """tests/openai_client_test.py — the official `openai` Python client against `fastpath serve`
 (stories260K over loopback): chat non-stream, chat stream, completions stream with `stop`,
-n=2, usage. Texts must equal the greedy output of `fastpath generate` for the same prompt.
+n=2, usage, and structured output through the client's own `parse` helper (a pydantic model sent
+as a strict json_schema, the reply parsed back into it). Texts must equal the greedy output of `fastpath generate` for the same prompt.
 
 Run by CTest. Uses the repo's .venv (scripts/setup.sh installs `openai` there); exits 77
 (CTest: skipped) with the reason when the client or the test data is missing."""
@@ -96,6 +97,27 @@ with tempfile.TemporaryDirectory() as tmp:
         check(len(r.choices) == 2 and all(c.text == want for c in r.choices), "n=2, both greedy = generate")
         check(r.usage.completion_tokens == 80 and r.usage.prompt_tokens == 5, f"completions usage {r.usage}")
 
+        # Structured output as the client does it: pydantic's schema ($defs, $ref, enums, titles),
+        # made strict by the client, and the reply validated back into the model.
+        from typing import Literal
+
+        import pydantic
+
+        class Pet(pydantic.BaseModel):
+            kind: Literal["cat", "dog"]
+            age: int
+
+        class Story(pydantic.BaseModel):
+            mood: Literal["happy", "sad"]
+            pets: list[Pet] = pydantic.Field(max_length=2)
+            done: bool
+
+        for temperature in (0, 1.0):
+            r = client.chat.completions.parse(model=model_id, messages=messages, response_format=Story, max_tokens=300,
+                                              temperature=temperature, seed=4)
+            parsed = r.choices[0].message.parsed
+            check(isinstance(parsed, Story) and r.choices[0].finish_reason == "stop",
+                  f"chat.completions.parse at temperature {temperature} -> {r.choices[0].message.content!r}")
         try:
             openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="wrong", max_retries=0).models.list()
             check(False, "a wrong API key is refused")
