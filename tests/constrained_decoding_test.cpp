@@ -391,12 +391,13 @@ TEST(TokenConstraint, RandomSamplingUnderTheMaskWritesSchemaValidJson) {
 
 std::unique_ptr<Model> load_stories() { return load_model(test::stories_path()); }
 
+// The engine: constrained requests (greedy, sampled, ignore_eos, any object with log-probabilities)
+// beside a plain one, with and without speculative drafts. Drafts change no token: each draft row
+// is judged under the grammar state its prefix reaches.
 TEST(Engine, ConstrainedRequestsWriteValidJsonBesideUnchangedOthers) {
   FP_REQUIRE_FILE(test::stories_path());
   auto m = load_stories();
   const Tokenizer& tok = *m->tokenizer();
-  auto finite = std::make_shared<TokenConstraint>(Grammar::parse(json_schema_to_gbnf(ojson::parse(kFiniteSchema))), tok, "json_schema");
-  auto object = std::make_shared<TokenConstraint>(Grammar::parse(json_object_gbnf()), tok, "json_object");
   const std::vector<int32_t> prompt = tok.encode("Once upon a time, there was a dog named", true, false);
   // The unconstrained request alone, for comparison.
   GenerateRequest g;
@@ -405,67 +406,88 @@ TEST(Engine, ConstrainedRequestsWriteValidJsonBesideUnchangedOthers) {
   g.sampling.temperature = 0;
   const std::vector<int32_t> plain = generate(*m, g).tokens;
 
-  EngineConfig cfg;
-  cfg.page_size = 16;
-  cfg.kv_cache_bytes = 12 << 20;
-  cfg.max_model_len = 512;
-  cfg.scheduler.chunked_prefill = true;
-  cfg.scheduler.max_num_batched_tokens = 32;
-  cfg.speculative = {3, 1, 3};  // drafts for the others; none for the constrained
-  Engine e(*m, cfg);
-  std::vector<int64_t> ids;
-  Request r;
-  r.prompt = prompt;
-  r.max_new_tokens = 30;
-  r.sampling.temperature = 0;
-  ids.push_back(e.add_request(r));  // plain greedy
-  r.max_new_tokens = 200;
-  r.constraint = finite;
-  ids.push_back(e.add_request(r));  // greedy, schema
-  r.sampling.temperature = 1.0f;
-  r.sampling.top_k = 0;
-  r.sampling.top_p = 1.0f;
-  r.sampling.min_p = 0.0f;
-  for (uint64_t seed = 1; seed <= 4; ++seed) {  // sampled, schema (ignore_eos too: the grammar still ends them)
-    r.sampling.seed = seed;
-    r.stop_at_eog = seed % 2 == 0;
-    ids.push_back(e.add_request(r));
-  }
-  r.constraint = object;
-  r.max_new_tokens = 40;
-  r.logprobs = 2;  // log-probabilities come from the model's own row
-  ids.push_back(e.add_request(r));  // sampled, any object: may run out of tokens, but stays a live prefix
-  std::vector<StepOutput> outs;
-  for (int guard = 0; e.has_work() && guard < 10000; ++guard) {
-    auto o = e.step();
-    outs.insert(outs.end(), o.begin(), o.end());
-  }
-  ASSERT_FALSE(e.has_work());
-  auto generated = [&](int64_t id) {
-    const Sequence* s = e.sequence(id);
-    return std::vector<int32_t>(s->tokens.begin() + s->n_prompt, s->tokens.end());
+  struct Run {
+    std::vector<std::vector<int32_t>> tokens;
+    std::vector<std::string> finish;
+    std::vector<StepOutput> outs;
+    SpeculativeStats spec;
+    std::shared_ptr<TokenConstraint> object;
   };
-  EXPECT_EQ(generated(ids[0]), plain);
+  auto run = [&](bool drafts) {
+    Run out;
+    auto finite = std::make_shared<TokenConstraint>(Grammar::parse(json_schema_to_gbnf(ojson::parse(kFiniteSchema))), tok, "json_schema");
+    out.object = std::make_shared<TokenConstraint>(Grammar::parse(json_object_gbnf()), tok, "json_object");
+    EngineConfig cfg;
+    cfg.page_size = 16;
+    cfg.kv_cache_bytes = 12 << 20;
+    cfg.max_model_len = 512;
+    cfg.scheduler.chunked_prefill = true;
+    cfg.scheduler.max_num_batched_tokens = 32;
+    if (drafts) cfg.speculative = {3, 1, 3};
+    Engine e(*m, cfg);
+    std::vector<int64_t> ids;
+    Request r;
+    r.prompt = prompt;
+    r.max_new_tokens = 30;
+    r.sampling.temperature = 0;
+    ids.push_back(e.add_request(r));  // plain greedy
+    r.max_new_tokens = 200;
+    r.constraint = finite;
+    ids.push_back(e.add_request(r));  // greedy, schema
+    r.sampling.temperature = 1.0f;
+    r.sampling.top_k = 0;
+    r.sampling.top_p = 1.0f;
+    r.sampling.min_p = 0.0f;
+    for (uint64_t seed = 1; seed <= 4; ++seed) {  // sampled, schema (ignore_eos too: the grammar still ends them)
+      r.sampling.seed = seed;
+      r.stop_at_eog = seed % 2 == 0;
+      ids.push_back(e.add_request(r));
+    }
+    r.constraint = out.object;
+    r.max_new_tokens = 40;
+    r.logprobs = 2;  // log-probabilities come from the model's own row
+    ids.push_back(e.add_request(r));  // sampled, any object: may run out of tokens, but stays a live prefix
+    for (int guard = 0; e.has_work() && guard < 10000; ++guard) {
+      auto o = e.step();
+      for (StepOutput& x : o) {
+        for (size_t i = 0; i < ids.size(); ++i)
+          if (x.id == ids[i]) x.id = static_cast<int64_t>(i);  // by request index
+        out.outs.push_back(std::move(x));
+      }
+    }
+    EXPECT_FALSE(e.has_work());
+    for (int64_t id : ids) {
+      const Sequence* sq = e.sequence(id);
+      out.tokens.emplace_back(sq->tokens.begin() + sq->n_prompt, sq->tokens.end());
+      out.finish.push_back(sq->finish_reason);
+    }
+    out.spec = e.stats().speculative;
+    return out;
+  };
+  const Run base = run(false), drafted = run(true);
+  EXPECT_EQ(drafted.tokens, base.tokens) << "drafts changed a token";
+  EXPECT_EQ(drafted.finish, base.finish);
+  EXPECT_GT(drafted.spec.accepted_tokens, 0);
+  EXPECT_EQ(base.tokens[0], plain);
   for (size_t i = 1; i <= 5; ++i) {
-    const Sequence* s = e.sequence(ids[i]);
-    EXPECT_EQ(s->finish_reason, "stop") << i;
+    EXPECT_EQ(base.finish[i], "stop") << i;
     std::string text;
-    for (int32_t t : generated(ids[i])) text += tok.token_to_bytes(t);
+    for (int32_t t : base.tokens[i]) text += tok.token_to_bytes(t);
     expect_finite_schema_instance(text);
   }
   std::string text;
-  for (int32_t t : generated(ids[6])) text += tok.token_to_bytes(t);
+  for (int32_t t : base.tokens[6]) text += tok.token_to_bytes(t);
   auto g_obj = Grammar::parse(json_object_gbnf());
   EXPECT_TRUE(live_prefix(*g_obj, text)) << text;
-  if (e.sequence(ids[6])->finish_reason == "stop") {
+  if (base.finish[6] == "stop") {
     EXPECT_TRUE(json::parse(text).is_object()) << text;
   }
   // The log-probabilities are the model's (before the mask): after "...a dog named" the model's
   // favourites for the first token are names, which an object cannot start with.
-  const std::vector<uint64_t>& at_start = object->allowed(object->start());
+  const std::vector<uint64_t>& at_start = base.object->allowed(base.object->start());
   int refused_alternatives = 0;
-  for (const StepOutput& o : outs)
-    if (o.id == ids[6] && o.token >= 0) {
+  for (const StepOutput& o : base.outs)
+    if (o.id == 6 && o.token >= 0) {
       ASSERT_FALSE(o.top_logprobs.empty());
       for (const auto& [alt, lp] : o.top_logprobs) {
         (void)lp;
@@ -498,6 +520,15 @@ TEST(GenerateCli, ConstrainedOutputAndRefusals) {
   out = test::run_command(base + "--temp 0 -p 'Is it?' --grammar-file " + dir + "/yn.gbnf", &rc);
   ASSERT_EQ(rc, 0) << out;
   EXPECT_TRUE(out == "yes\n" || out == "no\n") << out;
+  // Speculative drafts (prompt lookup) change nothing: greedy and seeded sampling alike.
+  for (const std::string sampling : {"--temp 0", "--temp 1 --top-k 0 --top-p 1 --min-p 0 -s 9"}) {
+    const std::string cmd = base + sampling + " -p 'Lily' --json-schema " + dir + "/schema.json";
+    const std::string plain_out = test::run_command(cmd, &rc);
+    ASSERT_EQ(rc, 0) << plain_out;
+    const std::string drafted_out = test::run_command(cmd + " --speculative-tokens 3 --prompt-lookup-min 1", &rc);
+    ASSERT_EQ(rc, 0) << drafted_out;
+    EXPECT_EQ(drafted_out, plain_out) << sampling;
+  }
   // A batch: every line under the schema, sampled.
   test::write_file(dir + "/batch.jsonl", "{\"prompt\": \"Once\", \"temperature\": 1.0, \"seed\": 1}\n{\"prompt\": \"Tom\", \"temperature\": 1.0, \"seed\": 2}\n");
   out = test::run_command(base + "--batch-file " + dir + "/batch.jsonl --json-schema '" + std::string(kFiniteSchema) + "'", &rc);
@@ -516,7 +547,6 @@ TEST(GenerateCli, ConstrainedOutputAndRefusals) {
   for (const Bad& b : std::vector<Bad>{{"--json-schema '{\"type\": \"string\", \"format\": \"date\"}'", "'format'"},
                                        {"--json-schema " + dir + "/none.json", "cannot open"},
                                        {"--json --grammar-file " + dir + "/yn.gbnf", "give one"},
-                                       {"--json --speculative-tokens 2", "speculative"},
                                        {"--grammar-file " + dir + "/schema.json", "schema.json: grammar line 1"}}) {
     out = test::run_command(base + "-p x " + b.args + " 2>&1", &rc);
     EXPECT_NE(rc, 0) << b.args;

@@ -352,8 +352,13 @@ void Engine::run_now(const std::vector<ScheduledSeq>& sched, std::vector<StepOut
         verdicts[i] = judge_sampled_draft(sampled_ids_.data() + row, s.tokens.data() + first, s.n_draft);
         s.sampler->rewind(verdicts[i].accepted + 1);
       } else {
-        verdicts[i] = verify_draft(*s.sampler, logits_.data() + row * static_cast<size_t>(V), V, s.tokens.data(), first,
-                                   s.n_draft, static_cast<size_t>(s.n_prompt));
+        float* rows_here = logits_.data() + row * static_cast<size_t>(V);
+        if (s.req.constraint) {  // each row judged under the grammar state its draft prefix reaches
+          masked_.assign(rows_here, rows_here + rows * V);
+          s.req.constraint->mask_draft_rows(s.grammar, s.tokens.data() + first, s.n_draft, masked_.data(), V);
+          rows_here = masked_.data();
+        }
+        verdicts[i] = verify_draft(*s.sampler, rows_here, V, s.tokens.data(), first, s.n_draft, static_cast<size_t>(s.n_prompt));
       }
       ++stats_.speculative.drafts;
       stats_.speculative.draft_tokens += s.n_draft;
@@ -465,7 +470,6 @@ void Engine::add_drafts() {
     if (budget <= 0) break;
     const int64_t n = static_cast<int64_t>(s->tokens.size());
     if (s->n_draft != 0 || n - s->n_computed != 1 || s->n_generated() < 1) continue;  // not decoding
-    if (s->req.constraint) continue;  // drafts are not judged against a grammar (yet)
     const int64_t room =
         std::min<int64_t>({s->draft_length > 0 ? s->draft_length : c.num_tokens, budget,
                            s->req.max_new_tokens - s->n_generated() - 1, cfg_.max_model_len - n - 1});
@@ -476,6 +480,7 @@ void Engine::add_drafts() {
       draft = s->mtp_draft;
       k = std::min<int64_t>(room, static_cast<int64_t>(draft.size()));
     }
+    if (s->req.constraint) k = s->req.constraint->accepted_prefix(s->grammar, draft.data(), k);  // the grammar's part of it
     const int64_t base = blocks_->blocks_needed(s->table, s->n_computed, n);
     int64_t& free_here = spare[static_cast<size_t>(std::max(0, blocks_->partition_of(s->table)))];
     while (k > 0 && blocks_->blocks_needed(s->table, s->n_computed, n + k) - base > std::max<int64_t>(free_here, 0)) --k;

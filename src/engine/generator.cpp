@@ -52,8 +52,6 @@ GenerateResult generate(Model& model, const GenerateRequest& req, const std::fun
   spec.check();
   RowSampling row;
   TokenConstraint* grammar = req.constraint.get();
-  FP_CHECK(!grammar || !spec.enabled(), "constrained decoding (a ", grammar ? grammar->what() : "",
-           ") with speculative decoding: drafts are not judged against a grammar; leave speculative decoding off");
   GrammarState grammar_at = grammar ? grammar->start() : GrammarState{};
   std::vector<float> masked;
   row.here = sampler.penalties_off() && !spec.enabled() && !grammar;
@@ -144,7 +142,11 @@ GenerateResult generate(Model& model, const GenerateRequest& req, const std::fun
     // Draft: at most what the token budget and the cache leave room for after id.
     const int64_t room = std::min<int64_t>({draft_length > 0 ? draft_length : spec.num_tokens,
                                             req.max_new_tokens - static_cast<int64_t>(res.tokens.size()) - 1, capacity - next_pos - 1});
-    const int64_t k = propose(room);
+    int64_t k = propose(room);
+    if (grammar && k > 0) {  // the grammar's part of the draft (a refused token could never be kept)
+      k = grammar->accepted_prefix(grammar_at, draft.data(), k);
+      draft.resize(static_cast<size_t>(k));
+    }
     ++res.decode_forwards;
     kept_next.clear();
     kept_start = next_pos;
@@ -163,6 +165,7 @@ GenerateResult generate(Model& model, const GenerateRequest& req, const std::fun
     model.forward(feed.data(), feed_pos.data(), static_cast<int64_t>(feed.size()), *cache, rows.data(), true);
     const size_t n_context = history.size();  // the draft after it for the penalties, then taken back
     history.insert(history.end(), draft.begin(), draft.end());
+    if (grammar) grammar->mask_draft_rows(grammar_at, draft.data(), k, rows.data(), c.n_vocab);  // row i under draft[0..i)'s state
     const DraftVerdict v = verify_draft(sampler, rows.data(), c.n_vocab, history.data(), n_context, k, req.prompt.size());
     history.resize(n_context);
     int32_t verdict[2] = {static_cast<int32_t>(v.accepted), v.next};

@@ -101,6 +101,19 @@ bool TokenConstraint::accept(GrammarState& s, int32_t token) const {
   return !b.empty() && grammar_accepts_prefix(*grammar_, s, b);
 }
 
+int64_t TokenConstraint::accepted_prefix(GrammarState s, const int32_t* draft, int64_t n) const {
+  for (int64_t i = 0; i < n; ++i)
+    if (!accept(s, draft[i])) return i;
+  return n;
+}
+
+void TokenConstraint::mask_draft_rows(GrammarState s, const int32_t* draft, int64_t n_draft, float* rows, int64_t n_vocab) {
+  for (int64_t i = 0; i <= n_draft; ++i) {
+    mask_logits(s, rows + i * n_vocab, n_vocab);
+    if (i == n_draft || !accept(s, draft[i])) break;
+  }
+}
+
 bool TokenConstraint::only_end(const GrammarState& s) {
   if (!s.complete()) return false;
   const std::vector<uint64_t>& bits = allowed(s);

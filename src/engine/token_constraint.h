@@ -44,6 +44,13 @@ class TokenConstraint {
   void mask_logits(const GrammarState& s, float* logits, int64_t n_vocab);
   // Advances `s` over a token's bytes; false when the grammar refuses them.
   bool accept(GrammarState& s, int32_t token) const;
+  // Speculative decoding: how many leading tokens of a draft the grammar takes from `s` (a draft
+  // is cut there: a refused token could never be kept).
+  int64_t accepted_prefix(GrammarState s, const int32_t* draft, int64_t n) const;
+  // Masks the n_draft + 1 rows of a draft's check: row i under the state after draft[0..i), so
+  // that each row is judged as plain decoding would judge it there (rows past a refused draft
+  // token are never read and stay as they are).
+  void mask_draft_rows(GrammarState s, const int32_t* draft, int64_t n_draft, float* rows, int64_t n_vocab);
   // The text is complete and no token can extend it: only ending is left.
   bool only_end(const GrammarState& s);
   bool is_end(int32_t token) const;
