@@ -737,3 +737,51 @@ TEST(PartitionedKvPool, RandomisedSchedulingKeepsItsInvariants) {
 
 }  // namespace
 }  // namespace fp
+
+namespace fp {
+namespace {
+
+// logit_bias: +100 makes a token the only greedy choice, -100 rules one out, and a moderate bias
+// under seeded sampling gives the same tokens with and without speculative drafts (each draft
+// row biased as plain decoding's row is).
+TEST(Engine, LogitBiasShapesSamplingWithAndWithoutDrafts) {
+  FP_REQUIRE_FILE(test::testdata(test::kStoriesGguf));
+  auto m = load_stories();
+  const std::vector<int32_t> prompt = m->tokenizer()->encode("Once upon a time, there was a little girl.", true, false);
+  auto run = [&](const std::vector<std::pair<int32_t, float>>& bias, float temp, bool drafts) {
+    EngineConfig c = small_config(16, false);
+    if (drafts) c.speculative = {3, 1, 3};
+    Engine e(*m, c);
+    Request r = greedy(prompt, 24);
+    r.sampling.temperature = temp;
+    r.sampling.top_k = 0;
+    r.sampling.top_p = 1.0f;
+    r.sampling.min_p = 0.0f;
+    r.sampling.seed = 5;
+    r.logit_bias = bias;
+    const int64_t id = e.add_request(r);
+    while (e.has_work()) e.step();
+    const Sequence* s = e.sequence(id);
+    return std::vector<int32_t>(s->tokens.begin() + s->n_prompt, s->tokens.end());
+  };
+  const std::vector<int32_t> plain = run({}, 0, false);
+  ASSERT_FALSE(plain.empty());
+  const int32_t forced = plain[0] == 410 ? 411 : 410;
+  EXPECT_EQ(run({{forced, 100.0f}}, 0, false), std::vector<int32_t>(24, forced));
+  const std::vector<int32_t> without_first = run({{plain[0], -100.0f}}, 0, false);
+  ASSERT_FALSE(without_first.empty());
+  EXPECT_NE(without_first[0], plain[0]);
+  std::vector<std::pair<int32_t, float>> moderate;
+  for (int32_t t = 400; t < 440; ++t) moderate.push_back({t, 2.5f});
+  const std::vector<int32_t> sampled = run(moderate, 1.0f, false);
+  EXPECT_EQ(run(moderate, 1.0f, true), sampled);
+  EXPECT_NE(sampled, run({}, 1.0f, false)) << "the bias changed nothing";
+  // Out-of-vocabulary ids are refused by name.
+  Engine e(*m, small_config(16, false));
+  Request r = greedy(prompt, 4);
+  r.logit_bias = {{m->config().n_vocab, 1.0f}};
+  test::expect_error([&] { e.add_request(r); }, {"logit_bias", "outside the vocabulary"});
+}
+
+}  // namespace
+}  // namespace fp

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "test_util.h"
+#include "tokenizer/tokenizer.h"
 
 extern char** environ;
 
@@ -327,6 +328,26 @@ TEST(Server, ResponseFormatAndGrammarConstrainTheOutput) {
     EXPECT_EQ(st, 400) << b.body;
     EXPECT_EQ(r["error"]["param"], b.param) << r.dump();
     EXPECT_NE(r["error"]["message"].get<std::string>().find(b.needle), std::string::npos) << r.dump();
+  }
+  EXPECT_EQ(srv.terminate(), 0);
+}
+
+// OpenAI's logit_bias: +100 makes a token the greedy choice every time; bad keys and values are
+// 400s naming the field.
+TEST(Server, LogitBiasForcesATokenAndBadBiasesAreRefused) {
+  FP_REQUIRE_FILE(test::stories_path());
+  ServerProcess srv({});
+  auto c = srv.client();
+  auto tok = Tokenizer::from_path(test::stories_path());
+  const std::string piece = tok->token_to_bytes(410);
+  int st = 0;
+  json r = post(c, "/v1/completions", R"({"prompt": "Once upon a time", "max_tokens": 5, "temperature": 0, "logit_bias": {"410": 100}})", &st);
+  ASSERT_EQ(st, 200) << r.dump();
+  EXPECT_EQ(r["choices"][0]["text"], piece + piece + piece + piece + piece) << r.dump();
+  for (const std::string bad : {R"({"abc": 1})", R"({"410": 101})", R"({"999999": 1})", R"({"-1": 1})", R"([1])", R"({"4x": 1})"}) {
+    r = post(c, "/v1/completions", R"({"prompt": "x", "logit_bias": )" + bad + "}", &st);
+    EXPECT_EQ(st, 400) << bad;
+    EXPECT_EQ(r["error"]["param"], "logit_bias") << r.dump();
   }
   EXPECT_EQ(srv.terminate(), 0);
 }

@@ -152,6 +152,9 @@ int64_t Engine::add_request(const Request& req) {
     FP_CHECK(t >= 0 && t < mc.n_vocab, "prompt token id ", t, " is outside the vocabulary [0, ", mc.n_vocab, ")");
   for (int32_t t : req.stop_token_ids)
     FP_CHECK(t >= 0 && t < mc.n_vocab, "stop token id ", t, " is outside the vocabulary [0, ", mc.n_vocab, ")");
+  for (const auto& [t, bias] : req.logit_bias)
+    FP_CHECK(t >= 0 && t < mc.n_vocab && std::isfinite(bias), "logit_bias: token id ", t, " (bias ", bias,
+             ") is outside the vocabulary [0, ", mc.n_vocab, ") or not finite");
   auto s = std::make_unique<Sequence>();
   s->id = next_id_++;
   s->req = req;
@@ -328,6 +331,16 @@ void Engine::take_token(Sequence& s, int32_t id, int64_t token_at, const float* 
   else if (s.req.constraint && s.req.constraint->only_end(s.grammar)) finish(s, "stop", out);  // the text is complete
 }
 
+float* Engine::adjusted_rows(const Sequence& s, float* rows, int64_t n_rows, const int32_t* draft) {
+  if (!s.req.constraint && s.req.logit_bias.empty()) return rows;
+  const int64_t V = model_.config().n_vocab;
+  masked_.assign(rows, rows + n_rows * V);
+  for (int64_t r = 0; r < n_rows; ++r)
+    for (const auto& [id, bias] : s.req.logit_bias) masked_[static_cast<size_t>(r * V + id)] += bias;
+  if (s.req.constraint) s.req.constraint->mask_draft_rows(s.grammar, draft, n_rows - 1, masked_.data(), V);
+  return masked_.data();
+}
+
 void Engine::run_now(const std::vector<ScheduledSeq>& sched, std::vector<StepOutput>& out) {
   build_batch(sched);
   FP_CHECK(batch_.feed_rows.empty(), "a step run now has tokens still being sampled");
@@ -352,12 +365,7 @@ void Engine::run_now(const std::vector<ScheduledSeq>& sched, std::vector<StepOut
         verdicts[i] = judge_sampled_draft(sampled_ids_.data() + row, s.tokens.data() + first, s.n_draft);
         s.sampler->rewind(verdicts[i].accepted + 1);
       } else {
-        float* rows_here = logits_.data() + row * static_cast<size_t>(V);
-        if (s.req.constraint) {  // each row judged under the grammar state its draft prefix reaches
-          masked_.assign(rows_here, rows_here + rows * V);
-          s.req.constraint->mask_draft_rows(s.grammar, s.tokens.data() + first, s.n_draft, masked_.data(), V);
-          rows_here = masked_.data();
-        }
+        float* rows_here = adjusted_rows(s, logits_.data() + row * static_cast<size_t>(V), rows, s.tokens.data() + first);
         verdicts[i] = verify_draft(*s.sampler, rows_here, V, s.tokens.data(), first, s.n_draft, static_cast<size_t>(s.n_prompt));
       }
       ++stats_.speculative.drafts;
@@ -394,12 +402,8 @@ void Engine::run_now(const std::vector<ScheduledSeq>& sched, std::vector<StepOut
     int32_t id = -1;
     if (row_sampling_[row - 1].here) {
       id = sampled_ids_[row - 1];
-    } else if (s.req.constraint) {  // the refused tokens masked in a copy (log-probabilities come from the model's row)
-      masked_.assign(lg, lg + V);
-      s.req.constraint->mask_logits(s.grammar, masked_.data(), V);
-      id = s.sampler->sample(masked_.data(), V, s.tokens, static_cast<size_t>(s.n_prompt));
-    } else {
-      id = s.sampler->sample(lg, V, s.tokens, static_cast<size_t>(s.n_prompt));
+    } else {  // (a bias or a grammar works on a copy: log-probabilities come from the model's row)
+      id = s.sampler->sample(adjusted_rows(s, lg, 1, nullptr), V, s.tokens, static_cast<size_t>(s.n_prompt));
     }
     take_token(s, id, -1, lg, out);
   }

@@ -144,8 +144,12 @@ class Engine {
   bool launchable(const std::vector<ScheduledSeq>& sched) const;
   // A row the model may sample where its logits are: no penalties, no log-probabilities, no grammar.
   static bool samples_anywhere(const Sequence& s) {
-    return s.sampler->penalties_off() && s.req.logprobs < 0 && !s.req.constraint;
+    return s.sampler->penalties_off() && s.req.logprobs < 0 && !s.req.constraint && s.req.logit_bias.empty();
   }
+  // A sequence's logit rows as its sampler must see them: a copy with its logit_bias added and
+  // its grammar's masks (row i of a draft check under the state draft[0..i) reaches), or `rows`
+  // itself when it has neither.
+  float* adjusted_rows(const Sequence& s, float* rows, int64_t n_rows, const int32_t* draft);
   void run_now(const std::vector<ScheduledSeq>& sched, std::vector<StepOutput>& out);
   void launch(const std::vector<ScheduledSeq>& sched);
   void finish_oldest(std::vector<StepOutput>& out);

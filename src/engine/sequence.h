@@ -26,6 +26,9 @@ struct Request {
   // Constrained decoding (response_format, grammar): only tokens that keep the text inside this
   // grammar are sampled (engine/token_constraint.h); shared by the choices of one call.
   std::shared_ptr<TokenConstraint> constraint;
+  // OpenAI's logit_bias: added to these tokens' logits before sampling (log-probabilities stay
+  // the model's own).
+  std::vector<std::pair<int32_t, float>> logit_bias;
 };
 
 enum class SeqState { Waiting, Running, Finished };

@@ -173,6 +173,25 @@ std::optional<ApiError> parse_request(const nlohmann::json& b, bool chat, const 
     }
   }
   // Stop token ids (vLLM's extension): each ends the choice as the end-of-generation token does.
+  if (b.contains("logit_bias") && !b["logit_bias"].is_null()) {  // {"token id": bias in [-100, 100]}
+    const auto& lb = b["logit_bias"];
+    if (!lb.is_object() || lb.size() > 1024)
+      return bad("logit_bias", "'logit_bias' must be an object of at most 1024 \"token id\": bias pairs");
+    for (const auto& [key, val] : lb.items()) {
+      size_t used = 0;
+      long long id = -1;
+      try {
+        id = std::stoll(key, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used != key.size() || key.empty() || id < 0 || id >= tok.n_vocab())
+        return bad("logit_bias", "'logit_bias' key '" + key + "' is not a token id in the vocabulary [0, " + std::to_string(tok.n_vocab()) + ")");
+      if (!val.is_number() || !(val.get<double>() >= -100 && val.get<double>() <= 100))
+        return bad("logit_bias", "'logit_bias' value for token " + key + " must be a number in [-100, 100], got " + val.dump());
+      r.base.logit_bias.emplace_back(static_cast<int32_t>(id), val.get<float>());
+    }
+  }
   if (b.contains("stop_token_ids") && !b["stop_token_ids"].is_null()) {
     const auto& st = b["stop_token_ids"];
     if (!st.is_array() || st.size() > 64) return bad("stop_token_ids", "'stop_token_ids' must be an array of at most 64 token ids");
