@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """tests/openai_client_test.py — the official `openai` Python client against `fastpath serve`
 (stories260K over loopback): chat non-stream, chat stream, completions stream with `stop`,
-n=2, usage, and structured output through the client's own `parse` helper (a pydantic model sent
-as a strict json_schema, the reply parsed back into it). Texts must equal the greedy output of `fastpath generate` for the same prompt.
+n=2, usage, structured output through the client's own `parse` helper (a pydantic model sent
+as a strict json_schema, the reply parsed back into it), and tool calls (tool_choice required or
+named, plain and streamed). Texts must equal the greedy output of `fastpath generate` for the same prompt.
 
 Run by CTest. Uses the repo's .venv (scripts/setup.sh installs `openai` there); exits 77
 (CTest: skipped) with the reason when the client or the test data is missing."""
@@ -118,6 +119,28 @@ with tempfile.TemporaryDirectory() as tmp:
             parsed = r.choices[0].message.parsed
             check(isinstance(parsed, Story) and r.choices[0].finish_reason == "stop",
                   f"chat.completions.parse at temperature {temperature} -> {r.choices[0].message.content!r}")
+        # Tool calling with tool_choice "required": the client's own pydantic tool helper, the call
+        # parsed back by the client; and streamed, the call's deltas put together.
+        class GetWeather(pydantic.BaseModel):
+            city: Literal["Paris", "Oslo"]
+            days: int
+
+        r = client.chat.completions.parse(model=model_id, messages=messages, tools=[openai.pydantic_function_tool(GetWeather)],
+                                          tool_choice="required", max_tokens=300, temperature=0)
+        calls = r.choices[0].message.tool_calls or []
+        check(len(calls) == 1 and calls[0].function.name == "GetWeather"
+              and isinstance(calls[0].function.parsed_arguments, GetWeather) and r.choices[0].finish_reason == "tool_calls",
+              f"tool call through parse -> {calls}")
+        name, args, finish = "", "", None
+        for chunk in client.chat.completions.create(model=model_id, messages=messages, tools=[openai.pydantic_function_tool(GetWeather)],
+                                                    tool_choice={"type": "function", "function": {"name": "GetWeather"}},
+                                                    max_tokens=300, temperature=0, stream=True):
+            for tc in chunk.choices[0].delta.tool_calls or []:
+                name += tc.function.name or ""
+                args += tc.function.arguments or ""
+            finish = chunk.choices[0].finish_reason or finish
+        check(name == "GetWeather" and GetWeather.model_validate_json(args) is not None and finish == "tool_calls",
+              f"streamed tool call -> {name} {args!r} {finish}")
         try:
             openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="wrong", max_retries=0).models.list()
             check(False, "a wrong API key is refused")

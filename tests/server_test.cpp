@@ -352,6 +352,103 @@ TEST(Server, LogitBiasForcesATokenAndBadBiasesAreRefused) {
   EXPECT_EQ(srv.terminate(), 0);
 }
 
+// Tool calling with tool_choice "required" or a named function: the reply is a call written
+// under the function's parameter schema, as message.tool_calls (whole in one delta when
+// streamed); "auto" is refused by name, "none" writes text.
+TEST(Server, ToolChoiceRequiredOrNamedWritesACall) {
+  FP_REQUIRE_FILE(test::stories_path());
+  ServerProcess srv({}, 512);
+  auto c = srv.client();
+  const json tools = json::parse(R"([
+    {"type": "function", "function": {"name": "get_weather", "description": "the weather in a city",
+      "parameters": {"type": "object", "properties": {"city": {"enum": ["Paris", "Oslo"]}, "days": {"type": "integer"}},
+                     "required": ["city", "days"], "additionalProperties": false}}},
+    {"type": "function", "function": {"name": "play", "parameters": {"type": "object", "properties": {"game": {"enum": ["tag", "ball"]}},
+                                                                     "required": ["game"]}}}])");
+  const json messages = {{{"role", "user"}, {"content", "What is the weather?"}}};
+  auto check_weather = [](const json& call) {
+    EXPECT_EQ(call["type"], "function");
+    EXPECT_FALSE(call["id"].get<std::string>().empty());
+    EXPECT_EQ(call["function"]["name"], "get_weather") << call.dump();
+    const json args = json::parse(call["function"]["arguments"].get<std::string>());
+    EXPECT_TRUE(args["city"] == "Paris" || args["city"] == "Oslo") << call.dump();
+    EXPECT_TRUE(args["days"].is_number_integer()) << call.dump();
+  };
+  int st = 0;
+  const json named = {{"type", "function"}, {"function", {{"name", "get_weather"}}}};
+  json r = post(c, "/v1/chat/completions",
+                json({{"messages", messages}, {"tools", tools}, {"tool_choice", named}, {"temperature", 0}, {"max_tokens", 100}}).dump(), &st);
+  ASSERT_EQ(st, 200) << r.dump();
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "tool_calls") << r.dump();
+  EXPECT_TRUE(r["choices"][0]["message"]["content"].is_null());
+  ASSERT_EQ(r["choices"][0]["message"]["tool_calls"].size(), 1u) << r.dump();
+  check_weather(r["choices"][0]["message"]["tool_calls"][0]);
+  // required: any one of the tools, sampled, n = 3.
+  r = post(c, "/v1/chat/completions",
+           json({{"messages", messages}, {"tools", tools}, {"tool_choice", "required"}, {"temperature", 1.0}, {"seed", 2}, {"n", 3},
+                 {"max_tokens", 400}})
+               .dump(),
+           &st);
+  ASSERT_EQ(st, 200) << r.dump();
+  for (const auto& ch : r["choices"]) {
+    ASSERT_EQ(ch["finish_reason"], "tool_calls") << r.dump();
+    const json& call = ch["message"]["tool_calls"][0];
+    if (call["function"]["name"] == "get_weather") {
+      check_weather(call);
+    } else {
+      EXPECT_EQ(call["function"]["name"], "play") << r.dump();
+      const json args = json::parse(call["function"]["arguments"].get<std::string>());
+      EXPECT_TRUE(args["game"] == "tag" || args["game"] == "ball") << r.dump();
+    }
+  }
+  // Streamed: the call arrives whole in one delta, then finish_reason tool_calls.
+  Streamed sr = stream(c, "/v1/chat/completions",
+                       {{"messages", messages}, {"tools", tools}, {"tool_choice", named}, {"temperature", 0}, {"max_tokens", 100}, {"stream", true}});
+  EXPECT_TRUE(sr.error.empty()) << sr.error;
+  EXPECT_TRUE(sr.done);
+  EXPECT_EQ(sr.finish[0], "tool_calls");
+  int deltas_with_calls = 0;
+  for (const json& ev : sr.events)
+    for (const auto& ch : ev["choices"])
+      if (ch["delta"].contains("tool_calls")) {
+        ++deltas_with_calls;
+        EXPECT_EQ(ch["delta"]["tool_calls"][0]["index"], 0);
+        check_weather(ch["delta"]["tool_calls"][0]);
+      }
+  EXPECT_EQ(deltas_with_calls, 1);
+  // none: text, with the tools only shown to the template.
+  r = post(c, "/v1/chat/completions",
+           json({{"messages", messages}, {"tools", tools}, {"tool_choice", "none"}, {"temperature", 0}, {"max_tokens", 8}}).dump(), &st);
+  ASSERT_EQ(st, 200) << r.dump();
+  EXPECT_TRUE(r["choices"][0]["message"]["content"].is_string());
+  EXPECT_FALSE(r["choices"][0]["message"].contains("tool_calls"));
+  // Refusals.
+  struct Bad {
+    json body;
+    std::string param, needle;
+  };
+  const std::vector<Bad> bad = {
+      {json({{"messages", messages}, {"tools", tools}}), "tool_choice", "'auto'"},
+      {json({{"messages", messages}, {"tools", tools}, {"tool_choice", {{"type", "function"}, {"function", {{"name", "fly"}}}}}}), "tool_choice", "'fly'"},
+      {json({{"messages", messages}, {"tool_choice", "required"}}), "tool_choice", "needs 'tools'"},
+      {json({{"messages", messages}, {"tools", json::array({{{"type", "function"}, {"function", {{"name", "a b"}}}}})}, {"tool_choice", "required"}}),
+       "tools[0].function.name", "letters"},
+      {json({{"messages", messages}, {"tools", tools}, {"tool_choice", "required"}, {"response_format", {{"type", "json_object"}}}}),
+       "response_format", "give one"},
+      {json({{"messages", messages},
+             {"tools", json::array({{{"type", "function"}, {"function", {{"name", "f"}, {"parameters", {{"type", "string"}, {"pattern", "x"}}}}}}})},
+             {"tool_choice", "required"}}),
+       "tools", "'pattern'"},
+  };
+  for (const Bad& b : bad) {
+    r = post(c, "/v1/chat/completions", b.body.dump(), &st);
+    EXPECT_EQ(st, 400) << b.body.dump();
+    EXPECT_EQ(r["error"]["param"], b.param) << r.dump();
+    EXPECT_NE(r["error"]["message"].get<std::string>().find(b.needle), std::string::npos) << r.dump();
+  }
+  EXPECT_EQ(srv.terminate(), 0);
+}
+
 TEST(Server, BadRequestsGetTheRight4xx) {
   FP_REQUIRE_FILE(test::stories_path());
   ServerProcess srv({});

@@ -10,8 +10,8 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "kernels/ledger.h"
 #include "engine/token_constraint.h"
+#include "kernels/ledger.h"
 #include "tokenizer/tokenizer.h"
 
 namespace fp {

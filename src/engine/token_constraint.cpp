@@ -23,6 +23,7 @@ TokenConstraint::TokenConstraint(std::shared_ptr<const Grammar> grammar, const T
     : grammar_(std::move(grammar)), tok_(tok), trie_(tok.vocab_trie()), what_(std::move(what)), n_vocab_(tok.n_vocab()) {
   for (int32_t id = 0; id < n_vocab_; ++id)
     if (tok.is_eog(id)) end_ids_.push_back(id);
+  FP_CHECK(!end_ids_.empty(), tok.spec().source, ": constrained decoding needs an end-of-generation token, and this vocabulary has none");
 }
 
 bool TokenConstraint::is_end(int32_t token) const { return tok_.is_eog(token); }

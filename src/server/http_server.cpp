@@ -160,6 +160,13 @@ struct HttpServer::Impl {
     return {{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
   }
 
+  // A tool-call choice that ended whole: its tool_calls entry (else nullopt: sent as text).
+  std::optional<json> tool_call(const Call& call, size_t i) const {
+    const Choice& c = call.choices[i];
+    if (call.req.tool_mode == ApiRequest::ToolMode::None || c.finish_reason != "stop") return std::nullopt;
+    return tool_call_of(call.req, c.content, "call_" + call.id.substr(call.id.find('-') + 1) + "_" + std::to_string(i));
+  }
+
   json final_response(const Call& call) const {
     json choices = json::array();
     for (size_t i = 0; i < call.choices.size(); ++i) {
@@ -167,7 +174,10 @@ struct HttpServer::Impl {
       json lp = nullptr;
       if (call.req.base.logprobs >= 0)
         lp = call.req.chat ? json{{"content", c.logprobs}} : completion_logprobs(c.logprobs);
-      if (call.req.chat)
+      if (auto tc = tool_call(call, i))
+        choices.push_back({{"index", i}, {"message", {{"role", "assistant"}, {"content", nullptr}, {"tool_calls", json::array({*tc})}}},
+                           {"logprobs", lp}, {"finish_reason", "tool_calls"}});
+      else if (call.req.chat)
         choices.push_back({{"index", i}, {"message", {{"role", "assistant"}, {"content", c.content}}}, {"logprobs", lp},
                            {"finish_reason", c.finish_reason}});
       else
@@ -193,6 +203,17 @@ struct HttpServer::Impl {
     json lp = nullptr;
     if (call.req.base.logprobs >= 0 && !lp_entry.is_null())
       lp = call.req.chat ? json{{"content", json::array({lp_entry})}} : completion_logprobs(json::array({lp_entry}));
+    const bool tool = call.req.tool_mode != ApiRequest::ToolMode::None;
+    if (tool && !ch.done) return out;  // a call is sent whole when it ends (its name may come last)
+    if (tool && ch.done && !was_done) {
+      if (auto tc = tool_call(call, static_cast<size_t>(ev.index))) {
+        (*tc)["index"] = 0;
+        emit({{"index", ev.index}, {"delta", {{"tool_calls", json::array({*tc})}}}, {"logprobs", nullptr}, {"finish_reason", nullptr}});
+        emit({{"index", ev.index}, {"delta", json::object()}, {"logprobs", nullptr}, {"finish_reason", "tool_calls"}});
+        return out;
+      }
+      piece = ch.content;  // not a whole call (out of tokens): its text, as a plain reply would send it
+    }
     if (!piece.empty() || !lp.is_null()) {
       if (call.req.chat)
         emit({{"index", ev.index}, {"delta", {{"content", piece}}}, {"logprobs", lp}, {"finish_reason", nullptr}});
@@ -217,12 +238,15 @@ struct HttpServer::Impl {
       return;
     }
     auto call = std::make_shared<Call>();
-    if (auto err = parse_request(body, chat, tok, &tmpl, limits, call->req)) {
+    // A schema or tools: the body read again with its keys in order (a schema's properties keep theirs).
+    std::optional<nlohmann::ordered_json> ordered;
+    if (needs_ordered_body(body)) ordered = nlohmann::ordered_json::parse(hreq.body);
+    if (auto err = parse_request(body, chat, tok, &tmpl, limits, call->req, ordered ? &*ordered : nullptr)) {
       reject(res, *err);
       return;
     }
-    if (wants_constraint(body))  // read again with its keys in order: a schema's properties keep theirs
-      if (auto err = parse_constraint(nlohmann::ordered_json::parse(hreq.body), tok, call->req.base)) {
+    if (ordered)
+      if (auto err = parse_constraint(*ordered, tok, call->req)) {
         reject(res, *err);
         return;
       }

@@ -2,7 +2,9 @@
 #include "server/openai_api.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <set>
 
 #include "core/error.h"
 #include "engine/json_schema.h"
@@ -52,10 +54,64 @@ std::optional<ApiError> boolean(const nlohmann::json& b, const char* key, bool& 
   return std::nullopt;
 }
 
+// `tools` and `tool_choice` (chat): checks them, sets the mode, and gives the template its tools.
+std::optional<ApiError> parse_tools(const nlohmann::json& b, const nlohmann::ordered_json* ordered, ApiRequest& r,
+                                    nlohmann::ordered_json& template_vars) {
+  const bool has_tools = b.contains("tools") && !b["tools"].is_null();
+  const bool has_choice = b.contains("tool_choice") && !b["tool_choice"].is_null();
+  if (!has_tools) {
+    if (has_choice && !(b["tool_choice"].is_string() && b["tool_choice"] == "none"))
+      return bad("tool_choice", "'tool_choice' needs 'tools'");
+    return std::nullopt;
+  }
+  const auto& tools = b["tools"];
+  if (!tools.is_array() || tools.empty() || tools.size() > 128) return bad("tools", "'tools' must be a non-empty array of at most 128 tools");
+  std::set<std::string> names;
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const auto& t = tools[i];
+    const std::string where = "tools[" + std::to_string(i) + "]";
+    if (!t.is_object() || t.value("type", "") != "function" || !t.contains("function") || !t["function"].is_object())
+      return bad(where, "'" + where + "' must be {\"type\": \"function\", \"function\": {\"name\": ..., \"parameters\": {...}}}");
+    const auto& f = t["function"];
+    if (!f.contains("name") || !f["name"].is_string() || f["name"].get<std::string>().empty() || f["name"].get<std::string>().size() > 64)
+      return bad(where + ".function.name", "'" + where + ".function.name' must be a string of 1 to 64 characters");
+    const std::string name = f["name"].get<std::string>();
+    if (!std::all_of(name.begin(), name.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-'; }))
+      return bad(where + ".function.name", "'" + where + ".function.name' may hold letters, digits, '_' and '-' only, got '" + name + "'");
+    if (!names.insert(name).second) return bad(where + ".function.name", "two tools are named '" + name + "'");
+    if (f.contains("parameters") && !f["parameters"].is_object() && !f["parameters"].is_null())
+      return bad(where + ".function.parameters", "'" + where + ".function.parameters' must be a JSON schema object");
+  }
+  std::string choice = "auto";
+  if (has_choice) {
+    const auto& c = b["tool_choice"];
+    if (c.is_string()) {
+      choice = c.get<std::string>();
+      if (choice != "none" && choice != "auto" && choice != "required")
+        return bad("tool_choice", "'tool_choice' must be none, auto, required or {\"type\": \"function\", \"function\": {\"name\": ...}}, got '" + choice + "'");
+    } else if (c.is_object() && c.value("type", "") == "function" && c.contains("function") && c["function"].is_object() &&
+               c["function"].contains("name") && c["function"]["name"].is_string()) {
+      r.tool_name = c["function"]["name"].get<std::string>();
+      if (!names.count(r.tool_name)) return bad("tool_choice", "'tool_choice' names '" + r.tool_name + "', which is not among the tools");
+      choice = "named";
+    } else {
+      return bad("tool_choice", "'tool_choice' must be none, auto, required or {\"type\": \"function\", \"function\": {\"name\": ...}}");
+    }
+  }
+  if (choice == "auto")
+    return bad("tool_choice", "tool_choice 'auto' (the default with tools) needs a parser of this model's tool-call format in free "
+                              "text, which this server does not have; pass tool_choice 'required' or {\"type\": \"function\", "
+                              "\"function\": {\"name\": ...}} (the call is then written under the function's parameter schema), "
+                              "or 'none'");
+  r.tool_mode = choice == "named" ? ApiRequest::ToolMode::Named : choice == "required" ? ApiRequest::ToolMode::Required : ApiRequest::ToolMode::None;
+  template_vars["tools"] = ordered && ordered->contains("tools") ? (*ordered)["tools"] : nlohmann::ordered_json::parse(tools.dump());
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::optional<ApiError> parse_request(const nlohmann::json& b, bool chat, const Tokenizer& tok, const ChatTemplate* tmpl,
-                                      const ApiLimits& lim, ApiRequest& r) {
+                                      const ApiLimits& lim, ApiRequest& r, const nlohmann::ordered_json* ordered) {
   if (!b.is_object()) return bad("", "the request body must be a JSON object");
   r.chat = chat;
   if (b.contains("model") && !b["model"].is_null()) {
@@ -79,11 +135,13 @@ std::optional<ApiError> parse_request(const nlohmann::json& b, bool chat, const 
         for (const auto& part : x["content"])
           if (!part.is_object() || (part.contains("text") && !part["text"].is_string()))
             return bad(where + ".content", "'" + where + ".content' parts must be objects like {\"type\": \"text\", \"text\": ...}");
-      msgs.push_back(nlohmann::ordered_json::parse(x.dump()));
+      msgs.push_back(ordered ? (*ordered)["messages"][i] : nlohmann::ordered_json::parse(x.dump()));
     }
+    nlohmann::ordered_json vars = nlohmann::ordered_json::object();
+    if (auto e = parse_tools(b, ordered, r, vars)) return e;
     std::string text;
     try {
-      text = tmpl ? tmpl->render(msgs, true) : render_plain_chat(msgs, true);
+      text = tmpl ? tmpl->render(msgs, true, vars) : render_plain_chat(msgs, true);
     } catch (const Error& e) {
       return bad("messages", std::string("the chat template refused the messages: ") + e.what());
     }
@@ -172,7 +230,6 @@ std::optional<ApiError> parse_request(const nlohmann::json& b, bool chat, const 
       return e;
     }
   }
-  // Stop token ids (vLLM's extension): each ends the choice as the end-of-generation token does.
   if (b.contains("logit_bias") && !b["logit_bias"].is_null()) {  // {"token id": bias in [-100, 100]}
     const auto& lb = b["logit_bias"];
     if (!lb.is_object() || lb.size() > 1024)
@@ -192,6 +249,7 @@ std::optional<ApiError> parse_request(const nlohmann::json& b, bool chat, const 
       r.base.logit_bias.emplace_back(static_cast<int32_t>(id), val.get<float>());
     }
   }
+  // Stop token ids (vLLM's extension): each ends the choice as the end-of-generation token does.
   if (b.contains("stop_token_ids") && !b["stop_token_ids"].is_null()) {
     const auto& st = b["stop_token_ids"];
     if (!st.is_array() || st.size() > 64) return bad("stop_token_ids", "'stop_token_ids' must be an array of at most 64 token ids");
@@ -297,29 +355,79 @@ nlohmann::json chat_logprob_entry(const Tokenizer& tok, int32_t token, float lp,
   return {{"token", text}, {"logprob", lp}, {"bytes", bytes}, {"top_logprobs", alts}};
 }
 
-}  // namespace fp
-
-namespace fp {
-
 namespace {
 const char* const kConstraintFields[] = {"response_format", "grammar", "json_schema", "guided_json"};
 }
 
-bool wants_constraint(const nlohmann::json& b) {
+bool needs_ordered_body(const nlohmann::json& b) {
   if (!b.is_object()) return false;
   for (const char* k : kConstraintFields)
     if (b.contains(k) && !b[k].is_null()) return true;
-  return false;
+  return b.contains("tools") && !b["tools"].is_null();
 }
 
-std::optional<ApiError> parse_constraint(const nlohmann::ordered_json& b, const Tokenizer& tok, Request& out) {
+namespace {
+
+// The schema a tool call is written under: the named function's parameters, or (required) any
+// one function as {"name": ..., "arguments": {...}}.
+nlohmann::ordered_json tool_call_schema(const nlohmann::ordered_json& tools, const ApiRequest& r) {
   using ojson = nlohmann::ordered_json;
+  auto params = [](const ojson& f) { return f.contains("parameters") && f["parameters"].is_object() ? f["parameters"] : ojson{{"type", "object"}}; };
+  if (r.tool_mode == ApiRequest::ToolMode::Named) {
+    for (const auto& t : tools)
+      if (t["function"]["name"] == r.tool_name) return params(t["function"]);
+  }
+  ojson any = ojson::array();
+  for (const auto& t : tools) {
+    const ojson& f = t["function"];
+    any.push_back({{"type", "object"},
+                   {"properties", {{"name", {{"const", f["name"]}}}, {"arguments", params(f)}}},
+                   {"required", {"name", "arguments"}}});
+  }
+  ojson schema = {{"anyOf", any}};
+  // $defs of the functions' own schemas stay resolvable from the top.
+  for (const auto& t : tools)
+    for (const char* section : {"$defs", "definitions"})
+      if (t["function"].contains("parameters") && t["function"]["parameters"].contains(section))
+        for (const auto& [k, v] : t["function"]["parameters"][section].items()) schema[section][k] = v;
+  return schema;
+}
+
+}  // namespace
+
+std::optional<nlohmann::json> tool_call_of(const ApiRequest& req, const std::string& text, const std::string& id) {
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded()) return std::nullopt;
+  std::string name = req.tool_name, args = text;
+  if (req.tool_mode == ApiRequest::ToolMode::Required) {
+    if (!j.is_object() || !j.contains("name") || !j["name"].is_string() || !j.contains("arguments")) return std::nullopt;
+    name = j["name"].get<std::string>();
+    args = j["arguments"].dump();
+  } else {
+    args = j.dump();  // compact, as OpenAI sends arguments
+  }
+  return nlohmann::json{{"id", id}, {"type", "function"}, {"function", {{"name", name}, {"arguments", args}}}};
+}
+
+std::optional<ApiError> parse_constraint(const nlohmann::ordered_json& b, const Tokenizer& tok, ApiRequest& r) {
+  using ojson = nlohmann::ordered_json;
+  Request& out = r.base;
   std::string given;
   for (const char* k : kConstraintFields)
     if (b.contains(k) && !b[k].is_null()) {
       if (!given.empty()) return bad(k, "'" + given + "' and '" + k + "' both constrain the output; give one of them");
       given = k;
     }
+  if (r.tool_mode != ApiRequest::ToolMode::None) {
+    if (!given.empty()) return bad(given, "'" + given + "' and a tool_choice that calls a tool both constrain the output; give one of them");
+    try {
+      const ojson schema = tool_call_schema(b["tools"], r);
+      out.constraint = std::make_shared<TokenConstraint>(Grammar::parse(json_schema_to_gbnf(schema)), tok, "tool call");
+    } catch (const std::exception& e) {
+      return bad("tools", std::string("the tools' parameter schemas cannot be used: ") + e.what());
+    }
+    return std::nullopt;
+  }
   if (given.empty()) return std::nullopt;
   std::string gbnf, what, param = given;
   try {

@@ -32,6 +32,13 @@ struct ApiRequest {
   std::vector<std::string> stop;
   bool stream = false, include_usage = false;
   bool chat_logprobs = false;   // chat: logprobs true (top_logprobs alternatives)
+  // Tool calling (chat, `tools` + `tool_choice`): with "required" or a named function the reply
+  // is a call, written under the function's parameter schema (constrained decoding) and
+  // returned as message.tool_calls. "auto" needs a model-specific parser of calls in free text,
+  // which is not here, so it is refused by name; "none" renders the tools and writes text.
+  enum class ToolMode { None, Named, Required };
+  ToolMode tool_mode = ToolMode::None;
+  std::string tool_name;        // ToolMode::Named: the function
   // The n engine requests (seeds seed, seed+1, ... when a seed was given).
   std::vector<Request> group() const;
 };
@@ -45,16 +52,22 @@ struct ApiLimits {
 
 // Parses and validates a /v1/completions (chat=false) or /v1/chat/completions body. Returns an
 // error instead of throwing for any problem with the request.
+// `ordered`: the same body read with its keys in order (needs_ordered_body), for the tools
+// given to the chat template.
 std::optional<ApiError> parse_request(const nlohmann::json& body, bool chat, const Tokenizer& tok, const ChatTemplate* tmpl,
-                                      const ApiLimits& limits, ApiRequest& out);
+                                      const ApiLimits& limits, ApiRequest& out, const nlohmann::ordered_json* ordered = nullptr);
 
 // Constrained decoding: response_format ({"type": "text" | "json_object" | "json_schema"}),
-// llama.cpp's `grammar` (GBNF) and `json_schema`, vLLM's `guided_json` (at most one of them).
-// Sets out.constraint; the body is read with its keys in order (a schema's properties are written
-// in the order given). A schema or grammar that cannot be compiled is a 400 naming the field.
-std::optional<ApiError> parse_constraint(const nlohmann::ordered_json& body, const Tokenizer& tok, Request& out);
-// Whether a body asks for constrained decoding (so that parse_constraint has work to do).
-bool wants_constraint(const nlohmann::json& body);
+// llama.cpp's `grammar` (GBNF) and `json_schema`, vLLM's `guided_json`, or a tool call that
+// parse_request chose (at most one of them). Sets out.base.constraint; the body is read with its
+// keys in order (a schema's properties are written in the order given). A schema or grammar that
+// cannot be compiled is a 400 naming the field.
+std::optional<ApiError> parse_constraint(const nlohmann::ordered_json& body, const Tokenizer& tok, ApiRequest& out);
+// Whether a body holds a schema, grammar or tools (whose key order matters: parse it ordered too).
+bool needs_ordered_body(const nlohmann::json& body);
+// A finished tool-call choice's text as OpenAI's tool_calls entry: {id, type, function: {name,
+// arguments}}; nullopt when the text is not a whole call (it ran out of tokens).
+std::optional<nlohmann::json> tool_call_of(const ApiRequest& req, const std::string& text, const std::string& id);
 
 // One choice's text as it streams: StreamDecoder primed with the prompt, plus stop strings.
 // Text that could still be the start of a stop string is held back until it cannot be.
