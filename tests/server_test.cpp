@@ -449,6 +449,53 @@ TEST(Server, ToolChoiceRequiredOrNamedWritesACall) {
   EXPECT_EQ(srv.terminate(), 0);
 }
 
+// tool_choice auto with a chat template that writes Hermes calls (Qwen3's, from the test data):
+// the reply's <tool_call> blocks come back as tool_calls, the text beside them as content (a
+// grammar makes the model write one here); without a call the reply is plain text.
+TEST(Server, ToolChoiceAutoFindsHermesCallsInTheReply) {
+  FP_REQUIRE_FILE(test::stories_path());
+  const std::string qwen3 = test::testdata("tokenizers/qwen3/tokenizer_config.json");
+  FP_REQUIRE_FILE(qwen3);
+  ServerProcess srv({"--chat-template", qwen3}, 1024);
+  auto c = srv.client();
+  const json tools = json::parse(R"([{"type": "function", "function": {"name": "play", "parameters": {"type": "object",
+                                       "properties": {"game": {"type": "string"}}, "required": ["game"]}}}])");
+  const json messages = {{{"role", "user"}, {"content", "Shall we play?"}}};
+  const std::string forced = R"(root ::= "Let me see. <tool_call>\n{\"name\": \"play\", \"arguments\": {\"game\": \"tag\"}}\n</tool_call>")";
+  int st = 0;
+  json r = post(c, "/v1/chat/completions",
+                json({{"messages", messages}, {"tools", tools}, {"grammar", forced}, {"temperature", 0}, {"max_tokens", 200}}).dump(), &st);
+  ASSERT_EQ(st, 200) << r.dump();
+  const json& msg = r["choices"][0]["message"];
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "tool_calls") << r.dump();
+  EXPECT_EQ(msg["content"], "Let me see.") << r.dump();
+  ASSERT_EQ(msg["tool_calls"].size(), 1u) << r.dump();
+  EXPECT_EQ(msg["tool_calls"][0]["function"]["name"], "play");
+  EXPECT_EQ(msg["tool_calls"][0]["function"]["arguments"], R"({"game":"tag"})");
+  // Streamed: the text first, then the call in one delta, then finish_reason tool_calls.
+  Streamed sr = stream(c, "/v1/chat/completions",
+                       {{"messages", messages}, {"tools", tools}, {"grammar", forced}, {"temperature", 0}, {"max_tokens", 200}, {"stream", true}});
+  EXPECT_TRUE(sr.error.empty()) << sr.error;
+  EXPECT_EQ(sr.finish[0], "tool_calls");
+  EXPECT_EQ(sr.text[0], "Let me see. ");
+  int calls = 0;
+  for (const json& ev : sr.events)
+    for (const auto& ch : ev["choices"])
+      if (ch["delta"].contains("tool_calls")) {
+        ++calls;
+        EXPECT_EQ(ch["delta"]["tool_calls"][0]["function"]["arguments"], R"({"game":"tag"})");
+      }
+  EXPECT_EQ(calls, 1);
+  // No call written: the reply is text, streamed or not, as without tools.
+  r = post(c, "/v1/chat/completions", json({{"messages", messages}, {"tools", tools}, {"temperature", 0}, {"max_tokens", 16}}).dump(), &st);
+  ASSERT_EQ(st, 200) << r.dump();
+  EXPECT_TRUE(r["choices"][0]["message"]["content"].is_string()) << r.dump();
+  EXPECT_FALSE(r["choices"][0]["message"].contains("tool_calls"));
+  sr = stream(c, "/v1/chat/completions", {{"messages", messages}, {"tools", tools}, {"temperature", 0}, {"max_tokens", 16}, {"stream", true}});
+  EXPECT_EQ(sr.text[0], r["choices"][0]["message"]["content"].get<std::string>());
+  EXPECT_EQ(srv.terminate(), 0);
+}
+
 TEST(Server, BadRequestsGetTheRight4xx) {
   FP_REQUIRE_FILE(test::stories_path());
   ServerProcess srv({});

@@ -17,6 +17,7 @@
 #include "core/log.h"
 #include "server/async_engine.h"
 #include "server/openai_api.h"
+#include "server/tool_calls.h"
 
 namespace fp {
 
@@ -70,6 +71,7 @@ struct Choice {
   std::string finish_reason;
   bool done = false;
   json logprobs = json::array();  // entries, in token order
+  HermesToolStream tool_stream;   // tool_choice auto, streamed: text before a call goes out, the call waits
 };
 
 // One API call: its parsed request, engine stream and choices.
@@ -163,8 +165,19 @@ struct HttpServer::Impl {
   // A tool-call choice that ended whole: its tool_calls entry (else nullopt: sent as text).
   std::optional<json> tool_call(const Call& call, size_t i) const {
     const Choice& c = call.choices[i];
-    if (call.req.tool_mode == ApiRequest::ToolMode::None || c.finish_reason != "stop") return std::nullopt;
+    const ApiRequest::ToolMode m = call.req.tool_mode;
+    if ((m != ApiRequest::ToolMode::Named && m != ApiRequest::ToolMode::Required) || c.finish_reason != "stop") return std::nullopt;
     return tool_call_of(call.req, c.content, "call_" + call.id.substr(call.id.find('-') + 1) + "_" + std::to_string(i));
+  }
+
+  // tool_choice auto: the calls a finished reply wrote (Hermes format), as tool_calls entries.
+  json auto_tool_calls(const Call& call, size_t i, const SplitReply& split) const {
+    json calls = json::array();
+    for (size_t k = 0; k < split.calls.size(); ++k)
+      calls.push_back({{"id", "call_" + call.id.substr(call.id.find('-') + 1) + "_" + std::to_string(i) + "_" + std::to_string(k)},
+                       {"type", "function"},
+                       {"function", {{"name", split.calls[k].name}, {"arguments", split.calls[k].arguments}}}});
+    return calls;
   }
 
   json final_response(const Call& call) const {
@@ -174,6 +187,16 @@ struct HttpServer::Impl {
       json lp = nullptr;
       if (call.req.base.logprobs >= 0)
         lp = call.req.chat ? json{{"content", c.logprobs}} : completion_logprobs(c.logprobs);
+      if (call.req.tool_mode == ApiRequest::ToolMode::Auto) {
+        const SplitReply split = split_hermes_tool_calls(c.content);
+        if (!split.calls.empty()) {
+          choices.push_back({{"index", i},
+                             {"message", {{"role", "assistant"}, {"content", split.content.empty() ? json(nullptr) : json(split.content)},
+                                          {"tool_calls", auto_tool_calls(call, i, split)}}},
+                             {"logprobs", lp}, {"finish_reason", "tool_calls"}});
+          continue;
+        }
+      }
       if (auto tc = tool_call(call, i))
         choices.push_back({{"index", i}, {"message", {{"role", "assistant"}, {"content", nullptr}, {"tool_calls", json::array({*tc})}}},
                            {"logprobs", lp}, {"finish_reason", "tool_calls"}});
@@ -203,7 +226,24 @@ struct HttpServer::Impl {
     json lp = nullptr;
     if (call.req.base.logprobs >= 0 && !lp_entry.is_null())
       lp = call.req.chat ? json{{"content", json::array({lp_entry})}} : completion_logprobs(json::array({lp_entry}));
-    const bool tool = call.req.tool_mode != ApiRequest::ToolMode::None;
+    if (call.req.tool_mode == ApiRequest::ToolMode::Auto) {  // text goes out; a call is held until the end
+      Choice& mut = call.choices[static_cast<size_t>(ev.index)];
+      piece = mut.tool_stream.push(piece);
+      if (ch.done && !was_done) {
+        const SplitReply split = split_hermes_tool_calls(mut.tool_stream.held());
+        if (!split.calls.empty()) {
+          if (!piece.empty() || !split.content.empty())
+            emit({{"index", ev.index}, {"delta", {{"content", piece + split.content}}}, {"logprobs", lp}, {"finish_reason", nullptr}});
+          json calls = auto_tool_calls(call, static_cast<size_t>(ev.index), split);
+          for (size_t k = 0; k < calls.size(); ++k) calls[k]["index"] = k;
+          emit({{"index", ev.index}, {"delta", {{"tool_calls", calls}}}, {"logprobs", nullptr}, {"finish_reason", nullptr}});
+          emit({{"index", ev.index}, {"delta", json::object()}, {"logprobs", nullptr}, {"finish_reason", "tool_calls"}});
+          return out;
+        }
+        piece += mut.tool_stream.held();  // no call after all: the held text is text
+      }
+    }
+    const bool tool = call.req.tool_mode == ApiRequest::ToolMode::Named || call.req.tool_mode == ApiRequest::ToolMode::Required;
     if (tool && !ch.done) return out;  // a call is sent whole when it ends (its name may come last)
     if (tool && ch.done && !was_done) {
       if (auto tc = tool_call(call, static_cast<size_t>(ev.index))) {
@@ -396,6 +436,7 @@ HttpServer::HttpServer(Model& model, ChatTemplate chat_template, const ServerCon
   Impl& s = *impl_;
   s.engine = std::make_unique<AsyncEngine>(model, cfg.engine);
   s.limits.max_model_len = s.engine->config().max_model_len;
+  s.limits.hermes_tool_calls = !s.tmpl.is_fallback() && template_uses_hermes_tool_calls(s.tmpl.source());
   s.setup_routes();
 }
 

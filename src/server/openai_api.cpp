@@ -55,8 +55,8 @@ std::optional<ApiError> boolean(const nlohmann::json& b, const char* key, bool& 
 }
 
 // `tools` and `tool_choice` (chat): checks them, sets the mode, and gives the template its tools.
-std::optional<ApiError> parse_tools(const nlohmann::json& b, const nlohmann::ordered_json* ordered, ApiRequest& r,
-                                    nlohmann::ordered_json& template_vars) {
+std::optional<ApiError> parse_tools(const nlohmann::json& b, const nlohmann::ordered_json* ordered, const ApiLimits& lim,
+                                    ApiRequest& r, nlohmann::ordered_json& template_vars) {
   const bool has_tools = b.contains("tools") && !b["tools"].is_null();
   const bool has_choice = b.contains("tool_choice") && !b["tool_choice"].is_null();
   if (!has_tools) {
@@ -98,12 +98,15 @@ std::optional<ApiError> parse_tools(const nlohmann::json& b, const nlohmann::ord
       return bad("tool_choice", "'tool_choice' must be none, auto, required or {\"type\": \"function\", \"function\": {\"name\": ...}}");
     }
   }
-  if (choice == "auto")
+  if (choice == "auto" && !lim.hermes_tool_calls)
     return bad("tool_choice", "tool_choice 'auto' (the default with tools) needs a parser of this model's tool-call format in free "
-                              "text, which this server does not have; pass tool_choice 'required' or {\"type\": \"function\", "
-                              "\"function\": {\"name\": ...}} (the call is then written under the function's parameter schema), "
-                              "or 'none'");
-  r.tool_mode = choice == "named" ? ApiRequest::ToolMode::Named : choice == "required" ? ApiRequest::ToolMode::Required : ApiRequest::ToolMode::None;
+                              "text, and this chat template uses none that the server knows (Hermes <tool_call>); pass tool_choice "
+                              "'required' or {\"type\": \"function\", \"function\": {\"name\": ...}} (the call is then written "
+                              "under the function's parameter schema), or 'none'");
+  r.tool_mode = choice == "named"      ? ApiRequest::ToolMode::Named
+                : choice == "required" ? ApiRequest::ToolMode::Required
+                : choice == "auto"     ? ApiRequest::ToolMode::Auto
+                                       : ApiRequest::ToolMode::None;
   template_vars["tools"] = ordered && ordered->contains("tools") ? (*ordered)["tools"] : nlohmann::ordered_json::parse(tools.dump());
   return std::nullopt;
 }
@@ -138,7 +141,7 @@ std::optional<ApiError> parse_request(const nlohmann::json& b, bool chat, const 
       msgs.push_back(ordered ? (*ordered)["messages"][i] : nlohmann::ordered_json::parse(x.dump()));
     }
     nlohmann::ordered_json vars = nlohmann::ordered_json::object();
-    if (auto e = parse_tools(b, ordered, r, vars)) return e;
+    if (auto e = parse_tools(b, ordered, lim, r, vars)) return e;
     std::string text;
     try {
       text = tmpl ? tmpl->render(msgs, true, vars) : render_plain_chat(msgs, true);
@@ -418,7 +421,7 @@ std::optional<ApiError> parse_constraint(const nlohmann::ordered_json& b, const 
       if (!given.empty()) return bad(k, "'" + given + "' and '" + k + "' both constrain the output; give one of them");
       given = k;
     }
-  if (r.tool_mode != ApiRequest::ToolMode::None) {
+  if (r.tool_mode == ApiRequest::ToolMode::Named || r.tool_mode == ApiRequest::ToolMode::Required) {
     if (!given.empty()) return bad(given, "'" + given + "' and a tool_choice that calls a tool both constrain the output; give one of them");
     try {
       const ojson schema = tool_call_schema(b["tools"], r);

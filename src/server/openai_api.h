@@ -34,9 +34,11 @@ struct ApiRequest {
   bool chat_logprobs = false;   // chat: logprobs true (top_logprobs alternatives)
   // Tool calling (chat, `tools` + `tool_choice`): with "required" or a named function the reply
   // is a call, written under the function's parameter schema (constrained decoding) and
-  // returned as message.tool_calls. "auto" needs a model-specific parser of calls in free text,
-  // which is not here, so it is refused by name; "none" renders the tools and writes text.
-  enum class ToolMode { None, Named, Required };
+  // returned as message.tool_calls. "auto" (the default with tools) lets the model write text,
+  // calls or both, found afterwards by the parser of the template's call format
+  // (server/tool_calls.h: Hermes); a template without a known format refuses it by name.
+  // "none" renders the tools and writes text.
+  enum class ToolMode { None, Named, Required, Auto };
   ToolMode tool_mode = ToolMode::None;
   std::string tool_name;        // ToolMode::Named: the function
   // The n engine requests (seeds seed, seed+1, ... when a seed was given).
@@ -48,6 +50,7 @@ struct ApiLimits {
   int max_n = 16;
   int max_stop = 4;
   int max_logprobs = 20;
+  bool hermes_tool_calls = false;  // the chat template writes calls as <tool_call>{...}</tool_call>
 };
 
 // Parses and validates a /v1/completions (chat=false) or /v1/chat/completions body. Returns an
