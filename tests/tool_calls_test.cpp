@@ -5,6 +5,8 @@
 #include <random>
 
 #include "server/tool_calls.h"
+#include "test_util.h"
+#include "tokenizer/tokenizer.h"
 
 namespace fp {
 namespace {
@@ -62,6 +64,18 @@ TEST(HermesToolCalls, StreamingSendsTextAtOnceAndHoldsCalls) {
   EXPECT_EQ(s.push("a <tool"), "a ");
   EXPECT_EQ(s.push("s> b"), "<tools> b");
   EXPECT_EQ(s.held(), "");
+}
+
+// Qwen3 writes its tags as added tokens that are not special, so they reach the reply's text.
+TEST(HermesToolCalls, Qwen3TagsAreTextInTheReply) {
+  const std::string path = test::testdata("tokenizers/qwen3/tokenizer.json");
+  FP_REQUIRE_FILE(path);
+  auto tok = Tokenizer::from_path(path);
+  const std::vector<int32_t> ids = tok->encode("<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>", false, true);
+  ASSERT_EQ(tok->token_to_bytes(ids.front()), "<tool_call>");
+  const SplitReply r = split_hermes_tool_calls(tok->decode(ids));
+  ASSERT_EQ(r.calls.size(), 1u);
+  EXPECT_EQ(r.calls[0].name, "f");
 }
 
 }  // namespace
