@@ -496,6 +496,38 @@ TEST(Server, ToolChoiceAutoFindsHermesCallsInTheReply) {
   EXPECT_EQ(srv.terminate(), 0);
 }
 
+// tool_choice auto with a template in Llama 3.1's manner (calls as JSON after <|python_tag|>):
+// a reply that is a {"name", "parameters"} object comes back as a call; text stays text.
+TEST(Server, ToolChoiceAutoFindsLlama3JsonCalls) {
+  FP_REQUIRE_FILE(test::stories_path());
+  const std::string dir = test::temp_dir("llama3_tools");
+  test::write_file(dir + "/chat.jinja",
+                   "{%- for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+                   "{%- if tools %}(answer with a call as <|python_tag|>{\"name\": ..., \"parameters\": ...}){% endif %}assistant: ");
+  ServerProcess srv({"--chat-template", dir + "/chat.jinja"}, 512);
+  auto c = srv.client();
+  const json tools = json::parse(R"([{"type": "function", "function": {"name": "play", "parameters": {"type": "object",
+                                       "properties": {"game": {"type": "string"}}}}}])");
+  const json messages = {{{"role", "user"}, {"content", "Shall we play?"}}};
+  const std::string forced = R"(root ::= "{\"name\": \"play\", \"parameters\": {\"game\": \"tag\"}}")";
+  int st = 0;
+  json r = post(c, "/v1/chat/completions",
+                json({{"messages", messages}, {"tools", tools}, {"grammar", forced}, {"temperature", 0}, {"max_tokens", 100}}).dump(), &st);
+  ASSERT_EQ(st, 200) << r.dump();
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "tool_calls") << r.dump();
+  EXPECT_TRUE(r["choices"][0]["message"]["content"].is_null()) << r.dump();
+  ASSERT_EQ(r["choices"][0]["message"]["tool_calls"].size(), 1u) << r.dump();
+  EXPECT_EQ(r["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"], R"({"game":"tag"})");
+  Streamed sr = stream(c, "/v1/chat/completions",
+                       {{"messages", messages}, {"tools", tools}, {"grammar", forced}, {"temperature", 0}, {"max_tokens", 100}, {"stream", true}});
+  EXPECT_EQ(sr.finish[0], "tool_calls");
+  EXPECT_EQ(sr.text[0], "");
+  r = post(c, "/v1/chat/completions", json({{"messages", messages}, {"tools", tools}, {"temperature", 0}, {"max_tokens", 16}}).dump(), &st);
+  ASSERT_EQ(st, 200) << r.dump();
+  EXPECT_TRUE(r["choices"][0]["message"]["content"].is_string()) << r.dump();
+  EXPECT_EQ(srv.terminate(), 0);
+}
+
 TEST(Server, BadRequestsGetTheRight4xx) {
   FP_REQUIRE_FILE(test::stories_path());
   ServerProcess srv({});

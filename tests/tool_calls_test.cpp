@@ -1,24 +1,25 @@
-// tests/tool_calls_test.cpp — tool calls in free text (tool_choice auto, Hermes format): a reply
-// split into text and calls, and the same split while streaming, piece by piece.
+// tests/tool_calls_test.cpp — tool calls in free text (tool_choice auto; Hermes and Llama-3 JSON
+// formats): a reply split into text and calls, and the same split while streaming, piece by piece.
 #include <gtest/gtest.h>
 
 #include <random>
 
 #include "server/tool_calls.h"
 #include "test_util.h"
+#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace fp {
 namespace {
 
 TEST(HermesToolCalls, RepliesSplitIntoTextAndCalls) {
-  SplitReply r = split_hermes_tool_calls("Sure, let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>");
+  SplitReply r = split_tool_calls(ToolCallFormat::Hermes, "Sure, let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>");
   EXPECT_EQ(r.content, "Sure, let me check.");
   ASSERT_EQ(r.calls.size(), 1u);
   EXPECT_EQ(r.calls[0].name, "get_weather");
   EXPECT_EQ(r.calls[0].arguments, R"({"city":"Oslo"})");
   // Two calls, no text; arguments left out mean none.
-  r = split_hermes_tool_calls("<tool_call>{\"name\": \"a\", \"arguments\": {}}</tool_call>\n<tool_call>{\"name\": \"b\"}</tool_call>");
+  r = split_tool_calls(ToolCallFormat::Hermes, "<tool_call>{\"name\": \"a\", \"arguments\": {}}</tool_call>\n<tool_call>{\"name\": \"b\"}</tool_call>");
   EXPECT_EQ(r.content, "");
   ASSERT_EQ(r.calls.size(), 2u);
   EXPECT_EQ(r.calls[1].name, "b");
@@ -26,12 +27,12 @@ TEST(HermesToolCalls, RepliesSplitIntoTextAndCalls) {
   // What is not a call stays text: no tags, bad JSON, no name, arguments not an object.
   for (const std::string text : {"just text", "<tool_call>{not json}</tool_call>", "<tool_call>{\"arguments\": {}}</tool_call>",
                                  "<tool_call>{\"name\": \"a\", \"arguments\": \"x\"}</tool_call>"}) {
-    r = split_hermes_tool_calls(text);
+    r = split_tool_calls(ToolCallFormat::Hermes, text);
     EXPECT_TRUE(r.calls.empty()) << text;
     EXPECT_EQ(r.content, text);
   }
   // A call cut off before its closing tag still parses when its JSON is whole.
-  r = split_hermes_tool_calls("x <tool_call>{\"name\": \"a\", \"arguments\": {\"k\": 1}}");
+  r = split_tool_calls(ToolCallFormat::Hermes, "x <tool_call>{\"name\": \"a\", \"arguments\": {\"k\": 1}}");
   ASSERT_EQ(r.calls.size(), 1u);
   EXPECT_EQ(r.content, "x");
 }
@@ -40,7 +41,7 @@ TEST(HermesToolCalls, StreamingSendsTextAtOnceAndHoldsCalls) {
   const std::string reply = "I will call it < now <tool_call>{\"name\": \"f\", \"arguments\": {\"x\": 1}}</tool_call>";
   std::mt19937 rng(3);
   for (int trial = 0; trial < 200; ++trial) {  // the reply cut into random pieces
-    HermesToolStream s;
+    ToolCallStream s(ToolCallFormat::Hermes);
     std::string sent;
     for (size_t at = 0; at < reply.size();) {
       const size_t n = 1 + rng() % 6;
@@ -55,15 +56,54 @@ TEST(HermesToolCalls, StreamingSendsTextAtOnceAndHoldsCalls) {
     }
     EXPECT_EQ(sent, "I will call it < now ");
     EXPECT_EQ(sent + s.held(), reply);
-    const SplitReply split = split_hermes_tool_calls(s.held());
+    const SplitReply split = split_tool_calls(ToolCallFormat::Hermes, s.held());
     ASSERT_EQ(split.calls.size(), 1u);
     EXPECT_EQ(split.calls[0].arguments, R"({"x":1})");
   }
   // Text that only looked like the start of a tag goes out once it cannot be one.
-  HermesToolStream s;
+  ToolCallStream s(ToolCallFormat::Hermes);
   EXPECT_EQ(s.push("a <tool"), "a ");
   EXPECT_EQ(s.push("s> b"), "<tools> b");
   EXPECT_EQ(s.held(), "");
+}
+
+TEST(Llama3JsonToolCalls, AReplyThatIsJsonCallsIsCalls) {
+  SplitReply r = split_tool_calls(ToolCallFormat::Llama3Json, " {\"name\": \"get_weather\", \"parameters\": {\"city\": \"a;b}\"}}");
+  ASSERT_EQ(r.calls.size(), 1u);
+  EXPECT_EQ(r.calls[0].name, "get_weather");
+  EXPECT_EQ(r.calls[0].arguments, R"({"city":"a;b}"})");
+  EXPECT_EQ(r.content, "");
+  r = split_tool_calls(ToolCallFormat::Llama3Json, R"({"name": "a", "parameters": {}}; {"name": "b", "arguments": {"x": [1]}})");
+  ASSERT_EQ(r.calls.size(), 2u);
+  EXPECT_EQ(r.calls[1].name, "b");
+  EXPECT_EQ(r.calls[1].arguments, R"({"x":[1]})");
+  // Text, or JSON that is not calls, stays text.
+  for (const std::string text : {"It is sunny.", R"({"weather": "sunny"})", R"({"name": "a", "parameters": {}}; oops)", "{broken"}) {
+    r = split_tool_calls(ToolCallFormat::Llama3Json, text);
+    EXPECT_TRUE(r.calls.empty()) << text;
+    EXPECT_EQ(r.content, text);
+  }
+  // Streaming: a reply that starts with '{' is held whole; any other goes out as it comes.
+  ToolCallStream s(ToolCallFormat::Llama3Json);
+  EXPECT_EQ(s.push("  "), "");
+  EXPECT_EQ(s.push("{\"na"), "");
+  EXPECT_EQ(s.push("me\": \"f\"}"), "");
+  EXPECT_EQ(split_tool_calls(ToolCallFormat::Llama3Json, s.held()).calls.size(), 1u);
+  ToolCallStream t(ToolCallFormat::Llama3Json);
+  EXPECT_EQ(t.push("\n"), "");
+  EXPECT_EQ(t.push("It {is}"), "\nIt {is}");
+  EXPECT_EQ(t.push(" sunny"), " sunny");
+  EXPECT_EQ(t.held(), "");
+}
+
+TEST(ToolCallFormats, ChosenFromTheChatTemplate) {
+  EXPECT_EQ(tool_call_format_of("{{- '<tool_call>\\n' }}"), ToolCallFormat::Hermes);
+  EXPECT_EQ(tool_call_format_of("{{- '<|python_tag|>' + tool_call.name }}"), ToolCallFormat::Llama3Json);
+  EXPECT_EQ(tool_call_format_of("{{ messages[0]['content'] }}"), ToolCallFormat::None);
+  const std::string qwen3 = test::testdata("tokenizers/qwen3/tokenizer_config.json");
+  if (file_exists(qwen3)) {
+    EXPECT_EQ(tool_call_format_of(ChatTemplate::from_tokenizer_config(qwen3).source()), ToolCallFormat::Hermes);
+  }
 }
 
 // Qwen3 writes its tags as added tokens that are not special, so they reach the reply's text.
@@ -73,7 +113,7 @@ TEST(HermesToolCalls, Qwen3TagsAreTextInTheReply) {
   auto tok = Tokenizer::from_path(path);
   const std::vector<int32_t> ids = tok->encode("<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>", false, true);
   ASSERT_EQ(tok->token_to_bytes(ids.front()), "<tool_call>");
-  const SplitReply r = split_hermes_tool_calls(tok->decode(ids));
+  const SplitReply r = split_tool_calls(ToolCallFormat::Hermes, tok->decode(ids));
   ASSERT_EQ(r.calls.size(), 1u);
   EXPECT_EQ(r.calls[0].name, "f");
 }

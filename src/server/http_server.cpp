@@ -71,7 +71,7 @@ struct Choice {
   std::string finish_reason;
   bool done = false;
   json logprobs = json::array();  // entries, in token order
-  HermesToolStream tool_stream;   // tool_choice auto, streamed: text before a call goes out, the call waits
+  ToolCallStream tool_stream;     // tool_choice auto, streamed: text goes out, a call waits for the end
 };
 
 // One API call: its parsed request, engine stream and choices.
@@ -170,7 +170,7 @@ struct HttpServer::Impl {
     return tool_call_of(call.req, c.content, "call_" + call.id.substr(call.id.find('-') + 1) + "_" + std::to_string(i));
   }
 
-  // tool_choice auto: the calls a finished reply wrote (Hermes format), as tool_calls entries.
+  // tool_choice auto: the calls a finished reply wrote (the template's format), as tool_calls entries.
   json auto_tool_calls(const Call& call, size_t i, const SplitReply& split) const {
     json calls = json::array();
     for (size_t k = 0; k < split.calls.size(); ++k)
@@ -188,7 +188,7 @@ struct HttpServer::Impl {
       if (call.req.base.logprobs >= 0)
         lp = call.req.chat ? json{{"content", c.logprobs}} : completion_logprobs(c.logprobs);
       if (call.req.tool_mode == ApiRequest::ToolMode::Auto) {
-        const SplitReply split = split_hermes_tool_calls(c.content);
+        const SplitReply split = split_tool_calls(limits.tool_call_format, c.content);
         if (!split.calls.empty()) {
           choices.push_back({{"index", i},
                              {"message", {{"role", "assistant"}, {"content", split.content.empty() ? json(nullptr) : json(split.content)},
@@ -230,7 +230,7 @@ struct HttpServer::Impl {
       Choice& mut = call.choices[static_cast<size_t>(ev.index)];
       piece = mut.tool_stream.push(piece);
       if (ch.done && !was_done) {
-        const SplitReply split = split_hermes_tool_calls(mut.tool_stream.held());
+        const SplitReply split = split_tool_calls(limits.tool_call_format, mut.tool_stream.held());
         if (!split.calls.empty()) {
           if (!piece.empty() || !split.content.empty())
             emit({{"index", ev.index}, {"delta", {{"content", piece + split.content}}}, {"logprobs", lp}, {"finish_reason", nullptr}});
@@ -305,6 +305,7 @@ struct HttpServer::Impl {
     for (int i = 0; i < call->req.n; ++i) {
       Choice c;
       c.text = std::make_unique<ChoiceText>(tok, call->req.prompt, call->req.stop);
+      c.tool_stream = ToolCallStream(limits.tool_call_format);
       call->choices.push_back(std::move(c));
     }
     call->stream = engine->submit(call->req.group());
@@ -436,7 +437,9 @@ HttpServer::HttpServer(Model& model, ChatTemplate chat_template, const ServerCon
   Impl& s = *impl_;
   s.engine = std::make_unique<AsyncEngine>(model, cfg.engine);
   s.limits.max_model_len = s.engine->config().max_model_len;
-  s.limits.hermes_tool_calls = !s.tmpl.is_fallback() && template_uses_hermes_tool_calls(s.tmpl.source());
+  s.limits.tool_call_format = s.tmpl.is_fallback() ? ToolCallFormat::None : tool_call_format_of(s.tmpl.source());
+  log_info("tool calls in free text (tool_choice auto): ", to_string(s.limits.tool_call_format),
+           s.limits.tool_call_format == ToolCallFormat::None ? " (no parser for this chat template; required and named calls work)" : "");
   s.setup_routes();
 }
 

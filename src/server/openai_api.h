@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/sequence.h"
+#include "server/tool_calls.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -36,7 +37,7 @@ struct ApiRequest {
   // is a call, written under the function's parameter schema (constrained decoding) and
   // returned as message.tool_calls. "auto" (the default with tools) lets the model write text,
   // calls or both, found afterwards by the parser of the template's call format
-  // (server/tool_calls.h: Hermes); a template without a known format refuses it by name.
+  // (server/tool_calls.h: Hermes, Llama-3 JSON); a template without a known format refuses it by name.
   // "none" renders the tools and writes text.
   enum class ToolMode { None, Named, Required, Auto };
   ToolMode tool_mode = ToolMode::None;
@@ -50,7 +51,7 @@ struct ApiLimits {
   int max_n = 16;
   int max_stop = 4;
   int max_logprobs = 20;
-  bool hermes_tool_calls = false;  // the chat template writes calls as <tool_call>{...}</tool_call>
+  ToolCallFormat tool_call_format = ToolCallFormat::None;  // how the chat template writes tool calls
 };
 
 // Parses and validates a /v1/completions (chat=false) or /v1/chat/completions body. Returns an

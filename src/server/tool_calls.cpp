@@ -1,7 +1,9 @@
-// server/tool_calls.cpp — splitting Hermes-format replies into text and tool calls.
+// server/tool_calls.cpp — splitting replies into text and tool calls (Hermes, Llama-3 JSON).
 #include "server/tool_calls.h"
 
 #include <algorithm>
+
+#include <nlohmann/json.hpp>
 
 namespace fp {
 
@@ -14,11 +16,21 @@ std::string trim(const std::string& s) {
   const size_t b = s.find_last_not_of(" \t\r\n");
   return s.substr(a, b - a + 1);
 }
-}  // namespace
 
-bool template_uses_hermes_tool_calls(const std::string& template_source) { return template_source.find(kOpen) != std::string::npos; }
+// {"name": "...", <args_key>: {...}} as a call (arguments may be left out: none).
+bool as_call(const nlohmann::json& j, std::initializer_list<const char*> args_keys, ToolCallText& out) {
+  if (!j.is_object() || !j.contains("name") || !j["name"].is_string()) return false;
+  out.name = j["name"].get<std::string>();
+  out.arguments = "{}";
+  for (const char* k : args_keys)
+    if (j.contains(k)) {
+      if (!j[k].is_object()) return false;
+      out.arguments = j[k].dump();
+    }
+  return true;
+}
 
-SplitReply split_hermes_tool_calls(const std::string& text) {
+SplitReply split_hermes(const std::string& text) {
   SplitReply out;
   std::string content;
   size_t at = 0;
@@ -28,13 +40,11 @@ SplitReply split_hermes_tool_calls(const std::string& text) {
     const size_t body = open + kOpen.size();
     const size_t close = text.find(kClose, body);
     const std::string inner = text.substr(body, close == std::string::npos ? std::string::npos : close - body);
-    const nlohmann::json j = nlohmann::json::parse(inner, nullptr, false);
-    const bool valid = !j.is_discarded() && j.is_object() && j.contains("name") && j["name"].is_string() &&
-                       (!j.contains("arguments") || j["arguments"].is_object());
     const size_t end = close == std::string::npos ? text.size() : close + kClose.size();
-    if (valid) {
+    ToolCallText call;
+    if (as_call(nlohmann::json::parse(inner, nullptr, false), {"arguments"}, call)) {
       content += text.substr(at, open - at);
-      out.calls.push_back({j["name"].get<std::string>(), j.contains("arguments") ? j["arguments"].dump() : "{}"});
+      out.calls.push_back(std::move(call));
     } else {
       content += text.substr(at, end - at);  // not a call: it stays text
     }
@@ -45,12 +55,93 @@ SplitReply split_hermes_tool_calls(const std::string& text) {
   return out;
 }
 
-std::string HermesToolStream::push(const std::string& piece) {
-  if (in_call_) {
-    held_ += piece;
-    return {};
+// The whole reply is one or more calls separated by ';', or it is text.
+SplitReply split_llama3_json(const std::string& text) {
+  SplitReply out;
+  const std::string t = trim(text);
+  if (t.empty() || t[0] != '{') {
+    out.content = t;
+    return out;
   }
+  size_t at = 0;
+  while (at < t.size()) {
+    // The next object ends where a ';' (outside strings) or the text ends: let the parser find it.
+    size_t end = t.size();
+    int depth = 0;
+    bool in_str = false, esc = false;
+    for (size_t i = at; i < t.size(); ++i) {
+      const char c = t[i];
+      if (in_str) {
+        if (esc) esc = false;
+        else if (c == '\\') esc = true;
+        else if (c == '"') in_str = false;
+      } else if (c == '"') {
+        in_str = true;
+      } else if (c == '{') {
+        ++depth;
+      } else if (c == '}') {
+        --depth;
+      } else if (c == ';' && depth == 0) {
+        end = i;
+        break;
+      }
+    }
+    ToolCallText call;
+    if (!as_call(nlohmann::json::parse(t.substr(at, end - at), nullptr, false), {"parameters", "arguments"}, call)) {
+      out.calls.clear();  // not calls after all: the reply is text
+      out.content = t;
+      return out;
+    }
+    out.calls.push_back(std::move(call));
+    at = end + 1;
+    while (at < t.size() && (t[at] == ' ' || t[at] == '\n' || t[at] == '\t' || t[at] == '\r')) ++at;
+  }
+  return out;
+}
+}  // namespace
+
+ToolCallFormat tool_call_format_of(const std::string& src) {
+  if (src.find(kOpen) != std::string::npos) return ToolCallFormat::Hermes;
+  // Llama 3.1-3.3's templates tell the model to answer with {"name": ..., "parameters": ...}
+  // and mark calls with <|python_tag|>.
+  if (src.find("<|python_tag|>") != std::string::npos || src.find("\"parameters\": dictionary of argument name") != std::string::npos)
+    return ToolCallFormat::Llama3Json;
+  return ToolCallFormat::None;
+}
+
+const char* to_string(ToolCallFormat f) {
+  switch (f) {
+    case ToolCallFormat::Hermes: return "hermes";
+    case ToolCallFormat::Llama3Json: return "llama3_json";
+    default: return "none";
+  }
+}
+
+SplitReply split_tool_calls(ToolCallFormat f, const std::string& text) {
+  if (f == ToolCallFormat::Hermes) return split_hermes(text);
+  if (f == ToolCallFormat::Llama3Json) return split_llama3_json(text);
+  return SplitReply{trim(text), {}};
+}
+
+std::string ToolCallStream::push(const std::string& piece) {
+  if (format_ == ToolCallFormat::Llama3Json) {
+    if (decided_) {
+      if (in_call_) held_ += piece;
+      return in_call_ ? std::string() : piece;
+    }
+    held_ += piece;  // blanks before the first character are held until it shows what the reply is
+    const size_t first = held_.find_first_not_of(" \t\r\n");
+    if (first == std::string::npos) return {};
+    decided_ = true;
+    in_call_ = held_[first] == '{';
+    if (in_call_) return {};
+    std::string now;
+    now.swap(held_);
+    return now;
+  }
+  if (format_ != ToolCallFormat::Hermes) return piece;
   held_ += piece;
+  if (in_call_) return {};
   const size_t open = held_.find(kOpen);
   if (open != std::string::npos) {
     in_call_ = true;

@@ -1,15 +1,23 @@
-// server/tool_calls.h — tool calls in free text (tool_choice "auto"), for models whose chat
-// template uses the Hermes format (Qwen2.5, Qwen3 and others): each call is a JSON object
-// {"name": ..., "arguments": {...}} between <tool_call> and </tool_call>. A reply splits into its
-// text and its calls; while streaming, text before a call goes out at once and the call is
-// held until the reply ends (as vLLM's hermes parser sends it, whole).
+// server/tool_calls.h — tool calls in free text (tool_choice "auto"), in the format the model's
+// chat template teaches it:
+//  - Hermes (Qwen2.5, Qwen3 and others): each call a JSON object {"name": ..., "arguments":
+//    {...}} between <tool_call> and </tool_call>, anywhere in the reply;
+//  - Llama-3 JSON (Llama 3.1-3.3 instruct): the whole reply is the call(s), {"name": ...,
+//    "parameters": {...}}, several separated by ';' (after <|python_tag|>, a control token that
+//    decodes to nothing).
+// A reply splits into its text and its calls; while streaming, text goes out at once and a call
+// is held until the reply ends, then sent whole (as vLLM's hermes and llama3_json parsers send it).
 #pragma once
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 namespace fp {
+
+enum class ToolCallFormat { None, Hermes, Llama3Json };
+
+// The format a chat template writes calls in (None: no parser here for it).
+ToolCallFormat tool_call_format_of(const std::string& template_source);
+const char* to_string(ToolCallFormat f);
 
 struct ToolCallText {
   std::string name, arguments;  // arguments: compact JSON text
@@ -17,24 +25,24 @@ struct ToolCallText {
 
 struct SplitReply {
   std::string content;               // the text outside the calls (trimmed)
-  std::vector<ToolCallText> calls;   // in order; a block that is not a valid call stays in content
+  std::vector<ToolCallText> calls;   // in order; what is not a valid call stays in content
 };
 
-// Whether a chat template writes tool calls in the Hermes format.
-bool template_uses_hermes_tool_calls(const std::string& template_source);
+SplitReply split_tool_calls(ToolCallFormat f, const std::string& text);
 
-SplitReply split_hermes_tool_calls(const std::string& text);
-
-// A reply as it streams: push() returns the text safe to send now; from the first "<tool_call>"
-// (or what may be its start, at the end of the text so far) everything is held for the end.
-class HermesToolStream {
+// A reply as it streams: push() returns the text safe to send now; what may be a call is held
+// (held()) for split_tool_calls at the end.
+class ToolCallStream {
  public:
+  explicit ToolCallStream(ToolCallFormat f = ToolCallFormat::Hermes) : format_(f) {}
   std::string push(const std::string& piece);
   const std::string& held() const { return held_; }
 
  private:
+  ToolCallFormat format_;
   std::string held_;
-  bool in_call_ = false;
+  bool in_call_ = false;  // Hermes: the tag was seen; Llama-3 JSON: the reply began with '{'
+  bool decided_ = false;  // Llama-3 JSON: the first non-blank character was seen
 };
 
 }  // namespace fp
