@@ -106,6 +106,36 @@ TEST(ToolCallFormats, ChosenFromTheChatTemplate) {
   }
 }
 
+TEST(DeepSeekV3ToolCalls, CallsBetweenTheirTokensAreCalls) {
+  const std::string reply =
+      "Let me look.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\": \"Oslo\"}\n```"
+      "<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function<｜tool▁sep｜>play\n```json\n{}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>";
+  SplitReply r = split_tool_calls(ToolCallFormat::DeepSeekV3, reply);
+  EXPECT_EQ(r.content, "Let me look.");
+  ASSERT_EQ(r.calls.size(), 2u);
+  EXPECT_EQ(r.calls[0].name, "get_weather");
+  EXPECT_EQ(r.calls[0].arguments, R"({"city":"Oslo"})");
+  EXPECT_EQ(r.calls[1].name, "play");
+  // A call whose arguments do not parse leaves the whole reply as text.
+  const std::string bad = "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{oops\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>";
+  r = split_tool_calls(ToolCallFormat::DeepSeekV3, bad);
+  EXPECT_TRUE(r.calls.empty());
+  EXPECT_EQ(r.content, bad);
+  // Streaming holds from the opening token on, even when it arrives in pieces.
+  ToolCallStream s(ToolCallFormat::DeepSeekV3);
+  std::string sent;
+  for (size_t at = 0; at < reply.size(); at += 5) sent += s.push(reply.substr(at, 5));
+  EXPECT_EQ(sent, "Let me look.");
+  EXPECT_EQ(split_tool_calls(ToolCallFormat::DeepSeekV3, s.held()).calls.size(), 2u);
+  // The real DeepSeek-V3 template writes these tokens, and its tokenizer keeps them as text.
+  const std::string cfg = test::testdata("tokenizers/deepseek_v3/tokenizer_config.json");
+  if (file_exists(cfg)) {
+    EXPECT_EQ(tool_call_format_of(ChatTemplate::from_tokenizer_config(cfg).source()), ToolCallFormat::DeepSeekV3);
+    auto tok = Tokenizer::from_path(test::testdata("tokenizers/deepseek_v3/tokenizer.json"));
+    EXPECT_EQ(split_tool_calls(ToolCallFormat::DeepSeekV3, tok->decode(tok->encode(reply, false, true))).calls.size(), 2u);
+  }
+}
+
 // Qwen3 writes its tags as added tokens that are not special, so they reach the reply's text.
 TEST(HermesToolCalls, Qwen3TagsAreTextInTheReply) {
   const std::string path = test::testdata("tokenizers/qwen3/tokenizer.json");

@@ -9,6 +9,11 @@ namespace fp {
 
 namespace {
 const std::string kOpen = "<tool_call>", kClose = "</tool_call>";
+const std::string kDsCallsBegin = "<｜tool▁calls▁begin｜>", kDsCallsEnd = "<｜tool▁calls▁end｜>";
+const std::string kDsCallBegin = "<｜tool▁call▁begin｜>", kDsCallEnd = "<｜tool▁call▁end｜>", kDsSep = "<｜tool▁sep｜>";
+
+// The tag from which a streamed reply is held (Hermes, DeepSeek).
+const std::string& opening_tag(ToolCallFormat f) { return f == ToolCallFormat::DeepSeekV3 ? kDsCallsBegin : kOpen; }
 
 std::string trim(const std::string& s) {
   const size_t a = s.find_first_not_of(" \t\r\n");
@@ -98,10 +103,55 @@ SplitReply split_llama3_json(const std::string& text) {
   }
   return out;
 }
+// <｜tool▁calls▁begin｜> ... <｜tool▁calls▁end｜>: each <｜tool▁call▁begin｜>TYPE<｜tool▁sep｜>NAME
+// ```json ARGS ```<｜tool▁call▁end｜> a call. Text before and after the block is content; a block
+// with any call that does not parse stays text whole.
+SplitReply split_deepseek(const std::string& text) {
+  SplitReply out;
+  const size_t begin = text.find(kDsCallsBegin);
+  if (begin == std::string::npos) {
+    out.content = trim(text);
+    return out;
+  }
+  const size_t body = begin + kDsCallsBegin.size();
+  const size_t end = text.find(kDsCallsEnd, body);
+  const std::string block = text.substr(body, end == std::string::npos ? std::string::npos : end - body);
+  const std::string after = end == std::string::npos ? "" : text.substr(end + kDsCallsEnd.size());
+  size_t at = 0;
+  for (;;) {
+    const size_t cb = block.find(kDsCallBegin, at);
+    if (cb == std::string::npos) break;
+    const size_t sep = block.find(kDsSep, cb);
+    const size_t ce = block.find(kDsCallEnd, cb);
+    const size_t call_end = ce == std::string::npos ? block.size() : ce;
+    if (sep == std::string::npos || sep > call_end) return SplitReply{trim(text), {}};
+    const std::string rest = block.substr(sep + kDsSep.size(), call_end - sep - kDsSep.size());
+    const size_t nl = rest.find('\n');
+    ToolCallText call;
+    call.name = trim(rest.substr(0, nl));
+    std::string args = nl == std::string::npos ? "" : rest.substr(nl + 1);
+    const size_t fence = args.find("```");
+    if (fence != std::string::npos) {
+      const size_t line = args.find('\n', fence);
+      args = line == std::string::npos ? "" : args.substr(line + 1);
+      const size_t close = args.rfind("```");
+      if (close != std::string::npos) args = args.substr(0, close);
+    }
+    const nlohmann::json j = nlohmann::json::parse(args, nullptr, false);
+    if (call.name.empty() || j.is_discarded() || !j.is_object()) return SplitReply{trim(text), {}};
+    call.arguments = j.dump();
+    out.calls.push_back(std::move(call));
+    at = call_end + (ce == std::string::npos ? 0 : kDsCallEnd.size());
+  }
+  if (out.calls.empty()) return SplitReply{trim(text), {}};
+  out.content = trim(text.substr(0, begin) + after);
+  return out;
+}
 }  // namespace
 
 ToolCallFormat tool_call_format_of(const std::string& src) {
   if (src.find(kOpen) != std::string::npos) return ToolCallFormat::Hermes;
+  if (src.find(kDsCallsBegin) != std::string::npos) return ToolCallFormat::DeepSeekV3;
   // Llama 3.1-3.3's templates tell the model to answer with {"name": ..., "parameters": ...}
   // and mark calls with <|python_tag|>.
   if (src.find("<|python_tag|>") != std::string::npos || src.find("\"parameters\": dictionary of argument name") != std::string::npos)
@@ -113,6 +163,7 @@ const char* to_string(ToolCallFormat f) {
   switch (f) {
     case ToolCallFormat::Hermes: return "hermes";
     case ToolCallFormat::Llama3Json: return "llama3_json";
+    case ToolCallFormat::DeepSeekV3: return "deepseek_v3";
     default: return "none";
   }
 }
@@ -120,6 +171,7 @@ const char* to_string(ToolCallFormat f) {
 SplitReply split_tool_calls(ToolCallFormat f, const std::string& text) {
   if (f == ToolCallFormat::Hermes) return split_hermes(text);
   if (f == ToolCallFormat::Llama3Json) return split_llama3_json(text);
+  if (f == ToolCallFormat::DeepSeekV3) return split_deepseek(text);
   return SplitReply{trim(text), {}};
 }
 
@@ -139,20 +191,21 @@ std::string ToolCallStream::push(const std::string& piece) {
     now.swap(held_);
     return now;
   }
-  if (format_ != ToolCallFormat::Hermes) return piece;
+  if (format_ != ToolCallFormat::Hermes && format_ != ToolCallFormat::DeepSeekV3) return piece;
+  const std::string& tag = opening_tag(format_);
   held_ += piece;
   if (in_call_) return {};
-  const size_t open = held_.find(kOpen);
+  const size_t open = held_.find(tag);
   if (open != std::string::npos) {
     in_call_ = true;
     std::string now = held_.substr(0, open);
     held_.erase(0, open);
     return now;
   }
-  // Hold back the longest tail that could still become "<tool_call>".
+  // Hold back the longest tail that could still become the tag.
   size_t keep = 0;
-  for (size_t n = std::min(held_.size(), kOpen.size() - 1); n > 0; --n)
-    if (held_.compare(held_.size() - n, n, kOpen, 0, n) == 0) {
+  for (size_t n = std::min(held_.size(), tag.size() - 1); n > 0; --n)
+    if (held_.compare(held_.size() - n, n, tag, 0, n) == 0) {
       keep = n;
       break;
     }

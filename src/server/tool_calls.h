@@ -4,7 +4,9 @@
 //    {...}} between <tool_call> and </tool_call>, anywhere in the reply;
 //  - Llama-3 JSON (Llama 3.1-3.3 instruct): the whole reply is the call(s), {"name": ...,
 //    "parameters": {...}}, several separated by ';' (after <|python_tag|>, a control token that
-//    decodes to nothing).
+//    decodes to nothing);
+//  - DeepSeek-V3: <｜tool▁calls▁begin｜>, then per call <｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME
+//    and the arguments in a ```json fence, <｜tool▁call▁end｜>; then <｜tool▁calls▁end｜>.
 // A reply splits into its text and its calls; while streaming, text goes out at once and a call
 // is held until the reply ends, then sent whole (as vLLM's hermes and llama3_json parsers send it).
 #pragma once
@@ -13,7 +15,7 @@
 
 namespace fp {
 
-enum class ToolCallFormat { None, Hermes, Llama3Json };
+enum class ToolCallFormat { None, Hermes, Llama3Json, DeepSeekV3 };
 
 // The format a chat template writes calls in (None: no parser here for it).
 ToolCallFormat tool_call_format_of(const std::string& template_source);
@@ -41,7 +43,7 @@ class ToolCallStream {
  private:
   ToolCallFormat format_;
   std::string held_;
-  bool in_call_ = false;  // Hermes: the tag was seen; Llama-3 JSON: the reply began with '{'
+  bool in_call_ = false;  // Hermes, DeepSeek: the opening tag was seen; Llama-3 JSON: the reply began with '{'
   bool decided_ = false;  // Llama-3 JSON: the first non-blank character was seen
 };
 
