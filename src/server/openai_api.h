@@ -37,7 +37,8 @@ struct ApiRequest {
   // is a call, written under the function's parameter schema (constrained decoding) and
   // returned as message.tool_calls. "auto" (the default with tools) lets the model write text,
   // calls or both, found afterwards by the parser of the template's call format
-  // (server/tool_calls.h: Hermes, Llama-3 JSON); a template without a known format refuses it by name.
+  // (server/tool_calls.h: Hermes, Llama-3 JSON, DeepSeek-V3); a template without a known format
+  // refuses it by name.
   // "none" renders the tools and writes text.
   enum class ToolMode { None, Named, Required, Auto };
   ToolMode tool_mode = ToolMode::None;
