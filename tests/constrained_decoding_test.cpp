@@ -103,6 +103,7 @@ TEST(Grammar, ErrorsNameTheProblem) {
   test::expect_error([] { Grammar::parse("root ::= \"a\"{3,2}"); }, {"runs backwards"});
   test::expect_error([] { Grammar::parse("root ::= \"a\"\nroot ::= \"b\""); }, {"defined twice"});
   test::expect_error([] { Grammar::parse(""); }, {"empty"});
+  test::expect_error([] { Grammar::parse("root ::= \"\xc0\xba\""); }, {"line 1", "invalid UTF-8"});  // an overlong ':'
 }
 
 // A random JSON value, written with random (allowed) whitespace.

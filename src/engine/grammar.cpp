@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "tokenizer/unicode.h"
 
 namespace fp {
 
@@ -162,15 +163,10 @@ class GrammarBuilder {
         default: fail("grammar line ", line_of(pos_), ": unknown escape '\\", std::string(1, e), "'");
       }
     }
-    int len = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
-    FP_CHECK(len > 0 && pos_ + static_cast<size_t>(len) <= src_.size(), "grammar line ", line_of(pos_), ": invalid UTF-8");
-    uint32_t cp = len == 1 ? c : c & (0x7Fu >> len);
-    for (int i = 1; i < len; ++i) {
-      const unsigned char cc = static_cast<unsigned char>(src_[pos_ + static_cast<size_t>(i)]);
-      FP_CHECK((cc & 0xC0) == 0x80, "grammar line ", line_of(pos_), ": invalid UTF-8");
-      cp = (cp << 6) | (cc & 0x3Fu);
-    }
-    pos_ += static_cast<size_t>(len);
+    size_t len = 1;
+    const uint32_t cp = uni::decode_one(src_, pos_, &len);
+    FP_CHECK(c < 0x80 || len > 1, "grammar line ", line_of(pos_), ": invalid UTF-8");  // (a bad sequence decodes as 1 byte)
+    pos_ += len;
     return cp;
   }
   uint32_t hex(int digits) {

@@ -26,8 +26,6 @@ TokenConstraint::TokenConstraint(std::shared_ptr<const Grammar> grammar, const T
   FP_CHECK(!end_ids_.empty(), tok.spec().source, ": constrained decoding needs an end-of-generation token, and this vocabulary has none");
 }
 
-bool TokenConstraint::is_end(int32_t token) const { return tok_.is_eog(token); }
-
 void TokenConstraint::clear_cache() {
   states_.clear();
   ids_.clear();
@@ -72,7 +70,6 @@ const std::vector<uint64_t>& TokenConstraint::allowed(const GrammarState& s) {
   const int32_t id = intern(s);
   auto it = masks_.find(id);
   if (it != masks_.end()) return it->second;
-  ++walks_;
   std::vector<uint64_t> bits((static_cast<size_t>(n_vocab_) + 63) / 64, 0);
   walk(VocabTrie::kRoot, id, bits);
   bool any = false;

@@ -53,11 +53,9 @@ class TokenConstraint {
   void mask_draft_rows(GrammarState s, const int32_t* draft, int64_t n_draft, float* rows, int64_t n_vocab);
   // The text is complete and no token can extend it: only ending is left.
   bool only_end(const GrammarState& s);
-  bool is_end(int32_t token) const;
 
   size_t cache_size() const { return masks_.size(); }
   void clear_cache();  // forgets every state, step and mask (a benchmark's cold start)
-  int64_t walks() const { return walks_; }  // masks computed (cache misses)
 
  private:
   struct Interned {
@@ -78,7 +76,6 @@ class TokenConstraint {
   std::vector<Interned> states_;
   std::unordered_map<std::string, int32_t> ids_;   // GrammarState::key() -> index into states_
   std::unordered_map<int32_t, std::vector<uint64_t>> masks_;  // state -> allowed tokens
-  int64_t walks_ = 0;
 };
 
 }  // namespace fp

@@ -162,22 +162,27 @@ struct HttpServer::Impl {
     return {{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
   }
 
-  // A tool-call choice that ended whole: its tool_calls entry (else nullopt: sent as text).
-  std::optional<json> tool_call(const Call& call, size_t i) const {
-    const Choice& c = call.choices[i];
-    const ApiRequest::ToolMode m = call.req.tool_mode;
-    if ((m != ApiRequest::ToolMode::Named && m != ApiRequest::ToolMode::Required) || c.finish_reason != "stop") return std::nullopt;
-    return tool_call_of(call.req, c.content, "call_" + call.id.substr(call.id.find('-') + 1) + "_" + std::to_string(i));
-  }
-
-  // tool_choice auto: the calls a finished reply wrote (the template's format), as tool_calls entries.
-  json auto_tool_calls(const Call& call, size_t i, const SplitReply& split) const {
+  // What a finished choice's text holds as tool calls: the tool_calls entries and the text beside
+  // them (no calls: the choice is plain text). A called function (named, required) is the whole
+  // text when it ended whole; with tool_choice auto the template's format finds them.
+  struct ToolReply {
+    std::string content;
     json calls = json::array();
-    for (size_t k = 0; k < split.calls.size(); ++k)
-      calls.push_back({{"id", "call_" + call.id.substr(call.id.find('-') + 1) + "_" + std::to_string(i) + "_" + std::to_string(k)},
-                       {"type", "function"},
-                       {"function", {{"name", split.calls[k].name}, {"arguments", split.calls[k].arguments}}}});
-    return calls;
+  };
+  ToolReply tool_reply(const Call& call, size_t i, const std::string& text) const {
+    ToolReply r;
+    const std::string id = "call_" + call.id.substr(call.id.find('-') + 1) + "_" + std::to_string(i);
+    const ApiRequest::ToolMode m = call.req.tool_mode;
+    if (m == ApiRequest::ToolMode::Auto) {
+      const SplitReply split = split_tool_calls(limits.tool_call_format, text);
+      r.content = split.content;
+      for (size_t k = 0; k < split.calls.size(); ++k)
+        r.calls.push_back({{"id", id + "_" + std::to_string(k)}, {"type", "function"},
+                           {"function", {{"name", split.calls[k].name}, {"arguments", split.calls[k].arguments}}}});
+    } else if (m != ApiRequest::ToolMode::None && call.choices[i].finish_reason == "stop") {
+      if (auto tc = tool_call_of(call.req, text, id)) r.calls.push_back(*tc);
+    }
+    return r;
   }
 
   json final_response(const Call& call) const {
@@ -187,18 +192,11 @@ struct HttpServer::Impl {
       json lp = nullptr;
       if (call.req.base.logprobs >= 0)
         lp = call.req.chat ? json{{"content", c.logprobs}} : completion_logprobs(c.logprobs);
-      if (call.req.tool_mode == ApiRequest::ToolMode::Auto) {
-        const SplitReply split = split_tool_calls(limits.tool_call_format, c.content);
-        if (!split.calls.empty()) {
-          choices.push_back({{"index", i},
-                             {"message", {{"role", "assistant"}, {"content", split.content.empty() ? json(nullptr) : json(split.content)},
-                                          {"tool_calls", auto_tool_calls(call, i, split)}}},
-                             {"logprobs", lp}, {"finish_reason", "tool_calls"}});
-          continue;
-        }
-      }
-      if (auto tc = tool_call(call, i))
-        choices.push_back({{"index", i}, {"message", {{"role", "assistant"}, {"content", nullptr}, {"tool_calls", json::array({*tc})}}},
+      const ToolReply t = tool_reply(call, i, c.content);
+      if (!t.calls.empty())
+        choices.push_back({{"index", i},
+                           {"message", {{"role", "assistant"}, {"content", t.content.empty() ? json(nullptr) : json(t.content)},
+                                        {"tool_calls", t.calls}}},
                            {"logprobs", lp}, {"finish_reason", "tool_calls"}});
       else if (call.req.chat)
         choices.push_back({{"index", i}, {"message", {{"role", "assistant"}, {"content", c.content}}}, {"logprobs", lp},
@@ -226,33 +224,26 @@ struct HttpServer::Impl {
     json lp = nullptr;
     if (call.req.base.logprobs >= 0 && !lp_entry.is_null())
       lp = call.req.chat ? json{{"content", json::array({lp_entry})}} : completion_logprobs(json::array({lp_entry}));
-    if (call.req.tool_mode == ApiRequest::ToolMode::Auto) {  // text goes out; a call is held until the end
+    if (call.req.tool_mode != ApiRequest::ToolMode::None) {
+      // A call is sent whole when the choice ends (under `required` its name comes last). With
+      // auto, text goes out as it comes and only what may be a call is held; a called function
+      // holds everything.
+      const bool is_auto = call.req.tool_mode == ApiRequest::ToolMode::Auto;
       Choice& mut = call.choices[static_cast<size_t>(ev.index)];
-      piece = mut.tool_stream.push(piece);
+      piece = is_auto ? mut.tool_stream.push(piece) : std::string();
       if (ch.done && !was_done) {
-        const SplitReply split = split_tool_calls(limits.tool_call_format, mut.tool_stream.held());
-        if (!split.calls.empty()) {
-          if (!piece.empty() || !split.content.empty())
-            emit({{"index", ev.index}, {"delta", {{"content", piece + split.content}}}, {"logprobs", lp}, {"finish_reason", nullptr}});
-          json calls = auto_tool_calls(call, static_cast<size_t>(ev.index), split);
-          for (size_t k = 0; k < calls.size(); ++k) calls[k]["index"] = k;
-          emit({{"index", ev.index}, {"delta", {{"tool_calls", calls}}}, {"logprobs", nullptr}, {"finish_reason", nullptr}});
+        const std::string held = is_auto ? mut.tool_stream.held() : ch.content;
+        ToolReply t = tool_reply(call, static_cast<size_t>(ev.index), held);
+        if (!t.calls.empty()) {
+          if (!piece.empty() || !t.content.empty())
+            emit({{"index", ev.index}, {"delta", {{"content", piece + t.content}}}, {"logprobs", lp}, {"finish_reason", nullptr}});
+          for (size_t k = 0; k < t.calls.size(); ++k) t.calls[k]["index"] = k;
+          emit({{"index", ev.index}, {"delta", {{"tool_calls", t.calls}}}, {"logprobs", nullptr}, {"finish_reason", nullptr}});
           emit({{"index", ev.index}, {"delta", json::object()}, {"logprobs", nullptr}, {"finish_reason", "tool_calls"}});
           return out;
         }
-        piece += mut.tool_stream.held();  // no call after all: the held text is text
+        piece += held;  // no whole call after all: the held text is text
       }
-    }
-    const bool tool = call.req.tool_mode == ApiRequest::ToolMode::Named || call.req.tool_mode == ApiRequest::ToolMode::Required;
-    if (tool && !ch.done) return out;  // a call is sent whole when it ends (its name may come last)
-    if (tool && ch.done && !was_done) {
-      if (auto tc = tool_call(call, static_cast<size_t>(ev.index))) {
-        (*tc)["index"] = 0;
-        emit({{"index", ev.index}, {"delta", {{"tool_calls", json::array({*tc})}}}, {"logprobs", nullptr}, {"finish_reason", nullptr}});
-        emit({{"index", ev.index}, {"delta", json::object()}, {"logprobs", nullptr}, {"finish_reason", "tool_calls"}});
-        return out;
-      }
-      piece = ch.content;  // not a whole call (out of tokens): its text, as a plain reply would send it
     }
     if (!piece.empty() || !lp.is_null()) {
       if (call.req.chat)
