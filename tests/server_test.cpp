@@ -403,19 +403,23 @@ TEST(Server, ToolChoiceRequiredOrNamedWritesACall) {
   }
   // Streamed: the call arrives whole in one delta, then finish_reason tool_calls.
   Streamed sr = stream(c, "/v1/chat/completions",
-                       {{"messages", messages}, {"tools", tools}, {"tool_choice", named}, {"temperature", 0}, {"max_tokens", 100}, {"stream", true}});
+                       {{"messages", messages}, {"tools", tools}, {"tool_choice", named}, {"temperature", 0}, {"max_tokens", 100},
+                        {"stream", true}, {"logprobs", true}});
   EXPECT_TRUE(sr.error.empty()) << sr.error;
   EXPECT_TRUE(sr.done);
   EXPECT_EQ(sr.finish[0], "tool_calls");
-  int deltas_with_calls = 0;
+  int deltas_with_calls = 0, logprob_entries = 0;
   for (const json& ev : sr.events)
-    for (const auto& ch : ev["choices"])
+    for (const auto& ch : ev["choices"]) {
+      if (ch.contains("logprobs") && ch["logprobs"].is_object()) logprob_entries += static_cast<int>(ch["logprobs"]["content"].size());
       if (ch["delta"].contains("tool_calls")) {
         ++deltas_with_calls;
         EXPECT_EQ(ch["delta"]["tool_calls"][0]["index"], 0);
         check_weather(ch["delta"]["tool_calls"][0]);
       }
+    }
   EXPECT_EQ(deltas_with_calls, 1);
+  EXPECT_GT(logprob_entries, 0) << "the call's tokens' log-probabilities stream as they come";
   // none: text, with the tools only shown to the template.
   r = post(c, "/v1/chat/completions",
            json({{"messages", messages}, {"tools", tools}, {"tool_choice", "none"}, {"temperature", 0}, {"max_tokens", 8}}).dump(), &st);
