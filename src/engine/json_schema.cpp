@@ -8,6 +8,8 @@
 #include <set>
 
 #include "core/error.h"
+#include "engine/number_range_grammar.h"
+#include "engine/regex_grammar.h"
 
 namespace fp {
 
@@ -89,7 +91,8 @@ class SchemaCompiler {
   static const std::set<std::string>& supported() {
     static const std::set<std::string> s = {"type", "properties", "required", "additionalProperties", "items", "minItems",
                                             "maxItems", "minLength", "maxLength", "enum", "const", "anyOf", "oneOf",
-                                            "allOf", "$ref"};
+                                            "allOf", "$ref", "pattern", "format", "minimum", "maximum",
+                                            "exclusiveMinimum", "exclusiveMaximum"};
     return s;
   }
 
@@ -118,7 +121,8 @@ class SchemaCompiler {
       (void)v;
       FP_CHECK(supported().count(k) || ignored().count(k), "json_schema: keyword '", k, "' at ", path,
                " is not supported (supported: type, properties, required, additionalProperties, items, minItems, maxItems, "
-               "minLength, maxLength, enum, const, anyOf, oneOf, allOf, $ref)");
+               "minLength, maxLength, pattern, format, minimum, maximum, exclusiveMinimum, exclusiveMaximum, enum, const, "
+               "anyOf, oneOf, allOf, $ref)");
     }
     if (s.contains("$ref")) return reference(s["$ref"], path);
     if (s.contains("const")) return add_rule(name, literal(s["const"].dump()));
@@ -145,6 +149,10 @@ class SchemaCompiler {
       return visit(all[0], name, path + "/allOf/0");
     }
     if (!s.contains("type")) {
+      for (const char* key : {"pattern", "format", "minLength", "maxLength", "minimum", "maximum", "exclusiveMinimum",
+                              "exclusiveMaximum"})
+        FP_CHECK(!s.contains(key), "json_schema: '", key, "' at ", path,
+                 " needs a 'type' (string, number or integer) beside it: without one it would let any other type through");
       if (s.contains("properties")) return object(s, name, path);
       if (s.contains("items")) return array(s, name, path);
       return "value";
@@ -164,15 +172,74 @@ class SchemaCompiler {
     const std::string type = t.get<std::string>();
     if (type == "object") return object(s, name, path);
     if (type == "array") return array(s, name, path);
-    if (type == "string") {
-      if (!s.contains("minLength") && !s.contains("maxLength")) return "string";
-      const size_t lo = s.contains("minLength") ? count(s, "minLength", path) : 0;
-      const int64_t hi = s.contains("maxLength") ? static_cast<int64_t>(count(s, "maxLength", path)) : -1;
-      FP_CHECK(hi < 0 || static_cast<size_t>(hi) >= lo, "json_schema: maxLength below minLength at ", path);
-      return add_rule(name, "\"\\\"\" " + repeat("char", lo, hi) + " \"\\\"\"");
-    }
-    if (type == "integer" || type == "number" || type == "boolean" || type == "null") return type;
+    if (type == "string") return string(s, name, path);
+    if (type == "integer" || type == "number") return number(s, name, path, type == "integer");
+    if (type == "boolean" || type == "null") return type;
     fail("json_schema: unknown type '", type, "' at ", path);
+  }
+
+  std::string string(const ojson& s, const std::string& name, const std::string& path) {
+    const bool lengths = s.contains("minLength") || s.contains("maxLength");
+    if (s.contains("pattern") || s.contains("format")) {
+      FP_CHECK(!(s.contains("pattern") && s.contains("format")), "json_schema: 'pattern' beside 'format' at ", path,
+               " is not supported (one of them per string)");
+      FP_CHECK(!lengths, "json_schema: minLength/maxLength beside '", s.contains("pattern") ? "pattern" : "format", "' at ", path,
+               " is not supported (write the length into the pattern, e.g. ^[a-z]{1,8}$)");
+      std::string pattern;
+      if (s.contains("pattern")) {
+        FP_CHECK(s["pattern"].is_string(), "json_schema: 'pattern' at ", path, " must be a string");
+        pattern = s["pattern"].get<std::string>();
+      } else {
+        FP_CHECK(s["format"].is_string(), "json_schema: 'format' at ", path, " must be a string");
+        const std::string format = s["format"].get<std::string>();
+        pattern = format_pattern(format);
+        FP_CHECK(!pattern.empty(), "json_schema: format '", format, "' at ", path,
+                 " is not supported (supported: date, time, date-time, duration, email, hostname, ipv4, ipv6, uri, uuid)");
+      }
+      try {
+        return add_rule(name, pattern_to_gbnf(pattern));
+      } catch (const Error& e) {
+        fail("json_schema: at ", path, ": ", e.what());
+      }
+    }
+    if (!lengths) return "string";
+    const size_t lo = s.contains("minLength") ? count(s, "minLength", path) : 0;
+    const int64_t hi = s.contains("maxLength") ? static_cast<int64_t>(count(s, "maxLength", path)) : -1;
+    FP_CHECK(hi < 0 || static_cast<size_t>(hi) >= lo, "json_schema: maxLength below minLength at ", path);
+    return add_rule(name, "\"\\\"\" " + repeat("char", lo, hi) + " \"\\\"\"");
+  }
+
+  // Bounds as JSON Schema writes them: minimum/maximum with exclusiveMinimum/exclusiveMaximum as
+  // numbers (draft 6 on) or as booleans beside them (draft 4).
+  static std::optional<NumberBound> bound(const ojson& s, const char* inclusive, const char* exclusive, const std::string& path) {
+    std::optional<NumberBound> b;
+    if (s.contains(inclusive)) {
+      FP_CHECK(s[inclusive].is_number(), "json_schema: '", inclusive, "' at ", path, " must be a number, not ", s[inclusive].dump());
+      b = NumberBound{s[inclusive].dump(), false};
+    }
+    if (s.contains(exclusive)) {
+      const ojson& e = s[exclusive];
+      if (e.is_boolean()) {
+        FP_CHECK(!e.get<bool>() || b, "json_schema: '", exclusive, "' at ", path, " is true without '", inclusive, "'");
+        if (b) b->exclusive = e.get<bool>();
+      } else {
+        FP_CHECK(e.is_number(), "json_schema: '", exclusive, "' at ", path, " must be a number or a boolean, not ", e.dump());
+        FP_CHECK(!b, "json_schema: both '", inclusive, "' and '", exclusive, "' at ", path, " is not supported (use one)");
+        b = NumberBound{e.dump(), true};
+      }
+    }
+    return b;
+  }
+
+  std::string number(const ojson& s, const std::string& name, const std::string& path, bool integer_only) {
+    const auto lower = bound(s, "minimum", "exclusiveMinimum", path);
+    const auto upper = bound(s, "maximum", "exclusiveMaximum", path);
+    const char* type = integer_only ? "integer" : "number";
+    if (!lower && !upper) return type;
+    const auto expr = number_range_gbnf(lower, upper, integer_only);
+    FP_CHECK(expr, "json_schema: no ", type, " at ", path, " lies within its bounds (", lower ? lower->value : "-inf", ", ",
+             upper ? upper->value : "inf", ") with at most 16 integer digits");
+    return add_rule(name, *expr);
   }
 
   std::string reference(const ojson& ref, const std::string& path) {
