@@ -98,23 +98,29 @@ with tempfile.TemporaryDirectory() as tmp:
         check(len(r.choices) == 2 and all(c.text == want for c in r.choices), "n=2, both greedy = generate")
         check(r.usage.completion_tokens == 80 and r.usage.prompt_tokens == 5, f"completions usage {r.usage}")
 
-        # Structured output as the client does it: pydantic's schema ($defs, $ref, enums, titles),
-        # made strict by the client, and the reply validated back into the model.
+        # Structured output as the client does it: pydantic's schema ($defs, $ref, enums, titles,
+        # bounds, a format, a pattern), made strict by the client, and the reply validated back
+        # into the model (pydantic checks the bounds, the date and the pattern).
         from typing import Literal
 
         import pydantic
 
+        import datetime
+
         class Pet(pydantic.BaseModel):
             kind: Literal["cat", "dog"]
-            age: int
+            age: int = pydantic.Field(ge=0, le=20)
+            weight: float = pydantic.Field(gt=0, lt=50)
 
         class Story(pydantic.BaseModel):
             mood: Literal["happy", "sad"]
             pets: list[Pet] = pydantic.Field(max_length=2)
+            day: datetime.date
+            code: str = pydantic.Field(pattern=r"^[A-Z]{2}-[0-9]{3}$")
             done: bool
 
         for temperature in (0, 1.0):
-            r = client.chat.completions.parse(model=model_id, messages=messages, response_format=Story, max_tokens=300,
+            r = client.chat.completions.parse(model=model_id, messages=messages, response_format=Story, max_tokens=400,
                                               temperature=temperature, seed=4)
             parsed = r.choices[0].message.parsed
             check(isinstance(parsed, Story) and r.choices[0].finish_reason == "stop",

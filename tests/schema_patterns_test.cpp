@@ -4,6 +4,8 @@
 // `format` (valid and invalid examples of each), and their errors.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdio>
 #include <random>
 #include <regex>
 
@@ -239,9 +241,10 @@ TEST(Format, EachFormatTakesValidValuesAndRefusesInvalidOnes) {
     std::vector<const char*> valid, invalid;
   };
   const std::vector<Case> cases = {
-      {"date", {"2024-02-29", "1999-12-31"}, {"2024-13-01", "2024-1-01", "24-01-01", "2024-01-32"}},
-      {"time", {"23:59:60Z", "08:30:00.123+05:30", "00:00:00z"}, {"24:00:00Z", "12:00:00", "12:60:00Z"}},
-      {"date-time", {"2024-01-01T12:00:00Z", "2024-06-30t23:15:00.5-07:00"}, {"2024-01-01 12:00:00Z", "2024-01-01T12:00Z"}},
+      {"date", {"2024-02-29", "2000-02-29", "1999-12-31", "2023-04-30", "0001-01-01"},
+       {"2024-13-01", "2024-1-01", "24-01-01", "2024-01-32", "2023-02-29", "1900-02-29", "2024-04-31", "0000-01-01"}},
+      {"time", {"23:59:59Z", "08:30:00.123456+05:30", "00:00:00-00:00"}, {"24:00:00Z", "12:00:00", "12:60:00Z", "23:59:60Z", "00:00:00.1234567Z"}},
+      {"date-time", {"2024-01-01T12:00:00Z", "2024-06-30T23:15:00.5-07:00"}, {"2024-01-01 12:00:00Z", "2024-01-01T12:00Z", "2024-06-31T00:00:00Z"}},
       {"duration", {"P3D", "PT1H30M", "P1Y2M", "PT0.5S", "P2W", "P1DT2H"}, {"P", "PT", "P1H", "1D"}},
       {"uuid", {"123e4567-e89b-12d3-a456-426614174000"}, {"123e4567e89b12d3a456426614174000", "123e4567-e89b-12d3-a456-42661417400g"}},
       {"email", {"a.b+c@example.com", "x@sub.example.org"}, {"a@b", "@example.com", "a..b@example.com", "a b@example.com"}},
@@ -265,6 +268,22 @@ TEST(Format, EachFormatTakesValidValuesAndRefusesInvalidOnes) {
     }
   }
   EXPECT_EQ(format_pattern("color"), "");
+}
+
+// Every day of some years (leap, not, centuries, the ends of the range) against std::chrono's calendar.
+TEST(Format, DatesAreExactlyTheCalendarsDays) {
+  const auto g = Grammar::parse("root ::= " + pattern_to_gbnf(format_pattern("date")));
+  int valid = 0;
+  for (int y : {0, 1, 4, 100, 400, 1900, 1996, 2000, 2023, 2024, 2100, 9996, 9999})
+    for (unsigned m = 0; m <= 13; ++m)
+      for (unsigned d = 0; d <= 32; ++d) {
+        char text[32];
+        std::snprintf(text, sizeof text, "\"%04d-%02u-%02u\"", y, m, d);
+        const bool real = y >= 1 && std::chrono::year_month_day(std::chrono::year(y), std::chrono::month(m), std::chrono::day(d)).ok();
+        valid += real;
+        EXPECT_EQ(accepts(*g, text), real) << text;
+      }
+  EXPECT_EQ(valid, 12 * 365 + 6);  // 12 years 0001-9999 here, 6 of them leap (4, 400, 1996, 2000, 2024, 9996; not 100, 1900, 2100)
 }
 
 TEST(JsonSchema, BoundsPatternsAndFormatsInSchemas) {

@@ -6,10 +6,12 @@
 // properties + required (properties written in the schema's order; optional ones may be left
 // out; no other properties, as OpenAI's strict mode asks), additionalProperties (a schema for
 // the values of an object without properties), items + minItems + maxItems, minLength +
-// maxLength, enum, const, anyOf, oneOf (taken as anyOf), allOf of one schema, $ref to
-// #/$defs/... or #/definitions/... (recursion allowed), and annotations (title, description,
-// default, examples, ...), which are ignored. Anything else (pattern, format, minimum, ...) is
-// refused with the keyword and where it is, never silently loosened.
+// maxLength, pattern and format (engine/regex_grammar.h), minimum, maximum, exclusiveMinimum and
+// exclusiveMaximum (engine/number_range_grammar.h), enum, const, anyOf, oneOf (taken as anyOf),
+// allOf of one schema, $ref to #/$defs/... or #/definitions/... (recursion allowed), and
+// annotations (title, description, default, examples, ...), which are ignored. Anything else
+// (multipleOf, an unknown format, ...) is refused with the keyword and where it is, never
+// silently loosened.
 #pragma once
 #include <string>
 

@@ -414,13 +414,19 @@ class PatternCompiler {
 std::string pattern_to_gbnf(const std::string& pattern) { return PatternCompiler(pattern).compile(); }
 
 std::string format_pattern(const std::string& format) {
-  const std::string date = R"(\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01]))";
-  const std::string time = R"(([01]\d|2[0-3]):[0-5]\d:([0-5]\d|60)(\.\d{1,9})?([Zz]|[+-]([01]\d|2[0-3]):[0-5]\d))";
+  // Dates that exist (30-day months, February's 28 days and 29 in leap years), years 0001-9999
+  // (what Python's datetime, behind pydantic, takes); times without leap seconds, up to
+  // microseconds: the strict side of RFC 3339, so that every client's parser accepts them.
+  const std::string year = R"((000[1-9]|00[1-9]\d|0[1-9]\d\d|[1-9]\d{3}))";
+  const std::string leap_year = R"((\d\d(0[48]|[2468][048]|[13579][26])|([2468][048]|[13579][26]|0[48])00))";
+  const std::string date = "(" + year + R"(-((0[13578]|1[02])-(0[1-9]|[12]\d|3[01])|(0[469]|11)-(0[1-9]|[12]\d|30)|02-(0[1-9]|1\d|2[0-8])))" +
+                           "|" + leap_year + "-02-29)";
+  const std::string time = R"(([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d{1,6})?(Z|[+-]([01]\d|2[0-3]):[0-5]\d))";
   const std::string label = R"([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)";
   const std::string octet = R"((25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d))";
   if (format == "date") return "^" + date + "$";
   if (format == "time") return "^" + time + "$";
-  if (format == "date-time") return "^" + date + "[Tt]" + time + "$";
+  if (format == "date-time") return "^" + date + "T" + time + "$";
   if (format == "duration") {  // ISO 8601: P, then date parts and/or T and time parts, at least one
     const std::string n = R"(\d{1,9})";
     const std::string time_part = "T(" + n + "H(" + n + "M)?(" + n + R"((\.\d{1,9})?S)?|)" + n + "M(" + n + R"((\.\d{1,9})?S)?|)" +
