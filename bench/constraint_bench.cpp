@@ -1,7 +1,8 @@
 // bench/constraint_bench.cpp — constrained decoding's per-token cost on real vocabularies: the
 // allowed-token mask for a grammar state computed by walking the vocabulary trie (cold: what a
 // state costs the first time) and taken from the cache with the logits masked (warm: every later
-// visit), at the start of a JSON object, inside a string and inside a number. Needs the test data
+// visit), at the start of a JSON object, inside a string and inside a number, and inside the
+// keywords with their own compilers: a date-time format, a bounded number, a `.` pattern. Needs the test data
 // (FASTPATH_TESTDATA or ../shared/testdata); skipped with the reason otherwise.
 #include <benchmark/benchmark.h>
 
@@ -23,12 +24,19 @@ namespace {
 
 void register_constraint_benchmarks() {
   const char* schema = R"({"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"},
-                           "tags": {"type": "array", "items": {"type": "string"}}}, "required": ["name", "age", "tags"]})";
+                           "tags": {"type": "array", "items": {"type": "string"}},
+                           "when": {"type": "string", "format": "date-time"}, "score": {"type": "number", "minimum": 0, "maximum": 1},
+                           "note": {"type": "string", "pattern": "^.+$"}}, "required": ["name", "age", "tags"]})";
   struct Where {
     const char* name;
     const char* text;  // the text written so far
   };
-  static const Where wheres[] = {{"start", ""}, {"in_string", "{\"name\": \"Ann B"}, {"in_number", "{\"name\": \"A\", \"age\": 4"}};
+  static const Where wheres[] = {{"start", ""},
+                                 {"in_string", "{\"name\": \"Ann B"},
+                                 {"in_number", "{\"name\": \"A\", \"age\": 4"},
+                                 {"in_date_time", "{\"name\": \"A\", \"age\": 4, \"tags\": [], \"when\": \"2024-0"},
+                                 {"in_bounded_number", "{\"name\": \"A\", \"age\": 4, \"tags\": [], \"score\": 0.2"},
+                                 {"in_pattern_dot", "{\"name\": \"A\", \"age\": 4, \"tags\": [], \"note\": \"Ann B"}};
   for (const char* tok_name : {"llama3", "qwen3"}) {
     const std::string path = testdata_dir() + "/tokenizers/" + tok_name + "/tokenizer.json";
     for (const Where& w : wheres)

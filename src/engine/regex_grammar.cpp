@@ -59,13 +59,6 @@ std::string gbnf_char(uint32_t cp) {
   return buf;
 }
 
-// A GBNF literal for these ASCII bytes.
-std::string gbnf_literal(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) out += gbnf_char(static_cast<unsigned char>(c));
-  return out + "\"";
-}
-
 // The set written as it appears inside a JSON string: most characters as themselves, `"` and `\`
 // and control characters as escapes (one form each).
 std::string json_chars(const Ranges& set) {
@@ -86,21 +79,32 @@ std::string json_chars(const Ranges& set) {
     for (const auto& [lo, hi] : plain) cls += gbnf_char(lo) + (hi > lo ? "-" + gbnf_char(hi) : "");
     alts.push_back(cls + "]");
   }
-  if (contains(s, '"')) alts.push_back(gbnf_literal("\\\""));
-  if (contains(s, '\\')) alts.push_back(gbnf_literal("\\\\"));
-  std::vector<uint32_t> controls;
-  for (uint32_t c = 0; c < 0x20; ++c)
-    if (contains(s, c)) controls.push_back(c);
-  if (controls.size() == 0x20) {
-    alts.push_back(R"("\\" ([bfnrt] | "u00" [01] [0-9a-fA-F]))");
-  } else {
-    for (uint32_t c : controls) {
-      const char* short_form = c == '\b' ? "b" : c == '\f' ? "f" : c == '\n' ? "n" : c == '\r' ? "r" : c == '\t' ? "t" : nullptr;
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "u%04x", c);
-      alts.push_back(gbnf_literal(std::string("\\") + (short_form ? short_form : buf)));
+  // The escapes share one alternative after the backslash, so that a set such as `.` costs the
+  // matcher two parses per character, not one per escape: `"` and `\` and the short forms
+  // (\b \f \n \r \t) as one class, the other controls as u00 and two hex digits.
+  std::string after_backslash;
+  if (contains(s, '"')) after_backslash += gbnf_char('"');
+  if (contains(s, '\\')) after_backslash += gbnf_char('\\');
+  std::string by_high_nibble[2];
+  for (uint32_t c = 0; c < 0x20; ++c) {
+    if (!contains(s, c)) continue;
+    const char short_form = c == '\b' ? 'b' : c == '\f' ? 'f' : c == '\n' ? 'n' : c == '\r' ? 'r' : c == '\t' ? 't' : 0;
+    if (short_form) {
+      after_backslash += short_form;
+      continue;
     }
+    const uint32_t low = c & 15;
+    by_high_nibble[c >> 4] += low < 10 ? std::string(1, static_cast<char>('0' + low))
+                                       : std::string{static_cast<char>('a' + low - 10), static_cast<char>('A' + low - 10)};
   }
+  std::vector<std::string> escapes;
+  if (!after_backslash.empty()) escapes.push_back("[" + after_backslash + "]");
+  std::string unicode;
+  for (int high = 0; high < 2; ++high)
+    if (!by_high_nibble[high].empty())
+      unicode += std::string(unicode.empty() ? "" : " | ") + "\"" + static_cast<char>('0' + high) + "\" [" + by_high_nibble[high] + "]";
+  if (!unicode.empty()) escapes.push_back("\"u00\" (" + unicode + ")");
+  if (!escapes.empty()) alts.push_back("\"\\\\\" " + (escapes.size() == 1 ? escapes[0] : "(" + escapes[0] + " | " + escapes[1] + ")"));
   if (alts.empty()) return "[]";  // matches nothing
   if (alts.size() == 1) return alts[0];
   std::string out = "(";
