@@ -532,6 +532,36 @@ TEST(Server, ToolChoiceAutoFindsLlama3JsonCalls) {
   EXPECT_EQ(srv.terminate(), 0);
 }
 
+// GLM-4.5's tag format over HTTP: the values come back typed by the request's tools.
+TEST(Server, ToolChoiceAutoFindsGlm45Calls) {
+  FP_REQUIRE_FILE(test::stories_path());
+  const std::string dir = test::temp_dir("glm45_tools");
+  test::write_file(dir + "/chat.jinja",
+                   "{%- for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}{% endfor %}"
+                   "{%- if tools %}(call as <tool_call>NAME<arg_key>K</arg_key><arg_value>V</arg_value></tool_call>){% endif %}<|assistant|>");
+  ServerProcess srv({"--chat-template", dir + "/chat.jinja"}, 512);
+  auto c = srv.client();
+  const json body = {{"messages", {{{"role", "user"}, {"content", "Where to?"}}}},
+                     {"tools", json::parse(R"([{"type": "function", "function": {"name": "go", "parameters": {"type": "object",
+                                 "properties": {"to": {"type": "string"}, "km": {"type": "number"}}}}}])")},
+                     {"grammar", R"(root ::= "On my way. <tool_call>go\n<arg_key>to</arg_key><arg_value>7</arg_value><arg_key>km</arg_key><arg_value>7</arg_value></tool_call>")"},
+                     {"temperature", 0}, {"max_tokens", 120}};
+  int st = 0;
+  const json r = post(c, "/v1/chat/completions", body.dump(), &st);
+  ASSERT_EQ(st, 200) << r.dump();
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "tool_calls") << r.dump();
+  EXPECT_EQ(r["choices"][0]["message"]["content"], "On my way.") << r.dump();
+  ASSERT_EQ(r["choices"][0]["message"]["tool_calls"].size(), 1u) << r.dump();
+  EXPECT_EQ(r["choices"][0]["message"]["tool_calls"][0]["function"]["name"], "go");
+  EXPECT_EQ(r["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"], R"({"to":"7","km":7})");
+  json streamed = body;
+  streamed["stream"] = true;
+  Streamed sr = stream(c, "/v1/chat/completions", streamed);
+  EXPECT_EQ(sr.finish[0], "tool_calls");
+  EXPECT_EQ(sr.text[0], "On my way. ");
+  EXPECT_EQ(srv.terminate(), 0);
+}
+
 TEST(Server, BadRequestsGetTheRight4xx) {
   FP_REQUIRE_FILE(test::stories_path());
   ServerProcess srv({});

@@ -1,5 +1,6 @@
-// tests/tool_calls_test.cpp — tool calls in free text (tool_choice auto; Hermes and Llama-3 JSON
-// formats): a reply split into text and calls, and the same split while streaming, piece by piece.
+// tests/tool_calls_test.cpp — tool calls in free text (tool_choice auto; Hermes, Llama-3 JSON,
+// DeepSeek-V3 and GLM-4.5 formats): a reply split into text and calls, and the same split while
+// streaming, piece by piece.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -146,6 +147,57 @@ TEST(HermesToolCalls, Qwen3TagsAreTextInTheReply) {
   const SplitReply r = split_tool_calls(ToolCallFormat::Hermes, tok->decode(ids));
   ASSERT_EQ(r.calls.size(), 1u);
   EXPECT_EQ(r.calls[0].name, "f");
+}
+
+}  // namespace
+}  // namespace fp
+
+namespace fp {
+namespace {
+
+// GLM-4.5's calls: the name, then key/value pairs in tags; values typed by the tool's schema.
+TEST(Glm45ToolCalls, PairsBecomeTypedArguments) {
+  EXPECT_EQ(tool_call_format_of("{{ '<tool_call>' + tc.name }}{% for k, v in tc.arguments.items() %}<arg_key>{{ k }}</arg_key>"),
+            ToolCallFormat::Glm45);
+  const nlohmann::json tools = nlohmann::json::parse(R"([{"type": "function", "function": {"name": "weather", "parameters": {
+      "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}, "code": {"type": "string"},
+      "unit": {"enum": ["c", "f"]}, "note": {"type": ["string", "null"]}}}}}])");
+  const std::string reply =
+      "Let me look.\n<tool_call>weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n"
+      "<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n<arg_key>code</arg_key><arg_value>42</arg_value>\n"
+      "<arg_key>unit</arg_key><arg_value>true</arg_value><arg_key>note</arg_key><arg_value> two\nlines </arg_value>\n"
+      "<arg_key>opts</arg_key><arg_value>{\"a\": [1, 2]}</arg_value>\n</tool_call>\n"
+      "<tool_call>weather<arg_key>city</arg_key><arg_value>Oslo</arg_value></tool_call> done";
+  SplitReply split = split_tool_calls(ToolCallFormat::Glm45, reply, tools);
+  ASSERT_EQ(split.calls.size(), 2u) << split.content;
+  EXPECT_EQ(split.calls[0].name, "weather");
+  // Declared strings stay as written ("42", "true", blanks kept); the rest is JSON where it parses.
+  EXPECT_EQ(split.calls[0].arguments, R"({"city":"Paris","days":3,"code":"42","unit":"true","note":" two\nlines ","opts":{"a":[1,2]}})");
+  EXPECT_EQ(split.calls[1].arguments, R"({"city":"Oslo"})");
+  EXPECT_EQ(split.content, "Let me look.\n\n done");
+  // Without the tools, values that parse as JSON are JSON.
+  split = split_tool_calls(ToolCallFormat::Glm45, "<tool_call>f<arg_key>n</arg_key><arg_value>42</arg_value></tool_call>");
+  ASSERT_EQ(split.calls.size(), 1u);
+  EXPECT_EQ(split.calls[0].arguments, R"({"n":42})");
+  split = split_tool_calls(ToolCallFormat::Glm45, "<tool_call>ping</tool_call>");
+  ASSERT_EQ(split.calls.size(), 1u);
+  EXPECT_EQ(split.calls[0].arguments, "{}");
+  // What is not a well-formed call stays text, whole.
+  for (const std::string bad : {"<tool_call>f<arg_key>n</arg_key><arg_value>1</tool_call>",
+                                "<tool_call>f<arg_key>n</arg_key>junk<arg_value>1</arg_value></tool_call>",
+                                "<tool_call>f<arg_key>n</arg_key><arg_value>1</arg_value>junk</tool_call>",
+                                "<tool_call><arg_key>n</arg_key><arg_value>1</arg_value></tool_call>",
+                                "<tool_call>two words</tool_call>", "<tool_call>f<arg_key>n</arg_key><arg_value>1</arg_value>"}) {
+    split = split_tool_calls(ToolCallFormat::Glm45, "a " + bad, tools);
+    EXPECT_TRUE(split.calls.empty()) << bad;
+    EXPECT_EQ(split.content, "a " + bad);
+  }
+  // Streamed: text at once, the call held from its tag.
+  ToolCallStream s(ToolCallFormat::Glm45);
+  std::string sent;
+  for (size_t at = 0; at < reply.size(); at += 5) sent += s.push(reply.substr(at, 5));
+  EXPECT_EQ(sent, "Let me look.\n");
+  EXPECT_EQ(split_tool_calls(ToolCallFormat::Glm45, s.held(), tools).calls.size(), 2u);
 }
 
 }  // namespace

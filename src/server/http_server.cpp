@@ -174,7 +174,7 @@ struct HttpServer::Impl {
     const std::string id = "call_" + call.id.substr(call.id.find('-') + 1) + "_" + std::to_string(i);
     const ApiRequest::ToolMode m = call.req.tool_mode;
     if (m == ApiRequest::ToolMode::Auto) {
-      const SplitReply split = split_tool_calls(limits.tool_call_format, text);
+      const SplitReply split = split_tool_calls(limits.tool_call_format, text, call.req.tools);
       r.content = split.content;
       for (size_t k = 0; k < split.calls.size(); ++k)
         r.calls.push_back({{"id", id + "_" + std::to_string(k)}, {"type", "function"},

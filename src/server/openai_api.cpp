@@ -100,7 +100,7 @@ std::optional<ApiError> parse_tools(const nlohmann::json& b, const nlohmann::ord
   }
   if (choice == "auto" && lim.tool_call_format == ToolCallFormat::None)
     return bad("tool_choice", "tool_choice 'auto' (the default with tools) needs a parser of this model's tool-call format in free "
-                              "text, and this chat template uses none that the server knows (Hermes <tool_call>, Llama-3 JSON, DeepSeek-V3); pass tool_choice "
+                              "text, and this chat template uses none that the server knows (Hermes <tool_call>, Llama-3 JSON, DeepSeek-V3, GLM-4.5); pass tool_choice "
                               "'required' or {\"type\": \"function\", \"function\": {\"name\": ...}} (the call is then written "
                               "under the function's parameter schema), or 'none'");
   r.tool_mode = choice == "named"      ? ApiRequest::ToolMode::Named
@@ -108,6 +108,7 @@ std::optional<ApiError> parse_tools(const nlohmann::json& b, const nlohmann::ord
                 : choice == "auto"     ? ApiRequest::ToolMode::Auto
                                        : ApiRequest::ToolMode::None;
   template_vars["tools"] = ordered && ordered->contains("tools") ? (*ordered)["tools"] : nlohmann::ordered_json::parse(tools.dump());
+  r.tools = tools;
   return std::nullopt;
 }
 

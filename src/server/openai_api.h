@@ -37,12 +37,13 @@ struct ApiRequest {
   // is a call, written under the function's parameter schema (constrained decoding) and
   // returned as message.tool_calls. "auto" (the default with tools) lets the model write text,
   // calls or both, found afterwards by the parser of the template's call format
-  // (server/tool_calls.h: Hermes, Llama-3 JSON, DeepSeek-V3); a template without a known format
+  // (server/tool_calls.h: Hermes, Llama-3 JSON, DeepSeek-V3, GLM-4.5); a template without a known format
   // refuses it by name.
   // "none" renders the tools and writes text.
   enum class ToolMode { None, Named, Required, Auto };
   ToolMode tool_mode = ToolMode::None;
   std::string tool_name;        // ToolMode::Named: the function
+  nlohmann::json tools;         // the request's tools (parameter types for the parsers that need them)
   // The n engine requests (seeds seed, seed+1, ... when a seed was given).
   std::vector<Request> group() const;
 };

@@ -1,7 +1,9 @@
-// server/tool_calls.cpp — splitting replies into text and tool calls (Hermes, Llama-3 JSON).
+// server/tool_calls.cpp — splitting replies into text and tool calls (Hermes, Llama-3 JSON,
+// DeepSeek-V3, GLM-4.5).
 #include "server/tool_calls.h"
 
 #include <algorithm>
+#include <cctype>
 
 #include <nlohmann/json.hpp>
 
@@ -9,6 +11,7 @@ namespace fp {
 
 namespace {
 const std::string kOpen = "<tool_call>", kClose = "</tool_call>";
+const std::string kArgKey = "<arg_key>", kArgKeyEnd = "</arg_key>", kArgValue = "<arg_value>", kArgValueEnd = "</arg_value>";
 const std::string kDsCallsBegin = "<｜tool▁calls▁begin｜>", kDsCallsEnd = "<｜tool▁calls▁end｜>";
 const std::string kDsCallBegin = "<｜tool▁call▁begin｜>", kDsCallEnd = "<｜tool▁call▁end｜>", kDsSep = "<｜tool▁sep｜>";
 
@@ -147,9 +150,91 @@ SplitReply split_deepseek(const std::string& text) {
   out.content = trim(text.substr(0, begin) + after);
   return out;
 }
+
+// Whether a tool's parameter is declared a string (its value is then taken as written).
+bool string_parameter(const nlohmann::json& tools, const std::string& tool, const std::string& param) {
+  if (!tools.is_array()) return false;
+  for (const auto& t : tools) {
+    if (!t.is_object() || !t.contains("function") || !t["function"].is_object()) continue;
+    const auto& f = t["function"];
+    if (!f.contains("name") || f["name"] != tool) continue;
+    if (!f.contains("parameters") || !f["parameters"].is_object() || !f["parameters"].contains("properties")) return false;
+    const auto& props = f["parameters"]["properties"];
+    if (!props.is_object() || !props.contains(param) || !props[param].is_object()) return false;
+    const auto& p = props[param];
+    if (!p.contains("type")) return p.contains("enum") && p["enum"].is_array() && !p["enum"].empty() &&
+                                     std::all_of(p["enum"].begin(), p["enum"].end(), [](const nlohmann::json& v) { return v.is_string(); });
+    const auto& type = p["type"];
+    if (type.is_string()) return type == "string";
+    return type.is_array() && std::find(type.begin(), type.end(), nlohmann::json("string")) != type.end() &&
+           std::find(type.begin(), type.end(), nlohmann::json("number")) == type.end() &&
+           std::find(type.begin(), type.end(), nlohmann::json("integer")) == type.end();
+  }
+  return false;
+}
+
+// One GLM-4.5 call body (between <tool_call> and </tool_call>): NAME, then <arg_key>K</arg_key>
+// <arg_value>V</arg_value> pairs with only blanks between them. A value is JSON where it parses
+// as JSON (numbers, booleans, objects), except for a parameter the tool declares a string, which
+// is taken as written; anything else is a string too.
+bool glm45_call(const std::string& inner, const nlohmann::json& tools, ToolCallText& out) {
+  const size_t first_key = inner.find(kArgKey);
+  out.name = trim(inner.substr(0, first_key));
+  const bool name_ok = !out.name.empty() && std::all_of(out.name.begin(), out.name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.' || c == ':';
+  });
+  if (!name_ok) return false;
+  nlohmann::ordered_json args = nlohmann::ordered_json::object();
+  size_t at = first_key == std::string::npos ? inner.size() : first_key;
+  while (at < inner.size()) {
+    if (inner.compare(at, kArgKey.size(), kArgKey) != 0) return false;
+    const size_t key_end = inner.find(kArgKeyEnd, at);
+    if (key_end == std::string::npos) return false;
+    const std::string key = trim(inner.substr(at + kArgKey.size(), key_end - at - kArgKey.size()));
+    size_t v = inner.find_first_not_of(" \t\r\n", key_end + kArgKeyEnd.size());
+    if (key.empty() || v == std::string::npos || inner.compare(v, kArgValue.size(), kArgValue) != 0) return false;
+    v += kArgValue.size();
+    const size_t value_end = inner.find(kArgValueEnd, v);
+    if (value_end == std::string::npos) return false;
+    const std::string value = inner.substr(v, value_end - v);
+    nlohmann::ordered_json parsed = nlohmann::ordered_json::parse(trim(value), nullptr, false);
+    if (string_parameter(tools, out.name, key) || parsed.is_discarded()) args[key] = value;
+    else args[key] = std::move(parsed);
+    at = inner.find_first_not_of(" \t\r\n", value_end + kArgValueEnd.size());
+    if (at == std::string::npos) at = inner.size();
+  }
+  out.arguments = args.dump();
+  return true;
+}
+
+SplitReply split_glm45(const std::string& text, const nlohmann::json& tools) {
+  SplitReply out;
+  std::string content;
+  size_t at = 0;
+  while (at < text.size()) {
+    const size_t open = text.find(kOpen, at);
+    if (open == std::string::npos) break;
+    const size_t body = open + kOpen.size();
+    const size_t close = text.find(kClose, body);
+    const size_t end = close == std::string::npos ? text.size() : close + kClose.size();
+    ToolCallText call;
+    if (close != std::string::npos && glm45_call(text.substr(body, close - body), tools, call)) {
+      content += text.substr(at, open - at);
+      out.calls.push_back(std::move(call));
+    } else {
+      content += text.substr(at, end - at);  // not a call: it stays text
+    }
+    at = end;
+  }
+  if (at < text.size()) content += text.substr(at);
+  out.content = trim(content);
+  return out;
+}
 }  // namespace
 
 ToolCallFormat tool_call_format_of(const std::string& src) {
+  // GLM-4.5 writes <tool_call> too, then the name and <arg_key>/<arg_value> pairs.
+  if (src.find(kOpen) != std::string::npos && src.find(kArgKey) != std::string::npos) return ToolCallFormat::Glm45;
   if (src.find(kOpen) != std::string::npos) return ToolCallFormat::Hermes;
   if (src.find(kDsCallsBegin) != std::string::npos) return ToolCallFormat::DeepSeekV3;
   // Llama 3.1-3.3's templates tell the model to answer with {"name": ..., "parameters": ...}
@@ -164,12 +249,14 @@ const char* to_string(ToolCallFormat f) {
     case ToolCallFormat::Hermes: return "hermes";
     case ToolCallFormat::Llama3Json: return "llama3_json";
     case ToolCallFormat::DeepSeekV3: return "deepseek_v3";
+    case ToolCallFormat::Glm45: return "glm45";
     default: return "none";
   }
 }
 
-SplitReply split_tool_calls(ToolCallFormat f, const std::string& text) {
+SplitReply split_tool_calls(ToolCallFormat f, const std::string& text, const nlohmann::json& tools) {
   if (f == ToolCallFormat::Hermes) return split_hermes(text);
+  if (f == ToolCallFormat::Glm45) return split_glm45(text, tools);
   if (f == ToolCallFormat::Llama3Json) return split_llama3_json(text);
   if (f == ToolCallFormat::DeepSeekV3) return split_deepseek(text);
   return SplitReply{trim(text), {}};
@@ -191,7 +278,7 @@ std::string ToolCallStream::push(const std::string& piece) {
     now.swap(held_);
     return now;
   }
-  if (format_ != ToolCallFormat::Hermes && format_ != ToolCallFormat::DeepSeekV3) return piece;
+  if (format_ != ToolCallFormat::Hermes && format_ != ToolCallFormat::DeepSeekV3 && format_ != ToolCallFormat::Glm45) return piece;
   const std::string& tag = opening_tag(format_);
   held_ += piece;
   if (in_call_) return {};

@@ -6,16 +6,21 @@
 //    "parameters": {...}}, several separated by ';' (after <|python_tag|>, a control token that
 //    decodes to nothing);
 //  - DeepSeek-V3: <｜tool▁calls▁begin｜>, then per call <｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME
-//    and the arguments in a ```json fence, <｜tool▁call▁end｜>; then <｜tool▁calls▁end｜>.
+//    and the arguments in a ```json fence, <｜tool▁call▁end｜>; then <｜tool▁calls▁end｜>;
+//  - GLM-4.5 (and 4.6): <tool_call>NAME, then <arg_key>K</arg_key><arg_value>V</arg_value> per
+//    argument, </tool_call>; values are JSON where they parse, strings where the tool declares
+//    a string parameter or they do not (the tools are needed to tell "42" the string from 42).
 // A reply splits into its text and its calls; while streaming, text goes out at once and a call
 // is held until the reply ends, then sent whole (as vLLM's hermes and llama3_json parsers send it).
 #pragma once
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 namespace fp {
 
-enum class ToolCallFormat { None, Hermes, Llama3Json, DeepSeekV3 };
+enum class ToolCallFormat { None, Hermes, Llama3Json, DeepSeekV3, Glm45 };
 
 // The format a chat template writes calls in (None: no parser here for it).
 ToolCallFormat tool_call_format_of(const std::string& template_source);
@@ -30,7 +35,8 @@ struct SplitReply {
   std::vector<ToolCallText> calls;   // in order; what is not a valid call stays in content
 };
 
-SplitReply split_tool_calls(ToolCallFormat f, const std::string& text);
+// `tools`: the request's tools array (OpenAI's shape), for formats whose values need the types.
+SplitReply split_tool_calls(ToolCallFormat f, const std::string& text, const nlohmann::json& tools = nlohmann::json());
 
 // A reply as it streams: push() returns the text safe to send now; what may be a call is held
 // (held()) for split_tool_calls at the end.
@@ -43,7 +49,7 @@ class ToolCallStream {
  private:
   ToolCallFormat format_;
   std::string held_;
-  bool in_call_ = false;  // Hermes, DeepSeek: the opening tag was seen; Llama-3 JSON: the reply began with '{'
+  bool in_call_ = false;  // Hermes, DeepSeek, GLM-4.5: the opening tag was seen; Llama-3 JSON: the reply began with '{'
   bool decided_ = false;  // Llama-3 JSON: the first non-blank character was seen
 };
 
