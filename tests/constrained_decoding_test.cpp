@@ -17,6 +17,7 @@
 #include "engine/generator.h"
 #include "engine/grammar.h"
 #include "engine/json_schema.h"
+#include "engine/regex_grammar.h"
 #include "engine/token_constraint.h"
 #include "model/model.h"
 #include "test_util.h"
@@ -588,6 +589,59 @@ TEST(Grammar, AmbiguityAndSizeAreBounded) {
   EXPECT_LE(taken, 10);  // past 1024: refused
   test::expect_error([] { Grammar::parse("root ::= \"" + std::string(200, 'a') + "\"{10000}"); }, {"grows past"});
   EXPECT_NO_THROW(Grammar::parse(R"(root ::= ("a"{10000}){10000})"));  // a group is one rule: 20000 elements
+}
+
+// Shapes a hostile request could send: each is refused with a message or matched in bounded
+// time and memory, never a crash (the parser, the matcher and the compilers used to recurse
+// once per level, so deep nesting overflowed the stack).
+TEST(Grammar, DeepAndWideInputsAreRefusedOrBounded) {
+  const size_t deep = 100000;
+  test::expect_error([&] { Grammar::parse("root ::= " + std::string(deep, '(') + "\"a\"" + std::string(deep, ')')); },
+                     {"nested deeper than"});
+  // A chain of 100,000 rules, each starting with the next: left-recursion check and expansion.
+  std::ostringstream chain;
+  for (size_t i = 0; i < deep; ++i) chain << 'r' << i << " ::= r" << i + 1 << " \"b\"\n";
+  chain << 'r' << deep << " ::= \"a\"\nroot ::= r0\n";
+  auto g = Grammar::parse(chain.str());
+  GrammarState s = grammar_start(*g);
+  EXPECT_TRUE(grammar_accepts_prefix(*g, s, "abbb"));
+  // Rules that fan out into each other: with two levels of 64 alternatives the start builds
+  // 64^2 parses and works; with three, 64^3 would be built and the state is given up (dead: the
+  // request can only end) rather than let one grammar take the engine's time and memory.
+  auto fan_out = [](int levels) {
+    std::ostringstream text;
+    text << "root ::= l0 \"!\"\n";
+    for (int l = 0; l < levels; ++l) {
+      std::ostringstream next;
+      if (l + 1 < levels) next << 'l' << l + 1;
+      else next << "\"x\"";
+      text << 'l' << l << " ::= " << next.str();
+      for (int i = 1; i < 64; ++i) text << " | " << next.str();
+      text << '\n';
+    }
+    return Grammar::parse(text.str());
+  };
+  g = fan_out(2);
+  s = grammar_start(*g);
+  EXPECT_TRUE(grammar_accepts_prefix(*g, s, "x!") && s.complete());
+  g = fan_out(3);
+  EXPECT_TRUE(grammar_start(*g).dead());
+  test::expect_error([&] { pattern_to_gbnf(std::string(deep, '(') + "a" + std::string(deep, ')')); }, {"nested deeper than 100", "..."});
+  std::string schema;
+  for (size_t i = 0; i < deep; ++i) schema.append(R"({"type": "array", "items": )");
+  schema.append(R"({"type": "string"})");
+  schema.append(deep, '}');
+  test::expect_error([&] { json_schema_to_gbnf(ojson::parse(schema)); }, {"nested deeper than 128"});
+  // 5,000 properties with one long shared prefix: names stay short and distinct, in linear time.
+  ojson wide = {{"type", "object"}, {"properties", ojson::object()}};
+  for (int i = 0; i < 5000; ++i) {
+    std::string key(100, 'p');
+    key.append(std::to_string(i));
+    wide["properties"][key] = {{"type", "integer"}};
+  }
+  const std::string gbnf = json_schema_to_gbnf(wide);
+  EXPECT_LT(gbnf.size(), 5000u * 600);
+  EXPECT_NO_THROW(Grammar::parse(gbnf));
 }
 
 }  // namespace

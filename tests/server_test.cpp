@@ -315,8 +315,13 @@ TEST(Server, ResponseFormatAndGrammarConstrainTheOutput) {
     std::string body, param, needle;
   };
   const std::vector<Bad> bad = {
-      {R"({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "string", "pattern": "a+"}}}})",
-       "response_format.json_schema.schema", "'pattern'"},
+      {R"x({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "string", "pattern": "(?=a)"}}}})x",
+       "response_format.json_schema.schema", "lookaround"},
+      {R"({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "integer", "multipleOf": 3}}}})",
+       "response_format.json_schema.schema", "'multipleOf'"},
+      // Nesting that used to overflow the parser's stack and take the server down.
+      {"{\"prompt\": \"x\", \"grammar\": \"root ::= " + std::string(100000, '(') + "\\\"a\\\"" + std::string(100000, ')') + "\"}",
+       "grammar", "nested deeper"},
       {R"({"prompt": "x", "response_format": {"type": "xml"}})", "response_format.type", "xml"},
       {R"({"prompt": "x", "response_format": {"type": "json_schema"}})", "response_format.json_schema", "needs"},
       {R"({"prompt": "x", "grammar": "root ::= item"})", "grammar", "'item'"},

@@ -84,6 +84,8 @@ class GrammarBuilder {
 
   std::string_view src_;
   size_t pos_ = 0;
+  int group_depth_ = 0;  // ( ) nesting: the parser recurses per level, so it is bounded
+  static constexpr int kMaxGroupDepth = 512;
   std::vector<std::vector<Seq>> rules_;
   std::vector<std::string> names_;
   std::vector<bool> defined_;
@@ -260,7 +262,9 @@ class GrammarBuilder {
       out.push_back(std::move(it));
     } else if (c == '(') {
       ++pos_;
+      FP_CHECK(++group_depth_ <= kMaxGroupDepth, "grammar line ", line_of(at), ": groups nested deeper than ", kMaxGroupDepth);
       std::vector<Seq> alts = alternatives(true);
+      --group_depth_;
       FP_CHECK(pos_ < src_.size() && src_[pos_] == ')', "grammar line ", line_of(at), ": unmatched '('");
       ++pos_;
       out.push_back(ref_to(anonymous_rule(std::move(alts))));
@@ -347,17 +351,28 @@ class GrammarBuilder {
           left[r].push_back(it.ref);
           if (!nullable[it.ref]) break;
         }
+    // Depth-first with an explicit stack (a chain of 10^5 rules must not overflow the C++ one).
     std::vector<uint8_t> color(n, 0);  // 0 unseen, 1 on the path, 2 done
-    std::function<void(uint32_t)> visit = [&](uint32_t r) {
-      color[r] = 1;
-      for (uint32_t s : left[r]) {
+    std::vector<std::pair<uint32_t, size_t>> path;  // rule, next of its left refs to follow
+    for (uint32_t start = 0; start < n; ++start) {
+      if (color[start] != 0) continue;
+      color[start] = 1;
+      path.push_back({start, 0});
+      while (!path.empty()) {
+        auto& [r, next] = path.back();
+        if (next == left[r].size()) {
+          color[r] = 2;
+          path.pop_back();
+          continue;
+        }
+        const uint32_t s = left[r][next++];
         FP_CHECK(color[s] != 1, "grammar: rule '", names_[s], "' is left-recursive (it can reach itself before any character)");
-        if (color[s] == 0) visit(s);
+        if (color[s] == 0) {
+          color[s] = 1;
+          path.push_back({s, 0});
+        }
       }
-      color[r] = 2;
-    };
-    for (uint32_t r = 0; r < n; ++r)
-      if (color[r] == 0) visit(r);
+    }
   }
 };
 
@@ -411,36 +426,49 @@ namespace {
 
 constexpr size_t kMaxStacks = 1024;
 
+// Past this many stacks from one expansion (before duplicates go) the state is given up: a
+// grammar whose rules fan out into each other (x ::= y | y | ..., y ::= z | z | ...) would
+// otherwise take time and memory that grow with the product of the fan-outs.
+constexpr size_t kMaxExpanded = 16 * kMaxStacks;
+
 // Expands `stack` until its top is a character class (or it is empty: a complete match), adding
 // each result to `out`. A reference that ends its alternative replaces the frame instead of
-// stacking on it, so right recursion (x* as r ::= x r) keeps stacks flat.
-void expand_stack(const Grammar& g, std::vector<uint32_t>& stack, std::vector<std::vector<uint32_t>>& out) {
-  if (stack.empty()) {
-    out.push_back(stack);
-    return;
+// stacking on it, so right recursion (x* as r ::= x r) keeps stacks flat. Iterative (a worklist
+// of partial stacks), since chains of references can be as long as the grammar. False when the
+// expansion passed kMaxExpanded.
+bool expand_stack(const Grammar& g, std::vector<uint32_t> stack, std::vector<std::vector<uint32_t>>& out) {
+  std::vector<std::vector<uint32_t>> work;
+  for (;;) {
+    for (;;) {
+      if (stack.empty()) {
+        out.push_back(stack);
+        break;
+      }
+      const uint32_t pos = stack.back();
+      const GrammarElement& e = g.elements()[pos];
+      if (e.kind == GrammarElement::Chars) {
+        out.push_back(std::move(stack));
+        break;
+      }
+      if (e.kind == GrammarElement::End) {
+        stack.pop_back();
+        continue;
+      }
+      if (g.elements()[pos + 1].kind == GrammarElement::End) stack.pop_back();
+      else stack.back() = pos + 1;
+      const std::vector<uint32_t>& alts = g.alternatives(e.ref);
+      for (size_t i = 1; i < alts.size(); ++i) {
+        work.push_back(stack);
+        work.back().push_back(alts[i]);
+      }
+      stack.push_back(alts[0]);
+      if (out.size() + work.size() > kMaxExpanded) return false;
+    }
+    if (out.size() > kMaxExpanded) return false;
+    if (work.empty()) return true;
+    stack = std::move(work.back());
+    work.pop_back();
   }
-  const uint32_t pos = stack.back();
-  const GrammarElement& e = g.elements()[pos];
-  if (e.kind == GrammarElement::Chars) {
-    out.push_back(stack);
-    return;
-  }
-  if (e.kind == GrammarElement::End) {
-    stack.pop_back();
-    expand_stack(g, stack, out);
-    stack.push_back(pos);
-    return;
-  }
-  const bool tail = g.elements()[pos + 1].kind == GrammarElement::End;
-  if (tail) stack.pop_back();
-  else stack.back() = pos + 1;
-  for (uint32_t a : g.alternatives(e.ref)) {
-    stack.push_back(a);
-    expand_stack(g, stack, out);
-    stack.pop_back();
-  }
-  if (tail) stack.push_back(pos);
-  else stack.back() = pos;
 }
 
 void normalize(std::vector<std::vector<uint32_t>>& stacks) {
@@ -455,7 +483,10 @@ bool advance_code_point(const Grammar& g, GrammarState& s, uint32_t cp) {
     if (st.empty() || !g.matches(g.elements()[st.back()], cp)) continue;
     tmp = st;
     tmp.back() += 1;
-    expand_stack(g, tmp, out);
+    if (!expand_stack(g, tmp, out)) {
+      out.clear();
+      break;
+    }
   }
   normalize(out);
   // An ambiguous grammar can keep exponentially many parses alive (r ::= "a" r "b" | "a" r "c"
@@ -472,7 +503,10 @@ GrammarState grammar_start(const Grammar& g) {
   std::vector<uint32_t> tmp;
   for (uint32_t a : g.alternatives(g.root())) {
     tmp.assign(1, a);
-    expand_stack(g, tmp, s.stacks);
+    if (!expand_stack(g, tmp, s.stacks)) {
+      s.stacks.clear();  // a dead state: nothing can be written
+      break;
+    }
   }
   normalize(s.stacks);
   return s;

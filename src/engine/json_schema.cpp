@@ -69,11 +69,17 @@ class SchemaCompiler {
   std::set<std::string> used_ = {"ws", "char", "string", "integer", "number", "boolean", "null", "value", "object", "array"};
   std::map<std::string, std::string> refs_;  // $ref -> its rule
 
+  std::map<std::string, int> next_suffix_;  // base name -> the next number to try after it
+  int depth_ = 0;                            // schema nesting: visit() recurses per level
+  static constexpr int kMaxDepth = 128;
+
+  // A rule name from a path-like hint, cut to 64 characters (a deep schema would otherwise make
+  // names as long as its depth, and the grammar's size its square), numbered when taken.
   std::string fresh_name(const std::string& hint) {
     std::string base;
-    for (char c : hint) base += std::isalnum(static_cast<unsigned char>(c)) ? c : '-';
+    for (char c : hint.substr(0, 64)) base += std::isalnum(static_cast<unsigned char>(c)) ? c : '-';
     std::string name = base;
-    for (int i = 2; used_.count(name); ++i) name = base + "-" + std::to_string(i);
+    for (int& i = next_suffix_.try_emplace(base, 2).first->second; used_.count(name); ++i) name = base + "-" + std::to_string(i);
     used_.insert(name);
     return name;
   }
@@ -96,6 +102,13 @@ class SchemaCompiler {
     return s;
   }
 
+  // `true`, the schema that takes anything (a reference, so that `cond ? s[k] : any_schema()`
+  // does not copy s[k]: a copy per level made deep schemas quadratic).
+  static const ojson& any_schema() {
+    static const ojson any = true;
+    return any;
+  }
+
   static size_t count(const ojson& s, const char* key, const std::string& path) {
     const ojson& v = s[key];
     FP_CHECK(v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0), "json_schema: '", key, "' at ", path,
@@ -112,6 +125,14 @@ class SchemaCompiler {
   }
 
   std::string visit(const ojson& s, const std::string& name, const std::string& path) {
+    FP_CHECK(depth_ < kMaxDepth, "json_schema: nested deeper than ", kMaxDepth, " levels at ", path.substr(0, 200), "...");
+    ++depth_;
+    std::string rule = visit_node(s, name.substr(0, 64), path);
+    --depth_;
+    return rule;
+  }
+
+  std::string visit_node(const ojson& s, const std::string& name, const std::string& path) {
     if (s.is_boolean()) {
       FP_CHECK(s.get<bool>(), "json_schema: the schema at ", path, " is false (it accepts nothing)");
       return "value";
@@ -264,7 +285,7 @@ class SchemaCompiler {
   }
 
   std::string array(const ojson& s, const std::string& name, const std::string& path) {
-    const std::string item = visit(s.contains("items") ? s["items"] : ojson(true), name + "-item", path + "/items");
+    const std::string item = visit(s.contains("items") ? s["items"] : any_schema(), name + "-item", path + "/items");
     const size_t lo = s.contains("minItems") ? count(s, "minItems", path) : 0;
     const int64_t hi = s.contains("maxItems") ? static_cast<int64_t>(count(s, "maxItems", path)) : -1;
     FP_CHECK(hi < 0 || static_cast<size_t>(hi) >= lo, "json_schema: maxItems below minItems at ", path);
@@ -277,7 +298,7 @@ class SchemaCompiler {
 
   std::string object(const ojson& s, const std::string& name, const std::string& path) {
     if (!s.contains("properties")) {
-      const ojson ap = s.contains("additionalProperties") ? s["additionalProperties"] : ojson(true);
+      const ojson& ap = s.contains("additionalProperties") ? s["additionalProperties"] : any_schema();
       if (ap.is_boolean() && !ap.get<bool>()) return add_rule(name, R"("{" ws "}")");
       const std::string v = visit(ap, name + "-value", path + "/additionalProperties");
       const std::string kv = "string ws \":\" ws " + v + " ws";

@@ -19,6 +19,7 @@ namespace {
 using Ranges = std::vector<std::pair<uint32_t, uint32_t>>;
 constexpr uint32_t kMaxCodePoint = 0x10FFFF;
 constexpr size_t kMaxCount = 1000;
+constexpr int kMaxDepth = 100;  // group nesting (the compiler recurses per level)
 
 // Any character of a JSON string, escapes included: what an unanchored side may hold.
 const char* const kAnyJsonChar = R"(([^"\\\x00-\x1f] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4})))";
@@ -161,7 +162,8 @@ class PatternCompiler {
   bool end_anchor_ = false;
 
   [[noreturn]] void bad(const std::string& what, size_t at = std::string::npos) const {
-    fail("pattern '", p_, "' at offset ", at == std::string::npos ? pos_ : at, ": ", what);
+    const std::string shown = p_.size() > 80 ? p_.substr(0, 77) + "..." : p_;
+    fail("pattern '", shown, "' at offset ", at == std::string::npos ? pos_ : at, ": ", what);
   }
 
   Piece alternation(int depth) {
@@ -298,6 +300,7 @@ class PatternCompiler {
       } else if (pos_ < p_.size() && p_[pos_] == '?') {
         bad("an unknown group kind", at);
       }
+      if (depth >= kMaxDepth) bad("groups nested deeper than " + std::to_string(kMaxDepth), at);
       Piece inner = alternation(depth + 1);
       if (pos_ >= p_.size() || p_[pos_] != ')') bad("an unmatched '('", at);
       ++pos_;
