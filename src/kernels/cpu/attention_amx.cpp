@@ -613,11 +613,16 @@ void AmxItems::run(const AttentionArgs& a, const AttnPlan& pl, int64_t s, int64_
   amx_release();
 }
 
-// What both AMX kernels ask of the CPU and of the call, past the cache's dtype.
-std::string refuse_amx_common(const AttentionArgs& a) {
+// What both AMX kernels ask of the CPU, checked first: on a CPU without AMX that is the reason,
+// whatever the cache.
+std::string refuse_amx_cpu() {
   static const std::string why = cpu_features().missing({"avx512f", "avx512bw", "avx512vl", "avx512_bf16", "amx_bf16"});
   if (!why.empty()) return why;
-  if (!amx_tile_permission().empty()) return amx_tile_permission();
+  return amx_tile_permission();
+}
+
+// What both AMX kernels ask of the call, past the CPU and the cache's dtype.
+std::string refuse_amx_common(const AttentionArgs& a) {
   std::string f32_items = cpu::refuse_attention_avx2(a);  // the sequences left to them
   if (!f32_items.empty()) return f32_items;
   for (int64_t s = 0; s < a.n_seqs; ++s)
@@ -630,6 +635,7 @@ std::string refuse_amx_flash(const AttentionArgs& a) {
   // A BF16 cache only: K and V are then multiplied as stored. Rounding an F16 cache's rows to
   // BF16 would drop 3 of the bits it was chosen to keep (stories260K's logits moved 7e-4 -> 5e-3
   // from an F32 cache's): amx_flash_x3 takes those; an F32 cache asks for f32 attention.
+  if (const std::string cpu = refuse_amx_cpu(); !cpu.empty()) return cpu;
   const std::string kv = refuse_kv_dtype(a.kv_dtype, {DType::BF16});
   if (!kv.empty())
     return kv + " (products in BF16 would round the cache's rows: amx_flash_x3 takes F16 caches in two parts; "
@@ -641,6 +647,7 @@ std::string refuse_amx_flash(const AttentionArgs& a) {
 // parts too, three tile products where amx_flash has one: f32-level results (the f32 kernel's
 // tolerance in the tests) at about half amx_flash's speed.
 std::string refuse_amx_flash_x3(const AttentionArgs& a) {
+  if (const std::string cpu = refuse_amx_cpu(); !cpu.empty()) return cpu;
   const std::string kv = refuse_kv_dtype(a.kv_dtype, {DType::F16});
   if (!kv.empty()) return kv + " (a BF16 cache takes amx_flash, one product per tile; an F32 cache asks for f32 attention)";
   return refuse_amx_common(a);
