@@ -103,6 +103,7 @@ struct Streamed {
   std::vector<json> events;
   bool done = false;
   std::map<int, std::string> text;
+  std::map<int, std::string> reasoning;  // chat: delta.reasoning_content
   std::map<int, std::string> finish;
 };
 
@@ -132,6 +133,8 @@ Streamed stream(httplib::Client& c, const std::string& path, const json& body, i
         int i = ch["index"];
         if (ch.contains("text")) s.text[i] += ch["text"].get<std::string>();
         if (ch.contains("delta") && ch["delta"].contains("content")) s.text[i] += ch["delta"]["content"].get<std::string>();
+        if (ch.contains("delta") && ch["delta"].contains("reasoning_content"))
+          s.reasoning[i] += ch["delta"]["reasoning_content"].get<std::string>();
         if (!ch["finish_reason"].is_null()) s.finish[i] = ch["finish_reason"];
       }
       if (drop_after >= 0 && ++chunks >= drop_after) return false;  // hang up mid-stream
@@ -445,9 +448,9 @@ TEST(Server, ToolChoiceRequiredOrNamedWritesACall) {
       {json({{"messages", messages}, {"tools", tools}, {"tool_choice", "required"}, {"response_format", {{"type", "json_object"}}}}),
        "response_format", "give one"},
       {json({{"messages", messages},
-             {"tools", json::array({{{"type", "function"}, {"function", {{"name", "f"}, {"parameters", {{"type", "string"}, {"pattern", "x"}}}}}}})},
+             {"tools", json::array({{{"type", "function"}, {"function", {{"name", "f"}, {"parameters", {{"type", "integer"}, {"multipleOf", 2}}}}}}})},
              {"tool_choice", "required"}}),
-       "tools", "'pattern'"},
+       "tools", "'multipleOf'"},
   };
   for (const Bad& b : bad) {
     r = post(c, "/v1/chat/completions", b.body.dump(), &st);
@@ -565,6 +568,47 @@ TEST(Server, ToolChoiceAutoFindsGlm45Calls) {
   EXPECT_EQ(sr.finish[0], "tool_calls");
   EXPECT_EQ(sr.text[0], "On my way. ");
   EXPECT_EQ(srv.terminate(), 0);
+}
+
+// A thinking template whose prompt opens the <think> block (as DeepSeek-R1's does): the whole
+// reply, never closed, is reasoning_content, plain and streamed; a constrained request is not
+// split; --reasoning-parser none keeps it all in content.
+TEST(Server, ThinkingGoesOutAsReasoningContent) {
+  FP_REQUIRE_FILE(test::stories_path());
+  const std::string dir = test::temp_dir("reasoning");
+  test::write_file(dir + "/chat.jinja",
+                   "{%- for m in messages %}{{ m['content'] }}{% endfor %}"
+                   "{%- if false %}</think>{% endif %} Once upon a time<think>");
+  const json body = {{"messages", {{{"role", "user"}, {"content", "Tell me"}}}}, {"temperature", 0}, {"max_tokens", 24}};
+  std::string plain_text;
+  for (const std::string parser : {"auto", "none"}) {
+    ServerProcess srv({"--chat-template", dir + "/chat.jinja", "--reasoning-parser", parser}, 512);
+    auto c = srv.client();
+    int st = 0;
+    const json r = post(c, "/v1/chat/completions", body.dump(), &st);
+    ASSERT_EQ(st, 200) << r.dump();
+    const json& m = r["choices"][0]["message"];
+    if (parser == "none") {
+      EXPECT_FALSE(m.contains("reasoning_content")) << r.dump();
+      EXPECT_EQ(m["content"], plain_text);
+      continue;
+    }
+    plain_text = m["reasoning_content"].get<std::string>();
+    EXPECT_FALSE(plain_text.empty()) << r.dump();
+    EXPECT_EQ(m["content"], "") << r.dump();
+    json streamed = body;
+    streamed["stream"] = true;
+    Streamed sr = stream(c, "/v1/chat/completions", streamed);
+    EXPECT_EQ(sr.reasoning[0], plain_text);
+    EXPECT_EQ(sr.text[0], "");
+    json constrained = body;
+    constrained["grammar"] = R"(root ::= "yes" | "no")";
+    const json cr = post(c, "/v1/chat/completions", constrained.dump(), &st);
+    ASSERT_EQ(st, 200) << cr.dump();
+    EXPECT_FALSE(cr["choices"][0]["message"].contains("reasoning_content")) << cr.dump();
+    EXPECT_TRUE(cr["choices"][0]["message"]["content"] == "yes" || cr["choices"][0]["message"]["content"] == "no") << cr.dump();
+    EXPECT_EQ(srv.terminate(), 0);
+  }
 }
 
 TEST(Server, BadRequestsGetTheRight4xx) {

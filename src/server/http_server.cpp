@@ -17,6 +17,7 @@
 #include "core/log.h"
 #include "server/async_engine.h"
 #include "server/openai_api.h"
+#include "server/reasoning.h"
 #include "server/tool_calls.h"
 
 namespace fp {
@@ -72,6 +73,7 @@ struct Choice {
   bool done = false;
   json logprobs = json::array();  // entries, in token order
   ToolCallStream tool_stream;     // tool_choice auto, streamed: text goes out, a call waits for the end
+  ReasoningSplitter reasoning;    // streamed with a thinking template: <think> ... </think> apart
 };
 
 // One API call: its parsed request, engine stream and choices.
@@ -192,15 +194,14 @@ struct HttpServer::Impl {
       json lp = nullptr;
       if (call.req.base.logprobs >= 0)
         lp = call.req.chat ? json{{"content", c.logprobs}} : completion_logprobs(c.logprobs);
-      const ToolReply t = tool_reply(call, i, c.content);
-      if (!t.calls.empty())
-        choices.push_back({{"index", i},
-                           {"message", {{"role", "assistant"}, {"content", t.content.empty() ? json(nullptr) : json(t.content)},
-                                        {"tool_calls", t.calls}}},
-                           {"logprobs", lp}, {"finish_reason", "tool_calls"}});
-      else if (call.req.chat)
-        choices.push_back({{"index", i}, {"message", {{"role", "assistant"}, {"content", c.content}}}, {"logprobs", lp},
-                           {"finish_reason", c.finish_reason}});
+      const ReasoningPiece split = call.req.split_reasoning ? ReasoningSplitter::split(c.content, call.req.thinking_opened)
+                                                            : ReasoningPiece{"", c.content};
+      const ToolReply t = tool_reply(call, i, split.content);
+      json message = {{"role", "assistant"}, {"content", split.content}};
+      if (!t.calls.empty()) message = {{"role", "assistant"}, {"content", t.content.empty() ? json(nullptr) : json(t.content)}, {"tool_calls", t.calls}};
+      if (!split.reasoning.empty()) message["reasoning_content"] = split.reasoning;
+      if (call.req.chat)
+        choices.push_back({{"index", i}, {"message", message}, {"logprobs", lp}, {"finish_reason", t.calls.empty() ? c.finish_reason : "tool_calls"}});
       else
         choices.push_back({{"index", i}, {"text", c.content}, {"logprobs", lp}, {"finish_reason", c.finish_reason}});
     }
@@ -224,6 +225,22 @@ struct HttpServer::Impl {
     json lp = nullptr;
     if (call.req.base.logprobs >= 0 && !lp_entry.is_null())
       lp = call.req.chat ? json{{"content", json::array({lp_entry})}} : completion_logprobs(json::array({lp_entry}));
+    if (call.req.split_reasoning) {
+      // Thinking goes out as reasoning_content deltas; only the answer goes on, to the tool-call
+      // parser or as content.
+      Choice& mut = call.choices[static_cast<size_t>(ev.index)];
+      ReasoningPiece rp = mut.reasoning.push(piece);
+      if (ch.done && !was_done) {
+        const ReasoningPiece rest = mut.reasoning.finish();
+        rp.reasoning += rest.reasoning;
+        rp.content += rest.content;
+      }
+      piece = rp.content;
+      if (!rp.reasoning.empty()) {
+        emit({{"index", ev.index}, {"delta", {{"reasoning_content", rp.reasoning}}}, {"logprobs", lp}, {"finish_reason", nullptr}});
+        lp = nullptr;
+      }
+    }
     if (call.req.tool_mode != ApiRequest::ToolMode::None) {
       // A call is sent whole when the choice ends (under `required` its name comes last). With
       // auto, text goes out as it comes and only what may be a call is held; a called function
@@ -232,7 +249,7 @@ struct HttpServer::Impl {
       Choice& mut = call.choices[static_cast<size_t>(ev.index)];
       piece = is_auto ? mut.tool_stream.push(piece) : std::string();
       if (ch.done && !was_done) {
-        const std::string held = is_auto ? mut.tool_stream.held() : ch.content;
+        const std::string held = is_auto ? mut.tool_stream.held() : ch.content;  // (named/required: constrained, no thinking)
         ToolReply t = tool_reply(call, static_cast<size_t>(ev.index), held);
         if (!t.calls.empty()) {
           if (!piece.empty() || !t.content.empty())
@@ -281,6 +298,9 @@ struct HttpServer::Impl {
         reject(res, *err);
         return;
       }
+    // A constrained reply is written under its grammar from the first token, so it has no
+    // thinking to split off.
+    call->req.split_reasoning = chat && limits.reasoning && !call->req.base.constraint;
     if (!call->req.model.empty() && call->req.model != cfg.served_model_name) {
       reject(res, ApiError{404, "The model `" + call->req.model + "` does not exist (this server serves `" + cfg.served_model_name + "`)",
                            "NotFoundError", "model"});
@@ -297,6 +317,7 @@ struct HttpServer::Impl {
       Choice c;
       c.text = std::make_unique<ChoiceText>(tok, call->req.prompt, call->req.stop);
       c.tool_stream = ToolCallStream(limits.tool_call_format);
+      c.reasoning = ReasoningSplitter(call->req.thinking_opened);
       call->choices.push_back(std::move(c));
     }
     call->stream = engine->submit(call->req.group());
@@ -431,6 +452,9 @@ HttpServer::HttpServer(Model& model, ChatTemplate chat_template, const ServerCon
   s.limits.tool_call_format = s.tmpl.is_fallback() ? ToolCallFormat::None : tool_call_format_of(s.tmpl.source());
   log_info("tool calls in free text (tool_choice auto): ", to_string(s.limits.tool_call_format),
            s.limits.tool_call_format == ToolCallFormat::None ? " (no parser for this chat template; required and named calls work)" : "");
+  s.limits.reasoning = cfg.reasoning_parser == "auto" && !s.tmpl.is_fallback() && template_thinks(s.tmpl.source());
+  log_info("reasoning: ", s.limits.reasoning ? "<think> blocks go out as reasoning_content" : "none split off",
+           cfg.reasoning_parser == "none" ? " (--reasoning-parser none)" : (s.limits.reasoning ? "" : " (the chat template does not think)"));
   s.setup_routes();
 }
 

@@ -20,6 +20,9 @@ struct ServerConfig {
   std::string served_model_name;     // default: the model file's name
   int64_t max_body_bytes = 8 << 20;  // bigger bodies get 413
   int http_threads = 256;            // connections served at once
+  // Chat replies' <think> blocks as reasoning_content (server/reasoning.h): "auto" when the chat
+  // template writes </think>, "none" to keep them in content.
+  std::string reasoning_parser = "auto";
   EngineConfig engine;
 };
 

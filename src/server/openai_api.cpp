@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "engine/json_schema.h"
 #include "engine/token_constraint.h"
+#include "server/reasoning.h"
 
 namespace fp {
 
@@ -149,6 +150,7 @@ std::optional<ApiError> parse_request(const nlohmann::json& b, bool chat, const 
     } catch (const Error& e) {
       return bad("messages", std::string("the chat template refused the messages: ") + e.what());
     }
+    r.thinking_opened = lim.reasoning && prompt_opens_thinking(text);
     r.prompt = tok.encode(text, /*add_special=*/false, /*parse_special=*/true);
     // Templates that do not write BOS themselves (most SPM ones do) get it from the tokenizer.
     if (tok.bos_id() >= 0 && (r.prompt.empty() || r.prompt[0] != tok.bos_id()) && (!tmpl || tmpl->is_fallback()))

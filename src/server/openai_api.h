@@ -44,6 +44,9 @@ struct ApiRequest {
   ToolMode tool_mode = ToolMode::None;
   std::string tool_name;        // ToolMode::Named: the function
   nlohmann::json tools;         // the request's tools (parameter types for the parsers that need them)
+  // Chat with a thinking template (ApiLimits::reasoning) and no constraint: the reply's <think>
+  // block is split off as reasoning_content; `thinking_opened` when the prompt opened it.
+  bool split_reasoning = false, thinking_opened = false;
   // The n engine requests (seeds seed, seed+1, ... when a seed was given).
   std::vector<Request> group() const;
 };
@@ -54,6 +57,7 @@ struct ApiLimits {
   int max_stop = 4;
   int max_logprobs = 20;
   ToolCallFormat tool_call_format = ToolCallFormat::None;  // how the chat template writes tool calls
+  bool reasoning = false;  // the chat template thinks in <think> blocks and the parser is on
 };
 
 // Parses and validates a /v1/completions (chat=false) or /v1/chat/completions body. Returns an

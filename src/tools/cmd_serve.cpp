@@ -29,6 +29,9 @@ void add_serve(CLI::App& app) {
   cmd->add_option("--served-model-name", o->server.served_model_name, "model id in the API (default: the file name)");
   cmd->add_option("--max-body-bytes", o->server.max_body_bytes, "largest request body accepted")->check(CLI::Range(1024, 1 << 30));
   cmd->add_option("--http-threads", o->server.http_threads, "connections served at once")->check(CLI::Range(2, 4096));
+  cmd->add_option("--reasoning-parser", o->server.reasoning_parser,
+                  "auto: a chat reply's <think> block goes out as reasoning_content when the template thinks; none: all in content")
+      ->check(CLI::IsMember({"auto", "none"}));
   cmd->add_option("--chat-template", o->chat_template,
                   "chat template source: a .jinja file, a tokenizer_config.json, a model directory or .gguf (default: the model's own)");
   cmd->callback([o] {
