@@ -5,6 +5,7 @@
 
 #include <random>
 
+#include "engine/grammar.h"
 #include "server/reasoning.h"
 #include "test_util.h"
 #include "tokenizer/chat_template.h"
@@ -81,6 +82,38 @@ TEST(Reasoning, TemplatesThatThinkAndPromptsThatOpenTheBlock) {
   const std::string off = t.render(msgs, true, nlohmann::ordered_json{{"enable_thinking", false}});
   EXPECT_NE(off.find("</think>"), std::string::npos) << off;  // an empty block: nothing to split
   EXPECT_FALSE(prompt_opens_thinking(off));
+}
+
+bool grammar_takes(const Grammar& g, const std::string& text) {
+  GrammarState s = grammar_start(g);
+  return grammar_accepts_prefix(g, s, text) && s.complete();
+}
+
+// A constrained answer after free thinking: the block may hold any text but its closing tag
+// (checked against a plain search on random strings over the tag's letters), then the answer.
+TEST(Reasoning, ThinkFirstGrammarFreesTheBlockAndConstrainsTheAnswer) {
+  const std::string answer = R"(root ::= "yes" | "no")";
+  const auto optional_block = Grammar::parse(think_first_gbnf(answer, false), kThinkFirstRoot);
+  for (const char* ok : {"yes", "<think>hm</think>\n\nno", "<think></think>yes", "<think>a<b</thi</thin</think>yes"})
+    EXPECT_TRUE(grammar_takes(*optional_block, ok)) << ok;
+  for (const char* no : {"maybe", "<think>yes", "<think>a</think>b</think>yes", "<think>a</think>yess", "hm</think>yes"})
+    EXPECT_FALSE(grammar_takes(*optional_block, no)) << no;
+  const auto opened = Grammar::parse(think_first_gbnf(answer, true), kThinkFirstRoot);
+  EXPECT_TRUE(grammar_takes(*opened, "hm</think> yes"));
+  EXPECT_FALSE(grammar_takes(*opened, "yes"));  // the block is open: it must close first
+  std::mt19937 rng(9);
+  const std::string letters = "</thinka>";
+  int closed_early = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    std::string text;
+    const size_t len = rng() % 24;
+    for (size_t i = 0; i < len; ++i) text += letters[rng() % letters.size()];
+    if (rng() % 4 == 0) text.insert(rng() % (text.size() + 1), "</think>");
+    const bool free_of_tag = text.find("</think>") == std::string::npos;
+    closed_early += !free_of_tag;
+    EXPECT_EQ(grammar_takes(*opened, text + "</think>no"), free_of_tag) << text;
+  }
+  EXPECT_GT(closed_early, 300);
 }
 
 }  // namespace

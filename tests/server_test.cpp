@@ -571,8 +571,8 @@ TEST(Server, ToolChoiceAutoFindsGlm45Calls) {
 }
 
 // A thinking template whose prompt opens the <think> block (as DeepSeek-R1's does): the whole
-// reply, never closed, is reasoning_content, plain and streamed; a constrained request is not
-// split; --reasoning-parser none keeps it all in content.
+// reply, never closed, is reasoning_content, plain and streamed; a constrained request thinks
+// first; --reasoning-parser none keeps it all in content.
 TEST(Server, ThinkingGoesOutAsReasoningContent) {
   FP_REQUIRE_FILE(test::stories_path());
   const std::string dir = test::temp_dir("reasoning");
@@ -601,14 +601,35 @@ TEST(Server, ThinkingGoesOutAsReasoningContent) {
     Streamed sr = stream(c, "/v1/chat/completions", streamed);
     EXPECT_EQ(sr.reasoning[0], plain_text);
     EXPECT_EQ(sr.text[0], "");
+    // Constrained: the model thinks first (anything but the closing tag), then the grammar holds.
     json constrained = body;
     constrained["grammar"] = R"(root ::= "yes" | "no")";
+    constrained["max_tokens"] = 60;
     const json cr = post(c, "/v1/chat/completions", constrained.dump(), &st);
     ASSERT_EQ(st, 200) << cr.dump();
-    EXPECT_FALSE(cr["choices"][0]["message"].contains("reasoning_content")) << cr.dump();
-    EXPECT_TRUE(cr["choices"][0]["message"]["content"] == "yes" || cr["choices"][0]["message"]["content"] == "no") << cr.dump();
+    const json& cm = cr["choices"][0]["message"];
+    EXPECT_EQ(cm["reasoning_content"].get<std::string>().find("</think>"), std::string::npos) << cr.dump();
+    if (cr["choices"][0]["finish_reason"] == "stop") EXPECT_TRUE(cm["content"] == "yes" || cm["content"] == "no") << cr.dump();
+    else EXPECT_EQ(cm["content"], "") << cr.dump();
     EXPECT_EQ(srv.terminate(), 0);
   }
+  // A template that thinks but leaves opening the block to the model: the block is optional, the
+  // answer under the grammar either way (this model answers at once), plain and streamed.
+  test::write_file(dir + "/open.jinja", "{%- for m in messages %}{{ m['content'] }}{% endfor %}{%- if false %}</think>{% endif %} ");
+  ServerProcess srv({"--chat-template", dir + "/open.jinja"}, 512);
+  auto c = srv.client();
+  json constrained = body;
+  constrained["grammar"] = R"(root ::= "yes" | "no")";
+  int st = 0;
+  const json r = post(c, "/v1/chat/completions", constrained.dump(), &st);
+  ASSERT_EQ(st, 200) << r.dump();
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "stop") << r.dump();
+  const std::string answer = r["choices"][0]["message"]["content"];
+  EXPECT_TRUE(answer == "yes" || answer == "no") << r.dump();
+  constrained["stream"] = true;
+  Streamed sr = stream(c, "/v1/chat/completions", constrained);
+  EXPECT_EQ(sr.text[0], answer);
+  EXPECT_EQ(srv.terminate(), 0);
 }
 
 TEST(Server, BadRequestsGetTheRight4xx) {

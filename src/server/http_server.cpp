@@ -74,6 +74,7 @@ struct Choice {
   json logprobs = json::array();  // entries, in token order
   ToolCallStream tool_stream;     // tool_choice auto, streamed: text goes out, a call waits for the end
   ReasoningSplitter reasoning;    // streamed with a thinking template: <think> ... </think> apart
+  std::string answer;             // ... and the text after it
 };
 
 // One API call: its parsed request, engine stream and choices.
@@ -236,6 +237,7 @@ struct HttpServer::Impl {
         rp.content += rest.content;
       }
       piece = rp.content;
+      mut.answer += rp.content;
       if (!rp.reasoning.empty()) {
         emit({{"index", ev.index}, {"delta", {{"reasoning_content", rp.reasoning}}}, {"logprobs", lp}, {"finish_reason", nullptr}});
         lp = nullptr;
@@ -249,7 +251,7 @@ struct HttpServer::Impl {
       Choice& mut = call.choices[static_cast<size_t>(ev.index)];
       piece = is_auto ? mut.tool_stream.push(piece) : std::string();
       if (ch.done && !was_done) {
-        const std::string held = is_auto ? mut.tool_stream.held() : ch.content;  // (named/required: constrained, no thinking)
+        const std::string held = is_auto ? mut.tool_stream.held() : call.req.split_reasoning ? mut.answer : ch.content;
         ToolReply t = tool_reply(call, static_cast<size_t>(ev.index), held);
         if (!t.calls.empty()) {
           if (!piece.empty() || !t.content.empty())
@@ -298,9 +300,6 @@ struct HttpServer::Impl {
         reject(res, *err);
         return;
       }
-    // A constrained reply is written under its grammar from the first token, so it has no
-    // thinking to split off.
-    call->req.split_reasoning = chat && limits.reasoning && !call->req.base.constraint;
     if (!call->req.model.empty() && call->req.model != cfg.served_model_name) {
       reject(res, ApiError{404, "The model `" + call->req.model + "` does not exist (this server serves `" + cfg.served_model_name + "`)",
                            "NotFoundError", "model"});

@@ -150,6 +150,7 @@ std::optional<ApiError> parse_request(const nlohmann::json& b, bool chat, const 
     } catch (const Error& e) {
       return bad("messages", std::string("the chat template refused the messages: ") + e.what());
     }
+    r.split_reasoning = lim.reasoning;
     r.thinking_opened = lim.reasoning && prompt_opens_thinking(text);
     r.prompt = tok.encode(text, /*add_special=*/false, /*parse_special=*/true);
     // Templates that do not write BOS themselves (most SPM ones do) get it from the tokenizer.
@@ -415,6 +416,12 @@ std::optional<nlohmann::json> tool_call_of(const ApiRequest& req, const std::str
   return nlohmann::json{{"id", id}, {"type", "function"}, {"function", {{"name", name}, {"arguments", args}}}};
 }
 
+// The request's grammar; with a thinking template, after a <think> block the model writes freely.
+std::shared_ptr<const Grammar> constraint_grammar(const std::string& gbnf, const ApiRequest& r) {
+  if (!r.split_reasoning) return Grammar::parse(gbnf);
+  return Grammar::parse(think_first_gbnf(gbnf, r.thinking_opened), kThinkFirstRoot);
+}
+
 std::optional<ApiError> parse_constraint(const nlohmann::ordered_json& b, const Tokenizer& tok, ApiRequest& r) {
   using ojson = nlohmann::ordered_json;
   Request& out = r.base;
@@ -428,7 +435,7 @@ std::optional<ApiError> parse_constraint(const nlohmann::ordered_json& b, const 
     if (!given.empty()) return bad(given, "'" + given + "' and a tool_choice that calls a tool both constrain the output; give one of them");
     try {
       const ojson schema = tool_call_schema(b["tools"], r);
-      out.constraint = std::make_shared<TokenConstraint>(Grammar::parse(json_schema_to_gbnf(schema)), tok, "tool call");
+      out.constraint = std::make_shared<TokenConstraint>(constraint_grammar(json_schema_to_gbnf(schema), r), tok, "tool call");
     } catch (const std::exception& e) {
       return bad("tools", std::string("the tools' parameter schemas cannot be used: ") + e.what());
     }
@@ -467,7 +474,7 @@ std::optional<ApiError> parse_constraint(const nlohmann::ordered_json& b, const 
       gbnf = json_schema_to_gbnf(schema);
       what = "json_schema";
     }
-    out.constraint = std::make_shared<TokenConstraint>(Grammar::parse(gbnf), tok, what);
+    out.constraint = std::make_shared<TokenConstraint>(constraint_grammar(gbnf, r), tok, what);
   } catch (const std::exception& e) {
     return bad(param, std::string("'") + param + "' cannot be used: " + e.what());
   }

@@ -44,8 +44,9 @@ struct ApiRequest {
   ToolMode tool_mode = ToolMode::None;
   std::string tool_name;        // ToolMode::Named: the function
   nlohmann::json tools;         // the request's tools (parameter types for the parsers that need them)
-  // Chat with a thinking template (ApiLimits::reasoning) and no constraint: the reply's <think>
-  // block is split off as reasoning_content; `thinking_opened` when the prompt opened it.
+  // Chat with a thinking template (ApiLimits::reasoning): the reply's <think> block is split off
+  // as reasoning_content, and a constraint applies after it (the model thinks first);
+  // `thinking_opened` when the prompt opened the block.
   bool split_reasoning = false, thinking_opened = false;
   // The n engine requests (seeds seed, seed+1, ... when a seed was given).
   std::vector<Request> group() const;

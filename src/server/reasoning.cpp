@@ -25,6 +25,28 @@ bool prompt_opens_thinking(const std::string& prompt_text) {
   return end != std::string::npos && end + 1 >= kThinkOpen.size() && prompt_text.compare(end + 1 - kThinkOpen.size(), kThinkOpen.size(), kThinkOpen) == 0;
 }
 
+std::string think_first_gbnf(const std::string& gbnf, bool opened) {
+  // Text without "</think>": rule k means the last k characters are its first k (KMP over a tag
+  // whose characters all differ, so a mismatch restarts at 0, or at 1 on '<'). Rule 7 ("</think"
+  // so far) must not take '>'.
+  std::string out = gbnf + "\n";
+  for (size_t k = 0; k < kThinkClose.size() - 1; ++k) {
+    const char want = kThinkClose[k];
+    std::string rule = "fastpath-think-" + std::to_string(k) + " ::= \"\" | \"<\" fastpath-think-1";
+    if (k == 0) {
+      rule += " | [^<] fastpath-think-0";
+    } else {
+      const std::string w = want == '/' ? "/" : std::string(1, want);
+      rule += " | \"" + w + "\" fastpath-think-" + std::to_string(k + 1) + " | [^<" + w + "] fastpath-think-0";
+    }
+    out += rule + "\n";
+  }
+  out += "fastpath-think-7 ::= \"\" | \"<\" fastpath-think-1 | [^<>] fastpath-think-0\n";
+  const std::string block = "fastpath-think-0 \"</think>\" [ \\t\\r\\n]{0,8}";
+  out += std::string(kThinkFirstRoot) + " ::= " + (opened ? block : "(\"<think>\" " + block + ")?") + " root\n";
+  return out;
+}
+
 ReasoningPiece ReasoningSplitter::push(const std::string& piece) {
   ReasoningPiece out;
   held_ += piece;

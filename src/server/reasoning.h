@@ -15,6 +15,12 @@ bool template_thinks(const std::string& template_source);
 // Whether a rendered prompt leaves the reply inside an opened <think> block.
 bool prompt_opens_thinking(const std::string& prompt_text);
 
+// A grammar that lets the model think first: a <think> block of any text without </think>
+// (required and already open when `opened`, optional otherwise), blanks, then `gbnf`'s `root`.
+// Returns GBNF whose start rule is kThinkFirstRoot.
+inline constexpr const char* kThinkFirstRoot = "fastpath-think-root";
+std::string think_first_gbnf(const std::string& gbnf, bool opened);
+
 struct ReasoningPiece {
   std::string reasoning, content;
 };
