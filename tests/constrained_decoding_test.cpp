@@ -626,12 +626,19 @@ TEST(Grammar, DeepAndWideInputsAreRefusedOrBounded) {
   EXPECT_TRUE(grammar_accepts_prefix(*g, s, "x!") && s.complete());
   g = fan_out(3);
   EXPECT_TRUE(grammar_start(*g).dead());
-  test::expect_error([&] { pattern_to_gbnf(std::string(deep, '(') + "a" + std::string(deep, ')')); }, {"nested deeper than 100", "..."});
+  test::expect_error([&] { pattern_to_gbnf(std::string(2000, '(') + "a" + std::string(2000, ')')); }, {"nested deeper than 100", "..."});
+  test::expect_error([&] { pattern_to_gbnf(std::string(deep, '(') + "a" + std::string(deep, ')')); }, {"longer than 4096"});
   std::string schema;
   for (size_t i = 0; i < deep; ++i) schema.append(R"({"type": "array", "items": )");
   schema.append(R"({"type": "string"})");
   schema.append(deep, '}');
   test::expect_error([&] { json_schema_to_gbnf(ojson::parse(schema)); }, {"nested deeper than 128"});
+  // A type listed twice at each of 40 levels: each type once per node, so linear, not 2^40.
+  std::string twice;
+  for (int i = 0; i < 40; ++i) twice.append(R"({"type": ["object", "object", "null"], "properties": {"a": )");
+  twice.append(R"({"type": "integer"})");
+  for (int i = 0; i < 40; ++i) twice.append("}}");
+  EXPECT_LT(json_schema_to_gbnf(ojson::parse(twice)).size(), 100000u);
   // 5,000 properties with one long shared prefix: names stay short and distinct, in linear time.
   ojson wide = {{"type", "object"}, {"properties", ojson::object()}};
   for (int i = 0; i < 5000; ++i) {

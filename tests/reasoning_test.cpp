@@ -94,7 +94,7 @@ bool grammar_takes(const Grammar& g, const std::string& text) {
 TEST(Reasoning, ThinkFirstGrammarFreesTheBlockAndConstrainsTheAnswer) {
   const std::string answer = R"(root ::= "yes" | "no")";
   const auto optional_block = Grammar::parse(think_first_gbnf(answer, false), kThinkFirstRoot);
-  for (const char* ok : {"yes", "<think>hm</think>\n\nno", "<think></think>yes", "<think>a<b</thi</thin</think>yes"})
+  for (const char* ok : {"yes", "<think>hm</think>\n\nno", "\n<think></think>yes", "<think>a<b</thi</thin</think>yes"})
     EXPECT_TRUE(grammar_takes(*optional_block, ok)) << ok;
   for (const char* no : {"maybe", "<think>yes", "<think>a</think>b</think>yes", "<think>a</think>yess", "hm</think>yes"})
     EXPECT_FALSE(grammar_takes(*optional_block, no)) << no;

@@ -233,6 +233,17 @@ TEST(Pattern, EscapesUnicodeAndErrors) {
   test::expect_error([] { pattern_to_gbnf("*a"); }, {"nothing to repeat"});
   test::expect_error([] { pattern_to_gbnf("[abc"); }, {"unterminated class"});
   test::expect_error([] { pattern_to_gbnf("\\p{L}"); }, {"\\p{...}"});
+  test::expect_error([] { pattern_to_gbnf("\\uD83D"); }, {"lone surrogate"});
+  test::expect_error([] { pattern_to_gbnf("[^\\s\\S]"); }, {"matches no character"});
+  test::expect_error([] { pattern_to_gbnf(std::string(5000, 'a')); }, {"longer than 4096"});
+  std::string optional_pieces = "^(";
+  for (int i = 0; i < 2000; ++i) optional_pieces.append("a?");
+  optional_pieces.append(")*$");
+  test::expect_error([&] { pattern_to_gbnf(optional_pieces); }, {"grows past 1 MiB"});
+  // A character past U+FFFF written as JavaScript writes it, a surrogate pair.
+  const auto emoji = Grammar::parse("root ::= " + pattern_to_gbnf("^\\uD83D\\uDE00+$"));
+  EXPECT_TRUE(accepts(*emoji, "\"\xF0\x9F\x98\x80\xF0\x9F\x98\x80\""));
+  EXPECT_FALSE(accepts(*emoji, "\"\xF0\x9F\x98\x81\""));
 }
 
 TEST(Format, EachFormatTakesValidValuesAndRefusesInvalidOnes) {
@@ -245,7 +256,8 @@ TEST(Format, EachFormatTakesValidValuesAndRefusesInvalidOnes) {
        {"2024-13-01", "2024-1-01", "24-01-01", "2024-01-32", "2023-02-29", "1900-02-29", "2024-04-31", "0000-01-01"}},
       {"time", {"23:59:59Z", "08:30:00.123456+05:30", "00:00:00-00:00"}, {"24:00:00Z", "12:00:00", "12:60:00Z", "23:59:60Z", "00:00:00.1234567Z"}},
       {"date-time", {"2024-01-01T12:00:00Z", "2024-06-30T23:15:00.5-07:00"}, {"2024-01-01 12:00:00Z", "2024-01-01T12:00Z", "2024-06-31T00:00:00Z"}},
-      {"duration", {"P3D", "PT1H30M", "P1Y2M", "PT0.5S", "P2W", "P1DT2H"}, {"P", "PT", "P1H", "1D"}},
+      {"duration", {"P3D", "PT1H30M", "P1Y2M", "P1Y2M3DT4H5M6S", "P2W", "P1DT2H", "PT36S"},
+       {"P", "PT", "P1H", "1D", "P1Y2W", "P1Y3D", "PT1H1S", "PT0.5S"}},
       {"uuid", {"123e4567-e89b-12d3-a456-426614174000"}, {"123e4567e89b12d3a456426614174000", "123e4567-e89b-12d3-a456-42661417400g"}},
       {"email", {"a.b+c@example.com", "x@sub.example.org"}, {"a@b", "@example.com", "a..b@example.com", "a b@example.com"}},
       {"hostname", {"example.com", "a-b.c", "localhost"}, {"-a.com", "a-.com", "a..b"}},

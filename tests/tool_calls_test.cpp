@@ -161,18 +161,19 @@ TEST(Glm45ToolCalls, PairsBecomeTypedArguments) {
             ToolCallFormat::Glm45);
   const nlohmann::json tools = nlohmann::json::parse(R"([{"type": "function", "function": {"name": "weather", "parameters": {
       "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}, "code": {"type": "string"},
-      "unit": {"enum": ["c", "f"]}, "note": {"type": ["string", "null"]}}}}}])");
+      "unit": {"enum": ["c", "f"]}, "note": {"type": ["string", "null"]},
+      "tag": {"anyOf": [{"type": "string"}, {"type": "null"}]}}}}}])");
   const std::string reply =
       "Let me look.\n<tool_call>weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n"
       "<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n<arg_key>code</arg_key><arg_value>42</arg_value>\n"
       "<arg_key>unit</arg_key><arg_value>true</arg_value><arg_key>note</arg_key><arg_value> two\nlines </arg_value>\n"
-      "<arg_key>opts</arg_key><arg_value>{\"a\": [1, 2]}</arg_value>\n</tool_call>\n"
+      "<arg_key>opts</arg_key><arg_value>{\"a\": [1, 2]}</arg_value><arg_key>tag</arg_key><arg_value>7</arg_value>\n</tool_call>\n"
       "<tool_call>weather<arg_key>city</arg_key><arg_value>Oslo</arg_value></tool_call> done";
   SplitReply split = split_tool_calls(ToolCallFormat::Glm45, reply, tools);
   ASSERT_EQ(split.calls.size(), 2u) << split.content;
   EXPECT_EQ(split.calls[0].name, "weather");
   // Declared strings stay as written ("42", "true", blanks kept); the rest is JSON where it parses.
-  EXPECT_EQ(split.calls[0].arguments, R"({"city":"Paris","days":3,"code":"42","unit":"true","note":" two\nlines ","opts":{"a":[1,2]}})");
+  EXPECT_EQ(split.calls[0].arguments, R"({"city":"Paris","days":3,"code":"42","unit":"true","note":" two\nlines ","opts":{"a":[1,2]},"tag":"7"})");
   EXPECT_EQ(split.calls[1].arguments, R"({"city":"Oslo"})");
   EXPECT_EQ(split.content, "Let me look.\n\n done");
   // Without the tools, values that parse as JSON are JSON.

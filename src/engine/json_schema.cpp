@@ -181,16 +181,24 @@ class SchemaCompiler {
     const ojson& t = s["type"];
     if (t.is_array()) {
       FP_CHECK(!t.empty(), "json_schema: 'type' at ", path, " is an empty list");
+      // Each type once, on the same node: a copy per type with repeats made a schema nested
+      // n deep with "type": ["object", "object"] take 2^n work.
+      std::set<std::string> seen;
       std::string body;
       for (const auto& one : t) {
-        ojson single = s;
-        single["type"] = one;
-        body += (body.empty() ? "" : " | ") + visit(single, name + "-" + (one.is_string() ? one.get<std::string>() : "t"), path);
+        FP_CHECK(one.is_string(), "json_schema: 'type' at ", path, " must list strings, not ", one.dump());
+        const std::string type = one.get<std::string>();
+        if (!seen.insert(type).second) continue;
+        body += (body.empty() ? "" : " | ") + typed(s, type, name + "-" + type, path);
       }
       return add_rule(name, body);
     }
     FP_CHECK(t.is_string(), "json_schema: 'type' at ", path, " must be a string or a list of strings, not ", t.dump());
-    const std::string type = t.get<std::string>();
+    return typed(s, t.get<std::string>(), name, path);
+  }
+
+  // The node read as one of its types.
+  std::string typed(const ojson& s, const std::string& type, const std::string& name, const std::string& path) {
     if (type == "object") return object(s, name, path);
     if (type == "array") return array(s, name, path);
     if (type == "string") return string(s, name, path);

@@ -20,6 +20,8 @@ using Ranges = std::vector<std::pair<uint32_t, uint32_t>>;
 constexpr uint32_t kMaxCodePoint = 0x10FFFF;
 constexpr size_t kMaxCount = 1000;
 constexpr int kMaxDepth = 100;  // group nesting (the compiler recurses per level)
+constexpr size_t kMaxPatternBytes = 4096;
+constexpr size_t kMaxGbnfBytes = 1 << 20;
 
 // Any character of a JSON string, escapes included: what an unanchored side may hold.
 const char* const kAnyJsonChar = R"(([^"\\\x00-\x1f] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4})))";
@@ -130,6 +132,7 @@ struct Piece {
 
 Piece chars(const Ranges& set) {
   const std::string g = json_chars(set);
+  FP_CHECK(g != "[]", "pattern: a class that matches no character that can be written");
   return {g, false, g};
 }
 
@@ -138,6 +141,7 @@ class PatternCompiler {
   explicit PatternCompiler(const std::string& p) : p_(p) {}
 
   std::string compile() {
+    if (p_.size() > kMaxPatternBytes) bad("longer than " + std::to_string(kMaxPatternBytes) + " bytes", 0);
     std::vector<std::string> alts;
     for (;;) {
       const bool start_anchor = pos_ < p_.size() && p_[pos_] == '^';
@@ -153,6 +157,7 @@ class PatternCompiler {
     }
     std::string body;
     for (size_t i = 0; i < alts.size(); ++i) body += (i ? " | " : "") + alts[i];
+    if (body.size() > kMaxGbnfBytes) bad("the pattern's grammar grows past 1 MiB", 0);
     return "\"\\\"\" (" + body + ") \"\\\"\"";
   }
 
@@ -213,18 +218,21 @@ class PatternCompiler {
       out.nullable = out.nullable && p.nullable;
     }
     if (out.gbnf.empty()) return {"\"\"", true, ""};
+    if (out.gbnf.size() > kMaxGbnfBytes) bad("the pattern's grammar grows past 1 MiB");
     if (!out.nullable) {
       out.nonempty = out.gbnf;
       return out;
     }
+    if (depth == 0) return out;  // the top level is never repeated: no non-empty part needed
     // Every part can match nothing: the non-empty strings start with some part's non-empty
-    // string, the parts before it empty.
+    // string, the parts before it empty. (Quadratic in the parts, hence the size bound.)
     std::string nonempty;
     for (size_t i = 0; i < parts.size(); ++i) {
       if (parts[i].nonempty.empty()) continue;
       std::string alt = parts[i].nonempty;
-      for (size_t j = i + 1; j < parts.size(); ++j) alt += " " + parts[j].gbnf;
+      for (size_t j = i + 1; j < parts.size() && alt.size() <= kMaxGbnfBytes; ++j) alt += " " + parts[j].gbnf;
       nonempty += (nonempty.empty() ? "" : " | ") + alt;
+      if (nonempty.size() > kMaxGbnfBytes) bad("the pattern's grammar grows past 1 MiB (many optional pieces under a repetition)");
     }
     out.nonempty = nonempty.empty() ? "" : "(" + nonempty + ")";
     return out;
@@ -364,7 +372,20 @@ class PatternCompiler {
       case 'v': return '\v';
       case '0': return 0;
       case 'x': return hex(2);
-      case 'u': return hex(4);
+      case 'u': {
+        // JSON Schema's patterns come from JavaScript, whose strings are UTF-16: a character
+        // past U+FFFF is written as a surrogate pair, \uD83D\uDE00.
+        const uint32_t u = hex(4);
+        if (u < 0xD800 || u > 0xDFFF) return u;
+        if (u <= 0xDBFF && p_.compare(pos_, 2, "\\u") == 0) {
+          const size_t back = pos_;
+          pos_ += 2;
+          const uint32_t low = hex(4);
+          if (low >= 0xDC00 && low <= 0xDFFF) return 0x10000 + ((u - 0xD800) << 10) + (low - 0xDC00);
+          pos_ = back;
+        }
+        bad("a lone surrogate (\\u" + std::to_string(u) + " in decimal) is not a character", at);
+      }
       case 'b':
         if (in_class) return '\b';
         bad("a word boundary (\\b) is not supported", at);
@@ -434,13 +455,12 @@ std::string format_pattern(const std::string& format) {
   if (format == "date") return "^" + date + "$";
   if (format == "time") return "^" + time + "$";
   if (format == "date-time") return "^" + date + "T" + time + "$";
-  if (format == "duration") {  // ISO 8601: P, then date parts and/or T and time parts, at least one
+  if (format == "duration") {  // RFC 3339 Appendix A: P, then a date part and/or a T time part, or weeks
     const std::string n = R"(\d{1,9})";
-    const std::string time_part = "T(" + n + "H(" + n + "M)?(" + n + R"((\.\d{1,9})?S)?|)" + n + "M(" + n + R"((\.\d{1,9})?S)?|)" +
-                                  n + R"((\.\d{1,9})?S))";
-    const std::string date_part = "(" + n + "Y(" + n + "M)?(" + n + "W)?(" + n + "D)?|" + n + "M(" + n + "W)?(" + n + "D)?|" + n +
-                                  "W(" + n + "D)?|" + n + "D)";
-    return "^P(" + date_part + "(" + time_part + ")?|" + time_part + ")$";
+    const std::string second = n + "S", minute = n + "M(" + second + ")?", hour = n + "H(" + minute + ")?";
+    const std::string time_part = "T(" + hour + "|" + minute + "|" + second + ")";
+    const std::string day = n + "D", month = n + "M(" + day + ")?", years = n + "Y(" + month + ")?";
+    return "^P((" + day + "|" + month + "|" + years + ")(" + time_part + ")?|" + time_part + "|" + n + "W)$";
   }
   if (format == "uuid") return R"(^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$)";
   if (format == "email") {

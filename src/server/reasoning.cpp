@@ -43,7 +43,7 @@ std::string think_first_gbnf(const std::string& gbnf, bool opened) {
   }
   out += "fastpath-think-7 ::= \"\" | \"<\" fastpath-think-1 | [^<>] fastpath-think-0\n";
   const std::string block = "fastpath-think-0 \"</think>\" [ \\t\\r\\n]{0,8}";
-  out += std::string(kThinkFirstRoot) + " ::= " + (opened ? block : "(\"<think>\" " + block + ")?") + " root\n";
+  out += std::string(kThinkFirstRoot) + " ::= " + (opened ? block : "[ \\t\\r\\n]{0,4} (\"<think>\" " + block + ")?") + " root\n";
   return out;
 }
 

@@ -16,7 +16,9 @@ bool template_thinks(const std::string& template_source);
 bool prompt_opens_thinking(const std::string& prompt_text);
 
 // A grammar that lets the model think first: a <think> block of any text without </think>
-// (required and already open when `opened`, optional otherwise), blanks, then `gbnf`'s `root`.
+// (required and already open when `opened`; optional otherwise, after up to 4 blanks, as GLM-4.5
+// starts its reply with "\n<think>"), blanks, then `gbnf`'s `root` (so without a block the
+// answer may start with those blanks).
 // Returns GBNF whose start rule is kThinkFirstRoot.
 inline constexpr const char* kThinkFirstRoot = "fastpath-think-root";
 std::string think_first_gbnf(const std::string& gbnf, bool opened);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -38,7 +39,11 @@ bool as_call(const nlohmann::json& j, std::initializer_list<const char*> args_ke
   return true;
 }
 
-SplitReply split_hermes(const std::string& text) {
+// Calls between <tool_call> and </tool_call> anywhere in the reply (Hermes, GLM-4.5): each body
+// is read by `read_call` (`closed`: its closing tag was found; else the body runs to the end).
+// A body that is not a call stays text, tags and all.
+template <typename ReadCall>
+SplitReply split_tagged_calls(const std::string& text, ReadCall read_call) {
   SplitReply out;
   std::string content;
   size_t at = 0;
@@ -50,7 +55,7 @@ SplitReply split_hermes(const std::string& text) {
     const std::string inner = text.substr(body, close == std::string::npos ? std::string::npos : close - body);
     const size_t end = close == std::string::npos ? text.size() : close + kClose.size();
     ToolCallText call;
-    if (as_call(nlohmann::json::parse(inner, nullptr, false), {"arguments"}, call)) {
+    if (read_call(inner, close != std::string::npos, call)) {
       content += text.substr(at, open - at);
       out.calls.push_back(std::move(call));
     } else {
@@ -61,6 +66,12 @@ SplitReply split_hermes(const std::string& text) {
   if (at < text.size()) content += text.substr(at);
   out.content = trim(content);
   return out;
+}
+
+SplitReply split_hermes(const std::string& text) {
+  return split_tagged_calls(text, [](const std::string& inner, bool, ToolCallText& call) {
+    return as_call(nlohmann::json::parse(inner, nullptr, false), {"arguments"}, call);
+  });
 }
 
 // The whole reply is one or more calls separated by ';', or it is text.
@@ -161,14 +172,28 @@ bool string_parameter(const nlohmann::json& tools, const std::string& tool, cons
     if (!f.contains("parameters") || !f["parameters"].is_object() || !f["parameters"].contains("properties")) return false;
     const auto& props = f["parameters"]["properties"];
     if (!props.is_object() || !props.contains(param) || !props[param].is_object()) return false;
-    const auto& p = props[param];
-    if (!p.contains("type")) return p.contains("enum") && p["enum"].is_array() && !p["enum"].empty() &&
-                                     std::all_of(p["enum"].begin(), p["enum"].end(), [](const nlohmann::json& v) { return v.is_string(); });
-    const auto& type = p["type"];
-    if (type.is_string()) return type == "string";
-    return type.is_array() && std::find(type.begin(), type.end(), nlohmann::json("string")) != type.end() &&
-           std::find(type.begin(), type.end(), nlohmann::json("number")) == type.end() &&
-           std::find(type.begin(), type.end(), nlohmann::json("integer")) == type.end();
+    // The types the parameter may take, through anyOf/oneOf (pydantic's Optional[str] is
+    // {"anyOf": [{"type": "string"}, {"type": "null"}]}) and string enums.
+    std::set<std::string> types;
+    std::vector<const nlohmann::json*> todo = {&props[param]};
+    while (!todo.empty() && types.size() < 16) {
+      const nlohmann::json& p = *todo.back();
+      todo.pop_back();
+      if (!p.is_object()) continue;
+      for (const char* k : {"anyOf", "oneOf"})
+        if (p.contains(k) && p[k].is_array() && todo.size() < 64)
+          for (const auto& alt : p[k]) todo.push_back(&alt);
+      if (p.contains("type") && p["type"].is_string()) types.insert(p["type"].get<std::string>());
+      if (p.contains("type") && p["type"].is_array())
+        for (const auto& one : p["type"])
+          if (one.is_string()) types.insert(one.get<std::string>());
+      if (!p.contains("type") && p.contains("enum") && p["enum"].is_array() && !p["enum"].empty() &&
+          std::all_of(p["enum"].begin(), p["enum"].end(), [](const nlohmann::json& v) { return v.is_string(); }))
+        types.insert("string");
+    }
+    // A string, and no other type that a bare value could be meant as.
+    return types.count("string") && !types.count("number") && !types.count("integer") && !types.count("boolean") &&
+           !types.count("object") && !types.count("array");
   }
   return false;
 }
@@ -208,27 +233,9 @@ bool glm45_call(const std::string& inner, const nlohmann::json& tools, ToolCallT
 }
 
 SplitReply split_glm45(const std::string& text, const nlohmann::json& tools) {
-  SplitReply out;
-  std::string content;
-  size_t at = 0;
-  while (at < text.size()) {
-    const size_t open = text.find(kOpen, at);
-    if (open == std::string::npos) break;
-    const size_t body = open + kOpen.size();
-    const size_t close = text.find(kClose, body);
-    const size_t end = close == std::string::npos ? text.size() : close + kClose.size();
-    ToolCallText call;
-    if (close != std::string::npos && glm45_call(text.substr(body, close - body), tools, call)) {
-      content += text.substr(at, open - at);
-      out.calls.push_back(std::move(call));
-    } else {
-      content += text.substr(at, end - at);  // not a call: it stays text
-    }
-    at = end;
-  }
-  if (at < text.size()) content += text.substr(at);
-  out.content = trim(content);
-  return out;
+  return split_tagged_calls(text, [&](const std::string& inner, bool closed, ToolCallText& call) {
+    return closed && glm45_call(inner, tools, call);
+  });
 }
 }  // namespace
 
