@@ -633,6 +633,11 @@ TEST(Grammar, DeepAndWideInputsAreRefusedOrBounded) {
   schema.append(R"({"type": "string"})");
   schema.append(deep, '}');
   test::expect_error([&] { json_schema_to_gbnf(ojson::parse(schema)); }, {"nested deeper than 128"});
+  std::string deep_const = R"({"const": )";
+  deep_const.append(deep, '[');
+  deep_const.append(deep, ']');
+  deep_const.append("}");
+  test::expect_error([&] { json_schema_to_gbnf(ojson::parse(deep_const)); }, {"'const' value", "nested deeper than 128"});
   // A type listed twice at each of 40 levels: each type once per node, so linear, not 2^40.
   std::string twice;
   for (int i = 0; i < 40; ++i) twice.append(R"({"type": ["object", "object", "null"], "properties": {"a": )");

@@ -435,9 +435,11 @@ constexpr size_t kMaxExpanded = 16 * kMaxStacks;
 // each result to `out`. A reference that ends its alternative replaces the frame instead of
 // stacking on it, so right recursion (x* as r ::= x r) keeps stacks flat. Iterative (a worklist
 // of partial stacks), since chains of references can be as long as the grammar. False when the
-// expansion passed kMaxExpanded.
+// expansion passed kMaxExpanded (a state of many stacks may hold more in all: the matcher's own
+// bound, kMaxStacks, applies after duplicates merge).
 bool expand_stack(const Grammar& g, std::vector<uint32_t> stack, std::vector<std::vector<uint32_t>>& out) {
   std::vector<std::vector<uint32_t>> work;
+  const size_t before = out.size();  // the cap is per expansion, not per state
   for (;;) {
     for (;;) {
       if (stack.empty()) {
@@ -462,9 +464,9 @@ bool expand_stack(const Grammar& g, std::vector<uint32_t> stack, std::vector<std
         work.back().push_back(alts[i]);
       }
       stack.push_back(alts[0]);
-      if (out.size() + work.size() > kMaxExpanded) return false;
+      if (out.size() - before + work.size() > kMaxExpanded) return false;
     }
-    if (out.size() > kMaxExpanded) return false;
+    if (out.size() - before > kMaxExpanded) return false;
     if (work.empty()) return true;
     stack = std::move(work.back());
     work.pop_back();

@@ -109,6 +109,18 @@ class SchemaCompiler {
     return any;
   }
 
+  // A const or enum value is written out by nlohmann's dump(), which recurses per level.
+  static void check_value_depth(const ojson& v, const char* key, const std::string& path) {
+    std::vector<std::pair<const ojson*, int>> todo = {{&v, 0}};
+    while (!todo.empty()) {
+      const auto [x, d] = todo.back();
+      todo.pop_back();
+      FP_CHECK(d <= kMaxDepth, "json_schema: the '", key, "' value at ", path, " is nested deeper than ", kMaxDepth, " levels");
+      if (x->is_structured())
+        for (const auto& child : *x) todo.push_back({&child, d + 1});
+    }
+  }
+
   static size_t count(const ojson& s, const char* key, const std::string& path) {
     const ojson& v = s[key];
     FP_CHECK(v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0), "json_schema: '", key, "' at ", path,
@@ -146,6 +158,8 @@ class SchemaCompiler {
                "anyOf, oneOf, allOf, $ref)");
     }
     if (s.contains("$ref")) return reference(s["$ref"], path);
+    for (const char* key : {"const", "enum"})
+      if (s.contains(key)) check_value_depth(s[key], key, path);
     if (s.contains("const")) return add_rule(name, literal(s["const"].dump()));
     if (s.contains("enum")) {
       const ojson& e = s["enum"];
