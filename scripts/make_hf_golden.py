@@ -6,7 +6,8 @@ The C++ test (tests/hf_golden_test.cpp) rewrites the same models with the same s
 through both loaders, and compares its logits with these. Needs a venv with torch + transformers:
     python3 -m venv .venv && .venv/bin/pip install torch transformers safetensors
     .venv/bin/python scripts/make_hf_golden.py build/fastpath [CASE_NAME ...]
-Cases cover Llama/Qwen2/Qwen3 and the MoE architectures (Qwen3-MoE, DeepSeek-V2/V3 with MLA, GLM-4.5);
+Cases cover Llama/Qwen2/Qwen3 and the MoE architectures (Qwen3-MoE, DeepSeek-V2/V3 with MLA, GLM-4.5, gpt-oss
+with sliding windows, sinks and MXFP4 experts, which transformers dequantizes on a CPU);
 naming cases regenerates only those.
 
 Cases with "mtp": true also get the logits of the model's multi-token-prediction layer (DeepSeek-V3 /
@@ -36,7 +37,8 @@ def main():
         with tempfile.TemporaryDirectory() as tmp:
             d = os.path.join(tmp, case["name"])
             subprocess.run([fastpath, "synth", "--arch", case["arch"], "--config", json.dumps(case["config"]),
-                            "--seed", str(case["seed"]), "--out", d], check=True)
+                            "--seed", str(case["seed"]), "--out", d] + (["--type", case["type"]] if "type" in case else []),
+                           check=True)
             model = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32, attn_implementation="eager")
             model.eval()
             ids = torch.tensor([cases["tokens"]])

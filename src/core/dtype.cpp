@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 
 #include "core/error.h"
@@ -25,8 +26,9 @@ const DTypeInfo& dtype_info(DType t) {
       q4_1_x8{"Q4_1_X8", 256, sizeof(BlockQ4_1x8), true}, q5_0_x8{"Q5_0_X8", 256, sizeof(BlockQ5_0x8), true},
       q5_1_x8{"Q5_1_X8", 256, sizeof(BlockQ5_1x8), true}, q3_k_x8{"Q3_K_X8", QK_K, sizeof(BlockQ3_Kx8), true},
       q2_k_x8{"Q2_K_X8", QK_K, sizeof(BlockQ2_Kx8), true}, iq4_nl{"IQ4_NL", 32, sizeof(BlockIQ4_NL), true},
+      mxfp4{"MXFP4", 32, sizeof(BlockMXFP4), true},
       iq4_xs{"IQ4_XS", QK_K, sizeof(BlockIQ4_XS), true}, iq4_nl_x8{"IQ4_NL_X8", 256, sizeof(BlockIQ4_NLx8), true},
-      iq4_xs_x8{"IQ4_XS_X8", QK_K, sizeof(BlockIQ4_XSx8), true}, i8{"I8", 1, 1, false}, i16{"I16", 1, 2, false},
+      iq4_xs_x8{"IQ4_XS_X8", QK_K, sizeof(BlockIQ4_XSx8), true}, i8{"I8", 1, 1, false}, u8{"U8", 1, 1, false}, i16{"I16", 1, 2, false},
       i32{"I32", 1, 4, false}, i64{"I64", 1, 8, false}, f64{"F64", 1, 8, false};
   switch (t) {
     case DType::F32: return f32;
@@ -53,10 +55,12 @@ const DTypeInfo& dtype_info(DType t) {
     case DType::Q3_K_X8: return q3_k_x8;
     case DType::Q2_K_X8: return q2_k_x8;
     case DType::IQ4_NL: return iq4_nl;
+    case DType::MXFP4: return mxfp4;
     case DType::IQ4_XS: return iq4_xs;
     case DType::IQ4_NL_X8: return iq4_nl_x8;
     case DType::IQ4_XS_X8: return iq4_xs_x8;
     case DType::I8: return i8;
+    case DType::U8: return u8;
     case DType::I16: return i16;
     case DType::I32: return i32;
     case DType::I64: return i64;
@@ -67,7 +71,7 @@ const DTypeInfo& dtype_info(DType t) {
 
 bool dtype_from_gguf(uint32_t g, DType* out) {
   switch (g) {
-    case 0: case 1: case 2: case 3: case 6: case 7: case 8: case 10: case 11: case 12: case 13: case 14: case 20: case 23: case 24: case 25: case 26: case 27: case 28: case 30:
+    case 0: case 1: case 2: case 3: case 6: case 7: case 8: case 10: case 11: case 12: case 13: case 14: case 20: case 23: case 24: case 25: case 26: case 27: case 28: case 30: case 39:
       *out = static_cast<DType>(g);
       return true;
     default:
@@ -83,7 +87,7 @@ bool dtype_from_name(const std::string& name, DType* out) {
     return true;
   }
   for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
-                  DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::I8, DType::I16, DType::I32, DType::I64, DType::F64}) {
+                  DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4, DType::I8, DType::I16, DType::I32, DType::I64, DType::F64}) {
     if (up == dtype_info(t).name) {
       *out = t;
       return true;
@@ -463,6 +467,42 @@ float iq4_block_scale(const float* v, uint8_t q[32]) {
 
 void store_nibbles32(const uint8_t q[32], uint8_t* qs) {
   for (int j = 0; j < 16; ++j) qs[j] = static_cast<uint8_t>(q[j] | (q[j + 16] << 4));
+}
+
+void dequant_mxfp4(const BlockMXFP4* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, y += 32) {
+    const float d = mxfp4_half_scale(b[i].e);
+    for (int j = 0; j < 16; ++j) {
+      y[j] = d * kMxfp4Values[b[i].qs[j] & 15];
+      y[j + 16] = d * kMxfp4Values[b[i].qs[j] >> 4];
+    }
+  }
+}
+
+// MXFP4: the shared exponent puts the block's largest magnitude in E2M1's top binade (4..6 x
+// 2^(e-127)), as the OCP spec and llama.cpp choose it; each value then takes its nearest level
+// (ties to the lower code: the level of smaller magnitude, or +0 over -0).
+void quant_mxfp4(const float* x, BlockMXFP4* b, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i) {
+    const float* xb = x + 32 * i;
+    float amax = 0;
+    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(xb[j]));
+    int e = 0;
+    if (amax > 0 && std::isfinite(amax)) e = std::clamp(static_cast<int>(std::floor(std::log2(amax))) - 2 + 127, 0, 254);
+    b[i].e = static_cast<uint8_t>(e);
+    const float d = mxfp4_half_scale(b[i].e);
+    uint8_t q[32];
+    for (int j = 0; j < 32; ++j) {
+      int best = 0;
+      float err = std::numeric_limits<float>::infinity();
+      for (int c = 0; c < 16; ++c) {
+        const float diff = std::fabs(xb[j] - d * static_cast<float>(kMxfp4Values[c]));
+        if (diff < err) err = diff, best = c;
+      }
+      q[j] = static_cast<uint8_t>(best);
+    }
+    store_nibbles32(q, b[i].qs);
+  }
 }
 
 void quant_iq4_nl(const float* x, BlockIQ4_NL* b, int64_t nb) {
@@ -1167,6 +1207,7 @@ void dequantize_row(DType t, const void* src, float* y, int64_t n) {
     case DType::Q5_K: dequant_q5_k(static_cast<const BlockQ5_K*>(src), y, n / QK_K); return;
     case DType::Q6_K: dequant_q6_k(static_cast<const BlockQ6_K*>(src), y, n / QK_K); return;
     case DType::IQ4_NL: dequant_iq4_nl(static_cast<const BlockIQ4_NL*>(src), y, n / 32); return;
+    case DType::MXFP4: dequant_mxfp4(static_cast<const BlockMXFP4*>(src), y, n / 32); return;
     case DType::IQ4_XS: dequant_iq4_xs(static_cast<const BlockIQ4_XS*>(src), y, n / QK_K); return;
     case DType::IQ4_XS_X8:
       for (int64_t g = 0; g < n / QK_K; ++g) {
@@ -1259,6 +1300,7 @@ void quantize_row(DType t, const float* x, void* dst, int64_t n) {
     case DType::Q5_K: quant_q5_k(x, static_cast<BlockQ5_K*>(dst), n / QK_K); return;
     case DType::Q6_K: quant_q6_k(x, static_cast<BlockQ6_K*>(dst), n / QK_K); return;
     case DType::IQ4_NL: quant_iq4_nl(x, static_cast<BlockIQ4_NL*>(dst), n / 32); return;
+    case DType::MXFP4: quant_mxfp4(x, static_cast<BlockMXFP4*>(dst), n / 32); return;
     case DType::IQ4_XS: quant_iq4_xs(x, static_cast<BlockIQ4_XS*>(dst), n / QK_K); return;
     case DType::IQ4_XS_X8:  // as IQ4_XS, then repacked in place
       quant_iq4_xs(x, static_cast<BlockIQ4_XS*>(dst), n / QK_K);

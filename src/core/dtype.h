@@ -31,6 +31,7 @@ enum class DType : uint32_t {
   I64 = 27,
   F64 = 28,
   BF16 = 30,
+  MXFP4 = 39,
   F8_E4M3 = 1000,
   // Q8_0 repacked at load for the CPU matmul kernels (BlockQ8_0x8 below); never in a file.
   Q8_0_X8 = 1001,
@@ -50,6 +51,8 @@ enum class DType : uint32_t {
   // IQ4_NL / IQ4_XS repacked at load for the CPU matmul kernels (BlockIQ4_NLx8 / BlockIQ4_XSx8 below); never in a file.
   IQ4_NL_X8 = 1010,
   IQ4_XS_X8 = 1011,
+  // Unsigned bytes (safetensors "U8": the blocks and scales of gpt-oss's MXFP4 checkpoints).
+  U8 = 1012,
 };
 
 struct DTypeInfo {
@@ -168,6 +171,22 @@ struct BlockIQ4_XS {
 // Block j's signed scale ls_j - 32 (-32..31) of an IQ4_XS super-block.
 inline int iq4_xs_scale(const BlockIQ4_XS& b, int j) {
   return (((b.scales_l[j / 2] >> (4 * (j % 2))) & 15) | (((b.scales_h >> (2 * j)) & 3) << 4)) - 32;
+}
+// MXFP4 (OCP microscaling, gpt-oss's expert weights; GGUF type 39): 32 FP4 E2M1 values sharing a
+// power-of-two scale byte e (E8M0). Value j = kMxfp4Values[q] * 2^(e - 128), q the nibble (low
+// nibbles: elements 0..15, high: 16..31, as Q4_0). The levels are E2M1's (0, 0.5, 1, 1.5, 2, 3, 4,
+// 6 and their negatives) doubled to integers, so the scale is half the E8M0 value 2^(e - 127).
+inline constexpr int8_t kMxfp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+struct BlockMXFP4 {
+  uint8_t e;
+  uint8_t qs[16];
+};
+// 2^(e - 128) as a float (e = 0 and 1 are subnormal: 2^-128, 2^-127).
+inline float mxfp4_half_scale(uint8_t e) {
+  uint32_t bits = e < 2 ? 0x00200000u << e : static_cast<uint32_t>(e - 1) << 23;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
 }
 struct BlockQ6_K {
   uint8_t ql[QK_K / 2];      // low 4 bits

@@ -29,7 +29,7 @@ std::string short_dump(const nlohmann::json& j) {
 bool safetensors_dtype(const std::string& s, DType* out) {
   static const std::map<std::string, DType> m = {
       {"F32", DType::F32}, {"F16", DType::F16}, {"BF16", DType::BF16}, {"F8_E4M3", DType::F8_E4M3},
-      {"I8", DType::I8},   {"I16", DType::I16}, {"I32", DType::I32},   {"I64", DType::I64}, {"F64", DType::F64}};
+      {"I8", DType::I8},   {"U8", DType::U8},     {"I16", DType::I16}, {"I32", DType::I32},   {"I64", DType::I64}, {"F64", DType::F64}};
   auto it = m.find(s);
   if (it == m.end()) return false;
   *out = it->second;
@@ -43,6 +43,7 @@ const char* safetensors_dtype_name(DType t) {
     case DType::BF16: return "BF16";
     case DType::F8_E4M3: return "F8_E4M3";
     case DType::I8: return "I8";
+    case DType::U8: return "U8";
     case DType::I16: return "I16";
     case DType::I32: return "I32";
     case DType::I64: return "I64";

@@ -43,7 +43,14 @@ std::string RopeArgs::shape_class() const {
 
 std::string AttentionArgs::shape_class() const {
   return "hd=" + std::to_string(head_dim) + " gqa=" + std::to_string(n_kv_heads ? n_heads / n_kv_heads : 0) +
-         (n == n_seqs ? " decode" : " prefill") + " page=" + std::to_string(page_size) + " kv=" + dtype_name(kv_dtype);
+         (n == n_seqs ? " decode" : " prefill") + " page=" + std::to_string(page_size) + " kv=" + dtype_name(kv_dtype) +
+         (window > 0 ? " window=" + std::to_string(window) : std::string()) + (sinks ? " sinks" : "");
+}
+
+std::string refuse_attention_options(const AttentionArgs& a, bool takes_window, bool takes_sinks) {
+  if (a.window > 0 && !takes_window) return "sliding-window attention (window " + std::to_string(a.window) + ") is not implemented here";
+  if (a.sinks && !takes_sinks) return "attention sinks are not implemented here";
+  return {};
 }
 
 bool AttentionArgs::wide(int64_t s) const {

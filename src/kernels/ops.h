@@ -2,6 +2,7 @@
 // dispatch(args) and the registry picks the kernel. Activations are F32 and contiguous;
 // weights are Tensor views in any supported dtype. Shapes are given per field.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <initializer_list>
 #include <string>
@@ -89,6 +90,11 @@ struct RopeArgs {
 // v_dim). Pool elements are kv_dtype (F32, F16 or BF16; each kernel declares which it reads).
 // The sequence's cache holds kv_len[s] positions; the query at position pos[i] sees 0..min(pos[i], kv_len-1).
 // (The index view is FlashInfer's indptr / indices with kv_len in place of the last page's length.)
+// Two options of gpt-oss's attention, off by default:
+//   window > 0: sliding-window attention, the query at pos sees only positions > pos - window;
+//   sinks[n_heads]: a learned logit per head that joins the softmax's denominator and carries no
+//     value, out = sum_t e^(s_t) v_t / (e^(sink_h) + sum_t e^(s_t)).
+// Each kernel declares whether it takes them (refuse_attention_options).
 struct AttentionArgs {
   static constexpr const char* kName = "attention";
   const float* q = nullptr;
@@ -106,8 +112,12 @@ struct AttentionArgs {
   const int32_t* page_ids = nullptr;
   const int32_t* kv_len = nullptr;  // [n_seqs]
   float scale = 1.0f;
+  int64_t window = 0;            // 0: full causal attention
+  const float* sinks = nullptr;  // [n_heads] or null
   float* out = nullptr;
-  std::string shape_class() const;  // head dim, GQA ratio, decode/prefill, page size, KV dtype
+  std::string shape_class() const;  // head dim, GQA ratio, decode/prefill, page size, KV dtype, window, sinks
+  // The first position the query at `p` sees.
+  int64_t first_visible(int64_t p) const { return window > 0 ? std::max<int64_t>(0, p - window + 1) : 0; }
   // The slot holding position t of sequence s.
   int64_t slot(int64_t s, int64_t t) const {
     return static_cast<int64_t>(page_ids[page_indptr[s] + t / page_size]) * page_size + t % page_size;
@@ -118,6 +128,8 @@ struct AttentionArgs {
   static constexpr int64_t kWideMinTokens = 4, kWideMinRows = 16;
   bool wide(int64_t s) const;
 };
+// "" when the kernel takes a's window and sinks (as it says by the flags), else the reason.
+std::string refuse_attention_options(const AttentionArgs& a, bool takes_window, bool takes_sinks);
 
 // Stores n tokens' K/V rows into a paged pool's layer: row i of k_rows [n, k_width] (f32) goes to
 // slot slots[i] of k_pool (k_width values of dtype per slot), likewise v_rows into v_pool (skipped

@@ -39,8 +39,15 @@ struct MoeRouteArgs {
   std::string shape_class() const;
 };
 
+// The expert FFN's gated activation of g = gate · x and u = up · x:
+//   Silu: silu(g) * u (SwiGLU);
+//   SwigluClamped (gpt-oss): g' = min(g, limit), u' = clamp(u, -limit, limit),
+//     g' * sigmoid(alpha * g') * (u' + 1).
+enum class MoeActivation { Silu, SwigluClamped };
+
 // out[n, dim] = sum_j weights[i, j] * FFN_{ids[i, j]}(x[i]) + sum_s FFN_shared(x[i])
-// where FFN_e(x) = down_e · (silu(gate_e · x) ⊙ (up_e · x)).
+// where FFN_e(x) = down_e · act(gate_e · x + gate_bias_e, up_e · x + up_bias_e) + down_bias_e
+// (the biases optional, gpt-oss's; act as `activation` says; the shared expert has no biases).
 // gate/up/down point at n_expert 2-D views each: gate_e, up_e [ff, dim], down_e [dim, ff].
 // The shared expert (optional: shared_gate null) has width shared_ff and weight 1.
 // Expert parallel: a rank holds only experts [expert_begin, expert_end) (the other entries of
@@ -63,12 +70,21 @@ struct MoeFfnArgs {
   const Tensor* shared_down = nullptr;
   int64_t shared_ff = 0;
   int64_t expert_begin = 0, expert_end = -1;
+  MoeActivation activation = MoeActivation::Silu;
+  float swiglu_alpha = 1.702f, swiglu_limit = 7.0f;  // SwigluClamped
+  const float* gate_bias = nullptr;  // [n_expert, ff] or null (also up_bias)
+  const float* up_bias = nullptr;
+  const float* down_bias = nullptr;  // [n_expert, dim] or null
   float* out = nullptr;
-  std::string shape_class() const;  // expert weight dtype, gemv/gemm (tokens per expert), shared, local range
+  std::string shape_class() const;  // expert weight dtype, gemv/gemm (tokens per expert), shared, local range, activation
+  // Whether the experts are plain SwiGLU without biases (what every kernel takes).
+  bool plain_swiglu() const { return activation == MoeActivation::Silu && !gate_bias && !up_bias && !down_bias; }
   int64_t local_end() const { return expert_end < 0 ? n_expert : expert_end; }
   // Whether expert e's selections are computed here (held by this rank).
   bool is_local(int32_t e) const { return e >= expert_begin && e < local_end(); }
 };
+// g[i] = act(g[i], u[i]) for i < count, as a's activation says (plain scalar code).
+void moe_gated_activation(const MoeFfnArgs& a, float* g, const float* u, int64_t count);
 
 // MLA attention of a varlen batch against a latent KV cache (DeepSeek-V2/V3).
 // q[n, H, nope + rope]: per head [q_nope | q_pe], RoPE already applied to q_pe.

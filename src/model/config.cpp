@@ -46,6 +46,13 @@ void ModelConfig::validate(const std::string& where) const {
     if (moe.group_score == "top2sum" && moe.n_group > 1)
       need(moe.n_experts / moe.n_group >= 2, "experts per group", moe.n_experts / moe.n_group, "must be >= 2 for top-2 group scores");
   }
+  if (sliding_window > 0)
+    need(static_cast<int64_t>(swa_layers.size()) == n_layers, "sliding-window layer list length",
+         static_cast<int64_t>(swa_layers.size()), "must equal the layer count");
+  need(sliding_window >= 0, "sliding window", sliding_window, "must not be negative");
+  if (moe.swiglu_clamped)
+    FP_CHECK(std::isfinite(moe.swiglu_limit) && moe.swiglu_limit > 0 && std::isfinite(moe.swiglu_alpha), where,
+             ": swiglu_limit ", moe.swiglu_limit, " / swiglu_alpha ", moe.swiglu_alpha, " must be finite (limit positive)");
   if (mla.kv_lora_rank > 0) {
     need(rot_dim < head_dim, "qk rope head dim", rot_dim, "must be smaller than the query/key head dim (nope + rope)");
     need(v_head_dim > 0, "value head dim", v_head_dim, "must be positive");
@@ -70,12 +77,22 @@ std::string ModelConfig::describe() const {
   os << ", rms eps " << rms_eps << (tied_output ? ", tied output" : ", untied output");
   if (qkv_bias) os << ", qkv bias";
   if (qk_norm) os << ", q/k norm";
+  if (o_bias) os << ", output bias";
+  if (attn_sinks) os << ", attention sinks";
+  if (sliding_window > 0) {
+    int64_t n = 0;
+    for (bool b : swa_layers) n += b;
+    os << ", sliding window " << sliding_window << " on " << n << " of " << n_layers << " layers";
+  }
   if (mla.kv_lora_rank > 0)
     os << ", MLA (q_lora " << mla.q_lora_rank << ", kv_lora " << mla.kv_lora_rank << ", nope " << head_dim - rot_dim
        << ", rope " << rot_dim << ", v " << v_head_dim << ")";
   if (moe.n_experts > 0) {
     os << ", MoE " << moe.n_experts << " experts top-" << moe.n_used << " (ff " << moe.ff << ", " << moe.scoring;
     if (moe.has_bias) os << " +bias";
+    if (moe.router_bias) os << ", router bias";
+    if (moe.expert_bias) os << ", expert biases";
+    if (moe.swiglu_clamped) os << ", clamped swiglu (alpha " << moe.swiglu_alpha << ", limit " << moe.swiglu_limit << ")";
     if (moe.n_group > 1) os << ", groups " << moe.topk_group << "/" << moe.n_group << " by " << moe.group_score;
     if (moe.norm_topk) os << ", normalised";
     if (moe.scale != 1.0f) os << ", scale " << moe.scale;
@@ -111,8 +128,10 @@ std::vector<float> ModelConfig::rope_inv_freq() const {
       // interpolated (slowed by `factor`), more than beta_fast kept, the band between blended.
       const double rd = static_cast<double>(rot_dim), L = static_cast<double>(rope_scaling.original_context);
       auto corr = [&](double rot) { return rd * std::log(L / (rot * 2 * M_PI)) / (2 * std::log(static_cast<double>(rope_theta))); };
-      double low = std::max(0.0, std::floor(corr(rope_scaling.beta_fast)));
-      double high = std::min(rd - 1, std::ceil(corr(rope_scaling.beta_slow)));
+      double low = corr(rope_scaling.beta_fast), high = corr(rope_scaling.beta_slow);
+      if (rope_scaling.truncate) low = std::floor(low), high = std::ceil(high);
+      low = std::max(0.0, low);
+      high = std::min(rd - 1, high);
       if (low == high) high += 0.001;
       double ramp = std::clamp((static_cast<double>(i) - low) / (high - low), 0.0, 1.0);
       double extrap = 1 - ramp;

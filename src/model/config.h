@@ -18,6 +18,7 @@ struct RopeScaling {
   // by (HF attention_factor; 1 for llama.cpp, which cancels it), and the softmax-scale factor
   // mscale^2 with mscale = 1 + log_multiplier * ln(factor) (DeepSeek: 0.1 * mscale_all_dim).
   float beta_fast = 32.0f, beta_slow = 1.0f;
+  bool truncate = true;  // YaRN: round the correction range outwards (HF's default; gpt-oss says false)
   float attn_factor = 1.0f;
   float log_multiplier = 0.0f;
 };
@@ -36,6 +37,11 @@ struct MoeConfig {
   int64_t n_group = 1, topk_group = 1; // group-limited routing
   std::string group_score = "max";     // "max" (V2) or "top2sum" (V3)
   bool has_bias = false;               // e_score_correction_bias / exp_probs_b
+  // gpt-oss: a bias on the router's logits and on each expert's projections, and the clamped
+  // SwiGLU (kernels/ops_moe.h, MoeActivation::SwigluClamped).
+  bool router_bias = false, expert_bias = false;
+  bool swiglu_clamped = false;
+  float swiglu_alpha = 1.702f, swiglu_limit = 7.0f;
   bool is_moe_layer(int64_t l) const;
 };
 
@@ -60,6 +66,16 @@ struct ModelConfig {
   bool tied_output = false;  // output projection is the embedding table
   bool qkv_bias = false;     // Qwen2
   bool qk_norm = false;      // Qwen3: RMSNorm over each head of q and k before RoPE
+  // gpt-oss: a bias on the attention output, a learned sink logit per head (AttentionArgs::sinks),
+  // and sliding-window attention (AttentionArgs::window) on the layers swa_layers marks.
+  bool o_bias = false;
+  bool attn_sinks = false;
+  int64_t sliding_window = 0;
+  std::vector<bool> swa_layers;  // [n_layers] when sliding_window > 0
+  int64_t window_of(int64_t layer) const {
+    return sliding_window > 0 && layer < static_cast<int64_t>(swa_layers.size()) && swa_layers[static_cast<size_t>(layer)]
+               ? sliding_window : 0;
+  }
   MoeConfig moe;
   MlaConfig mla;
   // Multi-token-prediction layers stored after the n_layers (DeepSeek-V3, GLM-4.5:

@@ -70,9 +70,9 @@ void load_gguf(ModelFile& m, const std::string& path) {
   c.name = g->get_string("general.name", std::filesystem::path(path).stem().string());
   const std::string a = c.arch + ".";
   FP_CHECK(c.arch == "llama" || c.arch == "qwen2" || c.arch == "qwen3" || c.arch == "qwen3moe" || c.arch == "deepseek2" ||
-               c.arch == "glm4moe",
+               c.arch == "glm4moe" || c.arch == "gpt-oss",
            path, ": general.architecture '", c.arch,
-           "' is not supported yet (supported: llama, qwen2, qwen3, qwen3moe, deepseek2, glm4moe)");
+           "' is not supported yet (supported: llama, qwen2, qwen3, qwen3moe, deepseek2, glm4moe, gpt-oss)");
   c.dim = static_cast<int64_t>(g->get_uint(a + "embedding_length"));
   c.n_layers = static_cast<int64_t>(g->get_uint(a + "block_count"));
   {
@@ -109,8 +109,16 @@ void load_gguf(ModelFile& m, const std::string& path) {
     c.rope_scaling.type = scaling;
     c.rope_scaling.factor = static_cast<float>(g->get_float(a + "rope.scaling.factor", 1.0));
     c.rope_scaling.original_context = static_cast<int64_t>(g->get_uint(a + "rope.scaling.original_context_length", 0));
-    FP_CHECK(scaling != "yarn" || c.arch == "deepseek2", path, ": rope scaling 'yarn' is not supported for ", c.arch, " yet");
-    if (scaling == "yarn") {
+    FP_CHECK(scaling != "yarn" || c.arch == "deepseek2" || c.arch == "gpt-oss", path, ": rope scaling 'yarn' is not supported for ",
+             c.arch, " yet");
+    if (scaling == "yarn" && c.arch == "gpt-oss") {
+      // As transformers (and ggml's rope with ext_factor): cos/sin times 1 + 0.1 ln(factor), no
+      // softmax factor. GGUF has no `truncate`: the correction range is rounded, as ggml does.
+      RopeScaling& y = c.rope_scaling;
+      y.beta_fast = static_cast<float>(g->get_float(a + "rope.scaling.yarn_beta_fast", 32.0));
+      y.beta_slow = static_cast<float>(g->get_float(a + "rope.scaling.yarn_beta_slow", 1.0));
+      y.attn_factor = y.factor > 1 ? 0.1f * std::log(y.factor) + 1.0f : 1.0f;
+    } else if (scaling == "yarn") {
       // llama.cpp: cos/sin unscaled (its attn_factor cancels ggml's), softmax scale times mscale^2.
       c.rope_scaling.log_multiplier = static_cast<float>(g->get_float(a + "rope.scaling.yarn_log_multiplier", 0.1));
       c.rope_scaling.beta_fast = static_cast<float>(g->get_float(a + "rope.scaling.yarn_beta_fast", 32.0));
@@ -121,7 +129,7 @@ void load_gguf(ModelFile& m, const std::string& path) {
   }
   c.qkv_bias = c.arch == "qwen2";
   c.qk_norm = c.arch == "qwen3" || c.arch == "qwen3moe";
-  if (c.arch == "qwen3moe" || c.arch == "deepseek2" || c.arch == "glm4moe") {
+  if (c.arch == "qwen3moe" || c.arch == "deepseek2" || c.arch == "glm4moe" || c.arch == "gpt-oss") {
     MoeConfig& e = c.moe;
     e.n_experts = static_cast<int64_t>(g->get_uint(a + "expert_count", 0));
     e.n_used = static_cast<int64_t>(g->get_uint(a + "expert_used_count", 0));
@@ -129,7 +137,7 @@ void load_gguf(ModelFile& m, const std::string& path) {
     e.n_shared = static_cast<int64_t>(g->get_uint(a + "expert_shared_count", 0));
     e.first_dense = static_cast<int64_t>(g->get_uint(a + "leading_dense_block_count", 0));
     // llama.cpp normalises Qwen3-MoE's top-k weights unconditionally; DeepSeek says so per file.
-    e.norm_topk = g->get_bool(a + "expert_weights_norm", c.arch == "qwen3moe");
+    e.norm_topk = g->get_bool(a + "expert_weights_norm", c.arch == "qwen3moe" || c.arch == "gpt-oss");
     e.scale = static_cast<float>(g->get_float(a + "expert_weights_scale", 1.0));
     const uint64_t gating = g->get_uint(a + "expert_gating_func", 1);
     FP_CHECK(gating == 1 || gating == 2, path, ": ", a, "expert_gating_func = ", gating, " (1 softmax, 2 sigmoid)");
@@ -149,11 +157,22 @@ void load_gguf(ModelFile& m, const std::string& path) {
     int64_t shape[4];
     int nd = static_cast<int>(ti.ne.size());
     for (int i = 0; i < nd; ++i) shape[i] = ti.ne[static_cast<size_t>(nd - 1 - i)];
-    // GLM-4.5's GGUF names the norm before the FFN post_attention_norm (llama.cpp's attn_post_norm).
+    // GLM-4.5's and gpt-oss's GGUFs name the norm before the FFN post_attention_norm (llama.cpp's attn_post_norm).
     std::string name = ti.name;
-    if (c.arch == "glm4moe" && name.ends_with(".post_attention_norm.weight"))
+    if ((c.arch == "glm4moe" || c.arch == "gpt-oss") && name.ends_with(".post_attention_norm.weight"))
       name = name.substr(0, name.size() - std::string("post_attention_norm.weight").size()) + "ffn_norm.weight";
     m.tensors[name] = Tensor::view(ti.data, ti.type, shape, nd);
+  }
+  if (c.arch == "gpt-oss") {
+    // Every layer is MoE: a softmax over the top-k router logits (bias added), experts with
+    // biases and the clamped SwiGLU (llama.cpp's swiglu_oai: alpha 1.702, limit 7); biases on
+    // q/k/v/o; a sink per head; the even layers slide a window (llama.cpp's swa pattern 2).
+    c.qkv_bias = true;
+    c.o_bias = c.attn_sinks = true;
+    c.moe.router_bias = c.moe.expert_bias = c.moe.swiglu_clamped = true;
+    c.sliding_window = static_cast<int64_t>(g->get_uint(a + "attention.sliding_window", 0));
+    if (c.sliding_window > 0)
+      for (int64_t l = 0; l < c.n_layers; ++l) c.swa_layers.push_back(l % 2 == 0);
   }
   if (c.arch == "glm4moe") {  // optional in GLM-4.5's files: q/k/v biases, per-head q/k norms
     c.qkv_bias = m.find("blk.0.attn_q.bias") != nullptr;
@@ -310,6 +329,157 @@ void load_hf_moe(ModelConfig& c, const nlohmann::json& j, const std::string& cfg
   c.rope_style = !v3 || json_bool(j, "rope_interleave", cfg_path, true) ? RopeStyle::Adjacent : RopeStyle::NeoX;
 }
 
+// gpt-oss (GptOssForCausalLM): every layer MoE (softmax over the top-k router logits, a bias on
+// the router and on each expert's projections, the clamped SwiGLU), biases on q/k/v/o, a sink per
+// head, a sliding window on the layers layer_types marks (by default the even ones).
+void load_hf_gpt_oss(ModelConfig& c, const nlohmann::json& j, const std::string& cfg_path) {
+  MoeConfig& e = c.moe;
+  e.n_experts = json_int(j, "num_local_experts", cfg_path);
+  e.n_used = json_int(j, "num_experts_per_tok", cfg_path, json_int(j, "experts_per_token", cfg_path, 4));
+  e.ff = c.hidden_dim;
+  e.norm_topk = true;
+  e.router_bias = e.expert_bias = e.swiglu_clamped = true;
+  e.swiglu_alpha = static_cast<float>(json_num(j, "swiglu_alpha", cfg_path, 1.702));
+  e.swiglu_limit = static_cast<float>(json_num(j, "swiglu_limit", cfg_path, 7.0));
+  c.qkv_bias = c.o_bias = json_bool(j, "attention_bias", cfg_path, true);
+  c.attn_sinks = true;
+  c.sliding_window = json_int(j, "sliding_window", cfg_path, 0);
+  if (c.sliding_window > 0) {
+    auto lt = j.find("layer_types");
+    if (lt != j.end() && !lt->is_null()) {
+      FP_CHECK(lt->is_array() && static_cast<int64_t>(lt->size()) == c.n_layers, cfg_path,
+               ": layer_types should list one type per layer (", c.n_layers, ")");
+      for (auto& t : *lt) {
+        FP_CHECK(t == "sliding_attention" || t == "full_attention", cfg_path, ": layer_types holds ", short_json(t),
+                 " (sliding_attention or full_attention)");
+        c.swa_layers.push_back(t == "sliding_attention");
+      }
+    } else {
+      for (int64_t l = 0; l < c.n_layers; ++l) c.swa_layers.push_back(l % 2 == 0);
+    }
+  }
+}
+
+// gpt-oss's stacked experts (blk.N.gptoss.*, tensor_names.cpp) as the canonical stacks
+// ffn_{gate,up,down}_exps.{weight,bias} [E, out, in] that load_moe_layer reads:
+//  - plain (BF16/F16/F32) gate_up_proj [E, dim, 2ff] (x · W: transposed) with gate and up
+//    interleaved (gate = even columns), down_proj [E, ff, dim]: transposed into owned copies;
+//  - MXFP4 (OpenAI's checkpoints) gate_up_proj_blocks [E, 2ff, dim/32, 16] + _scales [E, 2ff,
+//    dim/32] (rows = outputs; even rows gate), down_proj_blocks [E, dim, ff/32, 16]: each block
+//    rewritten as a BlockMXFP4 (the scale byte, then nibbles with element j low and j + 16 high,
+//    where the checkpoint packs elements 2j low and 2j + 1 high);
+//  - gate_up_proj_bias [E, 2ff] split (interleaved), down_proj_bias [E, dim] kept.
+void split_gpt_oss_experts(ModelFile& m) {
+  const ModelConfig& c = m.config;
+  const int64_t E = c.moe.n_experts, ff = c.moe.ff, dim = c.dim;
+  auto take = [&](const std::string& name) -> const Tensor& {
+    const Tensor* t = m.find(name);
+    FP_CHECK(t, m.path, ": missing tensor '", name, "' (gpt-oss experts)");
+    return *t;
+  };
+  auto shape_is = [&](const std::string& name, const Tensor& t, std::initializer_list<int64_t> want) {
+    bool ok = t.ndim == static_cast<int>(want.size());
+    int i = 0;
+    for (int64_t d : want) ok = ok && t.shape[static_cast<size_t>(i++)] == d;
+    FP_CHECK(ok, m.path, ": tensor '", name, "' has shape ", t.shape_str(), ", not the one the config implies");
+  };
+  auto bytes = [&](int64_t n) { return reinterpret_cast<uint8_t*>(m.own_f32(static_cast<size_t>((n + 3) / 4))); };
+  auto floats = [&](const Tensor& t, int64_t i) {  // element i of a plain tensor as f32
+    float v;
+    dequantize_row(t.dtype, static_cast<const uint8_t*>(t.data) + i * dtype_info(t.dtype).block_bytes, &v, 1);
+    return v;
+  };
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".", g = p + "gptoss.";
+    std::vector<std::string> done;
+    if (m.find(g + "gate_up_proj_blocks")) {
+      FP_CHECK(dim % 32 == 0 && ff % 32 == 0, m.path, ": MXFP4 experts need hidden and expert widths that are multiples of 32");
+      const Tensor &gub = take(g + "gate_up_proj_blocks"), &gus = take(g + "gate_up_proj_scales");
+      const Tensor &db = take(g + "down_proj_blocks"), &ds = take(g + "down_proj_scales");
+      shape_is(g + "gate_up_proj_blocks", gub, {E, 2 * ff, dim / 32, 16});
+      shape_is(g + "gate_up_proj_scales", gus, {E, 2 * ff, dim / 32});
+      shape_is(g + "down_proj_blocks", db, {E, dim, ff / 32, 16});
+      shape_is(g + "down_proj_scales", ds, {E, dim, ff / 32});
+      for (const Tensor* t : {&gub, &gus, &db, &ds})
+        FP_CHECK(t->dtype == DType::U8 || t->dtype == DType::I8, m.path, ": gpt-oss MXFP4 blocks and scales should be U8, found ",
+                 dtype_name(t->dtype));
+      // rows [E * rows_out] of `in` values: source row r of the checkpoint -> destination row.
+      auto convert = [&](const Tensor& blocks, const Tensor& scales, int64_t src_row, BlockMXFP4* dst, int64_t in) {
+        const int64_t nb = in / 32;
+        const auto* qs = static_cast<const uint8_t*>(blocks.data) + src_row * nb * 16;
+        const auto* sc = static_cast<const uint8_t*>(scales.data) + src_row * nb;
+        for (int64_t b = 0; b < nb; ++b) {
+          dst[b].e = sc[b];
+          uint8_t v[32];
+          for (int k = 0; k < 16; ++k) v[2 * k] = qs[b * 16 + k] & 15, v[2 * k + 1] = qs[b * 16 + k] >> 4;
+          for (int k = 0; k < 16; ++k) dst[b].qs[k] = static_cast<uint8_t>(v[k] | (v[k + 16] << 4));
+        }
+      };
+      const int64_t in_row = dim / 32, down_row = ff / 32;
+      auto* gate = reinterpret_cast<BlockMXFP4*>(bytes(E * ff * in_row * 17));
+      auto* up = reinterpret_cast<BlockMXFP4*>(bytes(E * ff * in_row * 17));
+      auto* down = reinterpret_cast<BlockMXFP4*>(bytes(E * dim * down_row * 17));
+      for (int64_t e = 0; e < E; ++e) {
+        for (int64_t j = 0; j < ff; ++j) {
+          convert(gub, gus, e * 2 * ff + 2 * j, gate + (e * ff + j) * in_row, dim);
+          convert(gub, gus, e * 2 * ff + 2 * j + 1, up + (e * ff + j) * in_row, dim);
+        }
+        for (int64_t i = 0; i < dim; ++i) convert(db, ds, e * dim + i, down + (e * dim + i) * down_row, ff);
+      }
+      m.tensors[p + "ffn_gate_exps.weight"] = Tensor::view(gate, DType::MXFP4, {E, ff, dim});
+      m.tensors[p + "ffn_up_exps.weight"] = Tensor::view(up, DType::MXFP4, {E, ff, dim});
+      m.tensors[p + "ffn_down_exps.weight"] = Tensor::view(down, DType::MXFP4, {E, dim, ff});
+      done = {"gate_up_proj_blocks", "gate_up_proj_scales", "down_proj_blocks", "down_proj_scales"};
+    } else {
+      const Tensor &gu = take(g + "gate_up_proj"), &dn = take(g + "down_proj");
+      shape_is(g + "gate_up_proj", gu, {E, dim, 2 * ff});
+      shape_is(g + "down_proj", dn, {E, ff, dim});
+      FP_CHECK(gu.dtype == DType::F32 || gu.dtype == DType::F16 || gu.dtype == DType::BF16, m.path,
+               ": gpt-oss expert weights should be F32, F16 or BF16 (or MXFP4 blocks), found ", dtype_name(gu.dtype));
+      FP_CHECK(dn.dtype == gu.dtype, m.path, ": gate_up_proj and down_proj of layer ", l, " differ in dtype");
+      const int64_t es = dtype_info(gu.dtype).block_bytes;
+      uint8_t* gate = bytes(E * ff * dim * es);
+      uint8_t* up = bytes(E * ff * dim * es);
+      uint8_t* down = bytes(E * dim * ff * es);
+      const auto* src = static_cast<const uint8_t*>(gu.data);
+      const auto* dsrc = static_cast<const uint8_t*>(dn.data);
+      for (int64_t e = 0; e < E; ++e)
+        for (int64_t i = 0; i < dim; ++i)
+          for (int64_t j = 0; j < ff; ++j) {
+            const int64_t from = ((e * dim + i) * 2 * ff + 2 * j) * es, to = ((e * ff + j) * dim + i) * es;
+            std::memcpy(gate + to, src + from, static_cast<size_t>(es));
+            std::memcpy(up + to, src + from + es, static_cast<size_t>(es));
+            std::memcpy(down + ((e * dim + i) * ff + j) * es, dsrc + ((e * ff + j) * dim + i) * es, static_cast<size_t>(es));
+          }
+      m.tensors[p + "ffn_gate_exps.weight"] = Tensor::view(gate, gu.dtype, {E, ff, dim});
+      m.tensors[p + "ffn_up_exps.weight"] = Tensor::view(up, gu.dtype, {E, ff, dim});
+      m.tensors[p + "ffn_down_exps.weight"] = Tensor::view(down, gu.dtype, {E, dim, ff});
+      done = {"gate_up_proj", "down_proj"};
+    }
+    const Tensor &gub = take(g + "gate_up_proj_bias"), &dnb = take(g + "down_proj_bias");
+    shape_is(g + "gate_up_proj_bias", gub, {E, 2 * ff});
+    shape_is(g + "down_proj_bias", dnb, {E, dim});
+    float* gb = m.own_f32(static_cast<size_t>(E * ff));
+    float* ub = m.own_f32(static_cast<size_t>(E * ff));
+    float* db = m.own_f32(static_cast<size_t>(E * dim));
+    for (int64_t k = 0; k < E * ff; ++k) gb[k] = floats(gub, 2 * k), ub[k] = floats(gub, 2 * k + 1);
+    for (int64_t k = 0; k < E * dim; ++k) db[k] = floats(dnb, k);
+    m.tensors[p + "ffn_gate_exps.bias"] = Tensor::view(gb, DType::F32, {E, ff});
+    m.tensors[p + "ffn_up_exps.bias"] = Tensor::view(ub, DType::F32, {E, ff});
+    m.tensors[p + "ffn_down_exps.bias"] = Tensor::view(db, DType::F32, {E, dim});
+    done.push_back("gate_up_proj_bias");
+    done.push_back("down_proj_bias");
+    for (auto& d : done) m.tensors.erase(g + d);
+  }
+  for (auto it = m.tensors.begin(); it != m.tensors.end();)  // anything left under gptoss. is unexpected
+    if (it->first.find(".gptoss.") != std::string::npos) {
+      m.notes.push_back("ignored tensor '" + it->first + "'");
+      it = m.tensors.erase(it);
+    } else {
+      ++it;
+    }
+}
+
 void load_hf(ModelFile& m, const std::string& dir) {
   std::string cfg_path = dir + "/config.json";
   std::ifstream in(cfg_path);
@@ -330,8 +500,10 @@ void load_hf(ModelFile& m, const std::string& dir) {
   else if (arch_cls == "Qwen3MoeForCausalLM") c.arch = "qwen3moe";
   else if (arch_cls == "DeepseekV3ForCausalLM" || arch_cls == "DeepseekV2ForCausalLM") c.arch = "deepseek2";
   else if (arch_cls == "Glm4MoeForCausalLM") c.arch = "glm4moe";
+  else if (arch_cls == "GptOssForCausalLM") c.arch = "gpt-oss";
   else fail(cfg_path, ": architectures[0] '", arch_cls, "' is not supported yet (LlamaForCausalLM, Qwen2ForCausalLM, ",
-            "Qwen3ForCausalLM, Qwen3MoeForCausalLM, DeepseekV3ForCausalLM, DeepseekV2ForCausalLM, Glm4MoeForCausalLM)");
+            "Qwen3ForCausalLM, Qwen3MoeForCausalLM, DeepseekV3ForCausalLM, DeepseekV2ForCausalLM, Glm4MoeForCausalLM, ",
+            "GptOssForCausalLM)");
   c.dim = json_int(j, "hidden_size", cfg_path);
   c.n_layers = json_int(j, "num_hidden_layers", cfg_path);
   if (c.arch == "deepseek2" || c.arch == "glm4moe") c.mtp_layers = json_int(j, "num_nextn_predict_layers", cfg_path, 0);
@@ -350,6 +522,7 @@ void load_hf(ModelFile& m, const std::string& dir) {
   c.qkv_bias = c.arch == "qwen2" || json_bool(j, "attention_bias", cfg_path, false);
   c.qk_norm = c.arch == "qwen3" || c.arch == "qwen3moe" || (c.arch == "glm4moe" && json_bool(j, "use_qk_norm", cfg_path, false));
   if (c.arch == "qwen3moe" || c.arch == "deepseek2" || c.arch == "glm4moe") load_hf_moe(c, j, cfg_path, arch_cls);
+  if (c.arch == "gpt-oss") load_hf_gpt_oss(c, j, cfg_path);
   auto rs = j.find("rope_scaling");
   if (rs == j.end() || !rs->is_object()) rs = j.find("rope_parameters");  // transformers v5 spelling
   if (c.arch == "glm4moe") {
@@ -369,7 +542,7 @@ void load_hf(ModelFile& m, const std::string& dir) {
       c.rope_scaling.low_freq_factor = static_cast<float>(json_num(*rs, "low_freq_factor", cfg_path, 1.0));
       c.rope_scaling.high_freq_factor = static_cast<float>(json_num(*rs, "high_freq_factor", cfg_path, 4.0));
       c.rope_scaling.original_context = json_int(*rs, "original_max_position_embeddings", cfg_path, 8192);
-    } else if (type == "yarn" && (c.arch == "deepseek2" || c.arch == "qwen3moe")) {
+    } else if (type == "yarn" && (c.arch == "deepseek2" || c.arch == "qwen3moe" || c.arch == "gpt-oss")) {
       // transformers: cos/sin times attention_factor; DeepSeek's softmax scale times mscale(mscale_all_dim)^2.
       RopeScaling& y = c.rope_scaling;
       y.type = type;
@@ -377,6 +550,7 @@ void load_hf(ModelFile& m, const std::string& dir) {
       y.original_context = json_int(*rs, "original_max_position_embeddings", cfg_path, c.max_context);
       y.beta_fast = static_cast<float>(json_num(*rs, "beta_fast", cfg_path, 32.0));
       y.beta_slow = static_cast<float>(json_num(*rs, "beta_slow", cfg_path, 1.0));
+      y.truncate = json_bool(*rs, "truncate", cfg_path, true);
       auto get_mscale = [&](double ms_) { return y.factor <= 1 ? 1.0 : 0.1 * ms_ * std::log(static_cast<double>(y.factor)) + 1.0; };
       const double ms = json_num(*rs, "mscale", cfg_path, 0.0), ms_all = json_num(*rs, "mscale_all_dim", cfg_path, 0.0);
       double af = json_num(*rs, "attention_factor", cfg_path, 0.0);
@@ -431,6 +605,7 @@ void load_hf(ModelFile& m, const std::string& dir) {
     FP_CHECK(t.dtype != DType::F8_E4M3 || t.block_scale, dir, ": FP8 weight '", name,
              "' has no weight_scale_inv (128x128 block scales); the checkpoint is incomplete");
   if (!m.find("output.weight")) c.tied_output = true;
+  if (c.arch == "gpt-oss") split_gpt_oss_experts(m);
   if (file_exists(dir + "/tokenizer.json")) m.tokenizer = Tokenizer::from_hf_json(dir + "/tokenizer.json");
   m.notes.push_back("safetensors: " + std::to_string(set->files().size()) + " file(s), " + std::to_string(set->all().size()) + " tensors");
 }

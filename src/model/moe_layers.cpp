@@ -58,11 +58,26 @@ std::vector<Tensor> load_experts(ModelFile& mf, const std::string& prefix, const
 
 }  // namespace
 
+// A [rows, cols] tensor as F32 (a view, or converted once into an owned buffer).
+const float* load_matrix_f32(ModelFile& mf, const std::string& name, int64_t rows, int64_t cols) {
+  const Tensor& t = mf.get(name, {rows, cols});
+  if (t.dtype == DType::F32) return static_cast<const float*>(t.data);
+  float* buf = mf.own_f32(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) dequantize_row(t.dtype, t.row_ptr(r), buf + r * cols, cols);
+  return buf;
+}
+
 MoeLayerWeights load_moe_layer(ModelFile& mf, const std::string& p, const ModelConfig& c, WeightRepacker* repacker) {
   const MoeConfig& m = c.moe;
   MoeLayerWeights w;
   w.router = &mf.get(p + "ffn_gate_inp.weight", {m.n_experts, c.dim});
   if (mf.find(p + "exp_probs_b.bias")) w.bias = load_vec_f32(mf, p + "exp_probs_b.bias", m.n_experts);
+  if (m.router_bias) w.router_bias = load_vec_f32(mf, p + "ffn_gate_inp.bias", m.n_experts);
+  if (m.expert_bias) {
+    w.gate_bias = load_matrix_f32(mf, p + "ffn_gate_exps.bias", m.n_experts, m.ff);
+    w.up_bias = load_matrix_f32(mf, p + "ffn_up_exps.bias", m.n_experts, m.ff);
+    w.down_bias = load_matrix_f32(mf, p + "ffn_down_exps.bias", m.n_experts, c.dim);
+  }
   w.gate = load_experts(mf, p, "gate", m.n_experts, m.ff, c.dim, repacker);
   w.up = load_experts(mf, p, "up", m.n_experts, m.ff, c.dim, repacker);
   w.down = load_experts(mf, p, "down", m.n_experts, c.dim, m.ff, repacker);
@@ -135,7 +150,7 @@ void MoeBlock::run(const MoeLayerWeights& w, const ModelConfig& c, const float* 
   float* logits = act_.f32(0, n * m.n_experts);
   float* weights = act_.f32(1, n * m.n_used);
   int32_t* ids = act_.i32(2, n * m.n_used);
-  dispatch(MatMulArgs{h, n, w.router, nullptr, logits});
+  dispatch(MatMulArgs{h, n, w.router, w.router_bias, logits});
   MoeRouteArgs r;
   r.logits = logits;
   r.n = n;
@@ -171,6 +186,14 @@ void MoeBlock::run(const MoeLayerWeights& w, const ModelConfig& c, const float* 
   f.shared_up = w.sh_up;
   f.shared_down = w.sh_down;
   f.shared_ff = w.sh_ff;
+  f.gate_bias = w.gate_bias;
+  f.up_bias = w.up_bias;
+  f.down_bias = w.down_bias;
+  if (m.swiglu_clamped) {
+    f.activation = MoeActivation::SwigluClamped;
+    f.swiglu_alpha = m.swiglu_alpha;
+    f.swiglu_limit = m.swiglu_limit;
+  }
   f.out = out;
   dispatch(f);
 }

@@ -15,12 +15,17 @@ namespace fp {
 
 // A 1-D F32 view of a norm weight or bias (converted from F16/BF16 once at load).
 const float* load_vec_f32(ModelFile& mf, const std::string& name, int64_t len);
+// The same for a [rows, cols] tensor (gpt-oss's stacked expert biases).
+const float* load_matrix_f32(ModelFile& mf, const std::string& name, int64_t rows, int64_t cols);
 // A weight dequantized (block scales applied) into an owned F32 [rows, cols] buffer.
 float* load_dequantized(ModelFile& mf, const Tensor& w);
 
 struct MoeLayerWeights {
   const Tensor* router = nullptr;  // [n_expert, dim]
   const float* bias = nullptr;     // [n_expert] selection bias (DeepSeek-V3), or null
+  const float* router_bias = nullptr;  // [n_expert] added to the router's logits (gpt-oss), or null
+  // gpt-oss: each expert's projection biases, [n_expert, ff] (gate, up) and [n_expert, dim] (down).
+  const float *gate_bias = nullptr, *up_bias = nullptr, *down_bias = nullptr;
   std::vector<Tensor> gate, up, down;  // per expert: [ff, dim], [ff, dim], [dim, ff]
   const Tensor *sh_gate = nullptr, *sh_up = nullptr, *sh_down = nullptr;  // shared experts, [sh_ff, dim] ...
   int64_t sh_ff = 0;

@@ -54,6 +54,9 @@ struct Qwen3MoeLayer {
   const float *attn_norm, *ffn_norm;
   const float *q_norm = nullptr, *k_norm = nullptr;         // config.qk_norm
   const float *bq = nullptr, *bk = nullptr, *bv = nullptr;  // config.qkv_bias (this rank's heads' share)
+  const float* bo = nullptr;     // gpt-oss: attention output bias (config.o_bias; one rank only)
+  const float* sinks = nullptr;  // gpt-oss: per-head sink logits (config.attn_sinks)
+  int64_t window = 0;            // gpt-oss: sliding window of this layer (0: full attention)
   const Tensor *wq, *wk, *wv, *wo;
   bool moe = false;
   const Tensor *w_gate = nullptr, *w_up = nullptr, *w_down = nullptr;  // dense layers
@@ -110,6 +113,9 @@ class Qwen3MoeModel : public Model {
         L.bk = load_vec_f32(mf, p + "attn_k.bias", kv_dim);
         L.bv = load_vec_f32(mf, p + "attn_v.bias", kv_dim);
       }
+      if (c.o_bias) L.bo = load_vec_f32(mf, p + "attn_output.bias", c.dim);
+      if (c.attn_sinks) L.sinks = load_vec_f32(mf, p + "attn_sinks.weight", c.n_heads);
+      L.window = c.window_of(l);
       L.wq = &mf.get(p + "attn_q.weight", {q_dim, c.dim});
       L.wk = &mf.get(p + "attn_k.weight", {kv_dim, c.dim});
       L.wv = &mf.get(p + "attn_v.weight", {kv_dim, c.dim});
@@ -293,8 +299,10 @@ class Qwen3MoeModel : public Model {
     else pool.write(layer, slots, n, r.k, r.v);
     att.k_pool = kv_element(pool.k(layer), pool.dtype(), hd.kv_off);
     att.v_pool = kv_element(pool.v(layer), pool.dtype(), hd.kv_off);
+    att.window = L.window;
+    att.sinks = L.sinks;
     dispatch(att);
-    dispatch(MatMulArgs{r.att, n, L.wo, nullptr, r.h});
+    dispatch(MatMulArgs{r.att, n, L.wo, L.bo, r.h});
   }
 
   // Layer L's FFN for r's rows of x: returns its output (r.gate or r.h; this rank's share of the
@@ -525,6 +533,10 @@ std::unique_ptr<Model> make_gqa_moe(std::shared_ptr<ModelFile> f, std::shared_pt
 }
 const bool qwen3_moe_registered = register_sharded_architecture("qwen3moe", make_gqa_moe, true);
 const bool glm4_moe_registered = register_sharded_architecture("glm4moe", make_gqa_moe, true);
+// gpt-oss: one rank on the CPU for now (its sinks, windows and expert biases are not split or
+// placed on a device yet; build_model says so).
+const bool gpt_oss_registered =
+    register_architecture("gpt-oss", [](std::shared_ptr<ModelFile> f) { return make_gqa_moe(std::move(f), nullptr); });
 
 }  // namespace
 }  // namespace fp

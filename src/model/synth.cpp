@@ -52,8 +52,9 @@ std::string canonical_arch(const std::string& arch) {
   if (arch == "qwen3_moe" || arch == "qwen3moe") return "qwen3moe";
   if (arch == "deepseek_v3" || arch == "deepseek_v2") return "deepseek2";
   if (arch == "glm4_moe" || arch == "glm4moe") return "glm4moe";
+  if (arch == "gpt_oss" || arch == "gpt-oss") return "gpt-oss";
   FP_CHECK(arch == "llama" || arch == "qwen2" || arch == "qwen3", "synth: --arch '", arch,
-           "' is not one of llama, qwen2, qwen3, qwen3_moe, deepseek_v2, deepseek_v3, glm4_moe");
+           "' is not one of llama, qwen2, qwen3, qwen3_moe, deepseek_v2, deepseek_v3, glm4_moe, gpt_oss");
   return arch;
 }
 
@@ -73,6 +74,31 @@ void synth_moe_config(ModelConfig& c, const std::string& arch_in, const nlohmann
     e.norm_topk = j.value("norm_topk_prob", true);
     e.sparse_step = geti("decoder_sparse_step", 1);
     if (j.contains("mlp_only_layers")) e.dense_layers = j["mlp_only_layers"].get<std::vector<int64_t>>();
+    return;
+  }
+  if (c.arch == "gpt-oss") {  // a softmax over the top-k router logits, biases everywhere, clamped SwiGLU
+    e.n_experts = geti("num_local_experts", 4);
+    e.ff = c.hidden_dim;
+    e.norm_topk = true;
+    e.router_bias = e.expert_bias = e.swiglu_clamped = true;
+    e.swiglu_alpha = j.value("swiglu_alpha", 1.702f);
+    e.swiglu_limit = j.value("swiglu_limit", 7.0f);
+    c.qkv_bias = c.o_bias = c.attn_sinks = true;
+    c.sliding_window = j.value("sliding_window", int64_t{0});
+    if (c.sliding_window > 0) {
+      if (j.contains("layer_types"))
+        for (auto& t : j["layer_types"]) c.swa_layers.push_back(t.get<std::string>() == "sliding_attention");
+      else
+        for (int64_t l = 0; l < c.n_layers; ++l) c.swa_layers.push_back(l % 2 == 0);
+    }
+    if (c.rope_scaling.type == "yarn") {
+      auto& rs = j.contains("rope_scaling") ? j["rope_scaling"] : j["rope_parameters"];
+      c.rope_scaling.original_context = rs.value("original_max_position_embeddings", int64_t{4096});
+      c.rope_scaling.beta_fast = rs.value("beta_fast", 32.0f);
+      c.rope_scaling.beta_slow = rs.value("beta_slow", 1.0f);
+      c.rope_scaling.truncate = rs.value("truncate", true);
+      c.rope_scaling.attn_factor = c.rope_scaling.factor > 1 ? 0.1f * std::log(c.rope_scaling.factor) + 1.0f : 1.0f;
+    }
     return;
   }
   if (c.arch == "glm4moe") {  // DeepSeek-V3's router over GQA attention
@@ -144,18 +170,19 @@ ModelConfig config_from_json(const std::string& arch_in, const nlohmann::json& j
   c.qkv_bias = arch == "qwen2" || (arch == "glm4moe" && j.value("attention_bias", true));
   c.qk_norm = arch == "qwen3" || arch == "qwen3moe" || (arch == "glm4moe" && j.value("use_qk_norm", false));
   if (arch == "glm4moe") c.rot_dim = static_cast<int64_t>(static_cast<double>(c.head_dim) * j.value("partial_rotary_factor", 0.5));
-  if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) {
-    auto& rs = j["rope_scaling"];
+  const char* rope_key = j.contains("rope_scaling") ? "rope_scaling" : "rope_parameters";  // transformers v5 spelling
+  if (j.contains(rope_key) && j[rope_key].is_object() && j[rope_key].value("rope_type", std::string()) != "default") {
+    auto& rs = j[rope_key];
     c.rope_scaling.type = rs.value("rope_type", rs.value("type", std::string("none")));
     c.rope_scaling.factor = rs.value("factor", 1.0f);
     c.rope_scaling.low_freq_factor = rs.value("low_freq_factor", 1.0f);
     c.rope_scaling.high_freq_factor = rs.value("high_freq_factor", 4.0f);
     c.rope_scaling.original_context = rs.value("original_max_position_embeddings", int64_t{8192});
     FP_CHECK(c.rope_scaling.type == "linear" || c.rope_scaling.type == "llama3" ||
-                 (c.rope_scaling.type == "yarn" && arch == "deepseek2"),
-             "synth: rope_scaling type '", c.rope_scaling.type, "' is not supported (linear, llama3; yarn for deepseek)");
+                 (c.rope_scaling.type == "yarn" && (arch == "deepseek2" || arch == "gpt-oss")),
+             "synth: rope_scaling type '", c.rope_scaling.type, "' is not supported (linear, llama3; yarn for deepseek, gpt-oss)");
   }
-  if (arch == "qwen3moe" || arch == "deepseek2" || arch == "glm4moe") synth_moe_config(c, arch_in, j, geti);
+  if (arch == "qwen3moe" || arch == "deepseek2" || arch == "glm4moe" || arch == "gpt-oss") synth_moe_config(c, arch_in, j, geti);
   c.validate("synth --config");
   return c;
 }
@@ -254,6 +281,20 @@ std::map<std::string, HfTensor> make_weights(const ModelConfig& c, uint64_t seed
       else ffn(p + "mlp.", c.hidden_dim);
       continue;
     }
+    if (c.arch == "gpt-oss") {  // canonical per-expert tensors; the writers stack them as each format does
+      mat(p + "mlp.router.weight", c.moe.n_experts, c.dim);
+      w[p + "mlp.router.weight"].matrix = false;  // the router stays in full precision
+      vec(p + "mlp.router.bias", c.moe.n_experts, 0.0f, 0.5f);
+      for (int64_t e = 0; e < c.moe.n_experts; ++e) {
+        const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
+        ffn(x, c.moe.ff);
+        vec(x + "gate_proj.bias", c.moe.ff, 0.0f, 0.5f);
+        vec(x + "up_proj.bias", c.moe.ff, 0.0f, 0.5f);
+        vec(x + "down_proj.bias", c.dim, 0.0f, 0.1f);
+      }
+      vec(p + "self_attn.o_proj.bias", c.dim, 0.0f, 0.1f);
+      vec(p + "self_attn.sinks", c.n_heads, 0.0f, 1.0f);
+    }
     vec(p + "input_layernorm.weight", c.dim, 1.0f, 0.02f);
     vec(p + "post_attention_layernorm.weight", c.dim, 1.0f, 0.02f);
     mat(p + "self_attn.q_proj.weight", q, c.dim);
@@ -261,7 +302,7 @@ std::map<std::string, HfTensor> make_weights(const ModelConfig& c, uint64_t seed
     mat(p + "self_attn.v_proj.weight", kv, c.dim);
     mat(p + "self_attn.o_proj.weight", c.dim, q);
     if ((c.arch == "qwen3moe" || c.arch == "glm4moe") && c.moe.is_moe_layer(l)) moe(p);
-    else ffn(p + "mlp.", c.hidden_dim);
+    else if (c.arch != "gpt-oss") ffn(p + "mlp.", c.hidden_dim);
     if (c.qkv_bias) {
       vec(p + "self_attn.q_proj.bias", q, 0.0f, 0.1f);
       vec(p + "self_attn.k_proj.bias", kv, 0.0f, 0.1f);
@@ -290,7 +331,7 @@ std::map<std::string, HfTensor> make_weights(const ModelConfig& c, uint64_t seed
 std::string gguf_name(const std::string& hf, const ModelConfig& c) {
   std::string n = canonical_from_hf(hf);
   FP_CHECK(!n.empty(), "synth: no GGUF name for '", hf, "'");
-  if (c.arch == "glm4moe" && n.ends_with(".ffn_norm.weight"))
+  if ((c.arch == "glm4moe" || c.arch == "gpt-oss") && n.ends_with(".ffn_norm.weight"))
     n = n.substr(0, n.size() - std::string("ffn_norm.weight").size()) + "post_attention_norm.weight";
   return n;
 }
@@ -393,6 +434,107 @@ void hf_moe_config(nlohmann::json& cfg, const ModelConfig& c, const std::string&
   cfg["attention_bias"] = false;
 }
 
+// gpt-oss's checkpoint layout of the experts (transformers' GptOssExperts): per layer
+// gate_up_proj [E, dim, 2ff] (x · W, gate and up interleaved by column), gate_up_proj_bias [E, 2ff]
+// (interleaved), down_proj [E, ff, dim], down_proj_bias [E, dim]; with MXFP4, OpenAI's blocks and
+// scales instead of the two matrices: gate_up_proj_blocks [E, 2ff, dim/32, 16] (rows = outputs,
+// element 2k in the low nibble of byte k, 2k + 1 in the high) and _scales [E, 2ff, dim/32] (E8M0).
+void add_gpt_oss_experts(SafetensorsWriter& st, const std::map<std::string, HfTensor>& w, const ModelConfig& c, DType type) {
+  const int64_t E = c.moe.n_experts, ff = c.moe.ff, dim = c.dim;
+  auto get = [&](const std::string& n) -> const std::vector<float>& { return w.at(n).data; };
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".mlp.experts.";
+    std::vector<float> gu(static_cast<size_t>(E * dim * 2 * ff)), gub(static_cast<size_t>(E * 2 * ff));
+    std::vector<float> dn(static_cast<size_t>(E * ff * dim)), dnb(static_cast<size_t>(E * dim));
+    // rows as outputs (the MXFP4 layout): [E, 2ff, dim] interleaved, [E, dim, ff]
+    std::vector<float> gu_rows(gu.size()), dn_rows(dn.size());
+    for (int64_t e = 0; e < E; ++e) {
+      const std::string x = p + std::to_string(e) + ".";
+      const auto &g = get(x + "gate_proj.weight"), &u = get(x + "up_proj.weight"), &d = get(x + "down_proj.weight");
+      const auto &gb = get(x + "gate_proj.bias"), &ub = get(x + "up_proj.bias"), &db = get(x + "down_proj.bias");
+      for (int64_t j = 0; j < ff; ++j) {
+        gub[static_cast<size_t>(e * 2 * ff + 2 * j)] = gb[static_cast<size_t>(j)];
+        gub[static_cast<size_t>(e * 2 * ff + 2 * j + 1)] = ub[static_cast<size_t>(j)];
+        for (int64_t i = 0; i < dim; ++i) {
+          const float gv = g[static_cast<size_t>(j * dim + i)], uv = u[static_cast<size_t>(j * dim + i)];
+          gu[static_cast<size_t>((e * dim + i) * 2 * ff + 2 * j)] = gv;
+          gu[static_cast<size_t>((e * dim + i) * 2 * ff + 2 * j + 1)] = uv;
+          gu_rows[static_cast<size_t>((e * 2 * ff + 2 * j) * dim + i)] = gv;
+          gu_rows[static_cast<size_t>((e * 2 * ff + 2 * j + 1) * dim + i)] = uv;
+        }
+      }
+      for (int64_t i = 0; i < dim; ++i) {
+        dnb[static_cast<size_t>(e * dim + i)] = db[static_cast<size_t>(i)];
+        for (int64_t j = 0; j < ff; ++j) {
+          dn[static_cast<size_t>((e * ff + j) * dim + i)] = d[static_cast<size_t>(i * ff + j)];
+          dn_rows[static_cast<size_t>((e * dim + i) * ff + j)] = d[static_cast<size_t>(i * ff + j)];
+        }
+      }
+    }
+    const DType bias_type = type == DType::MXFP4 || type == DType::F8_E4M3 ? DType::F32 : type;
+    st.add(p + "gate_up_proj_bias", bias_type, {E, 2 * ff}, encode_rows(bias_type, gub.data(), 1, E * 2 * ff));
+    st.add(p + "down_proj_bias", bias_type, {E, dim}, encode_rows(bias_type, dnb.data(), 1, E * dim));
+    if (type != DType::MXFP4) {
+      const DType ty = type == DType::F8_E4M3 ? DType::F32 : type;
+      st.add(p + "gate_up_proj", ty, {E, dim, 2 * ff}, encode_rows(ty, gu.data(), E * dim, 2 * ff));
+      st.add(p + "down_proj", ty, {E, ff, dim}, encode_rows(ty, dn.data(), E * ff, dim));
+      continue;
+    }
+    FP_CHECK(dim % 32 == 0 && ff % 32 == 0, "synth: MXFP4 gpt_oss needs hidden_size and intermediate_size multiples of 32");
+    auto blocks_and_scales = [&](const std::string& name, const std::vector<float>& rows, int64_t n_rows, int64_t in) {
+      const int64_t nb = in / 32;
+      std::vector<BlockMXFP4> q(static_cast<size_t>(n_rows * nb));
+      quantize_row(DType::MXFP4, rows.data(), q.data(), n_rows * in);
+      std::vector<uint8_t> blocks(static_cast<size_t>(n_rows * nb * 16)), scales(static_cast<size_t>(n_rows * nb));
+      for (size_t b = 0; b < q.size(); ++b) {
+        scales[b] = q[b].e;
+        uint8_t v[32];
+        for (int k = 0; k < 16; ++k) v[k] = q[b].qs[k] & 15, v[k + 16] = q[b].qs[k] >> 4;
+        for (int k = 0; k < 16; ++k) blocks[b * 16 + static_cast<size_t>(k)] = static_cast<uint8_t>(v[2 * k] | (v[2 * k + 1] << 4));
+      }
+      st.add(p + name + "_blocks", DType::U8, {E, n_rows / E, nb, 16}, std::move(blocks));
+      st.add(p + name + "_scales", DType::U8, {E, n_rows / E, nb}, std::move(scales));
+    };
+    blocks_and_scales("gate_up_proj", gu_rows, E * 2 * ff, dim);
+    blocks_and_scales("down_proj", dn_rows, E * dim, ff);
+  }
+}
+
+// config.json of a gpt-oss model (transformers' GptOssConfig keys; rope_parameters always
+// written, since transformers' default is YaRN x32).
+void hf_gpt_oss_config(nlohmann::json& cfg, const ModelConfig& c, DType type) {
+  cfg["architectures"] = {"GptOssForCausalLM"};
+  cfg["model_type"] = "gpt_oss";
+  cfg["num_local_experts"] = c.moe.n_experts;
+  cfg["num_experts_per_tok"] = c.moe.n_used;
+  cfg["experts_per_token"] = c.moe.n_used;
+  cfg["swiglu_alpha"] = c.moe.swiglu_alpha;
+  cfg["swiglu_limit"] = c.moe.swiglu_limit;
+  cfg["attention_bias"] = true;
+  cfg["sliding_window"] = c.sliding_window > 0 ? nlohmann::json(c.sliding_window) : nlohmann::json(nullptr);
+  std::vector<std::string> types;
+  for (int64_t l = 0; l < c.n_layers; ++l) types.push_back(c.window_of(l) > 0 ? "sliding_attention" : "full_attention");
+  cfg["layer_types"] = types;
+  const RopeScaling& rs = c.rope_scaling;
+  nlohmann::json rp = {{"rope_theta", c.rope_theta}};
+  if (rs.type == "yarn") {
+    rp["rope_type"] = "yarn";
+    rp["factor"] = rs.factor;
+    rp["beta_fast"] = rs.beta_fast;
+    rp["beta_slow"] = rs.beta_slow;
+    rp["truncate"] = rs.truncate;
+    rp["original_max_position_embeddings"] = rs.original_context;
+  } else {
+    rp["rope_type"] = "default";
+  }
+  cfg.erase("rope_scaling");
+  cfg["rope_parameters"] = rp;
+  if (type == DType::MXFP4)
+    cfg["quantization_config"] = {{"quant_method", "mxfp4"},
+                                  {"modules_to_not_convert", {"model.layers.*.self_attn", "model.layers.*.mlp.router",
+                                                              "model.embed_tokens", "lm_head"}}};
+}
+
 // MoE / MLA keys as llama.cpp's converters write them.
 void add_moe_metadata(GgufWriter& g, const ModelConfig& c) {
   const std::string a = c.arch + ".";
@@ -402,6 +544,22 @@ void add_moe_metadata(GgufWriter& g, const ModelConfig& c) {
   g.set_u32(a + "expert_feed_forward_length", static_cast<uint32_t>(e.ff));
   g.set_bool(a + "expert_weights_norm", e.norm_topk);
   if (c.arch == "qwen3moe") return;
+  if (c.arch == "gpt-oss") {
+    if (c.sliding_window > 0) g.set_u32(a + "attention.sliding_window", static_cast<uint32_t>(c.sliding_window));
+    for (int64_t l = 0; l < c.n_layers && c.sliding_window > 0; ++l)  // llama.cpp's pattern: the even layers
+      FP_CHECK(c.swa_layers[static_cast<size_t>(l)] == (l % 2 == 0), "synth: GGUF gpt-oss slides the window on the even layers only");
+    FP_CHECK(e.swiglu_alpha == 1.702f && e.swiglu_limit == 7.0f, "synth: GGUF gpt-oss has swiglu_alpha 1.702 and swiglu_limit 7");
+    const RopeScaling& rs = c.rope_scaling;
+    if (rs.type == "yarn") {
+      FP_CHECK(rs.truncate, "synth: GGUF yarn rounds the correction range (ggml); write \"truncate\": true or a safetensors directory");
+      g.set_string(a + "rope.scaling.type", "yarn");
+      g.set_f32(a + "rope.scaling.factor", rs.factor);
+      g.set_u32(a + "rope.scaling.original_context_length", static_cast<uint32_t>(rs.original_context));
+      g.set_f32(a + "rope.scaling.yarn_beta_fast", rs.beta_fast);
+      g.set_f32(a + "rope.scaling.yarn_beta_slow", rs.beta_slow);
+    }
+    return;
+  }
   FP_CHECK(e.scoring == "sigmoid" || e.group_score == "max", "synth: GGUF cannot express this routing");
   g.set_u32(a + "leading_dense_block_count", static_cast<uint32_t>(e.first_dense));
   g.set_u32(a + "expert_shared_count", static_cast<uint32_t>(e.n_shared));
@@ -435,11 +593,16 @@ std::map<std::string, HfTensor> gguf_layout(const std::map<std::string, HfTensor
   for (auto& [name, t] : w) {
     std::string gn = gguf_name(name, c);
     if (size_t at = gn.find("_exps."); at != std::string::npos) {
-      const std::string stacked = gn.substr(0, at + 5) + ".weight";
-      const int64_t e = std::stoll(gn.substr(at + 6, gn.size() - at - 6 - 7));
+      const bool bias = gn.ends_with(".bias");  // gpt-oss's expert biases stack into [E, out]
+      const std::string suffix = bias ? ".bias" : ".weight";
+      const std::string stacked = gn.substr(0, at + 5) + suffix;
+      const int64_t e = std::stoll(gn.substr(at + 6, gn.size() - at - 6 - suffix.size()));
       HfTensor& st = out[stacked];
-      const int64_t per = t.shape[0] * t.shape[1];
-      if (st.data.empty()) st = HfTensor{{c.moe.n_experts, t.shape[0], t.shape[1]}, std::vector<float>(static_cast<size_t>(c.moe.n_experts * per)), true};
+      const int64_t per = bias ? t.shape[0] : t.shape[0] * t.shape[1];
+      if (st.data.empty()) {
+        st = bias ? HfTensor{{c.moe.n_experts, t.shape[0]}, std::vector<float>(static_cast<size_t>(c.moe.n_experts * per)), false}
+                  : HfTensor{{c.moe.n_experts, t.shape[0], t.shape[1]}, std::vector<float>(static_cast<size_t>(c.moe.n_experts * per)), true};
+      }
       std::copy(t.data.begin(), t.data.end(), st.data.begin() + e * per);
       continue;
     }
@@ -656,6 +819,7 @@ std::string synth_model(const SynthOptions& o) {
       if (c.arch == "llama" && (gn.find("attn_k.weight") != std::string::npos))
         data = permute_rows_for_adjacent_rope(t, c.n_kv_heads);
       DType ty = t.matrix ? o.type : DType::F32;
+      if (ty == DType::MXFP4 && gn.find("_exps.") == std::string::npos) ty = DType::F32;  // MXFP4: the experts, as gpt-oss ships
       FP_CHECK(ty != DType::F8_E4M3, "synth: GGUF has no FP8 type (write a safetensors directory for F8_E4M3)");
       const int64_t cols = t.shape.back(), rows = static_cast<int64_t>(t.data.size()) / cols;
       FP_CHECK(cols % dtype_info(ty).block_elems == 0, "synth: tensor '", gn, "' rows have ", cols,
@@ -665,11 +829,15 @@ std::string synth_model(const SynthOptions& o) {
     }
     g.write(o.out);
   } else {
-    FP_CHECK(o.type == DType::F32 || o.type == DType::F16 || o.type == DType::BF16 || o.type == DType::F8_E4M3,
-             "synth: safetensors holds F32, F16, BF16 or F8_E4M3 weights, not ", dtype_name(o.type), " (write a .gguf)");
+    FP_CHECK(o.type == DType::F32 || o.type == DType::F16 || o.type == DType::BF16 || o.type == DType::F8_E4M3 ||
+                 (o.type == DType::MXFP4 && c.arch == "gpt-oss"),
+             "synth: safetensors holds F32, F16, BF16 or F8_E4M3 weights (MXFP4 experts for gpt_oss), not ", dtype_name(o.type),
+             " (write a .gguf)");
     std::filesystem::create_directories(o.out);
     SafetensorsWriter st;
+    if (c.arch == "gpt-oss") add_gpt_oss_experts(st, w, c, o.type);
     for (auto& [name, t] : w) {
+      if (c.arch == "gpt-oss" && name.find(".mlp.experts.") != std::string::npos) continue;  // stacked above
       int64_t rows = t.shape.size() > 1 ? t.shape[0] : 1, cols = t.shape.back();
       if (o.type == DType::F8_E4M3 && t.matrix && name != "model.embed_tokens.weight") {
         // DeepSeek-V3 layout: E4M3 weights with one f32 scale_inv per 128x128 block (amax / 448).
@@ -696,7 +864,7 @@ std::string synth_model(const SynthOptions& o) {
         st.add(name.substr(0, name.size() - 7) + ".weight_scale_inv", DType::F32, {sr, sc}, std::move(sb));
         continue;
       }
-      DType ty = o.type == DType::F8_E4M3 ? DType::F32 : o.type;
+      DType ty = o.type == DType::F8_E4M3 || o.type == DType::MXFP4 ? DType::F32 : o.type;
       st.add(name, ty, t.shape, encode_rows(ty, t.data.data(), rows, cols));
     }
     st.write(o.out + "/model.safetensors");
@@ -715,7 +883,8 @@ std::string synth_model(const SynthOptions& o) {
     cfg["rope_theta"] = c.rope_theta;
     cfg["tie_word_embeddings"] = c.tied_output;
     cfg["torch_dtype"] = o.type == DType::BF16 ? "bfloat16" : o.type == DType::F16 ? "float16" : "float32";
-    if (c.moe.n_experts > 0) hf_moe_config(cfg, c, o.arch);
+    if (c.arch == "gpt-oss") hf_gpt_oss_config(cfg, c, o.type);
+    else if (c.moe.n_experts > 0) hf_moe_config(cfg, c, o.arch);
     std::ofstream(o.out + "/config.json") << cfg.dump(2) << "\n";
     if (!o.tokenizer_json.empty()) std::filesystem::copy_file(o.tokenizer_json, o.out + "/tokenizer.json",
                                                               std::filesystem::copy_options::overwrite_existing);

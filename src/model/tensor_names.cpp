@@ -15,6 +15,11 @@ std::string canonical_base(const std::string& hf) {
       {"self_attn.q_proj.bias", "attn_q.bias"},         {"self_attn.k_proj.bias", "attn_k.bias"},
       {"self_attn.v_proj.bias", "attn_v.bias"},         {"self_attn.q_norm.weight", "attn_q_norm.weight"},
       {"self_attn.k_norm.weight", "attn_k_norm.weight"}, {"mlp.gate_proj.weight", "ffn_gate.weight"},
+      // gpt-oss: output bias, per-head sinks, a router with a bias; its stacked experts
+      // (mlp.experts.gate_up_proj[_blocks|_scales|_bias], down_proj[...]) keep their names under
+      // "gptoss." and are split into ffn_{gate,up,down}_exps at load (model_file.cpp)
+      {"self_attn.o_proj.bias", "attn_output.bias"},    {"self_attn.sinks", "attn_sinks.weight"},
+      {"mlp.router.weight", "ffn_gate_inp.weight"},     {"mlp.router.bias", "ffn_gate_inp.bias"},
       {"mlp.up_proj.weight", "ffn_up.weight"},          {"mlp.down_proj.weight", "ffn_down.weight"},
       // MoE (Qwen3-MoE, DeepSeek): router, selection bias, shared experts
       {"mlp.gate.weight", "ffn_gate_inp.weight"},       {"mlp.gate.e_score_correction_bias", "exp_probs_b.bias"},
@@ -42,13 +47,18 @@ std::string canonical_base(const std::string& hf) {
       if (rest == from) return "blk." + layer + "." + to;
     // Routed experts stay one 2-D tensor each: mlp.experts.E.gate_proj.weight -> ffn_gate_exps.E.weight
     const std::string ex = "mlp.experts.";
+    for (const char* g : {"gate_up_proj", "down_proj"})
+      for (const char* suffix : {"", "_bias", "_blocks", "_scales"})
+        if (rest == ex + g + suffix) return "blk." + layer + ".gptoss." + g + suffix;
     if (rest.rfind(ex, 0) == 0) {
       size_t d2 = rest.find('.', ex.size());
       if (d2 == std::string::npos || d2 == ex.size()) return {};
       std::string e = rest.substr(ex.size(), d2 - ex.size()), proj = rest.substr(d2 + 1);
       if (e.find_first_not_of("0123456789") != std::string::npos) return {};
-      for (const char* k : {"gate", "up", "down"})
+      for (const char* k : {"gate", "up", "down"}) {
         if (proj == std::string(k) + "_proj.weight") return "blk." + layer + ".ffn_" + k + "_exps." + e + ".weight";
+        if (proj == std::string(k) + "_proj.bias") return "blk." + layer + ".ffn_" + k + "_exps." + e + ".bias";  // synth's gpt-oss
+      }
     }
   }
   return {};

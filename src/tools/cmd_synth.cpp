@@ -24,7 +24,7 @@ void add_synth(CLI::App& app) {
   cmd->add_flag("--split-kv-b", o->split_kv_b, "deepseek GGUF: write attn_k_b/attn_v_b (newer llama.cpp form) instead of attn_kv_b");
   cmd->add_option("--config", o->config, "Hugging Face config.json keys as inline JSON, or a path to a JSON file");
   cmd->add_option("--out", o->out, "output: a path ending in .gguf, or a directory (config.json + model.safetensors)")->required();
-  cmd->add_option("--type", o->type, "matrix type: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k iq4_nl iq4_xs (GGUF), fp8 (safetensors, 128x128 block scales)");
+  cmd->add_option("--type", o->type, "matrix type: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k iq4_nl iq4_xs (GGUF), fp8 (safetensors, 128x128 block scales), mxfp4 (gpt_oss experts)");
   cmd->add_option("--seed", o->seed, "random seed");
   cmd->add_flag("--fast-fill", o->fast_fill, "draw the random values in parallel (counter-based; other values than the default stream) for large benchmark models");
   cmd->add_option("--tokenizer", o->tokenizer, "tokenizer.json to copy into a safetensors directory");

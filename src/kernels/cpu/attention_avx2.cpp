@@ -11,7 +11,9 @@
 // kBk keys keeping an online softmax per row (running max m, running sum l, unnormalized
 // output O[vd]):  S = Qs Kᵀ (Qs = q * scale),  m' = max(m, max S),  P = e^(S - m'),
 //                 l = l e^(m - m') + sum P,  O = O e^(m - m') + P V.
-// Causality is per row: the token at position pos[i] sees cache rows 0..min(pos[i], kv_len-1).
+// Causality is per row: the token at position pos[i] sees cache rows 0..min(pos[i], kv_len-1)
+// (from pos[i] - window + 1 with a sliding window: the keys before it score -inf, and the blocks
+// before every row's window are skipped). A sink (gpt-oss) is one more term of the final sum.
 //  - Prefill (several query blocks): one KV head per item, items = KV heads x query blocks.
 //    With >= 8 rows per head, S comes from a register-blocked GEMM (4 rows x 16 keys) against
 //    the K tile transposed once into Kt[hd][kBk].
@@ -74,7 +76,7 @@ constexpr double kParallelMinFlops = 2e5;  // below this, one thread
 // Per-thread buffers, grown on demand.
 struct Scratch {
   std::vector<float> qs, o, s, kt, m, l, corr;
-  std::vector<int64_t> len, slots;
+  std::vector<int64_t> len, first, slots;
 };
 
 // ---------------------------------------------------------------- scores, packed K (prefill)
@@ -340,11 +342,12 @@ FP_AVX2 void run_item(const AttentionArgs& a, const AttnPlan& pl, int64_t s, int
   sc.l.assign(static_cast<size_t>(rows), 0.0f);
   sc.corr.resize(static_cast<size_t>(rows));
   sc.len.resize(static_cast<size_t>(rows));
+  sc.first.resize(static_cast<size_t>(rows));
   sc.slots.resize(static_cast<size_t>(2 * kBk));
   auto token = [&](int64_t row) { return i0 + (row % rpg) / g; };
   auto head = [&](int64_t row) { return (kvh0 + row / rpg) * g + (row % rpg) % g; };
   const __m256 scale = _mm256_set1_ps(a.scale);
-  int64_t max_len = 0;
+  int64_t max_len = 0, min_first = std::numeric_limits<int64_t>::max();
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t i = token(r);
     const float* q = a.q + (i * a.n_heads + head(r)) * hd;
@@ -352,9 +355,12 @@ FP_AVX2 void run_item(const AttentionArgs& a, const AttnPlan& pl, int64_t s, int
     for (int64_t d = 0; d < hd; d += 8) _mm256_storeu_ps(qd + d, _mm256_mul_ps(_mm256_loadu_ps(q + d), scale));
     int64_t len = std::clamp<int64_t>(static_cast<int64_t>(a.pos[i]) + 1, 0, kv_len);
     sc.len[static_cast<size_t>(r)] = len;
+    sc.first[static_cast<size_t>(r)] = a.first_visible(a.pos[i]);
     max_len = std::max(max_len, len);
+    min_first = std::min(min_first, sc.first[static_cast<size_t>(r)]);
   }
-  const int64_t t_begin = sp * pl.split_len;
+  // A sliding window skips the blocks before the earliest key any row sees.
+  const int64_t t_begin = std::max(sp * pl.split_len, min_first / kBk * kBk);
   const int64_t t_end = std::min(max_len, t_begin + pl.split_len);
   const bool packed = rpg >= kPackedMinRows;
   // Decode-like items use each K/V row for few query rows, so K/V stream from memory: prefetch
@@ -386,6 +392,10 @@ FP_AVX2 void run_item(const AttentionArgs& a, const AttnPlan& pl, int64_t s, int
       }
       for (int64_t r = r0; r < r0 + rpg; ++r) {
         int64_t valid = std::clamp<int64_t>(sc.len[static_cast<size_t>(r)] - t0, 0, nk);
+        // Keys before the row's window: -inf scores (exp8 gives 0), or none left to see.
+        const int64_t from = std::clamp<int64_t>(sc.first[static_cast<size_t>(r)] - t0, 0, nk);
+        if (from >= valid) valid = 0;
+        else std::fill_n(sc.s.data() + r * kBk, from, -std::numeric_limits<float>::infinity());
         sc.corr[static_cast<size_t>(r)] = softmax_step(sc.s.data() + r * kBk, valid, nk, sc.m[static_cast<size_t>(r)],
                                                        sc.l[static_cast<size_t>(r)]);
       }
@@ -396,14 +406,20 @@ FP_AVX2 void run_item(const AttentionArgs& a, const AttnPlan& pl, int64_t s, int
     const int64_t i = token(r), h = head(r);
     const float* o = sc.o.data() + r * vd;
     float l = sc.l[static_cast<size_t>(r)];
-    if (part.m) {
+    if (part.m) {  // merge_row adds the sink
       int64_t slot = (i * a.n_heads + h) * part.max_splits + sp;
       part.m[slot] = sc.m[static_cast<size_t>(r)];
       part.l[slot] = l;
       std::copy(o, o + vd, part.o + slot * vd);
     } else {
       float* dst = a.out + (i * a.n_heads + h) * vd;
-      const __m256 inv = _mm256_set1_ps(l > 0 ? 1.0f / l : 0.0f);  // no visible keys: zeros
+      float f = l > 0 ? 1.0f / l : 0.0f;  // no visible keys: zeros
+      if (a.sinks) {  // the sink's term in the sum: out = O e^(m - m*) / (l e^(m - m*) + e^(sink - m*))
+        const float m = sc.m[static_cast<size_t>(r)], mx = std::max(m, a.sinks[h]);
+        const float c = std::exp(m - mx);
+        f = c / (l * c + std::exp(a.sinks[h] - mx));
+      }
+      const __m256 inv = _mm256_set1_ps(f);
       for (int64_t c = 0; c < vd; c += 8) _mm256_storeu_ps(dst + c, _mm256_mul_ps(_mm256_loadu_ps(o + c), inv));
     }
   }
@@ -413,14 +429,15 @@ FP_AVX2 void run_item(const AttentionArgs& a, const AttnPlan& pl, int64_t s, int
 FP_AVX2 void merge_row(const AttentionArgs& a, int64_t splits, int64_t max_splits, int64_t row, const float* part_m,
                        const float* part_l, const float* part_o) {
   const int64_t vd = a.v_dim, base = row * max_splits;
-  float mx = -std::numeric_limits<float>::infinity();
+  const float sink = a.sinks ? a.sinks[row % a.n_heads] : -std::numeric_limits<float>::infinity();
+  float mx = sink;  // a sink is one more logit, with no value
   for (int64_t sp = 0; sp < splits; ++sp) mx = std::max(mx, part_m[base + sp]);
   float* dst = a.out + row * vd;
   if (mx == -std::numeric_limits<float>::infinity()) {
     std::fill(dst, dst + vd, 0.0f);
     return;
   }
-  float l = 0;
+  float l = a.sinks ? std::exp(sink - mx) : 0.0f;
   for (int64_t c = 0; c < vd; c += 8) _mm256_storeu_ps(dst + c, _mm256_setzero_ps());
   for (int64_t sp = 0; sp < splits; ++sp) {
     float w = std::exp(part_m[base + sp] - mx);  // 0 for a split that saw no key
@@ -562,8 +579,13 @@ std::string cpu::refuse_attention_avx2(const AttentionArgs& a) {
   return refuse_kv_dtype(a.kv_dtype, {DType::F32, DType::F16, DType::BF16});
 }
 
+std::string cpu::refuse_attention_avx2_flash(const AttentionArgs& a) {
+  if (std::string why = refuse_attention_avx2(a); !why.empty()) return why;
+  return refuse_attention_options(a, /*takes_window=*/true, /*takes_sinks=*/true);
+}
+
 namespace {
-const bool registered = register_kernel(Kernel<AttentionArgs>{"avx2_flash", Backend::CPU, 100, false, cpu::refuse_attention_avx2,
+const bool registered = register_kernel(Kernel<AttentionArgs>{"avx2_flash", Backend::CPU, 100, false, cpu::refuse_attention_avx2_flash,
                                                               [](const AttentionArgs& a) { cpu::attention_flash_cpu(a, nullptr); }});
 }  // namespace
 }  // namespace fp

@@ -47,5 +47,7 @@ void attention_flash_cpu(const AttentionArgs& a, AttnWideItems* wide);
 
 // What the f32 items need (AVX2, FMA, F16C; head dims multiple of 8; power-of-two pages).
 std::string refuse_attention_avx2(const AttentionArgs& a);
+// avx2_flash's whole check: the above, and it takes sliding windows and sinks.
+std::string refuse_attention_avx2_flash(const AttentionArgs& a);
 
 }  // namespace fp::cpu

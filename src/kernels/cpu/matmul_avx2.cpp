@@ -7,7 +7,8 @@
 //    interleaved decode kernel and shares the Q4 prefill tiles; Q6_K_X8 likewise with the Q6 tiles;
 //    Q4_0_X8 / Q4_1_X8 / Q5_0_X8 / Q5_1_X8 (repacked at load) likewise with the Q4 tiles, Q3_K_X8
 //    with the Q6 tiles; Q2_K_X8, IQ4_NL_X8 and IQ4_XS_X8 run their row kernels at every batch size.
-//    IQ4_NL / IQ4_XS (non-linear 4-bit levels) look their nibbles up with vpshufb, Q8_0 activations.
+//    IQ4_NL / IQ4_XS (non-linear 4-bit levels) and MXFP4 (E2M1 levels, power-of-two scales) look
+//    their nibbles up with vpshufb, Q8_0 activations.
 //  - GEMM path for float-like weights (n > 4, prefill): compute-bound; 16-row weight panels are
 //    widened to f32 and packed [k][16], then a 6x16 register-blocked FMA micro-kernel sweeps the
 //    tokens. Quantized weights keep the integer path at every n, with rows blocked to stay in L2.
@@ -184,6 +185,7 @@ template <> struct Block32<DType::Q5_0> { using type = BlockQ5_0; };
 template <> struct Block32<DType::Q4_1> { using type = BlockQ4_1; };
 template <> struct Block32<DType::Q5_1> { using type = BlockQ5_1; };
 template <> struct Block32<DType::IQ4_NL> { using type = BlockIQ4_NL; };
+template <> struct Block32<DType::MXFP4> { using type = BlockMXFP4; };
 template <DType T> constexpr bool kAffine = T == DType::Q4_1 || T == DType::Q5_1;  // weight d * q + m
 
 // Q8_0 / Q4_0 / Q5_0 (signed values) and Q4_1 / Q5_1 (unsigned q, plus a minimum m) weights
@@ -197,9 +199,12 @@ FP_AVX2_INLINE void q8_0_like_block(const uint8_t* row, const BlockQ8_0* xq, con
   else if constexpr (T == DType::Q4_0) wq = _mm256_sub_epi8(unpack_nibbles(wb.qs), _mm256_set1_epi8(8));
   else if constexpr (T == DType::Q5_0) wq = _mm256_sub_epi8(unpack_q5(wb.qs, wb.qh), _mm256_set1_epi8(16));
   else if constexpr (T == DType::IQ4_NL) wq = _mm256_shuffle_epi8(iq4_levels(false), unpack_nibbles(wb.qs));
+  else if constexpr (T == DType::MXFP4) wq = _mm256_shuffle_epi8(mxfp4_levels(), unpack_nibbles(wb.qs));
   else if constexpr (T == DType::Q4_1) wq = unpack_nibbles(wb.qs);
   else wq = unpack_q5(wb.qs, wb.qh);
-  const float dw = _cvtsh_ss(wb.d);
+  float dw;
+  if constexpr (T == DType::MXFP4) dw = mxfp4_half_scale(wb.e);
+  else dw = _cvtsh_ss(wb.d);
   for (int i = 0; i < N; ++i) {
     const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[i * nb + b].qs));
     // Unsigned weights meet the signed activations in vpmaddubsw directly (pairs <= 2 x 31 x 128).
@@ -463,7 +468,7 @@ void gemv(const MatMulArgs& a) {
     case DType::BF16: return gemv_float_all<DType::BF16>(a);
     case DType::F8_E4M3: return gemv_float_all<DType::F8_E4M3>(a);
     case DType::Q8_0: case DType::Q4_0: case DType::Q5_0: case DType::Q4_1: case DType::Q5_1: case DType::IQ4_NL:
-    case DType::IQ4_XS: {
+    case DType::IQ4_XS: case DType::MXFP4: {
       const int64_t nb = K / QK8_0;
       std::vector<BlockQ8_0> own;
       const BlockQ8_0* xq = a.xq;
@@ -493,6 +498,7 @@ void gemv(const MatMulArgs& a) {
           case DType::Q5_0: return gemv_q8_0_like<DType::Q5_0, n>(a, x, d, s, i, r0, r1);
           case DType::Q4_1: return gemv_q8_0_like<DType::Q4_1, n>(a, x, d, s, i, r0, r1);
           case DType::IQ4_NL: return gemv_q8_0_like<DType::IQ4_NL, n>(a, x, d, s, i, r0, r1);
+          case DType::MXFP4: return gemv_q8_0_like<DType::MXFP4, n>(a, x, d, s, i, r0, r1);
           case DType::IQ4_XS: return gemv_iq4_xs<n>(a, x, d, i, r0, r1);
           default: return gemv_q8_0_like<DType::Q5_1, n>(a, x, d, s, i, r0, r1);
         }
@@ -1191,7 +1197,8 @@ std::string refuse_matmul_avx2(const MatMulArgs& a) {
     case DType::Q8_0: case DType::Q4_0: case DType::Q4_1: case DType::Q5_0: case DType::Q5_1: case DType::Q2_K: case DType::Q3_K:
     case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: case DType::Q8_0_X8: case DType::Q4_K_X8: case DType::Q6_K_X8:
     case DType::Q4_0_X8: case DType::Q4_1_X8: case DType::Q5_0_X8: case DType::Q5_1_X8: case DType::Q3_K_X8:
-    case DType::Q2_K_X8: case DType::IQ4_NL: case DType::IQ4_XS: case DType::IQ4_NL_X8: case DType::IQ4_XS_X8: break;
+    case DType::Q2_K_X8: case DType::IQ4_NL: case DType::IQ4_XS: case DType::IQ4_NL_X8: case DType::IQ4_XS_X8:
+    case DType::MXFP4: break;
     default: return std::string("no AVX2 kernel for weights of type ") + dtype_name(a.w->dtype);
   }
   if (a.w->block_scale && a.w->dtype != DType::F8_E4M3) return "block scales are only supported on FP8 weights";

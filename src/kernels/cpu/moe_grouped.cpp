@@ -5,7 +5,7 @@
 // more group, concurrently with the routed ones when the experts are spread over the threads.
 // The projections go through the matmul op, so the ledger shows their kernels.
 // "gemv" (decode, <= 4 tokens, float-like or Q8_0 weights) runs all selected experts' rows in
-// two parallel regions instead.
+// two parallel regions instead. Both take gpt-oss's expert biases and clamped SwiGLU.
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -31,15 +31,20 @@ void grow(cpu::AlignedVector<float>& v, int64_t n) {
   if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
 }
 
-// y[m, dim] = down · (silu(gate · x) ⊙ (up · x)) for x[m, dim].
-void run_ffn(const Tensor& gate, const Tensor& up, const Tensor& down, const float* x, int64_t m, Scratch& s, float* y) {
+// y[m, dim] = down · (silu(gate · x) ⊙ (up · x)) for x[m, dim]; with expert e's biases and
+// activation (gpt-oss) when `a` has them and e >= 0 (the shared expert passes e = -1).
+void run_ffn(const MoeFfnArgs& a, int64_t e, const Tensor& gate, const Tensor& up, const Tensor& down, const float* x, int64_t m,
+             Scratch& s, float* y) {
   const int64_t ff = gate.rows();
   grow(s.g, m * ff);
   grow(s.u, m * ff);
-  dispatch(MatMulArgs{x, m, &gate, nullptr, s.g.data()});
-  dispatch(MatMulArgs{x, m, &up, nullptr, s.u.data()});
-  dispatch(SiluMulArgs{s.g.data(), s.u.data(), m, ff, 0, 0, s.g.data()});
-  dispatch(MatMulArgs{s.g.data(), m, &down, nullptr, y});
+  const bool plain = e < 0 || a.plain_swiglu();
+  auto at = [e](const float* b, int64_t width) { return b ? b + e * width : nullptr; };
+  dispatch(MatMulArgs{x, m, &gate, plain ? nullptr : at(a.gate_bias, a.ff), s.g.data()});
+  dispatch(MatMulArgs{x, m, &up, plain ? nullptr : at(a.up_bias, a.ff), s.u.data()});
+  if (plain || a.activation == MoeActivation::Silu) dispatch(SiluMulArgs{s.g.data(), s.u.data(), m, ff, 0, 0, s.g.data()});
+  else moe_gated_activation(a, s.g.data(), s.u.data(), m * ff);
+  dispatch(MatMulArgs{s.g.data(), m, &down, plain ? nullptr : at(a.down_bias, a.dim), y});
 }
 
 // The work of one forward: (token, expert) pairs bucketed by expert, tokens in increasing order
@@ -97,7 +102,7 @@ void moe_ffn_grouped(const MoeFfnArgs& a) {
 
   auto run_item = [&](int64_t e) {
     static thread_local Scratch s;
-    if (e == E) return run_ffn(*a.shared_gate, *a.shared_up, *a.shared_down, a.x, a.n, s, shared_y);
+    if (e == E) return run_ffn(a, -1, *a.shared_gate, *a.shared_up, *a.shared_down, a.x, a.n, s, shared_y);
     const int64_t m = bk.count[static_cast<size_t>(e)], b = bk.start[static_cast<size_t>(e)];
     const float* xe = a.x;
     bool identity = m == a.n;  // every token, in order: no gather
@@ -108,7 +113,7 @@ void moe_ffn_grouped(const MoeFfnArgs& a) {
         std::memcpy(s.x.data() + r * dim, a.x + bk.tok[static_cast<size_t>(b + r)] * dim, static_cast<size_t>(dim) * 4);
       xe = s.x.data();
     }
-    run_ffn(a.gate[e], a.up[e], a.down[e], xe, m, s, ys.data() + b * dim);
+    run_ffn(a, e, a.gate[e], a.up[e], a.down[e], xe, m, s, ys.data() + b * dim);
   };
 
   ThreadPool& pool = thread_pool();
@@ -149,15 +154,16 @@ void moe_ffn_gemv(const MoeFfnArgs& a) {
     int64_t i;
     const Tensor *gate, *up, *down;
     float w;
+    int64_t e;  // expert id, -1 for the shared expert (no biases)
   };
   std::vector<Group> groups;
   for (int64_t i = 0; i < a.n; ++i) {
     for (int64_t j = 0; j < a.k; ++j) {
       const int32_t e = a.ids[i * a.k + j];
       FP_CHECK(e >= 0 && e < a.n_expert, "moe_ffn: expert id ", e, " is outside [0, ", a.n_expert, ")");
-      if (a.is_local(e)) groups.push_back({i, &a.gate[e], &a.up[e], &a.down[e], a.weights[i * a.k + j]});
+      if (a.is_local(e)) groups.push_back({i, &a.gate[e], &a.up[e], &a.down[e], a.weights[i * a.k + j], e});
     }
-    if (a.shared_gate) groups.push_back({i, a.shared_gate, a.shared_up, a.shared_down, 1.0f});
+    if (a.shared_gate) groups.push_back({i, a.shared_gate, a.shared_up, a.shared_down, 1.0f, -1});
   }
   if (groups.empty()) {  // every selection is another rank's and there is no shared expert here
     std::fill(a.out, a.out + a.n * a.dim, 0.0f);
@@ -175,7 +181,23 @@ void moe_ffn_gemv(const MoeFfnArgs& a) {
     jobs.push_back({groups[q].up, x, u.data() + off[q]});
   }
   moe_gemv::run(jobs, 16, /*rounded_x=*/true);
-  dispatch(SiluMulArgs{g.data(), u.data(), 1, off.back(), 0, 0, g.data()});
+  if (a.plain_swiglu()) {
+    dispatch(SiluMulArgs{g.data(), u.data(), 1, off.back(), 0, 0, g.data()});
+  } else {  // gpt-oss: the routed experts' biases and activation; the shared expert's plain SwiGLU
+    for (size_t q = 0; q < groups.size(); ++q) {
+      float *gq = g.data() + off[q], *uq = u.data() + off[q];
+      const int64_t ff = off[q + 1] - off[q], e = groups[q].e;
+      if (e < 0) {
+        dispatch(SiluMulArgs{gq, uq, 1, ff, 0, 0, gq});
+        continue;
+      }
+      for (int64_t c = 0; c < ff; ++c) {
+        if (a.gate_bias) gq[c] += a.gate_bias[e * a.ff + c];
+        if (a.up_bias) uq[c] += a.up_bias[e * a.ff + c];
+      }
+      moe_gated_activation(a, gq, uq, ff);
+    }
+  }
   jobs.clear();
   for (size_t q = 0; q < groups.size(); ++q) jobs.push_back({groups[q].down, g.data() + off[q], y.data() + static_cast<int64_t>(q) * a.dim});
   moe_gemv::run(jobs, 16, /*rounded_x=*/true);
@@ -183,7 +205,11 @@ void moe_ffn_gemv(const MoeFfnArgs& a) {
   for (size_t q = 0; q < groups.size(); ++q) {
     float* o = a.out + groups[q].i * a.dim;
     const float* yq = y.data() + static_cast<int64_t>(q) * a.dim;
-    for (int64_t c = 0; c < a.dim; ++c) o[c] += groups[q].w * yq[c];
+    const float* db = a.down_bias && groups[q].e >= 0 ? a.down_bias + groups[q].e * a.dim : nullptr;
+    if (db)
+      for (int64_t c = 0; c < a.dim; ++c) o[c] += groups[q].w * (yq[c] + db[c]);
+    else
+      for (int64_t c = 0; c < a.dim; ++c) o[c] += groups[q].w * yq[c];
   }
 }
 

@@ -99,16 +99,30 @@ void matvec(const Tensor& w, const float* x, float* y, std::vector<float>& row) 
   }
 }
 
-void ffn_add(const Tensor& g, const Tensor& u, const Tensor& d, const float* x, float w, float* out, int64_t dim) {
+// One expert's FFN of x added to out with weight w. Biases (gpt-oss) may be null; `a` says the
+// activation. The shared expert passes a plain SwiGLU.
+void ffn_add(const Tensor& g, const Tensor& u, const Tensor& d, const float* x, float w, float* out, int64_t dim,
+             const float* gb = nullptr, const float* ub = nullptr, const float* db = nullptr, bool clamped = false,
+             float alpha = 0, float limit = 0) {
   std::vector<float> row, gv(static_cast<size_t>(g.rows())), uv(gv.size()), y(static_cast<size_t>(dim));
   matvec(g, x, gv.data(), row);
   matvec(u, x, uv.data(), row);
-  for (size_t j = 0; j < gv.size(); ++j) gv[j] = gv[j] / (1.0f + std::exp(-gv[j])) * uv[j];
+  for (size_t j = 0; j < gv.size(); ++j) {
+    float gj = gv[j] + (gb ? gb[j] : 0.0f), uj = uv[j] + (ub ? ub[j] : 0.0f);
+    if (clamped) {  // gpt-oss: gate clamped above, up on both sides, sigmoid(alpha * gate), up + 1
+      gj = std::min(gj, limit);
+      uj = std::max(-limit, std::min(uj, limit));
+      gv[j] = gj * (1.0f / (1.0f + std::exp(-alpha * gj))) * (uj + 1.0f);
+    } else {
+      gv[j] = gj / (1.0f + std::exp(-gj)) * uj;
+    }
+  }
   matvec(d, gv.data(), y.data(), row);
-  for (int64_t c = 0; c < dim; ++c) out[c] += w * y[static_cast<size_t>(c)];
+  for (int64_t c = 0; c < dim; ++c) out[c] += w * (y[static_cast<size_t>(c)] + (db ? db[c] : 0.0f));
 }
 
 void moe_ffn_ref(const MoeFfnArgs& a) {
+  const bool clamped = a.activation == MoeActivation::SwigluClamped;
   for (int64_t i = 0; i < a.n; ++i) {
     float* o = a.out + i * a.dim;
     std::fill(o, o + a.dim, 0.0f);
@@ -117,7 +131,9 @@ void moe_ffn_ref(const MoeFfnArgs& a) {
       const int32_t e = a.ids[i * a.k + j];
       FP_CHECK(e >= 0 && e < a.n_expert, "moe_ffn: expert id ", e, " is outside [0, ", a.n_expert, ")");
       if (!a.is_local(e)) continue;  // another rank's expert (expert parallel)
-      ffn_add(a.gate[e], a.up[e], a.down[e], x, a.weights[i * a.k + j], o, a.dim);
+      ffn_add(a.gate[e], a.up[e], a.down[e], x, a.weights[i * a.k + j], o, a.dim, a.gate_bias ? a.gate_bias + e * a.ff : nullptr,
+              a.up_bias ? a.up_bias + e * a.ff : nullptr, a.down_bias ? a.down_bias + e * a.dim : nullptr, clamped,
+              a.swiglu_alpha, a.swiglu_limit);
     }
     if (a.shared_gate) ffn_add(*a.shared_gate, *a.shared_up, *a.shared_down, x, 1.0f, o, a.dim);
   }

@@ -308,6 +308,7 @@ void token_feed_ref(const TokenFeedArgs& a) {
 }
 
 // ---- attention: scores, softmax, weighted sum; one query token and head at a time ----
+// A sliding window starts the keys at first_visible(pos); a sink joins the softmax's sum.
 // K/V rows are converted from the pool's dtype to f32 as they are read. With bf16_wide, the
 // prefill-like sequences (AttentionArgs::wide) take q * scale, K and V rounded to BF16, as
 // amx_flash multiplies them (`ref_bf16`); the softmax and sums stay f32.
@@ -324,13 +325,15 @@ void attention_ref_rounding(const AttentionArgs& a, bool bf16_wide) {
     };
     for (int64_t i = a.seq_indptr[s]; i < a.seq_indptr[s + 1]; ++i) {
       int64_t len = std::min<int64_t>(a.pos[i] + 1, kv_len);
+      const int64_t first = std::min(a.first_visible(a.pos[i]), len);  // sliding window
       for (int64_t h = 0; h < a.n_heads; ++h) {
         const float* q = a.q + (i * a.n_heads + h) * a.head_dim;
         for (int64_t j = 0; j < a.head_dim; ++j) qs[static_cast<size_t>(j)] = round ? q[j] * a.scale : q[j];
         rounded(qs);
         int64_t kvh = h / group;
-        float mx = -std::numeric_limits<float>::infinity();
-        for (int64_t t = 0; t < len; ++t) {
+        // A sink is one more logit in the softmax, with no value.
+        float mx = a.sinks ? a.sinks[h] : -std::numeric_limits<float>::infinity();
+        for (int64_t t = first; t < len; ++t) {
           dequantize_row(a.kv_dtype, kv_element(a.k_pool, a.kv_dtype, a.slot(s, t) * a.k_stride + kvh * a.head_dim), k.data(),
                          a.head_dim);
           rounded(k);
@@ -339,11 +342,11 @@ void attention_ref_rounding(const AttentionArgs& a, bool bf16_wide) {
           p[static_cast<size_t>(t)] = round ? dot : dot * a.scale;
           mx = std::max(mx, p[static_cast<size_t>(t)]);
         }
-        float sum = 0;
-        for (int64_t t = 0; t < len; ++t) sum += (p[static_cast<size_t>(t)] = std::exp(p[static_cast<size_t>(t)] - mx));
+        float sum = a.sinks ? std::exp(a.sinks[h] - mx) : 0.0f;
+        for (int64_t t = first; t < len; ++t) sum += (p[static_cast<size_t>(t)] = std::exp(p[static_cast<size_t>(t)] - mx));
         float* o = a.out + (i * a.n_heads + h) * a.v_dim;
         std::fill(o, o + a.v_dim, 0.0f);
-        for (int64_t t = 0; t < len; ++t) {
+        for (int64_t t = first; t < len; ++t) {
           dequantize_row(a.kv_dtype, kv_element(a.v_pool, a.kv_dtype, a.slot(s, t) * a.v_stride + kvh * a.v_dim), v.data(),
                          a.v_dim);
           rounded(v);

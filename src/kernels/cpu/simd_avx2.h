@@ -217,6 +217,11 @@ FP_AVX2_INLINE __m256i iq4_levels(bool plus128) {
   return plus128 ? _mm256_xor_si256(v, _mm256_set1_epi8(static_cast<char>(0x80))) : v;
 }
 
+// MXFP4's 16 levels (E2M1 doubled to integers, core/dtype.h) in each 128-bit lane, for vpshufb.
+FP_AVX2_INLINE __m256i mxfp4_levels() {
+  return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Values)));
+}
+
 // Chunks c and c + 4 (c < 4) of an IQ4_NL_X8 group or IQ4_XS_X8 super-block (qs interleaved as
 // BlockQ4_0x8's) as the levels their nibbles index in `levels` (iq4_levels).
 FP_AVX2_INLINE void iq4_x8_chunks(const uint8_t* qs, int c, __m256i levels, __m256i* lo, __m256i* hi) {
