@@ -33,12 +33,15 @@ struct AttnCase {
   // Extra sequences in the same batch: (n, kv_len, pos0) each.
   std::vector<std::array<int64_t, 3>> more = {};
   DType kv = DType::F32;  // the pool's element type
+  int64_t window = 0;     // gpt-oss: sliding window (0: none)
+  bool sinks = false;     // gpt-oss: a sink logit per head
 };
 
 struct AttnData {
   std::vector<float> q, k, v;
   std::vector<uint16_t> k16, v16;  // k and v rounded to F16/BF16 when the case asks for it
   std::vector<int32_t> pos, seq_indptr{0}, page_indptr{0}, page_ids, kv_len;
+  std::vector<float> sinks;
 };
 
 // Builds a paged pool whose blocks are handed to the sequences in a scrambled order.
@@ -98,6 +101,12 @@ AttentionArgs build(const AttnCase& c, AttnData& d, std::vector<float>& out) {
   a.page_ids = d.page_ids.data();
   a.kv_len = d.kv_len.data();
   a.scale = c.scale != 0 ? c.scale : 1.0f / std::sqrt(static_cast<float>(c.hd));
+  a.window = c.window;
+  if (c.sinks) {  // logits of the scores' size and larger: from a negligible sink to a dominant one
+    d.sinks = test::random_floats(static_cast<size_t>(c.heads), seed + 3);
+    for (auto& x : d.sinks) x *= 4.0f;
+    a.sinks = d.sinks.data();
+  }
   a.out = out.data();
   return a;
 }
@@ -109,7 +118,7 @@ std::string label(const AttnCase& c) {
          " hd=" + std::to_string(c.hd) + " vd=" + std::to_string(c.vd) + " kv_len=" + std::to_string(c.kv_len) +
          " pos0=" + std::to_string(c.pos0) + (c.shuffled ? " shuffled" : "") +
          (c.scale != 0 ? " scale=" + std::to_string(c.scale) : "") + " page=" + std::to_string(c.page_size) + more +
-         " kv=" + dtype_name(c.kv);
+         " kv=" + dtype_name(c.kv) + (c.window ? " window=" + std::to_string(c.window) : "") + (c.sinks ? " sinks" : "");
 }
 
 // amx_flash against its twin `ref_bf16` (the same BF16-rounded q * scale, K and V): what is
@@ -335,6 +344,93 @@ TEST(BackendOps, AttentionKernelsDeclareTheirKvDtypes) {
     const std::string reads = k.name == "amx_flash" ? "BF16" : k.name == "amx_flash_x3" ? "F16" : "F32, F16, BF16";
     EXPECT_NE(why.find("KV cache dtype F8_E4M3: this kernel reads " + reads), std::string::npos) << k.name << ": " << why;
   }
+}
+
+// gpt-oss's options against the reference: sliding windows (1, shorter than a key block, one
+// block, just past it, longer than the context) and sinks, in decode (short and long contexts,
+// the latter split over the threads), prefill from 0 and after a cached prefix, and a varlen
+// batch, in every KV dtype. The fast kernel must take them (avx2_flash) or refuse with the reason.
+TEST(BackendOps, AttentionSlidingWindowAndSinksAgainstTheReference) {
+  std::vector<AttnCase> cs;
+  for (int64_t window : {0, 1, 3, 64, 65, 200})
+    for (bool sinks : {false, true}) {
+      if (!window && !sinks) continue;
+      for (auto [h, kvh] : {std::pair<int64_t, int64_t>{4, 2}, {8, 1}}) {
+        AttnCase dec{1, h, kvh, 64, 64, 700, 699};  // decode, long enough for KV splits
+        AttnCase dec_short{1, h, kvh, 16, 16, 5, 4};
+        AttnCase pre{37, h, kvh, 64, 64, 37, 0};     // prefill from 0
+        AttnCase pre_cached{20, h, kvh, 16, 16, 150, 130};  // after a cached prefix
+        AttnCase varlen{3, h, kvh, 16, 16, 90, 87, false, 0, 4, {{1, 300, 299}, {12, 12, 0}}};
+        for (AttnCase c : {dec, dec_short, pre, pre_cached, varlen}) {
+          c.window = window;
+          c.sinks = sinks;
+          cs.push_back(c);
+        }
+      }
+    }
+  const Checked checked = run_cases(cs);
+  EXPECT_GE(checked.f32, static_cast<int>(cs.size()) * 3 * 2) << "avx2_flash took every case, at 1 and 2 threads";
+}
+
+// The reference's window and sinks against a plain softmax written here: the query at p sees
+// keys max(0, p - window + 1) .. p, and out = sum e^s v / (e^sink + sum e^s).
+TEST(BackendOps, AttentionReferenceWindowAndSinksAreTheDefinition) {
+  for (int64_t window : {0, 1, 2, 5}) {
+    AttnCase c{6, 4, 2, 8, 8, 6, 0};
+    c.window = window;
+    c.sinks = true;
+    AttnData d;
+    std::vector<float> got;
+    AttentionArgs a = build(c, d, got);
+    for (auto& k : OpRegistry<AttentionArgs>::instance().kernels())
+      if (k.name == "ref" && k.backend == Backend::CPU) k.run(a);
+    const int64_t group = c.heads / c.kv_heads;
+    for (int64_t i = 0; i < c.n; ++i)
+      for (int64_t h = 0; h < c.heads; ++h) {
+        const int64_t p = a.pos[i], first = window ? std::max<int64_t>(0, p - window + 1) : 0, kvh = h / group;
+        std::vector<double> e;
+        double mx = a.sinks[h];
+        for (int64_t t = first; t <= p; ++t) {
+          double dot = 0;
+          for (int64_t j = 0; j < c.hd; ++j) dot += a.q[(i * c.heads + h) * c.hd + j] * d.k[static_cast<size_t>(a.slot(0, t) * a.k_stride + kvh * c.hd + j)];
+          e.push_back(dot * a.scale);
+          mx = std::max(mx, e.back());
+        }
+        double sum = std::exp(a.sinks[h] - mx);
+        for (double& x : e) sum += (x = std::exp(x - mx));
+        for (int64_t j = 0; j < c.vd; ++j) {
+          double o = 0;
+          for (int64_t t = first; t <= p; ++t)
+            o += e[static_cast<size_t>(t - first)] * d.v[static_cast<size_t>(a.slot(0, t) * a.v_stride + kvh * c.vd + j)];
+          EXPECT_NEAR(got[static_cast<size_t>((i * c.heads + h) * c.vd + j)], o / sum, 1e-5)
+              << "window " << window << " token " << i << " head " << h;
+        }
+      }
+  }
+}
+
+// Kernels without windows or sinks say so, and a batch that has them never reaches them.
+TEST(BackendOps, AttentionKernelsWithoutSinksRefuseThem) {
+  AttnCase c{37, 8, 2, 64, 64, 37, 0};
+  c.kv = DType::BF16;
+  c.window = 16;
+  c.sinks = true;
+  AttnData d;
+  std::vector<float> out;
+  const AttentionArgs a = build(c, d, out);
+  for (auto& k : OpRegistry<AttentionArgs>::instance().kernels()) {
+    if (k.backend != Backend::CPU || !k.refuse) continue;
+    const std::string why = k.refuse(a);
+    if (k.name == "amx_flash" || k.name == "amx_flash_x3") {
+      EXPECT_FALSE(why.empty()) << k.name << " took a sliding window and sinks";
+    }
+    if (k.name == "avx2_flash" && cpu_features().missing({"avx2", "fma", "f16c"}).empty()) {
+      EXPECT_EQ(why, "") << "avx2_flash takes windows and sinks";
+    }
+  }
+  EXPECT_EQ(refuse_attention_options(a, false, true), "sliding-window attention (window 16) is not implemented here");
+  EXPECT_EQ(refuse_attention_options(a, true, false), "attention sinks are not implemented here");
+  EXPECT_EQ(refuse_attention_options(a, true, true), "");
 }
 
 }  // namespace

@@ -55,7 +55,7 @@ std::vector<MatMulCase> cases() {
   for (DType t : {DType::F32, DType::F16, DType::BF16, DType::F8_E4M3, DType::Q8_0, DType::Q8_0_X8, DType::Q4_0, DType::Q4_1,
                   DType::Q5_0, DType::Q5_1, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q4_K_X8, DType::Q5_K, DType::Q6_K,
                   DType::Q6_K_X8, DType::Q4_0_X8, DType::Q4_1_X8, DType::Q5_0_X8, DType::Q5_1_X8, DType::Q3_K_X8,
-                  DType::Q2_K_X8, DType::IQ4_NL, DType::IQ4_XS, DType::IQ4_NL_X8, DType::IQ4_XS_X8}) {
+                  DType::Q2_K_X8, DType::IQ4_NL, DType::IQ4_XS, DType::IQ4_NL_X8, DType::IQ4_XS_X8, DType::MXFP4}) {
     int64_t blk = dtype_info(t).block_elems;
     // The formats whose kernels share the Q4_0/Q4_K/Q6_K (Q4_0_X8) code paths take fewer token counts and
     // row counts (decode, its tail, the interleaved tiles' tail), and so does every format under
@@ -64,7 +64,7 @@ std::vector<MatMulCase> cases() {
     const bool shared_paths = t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1 || t == DType::Q2_K ||
                               t == DType::Q3_K || t == DType::Q5_K || t == DType::Q4_1_X8 || t == DType::Q5_0_X8 ||
                               t == DType::Q5_1_X8 || t == DType::Q3_K_X8 || t == DType::Q2_K_X8 || t == DType::IQ4_NL ||
-                              t == DType::IQ4_XS || t == DType::IQ4_NL_X8 || t == DType::IQ4_XS_X8;
+                              t == DType::IQ4_XS || t == DType::IQ4_NL_X8 || t == DType::IQ4_XS_X8 || t == DType::MXFP4;
     const bool short_sweep = shared_paths && test::kSanitized;
     std::vector<int64_t> ins = blk == 1      ? std::vector<int64_t>{8, 13, 64, 300, 1024}
                                : short_sweep ? std::vector<int64_t>{blk, 2 * blk}

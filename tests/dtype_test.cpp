@@ -2,7 +2,9 @@
 // independent computations: exhaustive F16/FP8 round trips, rounding, quantization error.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -147,6 +149,53 @@ TEST(DType, KnownBlockDequantization) {
   float z[256];
   dequantize_row(DType::Q6_K, &b6, z, 256);
   for (float v : z) EXPECT_EQ(v, 0.0f);
+}
+
+// MXFP4 (OCP MX spec): an E2M1 value (sign, 2 exponent bits with bias 1, 1 mantissa bit;
+// exponent 0 subnormal: 0 or 0.5) times 2^(e - 127). Every nibble under every scale byte,
+// decoded here from the bits, against dequantize_row; and the quantizer: exact on values the
+// format holds, within half a level step below the top level, within a step above it.
+TEST(DType, Mxfp4EveryCodeAndScale) {
+  auto e2m1 = [](int q) {
+    const int sign = q >> 3, exp = (q >> 1) & 3, man = q & 1;
+    const double mag = exp == 0 ? 0.5 * man : std::ldexp(1.0 + 0.5 * man, exp - 1);
+    return sign ? -mag : mag;
+  };
+  BlockMXFP4 b;
+  for (int e = 0; e < 255; ++e) {
+    b.e = static_cast<uint8_t>(e);
+    for (int j = 0; j < 16; ++j) b.qs[j] = static_cast<uint8_t>(j | ((15 - j) << 4));
+    float y[32];
+    dequantize_row(DType::MXFP4, &b, y, 32);
+    for (int j = 0; j < 16; ++j) {
+      // As floats: 6 x 2^126 and beyond overflow to infinity, the smallest scales are subnormal.
+      ASSERT_EQ(y[j], static_cast<float>(e2m1(j) * std::ldexp(1.0, e - 127))) << "code " << j << " scale " << e;
+      ASSERT_EQ(y[j + 16], static_cast<float>(e2m1(15 - j) * std::ldexp(1.0, e - 127))) << "code " << 15 - j << " scale " << e;
+    }
+  }
+  EXPECT_EQ(row_bytes(DType::MXFP4, 64), 34);
+  DType t;
+  EXPECT_TRUE(dtype_from_gguf(39, &t));
+  EXPECT_EQ(t, DType::MXFP4);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (int trial = 0; trial < 200; ++trial) {
+    float x[32], y[32];
+    const float scale = std::ldexp(1.0f, trial % 40 - 20);
+    for (float& v : x) v = nd(rng) * scale;
+    quantize_row(DType::MXFP4, x, &b, 32);
+    dequantize_row(DType::MXFP4, &b, y, 32);
+    // The shared exponent puts amax in [4, 8) x 2^(e-127) (the OCP choice): levels there are a
+    // step 2^(e-126) apart and top out at 6, so values up to 6 x 2^(e-127) land within half a
+    // step, the few above it (clipped to 6) within a step.
+    const double step = std::ldexp(1.0, b.e - 126);
+    for (int j = 0; j < 32; ++j)
+      EXPECT_LE(std::fabs(x[j] - y[j]), step * (std::fabs(x[j]) <= 3 * step ? 0.5 : 1.0) * (1 + 1e-6)) << j;
+    std::memcpy(x, y, sizeof x);  // representable values come back exactly
+    quantize_row(DType::MXFP4, x, &b, 32);
+    dequantize_row(DType::MXFP4, &b, y, 32);
+    for (int j = 0; j < 32; ++j) EXPECT_EQ(x[j], y[j]) << j;
+  }
 }
 
 TEST(DType, RowBytesRejectsPartialBlocks) {

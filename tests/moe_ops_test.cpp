@@ -2,13 +2,14 @@
 // kernel of moe_ffn and mla_attention against its reference (tests/backend_ops.h harness).
 #include <gtest/gtest.h>
 
-#include "core/cpu_features.h"
-
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <numeric>
 
 #include "backend_ops.h"
+#include "core/cpu_features.h"
 #include "kernels/cpu/moe_gemv.h"
 #include "kernels/ops_moe.h"
 #include "kernels/registry.h"
@@ -183,6 +184,85 @@ TEST(BackendOps, MoeFfnKernelsMatchReference) {
     }
   }
   EXPECT_GT(checked, 0);
+}
+
+// gpt-oss's experts: biases on the three projections and the clamped SwiGLU (limit 1, so that
+// both clamps bite), or biases under the plain SwiGLU; F32, BF16 and MXFP4 weights (MXFP4's
+// kernels round the activations to 8 bits: 3e-2), decode (the GEMV) and prefill (grouped), the
+// shared expert (no biases) and an expert-parallel range.
+TEST(BackendOps, MoeFfnGptOssExpertsMatchReference) {
+  const int64_t dim = 64, ff = 32, E = 5, k = 2;
+  std::map<std::string, int> ran;
+  for (DType type : {DType::F32, DType::BF16, DType::MXFP4}) {
+    std::vector<Weight> gate, up, down;
+    for (int64_t e = 0; e < E; ++e) {
+      gate.emplace_back(type, ff, dim, static_cast<uint32_t>(500 + e));
+      up.emplace_back(type, ff, dim, static_cast<uint32_t>(600 + e));
+      down.emplace_back(type, dim, ff, static_cast<uint32_t>(700 + e));
+    }
+    Weight sg(type, ff, dim, 801), su(type, ff, dim, 802), sd(type, dim, ff, 803);
+    std::vector<Tensor> g, u, d;
+    for (int64_t e = 0; e < E; ++e) g.push_back(gate[static_cast<size_t>(e)].t), u.push_back(up[static_cast<size_t>(e)].t), d.push_back(down[static_cast<size_t>(e)].t);
+    const auto gb = random_floats(static_cast<size_t>(E * ff), 11, 0.5f), ub = random_floats(static_cast<size_t>(E * ff), 12, 0.5f);
+    const auto db = random_floats(static_cast<size_t>(E * dim), 13, 0.5f);
+    for (int64_t n : {1, 3, 4, 17})
+      for (bool clamped : {true, false})
+        for (bool shared : {false, true})
+          for (bool local : {false, true}) {
+            auto x = random_floats(static_cast<size_t>(n * dim), 17);
+            std::vector<int32_t> ids(static_cast<size_t>(n * k));
+            std::vector<float> w(ids.size());
+            for (int64_t i = 0; i < n; ++i)
+              for (int64_t j = 0; j < k; ++j) {
+                ids[static_cast<size_t>(i * k + j)] = static_cast<int32_t>((i * 3 + j * 2) % E);
+                w[static_cast<size_t>(i * k + j)] = 0.6f - 0.2f * static_cast<float>(j);
+              }
+            auto make = [&](std::vector<float>& out) {
+              out.assign(static_cast<size_t>(n * dim), NAN);
+              MoeFfnArgs a = routed(x, n, dim, ids, w, k, E, ff);
+              a.gate = g.data();
+              a.up = u.data();
+              a.down = d.data();
+              a.gate_bias = gb.data();
+              a.up_bias = ub.data();
+              a.down_bias = db.data();
+              if (clamped) a.activation = MoeActivation::SwigluClamped, a.swiglu_alpha = 1.702f, a.swiglu_limit = 1.0f;
+              if (local) a.expert_begin = 1, a.expert_end = 4;
+              if (shared) a.shared_gate = &sg.t, a.shared_up = &su.t, a.shared_down = &sd.t, a.shared_ff = ff;
+              a.out = out.data();
+              return a;
+            };
+            const bool bf16_act = type == DType::BF16 &&
+                                  cpu_features().missing({"avx512f", "avx512bw", "avx512vl", "avx512_bf16"}).empty();
+            const double tol = type == DType::MXFP4 ? 3e-2 : bf16_act ? 1e-2 : 1e-4;
+            const std::string label = std::string(dtype_name(type)) + " n=" + std::to_string(n) + (clamped ? " clamped" : " silu") +
+                                      (shared ? " +shared" : "") + (local ? " experts 1..3" : "");
+            for (const char* name : {"grouped", "gemv"})
+              ran[name] += check_kernels<MoeFfnArgs>(label, make, "ref", tol,
+                                                     [name](const Kernel<MoeFfnArgs>& kk) { return kk.name == name; });
+          }
+  }
+  EXPECT_GT(ran["grouped"], 0);
+  if (cpu_features().missing({"avx2", "fma", "f16c"}).empty()) {
+    EXPECT_GT(ran["gemv"], 0) << "the decode GEMV took the F32 / BF16 cases";
+  }
+}
+
+// The clamped SwiGLU itself: the gate clamped above only, up on both sides, then
+// gate * sigmoid(alpha * gate) * (up + 1).
+TEST(MoeOps, ClampedSwigluIsTheDefinition) {
+  MoeFfnArgs a;
+  a.activation = MoeActivation::SwigluClamped;
+  a.swiglu_alpha = 1.702f;
+  a.swiglu_limit = 7.0f;
+  std::vector<float> g = {-20.0f, -1.0f, 0.0f, 0.5f, 6.9f, 9.0f, 3.0f, 2.0f};
+  const std::vector<float> u = {0.0f, 0.5f, 1.0f, -8.0f, 100.0f, 1.0f, -0.5f, -9.0f};
+  const std::vector<float> in = g;
+  moe_gated_activation(a, g.data(), u.data(), static_cast<int64_t>(g.size()));
+  for (size_t i = 0; i < g.size(); ++i) {
+    const double gc = std::min<double>(in[i], 7.0), uc = std::clamp<double>(u[i], -7.0, 7.0);
+    EXPECT_NEAR(g[i], gc / (1.0 + std::exp(-1.702 * gc)) * (uc + 1.0), 1e-5) << "gate " << in[i] << " up " << u[i];
+  }
 }
 
 // The decode GEMVs run the jobs on one weight together (each row dotted with all their x while

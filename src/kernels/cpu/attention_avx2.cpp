@@ -361,7 +361,7 @@ FP_AVX2 void run_item(const AttentionArgs& a, const AttnPlan& pl, int64_t s, int
   }
   // A sliding window skips the blocks before the earliest key any row sees.
   const int64_t t_begin = std::max(sp * pl.split_len, min_first / kBk * kBk);
-  const int64_t t_end = std::min(max_len, t_begin + pl.split_len);
+  const int64_t t_end = std::min(max_len, (sp + 1) * pl.split_len);
   const bool packed = rpg >= kPackedMinRows;
   // Decode-like items use each K/V row for few query rows, so K/V stream from memory: prefetch
   // one block ahead, spread through the loops (rows of one head are strided, which the

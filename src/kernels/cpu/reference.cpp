@@ -112,7 +112,8 @@ void matmul_ref_q8k_act(const MatMulArgs& a) {
 
 // The integer values of block b (32 values) of a row with 32-value blocks, the weight being
 // d * q + m: Q8_0 q signed, Q4_0 / Q5_0 q - 8 / q - 16, Q4_1 / Q5_1 unsigned q with a minimum m,
-// IQ4_NL the table's levels; IQ4_XS's 32-value block b % 8 of super-block b / 8, d its scale.
+// IQ4_NL the table's levels, MXFP4 its doubled E2M1 levels; IQ4_XS's 32-value block b % 8 of
+// super-block b / 8, d its scale.
 void block32_ints(DType t, const uint8_t* row, int64_t b, int q[32], float* d, float* m) {
   *m = 0;
   switch (t) {
@@ -137,6 +138,15 @@ void block32_ints(DType t, const uint8_t* row, int64_t b, int q[32], float* d, f
       const auto& wb = reinterpret_cast<const BlockQ8_0*>(row)[b];
       for (int j = 0; j < 32; ++j) q[j] = wb.qs[j];
       *d = f16_to_f32(wb.d);
+      return;
+    }
+    case DType::MXFP4: {  // E2M1 levels doubled to integers, d = 2^(e - 128)
+      const auto& wb = reinterpret_cast<const BlockMXFP4*>(row)[b];
+      for (int j = 0; j < 16; ++j) {
+        q[j] = kMxfp4Values[wb.qs[j] & 15];
+        q[j + 16] = kMxfp4Values[wb.qs[j] >> 4];
+      }
+      *d = mxfp4_half_scale(wb.e);
       return;
     }
     case DType::Q4_0: case DType::Q4_1: {
