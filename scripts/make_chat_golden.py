@@ -13,6 +13,11 @@ then the tokenizer's special tokens map and any extra variables.
                     (../shared/testdata or $FASTPATH_TESTDATA), rendered over CONVERSATIONS, with and
                     without add_generation_prompt. The templates are read from the test data, not copied.
   unit.json         small templates exercising each interpreter feature (UNIT_CASES).
+  gpt_oss.json      gpt-oss's template (tests/golden/chat/gpt_oss.jinja: OpenAI's chat_template.jinja of
+                    gpt-oss-120b, Apache-2.0, as llama.cpp ships it in models/templates) over CONVERSATIONS
+                    and GPT_OSS_CONVERSATIONS (harmony: thinking, reasoning effort, developer messages,
+                    tool calls and results). It prints strftime_now("%Y-%m-%d"): rendered with a fixed
+                    date, which the test replaces by the day it runs.
 
 Usage (jinja2 from PyPI in a virtual environment outside the repo):
   python3 -m venv /work/.venv-jinja && /work/.venv-jinja/bin/pip install jinja2
@@ -415,11 +420,80 @@ def write(path, doc):
     path.write_text(json.dumps(doc, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
 
 
+GPT_OSS_DATE = "2026-12-06"
+GPT_OSS_CONVERSATIONS = {
+    "thinking_field": (
+        [
+            {"role": "user", "content": "What is 3*4?"},
+            {"role": "assistant", "content": "12.", "thinking": "3 times 4 is 12."},
+            {"role": "user", "content": "And 5*6?"},
+        ],
+        {},
+    ),
+    "reasoning_effort_high": ([{"role": "user", "content": "Prove it."}], {"reasoning_effort": "high"}),
+    "developer_and_identity": (
+        [{"role": "developer", "content": "Answer in one word."}, {"role": "user", "content": "Color of the sky?"}],
+        {"model_identity": "You are a terse assistant."},
+    ),
+    "tool_call_with_thinking": (
+        [
+            {"role": "user", "content": "Weather in Paris?"},
+            {
+                "role": "assistant",
+                "thinking": "I should call get_weather.",
+                "tool_calls": [{"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}],
+            },
+            {"role": "tool", "content": "{\"temperature\": 21}"},
+        ],
+        {"tools": [WEATHER_TOOL]},
+    ),
+    "channel_tags_in_content": (
+        [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "<|channel|>final<|message|>Hello"}],
+        {},
+    ),
+}
+
+
+def gpt_oss_golden():
+    path = OUT / "gpt_oss.jinja"
+    source = path.read_text(encoding="utf-8")
+    special = {"bos_token": "<|startoftext|>", "eos_token": "<|return|>", "pad_token": "<|endoftext|>"}
+    env = make_env()
+    env.globals["strftime_now"] = lambda fmt: datetime(2026, 12, 6).strftime(fmt)
+    cases = []
+    for name, (messages, extra) in list(CONVERSATIONS.items()) + list(GPT_OSS_CONVERSATIONS.items()):
+        for gen in (True, False):
+            variables = {"messages": messages, "tools": None, "documents": None, "add_generation_prompt": gen}
+            variables.update(special)
+            variables.update(extra)
+            try:
+                out, err = env.from_string(source).render(**variables), None
+            except Exception as e:  # noqa: BLE001
+                out, err = None, f"{type(e).__name__}: {e}"
+            case = {"name": f"{name}{'+gen' if gen else ''}", "messages": messages, "add_generation_prompt": gen}
+            if extra:
+                case["extra"] = extra
+            if err is None:
+                case["expected"] = out
+            else:
+                case["error"] = err
+            cases.append(case)
+    doc = {"tokenizer": "gpt_oss", "template": "gpt_oss.jinja", "date": GPT_OSS_DATE, "jinja2": jinja2.__version__,
+           "special_tokens": special, "cases": cases}
+    write(OUT / "gpt_oss.json", doc)
+    ok = sum("expected" in c for c in cases)
+    return f"gpt_oss: {ok} renderings, {len(cases) - ok} errors"
+
+
 def main():
     testdata = Path(os.environ.get("FASTPATH_TESTDATA") or ROOT.parent / "shared" / "testdata")
     if not (testdata / "tokenizers").is_dir():
         sys.exit(f"test data not found: {testdata}/tokenizers")
-    for line in tokenizer_goldens(testdata) + [unit_goldens()]:
+    only = set(sys.argv[1:])
+    if only == {"gpt_oss"}:
+        print(gpt_oss_golden())
+        return
+    for line in tokenizer_goldens(testdata) + [unit_goldens(), gpt_oss_golden()]:
         print(line)
 
 

@@ -211,6 +211,44 @@ TEST(ChatTemplate, Llama3MatchesJinja2) { expect_matches_golden("llama3"); }
 TEST(ChatTemplate, Qwen3MatchesJinja2) { expect_matches_golden("qwen3"); }
 TEST(ChatTemplate, DeepSeekV3MatchesJinja2) { expect_matches_golden("deepseek_v3"); }
 
+// gpt-oss's harmony template (tests/golden/chat/gpt_oss.jinja, the model's own): system and
+// developer messages, reasoning effort, the `thinking` field, tool calls and results, and the
+// errors it raises. It prints today's date, which the golden fixed: that date becomes today's.
+TEST(ChatTemplate, GptOssHarmonyMatchesJinja2) {
+  const ojson golden = load_golden("gpt_oss.json");
+  const ChatTemplate tmpl(test::read_file(kGoldenDir + golden["template"].get<std::string>()), golden["special_tokens"],
+                          "gpt_oss.jinja");
+  char today[16];
+  const std::time_t now = std::time(nullptr);
+  std::tm local{};
+  localtime_r(&now, &local);
+  std::strftime(today, sizeof today, "%Y-%m-%d", &local);
+  const std::string fixed = "Current date: " + golden["date"].get<std::string>(), real = std::string("Current date: ") + today;
+  int matched = 0, raised = 0;
+  for (const auto& c : golden["cases"]) {
+    SCOPED_TRACE(c["name"].get<std::string>());
+    const ojson extra = c.contains("extra") ? c["extra"] : ojson::object();
+    const bool gen = c["add_generation_prompt"].get<bool>();
+    if (c.contains("error")) {
+      EXPECT_THROW(tmpl.render(c["messages"], gen, extra), Error) << "jinja2 raised " << c["error"].get<std::string>();
+      ++raised;
+      continue;
+    }
+    std::string want = c["expected"].get<std::string>();
+    for (size_t at = want.find(fixed); at != std::string::npos; at = want.find(fixed, at + real.size()))
+      want.replace(at, fixed.size(), real);
+    try {
+      const std::string got = tmpl.render(c["messages"], gen, extra);
+      EXPECT_EQ(got, want);
+      matched += got == want;
+    } catch (const Error& e) {
+      ADD_FAILURE() << "threw: " << e.what();
+    }
+  }
+  EXPECT_GE(matched, 30);
+  EXPECT_GE(raised, 1);
+}
+
 TEST(ChatTemplate, RenderChatWithExplicitTokens) {
   const std::string cfg = test::testdata("tokenizers/llama3/tokenizer_config.json");
   FP_REQUIRE_FILE(cfg);
