@@ -573,6 +573,53 @@ TEST(Server, ToolChoiceAutoFindsGlm45Calls) {
 // A thinking template whose prompt opens the <think> block (as DeepSeek-R1's does): the whole
 // reply, never closed, is reasoning_content, plain and streamed; a constrained request thinks
 // first; --reasoning-parser none keeps it all in content.
+// A harmony template (gpt-oss's markers in it): the server says so, a reply that does not follow
+// the format (stories260K knows no harmony tokens) is all content, plain and streamed, tools
+// with tool_choice auto are taken, and constrained output is refused by name (the grammar would
+// forbid the reply's channel headers). The channel split itself: tests/harmony_test.cpp.
+TEST(Server, HarmonyTemplateRepliesAndRefusals) {
+  FP_REQUIRE_FILE(test::stories_path());
+  const std::string dir = test::temp_dir("harmony");
+  test::write_file(dir + "/chat.jinja",
+                   "{%- for m in messages %}<|start|>{{ m['role'] }}<|message|>{{ m['content'] }}<|end|>{% endfor %}"
+                   "{%- if false %}<|channel|>{% endif %}<|start|>assistant Once upon a time");
+  ServerProcess srv({"--chat-template", dir + "/chat.jinja"}, 512);
+  auto c = srv.client();
+  const json body = {{"messages", {{{"role", "user"}, {"content", "Tell me"}}}}, {"temperature", 0}, {"max_tokens", 24}};
+  int st = 0;
+  const json r = post(c, "/v1/chat/completions", body.dump(), &st);
+  ASSERT_EQ(st, 200) << r.dump();
+  const json& m = r["choices"][0]["message"];
+  const std::string text = m["content"].get<std::string>();
+  EXPECT_FALSE(text.empty()) << r.dump();
+  EXPECT_FALSE(m.contains("reasoning_content")) << r.dump();
+  json streamed = body;
+  streamed["stream"] = true;
+  Streamed sr = stream(c, "/v1/chat/completions", streamed);
+  EXPECT_EQ(sr.text[0], text);
+  EXPECT_EQ(sr.reasoning[0], "");
+  json tools = body;
+  tools["tools"] = json::array({{{"type", "function"},
+                                 {"function", {{"name", "get_weather"}, {"parameters", {{"type", "object"}, {"properties", json::object()}}}}}}});
+  tools["tool_choice"] = "auto";
+  const json tr = post(c, "/v1/chat/completions", tools.dump(), &st);
+  ASSERT_EQ(st, 200) << tr.dump();
+  EXPECT_EQ(tr["choices"][0]["message"]["content"], text) << tr.dump();
+  for (const auto& [field, value] : std::vector<std::pair<std::string, json>>{
+           {"response_format", {{"type", "json_object"}}}, {"grammar", "root ::= \"yes\""}, {"tool_choice", "required"}}) {
+    json constrained = field == "tool_choice" ? tools : body;
+    constrained[field] = value;
+    const json e = post(c, "/v1/chat/completions", constrained.dump(), &st);
+    EXPECT_EQ(st, 400) << field << ": " << e.dump();
+    EXPECT_NE(e.dump().find("harmony"), std::string::npos) << e.dump();
+  }
+  json text_format = body;
+  text_format["response_format"] = {{"type", "text"}};
+  EXPECT_EQ(post(c, "/v1/chat/completions", text_format.dump(), &st)["choices"][0]["message"]["content"], text);
+  EXPECT_EQ(st, 200);
+  EXPECT_EQ(srv.terminate(), 0);
+}
+
 TEST(Server, ThinkingGoesOutAsReasoningContent) {
   FP_REQUIRE_FILE(test::stories_path());
   const std::string dir = test::temp_dir("reasoning");

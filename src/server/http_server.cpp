@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "server/async_engine.h"
+#include "server/harmony.h"
 #include "server/openai_api.h"
 #include "server/reasoning.h"
 #include "server/tool_calls.h"
@@ -75,6 +76,7 @@ struct Choice {
   ToolCallStream tool_stream;     // tool_choice auto, streamed: text goes out, a call waits for the end
   ReasoningSplitter reasoning;    // streamed with a thinking template: <think> ... </think> apart
   std::string answer;             // ... and the text after it
+  HarmonyStream harmony;          // streamed with a harmony template: channels apart
 };
 
 // One API call: its parsed request, engine stream and choices.
@@ -195,9 +197,15 @@ struct HttpServer::Impl {
       json lp = nullptr;
       if (call.req.base.logprobs >= 0)
         lp = call.req.chat ? json{{"content", c.logprobs}} : completion_logprobs(c.logprobs);
-      const ReasoningPiece split = call.req.split_reasoning ? ReasoningSplitter::split(c.content, call.req.thinking_opened)
-                                                            : ReasoningPiece{"", c.content};
-      const ToolReply t = tool_reply(call, i, split.content);
+      ReasoningPiece split = call.req.split_reasoning ? ReasoningSplitter::split(c.content, call.req.thinking_opened)
+                                                      : ReasoningPiece{"", c.content};
+      std::string tool_text = split.content;
+      if (call.req.harmony) {  // the channels apart; the calls come from the whole reply
+        HarmonyReply h = parse_harmony(c.content);
+        split = ReasoningPiece{std::move(h.reasoning), std::move(h.content)};
+        tool_text = c.content;
+      }
+      const ToolReply t = tool_reply(call, i, tool_text);
       json message = {{"role", "assistant"}, {"content", split.content}};
       if (!t.calls.empty()) message = {{"role", "assistant"}, {"content", t.content.empty() ? json(nullptr) : json(t.content)}, {"tool_calls", t.calls}};
       if (!split.reasoning.empty()) message["reasoning_content"] = split.reasoning;
@@ -226,13 +234,13 @@ struct HttpServer::Impl {
     json lp = nullptr;
     if (call.req.base.logprobs >= 0 && !lp_entry.is_null())
       lp = call.req.chat ? json{{"content", json::array({lp_entry})}} : completion_logprobs(json::array({lp_entry}));
-    if (call.req.split_reasoning) {
+    if (call.req.split_reasoning || call.req.harmony) {
       // Thinking goes out as reasoning_content deltas; only the answer goes on, to the tool-call
       // parser or as content.
       Choice& mut = call.choices[static_cast<size_t>(ev.index)];
-      ReasoningPiece rp = mut.reasoning.push(piece);
+      ReasoningPiece rp = call.req.harmony ? mut.harmony.push(piece) : mut.reasoning.push(piece);
       if (ch.done && !was_done) {
-        const ReasoningPiece rest = mut.reasoning.finish();
+        const ReasoningPiece rest = call.req.harmony ? mut.harmony.finish() : mut.reasoning.finish();
         rp.reasoning += rest.reasoning;
         rp.content += rest.content;
       }
@@ -243,7 +251,22 @@ struct HttpServer::Impl {
         lp = nullptr;
       }
     }
-    if (call.req.tool_mode != ApiRequest::ToolMode::None) {
+    if (call.req.harmony && call.req.tool_mode == ApiRequest::ToolMode::Auto) {
+      // Harmony's calls are messages of their own: the content went out above, the calls go whole
+      // at the end.
+      Choice& mut = call.choices[static_cast<size_t>(ev.index)];
+      if (!piece.empty() || !lp.is_null())
+        emit({{"index", ev.index}, {"delta", {{"content", piece}}}, {"logprobs", lp}, {"finish_reason", nullptr}});
+      piece.clear();
+      lp = nullptr;
+      if (ch.done && !was_done && !mut.harmony.calls().empty()) {
+        ToolReply t = tool_reply(call, static_cast<size_t>(ev.index), ch.content);
+        for (size_t k = 0; k < t.calls.size(); ++k) t.calls[k]["index"] = k;
+        emit({{"index", ev.index}, {"delta", {{"tool_calls", t.calls}}}, {"logprobs", nullptr}, {"finish_reason", nullptr}});
+        emit({{"index", ev.index}, {"delta", json::object()}, {"logprobs", nullptr}, {"finish_reason", "tool_calls"}});
+        return out;
+      }
+    } else if (call.req.tool_mode != ApiRequest::ToolMode::None) {
       // A call is sent whole when the choice ends (under `required` its name comes last). With
       // auto, text goes out as it comes and only what may be a call is held; a called function
       // holds everything.
@@ -314,7 +337,7 @@ struct HttpServer::Impl {
     call->created = unix_time();
     for (int i = 0; i < call->req.n; ++i) {
       Choice c;
-      c.text = std::make_unique<ChoiceText>(tok, call->req.prompt, call->req.stop);
+      c.text = std::make_unique<ChoiceText>(tok, call->req.prompt, call->req.stop, call->req.harmony);
       c.tool_stream = ToolCallStream(limits.tool_call_format);
       c.reasoning = ReasoningSplitter(call->req.thinking_opened);
       call->choices.push_back(std::move(c));
@@ -451,6 +474,9 @@ HttpServer::HttpServer(Model& model, ChatTemplate chat_template, const ServerCon
   s.limits.tool_call_format = s.tmpl.is_fallback() ? ToolCallFormat::None : tool_call_format_of(s.tmpl.source());
   log_info("tool calls in free text (tool_choice auto): ", to_string(s.limits.tool_call_format),
            s.limits.tool_call_format == ToolCallFormat::None ? " (no parser for this chat template; required and named calls work)" : "");
+  s.limits.harmony = !s.tmpl.is_fallback() && template_is_harmony(s.tmpl.source());
+  if (s.limits.harmony) log_info("chat replies in harmony (gpt-oss): analysis -> reasoning_content, final -> content, "
+                                 "commentary to functions.* -> tool_calls");
   s.limits.reasoning = cfg.reasoning_parser == "auto" && !s.tmpl.is_fallback() && template_thinks(s.tmpl.source());
   log_info("reasoning: ", s.limits.reasoning ? "<think> blocks go out as reasoning_content" : "none split off",
            cfg.reasoning_parser == "none" ? " (--reasoning-parser none)" : (s.limits.reasoning ? "" : " (the chat template does not think)"));

@@ -150,8 +150,9 @@ std::optional<ApiError> parse_request(const nlohmann::json& b, bool chat, const 
     } catch (const Error& e) {
       return bad("messages", std::string("the chat template refused the messages: ") + e.what());
     }
-    r.split_reasoning = lim.reasoning;
-    r.thinking_opened = lim.reasoning && prompt_opens_thinking(text);
+    r.harmony = lim.harmony;
+    r.split_reasoning = lim.reasoning && !r.harmony;
+    r.thinking_opened = r.split_reasoning && prompt_opens_thinking(text);
     r.prompt = tok.encode(text, /*add_special=*/false, /*parse_special=*/true);
     // Templates that do not write BOS themselves (most SPM ones do) get it from the tokenizer.
     if (tok.bos_id() >= 0 && (r.prompt.empty() || r.prompt[0] != tok.bos_id()) && (!tmpl || tmpl->is_fallback()))
@@ -299,8 +300,9 @@ std::optional<ApiError> parse_request(const nlohmann::json& b, bool chat, const 
   return std::nullopt;
 }
 
-ChoiceText::ChoiceText(const Tokenizer& tok, const std::vector<int32_t>& prompt, std::vector<std::string> stop)
-    : dec_(tok), stop_(std::move(stop)) {
+ChoiceText::ChoiceText(const Tokenizer& tok, const std::vector<int32_t>& prompt, std::vector<std::string> stop,
+                       bool render_special)
+    : dec_(tok, render_special), stop_(std::move(stop)) {
   for (int32_t t : prompt) (void)dec_.push(t);
   (void)dec_.flush();
   for (const auto& s : stop_) max_stop_ = std::max(max_stop_, s.size());
@@ -431,6 +433,15 @@ std::optional<ApiError> parse_constraint(const nlohmann::ordered_json& b, const 
       if (!given.empty()) return bad(k, "'" + given + "' and '" + k + "' both constrain the output; give one of them");
       given = k;
     }
+  // A harmony reply opens with its channel headers (control tokens) before any answer; a grammar
+  // over the whole reply would forbid them.
+  const bool constrains = (!given.empty() && !(given == "response_format" && b[given].is_object() &&
+                                               b[given].value("type", std::string()) == "text")) ||
+                          r.tool_mode == ApiRequest::ToolMode::Named || r.tool_mode == ApiRequest::ToolMode::Required;
+  if (r.harmony && constrains)
+    return bad(given.empty() ? "tool_choice" : given,
+               "constrained output (" + (given.empty() ? std::string("a tool_choice that names or requires a call") : given) +
+                   ") is not supported with a harmony (gpt-oss) chat template yet; tool_choice auto works");
   if (r.tool_mode == ApiRequest::ToolMode::Named || r.tool_mode == ApiRequest::ToolMode::Required) {
     if (!given.empty()) return bad(given, "'" + given + "' and a tool_choice that calls a tool both constrain the output; give one of them");
     try {

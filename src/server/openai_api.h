@@ -48,6 +48,9 @@ struct ApiRequest {
   // as reasoning_content, and a constraint applies after it (the model thinks first);
   // `thinking_opened` when the prompt opened the block.
   bool split_reasoning = false, thinking_opened = false;
+  // Chat with a harmony template (gpt-oss, server/harmony.h): the reply is decoded with its
+  // control tokens and split into reasoning_content, content and tool calls by channel.
+  bool harmony = false;
   // The n engine requests (seeds seed, seed+1, ... when a seed was given).
   std::vector<Request> group() const;
 };
@@ -59,6 +62,7 @@ struct ApiLimits {
   int max_logprobs = 20;
   ToolCallFormat tool_call_format = ToolCallFormat::None;  // how the chat template writes tool calls
   bool reasoning = false;  // the chat template thinks in <think> blocks and the parser is on
+  bool harmony = false;    // the chat template speaks harmony (gpt-oss)
 };
 
 // Parses and validates a /v1/completions (chat=false) or /v1/chat/completions body. Returns an
@@ -84,7 +88,9 @@ std::optional<nlohmann::json> tool_call_of(const ApiRequest& req, const std::str
 // Text that could still be the start of a stop string is held back until it cannot be.
 class ChoiceText {
  public:
-  ChoiceText(const Tokenizer& tok, const std::vector<int32_t>& prompt, std::vector<std::string> stop);
+  // render_special: control tokens decode to their text (harmony replies keep their markers).
+  ChoiceText(const Tokenizer& tok, const std::vector<int32_t>& prompt, std::vector<std::string> stop,
+             bool render_special = false);
   // Text now safe to send. After a stop string matched, stopped() is true and later tokens
   // are ignored.
   std::string push(int32_t token);

@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "server/harmony.h"
+
 namespace fp {
 
 namespace {
@@ -240,6 +242,7 @@ SplitReply split_glm45(const std::string& text, const nlohmann::json& tools) {
 }  // namespace
 
 ToolCallFormat tool_call_format_of(const std::string& src) {
+  if (template_is_harmony(src)) return ToolCallFormat::Harmony;
   // GLM-4.5 writes <tool_call> too, then the name and <arg_key>/<arg_value> pairs.
   if (src.find(kOpen) != std::string::npos && src.find(kArgKey) != std::string::npos) return ToolCallFormat::Glm45;
   if (src.find(kOpen) != std::string::npos) return ToolCallFormat::Hermes;
@@ -257,6 +260,7 @@ const char* to_string(ToolCallFormat f) {
     case ToolCallFormat::Llama3Json: return "llama3_json";
     case ToolCallFormat::DeepSeekV3: return "deepseek_v3";
     case ToolCallFormat::Glm45: return "glm45";
+    case ToolCallFormat::Harmony: return "harmony";
     default: return "none";
   }
 }
@@ -266,6 +270,10 @@ SplitReply split_tool_calls(ToolCallFormat f, const std::string& text, const nlo
   if (f == ToolCallFormat::Glm45) return split_glm45(text, tools);
   if (f == ToolCallFormat::Llama3Json) return split_llama3_json(text);
   if (f == ToolCallFormat::DeepSeekV3) return split_deepseek(text);
+  if (f == ToolCallFormat::Harmony) {
+    HarmonyReply h = parse_harmony(text);
+    return SplitReply{trim(h.content), std::move(h.calls)};
+  }
   return SplitReply{trim(text), {}};
 }
 

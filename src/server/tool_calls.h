@@ -9,7 +9,9 @@
 //    and the arguments in a ```json fence, <｜tool▁call▁end｜>; then <｜tool▁calls▁end｜>;
 //  - GLM-4.5 (and 4.6): <tool_call>NAME, then <arg_key>K</arg_key><arg_value>V</arg_value> per
 //    argument, </tool_call>; values are JSON where they parse, strings where the tool declares
-//    a string parameter or they do not (the tools are needed to tell "42" the string from 42).
+//    a string parameter or they do not (the tools are needed to tell "42" the string from 42);
+//  - harmony (gpt-oss): a commentary message to functions.NAME (server/harmony.h), in a reply
+//    decoded with its control tokens; split_tool_calls gives the reply's content and calls.
 // A reply splits into its text and its calls; while streaming, text goes out at once and a call
 // is held until the reply ends, then sent whole (as vLLM's hermes and llama3_json parsers send it).
 #pragma once
@@ -20,7 +22,7 @@
 
 namespace fp {
 
-enum class ToolCallFormat { None, Hermes, Llama3Json, DeepSeekV3, Glm45 };
+enum class ToolCallFormat { None, Hermes, Llama3Json, DeepSeekV3, Glm45, Harmony };
 
 // The format a chat template writes calls in (None: no parser here for it).
 ToolCallFormat tool_call_format_of(const std::string& template_source);

@@ -44,9 +44,19 @@ Tokenizer::Tokenizer(TokenizerSpec spec) : spec_(std::move(spec)) {
   };
   add_eog(spec_.eos_id);
   for (int32_t id : spec_.eog_ids) add_eog(id);
+  // Harmony (gpt-oss): <|end|> closes one message of a reply (its thinking) and the reply goes
+  // on; <|return|> ends it, <|call|> ends it at a tool call.
+  const int32_t ret = find_token("<|return|>");
+  const bool harmony = ret >= 0 && token_type(ret) == TokenType::Control && find_token("<|channel|>") >= 0;
+  if (harmony) {
+    eog_ids_.erase(std::remove(eog_ids_.begin(), eog_ids_.end(), find_token("<|end|>")), eog_ids_.end());
+    add_eog(ret);
+    const int32_t call = find_token("<|call|>");
+    if (call >= 0 && token_type(call) == TokenType::Control) add_eog(call);
+  }
   for (const char* p : kEogPieces) {
     int32_t id = find_token(p);
-    if (id >= 0 && token_type(id) == TokenType::Control) add_eog(id);
+    if (id >= 0 && token_type(id) == TokenType::Control && !(harmony && std::string_view(p) == "<|end|>")) add_eog(id);
   }
 }
 
