@@ -704,6 +704,45 @@ TEST(SafetensorsCorrupt, Glm4MoeConfigFields) {
   EXPECT_LOAD_ERROR(load_and_build(d), d, "expert group count", "3");
 }
 
+// gpt-oss: config fields that disagree with the stacked experts (plain and MXFP4), and bad
+// layer types, each named.
+TEST(SafetensorsCorrupt, GptOssConfigFields) {
+  const std::string base = test::temp_dir("corrupt_gpt_oss");
+  for (DType type : {DType::F32, DType::MXFP4}) {
+    SynthOptions so;
+    so.arch = "gpt_oss";
+    so.config = {{"hidden_size", 64}, {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"head_dim", 16},
+                 {"intermediate_size", 32}, {"num_hidden_layers", 2}, {"vocab_size", 512}, {"num_local_experts", 4},
+                 {"sliding_window", 4}};
+    so.type = type;
+    so.out = base + "/good_" + dtype_name(type);
+    synth_model(so);
+    ASSERT_NO_THROW(load_and_build(so.out));
+    const std::string cfg_text = test::read_file(so.out + "/config.json");
+    int n = 0;
+    auto with_config = [&](const std::function<void(nlohmann::json&)>& edit) {
+      std::string d = base + "/" + dtype_name(type) + "_v" + std::to_string(n++);
+      std::filesystem::create_directories(d);
+      std::filesystem::copy_file(so.out + "/model.safetensors", d + "/model.safetensors");
+      nlohmann::json j = nlohmann::json::parse(cfg_text);
+      edit(j);
+      write_text(d + "/config.json", j.dump());
+      return d;
+    };
+    const std::string stacked = type == DType::MXFP4 ? "gate_up_proj_blocks" : "gate_up_proj";
+    std::string d = with_config([](auto& j) { j["num_local_experts"] = 8; });
+    EXPECT_LOAD_ERROR(load_and_build(d), d, stacked, "not the one the config implies");
+    d = with_config([](auto& j) { j["intermediate_size"] = 64; });
+    EXPECT_LOAD_ERROR(load_and_build(d), d, stacked, "not the one the config implies");
+    d = with_config([](auto& j) { j["layer_types"] = {"sliding_attention"}; });
+    EXPECT_LOAD_ERROR(load_and_build(d), d, "layer_types", "one type per layer");
+    d = with_config([](auto& j) { j["layer_types"] = {"sliding_attention", "local"}; });
+    EXPECT_LOAD_ERROR(load_and_build(d), d, "layer_types", "\"local\"");
+    d = with_config([](auto& j) { j["swiglu_limit"] = -1.0; });
+    EXPECT_LOAD_ERROR(load_and_build(d), d, "swiglu_limit", "-1");
+  }
+}
+
 TEST(SafetensorsCorrupt, MisalignedTensorDataIsCopied) {
   // Valid but awkward: an odd-length F16 tensor first shifts every F32 tensor off 4-byte alignment.
   const std::string dir = synth(test::temp_dir("st_misaligned") + "/m");

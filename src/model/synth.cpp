@@ -626,6 +626,14 @@ std::map<std::string, HfTensor> gguf_layout(const std::map<std::string, HfTensor
   return out;
 }
 
+// The type a GGUF tensor is written in: matrices in the asked type, norms and biases F32; MXFP4
+// for the experts only, as gpt-oss ships (the rest F32).
+DType gguf_type_of(const std::string& gguf_name, bool matrix, DType asked) {
+  if (!matrix) return DType::F32;
+  if (asked == DType::MXFP4 && gguf_name.find("_exps.") == std::string::npos) return DType::F32;
+  return asked;
+}
+
 // Writes the GGUF tensor by tensor, drawing each one just before it is written, so a model far
 // larger than memory as f32 (the DeepSeek-V2-Lite-shaped benchmark model) can be made. Same
 // tensors, names and values as the in-memory path. The metadata comes from `g` (no tensors);
@@ -648,11 +656,13 @@ void write_gguf_streaming(const SynthOptions& o, const ModelConfig& c, const Ggu
   for (auto& [name, t] : w) {
     const std::string gn = gguf_name(name, c);
     if (size_t at = gn.find("_exps."); at != std::string::npos) {
-      Entry& e = plan[gn.substr(0, at + 5) + ".weight"];
-      e.shape = {c.moe.n_experts, t.shape[0], t.shape[1]};
-      e.matrix = true;
+      const bool bias = gn.ends_with(".bias");  // gpt-oss's expert biases stack into [E, out]
+      const std::string suffix = bias ? ".bias" : ".weight";
+      Entry& e = plan[gn.substr(0, at + 5) + suffix];
+      e.shape = bias ? std::vector<int64_t>{c.moe.n_experts, t.shape[0]} : std::vector<int64_t>{c.moe.n_experts, t.shape[0], t.shape[1]};
+      e.matrix = !bias;
       e.parts.resize(static_cast<size_t>(c.moe.n_experts));
-      e.parts[static_cast<size_t>(std::stoll(gn.substr(at + 6, gn.size() - at - 6 - 7)))] = Part{name, 0};
+      e.parts[static_cast<size_t>(std::stoll(gn.substr(at + 6, gn.size() - at - 6 - suffix.size())))] = Part{name, 0};
     } else if (o.split_kv_b && gn.ends_with("attn_kv_b.weight")) {
       const std::string base = gn.substr(0, gn.size() - std::string("attn_kv_b.weight").size());
       plan[base + "attn_k_b.weight"] = Entry{{H, L, nope}, true, {Part{name, 3}}};
@@ -680,7 +690,7 @@ void write_gguf_streaming(const SynthOptions& o, const ModelConfig& c, const Ggu
     const uint32_t nd = static_cast<uint32_t>(e.shape.size());
     put(&nd, 4);
     for (auto it = e.shape.rbegin(); it != e.shape.rend(); ++it) put(&*it, 8);
-    const DType ty = e.matrix ? o.type : DType::F32;
+    const DType ty = gguf_type_of(gn, e.matrix, o.type);
     const uint32_t tid = static_cast<uint32_t>(ty);
     put(&tid, 4);
     put(&off, 8);
@@ -693,7 +703,7 @@ void write_gguf_streaming(const SynthOptions& o, const ModelConfig& c, const Ggu
   FP_CHECK(out, o.out, ": cannot open for writing");
   out.write(reinterpret_cast<const char*>(head.data()), static_cast<std::streamsize>(head.size()));
   for (auto& [gn, e] : plan) {
-    const DType ty = e.matrix ? o.type : DType::F32;
+    const DType ty = gguf_type_of(gn, e.matrix, o.type);
     FP_CHECK(ty != DType::F8_E4M3, "synth: GGUF has no FP8 type (write a safetensors directory for F8_E4M3)");
     const int64_t cols = e.shape.back();
     FP_CHECK(cols % dtype_info(ty).block_elems == 0, "synth: tensor '", gn, "' rows have ", cols,
@@ -818,8 +828,7 @@ std::string synth_model(const SynthOptions& o) {
         data = permute_rows_for_adjacent_rope(t, c.n_heads);
       if (c.arch == "llama" && (gn.find("attn_k.weight") != std::string::npos))
         data = permute_rows_for_adjacent_rope(t, c.n_kv_heads);
-      DType ty = t.matrix ? o.type : DType::F32;
-      if (ty == DType::MXFP4 && gn.find("_exps.") == std::string::npos) ty = DType::F32;  // MXFP4: the experts, as gpt-oss ships
+      const DType ty = gguf_type_of(gn, t.matrix, o.type);
       FP_CHECK(ty != DType::F8_E4M3, "synth: GGUF has no FP8 type (write a safetensors directory for F8_E4M3)");
       const int64_t cols = t.shape.back(), rows = static_cast<int64_t>(t.data.size()) / cols;
       FP_CHECK(cols % dtype_info(ty).block_elems == 0, "synth: tensor '", gn, "' rows have ", cols,
