@@ -44,7 +44,7 @@ void register_all() {
   for (DType type : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q8_0_X8, DType::Q4_0, DType::Q4_1, DType::Q5_0,
                      DType::Q5_1, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q4_K_X8, DType::Q5_K, DType::Q6_K, DType::Q6_K_X8,
                      DType::Q4_0_X8, DType::Q4_1_X8, DType::Q5_0_X8, DType::Q5_1_X8, DType::Q3_K_X8,
-                     DType::Q2_K_X8, DType::IQ4_NL, DType::IQ4_XS, DType::IQ4_NL_X8, DType::IQ4_XS_X8, DType::MXFP4}) {
+                     DType::Q2_K_X8, DType::IQ4_NL, DType::IQ4_XS, DType::IQ4_NL_X8, DType::IQ4_XS_X8, DType::MXFP4, DType::MXFP4_X8}) {
     for (Shape s : {Shape{2048, 2048}, Shape{8192, 2048}, Shape{2048, 8192}}) {
       // 1: decode; 4: the GEMV path's widest token group; 12: an MoE expert's share of a
       // 128-token prefill (64 experts, top 6); 16: batched decode of 16 sequences; 512: prefill.

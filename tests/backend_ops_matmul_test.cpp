@@ -1,7 +1,7 @@
 // tests/backend_ops_matmul_test.cpp — every matmul kernel against its reference twin over
 // weight dtypes and shapes: 1..4 tokens (GEMV path) and more (GEMM path), odd row counts,
 // K tails, large K, biases, FP8 block scales with partial tiles; the _X8 forms (Q8_0_X8, Q4_K_X8,
-// Q6_K_X8, Q3_K_X8, Q2_K_X8, Q4_0_X8, Q4_1_X8, Q5_0_X8, Q5_1_X8, IQ4_NL_X8, IQ4_XS_X8: repacked at load) against their reference and
+// Q6_K_X8, Q3_K_X8, Q2_K_X8, Q4_0_X8, Q4_1_X8, Q5_0_X8, Q5_1_X8, IQ4_NL_X8, IQ4_XS_X8, MXFP4_X8: repacked at load) against their reference and
 // against the file layout's on the same weights.
 #include <gtest/gtest.h>
 
@@ -55,7 +55,8 @@ std::vector<MatMulCase> cases() {
   for (DType t : {DType::F32, DType::F16, DType::BF16, DType::F8_E4M3, DType::Q8_0, DType::Q8_0_X8, DType::Q4_0, DType::Q4_1,
                   DType::Q5_0, DType::Q5_1, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q4_K_X8, DType::Q5_K, DType::Q6_K,
                   DType::Q6_K_X8, DType::Q4_0_X8, DType::Q4_1_X8, DType::Q5_0_X8, DType::Q5_1_X8, DType::Q3_K_X8,
-                  DType::Q2_K_X8, DType::IQ4_NL, DType::IQ4_XS, DType::IQ4_NL_X8, DType::IQ4_XS_X8, DType::MXFP4}) {
+                  DType::Q2_K_X8, DType::IQ4_NL, DType::IQ4_XS, DType::IQ4_NL_X8, DType::IQ4_XS_X8, DType::MXFP4,
+                  DType::MXFP4_X8}) {
     int64_t blk = dtype_info(t).block_elems;
     // The formats whose kernels share the Q4_0/Q4_K/Q6_K (Q4_0_X8) code paths take fewer token counts and
     // row counts (decode, its tail, the interleaved tiles' tail), and so does every format under
@@ -64,7 +65,8 @@ std::vector<MatMulCase> cases() {
     const bool shared_paths = t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1 || t == DType::Q2_K ||
                               t == DType::Q3_K || t == DType::Q5_K || t == DType::Q4_1_X8 || t == DType::Q5_0_X8 ||
                               t == DType::Q5_1_X8 || t == DType::Q3_K_X8 || t == DType::Q2_K_X8 || t == DType::IQ4_NL ||
-                              t == DType::IQ4_XS || t == DType::IQ4_NL_X8 || t == DType::IQ4_XS_X8 || t == DType::MXFP4;
+                              t == DType::IQ4_XS || t == DType::IQ4_NL_X8 || t == DType::IQ4_XS_X8 || t == DType::MXFP4 ||
+                              t == DType::MXFP4_X8;
     const bool short_sweep = shared_paths && test::kSanitized;
     std::vector<int64_t> ins = blk == 1      ? std::vector<int64_t>{8, 13, 64, 300, 1024}
                                : short_sweep ? std::vector<int64_t>{blk, 2 * blk}

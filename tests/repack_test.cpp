@@ -235,12 +235,13 @@ TEST(Repack, Q2_KRoundTripsExactlyAndInPlace) {
   EXPECT_EQ(repacked_dtype(DType::Q2_K), DType::Q2_K_X8);
 }
 
-// Q4_0 / Q4_1 / Q5_0 / Q5_1 / IQ4_NL groups of 8 blocks: every byte random (finite f16 scales and
-// minimums), repacked and back exactly (in place too), dequantizing to the same floats.
+// Q4_0 / Q4_1 / Q5_0 / Q5_1 / IQ4_NL / MXFP4 groups of 8 blocks: every byte random (finite f16
+// scales and minimums; MXFP4's scale bytes any), repacked and back exactly (in place too),
+// dequantizing to the same floats.
 TEST(Repack, Block32FormatsRoundTripExactlyAndInPlace) {
   std::mt19937 rng(3);
   std::uniform_int_distribution<int> byte(0, 255), h(0, 0x7bff);
-  for (DType base : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL}) {
+  for (DType base : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::MXFP4}) {
     const DType packed_type = block32_x8(base);
     SCOPED_TRACE(dtype_name(packed_type));
     EXPECT_EQ(block32_base(packed_type), base);
@@ -392,6 +393,36 @@ void expect_same_but_one_position(const std::vector<float>& got, const std::vect
     off += test::normalised_error(a, b) > 1e-5;
   }
   EXPECT_LE(off, 1) << "positions beyond 1e-5";
+}
+
+// gpt-oss's MXFP4 expert stacks repack into MXFP4_X8 at load: the same logits as the file's
+// layout (every position but one within 1e-5, all within 2e-3, as above), and the reference
+// kernels read both to the same floats exactly.
+TEST(Repack, GptOssMxfp4ExpertsGiveTheSameLogits) {
+  const std::string dir = test::temp_dir("repack_gpt_oss");
+  SynthOptions o;
+  o.arch = "gpt_oss";
+  o.config = {{"hidden_size", 256}, {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"head_dim", 64},
+              {"intermediate_size", 512}, {"num_hidden_layers", 2}, {"vocab_size", 512}, {"num_local_experts", 4},
+              {"sliding_window", 4}};
+  o.type = DType::MXFP4;
+  o.seed = 9;
+  o.out = dir + "/m.gguf";
+  synth_model(o);
+  {
+    LoadOptions lo;
+    lo.prefault = false;
+    auto m = load_model(o.out, lo);
+    EXPECT_EQ(m->file().get("blk.0.ffn_up_exps.weight").dtype, DType::MXFP4_X8) << "the expert stacks were not repacked";
+  }
+  const auto plain = logits(o.out, false, true), packed = logits(o.out, true, true);
+  expect_same_but_one_position(packed, plain, 2e-3);
+  KernelOverrides::global().force("matmul", "ref");
+  invalidate_all_dispatch();
+  const auto ref_plain = logits(o.out, false, true), ref_packed = logits(o.out, true, true);
+  KernelOverrides::global().clear();
+  invalidate_all_dispatch();
+  EXPECT_EQ(ref_plain, ref_packed);
 }
 
 TEST(Repack, ModelGivesTheSameLogits) {

@@ -26,7 +26,7 @@ const DTypeInfo& dtype_info(DType t) {
       q4_1_x8{"Q4_1_X8", 256, sizeof(BlockQ4_1x8), true}, q5_0_x8{"Q5_0_X8", 256, sizeof(BlockQ5_0x8), true},
       q5_1_x8{"Q5_1_X8", 256, sizeof(BlockQ5_1x8), true}, q3_k_x8{"Q3_K_X8", QK_K, sizeof(BlockQ3_Kx8), true},
       q2_k_x8{"Q2_K_X8", QK_K, sizeof(BlockQ2_Kx8), true}, iq4_nl{"IQ4_NL", 32, sizeof(BlockIQ4_NL), true},
-      mxfp4{"MXFP4", 32, sizeof(BlockMXFP4), true},
+      mxfp4{"MXFP4", 32, sizeof(BlockMXFP4), true}, mxfp4_x8{"MXFP4_X8", 256, sizeof(BlockMXFP4x8), true},
       iq4_xs{"IQ4_XS", QK_K, sizeof(BlockIQ4_XS), true}, iq4_nl_x8{"IQ4_NL_X8", 256, sizeof(BlockIQ4_NLx8), true},
       iq4_xs_x8{"IQ4_XS_X8", QK_K, sizeof(BlockIQ4_XSx8), true}, i8{"I8", 1, 1, false}, u8{"U8", 1, 1, false}, i16{"I16", 1, 2, false},
       i32{"I32", 1, 4, false}, i64{"I64", 1, 8, false}, f64{"F64", 1, 8, false};
@@ -56,6 +56,7 @@ const DTypeInfo& dtype_info(DType t) {
     case DType::Q2_K_X8: return q2_k_x8;
     case DType::IQ4_NL: return iq4_nl;
     case DType::MXFP4: return mxfp4;
+    case DType::MXFP4_X8: return mxfp4_x8;
     case DType::IQ4_XS: return iq4_xs;
     case DType::IQ4_NL_X8: return iq4_nl_x8;
     case DType::IQ4_XS_X8: return iq4_xs_x8;
@@ -973,6 +974,7 @@ DType block32_x8(DType t) {
     case DType::Q5_0: return DType::Q5_0_X8;
     case DType::Q5_1: return DType::Q5_1_X8;
     case DType::IQ4_NL: return DType::IQ4_NL_X8;
+    case DType::MXFP4: return DType::MXFP4_X8;
     default: return t;
   }
 }
@@ -984,6 +986,7 @@ DType block32_base(DType t) {
     case DType::Q5_0_X8: return DType::Q5_0;
     case DType::Q5_1_X8: return DType::Q5_1;
     case DType::IQ4_NL_X8: return DType::IQ4_NL;
+    case DType::MXFP4_X8: return DType::MXFP4;
     default: return t;
   }
 }
@@ -1001,7 +1004,8 @@ void pack_group32(const B* src, P* dst) {
   std::memcpy(b, src, sizeof b);  // a copy first: dst may overlap src
   P p{};
   for (int j = 0; j < 8; ++j) {
-    p.d[j] = b[j].d;
+    if constexpr (std::is_same_v<B, BlockMXFP4>) p.e[j] = b[j].e;
+    else p.d[j] = b[j].d;
     if constexpr (kHasMin<B>) p.m[j] = b[j].m;
     for (int t = 0; t < 4; ++t)
       for (int k = 0; k < 4; ++k) p.qs[32 * t + 4 * j + k] = b[j].qs[4 * t + k];
@@ -1021,7 +1025,8 @@ void unpack_group32(const P* src, B* dst) {
   std::memcpy(&p, src, sizeof p);
   B b[8] = {};
   for (int j = 0; j < 8; ++j) {
-    b[j].d = p.d[j];
+    if constexpr (std::is_same_v<B, BlockMXFP4>) b[j].e = p.e[j];
+    else b[j].d = p.d[j];
     if constexpr (kHasMin<B>) b[j].m = p.m[j];
     for (int t = 0; t < 4; ++t)
       for (int k = 0; k < 4; ++k) b[j].qs[4 * t + k] = p.qs[32 * t + 4 * j + k];
@@ -1053,6 +1058,7 @@ void pack_block32_x8(DType base, const void* src, void* dst, int64_t groups) {
     case DType::Q5_0: return pack_groups32<BlockQ5_0, BlockQ5_0x8>(src, dst, groups);
     case DType::Q5_1: return pack_groups32<BlockQ5_1, BlockQ5_1x8>(src, dst, groups);
     case DType::IQ4_NL: return pack_groups32<BlockIQ4_NL, BlockIQ4_NLx8>(src, dst, groups);
+    case DType::MXFP4: return pack_groups32<BlockMXFP4, BlockMXFP4x8>(src, dst, groups);
     default: fail("pack_block32_x8: ", dtype_name(base), " has no _X8 form");
   }
 }
@@ -1064,6 +1070,7 @@ void unpack_block32_x8(DType packed, const void* src, void* dst, int64_t groups)
     case DType::Q5_0_X8: return unpack_groups32<BlockQ5_0, BlockQ5_0x8>(src, dst, groups);
     case DType::Q5_1_X8: return unpack_groups32<BlockQ5_1, BlockQ5_1x8>(src, dst, groups);
     case DType::IQ4_NL_X8: return unpack_groups32<BlockIQ4_NL, BlockIQ4_NLx8>(src, dst, groups);
+    case DType::MXFP4_X8: return unpack_groups32<BlockMXFP4, BlockMXFP4x8>(src, dst, groups);
     default: fail("unpack_block32_x8: ", dtype_name(packed), " is not an _X8 form of a 32-value format");
   }
 }
@@ -1251,7 +1258,7 @@ void dequantize_row(DType t, const void* src, float* y, int64_t n) {
         dequant_q3_k(&b, y + g * QK_K, 1);
       }
       return;
-    case DType::Q4_0_X8: case DType::Q4_1_X8: case DType::Q5_0_X8: case DType::Q5_1_X8: case DType::IQ4_NL_X8: {
+    case DType::Q4_0_X8: case DType::Q4_1_X8: case DType::Q5_0_X8: case DType::Q5_1_X8: case DType::IQ4_NL_X8: case DType::MXFP4_X8: {
       const DType base = block32_base(t);
       const int64_t group_bytes = 8 * dtype_info(base).block_bytes;
       alignas(8) uint8_t blocks[8 * sizeof(BlockQ5_1)];
@@ -1326,7 +1333,8 @@ void quantize_row(DType t, const float* x, void* dst, int64_t n) {
       quant_q3_k(x, static_cast<BlockQ3_K*>(dst), n / QK_K);
       pack_q3_k_x8(static_cast<const BlockQ3_K*>(dst), static_cast<BlockQ3_Kx8*>(dst), n / QK_K);
       return;
-    case DType::Q4_0_X8: case DType::Q4_1_X8: case DType::Q5_0_X8: case DType::Q5_1_X8: case DType::IQ4_NL_X8:  // as the base, then repacked in place
+    case DType::Q4_0_X8: case DType::Q4_1_X8: case DType::Q5_0_X8: case DType::Q5_1_X8: case DType::IQ4_NL_X8:
+    case DType::MXFP4_X8:  // as the base, then repacked in place
       quantize_row(block32_base(t), x, dst, n);
       pack_block32_x8(block32_base(t), dst, dst, n / 256);
       return;

@@ -53,6 +53,8 @@ enum class DType : uint32_t {
   IQ4_XS_X8 = 1011,
   // Unsigned bytes (safetensors "U8": the blocks and scales of gpt-oss's MXFP4 checkpoints).
   U8 = 1012,
+  // MXFP4 repacked at load for the CPU matmul kernels (BlockMXFP4x8 below); never in a file.
+  MXFP4_X8 = 1013,
 };
 
 struct DTypeInfo {
@@ -258,6 +260,12 @@ struct BlockQ5_1x8 {
 };
 // Eight IQ4_NL blocks interleaved as Q4_0's (its nibbles index kIq4nlValues instead of q - 8).
 using BlockIQ4_NLx8 = BlockQ4_0x8;
+// Eight MXFP4 blocks interleaved as IQ4_NL_X8's (qs[32t + 4j + k] = block j's byte 4t + k, the
+// nibbles index kMxfp4Values), their E8M0 scale bytes apart: the same 136 bytes as the 8 blocks.
+struct BlockMXFP4x8 {
+  uint8_t e[8];
+  uint8_t qs[128];
+};
 // One IQ4_XS super-block with its 8 blocks' nibbles interleaved as BlockQ4_0x8's (qs[32t + 4j + k]
 // = block j's byte 4t + k); d and the scales as the file's. Same 136 bytes as IQ4_XS.
 struct BlockIQ4_XSx8 {
@@ -340,7 +348,7 @@ void unpack_q2_k_x8(const BlockQ2_Kx8* src, BlockQ2_K* dst, int64_t blocks);
 // IQ4_XS <-> IQ4_XS_X8, likewise.
 void pack_iq4_xs_x8(const BlockIQ4_XS* src, BlockIQ4_XSx8* dst, int64_t blocks);
 void unpack_iq4_xs_x8(const BlockIQ4_XSx8* src, BlockIQ4_XS* dst, int64_t blocks);
-// Q4_0 / Q4_1 / Q5_0 / Q5_1 / IQ4_NL <-> their _X8 forms. block32_x8(t): the _X8 form of t (t itself when
+// Q4_0 / Q4_1 / Q5_0 / Q5_1 / IQ4_NL / MXFP4 <-> their _X8 forms. block32_x8(t): the _X8 form of t (t itself when
 // t has none); block32_base(t): the file format of an _X8 form (t itself otherwise).
 DType block32_x8(DType t);
 DType block32_base(DType t);

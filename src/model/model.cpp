@@ -425,7 +425,8 @@ const BlockQ8_0* rmsnorm_for(RmsNormArgs norm, std::initializer_list<const Tenso
   for (const Tensor* w : ws)
     q8 = q8 && w && !w->block_scale && (w->dtype == DType::Q8_0 || w->dtype == DType::Q4_0 || w->dtype == DType::Q8_0_X8 ||
                                             w->dtype == DType::Q4_0_X8 || w->dtype == DType::IQ4_NL || w->dtype == DType::IQ4_XS ||
-                                            w->dtype == DType::IQ4_NL_X8 || w->dtype == DType::IQ4_XS_X8);
+                                            w->dtype == DType::IQ4_NL_X8 || w->dtype == DType::IQ4_XS_X8 ||
+                                            w->dtype == DType::MXFP4 || w->dtype == DType::MXFP4_X8);
   if (!q8) {
     dispatch(norm);
     return nullptr;

@@ -20,7 +20,7 @@ DType repacked_dtype(DType t) {
     case DType::Q3_K: return DType::Q3_K_X8;
     case DType::Q2_K: return DType::Q2_K_X8;
     case DType::IQ4_XS: return DType::IQ4_XS_X8;
-    default: return block32_x8(t);  // Q4_0 / Q4_1 / Q5_0 / Q5_1 / IQ4_NL
+    default: return block32_x8(t);  // Q4_0 / Q4_1 / Q5_0 / Q5_1 / IQ4_NL / MXFP4
   }
 }
 
@@ -30,7 +30,8 @@ bool repackable(const Tensor& w) {
   // model 1.24x, its experts' tiles no longer packed per call; decode then runs `grouped` on the
   // repacked rows, as fast as the MoE GEMV on plain ones); the other 32-value-block stacks stay.
   const bool shape_ok = w.ndim == 2 || (w.ndim == 3 && (w.dtype == DType::Q4_K || w.dtype == DType::Q6_K || w.dtype == DType::IQ4_XS ||
-                                                         w.dtype == DType::IQ4_NL || w.dtype == DType::Q8_0));
+                                                         w.dtype == DType::IQ4_NL || w.dtype == DType::Q8_0 ||
+                                                         w.dtype == DType::MXFP4));
   return repacked_dtype(w.dtype) != w.dtype && shape_ok && w.is_contiguous() && w.cols() % 256 == 0 &&
          !w.block_scale && w.device == Device::CPU;
 }

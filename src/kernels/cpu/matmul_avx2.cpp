@@ -772,7 +772,7 @@ void tile_q4_dispatch(int R, int T, const cpu::PackedW* const* w, const cpu::Pac
 
 bool q4_tile_type(DType t) {
   return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1 || t == DType::Q4_K || t == DType::Q4_K_X8 ||
-         t == DType::Q5_K || (is_block32_x8(t) && t != DType::IQ4_NL_X8);
+         t == DType::Q5_K || (is_block32_x8(t) && t != DType::IQ4_NL_X8 && t != DType::MXFP4_X8);
 }
 
 void gemm_q4_interleaved(const MatMulArgs& a) {
@@ -1109,7 +1109,7 @@ void gemv_block32_x8(const MatMulArgs& a) {
   }
 }
 
-// ------------------------------------------------------------------ IQ4_NL_X8 / IQ4_XS_X8 (packed at load)
+// ------------------------------------------------------------------ IQ4_NL_X8 / IQ4_XS_X8 / MXFP4_X8 (packed at load)
 // As the 32-value _X8 forms, with each chunk's nibbles looked up in the 16 signed levels (one
 // vpshufb per chunk, shared by the tokens). Signed weights against signed activations take the
 // sign trick (|w| x sign(x, w) in vpmaddubsw); a pair can reach 2 x 127 x 127, so every chunk's
@@ -1137,7 +1137,7 @@ FP_AVX2_INLINE void iq4_x8_chunk(const uint8_t* qs, const cpu::PackedX* const* x
 template <class Block, int T>
 FP_AVX2 void row_iq4_x8(const Block* w, const cpu::PackedX* const* x, int64_t groups, float* y, int64_t ldy, float bias) {
   constexpr int kLines = (sizeof(Block) + 63) / 64;
-  const __m256i levels = iq4_levels(false);
+  const __m256i levels = x8_levels<Block>(false);
   __m256 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t g = 0; g < groups; ++g) {
@@ -1165,6 +1165,7 @@ void matmul_iq4_x8_as(const MatMulArgs& a) {
 
 void matmul_iq4_x8(const MatMulArgs& a) {
   if (a.w->dtype == DType::IQ4_NL_X8) matmul_iq4_x8_as<BlockIQ4_NLx8>(a);
+  else if (a.w->dtype == DType::MXFP4_X8) matmul_iq4_x8_as<BlockMXFP4x8>(a);
   else matmul_iq4_x8_as<BlockIQ4_XSx8>(a);
 }
 
@@ -1176,10 +1177,10 @@ void matmul_avx2(const MatMulArgs& a) {
   if (t == DType::Q8_0_X8) matmul_q8_0_x8(a);
   else if (t == DType::Q4_K_X8 && a.n <= kGemvMaxTokens) gemv_q4_k_x8(a);
   else if (t == DType::Q6_K_X8 && a.n <= kGemvMaxTokens) gemv_q6_k_x8(a);
-  else if (is_block32_x8(t) && t != DType::IQ4_NL_X8 && a.n <= kGemvMaxTokens) gemv_block32_x8(a);
+  else if (is_block32_x8(t) && t != DType::IQ4_NL_X8 && t != DType::MXFP4_X8 && a.n <= kGemvMaxTokens) gemv_block32_x8(a);
   else if (t == DType::Q3_K_X8 && a.n <= kGemvMaxTokens) gemv_q3_k_x8(a);
   else if (t == DType::Q2_K_X8) matmul_q2_k_x8(a);  // every batch size (Q2_K has no prefill tiles either)
-  else if (t == DType::IQ4_NL_X8 || t == DType::IQ4_XS_X8) matmul_iq4_x8(a);  // every batch size
+  else if (t == DType::IQ4_NL_X8 || t == DType::IQ4_XS_X8 || t == DType::MXFP4_X8) matmul_iq4_x8(a);  // every batch size
   else if (a.n > kGemvMaxTokens && q4_tile_type(t) && cpu::interleaved_supported(a))
     gemm_q4_interleaved(a);
   else if (a.n > kGemvMaxTokens && (t == DType::Q6_K || t == DType::Q6_K_X8 || t == DType::Q3_K || t == DType::Q3_K_X8) &&
@@ -1198,7 +1199,7 @@ std::string refuse_matmul_avx2(const MatMulArgs& a) {
     case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: case DType::Q8_0_X8: case DType::Q4_K_X8: case DType::Q6_K_X8:
     case DType::Q4_0_X8: case DType::Q4_1_X8: case DType::Q5_0_X8: case DType::Q5_1_X8: case DType::Q3_K_X8:
     case DType::Q2_K_X8: case DType::IQ4_NL: case DType::IQ4_XS: case DType::IQ4_NL_X8: case DType::IQ4_XS_X8:
-    case DType::MXFP4: break;
+    case DType::MXFP4: case DType::MXFP4_X8: break;
     default: return std::string("no AVX2 kernel for weights of type ") + dtype_name(a.w->dtype);
   }
   if (a.w->block_scale && a.w->dtype != DType::F8_E4M3) return "block scales are only supported on FP8 weights";

@@ -310,7 +310,7 @@ FP_BF16 void block32_x8_to_bf16(const void* src, int64_t groups, uint16_t* out) 
 template <class Block>
 FP_BF16 void iq4_x8_to_bf16(const void* src, int64_t groups, uint16_t* out) {
   const auto* g = static_cast<const Block*>(src);
-  const __m256i levels = avx2::iq4_levels(false);
+  const __m256i levels = avx2::x8_levels<Block>(false);
   for (int64_t gi = 0; gi < groups; ++gi, out += 256) {
     __m256i c[8];
     for (int t = 0; t < 4; ++t) avx2::iq4_x8_chunks(g[gi].qs, t, levels, &c[t], &c[t + 4]);
@@ -356,6 +356,7 @@ void quantized_row_to_bf16(const Tensor& w, int64_t o, int64_t k0, int64_t kc, u
     case DType::Q5_1_X8: return block32_x8_to_bf16<DType::Q5_1_X8>(src, kc / 256, out);
     case DType::IQ4_NL_X8: return iq4_x8_to_bf16<BlockIQ4_NLx8>(src, kc / 256, out);
     case DType::IQ4_XS_X8: return iq4_x8_to_bf16<BlockIQ4_XSx8>(src, kc / 256, out);
+    case DType::MXFP4_X8: return iq4_x8_to_bf16<BlockMXFP4x8>(src, kc / 256, out);
     default: break;
   }
   dequantize_row(w.dtype, src, f32, kc);

@@ -138,12 +138,12 @@ FP_PACK_TARGET static void pack_block32_x8_group(const uint8_t* row, int64_t g, 
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.init), _mm256_setzero_si256());
 }
 
-// IQ4_NL_X8 / IQ4_XS_X8: the levels + 128 (unsigned, as vpdpbusd takes them; the activations'
+// IQ4_NL_X8 / IQ4_XS_X8 / MXFP4_X8: the levels + 128 (unsigned, as vpdpbusd takes them; the activations'
 // init, -128 x sum(x), takes the offset back) and the blocks' scales.
 template <class Block>
 FP_PACK_TARGET static void pack_iq4_x8_group(const uint8_t* row, int64_t g, PackedW& p) {
   const Block& b = reinterpret_cast<const Block*>(row)[g];
-  const __m256i levels = avx2::iq4_levels(true);
+  const __m256i levels = avx2::x8_levels<Block>(true);
   for (int c = 0; c < 4; ++c) {
     __m256i lo, hi;
     avx2::iq4_x8_chunks(b.qs, c, levels, &lo, &hi);
@@ -256,6 +256,8 @@ FP_PACK_TARGET void pack_weights(const Tensor& w, int64_t o, PackedW* dst) {
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.init), _mm256_setzero_si256());
     } else if (w.dtype == DType::IQ4_NL_X8) {
       pack_iq4_x8_group<BlockIQ4_NLx8>(row, g, p);
+    } else if (w.dtype == DType::MXFP4_X8) {
+      pack_iq4_x8_group<BlockMXFP4x8>(row, g, p);
     } else if (w.dtype == DType::IQ4_XS_X8) {
       pack_iq4_x8_group<BlockIQ4_XSx8>(row, g, p);
     } else if (is_block32_x8(w.dtype)) {  // already interleaved (Q4_0_X8 ... Q5_1_X8)
@@ -299,7 +301,7 @@ FP_PACK_TARGET void pack_weights(const Tensor& w, int64_t o, PackedW* dst) {
 void pack_activations(DType wtype, const float* x, const BlockQ8_0* xq, int64_t K, PackedX* dst) {
   const int64_t groups = K / 256;
   wtype = block32_base(wtype);  // Q4_0_X8 ... Q5_1_X8 dot the same activations as their file formats
-  const bool iq4 = wtype == DType::IQ4_NL || wtype == DType::IQ4_XS || wtype == DType::IQ4_XS_X8;
+  const bool iq4 = wtype == DType::IQ4_NL || wtype == DType::IQ4_XS || wtype == DType::IQ4_XS_X8 || wtype == DType::MXFP4;
   uint8_t blocks[8][32];
   if (k_quant_activations(wtype)) {
     std::vector<BlockQ8_K> q(static_cast<size_t>(groups));

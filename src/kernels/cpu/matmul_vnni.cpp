@@ -442,13 +442,13 @@ void gemv_block32_x8(const MatMulArgs& a) {
   }
 }
 
-// IQ4_NL_X8 / IQ4_XS_X8 decode: each chunk's nibbles looked up as level + 128 (unsigned, one vpshufb
+// IQ4_NL_X8 / IQ4_XS_X8 / MXFP4_X8 decode: each chunk's nibbles looked up as level + 128 (unsigned, one vpshufb
 // shared by the tokens), so vpdpbusd takes them directly; -128 x sum(x) (PackedX::init) starts the
 // sums. Two chains of four, as row_block32_x8.
 template <class Block, int T>
 FP_VNNI void row_iq4_x8(const Block* w, const cpu::PackedX* const* x, int64_t groups, float* y, int64_t ldy, float bias) {
   constexpr int kLines = (sizeof(Block) + 63) / 64;
-  const __m256i levels = avx2::iq4_levels(true);
+  const __m256i levels = avx2::x8_levels<Block>(true);
   __m256 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t g = 0; g < groups; ++g) {
@@ -503,6 +503,7 @@ void matmul_vnni(const MatMulArgs& a) {
   if (t == DType::Q6_K_X8 && a.n <= kRowsInPlaceMaxTokens) return gemv_q6_k_x8(a);
   if (t == DType::IQ4_NL_X8 && a.n <= cpu::kGemvMaxTokens) return gemv_iq4_x8_as<BlockIQ4_NLx8>(a);
   if (t == DType::IQ4_XS_X8 && a.n <= cpu::kGemvMaxTokens) return gemv_iq4_x8_as<BlockIQ4_XSx8>(a);
+  if (t == DType::MXFP4_X8 && a.n <= cpu::kGemvMaxTokens) return gemv_iq4_x8_as<BlockMXFP4x8>(a);
   if ((t == DType::Q4_0_X8 || t == DType::Q4_1_X8 || t == DType::Q5_0_X8 || t == DType::Q5_1_X8) && a.n <= kRowsInPlaceMaxTokens)
     return gemv_block32_x8(a);
   if (t == DType::Q3_K_X8 && a.n <= cpu::kGemvMaxTokens) return gemv_q3_k_x8(a);
@@ -547,7 +548,7 @@ std::string refuse_vnni(const MatMulArgs& a) {
                             t == DType::Q3_K || t == DType::Q5_K;
   if (t != DType::Q8_0 && t != DType::Q4_0 && t != DType::Q8_0_X8 && t != DType::Q4_K_X8 && t != DType::Q6_K_X8 && !is_block32_x8(t) &&
       t != DType::Q3_K_X8 && t != DType::IQ4_XS_X8 && !prefill_only)
-    return std::string("only Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q3_K/Q4_K/Q5_K/Q6_K and their repacked _X8 forms, IQ4_NL_X8 and IQ4_XS_X8 (these are ") +
+    return std::string("only Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q3_K/Q4_K/Q5_K/Q6_K and their repacked _X8 forms, IQ4_NL_X8, IQ4_XS_X8 and MXFP4_X8 (these are ") +
            dtype_name(t) + ")";
   if (prefill_only && a.n <= cpu::kGemvMaxTokens)
     return std::string(dtype_name(t)) + " decode (<= 4 tokens) is left to the AVX2 kernel";

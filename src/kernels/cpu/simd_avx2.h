@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "core/dtype.h"
 
@@ -217,9 +218,19 @@ FP_AVX2_INLINE __m256i iq4_levels(bool plus128) {
   return plus128 ? _mm256_xor_si256(v, _mm256_set1_epi8(static_cast<char>(0x80))) : v;
 }
 
-// MXFP4's 16 levels (E2M1 doubled to integers, core/dtype.h) in each 128-bit lane, for vpshufb.
-FP_AVX2_INLINE __m256i mxfp4_levels() {
-  return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Values)));
+// MXFP4's 16 levels (E2M1 doubled to integers, core/dtype.h) in each 128-bit lane, for vpshufb;
+// with `plus128` each level + 128, as iq4_levels.
+FP_AVX2_INLINE __m256i mxfp4_levels(bool plus128 = false) {
+  const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Values)));
+  return plus128 ? _mm256_xor_si256(v, _mm256_set1_epi8(static_cast<char>(0x80))) : v;
+}
+
+// The levels an _X8 form of 16-level nibbles indexes: IQ4_NL_X8 / IQ4_XS_X8 kIq4nlValues,
+// MXFP4_X8 kMxfp4Values.
+template <class Block>
+FP_AVX2_INLINE __m256i x8_levels(bool plus128) {
+  if constexpr (std::is_same_v<Block, BlockMXFP4x8>) return mxfp4_levels(plus128);
+  else return iq4_levels(plus128);
 }
 
 // Chunks c and c + 4 (c < 4) of an IQ4_NL_X8 group or IQ4_XS_X8 super-block (qs interleaved as
@@ -235,6 +246,14 @@ FP_AVX2_INLINE void iq4_x8_chunks(const uint8_t* qs, int c, __m256i levels, __m2
 // ls_j's low 4 bits at bits 4j of the u32 scales_l, its high 2 at bits 2j of scales_h.
 FP_AVX2_INLINE __m256 iq4_x8_scales(const BlockIQ4_NLx8& b) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.d)));
+}
+// MXFP4_X8's: 2^(e_j - 128) from the E8M0 bytes, exactly (e = 0, 1 are subnormal: 2^-128, 2^-127).
+FP_AVX2_INLINE __m256 iq4_x8_scales(const BlockMXFP4x8& b) {
+  const __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.e)));
+  const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+  const __m256i subnormal = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
+  const __m256i small = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e);
+  return _mm256_castsi256_ps(_mm256_blendv_epi8(normal, subnormal, small));
 }
 FP_AVX2_INLINE __m256 iq4_x8_scales(const BlockIQ4_XSx8& b) {
   uint32_t lo4;
