@@ -226,6 +226,26 @@ def select_template(field):
     raise SystemExit("chat_template list without a 'default' entry")
 
 
+def render_cases(source, special, conversations, render_fn):
+    """Each conversation with and without add_generation_prompt: its expected output or error."""
+    cases = []
+    for name, (messages, extra) in conversations.items():
+        for gen in (True, False):
+            variables = {"messages": messages, "tools": None, "documents": None, "add_generation_prompt": gen}
+            variables.update(special)
+            variables.update(extra)
+            out, err = render_fn(source, variables)
+            case = {"name": f"{name}{'+gen' if gen else ''}", "messages": messages, "add_generation_prompt": gen}
+            if extra:
+                case["extra"] = extra
+            if err is None:
+                case["expected"] = out
+            else:
+                case["error"] = err
+            cases.append(case)
+    return cases
+
+
 def tokenizer_goldens(testdata):
     written = []
     tok_dir = testdata / "tokenizers"
@@ -235,21 +255,7 @@ def tokenizer_goldens(testdata):
             continue
         source = select_template(cfg["chat_template"])
         special = special_tokens_map(cfg)
-        cases = []
-        for name, (messages, extra) in CONVERSATIONS.items():
-            for gen in (True, False):
-                variables = {"messages": messages, "tools": None, "documents": None, "add_generation_prompt": gen}
-                variables.update(special)
-                variables.update(extra)
-                out, err = render(source, variables)
-                case = {"name": f"{name}{'+gen' if gen else ''}", "messages": messages, "add_generation_prompt": gen}
-                if extra:
-                    case["extra"] = extra
-                if err is None:
-                    case["expected"] = out
-                else:
-                    case["error"] = err
-                cases.append(case)
+        cases = render_cases(source, special, CONVERSATIONS, render)
         name = cfg_path.parent.name
         doc = {
             "tokenizer": name,
@@ -460,24 +466,14 @@ def gpt_oss_golden():
     special = {"bos_token": "<|startoftext|>", "eos_token": "<|return|>", "pad_token": "<|endoftext|>"}
     env = make_env()
     env.globals["strftime_now"] = lambda fmt: datetime(2026, 12, 6).strftime(fmt)
-    cases = []
-    for name, (messages, extra) in list(CONVERSATIONS.items()) + list(GPT_OSS_CONVERSATIONS.items()):
-        for gen in (True, False):
-            variables = {"messages": messages, "tools": None, "documents": None, "add_generation_prompt": gen}
-            variables.update(special)
-            variables.update(extra)
-            try:
-                out, err = env.from_string(source).render(**variables), None
-            except Exception as e:  # noqa: BLE001
-                out, err = None, f"{type(e).__name__}: {e}"
-            case = {"name": f"{name}{'+gen' if gen else ''}", "messages": messages, "add_generation_prompt": gen}
-            if extra:
-                case["extra"] = extra
-            if err is None:
-                case["expected"] = out
-            else:
-                case["error"] = err
-            cases.append(case)
+
+    def render_fixed_date(src, variables):
+        try:
+            return env.from_string(src).render(**variables), None
+        except Exception as e:  # noqa: BLE001 - every failure is an expected-error golden
+            return None, f"{type(e).__name__}: {e}"
+
+    cases = render_cases(source, special, {**CONVERSATIONS, **GPT_OSS_CONVERSATIONS}, render_fixed_date)
     doc = {"tokenizer": "gpt_oss", "template": "gpt_oss.jinja", "date": GPT_OSS_DATE, "jinja2": jinja2.__version__,
            "special_tokens": special, "cases": cases}
     write(OUT / "gpt_oss.json", doc)

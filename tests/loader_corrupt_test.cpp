@@ -669,6 +669,16 @@ TEST(SafetensorsCorrupt, ConfigDisagreesWithTensors) {
 }
 
 // GLM-4.5's config fields, each wrong in turn: the error names the field or the tensor.
+// A copy of the model directory `from` (one model.safetensors) in `to`, its config.json edited.
+std::string copy_with_config(const std::string& from, const std::string& to, const std::function<void(nlohmann::json&)>& edit) {
+  std::filesystem::create_directories(to);
+  std::filesystem::copy_file(from + "/model.safetensors", to + "/model.safetensors");
+  nlohmann::json j = nlohmann::json::parse(test::read_file(from + "/config.json"));
+  edit(j);
+  write_text(to + "/config.json", j.dump());
+  return to;
+}
+
 TEST(SafetensorsCorrupt, Glm4MoeConfigFields) {
   const std::string base = test::temp_dir("corrupt_glm");
   SynthOptions so;
@@ -679,16 +689,9 @@ TEST(SafetensorsCorrupt, Glm4MoeConfigFields) {
   so.out = base + "/good";
   synth_model(so);
   ASSERT_NO_THROW(load_and_build(so.out));
-  const std::string cfg_text = test::read_file(so.out + "/config.json");
   int n = 0;
   auto with_config = [&](const std::function<void(nlohmann::json&)>& edit) {
-    std::string d = base + "/v" + std::to_string(n++);
-    std::filesystem::create_directories(d);
-    std::filesystem::copy_file(so.out + "/model.safetensors", d + "/model.safetensors");
-    nlohmann::json j = nlohmann::json::parse(cfg_text);
-    edit(j);
-    write_text(d + "/config.json", j.dump());
-    return d;
+    return copy_with_config(so.out, base + "/v" + std::to_string(n++), edit);
   };
   std::string d = with_config([](auto& j) { j["partial_rotary_factor"] = 1.5; });
   EXPECT_LOAD_ERROR(load_and_build(d), d, "partial_rotary_factor", "1.5");
@@ -718,16 +721,9 @@ TEST(SafetensorsCorrupt, GptOssConfigFields) {
     so.out = base + "/good_" + dtype_name(type);
     synth_model(so);
     ASSERT_NO_THROW(load_and_build(so.out));
-    const std::string cfg_text = test::read_file(so.out + "/config.json");
     int n = 0;
     auto with_config = [&](const std::function<void(nlohmann::json&)>& edit) {
-      std::string d = base + "/" + dtype_name(type) + "_v" + std::to_string(n++);
-      std::filesystem::create_directories(d);
-      std::filesystem::copy_file(so.out + "/model.safetensors", d + "/model.safetensors");
-      nlohmann::json j = nlohmann::json::parse(cfg_text);
-      edit(j);
-      write_text(d + "/config.json", j.dump());
-      return d;
+      return copy_with_config(so.out, base + "/" + dtype_name(type) + "_v" + std::to_string(n++), edit);
     };
     const std::string stacked = type == DType::MXFP4 ? "gate_up_proj_blocks" : "gate_up_proj";
     std::string d = with_config([](auto& j) { j["num_local_experts"] = 8; });
