@@ -37,13 +37,20 @@ const std::vector<HarmonyCase>& cases() {
        "a", "", {{"a", "{\"x\":1}"}, {"b", "{\"y\":2}"}}},
       {"<|channel|>analysis<|message|>search first<|end|><|start|>assistant<|channel|>analysis to=browser.search "
        "<|constrain|>json<|message|>{\"query\":\"x\"}<|call|>",
-       "search first{\"query\":\"x\"}", "", {}},  // a built-in tool's call is not the user's
+       "search first\n{\"query\":\"x\"}", "", {}},  // a built-in tool's call is not the user's
+      {"<|channel|>analysis<|message|>I will call it.<|end|><|start|>assistant<|channel|>analysis to=functions.get_weather "
+       "<|constrain|>json<|message|>{\"city\":\"Oslo\"}<|call|>",
+       "I will call it.", "", {{"get_weather", "{\"city\":\"Oslo\"}"}}},  // a call on the analysis channel is still a call
+      {"<|channel|>analysis<|message|>a<|end|><|start|>assistant<|channel|>analysis<|message|>b<|end|>", "a\nb", "", {}},
+      {"<|channel|>analysis<|message|>go<|end|><|start|>assistant<|channel|>commentary to=functions.f <|constrain|>json<|message|>{\"x\": 1",
+       "go", "{\"x\": 1", {}},  // a call cut off by max_tokens is no call
       {"<|channel|>analysis<|message|>cut off by max_tok", "cut off by max_tok", "", {}},
       {"<|channel|>analysis<|message|>done<|end|><|start|>assistant<|channel|>final<|message|>partial answ", "done", "partial answ", {}},
       {"<|channel|>analysis<|message|>x<|end|><|start|>assistant<|chan", "x", "", {}},  // cut inside a header
       {"Plain text from a model that ignores harmony.", "", "Plain text from a model that ignores harmony.", {}},
       {"<|channel|>final<|message|>a < b and <|not a marker|> stay<|return|>", "", "a < b and <|not a marker|> stay", {}},
       {"", "", "", {}},
+      {"<|channel|>final<|message|>hi<|end|>" + std::string(300, 'z'), "", "hi" + std::string(300, 'z'), {}},  // no header after all
   };
   return cs;
 }

@@ -326,6 +326,8 @@ TEST(Server, ResponseFormatAndGrammarConstrainTheOutput) {
       {"{\"prompt\": \"x\", \"grammar\": \"root ::= " + std::string(100000, '(') + "\\\"a\\\"" + std::string(100000, ')') + "\"}",
        "grammar", "nested deeper"},
       {R"({"prompt": "x", "response_format": {"type": "xml"}})", "response_format.type", "xml"},
+      {R"({"prompt": "x", "response_format": {"type": 5}})", "response_format", "string 'type'"},
+      {R"({"prompt": "x", "response_format": {"type": null}})", "response_format", "string 'type'"},
       {R"({"prompt": "x", "response_format": {"type": "json_schema"}})", "response_format.json_schema", "needs"},
       {R"({"prompt": "x", "grammar": "root ::= item"})", "grammar", "'item'"},
       {R"({"prompt": "x", "grammar": "root ::= \"a\"", "response_format": {"type": "json_object"}})", "grammar", "give one"},

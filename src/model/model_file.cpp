@@ -403,6 +403,10 @@ void split_gpt_oss_experts(ModelFile& m) {
       for (const Tensor* t : {&gub, &gus, &db, &ds})
         FP_CHECK(t->dtype == DType::U8 || t->dtype == DType::I8, m.path, ": gpt-oss MXFP4 blocks and scales should be U8, found ",
                  dtype_name(t->dtype));
+      // The reads below stay inside these tensors: one byte per element, as many as the shapes say.
+      FP_CHECK(gub.nbytes() == E * 2 * ff * dim / 2 && gus.nbytes() == E * 2 * ff * dim / 32 && db.nbytes() == E * dim * ff / 2 &&
+                   ds.nbytes() == E * dim * ff / 32,
+               m.path, ": gpt-oss MXFP4 blocks/scales of layer ", l, " do not hold the bytes their shapes imply");
       // rows [E * rows_out] of `in` values: source row r of the checkpoint -> destination row.
       auto convert = [&](const Tensor& blocks, const Tensor& scales, int64_t src_row, BlockMXFP4* dst, int64_t in) {
         const int64_t nb = in / 32;

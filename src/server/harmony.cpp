@@ -11,6 +11,7 @@ namespace fp {
 namespace {
 
 constexpr std::string_view kStart = "<|start|>", kChannel = "<|channel|>", kMessage = "<|message|>";
+constexpr size_t kMaxHeader = 256;  // bytes of a header before it is taken for text
 constexpr std::array<std::string_view, 4> kBodyEnds = {"<|end|>", "<|call|>", "<|return|>", "<|start|>"};
 constexpr std::array<std::string_view, 7> kMarkers = {"<|start|>", "<|channel|>", "<|message|>", "<|end|>",
                                                       "<|call|>", "<|return|>", "<|constrain|>"};
@@ -64,31 +65,45 @@ ReasoningPiece HarmonyStream::drain(bool final) {
   ReasoningPiece out;
   auto emit = [&](std::string_view text) {
     if (text.empty()) return;
-    if (channel_ == Channel::Analysis) out.reasoning.append(text);
-    else if (channel_ == Channel::Call) call_args_.append(text);
-    else out.content.append(text);
+    if (channel_ == Channel::Call) {
+      call_args_.append(text);
+      return;
+    }
+    if (channel_ == Channel::Analysis) {
+      if (separate_) out.reasoning += '\n';  // messages of thinking, one per line (as vLLM joins them)
+      out.reasoning.append(text);
+      had_reasoning_ = true;
+    } else {
+      out.content.append(text);
+    }
+    separate_ = false;
   };
-  auto end_body = [&] {
-    if (channel_ == Channel::Call) calls_.push_back({recipient_.substr(std::string_view("functions.").size()), call_args_});
+  // A body ends: a call is complete only when its message ended (<|call|>, <|end|>, ...); one
+  // cut off (max_tokens, a stop string) is no call, and its text goes out as content.
+  auto end_body = [&](bool complete) {
+    if (channel_ == Channel::Call) {
+      if (complete) calls_.push_back({recipient_.substr(std::string_view("functions.").size()), call_args_});
+      else out.content += call_args_;
+    }
     call_args_.clear();
     header_.clear();
     state_ = State::Header;
   };
   for (;;) {
     if (state_ == State::Header) {
-      if (!seen_header_ && header_.empty() && !held_.empty() && !may_open_header(held_)) {
-        // Not harmony after all (a reply that ignores the format): all of it is content.
+      const bool not_harmony = !seen_header_ && header_.empty() && !held_.empty() && !may_open_header(held_);
+      const size_t at = held_.find(kMessage);
+      // A header is a few words; text that runs on without <|message|> is not one (and would be
+      // searched again with every piece).
+      const bool runaway = at == std::string::npos && held_.size() > kMaxHeader;
+      if (not_harmony || runaway) {  // a reply (or a stretch of one) that ignores the format: content
         seen_header_ = true;
         channel_ = Channel::Content;
         state_ = State::Body;
         continue;
       }
-      const size_t at = held_.find(kMessage);
       if (at == std::string::npos) {
-        if (final) {  // cut off inside a header: what it holds is not a message
-          header_ += held_;
-          held_.clear();
-        }
+        if (final) held_.clear();  // cut off inside a header: no message began, nothing to send
         break;
       }
       header_ += held_.substr(0, at);
@@ -97,10 +112,11 @@ ReasoningPiece HarmonyStream::drain(bool final) {
       // first word, and the recipient wherever "to=" stands.
       const std::string channel = word_after(header_, kChannel);
       recipient_ = word_after(header_, "to=");
-      if (channel == "analysis") channel_ = Channel::Analysis;
-      else if (recipient_.rfind("functions.", 0) == 0) channel_ = Channel::Call;
-      else if (!recipient_.empty()) channel_ = Channel::Analysis;  // a built-in tool's call (browser, python): not the user's
-      else channel_ = Channel::Content;                            // final, or a commentary preamble
+      if (recipient_.rfind("functions.", 0) == 0 && recipient_.size() > std::string_view("functions.").size())
+        channel_ = Channel::Call;  // on commentary as the format teaches, or analysis as the model sometimes writes
+      else if (channel == "analysis" || !recipient_.empty()) channel_ = Channel::Analysis;  // thinking, or a built-in tool's call
+      else channel_ = Channel::Content;  // final, or a commentary preamble
+      if (channel_ == Channel::Analysis) separate_ = had_reasoning_;
       seen_header_ = true;
       state_ = State::Body;
       continue;
@@ -115,13 +131,13 @@ ReasoningPiece HarmonyStream::drain(bool final) {
       const size_t keep = final ? 0 : marker_prefix_at_end(held_);
       emit(std::string_view(held_).substr(0, held_.size() - keep));
       held_.erase(0, held_.size() - keep);
-      if (final) end_body();
+      if (final) end_body(false);
       break;
     }
     emit(std::string_view(held_).substr(0, end));
     const bool restart = held_.compare(end, end_len, kStart) == 0;  // "<|start|>" begins the next header
     held_.erase(0, restart ? end : end + end_len);
-    end_body();
+    end_body(true);
     if (held_.rfind(kStart, 0) == 0) held_.erase(0, kStart.size());
   }
   return out;

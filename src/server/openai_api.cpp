@@ -435,8 +435,9 @@ std::optional<ApiError> parse_constraint(const nlohmann::ordered_json& b, const 
     }
   // A harmony reply opens with its channel headers (control tokens) before any answer; a grammar
   // over the whole reply would forbid them.
-  const bool constrains = (!given.empty() && !(given == "response_format" && b[given].is_object() &&
-                                               b[given].value("type", std::string()) == "text")) ||
+  const bool text_format = given == "response_format" && b[given].is_object() && b[given].contains("type") &&
+                           b[given]["type"].is_string() && b[given]["type"].get<std::string>() == "text";
+  const bool constrains = (!given.empty() && !text_format) ||
                           r.tool_mode == ApiRequest::ToolMode::Named || r.tool_mode == ApiRequest::ToolMode::Required;
   if (r.harmony && constrains)
     return bad(given.empty() ? "tool_choice" : given,
