@@ -1,4 +1,4 @@
-// bench/matmul_bench.cpp — matmul kernels at Llama-3.2-1B shapes: decode (1 token, weight bytes
+// bench/matmul_bench.cpp — matmul kernels at Llama-3.2-1B shapes (and gpt-oss's 5760x2880 for the 32-value formats): decode (1 token, weight bytes
 // streamed -> GB/s), small batches (4 and 12 tokens) and prefill (512 tokens -> GFLOP/s), for
 // every weight dtype the 1B bench uses (the _X8 forms: Q8_0 / Q4_K / Q6_K as repacked at load). Each registered kernel runs directly; the reference only on small n (it is slow).
 //   build/bench/fastpath_ops_bench --benchmark_filter=matmul --benchmark_repetitions=3
@@ -45,7 +45,11 @@ void register_all() {
                      DType::Q5_1, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q4_K_X8, DType::Q5_K, DType::Q6_K, DType::Q6_K_X8,
                      DType::Q4_0_X8, DType::Q4_1_X8, DType::Q5_0_X8, DType::Q5_1_X8, DType::Q3_K_X8,
                      DType::Q2_K_X8, DType::IQ4_NL, DType::IQ4_XS, DType::IQ4_NL_X8, DType::IQ4_XS_X8, DType::MXFP4, DType::MXFP4_X8}) {
-    for (Shape s : {Shape{2048, 2048}, Shape{8192, 2048}, Shape{2048, 8192}}) {
+    std::vector<Shape> shapes{{2048, 2048}, {8192, 2048}, {2048, 8192}};
+    // The 32-value file formats also at gpt-oss's expert gate+up (rows of 2880 values: 11 groups of
+    // 256 and 2 blocks, the interleaved GEMM's zero-padded last group).
+    if (dtype_info(type).block_elems == 32) shapes.push_back({5760, 2880});
+    for (Shape s : shapes) {
       // 1: decode; 4: the GEMV path's widest token group; 12: an MoE expert's share of a
       // 128-token prefill (64 experts, top 6); 16: batched decode of 16 sequences; 512: prefill.
       for (int64_t n : {1, 4, 12, 16, 32, 64, 128, 256, 512}) {

@@ -1,6 +1,6 @@
 // tests/backend_ops_matmul_test.cpp — every matmul kernel against its reference twin over
 // weight dtypes and shapes: 1..4 tokens (GEMV path) and more (GEMM path), odd row counts,
-// K tails, large K, biases, FP8 block scales with partial tiles; the _X8 forms (Q8_0_X8, Q4_K_X8,
+// K tails (rows ending inside a 256-value group), large K, biases, FP8 block scales with partial tiles; the _X8 forms (Q8_0_X8, Q4_K_X8,
 // Q6_K_X8, Q3_K_X8, Q2_K_X8, Q4_0_X8, Q4_1_X8, Q5_0_X8, Q5_1_X8, IQ4_NL_X8, IQ4_XS_X8, MXFP4_X8: repacked at load) against their reference and
 // against the file layout's on the same weights.
 #include <gtest/gtest.h>
@@ -94,6 +94,14 @@ std::vector<MatMulCase> cases() {
     // K of 10 groups of 256: the AVX2 4-bit tiles sweep K in blocks of 8 groups and add the
     // second block's sums (not the bias again) into y.
     if (dtype_info(t).quantized) cs.push_back({t, 7, 9, 2560, true});
+    // The 32-value file formats' rows may end inside a 256-value group of the interleaved GEMM
+    // (its last group zero-padded): one group and a block, 11 groups and 2 blocks (gpt-oss's 2880,
+    // past the AVX2 tiles' 8-group K blocks), and three blocks just past the GEMV's 4 tokens.
+    if (blk == 32) {
+      cs.push_back({t, 9, 17, 288, true});
+      cs.push_back({t, 13, 9, 2880, true});
+      cs.push_back({t, 5, 3, 96, false});
+    }
   }
   for (int64_t n : {1, 3, 9})
     for (int64_t out : {1, 130, 257})

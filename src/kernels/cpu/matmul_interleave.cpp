@@ -15,12 +15,19 @@
 
 namespace fp::cpu {
 
+bool partial_group_ok(DType t) {
+  return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1 || t == DType::IQ4_NL ||
+         t == DType::MXFP4;
+}
+
 bool interleaved_supported(const MatMulArgs& a) {
   const DType t = a.w->dtype;
+  const int64_t K = a.w->cols();
+  const bool k_ok = K % 256 == 0 || (partial_group_ok(t) && K % 32 == 0);
   return (t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1 || t == DType::Q3_K ||
           t == DType::Q4_K || t == DType::Q4_K_X8 || t == DType::Q5_K || t == DType::Q6_K || t == DType::Q6_K_X8 || is_block32_x8(t) ||
-          t == DType::Q3_K_X8 || t == DType::IQ4_XS_X8) &&
-         a.w->cols() % 256 == 0 && !a.w->block_scale;
+          t == DType::Q3_K_X8 || t == DType::IQ4_XS_X8 || t == DType::IQ4_NL || t == DType::MXFP4) &&
+         k_ok && !a.w->block_scale;
 }
 
 bool packed_has_mins(DType t) {
@@ -36,13 +43,13 @@ bool k_quant_activations(DType t) {
 // The unsigned weight values of the group's 8 blocks of 32 (block j = values 32j..32j+31 of the
 // group, at q + 32j) for the formats packed through scalar code (Q4_1, Q5_0, Q5_1, Q3_K, Q5_K), with their
 // scales: scale[j] (scale_hi[j] for Q3_K's second 16 values), min[j] subtracted per unit of sum(x).
-static void unpack_group_scalar(const Tensor& w, const uint8_t* row, int64_t g, uint8_t q[256], PackedW& p) {
-  switch (w.dtype) {
+// `grp`: the group's first byte.
+static void unpack_group_scalar(DType type, const uint8_t* grp, uint8_t q[256], PackedW& p) {
+  switch (type) {
     case DType::Q4_1: case DType::Q5_0: case DType::Q5_1:
       for (int j = 0; j < 8; ++j) {
-        const int64_t b = g * 8 + j;
-        if (w.dtype == DType::Q4_1) {
-          const BlockQ4_1& bl = reinterpret_cast<const BlockQ4_1*>(row)[b];
+        if (type == DType::Q4_1) {
+          const BlockQ4_1& bl = reinterpret_cast<const BlockQ4_1*>(grp)[j];
           for (int k = 0; k < 16; ++k) {
             q[32 * j + k] = bl.qs[k] & 0xf;
             q[32 * j + k + 16] = static_cast<uint8_t>(bl.qs[k] >> 4);
@@ -51,19 +58,19 @@ static void unpack_group_scalar(const Tensor& w, const uint8_t* row, int64_t g, 
           p.min[j] = -f16_to_f32(bl.m);
           continue;
         }
-        if (w.dtype == DType::Q5_0) q5_values(reinterpret_cast<const BlockQ5_0*>(row)[b].qs, reinterpret_cast<const BlockQ5_0*>(row)[b].qh, q + 32 * j);
-        else q5_values(reinterpret_cast<const BlockQ5_1*>(row)[b].qs, reinterpret_cast<const BlockQ5_1*>(row)[b].qh, q + 32 * j);
-        if (w.dtype == DType::Q5_0) {
-          p.scale[j] = f16_to_f32(reinterpret_cast<const BlockQ5_0*>(row)[b].d);
+        if (type == DType::Q5_0) q5_values(reinterpret_cast<const BlockQ5_0*>(grp)[j].qs, reinterpret_cast<const BlockQ5_0*>(grp)[j].qh, q + 32 * j);
+        else q5_values(reinterpret_cast<const BlockQ5_1*>(grp)[j].qs, reinterpret_cast<const BlockQ5_1*>(grp)[j].qh, q + 32 * j);
+        if (type == DType::Q5_0) {
+          p.scale[j] = f16_to_f32(reinterpret_cast<const BlockQ5_0*>(grp)[j].d);
           p.min[j] = 0;  // the -16 offset is the activations' init
         } else {
-          p.scale[j] = f16_to_f32(reinterpret_cast<const BlockQ5_1*>(row)[b].d);
-          p.min[j] = -f16_to_f32(reinterpret_cast<const BlockQ5_1*>(row)[b].m);
+          p.scale[j] = f16_to_f32(reinterpret_cast<const BlockQ5_1*>(grp)[j].d);
+          p.min[j] = -f16_to_f32(reinterpret_cast<const BlockQ5_1*>(grp)[j].m);
         }
       }
       return;
     case DType::Q5_K: {
-      const BlockQ5_K& b = reinterpret_cast<const BlockQ5_K*>(row)[g];
+      const BlockQ5_K& b = *reinterpret_cast<const BlockQ5_K*>(grp);
       const float d = f16_to_f32(b.d), dmin = f16_to_f32(b.dmin);
       q5_k_values(b, q);
       for (int j = 0; j < 8; ++j) {
@@ -75,7 +82,7 @@ static void unpack_group_scalar(const Tensor& w, const uint8_t* row, int64_t g, 
       return;
     }
     case DType::Q3_K: {  // values q - 4, q = low 2 bits | hmask bit << 2 (0..7); 16-value scales
-      const BlockQ3_K& b = reinterpret_cast<const BlockQ3_K*>(row)[g];
+      const BlockQ3_K& b = *reinterpret_cast<const BlockQ3_K*>(grp);
       const float d = f16_to_f32(b.d);
       q3_k_values(b, q);
       int8_t sc[16];
@@ -86,7 +93,7 @@ static void unpack_group_scalar(const Tensor& w, const uint8_t* row, int64_t g, 
       }
       return;
     }
-    default: fail("unpack_group_scalar: ", dtype_name(w.dtype));
+    default: fail("unpack_group_scalar: ", dtype_name(type));
   }
 }
 
@@ -125,8 +132,8 @@ FP_PACK_TARGET static inline __m256 f16x8(const uint16_t h[8]) {
 
 // Group g of an _X8 row of a 32-value format: its chunks, scales and (negated) minimums as they are.
 template <DType W>
-FP_PACK_TARGET static void pack_block32_x8_group(const uint8_t* row, int64_t g, PackedW& p) {
-  const auto& b = reinterpret_cast<const typename avx2::Block32X8<W>::type*>(row)[g];
+FP_PACK_TARGET static void pack_block32_x8_group(const uint8_t* grp, PackedW& p) {
+  const auto& b = *reinterpret_cast<const typename avx2::Block32X8<W>::type*>(grp);
   for (int c = 0; c < 4; ++c) {
     __m256i lo, hi;
     avx2::block32_x8_chunks<W>(b, c, &lo, &hi);
@@ -141,8 +148,8 @@ FP_PACK_TARGET static void pack_block32_x8_group(const uint8_t* row, int64_t g, 
 // IQ4_NL_X8 / IQ4_XS_X8 / MXFP4_X8: the levels + 128 (unsigned, as vpdpbusd takes them; the activations'
 // init, -128 x sum(x), takes the offset back) and the blocks' scales.
 template <class Block>
-FP_PACK_TARGET static void pack_iq4_x8_group(const uint8_t* row, int64_t g, PackedW& p) {
-  const Block& b = reinterpret_cast<const Block*>(row)[g];
+FP_PACK_TARGET static void pack_iq4_x8_group(const uint8_t* grp, PackedW& p) {
+  const Block& b = *reinterpret_cast<const Block*>(grp);
   const __m256i levels = avx2::x8_levels<Block>(true);
   for (int c = 0; c < 4; ++c) {
     __m256i lo, hi;
@@ -155,155 +162,198 @@ FP_PACK_TARGET static void pack_iq4_x8_group(const uint8_t* row, int64_t g, Pack
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.init), _mm256_setzero_si256());
 }
 
-FP_PACK_TARGET void pack_weights(const Tensor& w, int64_t o, PackedW* dst) {
-  const int64_t groups = w.cols() / 256;
+// One group of 256 values of a row of `type`, starting at `grp`.
+FP_PACK_TARGET static void pack_group(DType type, const uint8_t* grp, PackedW& p) {
   const __m256i m4 = _mm256_set1_epi8(0x0f);
-  const uint8_t* row = w.row_ptr(o);
-  for (int64_t g = 0; g < groups; ++g) {
-    PackedW& p = dst[g];
-    __m256i rows[8];
-    uint16_t h[8];
-    if (w.dtype == DType::Q8_0) {
-      const BlockQ8_0* b = reinterpret_cast<const BlockQ8_0*>(row) + g * 8;
-      for (int j = 0; j < 8; ++j) {
-        rows[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[j].qs));
-        h[j] = b[j].d;
-      }
-      transpose_store(rows, p.q);
-      // Sum of each block's signed bytes: chunk vectors hold block j in lane j, so the lanes add up.
-      const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
-      __m256i sum = _mm256_setzero_si256();
-      for (int c = 0; c < 8; ++c) {
-        __m256i chunk = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.q + 32 * c));
-        sum = _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, chunk), ones16));
-      }
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.init), _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(sum, 7)));
-      _mm256_storeu_ps(p.scale, f16x8(h));
-      _mm256_storeu_ps(p.min, _mm256_setzero_ps());
-    } else if (w.dtype == DType::Q4_0) {
-      const BlockQ4_0* b = reinterpret_cast<const BlockQ4_0*>(row) + g * 8;
-      for (int j = 0; j < 8; ++j) {
-        __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[j].qs));
-        __m256i qq = _mm256_set_m128i(_mm_srli_epi16(q, 4), q);
-        rows[j] = _mm256_and_si256(qq, m4);  // low nibbles = elements 0..15, high = 16..31
-        h[j] = b[j].d;
-      }
-      transpose_store(rows, p.q);
-      _mm256_storeu_ps(p.scale, f16x8(h));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.init), _mm256_setzero_si256());
-      _mm256_storeu_ps(p.min, _mm256_setzero_ps());
-    } else if (w.dtype == DType::Q6_K) {
-      // Value 32j + v of the super-block (block j) is 6 bits: 4 from ql, 2 from qh. Per half of
-      // 128 values: ql0/ql1's low nibbles are values 0..31 / 32..63, their high nibbles 64..95 /
-      // 96..127, each with the qh bits at offset 0, 2, 4, 6.
-      const BlockQ6_K& b = reinterpret_cast<const BlockQ6_K*>(row)[g];
-      const __m256i m2 = _mm256_set1_epi8(3);
-      for (int half = 0; half < 2; ++half) {
-        const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * half));
-        const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * half + 32));
-        const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + 32 * half));
-        const __m256i lows[4] = {_mm256_and_si256(ql0, m4), _mm256_and_si256(ql1, m4), _mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
-                                 _mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4)};
-        for (int k = 0; k < 4; ++k) {
-          const __m256i high = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), m2);
-          rows[4 * half + k] = _mm256_or_si256(lows[k], _mm256_slli_epi16(high, 4));
-        }
-      }
-      transpose_store(rows, p.q);
-      const float d = f16_to_f32(b.d);
-      for (int j = 0; j < 8; ++j) {
-        p.scale[j] = d * static_cast<float>(b.scales[2 * j]);
-        p.scale_hi[j] = d * static_cast<float>(b.scales[2 * j + 1]);
-      }
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.init), _mm256_setzero_si256());
-    } else if (w.dtype == DType::Q6_K_X8) {  // already interleaved: chunks t and t + 4 from ql / qh vector t
-      const BlockQ6_Kx8& b = reinterpret_cast<const BlockQ6_Kx8*>(row)[g];
-      for (int t = 0; t < 4; ++t) {
-        __m256i lo, hi;
-        avx2::q6_k_x8_chunks(b, t, &lo, &hi);
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.q + 32 * t), lo);
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.q + 32 * (t + 4)), hi);
-      }
-      __m256 s_lo, s_hi;
-      avx2::q6_k_x8_scales(b, &s_lo, &s_hi);
-      _mm256_storeu_ps(p.scale, s_lo);
-      _mm256_storeu_ps(p.scale_hi, s_hi);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.init), _mm256_setzero_si256());
-    } else if (w.dtype == DType::Q4_K_X8) {  // already interleaved: chunk c's nibbles are chunks c and c + 4
-      const BlockQ4_Kx8& b = reinterpret_cast<const BlockQ4_Kx8*>(row)[g];
-      for (int c = 0; c < 4; ++c) {
-        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * c));
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.q + 32 * c), _mm256_and_si256(q, m4));
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.q + 32 * (c + 4)), _mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
-      }
-      __m256 scale, min;
-      avx2::q4_k_x8_scales_mins(b, &scale, &min);
-      _mm256_storeu_ps(p.scale, scale);
-      _mm256_storeu_ps(p.min, min);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.init), _mm256_setzero_si256());
-    } else if (w.dtype == DType::Q3_K_X8) {  // already interleaved, as Q6_K_X8
-      const BlockQ3_Kx8& b = reinterpret_cast<const BlockQ3_Kx8*>(row)[g];
-      for (int t = 0; t < 4; ++t) {
-        __m256i lo, hi;
-        avx2::q3_k_x8_chunks(b, t, &lo, &hi);
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.q + 32 * t), lo);
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.q + 32 * (t + 4)), hi);
-      }
-      __m256 s_lo, s_hi;
-      avx2::q3_k_x8_scales(b, &s_lo, &s_hi);
-      _mm256_storeu_ps(p.scale, s_lo);
-      _mm256_storeu_ps(p.scale_hi, s_hi);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.init), _mm256_setzero_si256());
-    } else if (w.dtype == DType::IQ4_NL_X8) {
-      pack_iq4_x8_group<BlockIQ4_NLx8>(row, g, p);
-    } else if (w.dtype == DType::MXFP4_X8) {
-      pack_iq4_x8_group<BlockMXFP4x8>(row, g, p);
-    } else if (w.dtype == DType::IQ4_XS_X8) {
-      pack_iq4_x8_group<BlockIQ4_XSx8>(row, g, p);
-    } else if (is_block32_x8(w.dtype)) {  // already interleaved (Q4_0_X8 ... Q5_1_X8)
-      switch (w.dtype) {
-        case DType::Q4_0_X8: pack_block32_x8_group<DType::Q4_0_X8>(row, g, p); break;
-        case DType::Q4_1_X8: pack_block32_x8_group<DType::Q4_1_X8>(row, g, p); break;
-        case DType::Q5_0_X8: pack_block32_x8_group<DType::Q5_0_X8>(row, g, p); break;
-        default: pack_block32_x8_group<DType::Q5_1_X8>(row, g, p);
-      }
-    } else if (w.dtype != DType::Q4_K) {  // the formats unpacked by scalar code
-      uint8_t q[256];
-      unpack_group_scalar(w, row, g, q, p);
-      for (int j = 0; j < 8; ++j) rows[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * j));
-      transpose_store(rows, p.q);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.init), _mm256_setzero_si256());
-    } else {  // Q4_K: sub-block 2i = low nibbles of qs[32i..], 2i+1 = high nibbles
-      const BlockQ4_K& b = reinterpret_cast<const BlockQ4_K*>(row)[g];
-      for (int i = 0; i < 4; ++i) {
-        __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * i));
-        rows[2 * i] = _mm256_and_si256(q, m4);
-        rows[2 * i + 1] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-      }
-      transpose_store(rows, p.q);
-      uint8_t sc[8], m[8];
-      for (int j = 0; j < 4; ++j) {
-        sc[j] = b.scales[j] & 63;
-        m[j] = b.scales[j + 4] & 63;
-        sc[j + 4] = static_cast<uint8_t>((b.scales[j + 8] & 0xf) | ((b.scales[j] >> 6) << 4));
-        m[j + 4] = static_cast<uint8_t>((b.scales[j + 8] >> 4) | ((b.scales[j + 4] >> 6) << 4));
-      }
-      const float d = f16_to_f32(b.d), dmin = f16_to_f32(b.dmin);
-      for (int j = 0; j < 8; ++j) {
-        p.scale[j] = d * sc[j];
-        p.min[j] = dmin * m[j];
-      }
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.init), _mm256_setzero_si256());
+  __m256i rows[8];
+  uint16_t h[8];
+  if (type == DType::Q8_0) {
+    const BlockQ8_0* b = reinterpret_cast<const BlockQ8_0*>(grp);
+    for (int j = 0; j < 8; ++j) {
+      rows[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[j].qs));
+      h[j] = b[j].d;
     }
+    transpose_store(rows, p.q);
+    // Sum of each block's signed bytes: chunk vectors hold block j in lane j, so the lanes add up.
+    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+    __m256i sum = _mm256_setzero_si256();
+    for (int c = 0; c < 8; ++c) {
+      __m256i chunk = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.q + 32 * c));
+      sum = _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, chunk), ones16));
+    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.init), _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(sum, 7)));
+    _mm256_storeu_ps(p.scale, f16x8(h));
+    _mm256_storeu_ps(p.min, _mm256_setzero_ps());
+  } else if (type == DType::Q4_0) {
+    const BlockQ4_0* b = reinterpret_cast<const BlockQ4_0*>(grp);
+    for (int j = 0; j < 8; ++j) {
+      __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[j].qs));
+      __m256i qq = _mm256_set_m128i(_mm_srli_epi16(q, 4), q);
+      rows[j] = _mm256_and_si256(qq, m4);  // low nibbles = elements 0..15, high = 16..31
+      h[j] = b[j].d;
+    }
+    transpose_store(rows, p.q);
+    _mm256_storeu_ps(p.scale, f16x8(h));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.init), _mm256_setzero_si256());
+    _mm256_storeu_ps(p.min, _mm256_setzero_ps());
+  } else if (type == DType::Q6_K) {
+    // Value 32j + v of the super-block (block j) is 6 bits: 4 from ql, 2 from qh. Per half of
+    // 128 values: ql0/ql1's low nibbles are values 0..31 / 32..63, their high nibbles 64..95 /
+    // 96..127, each with the qh bits at offset 0, 2, 4, 6.
+    const BlockQ6_K& b = *reinterpret_cast<const BlockQ6_K*>(grp);
+    const __m256i m2 = _mm256_set1_epi8(3);
+    for (int half = 0; half < 2; ++half) {
+      const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * half));
+      const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * half + 32));
+      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + 32 * half));
+      const __m256i lows[4] = {_mm256_and_si256(ql0, m4), _mm256_and_si256(ql1, m4), _mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
+                               _mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4)};
+      for (int k = 0; k < 4; ++k) {
+        const __m256i high = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), m2);
+        rows[4 * half + k] = _mm256_or_si256(lows[k], _mm256_slli_epi16(high, 4));
+      }
+    }
+    transpose_store(rows, p.q);
+    const float d = f16_to_f32(b.d);
+    for (int j = 0; j < 8; ++j) {
+      p.scale[j] = d * static_cast<float>(b.scales[2 * j]);
+      p.scale_hi[j] = d * static_cast<float>(b.scales[2 * j + 1]);
+    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.init), _mm256_setzero_si256());
+  } else if (type == DType::Q6_K_X8) {  // already interleaved: chunks t and t + 4 from ql / qh vector t
+    const BlockQ6_Kx8& b = *reinterpret_cast<const BlockQ6_Kx8*>(grp);
+    for (int t = 0; t < 4; ++t) {
+      __m256i lo, hi;
+      avx2::q6_k_x8_chunks(b, t, &lo, &hi);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.q + 32 * t), lo);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.q + 32 * (t + 4)), hi);
+    }
+    __m256 s_lo, s_hi;
+    avx2::q6_k_x8_scales(b, &s_lo, &s_hi);
+    _mm256_storeu_ps(p.scale, s_lo);
+    _mm256_storeu_ps(p.scale_hi, s_hi);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.init), _mm256_setzero_si256());
+  } else if (type == DType::Q4_K_X8) {  // already interleaved: chunk c's nibbles are chunks c and c + 4
+    const BlockQ4_Kx8& b = *reinterpret_cast<const BlockQ4_Kx8*>(grp);
+    for (int c = 0; c < 4; ++c) {
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * c));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.q + 32 * c), _mm256_and_si256(q, m4));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.q + 32 * (c + 4)), _mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
+    }
+    __m256 scale, min;
+    avx2::q4_k_x8_scales_mins(b, &scale, &min);
+    _mm256_storeu_ps(p.scale, scale);
+    _mm256_storeu_ps(p.min, min);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.init), _mm256_setzero_si256());
+  } else if (type == DType::Q3_K_X8) {  // already interleaved, as Q6_K_X8
+    const BlockQ3_Kx8& b = *reinterpret_cast<const BlockQ3_Kx8*>(grp);
+    for (int t = 0; t < 4; ++t) {
+      __m256i lo, hi;
+      avx2::q3_k_x8_chunks(b, t, &lo, &hi);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.q + 32 * t), lo);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.q + 32 * (t + 4)), hi);
+    }
+    __m256 s_lo, s_hi;
+    avx2::q3_k_x8_scales(b, &s_lo, &s_hi);
+    _mm256_storeu_ps(p.scale, s_lo);
+    _mm256_storeu_ps(p.scale_hi, s_hi);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.init), _mm256_setzero_si256());
+  } else if (type == DType::IQ4_NL_X8) {
+    pack_iq4_x8_group<BlockIQ4_NLx8>(grp, p);
+  } else if (type == DType::MXFP4_X8) {
+    pack_iq4_x8_group<BlockMXFP4x8>(grp, p);
+  } else if (type == DType::IQ4_XS_X8) {
+    pack_iq4_x8_group<BlockIQ4_XSx8>(grp, p);
+  } else if (is_block32_x8(type)) {  // already interleaved (Q4_0_X8 ... Q5_1_X8)
+    switch (type) {
+      case DType::Q4_0_X8: pack_block32_x8_group<DType::Q4_0_X8>(grp, p); break;
+      case DType::Q4_1_X8: pack_block32_x8_group<DType::Q4_1_X8>(grp, p); break;
+      case DType::Q5_0_X8: pack_block32_x8_group<DType::Q5_0_X8>(grp, p); break;
+      default: pack_block32_x8_group<DType::Q5_1_X8>(grp, p);
+    }
+  } else if (type != DType::Q4_K) {  // the formats unpacked by scalar code
+    uint8_t q[256];
+    unpack_group_scalar(type, grp, q, p);
+    for (int j = 0; j < 8; ++j) rows[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * j));
+    transpose_store(rows, p.q);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.init), _mm256_setzero_si256());
+  } else {  // Q4_K: sub-block 2i = low nibbles of qs[32i..], 2i+1 = high nibbles
+    const BlockQ4_K& b = *reinterpret_cast<const BlockQ4_K*>(grp);
+    for (int i = 0; i < 4; ++i) {
+      __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * i));
+      rows[2 * i] = _mm256_and_si256(q, m4);
+      rows[2 * i + 1] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+    }
+    transpose_store(rows, p.q);
+    uint8_t sc[8], m[8];
+    for (int j = 0; j < 4; ++j) {
+      sc[j] = b.scales[j] & 63;
+      m[j] = b.scales[j + 4] & 63;
+      sc[j + 4] = static_cast<uint8_t>((b.scales[j + 8] & 0xf) | ((b.scales[j] >> 6) << 4));
+      m[j + 4] = static_cast<uint8_t>((b.scales[j + 8] >> 4) | ((b.scales[j + 4] >> 6) << 4));
+    }
+    const float d = f16_to_f32(b.d), dmin = f16_to_f32(b.dmin);
+    for (int j = 0; j < 8; ++j) {
+      p.scale[j] = d * sc[j];
+      p.min[j] = dmin * m[j];
+    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.init), _mm256_setzero_si256());
+  }
+}
+
+// IQ4_NL / MXFP4 in the file layout: each block's nibbles as the levels + 128 (as pack_iq4_x8_group),
+// then the 8x8 word transpose; the scales from the blocks' f16 d / E8M0 bytes.
+template <class Block>
+FP_PACK_TARGET static void pack_nl_group(const uint8_t* grp, PackedW& p) {
+  constexpr bool kMx = std::is_same_v<Block, BlockMXFP4>;
+  const Block* b = reinterpret_cast<const Block*>(grp);
+  const __m256i levels = kMx ? avx2::mxfp4_levels(true) : avx2::iq4_levels(true), m4 = _mm256_set1_epi8(0x0f);
+  __m256i rows[8];
+  for (int j = 0; j < 8; ++j) {
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[j].qs));
+    rows[j] = _mm256_shuffle_epi8(levels, _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), m4));
+  }
+  transpose_store(rows, p.q);
+  for (int j = 0; j < 8; ++j) {
+    if constexpr (kMx) p.scale[j] = mxfp4_half_scale(b[j].e);
+    else p.scale[j] = f16_to_f32(b[j].d);
+  }
+  _mm256_storeu_ps(p.min, _mm256_setzero_ps());
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.init), _mm256_setzero_si256());
+}
+
+FP_PACK_TARGET void pack_weights(const Tensor& w, int64_t o, PackedW* dst) {
+  const DType type = w.dtype;
+  const int64_t K = w.cols(), full = K / 256, tail = K % 256, group_bytes = row_bytes(type, 256);
+  const uint8_t* row = w.row_ptr(o);
+  auto pack = [&](const uint8_t* grp, PackedW& p) {
+    if (type == DType::IQ4_NL) pack_nl_group<BlockIQ4_NL>(grp, p);
+    else if (type == DType::MXFP4) pack_nl_group<BlockMXFP4>(grp, p);
+    else pack_group(type, grp, p);
+  };
+  for (int64_t g = 0; g < full; ++g) pack(row + g * group_bytes, dst[g]);
+  if (tail == 0) return;
+  // A row of a 32-value format that ends inside a group (partial_group_ok): its last blocks
+  // zero-padded to a group, the padding's scales, minimums and offsets zeroed (the activations'
+  // padding is zero too: pack_activations), so it adds exactly nothing.
+  FP_CHECK(partial_group_ok(type) && tail % 32 == 0, "pack_weights: rows of ", K, " ", dtype_name(type), " values end inside a group");
+  alignas(32) uint8_t last[8 * sizeof(BlockQ8_0)] = {};
+  FP_CHECK(group_bytes <= static_cast<int64_t>(sizeof last), "pack_weights: ", dtype_name(type), " groups of ", group_bytes, " bytes");
+  std::memcpy(last, row + full * group_bytes, static_cast<size_t>(row_bytes(type, tail)));
+  PackedW& p = dst[full];
+  pack(last, p);
+  for (int64_t j = tail / 32; j < 8; ++j) {
+    p.scale[j] = p.min[j] = 0;
+    p.init[j] = 0;
   }
 }
 
 void pack_activations(DType wtype, const float* x, const BlockQ8_0* xq, int64_t K, PackedX* dst) {
-  const int64_t groups = K / 256;
+  const int64_t groups = interleaved_groups(K), blocks32 = K / QK8_0;
   wtype = block32_base(wtype);  // Q4_0_X8 ... Q5_1_X8 dot the same activations as their file formats
   const bool iq4 = wtype == DType::IQ4_NL || wtype == DType::IQ4_XS || wtype == DType::IQ4_XS_X8 || wtype == DType::MXFP4;
   uint8_t blocks[8][32];
-  if (k_quant_activations(wtype)) {
+  if (k_quant_activations(wtype)) {  // (rows a multiple of 256)
     std::vector<BlockQ8_K> q(static_cast<size_t>(groups));
     quantize_act_q8_k(x, q.data(), K);
     // Q6_K / Q3_K weights are q - 32 / q - 4: the offset's share starts each half.
@@ -326,13 +376,19 @@ void pack_activations(DType wtype, const float* x, const BlockQ8_0* xq, int64_t 
   }
   std::vector<BlockQ8_0> own;
   if (!xq) {
-    own.resize(static_cast<size_t>(groups * 8));
+    own.resize(static_cast<size_t>(blocks32));
     quantize_act_q8_0(x, own.data(), K);
     xq = own.data();
   }
   for (int64_t g = 0; g < groups; ++g) {
     PackedX& p = dst[g];
     for (int j = 0; j < 8; ++j) {
+      if (g * 8 + j >= blocks32) {  // past the end of a row that ends inside the group: zeros
+        std::memset(blocks[j], 0, 32);
+        p.d[j] = p.bsum[j] = 0;
+        p.init[j] = p.init_hi[j] = 0;
+        continue;
+      }
       const BlockQ8_0& b = xq[g * 8 + j];
       int32_t sum = 0;
       for (int k = 0; k < 32; ++k) {
@@ -355,7 +411,7 @@ void pack_activations(DType wtype, const float* x, const BlockQ8_0* xq, int64_t 
 
 std::vector<PackedX> pack_all_activations(const MatMulArgs& a) {
   const Tensor& w = *a.w;
-  const int64_t K = w.cols(), groups = K / 256;
+  const int64_t K = w.cols(), groups = interleaved_groups(K);
   std::vector<PackedX> xp(static_cast<size_t>(a.n * groups));
   const bool q8_0_acts = !k_quant_activations(w.dtype);
   thread_pool().parallel_for(a.n, 16, [&](int64_t i0, int64_t i1) {
@@ -371,7 +427,7 @@ void gemm_interleaved(const MatMulArgs& a, int rows_per_tile, int tokens_per_til
   FP_CHECK(rows_per_tile >= 1 && rows_per_tile <= kMaxTileRows && tokens_per_tile >= 1 && tokens_per_tile <= kMaxTileTokens,
            "gemm_interleaved: tile of ", rows_per_tile, "x", tokens_per_tile, " is out of range");
   const Tensor& w = *a.w;
-  const int64_t K = w.cols(), out = w.rows(), groups = K / 256;
+  const int64_t K = w.cols(), out = w.rows(), groups = interleaved_groups(K);
   const int64_t gb = group_block > 0 ? std::min(group_block, groups) : groups;
   const std::vector<PackedX> xp = pack_all_activations(a);
   constexpr int64_t kRows = 32;

@@ -39,8 +39,15 @@ struct PackedX {
 // of its two), chunks 4..7 its values 16..31, so its kernels keep two accumulators per tile
 // element, one per half, scaled by `scale` and `scale_hi`; the -32 offset starts them (init, init_hi).
 
-// Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL (and their _X8 forms), Q3_K, Q4_K(_X8), Q5_K, Q6_K(_X8), IQ4_XS_X8 with rows a multiple of 256.
+// Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4 (and their _X8 forms), Q3_K, Q4_K(_X8), Q5_K, Q6_K(_X8), IQ4_XS_X8 with
+// rows a multiple of 256; the 32-value file formats (partial_group_ok) with rows a multiple of 32.
 bool interleaved_supported(const MatMulArgs& a);
+// Formats whose rows may end inside a group (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4 in the file
+// layout): the last group is packed zero-padded, weights and activations both, so it adds nothing
+// (gpt-oss's 2880-value rows are 11 groups and 2 blocks).
+bool partial_group_ok(DType t);
+// Groups of a K-value row: K / 256 rounded up.
+inline int64_t interleaved_groups(int64_t K) { return (K + 255) / 256; }
 // Weights whose activations are Q8_K (256-value blocks with 16-value sums): the K-quants.
 bool k_quant_activations(DType t);
 // Weights whose packed groups carry a minimum (PackedW::min, applied per unit of PackedX::bsum).
@@ -48,7 +55,7 @@ bool packed_has_mins(DType t);
 void pack_weights(const Tensor& w, int64_t row, PackedW* dst);
 // xq: the row already quantized to Q8_0 (Q8_0/Q4_0/Q8_0_X8 weights), or null to quantize x here.
 void pack_activations(DType wtype, const float* x, const BlockQ8_0* xq, int64_t K, PackedX* dst);
-// All a.n rows of the call's activations, K / 256 groups per row (threads share the rows).
+// All a.n rows of the call's activations, interleaved_groups(K) groups per row (threads share the rows).
 std::vector<PackedX> pack_all_activations(const MatMulArgs& a);
 
 // Decode over weights repacked at load (Q4_K_X8, Q6_K_X8, Q4_0_X8 ...): the call's activations packed once,

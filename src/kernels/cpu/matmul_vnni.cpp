@@ -509,9 +509,9 @@ void matmul_vnni(const MatMulArgs& a) {
   if (t == DType::Q3_K_X8 && a.n <= cpu::kGemvMaxTokens) return gemv_q3_k_x8(a);
   if (a.w->dtype == DType::Q6_K || a.w->dtype == DType::Q6_K_X8 || a.w->dtype == DType::Q3_K || a.w->dtype == DType::Q3_K_X8)
     return gemm_q6_interleaved_vnni(a);  // Q6_K, Q3_K: prefill only
-  if (a.n > cpu::kGemvMaxTokens && a.w->cols() % 256 == 0) return gemm_interleaved_vnni(a);
+  if (a.n > cpu::kGemvMaxTokens && cpu::interleaved_supported(a)) return gemm_interleaved_vnni(a);
   FP_CHECK(a.w->dtype == DType::Q8_0 || a.w->dtype == DType::Q4_0, "matmul " FP_VNNI_NAME ": ", dtype_name(a.w->dtype),
-           " needs more than 4 tokens and rows that are a multiple of 256");
+           " needs more than 4 tokens and rows that are a multiple of 32 (256 for its K-quants and _X8 forms)");
   const int64_t K = a.w->cols(), nb = K / QK8_0;
   QuantizedActs x;
   x.q = a.xq;
@@ -543,17 +543,20 @@ std::string refuse_vnni(const MatMulArgs& a) {
   static const std::string cpu = cpu_features().missing(FP_VNNI_FEATURES);
   if (!cpu.empty()) return cpu;
   const DType t = a.w->dtype;
-  // Prefill only (decode is left to the AVX2 kernel), on the interleaved tiles.
+  // Prefill only (decode is left to the AVX2 kernel), on the interleaved tiles. IQ4_NL and MXFP4 in
+  // the file layout are rows of other lengths than multiples of 256 (those are repacked at load to
+  // their _X8 forms): their last group is packed zero-padded (cpu::partial_group_ok).
   const bool prefill_only = t == DType::Q4_K || t == DType::Q6_K || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1 ||
-                            t == DType::Q3_K || t == DType::Q5_K;
+                            t == DType::Q3_K || t == DType::Q5_K || t == DType::IQ4_NL || t == DType::MXFP4;
   if (t != DType::Q8_0 && t != DType::Q4_0 && t != DType::Q8_0_X8 && t != DType::Q4_K_X8 && t != DType::Q6_K_X8 && !is_block32_x8(t) &&
       t != DType::Q3_K_X8 && t != DType::IQ4_XS_X8 && !prefill_only)
-    return std::string("only Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q3_K/Q4_K/Q5_K/Q6_K and their repacked _X8 forms, IQ4_NL_X8, IQ4_XS_X8 and MXFP4_X8 (these are ") +
+    return std::string("only Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_NL/MXFP4 and their repacked _X8 forms, and IQ4_XS_X8 (these are ") +
            dtype_name(t) + ")";
   if (prefill_only && a.n <= cpu::kGemvMaxTokens)
     return std::string(dtype_name(t)) + " decode (<= 4 tokens) is left to the AVX2 kernel";
-  if (prefill_only && a.w->cols() % 256 != 0)
-    return std::string(dtype_name(t)) + " needs rows that are a multiple of 256 (these have " + std::to_string(a.w->cols()) + ")";
+  if (prefill_only && !cpu::interleaved_supported(a))
+    return std::string(dtype_name(t)) + " needs rows that are a multiple of " + (cpu::partial_group_ok(t) ? "32" : "256") + " (these have " +
+           std::to_string(a.w->cols()) + ")";
   return {};
 }
 
