@@ -247,13 +247,17 @@ FP_AVX2_INLINE void iq4_x8_chunks(const uint8_t* qs, int c, __m256i levels, __m2
 FP_AVX2_INLINE __m256 iq4_x8_scales(const BlockIQ4_NLx8& b) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.d)));
 }
-// MXFP4_X8's: 2^(e_j - 128) from the E8M0 bytes, exactly (e = 0, 1 are subnormal: 2^-128, 2^-127).
-FP_AVX2_INLINE __m256 iq4_x8_scales(const BlockMXFP4x8& b) {
-  const __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.e)));
+// 2^(e_j - 128) for 8 E8M0 bytes e_j (one per int32 lane), exactly as mxfp4_half_scale (e = 0, 1 are
+// subnormal: 2^-128, 2^-127).
+FP_AVX2_INLINE __m256 e8m0_half_scales(__m256i e) {
   const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
   const __m256i subnormal = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
   const __m256i small = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e);
   return _mm256_castsi256_ps(_mm256_blendv_epi8(normal, subnormal, small));
+}
+// MXFP4_X8's: its 8 E8M0 bytes' scales.
+FP_AVX2_INLINE __m256 iq4_x8_scales(const BlockMXFP4x8& b) {
+  return e8m0_half_scales(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.e))));
 }
 FP_AVX2_INLINE __m256 iq4_x8_scales(const BlockIQ4_XSx8& b) {
   uint32_t lo4;
