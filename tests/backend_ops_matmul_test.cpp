@@ -101,6 +101,7 @@ std::vector<MatMulCase> cases() {
       cs.push_back({t, 9, 17, 288, true});
       cs.push_back({t, 13, 9, 2880, true});
       cs.push_back({t, 5, 3, 96, false});
+      cs.push_back({t, 261, 9, 288, false});  // on BF16 panels: a whole group and a block
     }
   }
   for (int64_t n : {1, 3, 9})
@@ -161,7 +162,8 @@ TEST(BackendOps, RepackedWeightsMatchTheFileLayoutsReference) {
   int checked = 0;
   for (const auto& c : cases()) {
     const bool block32 = block32_x8(c.type) != c.type;
-    if (((c.type != DType::Q8_0 && !block32) || c.in % 256 != 0) && c.type != DType::Q4_K && c.type != DType::Q6_K &&
+    // (MXFP4 rows of any multiple of 32 repack: an MXFP4_X8 row may end in plain blocks.)
+    if (((c.type != DType::Q8_0 && !block32) || (c.in % 256 != 0 && c.type != DType::MXFP4)) && c.type != DType::Q4_K && c.type != DType::Q6_K &&
         c.type != DType::Q3_K && c.type != DType::Q2_K && c.type != DType::IQ4_XS)
       continue;
     const DType packed_type = c.type == DType::Q8_0   ? DType::Q8_0_X8
@@ -183,7 +185,10 @@ TEST(BackendOps, RepackedWeightsMatchTheFileLayoutsReference) {
       pack_q8_0_x8(reinterpret_cast<const BlockQ8_0*>(d.w.data()), reinterpret_cast<BlockQ8_0x8*>(packed.data()),
                    c.out * c.in / QK8_0X8);
     else if (block32)
-      pack_block32_x8(c.type, d.w.data(), packed.data(), c.out * c.in / 256);
+      for (int64_t o = 0; o < c.out; ++o) {
+        const int64_t rb = row_bytes(c.type, c.in);
+        pack_block32_x8_row(c.type, d.w.data() + o * rb, packed.data() + o * rb, c.in);
+      }
     else if (c.type == DType::IQ4_XS)
       pack_iq4_xs_x8(reinterpret_cast<const BlockIQ4_XS*>(d.w.data()), reinterpret_cast<BlockIQ4_XSx8*>(packed.data()),
                      c.out * c.in / QK_K);

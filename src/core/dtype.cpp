@@ -26,7 +26,7 @@ const DTypeInfo& dtype_info(DType t) {
       q4_1_x8{"Q4_1_X8", 256, sizeof(BlockQ4_1x8), true}, q5_0_x8{"Q5_0_X8", 256, sizeof(BlockQ5_0x8), true},
       q5_1_x8{"Q5_1_X8", 256, sizeof(BlockQ5_1x8), true}, q3_k_x8{"Q3_K_X8", QK_K, sizeof(BlockQ3_Kx8), true},
       q2_k_x8{"Q2_K_X8", QK_K, sizeof(BlockQ2_Kx8), true}, iq4_nl{"IQ4_NL", 32, sizeof(BlockIQ4_NL), true},
-      mxfp4{"MXFP4", 32, sizeof(BlockMXFP4), true}, mxfp4_x8{"MXFP4_X8", 256, sizeof(BlockMXFP4x8), true},
+      mxfp4{"MXFP4", 32, sizeof(BlockMXFP4), true}, mxfp4_x8{"MXFP4_X8", 32, sizeof(BlockMXFP4), true},
       iq4_xs{"IQ4_XS", QK_K, sizeof(BlockIQ4_XS), true}, iq4_nl_x8{"IQ4_NL_X8", 256, sizeof(BlockIQ4_NLx8), true},
       iq4_xs_x8{"IQ4_XS_X8", QK_K, sizeof(BlockIQ4_XSx8), true}, i8{"I8", 1, 1, false}, u8{"U8", 1, 1, false}, i16{"I16", 1, 2, false},
       i32{"I32", 1, 4, false}, i64{"I64", 1, 8, false}, f64{"F64", 1, 8, false};
@@ -1075,6 +1075,26 @@ void unpack_block32_x8(DType packed, const void* src, void* dst, int64_t groups)
   }
 }
 
+// The bytes of a row's blocks after its last whole group: MXFP4_X8 rows may have some (core/dtype.h).
+static int64_t block32_tail_bytes(DType base, int64_t n) {
+  FP_CHECK(n % 256 == 0 || (base == DType::MXFP4 && n % 32 == 0), "a ", dtype_name(block32_x8(base)), " row of ", n,
+           " values: only MXFP4_X8 rows may end inside a group of 256 (at a block of 32)");
+  return n % 256 / 32 * dtype_info(base).block_bytes;
+}
+
+void pack_block32_x8_row(DType base, const void* src, void* dst, int64_t n) {
+  const int64_t tail = block32_tail_bytes(base, n), whole = n / 256 * 8 * dtype_info(base).block_bytes;
+  pack_block32_x8(base, src, dst, n / 256);
+  if (tail && dst != src) std::memcpy(static_cast<uint8_t*>(dst) + whole, static_cast<const uint8_t*>(src) + whole, static_cast<size_t>(tail));
+}
+
+void unpack_block32_x8_row(DType packed, const void* src, void* dst, int64_t n) {
+  const DType base = block32_base(packed);
+  const int64_t tail = block32_tail_bytes(base, n), whole = n / 256 * 8 * dtype_info(base).block_bytes;
+  unpack_block32_x8(packed, src, dst, n / 256);
+  if (tail && dst != src) std::memcpy(static_cast<uint8_t*>(dst) + whole, static_cast<const uint8_t*>(src) + whole, static_cast<size_t>(tail));
+}
+
 void pack_iq4_xs_x8(const BlockIQ4_XS* src, BlockIQ4_XSx8* dst, int64_t blocks) {
   for (int64_t i = 0; i < blocks; ++i) {
     const BlockIQ4_XS b = src[i];  // a copy first: dst may overlap src
@@ -1266,6 +1286,8 @@ void dequantize_row(DType t, const void* src, float* y, int64_t n) {
         unpack_block32_x8(t, static_cast<const uint8_t*>(src) + g * group_bytes, blocks, 1);
         dequantize_row(base, blocks, y + g * 256, 256);
       }
+      block32_tail_bytes(base, n);  // (checks n)
+      if (n % 256) dequantize_row(base, static_cast<const uint8_t*>(src) + n / 256 * group_bytes, y + n / 256 * 256, n % 256);  // MXFP4_X8's plain tail
       return;
     }
     case DType::F64: {
@@ -1336,7 +1358,7 @@ void quantize_row(DType t, const float* x, void* dst, int64_t n) {
     case DType::Q4_0_X8: case DType::Q4_1_X8: case DType::Q5_0_X8: case DType::Q5_1_X8: case DType::IQ4_NL_X8:
     case DType::MXFP4_X8:  // as the base, then repacked in place
       quantize_row(block32_base(t), x, dst, n);
-      pack_block32_x8(block32_base(t), dst, dst, n / 256);
+      pack_block32_x8_row(block32_base(t), dst, dst, n);
       return;
     default: fail("cannot quantize F32 to ", dtype_name(t));
   }

@@ -262,10 +262,14 @@ struct BlockQ5_1x8 {
 using BlockIQ4_NLx8 = BlockQ4_0x8;
 // Eight MXFP4 blocks interleaved as IQ4_NL_X8's (qs[32t + 4j + k] = block j's byte 4t + k, the
 // nibbles index kMxfp4Values), their E8M0 scale bytes apart: the same 136 bytes as the 8 blocks.
+// An MXFP4_X8 row may end inside a group (gpt-oss's rows are 2880 values: 11 groups and 2 blocks):
+// its whole groups are BlockMXFP4x8, its last K % 256 / 32 blocks stay plain BlockMXFP4, so a row
+// keeps MXFP4's 17 bytes per 32 values and the dtype's block is MXFP4's (dtype_info).
 struct BlockMXFP4x8 {
   uint8_t e[8];
   uint8_t qs[128];
 };
+
 // One IQ4_XS super-block with its 8 blocks' nibbles interleaved as BlockQ4_0x8's (qs[32t + 4j + k]
 // = block j's byte 4t + k); d and the scales as the file's. Same 136 bytes as IQ4_XS.
 struct BlockIQ4_XSx8 {
@@ -356,6 +360,10 @@ inline bool is_block32_x8(DType t) { return block32_base(t) != t; }
 // `groups` groups of 8 blocks of type base = block32_base(packed); exact both ways; dst may equal src.
 void pack_block32_x8(DType base, const void* src, void* dst, int64_t groups);
 void unpack_block32_x8(DType packed, const void* src, void* dst, int64_t groups);
+// A row of n values: its whole groups as above, and (MXFP4 only) the blocks after the last whole
+// group copied as they are (BlockMXFP4x8); dst may equal src.
+void pack_block32_x8_row(DType base, const void* src, void* dst, int64_t n);
+void unpack_block32_x8_row(DType packed, const void* src, void* dst, int64_t n);
 
 // ggml's Q8_0 quantizer (round half away from zero), used for activations too.
 void quantize_row_q8_0(const float* src, BlockQ8_0* dst, int64_t n);

@@ -32,8 +32,10 @@ bool repackable(const Tensor& w) {
   const bool shape_ok = w.ndim == 2 || (w.ndim == 3 && (w.dtype == DType::Q4_K || w.dtype == DType::Q6_K || w.dtype == DType::IQ4_XS ||
                                                          w.dtype == DType::IQ4_NL || w.dtype == DType::Q8_0 ||
                                                          w.dtype == DType::MXFP4));
-  return repacked_dtype(w.dtype) != w.dtype && shape_ok && w.is_contiguous() && w.cols() % 256 == 0 &&
-         !w.block_scale && w.device == Device::CPU;
+  // MXFP4 rows of any multiple of 32 values: an MXFP4_X8 row may end in plain blocks (core/dtype.h);
+  // gpt-oss's are 2880 values.
+  const bool cols_ok = w.cols() % 256 == 0 || (w.dtype == DType::MXFP4 && w.cols() % 32 == 0);
+  return repacked_dtype(w.dtype) != w.dtype && shape_ok && w.is_contiguous() && cols_ok && !w.block_scale && w.device == Device::CPU;
 }
 
 namespace {
@@ -64,7 +66,7 @@ void repack_rows(const Tensor& src, void* dst) {
         case DType::IQ4_XS:
           pack_iq4_xs_x8(reinterpret_cast<const BlockIQ4_XS*>(from), reinterpret_cast<BlockIQ4_XSx8*>(to), src.cols() / QK_K);
           break;
-        default: pack_block32_x8(src.dtype, from, to, src.cols() / 256);
+        default: pack_block32_x8_row(src.dtype, from, to, src.cols());
       }
     }
   });

@@ -1119,11 +1119,12 @@ void gemv_block32_x8(const MatMulArgs& a) {
 // fully unrolled for 1-2 tokens and kept rolled from 3: unrolled, GCC unpacked all four chunks
 // up front and spilled; rolled at 1 token, decode lost ~20% (the next chunk's loads no longer
 // overlap this one's sums). Q2_K_X8 measured slower rolled and keeps its unrolled loop.
+// q: the chunk's 32 bytes of qs (qs + 32c).
 template <int T>
-FP_AVX2_INLINE void iq4_x8_chunk(const uint8_t* qs, const cpu::PackedX* const* x, int64_t g, int c, __m256i levels, __m256i* dot) {
+FP_AVX2_INLINE void iq4_x8_chunk(__m256i q, const cpu::PackedX* const* x, int64_t g, int c, __m256i levels, __m256i* dot) {
   const __m256i ones = _mm256_set1_epi16(1);
   __m256i lo, hi;
-  iq4_x8_chunks(qs, c, levels, &lo, &hi);
+  iq4_x8_split(q, levels, &lo, &hi);
   const __m256i alo = _mm256_sign_epi8(lo, lo), ahi = _mm256_sign_epi8(hi, hi);
   for (int t = 0; t < T; ++t) {
     const uint8_t* xq = x[t][g].q;
@@ -1134,25 +1135,37 @@ FP_AVX2_INLINE void iq4_x8_chunk(const uint8_t* qs, const cpu::PackedX* const* x
   }
 }
 
+// `tail`, `tail_blocks`: an MXFP4_X8 row's plain last blocks, dotted as group `groups` (null, 0: none).
 template <class Block, int T>
-FP_AVX2 void row_iq4_x8(const Block* w, const cpu::PackedX* const* x, int64_t groups, float* y, int64_t ldy, float bias) {
+FP_AVX2 void row_iq4_x8(const Block* w, const cpu::PackedX* const* x, int64_t groups, float* y, int64_t ldy, float bias,
+                        const BlockMXFP4* tail, int64_t tail_blocks) {
   constexpr int kLines = (sizeof(Block) + 63) / 64;
   const __m256i levels = x8_levels<Block>(false);
   __m256 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  auto chunk_q = [&](int64_t g, int c) FP_AVX2_INLINE_LAMBDA { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[g].qs + 32 * c)); };
   for (int64_t g = 0; g < groups; ++g) {
     for (int l = 0; l < kLines; ++l) cpu::prefetch_stream(reinterpret_cast<const char*>(w + g) + 64 * l);
     __m256i dot[T];
     for (int t = 0; t < T; ++t) dot[t] = _mm256_setzero_si256();
     if constexpr (T <= 2) {
-      for (int c = 0; c < 4; ++c) iq4_x8_chunk<T>(w[g].qs, x, g, c, levels, dot);
+      for (int c = 0; c < 4; ++c) iq4_x8_chunk<T>(chunk_q(g, c), x, g, c, levels, dot);
     } else {
 #pragma GCC unroll 1
-      for (int c = 0; c < 4; ++c) iq4_x8_chunk<T>(w[g].qs, x, g, c, levels, dot);
+      for (int c = 0; c < 4; ++c) iq4_x8_chunk<T>(chunk_q(g, c), x, g, c, levels, dot);
     }
     const __m256 scale = iq4_x8_scales(w[g]);
     for (int t = 0; t < T; ++t)
       acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[t]), _mm256_mul_ps(scale, _mm256_loadu_ps(x[t][g].d)), acc[t]);
+  }
+  if (tail_blocks > 0) {
+    __m256i q[4], dot[T];
+    __m256 scale;
+    mxfp4_tail_group(tail, tail_blocks, q, &scale);
+    for (int t = 0; t < T; ++t) dot[t] = _mm256_setzero_si256();
+    for (int c = 0; c < 4; ++c) iq4_x8_chunk<T>(q[c], x, groups, c, levels, dot);
+    for (int t = 0; t < T; ++t)
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[t]), _mm256_mul_ps(scale, _mm256_loadu_ps(x[t][groups].d)), acc[t]);
   }
   for (int t = 0; t < T; ++t) y[t * ldy] = hsum(acc[t]) + bias;
 }
@@ -1160,7 +1173,9 @@ FP_AVX2 void row_iq4_x8(const Block* w, const cpu::PackedX* const* x, int64_t gr
 template <class Block>
 void matmul_iq4_x8_as(const MatMulArgs& a) {
   cpu::gemv_repacked_rows<Block>(a, [](auto N, const Block* w, const cpu::PackedX* const* xs, int64_t groups, float* y, int64_t ldy,
-                                       float bias) { row_iq4_x8<Block, decltype(N)::value>(w, xs, groups, y, ldy, bias); });
+                                       float bias, const BlockMXFP4* tail, int64_t tail_blocks) {
+    row_iq4_x8<Block, decltype(N)::value>(w, xs, groups, y, ldy, bias, tail, tail_blocks);
+  });
 }
 
 void matmul_iq4_x8(const MatMulArgs& a) {

@@ -356,7 +356,9 @@ void quantized_row_to_bf16(const Tensor& w, int64_t o, int64_t k0, int64_t kc, u
     case DType::Q5_1_X8: return block32_x8_to_bf16<DType::Q5_1_X8>(src, kc / 256, out);
     case DType::IQ4_NL_X8: return iq4_x8_to_bf16<BlockIQ4_NLx8>(src, kc / 256, out);
     case DType::IQ4_XS_X8: return iq4_x8_to_bf16<BlockIQ4_XSx8>(src, kc / 256, out);
-    case DType::MXFP4_X8: return iq4_x8_to_bf16<BlockMXFP4x8>(src, kc / 256, out);
+    case DType::MXFP4_X8:  // a row's plain last blocks (core/dtype.h) through the dequantizer
+      if (kc % 256 == 0) return iq4_x8_to_bf16<BlockMXFP4x8>(src, kc / 256, out);
+      break;
     default: break;
   }
   dequantize_row(w.dtype, src, f32, kc);

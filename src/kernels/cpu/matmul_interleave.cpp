@@ -17,7 +17,7 @@ namespace fp::cpu {
 
 bool partial_group_ok(DType t) {
   return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1 || t == DType::IQ4_NL ||
-         t == DType::MXFP4;
+         t == DType::MXFP4 || t == DType::MXFP4_X8;
 }
 
 bool interleaved_supported(const MatMulArgs& a) {
@@ -326,12 +326,12 @@ FP_PACK_TARGET void pack_weights(const Tensor& w, int64_t o, PackedW* dst) {
   const DType type = w.dtype;
   const int64_t K = w.cols(), full = K / 256, tail = K % 256, group_bytes = row_bytes(type, 256);
   const uint8_t* row = w.row_ptr(o);
-  auto pack = [&](const uint8_t* grp, PackedW& p) {
-    if (type == DType::IQ4_NL) pack_nl_group<BlockIQ4_NL>(grp, p);
-    else if (type == DType::MXFP4) pack_nl_group<BlockMXFP4>(grp, p);
-    else pack_group(type, grp, p);
+  auto pack = [](DType t, const uint8_t* grp, PackedW& p) {
+    if (t == DType::IQ4_NL) pack_nl_group<BlockIQ4_NL>(grp, p);
+    else if (t == DType::MXFP4) pack_nl_group<BlockMXFP4>(grp, p);
+    else pack_group(t, grp, p);
   };
-  for (int64_t g = 0; g < full; ++g) pack(row + g * group_bytes, dst[g]);
+  for (int64_t g = 0; g < full; ++g) pack(type, row + g * group_bytes, dst[g]);
   if (tail == 0) return;
   // A row of a 32-value format that ends inside a group (partial_group_ok): its last blocks
   // zero-padded to a group, the padding's scales, minimums and offsets zeroed (the activations'
@@ -341,7 +341,7 @@ FP_PACK_TARGET void pack_weights(const Tensor& w, int64_t o, PackedW* dst) {
   FP_CHECK(group_bytes <= static_cast<int64_t>(sizeof last), "pack_weights: ", dtype_name(type), " groups of ", group_bytes, " bytes");
   std::memcpy(last, row + full * group_bytes, static_cast<size_t>(row_bytes(type, tail)));
   PackedW& p = dst[full];
-  pack(last, p);
+  pack(type == DType::MXFP4_X8 ? DType::MXFP4 : type, last, p);  // MXFP4_X8 rows end in plain blocks
   for (int64_t j = tail / 32; j < 8; ++j) {
     p.scale[j] = p.min[j] = 0;
     p.init[j] = 0;

@@ -9,8 +9,11 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <type_traits>
 #include <vector>
 
+#include "core/dtype.h"
+#include "core/error.h"
 #include "kernels/cpu/matmul_common.h"
 #include "kernels/ops.h"
 
@@ -43,8 +46,8 @@ struct PackedX {
 // rows a multiple of 256; the 32-value file formats (partial_group_ok) with rows a multiple of 32.
 bool interleaved_supported(const MatMulArgs& a);
 // Formats whose rows may end inside a group (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4 in the file
-// layout): the last group is packed zero-padded, weights and activations both, so it adds nothing
-// (gpt-oss's 2880-value rows are 11 groups and 2 blocks).
+// layout, and MXFP4_X8, whose rows end in plain MXFP4 blocks): the last group is packed zero-padded,
+// weights and activations both, so it adds nothing (gpt-oss's 2880-value rows are 11 groups and 2 blocks).
 bool partial_group_ok(DType t);
 // Groups of a K-value row: K / 256 rounded up.
 inline int64_t interleaved_groups(int64_t K) { return (K + 255) / 256; }
@@ -60,18 +63,32 @@ std::vector<PackedX> pack_all_activations(const MatMulArgs& a);
 
 // Decode over weights repacked at load (Q4_K_X8, Q6_K_X8, Q4_0_X8 ...): the call's activations packed once,
 // then row(integral_constant<T>, row's blocks, activations[T], groups, y, ldy, bias) for each
-// weight row and group of T <= 4 tokens, rows split across threads (gemv_tokens).
+// weight row and group of T <= 4 tokens, rows split across threads (gemv_tokens). The IQ4 _X8 forms'
+// row takes two more arguments, `tail` and `tail_blocks`: an MXFP4_X8 row's plain last blocks (null
+// and 0 for the others), dotted as one zero-padded group (avx2::mxfp4_tail_group) against the
+// activations' zero-padded last group.
 template <class Block, class RowFn>
 void gemv_repacked_rows(const MatMulArgs& a, RowFn row) {
   const Tensor& w = *a.w;
-  const int64_t out = w.rows(), groups = w.cols() / 256;
+  const int64_t out = w.rows(), groups = w.cols() / 256, tail = w.cols() % 256 / 32, xgroups = interleaved_groups(w.cols());
+  if constexpr (!std::is_same_v<Block, BlockMXFP4x8>)
+    FP_CHECK(tail == 0, "gemv_repacked_rows: ", dtype_name(w.dtype), " rows of ", w.cols(), " values (a multiple of 256 expected)");
   const std::vector<PackedX> xp = pack_all_activations(a);
   gemv_tokens(a, [&](auto N, int64_t i, int64_t r0, int64_t r1) {
     constexpr int T = decltype(N)::value;
     const PackedX* xs[T];
-    for (int t = 0; t < T; ++t) xs[t] = xp.data() + (i + t) * groups;
-    for (int64_t o = r0; o < r1; ++o)
-      row(N, reinterpret_cast<const Block*>(w.row_ptr(o)), xs, groups, a.y + i * out + o, out, a.bias ? a.bias[o] : 0.0f);
+    for (int t = 0; t < T; ++t) xs[t] = xp.data() + (i + t) * xgroups;
+    for (int64_t o = r0; o < r1; ++o) {
+      const auto* wr = reinterpret_cast<const Block*>(w.row_ptr(o));
+      float* y = a.y + i * out + o;
+      const float bias = a.bias ? a.bias[o] : 0.0f;
+      if constexpr (std::is_invocable_v<RowFn, decltype(N), const Block*, const PackedX* const*, int64_t, float*, int64_t, float,
+                                        const BlockMXFP4*, int64_t>) {
+        row(N, wr, xs, groups, y, out, bias, reinterpret_cast<const BlockMXFP4*>(wr + groups), tail);
+      } else {
+        row(N, wr, xs, groups, y, out, bias);
+      }
+    }
   });
 }
 

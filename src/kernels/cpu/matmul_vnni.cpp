@@ -13,8 +13,9 @@
 //    Q4_1 / Q5_0 / Q5_1 / Q5_K prefill (the Q4 tiles) and Q3_K prefill (the Q6 tiles) do.
 //  - IQ4_NL_X8 / IQ4_XS_X8 / MXFP4_X8 (repacked at load): nibbles looked up as level + 128 (vpshufb), then as
 //    Q8_0_X8 (activations' init -128 x sum(x)); decode row kernel, prefill the unsigned-weight tiles.
-//  - MXFP4 / IQ4_NL in the file layout (rows not a multiple of 256): prefill on the same tiles, the
-//    last group zero-padded; MXFP4 decode per group of 8 blocks (gemv_mxfp4).
+//    MXFP4_X8 rows may end in plain MXFP4 blocks (gpt-oss's 2880 values): those are gathered into
+//    one zero-padded group (avx2::mxfp4_tail_group).
+//  - IQ4_NL / MXFP4 in the file layout: prefill on the same tiles, a row's last group zero-padded.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -446,29 +447,42 @@ void gemv_block32_x8(const MatMulArgs& a) {
 
 // IQ4_NL_X8 / IQ4_XS_X8 / MXFP4_X8 decode: each chunk's nibbles looked up as level + 128 (unsigned, one vpshufb
 // shared by the tokens), so vpdpbusd takes them directly; -128 x sum(x) (PackedX::init) starts the
-// sums. Two chains of four, as row_block32_x8.
+// sums. Two chains of four, as row_block32_x8. `tail`, `tail_blocks`: an MXFP4_X8 row's plain
+// last blocks, dotted as group `groups` (null, 0: none). iq4_x8_group: one group's levels (lo, hi:
+// chunks c and c + 4) and scales against T tokens' group g.
+template <int T>
+FP_VNNI inline void iq4_x8_group(const __m256i* lo, const __m256i* hi, __m256 scale, const cpu::PackedX* const* x, int64_t g, __m256* acc) {
+  for (int t = 0; t < T; ++t) {
+    const uint8_t* xq = x[t][g].q;
+    __m256i dot_lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[t][g].init));
+    __m256i dot_hi = _mm256_setzero_si256();
+    for (int c = 0; c < 4; ++c) {
+      dot_lo = FP_DPBUSD(dot_lo, lo[c], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * c)));
+      dot_hi = FP_DPBUSD(dot_hi, hi[c], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * (c + 4))));
+    }
+    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(dot_lo, dot_hi)), _mm256_mul_ps(scale, _mm256_loadu_ps(x[t][g].d)), acc[t]);
+  }
+}
+
 template <class Block, int T>
-FP_VNNI void row_iq4_x8(const Block* w, const cpu::PackedX* const* x, int64_t groups, float* y, int64_t ldy, float bias) {
+FP_VNNI void row_iq4_x8(const Block* w, const cpu::PackedX* const* x, int64_t groups, float* y, int64_t ldy, float bias,
+                        const BlockMXFP4* tail, int64_t tail_blocks) {
   constexpr int kLines = (sizeof(Block) + 63) / 64;
   const __m256i levels = avx2::x8_levels<Block>(true);
   __m256 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  __m256i lo[4], hi[4];
   for (int64_t g = 0; g < groups; ++g) {
     for (int l = 0; l < kLines; ++l) cpu::prefetch_stream(reinterpret_cast<const char*>(w + g) + 64 * l);
-    __m256i lo[4], hi[4];
     for (int c = 0; c < 4; ++c) avx2::iq4_x8_chunks(w[g].qs, c, levels, &lo[c], &hi[c]);
-    const __m256 scale = avx2::iq4_x8_scales(w[g]);
-    for (int t = 0; t < T; ++t) {
-      const uint8_t* xq = x[t][g].q;
-      __m256i dot_lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[t][g].init));
-      __m256i dot_hi = _mm256_setzero_si256();
-      for (int c = 0; c < 4; ++c) {
-        dot_lo = FP_DPBUSD(dot_lo, lo[c], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * c)));
-        dot_hi = FP_DPBUSD(dot_hi, hi[c], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * (c + 4))));
-      }
-      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(dot_lo, dot_hi)), _mm256_mul_ps(scale, _mm256_loadu_ps(x[t][g].d)),
-                               acc[t]);
-    }
+    iq4_x8_group<T>(lo, hi, avx2::iq4_x8_scales(w[g]), x, g, acc);
+  }
+  if (tail_blocks > 0) {
+    __m256i q[4];
+    __m256 scale;
+    avx2::mxfp4_tail_group(tail, tail_blocks, q, &scale);
+    for (int c = 0; c < 4; ++c) avx2::iq4_x8_split(q[c], levels, &lo[c], &hi[c]);
+    iq4_x8_group<T>(lo, hi, scale, x, groups, acc);
   }
   for (int t = 0; t < T; ++t) y[t * ldy] = avx2::hsum(acc[t]) + bias;
 }
@@ -476,93 +490,9 @@ FP_VNNI void row_iq4_x8(const Block* w, const cpu::PackedX* const* x, int64_t gr
 template <class Block>
 void gemv_iq4_x8_as(const MatMulArgs& a) {
   cpu::gemv_repacked_rows<Block>(a, [](auto N, const Block* w, const cpu::PackedX* const* xs, int64_t groups, float* y, int64_t ldy,
-                                       float bias) { row_iq4_x8<Block, decltype(N)::value>(w, xs, groups, y, ldy, bias); });
-}
-
-// MXFP4 in the file layout, decode (<= 4 tokens): rows of any multiple of 32 values (gpt-oss's
-// 2880 are not a multiple of 256, so its experts are not repacked to MXFP4_X8 at load). Each group
-// of 8 blocks: the nibbles as levels + 128 (vpshufb), one vpdpbusd per block against its Q8_0
-// activations, then a vphaddd tree leaves block j's sum in lane j, so the 8 scales (the E8M0 bytes
-// gathered 17 bytes apart) and the activations' d apply in one multiply-add per group, and
-// -128 x sum(x) per block (the levels' offset) is one add. The AVX2 kernel's per-block scalar
-// scale and horizontal work made it compute-bound (bench/RESULTS.md, thirty-fifth session).
-struct Mxfp4Acts {
-  std::vector<BlockQ8_0> own;
-  const BlockQ8_0* q = nullptr;  // K / 32 blocks per token
-  std::vector<float> d;          // per block, padded with zeros to whole groups of 8 per token
-  std::vector<int32_t> init;     // -128 x sum(q) per block, padded likewise
-};
-
-template <int N>
-FP_VNNI void mxfp4_rows(const MatMulArgs& a, const Mxfp4Acts& x, int64_t i0, int64_t r0, int64_t r1) {
-  const Tensor& w = *a.w;
-  const int64_t out = w.rows(), nb = w.cols() / 32, padded = (nb + 7) / 8 * 8;
-  const __m256i levels = avx2::mxfp4_levels(true), m4 = _mm256_set1_epi8(0x0f), zero = _mm256_setzero_si256();
-  const __m256i e_at = _mm256_setr_epi32(0, 17, 34, 51, 68, 85, 102, 119);
-  for (int64_t o = r0; o < r1; ++o) {
-    const auto* wb = reinterpret_cast<const BlockMXFP4*>(w.row_ptr(o));
-    __m256 acc[N];
-    for (int t = 0; t < N; ++t) acc[t] = _mm256_setzero_ps();
-    for (int64_t b0 = 0; b0 < nb; b0 += 8) {
-      const int blocks = static_cast<int>(std::min<int64_t>(8, nb - b0));
-      const BlockMXFP4* g = wb + b0;
-      for (int l = 0; l < 3; ++l) cpu::prefetch_stream(reinterpret_cast<const char*>(g) + 64 * l);  // 136 bytes
-      __m256i wq[8];
-      for (int j = 0; j < 8; ++j) {
-        if (j >= blocks) {
-          wq[j] = zero;
-          continue;
-        }
-        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(g[j].qs));
-        wq[j] = _mm256_shuffle_epi8(levels, _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), m4));
-      }
-      __m256 ws;
-      if (blocks == 8) {  // the 8 scale bytes, read as dwords inside the group's 136 bytes
-        const __m256i e = _mm256_i32gather_epi32(reinterpret_cast<const int*>(g), e_at, 1);
-        ws = avx2::e8m0_half_scales(_mm256_and_si256(e, _mm256_set1_epi32(0xff)));
-      } else {  // the row's last, partial group
-        alignas(32) float sc[8] = {};
-        for (int j = 0; j < blocks; ++j) sc[j] = mxfp4_half_scale(g[j].e);
-        ws = _mm256_load_ps(sc);
-      }
-      for (int t = 0; t < N; ++t) {
-        const BlockQ8_0* xb = x.q + (i0 + t) * nb + b0;
-        __m256i d[8];
-        for (int j = 0; j < 8; ++j)
-          d[j] = j < blocks ? FP_DPBUSD(zero, wq[j], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb[j].qs))) : zero;
-        // Per 128-bit half: hadd(hadd(d0, d1), hadd(d2, d3)) holds blocks 0..3's sums over that half.
-        const __m256i s03 = _mm256_hadd_epi32(_mm256_hadd_epi32(d[0], d[1]), _mm256_hadd_epi32(d[2], d[3]));
-        const __m256i s47 = _mm256_hadd_epi32(_mm256_hadd_epi32(d[4], d[5]), _mm256_hadd_epi32(d[6], d[7]));
-        __m256i sum = _mm256_add_epi32(_mm256_permute2x128_si256(s03, s47, 0x20), _mm256_permute2x128_si256(s03, s47, 0x31));
-        const int64_t at = (i0 + t) * padded + b0;
-        sum = _mm256_add_epi32(sum, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.init.data() + at)));
-        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(ws, _mm256_loadu_ps(x.d.data() + at)), acc[t]);
-      }
-    }
-    for (int t = 0; t < N; ++t) a.y[(i0 + t) * out + o] = avx2::hsum(acc[t]) + (a.bias ? a.bias[o] : 0.0f);
-  }
-}
-
-void gemv_mxfp4(const MatMulArgs& a) {
-  const int64_t K = a.w->cols(), nb = K / 32, padded = (nb + 7) / 8 * 8;
-  Mxfp4Acts x;
-  x.q = a.xq;
-  if (!x.q) {
-    x.own.resize(static_cast<size_t>(a.n * nb));
-    for (int64_t i = 0; i < a.n; ++i) quantize_act_q8_0(a.x + i * K, x.own.data() + i * nb, K);
-    x.q = x.own.data();
-  }
-  x.d.assign(static_cast<size_t>(a.n * padded), 0.0f);
-  x.init.assign(x.d.size(), 0);
-  for (int64_t i = 0; i < a.n; ++i)
-    for (int64_t b = 0; b < nb; ++b) {
-      const BlockQ8_0& xb = x.q[i * nb + b];
-      int32_t sum = 0;
-      for (int k = 0; k < 32; ++k) sum += xb.qs[k];
-      x.d[static_cast<size_t>(i * padded + b)] = f16_to_f32(xb.d);
-      x.init[static_cast<size_t>(i * padded + b)] = -128 * sum;
-    }
-  cpu::gemv_tokens(a, [&](auto N, int64_t i, int64_t r0, int64_t r1) { mxfp4_rows<decltype(N)::value>(a, x, i, r0, r1); });
+                                       float bias, const BlockMXFP4* tail, int64_t tail_blocks) {
+    row_iq4_x8<Block, decltype(N)::value>(w, xs, groups, y, ldy, bias, tail, tail_blocks);
+  });
 }
 
 void gemm_interleaved_vnni(const MatMulArgs& a) {
@@ -592,7 +522,6 @@ void matmul_vnni(const MatMulArgs& a) {
   if (t == DType::IQ4_NL_X8 && a.n <= cpu::kGemvMaxTokens) return gemv_iq4_x8_as<BlockIQ4_NLx8>(a);
   if (t == DType::IQ4_XS_X8 && a.n <= cpu::kGemvMaxTokens) return gemv_iq4_x8_as<BlockIQ4_XSx8>(a);
   if (t == DType::MXFP4_X8 && a.n <= cpu::kGemvMaxTokens) return gemv_iq4_x8_as<BlockMXFP4x8>(a);
-  if (t == DType::MXFP4 && a.n <= cpu::kGemvMaxTokens) return gemv_mxfp4(a);
   if ((t == DType::Q4_0_X8 || t == DType::Q4_1_X8 || t == DType::Q5_0_X8 || t == DType::Q5_1_X8) && a.n <= kRowsInPlaceMaxTokens)
     return gemv_block32_x8(a);
   if (t == DType::Q3_K_X8 && a.n <= cpu::kGemvMaxTokens) return gemv_q3_k_x8(a);
@@ -632,14 +561,13 @@ std::string refuse_vnni(const MatMulArgs& a) {
   static const std::string cpu = cpu_features().missing(FP_VNNI_FEATURES);
   if (!cpu.empty()) return cpu;
   const DType t = a.w->dtype;
-  // Prefill only (decode is left to the AVX2 kernel), on the interleaved tiles. IQ4_NL in the file
-  // layout is rows of other lengths than multiples of 256 (those are repacked at load to IQ4_NL_X8):
-  // their last group is packed zero-padded (cpu::partial_group_ok). MXFP4's too, and its decode
-  // runs here (gemv_mxfp4).
+  // Prefill only (decode is left to the AVX2 kernel), on the interleaved tiles. IQ4_NL and MXFP4 in
+  // the file layout (kept by --no-repack; IQ4_NL rows not a multiple of 256) may end inside a group:
+  // their last group is packed zero-padded (cpu::partial_group_ok).
   const bool prefill_only = t == DType::Q4_K || t == DType::Q6_K || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1 ||
-                            t == DType::Q3_K || t == DType::Q5_K || t == DType::IQ4_NL;
+                            t == DType::Q3_K || t == DType::Q5_K || t == DType::IQ4_NL || t == DType::MXFP4;
   if (t != DType::Q8_0 && t != DType::Q4_0 && t != DType::Q8_0_X8 && t != DType::Q4_K_X8 && t != DType::Q6_K_X8 && !is_block32_x8(t) &&
-      t != DType::Q3_K_X8 && t != DType::IQ4_XS_X8 && t != DType::MXFP4 && !prefill_only)
+      t != DType::Q3_K_X8 && t != DType::IQ4_XS_X8 && !prefill_only)
     return std::string("only Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_NL/MXFP4 and their repacked _X8 forms, and IQ4_XS_X8 (these are ") +
            dtype_name(t) + ")";
   if (prefill_only && a.n <= cpu::kGemvMaxTokens)

@@ -203,7 +203,7 @@ void matmul_ref_q8act(const MatMulArgs& a) {
       row = reinterpret_cast<const uint8_t*>(unpacked.data());
       t = DType::Q8_0;
     } else if (block32_x8) {
-      unpack_block32_x8(t, row, unpacked.data(), nb / 8);
+      unpack_block32_x8_row(t, row, unpacked.data(), in);
       row = reinterpret_cast<const uint8_t*>(unpacked.data());
       t = block32_base(t);
     } else if (t == DType::IQ4_XS_X8) {

@@ -5,6 +5,8 @@
 #pragma once
 #include <immintrin.h>
 
+#include <cstddef>
+
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -234,12 +236,15 @@ FP_AVX2_INLINE __m256i x8_levels(bool plus128) {
 }
 
 // Chunks c and c + 4 (c < 4) of an IQ4_NL_X8 group or IQ4_XS_X8 super-block (qs interleaved as
-// BlockQ4_0x8's) as the levels their nibbles index in `levels` (iq4_levels).
-FP_AVX2_INLINE void iq4_x8_chunks(const uint8_t* qs, int c, __m256i levels, __m256i* lo, __m256i* hi) {
+// BlockQ4_0x8's) as the levels their nibbles index in `levels` (iq4_levels): from the 32 bytes q
+// at qs + 32c (iq4_x8_split), or from qs (iq4_x8_chunks).
+FP_AVX2_INLINE void iq4_x8_split(__m256i q, __m256i levels, __m256i* lo, __m256i* hi) {
   const __m256i m4 = _mm256_set1_epi8(0x0f);
-  const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * c));
   *lo = _mm256_shuffle_epi8(levels, _mm256_and_si256(q, m4));
   *hi = _mm256_shuffle_epi8(levels, _mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
+}
+FP_AVX2_INLINE void iq4_x8_chunks(const uint8_t* qs, int c, __m256i levels, __m256i* lo, __m256i* hi) {
+  iq4_x8_split(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * c)), levels, lo, hi);
 }
 
 // The 8 blocks' scales as f32, lane j = block j: IQ4_NL_X8's f16 d[j]; IQ4_XS_X8's d * (ls_j - 32),
@@ -258,6 +263,19 @@ FP_AVX2_INLINE __m256 e8m0_half_scales(__m256i e) {
 // MXFP4_X8's: its 8 E8M0 bytes' scales.
 FP_AVX2_INLINE __m256 iq4_x8_scales(const BlockMXFP4x8& b) {
   return e8m0_half_scales(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.e))));
+}
+// The n < 8 plain MXFP4 blocks that end an MXFP4_X8 row (core/dtype.h) as one zero-padded group:
+// q[t] = the group's qs + 32t (lane j = block j's bytes 4t..4t+3), gathered 17 bytes apart, and the
+// blocks' scales (zero past n). Masked gathers read nothing past the n blocks.
+FP_AVX2_INLINE void mxfp4_tail_group(const BlockMXFP4* b, int64_t n, __m256i q[4], __m256* scale) {
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), zero = _mm256_setzero_si256();
+  const __m256i in = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), lane);
+  const __m256i at = _mm256_mullo_epi32(lane, _mm256_set1_epi32(static_cast<int>(sizeof(BlockMXFP4))));
+  const auto* base = reinterpret_cast<const uint8_t*>(b);
+  for (int t = 0; t < 4; ++t)
+    q[t] = _mm256_mask_i32gather_epi32(zero, reinterpret_cast<const int*>(base + offsetof(BlockMXFP4, qs) + 4 * t), at, in, 1);
+  const __m256i e = _mm256_and_si256(_mm256_mask_i32gather_epi32(zero, reinterpret_cast<const int*>(base), at, in, 1), _mm256_set1_epi32(0xff));
+  *scale = _mm256_and_ps(e8m0_half_scales(e), _mm256_castsi256_ps(in));
 }
 FP_AVX2_INLINE __m256 iq4_x8_scales(const BlockIQ4_XSx8& b) {
   uint32_t lo4;
