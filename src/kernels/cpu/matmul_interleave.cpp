@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "core/error.h"
@@ -162,6 +163,26 @@ FP_PACK_TARGET static void pack_iq4_x8_group(const uint8_t* grp, PackedW& p) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.init), _mm256_setzero_si256());
 }
 
+// Q6_K_X8 / Q3_K_X8 (already interleaved): chunks t and t + 4 from vector t, the scales of each
+// block's two 16-value halves (scale, scale_hi).
+template <class Block>
+FP_PACK_TARGET static void pack_two_scale_x8_group(const uint8_t* grp, PackedW& p) {
+  const Block& b = *reinterpret_cast<const Block*>(grp);
+  for (int t = 0; t < 4; ++t) {
+    __m256i lo, hi;
+    if constexpr (std::is_same_v<Block, BlockQ6_Kx8>) avx2::q6_k_x8_chunks(b, t, &lo, &hi);
+    else avx2::q3_k_x8_chunks(b, t, &lo, &hi);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.q + 32 * t), lo);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.q + 32 * (t + 4)), hi);
+  }
+  __m256 s_lo, s_hi;
+  if constexpr (std::is_same_v<Block, BlockQ6_Kx8>) avx2::q6_k_x8_scales(b, &s_lo, &s_hi);
+  else avx2::q3_k_x8_scales(b, &s_lo, &s_hi);
+  _mm256_storeu_ps(p.scale, s_lo);
+  _mm256_storeu_ps(p.scale_hi, s_hi);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.init), _mm256_setzero_si256());
+}
+
 // One group of 256 values of a row of `type`, starting at `grp`.
 FP_PACK_TARGET static void pack_group(DType type, const uint8_t* grp, PackedW& p) {
   const __m256i m4 = _mm256_set1_epi8(0x0f);
@@ -221,18 +242,7 @@ FP_PACK_TARGET static void pack_group(DType type, const uint8_t* grp, PackedW& p
     }
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.init), _mm256_setzero_si256());
   } else if (type == DType::Q6_K_X8) {  // already interleaved: chunks t and t + 4 from ql / qh vector t
-    const BlockQ6_Kx8& b = *reinterpret_cast<const BlockQ6_Kx8*>(grp);
-    for (int t = 0; t < 4; ++t) {
-      __m256i lo, hi;
-      avx2::q6_k_x8_chunks(b, t, &lo, &hi);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.q + 32 * t), lo);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.q + 32 * (t + 4)), hi);
-    }
-    __m256 s_lo, s_hi;
-    avx2::q6_k_x8_scales(b, &s_lo, &s_hi);
-    _mm256_storeu_ps(p.scale, s_lo);
-    _mm256_storeu_ps(p.scale_hi, s_hi);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.init), _mm256_setzero_si256());
+    pack_two_scale_x8_group<BlockQ6_Kx8>(grp, p);
   } else if (type == DType::Q4_K_X8) {  // already interleaved: chunk c's nibbles are chunks c and c + 4
     const BlockQ4_Kx8& b = *reinterpret_cast<const BlockQ4_Kx8*>(grp);
     for (int c = 0; c < 4; ++c) {
@@ -246,18 +256,7 @@ FP_PACK_TARGET static void pack_group(DType type, const uint8_t* grp, PackedW& p
     _mm256_storeu_ps(p.min, min);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.init), _mm256_setzero_si256());
   } else if (type == DType::Q3_K_X8) {  // already interleaved, as Q6_K_X8
-    const BlockQ3_Kx8& b = *reinterpret_cast<const BlockQ3_Kx8*>(grp);
-    for (int t = 0; t < 4; ++t) {
-      __m256i lo, hi;
-      avx2::q3_k_x8_chunks(b, t, &lo, &hi);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.q + 32 * t), lo);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.q + 32 * (t + 4)), hi);
-    }
-    __m256 s_lo, s_hi;
-    avx2::q3_k_x8_scales(b, &s_lo, &s_hi);
-    _mm256_storeu_ps(p.scale, s_lo);
-    _mm256_storeu_ps(p.scale_hi, s_hi);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.init), _mm256_setzero_si256());
+    pack_two_scale_x8_group<BlockQ3_Kx8>(grp, p);
   } else if (type == DType::IQ4_NL_X8) {
     pack_iq4_x8_group<BlockIQ4_NLx8>(grp, p);
   } else if (type == DType::MXFP4_X8) {
