@@ -8,7 +8,8 @@
 //    Q4_0_X8 / Q4_1_X8 / Q5_0_X8 / Q5_1_X8 (repacked at load) likewise with the Q4 tiles, Q3_K_X8
 //    with the Q6 tiles; Q2_K_X8, IQ4_NL_X8 and IQ4_XS_X8 run their row kernels at every batch size.
 //    IQ4_NL / IQ4_XS (non-linear 4-bit levels) and MXFP4 (E2M1 levels, power-of-two scales) look
-//    their nibbles up with vpshufb, Q8_0 activations.
+//    their nibbles up with vpshufb, Q8_0 activations. MXFP4 and MXFP4_X8 prefill on the Q4 tiles
+//    (their levels + 12 are small enough for vpmaddubsw).
 //  - GEMM path for float-like weights (n > 4, prefill): compute-bound; 16-row weight panels are
 //    widened to f32 and packed [k][16], then a 6x16 register-blocked FMA micro-kernel sweeps the
 //    tokens. Quantized weights keep the integer path at every n, with rows blocked to stay in L2.
@@ -770,15 +771,18 @@ void tile_q4_dispatch(int R, int T, const cpu::PackedW* const* w, const cpu::Pac
   }
 }
 
+// MXFP4 (and its _X8 form) too: its levels + 12 are 0..24, so its tiles take four chunks as 5-bit ones
+// (avx2::kMxfp4Offset). IQ4's levels + 128 would overflow vpmaddubsw.
 bool q4_tile_type(DType t) {
   return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1 || t == DType::Q4_K || t == DType::Q4_K_X8 ||
-         t == DType::Q5_K || (is_block32_x8(t) && t != DType::IQ4_NL_X8 && t != DType::MXFP4_X8);
+         t == DType::Q5_K || t == DType::MXFP4 || (is_block32_x8(t) && t != DType::IQ4_NL_X8);
 }
 
 void gemm_q4_interleaved(const MatMulArgs& a) {
   const DType t = a.w->dtype;
   const bool mins = cpu::packed_has_mins(t);
-  const bool five_bit = t == DType::Q5_0 || t == DType::Q5_1 || t == DType::Q5_K || t == DType::Q5_0_X8 || t == DType::Q5_1_X8;
+  const bool five_bit = t == DType::Q5_0 || t == DType::Q5_1 || t == DType::Q5_K || t == DType::Q5_0_X8 || t == DType::Q5_1_X8 ||
+                        t == DType::MXFP4 || t == DType::MXFP4_X8;
   cpu::gemm_interleaved(a, 2, 3, [&](int R, int T, const cpu::PackedW* const* w, const cpu::PackedX* const* x, int64_t groups,
                                   float* y, int64_t ldy, const float* bias) {
     if (five_bit) {
@@ -1195,7 +1199,8 @@ void matmul_avx2(const MatMulArgs& a) {
   else if (is_block32_x8(t) && t != DType::IQ4_NL_X8 && t != DType::MXFP4_X8 && a.n <= kGemvMaxTokens) gemv_block32_x8(a);
   else if (t == DType::Q3_K_X8 && a.n <= kGemvMaxTokens) gemv_q3_k_x8(a);
   else if (t == DType::Q2_K_X8) matmul_q2_k_x8(a);  // every batch size (Q2_K has no prefill tiles either)
-  else if (t == DType::IQ4_NL_X8 || t == DType::IQ4_XS_X8 || t == DType::MXFP4_X8) matmul_iq4_x8(a);  // every batch size
+  else if (t == DType::IQ4_NL_X8 || t == DType::IQ4_XS_X8 || (t == DType::MXFP4_X8 && a.n <= kGemvMaxTokens))
+    matmul_iq4_x8(a);  // IQ4: every batch size
   else if (a.n > kGemvMaxTokens && q4_tile_type(t) && cpu::interleaved_supported(a))
     gemm_q4_interleaved(a);
   else if (a.n > kGemvMaxTokens && (t == DType::Q6_K || t == DType::Q6_K_X8 || t == DType::Q3_K || t == DType::Q3_K_X8) &&

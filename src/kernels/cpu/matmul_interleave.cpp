@@ -146,8 +146,9 @@ FP_PACK_TARGET static void pack_block32_x8_group(const uint8_t* grp, PackedW& p)
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.init), _mm256_setzero_si256());
 }
 
-// IQ4_NL_X8 / IQ4_XS_X8 / MXFP4_X8: the levels + 128 (unsigned, as vpdpbusd takes them; the activations'
-// init, -128 x sum(x), takes the offset back) and the blocks' scales.
+// IQ4_NL_X8 / IQ4_XS_X8 / MXFP4_X8: the levels + 128 (MXFP4's + 12: avx2::x8_levels), unsigned as
+// vpdpbusd and vpmaddubsw take them (the activations' init, -offset x sum(x), takes the offset back),
+// and the blocks' scales.
 template <class Block>
 FP_PACK_TARGET static void pack_iq4_x8_group(const uint8_t* grp, PackedW& p) {
   const Block& b = *reinterpret_cast<const Block*>(grp);
@@ -300,13 +301,13 @@ FP_PACK_TARGET static void pack_group(DType type, const uint8_t* grp, PackedW& p
   }
 }
 
-// IQ4_NL / MXFP4 in the file layout: each block's nibbles as the levels + 128 (as pack_iq4_x8_group),
+// IQ4_NL / MXFP4 in the file layout: each block's nibbles as the unsigned levels (as pack_iq4_x8_group),
 // then the 8x8 word transpose; the scales from the blocks' f16 d / E8M0 bytes.
 template <class Block>
 FP_PACK_TARGET static void pack_nl_group(const uint8_t* grp, PackedW& p) {
   constexpr bool kMx = std::is_same_v<Block, BlockMXFP4>;
   const Block* b = reinterpret_cast<const Block*>(grp);
-  const __m256i levels = kMx ? avx2::mxfp4_levels(true) : avx2::iq4_levels(true), m4 = _mm256_set1_epi8(0x0f);
+  const __m256i levels = kMx ? avx2::mxfp4_levels(true) : avx2::iq4_levels(true), m4 = _mm256_set1_epi8(0x0f);  // unsigned
   __m256i rows[8];
   for (int j = 0; j < 8; ++j) {
     const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[j].qs));
@@ -350,7 +351,7 @@ FP_PACK_TARGET void pack_weights(const Tensor& w, int64_t o, PackedW* dst) {
 void pack_activations(DType wtype, const float* x, const BlockQ8_0* xq, int64_t K, PackedX* dst) {
   const int64_t groups = interleaved_groups(K), blocks32 = K / QK8_0;
   wtype = block32_base(wtype);  // Q4_0_X8 ... Q5_1_X8 dot the same activations as their file formats
-  const bool iq4 = wtype == DType::IQ4_NL || wtype == DType::IQ4_XS || wtype == DType::IQ4_XS_X8 || wtype == DType::MXFP4;
+  const bool iq4 = wtype == DType::IQ4_NL || wtype == DType::IQ4_XS || wtype == DType::IQ4_XS_X8, mxfp4 = wtype == DType::MXFP4;
   uint8_t blocks[8][32];
   if (k_quant_activations(wtype)) {  // (rows a multiple of 256)
     std::vector<BlockQ8_K> q(static_cast<size_t>(groups));
@@ -399,8 +400,13 @@ void pack_activations(DType wtype, const float* x, const BlockQ8_0* xq, int64_t 
       // The unsigned weights carry an offset (Q4_0: q = w + 8, Q5_0: q = w + 16, Q8_0_X8: q = w + 128)
       // whose share of the dot product, offset x sum(x), starts the accumulator negated; Q4_1 /
       // Q5_1's minimum applies per unit of sum(x) (bsum).
-      // IQ4's levels meet vpdpbusd plus 128 (the AVX2 kernels dot them signed and ignore init).
-      p.init[j] = wtype == DType::Q4_0 ? -8 * sum : wtype == DType::Q5_0 ? -16 * sum : wtype == DType::Q8_0_X8 || iq4 ? -128 * sum : 0;
+      // IQ4's levels meet the integer kernels plus 128, MXFP4's plus 12 (avx2::x8_levels; the AVX2
+      // row kernels dot them signed and ignore init).
+      p.init[j] = wtype == DType::Q4_0             ? -8 * sum
+                  : wtype == DType::Q5_0           ? -16 * sum
+                  : wtype == DType::Q8_0_X8 || iq4 ? -128 * sum
+                  : mxfp4                          ? -avx2::kMxfp4Offset * sum
+                                                   : 0;
       p.bsum[j] = wtype == DType::Q4_1 || wtype == DType::Q5_1 ? p.d[j] * static_cast<float>(sum) : 0;
       p.init_hi[j] = 0;
     }

@@ -21,7 +21,7 @@ namespace fp::cpu {
 
 struct PackedW {
   uint8_t q[256];    // Q8_0: signed; Q4_0 / Q4_1 / Q4_K: unsigned 0..15; Q5_*: 0..31; Q6_K: 0..63; Q3_K: 0..7;
-                     // IQ4: the level + 128 (1..241)
+                     // IQ4: the level + 128 (1..241); MXFP4: the level + 12 (0..24)
   float scale[8];    // per block: d (Q8_0/Q4_0/Q4_1/Q5_0/Q5_1), d * sub-block scale (Q4_K/Q5_K),
                      // d * scale of values 0..15 (Q6_K/Q3_K)
   int32_t init[8];   // Q8_0: -128 * sum(w) per block, cancelling the activation offset
@@ -32,7 +32,7 @@ struct PackedX {
   uint8_t q[256];    // Q8_0 weights: x + 128 (unsigned); otherwise signed x
   float d[8];        // per block activation scale
   int32_t init[8];   // Q4_0: -8 * sum(x) per block, for the weights' -8 offset; Q5_0: -16 * sum(x);
-                     // Q8_0_X8 / IQ4: -128 * sum(x); Q6_K / Q3_K: -32 / -4 * sum(x) over the block's values 0..15
+                     // Q8_0_X8 / IQ4: -128 * sum(x); MXFP4: -12 * sum(x); Q6_K / Q3_K: -32 / -4 * sum(x) over the block's values 0..15
   float bsum[8];     // Q4_K/Q5_K/Q4_1/Q5_1: d * sum(x) per sub-block, for the minimums
   int32_t init_hi[8];  // Q6_K / Q3_K: -32 / -4 * sum(x) over the block's values 16..31
   int32_t sum16[16];   // Q2_K_X8: sum(x) over block j's values 0..15 (sum16[j]) and 16..31 (sum16[8 + j]), for its minimums

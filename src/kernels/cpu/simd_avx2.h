@@ -221,18 +221,22 @@ FP_AVX2_INLINE __m256i iq4_levels(bool plus128) {
 }
 
 // MXFP4's 16 levels (E2M1 doubled to integers, core/dtype.h) in each 128-bit lane, for vpshufb;
-// with `plus128` each level + 128, as iq4_levels.
-FP_AVX2_INLINE __m256i mxfp4_levels(bool plus128 = false) {
+// `offset`: each level + kMxfp4Offset (unsigned 0..24). So small a range lets AVX2's vpmaddubsw
+// take them as its unsigned operand too (pairs <= 2 x 24 x 128, four chunks within int16), where
+// IQ4's + 128 would overflow it.
+inline constexpr int kMxfp4Offset = 12;
+FP_AVX2_INLINE __m256i mxfp4_levels(bool offset = false) {
   const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Values)));
-  return plus128 ? _mm256_xor_si256(v, _mm256_set1_epi8(static_cast<char>(0x80))) : v;
+  return offset ? _mm256_add_epi8(v, _mm256_set1_epi8(kMxfp4Offset)) : v;
 }
 
 // The levels an _X8 form of 16-level nibbles indexes: IQ4_NL_X8 / IQ4_XS_X8 kIq4nlValues,
-// MXFP4_X8 kMxfp4Values.
+// MXFP4_X8 kMxfp4Values; `offset`: made unsigned, as the integer kernels' unsigned operand (IQ4
+// + 128, MXFP4 + kMxfp4Offset; the activations' init, cpu::PackedX, takes the offset back).
 template <class Block>
-FP_AVX2_INLINE __m256i x8_levels(bool plus128) {
-  if constexpr (std::is_same_v<Block, BlockMXFP4x8>) return mxfp4_levels(plus128);
-  else return iq4_levels(plus128);
+FP_AVX2_INLINE __m256i x8_levels(bool offset) {
+  if constexpr (std::is_same_v<Block, BlockMXFP4x8>) return mxfp4_levels(offset);
+  else return iq4_levels(offset);
 }
 
 // Chunks c and c + 4 (c < 4) of an IQ4_NL_X8 group or IQ4_XS_X8 super-block (qs interleaved as
