@@ -1,4 +1,4 @@
-// model/repack.h — Q8_0, Q4_K, Q6_K, Q3_K, Q2_K, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL and IQ4_XS matmul weights repacked once at
+// model/repack.h — Q8_0, Q4_K, Q6_K, Q3_K, Q2_K, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS and MXFP4 matmul weights repacked once at
 // load into their _X8 forms (core/dtype.h), the interleaved layouts the CPU matmul kernels read:
 // Q8_0_X8 at every batch size (batched decode and prefill no longer repack weights on every
 // call), the others in decode (the scales of 8 blocks apply as one vector, not one per block).
@@ -13,10 +13,10 @@
 
 namespace fp {
 
-// Whether a weight can be repacked: Q8_0, Q4_K, Q6_K, Q3_K, Q2_K, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL or IQ4_XS, 2-D (or a 3-D
-// stack of Q4_K / Q6_K / IQ4_NL / IQ4_XS experts, rows all the same), contiguous, rows a multiple of 256 values, no
-// block scales, on the CPU. Everything else (Q5_K, other expert stacks, short rows)
-// is left as is.
+// Whether a weight can be repacked: Q8_0, Q4_K, Q6_K, Q3_K, Q2_K, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS or MXFP4, 2-D
+// (or a 3-D stack of Q4_K / Q6_K / IQ4_NL / IQ4_XS / Q8_0 / MXFP4 experts, rows all the same), contiguous, rows a
+// multiple of 256 values (MXFP4: of 32; its _X8 rows may end in plain blocks), no block scales, on the CPU.
+// Everything else (Q5_K, other expert stacks, short rows) is left as is.
 bool repackable(const Tensor& w);
 // The layout a repackable weight of type t becomes (t itself when there is none).
 DType repacked_dtype(DType t);

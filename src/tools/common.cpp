@@ -35,7 +35,7 @@ void add_common(CLI::App* app, CommonOptions& o, bool model_required) {
   app->add_flag("--mmap", o.mmap, "map the weights from the file instead of copying them (less memory, slower decode)")
       ->excludes(copy);
   app->add_flag("--no-repack", o.no_repack,
-                "keep Q8_0, Q4_K, Q6_K, Q3_K, Q2_K, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL and IQ4_XS matmul weights in the file's layout instead of repacking them at load into their _X8 forms (the CPU kernels' interleaved layouts)");
+                "keep Q8_0, Q4_K, Q6_K, Q3_K, Q2_K, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS and MXFP4 matmul weights in the file's layout instead of repacking them at load into their _X8 forms (the CPU kernels' interleaved layouts)");
   app->add_option("--tensor-parallel-size,--tp", o.tensor_parallel,
                   "split the model across this many ranks (launch as mpirun -np N; needs a build with MPI)")
       ->check(CLI::Range(1, 1 << 16));
