@@ -1117,8 +1117,9 @@ void gemv_block32_x8(const MatMulArgs& a) {
 // As the 32-value _X8 forms, with each chunk's nibbles looked up in the 16 signed levels (one
 // vpshufb per chunk, shared by the tokens). Signed weights against signed activations take the
 // sign trick (|w| x sign(x, w) in vpmaddubsw); a pair can reach 2 x 127 x 127, so every chunk's
-// pairs widen to int32 at once. Run at every batch size (no AVX2 prefill tiles: their vpmaddubsw
-// would overflow on levels offset to unsigned).
+// pairs widen to int32 at once. IQ4 runs them at every batch size (no AVX2 prefill tiles: their
+// vpmaddubsw would overflow on IQ4's levels offset to unsigned); MXFP4_X8 only decodes here, its
+// small levels (+ 12) fit the Q4 tiles.
 // Chunk c (values 32c.. of lo, 32(c + 4).. of hi) against T tokens. The chunk loop calling this is
 // fully unrolled for 1-2 tokens and kept rolled from 3: unrolled, GCC unpacked all four chunks
 // up front and spilled; rolled at 1 token, decode lost ~20% (the next chunk's loads no longer
