@@ -1286,8 +1286,8 @@ void dequantize_row(DType t, const void* src, float* y, int64_t n) {
         unpack_block32_x8(t, static_cast<const uint8_t*>(src) + g * group_bytes, blocks, 1);
         dequantize_row(base, blocks, y + g * 256, 256);
       }
-      block32_tail_bytes(base, n);  // (checks n)
-      if (n % 256) dequantize_row(base, static_cast<const uint8_t*>(src) + n / 256 * group_bytes, y + n / 256 * 256, n % 256);  // MXFP4_X8's plain tail
+      if (block32_tail_bytes(base, n) > 0)  // MXFP4_X8's plain last blocks (the call checks n)
+        dequantize_row(base, static_cast<const uint8_t*>(src) + n / 256 * group_bytes, y + n / 256 * 256, n % 256);
       return;
     }
     case DType::F64: {

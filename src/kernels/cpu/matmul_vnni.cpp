@@ -11,8 +11,9 @@
 //  - Q4_K_X8 / Q6_K_X8 / Q3_K_X8 / Q4_0_X8 ... Q5_1_X8 (repacked at load) decode: one vpdpbusd per chunk
 //    leaves (sub-)block j's dot product in lane j; their prefill, and Q4_K's / Q6_K's, run the interleaved tiles, as
 //    Q4_1 / Q5_0 / Q5_1 / Q5_K prefill (the Q4 tiles) and Q3_K prefill (the Q6 tiles) do.
-//  - IQ4_NL_X8 / IQ4_XS_X8 / MXFP4_X8 (repacked at load): nibbles looked up as level + 128 (vpshufb), then as
-//    Q8_0_X8 (activations' init -128 x sum(x)); decode row kernel, prefill the unsigned-weight tiles.
+//  - IQ4_NL_X8 / IQ4_XS_X8 / MXFP4_X8 (repacked at load): nibbles looked up as level + 128 (MXFP4's + 12,
+//    avx2::x8_levels) by vpshufb, then as Q8_0_X8 (activations' init -offset x sum(x)); decode row
+//    kernel, prefill the unsigned-weight tiles.
 //    MXFP4_X8 rows may end in plain MXFP4 blocks (gpt-oss's 2880 values): those are gathered into
 //    one zero-padded group (avx2::mxfp4_tail_group).
 //  - IQ4_NL / MXFP4 in the file layout: prefill on the same tiles, a row's last group zero-padded.
@@ -445,9 +446,9 @@ void gemv_block32_x8(const MatMulArgs& a) {
   }
 }
 
-// IQ4_NL_X8 / IQ4_XS_X8 / MXFP4_X8 decode: each chunk's nibbles looked up as level + 128 (unsigned, one vpshufb
-// shared by the tokens), so vpdpbusd takes them directly; -128 x sum(x) (PackedX::init) starts the
-// sums. Two chains of four, as row_block32_x8. `tail`, `tail_blocks`: an MXFP4_X8 row's plain
+// IQ4_NL_X8 / IQ4_XS_X8 / MXFP4_X8 decode: each chunk's nibbles looked up as level + 128 (MXFP4's + 12;
+// unsigned, one vpshufb shared by the tokens), so vpdpbusd takes them directly; -offset x sum(x)
+// (PackedX::init) starts the sums. Two chains of four, as row_block32_x8. `tail`, `tail_blocks`: an MXFP4_X8 row's plain
 // last blocks, dotted as group `groups` (null, 0: none). iq4_x8_group: one group's levels (lo, hi:
 // chunks c and c + 4) and scales against T tokens' group g.
 template <int T>

@@ -6,7 +6,6 @@
 #include <immintrin.h>
 
 #include <cstddef>
-
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
