@@ -6,7 +6,7 @@ The C++ test (tests/hf_golden_test.cpp) rewrites the same models with the same s
 through both loaders, and compares its logits with these. Needs a venv with torch + transformers:
     python3 -m venv .venv && .venv/bin/pip install torch transformers safetensors
     .venv/bin/python scripts/make_hf_golden.py build/fastpath [CASE_NAME ...]
-Cases cover Llama/Qwen2/Qwen3 and the MoE architectures (Qwen3-MoE, DeepSeek-V2/V3 with MLA, GLM-4.5, gpt-oss
+Cases cover Llama/Qwen2/Qwen3, Gemma 3 (sandwich norms, GeGLU, sliding windows with their own RoPE base) and the MoE architectures (Qwen3-MoE, DeepSeek-V2/V3 with MLA, GLM-4.5, gpt-oss
 with sliding windows, sinks and MXFP4 experts, which transformers dequantizes on a CPU);
 naming cases regenerates only those.
 

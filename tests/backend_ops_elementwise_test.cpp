@@ -1,4 +1,4 @@
-// tests/backend_ops_elementwise_test.cpp — every rmsnorm, add, silu_mul, softmax, rope, argmax
+// tests/backend_ops_elementwise_test.cpp — every rmsnorm, add, silu_mul, gelu_mul, softmax, rope, argmax
 // and kv_write kernel against its reference twin over odd sizes, tails (d not a multiple of 8),
 // n = 0 and 1, large d, aliased outputs and sizes big enough to split over threads. Also the
 // accuracy of the vectorized exp the AVX2 kernels use.
@@ -260,8 +260,11 @@ TEST(BackendOps, AddEveryKernelAgainstItsReference) {
   expect_fast_kernel_ran(checked, "add");
 }
 
-// ---------------------------------------------------------------- silu_mul
-TEST(BackendOps, SiluMulEveryKernelAgainstItsReference) {
+// ---------------------------------------------------------------- silu_mul, gelu_mul
+// The gated activations (SiluMulArgs and GeluMulArgs have the same fields): every kernel of the
+// op against its reference over row counts, odd widths, strides and in place.
+template <class Args>
+int check_glu_kernels() {
   struct Case {
     int64_t n, d, gate_stride, up_stride;
     bool in_place;
@@ -278,25 +281,42 @@ TEST(BackendOps, SiluMulEveryKernelAgainstItsReference) {
   int checked = 0;
   for (const Case& c : cases) {
     std::vector<float> g, u;
-    std::function<SiluMulArgs(std::vector<float>&)> make = [&](std::vector<float>& out) {
+    std::function<Args(std::vector<float>&)> make = [&](std::vector<float>& out) {
       int64_t gs = c.gate_stride ? c.gate_stride : c.d, us = c.up_stride ? c.up_stride : c.d;
       g = test::random_floats(static_cast<size_t>(c.n * gs), static_cast<uint32_t>(c.d), 4.0f);
       u = test::random_floats(static_cast<size_t>(c.n * us), static_cast<uint32_t>(c.d + 1));
       if (!g.empty()) g[0] = 95.0f;                     // e^-g underflows
       if (g.size() > 1) g[1] = -95.0f;                   // e^-g overflows in the reference
       if (g.size() > 2) g[g.size() - 1] = -20.0f;
+      if (g.size() > 3) g[2] = 0.0f;
       if (c.in_place) {
         out = g;
-        return SiluMulArgs{out.data(), u.data(), c.n, c.d, 0, c.up_stride, out.data()};
+        return Args{out.data(), u.data(), c.n, c.d, 0, c.up_stride, out.data()};
       }
       out.assign(static_cast<size_t>(c.n * c.d), NAN);
-      return SiluMulArgs{g.data(), u.data(), c.n, c.d, c.gate_stride, c.up_stride, out.data()};
+      return Args{g.data(), u.data(), c.n, c.d, c.gate_stride, c.up_stride, out.data()};
     };
     std::string label = "n=" + std::to_string(c.n) + " d=" + std::to_string(c.d) + " strides=" + std::to_string(c.gate_stride) +
                         "," + std::to_string(c.up_stride) + (c.in_place ? " in-place" : "");
-    checked += test::check_kernels<SiluMulArgs>(label, make, "ref", 1e-5);
+    checked += test::check_kernels<Args>(label, make, "ref", 1e-5);
   }
-  expect_fast_kernel_ran(checked, "silu_mul");
+  return checked;
+}
+
+TEST(BackendOps, SiluMulEveryKernelAgainstItsReference) { expect_fast_kernel_ran(check_glu_kernels<SiluMulArgs>(), "silu_mul"); }
+
+// Gemma's GeGLU: the tanh form of GELU (transformers' gelu_pytorch_tanh).
+TEST(BackendOps, GeluMulEveryKernelAgainstItsReference) {
+  expect_fast_kernel_ran(check_glu_kernels<GeluMulArgs>(), "gelu_mul");
+  // The reference itself at known points: gelu_tanh(0) = 0, (1) = 0.841192, (-1) = -0.158808, (3) = 2.996363.
+  const std::vector<float> g = {0.0f, 1.0f, -1.0f, 3.0f}, u = {1.0f, 1.0f, 1.0f, 2.0f};
+  std::vector<float> out(4);
+  for (auto& k : OpRegistry<GeluMulArgs>::instance().kernels())
+    if (k.name == "ref") k.run(GeluMulArgs{g.data(), u.data(), 1, 4, 0, 0, out.data()});
+  EXPECT_NEAR(out[0], 0.0f, 1e-7f);
+  EXPECT_NEAR(out[1], 0.841192f, 1e-5f);
+  EXPECT_NEAR(out[2], -0.158808f, 1e-5f);
+  EXPECT_NEAR(out[3], 2 * 2.996363f, 1e-5f);
 }
 
 // ---------------------------------------------------------------- softmax

@@ -1,4 +1,4 @@
-// tests/hf_golden_test.cpp — the Llama/Qwen2/Qwen3/Qwen3-MoE/DeepSeek-V2/V3/GLM-4.5-MoE/gpt-oss forward against Hugging Face transformers:
+// tests/hf_golden_test.cpp — the Llama/Qwen2/Qwen3/Gemma 3/Qwen3-MoE/DeepSeek-V2/V3/GLM-4.5-MoE/gpt-oss forward against Hugging Face transformers:
 // tests/golden/*.logits.f32 were computed by transformers (scripts/make_hf_golden.py) on models
 // `synth` writes deterministically; here the same models are written again, loaded from the
 // safetensors directory and from GGUF, and their logits compared with transformers'. Also the

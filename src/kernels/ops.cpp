@@ -4,7 +4,9 @@
 
 namespace fp {
 
-std::string EmbeddingArgs::shape_class() const { return std::string("table=") + dtype_name(table->dtype); }
+std::string EmbeddingArgs::shape_class() const {
+  return std::string("table=") + dtype_name(table->dtype) + (scale != 1.0f ? " scaled" : "");
+}
 
 std::string MatMulArgs::shape_class() const {
   // Kernels switch paths at 4 tokens (CPU GEMV), 8 (CUDA GEMV), 32 (the CPU's AVX512-BF16
@@ -70,6 +72,7 @@ std::string refuse_kv_dtype(DType t, std::initializer_list<DType> reads) {
 std::string KvWriteArgs::shape_class() const { return std::string("kv=") + dtype_name(dtype); }
 std::string KvMoveArgs::shape_class() const { return into_pool ? "unpack" : "pack"; }
 std::string SiluMulArgs::shape_class() const { return "f32"; }
+std::string GeluMulArgs::shape_class() const { return "f32"; }
 std::string AddArgs::shape_class() const { return "f32"; }
 std::string SoftmaxArgs::shape_class() const { return "f32"; }
 std::string ArgmaxArgs::shape_class() const { return "f32"; }

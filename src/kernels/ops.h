@@ -18,6 +18,7 @@ struct EmbeddingArgs {
   const int32_t* ids = nullptr;
   int64_t n = 0;
   float* out = nullptr;
+  float scale = 1.0f;  // rows multiplied by it (Gemma: sqrt(dim)); kernels that cannot, refuse
   std::string shape_class() const;
 };
 
@@ -183,6 +184,19 @@ struct SiluMulArgs {
   int64_t gate_stride = 0, up_stride = 0;  // floats between rows (0 means d)
   float* out = nullptr;
   uint16_t* bf16 = nullptr;  // optional: also out as BF16 (as RmsNormArgs::bf16)
+  std::string shape_class() const;
+};
+
+// out[r, j] = gelu_tanh(gate[r, j]) * up[r, j]: GeGLU (Gemma's FFN, HF gelu_pytorch_tanh),
+// gelu_tanh(g) = g / 2 * (1 + tanh(sqrt(2/pi) * (g + 0.044715 g^3))). Fields as SiluMulArgs.
+struct GeluMulArgs {
+  static constexpr const char* kName = "gelu_mul";
+  const float* gate = nullptr;
+  const float* up = nullptr;
+  int64_t n = 0, d = 0;
+  int64_t gate_stride = 0, up_stride = 0;  // floats between rows (0 means d)
+  float* out = nullptr;
+  uint16_t* bf16 = nullptr;  // optional: also out as BF16
   std::string shape_class() const;
 };
 

@@ -50,6 +50,10 @@ void ModelConfig::validate(const std::string& where) const {
     need(static_cast<int64_t>(swa_layers.size()) == n_layers, "sliding-window layer list length",
          static_cast<int64_t>(swa_layers.size()), "must equal the layer count");
   need(sliding_window >= 0, "sliding window", sliding_window, "must not be negative");
+  FP_CHECK(std::isfinite(embed_scale) && embed_scale > 0, where, ": embedding scale ", embed_scale, " must be positive");
+  FP_CHECK(std::isfinite(attn_scale) && attn_scale >= 0, where, ": attention scale ", attn_scale, " must be positive");
+  FP_CHECK(std::isfinite(rope_theta_swa) && rope_theta_swa >= 0, where, ": sliding-window rope theta ", rope_theta_swa,
+           " must be positive");
   if (moe.swiglu_clamped)
     FP_CHECK(std::isfinite(moe.swiglu_limit) && moe.swiglu_limit > 0 && std::isfinite(moe.swiglu_alpha), where,
              ": swiglu_limit ", moe.swiglu_limit, " / swiglu_alpha ", moe.swiglu_alpha, " must be finite (limit positive)");
@@ -84,6 +88,11 @@ std::string ModelConfig::describe() const {
     for (bool b : swa_layers) n += b;
     os << ", sliding window " << sliding_window << " on " << n << " of " << n_layers << " layers";
   }
+  if (rope_theta_swa > 0) os << " (sliding layers theta " << rope_theta_swa << ", unscaled)";
+  if (embed_scale != 1.0f) os << ", embeddings x" << embed_scale;
+  if (attn_scale > 0) os << ", attention scale " << attn_scale;
+  if (post_norms) os << ", post-attention/FFN norms";
+  if (gelu_ffn) os << ", GeGLU FFN";
   if (mla.kv_lora_rank > 0)
     os << ", MLA (q_lora " << mla.q_lora_rank << ", kv_lora " << mla.kv_lora_rank << ", nope " << head_dim - rot_dim
        << ", rope " << rot_dim << ", v " << v_head_dim << ")";
@@ -140,6 +149,14 @@ std::vector<float> ModelConfig::rope_inv_freq() const {
     f[static_cast<size_t>(i)] = static_cast<float>(inv);
   }
   return f;
+}
+
+std::vector<float> ModelConfig::rope_inv_freq_swa() const {
+  if (rope_theta_swa <= 0) return rope_inv_freq();
+  ModelConfig plain = *this;
+  plain.rope_theta = rope_theta_swa;
+  plain.rope_scaling = RopeScaling{};
+  return plain.rope_inv_freq();
 }
 
 }  // namespace fp

@@ -1,6 +1,7 @@
 // model/config.h — what an architecture needs to know about a model, whatever file it came
 // from: dimensions, attention layout, RoPE and its scaling, normalisation, output tying.
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -76,6 +77,19 @@ struct ModelConfig {
     return sliding_window > 0 && layer < static_cast<int64_t>(swa_layers.size()) && swa_layers[static_cast<size_t>(layer)]
                ? sliding_window : 0;
   }
+  // Gemma 3: the embedding rows times embed_scale (sqrt(dim)), a norm after the attention and
+  // after the FFN too ("sandwich": post_attention_norm, post_ffw_norm) before each residual add,
+  // the GeGLU FFN (gelu_tanh(gate) * up), scores scaled by attn_scale (query_pre_attn_scalar^-1/2)
+  // and the sliding-window layers rotated with their own unscaled base rope_theta_swa.
+  float embed_scale = 1.0f;
+  float attn_scale = 0.0f;  // 0: 1/sqrt(head_dim)
+  bool post_norms = false;
+  bool gelu_ffn = false;
+  float rope_theta_swa = 0.0f;  // 0: the sliding layers rotate as the others
+  // Added to every RMSNorm weight at load: Gemma's checkpoints store w - 1 (its GGUFs have the 1
+  // added by the converter).
+  float norm_weight_offset = 0.0f;
+  float attention_scale() const { return attn_scale > 0 ? attn_scale : 1.0f / std::sqrt(static_cast<float>(head_dim)); }
   MoeConfig moe;
   MlaConfig mla;
   // Multi-token-prediction layers stored after the n_layers (DeepSeek-V3, GLM-4.5:
@@ -87,6 +101,8 @@ struct ModelConfig {
   std::string describe() const;
   // Inverse RoPE frequencies, [rot_dim/2], with linear / llama3 / yarn scaling applied.
   std::vector<float> rope_inv_freq() const;
+  // Those of the sliding-window layers where they have their own base (rope_theta_swa, unscaled).
+  std::vector<float> rope_inv_freq_swa() const;
 };
 
 }  // namespace fp

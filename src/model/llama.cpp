@@ -1,5 +1,7 @@
 // model/llama.cpp — the Llama-family architecture: Llama (GQA, RoPE with linear / llama3
-// scaling, tied or untied output), Qwen2 (q/k/v bias) and Qwen3 (per-head q/k RMSNorm).
+// scaling, tied or untied output), Qwen2 (q/k/v bias), Qwen3 (per-head q/k RMSNorm) and Gemma 3
+// (q/k norms, a norm after the attention and the FFN too, GeGLU, embeddings times sqrt(dim),
+// five sliding-window layers with their own RoPE base to each global one; one CPU rank).
 // Every computation goes through the op registry (kernels/ops.h).
 //
 // Tensor parallel (Megatron-style, when built with a communicator of several ranks): each rank
@@ -55,7 +57,12 @@ struct LlamaLayer {
   const float* ffn_norm;
   const Tensor *wq, *wk, *wv, *wo, *w_gate, *w_up, *w_down;
   const float *bq = nullptr, *bk = nullptr, *bv = nullptr;       // Qwen2
-  const float *q_norm = nullptr, *k_norm = nullptr;              // Qwen3, [head_dim]
+  const float *q_norm = nullptr, *k_norm = nullptr;              // Qwen3, Gemma 3, [head_dim]
+  // Gemma 3: norms of the attention's and the FFN's outputs before their residual adds, the
+  // layer's sliding window (0: global) and its RoPE frequencies (null: the model's).
+  const float *post_attn_norm = nullptr, *post_ffn_norm = nullptr;
+  int64_t window = 0;
+  const float* inv_freq = nullptr;
   int64_t ffn_width = 0;  // this rank's share of the FFN width (hidden_dim on one rank)
   // On a device, where the parts could be stacked (DeviceWeights::stack_rows): [wq; wk; wv] and
   // [w_gate; w_up] as one matrix each (the parts are views of their rows), and bq|bk|bv. A
@@ -74,6 +81,10 @@ class LlamaModel : public Model {
     const int64_t v_dim = c.n_kv_heads * c.v_head_dim, o_in = c.n_heads * c.v_head_dim;
     FP_CHECK(c.v_head_dim == c.head_dim, mf.path, ": ", c.arch, " needs value_length == key_length");
     const int ranks = parallel().tp > 1 ? tp_size() : 1, rank = tp_ ? tp_->rank() : 0;  // tensor-parallel ranks
+    if (c.post_norms || c.gelu_ffn || c.sliding_window > 0)
+      FP_CHECK(tp_size() <= 1 && device() == Device::CPU, mf.path, ": ", c.arch,
+               " runs on one CPU rank here (its sandwich norms, GeGLU and sliding windows are not in the ",
+               "tensor-parallel, context-parallel or device paths yet)");
     context_parallel_ = parallel().cp > 1;
     // The whole weights for context-parallel prefill and the TP slices for decode share bytes,
     // so neither is repacked in place (Q8_0 stays in the file's layout).
@@ -83,13 +94,18 @@ class LlamaModel : public Model {
     heads_ = c.n_heads / ranks;
     kv_heads_ = c.n_kv_heads / ranks;
     embed_ = &mf.get("token_embd.weight", {c.n_vocab, c.dim});
-    output_norm_ = vec_f32("output_norm.weight", c.dim);
+    output_norm_ = norm_f32("output_norm.weight", c.dim);
     const Tensor* output = c.tied_output ? embed_ : &mf.get("output.weight", {c.n_vocab, c.dim});
     for (int64_t l = 0; l < c.n_layers; ++l) {
       std::string p = "blk." + std::to_string(l) + ".";
       LlamaLayer L{};
-      L.attn_norm = vec_f32(p + "attn_norm.weight", c.dim);
-      L.ffn_norm = vec_f32(p + "ffn_norm.weight", c.dim);
+      L.attn_norm = norm_f32(p + "attn_norm.weight", c.dim);
+      L.ffn_norm = norm_f32(p + "ffn_norm.weight", c.dim);
+      if (c.post_norms) {
+        L.post_attn_norm = norm_f32(p + "post_attention_norm.weight", c.dim);
+        L.post_ffn_norm = norm_f32(p + "post_ffw_norm.weight", c.dim);
+      }
+      L.window = c.window_of(l);
       L.wq = &mf.get(p + "attn_q.weight", {q_dim, c.dim});
       L.wk = &mf.get(p + "attn_k.weight", {kv_dim, c.dim});
       L.wv = &mf.get(p + "attn_v.weight", {v_dim, c.dim});
@@ -103,8 +119,8 @@ class LlamaModel : public Model {
         L.bv = vec_f32(p + "attn_v.bias", v_dim);
       }
       if (c.qk_norm) {
-        L.q_norm = vec_f32(p + "attn_q_norm.weight", c.head_dim);
-        L.k_norm = vec_f32(p + "attn_k_norm.weight", c.head_dim);
+        L.q_norm = norm_f32(p + "attn_q_norm.weight", c.head_dim);
+        L.k_norm = norm_f32(p + "attn_k_norm.weight", c.head_dim);
       }
       L.ffn_width = c.hidden_dim;
       if (context_parallel_ && ranks > 1) whole_layers_.push_back(L);
@@ -131,6 +147,11 @@ class LlamaModel : public Model {
       for (size_t i = 0; i < inv_freq_.size(); ++i) inv_freq_[i] /= factors[i];
     }
     inv_freq_at_ = inv_freq_.data();
+    if (c.rope_theta_swa > 0) {  // Gemma 3: the sliding layers' own base
+      inv_freq_swa_ = c.rope_inv_freq_swa();
+      for (LlamaLayer& L : layers_)
+        if (L.window > 0) L.inv_freq = inv_freq_swa_.data();
+    }
     if (device() != Device::CPU) place_on_device();
   }
 
@@ -172,14 +193,14 @@ class LlamaModel : public Model {
     att.v_stride = pool.layout().v_width;
     const bool every_head = pool.layout().k_width != kv_dim;  // a TP step over a cache of every head
     const int64_t k_off = every_head ? tp_->rank() * kv_dim : 0, v_off = every_head ? tp_->rank() * v_dim : 0;
-    att.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    att.scale = c.attention_scale();
     att.out = att_out;
 
     const int64_t rows = sb.n_logits;
     float* out_logits = device() == Device::CPU ? logits : act_.f32(8, rows * c.n_vocab);
     // Every op of the step, on the device: replayed as one recorded graph for repeated decode shapes.
     graphs_.run(n, sb.n_seqs, rows, &pool, [&] {
-      dispatch(EmbeddingArgs{embed_, sb.tokens, n, x});
+      dispatch(EmbeddingArgs{embed_, sb.tokens, n, x, c.embed_scale});
       // Each residual add is fused into the norm after it (x += h; h = norm(x): one pass):
       // `residual` is the h the next norm adds to x first; the last one is added at the end.
       const float* residual = nullptr;
@@ -190,11 +211,14 @@ class LlamaModel : public Model {
         else pool.write(static_cast<int64_t>(l), sb.slots, n, k, v);
         att.k_pool = kv_element(pool.k(static_cast<int64_t>(l)), pool.dtype(), k_off);
         att.v_pool = kv_element(pool.v(static_cast<int64_t>(l)), pool.dtype(), v_off);
+        att.window = L.window;
         dispatch(att);
         dispatch(MatMulArgs{att_out, n, L.wo, nullptr, h});
         if (tp) dispatch(AllReduceArgs{tp_.get(), h, n * c.dim});  // sum the heads' shares
+        if (L.post_attn_norm) dispatch(RmsNormArgs{h, L.post_attn_norm, n, c.dim, c.rms_eps, h});
         ffn_share(L, x, h, gate, up, n, h);                          // x += h first (fused)
         if (tp) dispatch(AllReduceArgs{tp_.get(), h, n * c.dim});  // sum the ranks' FFN shares
+        if (L.post_ffn_norm) dispatch(RmsNormArgs{h, L.post_ffn_norm, n, c.dim, c.rms_eps, h});
         residual = h;
       }
       if (residual) dispatch(AddArgs{x, residual, n * c.dim, x});
@@ -235,6 +259,7 @@ class LlamaModel : public Model {
                         const int32_t* pos, float* q, float* k, float* v,
                         const std::function<void()>& kv_ready = nullptr, const float* residual = nullptr) {
     const ModelConfig& c = config();
+    const float* inv_freq = L.inv_freq ? L.inv_freq : inv_freq_at_;
     RmsNormArgs norm = with_residual({x, L.attn_norm, n, c.dim, c.rms_eps, h}, x, residual);
     const uint16_t* hb = norm.bf16 = bf16_copy(n, {L.wq, L.wk, L.wv});
     const BlockQ8_0* hq = rmsnorm_for(norm, {L.wq, L.wk, L.wv}, hq_);
@@ -245,19 +270,19 @@ class LlamaModel : public Model {
       if (c.qk_norm) dispatch(RmsNormArgs{k, L.k_norm, n * kv_heads, c.head_dim, c.rms_eps, k});
       if (c.qk_norm) dispatch(RmsNormArgs{q, L.q_norm, n * heads, c.head_dim, c.rms_eps, q});
       const int64_t qk_heads = heads + kv_heads;
-      dispatch(RopeArgs{q, pos, n, qk_heads, c.head_dim, c.rot_dim, qk_heads * c.head_dim, inv_freq_at_, 1.0f, c.rope_style});
+      dispatch(RopeArgs{q, pos, n, qk_heads, c.head_dim, c.rot_dim, qk_heads * c.head_dim, inv_freq, 1.0f, c.rope_style});
       return;
     }
     dispatch(MatMulArgs{h, n, L.wk, L.bk, k, hq, hb});
     dispatch(MatMulArgs{h, n, L.wv, L.bv, v, hq, hb});
     if (c.qk_norm) dispatch(RmsNormArgs{k, L.k_norm, n * kv_heads, c.head_dim, c.rms_eps, k});
-    dispatch(RopeArgs{k, pos, n, kv_heads, c.head_dim, c.rot_dim, kv_heads * c.head_dim, inv_freq_at_, 1.0f, c.rope_style});
+    dispatch(RopeArgs{k, pos, n, kv_heads, c.head_dim, c.rot_dim, kv_heads * c.head_dim, inv_freq, 1.0f, c.rope_style});
     if (kv_ready) kv_ready();
     progress();
     dispatch(MatMulArgs{h, n, L.wq, L.bq, q, hq, hb});
     progress();
     if (c.qk_norm) dispatch(RmsNormArgs{q, L.q_norm, n * heads, c.head_dim, c.rms_eps, q});
-    dispatch(RopeArgs{q, pos, n, heads, c.head_dim, c.rot_dim, heads * c.head_dim, inv_freq_at_, 1.0f, c.rope_style});
+    dispatch(RopeArgs{q, pos, n, heads, c.head_dim, c.rot_dim, heads * c.head_dim, inv_freq, 1.0f, c.rope_style});
   }
 
   // x += FFN(RMSNorm(x)) for n rows (h, gate, up: scratch); with `sum_ranks` the ranks' partial
@@ -310,7 +335,8 @@ class LlamaModel : public Model {
     }
     progress();
     uint16_t* gb = bf16_copy(n, {L.w_down});  // (h's copy above is read by then)
-    dispatch(SiluMulArgs{gate, up, n, L.ffn_width, 0, 0, gate, gb});
+    if (c.gelu_ffn) dispatch(GeluMulArgs{gate, up, n, L.ffn_width, 0, 0, gate, gb});
+    else dispatch(SiluMulArgs{gate, up, n, L.ffn_width, 0, 0, gate, gb});
     dispatch(MatMulArgs{gate, n, L.w_down, nullptr, h, nullptr, gb});
     progress();
   }
@@ -558,6 +584,17 @@ class LlamaModel : public Model {
     return keep(t.view);
   }
 
+  // A norm's weight as F32 with the config's norm_weight_offset added (Gemma's checkpoints
+  // store w - 1): a copy when there is an offset, else as vec_f32.
+  const float* norm_f32(const std::string& name, int64_t len) {
+    const float offset = config().norm_weight_offset;
+    const float* w = vec_f32(name, len);
+    if (offset == 0.0f) return w;
+    float* buf = file_->own_f32(static_cast<size_t>(len));
+    for (int64_t i = 0; i < len; ++i) buf[i] = w[i] + offset;
+    return buf;
+  }
+
   // A 1-D F32 view of a norm weight or bias, converted from F16/BF16 once at load.
   const float* vec_f32(const std::string& name, int64_t len) {
     const Tensor& t = file_->get(name, {len});
@@ -582,6 +619,7 @@ class LlamaModel : public Model {
   MicroBatchSplit overlap_;           // the two micro-batches of forward_overlapped
   std::deque<Tensor> shards_;         // this rank's weight slices (stable addresses)
   std::vector<float> inv_freq_;
+  std::vector<float> inv_freq_swa_;  // Gemma 3's sliding layers (config().rope_theta_swa)
   const float* inv_freq_at_ = nullptr;  // inv_freq_ where the kernels read it (host or device)
   DeviceWeights weights_{device()};
   Activations act_{device()};     // x, h, q, k, v, attention out, gate, up, device logits
@@ -598,7 +636,8 @@ std::unique_ptr<Model> make_llama(std::shared_ptr<ModelFile> f, std::shared_ptr<
 
 const bool llama_registered = register_sharded_architecture("llama", make_llama, true) &&
                         register_sharded_architecture("qwen2", make_llama, true) &&
-                        register_sharded_architecture("qwen3", make_llama, true);
+                        register_sharded_architecture("qwen3", make_llama, true) &&
+                        register_sharded_architecture("gemma3", make_llama, false);
 
 }  // namespace
 }  // namespace fp

@@ -53,8 +53,9 @@ std::string canonical_arch(const std::string& arch) {
   if (arch == "deepseek_v3" || arch == "deepseek_v2") return "deepseek2";
   if (arch == "glm4_moe" || arch == "glm4moe") return "glm4moe";
   if (arch == "gpt_oss" || arch == "gpt-oss") return "gpt-oss";
+  if (arch == "gemma3" || arch == "gemma3_text") return "gemma3";
   FP_CHECK(arch == "llama" || arch == "qwen2" || arch == "qwen3", "synth: --arch '", arch,
-           "' is not one of llama, qwen2, qwen3, qwen3_moe, deepseek_v2, deepseek_v3, glm4_moe, gpt_oss");
+           "' is not one of llama, qwen2, qwen3, qwen3_moe, deepseek_v2, deepseek_v3, glm4_moe, gpt_oss, gemma3");
   return arch;
 }
 
@@ -183,6 +184,21 @@ ModelConfig config_from_json(const std::string& arch_in, const nlohmann::json& j
              "synth: rope_scaling type '", c.rope_scaling.type, "' is not supported (linear, llama3; yarn for deepseek, gpt-oss)");
   }
   if (arch == "qwen3moe" || arch == "deepseek2" || arch == "glm4moe" || arch == "gpt-oss") synth_moe_config(c, arch_in, j, geti);
+  if (arch == "gemma3") {  // Gemma3TextConfig's keys (model_file.cpp, load_hf_gemma3)
+    c.qk_norm = c.post_norms = c.gelu_ffn = true;
+    c.tied_output = j.value("tie_word_embeddings", true);
+    c.embed_scale = std::sqrt(static_cast<float>(c.dim));
+    c.attn_scale = 1.0f / std::sqrt(static_cast<float>(geti("query_pre_attn_scalar", c.head_dim)));
+    c.norm_weight_offset = 1.0f;
+    c.sliding_window = j.value("sliding_window", int64_t{0});
+    if (c.sliding_window > 0) {
+      if (j.contains("layer_types"))
+        for (auto& t : j["layer_types"]) c.swa_layers.push_back(t.get<std::string>() == "sliding_attention");
+      else
+        for (int64_t l = 0; l < c.n_layers; ++l) c.swa_layers.push_back((l + 1) % 6 != 0);
+    }
+    c.rope_theta_swa = j.value("rope_local_base_freq", 10000.0f);
+  }
   c.validate("synth --config");
   return c;
 }
@@ -258,7 +274,9 @@ std::map<std::string, HfTensor> make_weights(const ModelConfig& c, uint64_t seed
     if (!lazy) fill_tensor("model.embed_tokens.weight", t, seed);
     w["model.embed_tokens.weight"] = std::move(t);
   }
-  vec("model.norm.weight", c.dim, 1.0f, 0.02f);
+  // Norm weights near 1; Gemma's checkpoints store w - 1 (near 0; the loaders add the 1 back).
+  const float norm_base = 1.0f - c.norm_weight_offset, norm_sd = c.norm_weight_offset != 0 ? 0.1f : 0.02f;
+  vec("model.norm.weight", c.dim, norm_base, norm_sd);
   if (!c.tied_output) mat("lm_head.weight", c.n_vocab, c.dim);
   for (int64_t l = 0; l < c.n_layers + extra_layers; ++l) {
     std::string p = "model.layers." + std::to_string(l) + ".";
@@ -295,8 +313,12 @@ std::map<std::string, HfTensor> make_weights(const ModelConfig& c, uint64_t seed
       vec(p + "self_attn.o_proj.bias", c.dim, 0.0f, 0.1f);
       vec(p + "self_attn.sinks", c.n_heads, 0.0f, 1.0f);
     }
-    vec(p + "input_layernorm.weight", c.dim, 1.0f, 0.02f);
-    vec(p + "post_attention_layernorm.weight", c.dim, 1.0f, 0.02f);
+    vec(p + "input_layernorm.weight", c.dim, norm_base, norm_sd);
+    vec(p + "post_attention_layernorm.weight", c.dim, norm_base, norm_sd);
+    if (c.post_norms) {  // Gemma 3: before and after the FFN
+      vec(p + "pre_feedforward_layernorm.weight", c.dim, norm_base, norm_sd);
+      vec(p + "post_feedforward_layernorm.weight", c.dim, norm_base, norm_sd);
+    }
     mat(p + "self_attn.q_proj.weight", q, c.dim);
     mat(p + "self_attn.k_proj.weight", kv, c.dim);
     mat(p + "self_attn.v_proj.weight", kv, c.dim);
@@ -309,8 +331,8 @@ std::map<std::string, HfTensor> make_weights(const ModelConfig& c, uint64_t seed
       vec(p + "self_attn.v_proj.bias", kv, 0.0f, 0.1f);
     }
     if (c.qk_norm) {
-      vec(p + "self_attn.q_norm.weight", c.head_dim, 1.0f, 0.02f);
-      vec(p + "self_attn.k_norm.weight", c.head_dim, 1.0f, 0.02f);
+      vec(p + "self_attn.q_norm.weight", c.head_dim, norm_base, norm_sd);
+      vec(p + "self_attn.k_norm.weight", c.head_dim, norm_base, norm_sd);
     }
   }
   // A multi-token-prediction layer's own tensors beside its decoder layer (DeepSeek-V3 names):
@@ -327,9 +349,9 @@ std::map<std::string, HfTensor> make_weights(const ModelConfig& c, uint64_t seed
 }
 
 // The tensor's name in a GGUF file of this architecture: the canonical name, except GLM-4.5's
-// norm before the FFN, which llama.cpp calls post_attention_norm.
+// norm before the FFN, which llama.cpp calls post_attention_norm (Gemma 3's names: tensor_names.h).
 std::string gguf_name(const std::string& hf, const ModelConfig& c) {
-  std::string n = canonical_from_hf(hf);
+  std::string n = c.arch == "gemma3" ? canonical_from_hf_gemma3(hf) : canonical_from_hf(hf);
   FP_CHECK(!n.empty(), "synth: no GGUF name for '", hf, "'");
   if ((c.arch == "glm4moe" || c.arch == "gpt-oss") && n.ends_with(".ffn_norm.weight"))
     n = n.substr(0, n.size() - std::string("ffn_norm.weight").size()) + "post_attention_norm.weight";
@@ -535,6 +557,22 @@ void hf_gpt_oss_config(nlohmann::json& cfg, const ModelConfig& c, DType type) {
                                                               "model.embed_tokens", "lm_head"}}};
 }
 
+// config.json of a Gemma 3 text model (transformers' Gemma3TextConfig keys, every one written).
+void hf_gemma3_config(nlohmann::json& cfg, const ModelConfig& c) {
+  cfg["architectures"] = {"Gemma3ForCausalLM"};
+  cfg["model_type"] = "gemma3_text";
+  cfg["hidden_activation"] = "gelu_pytorch_tanh";
+  cfg["query_pre_attn_scalar"] = static_cast<int64_t>(std::llround(1.0 / (static_cast<double>(c.attn_scale) * c.attn_scale)));
+  cfg["sliding_window"] = c.sliding_window > 0 ? nlohmann::json(c.sliding_window) : nlohmann::json(nullptr);
+  std::vector<std::string> types;
+  for (int64_t l = 0; l < c.n_layers; ++l) types.push_back(c.window_of(l) > 0 ? "sliding_attention" : "full_attention");
+  cfg["layer_types"] = types;
+  cfg["rope_local_base_freq"] = c.rope_theta_swa;
+  cfg["final_logit_softcapping"] = nullptr;
+  cfg["attn_logit_softcapping"] = nullptr;
+  cfg["attention_bias"] = false;
+}
+
 // MoE / MLA keys as llama.cpp's converters write them.
 void add_moe_metadata(GgufWriter& g, const ModelConfig& c) {
   const std::string a = c.arch + ".";
@@ -584,6 +622,26 @@ void add_moe_metadata(GgufWriter& g, const ModelConfig& c) {
   } else {
     g.set_f32(a + "rope.scaling.yarn_log_multiplier", 0.0f);
   }
+}
+
+// Gemma 3 as llama.cpp's GGUFs describe it: only the window is a key; the pattern (every sixth
+// layer global), the sliding layers' RoPE base (10000) and the attention scale (1/sqrt(head_dim))
+// are fixed there, so a config that differs cannot be written as GGUF.
+void add_gemma3_metadata(GgufWriter& g, const ModelConfig& c) {
+  if (c.sliding_window > 0) {
+    g.set_u32("gemma3.attention.sliding_window", static_cast<uint32_t>(c.sliding_window));
+    for (int64_t l = 0; l < c.n_layers; ++l)
+      FP_CHECK(c.swa_layers[static_cast<size_t>(l)] == ((l + 1) % 6 != 0),
+               "synth: GGUF gemma3 slides the window on five layers of every six (llama.cpp's pattern)");
+    FP_CHECK(c.rope_theta_swa == 10000.0f, "synth: GGUF gemma3's sliding layers rotate with base 10000");
+  }
+  FP_CHECK(std::fabs(c.attn_scale * std::sqrt(static_cast<float>(c.head_dim)) - 1.0f) < 1e-6f || c.n_layers == 62,
+           "synth: GGUF gemma3 scales the attention by 1/sqrt(head_dim) (query_pre_attn_scalar = head_dim)");
+}
+
+// What a GGUF stores beyond the checkpoint's value: Gemma's converter adds the 1 of its norms.
+float gguf_value_offset(const std::string& gguf_name, const ModelConfig& c) {
+  return c.arch == "gemma3" && gguf_name.ends_with("norm.weight") ? c.norm_weight_offset : 0.0f;
 }
 
 // Canonical GGUF names and layout: routed experts stacked into [n_expert, out, in]; with
@@ -737,6 +795,8 @@ void write_gguf_streaming(const SynthOptions& o, const ModelConfig& c, const Ggu
       } else {
         data = std::move(t.data);
       }
+      if (const float shift = gguf_value_offset(gn, c); shift != 0)
+        for (float& x : data) x += shift;
       t.data = std::vector<float>();
       auto bytes = encode_rows(ty, data.data(), static_cast<int64_t>(data.size()) / cols, cols);
       out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
@@ -794,6 +854,7 @@ std::string synth_model(const SynthOptions& o) {
     g.set_u32(a + "attention.key_length", static_cast<uint32_t>(c.head_dim));
     g.set_u32(a + "attention.value_length", static_cast<uint32_t>(c.v_head_dim));
     if (c.moe.n_experts > 0) add_moe_metadata(g, c);
+    if (c.arch == "gemma3") add_gemma3_metadata(g, c);
     g.set_u32(a + "rope.dimension_count", static_cast<uint32_t>(c.rot_dim));
     g.set_u32(a + "vocab_size", static_cast<uint32_t>(c.n_vocab));
     g.set_f32(a + "rope.freq_base", c.rope_theta);
@@ -828,6 +889,8 @@ std::string synth_model(const SynthOptions& o) {
         data = permute_rows_for_adjacent_rope(t, c.n_heads);
       if (c.arch == "llama" && (gn.find("attn_k.weight") != std::string::npos))
         data = permute_rows_for_adjacent_rope(t, c.n_kv_heads);
+      if (const float shift = gguf_value_offset(gn, c); shift != 0)
+        for (float& x : data) x += shift;
       const DType ty = gguf_type_of(gn, t.matrix, o.type);
       FP_CHECK(ty != DType::F8_E4M3, "synth: GGUF has no FP8 type (write a safetensors directory for F8_E4M3)");
       const int64_t cols = t.shape.back(), rows = static_cast<int64_t>(t.data.size()) / cols;
@@ -893,6 +956,7 @@ std::string synth_model(const SynthOptions& o) {
     cfg["tie_word_embeddings"] = c.tied_output;
     cfg["torch_dtype"] = o.type == DType::BF16 ? "bfloat16" : o.type == DType::F16 ? "float16" : "float32";
     if (c.arch == "gpt-oss") hf_gpt_oss_config(cfg, c, o.type);
+    else if (c.arch == "gemma3") hf_gemma3_config(cfg, c);
     else if (c.moe.n_experts > 0) hf_moe_config(cfg, c, o.arch);
     std::ofstream(o.out + "/config.json") << cfg.dump(2) << "\n";
     if (!o.tokenizer_json.empty()) std::filesystem::copy_file(o.tokenizer_json, o.out + "/tokenizer.json",

@@ -1,4 +1,4 @@
-// model/tensor_names.cpp — the Hugging Face -> canonical tensor name table.
+// model/tensor_names.cpp — the Hugging Face -> canonical tensor name table (and Gemma 3's variant).
 #include "model/tensor_names.h"
 
 #include <utility>
@@ -65,6 +65,25 @@ std::string canonical_base(const std::string& hf) {
 }
 
 }  // namespace
+
+std::string canonical_from_hf_gemma3(const std::string& hf) {
+  std::string name = hf;
+  for (const char* p : {"language_model.model.", "model.language_model."})
+    if (name.rfind(p, 0) == 0) name = "model." + name.substr(std::string(p).size());
+  if (name.rfind("language_model.lm_head.", 0) == 0) name = name.substr(std::string("language_model.").size());
+  static const std::pair<const char*, const char*> norms[] = {{"post_attention_layernorm.weight", "post_attention_norm.weight"},
+                                                              {"pre_feedforward_layernorm.weight", "ffn_norm.weight"},
+                                                              {"post_feedforward_layernorm.weight", "post_ffw_norm.weight"}};
+  const std::string prefix = "model.layers.";
+  if (name.rfind(prefix, 0) == 0) {
+    const size_t dot = name.find('.', prefix.size());
+    if (dot != std::string::npos)
+      for (auto& [from, to] : norms)
+        if (name.compare(dot + 1, std::string::npos, from) == 0)
+          return "blk." + name.substr(prefix.size(), dot - prefix.size()) + "." + to;
+  }
+  return canonical_from_hf(name);
+}
 
 std::string canonical_from_hf(const std::string& hf) {
   const std::string scale_suffix = "_scale_inv";

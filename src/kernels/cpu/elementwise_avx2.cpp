@@ -1,5 +1,5 @@
 // kernels/cpu/elementwise_avx2.cpp — AVX2+FMA kernels for the element-wise and row ops:
-// rmsnorm, add, silu_mul, softmax, rope, argmax, kv_write. Memory-bound: each reads its inputs once and
+// rmsnorm, add, silu_mul, gelu_mul, softmax, rope, argmax, kv_write. Memory-bound: each reads its inputs once and
 // writes once; work is split over the thread pool only above kParallelMin elements, below
 // which waking the workers costs more than the op. Row tails use masked loads/stores.
 #include <algorithm>
@@ -114,45 +114,63 @@ void add_avx2(const AddArgs& a) {
 }
 const bool reg_add = register_kernel(avx2_kernel<AddArgs>(add_avx2));
 
-// ------------------------------------------------------------------ silu_mul
-// out[r, j] = g / (1 + e^-g) * up[r, j] with g = gate[r, j], for j in [j0, j1).
-FP_AVX2_INLINE __m256 silu_mul8(__m256 g, __m256 u) {
-  __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), g));
-  return _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), u);
-}
+// ------------------------------------------------------------------ silu_mul, gelu_mul
+// out[r, j] = act(g) * up[r, j] with g = gate[r, j]: SiLU g / (1 + e^-g), or GELU's tanh form
+// written as g / (1 + e^(-2u)), u = sqrt(2/pi) (g + 0.044715 g^3) (0.5 (1 + tanh u) = 1 / (1 + e^-2u)).
+struct Silu {
+  static FP_AVX2_INLINE __m256 apply(__m256 g, __m256 u) {
+    __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), g));
+    return _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), u);
+  }
+};
+struct GeluTanh {
+  static FP_AVX2_INLINE __m256 apply(__m256 g, __m256 u) {
+    const __m256 g3 = _mm256_mul_ps(_mm256_mul_ps(g, g), g);
+    // -2u = -2 sqrt(2/pi) (g + 0.044715 g^3)
+    const __m256 m2u = _mm256_mul_ps(_mm256_set1_ps(-1.5957691216057308f), _mm256_fmadd_ps(_mm256_set1_ps(0.044715f), g3, g));
+    __m256 e = exp8(m2u);
+    return _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), u);
+  }
+};
 
-FP_AVX2 void silu_mul_span(const float* g, const float* u, float* o, int64_t len) {
+template <class Act>
+FP_AVX2 void glu_span(const float* g, const float* u, float* o, int64_t len) {
   int64_t j = 0;
   for (; j + 16 <= len; j += 16) {
-    __m256 r0 = silu_mul8(_mm256_loadu_ps(g + j), _mm256_loadu_ps(u + j));
-    __m256 r1 = silu_mul8(_mm256_loadu_ps(g + j + 8), _mm256_loadu_ps(u + j + 8));
+    __m256 r0 = Act::apply(_mm256_loadu_ps(g + j), _mm256_loadu_ps(u + j));
+    __m256 r1 = Act::apply(_mm256_loadu_ps(g + j + 8), _mm256_loadu_ps(u + j + 8));
     _mm256_storeu_ps(o + j, r0);
     _mm256_storeu_ps(o + j + 8, r1);
   }
-  for (; j + 8 <= len; j += 8) _mm256_storeu_ps(o + j, silu_mul8(_mm256_loadu_ps(g + j), _mm256_loadu_ps(u + j)));
+  for (; j + 8 <= len; j += 8) _mm256_storeu_ps(o + j, Act::apply(_mm256_loadu_ps(g + j), _mm256_loadu_ps(u + j)));
   if (j < len) {
     __m256i tm = tail_mask(len - j);
-    _mm256_maskstore_ps(o + j, tm, silu_mul8(_mm256_maskload_ps(g + j, tm), _mm256_maskload_ps(u + j, tm)));
+    _mm256_maskstore_ps(o + j, tm, Act::apply(_mm256_maskload_ps(g + j, tm), _mm256_maskload_ps(u + j, tm)));
   }
 }
 
 // Work items are (row, column chunk) so a single wide row (decode) still splits over threads.
 constexpr int64_t kSiluChunk = 4096;
 
-void silu_mul_avx2(const SiluMulArgs& a) {
+// SiluMulArgs and GeluMulArgs have the same fields.
+template <class Act, class Args>
+void glu_avx2(const Args& a) {
   if (a.n <= 0 || a.d <= 0) return;
   const int64_t gs = a.gate_stride ? a.gate_stride : a.d, us = a.up_stride ? a.up_stride : a.d;
   const int64_t chunks = (a.d + kSiluChunk - 1) / kSiluChunk, cw = (a.d + chunks - 1) / chunks;
   thread_pool().parallel_for(a.n * chunks, row_grain(cw), [&](int64_t b, int64_t e) {
     for (int64_t it = b; it < e; ++it) {
       int64_t r = it / chunks, j0 = (it % chunks) * cw, j1 = std::min(a.d, j0 + cw);
-      silu_mul_span(a.gate + r * gs + j0, a.up + r * us + j0, a.out + r * a.d + j0, j1 - j0);
+      glu_span<Act>(a.gate + r * gs + j0, a.up + r * us + j0, a.out + r * a.d + j0, j1 - j0);
       if (a.bf16)
         for (int64_t j = j0; j < j1; ++j) a.bf16[r * a.d + j] = f32_to_bf16(a.out[r * a.d + j]);
     }
   });
 }
+void silu_mul_avx2(const SiluMulArgs& a) { glu_avx2<Silu>(a); }
+void gelu_mul_avx2(const GeluMulArgs& a) { glu_avx2<GeluTanh>(a); }
 const bool reg_silu = register_kernel(avx2_kernel<SiluMulArgs>(silu_mul_avx2));
+const bool reg_gelu = register_kernel(avx2_kernel<GeluMulArgs>(gelu_mul_avx2));
 
 // ------------------------------------------------------------------ softmax
 // In place over rows of x[n, d]: max, then e^(x - max) summed, then scaled by 1/sum.

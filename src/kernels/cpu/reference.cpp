@@ -23,6 +23,8 @@ void embedding_ref(const EmbeddingArgs& a) {
     int32_t id = a.ids[i];
     FP_CHECK(id >= 0 && id < vocab, "embedding: token id ", id, " is outside the vocabulary [0, ", vocab, ")");
     dequantize_row(t.dtype, t.row_ptr(id), a.out + i * dim, dim);
+    if (a.scale != 1.0f)
+      for (int64_t j = 0; j < dim; ++j) a.out[i * dim + j] *= a.scale;
   }
 }
 
@@ -281,6 +283,19 @@ void silu_mul_ref(const SiluMulArgs& a) {
     }
 }
 
+// gelu_tanh(g) * u, the tanh written out as in transformers' gelu_pytorch_tanh.
+void gelu_mul_ref(const GeluMulArgs& a) {
+  const int64_t gs = a.gate_stride ? a.gate_stride : a.d, us = a.up_stride ? a.up_stride : a.d;
+  const double k = std::sqrt(2.0 / 3.14159265358979323846);
+  for (int64_t i = 0; i < a.n; ++i)
+    for (int64_t j = 0; j < a.d; ++j) {
+      const double g = a.gate[i * gs + j];
+      const double gelu = 0.5 * g * (1.0 + std::tanh(k * (g + 0.044715 * g * g * g)));
+      a.out[i * a.d + j] = static_cast<float>(gelu * a.up[i * us + j]);
+      if (a.bf16) a.bf16[i * a.d + j] = f32_to_bf16(a.out[i * a.d + j]);
+    }
+}
+
 void add_ref(const AddArgs& a) {
   for (int64_t i = 0; i < a.n; ++i) a.out[i] = a.a[i] + a.b[i];
 }
@@ -430,6 +445,7 @@ const bool registered = [] {
   register_kernel(ref<KvWriteArgs>(kv_write_ref));
   register_kernel(ref<KvMoveArgs>(kv_move_ref));
   register_kernel(ref<SiluMulArgs>(silu_mul_ref));
+  register_kernel(ref<GeluMulArgs>(gelu_mul_ref));
   register_kernel(ref<AddArgs>(add_ref));
   register_kernel(ref<SoftmaxArgs>(softmax_ref));
   register_kernel(ref<ArgmaxArgs>(argmax_ref));

@@ -195,6 +195,7 @@ std::string refuse_embedding(const EmbeddingArgs& a) {
       t != DType::F8_E4M3)
     return std::string("table is ") + dtype_name(t) + ", this kernel reads F32, F16, BF16, Q8_0, Q4_K, Q6_K, F8_E4M3";
   if (a.table->block_scale) return "a block-scaled table";
+  if (a.scale != 1.0f) return "scaled rows (Gemma's sqrt(dim)): not on this kernel yet";
   return {};
 }
 
