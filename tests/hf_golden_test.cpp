@@ -6,10 +6,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
 
+#include "formats/safetensors.h"
 #include "model/model.h"
 #include "model/synth.h"
 #include "test_util.h"
@@ -110,6 +112,51 @@ TEST(HfGolden, MultiTokenPredictionLayerMatchesReference) {
     }
   }
   EXPECT_EQ(checked, 4) << "two MTP cases, each from safetensors and GGUF";
+}
+
+// Gemma 3's 4B/12B/27B checkpoints are Gemma3ForConditionalGeneration: the text model's config
+// under text_config (most fields left to Gemma3TextConfig's defaults), its tensors under
+// "language_model.model." (or "model.language_model." as newer transformers save them), and a
+// vision tower beside them. The text model loads from that layout and gives transformers' logits.
+TEST(HfGolden, Gemma3MultimodalCheckpointLoadsItsTextModel) {
+  std::ifstream in(kGolden + "hf_cases.json");
+  ASSERT_TRUE(in) << kGolden;
+  auto cases = nlohmann::json::parse(in);
+  std::vector<int32_t> ids = cases["tokens"].get<std::vector<int32_t>>();
+  nlohmann::json gemma;
+  for (auto& c : cases["cases"])
+    if (c["name"] == "hf_gemma3") gemma = c;
+  ASSERT_FALSE(gemma.is_null());
+  const auto ref = test::read_f32_file(kGolden + "hf_gemma3.logits.f32");
+  const double mx = max_abs(ref);
+  const std::string dir = test::temp_dir("hf_golden_gemma3_mm");
+  const std::string plain = write_case(gemma, dir + "/plain");
+  auto src = SafetensorsSet::open_dir(plain);
+  for (const std::string prefix : {"language_model.model.", "model.language_model."}) {
+    const std::string out = dir + "/" + prefix.substr(0, prefix.size() - 1);
+    std::filesystem::create_directories(out);
+    SafetensorsWriter st;
+    for (auto& [name, t] : src->all()) {
+      ASSERT_EQ(name.rfind("model.", 0), 0u) << name;
+      std::vector<uint8_t> bytes(static_cast<const uint8_t*>(t->data), static_cast<const uint8_t*>(t->data) + t->nbytes);
+      st.add(prefix + name.substr(6), t->type, t->shape, std::move(bytes));
+    }
+    st.add("vision_tower.vision_model.embeddings.patch_embedding.weight", DType::F32, {4, 3}, std::vector<uint8_t>(48, 0));
+    st.add("multi_modal_projector.mm_input_projection_weight", DType::F32, {3, 4}, std::vector<uint8_t>(48, 0));
+    st.write(out + "/model.safetensors");
+    // What differs from Gemma3TextConfig's defaults, as the Hub's configs write it (rms_norm_eps,
+    // hidden_activation, rope_local_base_freq and the layer pattern left to the defaults).
+    nlohmann::json text = gemma["config"];
+    for (const char* k : {"rms_norm_eps", "rope_local_base_freq"}) text.erase(k);
+    text["model_type"] = "gemma3_text";
+    nlohmann::json cfg = {{"architectures", {"Gemma3ForConditionalGeneration"}}, {"model_type", "gemma3"},
+                          {"text_config", text}, {"vision_config", {{"model_type", "siglip_vision_model"}}},
+                          {"mm_tokens_per_image", 256}};
+    std::ofstream(out + "/config.json") << cfg.dump(2);
+    auto got = test::all_position_logits(out, ids);
+    ASSERT_EQ(got.size(), ref.size());
+    EXPECT_LT(max_abs_diff(got, ref) / mx, 1e-4) << prefix;
+  }
 }
 
 // A model loaded without its draft layer, or one that has none, says so.
