@@ -1,5 +1,7 @@
-// tokenizer/hf_json.cpp — reads a Hugging Face tokenizer.json (byte-level BPE) and the
+// tokenizer/hf_json.cpp — reads a Hugging Face tokenizer.json (byte-level BPE, or
+// SentencePiece-style BPE with byte fallback as Gemma, Llama 2 and Mistral ship it) and the
 // tokenizer_config.json beside it into a TokenizerSpec.
+#include <cctype>
 #include <filesystem>
 #include <functional>
 #include <fstream>
@@ -102,6 +104,57 @@ void read_normalizer(const json& n, const std::string& path, std::string& out) {
   }
 }
 
+// A SentencePiece-style tokenizer.json (transformers' GemmaConverter / LlamaConverter): spaces
+// become "▁" by a Replace normalizer or a Metaspace pre-tokenizer, a "▁" goes before the text by
+// a Prepend normalizer or Metaspace's prepend_scheme, and the BPE falls back to <0xNN> bytes.
+struct SpmJson {
+  bool spm = false;            // some part says so (Replace " " -> "▁", Prepend "▁", Metaspace)
+  bool escapes_spaces = false;
+  bool prefix = false, first_only = false, unless_space = false;
+};
+const std::string kMeta = "\xE2\x96\x81";  // "▁"
+
+void read_spm_normalizer(const json& n, const std::string& path, SpmJson& st, std::vector<std::string>& other) {
+  if (n.is_null()) return;
+  const std::string type = n.value("type", "");
+  if (type == "Sequence") {
+    for (const auto& m : n.value("normalizers", json::array())) read_spm_normalizer(m, path, st, other);
+  } else if (type == "Replace" && n.contains("pattern") && n["pattern"].is_object() && n["pattern"].value("String", "") == " " &&
+             n.value("content", "") == kMeta) {
+    st.spm = st.escapes_spaces = true;
+  } else if (type == "Prepend" && n.value("prepend", "") == kMeta) {
+    st.spm = st.prefix = true;  // before every run of text between added tokens
+  } else {
+    other.push_back(type == "Replace" || type == "Prepend" ? type + " " + n.dump() : type);
+  }
+}
+
+void read_spm_pre(const json& p, const std::string& path, SpmJson& st, std::vector<std::string>& other) {
+  if (p.is_null()) return;
+  const std::string type = p.value("type", "");
+  if (type == "Sequence") {
+    for (const auto& q : p.value("pretokenizers", json::array())) read_spm_pre(q, path, st, other);
+  } else if (type == "Metaspace") {
+    st.spm = true;
+    FP_CHECK(p.value("replacement", kMeta) == kMeta, path, ": Metaspace replacement ", p["replacement"].dump(),
+             " (only \"▁\" is supported)");
+    FP_CHECK(!p.value("split", false), path, ": Metaspace with split: true is not supported");
+    st.escapes_spaces = true;
+    const std::string scheme = p.value("prepend_scheme", p.value("add_prefix_space", true) ? "always" : "never");
+    FP_CHECK(scheme == "always" || scheme == "first" || scheme == "never", path, ": Metaspace prepend_scheme '", scheme, "'");
+    if (scheme != "never") {
+      st.prefix = st.unless_space = true;
+      st.first_only = scheme == "first";
+    }
+  } else if (type == "Split" && p.contains("pattern") && p["pattern"].is_object() && p["pattern"].value("String", "") == " " &&
+             p.value("behavior", "") == "MergedWithPrevious") {
+    // Gemma: splits at spaces the normalizer has already turned into "▁": nothing to split.
+    FP_CHECK(st.escapes_spaces, path, ": a Split at spaces that no normalizer replaced is not supported");
+  } else {
+    other.push_back(type);
+  }
+}
+
 // bos_token / eos_token in tokenizer_config.json: a string, {"content": ...}, or null.
 std::string config_token(const json& cfg, const char* key) {
   if (!cfg.contains(key) || cfg[key].is_null()) return {};
@@ -179,18 +232,41 @@ std::unique_ptr<Tokenizer> from_hf_json_checked(const std::string& path) {
       if (it != m["vocab"].end()) s.unk_id = it->get<int32_t>();
     }
 
-    read_normalizer(j.value("normalizer", json()), path, s.normalizer);
-    PreState pre;
-    read_pre(j.value("pre_tokenizer", json()), path, pre);
-    const json dec = j.value("decoder", json());
-    const bool byte_level_decoder = dec.is_object() && dec.value("type", "") == "ByteLevel";
-    FP_CHECK(pre.byte_level || byte_level_decoder, path,
-             ": only byte-level BPE tokenizer.json files are supported (no ByteLevel pre-tokenizer or decoder)");
-    s.model = "gpt2";
-    s.pre_regexes = pre.regexes.empty() ? std::vector<std::string>{R"([\s\S]+)"} : pre.regexes;
-    s.pre_add_prefix_space = pre.add_prefix_space;
+    SpmJson spm;
+    std::vector<std::string> spm_other;
+    read_spm_normalizer(j.value("normalizer", json()), path, spm, spm_other);
+    read_spm_pre(j.value("pre_tokenizer", json()), path, spm, spm_other);
+    if (spm.spm || m.value("byte_fallback", false)) {
+      // SentencePiece-style: the SPM model with the file's ranked merges (spm.cpp).
+      FP_CHECK(spm_other.empty(), path, ": SentencePiece-style tokenizer.json with ", spm_other.front(),
+               " (supported: Replace \" \" -> \"▁\", Prepend \"▁\", Metaspace, Gemma's Split at spaces)");
+      FP_CHECK(spm.escapes_spaces, path, ": SentencePiece-style tokenizer.json that does not turn spaces into \"▁\"");
+      s.model = "llama";
+      s.pre = "default";
+      s.add_space_prefix = spm.prefix;
+      s.space_prefix_first_only = spm.first_only;
+      s.space_prefix_unless_space = spm.unless_space;
+      for (size_t i = 0; i < s.tokens.size(); ++i) {  // <0xNN>: the byte-fallback tokens
+        const std::string& t = s.tokens[i];
+        if (t.size() == 6 && t.compare(0, 3, "<0x") == 0 && t[5] == '>' && std::isxdigit(static_cast<unsigned char>(t[3])) &&
+            std::isxdigit(static_cast<unsigned char>(t[4])) && s.types[i] == static_cast<int32_t>(TokenType::Normal))
+          s.types[i] = static_cast<int32_t>(TokenType::Byte);
+      }
+    } else {
+      read_normalizer(j.value("normalizer", json()), path, s.normalizer);
+      PreState pre;
+      read_pre(j.value("pre_tokenizer", json()), path, pre);
+      const json dec = j.value("decoder", json());
+      const bool byte_level_decoder = dec.is_object() && dec.value("type", "") == "ByteLevel";
+      FP_CHECK(pre.byte_level || byte_level_decoder, path,
+               ": only byte-level BPE and SentencePiece-style (byte fallback, \"▁\" for spaces) tokenizer.json files are "
+               "supported");
+      s.model = "gpt2";
+      s.pre_regexes = pre.regexes.empty() ? std::vector<std::string>{R"([\s\S]+)"} : pre.regexes;
+      s.pre_add_prefix_space = pre.add_prefix_space;
+      s.add_space_prefix = false;
+    }
     s.add_bos = false;
-    s.add_space_prefix = false;
 
     // BOS from a TemplateProcessing post-processor ("single": [SpecialToken, Sequence A]).
     std::function<void(const json&)> read_post = [&](const json& p) {

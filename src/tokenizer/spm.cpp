@@ -1,12 +1,15 @@
-// tokenizer/spm.cpp — SentencePiece-style BPE with byte fallback (GGUF "llama", llama2.c):
-// spaces become "▁", then adjacent pieces merge by highest vocabulary score, leftmost first,
-// and what is left outside the vocabulary falls back to <0xNN> byte tokens.
+// tokenizer/spm.cpp — SentencePiece-style BPE with byte fallback (GGUF "llama", llama2.c, and
+// the tokenizer.json files of Gemma, Llama 2 and Mistral): spaces become "▁", then adjacent
+// pieces merge by highest vocabulary score (or, from a tokenizer.json, by lowest merge rank: a
+// pair merges only when the file lists it), leftmost first, and what is left outside the
+// vocabulary falls back to <0xNN> byte tokens.
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <limits>
 #include <cstdio>
 #include <queue>
+#include <unordered_map>
 
 #include "core/error.h"
 #include "tokenizer/models.h"
@@ -43,16 +46,38 @@ class SpmTokenizer final : public Tokenizer {
       const auto t = static_cast<TokenType>(spec_.types[i]);
       mergeable_[i] = t == TokenType::Normal || t == TokenType::UserDefined || t == TokenType::Undefined;
     }
+    // Ranked merges (tokenizer.json): (left id, right id) -> rank; pieces outside the vocabulary
+    // cannot merge.
+    std::string joined;
+    for (size_t rank = 0; rank < spec_.merges.size(); ++rank) {
+      const std::string& m = spec_.merges[rank];
+      const size_t sp = m.find(' ', 1);
+      FP_CHECK(sp != std::string::npos, spec_.source, ": merge ", rank, " '", m, "' is not 'left right'");
+      const int32_t a = find_token(std::string_view(m).substr(0, sp)), b = find_token(std::string_view(m).substr(sp + 1));
+      joined.assign(m, 0, sp);
+      joined.append(m, sp + 1);
+      if (a < 0 || b < 0 || find_token(joined) < 0) continue;
+      merge_rank_.emplace((uint64_t(uint32_t(a)) << 32) | uint32_t(b), static_cast<uint32_t>(rank));  // the first listing wins
+    }
   }
 
  protected:
   void encode_text(std::string_view text, bool after_special, std::vector<int32_t>& out) const override {
     std::string s;
     s.reserve(text.size() + 8);
-    if (spec_.add_space_prefix && after_special) s += kSpace;
+    // Metaspace (unless_space) prepends nothing to a run that already starts with "▁" or a space.
+    const bool marked = !text.empty() && (text[0] == ' ' || text.substr(0, kSpace.size()) == kSpace);
+    if (spec_.add_space_prefix && after_special && !(spec_.space_prefix_unless_space && marked)) s += kSpace;
     for (char c : text) {
       if (c == ' ') s += kSpace;
       else s += c;
+    }
+    if (spec_.ignore_merges && !s.empty()) {  // a run that is itself a piece stays whole
+      const int32_t whole = lookup(s);
+      if (whole >= 0) {
+        out.push_back(whole);
+        return;
+      }
     }
     tokenize(s, out);
   }
@@ -103,6 +128,13 @@ class SpmTokenizer final : public Tokenizer {
       const uint32_t len = sym[l].len + sym[r].len;
       const int32_t id = lookup(std::string_view(s).substr(sym[l].start, len));
       if (id < 0) return;
+      if (!merge_rank_.empty()) {  // ranked merges: only the listed pairs, the lowest rank first
+        const int32_t a = lookup(std::string_view(s).substr(sym[l].start, sym[l].len));
+        const int32_t b = lookup(std::string_view(s).substr(sym[r].start, sym[r].len));
+        auto it = a < 0 || b < 0 ? merge_rank_.end() : merge_rank_.find((uint64_t(uint32_t(a)) << 32) | uint32_t(b));
+        if (it != merge_rank_.end()) heap.push({-static_cast<float>(it->second), l, r, len});
+        return;
+      }
       heap.push({spec_.scores.empty() ? 0.0f : spec_.scores[id], l, r, len});
     };
     for (size_t i = 1; i < sym.size(); ++i) try_pair(static_cast<int32_t>(i) - 1, static_cast<int32_t>(i));
@@ -141,6 +173,7 @@ class SpmTokenizer final : public Tokenizer {
 
   std::array<int32_t, 256> byte_ids_{};
   std::vector<uint8_t> mergeable_;
+  std::unordered_map<uint64_t, uint32_t> merge_rank_;  // tokenizer.json's ranked merges
 };
 
 }  // namespace

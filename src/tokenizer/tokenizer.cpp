@@ -114,13 +114,13 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, 
       if (text.compare(i, a.text.size(), a.text) == 0) { hit = &a; break; }  // longest first
     }
     if (!hit) { ++i; continue; }
-    if (plain < i) encode_text(text.substr(plain, i - plain), after_special, out);
+    if (plain < i) encode_text(text.substr(plain, i - plain), after_special && (plain == 0 || !spec_.space_prefix_first_only), out);
     out.push_back(hit->id);
     after_special = true;
     i += hit->text.size();
     plain = i;
   }
-  if (plain < text.size()) encode_text(text.substr(plain), after_special, out);
+  if (plain < text.size()) encode_text(text.substr(plain), after_special && (plain == 0 || !spec_.space_prefix_first_only), out);
   if (add_special && spec_.add_eos && spec_.eos_id >= 0) out.push_back(spec_.eos_id);
   return out;
 }

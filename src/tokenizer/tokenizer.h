@@ -36,12 +36,18 @@ struct TokenizerSpec {
   std::vector<float> scores;        // SPM merge priority (may be empty for BPE)
   std::vector<int32_t> types;       // TokenType per id (may be empty: all Normal). Control tokens are
                                     // matched in text only with parse_special; UserDefined always.
-  std::vector<std::string> merges;  // BPE merges "left right", rank = index
+  std::vector<std::string> merges;  // BPE merges "left right", rank = index (SPM from tokenizer.json:
+                                    // merges ranked instead of scores, HF's BPE with byte fallback)
   int32_t bos_id = -1, eos_id = -1, unk_id = -1, pad_id = -1;
   std::vector<int32_t> eog_ids;     // extra end-of-generation ids (EOS is always one)
   bool add_bos = true;
   bool add_eos = false;
   bool add_space_prefix = true;  // SPM: prepend "▁" to the text
+  // SPM from a tokenizer.json whose Metaspace says how (HF's prepend_scheme): only before the
+  // text's first run, not after added tokens ("first"); and not before a run that already starts
+  // with a space or "▁" (Metaspace checks after replacing spaces, the legacy Prepend normalizer does not).
+  bool space_prefix_first_only = false;
+  bool space_prefix_unless_space = false;
   std::string source;            // file it came from, for messages
 };
 
