@@ -19,7 +19,7 @@ void add_synth(CLI::App& app) {
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("synth", "write a model with random weights: FILE.gguf, or a safetensors directory");
-  cmd->add_option("--arch", o->arch, "architecture: llama, qwen2, qwen3, qwen3_moe, deepseek_v2, deepseek_v3, glm4_moe");
+  cmd->add_option("--arch", o->arch, "architecture: llama, qwen2, qwen3, gemma3, qwen3_moe, deepseek_v2, deepseek_v3, glm4_moe, gpt_oss");
   cmd->add_flag("--stream", o->stream, "GGUF: write tensor by tensor (automatic for models above 2^28 parameters)");
   cmd->add_flag("--split-kv-b", o->split_kv_b, "deepseek GGUF: write attn_k_b/attn_v_b (newer llama.cpp form) instead of attn_kv_b");
   cmd->add_option("--config", o->config, "Hugging Face config.json keys as inline JSON, or a path to a JSON file");
