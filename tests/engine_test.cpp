@@ -190,6 +190,42 @@ TEST(Engine, GptOssBatchInvarianceAcrossPageSizesAndChunkedPrefill) {
     }
 }
 
+// Gemma 3: five windowed layers to each global one, the windowed layers rotating with their own
+// base, GeGLU and the sandwich norms; Q4_0 rows of 96 values (the file layout's GEMV). Batched,
+// paged and chunked, every prompt continues as it does alone.
+TEST(Engine, Gemma3BatchInvarianceAcrossPageSizesAndChunkedPrefill) {
+  const std::string dir = test::temp_dir("engine_gemma3");
+  SynthOptions o;
+  o.arch = "gemma3";
+  o.config = {{"hidden_size", 96}, {"num_attention_heads", 4}, {"num_key_value_heads", 1}, {"head_dim", 32},
+              {"intermediate_size", 128}, {"num_hidden_layers", 6}, {"vocab_size", 512}, {"sliding_window", 8},
+              {"query_pre_attn_scalar", 32}, {"rope_theta", 1000000.0}};
+  o.type = DType::Q4_0;
+  o.seed = 43;
+  o.out = dir + "/m.gguf";
+  synth_model(o);
+  LoadOptions lo;
+  lo.prefault = false;
+  auto m = load_model(o.out, lo);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 12; ++i) {
+    std::vector<int32_t> p;
+    for (int t = 0; t < 3 + (i * 7) % 38; ++t) p.push_back(static_cast<int32_t>(1 + (i * 131 + t * 29) % 500));
+    prompts.push_back(p);
+  }
+  const int32_t n = 30;
+  auto want = alone(*m, prompts, n);
+  for (int64_t page : {1, 16})
+    for (bool chunked : {false, true}) {
+      EngineConfig c = small_config(page, chunked);
+      Engine e(*m, c);
+      auto got = run_all(e, prompts, n);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < want.size(); ++i)
+        EXPECT_EQ(got[i], want[i]) << "prompt " << i << " page " << page << (chunked ? " chunked" : "");
+    }
+}
+
 TEST(Engine, SharedPrefixComputesOnlyTheSuffix) {
   FP_REQUIRE_FILE(test::testdata(test::kStoriesGguf));
   auto m = load_stories();
