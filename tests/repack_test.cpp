@@ -333,7 +333,11 @@ TEST(Repack, OnlyRepackableFormatsAndMatricesOfWholeGroups) {
   EXPECT_TRUE(repackable(Tensor::view(bytes.data(), DType::Q8_0, {4, 512})));
   EXPECT_FALSE(repackable(Tensor::view(bytes.data(), DType::Q8_0, {8, 224})));  // 7 blocks a row
   EXPECT_TRUE(repackable(Tensor::view(bytes.data(), DType::Q4_0, {4, 512})));
-  EXPECT_FALSE(repackable(Tensor::view(bytes.data(), DType::Q4_0, {8, 224})));
+  // Q4_0 / IQ4_NL / MXFP4 rows of any multiple of 32: their _X8 rows may end in plain blocks (here
+  // all of a row is); the other 32-value formats keep rows that end inside a group as they are.
+  EXPECT_TRUE(repackable(Tensor::view(bytes.data(), DType::Q4_0, {8, 224})));
+  EXPECT_TRUE(repackable(Tensor::view(bytes.data(), DType::IQ4_NL, {4, 288})));
+  EXPECT_FALSE(repackable(Tensor::view(bytes.data(), DType::Q4_1, {8, 224})));
   EXPECT_FALSE(repackable(Tensor::view(bytes.data(), DType::Q5_1, {2, 2, 512})));  // an expert stack of a 32-value format
   EXPECT_FALSE(repackable(Tensor::view(bytes.data(), DType::Q5_K, {2, 512})));  // no _X8 form
   EXPECT_TRUE(repackable(Tensor::view(bytes.data(), DType::Q8_0, {2, 2, 512})));    // a Q8_0 expert stack: rows

@@ -22,12 +22,12 @@ const DTypeInfo& dtype_info(DType t) {
       q4_k{"Q4_K", QK_K, sizeof(BlockQ4_K), true}, q5_k{"Q5_K", QK_K, sizeof(BlockQ5_K), true},
       q6_k{"Q6_K", QK_K, sizeof(BlockQ6_K), true},
       q8_0_x8{"Q8_0_X8", QK8_0X8, sizeof(BlockQ8_0x8), true}, q4_k_x8{"Q4_K_X8", QK_K, sizeof(BlockQ4_Kx8), true},
-      q6_k_x8{"Q6_K_X8", QK_K, sizeof(BlockQ6_Kx8), true}, q4_0_x8{"Q4_0_X8", 256, sizeof(BlockQ4_0x8), true},
+      q6_k_x8{"Q6_K_X8", QK_K, sizeof(BlockQ6_Kx8), true}, q4_0_x8{"Q4_0_X8", 32, sizeof(BlockQ4_0), true},
       q4_1_x8{"Q4_1_X8", 256, sizeof(BlockQ4_1x8), true}, q5_0_x8{"Q5_0_X8", 256, sizeof(BlockQ5_0x8), true},
       q5_1_x8{"Q5_1_X8", 256, sizeof(BlockQ5_1x8), true}, q3_k_x8{"Q3_K_X8", QK_K, sizeof(BlockQ3_Kx8), true},
       q2_k_x8{"Q2_K_X8", QK_K, sizeof(BlockQ2_Kx8), true}, iq4_nl{"IQ4_NL", 32, sizeof(BlockIQ4_NL), true},
       mxfp4{"MXFP4", 32, sizeof(BlockMXFP4), true}, mxfp4_x8{"MXFP4_X8", 32, sizeof(BlockMXFP4), true},
-      iq4_xs{"IQ4_XS", QK_K, sizeof(BlockIQ4_XS), true}, iq4_nl_x8{"IQ4_NL_X8", 256, sizeof(BlockIQ4_NLx8), true},
+      iq4_xs{"IQ4_XS", QK_K, sizeof(BlockIQ4_XS), true}, iq4_nl_x8{"IQ4_NL_X8", 32, sizeof(BlockIQ4_NL), true},
       iq4_xs_x8{"IQ4_XS_X8", QK_K, sizeof(BlockIQ4_XSx8), true}, i8{"I8", 1, 1, false}, u8{"U8", 1, 1, false}, i16{"I16", 1, 2, false},
       i32{"I32", 1, 4, false}, i64{"I64", 1, 8, false}, f64{"F64", 1, 8, false};
   switch (t) {
@@ -1075,10 +1075,11 @@ void unpack_block32_x8(DType packed, const void* src, void* dst, int64_t groups)
   }
 }
 
-// The bytes of a row's blocks after its last whole group: MXFP4_X8 rows may have some (core/dtype.h).
+// The bytes of a row's blocks after its last whole group: Q4_0_X8, IQ4_NL_X8 and MXFP4_X8 rows
+// may have some (core/dtype.h).
 static int64_t block32_tail_bytes(DType base, int64_t n) {
-  FP_CHECK(n % 256 == 0 || (base == DType::MXFP4 && n % 32 == 0), "a ", dtype_name(block32_x8(base)), " row of ", n,
-           " values: only MXFP4_X8 rows may end inside a group of 256 (at a block of 32)");
+  FP_CHECK(n % 256 == 0 || (block32_x8_takes_tail(base) && n % 32 == 0), "a ", dtype_name(block32_x8(base)), " row of ", n,
+           " values: only Q4_0_X8, IQ4_NL_X8 and MXFP4_X8 rows may end inside a group of 256 (at a block of 32)");
   return n % 256 / 32 * dtype_info(base).block_bytes;
 }
 
@@ -1286,7 +1287,7 @@ void dequantize_row(DType t, const void* src, float* y, int64_t n) {
         unpack_block32_x8(t, static_cast<const uint8_t*>(src) + g * group_bytes, blocks, 1);
         dequantize_row(base, blocks, y + g * 256, 256);
       }
-      if (block32_tail_bytes(base, n) > 0)  // MXFP4_X8's plain last blocks (the call checks n)
+      if (block32_tail_bytes(base, n) > 0)  // a row's plain last blocks (the call checks n)
         dequantize_row(base, static_cast<const uint8_t*>(src) + n / 256 * group_bytes, y + n / 256 * 256, n % 256);
       return;
     }

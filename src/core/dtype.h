@@ -360,8 +360,15 @@ inline bool is_block32_x8(DType t) { return block32_base(t) != t; }
 // `groups` groups of 8 blocks of type base = block32_base(packed); exact both ways; dst may equal src.
 void pack_block32_x8(DType base, const void* src, void* dst, int64_t groups);
 void unpack_block32_x8(DType packed, const void* src, void* dst, int64_t groups);
-// A row of n values: its whole groups as above, and (MXFP4 only) the blocks after the last whole
-// group copied as they are (BlockMXFP4x8); dst may equal src.
+// The formats whose _X8 rows may end inside a group of 256: Q4_0, IQ4_NL, MXFP4 (rows of 1152
+// or 2880 values: Gemma 3 1B's, gpt-oss's). Their blocks after the last whole group stay as the
+// file has them, so a row keeps its bytes and the dtype's block is the base's (32 values).
+inline bool block32_x8_takes_tail(DType t) {
+  return t == DType::Q4_0 || t == DType::IQ4_NL || t == DType::MXFP4 || t == DType::Q4_0_X8 || t == DType::IQ4_NL_X8 ||
+         t == DType::MXFP4_X8;
+}
+// A row of n values: its whole groups as above, and (block32_x8_takes_tail) the blocks after the
+// last whole group copied as they are; dst may equal src.
 void pack_block32_x8_row(DType base, const void* src, void* dst, int64_t n);
 void unpack_block32_x8_row(DType packed, const void* src, void* dst, int64_t n);
 

@@ -1062,46 +1062,66 @@ void matmul_q2_k_x8(const MatMulArgs& a) {
 // pair sums add up in int16 over all 8 chunks (<= 8 x 2 x 15 x 127 = 30480), five-bit ones over
 // two (2 x 2 x 31 x 127 = 15748). The offset of Q4_0 / Q5_0 (q - 8, q - 16) starts the sums as
 // -offset x sum(x) (PackedX::init); Q4_1 / Q5_1's minimum adds m x d_x sum(x) (PackedX::bsum).
+// One group's chunks (lo[c], hi[c]: chunks c and c + 4 as unsigned values) against activation
+// group g of the T tokens.
+template <DType W, int T>
+FP_AVX2_INLINE void block32_x8_group(const __m256i* lo, const __m256i* hi, __m256 scale, __m256 min, const cpu::PackedX* const* x,
+                                     int64_t g, __m256* acc) {
+  using Traits = Block32X8<W>;
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int t = 0; t < T; ++t) {
+    const uint8_t* xq = x[t][g].q;
+    __m256i dot = Traits::kOffset ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[t][g].init)) : _mm256_setzero_si256();
+    __m256i s16 = _mm256_setzero_si256();
+    for (int c = 0; c < 4; ++c) {
+      const __m256i xl = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * c));
+      const __m256i xh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * (c + 4)));
+      s16 = _mm256_add_epi16(s16, _mm256_add_epi16(_mm256_maddubs_epi16(lo[c], xl), _mm256_maddubs_epi16(hi[c], xh)));
+      if constexpr (Traits::kFive) {
+        dot = _mm256_add_epi32(dot, _mm256_madd_epi16(s16, ones));
+        s16 = _mm256_setzero_si256();
+      }
+    }
+    if constexpr (!Traits::kFive) dot = _mm256_add_epi32(dot, _mm256_madd_epi16(s16, ones));
+    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(scale, _mm256_loadu_ps(x[t][g].d)), acc[t]);
+    if constexpr (Traits::kMins) acc[t] = _mm256_fmadd_ps(min, _mm256_loadu_ps(x[t][g].bsum), acc[t]);
+  }
+}
+
+// `tail`, `tail_blocks`: a Q4_0_X8 row's plain last blocks (core/dtype.h), dotted as group
+// `groups` (null, 0: none).
 template <DType W, int T>
 FP_AVX2 void row_block32_x8(const typename Block32X8<W>::type* w, const cpu::PackedX* const* x, int64_t groups, float* y,
-                            int64_t ldy, float bias) {
+                            int64_t ldy, float bias, const BlockQ4_0* tail = nullptr, int64_t tail_blocks = 0) {
   using Traits = Block32X8<W>;
   constexpr int kLines = (sizeof(typename Traits::type) + 63) / 64;
   __m256 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
-  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i lo[4], hi[4];
   for (int64_t g = 0; g < groups; ++g) {
     for (int l = 0; l < kLines; ++l) cpu::prefetch_stream(reinterpret_cast<const char*>(w + g) + 64 * l);
-    __m256i lo[4], hi[4];
     for (int c = 0; c < 4; ++c) block32_x8_chunks<W>(w[g], c, &lo[c], &hi[c]);
-    const __m256 scale = block32_x8_scales<W>(w[g]);
-    const __m256 min = block32_x8_mins<W>(w[g]);
-    for (int t = 0; t < T; ++t) {
-      const uint8_t* xq = x[t][g].q;
-      __m256i dot = Traits::kOffset ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[t][g].init)) : _mm256_setzero_si256();
-      __m256i s16 = _mm256_setzero_si256();
-      for (int c = 0; c < 4; ++c) {
-        const __m256i xl = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * c));
-        const __m256i xh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * (c + 4)));
-        s16 = _mm256_add_epi16(s16, _mm256_add_epi16(_mm256_maddubs_epi16(lo[c], xl), _mm256_maddubs_epi16(hi[c], xh)));
-        if constexpr (Traits::kFive) {
-          dot = _mm256_add_epi32(dot, _mm256_madd_epi16(s16, ones));
-          s16 = _mm256_setzero_si256();
-        }
-      }
-      if constexpr (!Traits::kFive) dot = _mm256_add_epi32(dot, _mm256_madd_epi16(s16, ones));
-      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(scale, _mm256_loadu_ps(x[t][g].d)), acc[t]);
-      if constexpr (Traits::kMins) acc[t] = _mm256_fmadd_ps(min, _mm256_loadu_ps(x[t][g].bsum), acc[t]);
+    block32_x8_group<W, T>(lo, hi, block32_x8_scales<W>(w[g]), block32_x8_mins<W>(w[g]), x, g, acc);
+  }
+  if constexpr (W == DType::Q4_0_X8) {
+    if (tail_blocks > 0) {
+      __m256i q[4];
+      __m256 scale;
+      tail_group(tail, tail_blocks, q, &scale);
+      const __m256i m4 = _mm256_set1_epi8(0x0f);
+      for (int c = 0; c < 4; ++c) lo[c] = _mm256_and_si256(q[c], m4), hi[c] = _mm256_and_si256(_mm256_srli_epi16(q[c], 4), m4);
+      block32_x8_group<W, T>(lo, hi, scale, _mm256_setzero_ps(), x, groups, acc);
     }
   }
   for (int t = 0; t < T; ++t) y[t * ldy] = hsum(acc[t]) + bias;
 }
 
+// Q4_0_X8's rows may end in plain blocks (cpu::X8Tail): its row takes them.
 template <DType W>
 void gemv_block32_x8_as(const MatMulArgs& a) {
   cpu::gemv_repacked_rows<typename Block32X8<W>::type>(
       a, [](auto N, const typename Block32X8<W>::type* w, const cpu::PackedX* const* xs, int64_t groups, float* y, int64_t ldy,
-            float bias) { row_block32_x8<W, decltype(N)::value>(w, xs, groups, y, ldy, bias); });
+            float bias, auto... tail) { row_block32_x8<W, decltype(N)::value>(w, xs, groups, y, ldy, bias, tail...); });
 }
 
 void gemv_block32_x8(const MatMulArgs& a) {
@@ -1140,10 +1160,11 @@ FP_AVX2_INLINE void iq4_x8_chunk(__m256i q, const cpu::PackedX* const* x, int64_
   }
 }
 
-// `tail`, `tail_blocks`: an MXFP4_X8 row's plain last blocks, dotted as group `groups` (null, 0: none).
-template <class Block, int T>
+// `tail`, `tail_blocks`: an IQ4_NL_X8 / MXFP4_X8 row's plain last blocks (cpu::X8Tail), dotted as
+// group `groups` (null, 0: none).
+template <class Block, int T, class Tail = BlockMXFP4>
 FP_AVX2 void row_iq4_x8(const Block* w, const cpu::PackedX* const* x, int64_t groups, float* y, int64_t ldy, float bias,
-                        const BlockMXFP4* tail, int64_t tail_blocks) {
+                        const Tail* tail = nullptr, int64_t tail_blocks = 0) {
   constexpr int kLines = (sizeof(Block) + 63) / 64;
   const __m256i levels = x8_levels<Block>(false);
   __m256 acc[T];
@@ -1166,7 +1187,7 @@ FP_AVX2 void row_iq4_x8(const Block* w, const cpu::PackedX* const* x, int64_t gr
   if (tail_blocks > 0) {
     __m256i q[4], dot[T];
     __m256 scale;
-    mxfp4_tail_group(tail, tail_blocks, q, &scale);
+    tail_group(tail, tail_blocks, q, &scale);
     for (int t = 0; t < T; ++t) dot[t] = _mm256_setzero_si256();
     for (int c = 0; c < 4; ++c) iq4_x8_chunk<T>(q[c], x, groups, c, levels, dot);
     for (int t = 0; t < T; ++t)
@@ -1178,8 +1199,8 @@ FP_AVX2 void row_iq4_x8(const Block* w, const cpu::PackedX* const* x, int64_t gr
 template <class Block>
 void matmul_iq4_x8_as(const MatMulArgs& a) {
   cpu::gemv_repacked_rows<Block>(a, [](auto N, const Block* w, const cpu::PackedX* const* xs, int64_t groups, float* y, int64_t ldy,
-                                       float bias, const BlockMXFP4* tail, int64_t tail_blocks) {
-    row_iq4_x8<Block, decltype(N)::value>(w, xs, groups, y, ldy, bias, tail, tail_blocks);
+                                       float bias, auto... tail) {
+    row_iq4_x8<Block, decltype(N)::value>(w, xs, groups, y, ldy, bias, tail...);
   });
 }
 

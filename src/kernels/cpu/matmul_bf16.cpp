@@ -349,14 +349,19 @@ void quantized_row_to_bf16(const Tensor& w, int64_t o, int64_t k0, int64_t kc, u
   if (w.dtype == DType::Q6_K_X8) return q6_k_x8_to_bf16(reinterpret_cast<const BlockQ6_Kx8*>(src), kc / QK_K, out);
   if (w.dtype == DType::Q3_K_X8) return q3_k_x8_to_bf16(reinterpret_cast<const BlockQ3_Kx8*>(src), kc / QK_K, out);
   if (w.dtype == DType::Q2_K_X8) return q2_k_x8_to_bf16(reinterpret_cast<const BlockQ2_Kx8*>(src), kc / QK_K, out);
+  // Q4_0_X8 / IQ4_NL_X8 / MXFP4_X8: a row's plain last blocks (core/dtype.h) through the dequantizer.
   switch (w.dtype) {
-    case DType::Q4_0_X8: return block32_x8_to_bf16<DType::Q4_0_X8>(src, kc / 256, out);
+    case DType::Q4_0_X8:
+      if (kc % 256 == 0) return block32_x8_to_bf16<DType::Q4_0_X8>(src, kc / 256, out);
+      break;
     case DType::Q4_1_X8: return block32_x8_to_bf16<DType::Q4_1_X8>(src, kc / 256, out);
     case DType::Q5_0_X8: return block32_x8_to_bf16<DType::Q5_0_X8>(src, kc / 256, out);
     case DType::Q5_1_X8: return block32_x8_to_bf16<DType::Q5_1_X8>(src, kc / 256, out);
-    case DType::IQ4_NL_X8: return iq4_x8_to_bf16<BlockIQ4_NLx8>(src, kc / 256, out);
+    case DType::IQ4_NL_X8:
+      if (kc % 256 == 0) return iq4_x8_to_bf16<BlockIQ4_NLx8>(src, kc / 256, out);
+      break;
     case DType::IQ4_XS_X8: return iq4_x8_to_bf16<BlockIQ4_XSx8>(src, kc / 256, out);
-    case DType::MXFP4_X8:  // a row's plain last blocks (core/dtype.h) through the dequantizer
+    case DType::MXFP4_X8:
       if (kc % 256 == 0) return iq4_x8_to_bf16<BlockMXFP4x8>(src, kc / 256, out);
       break;
     default: break;

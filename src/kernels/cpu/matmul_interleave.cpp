@@ -18,7 +18,7 @@ namespace fp::cpu {
 
 bool partial_group_ok(DType t) {
   return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1 || t == DType::IQ4_NL ||
-         t == DType::MXFP4 || t == DType::MXFP4_X8;
+         t == DType::MXFP4 || t == DType::Q4_0_X8 || t == DType::IQ4_NL_X8 || t == DType::MXFP4_X8;
 }
 
 bool interleaved_supported(const MatMulArgs& a) {
@@ -341,7 +341,7 @@ FP_PACK_TARGET void pack_weights(const Tensor& w, int64_t o, PackedW* dst) {
   FP_CHECK(group_bytes <= static_cast<int64_t>(sizeof last), "pack_weights: ", dtype_name(type), " groups of ", group_bytes, " bytes");
   std::memcpy(last, row + full * group_bytes, static_cast<size_t>(row_bytes(type, tail)));
   PackedW& p = dst[full];
-  pack(type == DType::MXFP4_X8 ? DType::MXFP4 : type, last, p);  // MXFP4_X8 rows end in plain blocks
+  pack(block32_base(type), last, p);  // Q4_0_X8 / IQ4_NL_X8 / MXFP4_X8 rows end in plain blocks
   for (int64_t j = tail / 32; j < 8; ++j) {
     p.scale[j] = p.min[j] = 0;
     p.init[j] = 0;

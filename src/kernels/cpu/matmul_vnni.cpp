@@ -14,8 +14,8 @@
 //  - IQ4_NL_X8 / IQ4_XS_X8 / MXFP4_X8 (repacked at load): nibbles looked up as level + 128 (MXFP4's + 12,
 //    avx2::x8_levels) by vpshufb, then as Q8_0_X8 (activations' init -offset x sum(x)); decode row
 //    kernel, prefill the unsigned-weight tiles.
-//    MXFP4_X8 rows may end in plain MXFP4 blocks (gpt-oss's 2880 values): those are gathered into
-//    one zero-padded group (avx2::mxfp4_tail_group).
+//    Q4_0_X8, IQ4_NL_X8 and MXFP4_X8 rows may end in plain blocks (Gemma 3 1B's 1152 values, gpt-oss's
+//    2880): those are gathered into one zero-padded group (avx2::tail_group).
 //  - IQ4_NL / MXFP4 in the file layout: prefill on the same tiles, a row's last group zero-padded.
 #include <algorithm>
 #include <cstring>
@@ -420,42 +420,62 @@ void gemv_q3_k_x8(const MatMulArgs& a) {
 }
 
 // Q4_0_X8 / Q4_1_X8 / Q5_0_X8 / Q5_1_X8 (packed at load) decode: as the AVX2 kernel, one vpdpbusd
-// per chunk (no int16 pair sums to keep in range).
+// per chunk (no int16 pair sums to keep in range). One group's chunks against activation group g:
+template <DType W, int T>
+FP_VNNI inline void block32_x8_group(const __m256i* lo, const __m256i* hi, __m256 scale, __m256 min, const cpu::PackedX* const* x,
+                                     int64_t g, __m256* acc) {
+  using Traits = avx2::Block32X8<W>;
+  for (int t = 0; t < T; ++t) {
+    const uint8_t* xq = x[t][g].q;
+    // Two chains of four (the low and the high chunks), not one of eight: vpdpbusd's latency.
+    __m256i dot_lo = Traits::kOffset ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[t][g].init)) : _mm256_setzero_si256();
+    __m256i dot_hi = _mm256_setzero_si256();
+    for (int c = 0; c < 4; ++c) {
+      dot_lo = FP_DPBUSD(dot_lo, lo[c], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * c)));
+      dot_hi = FP_DPBUSD(dot_hi, hi[c], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * (c + 4))));
+    }
+    const __m256i dot = _mm256_add_epi32(dot_lo, dot_hi);
+    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(scale, _mm256_loadu_ps(x[t][g].d)), acc[t]);
+    if constexpr (Traits::kMins) acc[t] = _mm256_fmadd_ps(min, _mm256_loadu_ps(x[t][g].bsum), acc[t]);
+  }
+}
+
+// `tail`, `tail_blocks`: a Q4_0_X8 row's plain last blocks (core/dtype.h), dotted as group
+// `groups` (null, 0: none).
 template <DType W, int T>
 FP_VNNI void row_block32_x8(const typename avx2::Block32X8<W>::type* w, const cpu::PackedX* const* x, int64_t groups, float* y,
-                            int64_t ldy, float bias) {
+                            int64_t ldy, float bias, const BlockQ4_0* tail = nullptr, int64_t tail_blocks = 0) {
   using Traits = avx2::Block32X8<W>;
   constexpr int kLines = (sizeof(typename Traits::type) + 63) / 64;
   __m256 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  __m256i lo[4], hi[4];
   for (int64_t g = 0; g < groups; ++g) {
     for (int l = 0; l < kLines; ++l) cpu::prefetch_stream(reinterpret_cast<const char*>(w + g) + 64 * l);
-    __m256i lo[4], hi[4];
     for (int c = 0; c < 4; ++c) avx2::block32_x8_chunks<W>(w[g], c, &lo[c], &hi[c]);
-    const __m256 scale = avx2::block32_x8_scales<W>(w[g]);
-    const __m256 min = avx2::block32_x8_mins<W>(w[g]);
-    for (int t = 0; t < T; ++t) {
-      const uint8_t* xq = x[t][g].q;
-      // Two chains of four (the low and the high chunks), not one of eight: vpdpbusd's latency.
-      __m256i dot_lo = Traits::kOffset ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[t][g].init)) : _mm256_setzero_si256();
-      __m256i dot_hi = _mm256_setzero_si256();
-      for (int c = 0; c < 4; ++c) {
-        dot_lo = FP_DPBUSD(dot_lo, lo[c], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * c)));
-        dot_hi = FP_DPBUSD(dot_hi, hi[c], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * (c + 4))));
-      }
-      const __m256i dot = _mm256_add_epi32(dot_lo, dot_hi);
-      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(scale, _mm256_loadu_ps(x[t][g].d)), acc[t]);
-      if constexpr (Traits::kMins) acc[t] = _mm256_fmadd_ps(min, _mm256_loadu_ps(x[t][g].bsum), acc[t]);
+    block32_x8_group<W, T>(lo, hi, avx2::block32_x8_scales<W>(w[g]), avx2::block32_x8_mins<W>(w[g]), x, g, acc);
+  }
+  if constexpr (W == DType::Q4_0_X8) {
+    if (tail_blocks > 0) {
+      __m256i q[4];
+      __m256 scale;
+      avx2::tail_group(tail, tail_blocks, q, &scale);
+      const __m256i m4 = _mm256_set1_epi8(0x0f);
+      for (int c = 0; c < 4; ++c) lo[c] = _mm256_and_si256(q[c], m4), hi[c] = _mm256_and_si256(_mm256_srli_epi16(q[c], 4), m4);
+      block32_x8_group<W, T>(lo, hi, scale, _mm256_setzero_ps(), x, groups, acc);
     }
   }
   for (int t = 0; t < T; ++t) y[t * ldy] = avx2::hsum(acc[t]) + bias;
 }
 
+// Q4_0_X8's rows may end in plain blocks (cpu::X8Tail): its row takes them.
 template <DType W>
 void gemv_block32_x8_as(const MatMulArgs& a) {
   using Block = typename avx2::Block32X8<W>::type;
   cpu::gemv_repacked_rows<Block>(a, [](auto N, const Block* w, const cpu::PackedX* const* xs, int64_t groups, float* y, int64_t ldy,
-                                       float bias) { row_block32_x8<W, decltype(N)::value>(w, xs, groups, y, ldy, bias); });
+                                       float bias, auto... tail) {
+    row_block32_x8<W, decltype(N)::value>(w, xs, groups, y, ldy, bias, tail...);
+  });
 }
 
 void gemv_block32_x8(const MatMulArgs& a) {
@@ -469,7 +489,7 @@ void gemv_block32_x8(const MatMulArgs& a) {
 
 // IQ4_NL_X8 / IQ4_XS_X8 / MXFP4_X8 decode: each chunk's nibbles looked up as level + 128 (MXFP4's + 12;
 // unsigned, one vpshufb shared by the tokens), so vpdpbusd takes them directly; -offset x sum(x)
-// (PackedX::init) starts the sums. Two chains of four, as row_block32_x8. `tail`, `tail_blocks`: an MXFP4_X8 row's plain
+// (PackedX::init) starts the sums. Two chains of four, as row_block32_x8. `tail`, `tail_blocks`: an IQ4_NL_X8 / MXFP4_X8 row's plain
 // last blocks, dotted as group `groups` (null, 0: none). iq4_x8_group: one group's levels (lo, hi:
 // chunks c and c + 4) and scales against T tokens' group g.
 template <int T>
@@ -486,9 +506,9 @@ FP_VNNI inline void iq4_x8_group(const __m256i* lo, const __m256i* hi, __m256 sc
   }
 }
 
-template <class Block, int T>
+template <class Block, int T, class Tail = BlockMXFP4>
 FP_VNNI void row_iq4_x8(const Block* w, const cpu::PackedX* const* x, int64_t groups, float* y, int64_t ldy, float bias,
-                        const BlockMXFP4* tail, int64_t tail_blocks) {
+                        const Tail* tail = nullptr, int64_t tail_blocks = 0) {
   constexpr int kLines = (sizeof(Block) + 63) / 64;
   const __m256i levels = avx2::x8_levels<Block>(true);
   __m256 acc[T];
@@ -502,7 +522,7 @@ FP_VNNI void row_iq4_x8(const Block* w, const cpu::PackedX* const* x, int64_t gr
   if (tail_blocks > 0) {
     __m256i q[4];
     __m256 scale;
-    avx2::mxfp4_tail_group(tail, tail_blocks, q, &scale);
+    avx2::tail_group(tail, tail_blocks, q, &scale);
     for (int c = 0; c < 4; ++c) avx2::iq4_x8_split(q[c], levels, &lo[c], &hi[c]);
     iq4_x8_group<T>(lo, hi, scale, x, groups, acc);
   }
@@ -512,8 +532,8 @@ FP_VNNI void row_iq4_x8(const Block* w, const cpu::PackedX* const* x, int64_t gr
 template <class Block>
 void gemv_iq4_x8_as(const MatMulArgs& a) {
   cpu::gemv_repacked_rows<Block>(a, [](auto N, const Block* w, const cpu::PackedX* const* xs, int64_t groups, float* y, int64_t ldy,
-                                       float bias, const BlockMXFP4* tail, int64_t tail_blocks) {
-    row_iq4_x8<Block, decltype(N)::value>(w, xs, groups, y, ldy, bias, tail, tail_blocks);
+                                       float bias, auto... tail) {
+    row_iq4_x8<Block, decltype(N)::value>(w, xs, groups, y, ldy, bias, tail...);
   });
 }
 

@@ -267,18 +267,39 @@ FP_AVX2_INLINE __m256 e8m0_half_scales(__m256i e) {
 FP_AVX2_INLINE __m256 iq4_x8_scales(const BlockMXFP4x8& b) {
   return e8m0_half_scales(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.e))));
 }
-// The n < 8 plain MXFP4 blocks that end an MXFP4_X8 row (core/dtype.h) as one zero-padded group:
-// q[t] = the group's qs + 32t (lane j = block j's bytes 4t..4t+3), gathered 17 bytes apart, and the
-// blocks' scales (zero past n). Masked gathers read nothing past the n blocks.
-FP_AVX2_INLINE void mxfp4_tail_group(const BlockMXFP4* b, int64_t n, __m256i q[4], __m256* scale) {
-  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), zero = _mm256_setzero_si256();
-  const __m256i in = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), lane);
-  const __m256i at = _mm256_mullo_epi32(lane, _mm256_set1_epi32(static_cast<int>(sizeof(BlockMXFP4))));
-  const auto* base = reinterpret_cast<const uint8_t*>(b);
+// The n < 8 plain blocks that end an _X8 row (core/dtype.h, block32_x8_takes_tail) as one
+// zero-padded group: q[t] = the group's qs + 32t (lane j = block j's bytes 4t..4t+3), gathered a
+// block apart, and the blocks' scales (zero past n). Masked gathers read nothing past the n blocks.
+// MXFP4_X8's blocks (17 bytes: an E8M0 byte, 16 of nibbles), and Q4_0_X8's / IQ4_NL_X8's (18
+// bytes: an f16 d, 16 of nibbles; BlockIQ4_NL has BlockQ4_0's layout).
+FP_AVX2_INLINE __m256i tail_lanes(int64_t n) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+template <class Plain>
+FP_AVX2_INLINE void tail_group_qs(const Plain* b, __m256i in, __m256i q[4]) {
+  const __m256i at = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(static_cast<int>(sizeof(Plain))));
+  const auto* base = reinterpret_cast<const uint8_t*>(b) + offsetof(Plain, qs);
   for (int t = 0; t < 4; ++t)
-    q[t] = _mm256_mask_i32gather_epi32(zero, reinterpret_cast<const int*>(base + offsetof(BlockMXFP4, qs) + 4 * t), at, in, 1);
-  const __m256i e = _mm256_and_si256(_mm256_mask_i32gather_epi32(zero, reinterpret_cast<const int*>(base), at, in, 1), _mm256_set1_epi32(0xff));
+    q[t] = _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), reinterpret_cast<const int*>(base + 4 * t), at, in, 1);
+}
+FP_AVX2_INLINE void tail_group(const BlockMXFP4* b, int64_t n, __m256i q[4], __m256* scale) {
+  const __m256i in = tail_lanes(n);
+  tail_group_qs(b, in, q);
+  const __m256i at = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(static_cast<int>(sizeof(BlockMXFP4))));
+  const __m256i e = _mm256_and_si256(_mm256_mask_i32gather_epi32(_mm256_setzero_si256(), reinterpret_cast<const int*>(b), at, in, 1),
+                                     _mm256_set1_epi32(0xff));
   *scale = _mm256_and_ps(e8m0_half_scales(e), _mm256_castsi256_ps(in));
+}
+FP_AVX2_INLINE void tail_group(const BlockQ4_0* b, int64_t n, __m256i q[4], __m256* scale) {
+  const __m256i in = tail_lanes(n);
+  tail_group_qs(b, in, q);
+  const __m256i at = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(static_cast<int>(sizeof(BlockQ4_0))));
+  // d in each dword's low half (the gather reads d and the first two bytes of qs), packed to 8
+  // halves: packus puts lanes 0..3 in qword 0 and 4..7 in qword 2.
+  const __m256i d = _mm256_and_si256(_mm256_mask_i32gather_epi32(_mm256_setzero_si256(), reinterpret_cast<const int*>(b), at, in, 1),
+                                     _mm256_set1_epi32(0xffff));
+  const __m256i halves = _mm256_permute4x64_epi64(_mm256_packus_epi32(d, d), 0x08);
+  *scale = _mm256_cvtph_ps(_mm256_castsi256_si128(halves));
 }
 FP_AVX2_INLINE __m256 iq4_x8_scales(const BlockIQ4_XSx8& b) {
   uint32_t lo4;
