@@ -157,8 +157,35 @@ TEST(Engine, BatchInvarianceAcrossPageSizesAndChunkedPrefill) {
 // gpt-oss (sliding window 8 on the even layers, sinks, MXFP4 experts with biases): prompts of
 // 3 .. 40 tokens generating 30 more, well past the window, batched with chunked prefill over
 // page sizes that the window's first key falls inside of, give what each gives alone.
+// A synthetic model's 12 prompts (3 to 40 tokens) continue for 30 tokens batched, paged (1 and
+// 16) and chunked as each does alone.
+void expect_batch_invariant(SynthOptions o, const std::string& name) {
+  const std::string dir = test::temp_dir(name);
+  o.out = dir + "/m.gguf";
+  synth_model(o);
+  LoadOptions lo;
+  lo.prefault = false;
+  auto m = load_model(o.out, lo);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 12; ++i) {
+    std::vector<int32_t> p;
+    for (int t = 0; t < 3 + (i * 7) % 38; ++t) p.push_back(static_cast<int32_t>(1 + (i * 131 + t * 29) % 500));
+    prompts.push_back(p);
+  }
+  const int32_t n = 30;
+  auto want = alone(*m, prompts, n);
+  for (int64_t page : {1, 16})
+    for (bool chunked : {false, true}) {
+      EngineConfig c = small_config(page, chunked);
+      Engine e(*m, c);
+      auto got = run_all(e, prompts, n);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < want.size(); ++i)
+        EXPECT_EQ(got[i], want[i]) << name << ": prompt " << i << " page " << page << (chunked ? " chunked" : "");
+    }
+}
+
 TEST(Engine, GptOssBatchInvarianceAcrossPageSizesAndChunkedPrefill) {
-  const std::string dir = test::temp_dir("engine_gpt_oss");
   SynthOptions o;
   o.arch = "gpt_oss";
   o.config = {{"hidden_size", 64}, {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"head_dim", 16},
@@ -166,35 +193,12 @@ TEST(Engine, GptOssBatchInvarianceAcrossPageSizesAndChunkedPrefill) {
               {"num_experts_per_tok", 2}, {"sliding_window", 8}};
   o.type = DType::MXFP4;
   o.seed = 41;
-  o.out = dir + "/m.gguf";
-  synth_model(o);
-  LoadOptions lo;
-  lo.prefault = false;
-  auto m = load_model(o.out, lo);
-  std::vector<std::vector<int32_t>> prompts;
-  for (int i = 0; i < 12; ++i) {
-    std::vector<int32_t> p;
-    for (int t = 0; t < 3 + (i * 7) % 38; ++t) p.push_back(static_cast<int32_t>(1 + (i * 131 + t * 29) % 500));
-    prompts.push_back(p);
-  }
-  const int32_t n = 30;
-  auto want = alone(*m, prompts, n);
-  for (int64_t page : {1, 16})
-    for (bool chunked : {false, true}) {
-      EngineConfig c = small_config(page, chunked);
-      Engine e(*m, c);
-      auto got = run_all(e, prompts, n);
-      ASSERT_EQ(got.size(), want.size());
-      for (size_t i = 0; i < want.size(); ++i)
-        EXPECT_EQ(got[i], want[i]) << "prompt " << i << " page " << page << (chunked ? " chunked" : "");
-    }
+  expect_batch_invariant(o, "engine_gpt_oss");
 }
 
 // Gemma 3: five windowed layers to each global one, the windowed layers rotating with their own
-// base, GeGLU and the sandwich norms; Q4_0 rows of 96 values (the file layout's GEMV). Batched,
-// paged and chunked, every prompt continues as it does alone.
+// base, GeGLU and the sandwich norms; Q4_0 rows of 96 values (Q4_0_X8 rows that are all tail).
 TEST(Engine, Gemma3BatchInvarianceAcrossPageSizesAndChunkedPrefill) {
-  const std::string dir = test::temp_dir("engine_gemma3");
   SynthOptions o;
   o.arch = "gemma3";
   o.config = {{"hidden_size", 96}, {"num_attention_heads", 4}, {"num_key_value_heads", 1}, {"head_dim", 32},
@@ -202,28 +206,7 @@ TEST(Engine, Gemma3BatchInvarianceAcrossPageSizesAndChunkedPrefill) {
               {"query_pre_attn_scalar", 32}, {"rope_theta", 1000000.0}};
   o.type = DType::Q4_0;
   o.seed = 43;
-  o.out = dir + "/m.gguf";
-  synth_model(o);
-  LoadOptions lo;
-  lo.prefault = false;
-  auto m = load_model(o.out, lo);
-  std::vector<std::vector<int32_t>> prompts;
-  for (int i = 0; i < 12; ++i) {
-    std::vector<int32_t> p;
-    for (int t = 0; t < 3 + (i * 7) % 38; ++t) p.push_back(static_cast<int32_t>(1 + (i * 131 + t * 29) % 500));
-    prompts.push_back(p);
-  }
-  const int32_t n = 30;
-  auto want = alone(*m, prompts, n);
-  for (int64_t page : {1, 16})
-    for (bool chunked : {false, true}) {
-      EngineConfig c = small_config(page, chunked);
-      Engine e(*m, c);
-      auto got = run_all(e, prompts, n);
-      ASSERT_EQ(got.size(), want.size());
-      for (size_t i = 0; i < want.size(); ++i)
-        EXPECT_EQ(got[i], want[i]) << "prompt " << i << " page " << page << (chunked ? " chunked" : "");
-    }
+  expect_batch_invariant(o, "engine_gemma3");
 }
 
 TEST(Engine, SharedPrefixComputesOnlyTheSuffix) {

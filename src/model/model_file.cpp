@@ -351,6 +351,26 @@ void load_hf_moe(ModelConfig& c, const nlohmann::json& j, const std::string& cfg
   c.rope_style = !v3 || json_bool(j, "rope_interleave", cfg_path, true) ? RopeStyle::Adjacent : RopeStyle::NeoX;
 }
 
+// sliding_window and the layers it applies to: layer_types, else every layer but the last of each
+// `pattern` (gpt-oss: 2, the even layers; Gemma 3: 6).
+void read_sliding_layers(ModelConfig& c, const nlohmann::json& j, const std::string& cfg_path, int64_t pattern) {
+  c.sliding_window = json_int(j, "sliding_window", cfg_path, 0);
+  if (c.sliding_window <= 0) return;
+  auto lt = j.find("layer_types");
+  if (lt != j.end() && !lt->is_null()) {
+    FP_CHECK(lt->is_array() && static_cast<int64_t>(lt->size()) == c.n_layers, cfg_path,
+             ": layer_types should list one type per layer (", c.n_layers, ")");
+    for (auto& t : *lt) {
+      FP_CHECK(t == "sliding_attention" || t == "full_attention", cfg_path, ": layer_types holds ", short_json(t),
+               " (sliding_attention or full_attention)");
+      c.swa_layers.push_back(t == "sliding_attention");
+    }
+    return;
+  }
+  FP_CHECK(pattern >= 1, cfg_path, ": sliding_window_pattern ", pattern, " must be positive");
+  for (int64_t l = 0; l < c.n_layers; ++l) c.swa_layers.push_back((l + 1) % pattern != 0);
+}
+
 // gpt-oss (GptOssForCausalLM): every layer MoE (softmax over the top-k router logits, a bias on
 // the router and on each expert's projections, the clamped SwiGLU), biases on q/k/v/o, a sink per
 // head, a sliding window on the layers layer_types marks (by default the even ones).
@@ -365,21 +385,7 @@ void load_hf_gpt_oss(ModelConfig& c, const nlohmann::json& j, const std::string&
   e.swiglu_limit = static_cast<float>(json_num(j, "swiglu_limit", cfg_path, 7.0));
   c.qkv_bias = c.o_bias = json_bool(j, "attention_bias", cfg_path, true);
   c.attn_sinks = true;
-  c.sliding_window = json_int(j, "sliding_window", cfg_path, 0);
-  if (c.sliding_window > 0) {
-    auto lt = j.find("layer_types");
-    if (lt != j.end() && !lt->is_null()) {
-      FP_CHECK(lt->is_array() && static_cast<int64_t>(lt->size()) == c.n_layers, cfg_path,
-               ": layer_types should list one type per layer (", c.n_layers, ")");
-      for (auto& t : *lt) {
-        FP_CHECK(t == "sliding_attention" || t == "full_attention", cfg_path, ": layer_types holds ", short_json(t),
-                 " (sliding_attention or full_attention)");
-        c.swa_layers.push_back(t == "sliding_attention");
-      }
-    } else {
-      for (int64_t l = 0; l < c.n_layers; ++l) c.swa_layers.push_back(l % 2 == 0);
-    }
-  }
+  read_sliding_layers(c, j, cfg_path, 2);  // by default the even layers
 }
 
 // gpt-oss's stacked experts (blk.N.gptoss.*, tensor_names.cpp) as the canonical stacks
@@ -546,23 +552,7 @@ const nlohmann::json* load_hf_gemma3(ModelConfig& c, const nlohmann::json& j, co
   const double qpas = json_num(j, "query_pre_attn_scalar", cfg_path, 256.0);
   FP_CHECK(qpas > 0, cfg_path, ": query_pre_attn_scalar ", qpas, " must be positive");
   c.attn_scale = static_cast<float>(1.0 / std::sqrt(qpas));
-  c.sliding_window = json_int(j, "sliding_window", cfg_path, 0);
-  if (c.sliding_window > 0) {
-    auto lt = j.find("layer_types");
-    if (lt != j.end() && !lt->is_null()) {
-      FP_CHECK(lt->is_array() && static_cast<int64_t>(lt->size()) == c.n_layers, cfg_path,
-               ": layer_types should list one type per layer (", c.n_layers, ")");
-      for (auto& t : *lt) {
-        FP_CHECK(t == "sliding_attention" || t == "full_attention", cfg_path, ": layer_types holds ", short_json(t),
-                 " (sliding_attention or full_attention)");
-        c.swa_layers.push_back(t == "sliding_attention");
-      }
-    } else {
-      const int64_t pattern = json_int(j, "sliding_window_pattern", cfg_path, 6);
-      FP_CHECK(pattern >= 1, cfg_path, ": sliding_window_pattern ", pattern, " must be positive");
-      for (int64_t l = 0; l < c.n_layers; ++l) c.swa_layers.push_back((l + 1) % pattern != 0);
-    }
-  }
+  read_sliding_layers(c, j, cfg_path, json_int(j, "sliding_window_pattern", cfg_path, 6));
   c.rope_theta_swa = static_cast<float>(json_num(j, "rope_local_base_freq", cfg_path, 10000.0));
   auto rp = j.find("rope_parameters");  // transformers v5: one entry per layer type
   if (rp != j.end() && rp->is_object() && rp->contains("full_attention")) {

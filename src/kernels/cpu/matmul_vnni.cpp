@@ -60,57 +60,28 @@ struct QuantizedActs {
   std::vector<int32_t> sums;      // Q4_0: -8 x the sum of q per block
 };
 
-// Q8_0 rows: |w| is the unsigned operand and the activations take w's sign (vpsignb), so the
-// product is w * x with no offset to cancel; the activation scales come as floats (x.dx).
-// Blocks go round-robin into U accumulators per token: one chain of dependent FMAs (4 cycles
-// each) per 32 weights capped a core at ~24 GB/s, below what DRAM gives two cores.
+// The file layout's Q8_0 and Q4_0 rows (Q8_0 rows of a multiple of 256 repack to Q8_0_X8, Q4_0
+// rows of a multiple of 32 to Q4_0_X8 at load; these run with --no-repack, or with Q8_0 rows of
+// 1152 as Gemma 3 1B has). file_block: one block of 32 weights against the N tokens' activation blocks
+// (xrow[i] + b: token i's block b):
+//  - Q8_0: |w| is the unsigned operand and the activations take w's sign (vpsignb), so the
+//    product is w * x with no offset to cancel;
+//  - Q4_0: the unsigned q meets the signed activations and -8 x sum(x) (x.sums) starts the sum;
+//    its 16 bytes go to both halves, the upper shifted by 4 (low nibbles, then high ones).
 template <int N>
-FP_VNNI inline void q8_0_block(const BlockQ8_0* wb, const BlockQ8_0* const* xs, const float* const* dx, int64_t b, __m256* acc) {
+FP_VNNI inline void file_block(const BlockQ8_0* wb, const QuantizedActs& x, const int64_t* xrow, int64_t b, __m256* acc) {
   const __m256i wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb[b].qs));
   const __m256i wabs = _mm256_abs_epi8(wq);
   const float dw = _cvtsh_ss(wb[b].d);
   for (int i = 0; i < N; ++i) {
-    const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs[i][b].qs));
+    const int64_t xb = xrow[i] + b;
+    const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q[xb].qs));
     const __m256i dot = FP_DPBUSD(_mm256_setzero_si256(), wabs, _mm256_sign_epi8(xq, wq));
-    acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(dw * dx[i][b]), acc[i]);
+    acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(dw * x.dx[static_cast<size_t>(xb)]), acc[i]);
   }
 }
-
 template <int N>
-FP_VNNI void q8_0_rows(const MatMulArgs& a, const QuantizedActs& x, int64_t i0, int64_t r0, int64_t r1) {
-  constexpr int U = N <= 2 ? 4 : 2;
-  const Tensor& w = *a.w;
-  const int64_t K = w.cols(), out = w.rows(), nb = K / QK8_0;
-  const BlockQ8_0* xs[N];
-  const float* dx[N];
-  for (int i = 0; i < N; ++i) xs[i] = x.q + (i0 + i) * nb, dx[i] = x.dx.data() + (i0 + i) * nb;
-  for (int64_t o = r0; o < r1; ++o) {
-    const BlockQ8_0* wb = reinterpret_cast<const BlockQ8_0*>(w.row_ptr(o));
-    __m256 acc[U][N];
-    for (int u = 0; u < U; ++u)
-      for (int i = 0; i < N; ++i) acc[u][i] = _mm256_setzero_ps();
-    int64_t b = 0;
-    for (; b + U <= nb; b += U) {
-      cpu::prefetch_stream(wb + b);  // 68 or 136 bytes per pass: two lines ahead cover them
-      cpu::prefetch_stream(reinterpret_cast<const char*>(wb + b) + 64);
-      for (int u = 0; u < U; ++u) q8_0_block<N>(wb, xs, dx, b + u, acc[u]);
-    }
-    for (; b < nb; ++b) q8_0_block<N>(wb, xs, dx, b, acc[0]);
-    for (int i = 0; i < N; ++i) {
-      __m256 t = acc[0][i];
-      for (int u = 1; u < U; ++u) t = _mm256_add_ps(t, acc[u][i]);
-      a.y[(i0 + i) * out + o] = avx2::hsum(t) + (a.bias ? a.bias[o] : 0.0f);
-    }
-  }
-}
-
-// Q4_0 rows (the file layout: rows that do not repack, K % 256 != 0). As q8_0_rows, blocks go
-// round-robin into U accumulators per token: with one, each block's FMA waited on the last
-// (4 cycles per 32 weights), which held the GEMV near 24 GB/s (Gemma 3 1B's 1152-wide rows).
-template <int N>
-FP_VNNI inline void q4_0_block(const BlockQ4_0* wb, const QuantizedActs& x, const int64_t* xrow, int64_t b, __m256* acc) {
-  // The 16 bytes in both halves, the upper half shifted by 4: low nibbles (values 0..15), then
-  // high ones (16..31), in three instructions.
+FP_VNNI inline void file_block(const BlockQ4_0* wb, const QuantizedActs& x, const int64_t* xrow, int64_t b, __m256* acc) {
   const __m256i q = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wb[b].qs)));
   const __m256i wu = _mm256_and_si256(_mm256_srlv_epi32(q, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4)), _mm256_set1_epi8(0x0f));
   const float dw = _cvtsh_ss(wb[b].d);
@@ -123,25 +94,27 @@ FP_VNNI inline void q4_0_block(const BlockQ4_0* wb, const QuantizedActs& x, cons
   }
 }
 
-template <int N>
-FP_VNNI void q4_0_rows(const MatMulArgs& a, const QuantizedActs& x, int64_t i0, int64_t r0, int64_t r1) {
+// Rows [r0, r1) for tokens i0 .. i0 + N - 1. Blocks go round-robin into U accumulators per token:
+// one chain of dependent FMAs (4 cycles each) per 32 weights held a core near 24 GB/s.
+template <int N, class Block>
+FP_VNNI void q8_0_q4_0_rows(const MatMulArgs& a, const QuantizedActs& x, int64_t i0, int64_t r0, int64_t r1) {
   constexpr int U = N <= 2 ? 4 : 2;
   const Tensor& w = *a.w;
-  const int64_t K = w.cols(), out = w.rows(), nb = K / QK4_0;
+  const int64_t out = w.rows(), nb = w.cols() / 32;
   int64_t xrow[N];
   for (int i = 0; i < N; ++i) xrow[i] = (i0 + i) * nb;
   for (int64_t o = r0; o < r1; ++o) {
-    const BlockQ4_0* wb = reinterpret_cast<const BlockQ4_0*>(w.row_ptr(o));
+    const Block* wb = reinterpret_cast<const Block*>(w.row_ptr(o));
     __m256 acc[U][N];
     for (int u = 0; u < U; ++u)
       for (int i = 0; i < N; ++i) acc[u][i] = _mm256_setzero_ps();
     int64_t b = 0;
     for (; b + U <= nb; b += U) {
-      cpu::prefetch_stream(wb + b);  // 72 or 36 bytes per pass: two lines ahead cover them
+      cpu::prefetch_stream(wb + b);  // U blocks of 34 or 18 bytes per pass: two lines ahead cover them
       cpu::prefetch_stream(reinterpret_cast<const char*>(wb + b) + 64);
-      for (int u = 0; u < U; ++u) q4_0_block<N>(wb, x, xrow, b + u, acc[u]);
+      for (int u = 0; u < U; ++u) file_block<N>(wb, x, xrow, b + u, acc[u]);
     }
-    for (; b < nb; ++b) q4_0_block<N>(wb, x, xrow, b, acc[0]);
+    for (; b < nb; ++b) file_block<N>(wb, x, xrow, b, acc[0]);
     for (int i = 0; i < N; ++i) {
       __m256 t = acc[0][i];
       for (int u = 1; u < U; ++u) t = _mm256_add_ps(t, acc[u][i]);
@@ -593,8 +566,8 @@ void matmul_vnni(const MatMulArgs& a) {
     }
   }
   cpu::gemv_tokens(a, [&](auto N, int64_t i, int64_t r0, int64_t r1) {
-    if (q8) q8_0_rows<decltype(N)::value>(a, x, i, r0, r1);
-    else q4_0_rows<decltype(N)::value>(a, x, i, r0, r1);
+    if (q8) q8_0_q4_0_rows<decltype(N)::value, BlockQ8_0>(a, x, i, r0, r1);
+    else q8_0_q4_0_rows<decltype(N)::value, BlockQ4_0>(a, x, i, r0, r1);
   });
 }
 
