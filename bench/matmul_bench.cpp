@@ -1,4 +1,4 @@
-// bench/matmul_bench.cpp — matmul kernels at Llama-3.2-1B shapes (and gpt-oss's 5760x2880 for the 32-value formats): decode (1 token, weight bytes
+// bench/matmul_bench.cpp — matmul kernels at Llama-3.2-1B shapes (and gpt-oss's 5760x2880 for the 32-value formats, Gemma 3 1B's 1152-wide rows): decode (1 token, weight bytes
 // streamed -> GB/s), small batches (4 and 12 tokens) and prefill (512 tokens -> GFLOP/s), for
 // every weight dtype the 1B bench uses (the _X8 forms: Q8_0 / Q4_K / Q6_K as repacked at load). Each registered kernel runs directly; the reference only on small n (it is slow).
 //   build/bench/fastpath_ops_bench --benchmark_filter=matmul --benchmark_repetitions=3
@@ -49,6 +49,12 @@ void register_all() {
     // The 32-value file formats also at gpt-oss's expert gate+up (rows of 2880 values: 11 groups of
     // 256 and 2 blocks, the interleaved GEMM's zero-padded last group).
     if (dtype_info(type).block_elems == 32) shapes.push_back({5760, 2880});
+    // Gemma 3 1B's output projection cut to a quarter of its 262144 rows (rows of 1152 values: 4
+    // groups and 4 blocks), beside rows of 1024 (4 whole groups): per-row costs at many short rows.
+    if (type == DType::Q4_0 || type == DType::Q4_0_X8 || type == DType::Q8_0) {
+      shapes.push_back({65536, 1152});
+      shapes.push_back({65536, 1024});
+    }
     for (Shape s : shapes) {
       // 1: decode; 4: the GEMV path's widest token group; 12: an MoE expert's share of a
       // 128-token prefill (64 experts, top 6); 16: batched decode of 16 sequences; 512: prefill.
