@@ -238,6 +238,52 @@ TEST(Repack, Q2_KRoundTripsExactlyAndInPlace) {
 // Q4_0 / Q4_1 / Q5_0 / Q5_1 / IQ4_NL / MXFP4 groups of 8 blocks: every byte random (finite f16
 // scales and minimums; MXFP4's scale bytes any), repacked and back exactly (in place too),
 // dequantizing to the same floats.
+// Q4_0 / IQ4_NL / MXFP4 rows of any multiple of 32: the blocks after the last whole group form a
+// partial group (core/dtype.h): the n scales, then chunk t = every block's bytes 4t..4t+3. Rows
+// with 1..7 such blocks, after 0, 1 and 4 whole groups, pack and unpack exactly (in place too),
+// dequantize as the file layout does, and keep the layout the decode kernels' masked loads read.
+TEST(Repack, RowsEndingInAPartialGroupRoundTripExactly) {
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> byte(0, 255), h(0, 0x7bff);
+  for (DType base : {DType::Q4_0, DType::IQ4_NL, DType::MXFP4}) {
+    const DType packed_type = block32_x8(base);
+    SCOPED_TRACE(dtype_name(packed_type));
+    const int64_t bb = dtype_info(base).block_bytes, sb = bb - 16;
+    for (int64_t groups : {0, 1, 4})
+      for (int64_t tail = 1; tail < 8; ++tail) {
+        const int64_t n = groups * 256 + tail * 32, blocks = n / 32;
+        std::vector<uint8_t> src(static_cast<size_t>(blocks * bb));
+        for (auto& v : src) v = static_cast<uint8_t>(byte(rng));
+        if (sb == 2)
+          for (int64_t b = 0; b < blocks; ++b) {
+            const auto v = static_cast<uint16_t>(h(rng));
+            std::memcpy(src.data() + b * bb, &v, 2);
+          }
+        std::vector<uint8_t> packed(src.size()), back(src.size());
+        pack_block32_x8_row(base, src.data(), packed.data(), n);
+        unpack_block32_x8_row(packed_type, packed.data(), back.data(), n);
+        ASSERT_EQ(back, src) << n << " values";
+        std::vector<uint8_t> inplace = src;
+        pack_block32_x8_row(base, inplace.data(), inplace.data(), n);
+        ASSERT_EQ(inplace, packed);
+        unpack_block32_x8_row(packed_type, inplace.data(), inplace.data(), n);
+        ASSERT_EQ(inplace, src);
+        std::vector<float> a(static_cast<size_t>(n)), b(static_cast<size_t>(n));
+        dequantize_row(base, src.data(), a.data(), n);
+        dequantize_row(packed_type, packed.data(), b.data(), n);
+        ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << n << " values";
+        // The partial group's layout: block j's scale at sb * j, its byte 4t + k at sb * tail + 4 * tail * t + 4j + k.
+        const uint8_t* part = packed.data() + groups * 8 * bb;
+        const uint8_t* plain = src.data() + groups * 8 * bb;
+        for (int64_t j = 0; j < tail; ++j) {
+          ASSERT_EQ(std::memcmp(part + sb * j, plain + bb * j, static_cast<size_t>(sb)), 0);
+          for (int t = 0; t < 4; ++t)
+            ASSERT_EQ(std::memcmp(part + sb * tail + 4 * tail * t + 4 * j, plain + bb * j + sb + 4 * t, 4), 0) << j << " " << t;
+        }
+      }
+  }
+}
+
 TEST(Repack, Block32FormatsRoundTripExactlyAndInPlace) {
   std::mt19937 rng(3);
   std::uniform_int_distribution<int> byte(0, 255), h(0, 0x7bff);

@@ -1083,17 +1083,44 @@ static int64_t block32_tail_bytes(DType base, int64_t n) {
   return n % 256 / 32 * dtype_info(base).block_bytes;
 }
 
+// A tail's n < 8 plain blocks (a scale of `scale_bytes`, then 16 bytes of nibbles each) as a
+// partial group: the n scales, then chunk t = every block's bytes 4t..4t+3 (t < 4), 4n bytes
+// each. A decode kernel reads chunk t with one masked load (lane j = block j), as a whole group's.
+static void pack_block32_tail(DType base, const void* src, void* dst, int64_t n) {
+  const int64_t bb = dtype_info(base).block_bytes, sb = bb - 16;
+  uint8_t plain[8 * sizeof(BlockQ4_0)];
+  std::memcpy(plain, src, static_cast<size_t>(n * bb));  // dst may equal src
+  auto* out = static_cast<uint8_t*>(dst);
+  for (int64_t j = 0; j < n; ++j) std::memcpy(out + j * sb, plain + j * bb, static_cast<size_t>(sb));
+  for (int t = 0; t < 4; ++t)
+    for (int64_t j = 0; j < n; ++j) std::memcpy(out + n * sb + 4 * n * t + 4 * j, plain + j * bb + sb + 4 * t, 4);
+}
+void unpack_block32_x8_tail(DType packed, const void* src, void* dst, int64_t n) {
+  const DType base = block32_base(packed);
+  const int64_t bb = dtype_info(base).block_bytes, sb = bb - 16;
+  FP_CHECK(block32_x8_takes_tail(base) && n >= 0 && n < 8, "unpack_block32_x8_tail: ", dtype_name(packed), ", ", n, " blocks");
+  uint8_t part[8 * sizeof(BlockQ4_0)];
+  std::memcpy(part, src, static_cast<size_t>(n * bb));  // dst may equal src
+  auto* out = static_cast<uint8_t*>(dst);
+  for (int64_t j = 0; j < n; ++j) {
+    std::memcpy(out + j * bb, part + j * sb, static_cast<size_t>(sb));
+    for (int t = 0; t < 4; ++t) std::memcpy(out + j * bb + sb + 4 * t, part + n * sb + 4 * n * t + 4 * j, 4);
+  }
+}
+
 void pack_block32_x8_row(DType base, const void* src, void* dst, int64_t n) {
   const int64_t tail = block32_tail_bytes(base, n), whole = n / 256 * 8 * dtype_info(base).block_bytes;
   pack_block32_x8(base, src, dst, n / 256);
-  if (tail && dst != src) std::memcpy(static_cast<uint8_t*>(dst) + whole, static_cast<const uint8_t*>(src) + whole, static_cast<size_t>(tail));
+  if (tail)
+    pack_block32_tail(base, static_cast<const uint8_t*>(src) + whole, static_cast<uint8_t*>(dst) + whole, n % 256 / 32);
 }
 
 void unpack_block32_x8_row(DType packed, const void* src, void* dst, int64_t n) {
   const DType base = block32_base(packed);
   const int64_t tail = block32_tail_bytes(base, n), whole = n / 256 * 8 * dtype_info(base).block_bytes;
   unpack_block32_x8(packed, src, dst, n / 256);
-  if (tail && dst != src) std::memcpy(static_cast<uint8_t*>(dst) + whole, static_cast<const uint8_t*>(src) + whole, static_cast<size_t>(tail));
+  if (tail)
+    unpack_block32_x8_tail(packed, static_cast<const uint8_t*>(src) + whole, static_cast<uint8_t*>(dst) + whole, n % 256 / 32);
 }
 
 void pack_iq4_xs_x8(const BlockIQ4_XS* src, BlockIQ4_XSx8* dst, int64_t blocks) {
@@ -1287,8 +1314,10 @@ void dequantize_row(DType t, const void* src, float* y, int64_t n) {
         unpack_block32_x8(t, static_cast<const uint8_t*>(src) + g * group_bytes, blocks, 1);
         dequantize_row(base, blocks, y + g * 256, 256);
       }
-      if (block32_tail_bytes(base, n) > 0)  // a row's plain last blocks (the call checks n)
-        dequantize_row(base, static_cast<const uint8_t*>(src) + n / 256 * group_bytes, y + n / 256 * 256, n % 256);
+      if (block32_tail_bytes(base, n) > 0) {  // a row's last blocks, a partial group (the call checks n)
+        unpack_block32_x8_tail(t, static_cast<const uint8_t*>(src) + n / 256 * group_bytes, blocks, n % 256 / 32);
+        dequantize_row(base, blocks, y + n / 256 * 256, n % 256);
+      }
       return;
     }
     case DType::F64: {

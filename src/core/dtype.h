@@ -361,16 +361,21 @@ inline bool is_block32_x8(DType t) { return block32_base(t) != t; }
 void pack_block32_x8(DType base, const void* src, void* dst, int64_t groups);
 void unpack_block32_x8(DType packed, const void* src, void* dst, int64_t groups);
 // The formats whose _X8 rows may end inside a group of 256: Q4_0, IQ4_NL, MXFP4 (rows of 1152
-// or 2880 values: Gemma 3 1B's, gpt-oss's). Their blocks after the last whole group stay as the
-// file has them, so a row keeps its bytes and the dtype's block is the base's (32 values).
+// or 2880 values: Gemma 3 1B's, gpt-oss's). Their n < 8 blocks after the last whole group form a
+// partial group of the same bytes: the n scales (f16 d, or MXFP4's E8M0 byte), then chunk t < 4 =
+// every block's nibble bytes 4t..4t+3 (4n bytes; lane j = block j, as a whole group's chunk),
+// which a kernel reads with masked loads. A row keeps its bytes and the dtype's block is the
+// base's (32 values).
 inline bool block32_x8_takes_tail(DType t) {
   return t == DType::Q4_0 || t == DType::IQ4_NL || t == DType::MXFP4 || t == DType::Q4_0_X8 || t == DType::IQ4_NL_X8 ||
          t == DType::MXFP4_X8;
 }
 // A row of n values: its whole groups as above, and (block32_x8_takes_tail) the blocks after the
-// last whole group copied as they are; dst may equal src.
+// last whole group as the partial group above; dst may equal src.
 void pack_block32_x8_row(DType base, const void* src, void* dst, int64_t n);
 void unpack_block32_x8_row(DType packed, const void* src, void* dst, int64_t n);
+// A partial group of n < 8 blocks (the tail of a packed row) back as n plain blocks; dst may equal src.
+void unpack_block32_x8_tail(DType packed, const void* src, void* dst, int64_t n);
 
 // ggml's Q8_0 quantizer (round half away from zero), used for activations too.
 void quantize_row_q8_0(const float* src, BlockQ8_0* dst, int64_t n);

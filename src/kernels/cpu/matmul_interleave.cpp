@@ -339,9 +339,11 @@ FP_PACK_TARGET void pack_weights(const Tensor& w, int64_t o, PackedW* dst) {
   FP_CHECK(partial_group_ok(type) && tail % 32 == 0, "pack_weights: rows of ", K, " ", dtype_name(type), " values end inside a group");
   alignas(32) uint8_t last[8 * sizeof(BlockQ8_0)] = {};
   FP_CHECK(group_bytes <= static_cast<int64_t>(sizeof last), "pack_weights: ", dtype_name(type), " groups of ", group_bytes, " bytes");
-  std::memcpy(last, row + full * group_bytes, static_cast<size_t>(row_bytes(type, tail)));
+  // Q4_0_X8 / IQ4_NL_X8 / MXFP4_X8 rows end in a partial group: back to plain blocks first.
+  if (is_block32_x8(type)) unpack_block32_x8_tail(type, row + full * group_bytes, last, tail / 32);
+  else std::memcpy(last, row + full * group_bytes, static_cast<size_t>(row_bytes(type, tail)));
   PackedW& p = dst[full];
-  pack(block32_base(type), last, p);  // Q4_0_X8 / IQ4_NL_X8 / MXFP4_X8 rows end in plain blocks
+  pack(block32_base(type), last, p);
   for (int64_t j = tail / 32; j < 8; ++j) {
     p.scale[j] = p.min[j] = 0;
     p.init[j] = 0;

@@ -267,39 +267,30 @@ FP_AVX2_INLINE __m256 e8m0_half_scales(__m256i e) {
 FP_AVX2_INLINE __m256 iq4_x8_scales(const BlockMXFP4x8& b) {
   return e8m0_half_scales(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.e))));
 }
-// The n < 8 plain blocks that end an _X8 row (core/dtype.h, block32_x8_takes_tail) as one
-// zero-padded group: q[t] = the group's qs + 32t (lane j = block j's bytes 4t..4t+3), gathered a
-// block apart, and the blocks' scales (zero past n). Masked gathers read nothing past the n blocks.
-// MXFP4_X8's blocks (17 bytes: an E8M0 byte, 16 of nibbles), and Q4_0_X8's / IQ4_NL_X8's (18
-// bytes: an f16 d, 16 of nibbles; BlockIQ4_NL has BlockQ4_0's layout).
+// The partial group of n < 8 blocks that ends an _X8 row (core/dtype.h, block32_x8_takes_tail) as
+// one zero-padded group: q[t] = chunk t (lane j = block j's nibble bytes 4t..4t+3) by a masked
+// load, and the blocks' scales (zero past n). Nothing is read past the row: the masked loads take
+// only the n lanes, and the scales' 16 (MXFP4: 8) bytes lie inside the 18n (17n) of the group.
+// MXFP4_X8's scales are E8M0 bytes, Q4_0_X8's / IQ4_NL_X8's f16 (the tail pointer is typed by
+// the plain block: BlockIQ4_NL has BlockQ4_0's layout).
 FP_AVX2_INLINE __m256i tail_lanes(int64_t n) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
-template <class Plain>
-FP_AVX2_INLINE void tail_group_qs(const Plain* b, __m256i in, __m256i q[4]) {
-  const __m256i at = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(static_cast<int>(sizeof(Plain))));
-  const auto* base = reinterpret_cast<const uint8_t*>(b) + offsetof(Plain, qs);
-  for (int t = 0; t < 4; ++t)
-    q[t] = _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), reinterpret_cast<const int*>(base + 4 * t), at, in, 1);
+FP_AVX2_INLINE void tail_chunks(const uint8_t* chunks, int64_t n, __m256i in, __m256i q[4]) {
+  for (int t = 0; t < 4; ++t) q[t] = _mm256_maskload_epi32(reinterpret_cast<const int*>(chunks + 4 * n * t), in);
 }
 FP_AVX2_INLINE void tail_group(const BlockMXFP4* b, int64_t n, __m256i q[4], __m256* scale) {
+  const auto* g = reinterpret_cast<const uint8_t*>(b);
   const __m256i in = tail_lanes(n);
-  tail_group_qs(b, in, q);
-  const __m256i at = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(static_cast<int>(sizeof(BlockMXFP4))));
-  const __m256i e = _mm256_and_si256(_mm256_mask_i32gather_epi32(_mm256_setzero_si256(), reinterpret_cast<const int*>(b), at, in, 1),
-                                     _mm256_set1_epi32(0xff));
+  tail_chunks(g + n, n, in, q);
+  const __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(g)));
   *scale = _mm256_and_ps(e8m0_half_scales(e), _mm256_castsi256_ps(in));
 }
 FP_AVX2_INLINE void tail_group(const BlockQ4_0* b, int64_t n, __m256i q[4], __m256* scale) {
+  const auto* g = reinterpret_cast<const uint8_t*>(b);
   const __m256i in = tail_lanes(n);
-  tail_group_qs(b, in, q);
-  const __m256i at = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(static_cast<int>(sizeof(BlockQ4_0))));
-  // d in each dword's low half (the gather reads d and the first two bytes of qs), packed to 8
-  // halves: packus puts lanes 0..3 in qword 0 and 4..7 in qword 2.
-  const __m256i d = _mm256_and_si256(_mm256_mask_i32gather_epi32(_mm256_setzero_si256(), reinterpret_cast<const int*>(b), at, in, 1),
-                                     _mm256_set1_epi32(0xffff));
-  const __m256i halves = _mm256_permute4x64_epi64(_mm256_packus_epi32(d, d), 0x08);
-  *scale = _mm256_cvtph_ps(_mm256_castsi256_si128(halves));
+  tail_chunks(g + 2 * n, n, in, q);
+  *scale = _mm256_and_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g))), _mm256_castsi256_ps(in));
 }
 FP_AVX2_INLINE __m256 iq4_x8_scales(const BlockIQ4_XSx8& b) {
   uint32_t lo4;
