@@ -32,7 +32,7 @@ bool repackable(const Tensor& w) {
   const bool shape_ok = w.ndim == 2 || (w.ndim == 3 && (w.dtype == DType::Q4_K || w.dtype == DType::Q6_K || w.dtype == DType::IQ4_XS ||
                                                          w.dtype == DType::IQ4_NL || w.dtype == DType::Q8_0 ||
                                                          w.dtype == DType::MXFP4));
-  // Q4_0 / IQ4_NL / MXFP4 rows of any multiple of 32 values: their _X8 rows may end in plain blocks
+  // Q4_0 / IQ4_NL / MXFP4 rows of any multiple of 32 values: their _X8 rows may end in a partial group
   // (core/dtype.h); gpt-oss's are 2880 values, Gemma 3 1B's 1152.
   const bool cols_ok = w.cols() % 256 == 0 || (block32_x8_takes_tail(w.dtype) && w.cols() % 32 == 0);
   return repacked_dtype(w.dtype) != w.dtype && shape_ok && w.is_contiguous() && cols_ok && !w.block_scale && w.device == Device::CPU;

@@ -1088,7 +1088,7 @@ FP_AVX2_INLINE void block32_x8_group(const __m256i* lo, const __m256i* hi, __m25
   }
 }
 
-// `tail`, `tail_blocks`: a Q4_0_X8 row's plain last blocks (core/dtype.h), dotted as group
+// `tail`, `tail_blocks`: a Q4_0_X8 row's last blocks, a partial group (core/dtype.h), dotted as group
 // `groups` (null, 0: none).
 template <DType W, int T>
 FP_AVX2 void row_block32_x8(const typename Block32X8<W>::type* w, const cpu::PackedX* const* x, int64_t groups, float* y,
@@ -1116,7 +1116,7 @@ FP_AVX2 void row_block32_x8(const typename Block32X8<W>::type* w, const cpu::Pac
   for (int t = 0; t < T; ++t) y[t * ldy] = hsum(acc[t]) + bias;
 }
 
-// Q4_0_X8's rows may end in plain blocks (cpu::X8Tail): its row takes them.
+// Q4_0_X8's rows may end in a partial group (cpu::X8Tail): its row takes it.
 template <DType W>
 void gemv_block32_x8_as(const MatMulArgs& a) {
   cpu::gemv_repacked_rows<typename Block32X8<W>::type>(
@@ -1160,7 +1160,7 @@ FP_AVX2_INLINE void iq4_x8_chunk(__m256i q, const cpu::PackedX* const* x, int64_
   }
 }
 
-// `tail`, `tail_blocks`: an IQ4_NL_X8 / MXFP4_X8 row's plain last blocks (cpu::X8Tail), dotted as
+// `tail`, `tail_blocks`: an IQ4_NL_X8 / MXFP4_X8 row's partial last group (cpu::X8Tail), dotted as
 // group `groups` (null, 0: none).
 template <class Block, int T, class Tail = BlockMXFP4>
 FP_AVX2 void row_iq4_x8(const Block* w, const cpu::PackedX* const* x, int64_t groups, float* y, int64_t ldy, float bias,

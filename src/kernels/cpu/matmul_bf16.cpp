@@ -349,7 +349,7 @@ void quantized_row_to_bf16(const Tensor& w, int64_t o, int64_t k0, int64_t kc, u
   if (w.dtype == DType::Q6_K_X8) return q6_k_x8_to_bf16(reinterpret_cast<const BlockQ6_Kx8*>(src), kc / QK_K, out);
   if (w.dtype == DType::Q3_K_X8) return q3_k_x8_to_bf16(reinterpret_cast<const BlockQ3_Kx8*>(src), kc / QK_K, out);
   if (w.dtype == DType::Q2_K_X8) return q2_k_x8_to_bf16(reinterpret_cast<const BlockQ2_Kx8*>(src), kc / QK_K, out);
-  // Q4_0_X8 / IQ4_NL_X8 / MXFP4_X8: a row's plain last blocks (core/dtype.h) through the dequantizer.
+  // Q4_0_X8 / IQ4_NL_X8 / MXFP4_X8: a row's partial last group (core/dtype.h) through the dequantizer.
   switch (w.dtype) {
     case DType::Q4_0_X8:
       if (kc % 256 == 0) return block32_x8_to_bf16<DType::Q4_0_X8>(src, kc / 256, out);

@@ -46,7 +46,7 @@ struct PackedX {
 // rows a multiple of 256; the 32-value file formats (partial_group_ok) with rows a multiple of 32.
 bool interleaved_supported(const MatMulArgs& a);
 // Formats whose rows may end inside a group (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4 in the file
-// layout, and Q4_0_X8, IQ4_NL_X8, MXFP4_X8, whose rows end in plain blocks): the last group is packed zero-padded,
+// layout, and Q4_0_X8, IQ4_NL_X8, MXFP4_X8, whose rows end in a partial group): the last group is packed zero-padded,
 // weights and activations both, so it adds nothing (gpt-oss's 2880-value rows are 11 groups and 2 blocks).
 bool partial_group_ok(DType t);
 // Groups of a K-value row: K / 256 rounded up.
@@ -61,9 +61,9 @@ void pack_activations(DType wtype, const float* x, const BlockQ8_0* xq, int64_t 
 // All a.n rows of the call's activations, interleaved_groups(K) groups per row (threads share the rows).
 std::vector<PackedX> pack_all_activations(const MatMulArgs& a);
 
-// The plain blocks an _X8 row of this group type may end in (core/dtype.h, block32_x8_takes_tail):
-// Q4_0_X8's and IQ4_NL_X8's (one group type) BlockQ4_0-shaped blocks, MXFP4_X8's BlockMXFP4;
-// void for the forms whose rows are whole groups.
+// The blocks an _X8 row of this group type may end in, a partial group (core/dtype.h,
+// block32_x8_takes_tail), typed by their plain block: Q4_0_X8's and IQ4_NL_X8's (one group type)
+// BlockQ4_0, MXFP4_X8's BlockMXFP4; void for the forms whose rows are whole groups.
 template <class Block> struct X8Tail { using type = void; };
 template <> struct X8Tail<BlockQ4_0x8> { using type = BlockQ4_0; };
 template <> struct X8Tail<BlockMXFP4x8> { using type = BlockMXFP4; };
@@ -71,8 +71,8 @@ template <> struct X8Tail<BlockMXFP4x8> { using type = BlockMXFP4; };
 // Decode over weights repacked at load (Q4_K_X8, Q6_K_X8, Q4_0_X8 ...): the call's activations packed once,
 // then row(integral_constant<T>, row's blocks, activations[T], groups, y, ldy, bias) for each
 // weight row and group of T <= 4 tokens, rows split across threads (gemv_tokens). Where the group
-// type has an X8Tail, row takes two more arguments, `tail` and `tail_blocks`: the row's plain last
-// blocks (0 of them when the row is whole groups), dotted as one zero-padded group
+// type has an X8Tail, row takes two more arguments, `tail` and `tail_blocks`: the row's partial
+// last group (0 blocks when the row is whole groups), dotted as one zero-padded group
 // (avx2::tail_group) against the activations' zero-padded last group.
 template <class Block, class RowFn>
 void gemv_repacked_rows(const MatMulArgs& a, RowFn row) {

@@ -14,8 +14,8 @@
 //  - IQ4_NL_X8 / IQ4_XS_X8 / MXFP4_X8 (repacked at load): nibbles looked up as level + 128 (MXFP4's + 12,
 //    avx2::x8_levels) by vpshufb, then as Q8_0_X8 (activations' init -offset x sum(x)); decode row
 //    kernel, prefill the unsigned-weight tiles.
-//    Q4_0_X8, IQ4_NL_X8 and MXFP4_X8 rows may end in plain blocks (Gemma 3 1B's 1152 values, gpt-oss's
-//    2880): those are gathered into one zero-padded group (avx2::tail_group).
+//    Q4_0_X8, IQ4_NL_X8 and MXFP4_X8 rows may end in a partial group (Gemma 3 1B's 1152 values, gpt-oss's
+//    2880): read with masked loads as one zero-padded group (avx2::tail_group).
 //  - IQ4_NL / MXFP4 in the file layout: prefill on the same tiles, a row's last group zero-padded.
 #include <algorithm>
 #include <cstring>
@@ -413,7 +413,7 @@ FP_VNNI inline void block32_x8_group(const __m256i* lo, const __m256i* hi, __m25
   }
 }
 
-// `tail`, `tail_blocks`: a Q4_0_X8 row's plain last blocks (core/dtype.h), dotted as group
+// `tail`, `tail_blocks`: a Q4_0_X8 row's last blocks, a partial group (core/dtype.h), dotted as group
 // `groups` (null, 0: none).
 template <DType W, int T>
 FP_VNNI void row_block32_x8(const typename avx2::Block32X8<W>::type* w, const cpu::PackedX* const* x, int64_t groups, float* y,
@@ -441,7 +441,7 @@ FP_VNNI void row_block32_x8(const typename avx2::Block32X8<W>::type* w, const cp
   for (int t = 0; t < T; ++t) y[t * ldy] = avx2::hsum(acc[t]) + bias;
 }
 
-// Q4_0_X8's rows may end in plain blocks (cpu::X8Tail): its row takes them.
+// Q4_0_X8's rows may end in a partial group (cpu::X8Tail): its row takes it.
 template <DType W>
 void gemv_block32_x8_as(const MatMulArgs& a) {
   using Block = typename avx2::Block32X8<W>::type;
