@@ -56,8 +56,9 @@ class SpmTokenizer final : public Tokenizer {
       const int32_t a = find_token(std::string_view(m).substr(0, sp)), b = find_token(std::string_view(m).substr(sp + 1));
       joined.assign(m, 0, sp);
       joined.append(m, sp + 1);
-      if (a < 0 || b < 0 || find_token(joined) < 0) continue;
-      merge_rank_.emplace((uint64_t(uint32_t(a)) << 32) | uint32_t(b), static_cast<uint32_t>(rank));  // the first listing wins
+      const int32_t c = lookup(joined);
+      if (a < 0 || b < 0 || c < 0) continue;
+      merge_rank_.emplace((uint64_t(uint32_t(a)) << 32) | uint32_t(b), Merge{static_cast<uint32_t>(rank), c});  // the first listing wins
     }
   }
 
@@ -106,36 +107,35 @@ class SpmTokenizer final : public Tokenizer {
     return it->second;
   }
 
-  // Symbols are byte ranges of `s` in a doubly linked list; a max-heap of candidate pairs
-  // (score, then leftmost) drives merges. Stale heap entries are detected by length.
+  // Symbols are byte ranges of `s` in a doubly linked list, each with its piece's id (-1: not a
+  // mergeable piece); a max-heap of candidate pairs (score, then leftmost) drives merges. Stale
+  // heap entries are detected by length.
   void tokenize(const std::string& s, std::vector<int32_t>& out) const {
-    struct Sym { uint32_t start, len; int32_t prev, next; };
+    struct Sym { uint32_t start, len; int32_t prev, next, id; };
     std::vector<Sym> sym;
     for (size_t i = 0; i < s.size();) {
       size_t len = std::min(uni::utf8_len(static_cast<uint8_t>(s[i])), s.size() - i);
       sym.push_back({static_cast<uint32_t>(i), static_cast<uint32_t>(len), static_cast<int32_t>(sym.size()) - 1,
-                     static_cast<int32_t>(sym.size()) + 1});
+                     static_cast<int32_t>(sym.size()) + 1, lookup(std::string_view(s).substr(i, len))});
       i += len;
     }
     if (sym.empty()) return;
     sym.back().next = -1;
 
-    struct Pair { float score; int32_t left, right; uint32_t len; };
+    struct Pair { float score; int32_t left, right; uint32_t len; int32_t id; };
     auto cmp = [](const Pair& a, const Pair& b) { return a.score < b.score || (a.score == b.score && a.left > b.left); };
     std::priority_queue<Pair, std::vector<Pair>, decltype(cmp)> heap(cmp);
     auto try_pair = [&](int32_t l, int32_t r) {
       if (l < 0 || r < 0) return;
       const uint32_t len = sym[l].len + sym[r].len;
-      const int32_t id = lookup(std::string_view(s).substr(sym[l].start, len));
-      if (id < 0) return;
       if (!merge_rank_.empty()) {  // ranked merges: only the listed pairs, the lowest rank first
-        const int32_t a = lookup(std::string_view(s).substr(sym[l].start, sym[l].len));
-        const int32_t b = lookup(std::string_view(s).substr(sym[r].start, sym[r].len));
-        auto it = a < 0 || b < 0 ? merge_rank_.end() : merge_rank_.find((uint64_t(uint32_t(a)) << 32) | uint32_t(b));
-        if (it != merge_rank_.end()) heap.push({-static_cast<float>(it->second), l, r, len});
+        if (sym[l].id < 0 || sym[r].id < 0) return;
+        auto it = merge_rank_.find((uint64_t(uint32_t(sym[l].id)) << 32) | uint32_t(sym[r].id));
+        if (it != merge_rank_.end()) heap.push({-static_cast<float>(it->second.rank), l, r, len, it->second.id});
         return;
       }
-      heap.push({spec_.scores.empty() ? 0.0f : spec_.scores[id], l, r, len});
+      const int32_t id = lookup(std::string_view(s).substr(sym[l].start, len));
+      if (id >= 0) heap.push({spec_.scores.empty() ? 0.0f : spec_.scores[id], l, r, len, id});
     };
     for (size_t i = 1; i < sym.size(); ++i) try_pair(static_cast<int32_t>(i) - 1, static_cast<int32_t>(i));
 
@@ -146,6 +146,7 @@ class SpmTokenizer final : public Tokenizer {
       if (l.len == 0 || l.next != p.right || l.len + sym[p.right].len != p.len) continue;  // stale
       Sym& r = sym[p.right];
       l.len += r.len;
+      l.id = p.id;
       r.len = 0;
       l.next = r.next;
       if (r.next >= 0) sym[r.next].prev = p.left;
@@ -155,7 +156,7 @@ class SpmTokenizer final : public Tokenizer {
 
     for (int32_t i = 0; i >= 0; i = sym[i].next) {
       const std::string_view piece = std::string_view(s).substr(sym[i].start, sym[i].len);
-      const int32_t id = lookup(piece);
+      const int32_t id = sym[i].id;
       if (id >= 0) {
         out.push_back(id);
         continue;
@@ -173,7 +174,8 @@ class SpmTokenizer final : public Tokenizer {
 
   std::array<int32_t, 256> byte_ids_{};
   std::vector<uint8_t> mergeable_;
-  std::unordered_map<uint64_t, uint32_t> merge_rank_;  // tokenizer.json's ranked merges
+  struct Merge { uint32_t rank; int32_t id; };  // a ranked merge's rank and the piece it makes
+  std::unordered_map<uint64_t, Merge> merge_rank_;  // tokenizer.json's ranked merges
 };
 
 }  // namespace

@@ -104,7 +104,8 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, 
   std::vector<int32_t> out;
   if (add_special && spec_.add_bos && spec_.bos_id >= 0) out.push_back(spec_.bos_id);
   // Added tokens are found first (leftmost, then longest); the text between them goes to the model.
-  bool after_special = true;
+  // Every run may take SPM's space prefix, or (Metaspace "first") only the run at the text's start.
+  auto prefix_allowed = [&](size_t start) { return start == 0 || !spec_.space_prefix_first_only; };
   size_t plain = 0;  // start of text not yet tokenized
   for (size_t i = 0; i < text.size();) {
     const Added* hit = nullptr;
@@ -114,13 +115,12 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, 
       if (text.compare(i, a.text.size(), a.text) == 0) { hit = &a; break; }  // longest first
     }
     if (!hit) { ++i; continue; }
-    if (plain < i) encode_text(text.substr(plain, i - plain), after_special && (plain == 0 || !spec_.space_prefix_first_only), out);
+    if (plain < i) encode_text(text.substr(plain, i - plain), prefix_allowed(plain), out);
     out.push_back(hit->id);
-    after_special = true;
     i += hit->text.size();
     plain = i;
   }
-  if (plain < text.size()) encode_text(text.substr(plain), after_special && (plain == 0 || !spec_.space_prefix_first_only), out);
+  if (plain < text.size()) encode_text(text.substr(plain), prefix_allowed(plain), out);
   if (add_special && spec_.add_eos && spec_.eos_id >= 0) out.push_back(spec_.eos_id);
   return out;
 }
