@@ -35,6 +35,7 @@ struct AttnCase {
   DType kv = DType::F32;  // the pool's element type
   int64_t window = 0;     // gpt-oss: sliding window (0: none)
   bool sinks = false;     // gpt-oss: a sink logit per head
+  float softcap = 0;      // Gemma 2: scores capped to softcap * tanh(s / softcap) (0: none)
 };
 
 struct AttnData {
@@ -102,6 +103,7 @@ AttentionArgs build(const AttnCase& c, AttnData& d, std::vector<float>& out) {
   a.kv_len = d.kv_len.data();
   a.scale = c.scale != 0 ? c.scale : 1.0f / std::sqrt(static_cast<float>(c.hd));
   a.window = c.window;
+  a.softcap = c.softcap;
   if (c.sinks) {  // logits of the scores' size and larger: from a negligible sink to a dominant one
     d.sinks = test::random_floats(static_cast<size_t>(c.heads), seed + 3);
     for (auto& x : d.sinks) x *= 4.0f;
@@ -118,7 +120,8 @@ std::string label(const AttnCase& c) {
          " hd=" + std::to_string(c.hd) + " vd=" + std::to_string(c.vd) + " kv_len=" + std::to_string(c.kv_len) +
          " pos0=" + std::to_string(c.pos0) + (c.shuffled ? " shuffled" : "") +
          (c.scale != 0 ? " scale=" + std::to_string(c.scale) : "") + " page=" + std::to_string(c.page_size) + more +
-         " kv=" + dtype_name(c.kv) + (c.window ? " window=" + std::to_string(c.window) : "") + (c.sinks ? " sinks" : "");
+         " kv=" + dtype_name(c.kv) + (c.window ? " window=" + std::to_string(c.window) : "") + (c.sinks ? " sinks" : "") +
+         (c.softcap > 0 ? " softcap=" + std::to_string(c.softcap) : "");
 }
 
 // amx_flash against its twin `ref_bf16` (the same BF16-rounded q * scale, K and V): what is
@@ -372,40 +375,68 @@ TEST(BackendOps, AttentionSlidingWindowAndSinksAgainstTheReference) {
   EXPECT_GE(checked.f32, static_cast<int>(cs.size()) * 3 * 2) << "avx2_flash took every case, at 1 and 2 threads";
 }
 
-// The reference's window and sinks against a plain softmax written here: the query at p sees
-// keys max(0, p - window + 1) .. p, and out = sum e^s v / (e^sink + sum e^s).
-TEST(BackendOps, AttentionReferenceWindowAndSinksAreTheDefinition) {
-  for (int64_t window : {0, 1, 2, 5}) {
-    AttnCase c{6, 4, 2, 8, 8, 6, 0};
-    c.window = window;
-    c.sinks = true;
-    AttnData d;
-    std::vector<float> got;
-    AttentionArgs a = build(c, d, got);
-    for (auto& k : OpRegistry<AttentionArgs>::instance().kernels())
-      if (k.name == "ref" && k.backend == Backend::CPU) k.run(a);
-    const int64_t group = c.heads / c.kv_heads;
-    for (int64_t i = 0; i < c.n; ++i)
-      for (int64_t h = 0; h < c.heads; ++h) {
-        const int64_t p = a.pos[i], first = window ? std::max<int64_t>(0, p - window + 1) : 0, kvh = h / group;
-        std::vector<double> e;
-        double mx = a.sinks[h];
-        for (int64_t t = first; t <= p; ++t) {
-          double dot = 0;
-          for (int64_t j = 0; j < c.hd; ++j) dot += a.q[(i * c.heads + h) * c.hd + j] * d.k[static_cast<size_t>(a.slot(0, t) * a.k_stride + kvh * c.hd + j)];
-          e.push_back(dot * a.scale);
-          mx = std::max(mx, e.back());
-        }
-        double sum = std::exp(a.sinks[h] - mx);
-        for (double& x : e) sum += (x = std::exp(x - mx));
-        for (int64_t j = 0; j < c.vd; ++j) {
-          double o = 0;
-          for (int64_t t = first; t <= p; ++t)
-            o += e[static_cast<size_t>(t - first)] * d.v[static_cast<size_t>(a.slot(0, t) * a.v_stride + kvh * c.vd + j)];
-          EXPECT_NEAR(got[static_cast<size_t>((i * c.heads + h) * c.vd + j)], o / sum, 1e-5)
-              << "window " << window << " token " << i << " head " << h;
-        }
+// Gemma 2's score soft-capping against the reference: caps that bend every score (0.5), some
+// (5, with scale 1 for scores of several units) and few (50), alone and with a sliding window,
+// in decode (short, and long enough for KV splits), prefill from 0 and after a cached prefix,
+// and a varlen batch, in every KV dtype.
+TEST(BackendOps, AttentionSoftcapAgainstTheReference) {
+  std::vector<AttnCase> cs;
+  for (float softcap : {0.5f, 5.0f, 50.0f})
+    for (int64_t window : {0, 3, 65}) {
+      AttnCase dec{1, 8, 2, 64, 64, 700, 699};
+      AttnCase dec_short{1, 4, 2, 16, 16, 5, 4};
+      AttnCase pre{37, 4, 2, 64, 64, 37, 0, false, 1.0f};
+      AttnCase pre_cached{20, 8, 1, 16, 16, 150, 130};
+      AttnCase varlen{3, 4, 2, 16, 16, 90, 87, false, 0, 4, {{1, 300, 299}, {12, 12, 0}}};
+      for (AttnCase c : {dec, dec_short, pre, pre_cached, varlen}) {
+        c.window = window;
+        c.softcap = softcap;
+        cs.push_back(c);
       }
+    }
+  const Checked checked = run_cases(cs);
+  EXPECT_GE(checked.f32, static_cast<int>(cs.size()) * 3 * 2) << "avx2_flash took every case, at 1 and 2 threads";
+}
+
+// The reference's window, sinks and softcap against a plain softmax written here: the query at
+// p sees keys max(0, p - window + 1) .. p, s = cap tanh(scale q.k / cap) (or scale q.k), and
+// out = sum e^s v / (e^sink + sum e^s).
+TEST(BackendOps, AttentionReferenceWindowSinksAndSoftcapAreTheDefinition) {
+  for (int64_t window : {0, 1, 2, 5}) {
+    for (float softcap : {0.0f, 0.3f}) {
+      AttnCase c{6, 4, 2, 8, 8, 6, 0};
+      c.window = window;
+      c.sinks = true;
+      c.softcap = softcap;
+      c.scale = 2.0f;  // scores of a few units, so that a cap of 0.3 bends them
+      AttnData d;
+      std::vector<float> got;
+      AttentionArgs a = build(c, d, got);
+      for (auto& k : OpRegistry<AttentionArgs>::instance().kernels())
+        if (k.name == "ref" && k.backend == Backend::CPU) k.run(a);
+      const int64_t group = c.heads / c.kv_heads;
+      for (int64_t i = 0; i < c.n; ++i)
+        for (int64_t h = 0; h < c.heads; ++h) {
+          const int64_t p = a.pos[i], first = window ? std::max<int64_t>(0, p - window + 1) : 0, kvh = h / group;
+          std::vector<double> e;
+          double mx = a.sinks[h];
+          for (int64_t t = first; t <= p; ++t) {
+            double dot = 0;
+            for (int64_t j = 0; j < c.hd; ++j) dot += a.q[(i * c.heads + h) * c.hd + j] * d.k[static_cast<size_t>(a.slot(0, t) * a.k_stride + kvh * c.hd + j)];
+            e.push_back(softcap > 0 ? softcap * std::tanh(dot * a.scale / softcap) : dot * a.scale);
+            mx = std::max(mx, e.back());
+          }
+          double sum = std::exp(a.sinks[h] - mx);
+          for (double& x : e) sum += (x = std::exp(x - mx));
+          for (int64_t j = 0; j < c.vd; ++j) {
+            double o = 0;
+            for (int64_t t = first; t <= p; ++t)
+              o += e[static_cast<size_t>(t - first)] * d.v[static_cast<size_t>(a.slot(0, t) * a.v_stride + kvh * c.vd + j)];
+            EXPECT_NEAR(got[static_cast<size_t>((i * c.heads + h) * c.vd + j)], o / sum, 1e-5)
+                << "window " << window << " softcap " << softcap << " token " << i << " head " << h;
+          }
+        }
+    }
   }
 }
 
@@ -428,9 +459,19 @@ TEST(BackendOps, AttentionKernelsWithoutSinksRefuseThem) {
       EXPECT_EQ(why, "") << "avx2_flash takes windows and sinks";
     }
   }
-  EXPECT_EQ(refuse_attention_options(a, false, true), "sliding-window attention (window 16) is not implemented here");
-  EXPECT_EQ(refuse_attention_options(a, true, false), "attention sinks are not implemented here");
-  EXPECT_EQ(refuse_attention_options(a, true, true), "");
+  EXPECT_EQ(refuse_attention_options(a, {.sinks = true}), "sliding-window attention (window 16) is not implemented here");
+  EXPECT_EQ(refuse_attention_options(a, {.window = true}), "attention sinks are not implemented here");
+  EXPECT_EQ(refuse_attention_options(a, {.window = true, .sinks = true}), "");
+  AttentionArgs capped = a;  // a softcap alone
+  capped.window = 0;
+  capped.sinks = nullptr;
+  capped.softcap = 50;
+  EXPECT_EQ(refuse_attention_options(capped, {}), "score soft-capping (softcap 50) is not implemented here");
+  EXPECT_EQ(refuse_attention_options(capped, {.softcap = true}), "");
+  for (auto& k : OpRegistry<AttentionArgs>::instance().kernels())
+    if (k.backend == Backend::CPU && k.refuse && (k.name == "amx_flash" || k.name == "amx_flash_x3")) {
+      EXPECT_NE(k.refuse(capped), "") << k.name << " took a softcap";
+    }
 }
 
 }  // namespace

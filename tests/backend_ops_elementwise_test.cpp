@@ -1,11 +1,12 @@
-// tests/backend_ops_elementwise_test.cpp — every rmsnorm, add, silu_mul, gelu_mul, softmax, rope, argmax
+// tests/backend_ops_elementwise_test.cpp — every rmsnorm, add, silu_mul, gelu_mul, softcap, softmax, rope, argmax
 // and kv_write kernel against its reference twin over odd sizes, tails (d not a multiple of 8),
 // n = 0 and 1, large d, aliased outputs and sizes big enough to split over threads. Also the
 // accuracy of the vectorized exp the AVX2 kernels use.
 //
 // Tolerances (normalised error, backend_ops.h): add 0 (bit-exact); rmsnorm 1e-5 (sums of
 // squares in 8 lanes vs one); rope 1e-5 (FMA vs separate multiply-add); silu_mul and softmax
-// 1e-5 (polynomial exp, <= 2.3e-7 relative, plus reordered sums); argmax and kv_write exact.
+// 1e-5 (polynomial exp, <= 2.3e-7 relative, plus reordered sums); softcap 1e-6 (tanh through
+// that exp); argmax and kv_write exact.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -317,6 +318,47 @@ TEST(BackendOps, GeluMulEveryKernelAgainstItsReference) {
   EXPECT_NEAR(out[1], 0.841192f, 1e-5f);
   EXPECT_NEAR(out[2], -0.158808f, 1e-5f);
   EXPECT_NEAR(out[3], 2 * 2.996363f, 1e-5f);
+}
+
+// ---------------------------------------------------------------- softcap
+// Gemma 2's logit soft-capping over odd lengths, tails, sizes split over threads, caps from 1 to
+// 50 and values from far inside the cap to far past it (both saturated ends, exp8's clamp).
+TEST(BackendOps, SoftcapEveryKernelAgainstItsReference) {
+  int checked = 0;
+  for (int64_t n : {0, 1, 7, 8, 9, 100, 256000, 300001})
+    for (float cap : {1.0f, 30.0f, 50.0f})
+      for (float sd : {0.5f, 40.0f, 2000.0f}) {
+        std::function<SoftcapArgs(std::vector<float>&)> make = [&](std::vector<float>& out) {
+          out = test::random_floats(static_cast<size_t>(n), static_cast<uint32_t>(n * 3 + static_cast<int64_t>(sd)), sd);
+          if (n > 2) out[1] = 0.0f;
+          return SoftcapArgs{out.data(), n, cap};
+        };
+        std::string label = "n=" + std::to_string(n) + " cap=" + std::to_string(cap) + " sd=" + std::to_string(sd);
+        checked += test::check_kernels<SoftcapArgs>(label, make, "ref", 1e-6);
+      }
+  expect_fast_kernel_ran(checked, "softcap");
+  // The reference at known points: 30 tanh(x / 30) for x = 0, 30, -60, 1e6.
+  std::vector<float> x = {0.0f, 30.0f, -60.0f, 1e6f};
+  for (auto& k : OpRegistry<SoftcapArgs>::instance().kernels())
+    if (k.name == "ref") k.run(SoftcapArgs{x.data(), 4, 30.0f});
+  EXPECT_EQ(x[0], 0.0f);
+  EXPECT_NEAR(x[1], 22.847825f, 1e-5f);
+  EXPECT_NEAR(x[2], -28.920827f, 1e-5f);
+  EXPECT_EQ(x[3], 30.0f);
+}
+
+// Each fast kernel's values stay within the cap (a logit never exceeds it) and keep their sign.
+TEST(BackendOps, SoftcapFastKernelsStayWithinTheCap) {
+  std::vector<float> x = test::random_floats(1000, 11, 1e4f);
+  for (auto& k : OpRegistry<SoftcapArgs>::instance().kernels()) {
+    if (k.reference || k.backend != Backend::CPU || (k.refuse && !k.refuse(SoftcapArgs{x.data(), 1000, 5.0f}).empty())) continue;
+    std::vector<float> y = x;
+    k.run(SoftcapArgs{y.data(), 1000, 5.0f});
+    for (size_t i = 0; i < y.size(); ++i) {
+      EXPECT_LE(std::fabs(y[i]), 5.0f) << k.name << " at " << x[i];
+      EXPECT_TRUE(y[i] == 0 || std::signbit(y[i]) == std::signbit(x[i])) << k.name << " at " << x[i];
+    }
+  }
 }
 
 // ---------------------------------------------------------------- softmax

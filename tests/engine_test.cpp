@@ -209,6 +209,19 @@ TEST(Engine, Gemma3BatchInvarianceAcrossPageSizesAndChunkedPrefill) {
   expect_batch_invariant(o, "engine_gemma3");
 }
 
+// Gemma 2: every other layer windowed, scores and logits soft-capped (caps that bend them: the
+// AVX2 attention's capped scores in decode, prefill and chunks), Q8_0 weights.
+TEST(Engine, Gemma2BatchInvarianceAcrossPageSizesAndChunkedPrefill) {
+  SynthOptions o;
+  o.arch = "gemma2";
+  o.config = {{"hidden_size", 64}, {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"head_dim", 32},
+              {"intermediate_size", 128}, {"num_hidden_layers", 4}, {"vocab_size", 512}, {"sliding_window", 8},
+              {"query_pre_attn_scalar", 32}, {"attn_logit_softcapping", 2.0}, {"final_logit_softcapping", 20.0}};
+  o.type = DType::Q8_0;
+  o.seed = 44;
+  expect_batch_invariant(o, "engine_gemma2");
+}
+
 TEST(Engine, SharedPrefixComputesOnlyTheSuffix) {
   FP_REQUIRE_FILE(test::testdata(test::kStoriesGguf));
   auto m = load_stories();

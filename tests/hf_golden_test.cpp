@@ -1,4 +1,4 @@
-// tests/hf_golden_test.cpp — the Llama/Qwen2/Qwen3/Gemma 3/Qwen3-MoE/DeepSeek-V2/V3/GLM-4.5-MoE/gpt-oss forward against Hugging Face transformers:
+// tests/hf_golden_test.cpp — the Llama/Qwen2/Qwen3/Gemma 2/Gemma 3/Qwen3-MoE/DeepSeek-V2/V3/GLM-4.5-MoE/gpt-oss forward against Hugging Face transformers:
 // tests/golden/*.logits.f32 were computed by transformers (scripts/make_hf_golden.py) on models
 // `synth` writes deterministically; here the same models are written again, loaded from the
 // safetensors directory and from GGUF, and their logits compared with transformers'. Also the
@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include <nlohmann/json.hpp>
 
@@ -156,6 +157,70 @@ TEST(HfGolden, Gemma3MultimodalCheckpointLoadsItsTextModel) {
     auto got = test::all_position_logits(out, ids);
     ASSERT_EQ(got.size(), ref.size());
     EXPECT_LT(max_abs_diff(got, ref) / mx, 1e-4) << prefix;
+  }
+}
+
+// Gemma 2's config.json files may leave out the caps and the layer types: Gemma2Config's defaults
+// (scores capped at 50, logits at 30, the even layers windowed) fill them, a cap written as null
+// turns it off, and Gemma 3 refuses a cap. The GGUF's keys give the same config as the directory.
+TEST(HfGolden, Gemma2ConfigDefaultsAndCaps) {
+  std::ifstream in(kGolden + "hf_cases.json");
+  ASSERT_TRUE(in) << kGolden;
+  auto cases = nlohmann::json::parse(in);
+  nlohmann::json gemma;
+  for (auto& c : cases["cases"])
+    if (c["name"] == "hf_gemma2") gemma = c;
+  ASSERT_FALSE(gemma.is_null());
+  const std::string dir = test::temp_dir("hf_golden_gemma2_defaults");
+  const ModelConfig from_gguf = load_model_file(write_case(gemma, dir + "/m.gguf"))->config;
+  const ModelConfig from_hf = load_model_file(write_case(gemma, dir + "/hf"))->config;
+  for (const ModelConfig* c : {&from_gguf, &from_hf}) {
+    EXPECT_EQ(c->attn_softcap, 2.0f) << c->source;
+    EXPECT_EQ(c->final_softcap, 20.0f) << c->source;
+    EXPECT_EQ(c->swa_layers, (std::vector<bool>{true, false, true, false})) << c->source;
+    EXPECT_EQ(c->sliding_window, 5) << c->source;
+    EXPECT_FALSE(c->qk_norm) << c->source;
+    EXPECT_TRUE(c->post_norms && c->gelu_ffn) << c->source;
+    EXPECT_NE(c->describe().find("scores soft-capped at 2, logits soft-capped at 20"), std::string::npos) << c->describe();
+  }
+  auto rewrite = [&](const std::function<void(nlohmann::json&)>& edit) {
+    nlohmann::json cfg = nlohmann::json::parse(std::ifstream(dir + "/hf/config.json"));
+    edit(cfg);
+    std::ofstream(dir + "/hf/config.json") << cfg.dump(2);
+  };
+  rewrite([](nlohmann::json& cfg) {
+    for (const char* k : {"attn_logit_softcapping", "final_logit_softcapping", "layer_types", "sliding_window"}) cfg.erase(k);
+  });
+  ModelConfig d = load_model_file(dir + "/hf")->config;
+  EXPECT_EQ(d.attn_softcap, 50.0f);
+  EXPECT_EQ(d.final_softcap, 30.0f);
+  EXPECT_EQ(d.sliding_window, 4096);
+  EXPECT_EQ(d.swa_layers, (std::vector<bool>{true, false, true, false}));
+  rewrite([](nlohmann::json& cfg) { cfg["final_logit_softcapping"] = nullptr; });
+  d = load_model_file(dir + "/hf")->config;
+  EXPECT_EQ(d.attn_softcap, 50.0f);
+  EXPECT_EQ(d.final_softcap, 0.0f);
+  rewrite([](nlohmann::json& cfg) { cfg["attn_logit_softcapping"] = -1.0; });
+  EXPECT_THROW(
+      {
+        try {
+          load_model_file(dir + "/hf");
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("must be positive or null"), std::string::npos) << e.what();
+          throw;
+        }
+      },
+      Error);
+  rewrite([](nlohmann::json& cfg) {
+    cfg["architectures"] = {"Gemma3ForCausalLM"};
+    cfg["attn_logit_softcapping"] = 50.0;
+  });
+  try {
+    load_model_file(dir + "/hf");
+    ADD_FAILURE() << "Gemma 3 with a cap loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("attn_logit_softcapping = 50.0: Gemma 3 has no logit soft-capping"), std::string::npos)
+        << e.what();
   }
 }
 

@@ -2,6 +2,8 @@
 // the ledger groups calls. They name what a kernel's requirements depend on.
 #include "kernels/ops.h"
 
+#include <sstream>
+
 namespace fp {
 
 std::string EmbeddingArgs::shape_class() const {
@@ -46,12 +48,17 @@ std::string RopeArgs::shape_class() const {
 std::string AttentionArgs::shape_class() const {
   return "hd=" + std::to_string(head_dim) + " gqa=" + std::to_string(n_kv_heads ? n_heads / n_kv_heads : 0) +
          (n == n_seqs ? " decode" : " prefill") + " page=" + std::to_string(page_size) + " kv=" + dtype_name(kv_dtype) +
-         (window > 0 ? " window=" + std::to_string(window) : std::string()) + (sinks ? " sinks" : "");
+         (window > 0 ? " window=" + std::to_string(window) : std::string()) + (sinks ? " sinks" : "") + (softcap > 0 ? " softcap" : "");
 }
 
-std::string refuse_attention_options(const AttentionArgs& a, bool takes_window, bool takes_sinks) {
-  if (a.window > 0 && !takes_window) return "sliding-window attention (window " + std::to_string(a.window) + ") is not implemented here";
-  if (a.sinks && !takes_sinks) return "attention sinks are not implemented here";
+std::string refuse_attention_options(const AttentionArgs& a, AttentionOptions takes) {
+  if (a.window > 0 && !takes.window) return "sliding-window attention (window " + std::to_string(a.window) + ") is not implemented here";
+  if (a.sinks && !takes.sinks) return "attention sinks are not implemented here";
+  if (a.softcap > 0 && !takes.softcap) {
+    std::ostringstream os;
+    os << "score soft-capping (softcap " << a.softcap << ") is not implemented here";
+    return os.str();
+  }
   return {};
 }
 
@@ -75,6 +82,7 @@ std::string SiluMulArgs::shape_class() const { return "f32"; }
 std::string GeluMulArgs::shape_class() const { return "f32"; }
 std::string AddArgs::shape_class() const { return "f32"; }
 std::string SoftmaxArgs::shape_class() const { return "f32"; }
+std::string SoftcapArgs::shape_class() const { return "f32"; }
 std::string ArgmaxArgs::shape_class() const { return "f32"; }
 std::string TokenFeedArgs::shape_class() const { return "i32"; }
 std::string SampleArgs::shape_class() const { return "f32"; }

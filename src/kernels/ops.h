@@ -91,11 +91,14 @@ struct RopeArgs {
 // v_dim). Pool elements are kv_dtype (F32, F16 or BF16; each kernel declares which it reads).
 // The sequence's cache holds kv_len[s] positions; the query at position pos[i] sees 0..min(pos[i], kv_len-1).
 // (The index view is FlashInfer's indptr / indices with kv_len in place of the last page's length.)
-// Two options of gpt-oss's attention, off by default:
-//   window > 0: sliding-window attention, the query at pos sees only positions > pos - window;
+// Options, off by default:
+//   window > 0: sliding-window attention, the query at pos sees only positions > pos - window
+//     (gpt-oss, Gemma);
 //   sinks[n_heads]: a learned logit per head that joins the softmax's denominator and carries no
-//     value, out = sum_t e^(s_t) v_t / (e^(sink_h) + sum_t e^(s_t)).
-// Each kernel declares whether it takes them (refuse_attention_options).
+//     value, out = sum_t e^(s_t) v_t / (e^(sink_h) + sum_t e^(s_t)) (gpt-oss);
+//   softcap > 0: each score s = scale * q.k becomes softcap * tanh(s / softcap) before the
+//     softmax (Gemma 2's attn_logit_softcapping).
+// Each kernel declares which it takes (refuse_attention_options).
 struct AttentionArgs {
   static constexpr const char* kName = "attention";
   const float* q = nullptr;
@@ -115,8 +118,9 @@ struct AttentionArgs {
   float scale = 1.0f;
   int64_t window = 0;            // 0: full causal attention
   const float* sinks = nullptr;  // [n_heads] or null
+  float softcap = 0.0f;          // 0: scores uncapped
   float* out = nullptr;
-  std::string shape_class() const;  // head dim, GQA ratio, decode/prefill, page size, KV dtype, window, sinks
+  std::string shape_class() const;  // head dim, GQA ratio, decode/prefill, page size, KV dtype, window, sinks, softcap
   // The first position the query at `p` sees.
   int64_t first_visible(int64_t p) const { return window > 0 ? std::max<int64_t>(0, p - window + 1) : 0; }
   // The slot holding position t of sequence s.
@@ -129,8 +133,12 @@ struct AttentionArgs {
   static constexpr int64_t kWideMinTokens = 4, kWideMinRows = 16;
   bool wide(int64_t s) const;
 };
-// "" when the kernel takes a's window and sinks (as it says by the flags), else the reason.
-std::string refuse_attention_options(const AttentionArgs& a, bool takes_window, bool takes_sinks);
+// The options a kernel takes; refuse_attention_options gives "" when it takes every option a
+// uses, else the reason.
+struct AttentionOptions {
+  bool window = false, sinks = false, softcap = false;
+};
+std::string refuse_attention_options(const AttentionArgs& a, AttentionOptions takes);
 
 // Stores n tokens' K/V rows into a paged pool's layer: row i of k_rows [n, k_width] (f32) goes to
 // slot slots[i] of k_pool (k_width values of dtype per slot), likewise v_rows into v_pool (skipped
@@ -207,6 +215,16 @@ struct AddArgs {
   const float* b = nullptr;
   int64_t n = 0;
   float* out = nullptr;
+  std::string shape_class() const;
+};
+
+// In place, x[i] = cap * tanh(x[i] / cap) for i < n: logit soft-capping (Gemma 2's
+// final_logit_softcapping), smooth and bounded to (-cap, cap).
+struct SoftcapArgs {
+  static constexpr const char* kName = "softcap";
+  float* x = nullptr;
+  int64_t n = 0;
+  float cap = 0.0f;  // > 0
   std::string shape_class() const;
 };
 

@@ -54,6 +54,8 @@ void ModelConfig::validate(const std::string& where) const {
   FP_CHECK(std::isfinite(attn_scale) && attn_scale >= 0, where, ": attention scale ", attn_scale, " must be positive");
   FP_CHECK(std::isfinite(rope_theta_swa) && rope_theta_swa >= 0, where, ": sliding-window rope theta ", rope_theta_swa,
            " must be positive");
+  for (float cap : {attn_softcap, final_softcap})
+    FP_CHECK(std::isfinite(cap) && cap >= 0, where, ": logit soft-capping ", cap, " must be positive (0: off)");
   if (moe.swiglu_clamped)
     FP_CHECK(std::isfinite(moe.swiglu_limit) && moe.swiglu_limit > 0 && std::isfinite(moe.swiglu_alpha), where,
              ": swiglu_limit ", moe.swiglu_limit, " / swiglu_alpha ", moe.swiglu_alpha, " must be finite (limit positive)");
@@ -93,6 +95,8 @@ std::string ModelConfig::describe() const {
   if (attn_scale > 0) os << ", attention scale " << attn_scale;
   if (post_norms) os << ", post-attention/FFN norms";
   if (gelu_ffn) os << ", GeGLU FFN";
+  if (attn_softcap > 0) os << ", scores soft-capped at " << attn_softcap;
+  if (final_softcap > 0) os << ", logits soft-capped at " << final_softcap;
   if (mla.kv_lora_rank > 0)
     os << ", MLA (q_lora " << mla.q_lora_rank << ", kv_lora " << mla.kv_lora_rank << ", nope " << head_dim - rot_dim
        << ", rope " << rot_dim << ", v " << v_head_dim << ")";

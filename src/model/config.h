@@ -77,7 +77,7 @@ struct ModelConfig {
     return sliding_window > 0 && layer < static_cast<int64_t>(swa_layers.size()) && swa_layers[static_cast<size_t>(layer)]
                ? sliding_window : 0;
   }
-  // Gemma 3: the embedding rows times embed_scale (sqrt(dim)), a norm after the attention and
+  // Gemma 2 and 3: the embedding rows times embed_scale (sqrt(dim)), a norm after the attention and
   // after the FFN too ("sandwich": post_attention_norm, post_ffw_norm) before each residual add,
   // the GeGLU FFN (gelu_tanh(gate) * up), scores scaled by attn_scale (query_pre_attn_scalar^-1/2)
   // and the sliding-window layers rotated with their own unscaled base rope_theta_swa.
@@ -86,6 +86,9 @@ struct ModelConfig {
   bool post_norms = false;
   bool gelu_ffn = false;
   float rope_theta_swa = 0.0f;  // 0: the sliding layers rotate as the others
+  // Gemma 2: scores and final logits soft-capped, x -> cap * tanh(x / cap) (0: off).
+  float attn_softcap = 0.0f;   // attn_logit_softcapping (AttentionArgs::softcap)
+  float final_softcap = 0.0f;  // final_logit_softcapping (SoftcapArgs on the logits)
   // Added to every RMSNorm weight at load: Gemma's checkpoints store w - 1 (its GGUFs have the 1
   // added by the converter).
   float norm_weight_offset = 0.0f;

@@ -1,7 +1,9 @@
 // model/llama.cpp — the Llama-family architecture: Llama (GQA, RoPE with linear / llama3
-// scaling, tied or untied output), Qwen2 (q/k/v bias), Qwen3 (per-head q/k RMSNorm) and Gemma 3
-// (q/k norms, a norm after the attention and the FFN too, GeGLU, embeddings times sqrt(dim),
-// five sliding-window layers with their own RoPE base to each global one; one CPU rank).
+// scaling, tied or untied output), Qwen2 (q/k/v bias), Qwen3 (per-head q/k RMSNorm), Gemma 2
+// (a norm after the attention and the FFN too, GeGLU, embeddings times sqrt(dim), every other
+// layer sliding-window, scores and logits soft-capped) and Gemma 3 (the same with q/k norms and
+// without the caps, five sliding-window layers with their own RoPE base to each global one).
+// Gemma runs on one CPU rank.
 // Every computation goes through the op registry (kernels/ops.h).
 //
 // Tensor parallel (Megatron-style, when built with a communicator of several ranks): each rank
@@ -81,9 +83,9 @@ class LlamaModel : public Model {
     const int64_t v_dim = c.n_kv_heads * c.v_head_dim, o_in = c.n_heads * c.v_head_dim;
     FP_CHECK(c.v_head_dim == c.head_dim, mf.path, ": ", c.arch, " needs value_length == key_length");
     const int ranks = parallel().tp > 1 ? tp_size() : 1, rank = tp_ ? tp_->rank() : 0;  // tensor-parallel ranks
-    if (c.post_norms || c.gelu_ffn || c.sliding_window > 0)
+    if (c.post_norms || c.gelu_ffn || c.sliding_window > 0 || c.attn_softcap > 0 || c.final_softcap > 0)
       FP_CHECK(tp_size() <= 1 && device() == Device::CPU, mf.path, ": ", c.arch,
-               " runs on one CPU rank here (its sandwich norms, GeGLU and sliding windows are not in the ",
+               " runs on one CPU rank here (its sandwich norms, GeGLU, sliding windows and soft-capping are not in the ",
                "tensor-parallel, context-parallel or device paths yet)");
     context_parallel_ = parallel().cp > 1;
     // The whole weights for context-parallel prefill and the TP slices for decode share bytes,
@@ -129,6 +131,7 @@ class LlamaModel : public Model {
     }
     // The output projection's vocabulary rows, split across the tensor-parallel ranks.
     output_.init(output, ranks > 1 ? tp_.get() : nullptr, shards_, mf.path, device());
+    output_.softcap = c.final_softcap;
     // Q8_0 matmul weights into the CPU kernels' interleaved layout, after sharding (slices of
     // this rank only). The embedding reads the repacked table too when the output is tied.
     if (file_->repack_weights) {
@@ -194,6 +197,7 @@ class LlamaModel : public Model {
     const bool every_head = pool.layout().k_width != kv_dim;  // a TP step over a cache of every head
     const int64_t k_off = every_head ? tp_->rank() * kv_dim : 0, v_off = every_head ? tp_->rank() * v_dim : 0;
     att.scale = c.attention_scale();
+    att.softcap = c.attn_softcap;
     att.out = att_out;
 
     const int64_t rows = sb.n_logits;
@@ -392,7 +396,8 @@ class LlamaModel : public Model {
       m.att.v_dim = c.v_head_dim;
       m.att.k_stride = pool.layout().k_width;
       m.att.v_stride = pool.layout().v_width;
-      m.att.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+      m.att.scale = c.attention_scale();
+      m.att.softcap = c.attn_softcap;
       m.att.out = att_out + m.row0 * att_dim;
     }
     auto row = [&](float* base, const MicroBatch& m, int64_t width) { return base + m.row0 * width; };
@@ -482,7 +487,8 @@ class LlamaModel : public Model {
     att.v_dim = c.v_head_dim;
     att.k_stride = kv_dim;
     att.v_stride = v_dim;
-    att.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    att.scale = c.attention_scale();
+    att.softcap = c.attn_softcap;
     att.out = att_out;
 
     dispatch(EmbeddingArgs{embed_, sb.tokens, m, x});
@@ -637,6 +643,7 @@ std::unique_ptr<Model> make_llama(std::shared_ptr<ModelFile> f, std::shared_ptr<
 const bool llama_registered = register_sharded_architecture("llama", make_llama, true) &&
                         register_sharded_architecture("qwen2", make_llama, true) &&
                         register_sharded_architecture("qwen3", make_llama, true) &&
+                        register_sharded_architecture("gemma2", make_llama, false) &&
                         register_sharded_architecture("gemma3", make_llama, false);
 
 }  // namespace

@@ -59,20 +59,31 @@ float* ModelFile::own_f32(size_t n) {
 namespace {
 
 // ---------------------------------------------------------------- GGUF
-// Gemma 3 as llama.cpp reads it: norms stored with Gemma's +1 already added by the converter,
-// embeddings times sqrt(dim), q/k norms, sandwich norms, GeGLU; with a sliding window every
-// sixth layer is global (pattern 6) and the others rotate with base 10000, unscaled. The
-// attention scale is 1/sqrt(head_dim), except for the 62-layer (27B) model's
-// query_pre_attn_scalar = dim / heads: GGUF has no key for it, so this follows llama.cpp.
-void load_gguf_gemma3(ModelConfig& c, const GgufFile& g, const std::string& path) {
+// Gemma 2 and 3 as llama.cpp reads them: norms stored with Gemma's +1 already added by the
+// converter, embeddings times sqrt(dim), sandwich norms, GeGLU. Gemma 2: every even layer slides
+// a window (4096 when the key is absent), scores and logits soft-capped (50 and 30 when absent).
+// Gemma 3: q/k norms; with a sliding window every sixth layer is global (pattern 6) and the
+// others rotate with base 10000, unscaled. The attention scale is 1/sqrt(head_dim), except for
+// the 27B models' query_pre_attn_scalar = dim / heads (Gemma 2: 46 layers, Gemma 3: 62): GGUF has
+// no key for it, so this follows llama.cpp.
+void load_gguf_gemma(ModelConfig& c, const GgufFile& g, const std::string& path) {
   const std::string a = c.arch + ".";
+  const bool gemma2 = c.arch == "gemma2";
+  c.post_norms = c.gelu_ffn = true;
+  c.qk_norm = !gemma2;
+  c.embed_scale = std::sqrt(static_cast<float>(c.dim));
+  if (c.n_layers == (gemma2 ? 46 : 62)) c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.dim / c.n_heads));
+  if (gemma2) {
+    c.attn_softcap = static_cast<float>(g.get_float(a + "attn_logit_softcapping", 50.0));
+    c.final_softcap = static_cast<float>(g.get_float(a + "final_logit_softcapping", 30.0));
+    c.sliding_window = static_cast<int64_t>(g.get_uint(a + "attention.sliding_window", 4096));
+    for (int64_t l = 0; l < c.n_layers; ++l) c.swa_layers.push_back(l % 2 == 0);
+    return;
+  }
   for (const char* cap : {"final_logit_softcapping", "attn_logit_softcapping"}) {
     const double v = g.get_float(a + cap, 0.0);
-    FP_CHECK(v == 0.0, path, ": ", a, cap, " = ", v, ": logit soft-capping (Gemma 2) is not supported");
+    FP_CHECK(v == 0.0, path, ": ", a, cap, " = ", v, ": Gemma 3 has no logit soft-capping");
   }
-  c.qk_norm = c.post_norms = c.gelu_ffn = true;
-  c.embed_scale = std::sqrt(static_cast<float>(c.dim));
-  if (c.n_layers == 62) c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.dim / c.n_heads));
   c.sliding_window = static_cast<int64_t>(g.get_uint(a + "attention.sliding_window", 0));
   if (c.sliding_window > 0) {
     for (int64_t l = 0; l < c.n_layers; ++l) c.swa_layers.push_back((l + 1) % 6 != 0);
@@ -91,9 +102,9 @@ void load_gguf(ModelFile& m, const std::string& path) {
   c.name = g->get_string("general.name", std::filesystem::path(path).stem().string());
   const std::string a = c.arch + ".";
   FP_CHECK(c.arch == "llama" || c.arch == "qwen2" || c.arch == "qwen3" || c.arch == "qwen3moe" || c.arch == "deepseek2" ||
-               c.arch == "glm4moe" || c.arch == "gpt-oss" || c.arch == "gemma3",
+               c.arch == "glm4moe" || c.arch == "gpt-oss" || c.arch == "gemma2" || c.arch == "gemma3",
            path, ": general.architecture '", c.arch,
-           "' is not supported yet (supported: llama, qwen2, qwen3, qwen3moe, deepseek2, glm4moe, gpt-oss, gemma3)");
+           "' is not supported yet (supported: llama, qwen2, qwen3, qwen3moe, deepseek2, glm4moe, gpt-oss, gemma2, gemma3)");
   c.dim = static_cast<int64_t>(g->get_uint(a + "embedding_length"));
   c.n_layers = static_cast<int64_t>(g->get_uint(a + "block_count"));
   {
@@ -195,7 +206,7 @@ void load_gguf(ModelFile& m, const std::string& path) {
     if (c.sliding_window > 0)
       for (int64_t l = 0; l < c.n_layers; ++l) c.swa_layers.push_back(l % 2 == 0);
   }
-  if (c.arch == "gemma3") load_gguf_gemma3(c, *g, path);
+  if (c.arch == "gemma2" || c.arch == "gemma3") load_gguf_gemma(c, *g, path);
   if (c.arch == "glm4moe") {  // optional in GLM-4.5's files: q/k/v biases, per-head q/k norms
     c.qkv_bias = m.find("blk.0.attn_q.bias") != nullptr;
     c.qk_norm = m.find("blk.0.attn_q_norm.weight") != nullptr;
@@ -512,14 +523,24 @@ void split_gpt_oss_experts(ModelFile& m) {
     }
 }
 
-// Gemma 3's text model: Gemma3ForCausalLM's config, or Gemma3ForConditionalGeneration's
-// text_config (whose files leave out most fields), over Gemma3TextConfig's defaults.
-nlohmann::json gemma3_text_config(const nlohmann::json& j, const std::string& arch_cls, const std::string& cfg_path) {
+// Gemma 2's config (Gemma2ForCausalLM) over Gemma2Config's defaults, or Gemma 3's text model:
+// Gemma3ForCausalLM's config, or Gemma3ForConditionalGeneration's text_config (whose files leave
+// out most fields), over Gemma3TextConfig's defaults. A key present as null (a cap of None)
+// stays null: off.
+nlohmann::json gemma_text_config(const nlohmann::json& j, const std::string& arch_cls, const std::string& cfg_path) {
   nlohmann::json t = {{"vocab_size", 262208}, {"hidden_size", 2304}, {"intermediate_size", 9216},
                       {"num_hidden_layers", 26}, {"num_attention_heads", 8}, {"num_key_value_heads", 4},
                       {"head_dim", 256}, {"hidden_activation", "gelu_pytorch_tanh"}, {"max_position_embeddings", 131072},
                       {"rms_norm_eps", 1e-6}, {"tie_word_embeddings", true}, {"query_pre_attn_scalar", 256},
                       {"sliding_window", 4096}, {"rope_theta", 1000000.0}, {"rope_local_base_freq", 10000.0}};
+  if (arch_cls == "Gemma2ForCausalLM") {
+    t["vocab_size"] = 256000;
+    t["max_position_embeddings"] = 8192;
+    t["rope_theta"] = 10000.0;
+    t.erase("rope_local_base_freq");
+    t["final_logit_softcapping"] = 30.0;
+    t["attn_logit_softcapping"] = 50.0;
+  }
   const nlohmann::json* src = &j;
   if (arch_cls == "Gemma3ForConditionalGeneration") {
     auto tc = j.find("text_config");
@@ -532,27 +553,42 @@ nlohmann::json gemma3_text_config(const nlohmann::json& j, const std::string& ar
   return t;
 }
 
-// Gemma 3 (model/llama.cpp): q/k norms, sandwich norms, GeGLU, embeddings times sqrt(dim), scores
-// times query_pre_attn_scalar^-1/2, norms stored as w - 1 (added back at load), sliding-window
-// layers (layer_types, else every sixth global) with their own unscaled RoPE base. Returns the
-// global layers' RoPE scaling (rope_scaling, or rope_parameters.full_attention in transformers
-// v5's spelling), or null.
-const nlohmann::json* load_hf_gemma3(ModelConfig& c, const nlohmann::json& j, const std::string& cfg_path) {
+// Gemma 2 and 3 (model/llama.cpp): sandwich norms, GeGLU, embeddings times sqrt(dim), scores
+// times query_pre_attn_scalar^-1/2, norms stored as w - 1 (added back at load). Gemma 2: scores
+// and logits soft-capped, the sliding-window layers from layer_types, else the even ones.
+// Gemma 3: q/k norms, sliding-window layers (layer_types, else every sixth global) with their
+// own unscaled RoPE base. Returns the (global layers') RoPE scaling (rope_scaling, or
+// rope_parameters, Gemma 3's .full_attention in transformers v5's spelling), or null.
+const nlohmann::json* load_hf_gemma(ModelConfig& c, const nlohmann::json& j, const std::string& cfg_path) {
+  const bool gemma2 = c.arch == "gemma2";
   const std::string act = string_field(j, "hidden_activation", cfg_path, "gelu_pytorch_tanh");
   FP_CHECK(act == "gelu_pytorch_tanh" || act == "gelu_tanh", cfg_path, ": hidden_activation '", act,
-           "' (Gemma 3's FFN here is gelu_pytorch_tanh)");
-  for (const char* cap : {"final_logit_softcapping", "attn_logit_softcapping"})
-    FP_CHECK(json_num(j, cap, cfg_path, 0.0) == 0.0, cfg_path, ": ", cap, " = ", short_json(j[cap]),
-             ": logit soft-capping (Gemma 2) is not supported");
+           "' (Gemma's FFN here is gelu_pytorch_tanh)");
+  if (gemma2) {
+    c.attn_softcap = static_cast<float>(json_num(j, "attn_logit_softcapping", cfg_path, 0.0));
+    c.final_softcap = static_cast<float>(json_num(j, "final_logit_softcapping", cfg_path, 0.0));
+    FP_CHECK(c.attn_softcap >= 0 && c.final_softcap >= 0, cfg_path, ": logit soft-capping (attn ", c.attn_softcap,
+             ", final ", c.final_softcap, ") must be positive or null");
+  } else {
+    for (const char* cap : {"final_logit_softcapping", "attn_logit_softcapping"})
+      FP_CHECK(json_num(j, cap, cfg_path, 0.0) == 0.0, cfg_path, ": ", cap, " = ", short_json(j[cap]),
+               ": Gemma 3 has no logit soft-capping");
+  }
   FP_CHECK(!json_bool(j, "use_bidirectional_attention", cfg_path, false), cfg_path,
            ": use_bidirectional_attention (an embedding model) is not supported");
-  c.qk_norm = c.post_norms = c.gelu_ffn = true;
+  c.post_norms = c.gelu_ffn = true;
+  c.qk_norm = !gemma2;
   c.norm_weight_offset = 1.0f;
   c.embed_scale = std::sqrt(static_cast<float>(c.dim));
   const double qpas = json_num(j, "query_pre_attn_scalar", cfg_path, 256.0);
   FP_CHECK(qpas > 0, cfg_path, ": query_pre_attn_scalar ", qpas, " must be positive");
   c.attn_scale = static_cast<float>(1.0 / std::sqrt(qpas));
-  read_sliding_layers(c, j, cfg_path, json_int(j, "sliding_window_pattern", cfg_path, 6));
+  read_sliding_layers(c, j, cfg_path, gemma2 ? 2 : json_int(j, "sliding_window_pattern", cfg_path, 6));
+  if (gemma2) {
+    for (const char* key : {"rope_scaling", "rope_parameters"})
+      if (auto it = j.find(key); it != j.end() && it->is_object()) return &*it;
+    return nullptr;
+  }
   c.rope_theta_swa = static_cast<float>(json_num(j, "rope_local_base_freq", cfg_path, 10000.0));
   auto rp = j.find("rope_parameters");  // transformers v5: one entry per layer type
   if (rp != j.end() && rp->is_object() && rp->contains("full_attention")) {
@@ -590,11 +626,13 @@ void load_hf(ModelFile& m, const std::string& dir) {
   else if (arch_cls == "DeepseekV3ForCausalLM" || arch_cls == "DeepseekV2ForCausalLM") c.arch = "deepseek2";
   else if (arch_cls == "Glm4MoeForCausalLM") c.arch = "glm4moe";
   else if (arch_cls == "GptOssForCausalLM") c.arch = "gpt-oss";
+  else if (arch_cls == "Gemma2ForCausalLM") c.arch = "gemma2";
   else if (arch_cls == "Gemma3ForCausalLM" || arch_cls == "Gemma3ForConditionalGeneration") c.arch = "gemma3";
   else fail(cfg_path, ": architectures[0] '", arch_cls, "' is not supported yet (LlamaForCausalLM, Qwen2ForCausalLM, ",
             "Qwen3ForCausalLM, Qwen3MoeForCausalLM, DeepseekV3ForCausalLM, DeepseekV2ForCausalLM, Glm4MoeForCausalLM, ",
-            "GptOssForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration)");
-  if (c.arch == "gemma3") j = gemma3_text_config(j, arch_cls, cfg_path);
+            "GptOssForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration)");
+  const bool gemma = c.arch == "gemma2" || c.arch == "gemma3";
+  if (gemma) j = gemma_text_config(j, arch_cls, cfg_path);
   c.dim = json_int(j, "hidden_size", cfg_path);
   c.n_layers = json_int(j, "num_hidden_layers", cfg_path);
   if (c.arch == "deepseek2" || c.arch == "glm4moe") c.mtp_layers = json_int(j, "num_nextn_predict_layers", cfg_path, 0);
@@ -618,7 +656,7 @@ void load_hf(ModelFile& m, const std::string& dir) {
   const nlohmann::json* rs = nullptr;
   for (const char* key : {"rope_scaling", "rope_parameters"})
     if (auto it = j.find(key); !rs && it != j.end() && it->is_object()) rs = &*it;
-  if (c.arch == "gemma3") rs = load_hf_gemma3(c, j, cfg_path);
+  if (gemma) rs = load_hf_gemma(c, j, cfg_path);
   if (c.arch == "glm4moe") {
     // GLM rotates the first partial_rotary_factor of each head (NeoX halves of that part); the
     // factor sits at the top level or, in transformers v5's spelling, in rope_parameters.
@@ -671,7 +709,7 @@ void load_hf(ModelFile& m, const std::string& dir) {
   };
   std::vector<std::pair<std::string, const SafetensorsTensor*>> scales;
   for (auto& [name, t] : set->all()) {
-    std::string cn = c.arch == "gemma3" ? canonical_from_hf_gemma3(name) : canonical_from_hf(name);
+    std::string cn = gemma ? canonical_from_hf_gemma(name) : canonical_from_hf(name);
     if (cn.empty()) {
       m.notes.push_back("ignored tensor '" + name + "'");
       continue;

@@ -54,8 +54,8 @@ std::string canonical_arch(const std::string& arch) {
   if (arch == "glm4_moe" || arch == "glm4moe") return "glm4moe";
   if (arch == "gpt_oss" || arch == "gpt-oss") return "gpt-oss";
   if (arch == "gemma3" || arch == "gemma3_text") return "gemma3";
-  FP_CHECK(arch == "llama" || arch == "qwen2" || arch == "qwen3", "synth: --arch '", arch,
-           "' is not one of llama, qwen2, qwen3, qwen3_moe, deepseek_v2, deepseek_v3, glm4_moe, gpt_oss, gemma3");
+  FP_CHECK(arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "gemma2", "synth: --arch '", arch,
+           "' is not one of llama, qwen2, qwen3, qwen3_moe, deepseek_v2, deepseek_v3, glm4_moe, gpt_oss, gemma2, gemma3");
   return arch;
 }
 
@@ -184,8 +184,10 @@ ModelConfig config_from_json(const std::string& arch_in, const nlohmann::json& j
              "synth: rope_scaling type '", c.rope_scaling.type, "' is not supported (linear, llama3; yarn for deepseek, gpt-oss)");
   }
   if (arch == "qwen3moe" || arch == "deepseek2" || arch == "glm4moe" || arch == "gpt-oss") synth_moe_config(c, arch_in, j, geti);
-  if (arch == "gemma3") {  // Gemma3TextConfig's keys (model_file.cpp, load_hf_gemma3)
-    c.qk_norm = c.post_norms = c.gelu_ffn = true;
+  if (arch == "gemma2" || arch == "gemma3") {  // Gemma2Config's / Gemma3TextConfig's keys (model_file.cpp, load_hf_gemma)
+    const bool gemma2 = arch == "gemma2";
+    c.post_norms = c.gelu_ffn = true;
+    c.qk_norm = !gemma2;
     c.tied_output = j.value("tie_word_embeddings", true);
     c.embed_scale = std::sqrt(static_cast<float>(c.dim));
     c.attn_scale = 1.0f / std::sqrt(static_cast<float>(geti("query_pre_attn_scalar", c.head_dim)));
@@ -195,9 +197,15 @@ ModelConfig config_from_json(const std::string& arch_in, const nlohmann::json& j
       if (j.contains("layer_types"))
         for (auto& t : j["layer_types"]) c.swa_layers.push_back(t.get<std::string>() == "sliding_attention");
       else
-        for (int64_t l = 0; l < c.n_layers; ++l) c.swa_layers.push_back((l + 1) % 6 != 0);
+        for (int64_t l = 0; l < c.n_layers; ++l) c.swa_layers.push_back((l + 1) % (gemma2 ? 2 : 6) != 0);
     }
-    c.rope_theta_swa = j.value("rope_local_base_freq", 10000.0f);
+    if (gemma2) {
+      auto cap = [&](const char* k, float def) { return j.contains(k) ? (j[k].is_null() ? 0.0f : j[k].get<float>()) : def; };
+      c.attn_softcap = cap("attn_logit_softcapping", 50.0f);
+      c.final_softcap = cap("final_logit_softcapping", 30.0f);
+    } else {
+      c.rope_theta_swa = j.value("rope_local_base_freq", 10000.0f);
+    }
   }
   c.validate("synth --config");
   return c;
@@ -315,7 +323,7 @@ std::map<std::string, HfTensor> make_weights(const ModelConfig& c, uint64_t seed
     }
     vec(p + "input_layernorm.weight", c.dim, norm_base, norm_sd);
     vec(p + "post_attention_layernorm.weight", c.dim, norm_base, norm_sd);
-    if (c.post_norms) {  // Gemma 3: before and after the FFN
+    if (c.post_norms) {  // Gemma: before and after the FFN
       vec(p + "pre_feedforward_layernorm.weight", c.dim, norm_base, norm_sd);
       vec(p + "post_feedforward_layernorm.weight", c.dim, norm_base, norm_sd);
     }
@@ -351,7 +359,7 @@ std::map<std::string, HfTensor> make_weights(const ModelConfig& c, uint64_t seed
 // The tensor's name in a GGUF file of this architecture: the canonical name, except GLM-4.5's
 // norm before the FFN, which llama.cpp calls post_attention_norm (Gemma 3's names: tensor_names.h).
 std::string gguf_name(const std::string& hf, const ModelConfig& c) {
-  std::string n = c.arch == "gemma3" ? canonical_from_hf_gemma3(hf) : canonical_from_hf(hf);
+  std::string n = c.arch == "gemma2" || c.arch == "gemma3" ? canonical_from_hf_gemma(hf) : canonical_from_hf(hf);
   FP_CHECK(!n.empty(), "synth: no GGUF name for '", hf, "'");
   if ((c.arch == "glm4moe" || c.arch == "gpt-oss") && n.ends_with(".ffn_norm.weight"))
     n = n.substr(0, n.size() - std::string("ffn_norm.weight").size()) + "post_attention_norm.weight";
@@ -557,19 +565,22 @@ void hf_gpt_oss_config(nlohmann::json& cfg, const ModelConfig& c, DType type) {
                                                               "model.embed_tokens", "lm_head"}}};
 }
 
-// config.json of a Gemma 3 text model (transformers' Gemma3TextConfig keys, every one written).
-void hf_gemma3_config(nlohmann::json& cfg, const ModelConfig& c) {
-  cfg["architectures"] = {"Gemma3ForCausalLM"};
-  cfg["model_type"] = "gemma3_text";
+// config.json of a Gemma 2 model or a Gemma 3 text model (transformers' Gemma2Config /
+// Gemma3TextConfig keys, every one written).
+void hf_gemma_config(nlohmann::json& cfg, const ModelConfig& c) {
+  const bool gemma2 = c.arch == "gemma2";
+  cfg["architectures"] = {gemma2 ? "Gemma2ForCausalLM" : "Gemma3ForCausalLM"};
+  cfg["model_type"] = gemma2 ? "gemma2" : "gemma3_text";
   cfg["hidden_activation"] = "gelu_pytorch_tanh";
   cfg["query_pre_attn_scalar"] = static_cast<int64_t>(std::llround(1.0 / (static_cast<double>(c.attn_scale) * c.attn_scale)));
   cfg["sliding_window"] = c.sliding_window > 0 ? nlohmann::json(c.sliding_window) : nlohmann::json(nullptr);
   std::vector<std::string> types;
   for (int64_t l = 0; l < c.n_layers; ++l) types.push_back(c.window_of(l) > 0 ? "sliding_attention" : "full_attention");
   cfg["layer_types"] = types;
-  cfg["rope_local_base_freq"] = c.rope_theta_swa;
-  cfg["final_logit_softcapping"] = nullptr;
-  cfg["attn_logit_softcapping"] = nullptr;
+  if (!gemma2) cfg["rope_local_base_freq"] = c.rope_theta_swa;
+  auto cap = [](float v) { return v > 0 ? nlohmann::json(v) : nlohmann::json(nullptr); };
+  cfg["final_logit_softcapping"] = cap(c.final_softcap);
+  cfg["attn_logit_softcapping"] = cap(c.attn_softcap);
   cfg["attention_bias"] = false;
 }
 
@@ -624,24 +635,34 @@ void add_moe_metadata(GgufWriter& g, const ModelConfig& c) {
   }
 }
 
-// Gemma 3 as llama.cpp's GGUFs describe it: only the window is a key; the pattern (every sixth
-// layer global), the sliding layers' RoPE base (10000) and the attention scale (1/sqrt(head_dim))
-// are fixed there, so a config that differs cannot be written as GGUF.
-void add_gemma3_metadata(GgufWriter& g, const ModelConfig& c) {
-  if (c.sliding_window > 0) {
-    g.set_u32("gemma3.attention.sliding_window", static_cast<uint32_t>(c.sliding_window));
-    for (int64_t l = 0; l < c.n_layers; ++l)
-      FP_CHECK(c.swa_layers[static_cast<size_t>(l)] == ((l + 1) % 6 != 0),
-               "synth: GGUF gemma3 slides the window on five layers of every six (llama.cpp's pattern)");
-    FP_CHECK(c.rope_theta_swa == 10000.0f, "synth: GGUF gemma3's sliding layers rotate with base 10000");
+// Gemma 2 and 3 as llama.cpp's GGUFs describe them: the window (and Gemma 2's caps) are keys;
+// the pattern (Gemma 2: the even layers slide; Gemma 3: every sixth layer global), Gemma 3's
+// sliding layers' RoPE base (10000) and the attention scale (1/sqrt(head_dim)) are fixed there,
+// so a config that differs cannot be written as GGUF.
+void add_gemma_metadata(GgufWriter& g, const ModelConfig& c) {
+  const bool gemma2 = c.arch == "gemma2";
+  const std::string a = c.arch + ".";
+  if (gemma2) {
+    FP_CHECK(c.sliding_window > 0, "synth: GGUF gemma2 always slides a window (4096 when the key is absent)");
+    FP_CHECK(c.attn_softcap > 0 && c.final_softcap > 0, "synth: GGUF gemma2 always soft-caps scores and logits");
+    g.set_f32(a + "attn_logit_softcapping", c.attn_softcap);
+    g.set_f32(a + "final_logit_softcapping", c.final_softcap);
   }
-  FP_CHECK(std::fabs(c.attn_scale * std::sqrt(static_cast<float>(c.head_dim)) - 1.0f) < 1e-6f || c.n_layers == 62,
-           "synth: GGUF gemma3 scales the attention by 1/sqrt(head_dim) (query_pre_attn_scalar = head_dim)");
+  if (c.sliding_window > 0) {
+    g.set_u32(a + "attention.sliding_window", static_cast<uint32_t>(c.sliding_window));
+    for (int64_t l = 0; l < c.n_layers; ++l)
+      FP_CHECK(c.swa_layers[static_cast<size_t>(l)] == (gemma2 ? l % 2 == 0 : (l + 1) % 6 != 0),
+               gemma2 ? "synth: GGUF gemma2 slides the window on the even layers (llama.cpp's pattern)"
+                      : "synth: GGUF gemma3 slides the window on five layers of every six (llama.cpp's pattern)");
+    FP_CHECK(gemma2 || c.rope_theta_swa == 10000.0f, "synth: GGUF gemma3's sliding layers rotate with base 10000");
+  }
+  FP_CHECK(std::fabs(c.attn_scale * std::sqrt(static_cast<float>(c.head_dim)) - 1.0f) < 1e-6f || c.n_layers == (gemma2 ? 46 : 62),
+           "synth: GGUF ", c.arch, " scales the attention by 1/sqrt(head_dim) (query_pre_attn_scalar = head_dim)");
 }
 
 // What a GGUF stores beyond the checkpoint's value: Gemma's converter adds the 1 of its norms.
 float gguf_value_offset(const std::string& gguf_name, const ModelConfig& c) {
-  return c.arch == "gemma3" && gguf_name.ends_with("norm.weight") ? c.norm_weight_offset : 0.0f;
+  return gguf_name.ends_with("norm.weight") ? c.norm_weight_offset : 0.0f;
 }
 
 // Canonical GGUF names and layout: routed experts stacked into [n_expert, out, in]; with
@@ -854,7 +875,7 @@ std::string synth_model(const SynthOptions& o) {
     g.set_u32(a + "attention.key_length", static_cast<uint32_t>(c.head_dim));
     g.set_u32(a + "attention.value_length", static_cast<uint32_t>(c.v_head_dim));
     if (c.moe.n_experts > 0) add_moe_metadata(g, c);
-    if (c.arch == "gemma3") add_gemma3_metadata(g, c);
+    if (c.arch == "gemma2" || c.arch == "gemma3") add_gemma_metadata(g, c);
     g.set_u32(a + "rope.dimension_count", static_cast<uint32_t>(c.rot_dim));
     g.set_u32(a + "vocab_size", static_cast<uint32_t>(c.n_vocab));
     g.set_f32(a + "rope.freq_base", c.rope_theta);
@@ -956,7 +977,7 @@ std::string synth_model(const SynthOptions& o) {
     cfg["tie_word_embeddings"] = c.tied_output;
     cfg["torch_dtype"] = o.type == DType::BF16 ? "bfloat16" : o.type == DType::F16 ? "float16" : "float32";
     if (c.arch == "gpt-oss") hf_gpt_oss_config(cfg, c, o.type);
-    else if (c.arch == "gemma3") hf_gemma3_config(cfg, c);
+    else if (c.arch == "gemma2" || c.arch == "gemma3") hf_gemma_config(cfg, c);
     else if (c.moe.n_experts > 0) hf_moe_config(cfg, c, o.arch);
     std::ofstream(o.out + "/config.json") << cfg.dump(2) << "\n";
     if (!o.tokenizer_json.empty()) std::filesystem::copy_file(o.tokenizer_json, o.out + "/tokenizer.json",

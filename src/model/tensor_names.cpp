@@ -66,7 +66,7 @@ std::string canonical_base(const std::string& hf) {
 
 }  // namespace
 
-std::string canonical_from_hf_gemma3(const std::string& hf) {
+std::string canonical_from_hf_gemma(const std::string& hf) {
   std::string name = hf;
   for (const char* p : {"language_model.model.", "model.language_model."})
     if (name.rfind(p, 0) == 0) name = "model." + name.substr(std::string(p).size());

@@ -35,12 +35,17 @@ void VocabParallelOutput::init(const Tensor* output, Communicator* comm, std::de
 }
 
 void VocabParallelOutput::run(const float* h, int64_t rows, float* logits) {
-  if (chunk_ == 0) return dispatch(MatMulArgs{h, rows, weight, nullptr, logits});
+  if (chunk_ == 0) {
+    dispatch(MatMulArgs{h, rows, weight, nullptr, logits});
+    if (softcap > 0) dispatch(SoftcapArgs{logits, rows * n_vocab_, softcap});
+    return;
+  }
   const int R = comm_->size();
   const auto part_bytes = static_cast<size_t>(rows * chunk_) * sizeof(float);  // [rows, this rank's slice], padded
   part_.reserve(part_bytes);
   all_.reserve(part_bytes * static_cast<size_t>(R));
   dispatch(MatMulArgs{h, rows, weight, nullptr, part_.as<float>()});
+  if (softcap > 0) dispatch(SoftcapArgs{part_.as<float>(), rows * chunk_, softcap});
   dispatch(AllGatherArgs{comm_, part_.data(), all_.data(), static_cast<int64_t>(part_bytes)});
   // Rank r's slice [rows, len] into columns [v0, v0 + len) of every logit row.
   for (int r = 0; r < R; ++r) {

@@ -2,7 +2,8 @@
 // split model (CPU or GPU ranks): rank r keeps rows [r * c, (r + 1) * c) of it, c = ceil(vocab / ranks) (the
 // last share shorter; for a block-scaled output rounded up to whole scale blocks), computes that slice of the logits, and one all-gather (each rank's slice
 // padded to c) puts every slice in place, so every rank ends with the same logits while reading
-// only its share of the largest matrix of a decode step.
+// only its share of the largest matrix of a decode step. A final logit softcap is applied to
+// each rank's slice before the gather.
 #pragma once
 #include <cstdint>
 #include <deque>
@@ -26,6 +27,7 @@ class VocabParallelOutput {
   void run(const float* h, int64_t rows, float* logits);
   bool split() const { return chunk_ > 0; }
   const Tensor* weight = nullptr;  // what this rank multiplies by (the repacker may replace it)
+  float softcap = 0.0f;            // > 0: logits capped to softcap * tanh(l / softcap) (Gemma 2)
 
  private:
   Communicator* comm_ = nullptr;

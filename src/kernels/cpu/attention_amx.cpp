@@ -625,7 +625,7 @@ std::string refuse_amx_cpu() {
 std::string refuse_amx_common(const AttentionArgs& a) {
   std::string f32_items = cpu::refuse_attention_avx2(a);  // the sequences left to them
   if (!f32_items.empty()) return f32_items;
-  if (std::string why = refuse_attention_options(a, false, false); !why.empty()) return why;  // not in the tiles yet
+  if (std::string why = refuse_attention_options(a, {}); !why.empty()) return why;  // not in the tiles yet
   for (int64_t s = 0; s < a.n_seqs; ++s)
     if (a.wide(s)) return {};
   return "no sequence of >= " + std::to_string(AttentionArgs::kWideMinTokens) + " query tokens and >= " +

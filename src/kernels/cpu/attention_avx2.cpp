@@ -13,7 +13,8 @@
 //                 l = l e^(m - m') + sum P,  O = O e^(m - m') + P V.
 // Causality is per row: the token at position pos[i] sees cache rows 0..min(pos[i], kv_len-1)
 // (from pos[i] - window + 1 with a sliding window: the keys before it score -inf, and the blocks
-// before every row's window are skipped). A sink (gpt-oss) is one more term of the final sum.
+// before every row's window are skipped). A sink (gpt-oss) is one more term of the final sum;
+// a softcap (Gemma 2) bounds S to softcap * tanh(S / softcap) before the softmax step.
 //  - Prefill (several query blocks): one KV head per item, items = KV heads x query blocks.
 //    With >= 8 rows per head, S comes from a register-blocked GEMM (4 rows x 16 keys) against
 //    the K tile transposed once into Kt[hd][kBk].
@@ -229,6 +230,18 @@ FP_AVX2 void scores_direct(const float* qs, int64_t rows, int64_t hd, const void
   }
 }
 
+// ---------------------------------------------------------------- score soft-capping
+// s[0..nk) = cap * tanh(s / cap) (Gemma 2), before the window's -inf and the softmax.
+FP_AVX2 void softcap_scores(float* s, int64_t nk, float cap) {
+  const __m256 c = _mm256_set1_ps(cap), two_over_cap = _mm256_set1_ps(2.0f / cap);
+  int64_t t = 0;
+  for (; t + 8 <= nk; t += 8) _mm256_storeu_ps(s + t, softcap8(_mm256_loadu_ps(s + t), c, two_over_cap));
+  if (t < nk) {
+    const __m256i tm = tail_mask(nk - t);
+    _mm256_maskstore_ps(s + t, tm, softcap8(_mm256_maskload_ps(s + t, tm), c, two_over_cap));
+  }
+}
+
 // ---------------------------------------------------------------- online softmax step
 // For one row: p[0..valid) = e^(s - m') where m' = max(m, max s[0..valid)); p[valid..nk) = 0.
 // Updates m and l, returns the factor e^(m - m') that rescales the row's O.
@@ -391,6 +404,7 @@ FP_AVX2 void run_item(const AttentionArgs& a, const AttnPlan& pl, int64_t s, int
         scores_direct<KV>(qs, rpg, hd, kb, sl, a.k_stride, nk, sr);
       }
       for (int64_t r = r0; r < r0 + rpg; ++r) {
+        if (a.softcap > 0) softcap_scores(sc.s.data() + r * kBk, nk, a.softcap);
         int64_t valid = std::clamp<int64_t>(sc.len[static_cast<size_t>(r)] - t0, 0, nk);
         // Keys before the row's window: -inf scores (exp8 gives 0), or none left to see.
         const int64_t from = std::clamp<int64_t>(sc.first[static_cast<size_t>(r)] - t0, 0, nk);
@@ -581,7 +595,7 @@ std::string cpu::refuse_attention_avx2(const AttentionArgs& a) {
 
 std::string cpu::refuse_attention_avx2_flash(const AttentionArgs& a) {
   if (std::string why = refuse_attention_avx2(a); !why.empty()) return why;
-  return refuse_attention_options(a, /*takes_window=*/true, /*takes_sinks=*/true);
+  return refuse_attention_options(a, {.window = true, .sinks = true, .softcap = true});
 }
 
 namespace {

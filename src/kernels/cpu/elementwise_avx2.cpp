@@ -1,5 +1,5 @@
 // kernels/cpu/elementwise_avx2.cpp — AVX2+FMA kernels for the element-wise and row ops:
-// rmsnorm, add, silu_mul, gelu_mul, softmax, rope, argmax, kv_write. Memory-bound: each reads its inputs once and
+// rmsnorm, add, silu_mul, gelu_mul, softcap, softmax, rope, argmax, kv_write. Memory-bound: each reads its inputs once and
 // writes once; work is split over the thread pool only above kParallelMin elements, below
 // which waking the workers costs more than the op. Row tails use masked loads/stores.
 #include <algorithm>
@@ -171,6 +171,25 @@ void silu_mul_avx2(const SiluMulArgs& a) { glu_avx2<Silu>(a); }
 void gelu_mul_avx2(const GeluMulArgs& a) { glu_avx2<GeluTanh>(a); }
 const bool reg_silu = register_kernel(avx2_kernel<SiluMulArgs>(silu_mul_avx2));
 const bool reg_gelu = register_kernel(avx2_kernel<GeluMulArgs>(gelu_mul_avx2));
+
+// ------------------------------------------------------------------ softcap
+// x = cap * tanh(x / cap) over [i0, i1) (softcap8).
+FP_AVX2 void softcap_range(const SoftcapArgs& a, int64_t i0, int64_t i1) {
+  const __m256 cap = _mm256_set1_ps(a.cap), two_over_cap = _mm256_set1_ps(2.0f / a.cap);
+  int64_t i = i0;
+  for (; i + 8 <= i1; i += 8) _mm256_storeu_ps(a.x + i, softcap8(_mm256_loadu_ps(a.x + i), cap, two_over_cap));
+  if (i < i1) {
+    __m256i tm = tail_mask(i1 - i);
+    _mm256_maskstore_ps(a.x + i, tm, softcap8(_mm256_maskload_ps(a.x + i, tm), cap, two_over_cap));
+  }
+}
+
+void softcap_avx2(const SoftcapArgs& a) {
+  FP_CHECK(a.cap > 0, "softcap: cap ", a.cap, " must be positive");
+  if (a.n < 2 * kParallelMin) return softcap_range(a, 0, a.n);
+  thread_pool().parallel_for(a.n, kParallelMin, [&](int64_t b, int64_t e) { softcap_range(a, b, e); });
+}
+const bool reg_softcap = register_kernel(avx2_kernel<SoftcapArgs>(softcap_avx2));
 
 // ------------------------------------------------------------------ softmax
 // In place over rows of x[n, d]: max, then e^(x - max) summed, then scaled by 1/sum.

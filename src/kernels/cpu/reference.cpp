@@ -300,6 +300,10 @@ void add_ref(const AddArgs& a) {
   for (int64_t i = 0; i < a.n; ++i) a.out[i] = a.a[i] + a.b[i];
 }
 
+void softcap_ref(const SoftcapArgs& a) {
+  for (int64_t i = 0; i < a.n; ++i) a.x[i] = a.cap * std::tanh(a.x[i] / a.cap);
+}
+
 void softmax_ref(const SoftmaxArgs& a) {
   for (int64_t i = 0; i < a.n; ++i) {
     float* x = a.x + i * a.d;
@@ -333,7 +337,8 @@ void token_feed_ref(const TokenFeedArgs& a) {
 }
 
 // ---- attention: scores, softmax, weighted sum; one query token and head at a time ----
-// A sliding window starts the keys at first_visible(pos); a sink joins the softmax's sum.
+// A sliding window starts the keys at first_visible(pos); a sink joins the softmax's sum; a
+// softcap bounds each score (softcap * tanh(s / softcap)) before the softmax.
 // K/V rows are converted from the pool's dtype to f32 as they are read. With bf16_wide, the
 // prefill-like sequences (AttentionArgs::wide) take q * scale, K and V rounded to BF16, as
 // amx_flash multiplies them (`ref_bf16`); the softmax and sums stay f32.
@@ -364,8 +369,10 @@ void attention_ref_rounding(const AttentionArgs& a, bool bf16_wide) {
           rounded(k);
           float dot = 0;
           for (int64_t j = 0; j < a.head_dim; ++j) dot += qs[static_cast<size_t>(j)] * k[static_cast<size_t>(j)];
-          p[static_cast<size_t>(t)] = round ? dot : dot * a.scale;
-          mx = std::max(mx, p[static_cast<size_t>(t)]);
+          float sc = round ? dot : dot * a.scale;
+          if (a.softcap > 0) sc = a.softcap * std::tanh(sc / a.softcap);
+          p[static_cast<size_t>(t)] = sc;
+          mx = std::max(mx, sc);
         }
         float sum = a.sinks ? std::exp(a.sinks[h] - mx) : 0.0f;
         for (int64_t t = first; t < len; ++t) sum += (p[static_cast<size_t>(t)] = std::exp(p[static_cast<size_t>(t)] - mx));
@@ -448,6 +455,7 @@ const bool registered = [] {
   register_kernel(ref<GeluMulArgs>(gelu_mul_ref));
   register_kernel(ref<AddArgs>(add_ref));
   register_kernel(ref<SoftmaxArgs>(softmax_ref));
+  register_kernel(ref<SoftcapArgs>(softcap_ref));
   register_kernel(ref<ArgmaxArgs>(argmax_ref));
   register_kernel(ref<TokenFeedArgs>(token_feed_ref));
   return true;

@@ -87,7 +87,7 @@ __global__ void attention_warp_kernel(Params p) {
 }  // namespace
 
 std::string refuse_attention(const AttentionArgs& a) {
-  if (std::string opt = refuse_attention_options(a, false, false); !opt.empty()) return opt;
+  if (std::string opt = refuse_attention_options(a, {}); !opt.empty()) return opt;
   std::string why = refuse_kv_dtype(a.kv_dtype, {DType::F32, DType::F16, DType::BF16});
   if (!why.empty()) return why;
   if (a.head_dim > 32 * kMaxDimPerLane || a.v_dim > 32 * kMaxDimPerLane)

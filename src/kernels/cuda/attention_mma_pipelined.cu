@@ -220,7 +220,7 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }  // namespace
 
 std::string refuse_attention_mma_pipelined(const AttentionArgs& a) {
-  if (std::string opt = refuse_attention_options(a, false, false); !opt.empty()) return opt;
+  if (std::string opt = refuse_attention_options(a, {}); !opt.empty()) return opt;
   if (a.kv_dtype != DType::F16 && a.kv_dtype != DType::BF16)
     return std::string("KV cache ") + dtype_name(a.kv_dtype) + ": this kernel copies F16 or BF16 rows as they are";
   if (a.head_dim != a.v_dim || (a.head_dim != 64 && a.head_dim != 128))

@@ -253,7 +253,7 @@ __global__ void attention_combine_kernel(const float* part_acc, const float* par
 }
 
 std::string refuse_common(const AttentionArgs& a) {
-  if (std::string opt = refuse_attention_options(a, false, false); !opt.empty()) return opt;
+  if (std::string opt = refuse_attention_options(a, {}); !opt.empty()) return opt;
   std::string why = refuse_kv_dtype(a.kv_dtype, {DType::F32, DType::F16, DType::BF16});
   if (!why.empty()) return why;
   if (a.n_kv_heads <= 0 || a.n_heads % a.n_kv_heads != 0)

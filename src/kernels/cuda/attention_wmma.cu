@@ -224,7 +224,7 @@ void launch(const Params& p) {
 }  // namespace
 
 std::string refuse_attention_wmma(const AttentionArgs& a) {
-  if (std::string opt = refuse_attention_options(a, false, false); !opt.empty()) return opt;
+  if (std::string opt = refuse_attention_options(a, {}); !opt.empty()) return opt;
   std::string why = refuse_kv_dtype(a.kv_dtype, {DType::F32, DType::F16, DType::BF16});
   if (!why.empty()) return why;
   if (a.head_dim != a.v_dim || (a.head_dim != 64 && a.head_dim != 128))
