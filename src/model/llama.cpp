@@ -3,7 +3,7 @@
 // (a norm after the attention and the FFN too, GeGLU, embeddings times sqrt(dim), every other
 // layer sliding-window, scores and logits soft-capped) and Gemma 3 (the same with q/k norms and
 // without the caps, five sliding-window layers with their own RoPE base to each global one).
-// Gemma runs on one CPU rank.
+// Gemma runs on the CPU (one rank or several).
 // Every computation goes through the op registry (kernels/ops.h).
 //
 // Tensor parallel (Megatron-style, when built with a communicator of several ranks): each rank
@@ -84,9 +84,9 @@ class LlamaModel : public Model {
     FP_CHECK(c.v_head_dim == c.head_dim, mf.path, ": ", c.arch, " needs value_length == key_length");
     const int ranks = parallel().tp > 1 ? tp_size() : 1, rank = tp_ ? tp_->rank() : 0;  // tensor-parallel ranks
     if (c.post_norms || c.gelu_ffn || c.sliding_window > 0 || c.attn_softcap > 0 || c.final_softcap > 0)
-      FP_CHECK(tp_size() <= 1 && device() == Device::CPU, mf.path, ": ", c.arch,
-               " runs on one CPU rank here (its sandwich norms, GeGLU, sliding windows and soft-capping are not in the ",
-               "tensor-parallel, context-parallel or device paths yet)");
+      FP_CHECK(device() == Device::CPU, mf.path, ": ", c.arch,
+               " runs on the CPU here (its sandwich norms, GeGLU, sliding windows and soft-capping are not in the ",
+               "device path yet)");
     context_parallel_ = parallel().cp > 1;
     // The whole weights for context-parallel prefill and the TP slices for decode share bytes,
     // so neither is repacked in place (Q8_0 stays in the file's layout).
@@ -295,6 +295,7 @@ class LlamaModel : public Model {
     const ModelConfig& c = config();
     ffn_share(L, x, h, gate, up, n);
     if (sum_ranks) dispatch(AllReduceArgs{tp_.get(), h, n * c.dim});
+    if (L.post_ffn_norm) dispatch(RmsNormArgs{h, L.post_ffn_norm, n, c.dim, c.rms_eps, h});
     dispatch(AddArgs{x, h, n * c.dim, x});
   }
 
@@ -401,14 +402,17 @@ class LlamaModel : public Model {
       m.att.out = att_out + m.row0 * att_dim;
     }
     auto row = [&](float* base, const MicroBatch& m, int64_t width) { return base + m.row0 * width; };
-    auto start_sum = [&](MicroBatch& m) { m.sum.start(tp_.get(), row(h, m, c.dim), m.rows * c.dim); };
+    // A sum is normalised before its add where the layer has a sandwich norm there (Gemma).
+    auto start_sum = [&](MicroBatch& m, const float* post_norm) {
+      m.sum.start(tp_.get(), row(h, m, c.dim), m.rows * c.dim, {post_norm, c.dim, c.rms_eps});
+    };
     auto add_sum = [&](MicroBatch& m) { m.sum.add_into(row(x, m, c.dim)); };  // x += the summed h
     const int64_t rows = whole.n_logits;
     float* out_logits = on_device ? act_.f32(8, rows * c.n_vocab) : logits;
 
     auto step = [&] {
       for (MicroBatch& m : mb) m.sum.reset();  // a recording abandoned midway may have left one in flight
-      for (MicroBatch& m : mb) dispatch(EmbeddingArgs{embed_, m.staged.tokens, m.rows, row(x, m, c.dim)});
+      for (MicroBatch& m : mb) dispatch(EmbeddingArgs{embed_, m.staged.tokens, m.rows, row(x, m, c.dim), c.embed_scale});
       for (size_t l = 0; l < layers_.size(); ++l) {
         const LlamaLayer& L = layers_[l];
         const auto layer = static_cast<int64_t>(l);
@@ -421,15 +425,16 @@ class LlamaModel : public Model {
           else pool.write(layer, m.slots, m.rows, row(k, m, kv_dim), row(v, m, v_dim));
           m.att.k_pool = kv_element(pool.k(layer), pool.dtype(), k_off);
           m.att.v_pool = kv_element(pool.v(layer), pool.dtype(), v_off);
+          m.att.window = L.window;
           dispatch(m.att);
           progress();
           dispatch(MatMulArgs{row(att_out, m, att_dim), m.rows, L.wo, nullptr, row(h, m, c.dim)});
-          start_sum(m);
+          start_sum(m, L.post_attn_norm);
         }
         for (MicroBatch& m : mb) {
           add_sum(m);  // the attention's
           ffn_share(L, row(x, m, c.dim), row(h, m, c.dim), row(gate, m, ffn), row(up, m, ffn), m.rows);
-          start_sum(m);
+          start_sum(m, L.post_ffn_norm);
         }
       }
       for (MicroBatch& m : mb) add_sum(m);
@@ -491,7 +496,7 @@ class LlamaModel : public Model {
     att.softcap = c.attn_softcap;
     att.out = att_out;
 
-    dispatch(EmbeddingArgs{embed_, sb.tokens, m, x});
+    dispatch(EmbeddingArgs{embed_, sb.tokens, m, x, c.embed_scale});
     for (size_t l = 0; l < whole_layers().size(); ++l) {
       const LlamaLayer& L = whole_layers()[l];
       // Every rank's K/V rows into the cache (it holds the whole batch), exchanged while this
@@ -501,8 +506,10 @@ class LlamaModel : public Model {
       cp.finish_kv(pool);
       att.k_pool = pool.k(static_cast<int64_t>(l));
       att.v_pool = pool.v(static_cast<int64_t>(l));
+      att.window = L.window;
       dispatch(att);
       dispatch(MatMulArgs{att_out, m, L.wo, nullptr, h});
+      if (L.post_attn_norm) dispatch(RmsNormArgs{h, L.post_attn_norm, m, c.dim, c.rms_eps, h});
       dispatch(AddArgs{x, h, m * c.dim, x});
       ffn_residual(L, x, h, gate, up, m, false);
     }

@@ -17,17 +17,21 @@ void MicroBatchSplit::split(const ForwardBatch& b, int64_t page_size) {
   }
 }
 
-void PendingSum::start(Communicator* comm, float* rows, int64_t n) {
+void PendingSum::start(Communicator* comm, float* rows, int64_t n, SumNorm norm) {
   FP_CHECK(!rows_, "micro-batch overlap: a sum started while the last one is still in flight");
+  FP_CHECK(!norm.weight || (norm.dim > 0 && n % norm.dim == 0), "micro-batch overlap: ", n,
+           " summed values are not rows of the norm's width ", norm.dim);
   comm_ = comm;
   rows_ = rows;
   n_ = n;
+  norm_ = norm;
   dispatch(AllReduceStartArgs{comm, rows, n, &handle_});
 }
 
 void PendingSum::add_into(float* x) {
   if (!rows_) return;
   dispatch(CollectiveWaitArgs{comm_, handle_});
+  if (norm_.weight) dispatch(RmsNormArgs{rows_, norm_.weight, n_ / norm_.dim, norm_.dim, norm_.eps, rows_});
   dispatch(AddArgs{x, rows_, n_, x});
   rows_ = nullptr;
 }

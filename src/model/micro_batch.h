@@ -1,7 +1,8 @@
 // model/micro_batch.h — what --micro-batch-overlap's two micro-batches share across the model
 // families: the cut of a step into A = tokens [0, n/2) and B = [n/2, n) (each its own varlen
 // view and KV slots; a cut may fall inside a sequence), and a sum in flight (a micro-batch's
-// rows, all-reduced without blocking, added to its residual rows once they are in).
+// rows, all-reduced without blocking, added to its residual rows once they are in; Gemma's
+// sandwich norms normalise them first).
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -19,6 +20,13 @@ struct MicroBatchSplit {
   void split(const ForwardBatch& b, int64_t page_size);
 };
 
+// An RMSNorm of a sum's rows before they are added (weight [dim]; null: none).
+struct SumNorm {
+  const float* weight = nullptr;
+  int64_t dim = 0;
+  float eps = 0;
+};
+
 class PendingSum {
  public:
   PendingSum() = default;
@@ -26,8 +34,9 @@ class PendingSum {
   PendingSum& operator=(const PendingSum&) = delete;
   ~PendingSum() { reset(); }
   // Starts the all-reduce of rows [n] (MPI_Iallreduce under MPI; ops all_reduce_start).
-  void start(Communicator* comm, float* rows, int64_t n);
-  // x[n] += the summed rows once they are in (op collective_wait); nothing when none is pending.
+  void start(Communicator* comm, float* rows, int64_t n, SumNorm norm = {});
+  // x[n] += the summed rows (normalised by the start's SumNorm) once they are in (op
+  // collective_wait); nothing when none is pending.
   void add_into(float* x);
   // Drops a sum left in flight by a step that failed (or a graph recording that was abandoned):
   // waits for it, so its buffers and the communicator's handle are free, and adds nothing.
@@ -37,6 +46,7 @@ class PendingSum {
   Communicator* comm_ = nullptr;
   float* rows_ = nullptr;
   int64_t n_ = 0;
+  SumNorm norm_;
   int64_t handle_ = Communicator::kDone;
 };
 

@@ -69,6 +69,19 @@ TEST(TensorParallel, Stories260KMatchesOneRank) {
   expect_same_as_one_rank(path, {1, 403, 407, 261, 378}, 48);  // "Once upon a time"
 }
 
+// 12 query heads over 6 KV heads of 16, two layers. Gemma: a window of 4 (Gemma 2: on layer 0;
+// Gemma 3: on both), Gemma 2's caps low enough to bend scores and logits.
+nlohmann::json gqa_config(const std::string& arch) {
+  nlohmann::json cfg = {{"hidden_size", 64},        {"num_attention_heads", 12}, {"num_key_value_heads", 6}, {"head_dim", 16},
+                        {"intermediate_size", 96}, {"num_hidden_layers", 2},    {"vocab_size", 256}};
+  if (arch == "gemma2" || arch == "gemma3") cfg["sliding_window"] = 4;
+  if (arch == "gemma2") {
+    cfg["attn_logit_softcapping"] = 2.0;
+    cfg["final_logit_softcapping"] = 10.0;
+  }
+  return cfg;
+}
+
 struct SynthCase {
   std::string arch;
   DType type;
@@ -83,8 +96,7 @@ TEST_P(TensorParallelSynth, GqaModelMatchesOneRank) {
   // rank and the FFN width 96 (64 + 32 on 2 ranks) fall on Q8_0's 32-value blocks.
   SynthOptions o;
   o.arch = c.arch;
-  o.config = {{"hidden_size", 64},        {"num_attention_heads", 12}, {"num_key_value_heads", 6}, {"head_dim", 16},
-              {"intermediate_size", 96}, {"num_hidden_layers", 2},    {"vocab_size", 256}};
+  o.config = gqa_config(c.arch);
   o.type = c.type;
   o.seed = 11;
   o.out = test::temp_dir("tp_" + c.arch) + "/model.gguf";  // one copy per rank (same seed, same bytes)
@@ -94,7 +106,8 @@ TEST_P(TensorParallelSynth, GqaModelMatchesOneRank) {
 
 INSTANTIATE_TEST_SUITE_P(Archs, TensorParallelSynth,
                          ::testing::Values(SynthCase{"llama", DType::Q8_0}, SynthCase{"qwen2", DType::F32},
-                                           SynthCase{"qwen3", DType::F16}),
+                                           SynthCase{"qwen3", DType::F16}, SynthCase{"gemma2", DType::Q8_0},
+                                           SynthCase{"gemma3", DType::F16}),
                          [](const auto& p) { return p.param.arch; });
 
 // Q8_0 rows of 256 values and more: every rank repacks its shares to Q8_0_X8 after sharding
@@ -232,17 +245,14 @@ std::vector<float> run_varlen(Model& m, DType kv = DType::F32) {
 }
 
 // The test data file `testdata_path`, or (when empty) a small synth model of `arch`: the MoE
-// config above, or GQA with 12 query heads over 6 KV heads. One copy per rank (same seed, same bytes).
+// config above, or GQA with 12 query heads over 6 KV heads (gqa_config). One copy per rank (same seed, same bytes).
 std::string model_path(const std::string& testdata_path, const std::string& arch, DType type, uint32_t seed,
                        const std::string& tag) {
   if (!testdata_path.empty()) return test::testdata(testdata_path);
   SynthOptions o;
   o.arch = arch;
   const bool moe = arch == "qwen3_moe" || arch.rfind("deepseek", 0) == 0;
-  o.config = moe ? test::moe_config(arch)
-                 : nlohmann::json{{"hidden_size", 64},        {"num_attention_heads", 12}, {"num_key_value_heads", 6},
-                                  {"head_dim", 16},           {"intermediate_size", 96},   {"num_hidden_layers", 2},
-                                  {"vocab_size", 256}};
+  o.config = moe ? test::moe_config(arch) : gqa_config(arch);
   o.type = type;
   o.seed = seed;
   o.out = test::temp_dir(tag) + "/model.gguf";
@@ -299,6 +309,8 @@ INSTANTIATE_TEST_SUITE_P(
                       ContextCase{"stories_cp_tp", kStories, "", DType::F32, true},
                       ContextCase{"llama_q8_cp_tp", "", "llama", DType::Q8_0, true},
                       ContextCase{"qwen2_cp", "", "qwen2", DType::F32, false},
+                      ContextCase{"gemma2_cp_tp", "", "gemma2", DType::F32, true},
+                      ContextCase{"gemma3_cp", "", "gemma3", DType::Q8_0, false},
                       ContextCase{"qwen3_cp_tp", "", "qwen3", DType::F16, true},
                       ContextCase{"llama_q8_cp_tp_f16_cache", "", "llama", DType::Q8_0, true, false, DType::F16},
                       ContextCase{"qwen2_cp_bf16_cache", "", "qwen2", DType::F32, false, false, DType::BF16},
@@ -418,6 +430,8 @@ INSTANTIATE_TEST_SUITE_P(Layouts, MicroBatchOverlap,
                          ::testing::Values(OverlapCase{"stories_tp", kStories, DType::F32, false},
                                            OverlapCase{"llama_q8_tp", "", DType::Q8_0, false},
                                            OverlapCase{"stories_cp_tp", kStories, DType::F32, true},
+                                           OverlapCase{"gemma2_tp", "", DType::F32, false, "gemma2"},
+                                           OverlapCase{"gemma3_cp_tp", "", DType::Q8_0, true, "gemma3"},
                                            OverlapCase{"qwen3moe_tp", "", DType::F32, false, "qwen3_moe"},
                                            OverlapCase{"qwen3moe_ep", "", DType::F32, false, "qwen3_moe", true},
                                            OverlapCase{"qwen3moe_cp_tp", "", DType::F32, true, "qwen3_moe"},
