@@ -572,6 +572,38 @@ TEST(Server, ToolChoiceAutoFindsGlm45Calls) {
   EXPECT_EQ(srv.terminate(), 0);
 }
 
+// Qwen3-Coder's XML format over HTTP: multi-line values, typed by the request's tools.
+TEST(Server, ToolChoiceAutoFindsQwen3CoderCalls) {
+  FP_REQUIRE_FILE(test::stories_path());
+  const std::string dir = test::temp_dir("qwen3_coder_tools");
+  test::write_file(dir + "/chat.jinja",
+                   "{%- for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+                   "{%- if tools %}(call as <tool_call>\n<function=NAME>\n<parameter=K>\nV\n</parameter>\n</function>\n</tool_call>)"
+                   "{% endif %}<|im_start|>assistant\n");
+  ServerProcess srv({"--chat-template", dir + "/chat.jinja"}, 512);
+  auto c = srv.client();
+  const json body = {
+      {"messages", {{{"role", "user"}, {"content", "Where to?"}}}},
+      {"tools", json::parse(R"([{"type": "function", "function": {"name": "go", "parameters": {"type": "object",
+                  "properties": {"to": {"type": "string"}, "km": {"type": "number"}}}}}])")},
+      {"grammar", R"(root ::= "On my way. <tool_call>\n<function=go>\n<parameter=to>\nthe big\npark\n</parameter>\n<parameter=km>\n7\n</parameter>\n</function>\n</tool_call>")"},
+      {"temperature", 0}, {"max_tokens", 160}};
+  int st = 0;
+  const json r = post(c, "/v1/chat/completions", body.dump(), &st);
+  ASSERT_EQ(st, 200) << r.dump();
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "tool_calls") << r.dump();
+  EXPECT_EQ(r["choices"][0]["message"]["content"], "On my way.") << r.dump();
+  ASSERT_EQ(r["choices"][0]["message"]["tool_calls"].size(), 1u) << r.dump();
+  EXPECT_EQ(r["choices"][0]["message"]["tool_calls"][0]["function"]["name"], "go");
+  EXPECT_EQ(r["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"], R"({"to":"the big\npark","km":7})");
+  json streamed = body;
+  streamed["stream"] = true;
+  Streamed sr = stream(c, "/v1/chat/completions", streamed);
+  EXPECT_EQ(sr.finish[0], "tool_calls");
+  EXPECT_EQ(sr.text[0], "On my way. ");
+  EXPECT_EQ(srv.terminate(), 0);
+}
+
 // A thinking template whose prompt opens the <think> block (as DeepSeek-R1's does): the whole
 // reply, never closed, is reasoning_content, plain and streamed; a constrained request thinks
 // first; --reasoning-parser none keeps it all in content.

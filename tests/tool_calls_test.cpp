@@ -1,5 +1,5 @@
 // tests/tool_calls_test.cpp — tool calls in free text (tool_choice auto; Hermes, Llama-3 JSON,
-// DeepSeek-V3 and GLM-4.5 formats): a reply split into text and calls, and the same split while
+// DeepSeek-V3, GLM-4.5 and Qwen3-Coder XML formats): a reply split into text and calls, and the same split while
 // streaming, piece by piece.
 #include <gtest/gtest.h>
 
@@ -199,6 +199,61 @@ TEST(Glm45ToolCalls, PairsBecomeTypedArguments) {
   for (size_t at = 0; at < reply.size(); at += 5) sent += s.push(reply.substr(at, 5));
   EXPECT_EQ(sent, "Let me look.\n");
   EXPECT_EQ(split_tool_calls(ToolCallFormat::Glm45, s.held(), tools).calls.size(), 2u);
+}
+
+// Qwen3-Coder's calls: <function=NAME> and multi-line <parameter=KEY> blocks; values typed by
+// the tool's schema (strings as written, less the newline at each end).
+TEST(Qwen3CoderToolCalls, FunctionBlocksBecomeTypedArguments) {
+  EXPECT_EQ(tool_call_format_of("{{- '<tool_call>\\n<function=' + tool_call.name + '>\\n' }}{%- for args_name, args_value in "
+                                "tool_call.arguments|items %}{{- '<parameter=' + args_name + '>\\n' }}"),
+            ToolCallFormat::Qwen3CoderXml);
+  EXPECT_STREQ(to_string(ToolCallFormat::Qwen3CoderXml), "qwen3_coder");
+  const nlohmann::json tools = nlohmann::json::parse(R"([{"type": "function", "function": {"name": "write_file", "parameters": {
+      "type": "object", "properties": {"path": {"type": "string"}, "content": {"type": "string"}, "mode": {"type": "integer"},
+      "append": {"type": "boolean"}, "tags": {"type": "array"}}}}}])");
+  const std::string reply =
+      "I'll write it.\n\n<tool_call>\n<function=write_file>\n<parameter=path>\n/tmp/a.py\n</parameter>\n"
+      "<parameter=content>\ndef f():\n    return 42\n\n</parameter>\n<parameter=mode>\n420\n</parameter>\n"
+      "<parameter=append>\nfalse\n</parameter>\n<parameter=tags>\n[\"a\", \"b\"]\n</parameter>\n</function>\n</tool_call>\n"
+      "<tool_call>\n<function=write_file>\n<parameter=path>\n42\n</parameter>\n</function>\n</tool_call>";
+  SplitReply split = split_tool_calls(ToolCallFormat::Qwen3CoderXml, reply, tools);
+  ASSERT_EQ(split.calls.size(), 2u) << split.content;
+  EXPECT_EQ(split.content, "I'll write it.");
+  EXPECT_EQ(split.calls[0].name, "write_file");
+  // The code keeps its own indentation and its trailing blank line; one newline comes off each end.
+  EXPECT_EQ(split.calls[0].arguments,
+            R"({"path":"/tmp/a.py","content":"def f():\n    return 42\n","mode":420,"append":false,"tags":["a","b"]})");
+  EXPECT_EQ(split.calls[1].arguments, R"({"path":"42"})") << "a declared string stays a string";
+  // Without the tools, values that parse as JSON are JSON; a call without parameters has none.
+  split = split_tool_calls(ToolCallFormat::Qwen3CoderXml, "<tool_call><function=f><parameter=n>7</parameter><parameter=s>hi there</parameter></function></tool_call>");
+  ASSERT_EQ(split.calls.size(), 1u);
+  EXPECT_EQ(split.calls[0].arguments, R"({"n":7,"s":"hi there"})");
+  split = split_tool_calls(ToolCallFormat::Qwen3CoderXml, "<tool_call>\n<function=list_files>\n</function>\n</tool_call>");
+  ASSERT_EQ(split.calls.size(), 1u);
+  EXPECT_EQ(split.calls[0].arguments, "{}");
+  // A reply cut short (max_tokens): the open parameter ends the call, as far as it got.
+  split = split_tool_calls(ToolCallFormat::Qwen3CoderXml, "x <tool_call>\n<function=f>\n<parameter=a>\n1\n</parameter>\n<parameter=b>\npart");
+  ASSERT_EQ(split.calls.size(), 1u);
+  EXPECT_EQ(split.calls[0].arguments, R"({"a":1,"b":"part"})");
+  EXPECT_EQ(split.content, "x");
+  // What is not a call stays text, whole: no function, a bad name, text between the blocks or after them.
+  for (const std::string bad : {"<tool_call>{\"name\": \"f\"}</tool_call>", "<tool_call><function=two words></function></tool_call>",
+                                "<tool_call><function=f>junk<parameter=a>1</parameter></function></tool_call>",
+                                "<tool_call><function=f><parameter=a>1</parameter></function>junk</tool_call>",
+                                "<tool_call><function=f><parameter=>1</parameter></function></tool_call>"}) {
+    split = split_tool_calls(ToolCallFormat::Qwen3CoderXml, "a " + bad, tools);
+    EXPECT_TRUE(split.calls.empty()) << bad;
+    EXPECT_EQ(split.content, "a " + bad);
+  }
+  // Streamed: text at once, the calls held from the first tag.
+  ToolCallStream s(ToolCallFormat::Qwen3CoderXml);
+  std::string sent;
+  for (size_t at = 0; at < reply.size(); at += 3) sent += s.push(reply.substr(at, 3));
+  EXPECT_EQ(sent, "I'll write it.\n\n");
+  EXPECT_EQ(split_tool_calls(ToolCallFormat::Qwen3CoderXml, s.held(), tools).calls.size(), 2u);
+  // Hermes' own template (a JSON object per call) is not taken for this one.
+  EXPECT_EQ(tool_call_format_of("<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call>"),
+            ToolCallFormat::Hermes);
 }
 
 }  // namespace

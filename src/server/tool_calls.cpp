@@ -1,5 +1,5 @@
 // server/tool_calls.cpp — splitting replies into text and tool calls (Hermes, Llama-3 JSON,
-// DeepSeek-V3, GLM-4.5).
+// DeepSeek-V3, GLM-4.5, Qwen3-Coder XML).
 #include "server/tool_calls.h"
 
 #include <algorithm>
@@ -15,6 +15,7 @@ namespace fp {
 namespace {
 const std::string kOpen = "<tool_call>", kClose = "</tool_call>";
 const std::string kArgKey = "<arg_key>", kArgKeyEnd = "</arg_key>", kArgValue = "<arg_value>", kArgValueEnd = "</arg_value>";
+const std::string kFunction = "<function=", kFunctionEnd = "</function>", kParameter = "<parameter=", kParameterEnd = "</parameter>";
 const std::string kDsCallsBegin = "<｜tool▁calls▁begin｜>", kDsCallsEnd = "<｜tool▁calls▁end｜>";
 const std::string kDsCallBegin = "<｜tool▁call▁begin｜>", kDsCallEnd = "<｜tool▁call▁end｜>", kDsSep = "<｜tool▁sep｜>";
 
@@ -200,6 +201,23 @@ bool string_parameter(const nlohmann::json& tools, const std::string& tool, cons
   return false;
 }
 
+// A tool argument as written in the reply: JSON where it parses as JSON (numbers, booleans,
+// null, objects, arrays), except for a parameter the tool declares a string, which is taken as
+// written; anything else is a string too.
+template <class Json>
+Json typed_argument(const nlohmann::json& tools, const std::string& tool, const std::string& key, const std::string& value) {
+  if (string_parameter(tools, tool, key)) return Json(value);
+  Json parsed = Json::parse(trim(value), nullptr, false);
+  return parsed.is_discarded() ? Json(value) : parsed;
+}
+
+// A tool name as the templates write it (letters, digits, _ - . :).
+bool tool_name_ok(const std::string& name) {
+  return !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.' || c == ':';
+  });
+}
+
 // One GLM-4.5 call body (between <tool_call> and </tool_call>): NAME, then <arg_key>K</arg_key>
 // <arg_value>V</arg_value> pairs with only blanks between them. A value is JSON where it parses
 // as JSON (numbers, booleans, objects), except for a parameter the tool declares a string, which
@@ -207,10 +225,7 @@ bool string_parameter(const nlohmann::json& tools, const std::string& tool, cons
 bool glm45_call(const std::string& inner, const nlohmann::json& tools, ToolCallText& out) {
   const size_t first_key = inner.find(kArgKey);
   out.name = trim(inner.substr(0, first_key));
-  const bool name_ok = !out.name.empty() && std::all_of(out.name.begin(), out.name.end(), [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.' || c == ':';
-  });
-  if (!name_ok) return false;
+  if (!tool_name_ok(out.name)) return false;
   nlohmann::ordered_json args = nlohmann::ordered_json::object();
   size_t at = first_key == std::string::npos ? inner.size() : first_key;
   while (at < inner.size()) {
@@ -223,10 +238,7 @@ bool glm45_call(const std::string& inner, const nlohmann::json& tools, ToolCallT
     v += kArgValue.size();
     const size_t value_end = inner.find(kArgValueEnd, v);
     if (value_end == std::string::npos) return false;
-    const std::string value = inner.substr(v, value_end - v);
-    nlohmann::ordered_json parsed = nlohmann::ordered_json::parse(trim(value), nullptr, false);
-    if (string_parameter(tools, out.name, key) || parsed.is_discarded()) args[key] = value;
-    else args[key] = std::move(parsed);
+    args[key] = typed_argument<nlohmann::ordered_json>(tools, out.name, key, inner.substr(v, value_end - v));
     at = inner.find_first_not_of(" \t\r\n", value_end + kArgValueEnd.size());
     if (at == std::string::npos) at = inner.size();
   }
@@ -239,12 +251,68 @@ SplitReply split_glm45(const std::string& text, const nlohmann::json& tools) {
     return closed && glm45_call(inner, tools, call);
   });
 }
+
+// One Qwen3-Coder call body (between <tool_call> and </tool_call>): <function=NAME>, then
+// <parameter=KEY>VALUE</parameter> per argument with only blanks between, then </function>.
+// A value loses one newline at each end (the template writes it on lines of its own) and is
+// typed as typed_argument says. Lenient where a reply was cut short: a parameter without its
+// closing tag ends at the next <parameter= or </function> (or the body's end), and a missing
+// </function> is forgiven.
+bool qwen3_coder_call(const std::string& inner, const nlohmann::json& tools, ToolCallText& out) {
+  size_t at = inner.find_first_not_of(" \t\r\n");
+  if (at == std::string::npos || inner.compare(at, kFunction.size(), kFunction) != 0) return false;
+  const size_t name_end = inner.find('>', at);
+  if (name_end == std::string::npos) return false;
+  out.name = trim(inner.substr(at + kFunction.size(), name_end - at - kFunction.size()));
+  if (!tool_name_ok(out.name)) return false;
+  nlohmann::ordered_json args = nlohmann::ordered_json::object();
+  at = name_end + 1;
+  for (;;) {
+    at = inner.find_first_not_of(" \t\r\n", at);
+    if (at == std::string::npos) break;
+    if (inner.compare(at, kFunctionEnd.size(), kFunctionEnd) == 0) {
+      at = inner.find_first_not_of(" \t\r\n", at + kFunctionEnd.size());
+      if (at != std::string::npos) return false;  // text after the function
+      break;
+    }
+    if (inner.compare(at, kParameter.size(), kParameter) != 0) return false;
+    const size_t key_end = inner.find('>', at);
+    if (key_end == std::string::npos) return false;
+    const std::string key = trim(inner.substr(at + kParameter.size(), key_end - at - kParameter.size()));
+    if (key.empty()) return false;
+    const size_t v = key_end + 1;
+    size_t value_end = inner.find(kParameterEnd, v), next = value_end;
+    if (value_end != std::string::npos) {
+      next = value_end + kParameterEnd.size();
+    } else {
+      value_end = std::min({inner.find(kParameter, v), inner.find(kFunctionEnd, v), inner.size()});
+      next = value_end;
+    }
+    std::string value = inner.substr(v, value_end - v);
+    if (value.starts_with('\n')) value.erase(0, 1);
+    if (value.ends_with('\n')) value.pop_back();
+    args[key] = typed_argument<nlohmann::ordered_json>(tools, out.name, key, value);
+    at = next;
+  }
+  out.arguments = args.dump();
+  return true;
+}
+
+SplitReply split_qwen3_coder(const std::string& text, const nlohmann::json& tools) {
+  return split_tagged_calls(text, [&](const std::string& inner, bool, ToolCallText& call) {
+    return qwen3_coder_call(inner, tools, call);
+  });
+}
 }  // namespace
 
 ToolCallFormat tool_call_format_of(const std::string& src) {
   if (template_is_harmony(src)) return ToolCallFormat::Harmony;
   // GLM-4.5 writes <tool_call> too, then the name and <arg_key>/<arg_value> pairs.
   if (src.find(kOpen) != std::string::npos && src.find(kArgKey) != std::string::npos) return ToolCallFormat::Glm45;
+  // Qwen3-Coder writes <tool_call> too, then <function=NAME> and <parameter=KEY> blocks.
+  if (src.find(kOpen) != std::string::npos && src.find(kFunction) != std::string::npos &&
+      src.find(kParameter) != std::string::npos)
+    return ToolCallFormat::Qwen3CoderXml;
   if (src.find(kOpen) != std::string::npos) return ToolCallFormat::Hermes;
   if (src.find(kDsCallsBegin) != std::string::npos) return ToolCallFormat::DeepSeekV3;
   // Llama 3.1-3.3's templates tell the model to answer with {"name": ..., "parameters": ...}
@@ -260,6 +328,7 @@ const char* to_string(ToolCallFormat f) {
     case ToolCallFormat::Llama3Json: return "llama3_json";
     case ToolCallFormat::DeepSeekV3: return "deepseek_v3";
     case ToolCallFormat::Glm45: return "glm45";
+    case ToolCallFormat::Qwen3CoderXml: return "qwen3_coder";
     case ToolCallFormat::Harmony: return "harmony";
     default: return "none";
   }
@@ -268,6 +337,7 @@ const char* to_string(ToolCallFormat f) {
 SplitReply split_tool_calls(ToolCallFormat f, const std::string& text, const nlohmann::json& tools) {
   if (f == ToolCallFormat::Hermes) return split_hermes(text);
   if (f == ToolCallFormat::Glm45) return split_glm45(text, tools);
+  if (f == ToolCallFormat::Qwen3CoderXml) return split_qwen3_coder(text, tools);
   if (f == ToolCallFormat::Llama3Json) return split_llama3_json(text);
   if (f == ToolCallFormat::DeepSeekV3) return split_deepseek(text);
   if (f == ToolCallFormat::Harmony) {
@@ -293,7 +363,9 @@ std::string ToolCallStream::push(const std::string& piece) {
     now.swap(held_);
     return now;
   }
-  if (format_ != ToolCallFormat::Hermes && format_ != ToolCallFormat::DeepSeekV3 && format_ != ToolCallFormat::Glm45) return piece;
+  if (format_ != ToolCallFormat::Hermes && format_ != ToolCallFormat::DeepSeekV3 && format_ != ToolCallFormat::Glm45 &&
+      format_ != ToolCallFormat::Qwen3CoderXml)
+    return piece;
   const std::string& tag = opening_tag(format_);
   held_ += piece;
   if (in_call_) return {};

@@ -10,6 +10,8 @@
 //  - GLM-4.5 (and 4.6): <tool_call>NAME, then <arg_key>K</arg_key><arg_value>V</arg_value> per
 //    argument, </tool_call>; values are JSON where they parse, strings where the tool declares
 //    a string parameter or they do not (the tools are needed to tell "42" the string from 42);
+//  - Qwen3-Coder XML: <tool_call>, then <function=NAME>, per argument <parameter=K>\nV\n</parameter>
+//    (the value as written, multi-line), </function></tool_call>; values typed as GLM-4.5's;
 //  - harmony (gpt-oss): a commentary message to functions.NAME (server/harmony.h), in a reply
 //    decoded with its control tokens; split_tool_calls gives the reply's content and calls.
 // A reply splits into its text and its calls; while streaming, text goes out at once and a call
@@ -22,7 +24,7 @@
 
 namespace fp {
 
-enum class ToolCallFormat { None, Hermes, Llama3Json, DeepSeekV3, Glm45, Harmony };
+enum class ToolCallFormat { None, Hermes, Llama3Json, DeepSeekV3, Glm45, Qwen3CoderXml, Harmony };
 
 // The format a chat template writes calls in (None: no parser here for it).
 ToolCallFormat tool_call_format_of(const std::string& template_source);
@@ -51,7 +53,7 @@ class ToolCallStream {
  private:
   ToolCallFormat format_;
   std::string held_;
-  bool in_call_ = false;  // Hermes, DeepSeek, GLM-4.5: the opening tag was seen; Llama-3 JSON: the reply began with '{'
+  bool in_call_ = false;  // Hermes, DeepSeek, GLM-4.5, Qwen3-Coder: the opening tag was seen; Llama-3 JSON: the reply began with '{'
   bool decided_ = false;  // Llama-3 JSON: the first non-blank character was seen
 };
 
