@@ -3,7 +3,8 @@
 // compiled to grammars (instances accepted, violations refused, unsupported keywords named),
 // the vocabulary mask against a token-by-token check on real tokenizers, random sampling under
 // the mask writing schema-valid JSON, and the engine writing valid JSON beside unconstrained
-// requests that stay as they were.
+// requests that stay as they were. Also a gate that holds the grammar back until the reply has
+// spelled it (gpt-oss's harmony answers after <|channel|>final<|message|>).
 #include <gtest/gtest.h>
 
 #include <random>
@@ -20,7 +21,9 @@
 #include "engine/regex_grammar.h"
 #include "engine/token_constraint.h"
 #include "model/model.h"
+#include "server/openai_api.h"
 #include "test_util.h"
+#include "tokenizer/models.h"
 #include "tokenizer/tokenizer.h"
 
 namespace fp {
@@ -654,6 +657,139 @@ TEST(Grammar, DeepAndWideInputsAreRefusedOrBounded) {
   const std::string gbnf = json_schema_to_gbnf(wide);
   EXPECT_LT(gbnf.size(), 5000u * 600);
   EXPECT_NO_THROW(Grammar::parse(gbnf));
+}
+
+// A byte-level vocabulary (one token per byte, no merges) with gpt-oss's control tokens.
+std::unique_ptr<Tokenizer> harmony_bytes_tokenizer() {
+  TokenizerSpec spec;
+  spec.model = "gpt2";
+  spec.pre = "gpt-2";
+  for (int b = 0; b < 256; ++b) {
+    const uint32_t cp = byte_to_unicode(static_cast<uint8_t>(b));
+    std::string piece;
+    if (cp < 0x80) {
+      piece += static_cast<char>(cp);
+    } else {  // two bytes of UTF-8 (GPT-2's map stays below U+0800)
+      piece += static_cast<char>(0xC0 | (cp >> 6));
+      piece += static_cast<char>(0x80 | (cp & 0x3F));
+    }
+    spec.tokens.push_back(piece);
+  }
+  for (const char* t : {"<|return|>", "<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|call|>"}) spec.tokens.push_back(t);
+  spec.types.assign(spec.tokens.size(), 1);
+  for (size_t i = 256; i < spec.tokens.size(); ++i) spec.types[i] = 3;  // Control
+  spec.eos_id = 256;
+  spec.add_bos = false;
+  return Tokenizer::from_spec(spec);
+}
+
+// The gate: every token may come until the reply has spelled <|channel|>final<|message|> (a
+// partial match that breaks restarts, one that breaks on the gate's first token restarts there);
+// then the grammar applies, and ends the reply when it is complete. Drafts are judged across it.
+TEST(TokenConstraint, AGateHoldsTheGrammarBackUntilTheReplySpellsIt) {
+  auto tok = harmony_bytes_tokenizer();
+  const int32_t ret = 256, start = 257, channel = 258, message = 259, end = 260;
+  const std::vector<int32_t> gate = harmony_gate(*tok);
+  ASSERT_EQ(gate, (std::vector<int32_t>{channel, 'f', 'i', 'n', 'a', 'l', message}));
+  TokenConstraint c(Grammar::parse(R"(root ::= "{\"a\":" [0-9] "}")"), *tok, "json_schema");
+  c.set_gate(gate);
+  GrammarState s = c.start();
+  EXPECT_EQ(s.gate_left, 7u);
+  auto allowed = [&](const GrammarState& st, int32_t id) { return (c.allowed(st)[static_cast<size_t>(id) >> 6] >> (id & 63)) & 1; };
+  auto feed = [&](const std::vector<int32_t>& ids) {
+    for (int32_t id : ids) ASSERT_TRUE(c.accept(s, id)) << id;
+  };
+  auto text = [](const std::string& t) { return std::vector<int32_t>(t.begin(), t.end()); };
+  // Before the gate: anything, the control tokens and the end included; never only the end.
+  for (int32_t id = 0; id < tok->n_vocab(); ++id) EXPECT_TRUE(allowed(s, id)) << id;
+  std::vector<float> row(static_cast<size_t>(tok->n_vocab()) + 3, 0.0f);
+  c.mask_logits(s, row.data(), static_cast<int64_t>(row.size()));
+  for (size_t i = 0; i < row.size(); ++i) EXPECT_EQ(std::isinf(row[i]), i >= static_cast<size_t>(tok->n_vocab())) << i;
+  EXPECT_FALSE(c.only_end(s));
+  // The analysis channel, a broken match ("fin" then "x"), then the channel twice in a row.
+  feed({channel});
+  feed(text("analysis"));
+  feed({message});
+  feed(text("{not the answer} final"));
+  feed({end, start});
+  feed(text("assistant"));
+  feed({channel});
+  feed(text("finx"));
+  EXPECT_EQ(s.gate_left, 7u) << "a broken match starts over";
+  feed({channel, channel});
+  EXPECT_EQ(s.gate_left, 6u) << "the second <|channel|> begins the gate again";
+  feed(text("final"));
+  EXPECT_EQ(s.gate_left, 1u);
+  // A draft across the gate: its last token, then what the grammar allows, then what it does not.
+  const std::vector<int32_t> draft = {message, '{', '"', 'x'};
+  EXPECT_EQ(c.accepted_prefix(s, draft.data(), 4), 3);
+  feed({message});
+  EXPECT_EQ(s.gate_left, 0u);
+  // The grammar now: '{' and nothing else (no end, no control token).
+  EXPECT_TRUE(allowed(s, '{'));
+  EXPECT_FALSE(allowed(s, 'x'));
+  EXPECT_FALSE(allowed(s, ret));
+  EXPECT_FALSE(allowed(s, channel));
+  GrammarState t = s;
+  EXPECT_FALSE(c.accept(t, 'x'));
+  feed(text("{\"a\":7}"));
+  EXPECT_TRUE(c.only_end(s));
+  EXPECT_TRUE(allowed(s, ret));
+  // Without a gate the same constraint starts in the grammar.
+  TokenConstraint plain(Grammar::parse(R"(root ::= "{\"a\":" [0-9] "}")"), *tok, "json_schema");
+  EXPECT_EQ(plain.start().gate_left, 0u);
+  GrammarState p = plain.start();
+  EXPECT_FALSE(plain.accept(p, channel));
+  // A vocabulary without harmony's control tokens has no gate.
+  TokenizerSpec spec;
+  spec.model = "gpt2";
+  spec.pre = "gpt-2";
+  spec.tokens = {"a", "b", "<|channel|>"};
+  spec.types = {1, 1, 1};
+  spec.eos_id = 0;
+  EXPECT_TRUE(harmony_gate(*Tokenizer::from_spec(spec)).empty()) << "<|channel|> as plain text is no gate";
+}
+
+// The engine under a gate: greedy decoding writes what it writes unconstrained up to the gate
+// (here three tokens the model was going to write anyway), then the grammar's text, and stops
+// when that is complete; a gate the reply never spells leaves the reply as it was.
+TEST(Engine, AGatedConstraintLetsTheReplyRunFreeUntilTheGate) {
+  FP_REQUIRE_FILE(test::stories_path());
+  auto m = load_stories();
+  const Tokenizer& tok = *m->tokenizer();
+  const std::vector<int32_t> prompt = tok.encode("Once upon a time, there was a dog named", true, false);
+  GenerateRequest g;
+  g.prompt = prompt;
+  g.max_new_tokens = 24;
+  g.sampling.temperature = 0;
+  const std::vector<int32_t> plain = generate(*m, g).tokens;
+  ASSERT_GE(plain.size(), 12u);
+  const std::vector<int32_t> gate(plain.begin() + 5, plain.begin() + 8);
+  auto gated = [&](std::vector<int32_t> gt) {
+    auto c = std::make_shared<TokenConstraint>(Grammar::parse(R"(root ::= " yes!")"), tok, "grammar");
+    c->set_gate(std::move(gt));
+    EngineConfig cfg;
+    cfg.page_size = 16;
+    cfg.kv_cache_bytes = 12 << 20;
+    cfg.max_model_len = 512;
+    Engine e(*m, cfg);
+    Request r;
+    r.prompt = prompt;
+    r.max_new_tokens = 24;
+    r.sampling.temperature = 0;
+    r.constraint = c;
+    const int64_t id = e.add_request(r);
+    for (int guard = 0; e.has_work() && guard < 1000; ++guard) e.step();
+    const Sequence* sq = e.sequence(id);
+    return std::make_pair(std::vector<int32_t>(sq->tokens.begin() + sq->n_prompt, sq->tokens.end()), sq->finish_reason);
+  };
+  const auto [tokens, finish] = gated(gate);
+  ASSERT_GE(tokens.size(), 8u);
+  EXPECT_EQ(std::vector<int32_t>(tokens.begin(), tokens.begin() + 8), std::vector<int32_t>(plain.begin(), plain.begin() + 8));
+  EXPECT_EQ(tok.decode(tokens), tok.decode(std::vector<int32_t>(plain.begin(), plain.begin() + 8)) + " yes!");
+  EXPECT_EQ(finish, "stop");
+  const auto [never, never_finish] = gated({tok.n_vocab() - 1, tok.n_vocab() - 2});
+  EXPECT_EQ(never, plain);
 }
 
 }  // namespace

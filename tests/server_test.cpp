@@ -604,6 +604,38 @@ TEST(Server, ToolChoiceAutoFindsQwen3CoderCalls) {
   EXPECT_EQ(srv.terminate(), 0);
 }
 
+// Mistral's [TOOL_CALLS] format over HTTP (stories260K spells the marker as text; a Mistral
+// vocabulary's control token decodes to it because such replies keep their control tokens).
+TEST(Server, ToolChoiceAutoFindsMistralCalls) {
+  FP_REQUIRE_FILE(test::stories_path());
+  const std::string dir = test::temp_dir("mistral_tools");
+  test::write_file(dir + "/chat.jinja",
+                   "{%- if tools %}[AVAILABLE_TOOLS]{{ tools | tojson }}[/AVAILABLE_TOOLS]{% endif %}"
+                   "{%- for m in messages %}[INST]{{ m['content'] }}[/INST]{% endfor %}"
+                   "{%- if false %}[TOOL_CALLS]{% endif %}");
+  ServerProcess srv({"--chat-template", dir + "/chat.jinja"}, 512);
+  auto c = srv.client();
+  const json body = {{"messages", {{{"role", "user"}, {"content", "Where to?"}}}},
+                     {"tools", json::parse(R"([{"type": "function", "function": {"name": "go", "parameters": {"type": "object",
+                                 "properties": {"to": {"type": "string"}}}}}])")},
+                     {"grammar", R"(root ::= "On my way. [TOOL_CALLS]go[ARGS]{\"to\": \"the park\"}")"},
+                     {"temperature", 0}, {"max_tokens", 120}};
+  int st = 0;
+  const json r = post(c, "/v1/chat/completions", body.dump(), &st);
+  ASSERT_EQ(st, 200) << r.dump();
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "tool_calls") << r.dump();
+  EXPECT_EQ(r["choices"][0]["message"]["content"], "On my way.") << r.dump();
+  ASSERT_EQ(r["choices"][0]["message"]["tool_calls"].size(), 1u) << r.dump();
+  EXPECT_EQ(r["choices"][0]["message"]["tool_calls"][0]["function"]["name"], "go");
+  EXPECT_EQ(r["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"], R"({"to":"the park"})");
+  json streamed = body;
+  streamed["stream"] = true;
+  Streamed sr = stream(c, "/v1/chat/completions", streamed);
+  EXPECT_EQ(sr.finish[0], "tool_calls");
+  EXPECT_EQ(sr.text[0], "On my way. ");
+  EXPECT_EQ(srv.terminate(), 0);
+}
+
 // A thinking template whose prompt opens the <think> block (as DeepSeek-R1's does): the whole
 // reply, never closed, is reasoning_content, plain and streamed; a constrained request thinks
 // first; --reasoning-parser none keeps it all in content.
@@ -646,6 +678,11 @@ TEST(Server, HarmonyTemplateRepliesAndRefusals) {
     const json e = post(c, "/v1/chat/completions", constrained.dump(), &st);
     EXPECT_EQ(st, 400) << field << ": " << e.dump();
     EXPECT_NE(e.dump().find("harmony"), std::string::npos) << e.dump();
+    // A schema or grammar waits for the answer's <|channel|>final<|message|>, which this
+    // vocabulary cannot spell; a forced call is refused whatever the vocabulary.
+    EXPECT_NE(e.dump().find(field == "tool_choice" ? "names or requires a call" : "<|channel|> and <|message|> control tokens"),
+              std::string::npos)
+        << e.dump();
   }
   json text_format = body;
   text_format["response_format"] = {{"type", "text"}};

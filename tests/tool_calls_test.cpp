@@ -1,5 +1,5 @@
 // tests/tool_calls_test.cpp — tool calls in free text (tool_choice auto; Hermes, Llama-3 JSON,
-// DeepSeek-V3, GLM-4.5 and Qwen3-Coder XML formats): a reply split into text and calls, and the same split while
+// DeepSeek-V3, GLM-4.5, Qwen3-Coder XML and Mistral formats): a reply split into text and calls, and the same split while
 // streaming, piece by piece.
 #include <gtest/gtest.h>
 
@@ -254,6 +254,55 @@ TEST(Qwen3CoderToolCalls, FunctionBlocksBecomeTypedArguments) {
   // Hermes' own template (a JSON object per call) is not taken for this one.
   EXPECT_EQ(tool_call_format_of("<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call>"),
             ToolCallFormat::Hermes);
+}
+
+// Mistral's calls after its [TOOL_CALLS] control token: a JSON array (7B v0.3, Nemo, Small 3.1)
+// or NAME[ARGS]{...} per marker (the v11+ tokenizers), content before them.
+TEST(MistralToolCalls, BothFormsAfterTheMarkerAreCalls) {
+  EXPECT_EQ(tool_call_format_of("{%- if message.tool_calls %}{{- \"[TOOL_CALLS] [\" }}{%- for tool_call in message.tool_calls %}"),
+            ToolCallFormat::Mistral);
+  EXPECT_STREQ(to_string(ToolCallFormat::Mistral), "mistral");
+  // The array form, with a space after the marker (v0.3) and without (Nemo), one or two calls.
+  SplitReply r = split_tool_calls(ToolCallFormat::Mistral,
+                                  "[TOOL_CALLS] [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 2}}]");
+  EXPECT_EQ(r.content, "");
+  ASSERT_EQ(r.calls.size(), 1u);
+  EXPECT_EQ(r.calls[0].name, "get_weather");
+  EXPECT_EQ(r.calls[0].arguments, R"({"city":"Paris","days":2})");
+  r = split_tool_calls(ToolCallFormat::Mistral,
+                       "Checking both.[TOOL_CALLS][{\"name\": \"a\", \"arguments\": {}, \"id\": \"abcdefghi\"}, "
+                       "{\"name\": \"b\", \"arguments\": \"{\\\"x\\\": [1, \\\"]\\\"]}\"}]");
+  EXPECT_EQ(r.content, "Checking both.");
+  ASSERT_EQ(r.calls.size(), 2u);
+  EXPECT_EQ(r.calls[0].arguments, "{}");
+  EXPECT_EQ(r.calls[1].name, "b");
+  EXPECT_EQ(r.calls[1].arguments, R"({"x":[1,"]"]})") << "arguments written as a JSON string holding an object";
+  // The v11 form: a marker per call, the name, [ARGS] and the object (an optional [CALL_ID] first).
+  r = split_tool_calls(ToolCallFormat::Mistral,
+                       "Let me look.\n[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Oslo\", \"note\": \"a } in text\"}"
+                       "[TOOL_CALLS]search[CALL_ID]k3x9[ARGS] {\"q\": [\"x\"]}\n");
+  EXPECT_EQ(r.content, "Let me look.");
+  ASSERT_EQ(r.calls.size(), 2u);
+  EXPECT_EQ(r.calls[0].name, "get_weather");
+  EXPECT_EQ(r.calls[0].arguments, R"({"city":"Oslo","note":"a } in text"})");
+  EXPECT_EQ(r.calls[1].name, "search");
+  EXPECT_EQ(r.calls[1].arguments, R"({"q":["x"]})");
+  // What is not a call leaves the whole reply as text.
+  for (const std::string bad : {"no calls here", "[TOOL_CALLS] [{\"name\": \"a\", \"arguments\": {}}",
+                                "[TOOL_CALLS][]", "[TOOL_CALLS][{\"arguments\": {}}]", "[TOOL_CALLS]two words[ARGS]{}",
+                                "[TOOL_CALLS]f[ARGS][1]", "[TOOL_CALLS]f{}", "[TOOL_CALLS]f[ARGS]{} and then text",
+                                "[TOOL_CALLS][{\"name\": \"a\", \"arguments\": \"not json\"}]"}) {
+    r = split_tool_calls(ToolCallFormat::Mistral, "a " + bad);
+    EXPECT_TRUE(r.calls.empty()) << bad;
+    EXPECT_EQ(r.content, "a " + bad);
+  }
+  // Streamed: the text before the marker goes out at once, the calls are held.
+  const std::string reply = "On it. [TOOL_CALLS]f[ARGS]{\"k\": 1}";
+  ToolCallStream s(ToolCallFormat::Mistral);
+  std::string sent;
+  for (size_t at = 0; at < reply.size(); at += 2) sent += s.push(reply.substr(at, 2));
+  EXPECT_EQ(sent, "On it. ");
+  EXPECT_EQ(split_tool_calls(ToolCallFormat::Mistral, s.held()).calls.size(), 1u);
 }
 
 }  // namespace

@@ -63,6 +63,9 @@ struct GrammarState {
   uint32_t partial_cp = 0;   // the unfinished character's bits so far
   uint8_t partial_left = 0;  // its continuation bytes still to come
   uint8_t partial_len = 0;   // its length in bytes (1-4): overlong encodings are refused
+  // Tokens of a TokenConstraint's gate still to come before the grammar applies (0: it applies;
+  // engine/token_constraint.h). Not part of key(): only states past the gate are interned.
+  uint32_t gate_left = 0;
   bool operator==(const GrammarState& o) const = default;
   bool dead() const { return stacks.empty(); }
   // The text so far is a whole sentence of the grammar (the generation may end here).

@@ -26,6 +26,17 @@ TokenConstraint::TokenConstraint(std::shared_ptr<const Grammar> grammar, const T
   FP_CHECK(!end_ids_.empty(), tok.spec().source, ": constrained decoding needs an end-of-generation token, and this vocabulary has none");
 }
 
+GrammarState TokenConstraint::start() const {
+  GrammarState s = grammar_start(*grammar_);
+  s.gate_left = static_cast<uint32_t>(gate_.size());
+  return s;
+}
+
+void TokenConstraint::set_gate(std::vector<int32_t> gate) {
+  for (int32_t id : gate) FP_CHECK(id >= 0 && id < n_vocab_, what_, ": gate token ", id, " is outside the vocabulary");
+  gate_ = std::move(gate);
+}
+
 void TokenConstraint::clear_cache() {
   states_.clear();
   ids_.clear();
@@ -66,6 +77,13 @@ void TokenConstraint::walk(uint32_t node, int32_t state, std::vector<uint64_t>& 
 }
 
 const std::vector<uint64_t>& TokenConstraint::allowed(const GrammarState& s) {
+  if (s.gate_left > 0) {  // before the gate: anything
+    if (every_token_.empty()) {
+      every_token_.assign((static_cast<size_t>(n_vocab_) + 63) / 64, ~uint64_t{0});
+      if (n_vocab_ % 64) every_token_.back() = (uint64_t{1} << (n_vocab_ % 64)) - 1;
+    }
+    return every_token_;
+  }
   if (states_.size() > kMaxStates) clear_cache();
   const int32_t id = intern(s);
   auto it = masks_.find(id);
@@ -95,6 +113,19 @@ void TokenConstraint::mask_logits(const GrammarState& s, float* logits, int64_t 
 
 bool TokenConstraint::accept(GrammarState& s, int32_t token) const {
   if (token < 0 || token >= n_vocab_) return false;
+  if (s.gate_left > 0) {
+    // The gate's longest prefix that ends the tokens so far: gate[0..matched) then `token`,
+    // whose suffix of length k matches when token == gate[k-1] and gate[matched-k+1..matched)
+    // == gate[0..k-1) (a gate is a few tokens: the direct check is enough).
+    const size_t matched = gate_.size() - s.gate_left;
+    size_t k = matched + 1;
+    for (; k > 0; --k)
+      if (token == gate_[k - 1] && std::equal(gate_.begin() + static_cast<std::ptrdiff_t>(matched + 1 - k),
+                                              gate_.begin() + static_cast<std::ptrdiff_t>(matched), gate_.begin()))
+        break;
+    s.gate_left = static_cast<uint32_t>(gate_.size() - k);
+    return true;
+  }
   const std::string b = tok_.token_to_bytes(token);
   return !b.empty() && grammar_accepts_prefix(*grammar_, s, b);
 }
@@ -113,7 +144,7 @@ void TokenConstraint::mask_draft_rows(GrammarState s, const int32_t* draft, int6
 }
 
 bool TokenConstraint::only_end(const GrammarState& s) {
-  if (!s.complete()) return false;
+  if (s.gate_left > 0 || !s.complete()) return false;
   const std::vector<uint64_t>& bits = allowed(s);
   size_t n = 0;
   for (uint64_t w : bits) n += static_cast<size_t>(__builtin_popcountll(w));

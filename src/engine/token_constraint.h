@@ -12,6 +12,12 @@
 // same one), and a walk over a 128K vocabulary that takes most tokens costs a few milliseconds
 // instead of a grammar step per trie node. Sets are cached by state, so after the first visit a
 // step's mask is a lookup.
+//
+// A gate (a sequence of token ids, set_gate) holds the grammar back until the generated tokens
+// have spelled it: before that every token may come, after its last token the grammar applies to
+// what follows. gpt-oss's harmony replies think in an analysis channel first and answer after
+// <|channel|>final<|message|>: with that as the gate, the answer alone follows the schema (the
+// control tokens of the headers have no bytes, so a grammar could not spell them).
 #pragma once
 #include <array>
 #include <cstdint>
@@ -34,7 +40,11 @@ class TokenConstraint {
 
   const Grammar& grammar() const { return *grammar_; }
   const std::string& what() const { return what_; }
-  GrammarState start() const { return grammar_start(*grammar_); }
+  // The grammar's start, behind the gate when there is one.
+  GrammarState start() const;
+  // Token ids the reply must spell before the grammar applies (empty: none).
+  void set_gate(std::vector<int32_t> gate);
+  const std::vector<int32_t>& gate() const { return gate_; }
 
   // Bit i (word i / 64) set when token i may come next in state `s`. Where nothing at all may
   // (the grammar wants a character no token spells), the end-of-generation tokens are allowed so
@@ -42,7 +52,8 @@ class TokenConstraint {
   const std::vector<uint64_t>& allowed(const GrammarState& s);
   // Sets the logits of refused tokens to -inf (ids at or beyond the tokenizer's vocabulary too).
   void mask_logits(const GrammarState& s, float* logits, int64_t n_vocab);
-  // Advances `s` over a token's bytes; false when the grammar refuses them.
+  // Advances `s` over a token's bytes (before the gate: over the gate's match, any token taken);
+  // false when the grammar refuses them.
   bool accept(GrammarState& s, int32_t token) const;
   // Speculative decoding: how many leading tokens of a draft the grammar takes from `s` (a draft
   // is cut there: a refused token could never be kept).
@@ -72,6 +83,8 @@ class TokenConstraint {
   const VocabTrie& trie_;
   std::string what_;
   std::vector<int32_t> end_ids_;  // end-of-generation tokens
+  std::vector<int32_t> gate_;
+  std::vector<uint64_t> every_token_;  // the mask before the gate
   int32_t n_vocab_ = 0;
   std::vector<Interned> states_;
   std::unordered_map<std::string, int32_t> ids_;   // GrammarState::key() -> index into states_

@@ -337,7 +337,11 @@ struct HttpServer::Impl {
     call->created = unix_time();
     for (int i = 0; i < call->req.n; ++i) {
       Choice c;
-      c.text = std::make_unique<ChoiceText>(tok, call->req.prompt, call->req.stop, call->req.harmony);
+      // Control tokens decode to their text where the reply's format is made of them: harmony's
+      // channel headers, Mistral's [TOOL_CALLS] marker (tool_choice auto).
+      const bool render_special = call->req.harmony || (call->req.tool_mode == ApiRequest::ToolMode::Auto &&
+                                                        limits.tool_call_format == ToolCallFormat::Mistral);
+      c.text = std::make_unique<ChoiceText>(tok, call->req.prompt, call->req.stop, render_special);
       c.tool_stream = ToolCallStream(limits.tool_call_format);
       c.reasoning = ReasoningSplitter(call->req.thinking_opened);
       call->choices.push_back(std::move(c));

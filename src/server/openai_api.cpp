@@ -418,6 +418,18 @@ std::optional<nlohmann::json> tool_call_of(const ApiRequest& req, const std::str
   return nlohmann::json{{"id", id}, {"type", "function"}, {"function", {{"name", name}, {"arguments", args}}}};
 }
 
+// The tokens that open a harmony reply's answer, <|channel|>final<|message|> (empty when the
+// vocabulary lacks the control tokens).
+std::vector<int32_t> harmony_gate(const Tokenizer& tok) {
+  const int32_t channel = tok.find_token("<|channel|>"), message = tok.find_token("<|message|>");
+  if (channel < 0 || message < 0 || tok.token_type(channel) != TokenType::Control || tok.token_type(message) != TokenType::Control)
+    return {};
+  std::vector<int32_t> gate = {channel};
+  for (int32_t id : tok.encode("final", false, false)) gate.push_back(id);
+  gate.push_back(message);
+  return gate;
+}
+
 // The request's grammar; with a thinking template, after a <think> block the model writes freely.
 std::shared_ptr<const Grammar> constraint_grammar(const std::string& gbnf, const ApiRequest& r) {
   if (!r.split_reasoning) return Grammar::parse(gbnf);
@@ -433,16 +445,21 @@ std::optional<ApiError> parse_constraint(const nlohmann::ordered_json& b, const 
       if (!given.empty()) return bad(k, "'" + given + "' and '" + k + "' both constrain the output; give one of them");
       given = k;
     }
-  // A harmony reply opens with its channel headers (control tokens) before any answer; a grammar
-  // over the whole reply would forbid them.
   const bool text_format = given == "response_format" && b[given].is_object() && b[given].contains("type") &&
                            b[given]["type"].is_string() && b[given]["type"].get<std::string>() == "text";
-  const bool constrains = (!given.empty() && !text_format) ||
-                          r.tool_mode == ApiRequest::ToolMode::Named || r.tool_mode == ApiRequest::ToolMode::Required;
-  if (r.harmony && constrains)
-    return bad(given.empty() ? "tool_choice" : given,
-               "constrained output (" + (given.empty() ? std::string("a tool_choice that names or requires a call") : given) +
-                   ") is not supported with a harmony (gpt-oss) chat template yet; tool_choice auto works");
+  // A harmony reply opens with its channel headers (control tokens) and may think before it
+  // answers: the grammar applies from <|channel|>final<|message|> on (harmony_gate). A tool call
+  // is a commentary message whose headers the grammar cannot write, so a forced call is refused.
+  std::vector<int32_t> gate;
+  if (r.harmony && (!given.empty() && !text_format)) {
+    gate = harmony_gate(tok);
+    if (gate.empty())
+      return bad(given, "constrained output with a harmony (gpt-oss) chat template needs the vocabulary's <|channel|> and "
+                        "<|message|> control tokens, and this one has none");
+  }
+  if (r.harmony && (r.tool_mode == ApiRequest::ToolMode::Named || r.tool_mode == ApiRequest::ToolMode::Required))
+    return bad("tool_choice", "a tool_choice that names or requires a call is not supported with a harmony (gpt-oss) chat "
+                              "template yet; tool_choice auto works");
   if (r.tool_mode == ApiRequest::ToolMode::Named || r.tool_mode == ApiRequest::ToolMode::Required) {
     if (!given.empty()) return bad(given, "'" + given + "' and a tool_choice that calls a tool both constrain the output; give one of them");
     try {
@@ -486,7 +503,9 @@ std::optional<ApiError> parse_constraint(const nlohmann::ordered_json& b, const 
       gbnf = json_schema_to_gbnf(schema);
       what = "json_schema";
     }
-    out.constraint = std::make_shared<TokenConstraint>(constraint_grammar(gbnf, r), tok, what);
+    auto c = std::make_shared<TokenConstraint>(constraint_grammar(gbnf, r), tok, what);
+    c->set_gate(std::move(gate));
+    out.constraint = std::move(c);
   } catch (const std::exception& e) {
     return bad(param, std::string("'") + param + "' cannot be used: " + e.what());
   }

@@ -80,6 +80,10 @@ std::optional<ApiError> parse_request(const nlohmann::json& body, bool chat, con
 std::optional<ApiError> parse_constraint(const nlohmann::ordered_json& body, const Tokenizer& tok, ApiRequest& out);
 // Whether a body holds a schema, grammar or tools (whose key order matters: parse it ordered too).
 bool needs_ordered_body(const nlohmann::json& body);
+// The tokens that open a harmony (gpt-oss) reply's answer, <|channel|>final<|message|>: a
+// constraint's gate (engine/token_constraint.h). Empty when the vocabulary has no such control
+// tokens.
+std::vector<int32_t> harmony_gate(const Tokenizer& tok);
 // A finished tool-call choice's text as OpenAI's tool_calls entry: {id, type, function: {name,
 // arguments}}; nullopt when the text is not a whole call (it ran out of tokens).
 std::optional<nlohmann::json> tool_call_of(const ApiRequest& req, const std::string& text, const std::string& id);

@@ -1,5 +1,5 @@
 // server/tool_calls.cpp — splitting replies into text and tool calls (Hermes, Llama-3 JSON,
-// DeepSeek-V3, GLM-4.5, Qwen3-Coder XML).
+// DeepSeek-V3, GLM-4.5, Qwen3-Coder XML, Mistral).
 #include "server/tool_calls.h"
 
 #include <algorithm>
@@ -16,11 +16,43 @@ namespace {
 const std::string kOpen = "<tool_call>", kClose = "</tool_call>";
 const std::string kArgKey = "<arg_key>", kArgKeyEnd = "</arg_key>", kArgValue = "<arg_value>", kArgValueEnd = "</arg_value>";
 const std::string kFunction = "<function=", kFunctionEnd = "</function>", kParameter = "<parameter=", kParameterEnd = "</parameter>";
+const std::string kMistralCalls = "[TOOL_CALLS]", kMistralArgs = "[ARGS]", kMistralCallId = "[CALL_ID]";
 const std::string kDsCallsBegin = "<｜tool▁calls▁begin｜>", kDsCallsEnd = "<｜tool▁calls▁end｜>";
 const std::string kDsCallBegin = "<｜tool▁call▁begin｜>", kDsCallEnd = "<｜tool▁call▁end｜>", kDsSep = "<｜tool▁sep｜>";
 
-// The tag from which a streamed reply is held (Hermes, DeepSeek).
-const std::string& opening_tag(ToolCallFormat f) { return f == ToolCallFormat::DeepSeekV3 ? kDsCallsBegin : kOpen; }
+// The tag from which a streamed reply is held (Hermes, DeepSeek, Mistral, ...).
+const std::string& opening_tag(ToolCallFormat f) {
+  return f == ToolCallFormat::DeepSeekV3 ? kDsCallsBegin : f == ToolCallFormat::Mistral ? kMistralCalls : kOpen;
+}
+
+// A tool name as the templates write it (letters, digits, _ - . :).
+bool tool_name_ok(const std::string& name) {
+  return !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.' || c == ':';
+  });
+}
+
+// Where the JSON object or array opening at t[at] ends (one past its closing bracket, by
+// bracket depth outside strings), or npos when it does not close.
+size_t json_value_end(const std::string& t, size_t at) {
+  int depth = 0;
+  bool in_str = false, esc = false;
+  for (size_t i = at; i < t.size(); ++i) {
+    const char c = t[i];
+    if (in_str) {
+      if (esc) esc = false;
+      else if (c == '\\') esc = true;
+      else if (c == '"') in_str = false;
+    } else if (c == '"') {
+      in_str = true;
+    } else if (c == '{' || c == '[') {
+      ++depth;
+    } else if ((c == '}' || c == ']') && --depth == 0) {
+      return i + 1;
+    }
+  }
+  return std::string::npos;
+}
 
 std::string trim(const std::string& s) {
   const size_t a = s.find_first_not_of(" \t\r\n");
@@ -165,6 +197,61 @@ SplitReply split_deepseek(const std::string& text) {
   return out;
 }
 
+// [TOOL_CALLS] and what follows it: a JSON array of calls, or NAME[ARGS]{...} (with an optional
+// [CALL_ID]ID before [ARGS]); several markers may follow one another. Text before the first marker
+// is content; anything after the calls that is not another marker, or a call that does not
+// parse, leaves the whole reply as text.
+SplitReply split_mistral(const std::string& text) {
+  const size_t first = text.find(kMistralCalls);
+  if (first == std::string::npos) return SplitReply{trim(text), {}};
+  SplitReply out;
+  auto blanks = [&](size_t at) {
+    const size_t n = text.find_first_not_of(" \t\r\n", at);
+    return n == std::string::npos ? text.size() : n;
+  };
+  size_t at = first;
+  while (at < text.size()) {
+    if (text.compare(at, kMistralCalls.size(), kMistralCalls) != 0) return SplitReply{trim(text), {}};
+    at = blanks(at + kMistralCalls.size());
+    if (at < text.size() && text[at] == '[') {  // [{"name": ..., "arguments": {...}}, ...]
+      const size_t end = json_value_end(text, at);
+      if (end == std::string::npos) return SplitReply{trim(text), {}};
+      const nlohmann::json arr = nlohmann::json::parse(text.substr(at, end - at), nullptr, false);
+      if (!arr.is_array() || arr.empty()) return SplitReply{trim(text), {}};
+      for (const auto& j : arr) {
+        ToolCallText call;
+        nlohmann::json c = j;
+        // Some replies write the arguments as a JSON string: taken when it holds an object.
+        if (c.is_object() && c.contains("arguments") && c["arguments"].is_string()) {
+          nlohmann::json inner = nlohmann::json::parse(c["arguments"].get<std::string>(), nullptr, false);
+          if (inner.is_object()) c["arguments"] = inner;
+        }
+        if (!as_call(c, {"arguments"}, call)) return SplitReply{trim(text), {}};
+        out.calls.push_back(std::move(call));
+      }
+      at = blanks(end);
+      continue;
+    }
+    const size_t args = text.find(kMistralArgs, at);
+    if (args == std::string::npos) return SplitReply{trim(text), {}};
+    ToolCallText call;
+    call.name = text.substr(at, args - at);
+    if (const size_t id = call.name.find(kMistralCallId); id != std::string::npos) call.name.resize(id);
+    call.name = trim(call.name);
+    if (!tool_name_ok(call.name)) return SplitReply{trim(text), {}};
+    const size_t body = blanks(args + kMistralArgs.size());
+    const size_t end = body < text.size() && text[body] == '{' ? json_value_end(text, body) : std::string::npos;
+    if (end == std::string::npos) return SplitReply{trim(text), {}};
+    const nlohmann::json j = nlohmann::json::parse(text.substr(body, end - body), nullptr, false);
+    if (!j.is_object()) return SplitReply{trim(text), {}};
+    call.arguments = j.dump();
+    out.calls.push_back(std::move(call));
+    at = blanks(end);
+  }
+  out.content = trim(text.substr(0, first));
+  return out;
+}
+
 // Whether a tool's parameter is declared a string (its value is then taken as written).
 bool string_parameter(const nlohmann::json& tools, const std::string& tool, const std::string& param) {
   if (!tools.is_array()) return false;
@@ -209,13 +296,6 @@ Json typed_argument(const nlohmann::json& tools, const std::string& tool, const 
   if (string_parameter(tools, tool, key)) return Json(value);
   Json parsed = Json::parse(trim(value), nullptr, false);
   return parsed.is_discarded() ? Json(value) : parsed;
-}
-
-// A tool name as the templates write it (letters, digits, _ - . :).
-bool tool_name_ok(const std::string& name) {
-  return !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.' || c == ':';
-  });
 }
 
 // One GLM-4.5 call body (between <tool_call> and </tool_call>): NAME, then <arg_key>K</arg_key>
@@ -315,6 +395,7 @@ ToolCallFormat tool_call_format_of(const std::string& src) {
     return ToolCallFormat::Qwen3CoderXml;
   if (src.find(kOpen) != std::string::npos) return ToolCallFormat::Hermes;
   if (src.find(kDsCallsBegin) != std::string::npos) return ToolCallFormat::DeepSeekV3;
+  if (src.find(kMistralCalls) != std::string::npos) return ToolCallFormat::Mistral;
   // Llama 3.1-3.3's templates tell the model to answer with {"name": ..., "parameters": ...}
   // and mark calls with <|python_tag|>.
   if (src.find("<|python_tag|>") != std::string::npos || src.find("\"parameters\": dictionary of argument name") != std::string::npos)
@@ -329,6 +410,7 @@ const char* to_string(ToolCallFormat f) {
     case ToolCallFormat::DeepSeekV3: return "deepseek_v3";
     case ToolCallFormat::Glm45: return "glm45";
     case ToolCallFormat::Qwen3CoderXml: return "qwen3_coder";
+    case ToolCallFormat::Mistral: return "mistral";
     case ToolCallFormat::Harmony: return "harmony";
     default: return "none";
   }
@@ -340,6 +422,7 @@ SplitReply split_tool_calls(ToolCallFormat f, const std::string& text, const nlo
   if (f == ToolCallFormat::Qwen3CoderXml) return split_qwen3_coder(text, tools);
   if (f == ToolCallFormat::Llama3Json) return split_llama3_json(text);
   if (f == ToolCallFormat::DeepSeekV3) return split_deepseek(text);
+  if (f == ToolCallFormat::Mistral) return split_mistral(text);
   if (f == ToolCallFormat::Harmony) {
     HarmonyReply h = parse_harmony(text);
     return SplitReply{trim(h.content), std::move(h.calls)};
@@ -364,7 +447,7 @@ std::string ToolCallStream::push(const std::string& piece) {
     return now;
   }
   if (format_ != ToolCallFormat::Hermes && format_ != ToolCallFormat::DeepSeekV3 && format_ != ToolCallFormat::Glm45 &&
-      format_ != ToolCallFormat::Qwen3CoderXml)
+      format_ != ToolCallFormat::Qwen3CoderXml && format_ != ToolCallFormat::Mistral)
     return piece;
   const std::string& tag = opening_tag(format_);
   held_ += piece;

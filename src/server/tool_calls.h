@@ -12,6 +12,10 @@
 //    a string parameter or they do not (the tools are needed to tell "42" the string from 42);
 //  - Qwen3-Coder XML: <tool_call>, then <function=NAME>, per argument <parameter=K>\nV\n</parameter>
 //    (the value as written, multi-line), </function></tool_call>; values typed as GLM-4.5's;
+//  - Mistral: the control token [TOOL_CALLS], then a JSON array of {"name", "arguments"} (Mistral
+//    7B v0.3, Nemo, Small 3.0/3.1), or NAME[ARGS]{...} per call, each after its own [TOOL_CALLS]
+//    (the v11+ tokenizers: Small 3.2, Magistral, Devstral); replies are decoded with their control
+//    tokens so that the marker reaches the parser;
 //  - harmony (gpt-oss): a commentary message to functions.NAME (server/harmony.h), in a reply
 //    decoded with its control tokens; split_tool_calls gives the reply's content and calls.
 // A reply splits into its text and its calls; while streaming, text goes out at once and a call
@@ -24,7 +28,7 @@
 
 namespace fp {
 
-enum class ToolCallFormat { None, Hermes, Llama3Json, DeepSeekV3, Glm45, Qwen3CoderXml, Harmony };
+enum class ToolCallFormat { None, Hermes, Llama3Json, DeepSeekV3, Glm45, Qwen3CoderXml, Mistral, Harmony };
 
 // The format a chat template writes calls in (None: no parser here for it).
 ToolCallFormat tool_call_format_of(const std::string& template_source);
@@ -53,7 +57,7 @@ class ToolCallStream {
  private:
   ToolCallFormat format_;
   std::string held_;
-  bool in_call_ = false;  // Hermes, DeepSeek, GLM-4.5, Qwen3-Coder: the opening tag was seen; Llama-3 JSON: the reply began with '{'
+  bool in_call_ = false;  // the tagged formats: the opening tag was seen; Llama-3 JSON: the reply began with '{'
   bool decided_ = false;  // Llama-3 JSON: the first non-blank character was seen
 };
 
