@@ -9,7 +9,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <fstream>
 #include <thread>
@@ -628,6 +630,10 @@ TEST(Server, ToolChoiceAutoFindsMistralCalls) {
   ASSERT_EQ(r["choices"][0]["message"]["tool_calls"].size(), 1u) << r.dump();
   EXPECT_EQ(r["choices"][0]["message"]["tool_calls"][0]["function"]["name"], "go");
   EXPECT_EQ(r["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"], R"({"to":"the park"})");
+  // Mistral's templates take back only ids of nine letters and digits.
+  const std::string id = r["choices"][0]["message"]["tool_calls"][0]["id"];
+  EXPECT_TRUE(id.size() == 9 && std::all_of(id.begin(), id.end(), [](char ch) { return std::isalnum(static_cast<unsigned char>(ch)); }))
+      << id;
   json streamed = body;
   streamed["stream"] = true;
   Streamed sr = stream(c, "/v1/chat/completions", streamed);

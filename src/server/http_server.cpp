@@ -176,18 +176,33 @@ struct HttpServer::Impl {
   };
   ToolReply tool_reply(const Call& call, size_t i, const std::string& text) const {
     ToolReply r;
-    const std::string id = "call_" + call.id.substr(call.id.find('-') + 1) + "_" + std::to_string(i);
     const ApiRequest::ToolMode m = call.req.tool_mode;
     if (m == ApiRequest::ToolMode::Auto) {
       const SplitReply split = split_tool_calls(limits.tool_call_format, text, call.req.tools);
       r.content = split.content;
       for (size_t k = 0; k < split.calls.size(); ++k)
-        r.calls.push_back({{"id", id + "_" + std::to_string(k)}, {"type", "function"},
+        r.calls.push_back({{"id", tool_call_id(call, i, k)}, {"type", "function"},
                            {"function", {{"name", split.calls[k].name}, {"arguments", split.calls[k].arguments}}}});
     } else if (m != ApiRequest::ToolMode::None && call.choices[i].finish_reason == "stop") {
-      if (auto tc = tool_call_of(call.req, text, id)) r.calls.push_back(*tc);
+      if (auto tc = tool_call_of(call.req, text, tool_call_id(call, i, 0))) r.calls.push_back(*tc);
     }
     return r;
+  }
+
+  // Call k of choice i's id: "call_<call>_<i>_<k>", or under a Mistral template nine letters and
+  // digits (its templates refuse any other id when the client sends the call back).
+  std::string tool_call_id(const Call& call, size_t i, size_t k) const {
+    const std::string plain = "call_" + call.id.substr(call.id.find('-') + 1) + "_" + std::to_string(i) + "_" + std::to_string(k);
+    if (limits.tool_call_format != ToolCallFormat::Mistral) return plain;
+    uint64_t h = 1469598103934665603ull;  // FNV-1a of the plain id: distinct per call, choice and index
+    for (unsigned char c : plain) h = (h ^ c) * 1099511628211ull;
+    static const char kAlnum[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    std::string id(9, 'a');
+    for (char& c : id) {
+      c = kAlnum[h % 62];
+      h /= 62;
+    }
+    return id;
   }
 
   json final_response(const Call& call) const {
