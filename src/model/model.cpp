@@ -84,8 +84,13 @@ std::unique_ptr<Model> build_model(std::shared_ptr<ModelFile> file, std::shared_
     }
   }
   if (tp && tp->size() > 1) {
-    FP_CHECK(it->second.sharded, file->path, ": splitting across ranks is not implemented for architecture '",
-             file->config.arch, "' yet (", tp->size(), " ranks); llama, qwen2, qwen3, qwen3moe, glm4moe and deepseek2 can be split");
+    if (!it->second.sharded) {
+      std::string can;
+      for (auto& [name, entry] : registry())
+        if (entry.sharded) can += (can.empty() ? "" : ", ") + name;
+      fail(file->path, ": splitting across ranks is not implemented for architecture '", file->config.arch, "' yet (",
+           tp->size(), " ranks); these can be split: ", can);
+    }
     file->parallel = resolve_parallel(file->parallel, tp->size(), file->config);
     return it->second.make(std::move(file), std::move(tp));
   }

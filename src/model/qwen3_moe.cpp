@@ -85,6 +85,11 @@ class Qwen3MoeModel : public Model {
     heads_ = c.n_heads / attn_ranks_;
     kv_heads_ = c.n_kv_heads / attn_ranks_;
     const FfnSplit split{rank, ranks, parallel().ep > 1, &shards_};
+    // gpt-oss's expert biases are [n_expert, width] matrices: whole experts per rank keep them as
+    // they are, a slice of every expert's width would need them sliced too (not done yet).
+    FP_CHECK(!c.moe.expert_bias || ranks <= 1 || split.partition_experts, mf.path, ": ", c.arch,
+             "'s expert biases are not sliced by width yet: partition the experts with --expert-parallel-size ", ranks,
+             " (the attention heads may still be split with --tensor-parallel-size ", ranks, ")");
     FP_CHECK(c.v_head_dim == c.head_dim, mf.path, ": ", c.arch, " needs value_length == key_length");
     FP_CHECK(c.moe.n_experts > 0, mf.path, ": ", c.arch, " needs an expert count");
     const int64_t q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
@@ -141,6 +146,8 @@ class Qwen3MoeModel : public Model {
         L.wk = &shards_.emplace_back(slice_rows(*L.wk, kv));
         L.wv = &shards_.emplace_back(slice_rows(*L.wv, kv));
         if (L.bq) L.bq += q.begin, L.bk += kv.begin, L.bv += kv.begin;  // the same rows of the biases
+        if (L.sinks) L.sinks += rank * heads_;  // this rank's heads' sink logits
+        if (rank != 0) L.bo = nullptr;          // the output bias once, in the sum of the heads' shares
         OwnedTensor o = copy_columns(*L.wo, q);
         mf.owners.push_back(o.bytes);
         L.wo = &shards_.emplace_back(o.view);
@@ -533,10 +540,9 @@ std::unique_ptr<Model> make_gqa_moe(std::shared_ptr<ModelFile> f, std::shared_pt
 }
 const bool qwen3_moe_registered = register_sharded_architecture("qwen3moe", make_gqa_moe, true);
 const bool glm4_moe_registered = register_sharded_architecture("glm4moe", make_gqa_moe, true);
-// gpt-oss: one rank on the CPU for now (its sinks, windows and expert biases are not split or
-// placed on a device yet; build_model says so).
-const bool gpt_oss_registered =
-    register_architecture("gpt-oss", [](std::shared_ptr<ModelFile> f) { return make_gqa_moe(std::move(f), nullptr); });
+// gpt-oss: on the CPU (its sinks, windows and expert biases are not on a device yet; build_model
+// says so), on one rank or split (experts partitioned; attention heads split or replicated).
+const bool gpt_oss_registered = register_sharded_architecture("gpt-oss", make_gqa_moe, false);
 
 }  // namespace
 }  // namespace fp

@@ -34,6 +34,10 @@ inline nlohmann::json moe_config(const std::string& arch) {
     return {{"hidden_size", 64},  {"num_attention_heads", 12}, {"num_key_value_heads", 6}, {"head_dim", 16},
             {"intermediate_size", 96}, {"num_hidden_layers", 3}, {"vocab_size", 256}, {"num_experts", 6},
             {"num_experts_per_tok", 2}, {"moe_intermediate_size", 96}, {"mlp_only_layers", {1}}};
+  if (arch == "gpt_oss")  // every layer MoE; biases, sinks; layers 0 and 2 windowed
+    return {{"hidden_size", 64},     {"num_attention_heads", 12}, {"num_key_value_heads", 6}, {"head_dim", 16},
+            {"intermediate_size", 96}, {"num_hidden_layers", 3},   {"vocab_size", 256},        {"num_local_experts", 6},
+            {"num_experts_per_tok", 2}, {"sliding_window", 4}};
   if (arch == "glm4_moe")
     return {{"hidden_size", 64},  {"num_attention_heads", 12}, {"num_key_value_heads", 6}, {"head_dim", 16},
             {"intermediate_size", 96}, {"num_hidden_layers", 3}, {"vocab_size", 256}, {"n_routed_experts", 6},

@@ -181,7 +181,9 @@ INSTANTIATE_TEST_SUITE_P(
                       MoeSplitCase{"glm4moe_tp_ep", "glm4_moe", DType::F16, {0, 0}},
                       MoeSplitCase{"deepseek_v3_ep", "deepseek_v3", DType::Q8_0, {1, 0}},
                       MoeSplitCase{"deepseek_v3_fp8_ep", "deepseek_v3", DType::F8_E4M3, {1, 0}},
-                      MoeSplitCase{"deepseek_v2_ep", "deepseek_v2", DType::F32, {1, 0}}),
+                      MoeSplitCase{"deepseek_v2_ep", "deepseek_v2", DType::F32, {1, 0}},
+                      MoeSplitCase{"gpt_oss_ep", "gpt_oss", DType::F32, {1, 0}},
+                      MoeSplitCase{"gpt_oss_tp_ep", "gpt_oss", DType::F32, {0, 0}}),
     [](const auto& p) { return p.param.name; });
 
 TEST(ExpertParallel, RefusesLayoutsItCannotRun) {
@@ -212,6 +214,13 @@ TEST(ExpertParallel, RefusesLayoutsItCannotRun) {
   d.out = test::temp_dir("ep_refuse") + "/dense.gguf";
   synth_model(d);
   refused(d.out, {1, ranks}, "has no routed experts");
+  // gpt-oss's expert biases go with whole experts, not with slices of their width.
+  SynthOptions g;
+  g.arch = "gpt_oss";
+  g.config = test::moe_config("gpt_oss");
+  g.out = test::temp_dir("ep_refuse") + "/gpt_oss.gguf";
+  synth_model(g);
+  refused(g.out, {ranks, 1}, "expert biases are not sliced by width yet: partition the experts with --expert-parallel-size");
 }
 
 // Prefill context parallel (issue 7): prefill batches cut into runs of tokens across the ranks,
@@ -251,7 +260,7 @@ std::string model_path(const std::string& testdata_path, const std::string& arch
   if (!testdata_path.empty()) return test::testdata(testdata_path);
   SynthOptions o;
   o.arch = arch;
-  const bool moe = arch == "qwen3_moe" || arch.rfind("deepseek", 0) == 0;
+  const bool moe = arch == "qwen3_moe" || arch == "gpt_oss" || arch.rfind("deepseek", 0) == 0;
   o.config = moe ? test::moe_config(arch) : gqa_config(arch);
   o.type = type;
   o.seed = seed;
@@ -318,6 +327,7 @@ INSTANTIATE_TEST_SUITE_P(
                       ContextCase{"qwen3moe_cp_ep", "", "qwen3_moe", DType::F32, false, true},
                       ContextCase{"qwen3moe_cp_tp", "", "qwen3_moe", DType::F32, true},
                       ContextCase{"qwen3moe_cp_tp_ep", "", "qwen3_moe", DType::F32, true, true},
+                      ContextCase{"gpt_oss_cp_ep", "", "gpt_oss", DType::F32, false, true},
                       ContextCase{"deepseek_v3_cp", "", "deepseek_v3", DType::F32, false},
                       ContextCase{"deepseek_v3_cp_ep", "", "deepseek_v3", DType::F32, false, true},
                       ContextCase{"deepseek_v3_cp_f16_cache", "", "deepseek_v3", DType::F32, false, false, DType::F16}),
@@ -436,6 +446,7 @@ INSTANTIATE_TEST_SUITE_P(Layouts, MicroBatchOverlap,
                                            OverlapCase{"qwen3moe_ep", "", DType::F32, false, "qwen3_moe", true},
                                            OverlapCase{"qwen3moe_cp_tp", "", DType::F32, true, "qwen3_moe"},
                                            OverlapCase{"deepseek_v3_ep", "", DType::F32, false, "deepseek_v3", true},
+                                           OverlapCase{"gpt_oss_ep", "", DType::F32, false, "gpt_oss", true},
                                            OverlapCase{"deepseek_v2_ep", "", DType::F32, false, "deepseek_v2", true}),
                          [](const auto& p) { return p.param.name; });
 
