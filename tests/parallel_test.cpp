@@ -130,6 +130,26 @@ TEST(Shard, RefusesAColumnCutInsideABlock) {
   }
 }
 
+// An interleaved row (MXFP4_X8: groups of 256 values, then a partial group) is cut only at a
+// group boundary; a cut that keeps the row's end keeps its partial group whole.
+TEST(Shard, RefusesAColumnCutInsideAnInterleavedGroup) {
+  RandomWeight w = make_weight(DType::MXFP4, 2, 320);  // one group of 256, a partial group of 2 blocks
+  std::vector<uint8_t> packed(w.bytes.size());
+  for (int64_t r = 0; r < 2; ++r)
+    pack_block32_x8_row(DType::MXFP4, w.t.row_ptr(r), packed.data() + r * row_bytes(DType::MXFP4, 320), 320);
+  const Tensor x8 = Tensor::view(packed.data(), DType::MXFP4_X8, {2, 320});
+  for (Range cut : {Range{0, 64}, Range{32, 288}, Range{64, 256}}) {
+    try {
+      copy_columns(x8, cut);
+      ADD_FAILURE() << cut.begin << " + " << cut.len;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("is interleaved in groups of 256 values per row"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(copy_columns(x8, Range{256, 64}).view.dim(1), 64);  // the partial group, whole
+  EXPECT_EQ(copy_columns(x8, Range{0, 256}).view.dim(1), 256);
+}
+
 TEST(Collectives, OneRankRunsTheSingleKernelsAndTheLedgerSaysSo) {
   SingleCommunicator one;
   std::vector<float> x = {1, 2, 3}, g(3), rs(3);

@@ -112,7 +112,7 @@ class DeepseekModel : public Model {
       load_kv_b(mf, p, Y);
       Y.moe = c.moe.is_moe_layer(l);
       if (Y.moe) {
-        Y.experts = load_moe_layer(mf, p, c, &rp);
+        Y.experts = load_moe_layer(mf, p, c, &rp, split);
       } else {
         Y.w_gate = &mf.get(p + "ffn_gate.weight", {c.hidden_dim, c.dim});
         Y.w_up = &mf.get(p + "ffn_up.weight", {c.hidden_dim, c.dim});
@@ -122,7 +122,7 @@ class DeepseekModel : public Model {
       // Context-parallel prefill with expert-parallel decode: the prefill keeps the whole layer
       // (views of the file), decode this rank's experts and FFN share.
       if (context_parallel_ && ranks > 1) whole_layers_.push_back(Y);
-      if (Y.moe) shard_moe_layer(mf, split, Y.experts);
+      if (Y.moe) shard_moe_layer(mf, split, Y.experts, &rp);
       else if (ranks > 1) Y.ffn_width = shard_ffn(mf, split, Y.w_gate, Y.w_up, Y.w_down, "FFN width (intermediate_size)");
       for (const Tensor** w : {&Y.w_gate, &Y.w_up, &Y.w_down}) *w = rp.repack(*w);
       return Y;

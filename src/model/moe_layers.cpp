@@ -1,6 +1,7 @@
 // model/moe_layers.cpp — expert weight views and the routed FFN block.
 #include "model/moe_layers.h"
 
+#include <algorithm>
 #include <limits>
 #include <numeric>
 
@@ -67,7 +68,10 @@ const float* load_matrix_f32(ModelFile& mf, const std::string& name, int64_t row
   return buf;
 }
 
-MoeLayerWeights load_moe_layer(ModelFile& mf, const std::string& p, const ModelConfig& c, WeightRepacker* repacker) {
+MoeLayerWeights load_moe_layer(ModelFile& mf, const std::string& p, const ModelConfig& c, WeightRepacker* repacker,
+                               const FfnSplit& split) {
+  const bool cut = split.ranks > 1;  // the shared experts' width is cut
+  WeightRepacker* routed = cut && !split.partition_experts ? nullptr : repacker;
   const MoeConfig& m = c.moe;
   MoeLayerWeights w;
   w.router = &mf.get(p + "ffn_gate_inp.weight", {m.n_experts, c.dim});
@@ -78,23 +82,23 @@ MoeLayerWeights load_moe_layer(ModelFile& mf, const std::string& p, const ModelC
     w.up_bias = load_matrix_f32(mf, p + "ffn_up_exps.bias", m.n_experts, m.ff);
     w.down_bias = load_matrix_f32(mf, p + "ffn_down_exps.bias", m.n_experts, c.dim);
   }
-  w.gate = load_experts(mf, p, "gate", m.n_experts, m.ff, c.dim, repacker);
-  w.up = load_experts(mf, p, "up", m.n_experts, m.ff, c.dim, repacker);
-  w.down = load_experts(mf, p, "down", m.n_experts, c.dim, m.ff, repacker);
+  w.gate = load_experts(mf, p, "gate", m.n_experts, m.ff, c.dim, routed);
+  w.up = load_experts(mf, p, "up", m.n_experts, m.ff, c.dim, routed);
+  w.down = load_experts(mf, p, "down", m.n_experts, c.dim, m.ff, routed);
   if (m.n_shared > 0) {
     w.sh_ff = m.n_shared * m.ff;
     w.sh_gate = &mf.get(p + "ffn_gate_shexp.weight", {w.sh_ff, c.dim});
     w.sh_up = &mf.get(p + "ffn_up_shexp.weight", {w.sh_ff, c.dim});
     w.sh_down = &mf.get(p + "ffn_down_shexp.weight", {c.dim, w.sh_ff});
-    // The shared experts as the routed ones (what repackable() takes).
-    if (repacker)
+    // The shared experts as the routed ones (what repackable() takes), unless they will be cut.
+    if (repacker && !cut)
       for (const Tensor** t : {&w.sh_gate, &w.sh_up, &w.sh_down}) *t = repacker->repack(*t);
   }
   return w;
 }
 
 int64_t shard_ffn(ModelFile& mf, const FfnSplit& s, const Tensor*& gate, const Tensor*& up, const Tensor*& down,
-                  const char* what) {
+                  const char* what, Range* cut) {
   // The width cut falls on block boundaries of down's columns and (block-scaled) gate's and up's rows.
   const int64_t align = std::lcm(column_alignment(*down), std::lcm(row_alignment(*gate), row_alignment(*up)));
   const Range f = split_range(gate->rows(), s.ranks, s.rank, align, what);
@@ -103,12 +107,17 @@ int64_t shard_ffn(ModelFile& mf, const FfnSplit& s, const Tensor*& gate, const T
   OwnedTensor d = copy_columns(*down, f);
   mf.owners.push_back(d.bytes);
   down = &s.kept->emplace_back(d.view);
+  if (cut) *cut = f;
   return f.len;
 }
 
-void shard_moe_layer(ModelFile& mf, const FfnSplit& s, MoeLayerWeights& w) {
+void shard_moe_layer(ModelFile& mf, const FfnSplit& s, MoeLayerWeights& w, WeightRepacker* repacker) {
   if (s.ranks <= 1) return;
-  if (w.sh_gate) w.sh_ff = shard_ffn(mf, s, w.sh_gate, w.sh_up, w.sh_down, "shared experts' width");
+  if (w.sh_gate) {
+    w.sh_ff = shard_ffn(mf, s, w.sh_gate, w.sh_up, w.sh_down, "shared experts' width");
+    if (repacker)
+      for (const Tensor** t : {&w.sh_gate, &w.sh_up, &w.sh_down}) *t = repacker->repack(*t);
+  }
   const auto E = static_cast<int64_t>(w.gate.size());
   if (s.partition_experts) {
     const Range r = split_range(E, s.ranks, s.rank, 1, "routed experts");
@@ -121,13 +130,31 @@ void shard_moe_layer(ModelFile& mf, const FfnSplit& s, MoeLayerWeights& w) {
       }
     return;
   }
+  Range cut;
+  const int64_t full_ff = w.gate.empty() ? 0 : w.gate[0].rows();
   for (size_t e = 0; e < w.gate.size(); ++e) {
     const Tensor *g = &w.gate[e], *u = &w.up[e], *d = &w.down[e];
-    shard_ffn(mf, s, g, u, d, "expert FFN width (moe_intermediate_size)");
+    shard_ffn(mf, s, g, u, d, "expert FFN width (moe_intermediate_size)", &cut);
+    if (repacker) {
+      g = repacker->repack(g);
+      u = repacker->repack(u);
+      d = repacker->repack(d);
+    }
     w.gate[e] = *g;
     w.up[e] = *u;
     w.down[e] = *d;
   }
+  // gpt-oss's expert biases follow the cut: the gate/up bias matrices [E, ff] keep the share's
+  // columns; the down bias is added on rank 0 only, so the ranks' partial sums hold it once.
+  auto slice_bias = [&](const float*& b) {
+    if (!b) return;
+    float* out = mf.own_f32(static_cast<size_t>(E * cut.len));
+    for (int64_t e = 0; e < E; ++e) std::copy_n(b + e * full_ff + cut.begin, cut.len, out + e * cut.len);
+    b = out;
+  };
+  slice_bias(w.gate_bias);
+  slice_bias(w.up_bias);
+  if (s.rank != 0) w.down_bias = nullptr;
 }
 
 MoeLayerWeights place_moe_layer(const MoeLayerWeights& w, DeviceWeights& dw) {

@@ -10,6 +10,7 @@
 #include "kernels/ops_moe.h"
 #include "model/model_file.h"
 #include "model/placement.h"
+#include "parallel/shard.h"
 
 namespace fp {
 
@@ -40,20 +41,26 @@ struct FfnSplit {
 };
 
 // A SwiGLU FFN cut to this rank's share of its width: gate/up rows (views into the file), down's
-// matching columns (copied; the share stays on down's quant-block boundaries). Returns the width.
+// matching columns (copied; the share stays on down's quant-block boundaries). Returns the width;
+// `cut` (when given) receives the share's range of it.
 int64_t shard_ffn(ModelFile& mf, const FfnSplit& s, const Tensor*& gate, const Tensor*& up, const Tensor*& down,
-                  const char* what);
+                  const char* what, Range* cut = nullptr);
 // A MoE layer cut for this rank: with partition_experts, experts [E*r/R, E*(r+1)/R) kept and the
-// others emptied (their pages never touched); otherwise every expert's width sliced as above. The
-// shared experts' width is sliced in both cases, so each rank's block output is a partial sum.
-void shard_moe_layer(ModelFile& mf, const FfnSplit& s, MoeLayerWeights& w);
+// others emptied (their pages never touched); otherwise every expert's width sliced as above (and
+// gpt-oss's expert biases with it). The shared experts' width is sliced in both cases, so each
+// rank's block output is a partial sum.
+// With `repacker`, what was cut is repacked after the cut (the slices of every expert, the shared
+// experts): an interleaved _X8 layout is cut only where its groups of 256 values allow, and a
+// slice that ends inside a group is repacked with its own partial group.
+class WeightRepacker;
+void shard_moe_layer(ModelFile& mf, const FfnSplit& s, MoeLayerWeights& w, WeightRepacker* repacker = nullptr);
 
 // Loads layer `prefix` ("blk.N.")'s router, experts and (when config.moe.n_shared) shared experts.
-class WeightRepacker;
-// With `repacker`, stacked Q4_K / Q6_K expert tensors are repacked first (model/repack.h); the
-// experts' views then read the repacked bytes.
+// With `repacker`, stacked expert tensors are repacked first (model/repack.h), the experts' views
+// then reading the repacked bytes; not those that `split` will cut (shard_moe_layer repacks them
+// after the cut): every expert's width under tensor parallel, the shared experts on any split.
 MoeLayerWeights load_moe_layer(ModelFile& mf, const std::string& prefix, const ModelConfig& c,
-                               WeightRepacker* repacker = nullptr);
+                               WeightRepacker* repacker = nullptr, const FfnSplit& split = {});
 
 // The layer's weights on device d (the experts as one stack per matrix, DeviceWeights::stack);
 // w itself on the CPU.

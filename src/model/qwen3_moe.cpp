@@ -85,11 +85,6 @@ class Qwen3MoeModel : public Model {
     heads_ = c.n_heads / attn_ranks_;
     kv_heads_ = c.n_kv_heads / attn_ranks_;
     const FfnSplit split{rank, ranks, parallel().ep > 1, &shards_};
-    // gpt-oss's expert biases are [n_expert, width] matrices: whole experts per rank keep them as
-    // they are, a slice of every expert's width would need them sliced too (not done yet).
-    FP_CHECK(!c.moe.expert_bias || ranks <= 1 || split.partition_experts, mf.path, ": ", c.arch,
-             "'s expert biases are not sliced by width yet: partition the experts with --expert-parallel-size ", ranks,
-             " (the attention heads may still be split with --tensor-parallel-size ", ranks, ")");
     FP_CHECK(c.v_head_dim == c.head_dim, mf.path, ": ", c.arch, " needs value_length == key_length");
     FP_CHECK(c.moe.n_experts > 0, mf.path, ": ", c.arch, " needs an expert count");
     const int64_t q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
@@ -128,7 +123,7 @@ class Qwen3MoeModel : public Model {
       // HF says which layers are sparse in config.json; GGUF by the tensors present.
       L.moe = c.source == "gguf" ? mf.find(p + "ffn_gate_inp.weight") != nullptr : c.moe.is_moe_layer(l);
       if (L.moe) {
-        L.experts = load_moe_layer(mf, p, c, &rp);
+        L.experts = load_moe_layer(mf, p, c, &rp, split);
       } else {
         L.w_gate = &mf.get(p + "ffn_gate.weight", {c.hidden_dim, c.dim});
         L.w_up = &mf.get(p + "ffn_up.weight", {c.hidden_dim, c.dim});
@@ -138,7 +133,7 @@ class Qwen3MoeModel : public Model {
       // Context-parallel prefill with expert-parallel decode: the prefill keeps the whole layer
       // (views of the file), decode this rank's experts and FFN share.
       if (context_parallel_ && ranks > 1) whole_layers_.push_back(L);
-      if (L.moe) shard_moe_layer(mf, split, L.experts);
+      if (L.moe) shard_moe_layer(mf, split, L.experts, &rp);
       else if (ranks > 1) L.ffn_width = shard_ffn(mf, split, L.w_gate, L.w_up, L.w_down, "FFN width (hidden_dim)");
       if (attn_ranks_ > 1) {  // this rank's heads: q/k/v rows, attn_output's columns
         const Range q{rank * heads_ * c.head_dim, heads_ * c.head_dim}, kv{rank * kv_heads_ * c.head_dim, kv_heads_ * c.head_dim};

@@ -54,6 +54,11 @@ OwnedTensor copy_columns(const Tensor& w, Range c) {
            w.block_scale ? " block-scaled" : "", " weight ", w.shape_str(), " holds blocks of ", a,
            " values per row, so its columns cannot be split at [", c.begin, ", ", c.begin + c.len,
            "); choose a parallel size that keeps each rank's share a multiple of ", a);
+  // A row of an interleaved 32-value format (Q4_0_X8, IQ4_NL_X8, MXFP4_X8) is groups of 256 values
+  // and a partial group at its end: only a cut at a group boundary keeps both sides' layout.
+  FP_CHECK(!is_block32_x8(w.dtype) || (c.begin % 256 == 0 && (c.len % 256 == 0 || ends_the_row)), "a ", dtype_name(w.dtype),
+           " weight ", w.shape_str(), " is interleaved in groups of 256 values per row, so its columns cannot be split at [",
+           c.begin, ", ", c.begin + c.len, "); cut it before repacking");
   const int64_t rows = w.dim(0), skip = row_bytes(w.dtype, c.begin), keep = row_bytes(w.dtype, c.len);
   // Block-scaled: the scale tiles of the kept columns too, [row blocks, column blocks kept], after
   // the values (at a 4-byte boundary) in the same buffer.
