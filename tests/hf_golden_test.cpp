@@ -1,4 +1,4 @@
-// tests/hf_golden_test.cpp — the Llama/Qwen2/Qwen3/Gemma 2/Gemma 3/Qwen3-MoE/DeepSeek-V2/V3/GLM-4.5-MoE/gpt-oss forward against Hugging Face transformers:
+// tests/hf_golden_test.cpp — the Llama/Qwen2/Qwen3/Phi-3/Gemma 2/Gemma 3/Qwen3-MoE/DeepSeek-V2/V3/GLM-4.5-MoE/gpt-oss forward against Hugging Face transformers:
 // tests/golden/*.logits.f32 were computed by transformers (scripts/make_hf_golden.py) on models
 // `synth` writes deterministically; here the same models are written again, loaded from the
 // safetensors directory and from GGUF, and their logits compared with transformers'. Also the
@@ -220,6 +220,28 @@ TEST(HfGolden, Gemma2ConfigDefaultsAndCaps) {
     ADD_FAILURE() << "Gemma 3 with a cap loaded";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("attn_logit_softcapping = 50.0: Gemma 3 has no logit soft-capping"), std::string::npos)
+        << e.what();
+  }
+}
+
+// Phi-3.5 / Phi-4-mini's LongRoPE is refused by name, not run as plain RoPE.
+TEST(HfGolden, Phi3RefusesLongRope) {
+  std::ifstream in(kGolden + "hf_cases.json");
+  auto cases = nlohmann::json::parse(in);
+  nlohmann::json phi;
+  for (auto& c : cases["cases"])
+    if (c["name"] == "hf_phi3") phi = c;
+  ASSERT_FALSE(phi.is_null());
+  const std::string dir = write_case(phi, test::temp_dir("hf_golden_phi3_longrope") + "/hf");
+  nlohmann::json cfg = nlohmann::json::parse(std::ifstream(dir + "/config.json"));
+  cfg["rope_scaling"] = {{"type", "longrope"}, {"short_factor", std::vector<double>(6, 1.0)}, {"long_factor", std::vector<double>(6, 2.0)}};
+  std::ofstream(dir + "/config.json") << cfg.dump(2);
+  try {
+    load_model_file(dir);
+    ADD_FAILURE() << "LongRoPE loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rope_scaling type 'longrope' (LongRoPE: Phi-3.5, Phi-4-mini) is not supported yet"),
+              std::string::npos)
         << e.what();
   }
 }

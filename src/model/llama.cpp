@@ -1,5 +1,6 @@
 // model/llama.cpp — the Llama-family architecture: Llama (GQA, RoPE with linear / llama3
-// scaling, tied or untied output), Qwen2 (q/k/v bias), Qwen3 (per-head q/k RMSNorm), Gemma 2
+// scaling, tied or untied output), Qwen2 (q/k/v bias), Qwen3 (per-head q/k RMSNorm), Phi-3 /
+// Phi-4 (fused q/k/v and gate/up matrices, split into row views at load; partial rotary), Gemma 2
 // (a norm after the attention and the FFN too, GeGLU, embeddings times sqrt(dim), every other
 // layer sliding-window, scores and logits soft-capped) and Gemma 3 (the same with q/k norms and
 // without the caps, five sliding-window layers with their own RoPE base to each global one).
@@ -650,6 +651,7 @@ std::unique_ptr<Model> make_llama(std::shared_ptr<ModelFile> f, std::shared_ptr<
 const bool llama_registered = register_sharded_architecture("llama", make_llama, true) &&
                         register_sharded_architecture("qwen2", make_llama, true) &&
                         register_sharded_architecture("qwen3", make_llama, true) &&
+                        register_sharded_architecture("phi3", make_llama, true) &&
                         register_sharded_architecture("gemma2", make_llama, false) &&
                         register_sharded_architecture("gemma3", make_llama, false);
 

@@ -102,9 +102,9 @@ void load_gguf(ModelFile& m, const std::string& path) {
   c.name = g->get_string("general.name", std::filesystem::path(path).stem().string());
   const std::string a = c.arch + ".";
   FP_CHECK(c.arch == "llama" || c.arch == "qwen2" || c.arch == "qwen3" || c.arch == "qwen3moe" || c.arch == "deepseek2" ||
-               c.arch == "glm4moe" || c.arch == "gpt-oss" || c.arch == "gemma2" || c.arch == "gemma3",
+               c.arch == "glm4moe" || c.arch == "gpt-oss" || c.arch == "gemma2" || c.arch == "gemma3" || c.arch == "phi3",
            path, ": general.architecture '", c.arch,
-           "' is not supported yet (supported: llama, qwen2, qwen3, qwen3moe, deepseek2, glm4moe, gpt-oss, gemma2, gemma3)");
+           "' is not supported yet (supported: llama, qwen2, qwen3, qwen3moe, deepseek2, glm4moe, gpt-oss, gemma2, gemma3, phi3)");
   c.dim = static_cast<int64_t>(g->get_uint(a + "embedding_length"));
   c.n_layers = static_cast<int64_t>(g->get_uint(a + "block_count"));
   {
@@ -207,6 +207,12 @@ void load_gguf(ModelFile& m, const std::string& path) {
       for (int64_t l = 0; l < c.n_layers; ++l) c.swa_layers.push_back(l % 2 == 0);
   }
   if (c.arch == "gemma2" || c.arch == "gemma3") load_gguf_gemma(c, *g, path);
+  if (c.arch == "phi3") {  // every layer windowed when the file says so (Phi-3-mini's 2047)
+    FP_CHECK(!m.find("rope_factors_long.weight") && !m.find("rope_factors_short.weight"), path,
+             ": LongRoPE (rope_factors_long / rope_factors_short: Phi-3.5, Phi-4-mini) is not supported yet");
+    c.sliding_window = static_cast<int64_t>(g->get_uint(a + "attention.sliding_window", 0));
+    c.swa_layers.assign(static_cast<size_t>(c.sliding_window > 0 ? c.n_layers : 0), true);
+  }
   if (c.arch == "glm4moe") {  // optional in GLM-4.5's files: q/k/v biases, per-head q/k norms
     c.qkv_bias = m.find("blk.0.attn_q.bias") != nullptr;
     c.qk_norm = m.find("blk.0.attn_q_norm.weight") != nullptr;
@@ -627,10 +633,11 @@ void load_hf(ModelFile& m, const std::string& dir) {
   else if (arch_cls == "Glm4MoeForCausalLM") c.arch = "glm4moe";
   else if (arch_cls == "GptOssForCausalLM") c.arch = "gpt-oss";
   else if (arch_cls == "Gemma2ForCausalLM") c.arch = "gemma2";
+  else if (arch_cls == "Phi3ForCausalLM") c.arch = "phi3";
   else if (arch_cls == "Gemma3ForCausalLM" || arch_cls == "Gemma3ForConditionalGeneration") c.arch = "gemma3";
   else fail(cfg_path, ": architectures[0] '", arch_cls, "' is not supported yet (LlamaForCausalLM, Qwen2ForCausalLM, ",
             "Qwen3ForCausalLM, Qwen3MoeForCausalLM, DeepseekV3ForCausalLM, DeepseekV2ForCausalLM, Glm4MoeForCausalLM, ",
-            "GptOssForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration)");
+            "GptOssForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration, Phi3ForCausalLM)");
   const bool gemma = c.arch == "gemma2" || c.arch == "gemma3";
   if (gemma) j = gemma_text_config(j, arch_cls, cfg_path);
   c.dim = json_int(j, "hidden_size", cfg_path);
@@ -657,6 +664,21 @@ void load_hf(ModelFile& m, const std::string& dir) {
   for (const char* key : {"rope_scaling", "rope_parameters"})
     if (auto it = j.find(key); !rs && it != j.end() && it->is_object()) rs = &*it;
   if (gemma) rs = load_hf_gemma(c, j, cfg_path);
+  if (c.arch == "phi3") {
+    // Phi-3 / Phi-4: the first partial_rotary_factor of each head rotates (NeoX halves of that
+    // part); every layer windowed when sliding_window is set (Phi-3-mini's 2047).
+    double factor = json_num(j, "partial_rotary_factor", cfg_path, 1.0);
+    if (rs) factor = json_num(*rs, "partial_rotary_factor", cfg_path, factor);
+    FP_CHECK(factor > 0 && factor <= 1, cfg_path, ": partial_rotary_factor ", factor, " must be in (0, 1]");
+    c.rot_dim = static_cast<int64_t>(static_cast<double>(c.head_dim) * factor);
+    if (rs) {
+      const std::string type = string_field(*rs, "rope_type", cfg_path, string_field(*rs, "type", cfg_path, "default"));
+      FP_CHECK(type != "longrope" && type != "su" && type != "yarn", cfg_path, ": rope_scaling type '", type,
+               "' (LongRoPE: Phi-3.5, Phi-4-mini) is not supported yet");
+    }
+    c.sliding_window = json_int(j, "sliding_window", cfg_path, 0);
+    c.swa_layers.assign(static_cast<size_t>(c.sliding_window > 0 ? c.n_layers : 0), true);
+  }
   if (c.arch == "glm4moe") {
     // GLM rotates the first partial_rotary_factor of each head (NeoX halves of that part); the
     // factor sits at the top level or, in transformers v5's spelling, in rope_parameters.
@@ -782,6 +804,41 @@ WeightMemory resolve_weight_memory(WeightMemory asked, uint64_t weight_bytes, in
   return WeightMemory::Copied;
 }
 
+namespace {
+// Phi-3 / Phi-4 keep q, k, v in one matrix (attn_qkv) and gate, up in another (ffn_up of twice
+// the FFN width, gate first), in safetensors and GGUF alike: each part becomes a tensor of its
+// own, a view of its rows, so the model reads them as Llama's.
+void split_fused_phi3(ModelFile& m) {
+  const ModelConfig& c = m.config;
+  const int64_t q = c.n_heads * c.head_dim, kv = c.n_kv_heads * c.head_dim, ff = c.hidden_dim;
+  auto rows = [](const Tensor& t, int64_t begin, int64_t len) {
+    Tensor v = Tensor::view(t.row_ptr(begin), t.dtype, {len, t.dim(1)});
+    return v;
+  };
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    if (const Tensor* qkv = m.find(p + "attn_qkv.weight")) {
+      FP_CHECK(qkv->ndim == 2 && qkv->dim(0) == q + 2 * kv && !qkv->block_scale, m.path, ": tensor '", p,
+               "attn_qkv.weight' has shape ", qkv->shape_str(), ", expected [", q + 2 * kv, ", ", c.dim,
+               "] (q, k and v rows from the model config)");
+      const Tensor whole = *qkv;
+      m.tensors[p + "attn_q.weight"] = rows(whole, 0, q);
+      m.tensors[p + "attn_k.weight"] = rows(whole, q, kv);
+      m.tensors[p + "attn_v.weight"] = rows(whole, q + kv, kv);
+      m.tensors.erase(p + "attn_qkv.weight");
+    }
+    const Tensor* up = m.find(p + "ffn_up.weight");
+    if (up && !m.find(p + "ffn_gate.weight")) {
+      FP_CHECK(up->ndim == 2 && up->dim(0) == 2 * ff && !up->block_scale, m.path, ": tensor '", p, "ffn_up.weight' has shape ",
+               up->shape_str(), ", expected [", 2 * ff, ", ", c.dim, "] (gate and up rows, fused)");
+      const Tensor whole = *up;
+      m.tensors[p + "ffn_gate.weight"] = rows(whole, 0, ff);
+      m.tensors[p + "ffn_up.weight"] = rows(whole, ff, ff);
+    }
+  }
+}
+}  // namespace
+
 std::unique_ptr<ModelFile> load_model_file(const std::string& path, const LoadOptions& opts) {
   auto t0 = std::chrono::steady_clock::now();
   auto m = std::make_unique<ModelFile>();
@@ -846,6 +903,7 @@ std::unique_ptr<ModelFile> load_model_file(const std::string& path, const LoadOp
     }
     bar.finish();
   }
+  if (c.arch == "phi3") split_fused_phi3(*m);  // after the copy: the parts are views of the fused tensors' rows
   m->repack_weights = opts.repack && opts.device == Device::CPU;  // the _X8 forms are the CPU kernels' layouts
   m->load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   m->device = opts.device;

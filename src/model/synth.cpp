@@ -54,8 +54,8 @@ std::string canonical_arch(const std::string& arch) {
   if (arch == "glm4_moe" || arch == "glm4moe") return "glm4moe";
   if (arch == "gpt_oss" || arch == "gpt-oss") return "gpt-oss";
   if (arch == "gemma3" || arch == "gemma3_text") return "gemma3";
-  FP_CHECK(arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "gemma2", "synth: --arch '", arch,
-           "' is not one of llama, qwen2, qwen3, qwen3_moe, deepseek_v2, deepseek_v3, glm4_moe, gpt_oss, gemma2, gemma3");
+  FP_CHECK(arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "gemma2" || arch == "phi3", "synth: --arch '", arch,
+           "' is not one of llama, qwen2, qwen3, phi3, qwen3_moe, deepseek_v2, deepseek_v3, glm4_moe, gpt_oss, gemma2, gemma3");
   return arch;
 }
 
@@ -171,6 +171,11 @@ ModelConfig config_from_json(const std::string& arch_in, const nlohmann::json& j
   c.qkv_bias = arch == "qwen2" || (arch == "glm4moe" && j.value("attention_bias", true));
   c.qk_norm = arch == "qwen3" || arch == "qwen3moe" || (arch == "glm4moe" && j.value("use_qk_norm", false));
   if (arch == "glm4moe") c.rot_dim = static_cast<int64_t>(static_cast<double>(c.head_dim) * j.value("partial_rotary_factor", 0.5));
+  if (arch == "phi3") {  // Phi3Config's keys: partial rotation, a window on every layer
+    c.rot_dim = static_cast<int64_t>(static_cast<double>(c.head_dim) * j.value("partial_rotary_factor", 1.0));
+    c.sliding_window = j.contains("sliding_window") && !j["sliding_window"].is_null() ? j["sliding_window"].get<int64_t>() : 0;
+    c.swa_layers.assign(static_cast<size_t>(c.sliding_window > 0 ? c.n_layers : 0), true);
+  }
   const char* rope_key = j.contains("rope_scaling") ? "rope_scaling" : "rope_parameters";  // transformers v5 spelling
   if (j.contains(rope_key) && j[rope_key].is_object() && j[rope_key].value("rope_type", std::string()) != "default") {
     auto& rs = j[rope_key];
@@ -327,12 +332,18 @@ std::map<std::string, HfTensor> make_weights(const ModelConfig& c, uint64_t seed
       vec(p + "pre_feedforward_layernorm.weight", c.dim, norm_base, norm_sd);
       vec(p + "post_feedforward_layernorm.weight", c.dim, norm_base, norm_sd);
     }
-    mat(p + "self_attn.q_proj.weight", q, c.dim);
-    mat(p + "self_attn.k_proj.weight", kv, c.dim);
-    mat(p + "self_attn.v_proj.weight", kv, c.dim);
+    if (c.arch == "phi3") {  // q, k, v in one matrix; gate and up in another (gate first)
+      mat(p + "self_attn.qkv_proj.weight", q + 2 * kv, c.dim);
+      mat(p + "mlp.gate_up_proj.weight", 2 * c.hidden_dim, c.dim);
+      mat(p + "mlp.down_proj.weight", c.dim, c.hidden_dim);
+    } else {
+      mat(p + "self_attn.q_proj.weight", q, c.dim);
+      mat(p + "self_attn.k_proj.weight", kv, c.dim);
+      mat(p + "self_attn.v_proj.weight", kv, c.dim);
+    }
     mat(p + "self_attn.o_proj.weight", c.dim, q);
     if ((c.arch == "qwen3moe" || c.arch == "glm4moe") && c.moe.is_moe_layer(l)) moe(p);
-    else if (c.arch != "gpt-oss") ffn(p + "mlp.", c.hidden_dim);
+    else if (c.arch != "gpt-oss" && c.arch != "phi3") ffn(p + "mlp.", c.hidden_dim);
     if (c.qkv_bias) {
       vec(p + "self_attn.q_proj.bias", q, 0.0f, 0.1f);
       vec(p + "self_attn.k_proj.bias", kv, 0.0f, 0.1f);
@@ -876,6 +887,7 @@ std::string synth_model(const SynthOptions& o) {
     g.set_u32(a + "attention.value_length", static_cast<uint32_t>(c.v_head_dim));
     if (c.moe.n_experts > 0) add_moe_metadata(g, c);
     if (c.arch == "gemma2" || c.arch == "gemma3") add_gemma_metadata(g, c);
+    if (c.arch == "phi3" && c.sliding_window > 0) g.set_u32(a + "attention.sliding_window", static_cast<uint32_t>(c.sliding_window));
     g.set_u32(a + "rope.dimension_count", static_cast<uint32_t>(c.rot_dim));
     g.set_u32(a + "vocab_size", static_cast<uint32_t>(c.n_vocab));
     g.set_f32(a + "rope.freq_base", c.rope_theta);
@@ -978,6 +990,17 @@ std::string synth_model(const SynthOptions& o) {
     cfg["torch_dtype"] = o.type == DType::BF16 ? "bfloat16" : o.type == DType::F16 ? "float16" : "float32";
     if (c.arch == "gpt-oss") hf_gpt_oss_config(cfg, c, o.type);
     else if (c.arch == "gemma2" || c.arch == "gemma3") hf_gemma_config(cfg, c);
+    else if (c.arch == "phi3") {
+      cfg["architectures"] = {"Phi3ForCausalLM"};
+      cfg["model_type"] = "phi3";
+      cfg["partial_rotary_factor"] = static_cast<double>(c.rot_dim) / static_cast<double>(c.head_dim);
+      cfg["sliding_window"] = c.sliding_window > 0 ? nlohmann::json(c.sliding_window) : nlohmann::json(nullptr);
+      cfg["original_max_position_embeddings"] = c.max_context;
+      cfg["attention_bias"] = false;
+      cfg["pad_token_id"] = nullptr;  // Phi3Config's defaults (32000) lie outside a small vocabulary
+      cfg["bos_token_id"] = 1;
+      cfg["eos_token_id"] = 2;
+    }
     else if (c.moe.n_experts > 0) hf_moe_config(cfg, c, o.arch);
     std::ofstream(o.out + "/config.json") << cfg.dump(2) << "\n";
     if (!o.tokenizer_json.empty()) std::filesystem::copy_file(o.tokenizer_json, o.out + "/tokenizer.json",

@@ -21,6 +21,9 @@ std::string canonical_base(const std::string& hf) {
       {"self_attn.o_proj.bias", "attn_output.bias"},    {"self_attn.sinks", "attn_sinks.weight"},
       {"mlp.router.weight", "ffn_gate_inp.weight"},     {"mlp.router.bias", "ffn_gate_inp.bias"},
       {"mlp.up_proj.weight", "ffn_up.weight"},          {"mlp.down_proj.weight", "ffn_down.weight"},
+      // Phi-3 / Phi-4: q, k, v in one matrix and gate, up in another, as llama.cpp's GGUFs keep
+      // them (attn_qkv; ffn_up of twice the width, gate first); split into views at load
+      {"self_attn.qkv_proj.weight", "attn_qkv.weight"}, {"mlp.gate_up_proj.weight", "ffn_up.weight"},
       // MoE (Qwen3-MoE, DeepSeek): router, selection bias, shared experts
       {"mlp.gate.weight", "ffn_gate_inp.weight"},       {"mlp.gate.e_score_correction_bias", "exp_probs_b.bias"},
       {"mlp.shared_experts.gate_proj.weight", "ffn_gate_shexp.weight"},

@@ -107,7 +107,7 @@ TEST_P(TensorParallelSynth, GqaModelMatchesOneRank) {
 INSTANTIATE_TEST_SUITE_P(Archs, TensorParallelSynth,
                          ::testing::Values(SynthCase{"llama", DType::Q8_0}, SynthCase{"qwen2", DType::F32},
                                            SynthCase{"qwen3", DType::F16}, SynthCase{"gemma2", DType::Q8_0},
-                                           SynthCase{"gemma3", DType::F16}),
+                                           SynthCase{"gemma3", DType::F16}, SynthCase{"phi3", DType::Q8_0}),
                          [](const auto& p) { return p.param.arch; });
 
 // Q8_0 rows of 256 values and more: every rank repacks its shares to Q8_0_X8 after sharding
