@@ -46,6 +46,9 @@ void ModelConfig::validate(const std::string& where) const {
     if (moe.group_score == "top2sum" && moe.n_group > 1)
       need(moe.n_experts / moe.n_group >= 2, "experts per group", moe.n_experts / moe.n_group, "must be >= 2 for top-2 group scores");
   }
+  if (!nope_layers.empty())
+    need(static_cast<int64_t>(nope_layers.size()) == n_layers, "no-RoPE layer list length", static_cast<int64_t>(nope_layers.size()),
+         "must equal the layer count");
   if (sliding_window > 0)
     need(static_cast<int64_t>(swa_layers.size()) == n_layers, "sliding-window layer list length",
          static_cast<int64_t>(swa_layers.size()), "must equal the layer count");
@@ -91,6 +94,11 @@ std::string ModelConfig::describe() const {
     os << ", sliding window " << sliding_window << " on " << n << " of " << n_layers << " layers";
   }
   if (rope_theta_swa > 0) os << " (sliding layers theta " << rope_theta_swa << ", unscaled)";
+  if (!nope_layers.empty()) {
+    int64_t n = 0;
+    for (bool b : nope_layers) n += b;
+    os << ", no RoPE on " << n << " of " << n_layers << " layers";
+  }
   if (embed_scale != 1.0f) os << ", embeddings x" << embed_scale;
   if (attn_scale > 0) os << ", attention scale " << attn_scale;
   if (post_norms) os << ", post-attention/FFN norms";

@@ -77,6 +77,11 @@ struct ModelConfig {
     return sliding_window > 0 && layer < static_cast<int64_t>(swa_layers.size()) && swa_layers[static_cast<size_t>(layer)]
                ? sliding_window : 0;
   }
+  // SmolLM3: the layers whose q and k are not rotated (NoPE; empty: every layer rotates).
+  std::vector<bool> nope_layers;
+  bool rotates(int64_t layer) const {
+    return layer >= static_cast<int64_t>(nope_layers.size()) || !nope_layers[static_cast<size_t>(layer)];
+  }
   // Gemma 2 and 3: the embedding rows times embed_scale (sqrt(dim)), a norm after the attention and
   // after the FFN too ("sandwich": post_attention_norm, post_ffw_norm) before each residual add,
   // the GeGLU FFN (gelu_tanh(gate) * up), scores scaled by attn_scale (query_pre_attn_scalar^-1/2)

@@ -1,6 +1,7 @@
 // model/llama.cpp — the Llama-family architecture: Llama (GQA, RoPE with linear / llama3
 // scaling, tied or untied output), Qwen2 (q/k/v bias), Qwen3 (per-head q/k RMSNorm), Phi-3 /
-// Phi-4 (fused q/k/v and gate/up matrices, split into row views at load; partial rotary), Gemma 2
+// Phi-4 (fused q/k/v and gate/up matrices, split into row views at load; partial rotary),
+// SmolLM3 (no RoPE on every fourth layer), Gemma 2
 // (a norm after the attention and the FFN too, GeGLU, embeddings times sqrt(dim), every other
 // layer sliding-window, scores and logits soft-capped) and Gemma 3 (the same with q/k norms and
 // without the caps, five sliding-window layers with their own RoPE base to each global one).
@@ -66,6 +67,7 @@ struct LlamaLayer {
   const float *post_attn_norm = nullptr, *post_ffn_norm = nullptr;
   int64_t window = 0;
   const float* inv_freq = nullptr;
+  bool rope = true;  // false: q and k are not rotated (SmolLM3's NoPE layers)
   int64_t ffn_width = 0;  // this rank's share of the FFN width (hidden_dim on one rank)
   // On a device, where the parts could be stacked (DeviceWeights::stack_rows): [wq; wk; wv] and
   // [w_gate; w_up] as one matrix each (the parts are views of their rows), and bq|bk|bv. A
@@ -109,6 +111,7 @@ class LlamaModel : public Model {
         L.post_ffn_norm = norm_f32(p + "post_ffw_norm.weight", c.dim);
       }
       L.window = c.window_of(l);
+      L.rope = c.rotates(l);
       L.wq = &mf.get(p + "attn_q.weight", {q_dim, c.dim});
       L.wk = &mf.get(p + "attn_k.weight", {kv_dim, c.dim});
       L.wv = &mf.get(p + "attn_v.weight", {v_dim, c.dim});
@@ -275,19 +278,19 @@ class LlamaModel : public Model {
       if (c.qk_norm) dispatch(RmsNormArgs{k, L.k_norm, n * kv_heads, c.head_dim, c.rms_eps, k});
       if (c.qk_norm) dispatch(RmsNormArgs{q, L.q_norm, n * heads, c.head_dim, c.rms_eps, q});
       const int64_t qk_heads = heads + kv_heads;
-      dispatch(RopeArgs{q, pos, n, qk_heads, c.head_dim, c.rot_dim, qk_heads * c.head_dim, inv_freq, 1.0f, c.rope_style});
+      if (L.rope) dispatch(RopeArgs{q, pos, n, qk_heads, c.head_dim, c.rot_dim, qk_heads * c.head_dim, inv_freq, 1.0f, c.rope_style});
       return;
     }
     dispatch(MatMulArgs{h, n, L.wk, L.bk, k, hq, hb});
     dispatch(MatMulArgs{h, n, L.wv, L.bv, v, hq, hb});
     if (c.qk_norm) dispatch(RmsNormArgs{k, L.k_norm, n * kv_heads, c.head_dim, c.rms_eps, k});
-    dispatch(RopeArgs{k, pos, n, kv_heads, c.head_dim, c.rot_dim, kv_heads * c.head_dim, inv_freq, 1.0f, c.rope_style});
+    if (L.rope) dispatch(RopeArgs{k, pos, n, kv_heads, c.head_dim, c.rot_dim, kv_heads * c.head_dim, inv_freq, 1.0f, c.rope_style});
     if (kv_ready) kv_ready();
     progress();
     dispatch(MatMulArgs{h, n, L.wq, L.bq, q, hq, hb});
     progress();
     if (c.qk_norm) dispatch(RmsNormArgs{q, L.q_norm, n * heads, c.head_dim, c.rms_eps, q});
-    dispatch(RopeArgs{q, pos, n, heads, c.head_dim, c.rot_dim, heads * c.head_dim, inv_freq, 1.0f, c.rope_style});
+    if (L.rope) dispatch(RopeArgs{q, pos, n, heads, c.head_dim, c.rot_dim, heads * c.head_dim, inv_freq, 1.0f, c.rope_style});
   }
 
   // x += FFN(RMSNorm(x)) for n rows (h, gate, up: scratch); with `sum_ranks` the ranks' partial
@@ -652,6 +655,7 @@ const bool llama_registered = register_sharded_architecture("llama", make_llama,
                         register_sharded_architecture("qwen2", make_llama, true) &&
                         register_sharded_architecture("qwen3", make_llama, true) &&
                         register_sharded_architecture("phi3", make_llama, true) &&
+                        register_sharded_architecture("smollm3", make_llama, true) &&
                         register_sharded_architecture("gemma2", make_llama, false) &&
                         register_sharded_architecture("gemma3", make_llama, false);
 

@@ -102,9 +102,10 @@ void load_gguf(ModelFile& m, const std::string& path) {
   c.name = g->get_string("general.name", std::filesystem::path(path).stem().string());
   const std::string a = c.arch + ".";
   FP_CHECK(c.arch == "llama" || c.arch == "qwen2" || c.arch == "qwen3" || c.arch == "qwen3moe" || c.arch == "deepseek2" ||
-               c.arch == "glm4moe" || c.arch == "gpt-oss" || c.arch == "gemma2" || c.arch == "gemma3" || c.arch == "phi3",
+               c.arch == "glm4moe" || c.arch == "gpt-oss" || c.arch == "gemma2" || c.arch == "gemma3" || c.arch == "phi3" ||
+               c.arch == "smollm3",
            path, ": general.architecture '", c.arch,
-           "' is not supported yet (supported: llama, qwen2, qwen3, qwen3moe, deepseek2, glm4moe, gpt-oss, gemma2, gemma3, phi3)");
+           "' is not supported yet (supported: llama, qwen2, qwen3, qwen3moe, deepseek2, glm4moe, gpt-oss, gemma2, gemma3, phi3, smollm3)");
   c.dim = static_cast<int64_t>(g->get_uint(a + "embedding_length"));
   c.n_layers = static_cast<int64_t>(g->get_uint(a + "block_count"));
   {
@@ -135,7 +136,7 @@ void load_gguf(ModelFile& m, const std::string& path) {
   c.rms_eps = static_cast<float>(g->get_float(a + "attention.layer_norm_rms_epsilon", 1e-5));
   // llama.cpp's converters permute Llama q/k rows so that adjacent pairs rotate; Qwen keeps NeoX halves.
   // DeepSeek's GGUF keeps the checkpoint's interleaved (adjacent-pair) rotary layout.
-  c.rope_style = c.arch == "llama" || c.arch == "deepseek2" ? RopeStyle::Adjacent : RopeStyle::NeoX;
+  c.rope_style = c.arch == "llama" || c.arch == "deepseek2" || c.arch == "smollm3" ? RopeStyle::Adjacent : RopeStyle::NeoX;
   std::string scaling = g->get_string(a + "rope.scaling.type", "none");
   if (scaling == "linear" || scaling == "yarn") {
     c.rope_scaling.type = scaling;
@@ -207,6 +208,8 @@ void load_gguf(ModelFile& m, const std::string& path) {
       for (int64_t l = 0; l < c.n_layers; ++l) c.swa_layers.push_back(l % 2 == 0);
   }
   if (c.arch == "gemma2" || c.arch == "gemma3") load_gguf_gemma(c, *g, path);
+  if (c.arch == "smollm3")  // llama.cpp's fixed pattern: no RoPE on every fourth layer
+    for (int64_t l = 0; l < c.n_layers; ++l) c.nope_layers.push_back((l + 1) % 4 == 0);
   if (c.arch == "phi3") {  // every layer windowed when the file says so (Phi-3-mini's 2047)
     FP_CHECK(!m.find("rope_factors_long.weight") && !m.find("rope_factors_short.weight"), path,
              ": LongRoPE (rope_factors_long / rope_factors_short: Phi-3.5, Phi-4-mini) is not supported yet");
@@ -634,10 +637,12 @@ void load_hf(ModelFile& m, const std::string& dir) {
   else if (arch_cls == "GptOssForCausalLM") c.arch = "gpt-oss";
   else if (arch_cls == "Gemma2ForCausalLM") c.arch = "gemma2";
   else if (arch_cls == "Phi3ForCausalLM") c.arch = "phi3";
+  else if (arch_cls == "SmolLM3ForCausalLM") c.arch = "smollm3";
   else if (arch_cls == "Gemma3ForCausalLM" || arch_cls == "Gemma3ForConditionalGeneration") c.arch = "gemma3";
   else fail(cfg_path, ": architectures[0] '", arch_cls, "' is not supported yet (LlamaForCausalLM, Qwen2ForCausalLM, ",
             "Qwen3ForCausalLM, Qwen3MoeForCausalLM, DeepseekV3ForCausalLM, DeepseekV2ForCausalLM, Glm4MoeForCausalLM, ",
-            "GptOssForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration, Phi3ForCausalLM)");
+            "GptOssForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration, Phi3ForCausalLM, ",
+            "SmolLM3ForCausalLM)");
   const bool gemma = c.arch == "gemma2" || c.arch == "gemma3";
   if (gemma) j = gemma_text_config(j, arch_cls, cfg_path);
   c.dim = json_int(j, "hidden_size", cfg_path);
@@ -664,6 +669,31 @@ void load_hf(ModelFile& m, const std::string& dir) {
   for (const char* key : {"rope_scaling", "rope_parameters"})
     if (auto it = j.find(key); !rs && it != j.end() && it->is_object()) rs = &*it;
   if (gemma) rs = load_hf_gemma(c, j, cfg_path);
+  if (c.arch == "smollm3") {
+    // SmolLM3: no_rope_layers[l] is 1 where layer l rotates (default: all but every
+    // no_rope_layer_interval-th); a window (use_sliding_window) on the layer_types' sliding
+    // layers, by default the NoPE ones.
+    for (const char* k : {"attention_bias", "mlp_bias"})
+      FP_CHECK(!json_bool(j, k, cfg_path, false), cfg_path, ": ", k, " (biases on SmolLM3's projections) is not supported");
+    const int64_t every = json_int(j, "no_rope_layer_interval", cfg_path, 4);
+    FP_CHECK(every >= 1, cfg_path, ": no_rope_layer_interval ", every, " must be positive");
+    auto nr = j.find("no_rope_layers");
+    if (nr != j.end() && !nr->is_null()) {
+      FP_CHECK(nr->is_array() && static_cast<int64_t>(nr->size()) == c.n_layers, cfg_path,
+               ": no_rope_layers should list one 0 or 1 per layer (", c.n_layers, ")");
+      for (auto& v : *nr) {
+        FP_CHECK(v.is_number_integer() && (v == 0 || v == 1), cfg_path, ": no_rope_layers holds ", short_json(v), " (0 or 1)");
+        c.nope_layers.push_back(v == 0);
+      }
+    } else {
+      for (int64_t l = 0; l < c.n_layers; ++l) c.nope_layers.push_back((l + 1) % every == 0);
+    }
+    if (json_bool(j, "use_sliding_window", cfg_path, false)) {
+      read_sliding_layers(c, j, cfg_path, 1);
+      if (c.sliding_window > 0 && (j.find("layer_types") == j.end() || j["layer_types"].is_null()))
+        c.swa_layers = c.nope_layers;
+    }
+  }
   if (c.arch == "phi3") {
     // Phi-3 / Phi-4: the first partial_rotary_factor of each head rotates (NeoX halves of that
     // part); every layer windowed when sliding_window is set (Phi-3-mini's 2047).

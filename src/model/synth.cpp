@@ -54,8 +54,9 @@ std::string canonical_arch(const std::string& arch) {
   if (arch == "glm4_moe" || arch == "glm4moe") return "glm4moe";
   if (arch == "gpt_oss" || arch == "gpt-oss") return "gpt-oss";
   if (arch == "gemma3" || arch == "gemma3_text") return "gemma3";
-  FP_CHECK(arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "gemma2" || arch == "phi3", "synth: --arch '", arch,
-           "' is not one of llama, qwen2, qwen3, phi3, qwen3_moe, deepseek_v2, deepseek_v3, glm4_moe, gpt_oss, gemma2, gemma3");
+  FP_CHECK(arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "gemma2" || arch == "phi3" || arch == "smollm3",
+           "synth: --arch '", arch,
+           "' is not one of llama, qwen2, qwen3, phi3, smollm3, qwen3_moe, deepseek_v2, deepseek_v3, glm4_moe, gpt_oss, gemma2, gemma3");
   return arch;
 }
 
@@ -171,6 +172,12 @@ ModelConfig config_from_json(const std::string& arch_in, const nlohmann::json& j
   c.qkv_bias = arch == "qwen2" || (arch == "glm4moe" && j.value("attention_bias", true));
   c.qk_norm = arch == "qwen3" || arch == "qwen3moe" || (arch == "glm4moe" && j.value("use_qk_norm", false));
   if (arch == "glm4moe") c.rot_dim = static_cast<int64_t>(static_cast<double>(c.head_dim) * j.value("partial_rotary_factor", 0.5));
+  if (arch == "smollm3") {  // SmolLM3Config's keys: no_rope_layers (1: rotates), else every fourth layer NoPE
+    if (j.contains("no_rope_layers"))
+      for (auto& v : j["no_rope_layers"]) c.nope_layers.push_back(v.get<int>() == 0);
+    else
+      for (int64_t l = 0; l < c.n_layers; ++l) c.nope_layers.push_back((l + 1) % geti("no_rope_layer_interval", 4) == 0);
+  }
   if (arch == "phi3") {  // Phi3Config's keys: partial rotation, a window on every layer
     c.rot_dim = static_cast<int64_t>(static_cast<double>(c.head_dim) * j.value("partial_rotary_factor", 1.0));
     c.sliding_window = j.contains("sliding_window") && !j["sliding_window"].is_null() ? j["sliding_window"].get<int64_t>() : 0;
@@ -759,8 +766,8 @@ void write_gguf_streaming(const SynthOptions& o, const ModelConfig& c, const Ggu
       plan[base + "attn_v_b.weight"] = Entry{{H, vd, L}, true, {Part{name, 4}}};
     } else {
       int how = 0;
-      if (c.arch == "llama" && gn.find("attn_q.weight") != std::string::npos) how = 1;
-      if (c.arch == "llama" && gn.find("attn_k.weight") != std::string::npos) how = 2;
+      if ((c.arch == "llama" || c.arch == "smollm3") && gn.find("attn_q.weight") != std::string::npos) how = 1;
+      if ((c.arch == "llama" || c.arch == "smollm3") && gn.find("attn_k.weight") != std::string::npos) how = 2;
       plan[gn] = Entry{t.shape, t.matrix, {Part{name, how}}};
     }
   }
@@ -888,6 +895,8 @@ std::string synth_model(const SynthOptions& o) {
     if (c.moe.n_experts > 0) add_moe_metadata(g, c);
     if (c.arch == "gemma2" || c.arch == "gemma3") add_gemma_metadata(g, c);
     if (c.arch == "phi3" && c.sliding_window > 0) g.set_u32(a + "attention.sliding_window", static_cast<uint32_t>(c.sliding_window));
+    for (int64_t l = 0; c.arch == "smollm3" && l < c.n_layers; ++l)
+      FP_CHECK(c.rotates(l) == ((l + 1) % 4 != 0), "synth: GGUF smollm3 leaves out RoPE on every fourth layer only (llama.cpp's pattern)");
     g.set_u32(a + "rope.dimension_count", static_cast<uint32_t>(c.rot_dim));
     g.set_u32(a + "vocab_size", static_cast<uint32_t>(c.n_vocab));
     g.set_f32(a + "rope.freq_base", c.rope_theta);
@@ -918,9 +927,10 @@ std::string synth_model(const SynthOptions& o) {
     }
     for (auto& [gn, t] : gguf_layout(w, c, o.split_kv_b)) {
       std::vector<float> data = t.data;
-      if (c.arch == "llama" && (gn.find("attn_q.weight") != std::string::npos))
+      const bool adjacent = c.arch == "llama" || c.arch == "smollm3";  // llama.cpp's converters permute these
+      if (adjacent && (gn.find("attn_q.weight") != std::string::npos))
         data = permute_rows_for_adjacent_rope(t, c.n_heads);
-      if (c.arch == "llama" && (gn.find("attn_k.weight") != std::string::npos))
+      if (adjacent && (gn.find("attn_k.weight") != std::string::npos))
         data = permute_rows_for_adjacent_rope(t, c.n_kv_heads);
       if (const float shift = gguf_value_offset(gn, c); shift != 0)
         for (float& x : data) x += shift;
@@ -990,6 +1000,17 @@ std::string synth_model(const SynthOptions& o) {
     cfg["torch_dtype"] = o.type == DType::BF16 ? "bfloat16" : o.type == DType::F16 ? "float16" : "float32";
     if (c.arch == "gpt-oss") hf_gpt_oss_config(cfg, c, o.type);
     else if (c.arch == "gemma2" || c.arch == "gemma3") hf_gemma_config(cfg, c);
+    else if (c.arch == "smollm3") {
+      cfg["architectures"] = {"SmolLM3ForCausalLM"};
+      cfg["model_type"] = "smollm3";
+      std::vector<int> rope;
+      for (int64_t l = 0; l < c.n_layers; ++l) rope.push_back(c.rotates(l) ? 1 : 0);
+      cfg["no_rope_layers"] = rope;
+      cfg["use_sliding_window"] = false;
+      cfg["attention_bias"] = false;
+      cfg["mlp_bias"] = false;
+      cfg["pad_token_id"] = nullptr;
+    }
     else if (c.arch == "phi3") {
       cfg["architectures"] = {"Phi3ForCausalLM"};
       cfg["model_type"] = "phi3";
