@@ -544,102 +544,78 @@ TEST(Server, ToolChoiceAutoFindsLlama3JsonCalls) {
   EXPECT_EQ(srv.terminate(), 0);
 }
 
-// GLM-4.5's tag format over HTTP: the values come back typed by the request's tools.
+// One tool-calling format over HTTP: a chat template that teaches it (so the server picks its
+// parser), a grammar that makes stories260K write "On my way. " and then `call` (the call
+// spelled in the format), and the reply split into content and one call of `go` whose
+// arguments come back as `want_args`, plain and streamed. Returns the call's id.
+std::string expect_auto_call(const std::string& tag, const std::string& tmpl, const std::string& call,
+                             const json& properties, const std::string& want_args) {
+  const std::string dir = test::temp_dir(tag);
+  test::write_file(dir + "/chat.jinja", tmpl);
+  ServerProcess srv({"--chat-template", dir + "/chat.jinja"}, 512);
+  auto c = srv.client();
+  json gbnf_text = "On my way. " + call;
+  const json body = {{"messages", {{{"role", "user"}, {"content", "Where to?"}}}},
+                     {"tools", json::array({{{"type", "function"},
+                                             {"function", {{"name", "go"}, {"parameters", {{"type", "object"}, {"properties", properties}}}}}}})},
+                     {"grammar", "root ::= " + gbnf_text.dump()},
+                     {"temperature", 0},
+                     {"max_tokens", 160}};
+  int st = 0;
+  const json r = post(c, "/v1/chat/completions", body.dump(), &st);
+  EXPECT_EQ(st, 200) << tag << ": " << r.dump();
+  if (st != 200) return {};
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "tool_calls") << tag << ": " << r.dump();
+  EXPECT_EQ(r["choices"][0]["message"]["content"], "On my way.") << tag << ": " << r.dump();
+  const json calls = r["choices"][0]["message"]["tool_calls"];
+  EXPECT_EQ(calls.size(), 1u) << tag << ": " << r.dump();
+  if (calls.size() != 1) return {};
+  EXPECT_EQ(calls[0]["function"]["name"], "go") << tag;
+  EXPECT_EQ(calls[0]["function"]["arguments"], want_args) << tag;
+  json streamed = body;
+  streamed["stream"] = true;
+  Streamed sr = stream(c, "/v1/chat/completions", streamed);
+  EXPECT_EQ(sr.finish[0], "tool_calls") << tag;
+  EXPECT_EQ(sr.text[0], "On my way. ") << tag;
+  EXPECT_EQ(srv.terminate(), 0);
+  return calls[0]["id"].get<std::string>();
+}
+
+// GLM-4.5's tag format: the values come back typed by the request's tools.
 TEST(Server, ToolChoiceAutoFindsGlm45Calls) {
   FP_REQUIRE_FILE(test::stories_path());
-  const std::string dir = test::temp_dir("glm45_tools");
-  test::write_file(dir + "/chat.jinja",
+  expect_auto_call("glm45_tools",
                    "{%- for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}{% endfor %}"
-                   "{%- if tools %}(call as <tool_call>NAME<arg_key>K</arg_key><arg_value>V</arg_value></tool_call>){% endif %}<|assistant|>");
-  ServerProcess srv({"--chat-template", dir + "/chat.jinja"}, 512);
-  auto c = srv.client();
-  const json body = {{"messages", {{{"role", "user"}, {"content", "Where to?"}}}},
-                     {"tools", json::parse(R"([{"type": "function", "function": {"name": "go", "parameters": {"type": "object",
-                                 "properties": {"to": {"type": "string"}, "km": {"type": "number"}}}}}])")},
-                     {"grammar", R"(root ::= "On my way. <tool_call>go\n<arg_key>to</arg_key><arg_value>7</arg_value><arg_key>km</arg_key><arg_value>7</arg_value></tool_call>")"},
-                     {"temperature", 0}, {"max_tokens", 120}};
-  int st = 0;
-  const json r = post(c, "/v1/chat/completions", body.dump(), &st);
-  ASSERT_EQ(st, 200) << r.dump();
-  EXPECT_EQ(r["choices"][0]["finish_reason"], "tool_calls") << r.dump();
-  EXPECT_EQ(r["choices"][0]["message"]["content"], "On my way.") << r.dump();
-  ASSERT_EQ(r["choices"][0]["message"]["tool_calls"].size(), 1u) << r.dump();
-  EXPECT_EQ(r["choices"][0]["message"]["tool_calls"][0]["function"]["name"], "go");
-  EXPECT_EQ(r["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"], R"({"to":"7","km":7})");
-  json streamed = body;
-  streamed["stream"] = true;
-  Streamed sr = stream(c, "/v1/chat/completions", streamed);
-  EXPECT_EQ(sr.finish[0], "tool_calls");
-  EXPECT_EQ(sr.text[0], "On my way. ");
-  EXPECT_EQ(srv.terminate(), 0);
+                   "{%- if tools %}(call as <tool_call>NAME<arg_key>K</arg_key><arg_value>V</arg_value></tool_call>){% endif %}<|assistant|>",
+                   "<tool_call>go\n<arg_key>to</arg_key><arg_value>7</arg_value><arg_key>km</arg_key><arg_value>7</arg_value></tool_call>",
+                   {{"to", {{"type", "string"}}}, {"km", {{"type", "number"}}}}, R"({"to":"7","km":7})");
 }
 
-// Qwen3-Coder's XML format over HTTP: multi-line values, typed by the request's tools.
+// Qwen3-Coder's XML format: multi-line values, typed by the request's tools.
 TEST(Server, ToolChoiceAutoFindsQwen3CoderCalls) {
   FP_REQUIRE_FILE(test::stories_path());
-  const std::string dir = test::temp_dir("qwen3_coder_tools");
-  test::write_file(dir + "/chat.jinja",
+  expect_auto_call("qwen3_coder_tools",
                    "{%- for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
                    "{%- if tools %}(call as <tool_call>\n<function=NAME>\n<parameter=K>\nV\n</parameter>\n</function>\n</tool_call>)"
-                   "{% endif %}<|im_start|>assistant\n");
-  ServerProcess srv({"--chat-template", dir + "/chat.jinja"}, 512);
-  auto c = srv.client();
-  const json body = {
-      {"messages", {{{"role", "user"}, {"content", "Where to?"}}}},
-      {"tools", json::parse(R"([{"type": "function", "function": {"name": "go", "parameters": {"type": "object",
-                  "properties": {"to": {"type": "string"}, "km": {"type": "number"}}}}}])")},
-      {"grammar", R"(root ::= "On my way. <tool_call>\n<function=go>\n<parameter=to>\nthe big\npark\n</parameter>\n<parameter=km>\n7\n</parameter>\n</function>\n</tool_call>")"},
-      {"temperature", 0}, {"max_tokens", 160}};
-  int st = 0;
-  const json r = post(c, "/v1/chat/completions", body.dump(), &st);
-  ASSERT_EQ(st, 200) << r.dump();
-  EXPECT_EQ(r["choices"][0]["finish_reason"], "tool_calls") << r.dump();
-  EXPECT_EQ(r["choices"][0]["message"]["content"], "On my way.") << r.dump();
-  ASSERT_EQ(r["choices"][0]["message"]["tool_calls"].size(), 1u) << r.dump();
-  EXPECT_EQ(r["choices"][0]["message"]["tool_calls"][0]["function"]["name"], "go");
-  EXPECT_EQ(r["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"], R"({"to":"the big\npark","km":7})");
-  json streamed = body;
-  streamed["stream"] = true;
-  Streamed sr = stream(c, "/v1/chat/completions", streamed);
-  EXPECT_EQ(sr.finish[0], "tool_calls");
-  EXPECT_EQ(sr.text[0], "On my way. ");
-  EXPECT_EQ(srv.terminate(), 0);
+                   "{% endif %}<|im_start|>assistant\n",
+                   "<tool_call>\n<function=go>\n<parameter=to>\nthe big\npark\n</parameter>\n<parameter=km>\n7\n</parameter>\n"
+                   "</function>\n</tool_call>",
+                   {{"to", {{"type", "string"}}}, {"km", {{"type", "number"}}}}, R"({"to":"the big\npark","km":7})");
 }
 
-// Mistral's [TOOL_CALLS] format over HTTP (stories260K spells the marker as text; a Mistral
-// vocabulary's control token decodes to it because such replies keep their control tokens).
+// Mistral's [TOOL_CALLS] format (stories260K spells the marker as text; a Mistral vocabulary's
+// control token decodes to it because such replies keep their control tokens). Its templates
+// take back only call ids of nine letters and digits.
 TEST(Server, ToolChoiceAutoFindsMistralCalls) {
   FP_REQUIRE_FILE(test::stories_path());
-  const std::string dir = test::temp_dir("mistral_tools");
-  test::write_file(dir + "/chat.jinja",
-                   "{%- if tools %}[AVAILABLE_TOOLS]{{ tools | tojson }}[/AVAILABLE_TOOLS]{% endif %}"
-                   "{%- for m in messages %}[INST]{{ m['content'] }}[/INST]{% endfor %}"
-                   "{%- if false %}[TOOL_CALLS]{% endif %}");
-  ServerProcess srv({"--chat-template", dir + "/chat.jinja"}, 512);
-  auto c = srv.client();
-  const json body = {{"messages", {{{"role", "user"}, {"content", "Where to?"}}}},
-                     {"tools", json::parse(R"([{"type": "function", "function": {"name": "go", "parameters": {"type": "object",
-                                 "properties": {"to": {"type": "string"}}}}}])")},
-                     {"grammar", R"(root ::= "On my way. [TOOL_CALLS]go[ARGS]{\"to\": \"the park\"}")"},
-                     {"temperature", 0}, {"max_tokens", 120}};
-  int st = 0;
-  const json r = post(c, "/v1/chat/completions", body.dump(), &st);
-  ASSERT_EQ(st, 200) << r.dump();
-  EXPECT_EQ(r["choices"][0]["finish_reason"], "tool_calls") << r.dump();
-  EXPECT_EQ(r["choices"][0]["message"]["content"], "On my way.") << r.dump();
-  ASSERT_EQ(r["choices"][0]["message"]["tool_calls"].size(), 1u) << r.dump();
-  EXPECT_EQ(r["choices"][0]["message"]["tool_calls"][0]["function"]["name"], "go");
-  EXPECT_EQ(r["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"], R"({"to":"the park"})");
-  // Mistral's templates take back only ids of nine letters and digits.
-  const std::string id = r["choices"][0]["message"]["tool_calls"][0]["id"];
+  const std::string id = expect_auto_call("mistral_tools",
+                                          "{%- if tools %}[AVAILABLE_TOOLS]{{ tools | tojson }}[/AVAILABLE_TOOLS]{% endif %}"
+                                          "{%- for m in messages %}[INST]{{ m['content'] }}[/INST]{% endfor %}"
+                                          "{%- if false %}[TOOL_CALLS]{% endif %}",
+                                          "[TOOL_CALLS]go[ARGS]{\"to\": \"the park\"}", {{"to", {{"type", "string"}}}},
+                                          R"({"to":"the park"})");
   EXPECT_TRUE(id.size() == 9 && std::all_of(id.begin(), id.end(), [](char ch) { return std::isalnum(static_cast<unsigned char>(ch)); }))
       << id;
-  json streamed = body;
-  streamed["stream"] = true;
-  Streamed sr = stream(c, "/v1/chat/completions", streamed);
-  EXPECT_EQ(sr.finish[0], "tool_calls");
-  EXPECT_EQ(sr.text[0], "On my way. ");
-  EXPECT_EQ(srv.terminate(), 0);
 }
 
 // A thinking template whose prompt opens the <think> block (as DeepSeek-R1's does): the whole

@@ -614,6 +614,16 @@ const nlohmann::json* load_hf_gemma(ModelConfig& c, const nlohmann::json& j, con
   return rs != j.end() && rs->is_object() ? &*rs : nullptr;
 }
 
+// rot_dim from partial_rotary_factor (the rotated first part of each head), which sits at the
+// top level or, in transformers v5's spelling, in the RoPE object `rs`.
+void read_partial_rotary(ModelConfig& c, const nlohmann::json& j, const nlohmann::json* rs, const std::string& cfg_path,
+                         double def) {
+  double factor = json_num(j, "partial_rotary_factor", cfg_path, def);
+  if (rs) factor = json_num(*rs, "partial_rotary_factor", cfg_path, factor);
+  FP_CHECK(factor > 0 && factor <= 1, cfg_path, ": partial_rotary_factor ", factor, " must be in (0, 1]");
+  c.rot_dim = static_cast<int64_t>(static_cast<double>(c.head_dim) * factor);
+}
+
 void load_hf(ModelFile& m, const std::string& dir) {
   std::string cfg_path = dir + "/config.json";
   std::ifstream in(cfg_path);
@@ -697,10 +707,7 @@ void load_hf(ModelFile& m, const std::string& dir) {
   if (c.arch == "phi3") {
     // Phi-3 / Phi-4: the first partial_rotary_factor of each head rotates (NeoX halves of that
     // part); every layer windowed when sliding_window is set (Phi-3-mini's 2047).
-    double factor = json_num(j, "partial_rotary_factor", cfg_path, 1.0);
-    if (rs) factor = json_num(*rs, "partial_rotary_factor", cfg_path, factor);
-    FP_CHECK(factor > 0 && factor <= 1, cfg_path, ": partial_rotary_factor ", factor, " must be in (0, 1]");
-    c.rot_dim = static_cast<int64_t>(static_cast<double>(c.head_dim) * factor);
+    read_partial_rotary(c, j, rs, cfg_path, 1.0);
     if (rs) {
       const std::string type = string_field(*rs, "rope_type", cfg_path, string_field(*rs, "type", cfg_path, "default"));
       FP_CHECK(type != "longrope" && type != "su" && type != "yarn", cfg_path, ": rope_scaling type '", type,
@@ -710,12 +717,8 @@ void load_hf(ModelFile& m, const std::string& dir) {
     c.swa_layers.assign(static_cast<size_t>(c.sliding_window > 0 ? c.n_layers : 0), true);
   }
   if (c.arch == "glm4moe") {
-    // GLM rotates the first partial_rotary_factor of each head (NeoX halves of that part); the
-    // factor sits at the top level or, in transformers v5's spelling, in rope_parameters.
-    double factor = json_num(j, "partial_rotary_factor", cfg_path, 0.5);
-    if (rs) factor = json_num(*rs, "partial_rotary_factor", cfg_path, factor);
-    FP_CHECK(factor > 0 && factor <= 1, cfg_path, ": partial_rotary_factor ", factor, " must be in (0, 1]");
-    c.rot_dim = static_cast<int64_t>(static_cast<double>(c.head_dim) * factor);
+    // GLM rotates the first partial_rotary_factor of each head (NeoX halves of that part).
+    read_partial_rotary(c, j, rs, cfg_path, 0.5);
   }
   if (rs) {
     if (rs->contains("rope_theta")) c.rope_theta = static_cast<float>(json_num(*rs, "rope_theta", cfg_path, c.rope_theta));

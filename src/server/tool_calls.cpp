@@ -32,9 +32,10 @@ bool tool_name_ok(const std::string& name) {
   });
 }
 
-// Where the JSON object or array opening at t[at] ends (one past its closing bracket, by
-// bracket depth outside strings), or npos when it does not close.
-size_t json_value_end(const std::string& t, size_t at) {
+// Walks JSON text from t[at] keeping the bracket depth outside strings: the first index whose
+// character, outside strings, makes stop(c, depth) true (depth after that character), or npos.
+template <class Stop>
+size_t scan_json(const std::string& t, size_t at, Stop stop) {
   int depth = 0;
   bool in_str = false, esc = false;
   for (size_t i = at; i < t.size(); ++i) {
@@ -43,15 +44,21 @@ size_t json_value_end(const std::string& t, size_t at) {
       if (esc) esc = false;
       else if (c == '\\') esc = true;
       else if (c == '"') in_str = false;
-    } else if (c == '"') {
-      in_str = true;
-    } else if (c == '{' || c == '[') {
-      ++depth;
-    } else if ((c == '}' || c == ']') && --depth == 0) {
-      return i + 1;
+      continue;
     }
+    if (c == '"') in_str = true;
+    else if (c == '{' || c == '[') ++depth;
+    else if (c == '}' || c == ']') --depth;
+    if (stop(c, depth)) return i;
   }
   return std::string::npos;
+}
+
+// Where the JSON object or array opening at t[at] ends (one past its closing bracket), or npos
+// when it does not close.
+size_t json_value_end(const std::string& t, size_t at) {
+  const size_t close = scan_json(t, at, [](char c, int depth) { return (c == '}' || c == ']') && depth == 0; });
+  return close == std::string::npos ? close : close + 1;
 }
 
 std::string trim(const std::string& s) {
@@ -119,27 +126,10 @@ SplitReply split_llama3_json(const std::string& text) {
   }
   size_t at = 0;
   while (at < t.size()) {
-    // The next object ends where a ';' (outside strings) or the text ends: let the parser find it.
-    size_t end = t.size();
-    int depth = 0;
-    bool in_str = false, esc = false;
-    for (size_t i = at; i < t.size(); ++i) {
-      const char c = t[i];
-      if (in_str) {
-        if (esc) esc = false;
-        else if (c == '\\') esc = true;
-        else if (c == '"') in_str = false;
-      } else if (c == '"') {
-        in_str = true;
-      } else if (c == '{') {
-        ++depth;
-      } else if (c == '}') {
-        --depth;
-      } else if (c == ';' && depth == 0) {
-        end = i;
-        break;
-      }
-    }
+    // The next object ends where a ';' (outside strings and brackets) or the text ends: let the
+    // parser find it.
+    size_t end = scan_json(t, at, [](char c, int depth) { return c == ';' && depth == 0; });
+    if (end == std::string::npos) end = t.size();
     ToolCallText call;
     if (!as_call(nlohmann::json::parse(t.substr(at, end - at), nullptr, false), {"parameters", "arguments"}, call)) {
       out.calls.clear();  // not calls after all: the reply is text
