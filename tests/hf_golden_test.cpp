@@ -119,44 +119,87 @@ TEST(HfGolden, MultiTokenPredictionLayerMatchesReference) {
 // under text_config (most fields left to Gemma3TextConfig's defaults), its tensors under
 // "language_model.model." (or "model.language_model." as newer transformers save them), and a
 // vision tower beside them. The text model loads from that layout and gives transformers' logits.
+// The case `name` of hf_cases.json, and its reference logits.
+nlohmann::json golden_case(const std::string& name) {
+  std::ifstream in(kGolden + "hf_cases.json");
+  auto cases = nlohmann::json::parse(in);
+  for (auto& c : cases["cases"])
+    if (c["name"] == name) return c;
+  ADD_FAILURE() << "no case " << name;
+  return {};
+}
+
+// A text model's safetensors (model.* names) rewritten as a multimodal checkpoint stores it:
+// under `prefix` ("language_model.model." or "model.language_model."), with vision tensors
+// beside it, and `config` as its config.json.
+void write_multimodal_layout(const std::string& plain, const std::string& out, const std::string& prefix,
+                             const nlohmann::json& config) {
+  auto src = SafetensorsSet::open_dir(plain);
+  std::filesystem::create_directories(out);
+  SafetensorsWriter st;
+  for (auto& [name, t] : src->all()) {
+    ASSERT_TRUE(name.rfind("model.", 0) == 0 || name == "lm_head.weight") << name;
+    std::vector<uint8_t> bytes(static_cast<const uint8_t*>(t->data), static_cast<const uint8_t*>(t->data) + t->nbytes);
+    const std::string moved = name == "lm_head.weight" ? (prefix == "language_model.model." ? "language_model.lm_head.weight" : name)
+                                                       : prefix + name.substr(6);
+    st.add(moved, t->type, t->shape, std::move(bytes));
+  }
+  st.add("vision_tower.vision_model.embeddings.patch_embedding.weight", DType::F32, {4, 3}, std::vector<uint8_t>(48, 0));
+  st.add("multi_modal_projector.mm_input_projection_weight", DType::F32, {3, 4}, std::vector<uint8_t>(48, 0));
+  st.write(out + "/model.safetensors");
+  std::ofstream(out + "/config.json") << config.dump(2);
+}
+
 TEST(HfGolden, Gemma3MultimodalCheckpointLoadsItsTextModel) {
   std::ifstream in(kGolden + "hf_cases.json");
   ASSERT_TRUE(in) << kGolden;
   auto cases = nlohmann::json::parse(in);
   std::vector<int32_t> ids = cases["tokens"].get<std::vector<int32_t>>();
-  nlohmann::json gemma;
-  for (auto& c : cases["cases"])
-    if (c["name"] == "hf_gemma3") gemma = c;
+  const nlohmann::json gemma = golden_case("hf_gemma3");
   ASSERT_FALSE(gemma.is_null());
   const auto ref = test::read_f32_file(kGolden + "hf_gemma3.logits.f32");
   const double mx = max_abs(ref);
   const std::string dir = test::temp_dir("hf_golden_gemma3_mm");
   const std::string plain = write_case(gemma, dir + "/plain");
-  auto src = SafetensorsSet::open_dir(plain);
   for (const std::string prefix : {"language_model.model.", "model.language_model."}) {
     const std::string out = dir + "/" + prefix.substr(0, prefix.size() - 1);
-    std::filesystem::create_directories(out);
-    SafetensorsWriter st;
-    for (auto& [name, t] : src->all()) {
-      ASSERT_EQ(name.rfind("model.", 0), 0u) << name;
-      std::vector<uint8_t> bytes(static_cast<const uint8_t*>(t->data), static_cast<const uint8_t*>(t->data) + t->nbytes);
-      st.add(prefix + name.substr(6), t->type, t->shape, std::move(bytes));
-    }
-    st.add("vision_tower.vision_model.embeddings.patch_embedding.weight", DType::F32, {4, 3}, std::vector<uint8_t>(48, 0));
-    st.add("multi_modal_projector.mm_input_projection_weight", DType::F32, {3, 4}, std::vector<uint8_t>(48, 0));
-    st.write(out + "/model.safetensors");
     // What differs from Gemma3TextConfig's defaults, as the Hub's configs write it (rms_norm_eps,
     // hidden_activation, rope_local_base_freq and the layer pattern left to the defaults).
     nlohmann::json text = gemma["config"];
     for (const char* k : {"rms_norm_eps", "rope_local_base_freq"}) text.erase(k);
     text["model_type"] = "gemma3_text";
-    nlohmann::json cfg = {{"architectures", {"Gemma3ForConditionalGeneration"}}, {"model_type", "gemma3"},
-                          {"text_config", text}, {"vision_config", {{"model_type", "siglip_vision_model"}}},
-                          {"mm_tokens_per_image", 256}};
-    std::ofstream(out + "/config.json") << cfg.dump(2);
+    write_multimodal_layout(plain, out, prefix,
+                            {{"architectures", {"Gemma3ForConditionalGeneration"}}, {"model_type", "gemma3"},
+                             {"text_config", text}, {"vision_config", {{"model_type", "siglip_vision_model"}}},
+                             {"mm_tokens_per_image", 256}});
     auto got = test::all_position_logits(out, ids);
     ASSERT_EQ(got.size(), ref.size());
     EXPECT_LT(max_abs_diff(got, ref) / mx, 1e-4) << prefix;
+  }
+}
+
+// Mistral Small 3.1 / 3.2 (Mistral3ForConditionalGeneration): a Mistral under text_config (its
+// window kept), its tensors under either prefix and an untied lm_head, the vision tower ignored.
+TEST(HfGolden, Mistral3MultimodalCheckpointLoadsItsTextModel) {
+  std::ifstream in(kGolden + "hf_cases.json");
+  auto cases = nlohmann::json::parse(in);
+  std::vector<int32_t> ids = cases["tokens"].get<std::vector<int32_t>>();
+  const nlohmann::json mistral = golden_case("hf_mistral_window");
+  ASSERT_FALSE(mistral.is_null());
+  const auto ref = test::read_f32_file(kGolden + "hf_mistral_window.logits.f32");
+  const std::string dir = test::temp_dir("hf_golden_mistral3_mm");
+  const std::string plain = write_case(mistral, dir + "/plain");
+  nlohmann::json text = nlohmann::json::parse(std::ifstream(plain + "/config.json"));
+  text.erase("architectures");
+  for (const std::string prefix : {"language_model.model.", "model.language_model."}) {
+    const std::string out = dir + "/" + prefix.substr(0, prefix.size() - 1);
+    write_multimodal_layout(plain, out, prefix,
+                            {{"architectures", {"Mistral3ForConditionalGeneration"}}, {"model_type", "mistral3"},
+                             {"text_config", text}, {"vision_config", {{"model_type", "pixtral"}}}, {"image_token_index", 10}});
+    auto got = test::all_position_logits(out, ids);
+    ASSERT_EQ(got.size(), ref.size());
+    EXPECT_LT(max_abs_diff(got, ref) / max_abs(ref), 1e-4) << prefix;
+    EXPECT_EQ(load_model_file(out)->config.sliding_window, 6) << prefix;
   }
 }
 

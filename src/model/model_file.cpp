@@ -638,7 +638,8 @@ void load_hf(ModelFile& m, const std::string& dir) {
   std::string arch_cls;
   if (auto it = j.find("architectures"); it != j.end() && it->is_array() && !it->empty() && (*it)[0].is_string())
     arch_cls = (*it)[0].get<std::string>();
-  if (arch_cls == "LlamaForCausalLM" || arch_cls == "MistralForCausalLM") c.arch = "llama";
+  if (arch_cls == "LlamaForCausalLM" || arch_cls == "MistralForCausalLM" || arch_cls == "Mistral3ForConditionalGeneration")
+    c.arch = "llama";
   else if (arch_cls == "Qwen2ForCausalLM") c.arch = "qwen2";
   else if (arch_cls == "Qwen3ForCausalLM") c.arch = "qwen3";
   else if (arch_cls == "Qwen3MoeForCausalLM") c.arch = "qwen3moe";
@@ -652,9 +653,19 @@ void load_hf(ModelFile& m, const std::string& dir) {
   else fail(cfg_path, ": architectures[0] '", arch_cls, "' is not supported yet (LlamaForCausalLM, Qwen2ForCausalLM, ",
             "Qwen3ForCausalLM, Qwen3MoeForCausalLM, DeepseekV3ForCausalLM, DeepseekV2ForCausalLM, Glm4MoeForCausalLM, ",
             "GptOssForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration, Phi3ForCausalLM, ",
-            "SmolLM3ForCausalLM)");
+            "SmolLM3ForCausalLM, Mistral3ForConditionalGeneration)");
   const bool gemma = c.arch == "gemma2" || c.arch == "gemma3";
   if (gemma) j = gemma_text_config(j, arch_cls, cfg_path);
+  // Mistral Small 3.1 / 3.2 (Mistral3ForConditionalGeneration): its text model, a Mistral under
+  // text_config, with the vision tower and projector beside it (ignored).
+  const bool multimodal = arch_cls == "Mistral3ForConditionalGeneration" || arch_cls == "Gemma3ForConditionalGeneration";
+  if (arch_cls == "Mistral3ForConditionalGeneration") {
+    auto tc = j.find("text_config");
+    FP_CHECK(tc != j.end() && tc->is_object(), cfg_path, ": ", arch_cls, " without a text_config object");
+    nlohmann::json t = *tc;
+    if (auto tie = j.find("tie_word_embeddings"); tie != j.end() && !t.contains("tie_word_embeddings")) t["tie_word_embeddings"] = *tie;
+    j = std::move(t);
+  }
   c.dim = json_int(j, "hidden_size", cfg_path);
   c.n_layers = json_int(j, "num_hidden_layers", cfg_path);
   if (c.arch == "deepseek2" || c.arch == "glm4moe") c.mtp_layers = json_int(j, "num_nextn_predict_layers", cfg_path, 0);
@@ -679,6 +690,12 @@ void load_hf(ModelFile& m, const std::string& dir) {
   for (const char* key : {"rope_scaling", "rope_parameters"})
     if (auto it = j.find(key); !rs && it != j.end() && it->is_object()) rs = &*it;
   if (gemma) rs = load_hf_gemma(c, j, cfg_path);
+  if (arch_cls == "MistralForCausalLM" || arch_cls == "Mistral3ForConditionalGeneration") {
+    // Mistral 7B v0.1 attends through a window of 4096 on every layer; later Mistrals write null
+    // (off). A config without the key gets no window here (transformers would default to 4096).
+    c.sliding_window = json_int(j, "sliding_window", cfg_path, 0);
+    c.swa_layers.assign(static_cast<size_t>(c.sliding_window > 0 ? c.n_layers : 0), true);
+  }
   if (c.arch == "smollm3") {
     // SmolLM3: no_rope_layers[l] is 1 where layer l rotates (default: all but every
     // no_rope_layer_interval-th); a window (use_sliding_window) on the layer_types' sliding
@@ -764,7 +781,7 @@ void load_hf(ModelFile& m, const std::string& dir) {
   };
   std::vector<std::pair<std::string, const SafetensorsTensor*>> scales;
   for (auto& [name, t] : set->all()) {
-    std::string cn = gemma ? canonical_from_hf_gemma(name) : canonical_from_hf(name);
+    std::string cn = gemma ? canonical_from_hf_gemma(name) : canonical_from_hf(multimodal ? text_model_name(name) : name);
     if (cn.empty()) {
       m.notes.push_back("ignored tensor '" + name + "'");
       continue;

@@ -54,9 +54,10 @@ std::string canonical_arch(const std::string& arch) {
   if (arch == "glm4_moe" || arch == "glm4moe") return "glm4moe";
   if (arch == "gpt_oss" || arch == "gpt-oss") return "gpt-oss";
   if (arch == "gemma3" || arch == "gemma3_text") return "gemma3";
+  if (arch == "mistral") return "llama";  // a Llama with a window on every layer (MistralForCausalLM)
   FP_CHECK(arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "gemma2" || arch == "phi3" || arch == "smollm3",
            "synth: --arch '", arch,
-           "' is not one of llama, qwen2, qwen3, phi3, smollm3, qwen3_moe, deepseek_v2, deepseek_v3, glm4_moe, gpt_oss, gemma2, gemma3");
+           "' is not one of llama, mistral, qwen2, qwen3, phi3, smollm3, qwen3_moe, deepseek_v2, deepseek_v3, glm4_moe, gpt_oss, gemma2, gemma3");
   return arch;
 }
 
@@ -172,6 +173,10 @@ ModelConfig config_from_json(const std::string& arch_in, const nlohmann::json& j
   c.qkv_bias = arch == "qwen2" || (arch == "glm4moe" && j.value("attention_bias", true));
   c.qk_norm = arch == "qwen3" || arch == "qwen3moe" || (arch == "glm4moe" && j.value("use_qk_norm", false));
   if (arch == "glm4moe") c.rot_dim = static_cast<int64_t>(static_cast<double>(c.head_dim) * j.value("partial_rotary_factor", 0.5));
+  if (arch_in == "mistral") {  // MistralConfig's window, on every layer
+    c.sliding_window = j.contains("sliding_window") && !j["sliding_window"].is_null() ? j["sliding_window"].get<int64_t>() : 0;
+    c.swa_layers.assign(static_cast<size_t>(c.sliding_window > 0 ? c.n_layers : 0), true);
+  }
   if (arch == "smollm3") {  // SmolLM3Config's keys: no_rope_layers (1: rotates), else every fourth layer NoPE
     if (j.contains("no_rope_layers"))
       for (auto& v : j["no_rope_layers"]) c.nope_layers.push_back(v.get<int>() == 0);
@@ -986,6 +991,11 @@ std::string synth_model(const SynthOptions& o) {
     nlohmann::json cfg = o.config;
     cfg["architectures"] = {c.arch == "llama" ? "LlamaForCausalLM" : c.arch == "qwen2" ? "Qwen2ForCausalLM" : "Qwen3ForCausalLM"};
     cfg["model_type"] = c.arch;
+    if (o.arch == "mistral") {
+      cfg["architectures"] = {"MistralForCausalLM"};
+      cfg["model_type"] = "mistral";
+      cfg["sliding_window"] = c.sliding_window > 0 ? nlohmann::json(c.sliding_window) : nlohmann::json(nullptr);
+    }
     cfg["hidden_size"] = c.dim;
     cfg["intermediate_size"] = c.hidden_dim;
     cfg["num_hidden_layers"] = c.n_layers;

@@ -69,11 +69,15 @@ std::string canonical_base(const std::string& hf) {
 
 }  // namespace
 
-std::string canonical_from_hf_gemma(const std::string& hf) {
-  std::string name = hf;
+std::string text_model_name(const std::string& hf) {
   for (const char* p : {"language_model.model.", "model.language_model."})
-    if (name.rfind(p, 0) == 0) name = "model." + name.substr(std::string(p).size());
-  if (name.rfind("language_model.lm_head.", 0) == 0) name = name.substr(std::string("language_model.").size());
+    if (hf.rfind(p, 0) == 0) return "model." + hf.substr(std::string(p).size());
+  if (hf.rfind("language_model.lm_head.", 0) == 0) return hf.substr(std::string("language_model.").size());
+  return hf;
+}
+
+std::string canonical_from_hf_gemma(const std::string& hf) {
+  const std::string name = text_model_name(hf);
   static const std::pair<const char*, const char*> norms[] = {{"post_attention_layernorm.weight", "post_attention_norm.weight"},
                                                               {"pre_feedforward_layernorm.weight", "ffn_norm.weight"},
                                                               {"post_feedforward_layernorm.weight", "post_ffw_norm.weight"}};
