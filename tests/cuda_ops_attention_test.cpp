@@ -4,7 +4,8 @@
 // F32/F16/BF16 (the reference reads the same rounded pool), decode from kv_len 1 to 16K,
 // prefill from position 0 and after a cached prefix, scrambled positions, positions beyond
 // kv_len, empty caches, and varlen batches that mix decode, chunked prefill and empty sequences.
-// Tolerance 2e-5 (normalised L2): f32 arithmetic, another summation order and exp; 3e-3 for the
+// The options (a sliding window, sinks, soft-capped scores) against the reference too: the
+// kernels that do not take them must refuse them. Tolerance 2e-5 (normalised L2): f32 arithmetic, another summation order and exp; 3e-3 for the
 // tensor-core kernels "wmma" and "mma" (Q, K, P and V rounded to F16 once each) and
 // "mma_pipelined" on F16 caches, 1e-2 for it on BF16 caches (Q and P rounded to BF16).
 #include <gtest/gtest.h>
@@ -30,6 +31,9 @@ struct GpuAttnCase {
   int64_t page_size = 16;
   std::vector<std::array<int64_t, 3>> more = {};  // further sequences: (n, kv_len, pos0) each
   DType kv = DType::F32;
+  int64_t window = 0;   // sliding window (gpt-oss, Gemma; 0: none)
+  bool sinks = false;   // a sink logit per head (gpt-oss)
+  float softcap = 0;    // soft-capped scores (Gemma 2; 0: none)
 };
 
 std::string label(const GpuAttnCase& c) {
@@ -38,7 +42,8 @@ std::string label(const GpuAttnCase& c) {
   return "n=" + std::to_string(c.n) + " heads=" + std::to_string(c.heads) + "/" + std::to_string(c.kv_heads) +
          " hd=" + std::to_string(c.hd) + " vd=" + std::to_string(c.vd) + " kv_len=" + std::to_string(c.kv_len) +
          " pos0=" + std::to_string(c.pos0) + (c.shuffled ? " shuffled" : "") + " page=" + std::to_string(c.page_size) + more +
-         " kv=" + dtype_name(c.kv);
+         " kv=" + dtype_name(c.kv) + (c.window ? " window=" + std::to_string(c.window) : "") + (c.sinks ? " sinks" : "") +
+         (c.softcap > 0 ? " softcap=" + std::to_string(c.softcap) : "");
 }
 
 // Host inputs: a paged pool whose pages are handed to the sequences in a scrambled order, with
@@ -93,8 +98,11 @@ AttnHost make_host(const GpuAttnCase& c) {
 
 AttentionArgs args(const GpuAttnCase& c, const AttnHost& h, const float* q, const int32_t* pos, const int32_t* seq_indptr,
                    const void* k, const void* v, const int32_t* page_indptr, const int32_t* page_ids, const int32_t* kv_len,
-                   float* out) {
+                   float* out, const float* sinks = nullptr) {
   AttentionArgs a{};
+  a.window = c.window;
+  a.softcap = c.softcap;
+  a.sinks = c.sinks ? sinks : nullptr;
   a.q = q;
   a.pos = pos;
   a.n = h.n;
@@ -135,16 +143,18 @@ void check_attention(const GpuAttnCase& c, Coverage& cov) {
   std::vector<float> want(static_cast<size_t>(h.n * c.heads * c.vd), NAN);
   const auto* ref = test::find_kernel<AttentionArgs>(Backend::CPU, "ref");
   ASSERT_TRUE(ref);
+  std::vector<float> sinks(static_cast<size_t>(c.heads));
+  for (int64_t i = 0; i < c.heads; ++i) sinks[static_cast<size_t>(i)] = 2.0f * std::sin(static_cast<float>(i) * 1.3f);
   ref->run(args(c, h, h.q.data(), h.pos.data(), h.seq_indptr.data(), hk, hv, h.page_indptr.data(), h.page_ids.data(),
-                h.kv_len.data(), want.data()));
+                h.kv_len.data(), want.data(), sinks.data()));
 
   DeviceBuffer dq = upload(h.q), dpos = upload(h.pos), dsi = upload(h.seq_indptr), dpi = upload(h.page_indptr),
                dpid = upload(h.page_ids), dkl = upload(h.kv_len);
   DeviceBuffer dk = half ? upload(h.k16) : upload(h.k), dv = half ? upload(h.v16) : upload(h.v);
   const std::vector<float> poison(want.size(), NAN);
-  DeviceBuffer dout = upload(poison);
+  DeviceBuffer dout = upload(poison), dsinks = upload(sinks);
   const AttentionArgs a = args(c, h, dq.as<float>(), dpos.as<int32_t>(), dsi.as<int32_t>(), dk.data(), dv.data(),
-                               dpi.as<int32_t>(), dpid.as<int32_t>(), dkl.as<int32_t>(), dout.as<float>());
+                               dpi.as<int32_t>(), dpid.as<int32_t>(), dkl.as<int32_t>(), dout.as<float>(), dsinks.as<float>());
   for (const auto* k : test::kernels_under_test<AttentionArgs>()) {
     if (!test::refusal(*k, a).empty()) continue;
     upload_into(dout, poison);
@@ -243,6 +253,32 @@ TEST(CudaOpsAttention, EveryPageSizeAndVarlenBatches) {
   cs.push_back(packed);
   run_all_kv_dtypes(cs, cov);
   cov.expect_ran({"split_kv", "tiled", "cuda"});
+}
+
+// The options of gpt-oss and Gemma: windows shorter and longer than the context, sinks, scores
+// capped hard and gently, alone and together, in decode (short and long), prefill from 0 and
+// after a cached prefix, and a varlen batch. The plain kernel takes them; the others refuse.
+TEST(CudaOpsAttention, WindowsSinksAndSoftcapAgainstTheReference) {
+  FP_SKIP_WITHOUT_GPU();
+  Coverage cov;
+  std::vector<GpuAttnCase> cs;
+  struct Options {
+    int64_t window;
+    bool sinks;
+    float softcap;
+  };
+  for (const Options o : {Options{1, false, 0}, Options{7, false, 0}, Options{128, true, 0}, Options{0, true, 0},
+                          Options{0, false, 0.5f}, Options{0, false, 50.0f}, Options{5, true, 2.0f}})
+    for (GpuAttnCase c : {GpuAttnCase{1, 8, 2, 64, 64, 700, 699}, GpuAttnCase{1, 4, 2, 256, 256, 5, 4},
+                          GpuAttnCase{37, 8, 1, 128, 128, 37, 0}, GpuAttnCase{20, 4, 4, 64, 64, 150, 130},
+                          GpuAttnCase{3, 8, 2, 64, 64, 90, 87, false, 4, {{1, 300, 299}, {12, 12, 0}}}}) {
+      c.window = o.window;
+      c.sinks = o.sinks;
+      c.softcap = o.softcap;
+      cs.push_back(c);
+    }
+  run_all_kv_dtypes(cs, cov);
+  cov.expect_ran({"cuda"});
 }
 
 TEST(CudaOpsAttention, NoTokensWritesNothing) {

@@ -227,7 +227,8 @@ TEST(CudaOps, EmbeddingEveryTableDtype) {
   Coverage cov;
   for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_K, DType::Q6_K, DType::F8_E4M3})
     for (int64_t dim : {32, 64, 96, 256, 4096})
-      for (int64_t n : {1, 7, 33}) {
+      for (int64_t n : {1, 7, 33})
+      for (float scale : {1.0f, 48.0f}) {  // 48: Gemma's sqrt(2304)
         if (dim % dtype_info(t).block_elems != 0) continue;
         const int64_t vocab = 50, rb = row_bytes(t, dim);
         const auto tf = random_floats(static_cast<size_t>(vocab * dim), static_cast<uint32_t>(dim + n));
@@ -238,13 +239,14 @@ TEST(CudaOps, EmbeddingEveryTableDtype) {
         ids[0] = static_cast<int32_t>(vocab - 1);
         Tensor ht = Tensor::view(table.data(), t, {vocab, dim});
         std::vector<float> want(static_cast<size_t>(n * dim), NAN);
-        test::find_kernel<EmbeddingArgs>(Backend::CPU, "ref")->run(EmbeddingArgs{&ht, ids.data(), n, want.data()});
+        test::find_kernel<EmbeddingArgs>(Backend::CPU, "ref")->run(EmbeddingArgs{&ht, ids.data(), n, want.data(), scale});
         DeviceBuffer dt = upload(table), di = upload(ids), dout = upload(want);
         Tensor tt = Tensor::view(dt.data(), t, {vocab, dim});
         tt.device = test::test_device();
-        const EmbeddingArgs a{&tt, di.as<int32_t>(), n, dout.as<float>()};
+        const EmbeddingArgs a{&tt, di.as<int32_t>(), n, dout.as<float>(), scale};
         const std::vector<float> poison(want.size(), NAN);
-        check_each<EmbeddingArgs>(std::string(dtype_name(t)) + " dim=" + std::to_string(dim) + " n=" + std::to_string(n), a,
+        check_each<EmbeddingArgs>(std::string(dtype_name(t)) + " dim=" + std::to_string(dim) + " n=" + std::to_string(n) +
+                                      " scale=" + std::to_string(scale), a,
                                   [&] { upload_into(dout, poison); }, [&] { return download<float>(dout, want.size()); }, want,
                                   1e-6, cov);
       }
@@ -349,8 +351,9 @@ TEST(CudaOps, RopeBothStylesPartialRotationAndStrides) {
   cov.expect_ran({"cuda"});
 }
 
-TEST(CudaOps, SiluMulWithRowStrides) {
-  FP_SKIP_WITHOUT_GPU();
+// silu_mul and gelu_mul (the same fields) over row counts, widths and interleaved rows.
+template <class Args>
+void check_glu_with_row_strides() {
   Coverage cov;
   for (int64_t n : {1, 7, 64})
     for (int64_t d : {1, 13, 4096, 14336})
@@ -360,15 +363,42 @@ TEST(CudaOps, SiluMulWithRowStrides) {
         const float* hg = gu.data();
         const float* hu = fused ? gu.data() + d : gu.data() + n * d;
         std::vector<float> want(static_cast<size_t>(n * d), NAN);
-        test::find_kernel<SiluMulArgs>(Backend::CPU, "ref")->run(SiluMulArgs{hg, hu, n, d, stride, stride, want.data()});
+        test::find_kernel<Args>(Backend::CPU, "ref")->run(Args{hg, hu, n, d, stride, stride, want.data()});
         DeviceBuffer dgu = upload(gu), dout = upload(want);
         const float* g = dgu.as<float>();
-        const SiluMulArgs a{g, fused ? g + d : g + n * d, n, d, stride, stride, dout.as<float>()};
+        const Args a{g, fused ? g + d : g + n * d, n, d, stride, stride, dout.as<float>()};
         const std::vector<float> poison(want.size(), NAN);
-        check_each<SiluMulArgs>("n=" + std::to_string(n) + " d=" + std::to_string(d) + (fused ? " fused" : ""), a,
-                                [&] { upload_into(dout, poison); }, [&] { return download<float>(dout, want.size()); }, want,
-                                5e-6, cov);
+        check_each<Args>("n=" + std::to_string(n) + " d=" + std::to_string(d) + (fused ? " fused" : ""), a,
+                         [&] { upload_into(dout, poison); }, [&] { return download<float>(dout, want.size()); }, want, 5e-6,
+                         cov);
       }
+  cov.expect_ran({"cuda"});
+}
+
+TEST(CudaOps, SiluMulWithRowStrides) {
+  FP_SKIP_WITHOUT_GPU();
+  check_glu_with_row_strides<SiluMulArgs>();
+}
+
+TEST(CudaOps, GeluMulWithRowStrides) {
+  FP_SKIP_WITHOUT_GPU();
+  check_glu_with_row_strides<GeluMulArgs>();
+}
+
+// Gemma 2's final-logit soft-capping over a vocabulary's width and values far past the cap.
+TEST(CudaOps, SoftcapAgainstTheReference) {
+  FP_SKIP_WITHOUT_GPU();
+  Coverage cov;
+  for (int64_t n : {1, 255, 256000})
+    for (float cap : {1.0f, 30.0f}) {
+      const auto x = random_floats(static_cast<size_t>(n), static_cast<uint32_t>(n + 7), 40.0f);
+      std::vector<float> want = x;
+      test::find_kernel<SoftcapArgs>(Backend::CPU, "ref")->run(SoftcapArgs{want.data(), n, cap});
+      DeviceBuffer dx = upload(x);
+      const SoftcapArgs a{dx.as<float>(), n, cap};
+      check_each<SoftcapArgs>("n=" + std::to_string(n) + " cap=" + std::to_string(cap), a, [&] { upload_into(dx, x); },
+                              [&] { return download<float>(dx, x.size()); }, want, 1e-6, cov);
+    }
   cov.expect_ran({"cuda"});
 }
 

@@ -1,6 +1,6 @@
 // kernels/cuda/elementwise.cu — the CUDA kernels of the row-wise and element-wise ops:
-// embedding, RMSNorm, RoPE, SiLU-and-multiply, add, softmax, argmax, the token feed and the
-// KV-cache write and row moves.
+// embedding (Gemma's scaled rows too), RMSNorm, RoPE, SiLU- and GELU-and-multiply, logit
+// soft-capping, add, softmax, argmax, the token feed and the KV-cache write and row moves.
 // Each mirrors its reference in kernels/cpu/reference.cpp; rows go one per block, elements
 // one per thread. The ops of a decode layer's chain (RMSNorm, RoPE, SiLU, add, the KV write) are
 // launched chained (pdl.cuh): each waits for the kernel before at its start.
@@ -16,10 +16,13 @@ namespace {
 constexpr int kThreads = 256;
 
 __global__ void embedding_kernel(const uint8_t* table, DType dtype, int64_t row_bytes, int64_t dim, const int32_t* ids,
-                                 float* out) {
+                                 float scale, float* out) {
   const int64_t i = blockIdx.x;
   const uint8_t* row = table + static_cast<int64_t>(ids[i]) * row_bytes;
-  for (int64_t c = threadIdx.x; c < dim; c += blockDim.x) out[i * dim + c] = load_weight(row, dtype, c);
+  for (int64_t c = threadIdx.x; c < dim; c += blockDim.x) {
+    const float v = load_weight(row, dtype, c);
+    out[i * dim + c] = scale != 1.0f ? v * scale : v;
+  }
 }
 
 // With a residual (add, sum non-null): sum = x + add, normalised. Each thread reads and writes
@@ -73,17 +76,26 @@ __global__ void rope_kernel(float* x, const int32_t* pos, int64_t n, int64_t n_h
   xh[i1] = x0 * s + x1 * c;
 }
 
-__global__ void silu_mul_kernel(const float* gate, const float* up, int64_t n, int64_t d, int64_t gs, int64_t us, float* out,
-                                uint16_t* bf16) {
+// act(gate) * up: SiLU g / (1 + e^-g), or GELU's tanh form (transformers' gelu_pytorch_tanh)
+// g / 2 (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))).
+template <bool kGelu>
+__global__ void glu_kernel(const float* gate, const float* up, int64_t n, int64_t d, int64_t gs, int64_t us, float* out,
+                           uint16_t* bf16) {
   pdl_release();
   pdl_wait();
   const int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (idx >= n * d) return;
   const int64_t i = idx / d, j = idx % d;
   const float g = gate[i * gs + j];
-  const float v = g / (1.0f + expf(-g)) * up[i * us + j];
+  const float act = kGelu ? 0.5f * g * (1.0f + tanhf(0.7978845608028654f * (g + 0.044715f * g * g * g))) : g / (1.0f + expf(-g));
+  const float v = act * up[i * us + j];
   out[idx] = v;
   if (bf16) bf16[idx] = float_to_bf16_bits(v);
+}
+
+__global__ void softcap_kernel(float* x, int64_t n, float cap) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) x[i] = cap * tanhf(x[i] / cap);
 }
 
 __global__ void add_kernel(const float* a, const float* b, int64_t n, float* out) {
@@ -195,7 +207,6 @@ std::string refuse_embedding(const EmbeddingArgs& a) {
       t != DType::F8_E4M3)
     return std::string("table is ") + dtype_name(t) + ", this kernel reads F32, F16, BF16, Q8_0, Q4_K, Q6_K, F8_E4M3";
   if (a.table->block_scale) return "a block-scaled table";
-  if (a.scale != 1.0f) return "scaled rows (Gemma's sqrt(dim)): not on this kernel yet";
   return {};
 }
 
@@ -203,7 +214,8 @@ void embedding(const EmbeddingArgs& a) {
   if (a.n == 0) return;
   const Tensor& t = *a.table;
   embedding_kernel<<<static_cast<unsigned>(a.n), kThreads, 0, stream()>>>(static_cast<const uint8_t*>(t.data), t.dtype,
-                                                                           row_bytes(t.dtype, t.cols()), t.cols(), a.ids, a.out);
+                                                                           row_bytes(t.dtype, t.cols()), t.cols(), a.ids, a.scale,
+                                                                           a.out);
   FP_CUDA_LAUNCHED("embedding");
 }
 
@@ -228,8 +240,25 @@ void rope(const RopeArgs& a) {
 void silu_mul(const SiluMulArgs& a) {
   const int64_t total = a.n * a.d;
   if (total == 0) return;
-  launch_chained("silu_mul", silu_mul_kernel, dim3(blocks_for(total, kThreads)), dim3(kThreads), 0, a.gate, a.up, a.n, a.d,
+  launch_chained("silu_mul", glu_kernel<false>, dim3(blocks_for(total, kThreads)), dim3(kThreads), 0, a.gate, a.up, a.n, a.d,
                  a.gate_stride ? a.gate_stride : a.d, a.up_stride ? a.up_stride : a.d, a.out, a.bf16);
+}
+
+void gelu_mul(const GeluMulArgs& a) {
+  const int64_t total = a.n * a.d;
+  if (total == 0) return;
+  launch_chained("gelu_mul", glu_kernel<true>, dim3(blocks_for(total, kThreads)), dim3(kThreads), 0, a.gate, a.up, a.n, a.d,
+                 a.gate_stride ? a.gate_stride : a.d, a.up_stride ? a.up_stride : a.d, a.out, a.bf16);
+}
+
+std::string refuse_softcap(const SoftcapArgs& a) {
+  return a.cap > 0 ? "" : "softcap: the cap must be positive";
+}
+
+void softcap(const SoftcapArgs& a) {
+  if (a.n == 0) return;
+  softcap_kernel<<<blocks_for(a.n, kThreads), kThreads, 0, stream()>>>(a.x, a.n, a.cap);
+  FP_CUDA_LAUNCHED("softcap");
 }
 
 void add(const AddArgs& a) {

@@ -11,12 +11,15 @@
 namespace fp::cuda {
 
 // elementwise.cu
-std::string refuse_embedding(const EmbeddingArgs& a);  // tables of F32, F16, BF16, Q8_0, Q4_K, F8_E4M3 (no block scales)
+std::string refuse_embedding(const EmbeddingArgs& a);  // tables of F32, F16, BF16, Q8_0, Q4_K, Q6_K, F8_E4M3 (no block scales)
 void embedding(const EmbeddingArgs& a);
 std::string refuse_rmsnorm(const RmsNormArgs& a);  // no fused Q8_0 output (a CPU activation layout)
 void rmsnorm(const RmsNormArgs& a);
 void rope(const RopeArgs& a);
 void silu_mul(const SiluMulArgs& a);
+void gelu_mul(const GeluMulArgs& a);
+std::string refuse_softcap(const SoftcapArgs& a);
+void softcap(const SoftcapArgs& a);
 void add(const AddArgs& a);
 void softmax(const SoftmaxArgs& a);
 void argmax(const ArgmaxArgs& a);

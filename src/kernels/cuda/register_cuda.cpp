@@ -58,6 +58,8 @@ const bool registered = [] {
   register_kernel(cuda_kernel<KvWriteArgs>(kv_write, refuse_kv_write));
   register_kernel(cuda_kernel<KvMoveArgs>(kv_move));
   register_kernel(cuda_kernel<SiluMulArgs>(silu_mul));
+  register_kernel(cuda_kernel<GeluMulArgs>(gelu_mul));
+  register_kernel(cuda_kernel<SoftcapArgs>(softcap, refuse_softcap));
   register_kernel(cuda_kernel<AddArgs>(add));
   register_kernel(cuda_kernel<SoftmaxArgs>(softmax));
   register_kernel(cuda_kernel<ArgmaxArgs>(argmax));
