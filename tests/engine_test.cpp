@@ -222,6 +222,18 @@ TEST(Engine, Gemma2BatchInvarianceAcrossPageSizesAndChunkedPrefill) {
   expect_batch_invariant(o, "engine_gemma2");
 }
 
+// OLMo 2: no norm before the sublayers (the residual added, then the rows themselves as input),
+// q/k normalised over every head together; Q8_0 weights.
+TEST(Engine, Olmo2BatchInvarianceAcrossPageSizesAndChunkedPrefill) {
+  SynthOptions o;
+  o.arch = "olmo2";
+  o.config = {{"hidden_size", 64}, {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"head_dim", 32},
+              {"intermediate_size", 128}, {"num_hidden_layers", 3}, {"vocab_size", 512}};
+  o.type = DType::Q8_0;
+  o.seed = 45;
+  expect_batch_invariant(o, "engine_olmo2");
+}
+
 TEST(Engine, SharedPrefixComputesOnlyTheSuffix) {
   FP_REQUIRE_FILE(test::testdata(test::kStoriesGguf));
   auto m = load_stories();

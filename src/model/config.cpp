@@ -85,7 +85,8 @@ std::string ModelConfig::describe() const {
   if (rope_scaling.type != "none") os << " scaling " << rope_scaling.type << " x" << rope_scaling.factor;
   os << ", rms eps " << rms_eps << (tied_output ? ", tied output" : ", untied output");
   if (qkv_bias) os << ", qkv bias";
-  if (qk_norm) os << ", q/k norm";
+  if (qk_norm) os << (qk_norm_full ? ", q/k norm over the whole projection" : ", q/k norm");
+  if (!pre_norms) os << ", no norm before the sublayers";
   if (o_bias) os << ", output bias";
   if (attn_sinks) os << ", attention sinks";
   if (sliding_window > 0) {

@@ -77,6 +77,10 @@ struct ModelConfig {
     return sliding_window > 0 && layer < static_cast<int64_t>(swa_layers.size()) && swa_layers[static_cast<size_t>(layer)]
                ? sliding_window : 0;
   }
+  // OLMo 2: no norm before the attention and the FFN (only post_norms after them), and q/k
+  // normalised over the whole projection (every head together) instead of per head.
+  bool pre_norms = true;
+  bool qk_norm_full = false;
   // SmolLM3: the layers whose q and k are not rotated (NoPE; empty: every layer rotates).
   std::vector<bool> nope_layers;
   bool rotates(int64_t layer) const {

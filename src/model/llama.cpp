@@ -1,7 +1,8 @@
 // model/llama.cpp — the Llama-family architecture: Llama (GQA, RoPE with linear / llama3
 // scaling, tied or untied output), Qwen2 (q/k/v bias), Qwen3 (per-head q/k RMSNorm), Phi-3 /
 // Phi-4 (fused q/k/v and gate/up matrices, split into row views at load; partial rotary),
-// SmolLM3 (no RoPE on every fourth layer), Gemma 2
+// SmolLM3 (no RoPE on every fourth layer), OLMo 2 (norms after the sublayers only, q/k norms over
+// the whole projection), Gemma 2
 // (a norm after the attention and the FFN too, GeGLU, embeddings times sqrt(dim), every other
 // layer sliding-window, scores and logits soft-capped) and Gemma 3 (the same with q/k norms and
 // without the caps, five sliding-window layers with their own RoPE base to each global one).
@@ -86,7 +87,9 @@ class LlamaModel : public Model {
     const int64_t v_dim = c.n_kv_heads * c.v_head_dim, o_in = c.n_heads * c.v_head_dim;
     FP_CHECK(c.v_head_dim == c.head_dim, mf.path, ": ", c.arch, " needs value_length == key_length");
     const int ranks = parallel().tp > 1 ? tp_size() : 1, rank = tp_ ? tp_->rank() : 0;  // tensor-parallel ranks
-    if (c.post_norms || c.gelu_ffn || c.sliding_window > 0 || c.attn_softcap > 0 || c.final_softcap > 0)
+    FP_CHECK(!c.qk_norm_full || ranks <= 1, mf.path, ": ", c.arch, " normalises q and k over every head together, which ",
+             "--tensor-parallel-size would split across the ranks (not supported)");
+    if (c.post_norms || c.gelu_ffn || c.sliding_window > 0 || c.attn_softcap > 0 || c.final_softcap > 0 || !c.pre_norms)
       FP_CHECK(device() == Device::CPU, mf.path, ": ", c.arch,
                " runs on the CPU here (its sandwich norms, GeGLU, sliding windows and soft-capping are not in the ",
                "device path yet)");
@@ -104,8 +107,10 @@ class LlamaModel : public Model {
     for (int64_t l = 0; l < c.n_layers; ++l) {
       std::string p = "blk." + std::to_string(l) + ".";
       LlamaLayer L{};
-      L.attn_norm = norm_f32(p + "attn_norm.weight", c.dim);
-      L.ffn_norm = norm_f32(p + "ffn_norm.weight", c.dim);
+      if (c.pre_norms) {
+        L.attn_norm = norm_f32(p + "attn_norm.weight", c.dim);
+        L.ffn_norm = norm_f32(p + "ffn_norm.weight", c.dim);
+      }
       if (c.post_norms) {
         L.post_attn_norm = norm_f32(p + "post_attention_norm.weight", c.dim);
         L.post_ffn_norm = norm_f32(p + "post_ffw_norm.weight", c.dim);
@@ -125,8 +130,8 @@ class LlamaModel : public Model {
         L.bv = vec_f32(p + "attn_v.bias", v_dim);
       }
       if (c.qk_norm) {
-        L.q_norm = norm_f32(p + "attn_q_norm.weight", c.head_dim);
-        L.k_norm = norm_f32(p + "attn_k_norm.weight", c.head_dim);
+        L.q_norm = norm_f32(p + "attn_q_norm.weight", c.qk_norm_full ? q_dim : c.head_dim);
+        L.k_norm = norm_f32(p + "attn_k_norm.weight", c.qk_norm_full ? kv_dim : c.head_dim);
       }
       L.ffn_width = c.hidden_dim;
       if (context_parallel_ && ranks > 1) whole_layers_.push_back(L);
@@ -268,28 +273,34 @@ class LlamaModel : public Model {
                         const std::function<void()>& kv_ready = nullptr, const float* residual = nullptr) {
     const ModelConfig& c = config();
     const float* inv_freq = L.inv_freq ? L.inv_freq : inv_freq_at_;
-    RmsNormArgs norm = with_residual({x, L.attn_norm, n, c.dim, c.rms_eps, h}, x, residual);
-    const uint16_t* hb = norm.bf16 = bf16_copy(n, {L.wq, L.wk, L.wv});
-    const BlockQ8_0* hq = rmsnorm_for(norm, {L.wq, L.wk, L.wv}, hq_);
+    const uint16_t* hb = nullptr;
+    const BlockQ8_0* hq = nullptr;
+    if (L.attn_norm) {
+      RmsNormArgs norm = with_residual({x, L.attn_norm, n, c.dim, c.rms_eps, h}, x, residual);
+      hb = norm.bf16 = bf16_copy(n, {L.wq, L.wk, L.wv});
+      hq = rmsnorm_for(norm, {L.wq, L.wk, L.wv}, hq_);
+    } else {
+      no_pre_norm(x, h, n, residual);
+    }
     // One row, q, k, v side by side (step_buffers): one matmul over the stacked matrices, and
     // q's heads and k's rotated in one call.
     if (n == 1 && L.wqkv && !kv_ready && k == q + heads * c.head_dim && v == k + kv_heads * c.head_dim) {
       dispatch(MatMulArgs{h, n, L.wqkv, L.bqkv, q, hq});
-      if (c.qk_norm) dispatch(RmsNormArgs{k, L.k_norm, n * kv_heads, c.head_dim, c.rms_eps, k});
-      if (c.qk_norm) dispatch(RmsNormArgs{q, L.q_norm, n * heads, c.head_dim, c.rms_eps, q});
+      if (c.qk_norm) qk_norm(k, L.k_norm, n, kv_heads);
+      if (c.qk_norm) qk_norm(q, L.q_norm, n, heads);
       const int64_t qk_heads = heads + kv_heads;
       if (L.rope) dispatch(RopeArgs{q, pos, n, qk_heads, c.head_dim, c.rot_dim, qk_heads * c.head_dim, inv_freq, 1.0f, c.rope_style});
       return;
     }
     dispatch(MatMulArgs{h, n, L.wk, L.bk, k, hq, hb});
     dispatch(MatMulArgs{h, n, L.wv, L.bv, v, hq, hb});
-    if (c.qk_norm) dispatch(RmsNormArgs{k, L.k_norm, n * kv_heads, c.head_dim, c.rms_eps, k});
+    if (c.qk_norm) qk_norm(k, L.k_norm, n, kv_heads);
     if (L.rope) dispatch(RopeArgs{k, pos, n, kv_heads, c.head_dim, c.rot_dim, kv_heads * c.head_dim, inv_freq, 1.0f, c.rope_style});
     if (kv_ready) kv_ready();
     progress();
     dispatch(MatMulArgs{h, n, L.wq, L.bq, q, hq, hb});
     progress();
-    if (c.qk_norm) dispatch(RmsNormArgs{q, L.q_norm, n * heads, c.head_dim, c.rms_eps, q});
+    if (c.qk_norm) qk_norm(q, L.q_norm, n, heads);
     if (L.rope) dispatch(RopeArgs{q, pos, n, heads, c.head_dim, c.rot_dim, heads * c.head_dim, inv_freq, 1.0f, c.rope_style});
   }
 
@@ -317,6 +328,22 @@ class LlamaModel : public Model {
     return reinterpret_cast<uint16_t*>(act_.f32(11, (n * width + 1) / 2));
   }
 
+  // q or k rows [n, heads * head_dim] normalised in place: per head (Qwen3, Gemma 3), or over
+  // the whole row (OLMo 2).
+  void qk_norm(float* t, const float* w, int64_t n, int64_t heads) {
+    const ModelConfig& c = config();
+    if (c.qk_norm_full) dispatch(RmsNormArgs{t, w, n, heads * c.head_dim, c.rms_eps, t});
+    else dispatch(RmsNormArgs{t, w, n * heads, c.head_dim, c.rms_eps, t});
+  }
+
+  // A sublayer without a norm before it (OLMo 2): x += residual, and h = x, its input (the
+  // host path only; the model refuses devices).
+  void no_pre_norm(float* x, float* h, int64_t n, const float* residual) {
+    const int64_t len = n * config().dim;
+    if (residual) dispatch(AddArgs{x, residual, len, x});
+    std::memcpy(h, x, static_cast<size_t>(len) * sizeof(float));
+  }
+
   // The norm's arguments with x += residual fused in (x, the norm's input, is written); none: as
   // they are.
   static RmsNormArgs with_residual(RmsNormArgs a, float* x, const float* residual) {
@@ -332,9 +359,15 @@ class LlamaModel : public Model {
   void ffn_share(const LlamaLayer& L, float* x, float* h, float* gate, float* up, int64_t n,
                  const float* residual = nullptr) {
     const ModelConfig& c = config();
-    RmsNormArgs norm = with_residual({x, L.ffn_norm, n, c.dim, c.rms_eps, h}, x, residual);
-    const uint16_t* hb = norm.bf16 = bf16_copy(n, {L.w_gate, L.w_up});
-    const BlockQ8_0* hq = rmsnorm_for(norm, {L.w_gate, L.w_up}, hq_);
+    const uint16_t* hb = nullptr;
+    const BlockQ8_0* hq = nullptr;
+    if (L.ffn_norm) {
+      RmsNormArgs norm = with_residual({x, L.ffn_norm, n, c.dim, c.rms_eps, h}, x, residual);
+      hb = norm.bf16 = bf16_copy(n, {L.w_gate, L.w_up});
+      hq = rmsnorm_for(norm, {L.w_gate, L.w_up}, hq_);
+    } else {
+      no_pre_norm(x, h, n, residual);
+    }
     if (n == 1 && L.w_gate_up && up == gate + L.ffn_width) {  // one row, gate and up side by side
       dispatch(MatMulArgs{h, n, L.w_gate_up, nullptr, gate, hq});
     } else {
@@ -656,6 +689,7 @@ const bool llama_registered = register_sharded_architecture("llama", make_llama,
                         register_sharded_architecture("qwen3", make_llama, true) &&
                         register_sharded_architecture("phi3", make_llama, true) &&
                         register_sharded_architecture("smollm3", make_llama, true) &&
+                        register_sharded_architecture("olmo2", make_llama, false) &&
                         register_sharded_architecture("gemma2", make_llama, false) &&
                         register_sharded_architecture("gemma3", make_llama, false);
 

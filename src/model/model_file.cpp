@@ -103,9 +103,10 @@ void load_gguf(ModelFile& m, const std::string& path) {
   const std::string a = c.arch + ".";
   FP_CHECK(c.arch == "llama" || c.arch == "qwen2" || c.arch == "qwen3" || c.arch == "qwen3moe" || c.arch == "deepseek2" ||
                c.arch == "glm4moe" || c.arch == "gpt-oss" || c.arch == "gemma2" || c.arch == "gemma3" || c.arch == "phi3" ||
-               c.arch == "smollm3",
+               c.arch == "smollm3" || c.arch == "olmo2",
            path, ": general.architecture '", c.arch,
-           "' is not supported yet (supported: llama, qwen2, qwen3, qwen3moe, deepseek2, glm4moe, gpt-oss, gemma2, gemma3, phi3, smollm3)");
+           "' is not supported yet (supported: llama, qwen2, qwen3, qwen3moe, deepseek2, glm4moe, gpt-oss, gemma2, gemma3, phi3, smollm3, "
+           "olmo2)");
   c.dim = static_cast<int64_t>(g->get_uint(a + "embedding_length"));
   c.n_layers = static_cast<int64_t>(g->get_uint(a + "block_count"));
   {
@@ -208,6 +209,10 @@ void load_gguf(ModelFile& m, const std::string& path) {
       for (int64_t l = 0; l < c.n_layers; ++l) c.swa_layers.push_back(l % 2 == 0);
   }
   if (c.arch == "gemma2" || c.arch == "gemma3") load_gguf_gemma(c, *g, path);
+  if (c.arch == "olmo2") {  // norms after the sublayers only; q/k normalised over every head together
+    c.pre_norms = false;
+    c.post_norms = c.qk_norm = c.qk_norm_full = true;
+  }
   if (c.arch == "smollm3")  // llama.cpp's fixed pattern: no RoPE on every fourth layer
     for (int64_t l = 0; l < c.n_layers; ++l) c.nope_layers.push_back((l + 1) % 4 == 0);
   if (c.arch == "phi3") {  // every layer windowed when the file says so (Phi-3-mini's 2047)
@@ -649,11 +654,12 @@ void load_hf(ModelFile& m, const std::string& dir) {
   else if (arch_cls == "Gemma2ForCausalLM") c.arch = "gemma2";
   else if (arch_cls == "Phi3ForCausalLM") c.arch = "phi3";
   else if (arch_cls == "SmolLM3ForCausalLM") c.arch = "smollm3";
+  else if (arch_cls == "Olmo2ForCausalLM") c.arch = "olmo2";
   else if (arch_cls == "Gemma3ForCausalLM" || arch_cls == "Gemma3ForConditionalGeneration") c.arch = "gemma3";
   else fail(cfg_path, ": architectures[0] '", arch_cls, "' is not supported yet (LlamaForCausalLM, Qwen2ForCausalLM, ",
             "Qwen3ForCausalLM, Qwen3MoeForCausalLM, DeepseekV3ForCausalLM, DeepseekV2ForCausalLM, Glm4MoeForCausalLM, ",
             "GptOssForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration, Phi3ForCausalLM, ",
-            "SmolLM3ForCausalLM, Mistral3ForConditionalGeneration)");
+            "SmolLM3ForCausalLM, Olmo2ForCausalLM, Mistral3ForConditionalGeneration)");
   const bool gemma = c.arch == "gemma2" || c.arch == "gemma3";
   if (gemma) j = gemma_text_config(j, arch_cls, cfg_path);
   // Mistral Small 3.1 / 3.2 (Mistral3ForConditionalGeneration): its text model, a Mistral under
@@ -695,6 +701,15 @@ void load_hf(ModelFile& m, const std::string& dir) {
     // (off). A config without the key gets no window here (transformers would default to 4096).
     c.sliding_window = json_int(j, "sliding_window", cfg_path, 0);
     c.swa_layers.assign(static_cast<size_t>(c.sliding_window > 0 ? c.n_layers : 0), true);
+  }
+  if (c.arch == "olmo2") {
+    // OLMo 2: a norm after the attention and after the FFN (post_attention_layernorm,
+    // post_feedforward_layernorm) and none before them; q and k normalised over the whole
+    // projection.
+    FP_CHECK(!json_bool(j, "attention_bias", cfg_path, false), cfg_path, ": attention_bias (OLMo 2 has none) is not supported");
+    c.pre_norms = false;
+    c.post_norms = c.qk_norm = c.qk_norm_full = true;
+    c.qkv_bias = false;
   }
   if (c.arch == "smollm3") {
     // SmolLM3: no_rope_layers[l] is 1 where layer l rotates (default: all but every
@@ -781,7 +796,9 @@ void load_hf(ModelFile& m, const std::string& dir) {
   };
   std::vector<std::pair<std::string, const SafetensorsTensor*>> scales;
   for (auto& [name, t] : set->all()) {
-    std::string cn = gemma ? canonical_from_hf_gemma(name) : canonical_from_hf(multimodal ? text_model_name(name) : name);
+    // Gemma's and OLMo 2's post-sublayer norms have names of their own (canonical_from_hf_gemma).
+    std::string cn = gemma || c.arch == "olmo2" ? canonical_from_hf_gemma(name)
+                                                : canonical_from_hf(multimodal ? text_model_name(name) : name);
     if (cn.empty()) {
       m.notes.push_back("ignored tensor '" + name + "'");
       continue;

@@ -55,9 +55,10 @@ std::string canonical_arch(const std::string& arch) {
   if (arch == "gpt_oss" || arch == "gpt-oss") return "gpt-oss";
   if (arch == "gemma3" || arch == "gemma3_text") return "gemma3";
   if (arch == "mistral") return "llama";  // a Llama with a window on every layer (MistralForCausalLM)
-  FP_CHECK(arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "gemma2" || arch == "phi3" || arch == "smollm3",
+  FP_CHECK(arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "gemma2" || arch == "phi3" || arch == "smollm3" ||
+               arch == "olmo2",
            "synth: --arch '", arch,
-           "' is not one of llama, mistral, qwen2, qwen3, phi3, smollm3, qwen3_moe, deepseek_v2, deepseek_v3, glm4_moe, gpt_oss, gemma2, gemma3");
+           "' is not one of llama, mistral, qwen2, qwen3, phi3, smollm3, olmo2, qwen3_moe, deepseek_v2, deepseek_v3, glm4_moe, gpt_oss, gemma2, gemma3");
   return arch;
 }
 
@@ -176,6 +177,10 @@ ModelConfig config_from_json(const std::string& arch_in, const nlohmann::json& j
   if (arch_in == "mistral") {  // MistralConfig's window, on every layer
     c.sliding_window = j.contains("sliding_window") && !j["sliding_window"].is_null() ? j["sliding_window"].get<int64_t>() : 0;
     c.swa_layers.assign(static_cast<size_t>(c.sliding_window > 0 ? c.n_layers : 0), true);
+  }
+  if (arch == "olmo2") {  // Olmo2Config: norms after the sublayers, q/k norms over the whole projection
+    c.pre_norms = false;
+    c.post_norms = c.qk_norm = c.qk_norm_full = true;
   }
   if (arch == "smollm3") {  // SmolLM3Config's keys: no_rope_layers (1: rotates), else every fourth layer NoPE
     if (j.contains("no_rope_layers"))
@@ -338,10 +343,10 @@ std::map<std::string, HfTensor> make_weights(const ModelConfig& c, uint64_t seed
       vec(p + "self_attn.o_proj.bias", c.dim, 0.0f, 0.1f);
       vec(p + "self_attn.sinks", c.n_heads, 0.0f, 1.0f);
     }
-    vec(p + "input_layernorm.weight", c.dim, norm_base, norm_sd);
+    if (c.pre_norms) vec(p + "input_layernorm.weight", c.dim, norm_base, norm_sd);
     vec(p + "post_attention_layernorm.weight", c.dim, norm_base, norm_sd);
-    if (c.post_norms) {  // Gemma: before and after the FFN
-      vec(p + "pre_feedforward_layernorm.weight", c.dim, norm_base, norm_sd);
+    if (c.post_norms) {  // Gemma: before and after the FFN; OLMo 2: after it only
+      if (c.pre_norms) vec(p + "pre_feedforward_layernorm.weight", c.dim, norm_base, norm_sd);
       vec(p + "post_feedforward_layernorm.weight", c.dim, norm_base, norm_sd);
     }
     if (c.arch == "phi3") {  // q, k, v in one matrix; gate and up in another (gate first)
@@ -362,8 +367,8 @@ std::map<std::string, HfTensor> make_weights(const ModelConfig& c, uint64_t seed
       vec(p + "self_attn.v_proj.bias", kv, 0.0f, 0.1f);
     }
     if (c.qk_norm) {
-      vec(p + "self_attn.q_norm.weight", c.head_dim, norm_base, norm_sd);
-      vec(p + "self_attn.k_norm.weight", c.head_dim, norm_base, norm_sd);
+      vec(p + "self_attn.q_norm.weight", c.qk_norm_full ? q : c.head_dim, norm_base, norm_sd);
+      vec(p + "self_attn.k_norm.weight", c.qk_norm_full ? kv : c.head_dim, norm_base, norm_sd);
     }
   }
   // A multi-token-prediction layer's own tensors beside its decoder layer (DeepSeek-V3 names):
@@ -382,7 +387,7 @@ std::map<std::string, HfTensor> make_weights(const ModelConfig& c, uint64_t seed
 // The tensor's name in a GGUF file of this architecture: the canonical name, except GLM-4.5's
 // norm before the FFN, which llama.cpp calls post_attention_norm (Gemma 3's names: tensor_names.h).
 std::string gguf_name(const std::string& hf, const ModelConfig& c) {
-  std::string n = c.arch == "gemma2" || c.arch == "gemma3" ? canonical_from_hf_gemma(hf) : canonical_from_hf(hf);
+  std::string n = c.arch == "gemma2" || c.arch == "gemma3" || c.arch == "olmo2" ? canonical_from_hf_gemma(hf) : canonical_from_hf(hf);
   FP_CHECK(!n.empty(), "synth: no GGUF name for '", hf, "'");
   if ((c.arch == "glm4moe" || c.arch == "gpt-oss") && n.ends_with(".ffn_norm.weight"))
     n = n.substr(0, n.size() - std::string("ffn_norm.weight").size()) + "post_attention_norm.weight";
@@ -1010,6 +1015,12 @@ std::string synth_model(const SynthOptions& o) {
     cfg["torch_dtype"] = o.type == DType::BF16 ? "bfloat16" : o.type == DType::F16 ? "float16" : "float32";
     if (c.arch == "gpt-oss") hf_gpt_oss_config(cfg, c, o.type);
     else if (c.arch == "gemma2" || c.arch == "gemma3") hf_gemma_config(cfg, c);
+    else if (c.arch == "olmo2") {
+      cfg["architectures"] = {"Olmo2ForCausalLM"};
+      cfg["model_type"] = "olmo2";
+      cfg["attention_bias"] = false;
+      cfg["pad_token_id"] = nullptr;
+    }
     else if (c.arch == "smollm3") {
       cfg["architectures"] = {"SmolLM3ForCausalLM"};
       cfg["model_type"] = "smollm3";

@@ -324,6 +324,7 @@ INSTANTIATE_TEST_SUITE_P(
                       ContextCase{"qwen2_cp", "", "qwen2", DType::F32, false},
                       ContextCase{"gemma2_cp_tp", "", "gemma2", DType::F32, true},
                       ContextCase{"gemma3_cp", "", "gemma3", DType::Q8_0, false},
+                      ContextCase{"olmo2_cp", "", "olmo2", DType::F32, false},
                       ContextCase{"qwen3_cp_tp", "", "qwen3", DType::F16, true},
                       ContextCase{"llama_q8_cp_tp_f16_cache", "", "llama", DType::Q8_0, true, false, DType::F16},
                       ContextCase{"qwen2_cp_bf16_cache", "", "qwen2", DType::F32, false, false, DType::BF16},
