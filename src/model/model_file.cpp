@@ -696,6 +696,18 @@ void load_hf(ModelFile& m, const std::string& dir) {
   for (const char* key : {"rope_scaling", "rope_parameters"})
     if (auto it = j.find(key); !rs && it != j.end() && it->is_object()) rs = &*it;
   if (gemma) rs = load_hf_gemma(c, j, cfg_path);
+  if ((c.arch == "qwen2" || c.arch == "qwen3") && json_bool(j, "use_sliding_window", cfg_path, false)) {
+    // Qwen2 / Qwen3 with use_sliding_window: the window on layer_types' sliding layers, else on
+    // the layers from max_window_layers on (as transformers builds layer_types).
+    const bool listed = j.find("layer_types") != j.end() && !j["layer_types"].is_null();
+    if (listed) {
+      read_sliding_layers(c, j, cfg_path, 1);
+    } else {
+      c.sliding_window = j.contains("sliding_window") ? json_int(j, "sliding_window", cfg_path, 0) : 4096;  // Qwen2Config's default
+      const int64_t from = json_int(j, "max_window_layers", cfg_path, 28);
+      for (int64_t l = 0; l < c.n_layers && c.sliding_window > 0; ++l) c.swa_layers.push_back(l >= from);
+    }
+  }
   if (arch_cls == "MistralForCausalLM" || arch_cls == "Mistral3ForConditionalGeneration") {
     // Mistral 7B v0.1 attends through a window of 4096 on every layer; later Mistrals write null
     // (off). A config without the key gets no window here (transformers would default to 4096).
