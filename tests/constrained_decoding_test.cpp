@@ -398,6 +398,15 @@ TEST(TokenConstraint, RandomSamplingUnderTheMaskWritesSchemaValidJson) {
 
 std::unique_ptr<Model> load_stories() { return load_model(test::stories_path()); }
 
+// The model's unconstrained greedy continuation of `prompt` (generate(), no engine).
+std::vector<int32_t> greedy(Model& m, const std::vector<int32_t>& prompt, int32_t n) {
+  GenerateRequest g;
+  g.prompt = prompt;
+  g.max_new_tokens = n;
+  g.sampling.temperature = 0;
+  return generate(m, g).tokens;
+}
+
 // The engine: constrained requests (greedy, sampled, ignore_eos, any object with log-probabilities)
 // beside a plain one, with and without speculative drafts. Drafts change no token: each draft row
 // is judged under the grammar state its prefix reaches.
@@ -406,12 +415,7 @@ TEST(Engine, ConstrainedRequestsWriteValidJsonBesideUnchangedOthers) {
   auto m = load_stories();
   const Tokenizer& tok = *m->tokenizer();
   const std::vector<int32_t> prompt = tok.encode("Once upon a time, there was a dog named", true, false);
-  // The unconstrained request alone, for comparison.
-  GenerateRequest g;
-  g.prompt = prompt;
-  g.max_new_tokens = 30;
-  g.sampling.temperature = 0;
-  const std::vector<int32_t> plain = generate(*m, g).tokens;
+  const std::vector<int32_t> plain = greedy(*m, prompt, 30);  // the unconstrained request alone, for comparison
 
   struct Run {
     std::vector<std::vector<int32_t>> tokens;
@@ -758,11 +762,7 @@ TEST(Engine, AGatedConstraintLetsTheReplyRunFreeUntilTheGate) {
   auto m = load_stories();
   const Tokenizer& tok = *m->tokenizer();
   const std::vector<int32_t> prompt = tok.encode("Once upon a time, there was a dog named", true, false);
-  GenerateRequest g;
-  g.prompt = prompt;
-  g.max_new_tokens = 24;
-  g.sampling.temperature = 0;
-  const std::vector<int32_t> plain = generate(*m, g).tokens;
+  const std::vector<int32_t> plain = greedy(*m, prompt, 24);
   ASSERT_GE(plain.size(), 12u);
   const std::vector<int32_t> gate(plain.begin() + 5, plain.begin() + 8);
   auto gated = [&](std::vector<int32_t> gt) {

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/hash.h"
+
 namespace fp {
 
 struct PrefixCache::Node {
@@ -15,12 +17,7 @@ struct PrefixCache::Node {
 };
 
 namespace {
-uint64_t hash_tokens(const int32_t* t, int64_t n) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a over the bytes
-  const auto* p = reinterpret_cast<const unsigned char*>(t);
-  for (int64_t i = 0; i < n * 4; ++i) h = (h ^ p[i]) * 1099511628211ull;
-  return h;
-}
+uint64_t hash_tokens(const int32_t* t, int64_t n) { return fnv1a64(t, static_cast<size_t>(n) * sizeof(int32_t)); }
 }  // namespace
 
 PrefixCache::PrefixCache(BlockAllocator& blocks, int64_t page_size)

@@ -44,7 +44,6 @@ class TokenConstraint {
   GrammarState start() const;
   // Token ids the reply must spell before the grammar applies (empty: none).
   void set_gate(std::vector<int32_t> gate);
-  const std::vector<int32_t>& gate() const { return gate_; }
 
   // Bit i (word i / 64) set when token i may come next in state `s`. Where nothing at all may
   // (the grammar wants a character no token spells), the end-of-generation tokens are allowed so

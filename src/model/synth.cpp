@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/hash.h"
 #include "core/thread_pool.h"
 #include "formats/gguf.h"
 #include "formats/safetensors.h"
@@ -41,11 +42,7 @@ class Normal {
   std::mt19937_64 rng_;
 };
 
-uint64_t name_hash(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
+uint64_t name_hash(const std::string& s) { return fnv1a64(s); }
 
 // synth --arch names: the dense ones, and Hugging Face model_type names for the MoE ones.
 std::string canonical_arch(const std::string& arch) {

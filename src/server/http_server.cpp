@@ -13,6 +13,7 @@
 #include <chrono>
 #include <thread>
 
+#include "core/hash.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "server/async_engine.h"
@@ -194,8 +195,7 @@ struct HttpServer::Impl {
   std::string tool_call_id(const Call& call, size_t i, size_t k) const {
     const std::string plain = "call_" + call.id.substr(call.id.find('-') + 1) + "_" + std::to_string(i) + "_" + std::to_string(k);
     if (limits.tool_call_format != ToolCallFormat::Mistral) return plain;
-    uint64_t h = 1469598103934665603ull;  // FNV-1a of the plain id: distinct per call, choice and index
-    for (unsigned char c : plain) h = (h ^ c) * 1099511628211ull;
+    uint64_t h = fnv1a64(plain);  // distinct per call, choice and index
     static const char kAlnum[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
     std::string id(9, 'a');
     for (char& c : id) {
