@@ -267,26 +267,56 @@ TEST(HfGolden, Gemma2ConfigDefaultsAndCaps) {
   }
 }
 
-// Phi-3.5 / Phi-4-mini's LongRoPE is refused by name, not run as plain RoPE.
-TEST(HfGolden, Phi3RefusesLongRope) {
+// LongRoPE (Phi-3.5, Phi-4-mini): the GGUF (factor tensors and keys, as llama.cpp's converter
+// writes them) and the directory give the same config; the factor set follows the longest
+// sequence served (LoadOptions::max_model_len), and the frequencies are the base ones divided by
+// that set's factors. Malformed factors are refused by name.
+TEST(HfGolden, LongRopeFactorsFollowTheLongestSequence) {
   std::ifstream in(kGolden + "hf_cases.json");
   auto cases = nlohmann::json::parse(in);
   nlohmann::json phi;
   for (auto& c : cases["cases"])
-    if (c["name"] == "hf_phi3") phi = c;
+    if (c["name"] == "hf_phi35_longrope_long") phi = c;
   ASSERT_FALSE(phi.is_null());
-  const std::string dir = write_case(phi, test::temp_dir("hf_golden_phi3_longrope") + "/hf");
-  nlohmann::json cfg = nlohmann::json::parse(std::ifstream(dir + "/config.json"));
-  cfg["rope_scaling"] = {{"type", "longrope"}, {"short_factor", std::vector<double>(6, 1.0)}, {"long_factor", std::vector<double>(6, 2.0)}};
-  std::ofstream(dir + "/config.json") << cfg.dump(2);
-  try {
-    load_model_file(dir);
-    ADD_FAILURE() << "LongRoPE loaded";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("rope_scaling type 'longrope' (LongRoPE: Phi-3.5, Phi-4-mini) is not supported yet"),
-              std::string::npos)
-        << e.what();
+  const std::string dir = test::temp_dir("hf_golden_longrope");
+  const std::string gguf = write_case(phi, dir + "/m.gguf"), hf = write_case(phi, dir + "/hf");
+  const std::vector<float> s = phi["config"]["rope_scaling"]["short_factor"], l = phi["config"]["rope_scaling"]["long_factor"];
+  for (const std::string& path : {gguf, hf}) {
+    for (int64_t longest : {0, 8, 9, 100}) {
+      LoadOptions lo;
+      lo.max_model_len = longest;
+      const ModelConfig c = load_model_file(path, lo)->config;
+      const RopeScaling& r = c.rope_scaling;
+      EXPECT_EQ(r.type, "longrope") << path;
+      EXPECT_EQ(r.short_factor, s) << path;
+      EXPECT_EQ(r.long_factor, l) << path;
+      EXPECT_EQ(r.original_context, 8) << path;
+      EXPECT_NEAR(r.attn_factor, std::sqrt(2.0), 1e-6) << path;  // sqrt(1 + ln(64 / 8) / ln(8))
+      EXPECT_EQ(r.use_long, longest != 8) << path << " longest " << longest;  // 0 and 100: the context, 64
+      const std::vector<float>& f = r.use_long ? l : s;
+      const std::vector<float> inv = c.rope_inv_freq();
+      ASSERT_EQ(inv.size(), f.size());
+      for (size_t i = 0; i < inv.size(); ++i)
+        EXPECT_NEAR(inv[i], 1.0 / (f[i] * std::pow(10000.0, 2.0 * static_cast<double>(i) / 12.0)), 1e-7) << path << " " << i;
+    }
   }
+  auto refused = [&](const std::function<void(nlohmann::json&)>& edit, const std::string& want) {
+    nlohmann::json cfg = nlohmann::json::parse(std::ifstream(hf + "/config.json"));
+    const nlohmann::json keep = cfg;
+    edit(cfg["rope_scaling"]);
+    std::ofstream(hf + "/config.json") << cfg.dump(2);
+    try {
+      load_model_file(hf);
+      ADD_FAILURE() << "loaded; wanted: " << want;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+    std::ofstream(hf + "/config.json") << keep.dump(2);
+  };
+  refused([](nlohmann::json& r) { r["short_factor"].push_back(1.0); }, "LongRoPE short_factor length = 7 (must be half the rotated dimensions, 6)");
+  refused([](nlohmann::json& r) { r.erase("long_factor"); }, "rope_scaling (longrope) needs the array 'long_factor'");
+  refused([](nlohmann::json& r) { r["long_factor"][2] = -1.0; }, "LongRoPE factor -1 must be positive");
+  refused([](nlohmann::json& r) { r["short_factor"][0] = "x"; }, "rope_scaling short_factor holds \"x\", not a number");
 }
 
 // A model loaded without its draft layer, or one that has none, says so.

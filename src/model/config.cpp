@@ -27,6 +27,18 @@ void ModelConfig::validate(const std::string& where) const {
   FP_CHECK(rope_scaling.factor > 0, where, ": rope scaling factor ", rope_scaling.factor, " must be positive");
   if (rope_scaling.type == "yarn")
     need(rope_scaling.original_context > 0, "yarn original context length", rope_scaling.original_context, "must be positive");
+  if (rope_scaling.type == "longrope") {
+    need(rope_scaling.original_context > 0, "LongRoPE original context length", rope_scaling.original_context, "must be positive");
+    for (const auto* f : {&rope_scaling.short_factor, &rope_scaling.long_factor}) {
+      const char* which = f == &rope_scaling.short_factor ? "LongRoPE short_factor length" : "LongRoPE long_factor length";
+      need(static_cast<int64_t>(f->size()) == rot_dim / 2, which, static_cast<int64_t>(f->size()),
+           ("must be half the rotated dimensions, " + std::to_string(rot_dim / 2)).c_str());
+      for (float v : *f)
+        FP_CHECK(std::isfinite(v) && v > 0, where, ": LongRoPE factor ", v, " must be positive");
+    }
+    FP_CHECK(std::isfinite(rope_scaling.attn_factor) && rope_scaling.attn_factor > 0, where, ": LongRoPE attention factor ",
+             rope_scaling.attn_factor, " must be positive");
+  }
   if (moe.n_experts > 0) {
     need(moe.n_used >= 1 && moe.n_used <= moe.n_experts, "experts per token", moe.n_used,
          ("must be in [1, expert count " + std::to_string(moe.n_experts) + "]").c_str());
@@ -82,7 +94,11 @@ std::string ModelConfig::describe() const {
      << ", heads " << n_heads << " (kv " << n_kv_heads << ", head dim " << head_dim << "), ffn " << hidden_dim
      << ", context " << max_context << ", rope " << (rope_style == RopeStyle::NeoX ? "neox" : "adjacent-pairs")
      << " theta " << rope_theta << " dims " << rot_dim;
-  if (rope_scaling.type != "none") os << " scaling " << rope_scaling.type << " x" << rope_scaling.factor;
+  if (rope_scaling.type == "longrope")
+    os << " scaling longrope (" << (rope_scaling.use_long ? "long" : "short") << " factors, original context "
+       << rope_scaling.original_context << ", cos/sin x" << rope_scaling.attn_factor << ")";
+  else if (rope_scaling.type != "none")
+    os << " scaling " << rope_scaling.type << " x" << rope_scaling.factor;
   os << ", rms eps " << rms_eps << (tied_output ? ", tied output" : ", untied output");
   if (qkv_bias) os << ", qkv bias";
   if (qk_norm) os << (qk_norm_full ? ", q/k norm over the whole projection" : ", q/k norm");
@@ -133,6 +149,8 @@ std::vector<float> ModelConfig::rope_inv_freq() const {
     double inv = std::pow(static_cast<double>(rope_theta), -2.0 * static_cast<double>(i) / static_cast<double>(rot_dim));
     if (rope_scaling.type == "linear") {
       inv /= rope_scaling.factor;
+    } else if (rope_scaling.type == "longrope") {
+      inv /= (rope_scaling.use_long ? rope_scaling.long_factor : rope_scaling.short_factor)[static_cast<size_t>(i)];
     } else if (rope_scaling.type == "llama3") {
       // Long wavelengths are slowed by `factor`, short ones kept, the band between blended.
       double old_ctx = static_cast<double>(rope_scaling.original_context);

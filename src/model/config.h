@@ -11,7 +11,7 @@
 namespace fp {
 
 struct RopeScaling {
-  std::string type = "none";  // "none", "linear", "llama3", "yarn"
+  std::string type = "none";  // "none", "linear", "llama3", "yarn", "longrope"
   float factor = 1.0f;
   float low_freq_factor = 1.0f, high_freq_factor = 4.0f;  // llama3
   int64_t original_context = 0;                            // llama3 / yarn
@@ -22,6 +22,12 @@ struct RopeScaling {
   bool truncate = true;  // YaRN: round the correction range outwards (HF's default; gpt-oss says false)
   float attn_factor = 1.0f;
   float log_multiplier = 0.0f;
+  // LongRoPE (Phi-3.5, Phi-4-mini): per-frequency divisors for contexts up to original_context
+  // (short) and beyond it (long); cos/sin times attn_factor with either. Which set a model uses is
+  // fixed when it is loaded (use_long, from the longest sequence it will serve: LoadOptions::
+  // max_model_len), so every cached key is rotated the same way (docs/design.md, "LongRoPE").
+  std::vector<float> short_factor, long_factor;
+  bool use_long = false;
 };
 
 // Mixture-of-Experts FFN (qwen3_moe, deepseek2). n_experts == 0: every layer is dense.

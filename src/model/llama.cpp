@@ -152,6 +152,7 @@ class LlamaModel : public Model {
       rp.report();
     }
     inv_freq_ = c.rope_inv_freq();
+    if (c.rope_scaling.type == "longrope") rope_mscale_ = c.rope_scaling.attn_factor;
     if (const Tensor* rf = mf.find("rope_freqs.weight")) {  // GGUF llama3: per-frequency divisors
       FP_CHECK(rf->numel() == c.rot_dim / 2, mf.path, ": rope_freqs.weight has ", rf->numel(), " values, expected ", c.rot_dim / 2);
       std::vector<float> factors(inv_freq_.size());
@@ -289,19 +290,19 @@ class LlamaModel : public Model {
       if (c.qk_norm) qk_norm(k, L.k_norm, n, kv_heads);
       if (c.qk_norm) qk_norm(q, L.q_norm, n, heads);
       const int64_t qk_heads = heads + kv_heads;
-      if (L.rope) dispatch(RopeArgs{q, pos, n, qk_heads, c.head_dim, c.rot_dim, qk_heads * c.head_dim, inv_freq, 1.0f, c.rope_style});
+      if (L.rope) dispatch(RopeArgs{q, pos, n, qk_heads, c.head_dim, c.rot_dim, qk_heads * c.head_dim, inv_freq, rope_mscale_, c.rope_style});
       return;
     }
     dispatch(MatMulArgs{h, n, L.wk, L.bk, k, hq, hb});
     dispatch(MatMulArgs{h, n, L.wv, L.bv, v, hq, hb});
     if (c.qk_norm) qk_norm(k, L.k_norm, n, kv_heads);
-    if (L.rope) dispatch(RopeArgs{k, pos, n, kv_heads, c.head_dim, c.rot_dim, kv_heads * c.head_dim, inv_freq, 1.0f, c.rope_style});
+    if (L.rope) dispatch(RopeArgs{k, pos, n, kv_heads, c.head_dim, c.rot_dim, kv_heads * c.head_dim, inv_freq, rope_mscale_, c.rope_style});
     if (kv_ready) kv_ready();
     progress();
     dispatch(MatMulArgs{h, n, L.wq, L.bq, q, hq, hb});
     progress();
     if (c.qk_norm) qk_norm(q, L.q_norm, n, heads);
-    if (L.rope) dispatch(RopeArgs{q, pos, n, heads, c.head_dim, c.rot_dim, heads * c.head_dim, inv_freq, 1.0f, c.rope_style});
+    if (L.rope) dispatch(RopeArgs{q, pos, n, heads, c.head_dim, c.rot_dim, heads * c.head_dim, inv_freq, rope_mscale_, c.rope_style});
   }
 
   // x += FFN(RMSNorm(x)) for n rows (h, gate, up: scratch); with `sum_ranks` the ranks' partial
@@ -671,6 +672,7 @@ class LlamaModel : public Model {
   std::vector<float> inv_freq_;
   std::vector<float> inv_freq_swa_;  // Gemma 3's sliding layers (config().rope_theta_swa)
   const float* inv_freq_at_ = nullptr;  // inv_freq_ where the kernels read it (host or device)
+  float rope_mscale_ = 1.0f;            // cos/sin factor: LongRoPE's attention factor, else 1
   DeviceWeights weights_{device()};
   Activations act_{device()};     // x, h, q, k, v, attention out, gate, up, device logits
   BatchStager stager_{device()};

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <iomanip>
 #include <sstream>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -216,8 +217,22 @@ void load_gguf(ModelFile& m, const std::string& path) {
   if (c.arch == "smollm3")  // llama.cpp's fixed pattern: no RoPE on every fourth layer
     for (int64_t l = 0; l < c.n_layers; ++l) c.nope_layers.push_back((l + 1) % 4 == 0);
   if (c.arch == "phi3") {  // every layer windowed when the file says so (Phi-3-mini's 2047)
-    FP_CHECK(!m.find("rope_factors_long.weight") && !m.find("rope_factors_short.weight"), path,
-             ": LongRoPE (rope_factors_long / rope_factors_short: Phi-3.5, Phi-4-mini) is not supported yet");
+    const Tensor *lf = m.find("rope_factors_long.weight"), *sf = m.find("rope_factors_short.weight");
+    if (lf || sf) {  // LongRoPE (Phi-3.5, Phi-4-mini): llama.cpp's converter writes the factors as tensors
+      FP_CHECK(lf && sf, path, ": LongRoPE needs both rope_factors_long.weight and rope_factors_short.weight");
+      RopeScaling& r = c.rope_scaling;
+      r.type = "longrope";
+      for (auto [t, out, name] : {std::tuple{lf, &r.long_factor, "rope_factors_long"}, std::tuple{sf, &r.short_factor, "rope_factors_short"}}) {
+        FP_CHECK(t->numel() == c.rot_dim / 2, path, ": ", name, ".weight has ", t->numel(), " values, expected ",
+                 c.rot_dim / 2, " (half the rotated dimensions)");
+        out->resize(static_cast<size_t>(t->numel()));
+        dequantize_row(t->dtype, t->data, out->data(), t->numel());
+      }
+      r.original_context = static_cast<int64_t>(g->get_uint(a + "rope.scaling.original_context_length", 0));
+      FP_CHECK(r.original_context > 0, path, ": LongRoPE needs ", a, "rope.scaling.original_context_length");
+      r.attn_factor = static_cast<float>(g->get_float(a + "rope.scaling.attn_factor", 1.0));
+      r.factor = static_cast<float>(c.max_context) / static_cast<float>(r.original_context);
+    }
     c.sliding_window = static_cast<int64_t>(g->get_uint(a + "attention.sliding_window", 0));
     c.swa_layers.assign(static_cast<size_t>(c.sliding_window > 0 ? c.n_layers : 0), true);
   }
@@ -752,11 +767,7 @@ void load_hf(ModelFile& m, const std::string& dir) {
     // Phi-3 / Phi-4: the first partial_rotary_factor of each head rotates (NeoX halves of that
     // part); every layer windowed when sliding_window is set (Phi-3-mini's 2047).
     read_partial_rotary(c, j, rs, cfg_path, 1.0);
-    if (rs) {
-      const std::string type = string_field(*rs, "rope_type", cfg_path, string_field(*rs, "type", cfg_path, "default"));
-      FP_CHECK(type != "longrope" && type != "su" && type != "yarn", cfg_path, ": rope_scaling type '", type,
-               "' (LongRoPE: Phi-3.5, Phi-4-mini) is not supported yet");
-    }
+    if (rs) read_hf_longrope(c, j, *rs, cfg_path);
     c.sliding_window = json_int(j, "sliding_window", cfg_path, 0);
     c.swa_layers.assign(static_cast<size_t>(c.sliding_window > 0 ? c.n_layers : 0), true);
   }
@@ -767,7 +778,9 @@ void load_hf(ModelFile& m, const std::string& dir) {
   if (rs) {
     if (rs->contains("rope_theta")) c.rope_theta = static_cast<float>(json_num(*rs, "rope_theta", cfg_path, c.rope_theta));
     std::string type = string_field(*rs, "rope_type", cfg_path, string_field(*rs, "type", cfg_path, "none"));
-    if (type == "linear" || type == "llama3") {
+    if (c.rope_scaling.type == "longrope") {
+      // read above (read_hf_longrope)
+    } else if (type == "linear" || type == "llama3") {
       c.rope_scaling.type = type;
       c.rope_scaling.factor = static_cast<float>(json_num(*rs, "factor", cfg_path, 1.0));
       c.rope_scaling.low_freq_factor = static_cast<float>(json_num(*rs, "low_freq_factor", cfg_path, 1.0));
@@ -844,6 +857,32 @@ void load_hf(ModelFile& m, const std::string& dir) {
 }
 
 }  // namespace
+
+// LongRoPE (Phi-3.5, Phi-4-mini; Phi3Config also calls it "su", and "yarn" in old files): the
+// short and long per-frequency divisors, and transformers' attention factor, sqrt(1 + ln(s) /
+// ln(original)) with s = max_position_embeddings / original unless the file names a factor.
+void read_hf_longrope(ModelConfig& c, const nlohmann::json& j, const nlohmann::json& rs, const std::string& cfg_path) {
+  const std::string type = string_field(rs, "rope_type", cfg_path, string_field(rs, "type", cfg_path, "default"));
+  if (type != "longrope" && type != "su" && type != "yarn") return;
+  RopeScaling& r = c.rope_scaling;
+  r.type = "longrope";
+  auto factors = [&](const char* key, std::vector<float>& out) {
+    auto it = rs.find(key);
+    FP_CHECK(it != rs.end() && it->is_array(), cfg_path, ": rope_scaling (", type, ") needs the array '", key, "'");
+    for (auto& v : *it) {
+      FP_CHECK(v.is_number(), cfg_path, ": rope_scaling ", key, " holds ", short_json(v), ", not a number");
+      out.push_back(v.get<float>());
+    }
+  };
+  factors("short_factor", r.short_factor);
+  factors("long_factor", r.long_factor);
+  r.original_context = json_int(rs, "original_max_position_embeddings", cfg_path, json_int(j, "original_max_position_embeddings", cfg_path, 0));
+  FP_CHECK(r.original_context > 0, cfg_path, ": LongRoPE needs original_max_position_embeddings (in rope_scaling or the config)");
+  const double orig = static_cast<double>(r.original_context);
+  const double s = json_num(rs, "factor", cfg_path, static_cast<double>(c.max_context) / orig);
+  r.factor = static_cast<float>(s);
+  r.attn_factor = static_cast<float>(json_num(rs, "attention_factor", cfg_path, s <= 1.0 ? 1.0 : std::sqrt(1.0 + std::log(s) / std::log(orig))));
+}
 
 WeightMemory resolve_weight_memory(WeightMemory asked, uint64_t weight_bytes, int64_t available_bytes, Device device,
                                    bool several_ranks, std::string* why) {
@@ -933,6 +972,20 @@ std::unique_ptr<ModelFile> load_model_file(const std::string& path, const LoadOp
     else if (path.size() > 4 && path.compare(path.size() - 4, 4, ".bin") == 0) load_llama2c(*m, path, opts);
     else if (std::filesystem::path(path).filename() == "config.json") load_hf(*m, std::filesystem::path(path).parent_path().string());
     else fail(path, ": unknown model format (expected a .gguf file, a llama2.c .bin checkpoint, or a Hugging Face directory)");
+  }
+  // LongRoPE: one factor set for every sequence, from the longest the model will serve, so the
+  // cached keys all share one rotation (transformers switches sets once a sequence outgrows the
+  // original context, leaving the keys cached before on the short set).
+  if (RopeScaling& r = m->config.rope_scaling; r.type == "longrope") {
+    const int64_t longest = opts.max_model_len > 0 ? std::min(opts.max_model_len, m->config.max_context) : m->config.max_context;
+    r.use_long = longest > r.original_context;
+    std::ostringstream note;
+    note << "LongRoPE: the " << (r.use_long ? "long" : "short") << " factors, for sequences up to " << longest
+         << " tokens (original context " << r.original_context;
+    if (r.use_long) note << "; --max-model-len " << r.original_context << " selects the short ones";
+    note << ")";
+    m->notes.push_back(note.str());
+    log_info(m->notes.back());
   }
   // Bound the dimensions a corrupt header can claim, so products of them (n_heads * head_dim, ...)
   // cannot overflow before the tensor shapes are checked against them.

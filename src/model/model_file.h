@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "core/device.h"
 #include "core/tensor.h"
 #include "model/config.h"
@@ -62,6 +64,9 @@ struct LoadOptions {
   // Load the model's first multi-token-prediction layer (ModelConfig::mtp_layers) as its own
   // draft layer (--speculative-method mtp); its KV cache is one more layer.
   bool mtp = false;
+  // The longest sequence (prompt + output) the model will serve (--max-model-len; 0: its context).
+  // LongRoPE models pick their short or long factors by it (RopeScaling::use_long).
+  int64_t max_model_len = 0;
 };
 
 struct ModelFile {
@@ -95,5 +100,11 @@ struct ModelFile {
 // Opens a .gguf file, a llama2.c .bin checkpoint, or a Hugging Face directory
 // (config.json + model.safetensors or model.safetensors.index.json).
 std::unique_ptr<ModelFile> load_model_file(const std::string& path, const LoadOptions& opts = {});
+
+// A Hugging Face config's LongRoPE scaling (rope_type longrope / su / yarn in Phi-3's configs:
+// short and long factors, attention factor) into c.rope_scaling; other rope types are left alone.
+// `config` is the whole config.json (its original_max_position_embeddings), `rope_scaling` its
+// rope_scaling / rope_parameters object, `file` the name errors quote.
+void read_hf_longrope(ModelConfig& c, const nlohmann::json& config, const nlohmann::json& rope_scaling, const std::string& file);
 
 }  // namespace fp

@@ -15,6 +15,7 @@
 #include "formats/gguf.h"
 #include "formats/safetensors.h"
 #include "model/config.h"
+#include "model/model_file.h"
 #include "model/tensor_names.h"
 
 namespace fp {
@@ -191,7 +192,13 @@ ModelConfig config_from_json(const std::string& arch_in, const nlohmann::json& j
     c.swa_layers.assign(static_cast<size_t>(c.sliding_window > 0 ? c.n_layers : 0), true);
   }
   const char* rope_key = j.contains("rope_scaling") ? "rope_scaling" : "rope_parameters";  // transformers v5 spelling
-  if (j.contains(rope_key) && j[rope_key].is_object() && j[rope_key].value("rope_type", std::string()) != "default") {
+  if (arch == "phi3" && j.contains(rope_key) && j[rope_key].is_object()) {
+    read_hf_longrope(c, j, j[rope_key], "synth --config");
+    c.rope_scaling.use_long = c.rope_scaling.type == "longrope" && c.max_context > c.rope_scaling.original_context;
+  }
+  if (c.rope_scaling.type == "longrope") {
+    // read above
+  } else if (j.contains(rope_key) && j[rope_key].is_object() && j[rope_key].value("rope_type", std::string()) != "default") {
     auto& rs = j[rope_key];
     c.rope_scaling.type = rs.value("rope_type", rs.value("type", std::string("none")));
     c.rope_scaling.factor = rs.value("factor", 1.0f);
@@ -926,6 +933,22 @@ std::string synth_model(const SynthOptions& o) {
         g.add_tensor("rope_freqs.weight", DType::F32, {static_cast<int64_t>(factors.size())}, std::move(bytes));
       }
     }
+    if (c.rope_scaling.type == "longrope") {
+      // As llama.cpp's converter writes LongRoPE: both factor sets as tensors, the attention factor
+      // and the original context as keys.
+      g.set_f32(a + "rope.scaling.attn_factor", c.rope_scaling.attn_factor);
+      g.set_u32(a + "rope.scaling.original_context_length", static_cast<uint32_t>(c.rope_scaling.original_context));
+      for (auto [name, f] : {std::pair{"rope_factors_long.weight", &c.rope_scaling.long_factor},
+                             std::pair{"rope_factors_short.weight", &c.rope_scaling.short_factor}}) {
+        if (stream) {
+          f32_extras[name] = *f;
+        } else {
+          std::vector<uint8_t> bytes(f->size() * 4);
+          std::memcpy(bytes.data(), f->data(), bytes.size());
+          g.add_tensor(name, DType::F32, {static_cast<int64_t>(f->size())}, std::move(bytes));
+        }
+      }
+    }
     if (c.n_vocab >= 3 + 256 + 52) add_synth_vocab(g, c.n_vocab);
     if (stream) {
       write_gguf_streaming(o, c, g, w, f32_extras);
@@ -1034,7 +1057,7 @@ std::string synth_model(const SynthOptions& o) {
       cfg["model_type"] = "phi3";
       cfg["partial_rotary_factor"] = static_cast<double>(c.rot_dim) / static_cast<double>(c.head_dim);
       cfg["sliding_window"] = c.sliding_window > 0 ? nlohmann::json(c.sliding_window) : nlohmann::json(nullptr);
-      cfg["original_max_position_embeddings"] = c.max_context;
+      cfg["original_max_position_embeddings"] = c.rope_scaling.type == "longrope" ? c.rope_scaling.original_context : c.max_context;
       cfg["attention_bias"] = false;
       cfg["pad_token_id"] = nullptr;  // Phi3Config's defaults (32000) lie outside a small vocabulary
       cfg["bos_token_id"] = 1;

@@ -356,7 +356,7 @@ void add_bench(CLI::App& app) {
   cmd->callback([o] {
     if (o->recalibrate) forget_timed_choices();
     o->common.mtp = o->engine.speculative.mtp();
-    auto model = load_with(o->common);
+    auto model = load_with(o->common, o->engine.max_model_len);
     if (o->requests > 0) {
       // Several ranks: rank 0 runs the engine, the others follow its steps.
       if (!is_output_rank()) return follow_engines(*model);

@@ -208,7 +208,7 @@ void add_generate(CLI::App& app) {
   add_engine_options(cmd, o->engine);
   cmd->callback([o] {
     o->common.mtp = o->engine.speculative.mtp();
-    auto model = load_with(o->common);
+    auto model = load_with(o->common, o->engine.max_model_len);
     const Tokenizer* tok = model->tokenizer();
     FP_CHECK(tok, o->common.model, ": the model has no tokenizer (for llama2.c pass --tokenizer)");
     if (!o->batch_file.empty()) {

@@ -37,7 +37,7 @@ void add_serve(CLI::App& app) {
   cmd->callback([o] {
     block_shutdown_signals();  // before the kernel and engine threads start
     o->common.mtp = o->engine.speculative.mtp();
-    auto model = load_with(o->common);
+    auto model = load_with(o->common, o->engine.max_model_len);
     // Several ranks: rank 0 owns the HTTP server and the engine, the others follow its steps.
     if (!is_output_rank()) return follow_engines(*model);
     FP_CHECK(model->tokenizer(), o->common.model, ": the model has no tokenizer (for llama2.c pass --tokenizer)");

@@ -162,7 +162,7 @@ void apply_runtime(const CommonOptions& o) {
   Ledger::global().set_profiling(o.profile);
 }
 
-std::unique_ptr<Model> load_with(const CommonOptions& options) {
+std::unique_ptr<Model> load_with(const CommonOptions& options, int64_t max_model_len) {
   CommonOptions o = options;
   std::string path = o.model.empty() ? default_model_path() : o.model;
   if (!o.parallel_plan.empty()) apply_parallel_plan(o, path);
@@ -183,6 +183,7 @@ std::unique_ptr<Model> load_with(const CommonOptions& options) {
                               o.data_parallel_attention ? o.ranks() : 1};
   lo.micro_batch_overlap = o.micro_batch_overlap;
   lo.mtp = o.mtp;
+  lo.max_model_len = max_model_len;
   // Split across ranks, each touches only the pages of its slices (prefaulting would read all).
   if (world->size() > 1) lo.prefault = false;
   // GPU ranks talk through NCCL (bootstrapped over the MPI world); CPU ranks through MPI.

@@ -45,7 +45,9 @@ nlohmann::json read_json_file(const std::string& path);
 void add_common(CLI::App* app, CommonOptions& o, bool model_required);
 // Opens the ranks (the larger of --tensor-parallel-size and --expert-parallel-size; MPI when more than one), applies threads / kernel
 // overrides / log level, then loads this rank's part of the model (default model when -m is empty).
-std::unique_ptr<Model> load_with(const CommonOptions& o);
+// max_model_len: the engine's --max-model-len (0: the model's context), for what depends on it at
+// load (LongRoPE's factor set).
+std::unique_ptr<Model> load_with(const CommonOptions& o, int64_t max_model_len = 0);
 void apply_runtime(const CommonOptions& o);
 // Rank 0 of a parallel run, or the only process: the one that writes files and output.
 bool is_output_rank();
