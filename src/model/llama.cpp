@@ -87,8 +87,6 @@ class LlamaModel : public Model {
     const int64_t v_dim = c.n_kv_heads * c.v_head_dim, o_in = c.n_heads * c.v_head_dim;
     FP_CHECK(c.v_head_dim == c.head_dim, mf.path, ": ", c.arch, " needs value_length == key_length");
     const int ranks = parallel().tp > 1 ? tp_size() : 1, rank = tp_ ? tp_->rank() : 0;  // tensor-parallel ranks
-    FP_CHECK(!c.qk_norm_full || ranks <= 1, mf.path, ": ", c.arch, " normalises q and k over every head together, which ",
-             "--tensor-parallel-size would split across the ranks (not supported)");
     if (c.post_norms || c.gelu_ffn || c.sliding_window > 0 || c.attn_softcap > 0 || c.final_softcap > 0 || !c.pre_norms)
       FP_CHECK(device() == Device::CPU, mf.path, ": ", c.arch,
                " runs on the CPU here (its sandwich norms, GeGLU, sliding windows and soft-capping are not in the ",
@@ -287,21 +285,21 @@ class LlamaModel : public Model {
     // q's heads and k's rotated in one call.
     if (n == 1 && L.wqkv && !kv_ready && k == q + heads * c.head_dim && v == k + kv_heads * c.head_dim) {
       dispatch(MatMulArgs{h, n, L.wqkv, L.bqkv, q, hq});
-      if (c.qk_norm) qk_norm(k, L.k_norm, n, kv_heads);
-      if (c.qk_norm) qk_norm(q, L.q_norm, n, heads);
+      if (c.qk_norm) qk_norm(k, L.k_norm, n, kv_heads, c.n_kv_heads);
+      if (c.qk_norm) qk_norm(q, L.q_norm, n, heads, c.n_heads);
       const int64_t qk_heads = heads + kv_heads;
       if (L.rope) dispatch(RopeArgs{q, pos, n, qk_heads, c.head_dim, c.rot_dim, qk_heads * c.head_dim, inv_freq, rope_mscale_, c.rope_style});
       return;
     }
     dispatch(MatMulArgs{h, n, L.wk, L.bk, k, hq, hb});
     dispatch(MatMulArgs{h, n, L.wv, L.bv, v, hq, hb});
-    if (c.qk_norm) qk_norm(k, L.k_norm, n, kv_heads);
+    if (c.qk_norm) qk_norm(k, L.k_norm, n, kv_heads, c.n_kv_heads);
     if (L.rope) dispatch(RopeArgs{k, pos, n, kv_heads, c.head_dim, c.rot_dim, kv_heads * c.head_dim, inv_freq, rope_mscale_, c.rope_style});
     if (kv_ready) kv_ready();
     progress();
     dispatch(MatMulArgs{h, n, L.wq, L.bq, q, hq, hb});
     progress();
-    if (c.qk_norm) qk_norm(q, L.q_norm, n, heads);
+    if (c.qk_norm) qk_norm(q, L.q_norm, n, heads, c.n_heads);
     if (L.rope) dispatch(RopeArgs{q, pos, n, heads, c.head_dim, c.rot_dim, heads * c.head_dim, inv_freq, rope_mscale_, c.rope_style});
   }
 
@@ -330,11 +328,26 @@ class LlamaModel : public Model {
   }
 
   // q or k rows [n, heads * head_dim] normalised in place: per head (Qwen3, Gemma 3), or over
-  // the whole row (OLMo 2).
-  void qk_norm(float* t, const float* w, int64_t n, int64_t heads) {
+  // the whole row (OLMo 2). A row of this rank's heads only (heads < full_heads: tensor
+  // parallel; `w` is this rank's slice of the weight) is normalised by the mean square of the
+  // whole row: the ranks' sums of squares are all-reduced first (host rows: OLMo 2 runs on the CPU).
+  void qk_norm(float* t, const float* w, int64_t n, int64_t heads, int64_t full_heads) {
     const ModelConfig& c = config();
-    if (c.qk_norm_full) dispatch(RmsNormArgs{t, w, n, heads * c.head_dim, c.rms_eps, t});
-    else dispatch(RmsNormArgs{t, w, n * heads, c.head_dim, c.rms_eps, t});
+    const int64_t d = heads * c.head_dim;
+    if (!c.qk_norm_full) return dispatch(RmsNormArgs{t, w, n * heads, c.head_dim, c.rms_eps, t});
+    if (heads == full_heads) return dispatch(RmsNormArgs{t, w, n, d, c.rms_eps, t});
+    qk_sums_.resize(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      float ss = 0;
+      for (int64_t j = 0; j < d; ++j) ss += t[i * d + j] * t[i * d + j];
+      qk_sums_[static_cast<size_t>(i)] = ss;
+    }
+    dispatch(AllReduceArgs{tp_.get(), qk_sums_.data(), n});
+    const float whole = static_cast<float>(full_heads * c.head_dim);
+    for (int64_t i = 0; i < n; ++i) {
+      const float r = 1.0f / std::sqrt(qk_sums_[static_cast<size_t>(i)] / whole + c.rms_eps);
+      for (int64_t j = 0; j < d; ++j) t[i * d + j] *= r * w[j];
+    }
   }
 
   // A sublayer without a norm before it (OLMo 2): x += residual, and h = x, its input (the
@@ -585,6 +598,10 @@ class LlamaModel : public Model {
       L.bk += kv.begin;
       L.bv += kv.begin;
     }
+    if (c.qk_norm_full) {  // OLMo 2: the norm weights span every head (qk_norm sums the squares across ranks)
+      L.q_norm += q.begin;
+      L.k_norm += kv.begin;
+    }
   }
   const Tensor* keep(const Tensor& t) { return &shards_.emplace_back(t); }
 
@@ -673,6 +690,7 @@ class LlamaModel : public Model {
   std::vector<float> inv_freq_swa_;  // Gemma 3's sliding layers (config().rope_theta_swa)
   const float* inv_freq_at_ = nullptr;  // inv_freq_ where the kernels read it (host or device)
   float rope_mscale_ = 1.0f;            // cos/sin factor: LongRoPE's attention factor, else 1
+  std::vector<float> qk_sums_;          // OLMo 2 under tensor parallel: per-row sums of squares
   DeviceWeights weights_{device()};
   Activations act_{device()};     // x, h, q, k, v, attention out, gate, up, device logits
   BatchStager stager_{device()};

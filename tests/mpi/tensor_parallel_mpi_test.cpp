@@ -107,7 +107,8 @@ TEST_P(TensorParallelSynth, GqaModelMatchesOneRank) {
 INSTANTIATE_TEST_SUITE_P(Archs, TensorParallelSynth,
                          ::testing::Values(SynthCase{"llama", DType::Q8_0}, SynthCase{"qwen2", DType::F32},
                                            SynthCase{"qwen3", DType::F16}, SynthCase{"gemma2", DType::Q8_0},
-                                           SynthCase{"gemma3", DType::F16}, SynthCase{"phi3", DType::Q8_0}),
+                                           SynthCase{"gemma3", DType::F16}, SynthCase{"phi3", DType::Q8_0},
+                                           SynthCase{"olmo2", DType::Q8_0}),
                          [](const auto& p) { return p.param.arch; });
 
 // Q8_0 rows of 256 values and more: every rank repacks its shares to Q8_0_X8 after sharding
@@ -325,6 +326,7 @@ INSTANTIATE_TEST_SUITE_P(
                       ContextCase{"gemma2_cp_tp", "", "gemma2", DType::F32, true},
                       ContextCase{"gemma3_cp", "", "gemma3", DType::Q8_0, false},
                       ContextCase{"olmo2_cp", "", "olmo2", DType::F32, false},
+                      ContextCase{"olmo2_cp_tp", "", "olmo2", DType::F32, true},
                       ContextCase{"qwen3_cp_tp", "", "qwen3", DType::F16, true},
                       ContextCase{"llama_q8_cp_tp_f16_cache", "", "llama", DType::Q8_0, true, false, DType::F16},
                       ContextCase{"qwen2_cp_bf16_cache", "", "qwen2", DType::F32, false, false, DType::BF16},
@@ -447,6 +449,7 @@ INSTANTIATE_TEST_SUITE_P(Layouts, MicroBatchOverlap,
                                            OverlapCase{"stories_cp_tp", kStories, DType::F32, true},
                                            OverlapCase{"gemma2_tp", "", DType::F32, false, "gemma2"},
                                            OverlapCase{"gemma3_cp_tp", "", DType::Q8_0, true, "gemma3"},
+                                           OverlapCase{"olmo2_tp", "", DType::F32, false, "olmo2"},
                                            OverlapCase{"qwen3moe_tp", "", DType::F32, false, "qwen3_moe"},
                                            OverlapCase{"qwen3moe_ep", "", DType::F32, false, "qwen3_moe", true},
                                            OverlapCase{"qwen3moe_cp_tp", "", DType::F32, true, "qwen3_moe"},
