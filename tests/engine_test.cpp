@@ -71,6 +71,30 @@ void check_block_ownership(Engine& e) {
     free_blocks += a.refcount(b) == 0;
   }
   ASSERT_EQ(free_blocks, a.n_free());
+  if (e.pool().trims_windows()) {  // window blocks: the tables' live entries plus the kept ones
+    const BlockAllocator& w = e.pool().window_blocks();
+    std::vector<int32_t> held(static_cast<size_t>(w.n_blocks()), 0);
+    for (const Sequence* s : e.sequences()) {
+      ASSERT_EQ(s->table.window.size(), s->table.blocks.size()) << "sequence " << s->id;
+      for (int32_t b : s->table.window)
+        if (b >= 0) ++held[static_cast<size_t>(b)];
+    }
+    for (int32_t b : e.blocks().kept_window_blocks()) ++held[static_cast<size_t>(b)];
+    ++held[KvPool::kZeroWindowBlock];  // the pool's own
+    int64_t free_window = 0;
+    for (int32_t b = 0; b < w.n_blocks(); ++b) {
+      ASSERT_EQ(w.refcount(b), held[static_cast<size_t>(b)]) << "window block " << b;
+      free_window += w.refcount(b) == 0;
+    }
+    ASSERT_EQ(free_window, w.n_free());
+    // Trimmed: a table holds the blocks of its last window and of the tokens it computes next.
+    const int64_t P = e.pool().page_size(), most = (e.pool().layout().window + e.config().scheduler.max_num_batched_tokens) / P + 3;
+    for (const Sequence* s : e.sequences()) {
+      int64_t live = 0;
+      for (int32_t b : s->table.window) live += b >= 0;
+      ASSERT_LE(live, most) << "sequence " << s->id << " holds " << live << " window blocks";
+    }
+  }
   for (const Sequence* s : e.sequences()) {
     ASSERT_EQ(s->n_draft, 0) << "sequence " << s->id << " kept a speculative draft past the step";
     if (s->state == SeqState::Running) {  // no blocks past its tokens (a refused draft's go back)
@@ -232,6 +256,91 @@ TEST(Engine, Olmo2BatchInvarianceAcrossPageSizesAndChunkedPrefill) {
   o.type = DType::Q8_0;
   o.seed = 45;
   expect_batch_invariant(o, "engine_olmo2");
+}
+
+// Window trimming (the sliding-window layers' KV in blocks of their own, given back as the window
+// slides; BlockManager): the engine gives the tokens of the untrimmed engine and of each prompt
+// alone, over page sizes the window's first key falls inside of, chunked prefills of 7 and 48
+// tokens and a budget small enough to preempt, and a second round of follow-up prompts (each a
+// first-round prompt, its reply and more) reuses the first round's prefixes, whose windows were
+// kept. Models: gpt-oss (window 8 on the even layers), Gemma 3 (five of six layers) and Phi-3
+// (every layer windowed: the main blocks store nothing).
+void expect_trimmed_like_untrimmed(SynthOptions o, const std::string& name) {
+  const std::string dir = test::temp_dir(name);
+  o.out = dir + "/m.gguf";
+  synth_model(o);
+  LoadOptions lo;
+  lo.prefault = false;
+  auto m = load_model(o.out, lo);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 10; ++i) {
+    std::vector<int32_t> p;
+    for (int t = 0; t < 3 + (i * 7) % 38; ++t) p.push_back(static_cast<int32_t>(1 + (i * 131 + t * 29) % 500));
+    prompts.push_back(p);
+  }
+  const int32_t n = 24;
+  const auto want = alone(*m, prompts, n);
+  std::vector<std::vector<int32_t>> follow_ups;  // prompt + reply + 5 more tokens
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    std::vector<int32_t> p = prompts[i];
+    p.insert(p.end(), want[i].begin(), want[i].end());
+    for (int t = 0; t < 5; ++t) p.push_back(static_cast<int32_t>(7 + (i * 17 + t * 3) % 400));
+    follow_ups.push_back(p);
+  }
+  const auto want_follow = alone(*m, follow_ups, 10);
+  for (int64_t page : {1, 8, 16})
+    for (int64_t chunk : {7, 48})
+      for (bool tight : {false, true}) {
+        const std::string where = name + " page " + std::to_string(page) + " chunk " + std::to_string(chunk) + (tight ? " tight" : "");
+        EngineConfig c = small_config(page, true);
+        c.scheduler.max_num_batched_tokens = chunk;
+        c.max_model_len = 128;
+        if (tight) c.kv_cache_bytes = 224 << 10;  // a few sequences' worth: preemption, kept windows evicted
+        Engine e(*m, c);
+        ASSERT_TRUE(e.pool().trims_windows()) << where << ": " << e.capacity().describe();
+        c.window_trim = false;
+        if (tight) c.kv_cache_bytes = 4 << 20;  // (the untrimmed cache of one sequence would not fit the tight budget)
+        Engine plain(*m, c);
+        ASSERT_FALSE(plain.pool().trims_windows());
+        if (!tight) {  // the same budget: the trimmed pool holds every sequence in less memory
+          EXPECT_LT(e.pool().bytes(), plain.pool().bytes()) << where;
+        }
+        auto got = run_all(e, prompts, n);
+        ASSERT_EQ(got.size(), want.size()) << where;
+        for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(got[i], want[i]) << where << ": prompt " << i;
+        const int64_t cached = e.stats().cached_prompt_tokens;
+        auto got_follow = run_all(e, follow_ups, 10);
+        ASSERT_EQ(got_follow.size(), want_follow.size()) << where;
+        for (size_t i = 0; i < want_follow.size(); ++i) EXPECT_EQ(got_follow[i], want_follow[i]) << where << ": follow-up " << i;
+        if (!tight) {
+          EXPECT_GT(e.stats().cached_prompt_tokens, cached) << where << ": the follow-ups reused no prefix";
+        }
+        EXPECT_EQ(run_all(plain, follow_ups, 10), want_follow) << where << " (untrimmed)";
+      }
+}
+
+TEST(Engine, WindowTrimmingGivesTheUntrimmedTokens) {
+  SynthOptions o;
+  o.arch = "gpt_oss";
+  o.config = {{"hidden_size", 64}, {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"head_dim", 16},
+              {"intermediate_size", 32}, {"num_hidden_layers", 3}, {"vocab_size", 512}, {"num_local_experts", 4},
+              {"num_experts_per_tok", 2}, {"sliding_window", 8}};
+  o.seed = 51;
+  expect_trimmed_like_untrimmed(o, "engine_trim_gpt_oss");
+  o = SynthOptions{};
+  o.arch = "gemma3";
+  o.config = {{"hidden_size", 64}, {"num_attention_heads", 4}, {"num_key_value_heads", 1}, {"head_dim", 32},
+              {"intermediate_size", 96}, {"num_hidden_layers", 6}, {"vocab_size", 512}, {"sliding_window", 6},
+              {"query_pre_attn_scalar", 32}};
+  o.seed = 52;
+  expect_trimmed_like_untrimmed(o, "engine_trim_gemma3");
+  o = SynthOptions{};
+  o.arch = "phi3";
+  o.config = {{"hidden_size", 64}, {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"head_dim", 16},
+              {"intermediate_size", 96}, {"num_hidden_layers", 2}, {"vocab_size", 512}, {"sliding_window", 5},
+              {"max_position_embeddings", 256}};
+  o.seed = 53;
+  expect_trimmed_like_untrimmed(o, "engine_trim_phi3");
 }
 
 TEST(Engine, SharedPrefixComputesOnlyTheSuffix) {

@@ -50,13 +50,17 @@ int32_t BlockAllocator::refcount(int32_t block) const {
   return refs_[static_cast<size_t>(block)];
 }
 
-KvPool::KvPool(const KvLayout& layout, int64_t page_size, int64_t n_blocks, Device device, KvPartition partition)
+KvPool::KvPool(const KvLayout& layout, int64_t page_size, int64_t n_blocks, Device device, KvPartition partition,
+               int64_t n_window_blocks)
     : layout_(layout),
       page_size_(page_size),
       n_blocks_(n_blocks),
+      n_window_blocks_(layout.n_windowed() > 0 ? std::max<int64_t>(0, n_window_blocks) : 0),
       device_(device),
       partition_(partition),
-      blocks_(n_blocks, std::max(1, partition.parts)) {
+      blocks_(n_blocks, std::max(1, partition.parts)),
+      window_blocks_(n_window_blocks_) {
+  FP_CHECK(n_window_blocks_ == 0 || partition.parts == 1, "KV window trimming with a partitioned pool (data-parallel attention)");
   FP_CHECK(page_size > 0, "KV page size must be positive, got ", page_size);
   FP_CHECK(n_blocks >= 0, "KV block count must be >= 0, got ", n_blocks);
   FP_CHECK(partition.parts >= 1 && partition.mine >= 0 && partition.mine < partition.parts && n_blocks % partition.parts == 0,
@@ -65,19 +69,39 @@ KvPool::KvPool(const KvLayout& layout, int64_t page_size, int64_t n_blocks, Devi
   FP_CHECK(valid_kv_dtype(layout.dtype), "KV cache dtype ", dtype_name(layout.dtype), " is not one of ", kv_dtypes_text());
   k_row_bytes_ = row_bytes(layout.dtype, layout.k_width);
   v_row_bytes_ = row_bytes(layout.dtype, layout.v_width);
-  const size_t slots = static_cast<size_t>(storage_tokens());
   for (int64_t l = 0; l < layout.n_layers; ++l) {
+    const size_t slots = static_cast<size_t>(layer_slots(l));
     k_.emplace_back(device, std::max<size_t>(1, slots * static_cast<size_t>(k_row_bytes_)));
     v_.emplace_back(device, std::max<size_t>(1, slots * static_cast<size_t>(v_row_bytes_)));
   }
+  if (n_window_blocks_ > 0) {
+    // Window block 0 stays taken and zero: the block tables' entries for blocks given back point
+    // at it, so a kernel that reads keys before a row's window (and weighs them 0) reads zeros,
+    // never stale or uninitialized rows (0 x NaN would poison the sum).
+    FP_CHECK(device == Device::CPU, "KV window trimming on ", device_name(device), " (it runs on the CPU only)");
+    FP_CHECK(n_window_blocks_ >= 2, "KV window trimming needs at least 2 window blocks, got ", n_window_blocks_);
+    FP_CHECK(window_blocks_.allocate() == kZeroWindowBlock, "KV pool: the zero window block is not block 0");
+    const size_t kb = static_cast<size_t>(page_size_ * k_row_bytes_), vb = static_cast<size_t>(page_size_ * v_row_bytes_);
+    for (size_t l = 0; l < k_.size(); ++l)
+      if (in_window_blocks(static_cast<int64_t>(l))) {
+        std::memset(k_[l].data(), 0, kb);
+        if (vb) std::memset(v_[l].data(), 0, vb);
+      }
+  }
+}
+
+int64_t KvPool::bytes() const {
+  int64_t b = 0;
+  for (int64_t l = 0; l < layout_.n_layers; ++l) b += layer_slots(l) * layout_.layer_bytes_per_token();
+  return b;
 }
 
 void KvPool::write(int64_t layer, const int64_t* slots, int64_t n, const float* k_rows, const float* v_rows) {
   FP_CHECK(layer >= 0 && layer < layout_.n_layers, "KV write: layer ", layer, " of ", layout_.n_layers);
   if (device_ == Device::CPU)
     for (int64_t i = 0; i < n; ++i)
-      FP_CHECK(slots[i] >= 0 && slots[i] < storage_tokens(), "KV write: slot ", slots[i], " is outside the pool (",
-               storage_tokens(), " slots)");
+      FP_CHECK(slots[i] >= 0 && slots[i] < layer_slots(layer), "KV write: slot ", slots[i], " is outside layer ", layer,
+               "'s blocks (", layer_slots(layer), " slots)");
   const size_t l = static_cast<size_t>(layer);
   dispatch(KvWriteArgs{k_[l].data(), v_[l].data(), layout_.dtype, layout_.k_width, layout_.v_width, slots, n, k_rows,
                        layout_.v_width ? v_rows : nullptr});
@@ -89,8 +113,8 @@ void KvPool::move_rows(int64_t layer, const int64_t* slots, int64_t n, void* row
   FP_CHECK(layer >= 0 && layer < layout_.n_layers, what, ": layer ", layer, " of ", layout_.n_layers);
   if (device_ == Device::CPU)
     for (int64_t i = 0; i < n; ++i)
-      FP_CHECK(slots[i] >= 0 && slots[i] < storage_tokens(), what, ": slot ", slots[i], " is outside the pool (",
-               storage_tokens(), " slots)");
+      FP_CHECK(slots[i] >= 0 && slots[i] < layer_slots(layer), what, ": slot ", slots[i], " is outside the pool (",
+               layer_slots(layer), " slots)");
   const size_t l = static_cast<size_t>(layer);
   // The storage is the pool's own; moving rows out of it changes nothing the const caller sees.
   dispatch(KvMoveArgs{const_cast<void*>(k_[l].data()), const_cast<void*>(v_[l].data()), k_row_bytes_, v_row_bytes_,
@@ -98,7 +122,7 @@ void KvPool::move_rows(int64_t layer, const int64_t* slots, int64_t n, void* row
 }
 
 void KvPool::read(int64_t layer, int64_t slot, float* k, float* v) const {
-  FP_CHECK(layer >= 0 && layer < layout_.n_layers && slot >= 0 && slot < storage_tokens(), "KV read: layer ", layer,
+  FP_CHECK(layer >= 0 && layer < layout_.n_layers && slot >= 0 && slot < layer_slots(layer), "KV read: layer ", layer,
            " slot ", slot, " is outside the pool");
   const size_t l = static_cast<size_t>(layer);
   std::vector<uint8_t> row(static_cast<size_t>(std::max(k_row_bytes_, v_row_bytes_)));
@@ -127,6 +151,19 @@ void KvPool::copy_block(int32_t src, int32_t dst) {
   dst = storage_block(dst);
   const size_t kb = static_cast<size_t>(page_size_ * k_row_bytes_), vb = static_cast<size_t>(page_size_ * v_row_bytes_);
   for (size_t l = 0; l < k_.size(); ++l) {
+    if (in_window_blocks(static_cast<int64_t>(l))) continue;
+    copy_bytes(device_, k_[l].as<uint8_t>() + dst * kb, device_, k_[l].as<uint8_t>() + src * kb, kb);
+    if (vb) copy_bytes(device_, v_[l].as<uint8_t>() + dst * vb, device_, v_[l].as<uint8_t>() + src * vb, vb);
+  }
+}
+
+void KvPool::copy_window_block(int32_t src, int32_t dst) {
+  FP_CHECK(src >= 0 && src < n_window_blocks_ && dst >= 0 && dst < n_window_blocks_, "copy_window_block: invalid block ",
+           src, " -> ", dst);
+  if (record_copies_) copies_.insert(copies_.end(), {-1 - src, dst});
+  const size_t kb = static_cast<size_t>(page_size_ * k_row_bytes_), vb = static_cast<size_t>(page_size_ * v_row_bytes_);
+  for (size_t l = 0; l < k_.size(); ++l) {
+    if (!in_window_blocks(static_cast<int64_t>(l))) continue;
     copy_bytes(device_, k_[l].as<uint8_t>() + dst * kb, device_, k_[l].as<uint8_t>() + src * kb, kb);
     if (vb) copy_bytes(device_, v_[l].as<uint8_t>() + dst * vb, device_, v_[l].as<uint8_t>() + src * vb, vb);
   }

@@ -25,7 +25,19 @@ struct KvLayout {
   int64_t k_width = 0;  // values per token per layer on the K side
   int64_t v_width = 0;  // on the V side (0: the K row holds everything, as MLA's latent)
   DType dtype = DType::F32;  // storage type of every K/V value
-  int64_t bytes_per_token() const { return n_layers * (k_width + v_width) * dtype_info(dtype).block_bytes; }
+  // Sliding-window layers (empty: none): layer l attends only the last `window` positions when
+  // windowed[l]. A pool built with window blocks (KvPool's n_window_blocks) keeps those layers'
+  // rows in blocks of their own, which sequences give back once they fall out of the window.
+  std::vector<bool> windowed = {};
+  int64_t window = 0;  // the widest window of those layers
+  bool is_windowed(int64_t layer) const { return layer < static_cast<int64_t>(windowed.size()) && windowed[static_cast<size_t>(layer)]; }
+  int64_t n_windowed() const {
+    int64_t n = 0;
+    for (bool w : windowed) n += w;
+    return n;
+  }
+  int64_t layer_bytes_per_token() const { return (k_width + v_width) * dtype_info(dtype).block_bytes; }
+  int64_t bytes_per_token() const { return n_layers * layer_bytes_per_token(); }
 };
 
 // Reference-counted block ids 0..n_blocks-1. A free block has count 0. Blocks are handed out
@@ -68,8 +80,11 @@ class KvPool {
  public:
   // The storage lives on `device` (host memory, or the GPU's for a model placed on CUDA). A
   // partitioned pool (KvPartition) hands out n_blocks ids but stores n_blocks / parts blocks.
+  // n_window_blocks > 0 (and some layer windowed): the windowed layers store n_window_blocks
+  // blocks of their own, handed out by window_blocks() (window trimming, BlockTable::window);
+  // otherwise every layer stores n_blocks. Not with a partitioned pool.
   KvPool(const KvLayout& layout, int64_t page_size, int64_t n_blocks, Device device = Device::CPU,
-         KvPartition partition = {});
+         KvPartition partition = {}, int64_t n_window_blocks = 0);
   const KvLayout& layout() const { return layout_; }
   Device device() const { return device_; }
   DType dtype() const { return layout_.dtype; }
@@ -80,7 +95,17 @@ class KvPool {
   // What this rank stores: blocks, slots and bytes (all of the pool when not partitioned).
   int64_t storage_blocks() const { return n_blocks_ / partition_.parts; }
   int64_t storage_tokens() const { return storage_blocks() * page_size_; }
-  int64_t bytes() const { return storage_tokens() * layout_.bytes_per_token(); }
+  int64_t bytes() const;
+  // Window trimming: the windowed layers keep their own, smaller set of blocks; block
+  // kZeroWindowBlock of them is taken at construction and holds zeros (what tables point at for
+  // blocks they gave back).
+  static constexpr int32_t kZeroWindowBlock = 0;
+  bool trims_windows() const { return n_window_blocks_ > 0; }
+  int64_t n_window_blocks() const { return n_window_blocks_; }
+  // Whether layer l's rows live in the window blocks (its slots come from BlockTable::window).
+  bool in_window_blocks(int64_t layer) const { return trims_windows() && layout_.is_windowed(layer); }
+  // Slots layer l stores.
+  int64_t layer_slots(int64_t layer) const { return (in_window_blocks(layer) ? n_window_blocks_ : storage_blocks()) * page_size_; }
   // Where block id `block` is stored here (its id when not partitioned); fails for another
   // rank's block.
   int32_t storage_block(int32_t block) const;
@@ -109,19 +134,23 @@ class KvPool {
   // Reads one storage slot's rows back into host f32 (v may be null): for tests and tools.
   void read(int64_t layer, int64_t slot, float* k, float* v) const;
   // Copies every layer's rows of block id `src` into block id `dst` (copy-on-write; both of one
-  // partition, a no-op on the ranks that do not store it).
+  // partition, a no-op on the ranks that do not store it). With window trimming: the layers of
+  // the main blocks only; copy_window_block copies the windowed layers' block.
   void copy_block(int32_t src, int32_t dst);
-  // With recording on, copy_block also notes (src, dst); take_copies returns and clears the
+  void copy_window_block(int32_t src, int32_t dst);
+  // With recording on, copy_block also notes (src, dst), copy_window_block (-1 - src, dst); take_copies returns and clears the
   // notes (the engine sends them to the other ranks of a split model, engine/followers.h).
   void record_copies(bool on) { record_copies_ = on; }
   std::vector<int32_t> take_copies() { return std::exchange(copies_, {}); }
   BlockAllocator& blocks() { return blocks_; }
   const BlockAllocator& blocks() const { return blocks_; }
+  BlockAllocator& window_blocks() { return window_blocks_; }
+  const BlockAllocator& window_blocks() const { return window_blocks_; }
 
  private:
   void move_rows(int64_t layer, const int64_t* slots, int64_t n, void* rows, const int32_t* row_of, bool into_pool) const;
   KvLayout layout_;
-  int64_t page_size_, n_blocks_;
+  int64_t page_size_, n_blocks_, n_window_blocks_ = 0;
   Device device_;
   KvPartition partition_;
   int64_t k_row_bytes_, v_row_bytes_;  // bytes of one slot's K / V row
@@ -130,7 +159,7 @@ class KvPool {
   // Uninitialized: large host pools are committed page by page as slots are first written (a
   // slot is always written before attention reads it).
   std::vector<DeviceBuffer> k_, v_;
-  BlockAllocator blocks_;
+  BlockAllocator blocks_, window_blocks_;
 };
 
 // Page sizes the engine accepts (the kernels declare which of these they support).

@@ -32,12 +32,13 @@ PrefixCache::Node* PrefixCache::child(const Node* parent, const int32_t* block_t
   return nullptr;
 }
 
-int64_t PrefixCache::matched_blocks(const int32_t* tokens, int64_t max_blocks) const {
+int64_t PrefixCache::matched_blocks(const int32_t* tokens, int64_t max_blocks, std::vector<int32_t>* blocks) const {
   const Node* node = root_.get();
   int64_t b = 0;
   for (; b < max_blocks; ++b) {
     node = child(node, tokens + b * page_);
     if (!node) break;
+    if (blocks) blocks->push_back(node->block);
   }
   return b;
 }
@@ -71,6 +72,7 @@ void PrefixCache::insert(const int32_t* tokens, int64_t n_blocks, const int32_t*
       fresh->block = blocks[b];
       fresh->parent = node;
       blocks_.ref(blocks[b]);
+      held_.insert(blocks[b]);
       c = fresh.get();
       node->children.emplace(hash_tokens(bt, page_), std::move(fresh));
       ++n_nodes_;
@@ -94,6 +96,8 @@ bool PrefixCache::evict_one() {
       best = n;
   }
   if (!best) return false;
+  if (on_evict) on_evict(best->block);
+  held_.erase(best->block);
   blocks_.unref(best->block);
   Node* parent = best->parent;
   for (auto it = parent->children.begin(); it != parent->children.end(); ++it)

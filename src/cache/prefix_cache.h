@@ -5,8 +5,10 @@
 // references is evictable, least recently used first.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "cache/kv_pool.h"
@@ -23,17 +25,21 @@ class PrefixCache {
   // The cached blocks for the longest run of whole blocks of tokens[0..max_blocks*page): each
   // returned block gets one reference for the caller. Counts looked-up and hit tokens.
   std::vector<int32_t> match(const int32_t* tokens, int64_t max_blocks);
-  // How many blocks match() would return, touching nothing (no references, statistics or LRU).
-  int64_t matched_blocks(const int32_t* tokens, int64_t max_blocks) const;
+  // How many blocks match() would return, touching nothing (no references, statistics or LRU);
+  // with `blocks`, which ones.
+  int64_t matched_blocks(const int32_t* tokens, int64_t max_blocks, std::vector<int32_t>* blocks = nullptr) const;
   // Records blocks[0..n_blocks) as holding the whole blocks of tokens[0..n_blocks*page). Levels
   // already cached (by this or another sequence) are kept as they are.
   void insert(const int32_t* tokens, int64_t n_blocks, const int32_t* blocks);
   // Frees the least recently used leaf block that only the tree references; false if none.
   bool evict_one();
+  // Called with each block the tree lets go of (evicted), before it is freed.
+  std::function<void(int32_t)> on_evict;
   // Drops every unreferenced cached block.
   void clear();
 
   int64_t n_cached() const { return n_nodes_; }
+  bool holds(int32_t block) const { return held_.count(block) > 0; }  // a node of the tree holds it
   std::vector<int32_t> cached_blocks() const;  // every block the tree holds (for invariant checks)
   int64_t n_evictable() const;  // blocks that eviction could free now
   int64_t lookup_tokens() const { return lookup_tokens_; }
@@ -46,6 +52,7 @@ class PrefixCache {
   int64_t page_;
   std::unique_ptr<Node> root_;
   int64_t n_nodes_ = 0;
+  std::unordered_set<int32_t> held_;  // every node's block
   uint64_t tick_ = 0;
   int64_t lookup_tokens_ = 0, hit_tokens_ = 0;
 };

@@ -31,6 +31,15 @@ std::string gib_text(int64_t bytes) {
 std::string KvCapacity::describe() const {
   std::ostringstream os;
   const int64_t per_rank = n_blocks / partitions;
+  if (n_window_blocks > 0) {
+    os << "KV cache: " << gib_text(n_blocks * page_size * main_bytes_per_token + n_window_blocks * page_size * window_bytes_per_token)
+       << " " << dtype_name(dtype) << "; full-attention layers " << n_blocks << " blocks of " << page_size << " tokens ("
+       << tokens() << " tokens, " << main_bytes_per_token << " B/token); sliding-window layers (window " << window << ") "
+       << n_window_blocks << " blocks of their own (" << gib_text(n_window_blocks * page_size * window_bytes_per_token) << ", "
+       << window_bytes_per_token << " B/token, given back as the window slides; " << bytes_per_token
+       << " B/token untrimmed); " << seqs_at_max_len << " sequences of max-model-len " << max_model_len << " at once";
+    return os.str();
+  }
   os << "KV cache: " << gib_text(per_rank * page_size * bytes_per_token) << " " << dtype_name(dtype) << " = " << per_rank
      << " blocks of " << page_size << " tokens (" << per_rank * page_size << " tokens, " << bytes_per_token << " B/token)";
   if (partitions > 1)
@@ -38,6 +47,60 @@ std::string KvCapacity::describe() const {
        << " tokens)";
   os << "; " << seqs_at_max_len << " sequences of max-model-len " << max_model_len << " at once";
   return os.str();
+}
+
+KvLayout window_layout(KvLayout layout, const ModelConfig& c) {
+  layout.windowed.assign(static_cast<size_t>(layout.n_layers), false);
+  layout.window = 0;
+  for (int64_t l = 0; l < c.n_layers && l < layout.n_layers; ++l)
+    if (const int64_t w = c.window_of(l); w > 0) {
+      layout.windowed[static_cast<size_t>(l)] = true;
+      layout.window = std::max(layout.window, w);
+    }
+  if (layout.window == 0) layout.windowed.clear();
+  return layout;
+}
+
+KvCapacity plan_window_kv_cache(const KvLayout& layout, int64_t page_size, int64_t budget_bytes, int64_t max_model_len,
+                                int64_t max_num_seqs, int64_t max_num_batched_tokens) {
+  auto plain = [&] { return plan_kv_cache(layout, page_size, budget_bytes, max_model_len, max_num_seqs); };
+  const int64_t windowed = layout.n_windowed();
+  if (windowed == 0 || layout.window <= 0) return plain();
+  FP_CHECK(valid_page_size(page_size), "--page-size ", page_size, " is not one of ", page_sizes_text());
+  FP_CHECK(max_model_len > 0, "--max-model-len must be positive, got ", max_model_len);
+  const int64_t lb = layout.layer_bytes_per_token(), P = page_size;
+  const int64_t main_bpt = (layout.n_layers - windowed) * lb, window_bpt = windowed * lb;
+  const int64_t per_seq = (max_model_len + P - 1) / P, seqs = std::max<int64_t>(1, max_num_seqs);
+  // A sequence holds the blocks of its last window of positions and the one being written; a
+  // step's prompt chunks hold up to max_num_batched_tokens more positions between them.
+  const int64_t per_window = (layout.window + P - 1) / P + 2, chunks = (max_num_batched_tokens + P - 1) / P;
+  if (per_window + chunks >= per_seq) return plain();  // a window as long as a sequence: nothing to trim
+  int64_t nw = std::min(seqs * per_window + chunks, seqs * per_seq);
+  nw = std::min(nw, budget_bytes / 2 / (P * window_bpt));
+  nw = std::max(nw, per_window + chunks) + 1;  // one sequence's window, whatever the budget; the zero block
+  const int64_t left = budget_bytes - nw * P * window_bpt;
+  KvCapacity c;
+  c.dtype = layout.dtype;
+  c.bytes_per_token = layout.bytes_per_token();
+  c.page_size = P;
+  c.budget_bytes = budget_bytes;
+  c.max_model_len = max_model_len;
+  c.n_window_blocks = nw;
+  c.window = layout.window;
+  c.main_bytes_per_token = main_bpt;
+  c.window_bytes_per_token = window_bpt;
+  c.n_blocks = main_bpt > 0 ? std::max<int64_t>(0, left) / (P * main_bpt) : per_seq * seqs;
+  FP_CHECK(c.n_blocks >= per_seq, "the KV cache budget of ", budget_bytes, " bytes (", gib_text(budget_bytes),
+           ") leaves ", c.n_blocks, " blocks of ", P, " tokens for the full-attention layers after ", nw,
+           " blocks for the sliding-window layers, but one sequence of --max-model-len ", max_model_len, " needs ", per_seq,
+           "; raise --kv-cache-memory or lower --max-model-len");
+  c.n_blocks = std::min(c.n_blocks, per_seq * seqs);
+  c.seqs_at_max_len = std::min(c.n_blocks / per_seq, (nw - 1 - chunks) / per_window);
+  // Trimmed, the same budget holds at least as many full-length positions (usually far more),
+  // or the same in less memory when max_num_seqs full sequences fit either way; else the plain plan.
+  const int64_t plain_blocks = std::min(budget_bytes / (P * c.bytes_per_token), per_seq * seqs);
+  if (c.n_blocks < plain_blocks) return plain();
+  return c;
 }
 
 KvCapacity plan_kv_cache(const KvLayout& layout, int64_t page_size, int64_t budget_bytes, int64_t max_model_len,
@@ -112,8 +175,17 @@ Engine::Engine(Model& model, const EngineConfig& cfg) : model_(model), cfg_(cfg)
   // Data-parallel attention: each rank stores only its own sequences' KV rows, so the pool is
   // partitioned by rank and the ranks together hold `dp` times one budget (cache/kv_pool.h).
   const int dp = model.parallel().dp;
-  capacity_ = plan_kv_cache(layout, cfg_.page_size, budget, cfg_.max_model_len, cfg_.scheduler.max_num_seqs, dp);
-  pool_ = std::make_unique<KvPool>(layout, cfg_.page_size, capacity_.n_blocks, model.device(), KvPartition{dp, 0});
+  // Window trimming: where the model has sliding-window layers, on the CPU (the models with
+  // such layers run there), with the KV cache not partitioned (data-parallel attention) nor
+  // every head on every rank (context-parallel prefill).
+  layout = window_layout(layout, mc);
+  const bool trim = cfg_.window_trim && layout.n_windowed() > 0 && dp == 1 && model.parallel().cp <= 1 &&
+                    model.device() == Device::CPU;
+  capacity_ = trim ? plan_window_kv_cache(layout, cfg_.page_size, budget, cfg_.max_model_len, cfg_.scheduler.max_num_seqs,
+                                          cfg_.scheduler.max_num_batched_tokens)
+                   : plan_kv_cache(layout, cfg_.page_size, budget, cfg_.max_model_len, cfg_.scheduler.max_num_seqs, dp);
+  pool_ = std::make_unique<KvPool>(layout, cfg_.page_size, capacity_.n_blocks, model.device(), KvPartition{dp, 0},
+                                   capacity_.n_window_blocks);
   // Prefix caching: one prefix tree per partition (a cached block serves the sequences of the
   // rank storing it), and a new sequence goes to the rank holding its longest cached prefix.
   blocks_ = std::make_unique<BlockManager>(*pool_, cfg_.prefix_caching);
@@ -222,7 +294,15 @@ std::vector<const Sequence*> Engine::sequences() const {
 
 double Engine::kv_usage() const {
   const int64_t total = pool_->n_blocks();
-  return total ? static_cast<double>(total - blocks_->n_available()) / static_cast<double>(total) : 0.0;
+  double used = total ? static_cast<double>(total - blocks_->n_available()) / static_cast<double>(total) : 0.0;
+  if (pool_->trims_windows()) {  // the fuller of the main and the window blocks
+    int64_t main_free = blocks_->n_free();
+    if (PrefixCache* pc = blocks_->prefix_cache()) main_free += pc->n_evictable();
+    const auto nw = static_cast<double>(pool_->n_window_blocks());
+    used = std::max(static_cast<double>(total - main_free) / static_cast<double>(std::max<int64_t>(total, 1)),
+                    (nw - static_cast<double>(blocks_->n_window_available())) / nw);
+  }
+  return used;
 }
 
 // A token being sampled by a launched step, in its sequence until it is known: the logit row
@@ -248,7 +328,8 @@ void Engine::build_batch(const std::vector<ScheduledSeq>& sched) {
     Sequence& s = *x.seq;
     if (!s.admitted_once || s.n_computed < s.n_prompt) stats_.computed_prompt_tokens += std::min(x.n_tokens, std::max<int64_t>(0, s.n_prompt - s.n_computed));
     batch_.add_sequence(s.tokens.data() + s.n_computed, x.n_tokens, s.n_computed, s.table.blocks.data(),
-                        static_cast<int64_t>(s.table.blocks.size()), x.samples, x.samples && s.n_draft > 0);
+                        static_cast<int64_t>(s.table.blocks.size()), x.samples, x.samples && s.n_draft > 0,
+                        pool_->trims_windows() ? s.table.window.data() : nullptr);
     stats_.batched_tokens += x.n_tokens;
     for (int64_t i = 0; i < x.n_tokens; ++i) fed |= s.tokens[static_cast<size_t>(s.n_computed + i)] < 0;
   }

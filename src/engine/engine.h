@@ -42,6 +42,9 @@ struct EngineConfig {
   double kv_cache_fraction = 0.25;   // of MemAvailable, when kv_cache_bytes is 0
   int64_t max_model_len = 0;         // 0: the model's context length
   bool prefix_caching = true;
+  // Sliding-window layers keep only the blocks their window still sees (KvPool::trims_windows;
+  // on the CPU, one rank or tensor parallel); false keeps every position (--no-window-trim).
+  bool window_trim = true;
   SchedulerConfig scheduler;
   // Drafts (prompt lookup, or the model's MTP layer: engine/mtp_drafter.h) verified in the step
   // (engine/speculative.h). Steps then run one at a time (no async scheduling): a step's tokens
@@ -59,6 +62,9 @@ struct KvCapacity {
   // Data-parallel attention: the pool is split into this many partitions, one per rank, each
   // rank storing n_blocks / partitions of them (the budget is per rank).
   int64_t partitions = 1;
+  // Window trimming: the sliding-window layers' own blocks (0: none; they share n_blocks), and
+  // the bytes per token of the main blocks (the other layers) and of the window blocks.
+  int64_t n_window_blocks = 0, main_bytes_per_token = 0, window_bytes_per_token = 0, window = 0;
   std::string describe() const;
 };
 // Blocks for `budget_bytes` (never more than max_num_seqs full-length sequences need), at the
@@ -68,6 +74,16 @@ struct KvCapacity {
 // `partitions` times the blocks.
 KvCapacity plan_kv_cache(const KvLayout& layout, int64_t page_size, int64_t budget_bytes, int64_t max_model_len,
                          int64_t max_num_seqs, int64_t partitions = 1);
+// With window trimming (layout.windowed marks some layers): the windowed layers get blocks of
+// their own, enough for max_num_seqs sequences' windows (ceil(window / page) + 2 blocks each)
+// plus a step's worth of prompt chunks (max_num_batched_tokens), at most half the budget; the
+// other layers get the rest as n_blocks. n_window_blocks stays 0 (the plain plan) when the
+// main blocks would then hold fewer positions than the plain plan's, when a window and a step's
+// chunks span a whole sequence, or when no layer is windowed.
+KvCapacity plan_window_kv_cache(const KvLayout& layout, int64_t page_size, int64_t budget_bytes, int64_t max_model_len,
+                                int64_t max_num_seqs, int64_t max_num_batched_tokens);
+// The model's layout with its sliding-window layers marked (KvLayout::windowed / window).
+KvLayout window_layout(KvLayout layout, const ModelConfig& c);
 // Parses "8GiB", "512MiB", "1.5G", "1000000" (bytes) -> bytes; fails naming the text.
 int64_t parse_bytes(const std::string& text);
 

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "engine/engine.h"
 #include "kernels/registry.h"
 #include "parallel/collectives.h"
 
@@ -31,14 +32,16 @@ void send_header(Communicator* comm, std::initializer_list<int64_t> words) {
 // The batch's arrays back to back, in this order (both sides use it; const or not).
 template <class Batch>
 auto arrays(Batch& b) {
-  return std::array{&b.tokens, &b.positions, &b.seq_indptr, &b.page_indptr, &b.page_ids, &b.kv_len, &b.logit_rows};
+  return std::array{&b.tokens,     &b.positions,  &b.seq_indptr, &b.page_indptr,
+                    &b.page_ids,   &b.kv_len,     &b.logit_rows, &b.window_page_ids};
 }
 
 }  // namespace
 
 StepSender::StepSender(Communicator* comm, const KvPool& pool) : comm_(comm) {
   FP_CHECK(comm_->rank() == 0, "the engine runs on rank 0; the other ranks follow (follow_engines)");
-  send_header(comm_, {kEngine, pool.n_blocks(), pool.page_size(), static_cast<int64_t>(pool.dtype()), pool.partition().parts});
+  send_header(comm_, {kEngine, pool.n_blocks(), pool.page_size(), static_cast<int64_t>(pool.dtype()), pool.partition().parts,
+                      pool.n_window_blocks()});
 }
 
 StepSender::~StepSender() {
@@ -51,7 +54,8 @@ StepSender::~StepSender() {
 
 void StepSender::send_step(const ForwardBatch& batch, const std::vector<int32_t>& copies) {
   send_header(comm_, {kStep, batch.n_tokens(), batch.n_seqs(), static_cast<int64_t>(batch.page_ids.size()),
-                      static_cast<int64_t>(batch.logit_rows.size()), static_cast<int64_t>(copies.size() / 2)});
+                      static_cast<int64_t>(batch.logit_rows.size()), static_cast<int64_t>(copies.size() / 2),
+                      static_cast<int64_t>(batch.window_page_ids.size())});
   std::vector<int32_t> flat(copies);
   for (auto* a : arrays(batch)) flat.insert(flat.end(), a->begin(), a->end());
   broadcast(comm_, flat.data(), static_cast<int64_t>(flat.size() * sizeof(int32_t)));
@@ -91,19 +95,23 @@ void follow_engines(Model& model) {
         KvLayout layout = model.kv_layout();
         layout.dtype = static_cast<DType>(h[3]);
         const int parts = static_cast<int>(h[4]);  // partitioned: this rank stores its own blocks
-        pool = std::make_unique<KvPool>(layout, h[2], h[1], model.device(), KvPartition{parts, parts > 1 ? comm->rank() : 0});
+        pool = std::make_unique<KvPool>(window_layout(layout, model.config()), h[2], h[1], model.device(),
+                                        KvPartition{parts, parts > 1 ? comm->rank() : 0}, h[5]);
         break;
       }
       case kStep: {
         FP_CHECK(pool, "rank ", comm->rank(), ": a step arrived before its engine");
-        const int64_t n = h[1], seqs = h[2], pages = h[3], rows = h[4], copies = h[5];
-        const int64_t sizes[] = {n, n, seqs + 1, seqs + 1, pages, seqs, rows};
+        const int64_t n = h[1], seqs = h[2], pages = h[3], rows = h[4], copies = h[5], window_pages = h[6];
+        const int64_t sizes[] = {n, n, seqs + 1, seqs + 1, pages, seqs, rows, window_pages};
         int64_t total = 2 * copies;
         for (int64_t s : sizes) total += s;
         flat.resize(static_cast<size_t>(total));
         broadcast(comm, flat.data(), total * static_cast<int64_t>(sizeof(int32_t)));
         const int32_t* p = flat.data();
-        for (int64_t i = 0; i < copies; ++i, p += 2) pool->copy_block(p[0], p[1]);
+        for (int64_t i = 0; i < copies; ++i, p += 2) {  // a window block's copy comes as (-1 - src, dst)
+          if (p[0] >= 0) pool->copy_block(p[0], p[1]);
+          else pool->copy_window_block(-1 - p[0], p[1]);
+        }
         int k = 0;
         for (auto* a : arrays(b)) {
           a->assign(p, p + sizes[k]);

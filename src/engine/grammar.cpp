@@ -111,7 +111,7 @@ class GrammarBuilder {
     return r;
   }
   uint32_t anonymous_rule(std::vector<Seq> alts) {
-    const uint32_t r = rule_id("_" + std::to_string(rules_.size()));
+    const uint32_t r = rule_id(std::string(1, '_').append(std::to_string(rules_.size())));
     rules_[r] = std::move(alts);
     defined_[r] = true;
     return r;
@@ -308,7 +308,7 @@ class GrammarBuilder {
     Seq out;
     for (size_t i = 0; i < lo; ++i) out.insert(out.end(), x.begin(), x.end());
     if (unbounded) {
-      const uint32_t r = rule_id("_" + std::to_string(rules_.size()));
+      const uint32_t r = rule_id(std::string(1, '_').append(std::to_string(rules_.size())));
       defined_[r] = true;
       Seq again = x;
       again.push_back(ref_to(r));

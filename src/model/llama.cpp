@@ -219,8 +219,10 @@ class LlamaModel : public Model {
       for (size_t l = 0; l < layers_.size(); ++l) {
         const LlamaLayer& L = layers_[l];
         attention_inputs(L, x, h, n, heads_, kv_heads_, pos, q, k, v, nullptr, residual);
+        const bool in_window = pool.in_window_blocks(static_cast<int64_t>(l));  // window trimming
         if (every_head) cp_.every_head.write(tp_.get(), pool, static_cast<int64_t>(l), sb.slots, n, k, v, kv_dim, v_dim);
-        else pool.write(static_cast<int64_t>(l), sb.slots, n, k, v);
+        else pool.write(static_cast<int64_t>(l), sb.slots_for(in_window), n, k, v);
+        att.page_ids = sb.pages_for(in_window);
         att.k_pool = kv_element(pool.k(static_cast<int64_t>(l)), pool.dtype(), k_off);
         att.v_pool = kv_element(pool.v(static_cast<int64_t>(l)), pool.dtype(), v_off);
         att.window = L.window;
@@ -440,6 +442,7 @@ class LlamaModel : public Model {
       m.rows = part.n_tokens();
       m.staged = on_device ? part_stagers_[i].stage(part, pool.page_size()) : host_view(part);
       m.slots = on_device ? m.staged.slots : overlap_.slots[i].data();
+      if (!on_device && !overlap_.window_slots[i].empty()) m.staged.window_slots = overlap_.window_slots[i].data();
       m.att = paged_attention_args(m.staged, pool);
       m.att.q = q + m.row0 * q_dim;
       m.att.n_heads = heads_;
@@ -471,9 +474,11 @@ class LlamaModel : public Model {
           add_sum(m);  // the previous layer's FFN
           attention_inputs(L, row(x, m, c.dim), row(h, m, c.dim), m.rows, heads_, kv_heads_, m.staged.positions,
                            row(q, m, q_dim), row(k, m, kv_dim), row(v, m, v_dim));
+          const bool in_window = pool.in_window_blocks(layer);  // window trimming
           if (every_head)
             cp_.every_head.write(tp_.get(), pool, layer, m.slots, m.rows, row(k, m, kv_dim), row(v, m, v_dim), kv_dim, v_dim);
-          else pool.write(layer, m.slots, m.rows, row(k, m, kv_dim), row(v, m, v_dim));
+          else pool.write(layer, in_window ? m.staged.window_slots : m.slots, m.rows, row(k, m, kv_dim), row(v, m, v_dim));
+          m.att.page_ids = m.staged.pages_for(in_window);
           m.att.k_pool = kv_element(pool.k(layer), pool.dtype(), k_off);
           m.att.v_pool = kv_element(pool.v(layer), pool.dtype(), v_off);
           m.att.window = L.window;

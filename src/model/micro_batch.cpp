@@ -13,6 +13,7 @@ void MicroBatchSplit::split(const ForwardBatch& b, int64_t page_size) {
   for (int i = 0; i < 2; ++i) {
     parts[i].assign_tokens(b, i == 0 ? 0 : half, i == 0 ? half : n);
     parts[i].slots(page_size, slots[i]);
+    parts[i].window_slots(page_size, window_slots[i]);
     row0[i] = i == 0 ? 0 : half;
   }
 }

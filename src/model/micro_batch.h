@@ -15,6 +15,7 @@ namespace fp {
 struct MicroBatchSplit {
   ForwardBatch parts[2];
   std::vector<int64_t> slots[2];  // each part's tokens' KV slots
+  std::vector<int64_t> window_slots[2];  // ... in the window blocks (window trimming; else empty)
   int64_t row0[2] = {0, 0};       // each part's first row in the step's buffers
 
   void split(const ForwardBatch& b, int64_t page_size);

@@ -106,7 +106,11 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& op
 }
 
 void ForwardBatch::add_sequence(const int32_t* toks, int64_t n, int64_t start, const int32_t* pages, int64_t n_pages,
-                                bool want_logits, bool all_logits) {
+                                bool want_logits, bool all_logits, const int32_t* window_pages) {
+  FP_CHECK(window_pages ? window_page_ids.size() == page_ids.size() : window_page_ids.empty(),
+           "a forward batch mixes sequences with and without window block tables");
+  if (window_pages)
+    for (int64_t i = 0; i < n_pages; ++i) window_page_ids.push_back(window_pages[i] >= 0 ? window_pages[i] : KvPool::kZeroWindowBlock);
   const int32_t first = static_cast<int32_t>(tokens.size());
   for (int64_t i = 0; i < n; ++i) {
     tokens.push_back(toks[i]);
@@ -132,7 +136,8 @@ void ForwardBatch::append_tokens(const ForwardBatch& from, int64_t t0, int64_t t
     const int64_t lo = std::max<int64_t>(from.seq_indptr[s], t0), hi = std::min<int64_t>(from.seq_indptr[s + 1], t1);
     if (lo >= hi) continue;
     const int32_t p0 = from.page_indptr[s], p1 = from.page_indptr[s + 1];
-    add_sequence(from.tokens.data() + lo, hi - lo, from.positions[lo], from.page_ids.data() + p0, p1 - p0, false);
+    add_sequence(from.tokens.data() + lo, hi - lo, from.positions[lo], from.page_ids.data() + p0, p1 - p0, false, false,
+                 from.window_page_ids.empty() ? nullptr : from.window_page_ids.data() + p0);
   }
 }
 
@@ -143,18 +148,28 @@ void ForwardBatch::clear() {
   seq_indptr.assign(1, 0);
   page_indptr.assign(1, 0);
   page_ids.clear();
+  window_page_ids.clear();
   kv_len.clear();
   logit_rows.clear();
 }
 
-void ForwardBatch::slots(int64_t page_size, std::vector<int64_t>& out) const {
-  out.resize(tokens.size());
-  for (size_t s = 0; s + 1 < seq_indptr.size(); ++s)
-    for (int32_t i = seq_indptr[s]; i < seq_indptr[s + 1]; ++i) {
-      const int64_t t = positions[static_cast<size_t>(i)];
+namespace {
+void slots_through(const ForwardBatch& b, const std::vector<int32_t>& ids, int64_t page_size, std::vector<int64_t>& out) {
+  out.resize(ids.empty() ? 0 : b.tokens.size());
+  if (ids.empty()) return;
+  for (size_t s = 0; s + 1 < b.seq_indptr.size(); ++s)
+    for (int32_t i = b.seq_indptr[s]; i < b.seq_indptr[s + 1]; ++i) {
+      const int64_t t = b.positions[static_cast<size_t>(i)];
       out[static_cast<size_t>(i)] =
-          static_cast<int64_t>(page_ids[static_cast<size_t>(page_indptr[s] + t / page_size)]) * page_size + t % page_size;
+          static_cast<int64_t>(ids[static_cast<size_t>(b.page_indptr[s] + t / page_size)]) * page_size + t % page_size;
     }
+}
+}  // namespace
+
+void ForwardBatch::slots(int64_t page_size, std::vector<int64_t>& out) const { slots_through(*this, page_ids, page_size, out); }
+
+void ForwardBatch::window_slots(int64_t page_size, std::vector<int64_t>& out) const {
+  slots_through(*this, window_page_ids, page_size, out);
 }
 
 int64_t ForwardBatch::gather_logit_rows(const float* x, int64_t dim, float* out) const {
@@ -197,6 +212,14 @@ void Model::check_batch(const ForwardBatch& b, const KvPool& pool) const {
     FP_CHECK(b.tokens[i] >= 0 && b.tokens[i] < c.n_vocab, "token id ", b.tokens[i], " is outside the vocabulary [0, ",
              c.n_vocab, ")");
   for (int32_t p : b.page_ids) FP_CHECK(p >= 0 && p < pool.n_blocks(), "KV block ", p, " is outside the pool (", pool.n_blocks(), " blocks)");
+  FP_CHECK(b.window_page_ids.empty() || (pool.trims_windows() && b.window_page_ids.size() == b.page_ids.size()),
+           "a forward batch with window block tables (", b.window_page_ids.size(), " entries for ", b.page_ids.size(),
+           " blocks) for a pool ", pool.trims_windows() ? "" : "without window blocks");
+  FP_CHECK(!pool.trims_windows() || b.window_page_ids.size() == b.page_ids.size(),
+           "the KV pool keeps windowed layers in blocks of their own, but the batch has no window block tables");
+  for (int32_t p : b.window_page_ids)
+    FP_CHECK(p >= 0 && p < pool.n_window_blocks(), "KV window block ", p, " is outside the pool (", pool.n_window_blocks(),
+             " window blocks)");
   FP_CHECK(pool.partition().parts == 1 || pool.partition().parts == parallel().dp, "a KV pool partitioned over ",
            pool.partition().parts, " ranks needs data-parallel attention over as many ranks (the model's is ",
            parallel().dp, ")");

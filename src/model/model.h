@@ -34,14 +34,20 @@ struct ForwardBatch {
   std::vector<int32_t> seq_indptr{0};
   std::vector<int32_t> page_indptr{0};
   std::vector<int32_t> page_ids;
+  // Window trimming (KvPool::trims_windows): the windowed layers' block tables, entry for entry
+  // beside page_ids (same page_indptr); blocks given back are KvPool::kZeroWindowBlock there
+  // (no query sees their positions; a kernel reading keys before a window reads zeros).
+  // Empty otherwise.
+  std::vector<int32_t> window_page_ids;
   std::vector<int32_t> kv_len;
   std::vector<int32_t> logit_rows;
   int64_t n_tokens() const { return static_cast<int64_t>(tokens.size()); }
   int64_t n_seqs() const { return static_cast<int64_t>(kv_len.size()); }
   // Appends a sequence: its new tokens at positions start.., its block table, and whether the
   // last token's logits (want_logits) or every token's (all_logits) are wanted.
+  // window_pages: its window block table (n_pages entries, -1 for blocks given back), with window trimming.
   void add_sequence(const int32_t* toks, int64_t n, int64_t start, const int32_t* pages, int64_t n_pages,
-                    bool want_logits, bool all_logits = false);
+                    bool want_logits, bool all_logits = false, const int32_t* window_pages = nullptr);
   void clear();
   // This batch becomes tokens [t0, t1) of `from`: each sequence's tokens inside the range, with
   // its whole block table and kv_len ending at its last token here (attention is causal); no
@@ -51,6 +57,8 @@ struct ForwardBatch {
   void append_tokens(const ForwardBatch& from, int64_t t0, int64_t t1);
   // The KV slot of every token (block table lookup at its position), for pages of page_size.
   void slots(int64_t page_size, std::vector<int64_t>& out) const;
+  // The same through window_page_ids (empty when there are none).
+  void window_slots(int64_t page_size, std::vector<int64_t>& out) const;
   // Copies the rows of x ([n_tokens, dim]) listed in logit_rows to out, in order; returns how many.
   int64_t gather_logit_rows(const float* x, int64_t dim, float* out) const;
 };

@@ -147,6 +147,7 @@ StagedBatch host_view(const ForwardBatch& b) {
   s.page_ids = b.page_ids.data();
   s.kv_len = b.kv_len.data();
   s.logit_rows = b.logit_rows.data();
+  s.window_page_ids = b.window_page_ids.empty() ? nullptr : b.window_page_ids.data();
   return s;
 }
 
@@ -174,8 +175,14 @@ StagedBatch BatchStager::stage(const ForwardBatch& b, int64_t page_size, const i
   StagedBatch s = host_view(b);
   if (device_ == Device::CPU) {
     s.slots = slots_.data();
+    if (!b.window_page_ids.empty()) {
+      b.window_slots(page_size, window_slots_);
+      s.window_slots = window_slots_.data();
+    }
     return s;
   }
+  FP_CHECK(b.window_page_ids.empty(), "window block tables on ", device_name(device_),
+           " (window trimming runs on the CPU only)");
   // One host image of every array (8-byte aligned pieces), one copy to the device. The pieces
   // whose sizes follow from (tokens, sequences, logit rows) come first and the block tables,
   // whose length grows as sequences do, last: a step graph recorded for one shape then finds

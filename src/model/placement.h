@@ -87,6 +87,8 @@ class UploadRing {
 
 // A ForwardBatch's index arrays where the kernels read them: the host vectors themselves on the
 // CPU, one upload per step otherwise. slots[i] is token i's KV slot (block table lookup).
+// With window trimming, window_page_ids / window_slots are the windowed layers' (host only:
+// the models that have windowed layers run on the CPU).
 struct StagedBatch {
   int64_t n = 0, n_seqs = 0, n_logits = 0;
   const int32_t* tokens = nullptr;
@@ -97,6 +99,12 @@ struct StagedBatch {
   const int32_t* kv_len = nullptr;
   const int32_t* logit_rows = nullptr;
   const int64_t* slots = nullptr;
+  const int32_t* window_page_ids = nullptr;
+  const int64_t* window_slots = nullptr;
+  // Layer `windowed` of a trimming pool (KvPool::in_window_blocks) writes and reads through the
+  // window tables, every other layer through the main ones.
+  const int64_t* slots_for(bool windowed) const { return windowed ? window_slots : slots; }
+  const int32_t* pages_for(bool windowed) const { return windowed ? window_page_ids : page_ids; }
 };
 
 // The host arrays of b seen as a StagedBatch (slots left null: see ForwardBatch::slots).
@@ -111,7 +119,7 @@ class BatchStager {
 
  private:
   Device device_;
-  std::vector<int64_t> slots_;
+  std::vector<int64_t> slots_, window_slots_;
   std::vector<uint8_t> host_;
   DeviceBuffer staging_;
   UploadRing uploads_;

@@ -64,6 +64,15 @@ struct Qwen3MoeLayer {
   MoeLayerWeights experts;
 };
 
+// Where a step's K/V go and are read: the main block tables and slots, and with window trimming
+// the windowed layers' (KvPool::in_window_blocks; null otherwise).
+struct KvTables {
+  const int64_t* slots;
+  const int32_t* pages;
+  const int64_t* window_slots = nullptr;
+  const int32_t* window_pages = nullptr;
+};
+
 class Qwen3MoeModel : public Model {
  public:
   Qwen3MoeModel(std::shared_ptr<ModelFile> f, std::shared_ptr<Communicator> comm) : Model(std::move(f)) {
@@ -181,7 +190,7 @@ class Qwen3MoeModel : public Model {
     AttentionArgs att = attention_args(paged_attention_args(b, pool), pool, hd, q_.data(), att_.data());
     mtp_head_.input(b.tokens.data(), b.positions.data(), hidden, n, x_.data());
     const Rows r{x_.data(), h_.data(), q_.data(), k_.data(), v_.data(), att_.data(), gate_.data(), up_.data(), n};
-    attention(mtp_layer_, c.n_layers, hd, r, b.positions.data(), slots_.data(), att, pool, false);
+    attention(mtp_layer_, c.n_layers, hd, r, b.positions.data(), KvTables{slots_.data(), b.page_ids.data()}, att, pool, false);
     if (hd.split) dispatch(AllReduceArgs{tp_.get(), h_.data(), n * c.dim});  // sum the heads' shares
     dispatch(AddArgs{x_.data(), h_.data(), n * c.dim, x_.data()});
     float* out = ffn(mtp_layer_, r);
@@ -208,6 +217,8 @@ class Qwen3MoeModel : public Model {
     const Heads hd = heads(cp, pool);
     resize_buffers(padded, n, hd);
     run.slots(pool.page_size(), slots_);
+    run.window_slots(pool.page_size(), window_slots_);
+    const KvTables kv{slots_.data(), run.page_ids.data(), window_slots_.data(), run.window_page_ids.data()};
     AttentionArgs att = attention_args(paged_attention_args(run, pool), pool, hd, q_.data(), att_.data());
 
     // A context-parallel step runs the whole layers and sums nothing across the ranks.
@@ -218,7 +229,7 @@ class Qwen3MoeModel : public Model {
       const Qwen3MoeLayer& L = layers[l];
       const auto layer = static_cast<int64_t>(l);
       const Rows r{x_.data(), h_.data(), q_.data(), k_.data(), v_.data(), att_.data(), gate_.data(), up_.data(), n};
-      attention(L, layer, hd, r, run.positions.data(), slots_.data(), att, pool, cp);
+      attention(L, layer, hd, r, run.positions.data(), kv, att, pool, cp);
       if (hd.split) dispatch(AllReduceArgs{tp_.get(), h_.data(), n * c.dim});  // sum the heads' shares
       dispatch(AddArgs{x_.data(), h_.data(), n * c.dim, x_.data()});
       float* out = ffn(L, r);
@@ -282,7 +293,10 @@ class Qwen3MoeModel : public Model {
   // Layer L's attention for r's rows of x (writing their K/V): r.h = the attention output (this
   // rank's heads' share when split: the caller sums it across the ranks).
   void attention(const Qwen3MoeLayer& L, int64_t layer, const Heads& hd, const Rows& r, const int32_t* pos,
-                 const int64_t* slots, AttentionArgs& att, KvPool& pool, bool cp) {
+                 const KvTables& kv, AttentionArgs& att, KvPool& pool, bool cp) {
+    const bool in_window = pool.in_window_blocks(layer);  // window trimming: the windowed layers' own blocks
+    const int64_t* slots = in_window ? kv.window_slots : kv.slots;
+    att.page_ids = in_window ? kv.window_pages : kv.pages;
     const ModelConfig& c = config();
     const int64_t n = r.n;
     const BlockQ8_0* hq = rmsnorm_for({r.x, L.attn_norm, n, c.dim, c.rms_eps, r.h}, {L.wq, L.wk, L.wv}, hq_);
@@ -353,6 +367,7 @@ class Qwen3MoeModel : public Model {
       Rows r;
       StagedBatch staged;
       const int64_t* slots;
+      const int64_t* window_slots;
       AttentionArgs att;
       PendingSum sum;  // the heads' or the FFN shares' all-reduce
     } mb[2];
@@ -365,6 +380,7 @@ class Qwen3MoeModel : public Model {
                  up + r0 * c.hidden_dim, part.n_tokens()};
       m.staged = on_device ? part_stagers_[i].stage(part, pool.page_size()) : host_view(part);
       m.slots = on_device ? m.staged.slots : overlap_.slots[i].data();
+      m.window_slots = on_device ? nullptr : overlap_.window_slots[i].data();
       m.att = attention_args(paged_attention_args(m.staged, pool), pool, hd, m.r.q, m.r.att);
     }
     const int64_t rows = whole.n_logits;
@@ -377,7 +393,8 @@ class Qwen3MoeModel : public Model {
         const Qwen3MoeLayer& L = layers_[l];
         for (MicroBatch& m : mb) {
           m.sum.add_into(m.r.x);  // the previous layer's FFN
-          attention(L, static_cast<int64_t>(l), hd, m.r, m.staged.positions, m.slots, m.att, pool, false);
+          attention(L, static_cast<int64_t>(l), hd, m.r, m.staged.positions,
+                    KvTables{m.slots, m.staged.page_ids, m.window_slots, m.staged.window_page_ids}, m.att, pool, false);
           if (tp_) tp_->progress();
           if (hd.split) m.sum.start(tp_.get(), m.r.h, m.r.n * c.dim);
           else dispatch(AddArgs{m.r.x, m.r.h, m.r.n * c.dim, m.r.x});
@@ -443,7 +460,7 @@ class Qwen3MoeModel : public Model {
       dispatch(EmbeddingArgs{embed_, sb.tokens, n, r.x});
       for (size_t l = 0; l < layers.size(); ++l) {
         const Qwen3MoeLayer& L = layers[l];
-        attention(L, static_cast<int64_t>(l), hd, r, sb.positions, sb.slots, att, pool, cp);
+        attention(L, static_cast<int64_t>(l), hd, r, sb.positions, KvTables{sb.slots, sb.page_ids}, att, pool, cp);
         if (hd.split) dispatch(AllReduceArgs{tp_.get(), r.h, n * c.dim});  // sum the heads' shares
         dispatch(AddArgs{r.x, r.h, n * c.dim, r.x});
         float* out = ffn(L, r);
@@ -512,7 +529,7 @@ class Qwen3MoeModel : public Model {
   float rope_mscale_ = 1.0f;  // YaRN's attention factor (1 without YaRN)
   std::vector<float> x_, h_, q_, k_, v_, att_, gate_, up_, rows_;
   std::vector<BlockQ8_0> hq_;  // the normalised input quantized once for Q8_0/Q4_0 matmuls
-  std::vector<int64_t> slots_;
+  std::vector<int64_t> slots_, window_slots_;
   MicroBatchSplit overlap_;               // --micro-batch-overlap: the two micro-batches
   MoeBlock moe_{device()};
   DeviceWeights weights_{device()};  // --device cuda: the weights' device copies

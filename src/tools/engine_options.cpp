@@ -22,6 +22,9 @@ void add_engine_options(CLI::App* app, EngineOptions& o) {
   app->add_option("--max-num-batched-tokens", o.max_num_batched_tokens, "token budget of one engine step")->check(CLI::Range(1, 1 << 24));
   app->add_option("--max-num-seqs", o.max_num_seqs, "most sequences in one engine step")->check(CLI::Range(1, 1 << 20));
   app->add_flag("--no-prefix-caching", o.no_prefix_caching, "do not reuse the KV of shared prompt prefixes");
+  app->add_flag("--no-window-trim", o.no_window_trim,
+                "keep every position's KV in the sliding-window layers (Gemma, gpt-oss, Mistral, Phi-3) instead of giving "
+                "blocks back once they slide out of the window");
   app->add_flag("--no-chunked-prefill", o.no_chunked_prefill, "run each prompt in one step instead of chunks mixed with decodes");
   app->add_option("--async-scheduling", o.async_scheduling,
                   "schedule and launch the next step while the model runs this one: auto (on for --device cuda, off on "
@@ -57,6 +60,7 @@ EngineConfig engine_config(const EngineOptions& o, const Model& model) {
   c.kv_cache_fraction = o.kv_cache_fraction;
   c.max_model_len = o.max_model_len;
   c.prefix_caching = !o.no_prefix_caching;
+  c.window_trim = !o.no_window_trim;
   c.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;
   c.scheduler.max_num_seqs = o.max_num_seqs;
   c.scheduler.chunked_prefill = !o.no_chunked_prefill;

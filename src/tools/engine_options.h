@@ -19,6 +19,7 @@ struct EngineOptions {
   int64_t max_num_batched_tokens = 2048;
   int64_t max_num_seqs = 256;
   bool no_prefix_caching = false;
+  bool no_window_trim = false;
   bool no_chunked_prefill = false;
   std::string async_scheduling = "auto";  // auto, on, off
   SpeculativeConfig speculative;          // --speculative-tokens, --speculative-method, --prompt-lookup-min/max

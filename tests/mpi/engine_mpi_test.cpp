@@ -106,6 +106,45 @@ TEST_P(EngineAcrossRanks, RankZeroLeadsAndTheTokensMatchOneRank) {
 INSTANTIATE_TEST_SUITE_P(Layouts, EngineAcrossRanks, ::testing::Values(false, true),
                          [](const auto& p) { return p.param ? "cp_prefill_tp_decode" : "tp"; });
 
+// Gemma 3 (window 4 on five of six layers) split tensor parallel with window trimming: the
+// followers build the same pool (window blocks of their own, the zero block) and follow the
+// steps' window block tables and window copies; tokens as one rank's trimmed engine, which are
+// those of the untrimmed engine.
+TEST(EngineAcrossRanksWindows, TrimmedWindowsMatchOneRank) {
+  FP_REQUIRE_RANKS(2);
+  const int ranks = test::world_comm()->size();
+  SynthOptions o;
+  o.arch = "gemma3";
+  o.config = {{"hidden_size", 64},         {"num_attention_heads", 12}, {"num_key_value_heads", 6}, {"head_dim", 16},
+              {"intermediate_size", 96},   {"num_hidden_layers", 6},    {"vocab_size", 512},         {"sliding_window", 4},
+              {"query_pre_attn_scalar", 16}};
+  o.type = DType::F32;
+  o.seed = 61;
+  o.out = test::temp_dir("engine_windows") + "/model.gguf";  // one copy per rank (same seed, same bytes)
+  synth_model(o);
+  LoadOptions lo;
+  lo.prefault = false;
+  lo.parallel = ParallelSizes{ranks, 1, 1};
+  auto split = load_model(o.out, lo, test::world_comm());
+  if (test::world_comm()->rank() != 0) {
+    follow_engines(*split);
+    return;
+  }
+  EngineConfig c = config();
+  c.kv_cache_bytes = 1 << 20;
+  {
+    Engine probe(*split, c);
+    EXPECT_TRUE(probe.pool().trims_windows()) << probe.capacity().describe();
+  }
+  const auto got = run(*split, true, c, false);
+  release_followers(*split);
+  lo.parallel = {};
+  auto whole = load_model(o.out, lo);
+  EXPECT_EQ(got, run(*whole, true, c, false));
+  c.window_trim = false;
+  EXPECT_EQ(got, run(*whole, true, c, false));
+}
+
 // DeepSeek-V3 (F32, MLA) with data-parallel attention and the experts partitioned: sequences
 // attend on the rank owning their first block through chunked prefill, decode and preemption
 // (a recomputed sequence may land on another rank); each rank stores only its partition of the
