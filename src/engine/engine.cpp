@@ -37,7 +37,8 @@ std::string KvCapacity::describe() const {
        << tokens() << " tokens, " << main_bytes_per_token << " B/token); sliding-window layers (window " << window << ") "
        << n_window_blocks << " blocks of their own (" << gib_text(n_window_blocks * page_size * window_bytes_per_token) << ", "
        << window_bytes_per_token << " B/token, given back as the window slides; " << bytes_per_token
-       << " B/token untrimmed); " << seqs_at_max_len << " sequences of max-model-len " << max_model_len << " at once";
+       << " B/token untrimmed); " << seqs_at_max_len << " sequences of max-model-len " << max_model_len << " at once, "
+       << seqs_at_reference_len << " of " << reference_len << " tokens";
     return os.str();
   }
   os << "KV cache: " << gib_text(per_rank * page_size * bytes_per_token) << " " << dtype_name(dtype) << " = " << per_rank
@@ -61,6 +62,10 @@ KvLayout window_layout(KvLayout layout, const ModelConfig& c) {
   return layout;
 }
 
+namespace {
+constexpr int64_t kReferenceLen = 4096;  // the sequence length the window / main split is balanced for
+}  // namespace
+
 KvCapacity plan_window_kv_cache(const KvLayout& layout, int64_t page_size, int64_t budget_bytes, int64_t max_model_len,
                                 int64_t max_num_seqs, int64_t max_num_batched_tokens) {
   auto plain = [&] { return plan_kv_cache(layout, page_size, budget_bytes, max_model_len, max_num_seqs); };
@@ -75,8 +80,16 @@ KvCapacity plan_window_kv_cache(const KvLayout& layout, int64_t page_size, int64
   // step's prompt chunks hold up to max_num_batched_tokens more positions between them.
   const int64_t per_window = (layout.window + P - 1) / P + 2, chunks = (max_num_batched_tokens + P - 1) / P;
   if (per_window + chunks >= per_seq) return plain();  // a window as long as a sequence: nothing to trim
-  int64_t nw = std::min(seqs * per_window + chunks, seqs * per_seq);
-  nw = std::min(nw, budget_bytes / 2 / (P * window_bpt));
+  // The split: the window blocks run out at the same number of sequences as the main blocks do
+  // when sequences are kReferenceLen tokens long (shorter ones leave main blocks over, longer
+  // ones window blocks): (nw - chunks) / per_window = main blocks / blocks of kReferenceLen.
+  // No more than max_num_seqs windows, and the main blocks keep one sequence of max_model_len.
+  const int64_t ref = (std::min(max_model_len, kReferenceLen) + P - 1) / P;
+  const double B = static_cast<double>(budget_bytes), f = static_cast<double>(main_bpt), w = static_cast<double>(window_bpt);
+  const double pw = static_cast<double>(per_window), ch = static_cast<double>(chunks), pd = static_cast<double>(P);
+  int64_t nw = static_cast<int64_t>((pw * B + ch * pd * f * static_cast<double>(ref)) / (pd * (f * static_cast<double>(ref) + pw * w)));
+  nw = std::min(nw, std::min(seqs * per_window + chunks, seqs * per_seq));
+  if (main_bpt > 0) nw = std::min(nw, (budget_bytes - per_seq * P * main_bpt) / (P * window_bpt));
   nw = std::max(nw, per_window + chunks) + 1;  // one sequence's window, whatever the budget; the zero block
   const int64_t left = budget_bytes - nw * P * window_bpt;
   KvCapacity c;
@@ -96,6 +109,8 @@ KvCapacity plan_window_kv_cache(const KvLayout& layout, int64_t page_size, int64
            "; raise --kv-cache-memory or lower --max-model-len");
   c.n_blocks = std::min(c.n_blocks, per_seq * seqs);
   c.seqs_at_max_len = std::min(c.n_blocks / per_seq, (nw - 1 - chunks) / per_window);
+  c.reference_len = std::min(max_model_len, kReferenceLen);
+  c.seqs_at_reference_len = std::min(c.n_blocks / ref, (nw - 1 - chunks) / per_window);
   // Trimmed, the same budget holds at least as many full-length positions (usually far more),
   // or the same in less memory when max_num_seqs full sequences fit either way; else the plain plan.
   const int64_t plain_blocks = std::min(budget_bytes / (P * c.bytes_per_token), per_seq * seqs);

@@ -65,6 +65,7 @@ struct KvCapacity {
   // Window trimming: the sliding-window layers' own blocks (0: none; they share n_blocks), and
   // the bytes per token of the main blocks (the other layers) and of the window blocks.
   int64_t n_window_blocks = 0, main_bytes_per_token = 0, window_bytes_per_token = 0, window = 0;
+  int64_t reference_len = 0, seqs_at_reference_len = 0;  // sequences of the split's reference length at once
   std::string describe() const;
 };
 // Blocks for `budget_bytes` (never more than max_num_seqs full-length sequences need), at the
@@ -75,9 +76,10 @@ struct KvCapacity {
 KvCapacity plan_kv_cache(const KvLayout& layout, int64_t page_size, int64_t budget_bytes, int64_t max_model_len,
                          int64_t max_num_seqs, int64_t partitions = 1);
 // With window trimming (layout.windowed marks some layers): the windowed layers get blocks of
-// their own, enough for max_num_seqs sequences' windows (ceil(window / page) + 2 blocks each)
-// plus a step's worth of prompt chunks (max_num_batched_tokens), at most half the budget; the
-// other layers get the rest as n_blocks. n_window_blocks stays 0 (the plain plan) when the
+// their own, each sequence's window taking ceil(window / page) + 2 and a step's prompt chunks
+// (max_num_batched_tokens) more; the split of the budget lets as many sequences of 4096 tokens
+// (or max_model_len, if shorter) hold windows as hold main blocks, up to max_num_seqs, keeping
+// one sequence of max_model_len in the main blocks. The other layers get the rest as n_blocks. n_window_blocks stays 0 (the plain plan) when the
 // main blocks would then hold fewer positions than the plain plan's, when a window and a step's
 // chunks span a whole sequence, or when no layer is windowed.
 KvCapacity plan_window_kv_cache(const KvLayout& layout, int64_t page_size, int64_t budget_bytes, int64_t max_model_len,
