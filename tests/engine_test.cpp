@@ -317,6 +317,15 @@ void expect_trimmed_like_untrimmed(SynthOptions o, const std::string& name) {
         }
         EXPECT_EQ(run_all(plain, follow_ups, 10), want_follow) << where << " (untrimmed)";
       }
+  // Speculative decoding: drafts written past the window and refused ones given back (truncate).
+  EngineConfig c = small_config(8, true);
+  c.scheduler.max_num_batched_tokens = 7;
+  c.max_model_len = 128;
+  c.speculative = {5, 1, 3};
+  Engine e(*m, c);
+  ASSERT_TRUE(e.pool().trims_windows());
+  EXPECT_EQ(run_all(e, prompts, n), want) << name << " speculative";
+  EXPECT_GT(e.stats().speculative.draft_tokens, 0) << name;
 }
 
 TEST(Engine, WindowTrimmingGivesTheUntrimmedTokens) {
