@@ -178,24 +178,32 @@ TEST(Engine, BatchInvarianceAcrossPageSizesAndChunkedPrefill) {
     }
 }
 
-// gpt-oss (sliding window 8 on the even layers, sinks, MXFP4 experts with biases): prompts of
-// 3 .. 40 tokens generating 30 more, well past the window, batched with chunked prefill over
-// page sizes that the window's first key falls inside of, give what each gives alone.
-// A synthetic model's 12 prompts (3 to 40 tokens) continue for 30 tokens batched, paged (1 and
-// 16) and chunked as each does alone.
-void expect_batch_invariant(SynthOptions o, const std::string& name) {
-  const std::string dir = test::temp_dir(name);
-  o.out = dir + "/m.gguf";
+// The synthetic model o describes, written under a temp dir `name` and loaded.
+std::unique_ptr<Model> synth_and_load(SynthOptions o, const std::string& name) {
+  o.out = test::temp_dir(name) + "/m.gguf";
   synth_model(o);
   LoadOptions lo;
   lo.prefault = false;
-  auto m = load_model(o.out, lo);
+  return load_model(o.out, lo);
+}
+
+// `count` prompts of 3 to 40 tokens below 501.
+std::vector<std::vector<int32_t>> varied_prompts(int count) {
   std::vector<std::vector<int32_t>> prompts;
-  for (int i = 0; i < 12; ++i) {
+  for (int i = 0; i < count; ++i) {
     std::vector<int32_t> p;
     for (int t = 0; t < 3 + (i * 7) % 38; ++t) p.push_back(static_cast<int32_t>(1 + (i * 131 + t * 29) % 500));
     prompts.push_back(p);
   }
+  return prompts;
+}
+
+// A synthetic model's 12 prompts (3 to 40 tokens) continue for 30 tokens batched, paged (1 and
+// 16) and chunked as each does alone (windowed models: well past the window, whose first key
+// falls inside a page).
+void expect_batch_invariant(const SynthOptions& o, const std::string& name) {
+  auto m = synth_and_load(o, name);
+  const std::vector<std::vector<int32_t>> prompts = varied_prompts(12);
   const int32_t n = 30;
   auto want = alone(*m, prompts, n);
   for (int64_t page : {1, 16})
@@ -265,19 +273,9 @@ TEST(Engine, Olmo2BatchInvarianceAcrossPageSizesAndChunkedPrefill) {
 // first-round prompt, its reply and more) reuses the first round's prefixes, whose windows were
 // kept. Models: gpt-oss (window 8 on the even layers), Gemma 3 (five of six layers) and Phi-3
 // (every layer windowed: the main blocks store nothing).
-void expect_trimmed_like_untrimmed(SynthOptions o, const std::string& name) {
-  const std::string dir = test::temp_dir(name);
-  o.out = dir + "/m.gguf";
-  synth_model(o);
-  LoadOptions lo;
-  lo.prefault = false;
-  auto m = load_model(o.out, lo);
-  std::vector<std::vector<int32_t>> prompts;
-  for (int i = 0; i < 10; ++i) {
-    std::vector<int32_t> p;
-    for (int t = 0; t < 3 + (i * 7) % 38; ++t) p.push_back(static_cast<int32_t>(1 + (i * 131 + t * 29) % 500));
-    prompts.push_back(p);
-  }
+void expect_trimmed_like_untrimmed(const SynthOptions& o, const std::string& name) {
+  auto m = synth_and_load(o, name);
+  const std::vector<std::vector<int32_t>> prompts = varied_prompts(10);
   const int32_t n = 24;
   const auto want = alone(*m, prompts, n);
   std::vector<std::vector<int32_t>> follow_ups;  // prompt + reply + 5 more tokens

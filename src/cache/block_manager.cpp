@@ -167,9 +167,10 @@ int64_t BlockManager::blocks_needed(const BlockTable& t, int64_t write_from, int
 
 bool BlockManager::ensure(BlockTable& t, int64_t write_from, int64_t n_tokens) {
   if (trims_windows()) {
-    // Out of the window of every query to come: given back before anything is taken.
+    // Out of the window of every query to come: given back before anything is taken. (Given-back
+    // entries are always a prefix of the table: walk back from the newest until one is met.)
     const int64_t gone = std::min(first_visible_block(write_from), static_cast<int64_t>(t.window.size()));
-    for (int64_t b = 0; b < gone; ++b) let_go_window(t, b);
+    for (int64_t b = gone - 1; b >= 0 && t.window[static_cast<size_t>(b)] >= 0; --b) let_go_window(t, b);
   }
   // The main blocks' need: new ones, and copies of shared ones about to be written.
   const int64_t have = static_cast<int64_t>(t.blocks.size());

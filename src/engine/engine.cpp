@@ -64,6 +64,17 @@ KvLayout window_layout(KvLayout layout, const ModelConfig& c) {
 
 namespace {
 constexpr int64_t kReferenceLen = 4096;  // the sequence length the window / main split is balanced for
+
+// A plan's given quantities (the blocks are the planner's to fill in).
+KvCapacity capacity_of(const KvLayout& layout, int64_t page_size, int64_t budget_bytes, int64_t max_model_len) {
+  KvCapacity c;
+  c.dtype = layout.dtype;
+  c.bytes_per_token = layout.bytes_per_token();
+  c.page_size = page_size;
+  c.budget_bytes = budget_bytes;
+  c.max_model_len = max_model_len;
+  return c;
+}
 }  // namespace
 
 KvCapacity plan_window_kv_cache(const KvLayout& layout, int64_t page_size, int64_t budget_bytes, int64_t max_model_len,
@@ -92,12 +103,7 @@ KvCapacity plan_window_kv_cache(const KvLayout& layout, int64_t page_size, int64
   if (main_bpt > 0) nw = std::min(nw, (budget_bytes - per_seq * P * main_bpt) / (P * window_bpt));
   nw = std::max(nw, per_window + chunks) + 1;  // one sequence's window, whatever the budget; the zero block
   const int64_t left = budget_bytes - nw * P * window_bpt;
-  KvCapacity c;
-  c.dtype = layout.dtype;
-  c.bytes_per_token = layout.bytes_per_token();
-  c.page_size = P;
-  c.budget_bytes = budget_bytes;
-  c.max_model_len = max_model_len;
+  KvCapacity c = capacity_of(layout, P, budget_bytes, max_model_len);
   c.n_window_blocks = nw;
   c.window = layout.window;
   c.main_bytes_per_token = main_bpt;
@@ -124,12 +130,7 @@ KvCapacity plan_kv_cache(const KvLayout& layout, int64_t page_size, int64_t budg
   FP_CHECK(valid_page_size(page_size), "--page-size ", page_size, " is not one of ", page_sizes_text());
   FP_CHECK(max_model_len > 0, "--max-model-len must be positive, got ", max_model_len);
   FP_CHECK(valid_kv_dtype(layout.dtype), "--kv-cache-dtype ", dtype_name(layout.dtype), " is not one of ", kv_dtypes_text());
-  KvCapacity c;
-  c.dtype = layout.dtype;
-  c.bytes_per_token = layout.bytes_per_token();
-  c.page_size = page_size;
-  c.budget_bytes = budget_bytes;
-  c.max_model_len = max_model_len;
+  KvCapacity c = capacity_of(layout, page_size, budget_bytes, max_model_len);
   FP_CHECK(c.bytes_per_token > 0, "the model stores nothing in the KV cache (0 bytes per token)");
   const int64_t block_bytes = c.bytes_per_token * page_size;
   const int64_t per_seq = (max_model_len + page_size - 1) / page_size;
