@@ -696,6 +696,75 @@ TEST(Engine, RandomisedSchedulingKeepsItsInvariants) {
 
 // The partitioned pool of data-parallel attention: block b lies in partition b % parts, each
 // rank stores only its partition (at b / parts), a copy is a no-op where the block is not stored.
+// Window trimming in the block manager alone (layers 0 and 2 of 3 windowed, window 6, pages of
+// 4): a table gives its window blocks back as write_from passes them; a released table's window
+// blocks whose main blocks are in the prefix tree are kept and serve a hit, which is shortened
+// to the prefix whose last window is kept; when the tree evicts a main block its kept window
+// block goes too, so a recycled main block id never meets a stale window.
+TEST(WindowTrimming, BlockManagerGivesBackKeepsAndForgets) {
+  KvLayout layout{3, 2, 2};
+  layout.windowed = {true, false, true};
+  layout.window = 6;
+  KvPool pool(layout, 4, 8, Device::CPU, {}, 9);  // window block 0: the zero block
+  ASSERT_TRUE(pool.trims_windows());
+  EXPECT_TRUE(pool.in_window_blocks(0) && !pool.in_window_blocks(1) && pool.in_window_blocks(2));
+  EXPECT_EQ(pool.layer_slots(0), 9 * 4);
+  EXPECT_EQ(pool.layer_slots(1), 8 * 4);
+  EXPECT_EQ(pool.bytes(), (2 * 9 + 8) * 4 * 4 * 4);
+  EXPECT_EQ(pool.window_blocks().refcount(KvPool::kZeroWindowBlock), 1);
+  float k[2], v[2];
+  pool.read(0, 3, k, v);  // the zero block holds zeros
+  EXPECT_EQ(k[0], 0.0f);
+  EXPECT_EQ(v[1], 0.0f);
+  BlockManager bm(pool, true);
+  EXPECT_EQ(bm.n_window_available(), 8);
+  std::vector<int32_t> tokens(40);
+  for (int i = 0; i < 40; ++i) tokens[static_cast<size_t>(i)] = 100 + i;
+  BlockTable a;
+  ASSERT_TRUE(bm.ensure(a, 0, 12));  // a prompt of 12: 3 blocks each
+  EXPECT_EQ(a.window.size(), 3u);
+  bm.register_computed(a, tokens.data(), 12);
+  ASSERT_TRUE(bm.ensure(a, 12, 13));  // decode at 12 sees 7..12: blocks 1.. (block 0 given back, kept)
+  EXPECT_EQ(a.window[0], -1);
+  EXPECT_GE(a.window[1], 0);
+  EXPECT_EQ(bm.n_window_kept(), 1);
+  bm.register_computed(a, tokens.data(), 13);
+  ASSERT_TRUE(bm.ensure(a, 16, 17));  // at 16 sees 11..: block 1 (4..7) given back too
+  EXPECT_EQ(a.window[1], -1);
+  EXPECT_EQ(bm.n_window_kept(), 2);
+  bm.register_computed(a, tokens.data(), 16);
+  bm.release(a);  // the windows of blocks 2 and 3 (registered) kept, block 4's freed
+  EXPECT_EQ(bm.n_window_kept(), 4);
+  // A prompt of the same 20 tokens: 4 whole cached blocks (at most (20-1)/4), resuming at 16 needs
+  // the windows of blocks 2 and 3 (positions 11..15): kept, so the hit is all 16.
+  BlockTable b;
+  EXPECT_EQ(bm.attach_prefix(b, tokens.data(), 20), 16);
+  EXPECT_EQ(b.window, (std::vector<int32_t>{-1, -1, b.window[2], b.window[3]}));
+  EXPECT_GE(b.window[2], 1);
+  bm.release(b);
+  EXPECT_EQ(bm.n_window_kept(), 4);
+  // The tree evicts its leaf, block 3: its kept window goes, and the hit shrinks to 12 (resuming
+  // at 12 needs the windows of blocks 1 and 2, both kept).
+  PrefixCache* tree = bm.prefix_cache();
+  ASSERT_TRUE(tree->evict_one());
+  EXPECT_EQ(bm.n_window_kept(), 3);
+  BlockTable c;
+  EXPECT_EQ(bm.attach_prefix(c, tokens.data(), 20), 12);
+  EXPECT_EQ(c.window.size(), 3u);
+  EXPECT_EQ(c.window[0], -1);
+  EXPECT_GE(c.window[1], 1);
+  bm.release(c);
+  // Evict every main block the tree holds (no table holds them): the kept windows go with them.
+  while (tree->evict_one()) {
+  }
+  EXPECT_EQ(bm.n_window_kept(), 0);
+  EXPECT_EQ(bm.n_window_available(), 8);
+  EXPECT_EQ(pool.window_blocks().n_free(), 8);
+  EXPECT_EQ(pool.blocks().n_free(), 8);
+  BlockTable d;
+  EXPECT_EQ(bm.attach_prefix(d, tokens.data(), 20), 0);
+}
+
 TEST(PartitionedKvPool, AllocatesStoresAndCopiesByPartition) {
   BlockAllocator a(10, 2);
   EXPECT_EQ(a.parts(), 2);
