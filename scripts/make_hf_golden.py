@@ -6,7 +6,7 @@ The C++ test (tests/hf_golden_test.cpp) rewrites the same models with the same s
 through both loaders, and compares its logits with these. Needs a venv with torch + transformers:
     python3 -m venv .venv && .venv/bin/pip install torch transformers safetensors
     .venv/bin/python scripts/make_hf_golden.py build/fastpath [CASE_NAME ...]
-Cases cover Llama/Qwen2/Qwen3, Gemma 3 (sandwich norms, GeGLU, sliding windows with their own RoPE base) and the MoE architectures (Qwen3-MoE, DeepSeek-V2/V3 with MLA, GLM-4.5, gpt-oss
+Cases cover Llama/Qwen2/Qwen3, Gemma 3 (sandwich norms, GeGLU, sliding windows with their own RoPE base) and the MoE architectures (Qwen2-MoE, Qwen3-MoE, Mixtral, DeepSeek-V2/V3 with MLA, GLM-4.5, gpt-oss
 with sliding windows, sinks and MXFP4 experts, which transformers dequantizes on a CPU);
 naming cases regenerates only those.
 
@@ -39,7 +39,12 @@ def main():
             subprocess.run([fastpath, "synth", "--arch", case["arch"], "--config", json.dumps(case["config"]),
                             "--seed", str(case["seed"]), "--out", d] + (["--type", case["type"]] if "type" in case else []),
                            check=True)
-            model = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32, attn_implementation="eager")
+            model, info = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32, attn_implementation="eager",
+                                                               output_loading_info=True)
+            # Every parameter must come from the file: one transformers initialised itself would make
+            # the reference random (a checkpoint name it does not map, e.g. Mixtral's experts).
+            if info.get("missing_keys"):
+                sys.exit(f"{case['name']}: transformers did not find {sorted(info['missing_keys'])[:8]} in the file")
             model.eval()
             ids = torch.tensor([cases["tokens"]])
             with torch.no_grad():

@@ -1,4 +1,5 @@
-// tests/hf_golden_test.cpp — the Llama/Qwen2/Qwen3/Phi-3/Gemma 2/Gemma 3/Qwen3-MoE/DeepSeek-V2/V3/GLM-4.5-MoE/gpt-oss forward against Hugging Face transformers:
+// tests/hf_golden_test.cpp — the Llama/Qwen2/Qwen3/Phi-3/Gemma 2/Gemma 3/Qwen2-MoE/Qwen3-MoE/Mixtral/DeepSeek-V2/V3/GLM-4.5-MoE/gpt-oss
+// forward against Hugging Face transformers:
 // tests/golden/*.logits.f32 were computed by transformers (scripts/make_hf_golden.py) on models
 // `synth` writes deterministically; here the same models are written again, loaded from the
 // safetensors directory and from GGUF, and their logits compared with transformers'. Also the
@@ -12,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "formats/gguf.h"
 #include "formats/safetensors.h"
 #include "model/model.h"
 #include "model/synth.h"
@@ -360,6 +362,54 @@ TEST(HfGolden, MultiTokenPredictionNeedsTheLayer) {
   b.add_sequence(&t, 1, 0, cache->pages.data(), static_cast<int64_t>(cache->pages.size()), true);
   std::vector<float> lg(512);
   EXPECT_THROW(m->mtp_forward(b, *cache->pool, lg.data(), lg.data(), nullptr), std::exception);
+}
+
+// The first Mixtral GGUFs hold one tensor per expert (blk.N.ffn_gate.E.weight, as llama.cpp
+// wrote them before stacking); such a file loads and gives the logits of the stacked one, which
+// HfGolden.LlamaQwen2Qwen3MatchTransformers checks against transformers.
+TEST(HfGolden, MixtralPerExpertGgufGivesTheStackedLogits) {
+  const nlohmann::json c = golden_case("hf_mixtral");
+  const std::string dir = test::temp_dir("hf_golden_mixtral_legacy");
+  const std::string stacked = write_case(c, dir + "/stacked.gguf");
+  auto g = GgufFile::open(stacked);
+  ASSERT_EQ(g->get_string("general.architecture"), "llama") << "llama.cpp writes Mixtral as a llama with experts";
+  GgufWriter w;
+  for (auto& [key, v] : g->metadata()) {
+    if (key == "general.alignment") continue;
+    if (v.type == GgufType::STRING) w.set_string(key, v.s);
+    else if (v.type == GgufType::U32) w.set_u32(key, static_cast<uint32_t>(v.u));
+    else if (v.type == GgufType::F32) w.set_f32(key, static_cast<float>(v.f));
+    else if (v.type == GgufType::BOOL) w.set_bool(key, v.b);
+    else if (v.type == GgufType::ARRAY && v.elem_type == GgufType::STRING) w.set_string_array(key, v.arr_str);
+    else if (v.type == GgufType::ARRAY && v.elem_type == GgufType::F32) w.set_f32_array(key, std::vector<float>(v.arr_num.begin(), v.arr_num.end()));
+    else if (v.type == GgufType::ARRAY && v.elem_type == GgufType::I32) {
+      std::vector<int32_t> ints;
+      for (double x : v.arr_num) ints.push_back(static_cast<int32_t>(x));
+      w.set_i32_array(key, ints);
+    } else {
+      ADD_FAILURE() << key << ": a metadata type this copy does not handle (" << gguf_type_name(v.type) << ")";
+    }
+  }
+  int split = 0;
+  for (const GgufTensorInfo& t : g->tensors()) {
+    const size_t at = t.name.find("_exps.weight");
+    if (at == std::string::npos) {
+      w.add_tensor(t.name, t.type, t.ne, std::vector<uint8_t>(t.data, t.data + t.nbytes));
+      continue;
+    }
+    ASSERT_EQ(t.ne.size(), 3u) << t.name;
+    const uint64_t per = t.nbytes / static_cast<uint64_t>(t.ne[2]);
+    for (int64_t e = 0; e < t.ne[2]; ++e, ++split)
+      w.add_tensor(t.name.substr(0, at) + "." + std::to_string(e) + ".weight", t.type, {t.ne[0], t.ne[1]},
+                   std::vector<uint8_t>(t.data + e * static_cast<int64_t>(per), t.data + (e + 1) * static_cast<int64_t>(per)));
+  }
+  EXPECT_EQ(split, 2 * 3 * 4) << "two layers, three projections, four experts";
+  const std::string legacy = dir + "/per_expert.gguf";
+  w.write(legacy);
+  const std::vector<int32_t> ids = {1, 17, 300, 5, 99, 42, 260, 7};
+  const auto want = test::all_position_logits(stacked, ids), got = test::all_position_logits(legacy, ids);
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_LT(max_abs_diff(got, want) / max_abs(want), 1e-5);
 }
 
 }  // namespace

@@ -152,7 +152,9 @@ TEST(BackendOps, MoeFfnKernelsMatchReference) {
       if (e < 2 || e >= 5) g_local[static_cast<size_t>(e)] = u_local[static_cast<size_t>(e)] = d_local[static_cast<size_t>(e)] = Tensor{};
     for (int64_t n : {1, 2, 3, 4, 17})  // 2..4: the decode GEMV, experts shared between tokens
     for (bool local : {false, true}) {
-      for (bool shared : {false, true}) {
+      // 0: no shared expert, 1: weight 1, 2: weight sigmoid(logit) per token (Qwen2-MoE)
+      for (int shared : {0, 1, 2}) {
+        const auto sh_logits = random_floats(static_cast<size_t>(n), 9, 3.0f);
         auto x = random_floats(static_cast<size_t>(n * dim), 7);
         std::vector<int32_t> ids(static_cast<size_t>(n * k));
         std::vector<float> w(ids.size());
@@ -169,6 +171,7 @@ TEST(BackendOps, MoeFfnKernelsMatchReference) {
           a.down = local ? d_local.data() : d.data();
           if (local) a.expert_begin = 2, a.expert_end = 5;
           if (shared) a.shared_gate = &sg.t, a.shared_up = &su.t, a.shared_down = &sd.t, a.shared_ff = 2 * ff;
+          if (shared == 2) a.shared_logits = sh_logits.data();
           a.out = out.data();
           return a;
         };
@@ -177,7 +180,8 @@ TEST(BackendOps, MoeFfnKernelsMatchReference) {
         const bool bf16_act = type == DType::BF16 &&
                               cpu_features().missing({"avx512f", "avx512bw", "avx512vl", "avx512_bf16"}).empty();
         const double tol = type == DType::Q8_0 ? 3e-2 : bf16_act ? 1e-2 : 1e-4;
-        checked += check_kernels<MoeFfnArgs>(std::string(dtype_name(type)) + " n=" + std::to_string(n) + (shared ? " +shared" : "") +
+        checked += check_kernels<MoeFfnArgs>(std::string(dtype_name(type)) + " n=" + std::to_string(n) +
+                                                 (shared == 2 ? " +gated shared" : shared ? " +shared" : "") +
                                                  (local ? " experts 2..4" : ""),
                                              make, "ref", tol);
       }
@@ -245,6 +249,45 @@ TEST(BackendOps, MoeFfnGptOssExpertsMatchReference) {
   EXPECT_GT(ran["grouped"], 0);
   if (cpu_features().missing({"avx2", "fma", "f16c"}).empty()) {
     EXPECT_GT(ran["gemv"], 0) << "the decode GEMV took the F32 / BF16 cases";
+  }
+}
+
+// Qwen2-MoE's gated shared expert, by definition on the reference: with shared_logits the output
+// is the routed sum plus sigmoid(logit_i) times the shared expert's output of weight 1.
+TEST(MoeOps, GatedSharedExpertIsSigmoidWeighted) {
+  const int64_t dim = 32, ff = 16, E = 4, k = 2, n = 5;
+  std::vector<Weight> gate, up, down;
+  for (int64_t e = 0; e < E; ++e) {
+    gate.emplace_back(DType::F32, ff, dim, static_cast<uint32_t>(900 + e));
+    up.emplace_back(DType::F32, ff, dim, static_cast<uint32_t>(910 + e));
+    down.emplace_back(DType::F32, dim, ff, static_cast<uint32_t>(920 + e));
+  }
+  Weight sg(DType::F32, 24, dim, 931), su(DType::F32, 24, dim, 932), sd(DType::F32, dim, 24, 933);
+  std::vector<Tensor> g, u, d;
+  for (int64_t e = 0; e < E; ++e) g.push_back(gate[static_cast<size_t>(e)].t), u.push_back(up[static_cast<size_t>(e)].t), d.push_back(down[static_cast<size_t>(e)].t);
+  const auto x = random_floats(static_cast<size_t>(n * dim), 21);
+  const std::vector<float> logits = {-4.0f, -0.5f, 0.0f, 1.5f, 6.0f};
+  std::vector<int32_t> ids(static_cast<size_t>(n * k));
+  std::vector<float> w(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 3 + 1) % E), w[i] = 0.25f + 0.1f * static_cast<float>(i % 3);
+  auto run = [&](int shared) {
+    std::vector<float> out(static_cast<size_t>(n * dim), NAN);
+    MoeFfnArgs a = routed(x, n, dim, ids, w, k, E, ff);
+    a.gate = g.data(), a.up = u.data(), a.down = d.data();
+    if (shared) a.shared_gate = &sg.t, a.shared_up = &su.t, a.shared_down = &sd.t, a.shared_ff = 24;
+    if (shared == 2) a.shared_logits = logits.data();
+    a.out = out.data();
+    for (auto& kk : OpRegistry<MoeFfnArgs>::instance().kernels())
+      if (kk.name == "ref") kk.run(a);
+    return out;
+  };
+  const auto none = run(0), plain = run(1), gated = run(2);
+  for (int64_t i = 0; i < n; ++i) {
+    const float s = 1.0f / (1.0f + std::exp(-logits[static_cast<size_t>(i)]));
+    for (int64_t c = 0; c < dim; ++c) {
+      const auto at = static_cast<size_t>(i * dim + c);
+      EXPECT_NEAR(gated[at], none[at] + s * (plain[at] - none[at]), 1e-5) << "token " << i << " column " << c;
+    }
   }
 }
 

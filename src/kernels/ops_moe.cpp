@@ -16,7 +16,7 @@ std::string MoeFfnArgs::shape_class() const {
   const Tensor& g = gate[expert_begin];  // the first expert this rank holds
   std::string s = std::string("w=") + dtype_name(g.dtype) + (n <= 4 ? " gemv" : " gemm");
   if (g.block_scale) s += " block-scaled";
-  if (shared_gate) s += " +shared";
+  if (shared_gate) s += shared_logits ? " +gated-shared" : " +shared";
   if (activation == MoeActivation::SwigluClamped) s += " swiglu-clamped";
   if (gate_bias || up_bias || down_bias) s += " +bias";
   if (expert_begin > 0 || local_end() < n_expert)

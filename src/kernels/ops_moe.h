@@ -3,6 +3,7 @@
 // a latent KV cache. Kept apart from ops.h; same conventions (F32 contiguous activations,
 // weights as Tensor views in any dtype the matmul kernels take).
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <string>
 
@@ -49,7 +50,8 @@ enum class MoeActivation { Silu, SwigluClamped };
 // where FFN_e(x) = down_e · act(gate_e · x + gate_bias_e, up_e · x + up_bias_e) + down_bias_e
 // (the biases optional, gpt-oss's; act as `activation` says; the shared expert has no biases).
 // gate/up/down point at n_expert 2-D views each: gate_e, up_e [ff, dim], down_e [dim, ff].
-// The shared expert (optional: shared_gate null) has width shared_ff and weight 1.
+// The shared expert (optional: shared_gate null) has width shared_ff and weight 1, or with
+// shared_logits (Qwen2-MoE's shared_expert_gate · x, [n]) weight sigmoid(shared_logits[i]).
 // Expert parallel: a rank holds only experts [expert_begin, expert_end) (the other entries of
 // gate/up/down are never read and may be empty); selections of other experts contribute nothing
 // here, so out is this rank's partial sum, completed by an all-reduce over the ranks. The
@@ -69,6 +71,7 @@ struct MoeFfnArgs {
   const Tensor* shared_up = nullptr;
   const Tensor* shared_down = nullptr;
   int64_t shared_ff = 0;
+  const float* shared_logits = nullptr;  // [n] or null (weight 1)
   int64_t expert_begin = 0, expert_end = -1;
   MoeActivation activation = MoeActivation::Silu;
   float swiglu_alpha = 1.702f, swiglu_limit = 7.0f;  // SwigluClamped
@@ -80,6 +83,8 @@ struct MoeFfnArgs {
   // Whether the experts are plain SwiGLU without biases (what every kernel takes).
   bool plain_swiglu() const { return activation == MoeActivation::Silu && !gate_bias && !up_bias && !down_bias; }
   int64_t local_end() const { return expert_end < 0 ? n_expert : expert_end; }
+  // The shared expert's weight for token i.
+  float shared_weight(int64_t i) const { return shared_logits ? 1.0f / (1.0f + std::exp(-shared_logits[i])) : 1.0f; }
   // Whether expert e's selections are computed here (held by this rank).
   bool is_local(int32_t e) const { return e >= expert_begin && e < local_end(); }
 };

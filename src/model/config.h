@@ -30,11 +30,14 @@ struct RopeScaling {
   bool use_long = false;
 };
 
-// Mixture-of-Experts FFN (qwen3_moe, deepseek2). n_experts == 0: every layer is dense.
+// Mixture-of-Experts FFN (qwen3moe, qwen2moe, mixtral, glm4moe, gpt-oss, deepseek2). n_experts == 0:
+// every layer is dense.
 struct MoeConfig {
   int64_t n_experts = 0, n_used = 0;  // routed experts, experts per token
   int64_t ff = 0;                      // width of one routed expert
-  int64_t n_shared = 0;                // shared experts (their FFN is n_shared * ff wide)
+  int64_t n_shared = 0;                // shared experts (their FFN is n_shared * ff wide, or shared_ff)
+  int64_t shared_ff = 0;               // Qwen2-MoE: the shared expert's own width (0: n_shared * ff)
+  bool shared_gate = false;            // Qwen2-MoE: the shared expert's output times sigmoid(gate · x)
   int64_t first_dense = 0;             // DeepSeek first_k_dense_replace
   int64_t sparse_step = 1;             // Qwen decoder_sparse_step
   std::vector<int64_t> dense_layers;   // Qwen mlp_only_layers
@@ -50,6 +53,7 @@ struct MoeConfig {
   bool swiglu_clamped = false;
   float swiglu_alpha = 1.702f, swiglu_limit = 7.0f;
   bool is_moe_layer(int64_t l) const;
+  int64_t shared_width() const { return shared_ff > 0 ? shared_ff : n_shared * ff; }
 };
 
 // Multi-head latent attention (deepseek2): head_dim = qk_nope + rot_dim, v_head_dim = v.

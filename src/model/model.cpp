@@ -76,7 +76,7 @@ std::unique_ptr<Model> build_model(std::shared_ptr<ModelFile> file, std::shared_
     const std::string why = device_unavailable(file->device);
     FP_CHECK(why.empty(), "--device ", device_name(file->device), ": ", why);
     FP_CHECK(it->second.cuda, file->path, ": architecture '", file->config.arch, "' does not run on ",
-             device_name(file->device), " yet (llama, qwen2, qwen3, qwen3moe, glm4moe and deepseek2 do); use --device cpu");
+             device_name(file->device), " yet (llama, qwen2, qwen3, qwen3moe, mixtral, glm4moe and deepseek2 do); use --device cpu");
     if (tp && tp->size() > 1) {  // the collectives run on device buffers: NCCL's kernels
       const std::string refused = refusals(AllReduceArgs{tp.get(), nullptr, 0}, backend_of(file->device));
       FP_CHECK(refused.empty(), "--device ", device_name(file->device), " on ", tp->size(),

@@ -92,6 +92,21 @@ void load_gguf_gemma(ModelConfig& c, const GgufFile& g, const std::string& path)
   }
 }
 
+// The first Mixtral GGUFs (llama.cpp before its stacked expert tensors) hold one tensor per
+// expert: blk.N.ffn_gate.E.weight becomes blk.N.ffn_gate_exps.E.weight, which the expert loader
+// takes one by one (model/moe_layers.cpp).
+std::string legacy_mixtral_expert_name(const std::string& name) {
+  for (const char* proj : {".ffn_gate.", ".ffn_up.", ".ffn_down."}) {
+    const size_t at = name.find(proj);
+    if (at == std::string::npos || !name.ends_with(".weight")) continue;
+    const size_t e0 = at + std::string(proj).size(), e1 = name.size() - std::string(".weight").size();
+    if (e1 <= e0 || name.find_first_not_of("0123456789", e0) != e1) continue;
+    const std::string p(proj);
+    return name.substr(0, at) + p.substr(0, p.size() - 1) + "_exps." + name.substr(e0);
+  }
+  return name;
+}
+
 void load_gguf(ModelFile& m, const std::string& path) {
   auto g = std::shared_ptr<GgufFile>(GgufFile::open(path).release());
   m.owners.push_back(g);
@@ -102,11 +117,13 @@ void load_gguf(ModelFile& m, const std::string& path) {
   c.arch = g->get_string("general.architecture");
   c.name = g->get_string("general.name", std::filesystem::path(path).stem().string());
   const std::string a = c.arch + ".";
-  FP_CHECK(c.arch == "llama" || c.arch == "qwen2" || c.arch == "qwen3" || c.arch == "qwen3moe" || c.arch == "deepseek2" ||
+  // llama.cpp writes Mixtral as a llama with routed experts; ours is the GQA MoE class.
+  if (c.arch == "llama" && g->get_uint(a + "expert_count", 0) > 0) c.arch = "mixtral";
+  FP_CHECK(c.arch == "llama" || c.arch == "mixtral" || c.arch == "qwen2moe" || c.arch == "qwen2" || c.arch == "qwen3" || c.arch == "qwen3moe" || c.arch == "deepseek2" ||
                c.arch == "glm4moe" || c.arch == "gpt-oss" || c.arch == "gemma2" || c.arch == "gemma3" || c.arch == "phi3" ||
                c.arch == "smollm3" || c.arch == "olmo2",
            path, ": general.architecture '", c.arch,
-           "' is not supported yet (supported: llama, qwen2, qwen3, qwen3moe, deepseek2, glm4moe, gpt-oss, gemma2, gemma3, phi3, smollm3, "
+           "' is not supported yet (supported: llama (Mixtral with experts), qwen2, qwen3, qwen2moe, qwen3moe, deepseek2, glm4moe, gpt-oss, gemma2, gemma3, phi3, smollm3, "
            "olmo2)");
   c.dim = static_cast<int64_t>(g->get_uint(a + "embedding_length"));
   c.n_layers = static_cast<int64_t>(g->get_uint(a + "block_count"));
@@ -138,7 +155,8 @@ void load_gguf(ModelFile& m, const std::string& path) {
   c.rms_eps = static_cast<float>(g->get_float(a + "attention.layer_norm_rms_epsilon", 1e-5));
   // llama.cpp's converters permute Llama q/k rows so that adjacent pairs rotate; Qwen keeps NeoX halves.
   // DeepSeek's GGUF keeps the checkpoint's interleaved (adjacent-pair) rotary layout.
-  c.rope_style = c.arch == "llama" || c.arch == "deepseek2" || c.arch == "smollm3" ? RopeStyle::Adjacent : RopeStyle::NeoX;
+  c.rope_style = c.arch == "llama" || c.arch == "mixtral" || c.arch == "deepseek2" || c.arch == "smollm3" ? RopeStyle::Adjacent
+                                                                                                      : RopeStyle::NeoX;
   std::string scaling = g->get_string(a + "rope.scaling.type", "none");
   if (scaling == "linear" || scaling == "yarn") {
     c.rope_scaling.type = scaling;
@@ -162,9 +180,10 @@ void load_gguf(ModelFile& m, const std::string& path) {
   } else {
     FP_CHECK(scaling == "none", path, ": ", a, "rope.scaling.type '", scaling, "' is not supported");
   }
-  c.qkv_bias = c.arch == "qwen2";
+  c.qkv_bias = c.arch == "qwen2" || c.arch == "qwen2moe";
   c.qk_norm = c.arch == "qwen3" || c.arch == "qwen3moe";
-  if (c.arch == "qwen3moe" || c.arch == "deepseek2" || c.arch == "glm4moe" || c.arch == "gpt-oss") {
+  if (c.arch == "qwen3moe" || c.arch == "qwen2moe" || c.arch == "mixtral" || c.arch == "deepseek2" || c.arch == "glm4moe" ||
+      c.arch == "gpt-oss") {
     MoeConfig& e = c.moe;
     e.n_experts = static_cast<int64_t>(g->get_uint(a + "expert_count", 0));
     e.n_used = static_cast<int64_t>(g->get_uint(a + "expert_used_count", 0));
@@ -172,7 +191,13 @@ void load_gguf(ModelFile& m, const std::string& path) {
     e.n_shared = static_cast<int64_t>(g->get_uint(a + "expert_shared_count", 0));
     e.first_dense = static_cast<int64_t>(g->get_uint(a + "leading_dense_block_count", 0));
     // llama.cpp normalises Qwen3-MoE's top-k weights unconditionally; DeepSeek says so per file.
-    e.norm_topk = g->get_bool(a + "expert_weights_norm", c.arch == "qwen3moe" || c.arch == "gpt-oss");
+    e.norm_topk = g->get_bool(a + "expert_weights_norm", c.arch == "qwen3moe" || c.arch == "gpt-oss" || c.arch == "mixtral");
+    if (c.arch == "mixtral") e.ff = static_cast<int64_t>(g->get_uint(a + "expert_feed_forward_length", static_cast<uint64_t>(c.hidden_dim)));
+    if (c.arch == "qwen2moe") {  // Qwen1.5-MoE / Qwen2-MoE: one shared expert of its own width, behind a sigmoid gate
+      e.shared_ff = static_cast<int64_t>(g->get_uint(a + "expert_shared_feed_forward_length", 0));
+      e.n_shared = e.shared_ff > 0 ? 1 : 0;
+      e.shared_gate = true;
+    }
     e.scale = static_cast<float>(g->get_float(a + "expert_weights_scale", 1.0));
     const uint64_t gating = g->get_uint(a + "expert_gating_func", 1);
     FP_CHECK(gating == 1 || gating == 2, path, ": ", a, "expert_gating_func = ", gating, " (1 softmax, 2 sigmoid)");
@@ -196,6 +221,7 @@ void load_gguf(ModelFile& m, const std::string& path) {
     std::string name = ti.name;
     if ((c.arch == "glm4moe" || c.arch == "gpt-oss") && name.ends_with(".post_attention_norm.weight"))
       name = name.substr(0, name.size() - std::string("post_attention_norm.weight").size()) + "ffn_norm.weight";
+    if (c.arch == "mixtral") name = legacy_mixtral_expert_name(name);
     m.tensors[name] = Tensor::view(ti.data, ti.type, shape, nd);
   }
   if (c.arch == "gpt-oss") {
@@ -333,13 +359,25 @@ double json_num(const nlohmann::json& j, const std::string& key, const std::stri
   return it->get<double>();
 }
 
-// MoE and MLA fields of a Qwen3-MoE / DeepSeek-V2 / DeepSeek-V3 / GLM-4.5 (Glm4Moe) config.json.
+// MoE and MLA fields of a Qwen2-MoE / Qwen3-MoE / Mixtral / DeepSeek-V2 / DeepSeek-V3 / GLM-4.5
+// (Glm4Moe) config.json.
 void load_hf_moe(ModelConfig& c, const nlohmann::json& j, const std::string& cfg_path, const std::string& arch_cls) {
   MoeConfig& e = c.moe;
   e.n_used = json_int(j, "num_experts_per_tok", cfg_path);
+  if (c.arch == "mixtral") {  // softmax over every expert, the top k renormalised; experts as wide as intermediate_size
+    e.n_experts = json_int(j, "num_local_experts", cfg_path);
+    e.ff = c.hidden_dim;
+    e.norm_topk = true;
+    return;
+  }
   e.ff = json_int(j, "moe_intermediate_size", cfg_path);
   e.norm_topk = json_bool(j, "norm_topk_prob", cfg_path, false);
-  if (c.arch == "qwen3moe") {
+  if (c.arch == "qwen2moe") {  // one shared expert of its own width, scaled by sigmoid(shared_expert_gate · x)
+    e.shared_ff = json_int(j, "shared_expert_intermediate_size", cfg_path, 0);
+    e.n_shared = e.shared_ff > 0 ? 1 : 0;
+    e.shared_gate = true;
+  }
+  if (c.arch == "qwen3moe" || c.arch == "qwen2moe") {
     e.n_experts = json_int(j, "num_experts", cfg_path);
     e.sparse_step = json_int(j, "decoder_sparse_step", cfg_path, 1);
     if (auto it = j.find("mlp_only_layers"); it != j.end() && !it->is_null()) {
@@ -663,6 +701,8 @@ void load_hf(ModelFile& m, const std::string& dir) {
   else if (arch_cls == "Qwen2ForCausalLM") c.arch = "qwen2";
   else if (arch_cls == "Qwen3ForCausalLM") c.arch = "qwen3";
   else if (arch_cls == "Qwen3MoeForCausalLM") c.arch = "qwen3moe";
+  else if (arch_cls == "Qwen2MoeForCausalLM") c.arch = "qwen2moe";
+  else if (arch_cls == "MixtralForCausalLM") c.arch = "mixtral";
   else if (arch_cls == "DeepseekV3ForCausalLM" || arch_cls == "DeepseekV2ForCausalLM") c.arch = "deepseek2";
   else if (arch_cls == "Glm4MoeForCausalLM") c.arch = "glm4moe";
   else if (arch_cls == "GptOssForCausalLM") c.arch = "gpt-oss";
@@ -672,7 +712,7 @@ void load_hf(ModelFile& m, const std::string& dir) {
   else if (arch_cls == "Olmo2ForCausalLM") c.arch = "olmo2";
   else if (arch_cls == "Gemma3ForCausalLM" || arch_cls == "Gemma3ForConditionalGeneration") c.arch = "gemma3";
   else fail(cfg_path, ": architectures[0] '", arch_cls, "' is not supported yet (LlamaForCausalLM, Qwen2ForCausalLM, ",
-            "Qwen3ForCausalLM, Qwen3MoeForCausalLM, DeepseekV3ForCausalLM, DeepseekV2ForCausalLM, Glm4MoeForCausalLM, ",
+            "Qwen3ForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, MixtralForCausalLM, DeepseekV3ForCausalLM, DeepseekV2ForCausalLM, Glm4MoeForCausalLM, ",
             "GptOssForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration, Phi3ForCausalLM, ",
             "SmolLM3ForCausalLM, Olmo2ForCausalLM, Mistral3ForConditionalGeneration)");
   const bool gemma = c.arch == "gemma2" || c.arch == "gemma3";
@@ -702,15 +742,26 @@ void load_hf(ModelFile& m, const std::string& dir) {
   c.rope_theta = static_cast<float>(json_num(j, "rope_theta", cfg_path, 10000.0));
   c.rope_style = RopeStyle::NeoX;  // HF rotate_half
   c.tied_output = json_bool(j, "tie_word_embeddings", cfg_path, false);
-  c.qkv_bias = c.arch == "qwen2" || json_bool(j, "attention_bias", cfg_path, false);
+  c.qkv_bias = c.arch == "qwen2" || c.arch == "qwen2moe" || json_bool(j, "attention_bias", cfg_path, false);
   c.qk_norm = c.arch == "qwen3" || c.arch == "qwen3moe" || (c.arch == "glm4moe" && json_bool(j, "use_qk_norm", cfg_path, false));
-  if (c.arch == "qwen3moe" || c.arch == "deepseek2" || c.arch == "glm4moe") load_hf_moe(c, j, cfg_path, arch_cls);
+  if (c.arch == "qwen3moe" || c.arch == "qwen2moe" || c.arch == "mixtral" || c.arch == "deepseek2" || c.arch == "glm4moe")
+    load_hf_moe(c, j, cfg_path, arch_cls);
   if (c.arch == "gpt-oss") load_hf_gpt_oss(c, j, cfg_path);
   // The RoPE scaling object, or null: rope_scaling, or transformers v5's rope_parameters.
   const nlohmann::json* rs = nullptr;
   for (const char* key : {"rope_scaling", "rope_parameters"})
     if (auto it = j.find(key); !rs && it != j.end() && it->is_object()) rs = &*it;
   if (gemma) rs = load_hf_gemma(c, j, cfg_path);
+  if (c.arch == "qwen2moe") {
+    // Qwen2-MoE: q/k/v biases unless qkv_bias is false; a window only where layer_types says
+    // (transformers' default pattern for this class has changed between versions).
+    c.qkv_bias = json_bool(j, "qkv_bias", cfg_path, true);
+    if (json_bool(j, "use_sliding_window", cfg_path, false)) {
+      FP_CHECK(j.find("layer_types") != j.end() && !j["layer_types"].is_null(), cfg_path,
+               ": use_sliding_window without layer_types: say which layers slide the window (layer_types)");
+      read_sliding_layers(c, j, cfg_path, 1);
+    }
+  }
   if ((c.arch == "qwen2" || c.arch == "qwen3") && json_bool(j, "use_sliding_window", cfg_path, false)) {
     // Qwen2 / Qwen3 with use_sliding_window: the window on layer_types' sliding layers, else on
     // the layers from max_window_layers on (as transformers builds layer_types).
@@ -723,7 +774,7 @@ void load_hf(ModelFile& m, const std::string& dir) {
       for (int64_t l = 0; l < c.n_layers && c.sliding_window > 0; ++l) c.swa_layers.push_back(l >= from);
     }
   }
-  if (arch_cls == "MistralForCausalLM" || arch_cls == "Mistral3ForConditionalGeneration") {
+  if (arch_cls == "MistralForCausalLM" || arch_cls == "Mistral3ForConditionalGeneration" || arch_cls == "MixtralForCausalLM") {
     // Mistral 7B v0.1 attends through a window of 4096 on every layer; later Mistrals write null
     // (off). A config without the key gets no window here (transformers would default to 4096).
     c.sliding_window = json_int(j, "sliding_window", cfg_path, 0);

@@ -85,8 +85,18 @@ MoeLayerWeights load_moe_layer(ModelFile& mf, const std::string& p, const ModelC
   w.gate = load_experts(mf, p, "gate", m.n_experts, m.ff, c.dim, routed);
   w.up = load_experts(mf, p, "up", m.n_experts, m.ff, c.dim, routed);
   w.down = load_experts(mf, p, "down", m.n_experts, c.dim, m.ff, routed);
+  if (m.shared_gate && m.n_shared > 0) {
+    // GGUF's ffn_gate_inp_shexp is a [dim] vector, the checkpoint's shared_expert_gate a [1, dim] matrix.
+    const std::string name = p + "ffn_gate_inp_shexp.weight";
+    const Tensor& t = mf.get(name);
+    FP_CHECK(t.numel() == c.dim && t.cols() == c.dim, mf.path, ": '", name, "' has ", t.numel(), " values, expected one row of ",
+             c.dim, " (hidden_size)");
+    float* g = mf.own_f32(static_cast<size_t>(c.dim));
+    dequantize_row(t.dtype, t.data, g, c.dim);
+    w.sh_gate_inp = Tensor::view(g, DType::F32, {1, c.dim});
+  }
   if (m.n_shared > 0) {
-    w.sh_ff = m.n_shared * m.ff;
+    w.sh_ff = m.shared_width();
     w.sh_gate = &mf.get(p + "ffn_gate_shexp.weight", {w.sh_ff, c.dim});
     w.sh_up = &mf.get(p + "ffn_up_shexp.weight", {w.sh_ff, c.dim});
     w.sh_down = &mf.get(p + "ffn_down_shexp.weight", {c.dim, w.sh_ff});
@@ -169,6 +179,7 @@ MoeLayerWeights place_moe_layer(const MoeLayerWeights& w, DeviceWeights& dw) {
   d.sh_gate = dw.tensor(w.sh_gate);
   d.sh_up = dw.tensor(w.sh_up);
   d.sh_down = dw.tensor(w.sh_down);
+  if (w.sh_gate_inp.data) d.sh_gate_inp = *dw.tensor(&w.sh_gate_inp);
   return d;
 }
 
@@ -213,6 +224,11 @@ void MoeBlock::run(const MoeLayerWeights& w, const ModelConfig& c, const float* 
   f.shared_up = w.sh_up;
   f.shared_down = w.sh_down;
   f.shared_ff = w.sh_ff;
+  if (w.sh_gate_inp.data) {  // Qwen2-MoE: shared_expert_gate · h, the shared expert's weight through a sigmoid
+    float* sh_logits = act_.f32(3, n);
+    dispatch(MatMulArgs{h, n, &w.sh_gate_inp, nullptr, sh_logits});
+    f.shared_logits = sh_logits;
+  }
   f.gate_bias = w.gate_bias;
   f.up_bias = w.up_bias;
   f.down_bias = w.down_bias;

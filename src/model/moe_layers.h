@@ -30,6 +30,9 @@ struct MoeLayerWeights {
   std::vector<Tensor> gate, up, down;  // per expert: [ff, dim], [ff, dim], [dim, ff]
   const Tensor *sh_gate = nullptr, *sh_up = nullptr, *sh_down = nullptr;  // shared experts, [sh_ff, dim] ...
   int64_t sh_ff = 0;
+  // Qwen2-MoE: the shared expert's gate, an F32 [1, dim] view (its output times sigmoid(gate · x));
+  // data null elsewhere.
+  Tensor sh_gate_inp;
   int64_t expert_begin = 0, expert_end = -1;  // the experts this rank holds (expert parallel; -1: all)
 };
 
@@ -74,7 +77,7 @@ class MoeBlock {
   void run(const MoeLayerWeights& w, const ModelConfig& c, const float* h, int64_t n, float* out);
 
  private:
-  Activations act_;  // 0: router logits, 1: weights, 2: ids
+  Activations act_;  // 0: router logits, 1: weights, 2: ids, 3: the shared expert's gate logits
 };
 
 }  // namespace fp

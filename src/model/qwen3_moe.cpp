@@ -9,6 +9,13 @@
 //     groups, routed_scaling_factor) and a shared expert; the first first_k_dense_replace layers
 //     dense. Its first multi-token-prediction layer (after num_hidden_layers) drafts tokens
 //     with --speculative-method mtp (Model::mtp_forward).
+//   Qwen1.5-MoE / Qwen2-MoE (HF Qwen2MoeForCausalLM, GGUF qwen2moe): Qwen2's attention (q/k/v
+//     biases), Qwen3-MoE's router (norm_topk_prob usually false), and one shared expert of its
+//     own width whose output is scaled by sigmoid(shared_expert_gate · x) (MoeFfnArgs::
+//     shared_logits).
+//   Mixtral (HF MixtralForCausalLM; GGUF llama with expert_count): Llama's attention (a window
+//     on every layer when sliding_window is set), every layer sparse, a softmax over all experts
+//     with the top k renormalised, experts as wide as intermediate_size.
 //
 // Split across ranks (parallel(), see ParallelSizes): with tp = N the attention heads are split
 // as in llama.cpp (q/k/v row views, attn_output columns copied, an all-reduce after it); with
@@ -552,6 +559,9 @@ std::unique_ptr<Model> make_gqa_moe(std::shared_ptr<ModelFile> f, std::shared_pt
 }
 const bool qwen3_moe_registered = register_sharded_architecture("qwen3moe", make_gqa_moe, true);
 const bool glm4_moe_registered = register_sharded_architecture("glm4moe", make_gqa_moe, true);
+const bool mixtral_registered = register_sharded_architecture("mixtral", make_gqa_moe, true);
+// Qwen2-MoE: on the CPU (the CUDA expert kernel does not take its shared expert's sigmoid gate yet).
+const bool qwen2_moe_registered = register_sharded_architecture("qwen2moe", make_gqa_moe, false);
 // gpt-oss: on the CPU (its sinks, windows and expert biases are not on a device yet; build_model
 // says so), on one rank or split (experts partitioned; attention heads split or replicated).
 const bool gpt_oss_registered = register_sharded_architecture("gpt-oss", make_gqa_moe, false);

@@ -48,6 +48,8 @@ uint64_t name_hash(const std::string& s) { return fnv1a64(s); }
 // synth --arch names: the dense ones, and Hugging Face model_type names for the MoE ones.
 std::string canonical_arch(const std::string& arch) {
   if (arch == "qwen3_moe" || arch == "qwen3moe") return "qwen3moe";
+  if (arch == "qwen2_moe" || arch == "qwen2moe") return "qwen2moe";
+  if (arch == "mixtral") return "mixtral";
   if (arch == "deepseek_v3" || arch == "deepseek_v2") return "deepseek2";
   if (arch == "glm4_moe" || arch == "glm4moe") return "glm4moe";
   if (arch == "gpt_oss" || arch == "gpt-oss") return "gpt-oss";
@@ -56,7 +58,7 @@ std::string canonical_arch(const std::string& arch) {
   FP_CHECK(arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "gemma2" || arch == "phi3" || arch == "smollm3" ||
                arch == "olmo2",
            "synth: --arch '", arch,
-           "' is not one of llama, mistral, qwen2, qwen3, phi3, smollm3, olmo2, qwen3_moe, deepseek_v2, deepseek_v3, glm4_moe, gpt_oss, gemma2, gemma3");
+           "' is not one of llama, mistral, qwen2, qwen3, phi3, smollm3, olmo2, qwen2_moe, qwen3_moe, mixtral, deepseek_v2, deepseek_v3, glm4_moe, gpt_oss, gemma2, gemma3");
   return arch;
 }
 
@@ -71,9 +73,20 @@ void synth_moe_config(ModelConfig& c, const std::string& arch_in, const nlohmann
   MoeConfig& e = c.moe;
   e.n_used = geti("num_experts_per_tok", 2);
   e.ff = geti("moe_intermediate_size", std::max<int64_t>(c.hidden_dim / 4, 8));
-  if (c.arch == "qwen3moe") {
+  if (c.arch == "mixtral") {  // every layer sparse; softmax over all experts, the top k renormalised
+    e.n_experts = geti("num_local_experts", 4);
+    e.ff = c.hidden_dim;
+    e.norm_topk = true;
+    return;
+  }
+  if (c.arch == "qwen2moe") {  // one shared expert of its own width behind a sigmoid gate
+    e.shared_ff = getz("shared_expert_intermediate_size", 2 * e.ff);
+    e.n_shared = e.shared_ff > 0 ? 1 : 0;
+    e.shared_gate = true;
+  }
+  if (c.arch == "qwen3moe" || c.arch == "qwen2moe") {
     e.n_experts = geti("num_experts", 8);
-    e.norm_topk = j.value("norm_topk_prob", true);
+    e.norm_topk = j.value("norm_topk_prob", c.arch == "qwen3moe");
     e.sparse_step = geti("decoder_sparse_step", 1);
     if (j.contains("mlp_only_layers")) e.dense_layers = j["mlp_only_layers"].get<std::vector<int64_t>>();
     return;
@@ -169,10 +182,10 @@ ModelConfig config_from_json(const std::string& arch_in, const nlohmann::json& j
   c.rms_eps = j.value("rms_norm_eps", 1e-6f);
   c.rope_theta = j.value("rope_theta", 10000.0f);
   c.tied_output = j.value("tie_word_embeddings", false);
-  c.qkv_bias = arch == "qwen2" || (arch == "glm4moe" && j.value("attention_bias", true));
+  c.qkv_bias = arch == "qwen2" || (arch == "qwen2moe" && j.value("qkv_bias", true)) || (arch == "glm4moe" && j.value("attention_bias", true));
   c.qk_norm = arch == "qwen3" || arch == "qwen3moe" || (arch == "glm4moe" && j.value("use_qk_norm", false));
   if (arch == "glm4moe") c.rot_dim = static_cast<int64_t>(static_cast<double>(c.head_dim) * j.value("partial_rotary_factor", 0.5));
-  if (arch_in == "mistral") {  // MistralConfig's window, on every layer
+  if (arch_in == "mistral" || arch == "mixtral") {  // MistralConfig's / MixtralConfig's window, on every layer
     c.sliding_window = j.contains("sliding_window") && !j["sliding_window"].is_null() ? j["sliding_window"].get<int64_t>() : 0;
     c.swa_layers.assign(static_cast<size_t>(c.sliding_window > 0 ? c.n_layers : 0), true);
   }
@@ -209,7 +222,8 @@ ModelConfig config_from_json(const std::string& arch_in, const nlohmann::json& j
                  (c.rope_scaling.type == "yarn" && (arch == "deepseek2" || arch == "gpt-oss")),
              "synth: rope_scaling type '", c.rope_scaling.type, "' is not supported (linear, llama3; yarn for deepseek, gpt-oss)");
   }
-  if (arch == "qwen3moe" || arch == "deepseek2" || arch == "glm4moe" || arch == "gpt-oss") synth_moe_config(c, arch_in, j, geti);
+  if (arch == "qwen3moe" || arch == "qwen2moe" || arch == "mixtral" || arch == "deepseek2" || arch == "glm4moe" || arch == "gpt-oss")
+    synth_moe_config(c, arch_in, j, geti);
   if (arch == "gemma2" || arch == "gemma3") {  // Gemma2Config's / Gemma3TextConfig's keys (model_file.cpp, load_hf_gemma)
     const bool gemma2 = arch == "gemma2";
     c.post_norms = c.gelu_ffn = true;
@@ -297,11 +311,28 @@ std::map<std::string, HfTensor> make_weights(const ModelConfig& c, uint64_t seed
     mat(p + "down_proj.weight", c.dim, width);
   };
   auto moe = [&](const std::string& p) {  // p: "model.layers.N."
+    if (c.arch == "mixtral") {  // its checkpoints' names: block_sparse_moe, experts' w1 (gate), w3 (up), w2 (down)
+      mat(p + "block_sparse_moe.gate.weight", c.moe.n_experts, c.dim);
+      w[p + "block_sparse_moe.gate.weight"].matrix = false;
+      for (int64_t e = 0; e < c.moe.n_experts; ++e) {
+        const std::string x = p + "block_sparse_moe.experts." + std::to_string(e) + ".";
+        mat(x + "w1.weight", c.moe.ff, c.dim);
+        mat(x + "w3.weight", c.moe.ff, c.dim);
+        mat(x + "w2.weight", c.dim, c.moe.ff);
+      }
+      return;
+    }
     mat(p + "mlp.gate.weight", c.moe.n_experts, c.dim);
     w[p + "mlp.gate.weight"].matrix = false;  // routers stay in full precision
     if (c.moe.has_bias) vec(p + "mlp.gate.e_score_correction_bias", c.moe.n_experts, 0.0f, 0.1f);
     for (int64_t e = 0; e < c.moe.n_experts; ++e) ffn(p + "mlp.experts." + std::to_string(e) + ".", c.moe.ff);
-    if (c.moe.n_shared > 0) ffn(p + "mlp.shared_experts.", c.moe.n_shared * c.moe.ff);
+    if (c.moe.shared_gate && c.moe.n_shared > 0) {  // Qwen2-MoE
+      ffn(p + "mlp.shared_expert.", c.moe.shared_width());
+      mat(p + "mlp.shared_expert_gate.weight", 1, c.dim);
+      w[p + "mlp.shared_expert_gate.weight"].matrix = false;
+    } else if (c.moe.n_shared > 0) {
+      ffn(p + "mlp.shared_experts.", c.moe.shared_width());
+    }
   };
   {
     HfTensor t{{c.n_vocab, c.dim}, {}, true, 2, 0.0f, 1.0f};
@@ -363,7 +394,7 @@ std::map<std::string, HfTensor> make_weights(const ModelConfig& c, uint64_t seed
       mat(p + "self_attn.v_proj.weight", kv, c.dim);
     }
     mat(p + "self_attn.o_proj.weight", c.dim, q);
-    if ((c.arch == "qwen3moe" || c.arch == "glm4moe") && c.moe.is_moe_layer(l)) moe(p);
+    if ((c.arch == "qwen3moe" || c.arch == "qwen2moe" || c.arch == "mixtral" || c.arch == "glm4moe") && c.moe.is_moe_layer(l)) moe(p);
     else if (c.arch != "gpt-oss" && c.arch != "phi3") ffn(p + "mlp.", c.hidden_dim);
     if (c.qkv_bias) {
       vec(p + "self_attn.q_proj.bias", q, 0.0f, 0.1f);
@@ -459,11 +490,24 @@ void hf_deepseek_router_keys(nlohmann::json& cfg, const MoeConfig& e) {
 void hf_moe_config(nlohmann::json& cfg, const ModelConfig& c, const std::string& arch_in) {
   const MoeConfig& e = c.moe;
   cfg["num_experts_per_tok"] = e.n_used;
+  if (c.arch == "mixtral") {  // experts as wide as intermediate_size, the top k always renormalised
+    cfg["architectures"] = {"MixtralForCausalLM"};
+    cfg["model_type"] = "mixtral";
+    cfg["num_local_experts"] = e.n_experts;
+    cfg["sliding_window"] = c.sliding_window > 0 ? nlohmann::json(c.sliding_window) : nlohmann::json(nullptr);
+    return;
+  }
   cfg["moe_intermediate_size"] = e.ff;
   cfg["norm_topk_prob"] = e.norm_topk;
-  if (c.arch == "qwen3moe") {
-    cfg["architectures"] = {"Qwen3MoeForCausalLM"};
-    cfg["model_type"] = "qwen3_moe";
+  if (c.arch == "qwen3moe" || c.arch == "qwen2moe") {
+    const bool q2 = c.arch == "qwen2moe";
+    cfg["architectures"] = {q2 ? "Qwen2MoeForCausalLM" : "Qwen3MoeForCausalLM"};
+    cfg["model_type"] = q2 ? "qwen2_moe" : "qwen3_moe";
+    if (q2) {
+      cfg["shared_expert_intermediate_size"] = e.shared_width();
+      cfg["qkv_bias"] = c.qkv_bias;
+      cfg["use_sliding_window"] = false;
+    }
     cfg["num_experts"] = e.n_experts;
     cfg["decoder_sparse_step"] = e.sparse_step;
     cfg["mlp_only_layers"] = e.dense_layers;
@@ -616,15 +660,30 @@ void hf_gemma_config(nlohmann::json& cfg, const ModelConfig& c) {
   cfg["attention_bias"] = false;
 }
 
+// general.architecture of a GGUF of this model: llama.cpp writes Mixtral as a llama with experts.
+std::string gguf_arch(const ModelConfig& c) { return c.arch == "mixtral" ? "llama" : c.arch; }
+
+// Whether llama.cpp's converter permutes this architecture's q/k rows into adjacent pairs.
+bool gguf_adjacent_rope(const ModelConfig& c) { return c.arch == "llama" || c.arch == "mixtral" || c.arch == "smollm3"; }
+
 // MoE / MLA keys as llama.cpp's converters write them.
 void add_moe_metadata(GgufWriter& g, const ModelConfig& c) {
-  const std::string a = c.arch + ".";
+  const std::string a = gguf_arch(c) + ".";
   const MoeConfig& e = c.moe;
   g.set_u32(a + "expert_count", static_cast<uint32_t>(e.n_experts));
   g.set_u32(a + "expert_used_count", static_cast<uint32_t>(e.n_used));
   g.set_u32(a + "expert_feed_forward_length", static_cast<uint32_t>(e.ff));
   g.set_bool(a + "expert_weights_norm", e.norm_topk);
   if (c.arch == "qwen3moe") return;
+  if (c.arch == "mixtral") {
+    FP_CHECK(e.norm_topk, "synth: Mixtral renormalises its top-k weights");
+    FP_CHECK(c.sliding_window == 0, "synth: GGUF llama (Mixtral) has no sliding window; write a safetensors directory");
+    return;
+  }
+  if (c.arch == "qwen2moe") {
+    g.set_u32(a + "expert_shared_feed_forward_length", static_cast<uint32_t>(e.shared_width()));
+    return;
+  }
   if (c.arch == "gpt-oss") {
     if (c.sliding_window > 0) g.set_u32(a + "attention.sliding_window", static_cast<uint32_t>(c.sliding_window));
     for (int64_t l = 0; l < c.n_layers && c.sliding_window > 0; ++l)  // llama.cpp's pattern: the even layers
@@ -733,6 +792,7 @@ std::map<std::string, HfTensor> gguf_layout(const std::map<std::string, HfTensor
       continue;
     }
     out[gn] = t;
+    if (gn.ends_with("ffn_gate_inp_shexp.weight")) out[gn].shape = {c.dim};  // Qwen2-MoE's gate: a [dim] vector in GGUF
   }
   return out;
 }
@@ -780,9 +840,10 @@ void write_gguf_streaming(const SynthOptions& o, const ModelConfig& c, const Ggu
       plan[base + "attn_v_b.weight"] = Entry{{H, vd, L}, true, {Part{name, 4}}};
     } else {
       int how = 0;
-      if ((c.arch == "llama" || c.arch == "smollm3") && gn.find("attn_q.weight") != std::string::npos) how = 1;
-      if ((c.arch == "llama" || c.arch == "smollm3") && gn.find("attn_k.weight") != std::string::npos) how = 2;
-      plan[gn] = Entry{t.shape, t.matrix, {Part{name, how}}};
+      if (gguf_adjacent_rope(c) && gn.find("attn_q.weight") != std::string::npos) how = 1;
+      if (gguf_adjacent_rope(c) && gn.find("attn_k.weight") != std::string::npos) how = 2;
+      const bool vector = gn.ends_with("ffn_gate_inp_shexp.weight");  // Qwen2-MoE's [1, dim] gate: a [dim] vector in GGUF
+      plan[gn] = Entry{vector ? std::vector<int64_t>{c.dim} : t.shape, t.matrix, {Part{name, how}}};
     }
   }
   // Metadata with alignment 1 has no padding after it; the alignment value is then patched to 32.
@@ -894,8 +955,8 @@ std::string synth_model(const SynthOptions& o) {
   if (gguf) {
     GgufWriter g;
     std::map<std::string, std::vector<float>> f32_extras;  // streamed: tensors computed here, not drawn
-    const std::string a = c.arch + ".";
-    g.set_string("general.architecture", c.arch);
+    const std::string a = gguf_arch(c) + ".";
+    g.set_string("general.architecture", gguf_arch(c));
     g.set_string("general.name", "synth " + c.arch + " (random weights, seed " + std::to_string(o.seed) + ")");
     g.set_u32(a + "context_length", static_cast<uint32_t>(c.max_context));
     g.set_u32(a + "embedding_length", static_cast<uint32_t>(c.dim));
@@ -957,7 +1018,7 @@ std::string synth_model(const SynthOptions& o) {
     }
     for (auto& [gn, t] : gguf_layout(w, c, o.split_kv_b)) {
       std::vector<float> data = t.data;
-      const bool adjacent = c.arch == "llama" || c.arch == "smollm3";  // llama.cpp's converters permute these
+      const bool adjacent = gguf_adjacent_rope(c);  // llama.cpp's converters permute these
       if (adjacent && (gn.find("attn_q.weight") != std::string::npos))
         data = permute_rows_for_adjacent_rope(t, c.n_heads);
       if (adjacent && (gn.find("attn_k.weight") != std::string::npos))

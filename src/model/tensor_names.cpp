@@ -29,6 +29,13 @@ std::string canonical_base(const std::string& hf) {
       {"mlp.shared_experts.gate_proj.weight", "ffn_gate_shexp.weight"},
       {"mlp.shared_experts.up_proj.weight", "ffn_up_shexp.weight"},
       {"mlp.shared_experts.down_proj.weight", "ffn_down_shexp.weight"},
+      // Qwen2-MoE: one shared expert behind a sigmoid gate
+      {"mlp.shared_expert.gate_proj.weight", "ffn_gate_shexp.weight"},
+      {"mlp.shared_expert.up_proj.weight", "ffn_up_shexp.weight"},
+      {"mlp.shared_expert.down_proj.weight", "ffn_down_shexp.weight"},
+      {"mlp.shared_expert_gate.weight", "ffn_gate_inp_shexp.weight"},
+      // Mixtral: its router (the experts' w1 / w3 / w2 below)
+      {"block_sparse_moe.gate.weight", "ffn_gate_inp.weight"},
       // MLA (DeepSeek-V2/V3)
       {"self_attn.q_a_proj.weight", "attn_q_a.weight"}, {"self_attn.q_a_layernorm.weight", "attn_q_a_norm.weight"},
       {"self_attn.q_b_proj.weight", "attn_q_b.weight"}, {"self_attn.kv_a_proj_with_mqa.weight", "attn_kv_a_mqa.weight"},
@@ -53,6 +60,17 @@ std::string canonical_base(const std::string& hf) {
     for (const char* g : {"gate_up_proj", "down_proj"})
       for (const char* suffix : {"", "_bias", "_blocks", "_scales"})
         if (rest == ex + g + suffix) return "blk." + layer + ".gptoss." + g + suffix;
+    // Mixtral's experts: block_sparse_moe.experts.E.w1 (gate), w3 (up), w2 (down)
+    const std::string mx = "block_sparse_moe.experts.";
+    if (rest.rfind(mx, 0) == 0) {
+      const size_t d2 = rest.find('.', mx.size());
+      if (d2 == std::string::npos || d2 == mx.size()) return {};
+      const std::string e = rest.substr(mx.size(), d2 - mx.size()), proj = rest.substr(d2 + 1);
+      if (e.find_first_not_of("0123456789") != std::string::npos) return {};
+      for (auto [w, k] : {std::pair{"w1.weight", "gate"}, std::pair{"w3.weight", "up"}, std::pair{"w2.weight", "down"}})
+        if (proj == w) return "blk." + layer + ".ffn_" + k + "_exps." + e + ".weight";
+      return {};
+    }
     if (rest.rfind(ex, 0) == 0) {
       size_t d2 = rest.find('.', ex.size());
       if (d2 == std::string::npos || d2 == ex.size()) return {};

@@ -26,7 +26,8 @@ inline std::shared_ptr<Communicator> world_comm() { return open_world(launched_w
     if (::fp::launched_world_size() < (n)) GTEST_SKIP() << "needs mpirun -np " << (n) << " or more"; \
   } while (0)
 
-// Small MoE shapes: qwen3moe (GQA 12 / 6 heads, a dense layer), GLM-4.5 (GQA 12 / 6 heads with
+// Small MoE shapes: qwen3moe (GQA 12 / 6 heads, a dense layer), Qwen2-MoE (the same with q/k/v
+// biases and a gated shared expert), Mixtral (every layer sparse), GLM-4.5 (GQA 12 / 6 heads with
 // q/k/v biases, half of each head rotated, grouped sigmoid routing, a shared expert, a dense
 // first layer) and DeepSeek (MLA with q_lora, a shared expert, a dense first layer).
 inline nlohmann::json moe_config(const std::string& arch) {
@@ -34,6 +35,15 @@ inline nlohmann::json moe_config(const std::string& arch) {
     return {{"hidden_size", 64},  {"num_attention_heads", 12}, {"num_key_value_heads", 6}, {"head_dim", 16},
             {"intermediate_size", 96}, {"num_hidden_layers", 3}, {"vocab_size", 256}, {"num_experts", 6},
             {"num_experts_per_tok", 2}, {"moe_intermediate_size", 96}, {"mlp_only_layers", {1}}};
+  if (arch == "qwen2_moe")  // q/k/v biases, a dense layer, a gated shared expert of width 96
+    return {{"hidden_size", 64},  {"num_attention_heads", 12}, {"num_key_value_heads", 6}, {"head_dim", 16},
+            {"intermediate_size", 96}, {"num_hidden_layers", 3}, {"vocab_size", 256}, {"num_experts", 6},
+            {"num_experts_per_tok", 2}, {"moe_intermediate_size", 96}, {"shared_expert_intermediate_size", 96},
+            {"mlp_only_layers", {1}}};
+  if (arch == "mixtral")  // every layer MoE, experts as wide as intermediate_size
+    return {{"hidden_size", 64},  {"num_attention_heads", 12}, {"num_key_value_heads", 6}, {"head_dim", 16},
+            {"intermediate_size", 96}, {"num_hidden_layers", 3}, {"vocab_size", 256}, {"num_local_experts", 6},
+            {"num_experts_per_tok", 2}};
   if (arch == "gpt_oss")  // every layer MoE; biases, sinks; layers 0 and 2 windowed
     return {{"hidden_size", 64},     {"num_attention_heads", 12}, {"num_key_value_heads", 6}, {"head_dim", 16},
             {"intermediate_size", 96}, {"num_hidden_layers", 3},   {"vocab_size", 256},        {"num_local_experts", 6},

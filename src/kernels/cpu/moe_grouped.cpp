@@ -131,8 +131,14 @@ void moe_ffn_grouped(const MoeFfnArgs& a) {
   pool.parallel_for(a.n, 16, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       float* o = a.out + t * dim;
-      if (a.shared_gate) std::memcpy(o, shared_y + t * dim, static_cast<size_t>(dim) * 4);
-      else std::fill(o, o + dim, 0.0f);
+      if (a.shared_gate && !a.shared_logits) {
+        std::memcpy(o, shared_y + t * dim, static_cast<size_t>(dim) * 4);
+      } else if (a.shared_gate) {  // Qwen2-MoE: the shared expert behind its sigmoid gate
+        const float ws = a.shared_weight(t);
+        for (int64_t c = 0; c < dim; ++c) o[c] = ws * shared_y[t * dim + c];
+      } else {
+        std::fill(o, o + dim, 0.0f);
+      }
       for (int64_t j = 0; j < a.k; ++j) {
         const int32_t slot = bk.slot[static_cast<size_t>(t * a.k + j)];
         if (slot < 0) continue;  // another rank's expert
@@ -163,7 +169,7 @@ void moe_ffn_gemv(const MoeFfnArgs& a) {
       FP_CHECK(e >= 0 && e < a.n_expert, "moe_ffn: expert id ", e, " is outside [0, ", a.n_expert, ")");
       if (a.is_local(e)) groups.push_back({i, &a.gate[e], &a.up[e], &a.down[e], a.weights[i * a.k + j], e});
     }
-    if (a.shared_gate) groups.push_back({i, a.shared_gate, a.shared_up, a.shared_down, 1.0f, -1});
+    if (a.shared_gate) groups.push_back({i, a.shared_gate, a.shared_up, a.shared_down, a.shared_weight(i), -1});
   }
   if (groups.empty()) {  // every selection is another rank's and there is no shared expert here
     std::fill(a.out, a.out + a.n * a.dim, 0.0f);

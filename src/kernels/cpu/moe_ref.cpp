@@ -135,7 +135,7 @@ void moe_ffn_ref(const MoeFfnArgs& a) {
               a.up_bias ? a.up_bias + e * a.ff : nullptr, a.down_bias ? a.down_bias + e * a.dim : nullptr, clamped,
               a.swiglu_alpha, a.swiglu_limit);
     }
-    if (a.shared_gate) ffn_add(*a.shared_gate, *a.shared_up, *a.shared_down, x, 1.0f, o, a.dim);
+    if (a.shared_gate) ffn_add(*a.shared_gate, *a.shared_up, *a.shared_down, x, a.shared_weight(i), o, a.dim);
   }
 }
 

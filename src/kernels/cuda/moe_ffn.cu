@@ -430,6 +430,7 @@ struct Carve {
 
 std::string refuse_moe_ffn(const MoeFfnArgs& a) {
   if (!a.plain_swiglu()) return "expert biases / clamped SwiGLU (gpt-oss) are not implemented here";
+  if (a.shared_logits) return "the shared expert's sigmoid gate (Qwen2-MoE) is not implemented here";
   const int64_t b = a.expert_begin, end = a.local_end();
   if (a.n_expert > kMaxExperts) return "more than " + std::to_string(kMaxExperts) + " experts";
   if (b < 0 || end > a.n_expert || b >= end) return "empty or invalid local expert range";
