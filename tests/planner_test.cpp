@@ -405,6 +405,23 @@ TEST(Planner, ReadsQwenMoeSparseLayers) {
   expect_rel(m.expert_bytes, 3.0 * 64 * 32 * 2, "expert");
 }
 
+// Mixtral-8x7B's config.json: num_local_experts, experts as wide as intermediate_size, every layer
+// sparse. Its 46,702,792,704 parameters less the 32 * 2 + 1 norms of 4096.
+TEST(Planner, ReadsMixtralLocalExperts) {
+  nlohmann::json j{{"architectures", {"MixtralForCausalLM"}}, {"hidden_size", 4096}, {"num_hidden_layers", 32},
+                   {"num_attention_heads", 32}, {"num_key_value_heads", 8}, {"vocab_size", 32000},
+                   {"intermediate_size", 14336}, {"num_local_experts", 8}, {"num_experts_per_tok", 2},
+                   {"tie_word_embeddings", false}};
+  const PlanModel m = plan_model_from_hf_config(j, "mixtral.json", 1);
+  EXPECT_EQ(m.n_experts, 8);
+  EXPECT_EQ(m.n_used, 2);
+  EXPECT_EQ(m.n_moe_layers, 32);
+  expect_rel(m.expert_bytes, 3.0 * 4096 * 14336, "expert");
+  const double total = m.split_bytes + m.shared_bytes + m.replicated_bytes + m.embedding_bytes + m.output_bytes +
+                       32.0 * 8 * m.expert_bytes;
+  expect_rel(total, 46702792704.0 - 65.0 * 4096, "total");
+}
+
 TEST(Planner, ConfigErrorsNameTheField) {
   auto error_of = [](const nlohmann::json& j) -> std::string {
     try {

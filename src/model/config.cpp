@@ -44,6 +44,7 @@ void ModelConfig::validate(const std::string& where) const {
          ("must be in [1, expert count " + std::to_string(moe.n_experts) + "]").c_str());
     need(moe.ff > 0, "expert feed-forward length", moe.ff, "must be positive");
     need(moe.n_shared >= 0, "shared expert count", moe.n_shared, "must not be negative");
+    need(moe.shared_ff >= 0, "shared expert feed-forward length", moe.shared_ff, "must not be negative");
     need(moe.sparse_step >= 1, "decoder sparse step", moe.sparse_step, "must be positive");
     need(moe.first_dense >= 0 && moe.first_dense <= n_layers, "leading dense layer count", moe.first_dense, "must be in [0, layers]");
     need(moe.n_group >= 1 && moe.n_experts % moe.n_group == 0, "expert group count", moe.n_group,
@@ -135,6 +136,8 @@ std::string ModelConfig::describe() const {
     if (moe.norm_topk) os << ", normalised";
     if (moe.scale != 1.0f) os << ", scale " << moe.scale;
     if (moe.n_shared) os << ", " << moe.n_shared << " shared";
+    if (moe.shared_ff > 0) os << " (ff " << moe.shared_ff << ")";
+    if (moe.n_shared && moe.shared_gate) os << " behind a sigmoid gate";
     if (moe.first_dense) os << ", first " << moe.first_dense << " dense";
     if (moe.sparse_step > 1) os << ", every " << moe.sparse_step << "th layer";
     if (!moe.dense_layers.empty()) os << ", " << moe.dense_layers.size() << " mlp-only layers";

@@ -64,7 +64,7 @@ PlanModel plan_model_from_file(const std::string& path) {
     const double n = static_cast<double>(m.n_moe_layers * m.n_experts);
     m.expert_bytes = routed_bytes / n;
     m.expert_flops = routed_flops / n;
-    m.ff = std::max(m.ff, (m.n_used + c.moe.n_shared) * c.moe.ff);
+    m.ff = std::max(m.ff, m.n_used * c.moe.ff + c.moe.shared_width());
   }
   return m;
 }

@@ -123,15 +123,19 @@ PlanModel plan_model_from_hf_config(const nlohmann::json& j, const std::string& 
   m.head_dim = j.contains("head_dim") && !j["head_dim"].is_null() ? get("head_dim") : m.dim / m.n_heads;
   const double d = static_cast<double>(m.dim), H = static_cast<double>(m.n_heads), vocab = static_cast<double>(get("vocab_size"));
 
-  // Experts: DeepSeek's n_routed_experts or Qwen's num_experts; which layers have them.
-  m.n_experts = j.contains("n_routed_experts") ? opt("n_routed_experts", 0) : opt("num_experts", 0);
+  // Experts: DeepSeek's n_routed_experts, Qwen's num_experts, or Mixtral's / gpt-oss's
+  // num_local_experts (experts as wide as intermediate_size); which layers have them.
+  const bool local_experts = !j.contains("n_routed_experts") && !j.contains("num_experts") && j.contains("num_local_experts");
+  m.n_experts = j.contains("n_routed_experts") ? opt("n_routed_experts", 0)
+                : local_experts                ? opt("num_local_experts", 0)
+                                               : opt("num_experts", 0);
   int64_t moe_ff = 0, shared_ff = 0, first_dense = 0, step = 1;
   std::vector<int64_t> mlp_only;
   if (m.moe()) {
     m.n_used = get("num_experts_per_tok");
     FP_CHECK(m.n_used <= m.n_experts, where, ": field 'num_experts_per_tok' (", m.n_used, ") exceeds the ", m.n_experts,
              " routed experts");
-    moe_ff = get("moe_intermediate_size");
+    moe_ff = local_experts && !j.contains("moe_intermediate_size") ? get("intermediate_size") : get("moe_intermediate_size");
     shared_ff = opt("n_shared_experts", 0) * moe_ff;
     if (j.contains("shared_expert_intermediate_size")) shared_ff = opt("shared_expert_intermediate_size", 0);  // qwen2_moe
     first_dense = opt("first_k_dense_replace", 0);
