@@ -5,8 +5,10 @@
 // the whole projection), Gemma 2
 // (a norm after the attention and the FFN too, GeGLU, embeddings times sqrt(dim), every other
 // layer sliding-window, scores and logits soft-capped) and Gemma 3 (the same with q/k norms and
-// without the caps, five sliding-window layers with their own RoPE base to each global one).
-// Gemma runs on the CPU (one rank or several).
+// without the caps, five sliding-window layers with their own RoPE base to each global one),
+// GLM-4-0414 (Gemma 2's four norms per layer with SwiGLU, fused gate/up, q/k/v biases, the first
+// half of each head rotated in adjacent pairs). Gemma, OLMo 2 and GLM-4 run on the CPU (one rank
+// or several).
 // Every computation goes through the op registry (kernels/ops.h).
 //
 // Tensor parallel (Megatron-style, when built with a communicator of several ranks): each rank
@@ -715,6 +717,7 @@ const bool llama_registered = register_sharded_architecture("llama", make_llama,
                         register_sharded_architecture("phi3", make_llama, true) &&
                         register_sharded_architecture("smollm3", make_llama, true) &&
                         register_sharded_architecture("olmo2", make_llama, false) &&
+                        register_sharded_architecture("glm4", make_llama, false) &&
                         register_sharded_architecture("gemma2", make_llama, false) &&
                         register_sharded_architecture("gemma3", make_llama, false);
 

@@ -119,11 +119,11 @@ void load_gguf(ModelFile& m, const std::string& path) {
   const std::string a = c.arch + ".";
   // llama.cpp writes Mixtral as a llama with routed experts; ours is the GQA MoE class.
   if (c.arch == "llama" && g->get_uint(a + "expert_count", 0) > 0) c.arch = "mixtral";
-  FP_CHECK(c.arch == "llama" || c.arch == "mixtral" || c.arch == "qwen2moe" || c.arch == "qwen2" || c.arch == "qwen3" || c.arch == "qwen3moe" || c.arch == "deepseek2" ||
+  FP_CHECK(c.arch == "llama" || c.arch == "mixtral" || c.arch == "qwen2moe" || c.arch == "glm4" || c.arch == "qwen2" || c.arch == "qwen3" || c.arch == "qwen3moe" || c.arch == "deepseek2" ||
                c.arch == "glm4moe" || c.arch == "gpt-oss" || c.arch == "gemma2" || c.arch == "gemma3" || c.arch == "phi3" ||
                c.arch == "smollm3" || c.arch == "olmo2",
            path, ": general.architecture '", c.arch,
-           "' is not supported yet (supported: llama (Mixtral with experts), qwen2, qwen3, qwen2moe, qwen3moe, deepseek2, glm4moe, gpt-oss, gemma2, gemma3, phi3, smollm3, "
+           "' is not supported yet (supported: llama (Mixtral with experts), qwen2, qwen3, glm4, qwen2moe, qwen3moe, deepseek2, glm4moe, gpt-oss, gemma2, gemma3, phi3, smollm3, "
            "olmo2)");
   c.dim = static_cast<int64_t>(g->get_uint(a + "embedding_length"));
   c.n_layers = static_cast<int64_t>(g->get_uint(a + "block_count"));
@@ -155,8 +155,10 @@ void load_gguf(ModelFile& m, const std::string& path) {
   c.rms_eps = static_cast<float>(g->get_float(a + "attention.layer_norm_rms_epsilon", 1e-5));
   // llama.cpp's converters permute Llama q/k rows so that adjacent pairs rotate; Qwen keeps NeoX halves.
   // DeepSeek's GGUF keeps the checkpoint's interleaved (adjacent-pair) rotary layout.
-  c.rope_style = c.arch == "llama" || c.arch == "mixtral" || c.arch == "deepseek2" || c.arch == "smollm3" ? RopeStyle::Adjacent
-                                                                                                      : RopeStyle::NeoX;
+  // GLM-4's checkpoints rotate adjacent pairs themselves (llama.cpp's rope type NORM, no permutation).
+  c.rope_style = c.arch == "llama" || c.arch == "mixtral" || c.arch == "deepseek2" || c.arch == "smollm3" || c.arch == "glm4"
+                     ? RopeStyle::Adjacent
+                     : RopeStyle::NeoX;
   std::string scaling = g->get_string(a + "rope.scaling.type", "none");
   if (scaling == "linear" || scaling == "yarn") {
     c.rope_scaling.type = scaling;
@@ -261,6 +263,10 @@ void load_gguf(ModelFile& m, const std::string& path) {
     }
     c.sliding_window = static_cast<int64_t>(g->get_uint(a + "attention.sliding_window", 0));
     c.swa_layers.assign(static_cast<size_t>(c.sliding_window > 0 ? c.n_layers : 0), true);
+  }
+  if (c.arch == "glm4") {  // GLM-4-0414: sandwich norms, q/k/v biases where the file has them
+    c.post_norms = true;
+    c.qkv_bias = m.find("blk.0.attn_q.bias") != nullptr || m.find("blk.0.attn_qkv.bias") != nullptr;
   }
   if (c.arch == "glm4moe") {  // optional in GLM-4.5's files: q/k/v biases, per-head q/k norms
     c.qkv_bias = m.find("blk.0.attn_q.bias") != nullptr;
@@ -708,11 +714,12 @@ void load_hf(ModelFile& m, const std::string& dir) {
   else if (arch_cls == "GptOssForCausalLM") c.arch = "gpt-oss";
   else if (arch_cls == "Gemma2ForCausalLM") c.arch = "gemma2";
   else if (arch_cls == "Phi3ForCausalLM") c.arch = "phi3";
+  else if (arch_cls == "Glm4ForCausalLM") c.arch = "glm4";
   else if (arch_cls == "SmolLM3ForCausalLM") c.arch = "smollm3";
   else if (arch_cls == "Olmo2ForCausalLM") c.arch = "olmo2";
   else if (arch_cls == "Gemma3ForCausalLM" || arch_cls == "Gemma3ForConditionalGeneration") c.arch = "gemma3";
   else fail(cfg_path, ": architectures[0] '", arch_cls, "' is not supported yet (LlamaForCausalLM, Qwen2ForCausalLM, ",
-            "Qwen3ForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, MixtralForCausalLM, DeepseekV3ForCausalLM, DeepseekV2ForCausalLM, Glm4MoeForCausalLM, ",
+            "Qwen3ForCausalLM, Glm4ForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, MixtralForCausalLM, DeepseekV3ForCausalLM, DeepseekV2ForCausalLM, Glm4MoeForCausalLM, ",
             "GptOssForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration, Phi3ForCausalLM, ",
             "SmolLM3ForCausalLM, Olmo2ForCausalLM, Mistral3ForConditionalGeneration)");
   const bool gemma = c.arch == "gemma2" || c.arch == "gemma3";
@@ -825,6 +832,15 @@ void load_hf(ModelFile& m, const std::string& dir) {
   if (c.arch == "glm4moe") {
     // GLM rotates the first partial_rotary_factor of each head (NeoX halves of that part).
     read_partial_rotary(c, j, rs, cfg_path, 0.5);
+  }
+  if (c.arch == "glm4") {
+    // GLM-4-0414: a norm after the attention and after the MLP besides the two before them; the
+    // first partial_rotary_factor of each head rotated in adjacent pairs; q/k/v biases
+    // (attention_bias, true by default); gate and up fused in one matrix (split at load).
+    read_partial_rotary(c, j, rs, cfg_path, 0.5);
+    c.rope_style = RopeStyle::Adjacent;
+    c.post_norms = true;
+    c.qkv_bias = json_bool(j, "attention_bias", cfg_path, true);
   }
   if (rs) {
     if (rs->contains("rope_theta")) c.rope_theta = static_cast<float>(json_num(*rs, "rope_theta", cfg_path, c.rope_theta));
@@ -975,9 +991,9 @@ WeightMemory resolve_weight_memory(WeightMemory asked, uint64_t weight_bytes, in
 
 namespace {
 // Phi-3 / Phi-4 keep q, k, v in one matrix (attn_qkv) and gate, up in another (ffn_up of twice
-// the FFN width, gate first), in safetensors and GGUF alike: each part becomes a tensor of its
-// own, a view of its rows, so the model reads them as Llama's.
-void split_fused_phi3(ModelFile& m) {
+// the FFN width, gate first), in safetensors and GGUF alike; GLM-4 its gate and up: each part
+// becomes a tensor of its own, a view of its rows, so the model reads them as Llama's.
+void split_fused_rows(ModelFile& m) {
   const ModelConfig& c = m.config;
   const int64_t q = c.n_heads * c.head_dim, kv = c.n_kv_heads * c.head_dim, ff = c.hidden_dim;
   auto rows = [](const Tensor& t, int64_t begin, int64_t len) {
@@ -1086,7 +1102,8 @@ std::unique_ptr<ModelFile> load_model_file(const std::string& path, const LoadOp
     }
     bar.finish();
   }
-  if (c.arch == "phi3") split_fused_phi3(*m);  // after the copy: the parts are views of the fused tensors' rows
+  // After the copy: the parts are views of the fused tensors' rows.
+  if (c.arch == "phi3" || c.arch == "glm4") split_fused_rows(*m);
   m->repack_weights = opts.repack && opts.device == Device::CPU;  // the _X8 forms are the CPU kernels' layouts
   m->load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   m->device = opts.device;

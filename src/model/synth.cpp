@@ -56,9 +56,9 @@ std::string canonical_arch(const std::string& arch) {
   if (arch == "gemma3" || arch == "gemma3_text") return "gemma3";
   if (arch == "mistral") return "llama";  // a Llama with a window on every layer (MistralForCausalLM)
   FP_CHECK(arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "gemma2" || arch == "phi3" || arch == "smollm3" ||
-               arch == "olmo2",
+               arch == "olmo2" || arch == "glm4",
            "synth: --arch '", arch,
-           "' is not one of llama, mistral, qwen2, qwen3, phi3, smollm3, olmo2, qwen2_moe, qwen3_moe, mixtral, deepseek_v2, deepseek_v3, glm4_moe, gpt_oss, gemma2, gemma3");
+           "' is not one of llama, mistral, qwen2, qwen3, phi3, smollm3, olmo2, glm4, qwen2_moe, qwen3_moe, mixtral, deepseek_v2, deepseek_v3, glm4_moe, gpt_oss, gemma2, gemma3");
   return arch;
 }
 
@@ -182,12 +182,18 @@ ModelConfig config_from_json(const std::string& arch_in, const nlohmann::json& j
   c.rms_eps = j.value("rms_norm_eps", 1e-6f);
   c.rope_theta = j.value("rope_theta", 10000.0f);
   c.tied_output = j.value("tie_word_embeddings", false);
-  c.qkv_bias = arch == "qwen2" || (arch == "qwen2moe" && j.value("qkv_bias", true)) || (arch == "glm4moe" && j.value("attention_bias", true));
+  c.qkv_bias = arch == "qwen2" || (arch == "qwen2moe" && j.value("qkv_bias", true)) ||
+               ((arch == "glm4moe" || arch == "glm4") && j.value("attention_bias", true));
   c.qk_norm = arch == "qwen3" || arch == "qwen3moe" || (arch == "glm4moe" && j.value("use_qk_norm", false));
   if (arch == "glm4moe") c.rot_dim = static_cast<int64_t>(static_cast<double>(c.head_dim) * j.value("partial_rotary_factor", 0.5));
   if (arch_in == "mistral" || arch == "mixtral") {  // MistralConfig's / MixtralConfig's window, on every layer
     c.sliding_window = j.contains("sliding_window") && !j["sliding_window"].is_null() ? j["sliding_window"].get<int64_t>() : 0;
     c.swa_layers.assign(static_cast<size_t>(c.sliding_window > 0 ? c.n_layers : 0), true);
+  }
+  if (arch == "glm4") {  // Glm4Config: sandwich norms, the first half of each head rotated in adjacent pairs
+    c.post_norms = true;
+    c.rope_style = RopeStyle::Adjacent;
+    c.rot_dim = static_cast<int64_t>(static_cast<double>(c.head_dim) * j.value("partial_rotary_factor", 0.5));
   }
   if (arch == "olmo2") {  // Olmo2Config: norms after the sublayers, q/k norms over the whole projection
     c.pre_norms = false;
@@ -380,7 +386,10 @@ std::map<std::string, HfTensor> make_weights(const ModelConfig& c, uint64_t seed
     }
     if (c.pre_norms) vec(p + "input_layernorm.weight", c.dim, norm_base, norm_sd);
     vec(p + "post_attention_layernorm.weight", c.dim, norm_base, norm_sd);
-    if (c.post_norms) {  // Gemma: before and after the FFN; OLMo 2: after it only
+    if (c.arch == "glm4") {  // GLM-4's names: a norm after the attention and after the MLP
+      vec(p + "post_self_attn_layernorm.weight", c.dim, norm_base, norm_sd);
+      vec(p + "post_mlp_layernorm.weight", c.dim, norm_base, norm_sd);
+    } else if (c.post_norms) {  // Gemma: before and after the FFN; OLMo 2: after it only
       if (c.pre_norms) vec(p + "pre_feedforward_layernorm.weight", c.dim, norm_base, norm_sd);
       vec(p + "post_feedforward_layernorm.weight", c.dim, norm_base, norm_sd);
     }
@@ -389,13 +398,17 @@ std::map<std::string, HfTensor> make_weights(const ModelConfig& c, uint64_t seed
       mat(p + "mlp.gate_up_proj.weight", 2 * c.hidden_dim, c.dim);
       mat(p + "mlp.down_proj.weight", c.dim, c.hidden_dim);
     } else {
+      if (c.arch == "glm4") {  // gate and up in one matrix (gate first), as Phi-3
+        mat(p + "mlp.gate_up_proj.weight", 2 * c.hidden_dim, c.dim);
+        mat(p + "mlp.down_proj.weight", c.dim, c.hidden_dim);
+      }
       mat(p + "self_attn.q_proj.weight", q, c.dim);
       mat(p + "self_attn.k_proj.weight", kv, c.dim);
       mat(p + "self_attn.v_proj.weight", kv, c.dim);
     }
     mat(p + "self_attn.o_proj.weight", c.dim, q);
     if ((c.arch == "qwen3moe" || c.arch == "qwen2moe" || c.arch == "mixtral" || c.arch == "glm4moe") && c.moe.is_moe_layer(l)) moe(p);
-    else if (c.arch != "gpt-oss" && c.arch != "phi3") ffn(p + "mlp.", c.hidden_dim);
+    else if (c.arch != "gpt-oss" && c.arch != "phi3" && c.arch != "glm4") ffn(p + "mlp.", c.hidden_dim);
     if (c.qkv_bias) {
       vec(p + "self_attn.q_proj.bias", q, 0.0f, 0.1f);
       vec(p + "self_attn.k_proj.bias", kv, 0.0f, 0.1f);
@@ -1096,6 +1109,14 @@ std::string synth_model(const SynthOptions& o) {
     cfg["torch_dtype"] = o.type == DType::BF16 ? "bfloat16" : o.type == DType::F16 ? "float16" : "float32";
     if (c.arch == "gpt-oss") hf_gpt_oss_config(cfg, c, o.type);
     else if (c.arch == "gemma2" || c.arch == "gemma3") hf_gemma_config(cfg, c);
+    else if (c.arch == "glm4") {
+      cfg["architectures"] = {"Glm4ForCausalLM"};
+      cfg["model_type"] = "glm4";
+      cfg["attention_bias"] = c.qkv_bias;
+      cfg["partial_rotary_factor"] = static_cast<double>(c.rot_dim) / static_cast<double>(c.head_dim);
+      cfg["pad_token_id"] = nullptr;  // Glm4Config's defaults lie outside a small vocabulary
+      cfg["eos_token_id"] = 2;
+    }
     else if (c.arch == "olmo2") {
       cfg["architectures"] = {"Olmo2ForCausalLM"};
       cfg["model_type"] = "olmo2";

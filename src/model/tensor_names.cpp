@@ -24,6 +24,9 @@ std::string canonical_base(const std::string& hf) {
       // Phi-3 / Phi-4: q, k, v in one matrix and gate, up in another, as llama.cpp's GGUFs keep
       // them (attn_qkv; ffn_up of twice the width, gate first); split into views at load
       {"self_attn.qkv_proj.weight", "attn_qkv.weight"}, {"mlp.gate_up_proj.weight", "ffn_up.weight"},
+      // GLM-4 (Glm4ForCausalLM): norms after the attention and after the MLP, as llama.cpp names them
+      {"post_self_attn_layernorm.weight", "post_attention_norm.weight"},
+      {"post_mlp_layernorm.weight", "post_ffw_norm.weight"},
       // MoE (Qwen3-MoE, DeepSeek): router, selection bias, shared experts
       {"mlp.gate.weight", "ffn_gate_inp.weight"},       {"mlp.gate.e_score_correction_bias", "exp_probs_b.bias"},
       {"mlp.shared_experts.gate_proj.weight", "ffn_gate_shexp.weight"},

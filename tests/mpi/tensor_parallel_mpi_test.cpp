@@ -108,7 +108,7 @@ INSTANTIATE_TEST_SUITE_P(Archs, TensorParallelSynth,
                          ::testing::Values(SynthCase{"llama", DType::Q8_0}, SynthCase{"qwen2", DType::F32},
                                            SynthCase{"qwen3", DType::F16}, SynthCase{"gemma2", DType::Q8_0},
                                            SynthCase{"gemma3", DType::F16}, SynthCase{"phi3", DType::Q8_0},
-                                           SynthCase{"olmo2", DType::Q8_0}),
+                                           SynthCase{"olmo2", DType::Q8_0}, SynthCase{"glm4", DType::Q8_0}),
                          [](const auto& p) { return p.param.arch; });
 
 // Q8_0 rows of 256 values and more: every rank repacks its shares to Q8_0_X8 after sharding
@@ -331,6 +331,7 @@ INSTANTIATE_TEST_SUITE_P(
                       ContextCase{"gemma3_cp", "", "gemma3", DType::Q8_0, false},
                       ContextCase{"olmo2_cp", "", "olmo2", DType::F32, false},
                       ContextCase{"olmo2_cp_tp", "", "olmo2", DType::F32, true},
+                      ContextCase{"glm4_cp_tp", "", "glm4", DType::F32, true},
                       ContextCase{"qwen3_cp_tp", "", "qwen3", DType::F16, true},
                       ContextCase{"llama_q8_cp_tp_f16_cache", "", "llama", DType::Q8_0, true, false, DType::F16},
                       ContextCase{"qwen2_cp_bf16_cache", "", "qwen2", DType::F32, false, false, DType::BF16},
