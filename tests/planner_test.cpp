@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
+#include "model/synth.h"
 #include "parallel/layout_choice.h"
 #include "parallel/planner.h"
 #include "test_util.h"
@@ -251,6 +252,23 @@ TEST(Planner, CommandReadsMoeMlaModelFiles) {
   EXPECT_NE(out.find("best decode layout at concurrency 16: "), std::string::npos) << out;
 }
 
+// A model file's windows (Gemma 3: five layers of six slide theirs), read through the command.
+TEST(Planner, CommandReadsWindowedModelFiles) {
+  SynthOptions o;
+  o.arch = "gemma3";
+  o.config = {{"hidden_size", 64}, {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"head_dim", 32},
+              {"intermediate_size", 96}, {"num_hidden_layers", 12}, {"vocab_size", 512}, {"sliding_window", 512},
+              {"query_pre_attn_scalar", 32}};
+  o.out = test::temp_dir("plan_windows") + "/gemma3.gguf";
+  synth_model(o);
+  int rc = 0;
+  const std::string out = test::run_command(test::fastpath_bin() + " plan -m " + o.out + " --hardware " +
+                                                FASTPATH_SOURCE_DIR_FOR_TESTS + "/hardware/pcie5-8x48gb.json 2>&1",
+                                            &rc);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("sliding window 512 on 10 layers"), std::string::npos) << out;
+}
+
 // A tiny MoE + MLA model: 2 layers, both with 4 routed experts of 1e8 B (top 2) and a shared
 // expert (2e8 B over both layers); dim 1000, 4 heads, latent 100 + rope 20, nope 44 (head_dim 64).
 PlanModel tiny_moe() {
@@ -420,6 +438,86 @@ TEST(Planner, ReadsMixtralLocalExperts) {
   const double total = m.split_bytes + m.shared_bytes + m.replicated_bytes + m.embedding_bytes + m.output_bytes +
                        32.0 * 8 * m.expert_bytes;
   expect_rel(total, 46702792704.0 - 65.0 * 4096, "total");
+}
+
+// Sliding-window layers keep and read at most `window` positions. Every layer windowed at w and
+// sequences much longer than w: each sequence holds w positions of every layer, so the free
+// memory over w positions' KV is how many fit; decode reads less KV per step. With the window at
+// least as long as the sequence, nothing changes. Half the layers windowed: the KV of a sequence
+// is the mean of the two.
+TEST(Planner, WindowedLayersHoldAndReadTheirWindow) {
+  PlanModel plain = small_model();
+  PlanModel windowed = plain;
+  windowed.window = 256;
+  windowed.n_window_layers = 2;
+  PlanWorkload long_w;
+  long_w.input_len = 8000;
+  long_w.output_len = 192;
+  long_w.concurrency = {4};
+  const auto win = plan_layouts(windowed, two_devices(), long_w), untrimmed = plan_layouts(plain, two_devices(), long_w);
+  ASSERT_EQ(win.size(), untrimmed.size());
+  for (size_t i = 0; i < win.size(); ++i) {
+    ASSERT_TRUE(win[i].fits) << win[i].layout.name;
+    // 16 GiB less the weights and activations, over 256 positions x 2 layers x K and V x the
+    // rank's KV heads x 128 x 2 bytes.
+    const double free_bytes = (16.0 - win[i].weight_gib - win[i].activation_gib) * (1 << 30);
+    const double per_sequence = 256.0 * 2 * 2 * (4 / win[i].layout.tp) * 128 * 2;
+    EXPECT_EQ(win[i].max_sequences, static_cast<int64_t>(free_bytes / per_sequence)) << win[i].layout.name;
+    EXPECT_GT(win[i].max_sequences, 20 * untrimmed[i].max_sequences) << win[i].layout.name << ": 8192 positions against 256";
+    if (!win[i].decode.empty()) {
+      // Decode reads the weights plus 4 sequences x 256 positions, as the short workload at context 256.
+      EXPECT_LT(win[i].decode[0].memory_s, untrimmed[i].decode[0].memory_s) << win[i].layout.name;
+      EXPECT_GT(win[i].decode[0].tokens_per_s, untrimmed[i].decode[0].tokens_per_s) << win[i].layout.name;
+    }
+  }
+  // The prompt's attention: every query attends to at most 256 positions (8000 x 256 - 256^2 / 2
+  // pairs against 8000^2 / 2), visible in the prefill compute time.
+  EXPECT_LT(win[0].prefill.compute_s, untrimmed[0].prefill.compute_s);
+  windowed.window = 1 << 20;  // longer than any sequence: the same plan as without
+  const auto wide = plan_layouts(windowed, two_devices(), long_w);
+  for (size_t i = 0; i < wide.size(); ++i) {
+    EXPECT_EQ(wide[i].max_sequences, untrimmed[i].max_sequences);
+    EXPECT_EQ(wide[i].kv_capacity_tokens, untrimmed[i].kv_capacity_tokens);
+    expect_rel(wide[i].prefill.seconds, untrimmed[i].prefill.seconds, "prefill");
+  }
+  windowed.window = 256;
+  windowed.n_window_layers = 1;  // one layer of two: (8192 + 256) / 2 positions per layer
+  const auto half = plan_layouts(windowed, two_devices(), long_w);
+  expect_rel(half[0].kv_bytes_per_token, untrimmed[0].kv_bytes_per_token * (8192.0 + 256) / 2 / 8192, "KV per token");
+  windowed.n_window_layers = 3;
+  EXPECT_THROW(plan_layouts(windowed, two_devices(), long_w), Error);
+}
+
+// Which layers slide the window, from config.json: layer_types, else the model type's pattern.
+TEST(Planner, ReadsSlidingWindowLayers) {
+  auto base = [](const std::string& type, int64_t layers) {
+    return nlohmann::json{{"model_type", type},  {"hidden_size", 64},       {"num_hidden_layers", layers},
+                          {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"head_dim", 16},
+                          {"vocab_size", 100},   {"intermediate_size", 96}, {"sliding_window", 1024}};
+  };
+  auto windowed = [&](const nlohmann::json& j) {
+    const PlanModel m = plan_model_from_hf_config(j, "cfg.json", 2);
+    return std::pair{m.window, m.n_window_layers};
+  };
+  EXPECT_EQ(windowed(base("gemma3_text", 62)), (std::pair<int64_t, int64_t>{1024, 52}));  // Gemma 3 27B: 10 global layers
+  EXPECT_EQ(windowed(base("gpt_oss", 24)), (std::pair<int64_t, int64_t>{1024, 12}));
+  EXPECT_EQ(windowed(base("mistral", 32)), (std::pair<int64_t, int64_t>{1024, 32}));
+  EXPECT_EQ(windowed(base("qwen2", 28)), (std::pair<int64_t, int64_t>{0, 0})) << "no use_sliding_window";
+  nlohmann::json j = base("qwen2", 4);
+  j["layer_types"] = {"full_attention", "sliding_attention", "sliding_attention", "full_attention"};
+  j["use_sliding_window"] = true;
+  EXPECT_EQ(windowed(j), (std::pair<int64_t, int64_t>{1024, 2}));
+  j["layer_types"] = {"full_attention"};
+  EXPECT_THROW(windowed(j), Error);
+  j = base("llama", 4);
+  try {
+    windowed(j);
+    ADD_FAILURE() << "a window on unknown layers";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("layer_types"), std::string::npos) << e.what();
+  }
+  j["sliding_window"] = nullptr;
+  EXPECT_EQ(windowed(j), (std::pair<int64_t, int64_t>{0, 0}));
 }
 
 TEST(Planner, ConfigErrorsNameTheField) {

@@ -108,6 +108,37 @@ int64_t int_field(const nlohmann::json& j, const char* k, const std::string& whe
            required ? "positive" : "non-negative", " integer, got ", j[k].dump());
   return j[k].get<int64_t>();
 }
+// The sliding window and its layers: layer_types where the config lists them (transformers v5,
+// gpt-oss, Gemma 3, Qwen), else the pattern of the model_type (Gemma 2 and gpt-oss: the even
+// layers; Gemma 3: five of every six; Mistral, Mixtral, Phi-3: all; Qwen2/3 only with
+// use_sliding_window, from max_window_layers on).
+void read_hf_windows(PlanModel& m, const nlohmann::json& j, const std::string& where) {
+  if (!j.contains("sliding_window") || j["sliding_window"].is_null()) return;
+  const int64_t window = int_field(j, "sliding_window", where, false, 0);
+  const std::string type = j.value("model_type", std::string());
+  if (window <= 0) return;
+  if ((type == "qwen2" || type == "qwen3" || type == "qwen2_moe" || type == "qwen3_moe") && !j.value("use_sliding_window", false)) return;
+  std::vector<bool> sliding;
+  if (j.contains("layer_types") && !j["layer_types"].is_null()) {
+    FP_CHECK(j["layer_types"].is_array() && static_cast<int64_t>(j["layer_types"].size()) == m.n_layers, where,
+             ": field 'layer_types' must list one type per layer (", m.n_layers, ")");
+    for (const auto& t : j["layer_types"]) sliding.push_back(t == "sliding_attention");
+  } else {
+    for (int64_t l = 0; l < m.n_layers; ++l) {
+      bool s = false;
+      if (type == "gemma2" || type == "gpt_oss") s = l % 2 == 0;
+      else if (type == "gemma3" || type == "gemma3_text") s = (l + 1) % j.value("sliding_window_pattern", 6) != 0;
+      else if (type == "qwen2" || type == "qwen3") s = l >= j.value("max_window_layers", int64_t{28});
+      else if (type == "mistral" || type == "mixtral" || type == "phi3") s = true;
+      else FP_CHECK(false, where, ": sliding_window ", window, " without layer_types on model_type '", type,
+                    "': say which layers slide the window (layer_types)");
+      sliding.push_back(s);
+    }
+  }
+  m.window = window;
+  m.n_window_layers = std::count(sliding.begin(), sliding.end(), true);
+  if (m.n_window_layers == 0) m.window = 0;
+}
 }  // namespace
 
 PlanModel plan_model_from_hf_config(const nlohmann::json& j, const std::string& where, double wb) {
@@ -123,6 +154,7 @@ PlanModel plan_model_from_hf_config(const nlohmann::json& j, const std::string& 
   m.head_dim = j.contains("head_dim") && !j["head_dim"].is_null() ? get("head_dim") : m.dim / m.n_heads;
   const double d = static_cast<double>(m.dim), H = static_cast<double>(m.n_heads), vocab = static_cast<double>(get("vocab_size"));
 
+  read_hf_windows(m, j, where);
   // Experts: DeepSeek's n_routed_experts, Qwen's num_experts, or Mixtral's / gpt-oss's
   // num_local_experts (experts as wide as intermediate_size); which layers have them.
   const bool local_experts = !j.contains("n_routed_experts") && !j.contains("num_experts") && j.contains("num_local_experts");
@@ -277,9 +309,20 @@ std::vector<LayoutPlan> plan_layouts(const PlanModel& m, const PlanHardware& hw,
   FP_CHECK(!m.moe() || (m.n_used >= 1 && m.n_used <= m.n_experts && m.n_moe_layers <= m.n_layers), "plan: model '", m.name,
            "' has ", m.n_used, " of ", m.n_experts, " experts per token on ", m.n_moe_layers, " layers");
   FP_CHECK(w.input_len >= 1 && w.output_len >= 1, "plan: input and output lengths must be at least 1");
+  FP_CHECK(m.window >= 0 && m.n_window_layers >= 0 && m.n_window_layers <= m.n_layers && (m.window > 0) == (m.n_window_layers > 0),
+           "plan: model '", m.name, "' has a window of ", m.window, " on ", m.n_window_layers, " of ", m.n_layers, " layers");
   const double L = static_cast<double>(m.n_layers), H = static_cast<double>(m.n_heads);
   const double in = static_cast<double>(w.input_len), seq = static_cast<double>(w.input_len + w.output_len);
   const double ctx = in + static_cast<double>(w.output_len) / 2;  // mean context during decode
+  // Sliding-window layers keep and attend to at most `window` positions (see the top): their
+  // share of the layers, and the positions a layer holds / attends to, as fractions of the
+  // full-attention layers' (1 without windows).
+  const double win = static_cast<double>(m.window), L_win = static_cast<double>(m.n_window_layers);
+  auto layer_share = [&](double full, double windowed) { return m.window > 0 ? ((L - L_win) * full + L_win * windowed) / L : full; };
+  const double seq_held = layer_share(seq, std::min(seq, win));  // KV positions per layer, per sequence
+  const double ctx_read = layer_share(ctx, std::min(ctx, win));  // positions a decode step reads per layer
+  // Prefill: query i attends to min(i, window) positions; over a prompt of `in` tokens (causal).
+  const double prefill_pairs = layer_share(in * in / 2, in <= win ? in * in / 2 : in * win - win * win / 2);
   // Attention FLOPs per query token per context position: QK^T and PV, 2 FLOPs a multiply-add.
   // MLA prefill expands the latent rows to per-head K (nope + rope) and V; decode attends over the
   // latent rows themselves (scores over kv_lora + rope, values over kv_lora).
@@ -309,8 +352,10 @@ std::vector<LayoutPlan> plan_layouts(const PlanModel& m, const PlanHardware& hw,
         prompt * (4 * static_cast<double>(m.dim) + 2 * static_cast<double>(m.ff) / l.tp) * hw.activation_bytes;
     p.weight_gib = weights / kGiB;
     p.activation_gib = activations / kGiB;
-    p.kv_bytes_per_token = m.mla() ? L * static_cast<double>(m.kv_lora_rank + m.rope_dim) * hw.kv_bytes
-                                   : 2 * L * static_cast<double>(m.n_kv_heads / l.tp * m.head_dim) * hw.kv_bytes;
+    // One position of every layer.
+    const double per_position = m.mla() ? L * static_cast<double>(m.kv_lora_rank + m.rope_dim) * hw.kv_bytes
+                                        : 2 * L * static_cast<double>(m.n_kv_heads / l.tp * m.head_dim) * hw.kv_bytes;
+    p.kv_bytes_per_token = per_position;
     const double available = (hw.memory_gib - hw.reserved_gib) * kGiB;
     const double free_bytes = available - weights - activations;
     if (free_bytes <= 0) {
@@ -319,8 +364,11 @@ std::vector<LayoutPlan> plan_layouts(const PlanModel& m, const PlanHardware& hw,
       out.push_back(p);
       continue;
     }
+    // Per sequence at the workload's length: full layers hold every position, windowed ones their window.
+    const double seq_bytes = per_position * seq_held;
+    p.max_sequences = static_cast<int64_t>(std::floor(free_bytes / seq_bytes));
+    if (m.window > 0) p.kv_bytes_per_token = seq_bytes / seq;  // a sequence's KV over its tokens
     p.kv_capacity_tokens = static_cast<int64_t>(std::floor(free_bytes / p.kv_bytes_per_token));
-    p.max_sequences = static_cast<int64_t>(std::floor(static_cast<double>(p.kv_capacity_tokens) / seq));
     if (p.max_sequences < 1) {
       p.why_not = "the KV cache holds " + std::to_string(p.kv_capacity_tokens) + " tokens per group, one sequence needs " +
                   std::to_string(w.input_len + w.output_len) + " (short by " +
@@ -334,8 +382,8 @@ std::vector<LayoutPlan> plan_layouts(const PlanModel& m, const PlanHardware& hw,
     StepShape pf;
     pf.tokens = prompt;
     pf.all_tokens = l.cp ? in : in * l.groups;
-    pf.attn_flops = attn_prefill * in * in / 2 / (l.cp ? l.groups : 1);
-    pf.kv_gather = l.cp ? in * p.kv_bytes_per_token / L : 0;
+    pf.attn_flops = attn_prefill * prefill_pairs / (l.cp ? l.groups : 1);
+    pf.kv_gather = l.cp ? in * per_position / L : 0;
     pf.logit_rows = l.ep > 1 && !l.cp ? l.groups : 1;  // each prompt's last token (EP: every group's)
     p.prefill = step_cost(m, l, hw, pf);
     p.prefill.batch = 1;
@@ -353,8 +401,8 @@ std::vector<LayoutPlan> plan_layouts(const PlanModel& m, const PlanHardware& hw,
       const int64_t batch = std::min<int64_t>(want, p.max_sequences);
       s.tokens = static_cast<double>(batch);
       s.all_tokens = std::min(static_cast<double>(c), s.tokens * l.groups);  // sequences stepping together
-      s.attn_flops = attn_decode * s.tokens * ctx;
-      s.kv_read = s.tokens * ctx * p.kv_bytes_per_token;
+      s.attn_flops = attn_decode * s.tokens * ctx_read;
+      s.kv_read = s.tokens * ctx_read * per_position;
       s.logit_rows = l.ep > 1 ? s.all_tokens : s.tokens;
       PhaseCost d = step_cost(m, l, hw, s);
       d.batch = batch;

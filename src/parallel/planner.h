@@ -45,6 +45,11 @@
 // KV per token per device: GQA 2 x layers x (KV heads / t) x head_dim x kv_bytes (split by heads);
 // MLA layers x (kv_lora_rank + rope_dim) x kv_bytes — the latent row has no heads, so every TP rank
 // of a group holds the whole of it (TP replicates MLA's cache; DP attention does not).
+// Sliding-window layers (Gemma 2/3, gpt-oss, Mistral, Phi-3): a sequence of S tokens keeps
+// min(S, window) positions in each (the runtime's window trimming, on by default), and a query
+// attends to at most `window` of them (scores and K/V reads). kv_bytes_per_token is then a
+// sequence's KV divided by its tokens at the workload's length, and kv_capacity_tokens the
+// full-attention positions that fit beside the windows of max_sequences such sequences.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -73,6 +78,9 @@ struct PlanModel {
   double shared_bytes = 0, shared_flops = 0;   // every layer's shared experts; per token
   // Multi-head latent attention (kv_lora_rank == 0: GQA). head_dim = nope + rope for MLA.
   int64_t kv_lora_rank = 0, rope_dim = 0, v_head_dim = 0;
+  // Sliding-window attention: n_window_layers of the n_layers attend to the last `window`
+  // positions only (0: none).
+  int64_t window = 0, n_window_layers = 0;
   bool moe() const { return n_experts > 0; }
   bool mla() const { return kv_lora_rank > 0; }
 };

@@ -33,6 +33,9 @@ void print_text(const PlanModel& m, const PlanHardware& hw, const PlanWorkload& 
               static_cast<long long>(m.n_layers), static_cast<long long>(m.dim), static_cast<long long>(m.n_heads),
               static_cast<long long>(m.n_kv_heads));
   if (m.mla()) std::printf(", MLA latent %lld + rope %lld", static_cast<long long>(m.kv_lora_rank), static_cast<long long>(m.rope_dim));
+  if (m.window > 0)
+    std::printf(", sliding window %lld on %lld layers (their KV trimmed to it)", static_cast<long long>(m.window),
+                static_cast<long long>(m.n_window_layers));
   if (m.moe())
     std::printf(", %lld experts (top %lld) on %lld layers", static_cast<long long>(m.n_experts), static_cast<long long>(m.n_used),
                 static_cast<long long>(m.n_moe_layers));
@@ -100,6 +103,7 @@ void print_text(const PlanModel& m, const PlanHardware& hw, const PlanWorkload& 
 void print_json(const PlanModel& m, const PlanHardware& hw, const PlanWorkload& w, const std::vector<LayoutPlan>& plans) {
   nlohmann::json j;
   j["model"] = m.name;
+  if (m.window > 0) j["sliding_window"] = {{"window", m.window}, {"layers", m.n_window_layers}};
   j["hardware"] = hw.name;
   j["compute_efficiency"] = hw.compute_efficiency;
   j["bandwidth_efficiency"] = hw.bandwidth_efficiency;
