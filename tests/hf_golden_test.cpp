@@ -412,5 +412,27 @@ TEST(HfGolden, MixtralPerExpertGgufGivesTheStackedLogits) {
   EXPECT_LT(max_abs_diff(got, want) / max_abs(want), 1e-5);
 }
 
+// Granite's multipliers divide and fold (config.h): one that is not positive is refused by name,
+// as are biases the Llama class does not read.
+TEST(HfGolden, GraniteRefusesMultipliersItCannotFold) {
+  const std::string dir = write_case(golden_case("hf_granite_untied"), test::temp_dir("hf_golden_granite_bad") + "/m");
+  nlohmann::json good;
+  std::ifstream(dir + "/config.json") >> good;
+  for (auto [key, value, expect] :
+       {std::tuple{"residual_multiplier", nlohmann::json(0.0), "residual multiplier 0 must be positive"},
+        std::tuple{"logits_scaling", nlohmann::json(-2.0), "logits scaling -2 must be positive"},
+        std::tuple{"attention_bias", nlohmann::json(true), "attention_bias (biases on Granite's projections) is not supported"}}) {
+    nlohmann::json bad = good;
+    bad[key] = value;
+    std::ofstream(dir + "/config.json") << bad.dump();
+    try {
+      load_model(dir);
+      ADD_FAILURE() << key << " = " << value << " loaded";
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find(expect), std::string::npos) << e.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace fp

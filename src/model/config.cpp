@@ -24,6 +24,10 @@ void ModelConfig::validate(const std::string& where) const {
   need(max_context > 0, "context length", max_context, "must be positive");
   FP_CHECK(rms_eps > 0 && std::isfinite(rms_eps), where, ": rms norm epsilon ", rms_eps, " must be positive");
   FP_CHECK(rope_theta > 0 && std::isfinite(rope_theta), where, ": rope theta ", rope_theta, " must be positive");
+  for (auto [v, what] : {std::pair{residual_scale, "residual multiplier"}, std::pair{logit_scale, "logits scaling"},
+                         std::pair{embed_scale, "embedding multiplier"}})
+    FP_CHECK(v > 0 && std::isfinite(v), where, ": ", what, " ", v, " must be positive");
+  FP_CHECK(attn_scale >= 0 && std::isfinite(attn_scale), where, ": attention multiplier ", attn_scale, " must be positive");
   FP_CHECK(rope_scaling.factor > 0, where, ": rope scaling factor ", rope_scaling.factor, " must be positive");
   if (rope_scaling.type == "yarn")
     need(rope_scaling.original_context > 0, "yarn original context length", rope_scaling.original_context, "must be positive");
@@ -118,6 +122,9 @@ std::string ModelConfig::describe() const {
     os << ", no RoPE on " << n << " of " << n_layers << " layers";
   }
   if (embed_scale != 1.0f) os << ", embeddings x" << embed_scale;
+  if (residual_scale != 1.0f)
+    os << ", sublayer outputs x" << residual_scale << (residual_folded ? " (folded into the embedding scale and the norms' eps)" : "");
+  if (logit_scale != 1.0f) os << ", logits / " << logit_scale;
   if (attn_scale > 0) os << ", attention scale " << attn_scale;
   if (post_norms) os << ", post-attention/FFN norms";
   if (gelu_ffn) os << ", GeGLU FFN";

@@ -112,6 +112,20 @@ struct ModelConfig {
   // added by the converter).
   float norm_weight_offset = 0.0f;
   float attention_scale() const { return attn_scale > 0 ? attn_scale : 1.0f / std::sqrt(static_cast<float>(head_dim)); }
+  // Granite: each sublayer's output times residual_scale before it joins the residual stream,
+  // the logits divided by logit_scale (embeddings times embed_scale, scores times attn_scale).
+  // RMSNorm ignores its input's scale, so a stream y = x / residual_scale needs no scaling per
+  // sublayer: fold_residual_scale() divides embed_scale by it and the norms' eps by its square
+  // (the loaders call it; docs/design.md, "Granite"). The Llama class folds 1 / logit_scale into
+  // the output norm's weights.
+  float residual_scale = 1.0f, logit_scale = 1.0f;
+  bool residual_folded = false;
+  void fold_residual_scale() {
+    if (residual_folded || residual_scale == 1.0f) return;
+    embed_scale /= residual_scale;
+    rms_eps /= residual_scale * residual_scale;
+    residual_folded = true;
+  }
   MoeConfig moe;
   MlaConfig mla;
   // Multi-token-prediction layers stored after the n_layers (DeepSeek-V3, GLM-4.5:

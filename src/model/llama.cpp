@@ -7,8 +7,10 @@
 // layer sliding-window, scores and logits soft-capped) and Gemma 3 (the same with q/k norms and
 // without the caps, five sliding-window layers with their own RoPE base to each global one),
 // GLM-4-0414 (Gemma 2's four norms per layer with SwiGLU, fused gate/up, q/k/v biases, the first
-// half of each head rotated in adjacent pairs). Gemma, OLMo 2 and GLM-4 run on the CPU (one rank
-// or several).
+// half of each head rotated in adjacent pairs), Granite 3.x (Llama with multipliers on the
+// embeddings, the scores, the sublayer outputs (folded into the embedding scale and the norms'
+// eps, config.h) and the logits (folded into the output norm)). Gemma, OLMo 2, GLM-4 and Granite
+// run on the CPU (one rank or several).
 // Every computation goes through the op registry (kernels/ops.h).
 //
 // Tensor parallel (Megatron-style, when built with a communicator of several ranks): each rank
@@ -103,6 +105,12 @@ class LlamaModel : public Model {
     kv_heads_ = c.n_kv_heads / ranks;
     embed_ = &mf.get("token_embd.weight", {c.n_vocab, c.dim});
     output_norm_ = norm_f32("output_norm.weight", c.dim);
+    if (c.logit_scale != 1.0f) {  // Granite: logits / logit_scale, folded into the output norm's weights
+      float* scaled = mf.own_f32(static_cast<size_t>(c.dim));
+      for (int64_t i = 0; i < c.dim; ++i) scaled[i] = output_norm_[i] / c.logit_scale;
+      output_norm_ = scaled;
+    }
+    FP_CHECK(c.residual_scale == 1.0f || c.residual_folded, mf.path, ": the residual multiplier was not folded (config.h)");
     const Tensor* output = c.tied_output ? embed_ : &mf.get("output.weight", {c.n_vocab, c.dim});
     for (int64_t l = 0; l < c.n_layers; ++l) {
       std::string p = "blk." + std::to_string(l) + ".";
@@ -718,6 +726,7 @@ const bool llama_registered = register_sharded_architecture("llama", make_llama,
                         register_sharded_architecture("smollm3", make_llama, true) &&
                         register_sharded_architecture("olmo2", make_llama, false) &&
                         register_sharded_architecture("glm4", make_llama, false) &&
+                        register_sharded_architecture("granite", make_llama, false) &&
                         register_sharded_architecture("gemma2", make_llama, false) &&
                         register_sharded_architecture("gemma3", make_llama, false);
 

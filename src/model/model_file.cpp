@@ -119,11 +119,11 @@ void load_gguf(ModelFile& m, const std::string& path) {
   const std::string a = c.arch + ".";
   // llama.cpp writes Mixtral as a llama with routed experts; ours is the GQA MoE class.
   if (c.arch == "llama" && g->get_uint(a + "expert_count", 0) > 0) c.arch = "mixtral";
-  FP_CHECK(c.arch == "llama" || c.arch == "mixtral" || c.arch == "qwen2moe" || c.arch == "glm4" || c.arch == "qwen2" || c.arch == "qwen3" || c.arch == "qwen3moe" || c.arch == "deepseek2" ||
+  FP_CHECK(c.arch == "llama" || c.arch == "mixtral" || c.arch == "qwen2moe" || c.arch == "glm4" || c.arch == "granite" || c.arch == "qwen2" || c.arch == "qwen3" || c.arch == "qwen3moe" || c.arch == "deepseek2" ||
                c.arch == "glm4moe" || c.arch == "gpt-oss" || c.arch == "gemma2" || c.arch == "gemma3" || c.arch == "phi3" ||
                c.arch == "smollm3" || c.arch == "olmo2",
            path, ": general.architecture '", c.arch,
-           "' is not supported yet (supported: llama (Mixtral with experts), qwen2, qwen3, glm4, qwen2moe, qwen3moe, deepseek2, glm4moe, gpt-oss, gemma2, gemma3, phi3, smollm3, "
+           "' is not supported yet (supported: llama (Mixtral with experts), qwen2, qwen3, glm4, granite, qwen2moe, qwen3moe, deepseek2, glm4moe, gpt-oss, gemma2, gemma3, phi3, smollm3, "
            "olmo2)");
   c.dim = static_cast<int64_t>(g->get_uint(a + "embedding_length"));
   c.n_layers = static_cast<int64_t>(g->get_uint(a + "block_count"));
@@ -156,7 +156,8 @@ void load_gguf(ModelFile& m, const std::string& path) {
   // llama.cpp's converters permute Llama q/k rows so that adjacent pairs rotate; Qwen keeps NeoX halves.
   // DeepSeek's GGUF keeps the checkpoint's interleaved (adjacent-pair) rotary layout.
   // GLM-4's checkpoints rotate adjacent pairs themselves (llama.cpp's rope type NORM, no permutation).
-  c.rope_style = c.arch == "llama" || c.arch == "mixtral" || c.arch == "deepseek2" || c.arch == "smollm3" || c.arch == "glm4"
+  c.rope_style = c.arch == "llama" || c.arch == "mixtral" || c.arch == "granite" || c.arch == "deepseek2" || c.arch == "smollm3" ||
+                         c.arch == "glm4"
                      ? RopeStyle::Adjacent
                      : RopeStyle::NeoX;
   std::string scaling = g->get_string(a + "rope.scaling.type", "none");
@@ -263,6 +264,17 @@ void load_gguf(ModelFile& m, const std::string& path) {
     }
     c.sliding_window = static_cast<int64_t>(g->get_uint(a + "attention.sliding_window", 0));
     c.swa_layers.assign(static_cast<size_t>(c.sliding_window > 0 ? c.n_layers : 0), true);
+  }
+  if (c.arch == "granite") {
+    // Granite 3.x: llama.cpp's keys for its multipliers; RoPE unless rope.scaling.finetuned says
+    // false (llama.cpp's switch); no biases here.
+    c.embed_scale = static_cast<float>(g->get_float(a + "embedding_scale", 1.0));
+    c.residual_scale = static_cast<float>(g->get_float(a + "residual_scale", 1.0));
+    c.attn_scale = static_cast<float>(g->get_float(a + "attention.scale", 0.0));
+    c.logit_scale = static_cast<float>(g->get_float(a + "logit_scale", 1.0));
+    if (!g->get_bool(a + "rope.scaling.finetuned", true)) c.nope_layers.assign(static_cast<size_t>(c.n_layers), true);
+    for (const char* b : {"blk.0.attn_q.bias", "blk.0.attn_output.bias", "blk.0.ffn_up.bias"})
+      FP_CHECK(!m.find(b), path, ": tensor '", b, "': biases on Granite's projections are not supported");
   }
   if (c.arch == "glm4") {  // GLM-4-0414: sandwich norms, q/k/v biases where the file has them
     c.post_norms = true;
@@ -715,11 +727,12 @@ void load_hf(ModelFile& m, const std::string& dir) {
   else if (arch_cls == "Gemma2ForCausalLM") c.arch = "gemma2";
   else if (arch_cls == "Phi3ForCausalLM") c.arch = "phi3";
   else if (arch_cls == "Glm4ForCausalLM") c.arch = "glm4";
+  else if (arch_cls == "GraniteForCausalLM") c.arch = "granite";
   else if (arch_cls == "SmolLM3ForCausalLM") c.arch = "smollm3";
   else if (arch_cls == "Olmo2ForCausalLM") c.arch = "olmo2";
   else if (arch_cls == "Gemma3ForCausalLM" || arch_cls == "Gemma3ForConditionalGeneration") c.arch = "gemma3";
   else fail(cfg_path, ": architectures[0] '", arch_cls, "' is not supported yet (LlamaForCausalLM, Qwen2ForCausalLM, ",
-            "Qwen3ForCausalLM, Glm4ForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, MixtralForCausalLM, DeepseekV3ForCausalLM, DeepseekV2ForCausalLM, Glm4MoeForCausalLM, ",
+            "Qwen3ForCausalLM, Glm4ForCausalLM, GraniteForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, MixtralForCausalLM, DeepseekV3ForCausalLM, DeepseekV2ForCausalLM, Glm4MoeForCausalLM, ",
             "GptOssForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration, Phi3ForCausalLM, ",
             "SmolLM3ForCausalLM, Olmo2ForCausalLM, Mistral3ForConditionalGeneration)");
   const bool gemma = c.arch == "gemma2" || c.arch == "gemma3";
@@ -832,6 +845,16 @@ void load_hf(ModelFile& m, const std::string& dir) {
   if (c.arch == "glm4moe") {
     // GLM rotates the first partial_rotary_factor of each head (NeoX halves of that part).
     read_partial_rotary(c, j, rs, cfg_path, 0.5);
+  }
+  if (c.arch == "granite") {
+    // Granite 3.x: Llama with four multipliers (embeddings, sublayer outputs, attention scores,
+    // logits divided); no biases here.
+    for (const char* k : {"attention_bias", "mlp_bias"})
+      FP_CHECK(!json_bool(j, k, cfg_path, false), cfg_path, ": ", k, " (biases on Granite's projections) is not supported");
+    c.embed_scale = static_cast<float>(json_num(j, "embedding_multiplier", cfg_path, 1.0));
+    c.residual_scale = static_cast<float>(json_num(j, "residual_multiplier", cfg_path, 1.0));
+    c.attn_scale = static_cast<float>(json_num(j, "attention_multiplier", cfg_path, 1.0));
+    c.logit_scale = static_cast<float>(json_num(j, "logits_scaling", cfg_path, 1.0));
   }
   if (c.arch == "glm4") {
     // GLM-4-0414: a norm after the attention and after the MLP besides the two before them; the
@@ -1066,6 +1089,7 @@ std::unique_ptr<ModelFile> load_model_file(const std::string& path, const LoadOp
                           {"q_lora_rank", c.mla.q_lora_rank}, {"kv_lora_rank", c.mla.kv_lora_rank}})
     FP_CHECK(v <= (int64_t{1} << (field == std::string("context length") ? 31 : 24)), path, ": ", field, " = ", v, " is implausibly large (corrupt header?)");
   m->config.validate(path);
+  m->config.fold_residual_scale();  // Granite: into the embedding scale and the norms' eps (config.h)
   uint64_t total = 0;
   for (auto& [n, t] : m->tensors) total += static_cast<uint64_t>((t.nbytes() + 63) / 64 * 64);
   const ParallelSizes& ps = opts.parallel;

@@ -56,9 +56,9 @@ std::string canonical_arch(const std::string& arch) {
   if (arch == "gemma3" || arch == "gemma3_text") return "gemma3";
   if (arch == "mistral") return "llama";  // a Llama with a window on every layer (MistralForCausalLM)
   FP_CHECK(arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "gemma2" || arch == "phi3" || arch == "smollm3" ||
-               arch == "olmo2" || arch == "glm4",
+               arch == "olmo2" || arch == "glm4" || arch == "granite",
            "synth: --arch '", arch,
-           "' is not one of llama, mistral, qwen2, qwen3, phi3, smollm3, olmo2, glm4, qwen2_moe, qwen3_moe, mixtral, deepseek_v2, deepseek_v3, glm4_moe, gpt_oss, gemma2, gemma3");
+           "' is not one of llama, mistral, qwen2, qwen3, phi3, smollm3, olmo2, glm4, granite, qwen2_moe, qwen3_moe, mixtral, deepseek_v2, deepseek_v3, glm4_moe, gpt_oss, gemma2, gemma3");
   return arch;
 }
 
@@ -189,6 +189,12 @@ ModelConfig config_from_json(const std::string& arch_in, const nlohmann::json& j
   if (arch_in == "mistral" || arch == "mixtral") {  // MistralConfig's / MixtralConfig's window, on every layer
     c.sliding_window = j.contains("sliding_window") && !j["sliding_window"].is_null() ? j["sliding_window"].get<int64_t>() : 0;
     c.swa_layers.assign(static_cast<size_t>(c.sliding_window > 0 ? c.n_layers : 0), true);
+  }
+  if (arch == "granite") {  // GraniteConfig's multipliers (kept as the file says; the loaders fold the residual one)
+    c.embed_scale = j.value("embedding_multiplier", 1.0f);
+    c.residual_scale = j.value("residual_multiplier", 1.0f);
+    c.attn_scale = j.value("attention_multiplier", 1.0f);
+    c.logit_scale = j.value("logits_scaling", 1.0f);
   }
   if (arch == "glm4") {  // Glm4Config: sandwich norms, the first half of each head rotated in adjacent pairs
     c.post_norms = true;
@@ -677,7 +683,9 @@ void hf_gemma_config(nlohmann::json& cfg, const ModelConfig& c) {
 std::string gguf_arch(const ModelConfig& c) { return c.arch == "mixtral" ? "llama" : c.arch; }
 
 // Whether llama.cpp's converter permutes this architecture's q/k rows into adjacent pairs.
-bool gguf_adjacent_rope(const ModelConfig& c) { return c.arch == "llama" || c.arch == "mixtral" || c.arch == "smollm3"; }
+bool gguf_adjacent_rope(const ModelConfig& c) {
+  return c.arch == "llama" || c.arch == "mixtral" || c.arch == "granite" || c.arch == "smollm3";
+}
 
 // MoE / MLA keys as llama.cpp's converters write them.
 void add_moe_metadata(GgufWriter& g, const ModelConfig& c) {
@@ -982,6 +990,12 @@ std::string synth_model(const SynthOptions& o) {
     g.set_u32(a + "attention.value_length", static_cast<uint32_t>(c.v_head_dim));
     if (c.moe.n_experts > 0) add_moe_metadata(g, c);
     if (c.arch == "gemma2" || c.arch == "gemma3") add_gemma_metadata(g, c);
+    if (c.arch == "granite") {  // llama.cpp's keys for Granite's multipliers
+      g.set_f32(a + "embedding_scale", c.embed_scale);
+      g.set_f32(a + "residual_scale", c.residual_scale);
+      g.set_f32(a + "attention.scale", c.attn_scale);
+      g.set_f32(a + "logit_scale", c.logit_scale);
+    }
     if (c.arch == "phi3" && c.sliding_window > 0) g.set_u32(a + "attention.sliding_window", static_cast<uint32_t>(c.sliding_window));
     for (int64_t l = 0; c.arch == "smollm3" && l < c.n_layers; ++l)
       FP_CHECK(c.rotates(l) == ((l + 1) % 4 != 0), "synth: GGUF smollm3 leaves out RoPE on every fourth layer only (llama.cpp's pattern)");
@@ -1109,6 +1123,16 @@ std::string synth_model(const SynthOptions& o) {
     cfg["torch_dtype"] = o.type == DType::BF16 ? "bfloat16" : o.type == DType::F16 ? "float16" : "float32";
     if (c.arch == "gpt-oss") hf_gpt_oss_config(cfg, c, o.type);
     else if (c.arch == "gemma2" || c.arch == "gemma3") hf_gemma_config(cfg, c);
+    else if (c.arch == "granite") {
+      cfg["architectures"] = {"GraniteForCausalLM"};
+      cfg["model_type"] = "granite";
+      cfg["embedding_multiplier"] = c.embed_scale;
+      cfg["residual_multiplier"] = c.residual_scale;
+      cfg["attention_multiplier"] = c.attn_scale;
+      cfg["logits_scaling"] = c.logit_scale;
+      cfg["attention_bias"] = false;
+      cfg["mlp_bias"] = false;
+    }
     else if (c.arch == "glm4") {
       cfg["architectures"] = {"Glm4ForCausalLM"};
       cfg["model_type"] = "glm4";

@@ -75,6 +75,12 @@ nlohmann::json gqa_config(const std::string& arch) {
   nlohmann::json cfg = {{"hidden_size", 64},        {"num_attention_heads", 12}, {"num_key_value_heads", 6}, {"head_dim", 16},
                         {"intermediate_size", 96}, {"num_hidden_layers", 2},    {"vocab_size", 256}};
   if (arch == "gemma2" || arch == "gemma3") cfg["sliding_window"] = 4;
+  if (arch == "granite") {  // Granite 3.x's multipliers
+    cfg["embedding_multiplier"] = 12.0;
+    cfg["residual_multiplier"] = 0.22;
+    cfg["attention_multiplier"] = 0.0625;
+    cfg["logits_scaling"] = 8.0;
+  }
   if (arch == "gemma2") {
     cfg["attn_logit_softcapping"] = 2.0;
     cfg["final_logit_softcapping"] = 10.0;
@@ -108,7 +114,8 @@ INSTANTIATE_TEST_SUITE_P(Archs, TensorParallelSynth,
                          ::testing::Values(SynthCase{"llama", DType::Q8_0}, SynthCase{"qwen2", DType::F32},
                                            SynthCase{"qwen3", DType::F16}, SynthCase{"gemma2", DType::Q8_0},
                                            SynthCase{"gemma3", DType::F16}, SynthCase{"phi3", DType::Q8_0},
-                                           SynthCase{"olmo2", DType::Q8_0}, SynthCase{"glm4", DType::Q8_0}),
+                                           SynthCase{"olmo2", DType::Q8_0}, SynthCase{"glm4", DType::Q8_0},
+                                           SynthCase{"granite", DType::F16}),
                          [](const auto& p) { return p.param.arch; });
 
 // Q8_0 rows of 256 values and more: every rank repacks its shares to Q8_0_X8 after sharding
