@@ -10,7 +10,8 @@ Cases cover Llama/Qwen2/Qwen3, Gemma 3 (sandwich norms, GeGLU, sliding windows w
 with sliding windows, sinks and MXFP4 experts, which transformers dequantizes on a CPU);
 naming cases regenerates only those.
 
-Cases with "mtp": true also get the logits of the model's multi-token-prediction layer (DeepSeek-V3 /
+Cases with "hidden": true also get the final hidden states (transformers' last_hidden_state, after
+the model's norm), which `fastpath embed` pools. Cases with "mtp": true also get the logits of the model's multi-token-prediction layer (DeepSeek-V3 /
 GLM-4.5, the layer after num_hidden_layers), which transformers loads but never runs. The reference
 wires it as vLLM and the DeepSeek-V3 report do, around transformers' own decoder layer class:
 row i (i < T-1) feeds eh_proj([enorm(embed(token[i+1])) ; hnorm(h_i)]) (the embedding zeroed at
@@ -52,6 +53,12 @@ def main():
             path = os.path.join(out_dir, case["name"] + ".logits.f32")
             logits.numpy().astype("<f4").tofile(path)
             print(f"{case['name']}: {tuple(logits.shape)} -> {path}")
+            if case.get("hidden"):  # the final hidden states (after the model's norm): what embeddings pool
+                with torch.no_grad():
+                    hidden = model.model(ids).last_hidden_state[0].to(torch.float32).contiguous()
+                path = os.path.join(out_dir, case["name"] + ".hidden.f32")
+                hidden.numpy().astype("<f4").tofile(path)
+                print(f"{case['name']}: hidden {tuple(hidden.shape)} -> {path}")
             if case.get("mtp"):
                 with torch.no_grad():
                     mtp = mtp_logits(model, load_file(os.path.join(d, "model.safetensors")), ids[0])

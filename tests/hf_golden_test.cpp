@@ -10,9 +10,11 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "engine/embedder.h"
 #include "formats/gguf.h"
 #include "formats/safetensors.h"
 #include "model/model.h"
@@ -432,6 +434,93 @@ TEST(HfGolden, GraniteRefusesMultipliersItCannotFold) {
       EXPECT_NE(std::string(e.what()).find(expect), std::string::npos) << e.what();
     }
   }
+}
+
+// Embeddings (engine/embedder.h) against transformers' last_hidden_state (after the model's norm)
+// for the cases with "hidden": the Llama class (Qwen3, Granite, whose output norm carries
+// 1 / logits_scaling), the GQA MoE class and DeepSeek's MLA, from safetensors and GGUF: the last
+// token's state, the mean over the tokens, L2-normalised, in one forward and in chunks of 5 tokens.
+TEST(HfGolden, EmbeddingsPoolTransformersHiddenStates) {
+  std::ifstream in(kGolden + "hf_cases.json");
+  auto cases = nlohmann::json::parse(in);
+  const std::vector<int32_t> ids = cases["tokens"].get<std::vector<int32_t>>();
+  const auto T = static_cast<int64_t>(ids.size());
+  const std::string dir = test::temp_dir("hf_golden_embed");
+  int checked = 0;
+  for (auto& c : cases["cases"]) {
+    if (!c.value("hidden", false)) continue;
+    const std::string name = c["name"];
+    const auto hidden = test::read_f32_file(kGolden + name + ".hidden.f32");
+    const auto d = static_cast<int64_t>(hidden.size()) / T;
+    ASSERT_EQ(d * T, static_cast<int64_t>(hidden.size())) << name;
+    std::vector<float> last(hidden.end() - d, hidden.end()), mean(static_cast<size_t>(d), 0.0f), unit = last;
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t k = 0; k < d; ++k) mean[static_cast<size_t>(k)] += hidden[static_cast<size_t>(t * d + k)] / static_cast<float>(T);
+    double ss = 0;
+    for (float v : last) ss += static_cast<double>(v) * v;
+    for (float& v : unit) v = static_cast<float>(v / std::sqrt(ss));
+    for (const std::string& ext : {std::string("_hf"), std::string(".gguf")}) {
+      LoadOptions lo;
+      lo.prefault = false;
+      auto m = load_model(write_case(c, dir + "/" + name + ext), lo);
+      ASSERT_EQ(m->config().dim, d) << name;
+      {
+        Embedder e(*m);
+        EXPECT_TRUE(m->hidden_output());
+        for (int64_t chunk : {int64_t{512}, int64_t{5}}) {
+          EmbeddingOptions o;
+          o.chunk = chunk;
+          o.normalize = false;
+          const std::string at = name + ext + " chunk " + std::to_string(chunk);
+          EXPECT_LT(max_abs_diff(e.embed(ids, o), last) / max_abs(last), 1e-4) << at << ": last token";
+          o.pooling = Pooling::Mean;
+          EXPECT_LT(max_abs_diff(e.embed(ids, o), mean) / max_abs(mean), 1e-4) << at << ": mean";
+          o.pooling = Pooling::Last;
+          o.normalize = true;
+          EXPECT_LT(max_abs_diff(e.embed(ids, o), unit), 1e-5) << at << ": normalised";
+        }
+        EXPECT_THROW(e.embed({}, EmbeddingOptions{}), Error);
+        EXPECT_THROW(e.embed(std::vector<int32_t>(static_cast<size_t>(m->config().max_context + 1), 5), EmbeddingOptions{}), Error);
+      }
+      EXPECT_FALSE(m->hidden_output()) << "the embedder gives the logits back";
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 8) << "four cases, two formats each";
+}
+
+// The pooling a model directory asks for (sentence-transformers' 1_Pooling/config.json), and the
+// command's JSON lines: one per text, unit length, the model's width.
+TEST(HfGolden, EmbedCommandAndPoolingConfig) {
+  const std::string dir = test::temp_dir("embed_pooling");
+  EXPECT_EQ(default_pooling(dir), Pooling::Last) << "no sentence-transformers config";
+  std::filesystem::create_directories(dir + "/1_Pooling");
+  std::ofstream(dir + "/1_Pooling/config.json") << R"({"word_embedding_dimension": 64, "pooling_mode_mean_tokens": true})";
+  EXPECT_EQ(default_pooling(dir), Pooling::Mean);
+  std::ofstream(dir + "/1_Pooling/config.json") << R"({"pooling_mode_lasttoken": true})";
+  EXPECT_EQ(default_pooling(dir), Pooling::Last);
+  std::ofstream(dir + "/1_Pooling/config.json") << R"({"pooling_mode_cls_token": true})";
+  EXPECT_THROW(default_pooling(dir), Error);
+  EXPECT_THROW(pooling_from_name("max"), Error);
+
+  const std::string model = write_case(golden_case("hf_qwen3"), dir + "/q.gguf");
+  int rc = 0;
+  const std::string out = test::run_command(test::fastpath_bin() + " embed -q -m " + model +
+                                                " -p 'the cat sat' -p 'a dog' --pooling mean 2>&1", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  std::istringstream lines(out);
+  int n = 0;
+  for (std::string line; std::getline(lines, line); ++n) {
+    const auto j = nlohmann::json::parse(line);
+    EXPECT_EQ(j["index"], n);
+    EXPECT_GT(j["tokens"].get<int>(), 1);
+    const auto v = j["embedding"].get<std::vector<float>>();
+    ASSERT_EQ(v.size(), 64u);
+    double ss = 0;
+    for (float x : v) ss += static_cast<double>(x) * x;
+    EXPECT_NEAR(ss, 1.0, 1e-5);
+  }
+  EXPECT_EQ(n, 2) << out;
 }
 
 }  // namespace

@@ -13,7 +13,9 @@
 #include <atomic>
 #include <cctype>
 #include <chrono>
+#include <cstring>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -237,6 +239,104 @@ TEST(Server, OpenAiRoutesAndFormats) {
 
 // Speculative decoding behind the API: the greedy text of plain decoding, streamed or not, with
 // several requests at once, and the drafts counted in /metrics.
+// RFC 4648 base64 to bytes (the test's own decoder, for encoding_format "base64").
+std::vector<uint8_t> base64_decode(const std::string& s) {
+  auto value = [](char ch) -> int {
+    if (ch >= 'A' && ch <= 'Z') return ch - 'A';
+    if (ch >= 'a' && ch <= 'z') return ch - 'a' + 26;
+    if (ch >= '0' && ch <= '9') return ch - '0' + 52;
+    return ch == '+' ? 62 : ch == '/' ? 63 : -1;
+  };
+  std::vector<uint8_t> out;
+  uint32_t acc = 0;
+  int bits = 0;
+  for (char ch : s) {
+    const int v = value(ch);
+    if (v < 0) break;  // '=' padding
+    acc = acc << 6 | static_cast<uint32_t>(v);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out.push_back(static_cast<uint8_t>(acc >> bits & 0xff));
+    }
+  }
+  return out;
+}
+
+// POST /v1/embeddings beside the completions: the vectors `fastpath embed` prints, in float and
+// base64, cut to `dimensions` and normalised again, token-id inputs, the refusals by field, and
+// completions that still give the greedy text afterwards (the model is back to logits).
+TEST(Server, EmbeddingsBesideCompletions) {
+  FP_REQUIRE_FILE(test::stories_path());
+  ServerProcess srv({});
+  auto c = srv.client();
+  int st = 0;
+  json r = post(c, "/v1/embeddings", R"({"input": ["Once upon a time", "The cat sat"], "model": "stories260K.gguf"})", &st);
+  ASSERT_EQ(st, 200) << r.dump();
+  EXPECT_EQ(r["object"], "list");
+  ASSERT_EQ(r["data"].size(), 2u);
+  EXPECT_EQ(r["data"][1]["index"], 1);
+  const auto v0 = r["data"][0]["embedding"].get<std::vector<float>>();
+  ASSERT_EQ(v0.size(), 64u);
+  double ss = 0;
+  for (float x : v0) ss += static_cast<double>(x) * x;
+  EXPECT_NEAR(ss, 1.0, 1e-5);
+  int rc = 0;
+  const std::string cli = test::run_command(
+      test::fastpath_bin() + " embed -q -m " + test::stories_path() + " -p 'Once upon a time' -p 'The cat sat'", &rc);
+  ASSERT_EQ(rc, 0) << cli;
+  std::istringstream cli_lines(cli);
+  std::string first, second;
+  std::getline(cli_lines, first);
+  std::getline(cli_lines, second);
+  const auto want = json::parse(first)["embedding"].get<std::vector<float>>();
+  ASSERT_EQ(want.size(), v0.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(v0[i], want[i], 1e-6) << i;
+  EXPECT_EQ(r["usage"]["prompt_tokens"], json::parse(first)["tokens"].get<int>() + json::parse(second)["tokens"].get<int>());
+
+  // base64: the same float32 values, little-endian.
+  json b = post(c, "/v1/embeddings", R"({"input": "Once upon a time", "encoding_format": "base64"})", &st);
+  ASSERT_EQ(st, 200) << b.dump();
+  const std::vector<uint8_t> bytes = base64_decode(b["data"][0]["embedding"].get<std::string>());
+  ASSERT_EQ(bytes.size(), 64u * 4);
+  std::vector<float> decoded(64);
+  std::memcpy(decoded.data(), bytes.data(), bytes.size());
+  for (size_t i = 0; i < 64; ++i) EXPECT_EQ(decoded[i], v0[i]) << i;
+
+  // dimensions: the first 16 values, normalised again; token ids as input.
+  json d = post(c, "/v1/embeddings", R"({"input": [[1, 403, 407, 261]], "dimensions": 16})", &st);
+  ASSERT_EQ(st, 200) << d.dump();
+  const auto v16 = d["data"][0]["embedding"].get<std::vector<float>>();
+  ASSERT_EQ(v16.size(), 16u);
+  ss = 0;
+  for (float x : v16) ss += static_cast<double>(x) * x;
+  EXPECT_NEAR(ss, 1.0, 1e-5);
+  EXPECT_EQ(d["usage"]["prompt_tokens"], 4);
+
+  for (auto [body, status, param] : {std::tuple{R"({"input": 5})", 400, "input"}, std::tuple{R"({})", 400, "input"},
+                                     std::tuple{R"({"input": []})", 400, "input"}, std::tuple{R"({"input": [[1, 999999]]})", 400, "input"},
+                                     std::tuple{R"({"input": "x", "dimensions": 0})", 400, "dimensions"},
+                                     std::tuple{R"({"input": "x", "dimensions": 65})", 400, "dimensions"},
+                                     std::tuple{R"({"input": "x", "encoding_format": "hex"})", 400, "encoding_format"},
+                                     std::tuple{R"({"input": "x", "model": "other"})", 404, "model"}}) {
+    json e = post(c, "/v1/embeddings", body, &st);
+    EXPECT_EQ(st, status) << body << " -> " << e.dump();
+    EXPECT_EQ(e["error"]["param"], param) << body;
+  }
+  std::string long_input = "[[";
+  for (int i = 0; i < 300; ++i) long_input += (i ? ", " : "") + std::string("5");
+  long_input += "]]";
+  json lg = post(c, "/v1/embeddings", R"({"input": )" + long_input + "}", &st);
+  EXPECT_EQ(st, 400) << lg.dump();
+  EXPECT_NE(lg["error"]["message"].get<std::string>().find("300 tokens, more than the maximum of 256"), std::string::npos) << lg.dump();
+
+  json comp = post(c, "/v1/completions", R"({"prompt": "Once upon a time", "max_tokens": 16, "temperature": 0})", &st);
+  ASSERT_EQ(st, 200) << comp.dump();
+  EXPECT_EQ(comp["choices"][0]["text"], greedy_text("Once upon a time", 16));
+  const std::string metrics = c.Get("/metrics")->body;
+  EXPECT_NE(metrics.find("fastpath:embedding_requests_total 3"), std::string::npos) << metrics;
+}
+
 TEST(Server, SpeculativeDecodingServesThePlainGreedyText) {
   FP_REQUIRE_FILE(test::stories_path());
   ServerProcess srv({"--speculative-tokens", "5", "--prompt-lookup-min", "1", "--prompt-lookup-max", "3"});

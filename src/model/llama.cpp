@@ -149,6 +149,8 @@ class LlamaModel : public Model {
     // The output projection's vocabulary rows, split across the tensor-parallel ranks.
     output_.init(output, ranks > 1 ? tp_.get() : nullptr, shards_, mf.path, device());
     output_.softcap = c.final_softcap;
+    output_.hidden_scale = c.logit_scale;  // the hidden rows without the 1 / logit_scale the output norm carries
+    output_head_ = &output_;
     // Q8_0 matmul weights into the CPU kernels' interleaved layout, after sharding (slices of
     // this rank only). The embedding reads the repacked table too when the output is tied.
     if (file_->repack_weights) {

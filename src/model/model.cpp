@@ -251,6 +251,17 @@ void Model::forward(const int32_t* tokens, const int32_t* pos, int64_t n, KvCach
   forward_one(tokens, pos, n, cache, logits, all_logits, nullptr, nullptr);
 }
 
+void Model::set_hidden_output(bool on) {
+  FP_CHECK(output_head_, file_->path, ": ", config().arch, " has no hidden-state output");
+  FP_CHECK(!on || device() == Device::CPU, file_->path, ": hidden-state output (embeddings) runs on the CPU only, not on ",
+           device_name(device()));
+  FP_CHECK(!on || config().dim <= config().n_vocab, file_->path, ": a hidden state of ", config().dim,
+           " values does not fit a logit row of ", config().n_vocab);
+  output_head_->hidden_rows = on;
+}
+
+bool Model::hidden_output() const { return output_head_ && output_head_->hidden_rows; }
+
 void Model::forward_one(const int32_t* tokens, const int32_t* pos, int64_t n, KvCache& cache, float* logits,
                         bool all_logits, const RowSampling* sample, int32_t* id) {
   if (n <= 0) return;

@@ -10,6 +10,7 @@
 #include "kernels/ops.h"
 #include "model/model_file.h"
 #include "model/placement.h"
+#include "model/vocab_parallel.h"
 #include "parallel/communicator.h"
 
 namespace fp {
@@ -142,7 +143,14 @@ class Model {
   // step continues).
   virtual void mtp_forward(const ForwardBatch& batch, KvPool& pool, const float* hidden, float* logits, float* out_hidden);
 
+  // Hidden-state output (embeddings, engine/embedder.h): with it on, every forward writes each
+  // wanted row's final hidden state (after the output norm), [rows, dim] packed, where the
+  // logits would go, and no logits. On the CPU; the samplers must not run on such rows.
+  void set_hidden_output(bool on);
+  bool hidden_output() const;
+
  protected:
+  VocabParallelOutput* output_head_ = nullptr;  // the architecture's output projection (set_hidden_output)
   explicit Model(std::shared_ptr<ModelFile> file) : file_(std::move(file)) {}
   // Checks the batch against the pool and the vocabulary (every architecture calls it first).
   void check_batch(const ForwardBatch& batch, const KvPool& pool) const;

@@ -114,6 +114,7 @@ class Qwen3MoeModel : public Model {
     // Split by vocabulary rows across the ranks the weights are split over (model/vocab_parallel.h).
     const Tensor* output = c.tied_output ? embed_ : &mf.get("output.weight", {c.n_vocab, c.dim});
     output_.init(output, ranks > 1 ? tp_.get() : nullptr, shards_, mf.path, device());
+    output_head_ = &output_;
     // Layer l's weights (l = n_layers: the multi-token-prediction layer's decoder layer).
     auto load_layer = [&](int64_t l) {
       const std::string p = "blk." + std::to_string(l) + ".";

@@ -35,6 +35,12 @@ void VocabParallelOutput::init(const Tensor* output, Communicator* comm, std::de
 }
 
 void VocabParallelOutput::run(const float* h, int64_t rows, float* logits) {
+  if (hidden_rows) {
+    FP_CHECK(part_.device() == Device::CPU, "hidden-state output runs on the CPU only");
+    const int64_t n = rows * weight->cols();
+    for (int64_t i = 0; i < n; ++i) logits[i] = h[i] * hidden_scale;
+    return;
+  }
   if (chunk_ == 0) {
     dispatch(MatMulArgs{h, rows, weight, nullptr, logits});
     if (softcap > 0) dispatch(SoftcapArgs{logits, rows * n_vocab_, softcap});

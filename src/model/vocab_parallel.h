@@ -28,6 +28,11 @@ class VocabParallelOutput {
   bool split() const { return chunk_ > 0; }
   const Tensor* weight = nullptr;  // what this rank multiplies by (the repacker may replace it)
   float softcap = 0.0f;            // > 0: logits capped to softcap * tanh(l / softcap) (Gemma 2)
+  // Hidden-state output (Model::set_hidden_output): run() writes the rows h themselves, [rows,
+  // dim] packed, times hidden_scale (Granite, whose output norm carries 1 / logit_scale), instead
+  // of their logits. Every rank holds the whole rows, so nothing is gathered. CPU only.
+  bool hidden_rows = false;
+  float hidden_scale = 1.0f;
 
  private:
   Communicator* comm_ = nullptr;

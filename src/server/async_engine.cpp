@@ -93,6 +93,18 @@ void AsyncEngine::shutdown() {
 
 std::string AsyncEngine::metrics_text() { return metrics_.text(); }
 
+void AsyncEngine::run_between_steps(const std::function<void()>& job) {
+  std::packaged_task<void()> task(job);
+  std::future<void> done = task.get_future();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    FP_CHECK(!stop_, "the server is shutting down");
+    jobs_.push_back(std::move(task));
+  }
+  wake_.notify_all();
+  done.get();  // rethrows the job's exception
+}
+
 std::string AsyncEngine::ledger_json() {
   std::lock_guard<std::mutex> lock(step_mu_);
   return Ledger::global().json();
@@ -124,14 +136,21 @@ void AsyncEngine::loop() {
     std::vector<std::shared_ptr<RequestStream>> adds;
     std::vector<std::pair<std::shared_ptr<RequestStream>, int>> cancels;
     std::vector<std::unique_ptr<std::vector<Request>>> add_reqs;
+    std::vector<std::packaged_task<void()>> jobs;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      wake_.wait(lock, [&] { return stop_ || !pending_.empty() || !to_cancel_.empty() || engine_->has_work(); });
+      wake_.wait(lock, [&] { return stop_ || !pending_.empty() || !to_cancel_.empty() || !jobs_.empty() || engine_->has_work(); });
       if (stop_) break;
       adds.swap(pending_);
       add_reqs.swap(pending_reqs_);
       cancels.swap(to_cancel_);
+      jobs.swap(jobs_);
     }
+    for (auto& job : jobs) {
+      std::lock_guard<std::mutex> step_lock(step_mu_);
+      job();  // a packaged task: an exception goes to its waiter
+    }
+    jobs.clear();
     for (size_t g = 0; g < adds.size(); ++g) {
       auto& stream = adds[g];
       const std::vector<Request>& group = *add_reqs[g];
@@ -227,6 +246,8 @@ void AsyncEngine::loop() {
     for (int i = 0; i < stream->n_; ++i) stream->push({i, -1, 0, {}, true, "cancelled"});
   pending_.clear();
   pending_reqs_.clear();
+  for (auto& job : jobs_) job();  // waiters get an answer (the engine is idle now)
+  jobs_.clear();
 }
 
 }  // namespace fp

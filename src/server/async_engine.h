@@ -6,6 +6,8 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -66,6 +68,10 @@ class AsyncEngine {
   int64_t in_flight() const { return in_flight_.load(); }
   // The fast-path ledger as JSON, read between engine steps.
   std::string ledger_json();
+  // Runs `job` on the engine thread between two steps (the model belongs to that thread:
+  // embeddings use it there) and waits for it; its exception, if any, is rethrown here. Throws
+  // when the engine is shutting down.
+  void run_between_steps(const std::function<void()>& job);
 
  private:
   void loop();
@@ -79,6 +85,7 @@ class AsyncEngine {
   std::vector<std::shared_ptr<RequestStream>> pending_;
   std::vector<std::unique_ptr<std::vector<Request>>> pending_reqs_;  // beside pending_
   std::vector<std::pair<std::shared_ptr<RequestStream>, int>> to_cancel_;
+  std::vector<std::packaged_task<void()>> jobs_;  // run_between_steps
   std::map<int64_t, std::pair<std::shared_ptr<RequestStream>, int>> live_;  // engine id -> (stream, choice index)
   bool stop_ = false;
   std::atomic<int64_t> in_flight_{0};

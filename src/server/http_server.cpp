@@ -16,7 +16,9 @@
 #include "core/hash.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "engine/embedder.h"
 #include "server/async_engine.h"
+#include "server/embeddings_api.h"
 #include "server/harmony.h"
 #include "server/openai_api.h"
 #include "server/reasoning.h"
@@ -125,7 +127,11 @@ struct HttpServer::Impl {
   std::atomic<int> bound_port{0};
   std::atomic<int> active_calls{0};  // generate handlers and streams not yet finished
 
-  Impl(Model& m, ChatTemplate t, const ServerConfig& c) : model(m), tok(*m.tokenizer()), tmpl(std::move(t)), cfg(c) {}
+  Pooling pooling = Pooling::Last;  // POST /v1/embeddings
+
+  Impl(Model& m, ChatTemplate t, const ServerConfig& c)
+      : model(m), tok(*m.tokenizer()), tmpl(std::move(t)), cfg(c),
+        pooling(c.pooling.empty() ? default_pooling(m.file().path) : pooling_from_name(c.pooling)) {}
 
   // Feeds one event into its choice; returns the text to send now (may be empty).
   std::string apply(Call& call, const TokenEvent& ev, json* lp_entry) {
@@ -426,6 +432,60 @@ struct HttpServer::Impl {
         });
   }
 
+  // POST /v1/embeddings: the inputs embedded one after another on the engine thread, between two
+  // of its steps (the model is that thread's; generation pauses meanwhile).
+  void handle_embeddings(const httplib::Request& hreq, httplib::Response& res) {
+    json body = json::parse(hreq.body, nullptr, false);
+    if (body.is_discarded()) {
+      reject(res, ApiError{400, "the body is not valid JSON", "invalid_request_error", ""});
+      return;
+    }
+    EmbeddingRequest req;
+    const ModelConfig& c = model.config();
+    if (auto err = parse_embedding_request(body, tok, c.n_vocab, engine->config().max_model_len, c.dim, cfg.max_embedding_inputs, req)) {
+      reject(res, *err);
+      return;
+    }
+    if (!req.model.empty() && req.model != cfg.served_model_name) {
+      reject(res, ApiError{404, "The model `" + req.model + "` does not exist (this server serves `" + cfg.served_model_name + "`)",
+                           "NotFoundError", "model"});
+      return;
+    }
+    if (model.tp_size() > 1 || model.device() != Device::CPU) {
+      reject(res, ApiError{400, "embeddings run on one CPU rank here (this server runs on " + std::to_string(model.tp_size()) +
+                                    " ranks, " + device_name(model.device()) + ")",
+                           "invalid_request_error", "input"});
+      return;
+    }
+    if (stopping) {
+      reject(res, ApiError{503, "the server is shutting down", "server_error", ""});
+      return;
+    }
+    ++active_calls;
+    std::vector<std::vector<float>> vectors(req.inputs.size());
+    try {
+      engine->run_between_steps([&] {
+        Embedder embedder(model);
+        EmbeddingOptions o;
+        o.pooling = pooling;
+        for (size_t i = 0; i < req.inputs.size(); ++i) vectors[i] = embedder.embed(req.inputs[i], o);
+      });
+    } catch (const std::exception& e) {
+      --active_calls;
+      send_error(res, ApiError{500, std::string("embedding failed: ") + e.what(), "server_error", ""});
+      return;
+    }
+    --active_calls;
+    int64_t tokens = 0;
+    for (const auto& ids : req.inputs) tokens += static_cast<int64_t>(ids.size());
+    {
+      std::lock_guard<std::mutex> lock(engine->metrics().mu);
+      ++engine->metrics().embedding_requests;
+      engine->metrics().embedding_tokens += tokens;
+    }
+    res.set_content(dump(embedding_response(req, std::move(vectors), cfg.served_model_name, true)), "application/json");
+  }
+
   void reject(httplib::Response& res, const ApiError& e) {
     {
       std::lock_guard<std::mutex> lock(engine->metrics().mu);
@@ -450,6 +510,7 @@ struct HttpServer::Impl {
     });
     svr.Post("/v1/completions", [this](const httplib::Request& q, httplib::Response& r) { handle_generate(q, r, false); });
     svr.Post("/v1/chat/completions", [this](const httplib::Request& q, httplib::Response& r) { handle_generate(q, r, true); });
+    svr.Post("/v1/embeddings", [this](const httplib::Request& q, httplib::Response& r) { handle_embeddings(q, r); });
     svr.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
       json m = {{"id", cfg.served_model_name}, {"object", "model"}, {"created", unix_time()}, {"owned_by", "fastpath"},
                 {"max_model_len", engine->config().max_model_len}};

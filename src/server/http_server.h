@@ -1,5 +1,6 @@
 // server/http_server.h — `fastpath serve`: the OpenAI-compatible HTTP front end over the
 // AsyncEngine. Routes: POST /v1/completions, POST /v1/chat/completions (JSON or SSE),
+// POST /v1/embeddings (run on the engine thread between steps),
 // GET /v1/models, GET /health, GET /metrics (Prometheus), GET /v1/ledger (fast-path ledger).
 #pragma once
 #include <cstdint>
@@ -23,6 +24,10 @@ struct ServerConfig {
   // Chat replies' <think> blocks as reasoning_content (server/reasoning.h): "auto" when the chat
   // template writes </think>, "none" to keep them in content.
   std::string reasoning_parser = "auto";
+  // POST /v1/embeddings: "last" or "mean" pooling of the final hidden states (engine/embedder.h);
+  // empty: the model directory's sentence-transformers config, else last.
+  std::string pooling;
+  size_t max_embedding_inputs = 256;  // inputs per embeddings request
   EngineConfig engine;
 };
 

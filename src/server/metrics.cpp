@@ -56,6 +56,8 @@ std::string Metrics::text() {
   out += "fastpath:request_success_total{finished_reason=\"length\"} " + std::to_string(success_length) + "\n";
   counter("fastpath:request_cancelled_total", "Requests cancelled (client gone or stop string matched early).", cancelled);
   counter("fastpath:request_rejected_total", "Requests refused with a 4xx.", rejected);
+  counter("fastpath:embedding_requests_total", "Embedding requests served.", embedding_requests);
+  counter("fastpath:embedding_tokens_total", "Tokens embedded.", embedding_tokens);
   ttft.write(out, "fastpath:time_to_first_token_seconds", "Time to first token.");
   tpot.write(out, "fastpath:time_per_output_token_seconds", "Time per output token after the first.");
   e2e.write(out, "fastpath:e2e_request_latency_seconds", "End-to-end request latency.");

@@ -32,6 +32,10 @@ void add_serve(CLI::App& app) {
   cmd->add_option("--reasoning-parser", o->server.reasoning_parser,
                   "auto: a chat reply's <think> block goes out as reasoning_content when the template thinks; none: all in content")
       ->check(CLI::IsMember({"auto", "none"}));
+  cmd->add_option("--pooling", o->server.pooling,
+                  "POST /v1/embeddings: last (the last token's final hidden state) or mean (over the tokens); default: the "
+                  "model directory's 1_Pooling/config.json, else last")
+      ->check(CLI::IsMember({"last", "mean"}));
   cmd->add_option("--chat-template", o->chat_template,
                   "chat template source: a .jinja file, a tokenizer_config.json, a model directory or .gguf (default: the model's own)");
   cmd->callback([o] {

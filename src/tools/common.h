@@ -55,6 +55,7 @@ bool is_output_rank();
 void add_generate(CLI::App& app);
 void add_tokenize(CLI::App& app);
 void add_logits(CLI::App& app);
+void add_embed(CLI::App& app);
 void add_inspect(CLI::App& app);
 void add_synth(CLI::App& app);
 void add_bench(CLI::App& app);

@@ -18,6 +18,7 @@ int run(int argc, char** argv, bool& failed) {
   fp::tools::add_generate(app);
   fp::tools::add_tokenize(app);
   fp::tools::add_logits(app);
+  fp::tools::add_embed(app);
   fp::tools::add_inspect(app);
   fp::tools::add_synth(app);
   fp::tools::add_bench(app);

@@ -1,0 +1,82 @@
+// engine/embedder.cpp — see embedder.h.
+#include "engine/embedder.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace fp {
+
+Pooling pooling_from_name(const std::string& name) {
+  if (name == "last") return Pooling::Last;
+  if (name == "mean") return Pooling::Mean;
+  fail("pooling '", name, "' is not one of last, mean");
+}
+
+const char* pooling_name(Pooling p) { return p == Pooling::Mean ? "mean" : "last"; }
+
+Pooling default_pooling(const std::string& model_path) {
+  const std::filesystem::path cfg = std::filesystem::path(model_path) / "1_Pooling" / "config.json";
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(cfg, ec)) return Pooling::Last;
+  std::ifstream in(cfg);
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  FP_CHECK(!j.is_discarded() && j.is_object(), cfg.string(), ": not a valid JSON object");
+  if (j.value("pooling_mode_mean_tokens", false)) return Pooling::Mean;
+  if (j.value("pooling_mode_lasttoken", false)) return Pooling::Last;
+  for (const char* k : {"pooling_mode_cls_token", "pooling_mode_max_tokens", "pooling_mode_weightedmean_tokens"})
+    FP_CHECK(!j.value(k, false), cfg.string(), ": ", k, " is not supported (last-token and mean pooling are)");
+  return Pooling::Last;
+}
+
+Embedder::Embedder(Model& model) : model_(model) { model_.set_hidden_output(true); }
+
+Embedder::~Embedder() { model_.set_hidden_output(false); }
+
+std::vector<float> Embedder::embed(const std::vector<int32_t>& ids, const EmbeddingOptions& o) {
+  const auto n = static_cast<int64_t>(ids.size());
+  const int64_t d = dim(), ctx = model_.config().max_context;
+  FP_CHECK(n > 0, "embedding: the input has no tokens");
+  FP_CHECK(n <= ctx, "embedding: the input has ", n, " tokens, more than the model's context of ", ctx);
+  FP_CHECK(o.chunk > 0, "embedding: chunk ", o.chunk, " must be positive");
+  auto cache = model_.new_cache(n);
+  std::vector<int32_t> pos(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) pos[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+  std::vector<double> sum(static_cast<size_t>(d), 0.0);
+  std::vector<float> out(static_cast<size_t>(d));
+  for (int64_t at = 0; at < n; at += o.chunk) {
+    const int64_t len = std::min(o.chunk, n - at);
+    const bool last_chunk = at + len == n;
+    const bool all_rows = o.pooling == Pooling::Mean;
+    if (!all_rows && !last_chunk) {  // earlier chunks only fill the cache: their rows are not read
+      rows_.resize(static_cast<size_t>(d));
+      model_.forward(ids.data() + at, pos.data() + at, len, *cache, rows_.data(), false);
+      continue;
+    }
+    rows_.resize(static_cast<size_t>((all_rows ? len : 1) * d));
+    model_.forward(ids.data() + at, pos.data() + at, len, *cache, rows_.data(), all_rows);
+    if (!all_rows) {
+      std::copy_n(rows_.data(), d, out.data());
+      break;
+    }
+    for (int64_t r = 0; r < len; ++r)
+      for (int64_t c = 0; c < d; ++c) sum[static_cast<size_t>(c)] += rows_[static_cast<size_t>(r * d + c)];
+  }
+  if (o.pooling == Pooling::Mean)
+    for (int64_t c = 0; c < d; ++c) out[static_cast<size_t>(c)] = static_cast<float>(sum[static_cast<size_t>(c)] / static_cast<double>(n));
+  if (o.normalize) {
+    double ss = 0;
+    for (float v : out) ss += static_cast<double>(v) * v;
+    const double norm = std::sqrt(ss);
+    FP_CHECK(norm > 0 && std::isfinite(norm), "embedding: the pooled hidden state has norm ", norm);
+    for (float& v : out) v = static_cast<float>(v / norm);
+  }
+  return out;
+}
+
+}  // namespace fp
