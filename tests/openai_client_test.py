@@ -3,10 +3,11 @@
 (stories260K over loopback): chat non-stream, chat stream, completions stream with `stop`,
 n=2, usage, structured output through the client's own `parse` helper (a pydantic model sent
 as a strict json_schema, the reply parsed back into it), and tool calls (tool_choice required or
-named, plain and streamed). Texts must equal the greedy output of `fastpath generate` for the same prompt.
+named, plain and streamed), and embeddings. Texts must equal the greedy output of `fastpath generate` for the same prompt.
 
 Run by CTest. Uses the repo's .venv (scripts/setup.sh installs `openai` there); exits 77
 (CTest: skipped) with the reason when the client or the test data is missing."""
+import json
 import os
 import signal
 import subprocess
@@ -157,6 +158,20 @@ with tempfile.TemporaryDirectory() as tmp:
             check(False, "max_tokens=-1 is refused")
         except openai.BadRequestError as e:
             check("max_tokens" in str(e), "max_tokens=-1 is refused naming the field")
+
+        # Embeddings through the client (it asks for base64 and decodes it itself): the vectors
+        # `fastpath embed` prints, unit length; `dimensions` cuts them.
+        emb = client.embeddings.create(model=model_id, input=[prompt, "The cat sat"])
+        want = [json.loads(line)["embedding"] for line in subprocess.run(
+            [fastpath, "embed", "-q", "-m", model, "-p", prompt, "-p", "The cat sat"],
+            check=True, capture_output=True, text=True).stdout.splitlines()]
+        got = [d.embedding for d in emb.data]
+        check(len(got) == 2 and all(len(v) == 64 for v in got), "embeddings: two vectors of 64")
+        check(all(abs(a - b) < 1e-6 for v, w in zip(got, want) for a, b in zip(v, w)), "embeddings equal `fastpath embed`'s")
+        check(abs(sum(x * x for x in got[0]) - 1) < 1e-5, "embeddings are unit length")
+        check(emb.usage.prompt_tokens > 0, "embeddings report usage")
+        short = client.embeddings.create(model=model_id, input=prompt, dimensions=8, encoding_format="float")
+        check(len(short.data[0].embedding) == 8, "embeddings: dimensions=8 gives 8 values")
     finally:
         server.send_signal(signal.SIGTERM)
         rc = server.wait(timeout=30)
