@@ -333,8 +333,27 @@ TEST(Server, EmbeddingsBesideCompletions) {
   json comp = post(c, "/v1/completions", R"({"prompt": "Once upon a time", "max_tokens": 16, "temperature": 0})", &st);
   ASSERT_EQ(st, 200) << comp.dump();
   EXPECT_EQ(comp["choices"][0]["text"], greedy_text("Once upon a time", 16));
+
+  // Embeddings while completions stream: each gets what it gets alone.
+  std::vector<std::thread> streams;
+  std::vector<std::string> texts(3);
+  for (int i = 0; i < 3; ++i)
+    streams.emplace_back([&, i] {
+      auto sc = srv.client();
+      texts[static_cast<size_t>(i)] =
+          stream(sc, "/v1/completions", {{"prompt", "Once upon a time"}, {"max_tokens", 120}, {"temperature", 0}, {"stream", true}}).text[0];
+    });
+  for (int k = 0; k < 5; ++k) {
+    json again = post(c, "/v1/embeddings", R"({"input": "Once upon a time"})", &st);
+    ASSERT_EQ(st, 200) << again.dump();
+    const auto v = again["data"][0]["embedding"].get<std::vector<float>>();
+    for (size_t i = 0; i < v.size(); ++i) ASSERT_NEAR(v[i], v0[i], 1e-6) << "request " << k << ", value " << i;
+  }
+  for (auto& t : streams) t.join();
+  const std::string want_text = greedy_text("Once upon a time", 120);
+  for (const std::string& t : texts) EXPECT_EQ(t, want_text);
   const std::string metrics = c.Get("/metrics")->body;
-  EXPECT_NE(metrics.find("fastpath:embedding_requests_total 3"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("fastpath:embedding_requests_total 8"), std::string::npos) << metrics;
 }
 
 TEST(Server, SpeculativeDecodingServesThePlainGreedyText) {
