@@ -45,6 +45,15 @@ PlanHardware two_devices() {
 
 void expect_rel(double got, double want, const char* what) { EXPECT_NEAR(got, want, 1e-9 * want) << what; }
 
+// A workload of `in` prompt and `out` generated tokens per request at the given concurrencies.
+PlanWorkload workload(int64_t in, int64_t out, std::vector<int> concurrency) {
+  PlanWorkload w;
+  w.input_len = in;
+  w.output_len = out;
+  w.concurrency = std::move(concurrency);
+  return w;
+}
+
 TEST(Planner, RingAllReduceByHand) {
   // 2 ranks: 2 * 1/2 * 2048 B / 10 GB/s + 2 * 1 * 10 us.
   expect_rel(ring_all_reduce_seconds(2048, 2, two_devices()), 2.048e-7 + 2e-5, "all-reduce");
@@ -58,10 +67,7 @@ TEST(Planner, VocabularyParallelOutputByHand) {
   m.vocab = 1000;
   m.embedding_bytes = 2e8;
   m.output_bytes = 2e8;
-  PlanWorkload w;
-  w.input_len = 1000;
-  w.output_len = 200;
-  w.concurrency = {4};
+  const PlanWorkload w = workload(1000, 200, {4});
   auto plans = plan_layouts(m, two_devices(), w);
   ASSERT_EQ(plans.size(), 3u);
   const LayoutPlan &dp2 = plans[0], &tp2 = plans[2];
@@ -95,10 +101,7 @@ TEST(Planner, EfficienciesScaleTheRooflineTerms) {
                    {"compute_efficiency", 0.5},
                    {"bandwidth_efficiency", 0.8},
                    {"interconnect", {{"kind", "test link"}, {"bandwidth_gbps", 10}, {"latency_us", 10}}}};
-  PlanWorkload w;
-  w.input_len = 1000;
-  w.output_len = 200;
-  w.concurrency = {1};
+  const PlanWorkload w = workload(1000, 200, {1});
   auto plans = plan_layouts(small_model(), hardware_from_json(j, "test"), w);
   expect_rel(plans[0].decode[0].memory_s, 9.0045056e-3 / 0.8, "decode memory");
   expect_rel(plans[0].decode[0].compute_s, 8.0090112e-5 / 0.5, "decode compute");
@@ -118,10 +121,7 @@ TEST(Planner, EfficienciesScaleTheRooflineTerms) {
 }
 
 TEST(Planner, SmallCaseMatchesHandArithmetic) {
-  PlanWorkload w;
-  w.input_len = 1000;
-  w.output_len = 200;
-  w.concurrency = {1};
+  const PlanWorkload w = workload(1000, 200, {1});
   auto plans = plan_layouts(small_model(), two_devices(), w);
   ASSERT_EQ(plans.size(), 3u);  // DP2, CP2 (prefill only), TP2
   const LayoutPlan &tp1 = plans[0], &tp2 = plans[2];
@@ -309,10 +309,7 @@ TEST(Planner, CollectivesAndExpertsByHand) {
 }
 
 TEST(Planner, TinyMoeMlaMatchesHandArithmetic) {
-  PlanWorkload w;
-  w.input_len = 100;
-  w.output_len = 20;
-  w.concurrency = {4};
+  const PlanWorkload w = workload(100, 20, {4});
   auto plans = plan_layouts(tiny_moe(), two_devices(), w);
   std::vector<std::string> names;
   for (const LayoutPlan& p : plans) names.push_back(p.layout.name);
@@ -450,10 +447,7 @@ TEST(Planner, WindowedLayersHoldAndReadTheirWindow) {
   PlanModel windowed = plain;
   windowed.window = 256;
   windowed.n_window_layers = 2;
-  PlanWorkload long_w;
-  long_w.input_len = 8000;
-  long_w.output_len = 192;
-  long_w.concurrency = {4};
+  const PlanWorkload long_w = workload(8000, 192, {4});
   const auto win = plan_layouts(windowed, two_devices(), long_w), untrimmed = plan_layouts(plain, two_devices(), long_w);
   ASSERT_EQ(win.size(), untrimmed.size());
   for (size_t i = 0; i < win.size(); ++i) {

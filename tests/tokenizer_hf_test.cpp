@@ -2,6 +2,10 @@
 // round trips over varied text, added/special tokens, tokenizer_config.json, load_timed time.
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "test_util.h"
@@ -120,6 +124,32 @@ TEST(TokenizerHf, Llama3SpecialTokensAndBos) {
   EXPECT_TRUE(tok.is_eog(128001));  // <|end_of_text|>
   for (const auto& t : round_trip_texts()) EXPECT_EQ(tok.decode(tok.encode(t, false, false)), t) << t;
   expect_fast_load(l);
+}
+
+// Qwen3-Embedding's tokenizer.json appends <|endoftext|> through its post-processor, the token
+// whose final hidden state its last-token pooling reads; the chat EOS (tokenizer_config.json's
+// <|im_end|>) stays what it is, and text encoded without special tokens gets nothing appended.
+TEST(TokenizerHf, TemplateProcessingAppendsItsTrailingToken) {
+  const std::string src = test::testdata("tokenizers/qwen3");
+  FP_REQUIRE_FILE(src + "/tokenizer.json");
+  nlohmann::json j;
+  std::ifstream(src + "/tokenizer.json") >> j;
+  nlohmann::json appends = nlohmann::json::parse(R"({"type": "TemplateProcessing",
+      "single": [{"Sequence": {"id": "A", "type_id": 0}}, {"SpecialToken": {"id": "<|endoftext|>", "type_id": 0}}],
+      "pair": [], "special_tokens": {}})");
+  j["post_processor"] = {{"type", "Sequence"}, {"processors", nlohmann::json::array({j["post_processor"], appends})}};
+  const std::string dir = test::temp_dir("tok_appends");
+  std::ofstream(dir + "/tokenizer.json") << j.dump();
+  std::filesystem::copy_file(src + "/tokenizer_config.json", dir + "/tokenizer_config.json",
+                             std::filesystem::copy_options::overwrite_existing);
+  const auto tok = Tokenizer::from_path(dir);
+  EXPECT_EQ(tok->encode("Hello world", true, false), (std::vector<int32_t>{9707, 1879, 151643}));
+  EXPECT_EQ(tok->encode("Hello world", false, false), (std::vector<int32_t>{9707, 1879}));
+  EXPECT_EQ(tok->eos_id(), 151645) << "the chat EOS is tokenizer_config.json's";
+  EXPECT_NE(tok->describe().find("appends=151643"), std::string::npos) << tok->describe();
+  j["post_processor"]["processors"][1]["single"][1]["SpecialToken"]["id"] = "<|no such token|>";
+  std::ofstream(dir + "/tokenizer.json") << j.dump();
+  EXPECT_THROW(Tokenizer::from_path(dir), Error);
 }
 
 TEST(TokenizerHf, FromPathAcceptsADirectory) {

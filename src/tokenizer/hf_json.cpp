@@ -268,7 +268,8 @@ std::unique_ptr<Tokenizer> from_hf_json_checked(const std::string& path) {
     }
     s.add_bos = false;
 
-    // BOS from a TemplateProcessing post-processor ("single": [SpecialToken, Sequence A]).
+    // BOS from a TemplateProcessing post-processor ("single": [SpecialToken, Sequence A]), and a
+    // token appended after the text ("single": [..., Sequence A, SpecialToken]: Qwen3-Embedding).
     std::function<void(const json&)> read_post = [&](const json& p) {
       if (!p.is_object()) return;
       const std::string t = p.value("type", "");
@@ -280,6 +281,13 @@ std::unique_ptr<Tokenizer> from_hf_json_checked(const std::string& path) {
           const std::string tok = first["SpecialToken"].value("id", "");
           for (size_t i = 0; i < s.tokens.size(); ++i)
             if (s.tokens[i] == tok) { s.bos_id = static_cast<int32_t>(i); s.add_bos = true; }
+        }
+        const json& last = p["single"].back();
+        if (p["single"].size() > 1 && last.contains("SpecialToken")) {
+          const std::string tok = last["SpecialToken"].value("id", "");
+          for (size_t i = 0; i < s.tokens.size(); ++i)
+            if (s.tokens[i] == tok) s.suffix_id = static_cast<int32_t>(i);
+          FP_CHECK(s.suffix_id >= 0, path, ": post_processor appends '", tok, "', which is not in the vocabulary");
         }
       }
     };

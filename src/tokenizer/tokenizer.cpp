@@ -75,6 +75,7 @@ std::unique_ptr<Tokenizer> Tokenizer::from_spec(TokenizerSpec spec) {
   check_id(spec.eos_id, "eos");
   check_id(spec.unk_id, "unk");
   check_id(spec.pad_id, "pad");
+  check_id(spec.suffix_id, "appended");
   for (int32_t& id : spec.eog_ids) check_id(id, "end-of-generation");
   if (spec.model == "llama") return make_spm_tokenizer(std::move(spec));
   if (spec.model == "gpt2") return make_bpe_tokenizer(std::move(spec));
@@ -122,6 +123,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, 
   }
   if (plain < text.size()) encode_text(text.substr(plain), prefix_allowed(plain), out);
   if (add_special && spec_.add_eos && spec_.eos_id >= 0) out.push_back(spec_.eos_id);
+  if (add_special && spec_.suffix_id >= 0 && !(spec_.add_eos && spec_.suffix_id == spec_.eos_id)) out.push_back(spec_.suffix_id);
   return out;
 }
 
@@ -174,7 +176,8 @@ std::string Tokenizer::describe() const {
   os << "tokenizer " << spec_.model << " pre=" << (spec_.pre_regexes.empty() ? spec_.pre : "custom(" + std::to_string(spec_.pre_regexes.size()) + " splits)")
      << " vocab=" << n_vocab() << " merges=" << spec_.merges.size() << " added=" << added_.size()
      << " bos=" << spec_.bos_id << name(spec_.bos_id) << (spec_.add_bos ? " (added)" : "")
-     << " eos=" << spec_.eos_id << name(spec_.eos_id) << " eog=" << eog_ids_.size();
+     << " eos=" << spec_.eos_id << name(spec_.eos_id) << (spec_.add_eos ? " (added)" : "") << " eog=" << eog_ids_.size();
+  if (spec_.suffix_id >= 0) os << " appends=" << spec_.suffix_id << name(spec_.suffix_id);
   if (!spec_.normalizer.empty()) os << " normalizer=" << spec_.normalizer;
   return os.str();
 }

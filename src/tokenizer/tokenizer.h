@@ -42,6 +42,10 @@ struct TokenizerSpec {
   std::vector<int32_t> eog_ids;     // extra end-of-generation ids (EOS is always one)
   bool add_bos = true;
   bool add_eos = false;
+  // A token appended after every text encoded with its special tokens: the trailing special token
+  // of a tokenizer.json's TemplateProcessing (Qwen3-Embedding's <|endoftext|>, the token its
+  // last-token pooling reads), which need not be the EOS the chat template ends turns with.
+  int32_t suffix_id = -1;
   bool add_space_prefix = true;  // SPM: prepend "▁" to the text
   // SPM from a tokenizer.json whose Metaspace says how (HF's prepend_scheme): only before the
   // text's first run, not after added tokens ("first"); and not before a run that already starts
