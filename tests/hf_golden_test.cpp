@@ -489,6 +489,33 @@ TEST(HfGolden, EmbeddingsPoolTransformersHiddenStates) {
   EXPECT_EQ(checked, 8) << "four cases, two formats each";
 }
 
+// Several texts batched into one forward give each text's own embedding: lengths 1 to 30 in
+// batches of up to 32 tokens (and a text longer than that alone, in chunks), both poolings.
+TEST(HfGolden, EmbeddingBatchesGiveEachTextItsOwn) {
+  for (const char* name : {"hf_qwen3", "hf_deepseek_v2"}) {
+    nlohmann::json c = golden_case(name);
+    c["config"]["max_position_embeddings"] = 128;
+    auto m = load_model(write_case(c, test::temp_dir("embed_batch") + "/" + name + ".gguf"));
+    std::vector<std::vector<int32_t>> inputs;
+    for (int64_t n : {1, 3, 7, 16, 30, 40, 2, 9}) {
+      std::vector<int32_t> ids;
+      for (int64_t i = 0; i < n; ++i) ids.push_back(static_cast<int32_t>((n * 37 + i * 11) % 500 + 3));
+      inputs.push_back(ids);
+    }
+    Embedder e(*m);
+    for (Pooling p : {Pooling::Last, Pooling::Mean}) {
+      EmbeddingOptions o;
+      o.pooling = p;
+      o.chunk = 32;
+      const auto batched = e.embed_batch(inputs, o);
+      ASSERT_EQ(batched.size(), inputs.size());
+      for (size_t i = 0; i < inputs.size(); ++i)
+        EXPECT_LT(max_abs_diff(batched[i], e.embed(inputs[i], o)), 2e-5) << name << " " << pooling_name(p) << " text " << i;
+    }
+    EXPECT_THROW(e.embed_batch({{1, 2}, {}}, EmbeddingOptions{}), Error) << "an empty text";
+  }
+}
+
 // The pooling a model directory asks for (sentence-transformers' 1_Pooling/config.json), and the
 // command's JSON lines: one per text, unit length, the model's width.
 TEST(HfGolden, EmbedCommandAndPoolingConfig) {

@@ -294,14 +294,17 @@ TEST(Server, EmbeddingsBesideCompletions) {
   for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(v0[i], want[i], 1e-6) << i;
   EXPECT_EQ(r["usage"]["prompt_tokens"], json::parse(first)["tokens"].get<int>() + json::parse(second)["tokens"].get<int>());
 
-  // base64: the same float32 values, little-endian.
+  // base64: the float32 values of the same request, little-endian.
+  json f = post(c, "/v1/embeddings", R"({"input": "Once upon a time", "encoding_format": "float"})", &st);
+  ASSERT_EQ(st, 200) << f.dump();
+  const auto single = f["data"][0]["embedding"].get<std::vector<float>>();
   json b = post(c, "/v1/embeddings", R"({"input": "Once upon a time", "encoding_format": "base64"})", &st);
   ASSERT_EQ(st, 200) << b.dump();
   const std::vector<uint8_t> bytes = base64_decode(b["data"][0]["embedding"].get<std::string>());
   ASSERT_EQ(bytes.size(), 64u * 4);
   std::vector<float> decoded(64);
   std::memcpy(decoded.data(), bytes.data(), bytes.size());
-  for (size_t i = 0; i < 64; ++i) EXPECT_EQ(decoded[i], v0[i]) << i;
+  for (size_t i = 0; i < 64; ++i) EXPECT_EQ(decoded[i], single[i]) << i;
 
   // dimensions: the first 16 values, normalised again; token ids as input.
   json d = post(c, "/v1/embeddings", R"({"input": [[1, 403, 407, 261]], "dimensions": 16})", &st);
@@ -347,13 +350,13 @@ TEST(Server, EmbeddingsBesideCompletions) {
     json again = post(c, "/v1/embeddings", R"({"input": "Once upon a time"})", &st);
     ASSERT_EQ(st, 200) << again.dump();
     const auto v = again["data"][0]["embedding"].get<std::vector<float>>();
-    for (size_t i = 0; i < v.size(); ++i) ASSERT_NEAR(v[i], v0[i], 1e-6) << "request " << k << ", value " << i;
+    for (size_t i = 0; i < v.size(); ++i) ASSERT_NEAR(v[i], single[i], 1e-6) << "request " << k << ", value " << i;
   }
   for (auto& t : streams) t.join();
   const std::string want_text = greedy_text("Once upon a time", 120);
   for (const std::string& t : texts) EXPECT_EQ(t, want_text);
   const std::string metrics = c.Get("/metrics")->body;
-  EXPECT_NE(metrics.find("fastpath:embedding_requests_total 8"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("fastpath:embedding_requests_total 9"), std::string::npos) << metrics;
 }
 
 TEST(Server, SpeculativeDecodingServesThePlainGreedyText) {

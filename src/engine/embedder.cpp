@@ -38,11 +38,71 @@ Embedder::Embedder(Model& model) : model_(model) { model_.set_hidden_output(true
 
 Embedder::~Embedder() { model_.set_hidden_output(false); }
 
-std::vector<float> Embedder::embed(const std::vector<int32_t>& ids, const EmbeddingOptions& o) {
+void Embedder::check_input(const std::vector<int32_t>& ids) const {
   const auto n = static_cast<int64_t>(ids.size());
-  const int64_t d = dim(), ctx = model_.config().max_context;
+  const int64_t ctx = model_.config().max_context;
   FP_CHECK(n > 0, "embedding: the input has no tokens");
   FP_CHECK(n <= ctx, "embedding: the input has ", n, " tokens, more than the model's context of ", ctx);
+}
+
+void Embedder::finish(std::vector<float>& v, const EmbeddingOptions& o) {
+  if (!o.normalize) return;
+  double ss = 0;
+  for (float x : v) ss += static_cast<double>(x) * x;
+  const double norm = std::sqrt(ss);
+  FP_CHECK(norm > 0 && std::isfinite(norm), "embedding: the pooled hidden state has norm ", norm);
+  for (float& x : v) x = static_cast<float>(x / norm);
+}
+
+std::vector<std::vector<float>> Embedder::embed_batch(const std::vector<std::vector<int32_t>>& inputs, const EmbeddingOptions& o) {
+  FP_CHECK(o.chunk > 0, "embedding: chunk ", o.chunk, " must be positive");
+  for (const auto& ids : inputs) check_input(ids);
+  const int64_t d = dim(), page = 16;
+  auto len = [&](size_t i) { return static_cast<int64_t>(inputs[i].size()); };
+  std::vector<std::vector<float>> out(inputs.size());
+  for (size_t i = 0; i < inputs.size();) {
+    if (len(i) > o.chunk) {  // alone, in chunks
+      out[i] = embed(inputs[i], o);
+      ++i;
+      continue;
+    }
+    size_t j = i;
+    int64_t tokens = 0, pages = 0;
+    for (; j < inputs.size() && len(j) <= o.chunk && tokens + len(j) <= o.chunk; ++j) {
+      tokens += len(j);
+      pages += (len(j) + page - 1) / page;
+    }
+    auto cache = model_.new_cache(pages * page, page);
+    ForwardBatch b;
+    int64_t at = 0;
+    for (size_t k = i; k < j; ++k) {
+      const int64_t n_pages = (len(k) + page - 1) / page;
+      b.add_sequence(inputs[k].data(), len(k), 0, cache->pages.data() + at, n_pages, o.pooling == Pooling::Last,
+                     o.pooling == Pooling::Mean);
+      at += n_pages;
+    }
+    rows_.resize(b.logit_rows.size() * static_cast<size_t>(d));
+    model_.forward(b, *cache->pool, rows_.data());
+    int64_t row = 0;
+    for (size_t k = i; k < j; ++k) {
+      std::vector<float>& v = out[k];
+      v.assign(static_cast<size_t>(d), 0.0f);
+      const int64_t rows = o.pooling == Pooling::Mean ? len(k) : 1;
+      std::vector<double> sum(static_cast<size_t>(d), 0.0);
+      for (int64_t r = 0; r < rows; ++r, ++row)
+        for (int64_t c = 0; c < d; ++c) sum[static_cast<size_t>(c)] += rows_[static_cast<size_t>(row * d + c)];
+      for (int64_t c = 0; c < d; ++c) v[static_cast<size_t>(c)] = static_cast<float>(sum[static_cast<size_t>(c)] / static_cast<double>(rows));
+      finish(v, o);
+    }
+    i = j;
+  }
+  return out;
+}
+
+std::vector<float> Embedder::embed(const std::vector<int32_t>& ids, const EmbeddingOptions& o) {
+  check_input(ids);
+  const auto n = static_cast<int64_t>(ids.size());
+  const int64_t d = dim();
   FP_CHECK(o.chunk > 0, "embedding: chunk ", o.chunk, " must be positive");
   auto cache = model_.new_cache(n);
   std::vector<int32_t> pos(static_cast<size_t>(n));
@@ -69,13 +129,7 @@ std::vector<float> Embedder::embed(const std::vector<int32_t>& ids, const Embedd
   }
   if (o.pooling == Pooling::Mean)
     for (int64_t c = 0; c < d; ++c) out[static_cast<size_t>(c)] = static_cast<float>(sum[static_cast<size_t>(c)] / static_cast<double>(n));
-  if (o.normalize) {
-    double ss = 0;
-    for (float v : out) ss += static_cast<double>(v) * v;
-    const double norm = std::sqrt(ss);
-    FP_CHECK(norm > 0 && std::isfinite(norm), "embedding: the pooled hidden state has norm ", norm);
-    for (float& v : out) v = static_cast<float>(v / norm);
-  }
+  finish(out, o);
   return out;
 }
 

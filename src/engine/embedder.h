@@ -36,9 +36,16 @@ class Embedder {
   Embedder& operator=(const Embedder&) = delete;
   // The embedding of `ids` ([dim]); an empty text or one longer than the model's context is an error.
   std::vector<float> embed(const std::vector<int32_t>& ids, const EmbeddingOptions& o);
+  // The embeddings of several texts, as embed gives each: consecutive texts of up to `chunk`
+  // tokens together go through one forward as a varlen batch (one sequence each, a private
+  // cache for all of them); a longer text runs alone.
+  std::vector<std::vector<float>> embed_batch(const std::vector<std::vector<int32_t>>& inputs, const EmbeddingOptions& o);
   int64_t dim() const { return model_.config().dim; }
 
  private:
+  void check_input(const std::vector<int32_t>& ids) const;
+  // Divides v by its L2 norm when o.normalize.
+  static void finish(std::vector<float>& v, const EmbeddingOptions& o);
   Model& model_;
   std::vector<float> rows_;
 };

@@ -468,7 +468,7 @@ struct HttpServer::Impl {
         Embedder embedder(model);
         EmbeddingOptions o;
         o.pooling = pooling;
-        for (size_t i = 0; i < req.inputs.size(); ++i) vectors[i] = embedder.embed(req.inputs[i], o);
+        vectors = embedder.embed_batch(req.inputs, o);
       });
     } catch (const std::exception& e) {
       --active_calls;
