@@ -54,15 +54,30 @@ void Embedder::finish(std::vector<float>& v, const EmbeddingOptions& o) {
   for (float& x : v) x = static_cast<float>(x / norm);
 }
 
+// Adds rows [row, row + n) of rows_ ([.., d]) to sum.
+void Embedder::add_rows(int64_t row, int64_t n, std::vector<double>& sum) const {
+  const int64_t d = dim();
+  for (int64_t r = row; r < row + n; ++r)
+    for (int64_t c = 0; c < d; ++c) sum[static_cast<size_t>(c)] += rows_[static_cast<size_t>(r * d + c)];
+}
+
+std::vector<float> Embedder::pooled(const std::vector<double>& sum, int64_t n, const EmbeddingOptions& o) {
+  std::vector<float> v(sum.size());
+  for (size_t c = 0; c < sum.size(); ++c) v[c] = static_cast<float>(sum[c] / static_cast<double>(n));
+  finish(v, o);
+  return v;
+}
+
 std::vector<std::vector<float>> Embedder::embed_batch(const std::vector<std::vector<int32_t>>& inputs, const EmbeddingOptions& o) {
   FP_CHECK(o.chunk > 0, "embedding: chunk ", o.chunk, " must be positive");
   for (const auto& ids : inputs) check_input(ids);
   const int64_t d = dim(), page = 16;
+  const bool mean = o.pooling == Pooling::Mean;
   auto len = [&](size_t i) { return static_cast<int64_t>(inputs[i].size()); };
   std::vector<std::vector<float>> out(inputs.size());
   for (size_t i = 0; i < inputs.size();) {
     if (len(i) > o.chunk) {  // alone, in chunks
-      out[i] = embed(inputs[i], o);
+      out[i] = embed_chunked(inputs[i], o);
       ++i;
       continue;
     }
@@ -77,60 +92,41 @@ std::vector<std::vector<float>> Embedder::embed_batch(const std::vector<std::vec
     int64_t at = 0;
     for (size_t k = i; k < j; ++k) {
       const int64_t n_pages = (len(k) + page - 1) / page;
-      b.add_sequence(inputs[k].data(), len(k), 0, cache->pages.data() + at, n_pages, o.pooling == Pooling::Last,
-                     o.pooling == Pooling::Mean);
+      b.add_sequence(inputs[k].data(), len(k), 0, cache->pages.data() + at, n_pages, !mean, mean);
       at += n_pages;
     }
     rows_.resize(b.logit_rows.size() * static_cast<size_t>(d));
     model_.forward(b, *cache->pool, rows_.data());
-    int64_t row = 0;
-    for (size_t k = i; k < j; ++k) {
-      std::vector<float>& v = out[k];
-      v.assign(static_cast<size_t>(d), 0.0f);
-      const int64_t rows = o.pooling == Pooling::Mean ? len(k) : 1;
+    for (int64_t row = 0; i < j; ++i) {
+      const int64_t rows = mean ? len(i) : 1;
       std::vector<double> sum(static_cast<size_t>(d), 0.0);
-      for (int64_t r = 0; r < rows; ++r, ++row)
-        for (int64_t c = 0; c < d; ++c) sum[static_cast<size_t>(c)] += rows_[static_cast<size_t>(row * d + c)];
-      for (int64_t c = 0; c < d; ++c) v[static_cast<size_t>(c)] = static_cast<float>(sum[static_cast<size_t>(c)] / static_cast<double>(rows));
-      finish(v, o);
+      add_rows(row, rows, sum);
+      row += rows;
+      out[i] = pooled(sum, rows, o);
     }
-    i = j;
   }
   return out;
 }
 
-std::vector<float> Embedder::embed(const std::vector<int32_t>& ids, const EmbeddingOptions& o) {
-  check_input(ids);
+std::vector<float> Embedder::embed(const std::vector<int32_t>& ids, const EmbeddingOptions& o) { return embed_batch({ids}, o)[0]; }
+
+std::vector<float> Embedder::embed_chunked(const std::vector<int32_t>& ids, const EmbeddingOptions& o) {
   const auto n = static_cast<int64_t>(ids.size());
   const int64_t d = dim();
-  FP_CHECK(o.chunk > 0, "embedding: chunk ", o.chunk, " must be positive");
+  const bool mean = o.pooling == Pooling::Mean;
   auto cache = model_.new_cache(n);
   std::vector<int32_t> pos(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) pos[static_cast<size_t>(i)] = static_cast<int32_t>(i);
   std::vector<double> sum(static_cast<size_t>(d), 0.0);
-  std::vector<float> out(static_cast<size_t>(d));
   for (int64_t at = 0; at < n; at += o.chunk) {
     const int64_t len = std::min(o.chunk, n - at);
-    const bool last_chunk = at + len == n;
-    const bool all_rows = o.pooling == Pooling::Mean;
-    if (!all_rows && !last_chunk) {  // earlier chunks only fill the cache: their rows are not read
-      rows_.resize(static_cast<size_t>(d));
-      model_.forward(ids.data() + at, pos.data() + at, len, *cache, rows_.data(), false);
-      continue;
-    }
-    rows_.resize(static_cast<size_t>((all_rows ? len : 1) * d));
-    model_.forward(ids.data() + at, pos.data() + at, len, *cache, rows_.data(), all_rows);
-    if (!all_rows) {
-      std::copy_n(rows_.data(), d, out.data());
-      break;
-    }
-    for (int64_t r = 0; r < len; ++r)
-      for (int64_t c = 0; c < d; ++c) sum[static_cast<size_t>(c)] += rows_[static_cast<size_t>(r * d + c)];
+    // Last-token pooling reads the last chunk's last row only; the chunks before it fill the cache.
+    rows_.resize(static_cast<size_t>((mean ? len : 1) * d));
+    model_.forward(ids.data() + at, pos.data() + at, len, *cache, rows_.data(), mean);
+    if (mean) add_rows(0, len, sum);
+    else if (at + len == n) add_rows(0, 1, sum);
   }
-  if (o.pooling == Pooling::Mean)
-    for (int64_t c = 0; c < d; ++c) out[static_cast<size_t>(c)] = static_cast<float>(sum[static_cast<size_t>(c)] / static_cast<double>(n));
-  finish(out, o);
-  return out;
+  return pooled(sum, mean ? n : 1, o);
 }
 
 }  // namespace fp

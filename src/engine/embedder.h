@@ -44,7 +44,11 @@ class Embedder {
 
  private:
   void check_input(const std::vector<int32_t>& ids) const;
-  // Divides v by its L2 norm when o.normalize.
+  // A text longer than o.chunk: its chunks one after another on one cache.
+  std::vector<float> embed_chunked(const std::vector<int32_t>& ids, const EmbeddingOptions& o);
+  void add_rows(int64_t row, int64_t n, std::vector<double>& sum) const;
+  // sum / n, divided by its L2 norm when o.normalize.
+  static std::vector<float> pooled(const std::vector<double>& sum, int64_t n, const EmbeddingOptions& o);
   static void finish(std::vector<float>& v, const EmbeddingOptions& o);
   Model& model_;
   std::vector<float> rows_;

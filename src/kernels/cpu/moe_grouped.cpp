@@ -131,9 +131,7 @@ void moe_ffn_grouped(const MoeFfnArgs& a) {
   pool.parallel_for(a.n, 16, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       float* o = a.out + t * dim;
-      if (a.shared_gate && !a.shared_logits) {
-        std::memcpy(o, shared_y + t * dim, static_cast<size_t>(dim) * 4);
-      } else if (a.shared_gate) {  // Qwen2-MoE: the shared expert behind its sigmoid gate
+      if (a.shared_gate) {  // weight 1, or Qwen2-MoE's sigmoid gate
         const float ws = a.shared_weight(t);
         for (int64_t c = 0; c < dim; ++c) o[c] = ws * shared_y[t * dim + c];
       } else {
