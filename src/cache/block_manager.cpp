@@ -125,7 +125,7 @@ int64_t BlockManager::attach_prefix(BlockTable& t, const int32_t* tokens, int64_
   int best = 0;
   int64_t best_len = -1, best_score = -1;
   for (int p = 0; p < static_cast<int>(caches_.size()); ++p) {
-    const int64_t len = caches_[static_cast<size_t>(p)]->matched_blocks(tokens, max_blocks);
+    const int64_t len = caches_[static_cast<size_t>(p)]->matched_blocks(tokens, max_blocks, nullptr, t.prefix_key);
     const int64_t score = (caches_.size() > 1 ? n_available(p) : 0) + len;
     if (score > best_score || (score == best_score && len > best_len)) best = p, best_len = len, best_score = score;
   }
@@ -134,7 +134,7 @@ int64_t BlockManager::attach_prefix(BlockTable& t, const int32_t* tokens, int64_
     // Computing resumes at h * P: the window blocks of the positions its queries see must be
     // kept, else the hit shrinks to a shorter prefix whose are (down to none).
     std::vector<int32_t> main;
-    caches_[0]->matched_blocks(tokens, max_blocks, &main);
+    caches_[0]->matched_blocks(tokens, max_blocks, &main, t.prefix_key);
     int64_t h = static_cast<int64_t>(main.size());
     auto window_there = [&](int64_t hit) {
       for (int64_t b = first_visible_block(hit * page_size()); b < hit; ++b)
@@ -151,7 +151,7 @@ int64_t BlockManager::attach_prefix(BlockTable& t, const int32_t* tokens, int64_
       t.window[static_cast<size_t>(b)] = k.block;
     }
   }
-  t.blocks = caches_[static_cast<size_t>(best)]->match(tokens, take);
+  t.blocks = caches_[static_cast<size_t>(best)]->match(tokens, take, t.prefix_key);
   t.n_registered = static_cast<int64_t>(t.blocks.size());
   return t.n_registered * page_size();
 }
@@ -215,7 +215,7 @@ void BlockManager::register_computed(BlockTable& t, const int32_t* tokens, int64
   if (caches_.empty() || t.blocks.empty()) return;
   const int64_t full = std::min<int64_t>(n_computed / page_size(), static_cast<int64_t>(t.blocks.size()));
   if (full <= t.n_registered) return;
-  caches_[static_cast<size_t>(partition_of(t))]->insert(tokens, full, t.blocks.data());
+  caches_[static_cast<size_t>(partition_of(t))]->insert(tokens, full, t.blocks.data(), t.prefix_key);
   t.n_registered = full;
 }
 

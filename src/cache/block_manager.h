@@ -32,6 +32,9 @@ struct BlockTable {
   // Window trimming: the windowed layers' block for positions [i*P, (i+1)*P), -1 once given back
   // (out of the window); as long as `blocks`.
   std::vector<int32_t> window;
+  // The prefix trees' key its blocks are found and registered under: its LoRA adapter (KV
+  // computed under one adapter is not the base model's, nor another adapter's).
+  int32_t prefix_key = 0;
 };
 
 class BlockManager {

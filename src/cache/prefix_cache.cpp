@@ -21,7 +21,7 @@ uint64_t hash_tokens(const int32_t* t, int64_t n) { return fnv1a64(t, static_cas
 }  // namespace
 
 PrefixCache::PrefixCache(BlockAllocator& blocks, int64_t page_size)
-    : blocks_(blocks), page_(page_size), root_(std::make_unique<Node>()) {}
+    : blocks_(blocks), page_(page_size) {}
 
 PrefixCache::~PrefixCache() = default;
 
@@ -32,8 +32,11 @@ PrefixCache::Node* PrefixCache::child(const Node* parent, const int32_t* block_t
   return nullptr;
 }
 
-int64_t PrefixCache::matched_blocks(const int32_t* tokens, int64_t max_blocks, std::vector<int32_t>* blocks) const {
-  const Node* node = root_.get();
+int64_t PrefixCache::matched_blocks(const int32_t* tokens, int64_t max_blocks, std::vector<int32_t>* blocks,
+                                    int32_t key) const {
+  auto root = roots_.find(key);
+  if (root == roots_.end()) return 0;
+  const Node* node = root->second.get();
   int64_t b = 0;
   for (; b < max_blocks; ++b) {
     node = child(node, tokens + b * page_);
@@ -43,11 +46,12 @@ int64_t PrefixCache::matched_blocks(const int32_t* tokens, int64_t max_blocks, s
   return b;
 }
 
-std::vector<int32_t> PrefixCache::match(const int32_t* tokens, int64_t max_blocks) {
+std::vector<int32_t> PrefixCache::match(const int32_t* tokens, int64_t max_blocks, int32_t key) {
   std::vector<int32_t> out;
-  Node* node = root_.get();
+  auto root = roots_.find(key);
+  Node* node = root == roots_.end() ? nullptr : root->second.get();
   ++tick_;
-  for (int64_t b = 0; b < max_blocks; ++b) {
+  for (int64_t b = 0; node && b < max_blocks; ++b) {
     Node* c = child(node, tokens + b * page_);
     if (!c) break;
     c->last_used = tick_;
@@ -60,8 +64,10 @@ std::vector<int32_t> PrefixCache::match(const int32_t* tokens, int64_t max_block
   return out;
 }
 
-void PrefixCache::insert(const int32_t* tokens, int64_t n_blocks, const int32_t* blocks) {
-  Node* node = root_.get();
+void PrefixCache::insert(const int32_t* tokens, int64_t n_blocks, const int32_t* blocks, int32_t key) {
+  std::unique_ptr<Node>& root = roots_[key];
+  if (!root) root = std::make_unique<Node>();
+  Node* node = root.get();
   ++tick_;
   for (int64_t b = 0; b < n_blocks; ++b) {
     const int32_t* bt = tokens + b * page_;
@@ -86,12 +92,13 @@ bool PrefixCache::evict_one() {
   // Linear scan for the least recently used evictable leaf (evictions happen only when the
   // free list is empty; the tree holds at most the pool's blocks).
   Node* best = nullptr;
-  std::vector<Node*> stack{root_.get()};
+  std::vector<Node*> stack;
+  for (auto& [key, root] : roots_) stack.push_back(root.get());
   while (!stack.empty()) {
     Node* n = stack.back();
     stack.pop_back();
     for (auto& [h, c] : n->children) stack.push_back(c.get());
-    if (n != root_.get() && n->children.empty() && blocks_.refcount(n->block) == 1 &&
+    if (n->parent && n->children.empty() && blocks_.refcount(n->block) == 1 &&
         (!best || n->last_used < best->last_used))
       best = n;
   }
@@ -111,7 +118,8 @@ bool PrefixCache::evict_one() {
 
 std::vector<int32_t> PrefixCache::cached_blocks() const {
   std::vector<int32_t> out;
-  std::vector<const Node*> stack{root_.get()};
+  std::vector<const Node*> stack;
+  for (auto& [key, root] : roots_) stack.push_back(root.get());
   while (!stack.empty()) {
     const Node* n = stack.back();
     stack.pop_back();
@@ -143,7 +151,7 @@ int64_t PrefixCache::n_evictable() const {
       return false;
     }
   };
-  Walk{blocks_, count}(root_.get());
+  for (auto& [key, root] : roots_) Walk{blocks_, count}(root.get());
   return count;
 }
 

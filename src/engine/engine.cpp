@@ -243,9 +243,12 @@ int64_t Engine::add_request(const Request& req) {
   for (const auto& [t, bias] : req.logit_bias)
     FP_CHECK(t >= 0 && t < mc.n_vocab && std::isfinite(bias), "logit_bias: token id ", t, " (bias ", bias,
              ") is outside the vocabulary [0, ", mc.n_vocab, ") or not finite");
+  FP_CHECK(req.lora >= 0 && req.lora <= model_.n_loras(), "LoRA adapter ", req.lora, " is not loaded (", model_.n_loras(),
+           " are)");
   auto s = std::make_unique<Sequence>();
   s->id = next_id_++;
   s->req = req;
+  s->table.prefix_key = req.lora;
   s->tokens = req.prompt;
   s->n_prompt = static_cast<int64_t>(req.prompt.size());
   s->sampler = std::make_unique<Sampler>(req.sampling);
@@ -346,6 +349,7 @@ void Engine::build_batch(const std::vector<ScheduledSeq>& sched) {
     batch_.add_sequence(s.tokens.data() + s.n_computed, x.n_tokens, s.n_computed, s.table.blocks.data(),
                         static_cast<int64_t>(s.table.blocks.size()), x.samples, x.samples && s.n_draft > 0,
                         pool_->trims_windows() ? s.table.window.data() : nullptr);
+    batch_.seq_lora.back() = s.req.lora;
     stats_.batched_tokens += x.n_tokens;
     for (int64_t i = 0; i < x.n_tokens; ++i) fed |= s.tokens[static_cast<size_t>(s.n_computed + i)] < 0;
   }

@@ -32,8 +32,8 @@ void send_header(Communicator* comm, std::initializer_list<int64_t> words) {
 // The batch's arrays back to back, in this order (both sides use it; const or not).
 template <class Batch>
 auto arrays(Batch& b) {
-  return std::array{&b.tokens,     &b.positions,  &b.seq_indptr, &b.page_indptr,
-                    &b.page_ids,   &b.kv_len,     &b.logit_rows, &b.window_page_ids};
+  return std::array{&b.tokens,     &b.positions,  &b.seq_indptr,      &b.page_indptr, &b.page_ids,
+                    &b.kv_len,     &b.logit_rows, &b.window_page_ids, &b.seq_lora};
 }
 
 }  // namespace
@@ -102,7 +102,7 @@ void follow_engines(Model& model) {
       case kStep: {
         FP_CHECK(pool, "rank ", comm->rank(), ": a step arrived before its engine");
         const int64_t n = h[1], seqs = h[2], pages = h[3], rows = h[4], copies = h[5], window_pages = h[6];
-        const int64_t sizes[] = {n, n, seqs + 1, seqs + 1, pages, seqs, rows, window_pages};
+        const int64_t sizes[] = {n, n, seqs + 1, seqs + 1, pages, seqs, rows, window_pages, seqs};
         int64_t total = 2 * copies;
         for (int64_t s : sizes) total += s;
         flat.resize(static_cast<size_t>(total));

@@ -29,6 +29,8 @@ struct Request {
   // OpenAI's logit_bias: added to these tokens' logits before sampling (log-probabilities stay
   // the model's own).
   std::vector<std::pair<int32_t, float>> logit_bias;
+  // The LoRA adapter the request runs with (Model::add_lora's id; 0: the base model alone).
+  int32_t lora = 0;
 };
 
 enum class SeqState { Waiting, Running, Finished };

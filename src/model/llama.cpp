@@ -51,6 +51,7 @@
 #include "kernels/ops.h"
 #include "kernels/registry.h"
 #include "model/context_parallel.h"
+#include "model/lora.h"
 #include "model/micro_batch.h"
 #include "model/model.h"
 #include "model/repack.h"
@@ -74,6 +75,8 @@ struct LlamaLayer {
   const float* inv_freq = nullptr;
   bool rope = true;  // false: q and k are not rotated (SmolLM3's NoPE layers)
   int64_t ffn_width = 0;  // this rank's share of the FFN width (hidden_dim on one rank)
+  int64_t ffn_begin = 0;  // ... starting at this row of gate / up (column of down)
+  int64_t index = 0;      // the layer's number
   // On a device, where the parts could be stacked (DeviceWeights::stack_rows): [wq; wk; wv] and
   // [w_gate; w_up] as one matrix each (the parts are views of their rows), and bq|bk|bv. A
   // one-row step runs one matmul for each, writing the parts' outputs side by side.
@@ -142,6 +145,7 @@ class LlamaModel : public Model {
         L.k_norm = norm_f32(p + "attn_k_norm.weight", c.qk_norm_full ? kv_dim : c.head_dim);
       }
       L.ffn_width = c.hidden_dim;
+      L.index = l;
       if (context_parallel_ && ranks > 1) whole_layers_.push_back(L);
       if (ranks > 1) shard_layer(L, rank, ranks);
       layers_.push_back(L);
@@ -185,11 +189,51 @@ class LlamaModel : public Model {
     return KvLayout{c.n_layers, h * c.head_dim, h * c.v_head_dim};
   }
 
+  // An adapter, cut to this rank's share as the weights are (see shard_layer): B's rows for
+  // the column-split projections (q, k, v, gate, up), A's columns for the row-split ones (o, down).
+  int32_t add_lora(const LoraAdapterWeights& ad) override {
+    const ModelConfig& c = config();
+    FP_CHECK(device() == Device::CPU, file_->path, ": LoRA adapters run on the CPU here (not on ", device_name(device()), ")");
+    FP_CHECK(!context_parallel_, file_->path, ": LoRA adapters do not run with prefill context parallel yet");
+    const int rank = tp_ ? tp_->rank() : 0;
+    const bool split = heads_ < c.n_heads;
+    std::vector<LoraMatrices> mine;
+    for (const LoraMatrices& whole : ad.matrices) {
+      LoraMatrices m = whole;
+      const LlamaLayer& L = layers_[static_cast<size_t>(m.layer)];
+      if (split) {
+        const Range q{rank * heads_ * c.head_dim, heads_ * c.head_dim}, kv{rank * kv_heads_ * c.head_dim, kv_heads_ * c.head_dim};
+        const Range f{L.ffn_begin, L.ffn_width};
+        auto keep_rows = [&m](Range r) {  // of B: this rank's outputs
+          m.b = lora_rows(m.b, m.rank, r.begin, r.len);
+          m.out = r.len;
+        };
+        auto keep_columns = [&m](Range r) {  // of A: this rank's inputs
+          m.a = lora_columns(m.a, m.in, r.begin, r.len);
+          m.in = r.len;
+        };
+        switch (m.target) {
+          case LoraTarget::Q: keep_rows(q); break;
+          case LoraTarget::K:
+          case LoraTarget::V: keep_rows(kv); break;
+          case LoraTarget::Gate:
+          case LoraTarget::Up: keep_rows(f); break;
+          case LoraTarget::O: keep_columns({rank * heads_ * c.v_head_dim, heads_ * c.v_head_dim}); break;
+          case LoraTarget::Down: keep_columns(f); break;
+        }
+      }
+      mine.push_back(std::move(m));
+    }
+    n_loras_ = lora_.add(ad.name, std::move(mine), c.n_layers);
+    return n_loras_;
+  }
+
   void forward(const ForwardBatch& b, KvPool& pool, float* logits) override {
     const ModelConfig& c = config();
     check_batch(b, pool);
     const int64_t n = b.n_tokens();
     if (n <= 0) return;
+    lora_on_ = lora_.size() > 0 && lora_.begin(b);  // rows by adapter (add_lora refuses context parallel)
     // Prefill phase: context parallel when every rank gets at least one token.
     if (context_parallel_ && ContextParallelStep::applies(b, tp_size())) return forward_context_parallel(b, pool, logits);
     const bool tp = heads_ < c.n_heads;  // attention heads split across the ranks
@@ -240,6 +284,7 @@ class LlamaModel : public Model {
         att.window = L.window;
         dispatch(att);
         dispatch(MatMulArgs{att_out, n, L.wo, nullptr, h});
+        lora(L, LoraTarget::O, 0, n, att_out, h);
         if (tp) dispatch(AllReduceArgs{tp_.get(), h, n * c.dim});  // sum the heads' shares
         if (L.post_attn_norm) dispatch(RmsNormArgs{h, L.post_attn_norm, n, c.dim, c.rms_eps, h});
         ffn_share(L, x, h, gate, up, n, h);                          // x += h first (fused)
@@ -283,7 +328,8 @@ class LlamaModel : public Model {
   // With `residual`, x += residual first, fused into the norm.
   void attention_inputs(const LlamaLayer& L, float* x, float* h, int64_t n, int64_t heads, int64_t kv_heads,
                         const int32_t* pos, float* q, float* k, float* v,
-                        const std::function<void()>& kv_ready = nullptr, const float* residual = nullptr) {
+                        const std::function<void()>& kv_ready = nullptr, const float* residual = nullptr,
+                        int64_t row0 = 0) {
     const ModelConfig& c = config();
     const float* inv_freq = L.inv_freq ? L.inv_freq : inv_freq_at_;
     const uint16_t* hb = nullptr;
@@ -297,7 +343,7 @@ class LlamaModel : public Model {
     }
     // One row, q, k, v side by side (step_buffers): one matmul over the stacked matrices, and
     // q's heads and k's rotated in one call.
-    if (n == 1 && L.wqkv && !kv_ready && k == q + heads * c.head_dim && v == k + kv_heads * c.head_dim) {
+    if (n == 1 && L.wqkv && !kv_ready && !lora_on_ && k == q + heads * c.head_dim && v == k + kv_heads * c.head_dim) {
       dispatch(MatMulArgs{h, n, L.wqkv, L.bqkv, q, hq});
       if (c.qk_norm) qk_norm(k, L.k_norm, n, kv_heads, c.n_kv_heads);
       if (c.qk_norm) qk_norm(q, L.q_norm, n, heads, c.n_heads);
@@ -306,12 +352,15 @@ class LlamaModel : public Model {
       return;
     }
     dispatch(MatMulArgs{h, n, L.wk, L.bk, k, hq, hb});
+    lora(L, LoraTarget::K, row0, n, h, k);
     dispatch(MatMulArgs{h, n, L.wv, L.bv, v, hq, hb});
+    lora(L, LoraTarget::V, row0, n, h, v);
     if (c.qk_norm) qk_norm(k, L.k_norm, n, kv_heads, c.n_kv_heads);
     if (L.rope) dispatch(RopeArgs{k, pos, n, kv_heads, c.head_dim, c.rot_dim, kv_heads * c.head_dim, inv_freq, rope_mscale_, c.rope_style});
     if (kv_ready) kv_ready();
     progress();
     dispatch(MatMulArgs{h, n, L.wq, L.bq, q, hq, hb});
+    lora(L, LoraTarget::Q, row0, n, h, q);
     progress();
     if (c.qk_norm) qk_norm(q, L.q_norm, n, heads, c.n_heads);
     if (L.rope) dispatch(RopeArgs{q, pos, n, heads, c.head_dim, c.rot_dim, heads * c.head_dim, inv_freq, rope_mscale_, c.rope_style});
@@ -385,7 +434,7 @@ class LlamaModel : public Model {
   // h = this rank's share of FFN(RMSNorm(x)) for n rows (gate, up: scratch); with `residual`,
   // x += residual first (fused into the norm).
   void ffn_share(const LlamaLayer& L, float* x, float* h, float* gate, float* up, int64_t n,
-                 const float* residual = nullptr) {
+                 const float* residual = nullptr, int64_t row0 = 0) {
     const ModelConfig& c = config();
     const uint16_t* hb = nullptr;
     const BlockQ8_0* hq = nullptr;
@@ -396,19 +445,27 @@ class LlamaModel : public Model {
     } else {
       no_pre_norm(x, h, n, residual);
     }
-    if (n == 1 && L.w_gate_up && up == gate + L.ffn_width) {  // one row, gate and up side by side
+    if (n == 1 && L.w_gate_up && !lora_on_ && up == gate + L.ffn_width) {  // one row, gate and up side by side
       dispatch(MatMulArgs{h, n, L.w_gate_up, nullptr, gate, hq});
     } else {
       dispatch(MatMulArgs{h, n, L.w_gate, nullptr, gate, hq, hb});
+      lora(L, LoraTarget::Gate, row0, n, h, gate);
       progress();
       dispatch(MatMulArgs{h, n, L.w_up, nullptr, up, hq, hb});
+      lora(L, LoraTarget::Up, row0, n, h, up);
     }
     progress();
     uint16_t* gb = bf16_copy(n, {L.w_down});  // (h's copy above is read by then)
     if (c.gelu_ffn) dispatch(GeluMulArgs{gate, up, n, L.ffn_width, 0, 0, gate, gb});
     else dispatch(SiluMulArgs{gate, up, n, L.ffn_width, 0, 0, gate, gb});
     dispatch(MatMulArgs{gate, n, L.w_down, nullptr, h, nullptr, gb});
+    lora(L, LoraTarget::Down, row0, n, gate, h);
     progress();
+  }
+
+  // The step's LoRA updates of one projection's output rows (rows [row0, row0 + n) of the step).
+  void lora(const LlamaLayer& L, LoraTarget t, int64_t row0, int64_t n, const float* in, float* out) {
+    if (lora_on_) lora_.apply_rows(L.index, t, row0, n, in, out);
   }
 
   // Lets a started all-reduce advance between the ops of the other micro-batch.
@@ -485,7 +542,7 @@ class LlamaModel : public Model {
         for (MicroBatch& m : mb) {
           add_sum(m);  // the previous layer's FFN
           attention_inputs(L, row(x, m, c.dim), row(h, m, c.dim), m.rows, heads_, kv_heads_, m.staged.positions,
-                           row(q, m, q_dim), row(k, m, kv_dim), row(v, m, v_dim));
+                           row(q, m, q_dim), row(k, m, kv_dim), row(v, m, v_dim), nullptr, nullptr, m.row0);
           const bool in_window = pool.in_window_blocks(layer);  // window trimming
           if (every_head)
             cp_.every_head.write(tp_.get(), pool, layer, m.slots, m.rows, row(k, m, kv_dim), row(v, m, v_dim), kv_dim, v_dim);
@@ -497,11 +554,12 @@ class LlamaModel : public Model {
           dispatch(m.att);
           progress();
           dispatch(MatMulArgs{row(att_out, m, att_dim), m.rows, L.wo, nullptr, row(h, m, c.dim)});
+          lora(L, LoraTarget::O, m.row0, m.rows, row(att_out, m, att_dim), row(h, m, c.dim));
           start_sum(m, L.post_attn_norm);
         }
         for (MicroBatch& m : mb) {
           add_sum(m);  // the attention's
-          ffn_share(L, row(x, m, c.dim), row(h, m, c.dim), row(gate, m, ffn), row(up, m, ffn), m.rows);
+          ffn_share(L, row(x, m, c.dim), row(h, m, c.dim), row(gate, m, ffn), row(up, m, ffn), m.rows, nullptr, m.row0);
           start_sum(m, L.post_ffn_norm);
         }
       }
@@ -603,6 +661,7 @@ class LlamaModel : public Model {
     const int64_t align = std::lcm(column_alignment(*L.w_down), std::lcm(row_alignment(*L.w_gate), row_alignment(*L.w_up)));
     const Range f = split_range(c.hidden_dim, ranks, rank, align, "FFN width (hidden_dim)");
     L.ffn_width = f.len;
+    L.ffn_begin = f.begin;
     L.wq = keep(slice_rows(*L.wq, q));
     L.wk = keep(slice_rows(*L.wk, kv));
     L.wv = keep(slice_rows(*L.wv, kv));
@@ -715,6 +774,8 @@ class LlamaModel : public Model {
   StepGraphs graphs_{device(), file_->device_graphs};
   LogitRowGather logit_rows_{device()};  // the logit rows of x, normalised
   std::vector<BlockQ8_0> hq_;  // the normalised input quantized once for Q8_0/Q4_0 matmuls
+  LoraSet lora_;               // LoRA adapters (add_lora)
+  bool lora_on_ = false;       // some row of this step runs with an adapter
 };
 
 std::unique_ptr<Model> make_llama(std::shared_ptr<ModelFile> f, std::shared_ptr<Communicator> tp) {

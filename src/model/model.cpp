@@ -117,6 +117,7 @@ void ForwardBatch::add_sequence(const int32_t* toks, int64_t n, int64_t start, c
     positions.push_back(static_cast<int32_t>(start + i));
   }
   seq_indptr.push_back(static_cast<int32_t>(tokens.size()));
+  seq_lora.push_back(0);
   page_ids.insert(page_ids.end(), pages, pages + n_pages);
   page_indptr.push_back(static_cast<int32_t>(page_ids.size()));
   kv_len.push_back(static_cast<int32_t>(start + n));
@@ -138,6 +139,7 @@ void ForwardBatch::append_tokens(const ForwardBatch& from, int64_t t0, int64_t t
     const int32_t p0 = from.page_indptr[s], p1 = from.page_indptr[s + 1];
     add_sequence(from.tokens.data() + lo, hi - lo, from.positions[lo], from.page_ids.data() + p0, p1 - p0, false, false,
                  from.window_page_ids.empty() ? nullptr : from.window_page_ids.data() + p0);
+    if (static_cast<size_t>(s) < from.seq_lora.size()) seq_lora.back() = from.seq_lora[static_cast<size_t>(s)];
   }
 }
 
@@ -151,6 +153,7 @@ void ForwardBatch::clear() {
   window_page_ids.clear();
   kv_len.clear();
   logit_rows.clear();
+  seq_lora.clear();
 }
 
 namespace {
@@ -260,6 +263,16 @@ void Model::set_hidden_output(bool on) {
   output_head_->hidden_rows = on;
 }
 
+int32_t Model::add_lora(const LoraAdapterWeights&) {
+  fail(file_->path, ": ", config().arch,
+           " does not take LoRA adapters here (the dense Llama family does: llama, qwen2, qwen3, phi3, glm4, granite, gemma ...)");
+}
+
+void Model::set_single_lora(int32_t id) {
+  FP_CHECK(id >= 0 && id <= n_loras_, "LoRA adapter ", id, " is not loaded (", n_loras_, " are)");
+  single_lora_ = id;
+}
+
 bool Model::hidden_output() const { return output_head_ && output_head_->hidden_rows; }
 
 void Model::forward_one(const int32_t* tokens, const int32_t* pos, int64_t n, KvCache& cache, float* logits,
@@ -275,6 +288,7 @@ void Model::forward_one(const int32_t* tokens, const int32_t* pos, int64_t n, Kv
   b.add_sequence(tokens, n, 0, cache.pages.data(), static_cast<int64_t>(cache.pages.size()), !all_logits, all_logits);
   for (int64_t i = 0; i < n; ++i) b.positions[static_cast<size_t>(i)] = pos[i];  // callers may pass any positions
   b.kv_len[0] = static_cast<int32_t>(kv_len);
+  b.seq_lora[0] = single_lora_;
   if (sample) forward_sampled(b, *cache.pool, logits, {*sample}, id);
   else forward(b, *cache.pool, logits);
   cache.len = kv_len;

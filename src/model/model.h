@@ -42,6 +42,8 @@ struct ForwardBatch {
   std::vector<int32_t> window_page_ids;
   std::vector<int32_t> kv_len;
   std::vector<int32_t> logit_rows;
+  // Per sequence: the LoRA adapter its rows run with (Model::add_lora's id; 0: the base model alone).
+  std::vector<int32_t> seq_lora;
   int64_t n_tokens() const { return static_cast<int64_t>(tokens.size()); }
   int64_t n_seqs() const { return static_cast<int64_t>(kv_len.size()); }
   // Appends a sequence: its new tokens at positions start.., its block table, and whether the
@@ -72,6 +74,8 @@ struct KvCache {
   std::unique_ptr<KvPool> pool;
   std::vector<int32_t> pages;
 };
+
+struct LoraAdapterWeights;
 
 class Model {
  public:
@@ -149,6 +153,14 @@ class Model {
   void set_hidden_output(bool on);
   bool hidden_output() const;
 
+  // LoRA adapters (model/lora.h): adds one, cut to this rank's share, and returns its id for
+  // ForwardBatch::seq_lora (1, 2, ...). The architectures that take adapters override it; the
+  // others refuse by name.
+  virtual int32_t add_lora(const LoraAdapterWeights& adapter);
+  int32_t n_loras() const { return n_loras_; }
+  // The adapter the one-sequence forward runs with (generate, logits --lora; 0: none).
+  void set_single_lora(int32_t id);
+
  protected:
   VocabParallelOutput* output_head_ = nullptr;  // the architecture's output projection (set_hidden_output)
   explicit Model(std::shared_ptr<ModelFile> file) : file_(std::move(file)) {}
@@ -174,6 +186,7 @@ class Model {
   void keep_final_hidden(const float* x, int64_t n, const float* norm);
   bool mtp_ = false;
   std::vector<float> final_hidden_;
+  int32_t n_loras_ = 0;  // adapters added (add_lora)
 
  private:
   void forward_one(const int32_t* tokens, const int32_t* pos, int64_t n, KvCache& cache, float* logits, bool all_logits,
@@ -198,6 +211,7 @@ class Model {
   std::vector<int32_t> last_ids_;      // on the CPU: that step's ids
   std::vector<float> launch_logits_;   // on the CPU: the logits a launched step samples from
   ForwardBatch fed_;                   // on the CPU: the batch with its fed tokens filled in
+  int32_t single_lora_ = 0;            // set_single_lora
 };
 
 // Attention arguments with the batch's index view (tokens, sequences, block tables, lengths)

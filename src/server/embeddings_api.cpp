@@ -8,7 +8,7 @@ namespace fp {
 namespace {
 using nlohmann::json;
 
-ApiError bad(const std::string& message, const std::string& param) { return ApiError{400, message, "invalid_request_error", param}; }
+ApiError embedding_error(const std::string& message, const std::string& param) { return ApiError{400, message, "invalid_request_error", param}; }
 }  // namespace
 
 std::string base64_encode(const void* data, size_t bytes) {
@@ -29,17 +29,17 @@ std::string base64_encode(const void* data, size_t bytes) {
 
 std::optional<ApiError> parse_embedding_request(const json& body, const Tokenizer& tok, int64_t vocab, int64_t max_len, int64_t dim,
                                                 size_t max_inputs, EmbeddingRequest& out) {
-  if (!body.is_object()) return bad("the body must be a JSON object", "");
+  if (!body.is_object()) return embedding_error("the body must be a JSON object", "");
   if (auto m = body.find("model"); m != body.end() && !m->is_null()) {
-    if (!m->is_string()) return bad("'model' must be a string", "model");
+    if (!m->is_string()) return embedding_error("'model' must be a string", "model");
     out.model = m->get<std::string>();
   }
   auto in = body.find("input");
-  if (in == body.end() || in->is_null()) return bad("'input' is required: a string, a list of strings, or token ids", "input");
+  if (in == body.end() || in->is_null()) return embedding_error("'input' is required: a string, a list of strings, or token ids", "input");
   auto ids_of = [&](const json& a, std::vector<int32_t>& ids) -> std::optional<ApiError> {
     for (const json& v : a) {
       if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= vocab)
-        return bad("'input' holds " + v.dump() + ", not a token id in [0, " + std::to_string(vocab) + ")", "input");
+        return embedding_error("'input' holds " + v.dump() + ", not a token id in [0, " + std::to_string(vocab) + ")", "input");
       ids.push_back(v.get<int32_t>());
     }
     return std::nullopt;
@@ -57,30 +57,30 @@ std::optional<ApiError> parse_embedding_request(const json& body, const Tokenize
         out.inputs.emplace_back();
         if (auto e = ids_of(item, out.inputs.back())) return e;
       } else {
-        return bad("'input' items must be strings or lists of token ids, found " + item.dump(), "input");
+        return embedding_error("'input' items must be strings or lists of token ids, found " + item.dump(), "input");
       }
     }
   } else {
-    return bad("'input' must be a string, a list of strings, or token ids, found " + in->dump(), "input");
+    return embedding_error("'input' must be a string, a list of strings, or token ids, found " + in->dump(), "input");
   }
-  if (out.inputs.empty()) return bad("'input' is an empty list", "input");
+  if (out.inputs.empty()) return embedding_error("'input' is an empty list", "input");
   if (out.inputs.size() > max_inputs)
-    return bad("'input' has " + std::to_string(out.inputs.size()) + " items, more than " + std::to_string(max_inputs), "input");
+    return embedding_error("'input' has " + std::to_string(out.inputs.size()) + " items, more than " + std::to_string(max_inputs), "input");
   for (size_t i = 0; i < out.inputs.size(); ++i) {
     const auto n = static_cast<int64_t>(out.inputs[i].size());
-    if (n == 0) return bad("input " + std::to_string(i) + " has no tokens", "input");
+    if (n == 0) return embedding_error("input " + std::to_string(i) + " has no tokens", "input");
     if (n > max_len)
-      return bad("input " + std::to_string(i) + " has " + std::to_string(n) + " tokens, more than the maximum of " +
+      return embedding_error("input " + std::to_string(i) + " has " + std::to_string(n) + " tokens, more than the maximum of " +
                      std::to_string(max_len),
                  "input");
   }
   if (auto f = body.find("encoding_format"); f != body.end() && !f->is_null()) {
-    if (*f != "float" && *f != "base64") return bad("'encoding_format' must be \"float\" or \"base64\", found " + f->dump(), "encoding_format");
+    if (*f != "float" && *f != "base64") return embedding_error("'encoding_format' must be \"float\" or \"base64\", found " + f->dump(), "encoding_format");
     out.base64 = *f == "base64";
   }
   if (auto d = body.find("dimensions"); d != body.end() && !d->is_null()) {
     if (!d->is_number_integer() || d->get<int64_t>() < 1 || d->get<int64_t>() > dim)
-      return bad("'dimensions' must be an integer in [1, " + std::to_string(dim) + "], found " + d->dump(), "dimensions");
+      return embedding_error("'dimensions' must be an integer in [1, " + std::to_string(dim) + "], found " + d->dump(), "dimensions");
     out.dimensions = d->get<int64_t>();
   }
   return std::nullopt;

@@ -140,6 +140,7 @@ double batched_decode_tps(Model& model, const KvLayout& kv, int batch, int gen, 
     for (auto& t : seqs.tables) {
       int32_t id = tok(rng);
       fb.add_sequence(&id, 1, pos, t.data(), static_cast<int64_t>(t.size()), true);
+      fb.seq_lora.back() = model.n_loras() > 0 ? 1 : 0;  // --lora: every sequence runs with it
     }
     model.forward_sampled(fb, pool, logits.data(), greedy, ids.data());
   };
@@ -166,6 +167,7 @@ double overlapped_decode_tps(Model& model, const KvLayout& kv, int batch, int ge
     for (auto& t : seqs.tables) {
       int32_t id = pos == 0 ? tok(rng) : 0;
       fb.add_sequence(&id, 1, pos, t.data(), static_cast<int64_t>(t.size()), true);
+      fb.seq_lora.back() = model.n_loras() > 0 ? 1 : 0;  // --lora: every sequence runs with it
     }
     if (pos > 0) {  // each sequence's token: the id its row of the step before samples
       fb.feed_rows.resize(static_cast<size_t>(batch));
@@ -221,6 +223,7 @@ ServingResult serving_run(Model& model, const EngineConfig& ecfg, int requests, 
   std::vector<int64_t> ids;
   auto submit = [&] {
     Request r;
+    r.lora = model.n_loras() > 0 ? 1 : 0;  // --lora: every request runs with it
     r.prompt = prompts[static_cast<size_t>(submitted++)];
     r.max_new_tokens = output_len;
     r.stop_at_eog = false;
@@ -331,6 +334,7 @@ void add_bench(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("bench", "measure prefill and decode tokens/s against this machine's ceiling");
   add_common(cmd, o->common, false);
+  add_lora_option(cmd, o->common, false);
   cmd->add_option("-p,--n-prompt", o->prompt, "prompt tokens for the prefill test (0 skips it)")->check(CLI::Range(0, 1 << 20));
   cmd->add_option("-n,--n-gen", o->gen, "tokens for the decode test (0 skips it)")->check(CLI::Range(0, 1 << 20));
   cmd->add_option("-b,--batch", o->batch, "decode batch sizes besides 1 (sequences decoding together, e.g. -b 4,16)")

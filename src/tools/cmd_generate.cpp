@@ -123,6 +123,7 @@ void run_batch_file(Model& model, const Opts& o) {
   for (size_t i = 0; i < lines.size(); ++i) {
     const nlohmann::json& j = lines[i];
     Request r;
+    r.lora = model.n_loras() > 0 ? 1 : 0;  // --lora: every request runs with it
     r.prompt = tok.encode(j["prompt"].get<std::string>(), true, true);
     if (r.prompt.empty()) {
       FP_CHECK(tok.bos_id() >= 0, o.batch_file, ":", j["_line"].get<int64_t>(), ": empty prompt and no BOS token");
@@ -187,6 +188,7 @@ void add_generate(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("generate", "generate a continuation of a prompt (only the generated text goes to stdout)");
   add_common(cmd, o->common, false);
+  add_lora_option(cmd, o->common, false);
   cmd->add_option("-p,--prompt", o->prompt, "prompt text (default: start from BOS)");
   cmd->add_option("-n,--n-predict", o->n, "tokens to generate")->check(CLI::Range(0, 1 << 24));
   cmd->add_option("--temp", o->temp, "temperature; 0 is greedy");

@@ -19,6 +19,7 @@ void add_logits(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("logits", "write the logits of every position of a token sequence");
   add_common(cmd, o->common, true);
+  add_lora_option(cmd, o->common, false);
   cmd->add_option("--tokens", o->tokens, "token ids, space-separated")->required();
   cmd->add_option("--out", o->out, "output file: n_tokens x n_vocab float32")->required();
   cmd->add_flag("--incremental", o->incremental, "feed one token per forward pass (decode path) instead of one batch");

@@ -21,6 +21,7 @@ void add_serve(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("serve", "serve the model over an OpenAI-compatible HTTP API");
   add_common(cmd, o->common, false);
+  add_lora_option(cmd, o->common, true);
   add_engine_options(cmd, o->engine);
   cmd->add_option("--host", o->server.host, "address to listen on");
   cmd->add_option("--port", o->server.port, "port to listen on (0: any free port)")->check(CLI::Range(0, 65535));

@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/paths.h"
+#include "model/lora.h"
 #include "model/synth.h"
 #include "tools/common.h"
 
@@ -13,7 +14,7 @@ namespace fp::tools {
 
 void add_synth(CLI::App& app) {
   struct Opts {
-    std::string arch = "llama", config = "{}", out, type = "f32", tokenizer;
+    std::string arch = "llama", config = "{}", out, type = "f32", tokenizer, lora_out, lora_config = "{}";
     uint64_t seed = 1;
     bool split_kv_b = false, stream = false, fast_fill = false;
   };
@@ -28,6 +29,10 @@ void add_synth(CLI::App& app) {
   cmd->add_option("--seed", o->seed, "random seed");
   cmd->add_flag("--fast-fill", o->fast_fill, "draw the random values in parallel (counter-based; other values than the default stream) for large benchmark models");
   cmd->add_option("--tokenizer", o->tokenizer, "tokenizer.json to copy into a safetensors directory");
+  cmd->add_option("--lora-out", o->lora_out, "also write a PEFT LoRA adapter with random matrices for the model to this directory");
+  cmd->add_option("--lora-config", o->lora_config,
+                  "the adapter's adapter_config.json keys as inline JSON (r, lora_alpha, target_modules, use_rslora, "
+                  "rank_pattern, alpha_pattern)");
   cmd->callback([o] {
     SynthOptions so;
     so.arch = o->arch;
@@ -48,6 +53,11 @@ void add_synth(CLI::App& app) {
     so.config = nlohmann::json::parse(text, nullptr, false);
     FP_CHECK(!so.config.is_discarded() && so.config.is_object(), "--config: not a JSON object: ", o->config);
     log_info(synth_model(so));
+    if (!o->lora_out.empty()) {
+      const nlohmann::json lc = nlohmann::json::parse(o->lora_config, nullptr, false);
+      FP_CHECK(!lc.is_discarded() && lc.is_object(), "--lora-config: not a JSON object: ", o->lora_config);
+      log_info(synth_lora(o->out, lc, o->seed, o->lora_out));
+    }
   });
 }
 

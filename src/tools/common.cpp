@@ -15,11 +15,39 @@
 #include "core/thread_pool.h"
 #include "kernels/ledger.h"
 #include "kernels/registry.h"
+#include "model/lora.h"
 #include "model/plan_model.h"
 #include "parallel/communicator.h"
 #include "parallel/layout_choice.h"
 
 namespace fp::tools {
+
+LoraSpec parse_lora_spec(const std::string& text) {
+  const size_t eq = text.find('=');
+  LoraSpec spec;
+  if (eq != std::string::npos && eq > 0 && text.substr(0, eq).find('/') == std::string::npos) {
+    spec.name = text.substr(0, eq);
+    spec.path = text.substr(eq + 1);
+  } else {
+    spec.path = text;
+    std::string p = text;
+    while (p.size() > 1 && p.back() == '/') p.pop_back();
+    const size_t slash = p.rfind('/');
+    spec.name = slash == std::string::npos ? p : p.substr(slash + 1);
+  }
+  FP_CHECK(!spec.name.empty() && !spec.path.empty(), "--lora '", text, "': expected NAME=PATH or PATH");
+  return spec;
+}
+
+void add_lora_option(CLI::App* app, CommonOptions& o, bool per_request) {
+  o.lora_per_request = per_request;
+  auto* opt = app->add_option("--lora,--lora-modules", o.lora,
+                              per_request ? "a PEFT LoRA adapter as NAME=PATH (repeatable): requests whose \"model\" is NAME run "
+                                            "with it, the others with the base model"
+                                          : "a PEFT LoRA adapter directory (adapter_config.json + adapter_model.safetensors) "
+                                            "to run with");
+  if (!per_request) opt->expected(1);
+}
 
 void add_common(CLI::App* app, CommonOptions& o, bool model_required) {
   auto* m = app->add_option("-m,--model", o.model, "model: a .gguf file, a llama2.c .bin, or a Hugging Face directory");
@@ -190,6 +218,15 @@ std::unique_ptr<Model> load_with(const CommonOptions& options, int64_t max_model
   std::shared_ptr<Communicator> comm = world;
   if (world->size() > 1 && lo.device != Device::CPU) comm = open_device_communicator(device_name(lo.device), world);
   auto model = load_model(path, lo, world->size() > 1 ? comm : nullptr);
+  std::vector<std::string> names;
+  for (const std::string& text : o.lora) {
+    const LoraSpec spec = parse_lora_spec(text);
+    FP_CHECK(std::find(names.begin(), names.end(), spec.name) == names.end(), "--lora: two adapters are named '", spec.name, "'");
+    names.push_back(spec.name);
+    const int32_t id = model->add_lora(read_lora_adapter(spec.path, spec.name, model->file()));
+    log_info("LoRA adapter '", spec.name, "' (", spec.path, "): id ", id);
+  }
+  if (!o.lora_per_request && model->n_loras() == 1) model->set_single_lora(1);
   if (world->size() > 1)
     log_info("parallel: rank ", world->rank(), " of ", world->size(), " (", comm->backend(), "), tensor parallel ",
              model->parallel().tp, ", expert parallel ", model->parallel().ep, ", prefill context parallel ",

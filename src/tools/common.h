@@ -35,7 +35,15 @@ struct CommonOptions {
   std::string parallel_plan;       // hardware/*.json: the planner picks the parallel sizes (parallel/layout_choice.h)
   int plan_concurrency = 16;       // the decode concurrency it plans for
   bool mtp = false;                // load the multi-token-prediction layer (set from --speculative-method mtp)
+  std::vector<std::string> lora;   // --lora [NAME=]PATH: PEFT LoRA adapters, ids 1, 2, ... in this order
+  bool lora_per_request = false;   // serve: requests pick an adapter by name; else the one given runs everything
 };
+
+// One --lora value: NAME=PATH, or PATH (named after its last path component).
+struct LoraSpec {
+  std::string name, path;
+};
+LoraSpec parse_lora_spec(const std::string& text);
 
 // A JSON file, parsed; errors name the file.
 nlohmann::json read_json_file(const std::string& path);
@@ -43,10 +51,14 @@ nlohmann::json read_json_file(const std::string& path);
 // Adds -m, --tokenizer, -t, --kernel, --profile, -q, --mmap, --no-mmap, --no-repack, --tensor-parallel-size,
 // --expert-parallel-size, --prefill-context-parallel-size, --device to a subcommand.
 void add_common(CLI::App* app, CommonOptions& o, bool model_required);
+// Adds --lora: one adapter that every sequence runs with, or (per_request: serve) several that
+// requests choose by name.
+void add_lora_option(CLI::App* app, CommonOptions& o, bool per_request);
 // Opens the ranks (the larger of --tensor-parallel-size and --expert-parallel-size; MPI when more than one), applies threads / kernel
 // overrides / log level, then loads this rank's part of the model (default model when -m is empty).
 // max_model_len: the engine's --max-model-len (0: the model's context), for what depends on it at
-// load (LongRoPE's factor set).
+// load (LongRoPE's factor set). Adds the --lora adapters (every rank); with one and not per
+// request, the one-sequence forwards run with it (Model::set_single_lora).
 std::unique_ptr<Model> load_with(const CommonOptions& o, int64_t max_model_len = 0);
 void apply_runtime(const CommonOptions& o);
 // Rank 0 of a parallel run, or the only process: the one that writes files and output.

@@ -1,0 +1,100 @@
+// model/lora.h — LoRA adapters: PEFT's adapter directories (adapter_config.json +
+// adapter_model.safetensors) read into the base model's layout, and their application beside
+// the base projections. For the rows of the sequences that use adapter a, a target projection
+// computes y = W x + (alpha / r) B_a (A_a x). Several adapters serve one batch, each over its own
+// sequences' rows (as S-LoRA / punica do): the base matmul runs once over every row, then each
+// adapter's two thin matmuls over its rows.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "core/tensor.h"
+
+namespace fp {
+
+struct ForwardBatch;
+struct ModelConfig;
+struct ModelFile;
+
+// The projections an adapter may update (PEFT's module names q_proj ... down_proj; Phi-3's and
+// GLM-4's fused qkv_proj / gate_up_proj are split into their parts).
+enum class LoraTarget : int { Q, K, V, O, Gate, Up, Down };
+constexpr int kLoraTargets = 7;
+const char* lora_target_name(LoraTarget t);
+
+// One projection's low-rank update as read: a [rank, in] and b [out, rank] with the scale
+// (alpha / rank, or alpha / sqrt(rank) with rsLoRA) folded into b, both F32.
+struct LoraMatrices {
+  int64_t layer = 0;
+  LoraTarget target = LoraTarget::Q;
+  int64_t rank = 0, in = 0, out = 0;
+  std::vector<float> a, b;
+};
+
+// An adapter as read from disk, in the base model's layout: b's q/k rows permuted where the
+// base is a GGUF whose converter permuted them (llama.cpp's Llama family), fused parts split.
+struct LoraAdapterWeights {
+  std::string name, path;
+  std::vector<LoraMatrices> matrices;
+  int64_t max_rank = 0;
+};
+
+// Reads the PEFT LoRA adapter at `path` (its directory, or its adapter_config.json) for the base
+// model `base`. Errors name the file, the field or tensor, and the value: another PEFT type, DoRA,
+// modules_to_save, trained biases, embedding or lm_head adapters, unknown modules, shapes that do
+// not match the base, a pickle-only adapter.
+LoraAdapterWeights read_lora_adapter(const std::string& path, const std::string& name, const ModelFile& base);
+
+// The input and output widths of a PEFT module ("model.layers.0.self_attn.q_proj") in a model of
+// config `c` (fused modules: their parts' outputs together); false for a module not adapted here.
+bool lora_module_shape(const ModelConfig& c, const std::string& module, int64_t* in, int64_t* out);
+// PEFT's rank_pattern / alpha_pattern lookup: the value of the longest key that names `module`
+// (the whole name, or its end after a dot, or as a regular expression); null when none does.
+const nlohmann::json* lora_pattern_value(const nlohmann::json& patterns, const std::string& module);
+
+// Writes a PEFT adapter with random matrices for the model at `base` (synth's --lora-out):
+// `config` holds adapter_config.json keys (r, lora_alpha, target_modules: module names such as
+// q_proj; use_rslora, rank_pattern, alpha_pattern), written beside PEFT's defaults. A and B are
+// uniform in +-1/sqrt(in) and +-1/sqrt(rank) from `seed`. Returns a one-line summary.
+std::string synth_lora(const std::string& base, const nlohmann::json& config, uint64_t seed, const std::string& out);
+
+// Rows [begin, begin + len) of a [rows, cols] F32 matrix, or columns of one: what an
+// architecture keeps of an adapter on one tensor-parallel rank.
+std::vector<float> lora_rows(const std::vector<float>& m, int64_t cols, int64_t begin, int64_t len);
+std::vector<float> lora_columns(const std::vector<float>& m, int64_t cols, int64_t begin, int64_t len);
+
+// A model's loaded adapters (ids 1, 2, ...; 0 is the base model alone) and their application in
+// a step, on the CPU. The architectures that take adapters own one.
+class LoraSet {
+ public:
+  LoraSet();
+  ~LoraSet();
+  // Adds an adapter whose matrices the architecture already cut to its rank's share; returns its id.
+  int32_t add(const std::string& name, std::vector<LoraMatrices> matrices, int64_t n_layers);
+  int32_t size() const { return static_cast<int32_t>(adapters_.size()); }
+  // Groups the step's rows by adapter (ForwardBatch::seq_lora; ids checked); false when no row
+  // uses one, and apply() then does nothing.
+  bool begin(const ForwardBatch& b);
+  // out[r] += B (A in[r]) for each row r of this step whose adapter updates `t` in `layer`: in
+  // [rows, in] and out [rows, out] contiguous, the widths of that target's matrices.
+  void apply(int64_t layer, LoraTarget t, const float* in, float* out) { apply_rows(layer, t, 0, -1, in, out); }
+  // The same for the step's rows [row0, row0 + n) only, where `in` and `out` start (a micro-batch;
+  // n < 0: to the end).
+  void apply_rows(int64_t layer, LoraTarget t, int64_t row0, int64_t n, const float* in, float* out);
+
+ private:
+  struct Adapter;
+  struct Run {  // consecutive rows of one adapter
+    int32_t adapter;
+    int64_t row0, rows;
+  };
+  std::vector<std::unique_ptr<Adapter>> adapters_;
+  std::vector<Run> runs_;
+  std::vector<float> low_, delta_;  // A x [rows, rank], B (A x) [rows, out]
+};
+
+}  // namespace fp

@@ -1,0 +1,83 @@
+// model/synth_lora.cpp — `synth --lora-out`: a PEFT LoRA adapter with random matrices for a
+// model synth wrote, in PEFT's own layout, so that tests compare the engine with PEFT on it.
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "formats/safetensors.h"
+#include "model/lora.h"
+#include "model/model_file.h"
+
+namespace fp {
+namespace {
+
+// splitmix64: the same values on every platform.
+struct Uniform {
+  uint64_t state;
+  float operator()(float bound) {
+    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return static_cast<float>((static_cast<double>(z >> 11) / 9007199254740992.0) * 2.0 - 1.0) * bound;
+  }
+};
+
+std::vector<uint8_t> bytes_of(const std::vector<float>& v) {
+  std::vector<uint8_t> out(v.size() * sizeof(float));
+  std::memcpy(out.data(), v.data(), out.size());
+  return out;
+}
+
+}  // namespace
+
+std::string synth_lora(const std::string& base, const nlohmann::json& config, uint64_t seed, const std::string& out) {
+  LoadOptions lo;
+  lo.prefault = false;
+  const auto model = load_model_file(base, lo);
+  const ModelConfig& c = model->config;
+  nlohmann::json cfg = {{"peft_type", "LORA"},      {"r", 8},           {"lora_alpha", 16},  {"lora_dropout", 0.0},
+                        {"bias", "none"},           {"use_rslora", false}, {"use_dora", false}, {"fan_in_fan_out", false},
+                        {"modules_to_save", nullptr}, {"task_type", "CAUSAL_LM"}, {"base_model_name_or_path", base},
+                        {"target_modules", {"q_proj", "v_proj"}}, {"rank_pattern", nlohmann::json::object()},
+                        {"alpha_pattern", nlohmann::json::object()}, {"inference_mode", true}};
+  FP_CHECK(config.is_object(), "synth --lora-config: not a JSON object");
+  for (auto it = config.begin(); it != config.end(); ++it) cfg[it.key()] = it.value();
+  FP_CHECK(cfg["r"].is_number_integer() && cfg["r"].get<int64_t>() > 0, "synth --lora-config: 'r' must be a positive integer");
+  FP_CHECK(cfg["target_modules"].is_array() && !cfg["target_modules"].empty(),
+           "synth --lora-config: 'target_modules' must be a list of module names");
+  const int64_t r = cfg["r"].get<int64_t>();
+  Uniform rng{seed * 0x2545F4914F6CDD1Dull + 1};
+  SafetensorsWriter w;
+  int64_t modules = 0, params = 0;
+  for (int64_t l = 0; l < c.n_layers; ++l)
+    for (const auto& t : cfg["target_modules"]) {
+      FP_CHECK(t.is_string(), "synth --lora-config: target_modules holds ", t.dump());
+      const std::string name = t.get<std::string>();
+      const bool attn = name == "q_proj" || name == "k_proj" || name == "v_proj" || name == "o_proj" || name == "qkv_proj";
+      const std::string module = "model.layers." + std::to_string(l) + (attn ? ".self_attn." : ".mlp.") + name;
+      int64_t in = 0, width = 0;
+      FP_CHECK(lora_module_shape(c, module, &in, &width), "synth --lora-config: no module '", name, "' to adapt");
+      int64_t rank = r;
+      if (const nlohmann::json* p = lora_pattern_value(cfg["rank_pattern"], module)) rank = p->get<int64_t>();
+      std::vector<float> a(static_cast<size_t>(rank * in)), b(static_cast<size_t>(width * rank));
+      for (float& v : a) v = rng(1.0f / std::sqrt(static_cast<float>(in)));
+      for (float& v : b) v = rng(1.0f / std::sqrt(static_cast<float>(rank)));
+      const std::string prefix = "base_model.model." + module;
+      w.add(prefix + ".lora_A.weight", DType::F32, {rank, in}, bytes_of(a));
+      w.add(prefix + ".lora_B.weight", DType::F32, {width, rank}, bytes_of(b));
+      ++modules;
+      params += rank * (in + width);
+    }
+  std::filesystem::create_directories(out);
+  w.write(out + "/adapter_model.safetensors");
+  std::ofstream(out + "/adapter_config.json") << cfg.dump(2) << "\n";
+  return "synth: wrote LoRA adapter " + out + " (" + std::to_string(modules) + " modules, " + std::to_string(params) +
+         " parameters, rank " + std::to_string(r) + ")";
+}
+
+}  // namespace fp
