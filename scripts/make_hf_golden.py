@@ -10,6 +10,9 @@ Cases cover Llama/Qwen2/Qwen3, Gemma 3 (sandwich norms, GeGLU, sliding windows w
 with sliding windows, sinks and MXFP4 experts, which transformers dequantizes on a CPU);
 naming cases regenerates only those.
 
+Cases with "lora" (adapter_config.json keys) also get the logits of the model with a random LoRA
+adapter that synth writes beside it (--lora-out), as PEFT's PeftModel applies it (pip install peft).
+
 Cases with "hidden": true also get the final hidden states (transformers' last_hidden_state, after
 the model's norm), which `fastpath embed` pools. Cases with "mtp": true also get the logits of the model's multi-token-prediction layer (DeepSeek-V3 /
 GLM-4.5, the layer after num_hidden_layers), which transformers loads but never runs. The reference
@@ -37,8 +40,10 @@ def main():
             continue
         with tempfile.TemporaryDirectory() as tmp:
             d = os.path.join(tmp, case["name"])
+            lora = os.path.join(tmp, case["name"] + "_lora")
             subprocess.run([fastpath, "synth", "--arch", case["arch"], "--config", json.dumps(case["config"]),
-                            "--seed", str(case["seed"]), "--out", d] + (["--type", case["type"]] if "type" in case else []),
+                            "--seed", str(case["seed"]), "--out", d] + (["--type", case["type"]] if "type" in case else []) +
+                           (["--lora-out", lora, "--lora-config", json.dumps(case["lora"])] if "lora" in case else []),
                            check=True)
             model, info = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32, attn_implementation="eager",
                                                                output_loading_info=True)
@@ -59,6 +64,15 @@ def main():
                 path = os.path.join(out_dir, case["name"] + ".hidden.f32")
                 hidden.numpy().astype("<f4").tofile(path)
                 print(f"{case['name']}: hidden {tuple(hidden.shape)} -> {path}")
+            if "lora" in case:  # the same model with the LoRA adapter synth wrote, as PEFT applies it
+                from peft import PeftModel
+                with torch.no_grad():
+                    adapted = PeftModel.from_pretrained(model, lora)
+                    adapted.eval()
+                    lora_logits = adapted(ids).logits[0].to(torch.float32).contiguous()
+                path = os.path.join(out_dir, case["name"] + ".lora_logits.f32")
+                lora_logits.numpy().astype("<f4").tofile(path)
+                print(f"{case['name']}: LoRA {tuple(lora_logits.shape)} -> {path}")
             if case.get("mtp"):
                 with torch.no_grad():
                     mtp = mtp_logits(model, load_file(os.path.join(d, "model.safetensors")), ids[0])

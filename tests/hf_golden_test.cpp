@@ -26,19 +26,7 @@ namespace {
 
 const std::string kGolden = std::string(FASTPATH_SOURCE_DIR_FOR_TESTS) + "/tests/golden/";
 
-// A case's model (hf_cases.json), written to `out`: a safetensors directory, or GGUF for *.gguf.
-std::string write_case(const nlohmann::json& c, const std::string& out) {
-  SynthOptions o;
-  o.arch = c["arch"];
-  o.config = c["config"];
-  o.seed = c["seed"].get<uint64_t>();
-  if (c.contains("type")) {
-    EXPECT_TRUE(dtype_from_name(c["type"].get<std::string>(), &o.type)) << c["type"];
-  }
-  o.out = out;
-  synth_model(o);
-  return out;
-}
+using test::write_synth_case;
 
 double max_abs(const std::vector<float>& v) {
   double mx = 0;
@@ -68,7 +56,7 @@ TEST(HfGolden, LlamaQwen2Qwen3MatchTransformers) {
     const double tol = c.value("tol", 1e-4);
     const auto formats = c.value("formats", std::vector<std::string>{"_hf", ".gguf"});
     for (const std::string& ext : formats) {
-      auto got = test::all_position_logits(write_case(c, dir + "/" + name + ext), ids);
+      auto got = test::all_position_logits(write_synth_case(c, dir + "/" + name + ext), ids);
       ASSERT_EQ(got.size(), ref.size());
       const double err = max_abs_diff(got, ref);
       EXPECT_LT(err / mx, tol) << name << ext << ": max |ours - transformers| = " << err << " (max |logit| " << mx << ")";
@@ -97,7 +85,7 @@ TEST(HfGolden, MultiTokenPredictionLayerMatchesReference) {
       LoadOptions lo;
       lo.prefault = false;
       lo.mtp = true;
-      auto m = load_model(write_case(c, dir + "/" + name + ext), lo);
+      auto m = load_model(write_synth_case(c, dir + "/" + name + ext), lo);
       ASSERT_TRUE(m->has_mtp());
       const int64_t V = m->config().n_vocab, d = m->config().dim;
       auto cache = m->new_cache(T);
@@ -164,7 +152,7 @@ TEST(HfGolden, Gemma3MultimodalCheckpointLoadsItsTextModel) {
   const auto ref = test::read_f32_file(kGolden + "hf_gemma3.logits.f32");
   const double mx = max_abs(ref);
   const std::string dir = test::temp_dir("hf_golden_gemma3_mm");
-  const std::string plain = write_case(gemma, dir + "/plain");
+  const std::string plain = write_synth_case(gemma, dir + "/plain");
   for (const std::string prefix : {"language_model.model.", "model.language_model."}) {
     const std::string out = dir + "/" + prefix.substr(0, prefix.size() - 1);
     // What differs from Gemma3TextConfig's defaults, as the Hub's configs write it (rms_norm_eps,
@@ -192,7 +180,7 @@ TEST(HfGolden, Mistral3MultimodalCheckpointLoadsItsTextModel) {
   ASSERT_FALSE(mistral.is_null());
   const auto ref = test::read_f32_file(kGolden + "hf_mistral_window.logits.f32");
   const std::string dir = test::temp_dir("hf_golden_mistral3_mm");
-  const std::string plain = write_case(mistral, dir + "/plain");
+  const std::string plain = write_synth_case(mistral, dir + "/plain");
   nlohmann::json text = nlohmann::json::parse(std::ifstream(plain + "/config.json"));
   text.erase("architectures");
   for (const std::string prefix : {"language_model.model.", "model.language_model."}) {
@@ -219,8 +207,8 @@ TEST(HfGolden, Gemma2ConfigDefaultsAndCaps) {
     if (c["name"] == "hf_gemma2") gemma = c;
   ASSERT_FALSE(gemma.is_null());
   const std::string dir = test::temp_dir("hf_golden_gemma2_defaults");
-  const ModelConfig from_gguf = load_model_file(write_case(gemma, dir + "/m.gguf"))->config;
-  const ModelConfig from_hf = load_model_file(write_case(gemma, dir + "/hf"))->config;
+  const ModelConfig from_gguf = load_model_file(write_synth_case(gemma, dir + "/m.gguf"))->config;
+  const ModelConfig from_hf = load_model_file(write_synth_case(gemma, dir + "/hf"))->config;
   for (const ModelConfig* c : {&from_gguf, &from_hf}) {
     EXPECT_EQ(c->attn_softcap, 2.0f) << c->source;
     EXPECT_EQ(c->final_softcap, 20.0f) << c->source;
@@ -283,7 +271,7 @@ TEST(HfGolden, LongRopeFactorsFollowTheLongestSequence) {
     if (c["name"] == "hf_phi35_longrope_long") phi = c;
   ASSERT_FALSE(phi.is_null());
   const std::string dir = test::temp_dir("hf_golden_longrope");
-  const std::string gguf = write_case(phi, dir + "/m.gguf"), hf = write_case(phi, dir + "/hf");
+  const std::string gguf = write_synth_case(phi, dir + "/m.gguf"), hf = write_synth_case(phi, dir + "/hf");
   const std::vector<float> s = phi["config"]["rope_scaling"]["short_factor"], l = phi["config"]["rope_scaling"]["long_factor"];
   for (const std::string& path : {gguf, hf}) {
     for (int64_t longest : {0, 8, 9, 100}) {
@@ -372,7 +360,7 @@ TEST(HfGolden, MultiTokenPredictionNeedsTheLayer) {
 TEST(HfGolden, MixtralPerExpertGgufGivesTheStackedLogits) {
   const nlohmann::json c = golden_case("hf_mixtral");
   const std::string dir = test::temp_dir("hf_golden_mixtral_legacy");
-  const std::string stacked = write_case(c, dir + "/stacked.gguf");
+  const std::string stacked = write_synth_case(c, dir + "/stacked.gguf");
   auto g = GgufFile::open(stacked);
   ASSERT_EQ(g->get_string("general.architecture"), "llama") << "llama.cpp writes Mixtral as a llama with experts";
   GgufWriter w;
@@ -417,7 +405,7 @@ TEST(HfGolden, MixtralPerExpertGgufGivesTheStackedLogits) {
 // Granite's multipliers divide and fold (config.h): one that is not positive is refused by name,
 // as are biases the Llama class does not read.
 TEST(HfGolden, GraniteRefusesMultipliersItCannotFold) {
-  const std::string dir = write_case(golden_case("hf_granite_untied"), test::temp_dir("hf_golden_granite_bad") + "/m");
+  const std::string dir = write_synth_case(golden_case("hf_granite_untied"), test::temp_dir("hf_golden_granite_bad") + "/m");
   nlohmann::json good;
   std::ifstream(dir + "/config.json") >> good;
   for (auto [key, value, expect] :
@@ -462,7 +450,7 @@ TEST(HfGolden, EmbeddingsPoolTransformersHiddenStates) {
     for (const std::string& ext : {std::string("_hf"), std::string(".gguf")}) {
       LoadOptions lo;
       lo.prefault = false;
-      auto m = load_model(write_case(c, dir + "/" + name + ext), lo);
+      auto m = load_model(write_synth_case(c, dir + "/" + name + ext), lo);
       ASSERT_EQ(m->config().dim, d) << name;
       {
         Embedder e(*m);
@@ -495,7 +483,7 @@ TEST(HfGolden, EmbeddingBatchesGiveEachTextItsOwn) {
   for (const char* name : {"hf_qwen3", "hf_deepseek_v2"}) {
     nlohmann::json c = golden_case(name);
     c["config"]["max_position_embeddings"] = 128;
-    auto m = load_model(write_case(c, test::temp_dir("embed_batch") + "/" + name + ".gguf"));
+    auto m = load_model(write_synth_case(c, test::temp_dir("embed_batch") + "/" + name + ".gguf"));
     std::vector<std::vector<int32_t>> inputs;
     for (int64_t n : {1, 3, 7, 16, 30, 40, 2, 9}) {
       std::vector<int32_t> ids;
@@ -530,7 +518,7 @@ TEST(HfGolden, EmbedCommandAndPoolingConfig) {
   EXPECT_THROW(default_pooling(dir), Error);
   EXPECT_THROW(pooling_from_name("max"), Error);
 
-  const std::string model = write_case(golden_case("hf_qwen3"), dir + "/q.gguf");
+  const std::string model = write_synth_case(golden_case("hf_qwen3"), dir + "/q.gguf");
   int rc = 0;
   const std::string out = test::run_command(test::fastpath_bin() + " embed -q -m " + model +
                                                 " -p 'the cat sat' -p 'a dog' --pooling mean 2>&1", &rc);

@@ -3,6 +3,9 @@
 
 #include "core/cpu_features.h"
 #include "model/model.h"
+#include "model/synth.h"
+
+#include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <cstdio>
@@ -55,6 +58,19 @@ std::vector<float> all_position_logits(const std::string& model_path, const std:
   std::vector<int32_t> pos(ids.size());
   for (size_t i = 0; i < pos.size(); ++i) pos[i] = static_cast<int32_t>(i);
   m->forward(ids.data(), pos.data(), n, *cache, out.data(), true);
+  return out;
+}
+
+std::string write_synth_case(const nlohmann::json& c, const std::string& out) {
+  SynthOptions o;
+  o.arch = c["arch"];
+  o.config = c["config"];
+  o.seed = c["seed"].get<uint64_t>();
+  if (c.contains("type")) {
+    EXPECT_TRUE(dtype_from_name(c["type"].get<std::string>(), &o.type)) << c["type"];
+  }
+  o.out = out;
+  synth_model(o);
   return out;
 }
 

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "core/error.h"
 #include "core/paths.h"
 
@@ -44,6 +46,9 @@ inline std::string fastpath_bin() {
 }
 // Loads a model and returns the logits of every position of `ids` fed as one batch ([n, vocab]).
 std::vector<float> all_position_logits(const std::string& model_path, const std::vector<int32_t>& ids);
+// A golden case's model (tests/golden/hf_cases.json: arch, config, seed, optional type) written by
+// synth to `out`: a safetensors directory, or GGUF for *.gguf. Returns out.
+std::string write_synth_case(const nlohmann::json& c, const std::string& out);
 // A fresh empty directory under the build's temp area.
 std::string temp_dir(const std::string& name);
 void write_file(const std::string& path, const std::string& bytes);
