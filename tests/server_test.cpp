@@ -20,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "model/lora.h"
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"
 
@@ -357,6 +358,75 @@ TEST(Server, EmbeddingsBesideCompletions) {
   for (const std::string& t : texts) EXPECT_EQ(t, want_text);
   const std::string metrics = c.Get("/metrics")->body;
   EXPECT_NE(metrics.find("fastpath:embedding_requests_total 9"), std::string::npos) << metrics;
+}
+
+// LoRA adapters chosen by the request's "model" (--lora NAME=PATH): each name's text is what
+// `generate --lora` gives alone, also while the other adapters' and the base model's requests
+// stream beside it (one batch); /v1/models lists them; unknown names get 404 naming what is served.
+TEST(Server, LoraAdaptersByModelName) {
+  FP_REQUIRE_FILE(test::stories_path());
+  const std::string dir = test::temp_dir("serve_lora");
+  synth_lora(test::stories_path(), {{"r", 4}, {"lora_alpha", 16}, {"target_modules", {"q_proj", "v_proj", "down_proj"}}}, 1, dir + "/sad");
+  synth_lora(test::stories_path(), {{"r", 8}, {"lora_alpha", 16}, {"target_modules", {"o_proj", "up_proj"}}}, 2, dir + "/odd");
+  ServerProcess srv({"--lora", "sad=" + dir + "/sad", "--lora", dir + "/odd"});
+  auto c = srv.client();
+  auto models = c.Get("/v1/models");
+  ASSERT_TRUE(models);
+  const json list = json::parse(models->body);
+  ASSERT_EQ(list["data"].size(), 3u) << list.dump();
+  EXPECT_EQ(list["data"][1]["id"], "sad");
+  EXPECT_EQ(list["data"][2]["id"], "odd");  // named after its directory
+  EXPECT_EQ(list["data"][2]["parent"], list["data"][0]["id"]);
+
+  const std::string prompt = "Once upon a time";
+  const int n = 40;
+  auto alone = [&](const std::string& lora) {
+    int rc = -1;
+    std::string out = test::run_command(test::fastpath_bin() + " generate -q --temp 0 -n " + std::to_string(n) + " -p '" + prompt +
+                                            "' -m " + test::stories_path() + (lora.empty() ? "" : " --lora " + dir + "/" + lora), &rc);
+    EXPECT_EQ(rc, 0) << out;
+    if (!out.empty() && out.back() == '\n') out.pop_back();
+    return out;
+  };
+  const std::vector<std::string> names = {"sad", "stories260K.gguf", "odd"};
+  const std::vector<std::string> want = {alone("sad"), alone(""), alone("odd")};
+  EXPECT_NE(want[0], want[1]);
+  EXPECT_NE(want[2], want[1]);
+  int st = 0;
+  for (size_t i = 0; i < names.size(); ++i) {
+    json r = post(c, "/v1/completions", json{{"model", names[i]}, {"prompt", prompt}, {"max_tokens", n}, {"temperature", 0}}.dump(), &st);
+    ASSERT_EQ(st, 200) << r.dump();
+    EXPECT_EQ(r["choices"][0]["text"], want[i]) << names[i];
+    EXPECT_EQ(r["model"], names[i]);
+  }
+  // All at once, twice each: rows of three adapters (and none) in the same steps.
+  std::vector<std::thread> streams;
+  std::vector<std::string> texts(6);
+  for (size_t i = 0; i < texts.size(); ++i)
+    streams.emplace_back([&, i] {
+      auto sc = srv.client();
+      texts[i] = stream(sc, "/v1/completions",
+                        {{"model", names[i % 3]}, {"prompt", prompt}, {"max_tokens", n}, {"temperature", 0}, {"stream", true}})
+                     .text[0];
+    });
+  for (auto& t : streams) t.join();
+  for (size_t i = 0; i < texts.size(); ++i) EXPECT_EQ(texts[i], want[i % 3]) << names[i % 3] << ", concurrent";
+
+  json unknown = post(c, "/v1/completions", R"({"model": "happy", "prompt": "x", "max_tokens": 2})", &st);
+  EXPECT_EQ(st, 404);
+  EXPECT_EQ(unknown["error"]["param"], "model");
+  EXPECT_NE(unknown["error"]["message"].get<std::string>().find("`sad`, `odd`"), std::string::npos) << unknown.dump();
+  json emb = post(c, "/v1/embeddings", R"({"model": "sad", "input": "x"})", &st);
+  EXPECT_EQ(st, 400) << emb.dump();
+  EXPECT_NE(emb["error"]["message"].get<std::string>().find("LoRA adapter `sad`"), std::string::npos) << emb.dump();
+
+  // A bad adapter stops the server at start, naming it.
+  int rc = 0;
+  const std::string err = test::run_command(test::fastpath_bin() + " serve -q -m " + test::stories_path() + " --port 0 --lora x=" + dir +
+                                                "/missing 2>&1",
+                                            &rc);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(err.find(dir + "/missing"), std::string::npos) << err;
 }
 
 TEST(Server, SpeculativeDecodingServesThePlainGreedyText) {

@@ -38,6 +38,7 @@ std::vector<uint8_t> bytes_of(const std::vector<float>& v) {
 std::string synth_lora(const std::string& base, const nlohmann::json& config, uint64_t seed, const std::string& out) {
   LoadOptions lo;
   lo.prefault = false;
+  lo.weights = WeightMemory::Mapped;  // only the config is read
   const auto model = load_model_file(base, lo);
   const ModelConfig& c = model->config;
   nlohmann::json cfg = {{"peft_type", "LORA"},      {"r", 8},           {"lora_alpha", 16},  {"lora_dropout", 0.0},

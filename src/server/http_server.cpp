@@ -323,6 +323,20 @@ struct HttpServer::Impl {
     return out;
   }
 
+  // The adapter a request's "model" names: 0 for the base model (or no name), i + 1 for
+  // cfg.lora[i], -1 for a name this server does not serve.
+  int32_t adapter_of(const std::string& name) const {
+    if (name.empty() || name == cfg.served_model_name) return 0;
+    for (size_t i = 0; i < cfg.lora.size(); ++i)
+      if (cfg.lora[i].name == name) return static_cast<int32_t>(i + 1);
+    return -1;
+  }
+  ApiError unknown_model(const std::string& name) const {
+    std::string served = "`" + cfg.served_model_name + "`";
+    for (const ServerConfig::Adapter& a : cfg.lora) served += ", `" + a.name + "`";
+    return ApiError{404, "The model `" + name + "` does not exist (this server serves " + served + ")", "NotFoundError", "model"};
+  }
+
   void handle_generate(const httplib::Request& hreq, httplib::Response& res, bool chat) {
     json body;
     try {
@@ -344,17 +358,18 @@ struct HttpServer::Impl {
         reject(res, *err);
         return;
       }
-    if (!call->req.model.empty() && call->req.model != cfg.served_model_name) {
-      reject(res, ApiError{404, "The model `" + call->req.model + "` does not exist (this server serves `" + cfg.served_model_name + "`)",
-                           "NotFoundError", "model"});
+    const int32_t lora = adapter_of(call->req.model);
+    if (lora < 0) {
+      reject(res, unknown_model(call->req.model));
       return;
     }
+    call->req.base.lora = lora;
     if (stopping) {
       reject(res, ApiError{503, "the server is shutting down", "server_error", ""});
       return;
     }
     call->id = new_id(chat ? "chatcmpl" : "cmpl");
-    call->model = cfg.served_model_name;
+    call->model = lora > 0 ? cfg.lora[static_cast<size_t>(lora - 1)].name : cfg.served_model_name;
     call->created = unix_time();
     for (int i = 0; i < call->req.n; ++i) {
       Choice c;
@@ -446,9 +461,10 @@ struct HttpServer::Impl {
       reject(res, *err);
       return;
     }
-    if (!req.model.empty() && req.model != cfg.served_model_name) {
-      reject(res, ApiError{404, "The model `" + req.model + "` does not exist (this server serves `" + cfg.served_model_name + "`)",
-                           "NotFoundError", "model"});
+    if (const int32_t lora = adapter_of(req.model); lora != 0) {
+      reject(res, lora < 0 ? unknown_model(req.model)
+                           : ApiError{400, "embeddings run with the base model only, not with the LoRA adapter `" + req.model + "`",
+                                      "invalid_request_error", "model"});
       return;
     }
     if (model.tp_size() > 1 || model.device() != Device::CPU) {
@@ -514,7 +530,11 @@ struct HttpServer::Impl {
     svr.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
       json m = {{"id", cfg.served_model_name}, {"object", "model"}, {"created", unix_time()}, {"owned_by", "fastpath"},
                 {"max_model_len", engine->config().max_model_len}};
-      res.set_content(dump({{"object", "list"}, {"data", json::array({m})}}), "application/json");
+      json data = json::array({m});
+      for (const ServerConfig::Adapter& a : cfg.lora)  // as vLLM lists its LoRA modules
+        data.push_back({{"id", a.name}, {"object", "model"}, {"created", unix_time()}, {"owned_by", "fastpath"},
+                        {"root", a.path}, {"parent", cfg.served_model_name}, {"max_model_len", engine->config().max_model_len}});
+      res.set_content(dump({{"object", "list"}, {"data", std::move(data)}}), "application/json");
     });
     svr.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
       res.status = stopping ? 503 : 200;

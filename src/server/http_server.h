@@ -28,6 +28,12 @@ struct ServerConfig {
   // empty: the model directory's sentence-transformers config, else last.
   std::string pooling;
   size_t max_embedding_inputs = 256;  // inputs per embeddings request
+  // LoRA adapters (--lora NAME=PATH), adapter i + 1 of the model: a request whose "model" is a
+  // name runs with that adapter; /v1/models lists them beside the base model.
+  struct Adapter {
+    std::string name, path;
+  };
+  std::vector<Adapter> lora;
   EngineConfig engine;
 };
 

@@ -54,6 +54,11 @@ void add_serve(CLI::App& app) {
       while (base.size() > 1 && base.back() == '/') base.pop_back();
       cfg.served_model_name = base.substr(base.find_last_of('/') + 1);
     }
+    for (const std::string& text : o->common.lora) {  // adapter ids 1, 2, ... in this order (load_with)
+      const LoraSpec spec = parse_lora_spec(text);
+      FP_CHECK(spec.name != cfg.served_model_name, "--lora: the adapter '", spec.name, "' has the served model's name");
+      cfg.lora.push_back({spec.name, spec.path});
+    }
     ChatTemplate tmpl = ChatTemplate::from_path(o->chat_template.empty() ? path : o->chat_template);
     log_info("chat template: ", tmpl.is_fallback() ? "none found, using the plain fallback" : tmpl.origin());
     HttpServer server(*model, std::move(tmpl), cfg);
