@@ -11,6 +11,7 @@
 #include "engine/engine.h"
 #include "engine/followers.h"
 #include "kernels/ledger.h"
+#include "model/lora.h"
 #include "model/model.h"
 #include "model/synth.h"
 #include "mpi_test_util.h"
@@ -105,6 +106,57 @@ TEST_P(EngineAcrossRanks, RankZeroLeadsAndTheTokensMatchOneRank) {
 
 INSTANTIATE_TEST_SUITE_P(Layouts, EngineAcrossRanks, ::testing::Values(false, true),
                          [](const auto& p) { return p.param ? "cp_prefill_tp_decode" : "tp"; });
+
+// Two LoRA adapters (every rank loads them, in the same order) and the base model, request by
+// request: the followers receive each sequence's adapter with the step, and every request's
+// tokens equal one rank's.
+TEST(EngineAcrossRanksLora, AdaptersPerRequestMatchOneRank) {
+  FP_REQUIRE_RANKS(2);
+  const std::string path = test::testdata("models/stories260K/stories260K.gguf");
+  FP_REQUIRE_FILE(path);
+  const int ranks = test::world_comm()->size();
+  if (8 % ranks != 0) GTEST_SKIP() << "stories260K's 8 heads do not split " << ranks << " ways";
+  const std::string dir = test::temp_dir("engine_lora");  // per rank (the pid names it)
+  synth_lora(path, {{"r", 4}, {"lora_alpha", 16}, {"target_modules", {"q_proj", "v_proj", "down_proj"}}}, 1, dir + "/a");
+  synth_lora(path, {{"r", 8}, {"lora_alpha", 16}, {"target_modules", {"k_proj", "o_proj", "up_proj"}}}, 2, dir + "/b");
+  auto with_adapters = [&](std::unique_ptr<Model> m) {
+    for (const char* name : {"a", "b"}) m->add_lora(read_lora_adapter(dir + "/" + name, name, m->file()));
+    return m;
+  };
+  auto lora_run = [](Model& m) {
+    Engine e(m, config());
+    std::vector<int64_t> ids;
+    int i = 0;
+    for (const auto& p : prompts(static_cast<int32_t>(m.config().n_vocab))) {
+      Request r;
+      r.prompt = p;
+      r.max_new_tokens = 24;
+      r.sampling.temperature = 0;
+      r.stop_at_eog = false;
+      r.lora = (i++ / 3) % 3;  // the identical prompts 0, 3, 6, 9 under none, a, b, none
+      ids.push_back(e.add_request(r));
+    }
+    for (int guard = 0; e.has_work() && guard < 100000; ++guard) e.step();
+    std::vector<std::vector<int32_t>> out;
+    for (int64_t id : ids) {
+      const Sequence* s = e.sequence(id);
+      out.emplace_back(s->tokens.begin() + s->n_prompt, s->tokens.end());
+    }
+    return out;
+  };
+  auto split = with_adapters(load_ranked(test::world_comm(), ParallelSizes{ranks, 1, 1}));
+  if (test::world_comm()->rank() != 0) {
+    follow_engines(*split);
+    return;
+  }
+  const auto got = lora_run(*split);
+  release_followers(*split);
+  auto whole = with_adapters(load_ranked(nullptr, {}));
+  const auto want = lora_run(*whole);
+  EXPECT_EQ(got, want);
+  EXPECT_NE(want[0], want[3]) << "the same prompt under the base model and adapter a";
+  EXPECT_EQ(want[0], want[9]);
+}
 
 // Gemma 3 (window 4 on five of six layers) split tensor parallel with window trimming: the
 // followers build the same pool (window blocks of their own, the zero block) and follow the

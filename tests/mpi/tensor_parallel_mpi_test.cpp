@@ -13,6 +13,7 @@
 #include "engine/generator.h"
 #include "kernels/ledger.h"
 #include "model/context_parallel.h"
+#include "model/lora.h"
 #include "model/model.h"
 #include "model/synth.h"
 #include "mpi_test_util.h"
@@ -117,6 +118,39 @@ INSTANTIATE_TEST_SUITE_P(Archs, TensorParallelSynth,
                                            SynthCase{"olmo2", DType::Q8_0}, SynthCase{"glm4", DType::Q8_0},
                                            SynthCase{"granite", DType::F16}),
                          [](const auto& p) { return p.param.arch; });
+
+// A LoRA adapter on every projection, cut as the weights are (B's rows of q/k/v/gate/up, A's
+// columns of o/down), with and without the two overlapped micro-batches (row ranges of the
+// step): the logits and greedy tokens of one rank with the same adapter, which moves them.
+class TensorParallelLora : public ::testing::TestWithParam<int64_t> {};
+
+TEST_P(TensorParallelLora, AdapterMatchesOneRank) {
+  FP_REQUIRE_RANKS(2);
+  SynthOptions o;
+  o.arch = "llama";
+  o.config = gqa_config("llama");
+  o.type = DType::Q8_0;
+  o.seed = 13;
+  const std::string dir = test::temp_dir("tp_lora");
+  o.out = dir + "/model.gguf";
+  synth_model(o);
+  synth_lora(o.out, {{"r", 4}, {"lora_alpha", 8}, {"target_modules", {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}}},
+             5, dir + "/adapter");
+  auto whole = load(o.out, nullptr);
+  auto split = load(o.out, test::world_comm(), {}, GetParam());
+  for (Model* m : {whole.get(), split.get()}) ASSERT_EQ(m->add_lora(read_lora_adapter(dir + "/adapter", "a", m->file())), 1);
+  const std::vector<int32_t> prompt = {1, 9, 200, 33, 71, 4, 150, 88}, decode = {5, 17, 42, 7};
+  const auto base = run_logits(*whole, prompt, decode);
+  whole->set_single_lora(1);
+  split->set_single_lora(1);
+  const auto a = run_logits(*split, prompt, decode), b = run_logits(*whole, prompt, decode);
+  EXPECT_LT(rel_diff(a, b), 1e-4);
+  EXPECT_GT(rel_diff(b, base), 1e-2) << "the adapter should move the logits";
+  EXPECT_EQ(greedy(*split, prompt, 24), greedy(*whole, prompt, 24));
+}
+
+INSTANTIATE_TEST_SUITE_P(Overlap, TensorParallelLora, ::testing::Values(int64_t{0}, int64_t{2}),
+                         [](const auto& p) { return p.param ? "micro_batches" : "one_batch"; });
 
 // Q8_0 rows of 256 values and more: every rank repacks its shares to Q8_0_X8 after sharding
 // (row slices into new buffers, copied columns in place; on 2 ranks the 384-column attention
