@@ -81,6 +81,12 @@ std::string KvMoveArgs::shape_class() const { return into_pool ? "unpack" : "pac
 std::string SiluMulArgs::shape_class() const { return "f32"; }
 std::string GeluMulArgs::shape_class() const { return "f32"; }
 std::string AddArgs::shape_class() const { return "f32"; }
+int64_t LoraArgs::low_width() const {
+  int64_t w = 0;
+  for (int p = 0; p < n_parts; ++p) w += parts[p].a->dim(0);
+  return w;
+}
+std::string LoraArgs::shape_class() const { return n <= 8 ? "f32 gemv" : "f32 gemm"; }
 std::string SoftmaxArgs::shape_class() const { return "f32"; }
 std::string SoftcapArgs::shape_class() const { return "f32"; }
 std::string ArgmaxArgs::shape_class() const { return "f32"; }

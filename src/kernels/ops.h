@@ -218,6 +218,28 @@ struct AddArgs {
   std::string shape_class() const;
 };
 
+// LoRA updates of up to three projections that share their input (a LoRA adapter's k and v, or
+// gate and up; model/lora.h): for each part p, y_p[i] += B_p (A_p x[i]) for the n rows of x
+// [n, in], with A_p [rank_p, in] and B_p given transposed, bt_p = B_p^T [rank_p, out_p], F32 (the
+// scale folded in): the update of 8 consecutive outputs is then rank_p multiply-adds of 8 wide
+// vectors. `low` is scratch for the n rows of A x of every part, [n, sum of the ranks].
+struct LoraArgs {
+  static constexpr const char* kName = "lora";
+  static constexpr int kMaxParts = 3;
+  struct Part {
+    const Tensor* a = nullptr;
+    const Tensor* bt = nullptr;
+    float* y = nullptr;  // [n, out_p]
+  };
+  const float* x = nullptr;
+  int64_t n = 0;
+  Part parts[kMaxParts];
+  int n_parts = 0;
+  float* low = nullptr;
+  int64_t low_width() const;  // the sum of the parts' ranks
+  std::string shape_class() const;  // "f32 gemv" (n <= 8) or "f32 gemm"
+};
+
 // In place, x[i] = cap * tanh(x[i] / cap) for i < n: logit soft-capping (Gemma 2's
 // final_logit_softcapping), smooth and bounded to (-cap, cap).
 struct SoftcapArgs {

@@ -284,7 +284,7 @@ class LlamaModel : public Model {
         att.window = L.window;
         dispatch(att);
         dispatch(MatMulArgs{att_out, n, L.wo, nullptr, h});
-        lora(L, LoraTarget::O, 0, n, att_out, h);
+        lora(L, {{LoraTarget::O, h}}, 0, n, att_out);
         if (tp) dispatch(AllReduceArgs{tp_.get(), h, n * c.dim});  // sum the heads' shares
         if (L.post_attn_norm) dispatch(RmsNormArgs{h, L.post_attn_norm, n, c.dim, c.rms_eps, h});
         ffn_share(L, x, h, gate, up, n, h);                          // x += h first (fused)
@@ -352,15 +352,14 @@ class LlamaModel : public Model {
       return;
     }
     dispatch(MatMulArgs{h, n, L.wk, L.bk, k, hq, hb});
-    lora(L, LoraTarget::K, row0, n, h, k);
     dispatch(MatMulArgs{h, n, L.wv, L.bv, v, hq, hb});
-    lora(L, LoraTarget::V, row0, n, h, v);
+    lora(L, {{LoraTarget::K, k}, {LoraTarget::V, v}}, row0, n, h);
     if (c.qk_norm) qk_norm(k, L.k_norm, n, kv_heads, c.n_kv_heads);
     if (L.rope) dispatch(RopeArgs{k, pos, n, kv_heads, c.head_dim, c.rot_dim, kv_heads * c.head_dim, inv_freq, rope_mscale_, c.rope_style});
     if (kv_ready) kv_ready();
     progress();
     dispatch(MatMulArgs{h, n, L.wq, L.bq, q, hq, hb});
-    lora(L, LoraTarget::Q, row0, n, h, q);
+    lora(L, {{LoraTarget::Q, q}}, row0, n, h);
     progress();
     if (c.qk_norm) qk_norm(q, L.q_norm, n, heads, c.n_heads);
     if (L.rope) dispatch(RopeArgs{q, pos, n, heads, c.head_dim, c.rot_dim, heads * c.head_dim, inv_freq, rope_mscale_, c.rope_style});
@@ -449,23 +448,23 @@ class LlamaModel : public Model {
       dispatch(MatMulArgs{h, n, L.w_gate_up, nullptr, gate, hq});
     } else {
       dispatch(MatMulArgs{h, n, L.w_gate, nullptr, gate, hq, hb});
-      lora(L, LoraTarget::Gate, row0, n, h, gate);
       progress();
       dispatch(MatMulArgs{h, n, L.w_up, nullptr, up, hq, hb});
-      lora(L, LoraTarget::Up, row0, n, h, up);
+      lora(L, {{LoraTarget::Gate, gate}, {LoraTarget::Up, up}}, row0, n, h);
     }
     progress();
     uint16_t* gb = bf16_copy(n, {L.w_down});  // (h's copy above is read by then)
     if (c.gelu_ffn) dispatch(GeluMulArgs{gate, up, n, L.ffn_width, 0, 0, gate, gb});
     else dispatch(SiluMulArgs{gate, up, n, L.ffn_width, 0, 0, gate, gb});
     dispatch(MatMulArgs{gate, n, L.w_down, nullptr, h, nullptr, gb});
-    lora(L, LoraTarget::Down, row0, n, gate, h);
+    lora(L, {{LoraTarget::Down, h}}, row0, n, gate);
     progress();
   }
 
-  // The step's LoRA updates of one projection's output rows (rows [row0, row0 + n) of the step).
-  void lora(const LlamaLayer& L, LoraTarget t, int64_t row0, int64_t n, const float* in, float* out) {
-    if (lora_on_) lora_.apply_rows(L.index, t, row0, n, in, out);
+  // The step's LoRA updates of projections that share the input `in` (rows [row0, row0 + n) of the step).
+  void lora(const LlamaLayer& L, std::initializer_list<std::pair<LoraTarget, float*>> outs, int64_t row0, int64_t n,
+            const float* in) {
+    if (lora_on_) lora_.apply(L.index, outs, row0, n, in);
   }
 
   // Lets a started all-reduce advance between the ops of the other micro-batch.
@@ -554,7 +553,7 @@ class LlamaModel : public Model {
           dispatch(m.att);
           progress();
           dispatch(MatMulArgs{row(att_out, m, att_dim), m.rows, L.wo, nullptr, row(h, m, c.dim)});
-          lora(L, LoraTarget::O, m.row0, m.rows, row(att_out, m, att_dim), row(h, m, c.dim));
+          lora(L, {{LoraTarget::O, row(h, m, c.dim)}}, m.row0, m.rows, row(att_out, m, att_dim));
           start_sum(m, L.post_attn_norm);
         }
         for (MicroBatch& m : mb) {

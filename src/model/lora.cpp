@@ -282,7 +282,8 @@ std::vector<float> lora_columns(const std::vector<float>& m, int64_t cols, int64
 struct LoraSet::Adapter {
   std::string name;
   std::vector<LoraMatrices> matrices;
-  std::vector<Tensor> a, b;                            // views of matrices[i].a / .b
+  std::vector<std::vector<float>> bt;                  // B^T [rank, out] of each matrix (the lora op's layout)
+  std::vector<Tensor> a_view, bt_view;                 // views of matrices[i].a and of bt[i]
   std::vector<std::array<int, kLoraTargets>> at;       // per layer and target: index into matrices, -1 none
 };
 
@@ -302,8 +303,15 @@ int32_t LoraSet::add(const std::string& name, std::vector<LoraMatrices> matrices
     FP_CHECK(static_cast<int64_t>(m.a.size()) == m.rank * m.in && static_cast<int64_t>(m.b.size()) == m.out * m.rank,
              "LoRA adapter '", name, "': layer ", m.layer, "'s ", lora_target_name(m.target), " matrices do not match their sizes");
     ad->at[static_cast<size_t>(m.layer)][static_cast<size_t>(m.target)] = static_cast<int>(i);
-    ad->a.push_back(Tensor::view(m.a.data(), DType::F32, {m.rank, m.in}));
-    ad->b.push_back(Tensor::view(m.b.data(), DType::F32, {m.out, m.rank}));
+    std::vector<float>& t = ad->bt.emplace_back(m.b.size());
+    for (int64_t o = 0; o < m.out; ++o)
+      for (int64_t j = 0; j < m.rank; ++j) t[static_cast<size_t>(j * m.out + o)] = m.b[static_cast<size_t>(o * m.rank + j)];
+    m.b = {};  // kept transposed only
+    ad->a_view.push_back(Tensor::view(m.a.data(), DType::F32, {m.rank, m.in}));
+  }
+  for (size_t i = 0; i < ad->matrices.size(); ++i) {
+    const LoraMatrices& m = ad->matrices[i];
+    ad->bt_view.push_back(Tensor::view(ad->bt[i].data(), DType::F32, {m.rank, m.out}));
   }
   adapters_.push_back(std::move(ad));
   return size();
@@ -326,22 +334,26 @@ bool LoraSet::begin(const ForwardBatch& b) {
   return !runs_.empty();
 }
 
-void LoraSet::apply_rows(int64_t layer, LoraTarget t, int64_t row0, int64_t n, const float* in, float* out) {
+void LoraSet::apply(int64_t layer, std::initializer_list<std::pair<LoraTarget, float*>> outs, int64_t row0, int64_t n,
+                    const float* in) {
   const int64_t end = n < 0 ? INT64_MAX : row0 + n;
   for (const Run& run : runs_) {
     const int64_t lo = std::max(run.row0, row0), hi = std::min(run.row0 + run.rows, end);
     if (lo >= hi) continue;
     const Adapter& ad = *adapters_[static_cast<size_t>(run.adapter - 1)];
-    const int i = ad.at[static_cast<size_t>(layer)][static_cast<size_t>(t)];
-    if (i < 0) continue;
-    const LoraMatrices& m = ad.matrices[static_cast<size_t>(i)];
-    const int64_t rows = hi - lo;
-    low_.resize(static_cast<size_t>(rows * m.rank));
-    delta_.resize(static_cast<size_t>(rows * m.out));
-    dispatch(MatMulArgs{in + (lo - row0) * m.in, rows, &ad.a[static_cast<size_t>(i)], nullptr, low_.data()});
-    dispatch(MatMulArgs{low_.data(), rows, &ad.b[static_cast<size_t>(i)], nullptr, delta_.data()});
-    float* y = out + (lo - row0) * m.out;
-    dispatch(AddArgs{y, delta_.data(), rows * m.out, y});
+    LoraArgs args;
+    for (const auto& [t, out] : outs) {
+      const int i = ad.at[static_cast<size_t>(layer)][static_cast<size_t>(t)];
+      if (i < 0) continue;
+      const LoraMatrices& m = ad.matrices[static_cast<size_t>(i)];
+      args.parts[args.n_parts++] = {&ad.a_view[static_cast<size_t>(i)], &ad.bt_view[static_cast<size_t>(i)], out + (lo - row0) * m.out};
+      args.x = in + (lo - row0) * m.in;
+    }
+    if (args.n_parts == 0) continue;
+    args.n = hi - lo;
+    low_.resize(static_cast<size_t>(args.n * args.low_width()));
+    args.low = low_.data();
+    dispatch(args);
   }
 }
 

@@ -7,7 +7,9 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <initializer_list>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
@@ -79,12 +81,12 @@ class LoraSet {
   // Groups the step's rows by adapter (ForwardBatch::seq_lora; ids checked); false when no row
   // uses one, and apply() then does nothing.
   bool begin(const ForwardBatch& b);
-  // out[r] += B (A in[r]) for each row r of this step whose adapter updates `t` in `layer`: in
-  // [rows, in] and out [rows, out] contiguous, the widths of that target's matrices.
-  void apply(int64_t layer, LoraTarget t, const float* in, float* out) { apply_rows(layer, t, 0, -1, in, out); }
-  // The same for the step's rows [row0, row0 + n) only, where `in` and `out` start (a micro-batch;
-  // n < 0: to the end).
-  void apply_rows(int64_t layer, LoraTarget t, int64_t row0, int64_t n, const float* in, float* out);
+  // For the rows [row0, row0 + n) of this step (n < 0: to the end), where `in` and each output
+  // start: out_t[r] += B_t (A_t in[r]) for each target t of `outs` that the row's adapter updates
+  // in `layer`. The targets share the input (k and v, or gate and up: one lora op for them).
+  // in is [rows, in] and each out [rows, out_t], contiguous, the widths of the target's matrices.
+  void apply(int64_t layer, std::initializer_list<std::pair<LoraTarget, float*>> outs, int64_t row0, int64_t n,
+             const float* in);
 
  private:
   struct Adapter;
@@ -94,7 +96,7 @@ class LoraSet {
   };
   std::vector<std::unique_ptr<Adapter>> adapters_;
   std::vector<Run> runs_;
-  std::vector<float> low_, delta_;  // A x [rows, rank], B (A x) [rows, out]
+  std::vector<float> low_;  // the lora op's scratch: A x [rows, sum of ranks]
 };
 
 }  // namespace fp
