@@ -8,7 +8,7 @@ times itself, for a side-by-side table on the same GGUF file, machine and thread
   each after WARMUP untimed runs, REPS timed runs: median, min and max tokens/s.
 
   PY=/work/.venv-peers/bin/python
-  $PY bench/llamacpp_peer.py --model M.gguf -p 256 -n 32 -r 5 -t 2 [--json out.json]
+  $PY bench/llamacpp_peer.py --model M.gguf -p 256 -n 32 -r 5 -t 2 [--lora A.gguf] [--json out.json]
 
 A bench tool, not part of the engine (which has no Python at run time). Needs llama-cpp-python
 (pip builds it from source with -march=native, llama.cpp's default). On a CPU with AMX that
@@ -42,6 +42,7 @@ def main():
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("--ubatch", type=int, default=512, help="llama.cpp n_ubatch (its default is 512)")
     ap.add_argument("--mmap", action="store_true", help="memory-map the weights (default: read them in)")
+    ap.add_argument("--lora", help="a llama.cpp GGUF LoRA adapter to run with (lora_path, scale 1)")
     ap.add_argument("--json", help="write the figures here too")
     a = ap.parse_args()
 
@@ -49,7 +50,8 @@ def main():
 
     llm = llama_cpp.Llama(model_path=a.model, n_ctx=a.n_prompt + a.n_gen + 16, n_batch=max(a.n_prompt, 1),
                           n_ubatch=a.ubatch, n_threads=a.threads, n_threads_batch=a.threads,
-                          use_mmap=a.mmap, logits_all=False, verbose=False, seed=1)
+                          use_mmap=a.mmap, logits_all=False, verbose=False, seed=1,
+                          **({"lora_path": a.lora} if a.lora else {}))
     n_vocab = llm.n_vocab()
     rng = random.Random(1)
     tok = lambda: rng.randrange(10, n_vocab - 1)  # noqa: E731  (skip the first ids: control tokens)

@@ -65,23 +65,32 @@ TEST(Lora, AdaptersMatchPeft) {
     const auto ref = test::read_f32_file(kGolden + name + ".lora_logits.f32");
     const auto base_ref = test::read_f32_file(kGolden + name + ".logits.f32");
     ASSERT_EQ(ref.size(), ids.size() * 512) << name;
-    // The adapter is written once, for the safetensors model, and serves its GGUF twin too.
+    // The adapter is written once as PEFT writes it and once as llama.cpp's converter does (the
+    // same values; not for rsLoRA or per-module alphas, which that format has no field for), and
+    // each serves the safetensors model and its GGUF twin.
     const std::string hf = test::write_synth_case(c, dir + "/" + name + "_hf");
-    const std::string adapter = dir + "/" + name + "_lora";
-    synth_lora(hf, c["lora"], c["seed"].get<uint64_t>(), adapter);
+    std::vector<std::string> adapters = {dir + "/" + name + "_lora"};
+    synth_lora(hf, c["lora"], c["seed"].get<uint64_t>(), adapters[0]);
+    const nlohmann::json& lc = c["lora"];
+    if (!lc.value("use_rslora", false) && !lc.contains("alpha_pattern") && !lc.contains("rank_pattern")) {
+      adapters.push_back(dir + "/" + name + "_lora.gguf");
+      synth_lora(hf, lc, c["seed"].get<uint64_t>(), adapters[1]);
+    }
     for (const std::string& ext : c.value("formats", std::vector<std::string>{"_hf", ".gguf"})) {
       const std::string path = ext == "_hf" ? hf : test::write_synth_case(c, dir + "/" + name + ext);
       auto m = load(path);
-      ASSERT_EQ(m->add_lora(read_lora_adapter(adapter, "a", m->file())), 1);
-      const double lora_err = test::rel_err(logits_under(*m, ids, 1), ref);
-      EXPECT_LT(lora_err, 1e-4) << name << ext << ": with the adapter, against PEFT";
+      for (const std::string& adapter : adapters) {
+        const int32_t id = m->add_lora(read_lora_adapter(adapter, adapter, m->file()));
+        const double lora_err = test::rel_err(logits_under(*m, ids, id), ref);
+        EXPECT_LT(lora_err, 1e-4) << name << ext << " with " << adapter << ", against PEFT";
+        ++checked;
+      }
       // Loaded but not chosen: the base model's logits, untouched.
       const double base_err = test::rel_err(logits_under(*m, ids, 0), base_ref);
-      EXPECT_LT(base_err, 1e-4) << name << ext << ": adapter loaded, not used";
-      ++checked;
+      EXPECT_LT(base_err, 1e-4) << name << ext << ": adapters loaded, not used";
     }
   }
-  EXPECT_GE(checked, 10);
+  EXPECT_GE(checked, 20);
 }
 
 // Greedy continuation of `prompt` for `n` tokens under adapter `lora`, one sequence at a time.
@@ -228,6 +237,12 @@ TEST(Lora, RefusesWhatItCannotApply) {
                                 {"base_model.model.model.layers.9.self_attn.q_proj.lora_B.weight", {64, 2}}}),
           {"layer 9", "2 layers"});
   refused(with_tensors("embed", {{"base_model.model.model.embed_tokens.lora_embedding_A", {2, 512}}}), {"embeddings"});
+  // llama.cpp's GGUF adapters: a model file is not one, nor is an adapter for another architecture.
+  const std::string gguf_model = test::write_synth_case(golden_case(cases, "hf_llama_gqa"), dir + "/m.gguf");
+  refused(gguf_model, {"general.type", "not 'adapter'"});
+  const std::string qwen = test::write_synth_case(golden_case(cases, "hf_qwen2"), dir + "/qwen");
+  synth_lora(qwen, {{"r", 2}, {"lora_alpha", 4}, {"target_modules", {"q_proj"}}}, 4, dir + "/qwen_lora.gguf");
+  refused(dir + "/qwen_lora.gguf", {"architecture 'qwen2'", "the model is 'llama'"});
   // The one-sequence forward's adapter must be loaded; architectures without adapters refuse by name.
   test::expect_error([&] { m->set_single_lora(1); }, {"LoRA adapter 1 is not loaded"});
   const std::string moe = test::write_synth_case(golden_case(cases, "hf_qwen3_moe"), dir + "/moe");

@@ -8,12 +8,14 @@
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <regex>
 
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "core/paths.h"
+#include "formats/gguf.h"
 #include "formats/safetensors.h"
 #include "kernels/ops.h"
 #include "kernels/registry.h"
@@ -115,44 +117,55 @@ std::string shape_text(const std::vector<int64_t>& s) {
   return out + "]";
 }
 
-std::vector<float> to_f32(const SafetensorsTensor& t, const std::string& file) {
-  FP_CHECK(t.type == DType::F32 || t.type == DType::F16 || t.type == DType::BF16, file, ": tensor '", t.name, "' is ",
-           dtype_name(t.type), " (LoRA matrices must be F32, F16 or BF16)");
-  int64_t n = 1;
-  for (int64_t d : t.shape) n *= d;
-  FP_CHECK(static_cast<uint64_t>(row_bytes(t.type, n)) == t.nbytes, file, ": tensor '", t.name, "' holds ", t.nbytes,
-           " bytes for its shape");
-  std::vector<float> out(static_cast<size_t>(n));
-  dequantize_row(t.type, t.data, out.data(), n);
-  return out;
+// Whether llama.cpp's converters reorder this GGUF architecture's q/k rows into adjacent pairs.
+bool arch_permutes_qk(const std::string& arch) {
+  return arch == "llama" || arch == "mixtral" || arch == "granite" || arch == "smollm3";
 }
 
-// llama.cpp's converter reorders each head's q/k rows from NeoX halves to adjacent pairs; an
-// adapter on such a GGUF's base needs its B rows reordered the same way.
-std::vector<float> permute_heads(const std::vector<float>& b, int64_t rows, int64_t cols, int64_t heads) {
-  std::vector<float> out(b.size());
-  const int64_t hd = rows / heads;
-  for (int64_t h = 0; h < heads; ++h)
-    for (int64_t i = 0; i < hd / 2; ++i)
-      for (int64_t half = 0; half < 2; ++half) {
-        const int64_t src = h * hd + half * (hd / 2) + i, dst = h * hd + 2 * i + half;
-        std::copy_n(b.begin() + src * cols, cols, out.begin() + dst * cols);
-      }
-  return out;
-}
-
-bool gguf_permuted_qk(const ModelFile& base) {
-  const std::string& a = base.config.arch;
-  return base.format == "gguf" && (a == "llama" || a == "mixtral" || a == "granite" || a == "smollm3");
-}
+// Whether the base's q/k rows are in that order (a GGUF of such an architecture).
+bool gguf_permuted_qk(const ModelFile& base) { return base.format == "gguf" && arch_permutes_qk(base.config.arch); }
 
 }  // namespace
 
-LoraAdapterWeights read_lora_adapter(const std::string& path, const std::string& name, const ModelFile& base) {
-  std::string dir = path;
-  if (dir.ends_with("adapter_config.json")) dir = dir.substr(0, dir.size() - std::string("adapter_config.json").size());
-  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
-  FP_CHECK(is_directory(dir), "LoRA adapter '", path, "': not a directory (a PEFT adapter: adapter_config.json + adapter_model.safetensors)");
+namespace {
+
+// One adapted module as a file holds it, before conversion: A [rank, in] and B [out, rank]
+// (row-major, the file's dtype) and the scale its update takes.
+struct RawModule {
+  std::string module, file;  // for errors: the module's name and the file holding it
+  ModuleParts parts;
+  DType a_type = DType::F32, b_type = DType::F32;
+  const void *a = nullptr, *b = nullptr;
+  uint64_t a_bytes = 0, b_bytes = 0;
+  std::string a_name, b_name;
+  std::vector<int64_t> a_shape, b_shape;
+  double alpha = 0;     // the update is alpha / rank (or / sqrt(rank)) times B A
+  bool rslora = false;
+  bool alpha_is_scale = false;  // llama.cpp's adapters without alpha: the scale is 1
+  bool permuted = false;        // q/k rows already in llama.cpp's adjacent-pair order
+};
+
+// An adapter file's modules, and the open file their bytes lie in.
+struct RawAdapter {
+  std::shared_ptr<const void> file;
+  std::vector<RawModule> modules;
+};
+
+std::vector<float> raw_f32(DType type, const void* data, uint64_t nbytes, const std::vector<int64_t>& shape,
+                           const std::string& tensor, const std::string& file) {
+  FP_CHECK(type == DType::F32 || type == DType::F16 || type == DType::BF16, file, ": tensor '", tensor, "' is ",
+           dtype_name(type), " (LoRA matrices must be F32, F16 or BF16)");
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  FP_CHECK(static_cast<uint64_t>(row_bytes(type, n)) == nbytes, file, ": tensor '", tensor, "' holds ", nbytes,
+           " bytes for its shape");
+  std::vector<float> out(static_cast<size_t>(n));
+  dequantize_row(type, data, out.data(), n);
+  return out;
+}
+
+// The modules of a PEFT adapter directory.
+RawAdapter read_peft(const std::string& path, const std::string& dir) {
   const std::string cfg_path = dir + "/adapter_config.json";
   FP_CHECK(file_exists(cfg_path), "LoRA adapter '", path, "': no adapter_config.json in it");
   std::ifstream in(cfg_path);
@@ -189,14 +202,13 @@ LoraAdapterWeights read_lora_adapter(const std::string& path, const std::string&
   const std::string weights = dir + "/adapter_model.safetensors";
   FP_CHECK(file_exists(weights), "LoRA adapter '", path, "': no adapter_model.safetensors",
            file_exists(dir + "/adapter_model.bin") ? " (adapter_model.bin is a pickle, which is not read here: save it with safe_serialization)" : "");
-  auto st = SafetensorsFile::open(weights);
+  std::shared_ptr<SafetensorsFile> st = SafetensorsFile::open(weights);
+  RawAdapter out;
+  out.file = st;
 
   // Every tensor must be a module's lora_A or lora_B.
   const std::string prefix = "base_model.model.";
-  struct Pair {
-    const SafetensorsTensor *a = nullptr, *b = nullptr;
-  };
-  std::map<std::string, Pair> modules;
+  std::map<std::string, std::pair<const SafetensorsTensor*, const SafetensorsTensor*>> modules;
   for (const auto& [tname, t] : st->tensors()) {
     FP_CHECK(tname.find("lora_embedding") == std::string::npos, weights, ": tensor '", tname,
              "': adapters on the embeddings are not supported");
@@ -205,51 +217,148 @@ LoraAdapterWeights read_lora_adapter(const std::string& path, const std::string&
     const bool is_a = tname.ends_with(".lora_A.weight"), is_b = tname.ends_with(".lora_B.weight");
     FP_CHECK(is_a || is_b, weights, ": tensor '", tname, "' is neither a lora_A nor a lora_B weight");
     const std::string module = tname.substr(prefix.size(), tname.size() - prefix.size() - std::string(".lora_A.weight").size());
-    (is_a ? modules[module].a : modules[module].b) = &t;
+    (is_a ? modules[module].first : modules[module].second) = &t;
   }
   FP_CHECK(!modules.empty(), weights, ": no LoRA matrices in it");
+  for (const auto& [module, ab] : modules) {
+    const auto [a, b] = ab;
+    FP_CHECK(a && b, weights, ": module '", module, "' has a lora_", a ? "A" : "B", " weight but no lora_", a ? "B" : "A");
+    RawModule r;
+    r.module = module;
+    r.file = weights;
+    r.parts = module_parts(module);
+    FP_CHECK(r.parts.layer >= 0, weights, ": module '", module,
+             "' is not one this engine adapts (the layers' q/k/v/o and gate/up/down projections)");
+    r.a_type = a->type, r.b_type = b->type;
+    r.a = a->data, r.b = b->data;
+    r.a_bytes = a->nbytes, r.b_bytes = b->nbytes;
+    r.a_name = a->name, r.b_name = b->name;
+    r.a_shape = a->shape, r.b_shape = b->shape;
+    const int64_t rank = a->shape.empty() ? 0 : a->shape[0];
+    if (const nlohmann::json* rp = lora_pattern_value(rank_pattern, module))
+      FP_CHECK(rp->is_number_integer() && rp->get<int64_t>() == rank, cfg_path, ": rank_pattern gives '", module, "' rank ",
+               rp->dump(), " but its matrices have rank ", rank);
+    r.alpha = alpha;
+    if (const nlohmann::json* v = lora_pattern_value(alpha_pattern, module)) {
+      FP_CHECK(v->is_number(), cfg_path, ": alpha_pattern's value for '", module, "' must be a number, got ", v->dump());
+      r.alpha = v->get<double>();
+    }
+    r.rslora = rslora;
+    out.modules.push_back(std::move(r));
+  }
+  return out;
+}
 
+// The modules of a llama.cpp GGUF adapter (convert_lora_to_gguf.py's: general.type "adapter",
+// adapter.type "lora", adapter.lora.alpha, tensors "<base tensor>.lora_a" ne [in, rank] and
+// ".lora_b" ne [rank, out]: PyTorch's A and B as they are).
+RawAdapter read_gguf_adapter(const std::string& path, const ModelFile& base) {
+  std::shared_ptr<GgufFile> g = GgufFile::open(path);
+  RawAdapter out;
+  out.file = g;
+  const std::string type = g->get_string("general.type", "");
+  FP_CHECK(type == "adapter", path, ": general.type is '", type, "', not 'adapter' (a llama.cpp LoRA adapter)");
+  const std::string kind = g->get_string("adapter.type", "");
+  FP_CHECK(kind == "lora", path, ": adapter.type is '", kind, "', not 'lora'");
+  const std::string arch = g->get_string("general.architecture", "");
+  const std::string base_arch = base.config.arch == "mixtral" ? "llama" : base.config.arch;
+  FP_CHECK(arch == base_arch, path, ": an adapter for architecture '", arch, "', the model is '", base_arch, "'");
+  const double alpha = g->get_float("adapter.lora.alpha", 0.0);
+  std::map<std::string, std::pair<const GgufTensorInfo*, const GgufTensorInfo*>> tensors;
+  for (const GgufTensorInfo& t : g->tensors()) {
+    const bool is_a = t.name.ends_with(".lora_a"), is_b = t.name.ends_with(".lora_b");
+    FP_CHECK(is_a || is_b, path, ": tensor '", t.name, "' is neither a .lora_a nor a .lora_b");
+    (is_a ? tensors[t.name.substr(0, t.name.size() - 7)].first : tensors[t.name.substr(0, t.name.size() - 7)].second) = &t;
+  }
+  FP_CHECK(!tensors.empty(), path, ": no LoRA matrices in it");
   const ModelConfig& c = base.config;
+  for (const auto& [tname, ab] : tensors) {
+    const auto [a, b] = ab;
+    FP_CHECK(a && b, path, ": '", tname, "' has a lora_", a ? "a" : "b", " but no lora_", a ? "b" : "a");
+    RawModule r;
+    r.module = tname;
+    r.file = path;
+    // blk.N.<tensor>.weight
+    static const std::map<std::string, std::vector<LoraTarget>> parts = {
+        {"attn_q.weight", {LoraTarget::Q}},       {"attn_k.weight", {LoraTarget::K}},
+        {"attn_v.weight", {LoraTarget::V}},       {"attn_output.weight", {LoraTarget::O}},
+        {"attn_qkv.weight", {LoraTarget::Q, LoraTarget::K, LoraTarget::V}},
+        {"ffn_gate.weight", {LoraTarget::Gate}},  {"ffn_up.weight", {LoraTarget::Up}},
+        {"ffn_down.weight", {LoraTarget::Down}}};
+    const size_t dot = tname.find('.', 4);
+    if (tname.rfind("blk.", 0) == 0 && dot != std::string::npos && dot > 4 &&
+        tname.substr(4, dot - 4).find_first_not_of("0123456789") == std::string::npos && dot - 4 <= 6) {
+      auto it = parts.find(tname.substr(dot + 1));
+      if (it != parts.end()) {
+        r.parts.layer = std::stoll(tname.substr(4, dot - 4));
+        r.parts.targets = it->second;
+        // Phi-3's and GLM-4's fused gate/up is one ffn_up of twice the width.
+        if (it->first == "ffn_up.weight" && b->ne.size() == 2 && b->ne[1] == 2 * c.hidden_dim)
+          r.parts.targets = {LoraTarget::Gate, LoraTarget::Up};
+      }
+    }
+    FP_CHECK(r.parts.layer >= 0, path, ": tensor '", tname,
+             "' is not one this engine adapts (the layers' q/k/v/o and gate/up/down projections)");
+    r.a_type = a->type, r.b_type = b->type;
+    r.a = a->data, r.b = b->data;
+    r.a_bytes = a->nbytes, r.b_bytes = b->nbytes;
+    r.a_name = a->name, r.b_name = b->name;
+    r.a_shape.assign(a->ne.rbegin(), a->ne.rend());  // GGUF ne is innermost first
+    r.b_shape.assign(b->ne.rbegin(), b->ne.rend());
+    r.alpha = alpha;
+    r.alpha_is_scale = alpha == 0;  // as llama.cpp: no alpha, scale 1
+    r.permuted = arch_permutes_qk(arch);
+    out.modules.push_back(std::move(r));
+  }
+  return out;
+}
+
+}  // namespace
+
+LoraAdapterWeights read_lora_adapter(const std::string& path, const std::string& name, const ModelFile& base) {
+  RawAdapter raw;
+  if (path.ends_with(".gguf") && file_exists(path)) {
+    raw = read_gguf_adapter(path, base);
+  } else {
+    std::string dir = path;
+    if (dir.ends_with("adapter_config.json")) dir = dir.substr(0, dir.size() - std::string("adapter_config.json").size());
+    while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+    FP_CHECK(is_directory(dir), "LoRA adapter '", path,
+             "': not a directory (a PEFT adapter: adapter_config.json + adapter_model.safetensors) nor a llama.cpp .gguf adapter");
+    raw = read_peft(path, dir);
+  }
+  const ModelConfig& c = base.config;
+  const bool base_permuted = gguf_permuted_qk(base);
   LoraAdapterWeights out;
   out.name = name;
   out.path = path;
   std::map<std::pair<int64_t, int>, bool> seen;
-  for (const auto& [module, p] : modules) {
-    FP_CHECK(p.a && p.b, weights, ": module '", module, "' has a lora_", p.a ? "A" : "B", " weight but no lora_", p.a ? "B" : "A");
-    const ModuleParts parts = module_parts(module);
-    FP_CHECK(parts.layer >= 0, weights, ": module '", module,
-             "' is not one this engine adapts (the layers' q/k/v/o and gate/up/down projections)");
-    FP_CHECK(parts.layer < c.n_layers, weights, ": module '", module, "' is in layer ", parts.layer, " but the model has ",
+  for (const RawModule& r : raw.modules) {
+    const std::string& module = r.module;
+    FP_CHECK(r.parts.layer < c.n_layers, r.file, ": module '", module, "' is in layer ", r.parts.layer, " but the model has ",
              c.n_layers, " layers");
     // Widths: the parts' outputs one after another (fused modules).
-    int64_t in_dim = target_dims(c, parts.targets[0]).first, out_dim = 0;
-    for (LoraTarget t : parts.targets) out_dim += target_dims(c, t).second;
-    const auto& as = p.a->shape;
-    const auto& bs = p.b->shape;
-    FP_CHECK(as.size() == 2 && as[1] == in_dim && as[0] > 0, weights, ": '", p.a->name, "' has shape ", shape_text(as),
+    int64_t in_dim = target_dims(c, r.parts.targets[0]).first, out_dim = 0;
+    for (LoraTarget t : r.parts.targets) out_dim += target_dims(c, t).second;
+    const auto& as = r.a_shape;
+    const auto& bs = r.b_shape;
+    FP_CHECK(as.size() == 2 && as[1] == in_dim && as[0] > 0, r.file, ": '", r.a_name, "' has shape ", shape_text(as),
              ", expected [rank, ", in_dim, "] for this model");
     const int64_t rank = as[0];
-    FP_CHECK(bs.size() == 2 && bs[0] == out_dim && bs[1] == rank, weights, ": '", p.b->name, "' has shape ", shape_text(bs),
+    FP_CHECK(bs.size() == 2 && bs[0] == out_dim && bs[1] == rank, r.file, ": '", r.b_name, "' has shape ", shape_text(bs),
              ", expected [", out_dim, ", ", rank, "] for this model");
-    if (const nlohmann::json* r = lora_pattern_value(rank_pattern, module))
-      FP_CHECK(r->is_number_integer() && r->get<int64_t>() == rank, cfg_path, ": rank_pattern gives '", module, "' rank ",
-               r->dump(), " but its matrices have rank ", rank);
-    double a = alpha;
-    if (const nlohmann::json* v = lora_pattern_value(alpha_pattern, module)) {
-      FP_CHECK(v->is_number(), cfg_path, ": alpha_pattern's value for '", module, "' must be a number, got ", v->dump());
-      a = v->get<double>();
-    }
-    const float scale = static_cast<float>(a / (rslora ? std::sqrt(static_cast<double>(rank)) : static_cast<double>(rank)));
-    const std::vector<float> A = to_f32(*p.a, weights);
-    std::vector<float> B = to_f32(*p.b, weights);
+    const double divisor = r.rslora ? std::sqrt(static_cast<double>(rank)) : static_cast<double>(rank);
+    const float scale = r.alpha_is_scale ? 1.0f : static_cast<float>(r.alpha / divisor);
+    const std::vector<float> A = raw_f32(r.a_type, r.a, r.a_bytes, as, r.a_name, r.file);
+    std::vector<float> B = raw_f32(r.b_type, r.b, r.b_bytes, bs, r.b_name, r.file);
     for (float& v : B) v *= scale;
     int64_t row = 0;
-    for (LoraTarget t : parts.targets) {
-      const auto key = std::make_pair(parts.layer, static_cast<int>(t));
-      FP_CHECK(!seen[key], weights, ": layer ", parts.layer, "'s ", lora_target_name(t), " is adapted twice");
+    for (LoraTarget t : r.parts.targets) {
+      const auto key = std::make_pair(r.parts.layer, static_cast<int>(t));
+      FP_CHECK(!seen[key], r.file, ": layer ", r.parts.layer, "'s ", lora_target_name(t), " is adapted twice");
       seen[key] = true;
       LoraMatrices m;
-      m.layer = parts.layer;
+      m.layer = r.parts.layer;
       m.target = t;
       m.rank = rank;
       m.in = in_dim;
@@ -257,12 +366,29 @@ LoraAdapterWeights read_lora_adapter(const std::string& path, const std::string&
       m.a = A;
       m.b = lora_rows(B, rank, row, m.out);
       row += m.out;
-      if (gguf_permuted_qk(base) && (t == LoraTarget::Q || t == LoraTarget::K))
-        m.b = permute_heads(m.b, m.out, rank, t == LoraTarget::Q ? c.n_heads : c.n_kv_heads);
+      // B's q/k rows into the base's order: adjacent pairs for a GGUF base whose converter
+      // permuted them, the checkpoint's halves otherwise.
+      if ((t == LoraTarget::Q || t == LoraTarget::K) && base_permuted != r.permuted) {
+        const int64_t heads = t == LoraTarget::Q ? c.n_heads : c.n_kv_heads;
+        m.b = rope_pair_rows(m.b, m.out, rank, heads, base_permuted);
+      }
       out.max_rank = std::max(out.max_rank, rank);
       out.matrices.push_back(std::move(m));
     }
   }
+  return out;
+}
+
+std::vector<float> rope_pair_rows(const std::vector<float>& m, int64_t rows, int64_t cols, int64_t heads, bool to_adjacent) {
+  std::vector<float> out(m.size());
+  const int64_t hd = rows / heads;
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t i = 0; i < hd / 2; ++i)
+      for (int64_t half = 0; half < 2; ++half) {
+        const int64_t halves = h * hd + half * (hd / 2) + i, adjacent = h * hd + 2 * i + half;
+        const int64_t from = to_adjacent ? halves : adjacent, to = to_adjacent ? adjacent : halves;
+        std::copy_n(m.begin() + from * cols, cols, out.begin() + to * cols);
+      }
   return out;
 }
 

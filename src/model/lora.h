@@ -58,11 +58,17 @@ bool lora_module_shape(const ModelConfig& c, const std::string& module, int64_t*
 // (the whole name, or its end after a dot, or as a regular expression); null when none does.
 const nlohmann::json* lora_pattern_value(const nlohmann::json& patterns, const std::string& module);
 
-// Writes a PEFT adapter with random matrices for the model at `base` (synth's --lora-out):
+// Writes a PEFT adapter directory, or a llama.cpp GGUF adapter where `out` ends in .gguf (one
+// alpha, no rsLoRA or patterns), with random matrices for the model at `base` (synth's --lora-out):
 // `config` holds adapter_config.json keys (r, lora_alpha, target_modules: module names such as
 // q_proj; use_rslora, rank_pattern, alpha_pattern), written beside PEFT's defaults. A and B are
 // uniform in +-1/sqrt(in) and +-1/sqrt(rank) from `seed`. Returns a one-line summary.
 std::string synth_lora(const std::string& base, const nlohmann::json& config, uint64_t seed, const std::string& out);
+
+// The rows of a q or k projection's output side ([rows, cols], `heads` heads) reordered as
+// llama.cpp's converters reorder Llama's: each head's two rotary halves into adjacent pairs
+// (to_adjacent), or back.
+std::vector<float> rope_pair_rows(const std::vector<float>& m, int64_t rows, int64_t cols, int64_t heads, bool to_adjacent);
 
 // Rows [begin, begin + len) of a [rows, cols] F32 matrix, or columns of one: what an
 // architecture keeps of an adapter on one tensor-parallel rank.

@@ -4,10 +4,12 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "formats/gguf.h"
 #include "formats/safetensors.h"
 #include "model/lora.h"
 #include "model/model_file.h"
@@ -53,6 +55,18 @@ std::string synth_lora(const std::string& base, const nlohmann::json& config, ui
            "synth --lora-config: 'target_modules' must be a list of module names");
   const int64_t r = cfg["r"].get<int64_t>();
   Uniform rng{seed * 0x2545F4914F6CDD1Dull + 1};
+  // llama.cpp's GGUF adapters: one alpha for every tensor, q/k rows in the base GGUF's order.
+  const bool gguf = out.ends_with(".gguf");
+  if (gguf)
+    FP_CHECK(!cfg["use_rslora"].get<bool>() && cfg["alpha_pattern"].empty() && cfg["rank_pattern"].empty(),
+             "synth --lora-out *.gguf: llama.cpp's adapters have one alpha and no rsLoRA (rank_pattern, alpha_pattern, use_rslora)");
+  const std::string arch = c.arch == "mixtral" ? "llama" : c.arch;
+  const bool permuted = arch == "llama" || arch == "granite" || arch == "smollm3";
+  GgufWriter g;
+  g.set_string("general.architecture", arch);
+  g.set_string("general.type", "adapter");
+  g.set_string("adapter.type", "lora");
+  g.set_f32("adapter.lora.alpha", cfg["lora_alpha"].get<float>());
   SafetensorsWriter w;
   int64_t modules = 0, params = 0;
   for (int64_t l = 0; l < c.n_layers; ++l)
@@ -68,15 +82,30 @@ std::string synth_lora(const std::string& base, const nlohmann::json& config, ui
       std::vector<float> a(static_cast<size_t>(rank * in)), b(static_cast<size_t>(width * rank));
       for (float& v : a) v = rng(1.0f / std::sqrt(static_cast<float>(in)));
       for (float& v : b) v = rng(1.0f / std::sqrt(static_cast<float>(rank)));
-      const std::string prefix = "base_model.model." + module;
-      w.add(prefix + ".lora_A.weight", DType::F32, {rank, in}, bytes_of(a));
-      w.add(prefix + ".lora_B.weight", DType::F32, {width, rank}, bytes_of(b));
+      if (gguf) {
+        static const std::map<std::string, std::string> names = {
+            {"q_proj", "attn_q"},       {"k_proj", "attn_k"},   {"v_proj", "attn_v"},      {"o_proj", "attn_output"},
+            {"qkv_proj", "attn_qkv"},   {"gate_proj", "ffn_gate"}, {"up_proj", "ffn_up"}, {"down_proj", "ffn_down"},
+            {"gate_up_proj", "ffn_up"}};
+        const std::string tensor = "blk." + std::to_string(l) + "." + names.at(name) + ".weight";
+        if (permuted && (name == "q_proj" || name == "k_proj")) b = rope_pair_rows(b, width, rank, name == "q_proj" ? c.n_heads : c.n_kv_heads, true);
+        g.add_tensor(tensor + ".lora_a", DType::F32, {in, rank}, bytes_of(a));
+        g.add_tensor(tensor + ".lora_b", DType::F32, {rank, width}, bytes_of(b));
+      } else {
+        const std::string prefix = "base_model.model." + module;
+        w.add(prefix + ".lora_A.weight", DType::F32, {rank, in}, bytes_of(a));
+        w.add(prefix + ".lora_B.weight", DType::F32, {width, rank}, bytes_of(b));
+      }
       ++modules;
       params += rank * (in + width);
     }
-  std::filesystem::create_directories(out);
-  w.write(out + "/adapter_model.safetensors");
-  std::ofstream(out + "/adapter_config.json") << cfg.dump(2) << "\n";
+  if (gguf) {
+    g.write(out);
+  } else {
+    std::filesystem::create_directories(out);
+    w.write(out + "/adapter_model.safetensors");
+    std::ofstream(out + "/adapter_config.json") << cfg.dump(2) << "\n";
+  }
   return "synth: wrote LoRA adapter " + out + " (" + std::to_string(modules) + " modules, " + std::to_string(params) +
          " parameters, rank " + std::to_string(r) + ")";
 }
