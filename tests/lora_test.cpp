@@ -177,7 +177,19 @@ TEST(Lora, EngineRunsEachSequenceWithItsAdapter) {
     EXPECT_EQ(together[2], alone[2]);
     EXPECT_EQ(together[3], alone[0]);
     Request bad = request(3);
-    test::expect_error([&] { e.add_request(bad); }, {"LoRA adapter 3 is not loaded", "2 are"});
+    test::expect_error([&] { e.add_request(bad); }, {"LoRA adapter 3 is not loaded"});
+    // Unloading: counted while a request runs with it, refused to new requests afterwards.
+    const int64_t id = e.add_request(request(2));
+    EXPECT_EQ(e.requests_with_lora(2), 1);
+    EXPECT_EQ(e.requests_with_lora(1), 0);
+    for (int guard = 0; e.has_work() && guard < 1000; ++guard) e.step();
+    EXPECT_EQ(e.sequence(id)->tokens.size(), prompt.size() + kNew);
+    EXPECT_EQ(e.requests_with_lora(2), 0);
+    m->remove_lora(2);
+    EXPECT_FALSE(m->has_lora(2));
+    test::expect_error([&] { e.add_request(request(2)); }, {"LoRA adapter 2 is not loaded"});
+    test::expect_error([&] { m->remove_lora(2); }, {"LoRA adapter 2 is not loaded"});
+    EXPECT_EQ(run_engine(e, {request(1)})[0], alone[0]);  // the others serve on
   }
 }
 

@@ -429,6 +429,83 @@ TEST(Server, LoraAdaptersByModelName) {
   EXPECT_NE(err.find(dir + "/missing"), std::string::npos) << err;
 }
 
+// --allow-runtime-lora: vLLM's /v1/load_lora_adapter and /v1/unload_lora_adapter. A loaded
+// adapter serves at once (its text is `generate --lora`'s), an unloaded one is gone from the
+// routes and /v1/models; names, paths and unknown adapters are refused by field. Without the
+// flag the routes do not exist.
+TEST(Server, LoraAdaptersLoadAndUnloadAtRuntime) {
+  FP_REQUIRE_FILE(test::stories_path());
+  const std::string dir = test::temp_dir("serve_lora_runtime");
+  synth_lora(test::stories_path(), {{"r", 4}, {"lora_alpha", 16}, {"target_modules", {"q_proj", "v_proj", "down_proj"}}}, 1, dir + "/sad");
+  {
+    ServerProcess plain({});
+    auto c = plain.client();
+    auto r = c.Post("/v1/load_lora_adapter", json{{"lora_name", "sad"}, {"lora_path", dir + "/sad"}}.dump(), "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 404) << "the route exists only with --allow-runtime-lora";
+  }
+  ServerProcess srv({"--allow-runtime-lora"});
+  auto c = srv.client();
+  const std::string prompt = "Once upon a time";
+  int rc = -1;
+  std::string want = test::run_command(test::fastpath_bin() + " generate -q --temp 0 -n 24 -p '" + prompt + "' -m " +
+                                           test::stories_path() + " --lora " + dir + "/sad",
+                                       &rc);
+  ASSERT_EQ(rc, 0);
+  if (!want.empty() && want.back() == '\n') want.pop_back();
+  auto complete = [&](const std::string& model, int* st) {
+    return post(c, "/v1/completions", json{{"model", model}, {"prompt", prompt}, {"max_tokens", 24}, {"temperature", 0}}.dump(), st);
+  };
+  int st = 0;
+  complete("late", &st);
+  EXPECT_EQ(st, 404);
+  auto admin = [&](const std::string& route, const json& body, int* status) {
+    auto r = c.Post(route, body.dump(), "application/json");
+    *status = r ? r->status : -1;
+    return r ? r->body : std::string();
+  };
+  std::string body = admin("/v1/load_lora_adapter", {{"lora_name", "late"}, {"lora_path", dir + "/sad"}}, &st);
+  ASSERT_EQ(st, 200) << body;
+  EXPECT_EQ(body, "Success: LoRA adapter 'late' added successfully.");
+  json r = complete("late", &st);
+  ASSERT_EQ(st, 200) << r.dump();
+  EXPECT_EQ(r["choices"][0]["text"], want);
+  const json models = json::parse(c.Get("/v1/models")->body);
+  ASSERT_EQ(models["data"].size(), 2u);
+  EXPECT_EQ(models["data"][1]["id"], "late");
+  EXPECT_EQ(models["data"][1]["root"], dir + "/sad");
+
+  // Refusals: the same name again, a path that is no adapter, a body without the fields.
+  body = admin("/v1/load_lora_adapter", {{"lora_name", "late"}, {"lora_path", dir + "/sad"}}, &st);
+  EXPECT_EQ(st, 400);
+  EXPECT_NE(body.find("has already been loaded"), std::string::npos) << body;
+  body = admin("/v1/load_lora_adapter", {{"lora_name", "other"}, {"lora_path", dir + "/missing"}}, &st);
+  EXPECT_EQ(st, 400);
+  EXPECT_NE(body.find(dir + "/missing"), std::string::npos) << body;
+  EXPECT_NE(body.find("lora_path"), std::string::npos) << body;
+  body = admin("/v1/load_lora_adapter", {{"lora_name", "other"}}, &st);
+  EXPECT_EQ(st, 400);
+  EXPECT_NE(body.find("lora_path"), std::string::npos) << body;
+
+  body = admin("/v1/unload_lora_adapter", {{"lora_name", "late"}}, &st);
+  ASSERT_EQ(st, 200) << body;
+  EXPECT_EQ(body, "Success: LoRA adapter 'late' removed successfully.");
+  complete("late", &st);
+  EXPECT_EQ(st, 404);
+  EXPECT_EQ(json::parse(c.Get("/v1/models")->body)["data"].size(), 1u);
+  body = admin("/v1/unload_lora_adapter", {{"lora_name", "late"}}, &st);
+  EXPECT_EQ(st, 404) << body;
+  // Loaded again under the same name: a new id, the same text (nothing cached under the old one is reused wrongly).
+  body = admin("/v1/load_lora_adapter", {{"lora_name", "late"}, {"lora_path", dir + "/sad"}}, &st);
+  ASSERT_EQ(st, 200) << body;
+  r = complete("late", &st);
+  ASSERT_EQ(st, 200) << r.dump();
+  EXPECT_EQ(r["choices"][0]["text"], want);
+  r = complete("stories260K.gguf", &st);
+  ASSERT_EQ(st, 200) << r.dump();
+  EXPECT_EQ(r["choices"][0]["text"], greedy_text(prompt, 24));
+}
+
 TEST(Server, SpeculativeDecodingServesThePlainGreedyText) {
   FP_REQUIRE_FILE(test::stories_path());
   ServerProcess srv({"--speculative-tokens", "5", "--prompt-lookup-min", "1", "--prompt-lookup-max", "3"});

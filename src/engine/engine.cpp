@@ -243,8 +243,7 @@ int64_t Engine::add_request(const Request& req) {
   for (const auto& [t, bias] : req.logit_bias)
     FP_CHECK(t >= 0 && t < mc.n_vocab && std::isfinite(bias), "logit_bias: token id ", t, " (bias ", bias,
              ") is outside the vocabulary [0, ", mc.n_vocab, ") or not finite");
-  FP_CHECK(req.lora >= 0 && req.lora <= model_.n_loras(), "LoRA adapter ", req.lora, " is not loaded (", model_.n_loras(),
-           " are)");
+  FP_CHECK(model_.has_lora(req.lora), "LoRA adapter ", req.lora, " is not loaded (", model_.n_loras(), " ids handed out)");
   auto s = std::make_unique<Sequence>();
   s->id = next_id_++;
   s->req = req;
@@ -266,6 +265,12 @@ int64_t Engine::add_request(const Request& req) {
   }
   scheduler_->add(raw);
   return raw->id;
+}
+
+int64_t Engine::requests_with_lora(int32_t lora) const {
+  int64_t n = 0;
+  for (const auto& [id, s] : seqs_) n += s->state != SeqState::Finished && s->req.lora == lora;
+  return n;
 }
 
 const Sequence* Engine::sequence(int64_t id) const {

@@ -130,6 +130,8 @@ class Engine {
   std::vector<StepOutput> step();
   // The sequence (prompt + tokens so far) of a live or finished request; nullptr once dropped.
   const Sequence* sequence(int64_t id) const;
+  // Requests not finished (waiting, running or preempted) that run with LoRA adapter `lora`.
+  int64_t requests_with_lora(int32_t lora) const;
   // Forgets a finished request.
   void drop(int64_t id);
 

@@ -224,9 +224,11 @@ class LlamaModel : public Model {
       }
       mine.push_back(std::move(m));
     }
-    n_loras_ = lora_.add(ad.name, std::move(mine), c.n_layers);
-    return n_loras_;
+    const int32_t id = lora_added();
+    FP_CHECK(lora_.add(ad.name, std::move(mine), c.n_layers) == id, "LoRA adapter ids out of step");
+    return id;
   }
+  void drop_lora(int32_t id) override { lora_.remove(id); }
 
   void forward(const ForwardBatch& b, KvPool& pool, float* logits) override {
     const ModelConfig& c = config();

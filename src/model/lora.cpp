@@ -443,6 +443,11 @@ int32_t LoraSet::add(const std::string& name, std::vector<LoraMatrices> matrices
   return size();
 }
 
+void LoraSet::remove(int32_t id) {
+  FP_CHECK(id >= 1 && id <= size() && adapters_[static_cast<size_t>(id - 1)], "LoRA adapter ", id, " is not loaded");
+  adapters_[static_cast<size_t>(id - 1)].reset();
+}
+
 bool LoraSet::begin(const ForwardBatch& b) {
   runs_.clear();
   if (b.seq_lora.empty()) return false;
@@ -450,8 +455,8 @@ bool LoraSet::begin(const ForwardBatch& b) {
            " LoRA ids for ", b.n_seqs(), " sequences");
   for (int64_t s = 0; s < b.n_seqs(); ++s) {
     const int32_t id = b.seq_lora[static_cast<size_t>(s)];
-    FP_CHECK(id >= 0 && id <= size(), "sequence ", s, " of a batch asks for LoRA adapter ", id, " but ", size(),
-             " are loaded");
+    FP_CHECK(id >= 0 && id <= size() && (id == 0 || adapters_[static_cast<size_t>(id - 1)]), "sequence ", s,
+             " of a batch asks for LoRA adapter ", id, ", which is not loaded");
     const int64_t row0 = b.seq_indptr[static_cast<size_t>(s)], rows = b.seq_indptr[static_cast<size_t>(s) + 1] - row0;
     if (id == 0 || rows == 0) continue;
     if (!runs_.empty() && runs_.back().adapter == id && runs_.back().row0 + runs_.back().rows == row0) runs_.back().rows += rows;

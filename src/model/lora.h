@@ -84,6 +84,8 @@ class LoraSet {
   // Adds an adapter whose matrices the architecture already cut to its rank's share; returns its id.
   int32_t add(const std::string& name, std::vector<LoraMatrices> matrices, int64_t n_layers);
   int32_t size() const { return static_cast<int32_t>(adapters_.size()); }
+  // Frees adapter `id`'s matrices; a step that still asks for it is an error.
+  void remove(int32_t id);
   // Groups the step's rows by adapter (ForwardBatch::seq_lora; ids checked); false when no row
   // uses one, and apply() then does nothing.
   bool begin(const ForwardBatch& b);

@@ -268,8 +268,21 @@ int32_t Model::add_lora(const LoraAdapterWeights&) {
            " does not take LoRA adapters here (the dense Llama family does: llama, qwen2, qwen3, phi3, glm4, granite, gemma ...)");
 }
 
+bool Model::has_lora(int32_t id) const {
+  return id == 0 || (id >= 1 && id <= n_loras_ && !lora_removed_[static_cast<size_t>(id - 1)]);
+}
+
+void Model::remove_lora(int32_t id) {
+  FP_CHECK(id > 0 && has_lora(id), "LoRA adapter ", id, " is not loaded");
+  drop_lora(id);
+  lora_removed_[static_cast<size_t>(id - 1)] = true;
+  if (single_lora_ == id) single_lora_ = 0;
+}
+
+void Model::drop_lora(int32_t) {}
+
 void Model::set_single_lora(int32_t id) {
-  FP_CHECK(id >= 0 && id <= n_loras_, "LoRA adapter ", id, " is not loaded (", n_loras_, " are)");
+  FP_CHECK(has_lora(id), "LoRA adapter ", id, " is not loaded (", n_loras_, " are)");
   single_lora_ = id;
 }
 

@@ -157,7 +157,11 @@ class Model {
   // ForwardBatch::seq_lora (1, 2, ...). The architectures that take adapters override it; the
   // others refuse by name.
   virtual int32_t add_lora(const LoraAdapterWeights& adapter);
-  int32_t n_loras() const { return n_loras_; }
+  // Unloads adapter `id` (serve --allow-runtime-lora): its matrices are freed; ids are never
+  // handed out again, so KV cached under it can never be matched.
+  void remove_lora(int32_t id);
+  int32_t n_loras() const { return n_loras_; }  // ids handed out (1..n_loras)
+  bool has_lora(int32_t id) const;               // 0 (none) or a loaded adapter
   // The adapter the one-sequence forward runs with (generate, logits --lora; 0: none).
   void set_single_lora(int32_t id);
 
@@ -187,6 +191,14 @@ class Model {
   bool mtp_ = false;
   std::vector<float> final_hidden_;
   int32_t n_loras_ = 0;  // adapters added (add_lora)
+  std::vector<bool> lora_removed_;  // per id - 1
+  // An architecture's add_lora ends here: the new adapter's id.
+  int32_t lora_added() {
+    lora_removed_.push_back(false);
+    return ++n_loras_;
+  }
+  // The architecture's half of remove_lora: frees the adapter's matrices.
+  virtual void drop_lora(int32_t id);
 
  private:
   void forward_one(const int32_t* tokens, const int32_t* pos, int64_t n, KvCache& cache, float* logits, bool all_logits,

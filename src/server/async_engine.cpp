@@ -146,11 +146,6 @@ void AsyncEngine::loop() {
       cancels.swap(to_cancel_);
       jobs.swap(jobs_);
     }
-    for (auto& job : jobs) {
-      std::lock_guard<std::mutex> step_lock(step_mu_);
-      job();  // a packaged task: an exception goes to its waiter
-    }
-    jobs.clear();
     for (size_t g = 0; g < adds.size(); ++g) {
       auto& stream = adds[g];
       const std::vector<Request>& group = *add_reqs[g];
@@ -175,6 +170,12 @@ void AsyncEngine::loop() {
         }
       }
     }
+    // Jobs after the requests submitted before them are in the engine (an adapter's unload sees them).
+    for (auto& job : jobs) {
+      std::lock_guard<std::mutex> step_lock(step_mu_);
+      job();  // a packaged task: an exception goes to its waiter
+    }
+    jobs.clear();
     for (auto& [stream, which] : cancels)
       for (int64_t id : stream->ids_) {
         auto it = live_.find(id);

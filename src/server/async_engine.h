@@ -72,6 +72,8 @@ class AsyncEngine {
   // embeddings use it there) and waits for it; its exception, if any, is rethrown here. Throws
   // when the engine is shutting down.
   void run_between_steps(const std::function<void()>& job);
+  // The engine, for a run_between_steps job (on the engine thread only).
+  const Engine& engine() const { return *engine_; }
 
  private:
   void loop();

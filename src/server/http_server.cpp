@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "engine/embedder.h"
+#include "model/lora.h"
 #include "server/async_engine.h"
 #include "server/embeddings_api.h"
 #include "server/harmony.h"
@@ -129,9 +130,21 @@ struct HttpServer::Impl {
 
   Pooling pooling = Pooling::Last;  // POST /v1/embeddings
 
+  // The LoRA adapters requests may name: --lora's at start; with --allow-runtime-lora,
+  // /v1/load_lora_adapter and /v1/unload_lora_adapter add and remove them (one at a time).
+  struct Adapter {
+    std::string name, path;
+    int32_t id;
+  };
+  mutable std::mutex adapters_mu;
+  std::vector<Adapter> adapters;
+  std::mutex lora_admin_mu;  // serialises loads and unloads
+
   Impl(Model& m, ChatTemplate t, const ServerConfig& c)
       : model(m), tok(*m.tokenizer()), tmpl(std::move(t)), cfg(c),
-        pooling(c.pooling.empty() ? default_pooling(m.file().path) : pooling_from_name(c.pooling)) {}
+        pooling(c.pooling.empty() ? default_pooling(m.file().path) : pooling_from_name(c.pooling)) {
+    for (size_t i = 0; i < c.lora.size(); ++i) adapters.push_back({c.lora[i].name, c.lora[i].path, static_cast<int32_t>(i + 1)});
+  }
 
   // Feeds one event into its choice; returns the text to send now (may be empty).
   std::string apply(Call& call, const TokenEvent& ev, json* lp_entry) {
@@ -324,16 +337,18 @@ struct HttpServer::Impl {
   }
 
   // The adapter a request's "model" names: 0 for the base model (or no name), i + 1 for
-  // cfg.lora[i], -1 for a name this server does not serve.
+  // the adapter of that name, -1 for a name this server does not serve.
   int32_t adapter_of(const std::string& name) const {
     if (name.empty() || name == cfg.served_model_name) return 0;
-    for (size_t i = 0; i < cfg.lora.size(); ++i)
-      if (cfg.lora[i].name == name) return static_cast<int32_t>(i + 1);
+    std::lock_guard<std::mutex> lock(adapters_mu);
+    for (const Adapter& a : adapters)
+      if (a.name == name) return a.id;
     return -1;
   }
   ApiError unknown_model(const std::string& name) const {
     std::string served = "`" + cfg.served_model_name + "`";
-    for (const ServerConfig::Adapter& a : cfg.lora) served += ", `" + a.name + "`";
+    std::lock_guard<std::mutex> lock(adapters_mu);
+    for (const Adapter& a : adapters) served += ", `" + a.name + "`";
     return ApiError{404, "The model `" + name + "` does not exist (this server serves " + served + ")", "NotFoundError", "model"};
   }
 
@@ -369,7 +384,7 @@ struct HttpServer::Impl {
       return;
     }
     call->id = new_id(chat ? "chatcmpl" : "cmpl");
-    call->model = lora > 0 ? cfg.lora[static_cast<size_t>(lora - 1)].name : cfg.served_model_name;
+    call->model = lora > 0 ? call->req.model : cfg.served_model_name;
     call->created = unix_time();
     for (int i = 0; i < call->req.n; ++i) {
       Choice c;
@@ -502,6 +517,87 @@ struct HttpServer::Impl {
     res.set_content(dump(embedding_response(req, std::move(vectors), cfg.served_model_name, true)), "application/json");
   }
 
+  // POST /v1/load_lora_adapter {"lora_name", "lora_path"} and /v1/unload_lora_adapter
+  // {"lora_name"} (vLLM's routes and replies). The model changes on the engine thread between
+  // steps; an adapter that requests still run with is not unloaded.
+  bool lora_body(const httplib::Request& hreq, httplib::Response& res, bool load, std::string* name, std::string* path) {
+    const json body = json::parse(hreq.body, nullptr, false);
+    if (!body.is_object()) {
+      reject(res, ApiError{400, "the body must be a JSON object", "invalid_request_error", ""});
+      return false;
+    }
+    for (auto [key, out] : {std::pair{"lora_name", name}, std::pair{"lora_path", path}}) {
+      if (!load && out == path) continue;
+      auto it = body.find(key);
+      if (it == body.end() || !it->is_string() || it->get<std::string>().empty()) {
+        reject(res, ApiError{400, std::string("'") + key + "' must be a non-empty string", "invalid_request_error", key});
+        return false;
+      }
+      *out = it->get<std::string>();
+    }
+    if (model.tp_size() > 1) {
+      reject(res, ApiError{400, "adapters load at start (--lora) when the model runs on several ranks", "invalid_request_error", ""});
+      return false;
+    }
+    return true;
+  }
+
+  void handle_load_lora(const httplib::Request& hreq, httplib::Response& res) {
+    std::string name, path;
+    if (!lora_body(hreq, res, true, &name, &path)) return;
+    std::lock_guard<std::mutex> admin(lora_admin_mu);
+    if (adapter_of(name) >= 0) {
+      reject(res, ApiError{400, "The lora adapter '" + name + "' has already been loaded.", "invalid_request_error", "lora_name"});
+      return;
+    }
+    int32_t id = 0;
+    try {
+      engine->run_between_steps([&] { id = model.add_lora(read_lora_adapter(path, name, model.file())); });
+    } catch (const std::exception& e) {
+      reject(res, ApiError{400, e.what(), "invalid_request_error", "lora_path"});
+      return;
+    }
+    {
+      std::lock_guard<std::mutex> lock(adapters_mu);
+      adapters.push_back({name, path, id});
+    }
+    log_info("LoRA adapter '", name, "' (", path, ") loaded: id ", id);
+    res.set_content("Success: LoRA adapter '" + name + "' added successfully.", "text/plain");
+  }
+
+  void handle_unload_lora(const httplib::Request& hreq, httplib::Response& res) {
+    std::string name, path;
+    if (!lora_body(hreq, res, false, &name, &path)) return;
+    std::lock_guard<std::mutex> admin(lora_admin_mu);
+    const int32_t id = adapter_of(name);
+    if (id <= 0) {
+      reject(res, ApiError{404, "The lora adapter '" + name + "' cannot be found.", "NotFoundError", "lora_name"});
+      return;
+    }
+    int64_t busy = 0;
+    try {
+      engine->run_between_steps([&] {
+        busy = engine->engine().requests_with_lora(id);
+        if (busy == 0) model.remove_lora(id);
+      });
+    } catch (const std::exception& e) {
+      send_error(res, ApiError{500, e.what(), "server_error", ""});
+      return;
+    }
+    if (busy > 0) {
+      reject(res, ApiError{400, "The lora adapter '" + name + "' has " + std::to_string(busy) +
+                                    " requests in flight; unload it once they finish.",
+                           "invalid_request_error", "lora_name"});
+      return;
+    }
+    {
+      std::lock_guard<std::mutex> lock(adapters_mu);
+      std::erase_if(adapters, [&](const Adapter& a) { return a.id == id; });
+    }
+    log_info("LoRA adapter '", name, "' unloaded");
+    res.set_content("Success: LoRA adapter '" + name + "' removed successfully.", "text/plain");
+  }
+
   void reject(httplib::Response& res, const ApiError& e) {
     {
       std::lock_guard<std::mutex> lock(engine->metrics().mu);
@@ -527,11 +623,16 @@ struct HttpServer::Impl {
     svr.Post("/v1/completions", [this](const httplib::Request& q, httplib::Response& r) { handle_generate(q, r, false); });
     svr.Post("/v1/chat/completions", [this](const httplib::Request& q, httplib::Response& r) { handle_generate(q, r, true); });
     svr.Post("/v1/embeddings", [this](const httplib::Request& q, httplib::Response& r) { handle_embeddings(q, r); });
+    if (cfg.allow_runtime_lora) {
+      svr.Post("/v1/load_lora_adapter", [this](const httplib::Request& q, httplib::Response& r) { handle_load_lora(q, r); });
+      svr.Post("/v1/unload_lora_adapter", [this](const httplib::Request& q, httplib::Response& r) { handle_unload_lora(q, r); });
+    }
     svr.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
       json m = {{"id", cfg.served_model_name}, {"object", "model"}, {"created", unix_time()}, {"owned_by", "fastpath"},
                 {"max_model_len", engine->config().max_model_len}};
       json data = json::array({m});
-      for (const ServerConfig::Adapter& a : cfg.lora)  // as vLLM lists its LoRA modules
+      std::lock_guard<std::mutex> lock(adapters_mu);
+      for (const Adapter& a : adapters)  // as vLLM lists its LoRA modules
         data.push_back({{"id", a.name}, {"object", "model"}, {"created", unix_time()}, {"owned_by", "fastpath"},
                         {"root", a.path}, {"parent", cfg.served_model_name}, {"max_model_len", engine->config().max_model_len}});
       res.set_content(dump({{"object", "list"}, {"data", std::move(data)}}), "application/json");

@@ -34,6 +34,10 @@ struct ServerConfig {
     std::string name, path;
   };
   std::vector<Adapter> lora;
+  // POST /v1/load_lora_adapter and /v1/unload_lora_adapter (vLLM's, behind its
+  // VLLM_ALLOW_RUNTIME_LORA_UPDATING): off by default, since a request then names a path on this
+  // machine for the server to read.
+  bool allow_runtime_lora = false;
   EngineConfig engine;
 };
 

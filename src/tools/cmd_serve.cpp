@@ -22,6 +22,9 @@ void add_serve(CLI::App& app) {
   auto* cmd = app.add_subcommand("serve", "serve the model over an OpenAI-compatible HTTP API");
   add_common(cmd, o->common, false);
   add_lora_option(cmd, o->common, true);
+  cmd->add_flag("--allow-runtime-lora", o->server.allow_runtime_lora,
+                "serve POST /v1/load_lora_adapter {lora_name, lora_path} and /v1/unload_lora_adapter {lora_name} (vLLM's "
+                "routes; a request then names a path on this machine for the server to read)");
   add_engine_options(cmd, o->engine);
   cmd->add_option("--host", o->server.host, "address to listen on");
   cmd->add_option("--port", o->server.port, "port to listen on (0: any free port)")->check(CLI::Range(0, 65535));
