@@ -338,6 +338,11 @@ constexpr int32_t placeholder_row(int32_t token) { return -2 - token; }
 
 std::vector<ScheduledSeq> Engine::schedule() {
   std::vector<ScheduledSeq> sched = scheduler_->schedule();
+  // The rows of one LoRA adapter side by side: each adapter's update is then one run of rows
+  // (model/lora.h), its matrices read once per step however the requests interleave.
+  if (model_.n_loras() > 0)
+    std::stable_sort(sched.begin(), sched.end(),
+                     [](const ScheduledSeq& a, const ScheduledSeq& b) { return a.seq->req.lora < b.seq->req.lora; });
   stats_.last_step_tokens = 0;
   stats_.last_step_seqs = static_cast<int64_t>(sched.size());
   for (const ScheduledSeq& x : sched) stats_.last_step_tokens += x.n_tokens;

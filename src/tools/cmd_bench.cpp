@@ -223,7 +223,7 @@ ServingResult serving_run(Model& model, const EngineConfig& ecfg, int requests, 
   std::vector<int64_t> ids;
   auto submit = [&] {
     Request r;
-    r.lora = model.n_loras() > 0 ? 1 : 0;  // --lora: every request runs with it
+    r.lora = model.n_loras() > 0 ? 1 + submitted % model.n_loras() : 0;  // --lora: cycling through the adapters
     r.prompt = prompts[static_cast<size_t>(submitted++)];
     r.max_new_tokens = output_len;
     r.stop_at_eog = false;
@@ -334,7 +334,7 @@ void add_bench(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("bench", "measure prefill and decode tokens/s against this machine's ceiling");
   add_common(cmd, o->common, false);
-  add_lora_option(cmd, o->common, false);
+  add_lora_cycle_option(cmd, o->common);
   cmd->add_option("-p,--n-prompt", o->prompt, "prompt tokens for the prefill test (0 skips it)")->check(CLI::Range(0, 1 << 20));
   cmd->add_option("-n,--n-gen", o->gen, "tokens for the decode test (0 skips it)")->check(CLI::Range(0, 1 << 20));
   cmd->add_option("-b,--batch", o->batch, "decode batch sizes besides 1 (sequences decoding together, e.g. -b 4,16)")

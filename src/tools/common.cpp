@@ -49,6 +49,12 @@ void add_lora_option(CLI::App* app, CommonOptions& o, bool per_request) {
   if (!per_request) opt->expected(1);
 }
 
+void add_lora_cycle_option(CLI::App* app, CommonOptions& o) {
+  app->add_option("--lora", o.lora,
+                  "PEFT or GGUF LoRA adapters (repeatable): the one-sequence runs use the first; --requests cycle "
+                  "through them, request i with adapter i mod N (several adapters in every step)");
+}
+
 void add_common(CLI::App* app, CommonOptions& o, bool model_required) {
   auto* m = app->add_option("-m,--model", o.model, "model: a .gguf file, a llama2.c .bin, or a Hugging Face directory");
   if (model_required) m->required();
@@ -226,7 +232,7 @@ std::unique_ptr<Model> load_with(const CommonOptions& options, int64_t max_model
     const int32_t id = model->add_lora(read_lora_adapter(spec.path, spec.name, model->file()));
     log_info("LoRA adapter '", spec.name, "' (", spec.path, "): id ", id);
   }
-  if (!o.lora_per_request && model->n_loras() == 1) model->set_single_lora(1);
+  if (!o.lora_per_request && model->n_loras() >= 1) model->set_single_lora(1);
   if (world->size() > 1)
     log_info("parallel: rank ", world->rank(), " of ", world->size(), " (", comm->backend(), "), tensor parallel ",
              model->parallel().tp, ", expert parallel ", model->parallel().ep, ", prefill context parallel ",

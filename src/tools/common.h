@@ -36,7 +36,7 @@ struct CommonOptions {
   int plan_concurrency = 16;       // the decode concurrency it plans for
   bool mtp = false;                // load the multi-token-prediction layer (set from --speculative-method mtp)
   std::vector<std::string> lora;   // --lora [NAME=]PATH: PEFT LoRA adapters, ids 1, 2, ... in this order
-  bool lora_per_request = false;   // serve: requests pick an adapter by name; else the one given runs everything
+  bool lora_per_request = false;   // serve: requests pick an adapter by name; else the first runs the one-sequence forwards
 };
 
 // One --lora value: NAME=PATH, or PATH (named after its last path component).
@@ -54,6 +54,8 @@ void add_common(CLI::App* app, CommonOptions& o, bool model_required);
 // Adds --lora: one adapter that every sequence runs with, or (per_request: serve) several that
 // requests choose by name.
 void add_lora_option(CLI::App* app, CommonOptions& o, bool per_request);
+// bench: several adapters, the engine's requests cycling through them (the one-sequence runs use the first).
+void add_lora_cycle_option(CLI::App* app, CommonOptions& o);
 // Opens the ranks (the larger of --tensor-parallel-size and --expert-parallel-size; MPI when more than one), applies threads / kernel
 // overrides / log level, then loads this rank's part of the model (default model when -m is empty).
 // max_model_len: the engine's --max-model-len (0: the model's context), for what depends on it at
