@@ -193,6 +193,29 @@ TEST(Lora, EngineRunsEachSequenceWithItsAdapter) {
   }
 }
 
+// The ledger names the lora op's kernel: `audit --strict` with an adapter passes on a fast kernel
+// (an AVX2 machine) and `logits --lora` writes the adapted logits.
+TEST(Lora, AuditAndLogitsCommandsTakeAnAdapter) {
+  const nlohmann::json cases = golden_cases();
+  const nlohmann::json& c = golden_case(cases, "hf_llama_gqa");
+  const std::string dir = test::temp_dir("lora_cli");
+  const std::string path = test::write_synth_case(c, dir + "/m");
+  synth_lora(path, c["lora"], c["seed"].get<uint64_t>(), dir + "/a");
+  int rc = -1;
+  const std::string audit = test::run_command(test::fastpath_bin() + " audit -q -m " + path + " --lora " + dir + "/a", &rc);
+  EXPECT_EQ(rc, 0) << audit;
+  EXPECT_NE(audit.find("lora "), std::string::npos) << audit;
+  if (test::cpu_has_avx2()) {
+    EXPECT_EQ(system((test::fastpath_bin() + " audit -q --strict -m " + path + " --lora " + dir + "/a > /dev/null").c_str()), 0);
+  }
+  std::string ids;
+  for (int32_t t : cases["tokens"].get<std::vector<int32_t>>()) ids += std::to_string(t) + " ";
+  const std::string out = test::run_command(
+      test::fastpath_bin() + " logits -q -m " + path + " --lora " + dir + "/a --tokens '" + ids + "' --out " + dir + "/l.f32", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_LT(test::rel_err(test::read_f32_file(dir + "/l.f32"), test::read_f32_file(kGolden + "hf_llama_gqa.lora_logits.f32")), 1e-4);
+}
+
 // A synthesized adapter directory with its config edited by `edit`.
 std::string edited_adapter(const std::string& base, const std::string& out, const std::function<void(nlohmann::json&)>& edit) {
   synth_lora(base, {{"r", 2}, {"lora_alpha", 4}, {"target_modules", {"q_proj"}}}, 3, out);

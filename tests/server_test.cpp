@@ -411,6 +411,9 @@ TEST(Server, LoraAdaptersByModelName) {
     });
   for (auto& t : streams) t.join();
   for (size_t i = 0; i < texts.size(); ++i) EXPECT_EQ(texts[i], want[i % 3]) << names[i % 3] << ", concurrent";
+  const std::string metrics = c.Get("/metrics")->body;  // one plain call and two streams each
+  EXPECT_NE(metrics.find("fastpath:lora_requests_total{lora_name=\"sad\"} 3\n"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("fastpath:lora_requests_total{lora_name=\"odd\"} 3\n"), std::string::npos) << metrics;
 
   json unknown = post(c, "/v1/completions", R"({"model": "happy", "prompt": "x", "max_tokens": 2})", &st);
   EXPECT_EQ(st, 404);
@@ -483,6 +486,9 @@ TEST(Server, LoraAdaptersLoadAndUnloadAtRuntime) {
   EXPECT_EQ(st, 400);
   EXPECT_NE(body.find(dir + "/missing"), std::string::npos) << body;
   EXPECT_NE(body.find("lora_path"), std::string::npos) << body;
+  body = admin("/v1/load_lora_adapter", {{"lora_name", "a\"b"}, {"lora_path", dir + "/sad"}}, &st);
+  EXPECT_EQ(st, 400);
+  EXPECT_NE(body.find("quotes"), std::string::npos) << body;
   body = admin("/v1/load_lora_adapter", {{"lora_name", "other"}}, &st);
   EXPECT_EQ(st, 400);
   EXPECT_NE(body.find("lora_path"), std::string::npos) << body;

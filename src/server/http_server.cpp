@@ -385,6 +385,10 @@ struct HttpServer::Impl {
     }
     call->id = new_id(chat ? "chatcmpl" : "cmpl");
     call->model = lora > 0 ? call->req.model : cfg.served_model_name;
+    if (lora > 0) {
+      std::lock_guard<std::mutex> lock(engine->metrics().mu);
+      ++engine->metrics().lora_requests[call->model];
+    }
     call->created = unix_time();
     for (int i = 0; i < call->req.n; ++i) {
       Choice c;
@@ -545,6 +549,10 @@ struct HttpServer::Impl {
   void handle_load_lora(const httplib::Request& hreq, httplib::Response& res) {
     std::string name, path;
     if (!lora_body(hreq, res, true, &name, &path)) return;
+    if (name.find_first_of("\"\\\n") != std::string::npos) {
+      reject(res, ApiError{400, "'lora_name' must not hold quotes, backslashes or newlines", "invalid_request_error", "lora_name"});
+      return;
+    }
     std::lock_guard<std::mutex> admin(lora_admin_mu);
     if (adapter_of(name) >= 0) {
       reject(res, ApiError{400, "The lora adapter '" + name + "' has already been loaded.", "invalid_request_error", "lora_name"});

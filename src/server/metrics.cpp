@@ -58,6 +58,12 @@ std::string Metrics::text() {
   counter("fastpath:request_rejected_total", "Requests refused with a 4xx.", rejected);
   counter("fastpath:embedding_requests_total", "Embedding requests served.", embedding_requests);
   counter("fastpath:embedding_tokens_total", "Tokens embedded.", embedding_tokens);
+  if (!lora_requests.empty()) {
+    out += "# HELP fastpath:lora_requests_total Completion requests by the LoRA adapter they ran with.\n"
+           "# TYPE fastpath:lora_requests_total counter\n";
+    for (const auto& [name, n] : lora_requests)  // names: --lora's or the load route's (no quote or newline)
+      out += "fastpath:lora_requests_total{lora_name=\"" + name + "\"} " + std::to_string(n) + "\n";
+  }
   ttft.write(out, "fastpath:time_to_first_token_seconds", "Time to first token.");
   tpot.write(out, "fastpath:time_per_output_token_seconds", "Time per output token after the first.");
   e2e.write(out, "fastpath:e2e_request_latency_seconds", "End-to-end request latency.");

@@ -24,6 +24,7 @@ void add_audit(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("audit", "run a short prefill + decode and print the fast-path ledger");
   add_common(cmd, o->common, false);
+  add_lora_option(cmd, o->common, false);  // the adapter's lora op in the ledger
   cmd->add_option("-p,--n-prompt", o->prompt, "prompt tokens")->check(CLI::Range(1, 1 << 16));
   cmd->add_option("-n,--n-gen", o->gen, "decode steps")->check(CLI::Range(0, 1 << 16));
   cmd->add_flag("--strict", o->strict, "exit with status 3 if any op fell back to a reference kernel");

@@ -36,6 +36,8 @@ LoraSpec parse_lora_spec(const std::string& text) {
     spec.name = slash == std::string::npos ? p : p.substr(slash + 1);
   }
   FP_CHECK(!spec.name.empty() && !spec.path.empty(), "--lora '", text, "': expected NAME=PATH or PATH");
+  FP_CHECK(spec.name.find_first_of("\"\\\n") == std::string::npos, "--lora '", text,
+           "': the name must not hold quotes, backslashes or newlines");
   return spec;
 }
 
