@@ -7,6 +7,8 @@
 // where there is no GPU: GPU ranks' layouts, sampling on the device).
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include "emulated_device.h"
 #include "engine/engine.h"
 #include "engine/followers.h"
@@ -44,8 +46,10 @@ std::vector<std::vector<int32_t>> prompts(int32_t vocab) {
   return p;
 }
 
-// Runs every prompt to completion (greedy, 24 tokens); returns their tokens.
-std::vector<std::vector<int32_t>> run(Model& m, bool prefix_hits = true, const EngineConfig& cfg = config(), bool preempts = true) {
+// Runs every prompt to completion (greedy, 24 tokens); returns their tokens. lora_of(i): prompt
+// i's LoRA adapter (none when not given).
+std::vector<std::vector<int32_t>> run(Model& m, bool prefix_hits = true, const EngineConfig& cfg = config(), bool preempts = true,
+                                      const std::function<int32_t(int)>& lora_of = nullptr) {
   Engine e(m, cfg);
   if (m.parallel().dp > 1) {  // data-parallel attention: rank 0 stores its partition of the pool
     EXPECT_EQ(e.pool().partition().parts, m.parallel().dp);
@@ -58,6 +62,7 @@ std::vector<std::vector<int32_t>> run(Model& m, bool prefix_hits = true, const E
     r.max_new_tokens = 24;
     r.sampling.temperature = 0;
     r.stop_at_eog = false;
+    if (lora_of) r.lora = lora_of(static_cast<int>(ids.size()));
     ids.push_back(e.add_request(r));
   }
   for (int guard = 0; e.has_work() && guard < 100000; ++guard) e.step();
@@ -123,27 +128,8 @@ TEST(EngineAcrossRanksLora, AdaptersPerRequestMatchOneRank) {
     for (const char* name : {"a", "b"}) m->add_lora(read_lora_adapter(dir + "/" + name, name, m->file()));
     return m;
   };
-  auto lora_run = [](Model& m) {
-    Engine e(m, config());
-    std::vector<int64_t> ids;
-    int i = 0;
-    for (const auto& p : prompts(static_cast<int32_t>(m.config().n_vocab))) {
-      Request r;
-      r.prompt = p;
-      r.max_new_tokens = 24;
-      r.sampling.temperature = 0;
-      r.stop_at_eog = false;
-      r.lora = (i++ / 3) % 3;  // the identical prompts 0, 3, 6, 9 under none, a, b, none
-      ids.push_back(e.add_request(r));
-    }
-    for (int guard = 0; e.has_work() && guard < 100000; ++guard) e.step();
-    std::vector<std::vector<int32_t>> out;
-    for (int64_t id : ids) {
-      const Sequence* s = e.sequence(id);
-      out.emplace_back(s->tokens.begin() + s->n_prompt, s->tokens.end());
-    }
-    return out;
-  };
+  // The identical prompts 0, 3, 6, 9 under none, a, b, none.
+  auto lora_run = [](Model& m) { return run(m, false, config(), false, [](int i) { return (i / 3) % 3; }); };
   auto split = with_adapters(load_ranked(test::world_comm(), ParallelSizes{ranks, 1, 1}));
   if (test::world_comm()->rank() != 0) {
     follow_engines(*split);
