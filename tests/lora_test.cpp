@@ -216,6 +216,24 @@ TEST(Lora, AuditAndLogitsCommandsTakeAnAdapter) {
   EXPECT_LT(test::rel_err(test::read_f32_file(dir + "/l.f32"), test::read_f32_file(kGolden + "hf_llama_gqa.lora_logits.f32")), 1e-4);
 }
 
+// rank_pattern / alpha_pattern keys as peft.utils.get_pattern_key reads them: the first key in
+// the file's order whose (.*\.)?(key)$ matches the module's whole name.
+TEST(Lora, PatternsMatchAsPeftDoes) {
+  const std::string q1 = "model.layers.1.self_attn.q_proj";
+  auto value = [&](const char* json, const std::string& module) {
+    const nlohmann::ordered_json patterns = nlohmann::ordered_json::parse(json);
+    const nlohmann::ordered_json* v = lora_pattern_value(patterns, module);
+    return v ? v->get<int>() : -1;
+  };
+  EXPECT_EQ(value(R"({"layers.1.self_attn.q_proj": 8, "q_proj": 4})", q1), 8);
+  EXPECT_EQ(value(R"({"q_proj": 4, "layers.1.self_attn.q_proj": 8})", q1), 4);  // the first in the file wins
+  EXPECT_EQ(value(R"({"q_proj": 4})", "model.layers.1.self_attn.q_proj_extra"), -1);
+  EXPECT_EQ(value(R"({"proj": 4})", q1), -1);  // a whole dotted part, not a suffix of one
+  EXPECT_EQ(value(R"({"layers\\.[0-1]\\..*q_proj": 2})", q1), 2);
+  EXPECT_EQ(value(R"({"layers\\.[2-9]\\..*q_proj": 2})", q1), -1);
+  EXPECT_EQ(value(R"({"(unbalanced": 2})", q1), -1);  // not a regular expression: matches nothing (PEFT raises)
+}
+
 // A synthesized adapter directory with its config edited by `edit`.
 std::string edited_adapter(const std::string& base, const std::string& out, const std::function<void(nlohmann::json&)>& edit) {
   synth_lora(base, {{"r", 2}, {"lora_alpha", 4}, {"target_modules", {"q_proj"}}}, 3, out);

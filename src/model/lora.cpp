@@ -1,5 +1,6 @@
-// model/lora.cpp — reading PEFT LoRA adapters into the base model's layout, and LoraSet's
-// per-row application (two thin matmuls and an add per adapter run, through the op registry).
+// model/lora.cpp — reading LoRA adapters (PEFT directories, llama.cpp GGUFs) into the base
+// model's layout, and LoraSet's per-row application (one lora op per run of an adapter's rows
+// and group of projections that share their input).
 #include "model/lora.h"
 
 #include <algorithm>
@@ -79,10 +80,8 @@ std::pair<int64_t, int64_t> target_dims(const ModelConfig& c, LoraTarget t) {
 
 }  // namespace
 
-const nlohmann::json* lora_pattern_value(const nlohmann::json& patterns, const std::string& module) {
+const nlohmann::ordered_json* lora_pattern_value(const nlohmann::ordered_json& patterns, const std::string& module) {
   if (!patterns.is_object()) return nullptr;
-  const nlohmann::json* best = nullptr;
-  size_t best_len = 0;
   for (auto it = patterns.begin(); it != patterns.end(); ++it) {
     const std::string& key = it.key();
     bool match = module == key || module.ends_with("." + key);
@@ -92,12 +91,9 @@ const nlohmann::json* lora_pattern_value(const nlohmann::json& patterns, const s
       } catch (const std::regex_error&) {
       }
     }
-    if (match && key.size() >= best_len) {
-      best = &it.value();
-      best_len = key.size();
-    }
+    if (match) return &it.value();
   }
-  return best;
+  return nullptr;
 }
 
 bool lora_module_shape(const ModelConfig& c, const std::string& module, int64_t* in, int64_t* out) {
@@ -169,7 +165,7 @@ RawAdapter read_peft(const std::string& path, const std::string& dir) {
   const std::string cfg_path = dir + "/adapter_config.json";
   FP_CHECK(file_exists(cfg_path), "LoRA adapter '", path, "': no adapter_config.json in it");
   std::ifstream in(cfg_path);
-  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  const nlohmann::ordered_json j = nlohmann::ordered_json::parse(in, nullptr, false);  // the patterns' order counts
   FP_CHECK(!j.is_discarded() && j.is_object(), cfg_path, ": not a JSON object");
   auto str = [&](const char* key, const std::string& fallback) {
     if (!j.contains(key) || j[key].is_null()) return fallback;
@@ -195,9 +191,9 @@ RawAdapter read_peft(const std::string& path, const std::string& dir) {
            ": 'lora_alpha' must be a positive number", j.contains("lora_alpha") ? ", got " + j["lora_alpha"].dump() : "");
   const double alpha = j["lora_alpha"].get<double>();
   const bool rslora = flag("use_rslora");
-  const nlohmann::json empty = nlohmann::json::object();
-  const nlohmann::json& rank_pattern = j.contains("rank_pattern") && j["rank_pattern"].is_object() ? j["rank_pattern"] : empty;
-  const nlohmann::json& alpha_pattern = j.contains("alpha_pattern") && j["alpha_pattern"].is_object() ? j["alpha_pattern"] : empty;
+  const nlohmann::ordered_json empty = nlohmann::ordered_json::object();
+  const nlohmann::ordered_json& rank_pattern = j.contains("rank_pattern") && j["rank_pattern"].is_object() ? j["rank_pattern"] : empty;
+  const nlohmann::ordered_json& alpha_pattern = j.contains("alpha_pattern") && j["alpha_pattern"].is_object() ? j["alpha_pattern"] : empty;
 
   const std::string weights = dir + "/adapter_model.safetensors";
   FP_CHECK(file_exists(weights), "LoRA adapter '", path, "': no adapter_model.safetensors",
@@ -235,11 +231,11 @@ RawAdapter read_peft(const std::string& path, const std::string& dir) {
     r.a_name = a->name, r.b_name = b->name;
     r.a_shape = a->shape, r.b_shape = b->shape;
     const int64_t rank = a->shape.empty() ? 0 : a->shape[0];
-    if (const nlohmann::json* rp = lora_pattern_value(rank_pattern, module))
+    if (const nlohmann::ordered_json* rp = lora_pattern_value(rank_pattern, module))
       FP_CHECK(rp->is_number_integer() && rp->get<int64_t>() == rank, cfg_path, ": rank_pattern gives '", module, "' rank ",
                rp->dump(), " but its matrices have rank ", rank);
     r.alpha = alpha;
-    if (const nlohmann::json* v = lora_pattern_value(alpha_pattern, module)) {
+    if (const nlohmann::ordered_json* v = lora_pattern_value(alpha_pattern, module)) {
       FP_CHECK(v->is_number(), cfg_path, ": alpha_pattern's value for '", module, "' must be a number, got ", v->dump());
       r.alpha = v->get<double>();
     }

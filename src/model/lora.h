@@ -54,9 +54,10 @@ LoraAdapterWeights read_lora_adapter(const std::string& path, const std::string&
 // The input and output widths of a PEFT module ("model.layers.0.self_attn.q_proj") in a model of
 // config `c` (fused modules: their parts' outputs together); false for a module not adapted here.
 bool lora_module_shape(const ModelConfig& c, const std::string& module, int64_t* in, int64_t* out);
-// PEFT's rank_pattern / alpha_pattern lookup: the value of the longest key that names `module`
-// (the whole name, or its end after a dot, or as a regular expression); null when none does.
-const nlohmann::json* lora_pattern_value(const nlohmann::json& patterns, const std::string& module);
+// PEFT's rank_pattern / alpha_pattern lookup (peft.utils.get_pattern_key): the value of the first
+// key, in the file's order, that names `module` as the regular expression (.*\.)?(key)$ does;
+// null when none does.
+const nlohmann::ordered_json* lora_pattern_value(const nlohmann::ordered_json& patterns, const std::string& module);
 
 // Writes a PEFT adapter directory, or a llama.cpp GGUF adapter where `out` ends in .gguf (one
 // alpha, no rsLoRA or patterns), with random matrices for the model at `base` (synth's --lora-out):

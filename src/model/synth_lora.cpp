@@ -54,6 +54,7 @@ std::string synth_lora(const std::string& base, const nlohmann::json& config, ui
   FP_CHECK(cfg["target_modules"].is_array() && !cfg["target_modules"].empty(),
            "synth --lora-config: 'target_modules' must be a list of module names");
   const int64_t r = cfg["r"].get<int64_t>();
+  const auto rank_pattern = nlohmann::ordered_json::parse(cfg["rank_pattern"].dump());
   Uniform rng{seed * 0x2545F4914F6CDD1Dull + 1};
   // llama.cpp's GGUF adapters: one alpha for every tensor, q/k rows in the base GGUF's order.
   const bool gguf = out.ends_with(".gguf");
@@ -78,7 +79,7 @@ std::string synth_lora(const std::string& base, const nlohmann::json& config, ui
       int64_t in = 0, width = 0;
       FP_CHECK(lora_module_shape(c, module, &in, &width), "synth --lora-config: no module '", name, "' to adapt");
       int64_t rank = r;
-      if (const nlohmann::json* p = lora_pattern_value(cfg["rank_pattern"], module)) rank = p->get<int64_t>();
+      if (const nlohmann::ordered_json* p = lora_pattern_value(rank_pattern, module)) rank = p->get<int64_t>();
       std::vector<float> a(static_cast<size_t>(rank * in)), b(static_cast<size_t>(width * rank));
       for (float& v : a) v = rng(1.0f / std::sqrt(static_cast<float>(in)));
       for (float& v : b) v = rng(1.0f / std::sqrt(static_cast<float>(rank)));
