@@ -64,6 +64,13 @@ def main():
                 path = os.path.join(out_dir, case["name"] + ".hidden.f32")
                 hidden.numpy().astype("<f4").tofile(path)
                 print(f"{case['name']}: hidden {tuple(hidden.shape)} -> {path}")
+            if case.get("mtp"):
+                with torch.no_grad():
+                    mtp = mtp_logits(model, load_file(os.path.join(d, "model.safetensors")), ids[0])
+                path = os.path.join(out_dir, case["name"] + ".mtp_logits.f32")
+                mtp.numpy().astype("<f4").tofile(path)
+                print(f"{case['name']}: MTP {tuple(mtp.shape)} -> {path}")
+            # Last: PeftModel wraps the model's layers in place.
             if "lora" in case:  # the same model with the LoRA adapter synth wrote, as PEFT applies it
                 from peft import PeftModel
                 with torch.no_grad():
@@ -73,12 +80,6 @@ def main():
                 path = os.path.join(out_dir, case["name"] + ".lora_logits.f32")
                 lora_logits.numpy().astype("<f4").tofile(path)
                 print(f"{case['name']}: LoRA {tuple(lora_logits.shape)} -> {path}")
-            if case.get("mtp"):
-                with torch.no_grad():
-                    mtp = mtp_logits(model, load_file(os.path.join(d, "model.safetensors")), ids[0])
-                path = os.path.join(out_dir, case["name"] + ".mtp_logits.f32")
-                mtp.numpy().astype("<f4").tofile(path)
-                print(f"{case['name']}: MTP {tuple(mtp.shape)} -> {path}")
 
 
 def rms_norm(x, w, eps):

@@ -298,10 +298,16 @@ TEST(Lora, RefusesWhatItCannotApply) {
   refused(dir + "/qwen_lora.gguf", {"architecture 'qwen2'", "the model is 'llama'"});
   // The one-sequence forward's adapter must be loaded; architectures without adapters refuse by name.
   test::expect_error([&] { m->set_single_lora(1); }, {"LoRA adapter 1 is not loaded"});
+  const LoraAdapterWeights w = read_lora_adapter(edited_adapter(path, dir + "/ok", [](nlohmann::json&) {}), "ok", f);
+  const std::string mla = test::write_synth_case(golden_case(cases, "hf_deepseek_v2"), dir + "/mla");
+  test::expect_error([&] { load(mla)->add_lora(w); }, {"deepseek2", "does not take LoRA adapters"});
+  // Read for one model, added to another: refused by the shapes, naming both.
   const std::string moe = test::write_synth_case(golden_case(cases, "hf_qwen3_moe"), dir + "/moe");
   auto mm = load(moe);
-  const LoraAdapterWeights w = read_lora_adapter(edited_adapter(path, dir + "/ok", [](nlohmann::json&) {}), "ok", f);
-  test::expect_error([&] { mm->add_lora(w); }, {"qwen3moe", "does not take LoRA adapters"});
+  test::expect_error([&] { mm->add_lora(w); }, {"was read for another model", "q_proj", moe});
+  // The experts' FFN takes no adapter: an mlp.gate_proj on a sparse layer is refused.
+  synth_lora(moe, {{"r", 2}, {"lora_alpha", 4}, {"target_modules", {"gate_proj"}}}, 5, dir + "/moe_ffn");
+  test::expect_error([&] { mm->add_lora(read_lora_adapter(dir + "/moe_ffn", "x", mm->file())); }, {"mixture of experts"});
 }
 
 }  // namespace

@@ -195,6 +195,7 @@ class LlamaModel : public Model {
     const ModelConfig& c = config();
     FP_CHECK(device() == Device::CPU, file_->path, ": LoRA adapters run on the CPU here (not on ", device_name(device()), ")");
     FP_CHECK(!context_parallel_, file_->path, ": LoRA adapters do not run with prefill context parallel yet");
+    check_lora_fits(ad, c, file_->path);
     const int rank = tp_ ? tp_->rank() : 0;
     const bool split = heads_ < c.n_heads;
     std::vector<LoraMatrices> mine;

@@ -64,8 +64,9 @@ ModuleParts module_parts(const std::string& module) {
   return out;
 }
 
-// A target's input and output widths in the base model (the whole model, every rank's share).
-std::pair<int64_t, int64_t> target_dims(const ModelConfig& c, LoraTarget t) {
+}  // namespace
+
+std::pair<int64_t, int64_t> lora_target_dims(const ModelConfig& c, LoraTarget t) {
   switch (t) {
     case LoraTarget::Q: return {c.dim, c.n_heads * c.head_dim};
     case LoraTarget::K: return {c.dim, c.n_kv_heads * c.head_dim};
@@ -78,7 +79,14 @@ std::pair<int64_t, int64_t> target_dims(const ModelConfig& c, LoraTarget t) {
   return {0, 0};
 }
 
-}  // namespace
+void check_lora_fits(const LoraAdapterWeights& ad, const ModelConfig& c, const std::string& model_path) {
+  for (const LoraMatrices& m : ad.matrices) {
+    const auto [in, out] = lora_target_dims(c, m.target);
+    FP_CHECK(m.layer >= 0 && m.layer < c.n_layers && m.in == in && m.out == out, "LoRA adapter '", ad.name, "' (", ad.path,
+             ") was read for another model: layer ", m.layer, "'s ", lora_target_name(m.target), " is ", m.out, " x ", m.in,
+             ", in ", model_path, " ", out, " x ", in, " of ", c.n_layers, " layers");
+  }
+}
 
 const nlohmann::ordered_json* lora_pattern_value(const nlohmann::ordered_json& patterns, const std::string& module) {
   if (!patterns.is_object()) return nullptr;
@@ -99,9 +107,9 @@ const nlohmann::ordered_json* lora_pattern_value(const nlohmann::ordered_json& p
 bool lora_module_shape(const ModelConfig& c, const std::string& module, int64_t* in, int64_t* out) {
   const ModuleParts parts = module_parts(module);
   if (parts.layer < 0) return false;
-  *in = target_dims(c, parts.targets[0]).first;
+  *in = lora_target_dims(c, parts.targets[0]).first;
   *out = 0;
-  for (LoraTarget t : parts.targets) *out += target_dims(c, t).second;
+  for (LoraTarget t : parts.targets) *out += lora_target_dims(c, t).second;
   return true;
 }
 
@@ -334,8 +342,8 @@ LoraAdapterWeights read_lora_adapter(const std::string& path, const std::string&
     FP_CHECK(r.parts.layer < c.n_layers, r.file, ": module '", module, "' is in layer ", r.parts.layer, " but the model has ",
              c.n_layers, " layers");
     // Widths: the parts' outputs one after another (fused modules).
-    int64_t in_dim = target_dims(c, r.parts.targets[0]).first, out_dim = 0;
-    for (LoraTarget t : r.parts.targets) out_dim += target_dims(c, t).second;
+    int64_t in_dim = lora_target_dims(c, r.parts.targets[0]).first, out_dim = 0;
+    for (LoraTarget t : r.parts.targets) out_dim += lora_target_dims(c, t).second;
     const auto& as = r.a_shape;
     const auto& bs = r.b_shape;
     FP_CHECK(as.size() == 2 && as[1] == in_dim && as[0] > 0, r.file, ": '", r.a_name, "' has shape ", shape_text(as),
@@ -358,7 +366,7 @@ LoraAdapterWeights read_lora_adapter(const std::string& path, const std::string&
       m.target = t;
       m.rank = rank;
       m.in = in_dim;
-      m.out = target_dims(c, t).second;
+      m.out = lora_target_dims(c, t).second;
       m.a = A;
       m.b = lora_rows(B, rank, row, m.out);
       row += m.out;
@@ -468,6 +476,7 @@ void LoraSet::apply(int64_t layer, std::initializer_list<std::pair<LoraTarget, f
     const int64_t lo = std::max(run.row0, row0), hi = std::min(run.row0 + run.rows, end);
     if (lo >= hi) continue;
     const Adapter& ad = *adapters_[static_cast<size_t>(run.adapter - 1)];
+    if (layer >= static_cast<int64_t>(ad.at.size())) continue;  // a draft layer after the model's
     LoraArgs args;
     for (const auto& [t, out] : outs) {
       const int i = ad.at[static_cast<size_t>(layer)][static_cast<size_t>(t)];

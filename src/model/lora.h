@@ -51,6 +51,12 @@ struct LoraAdapterWeights {
 // not match the base, a pickle-only adapter.
 LoraAdapterWeights read_lora_adapter(const std::string& path, const std::string& name, const ModelFile& base);
 
+// A projection's input and output widths in a model of config `c` (the whole model).
+std::pair<int64_t, int64_t> lora_target_dims(const ModelConfig& c, LoraTarget t);
+// Fails, naming both, unless every matrix of `ad` fits the model of config `c` (an adapter read
+// for another model; what an architecture's add_lora checks first).
+void check_lora_fits(const LoraAdapterWeights& ad, const ModelConfig& c, const std::string& model_path);
+
 // The input and output widths of a PEFT module ("model.layers.0.self_attn.q_proj") in a model of
 // config `c` (fused modules: their parts' outputs together); false for a module not adapted here.
 bool lora_module_shape(const ModelConfig& c, const std::string& module, int64_t* in, int64_t* out);

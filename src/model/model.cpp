@@ -265,7 +265,7 @@ void Model::set_hidden_output(bool on) {
 
 int32_t Model::add_lora(const LoraAdapterWeights&) {
   fail(file_->path, ": ", config().arch,
-           " does not take LoRA adapters here (the dense Llama family does: llama, qwen2, qwen3, phi3, glm4, granite, gemma ...)");
+           " does not take LoRA adapters here (the Llama family and the GQA MoE models do: llama, qwen2, qwen3, phi3, glm4, granite, gemma, qwen3moe, mixtral ...)");
 }
 
 bool Model::has_lora(int32_t id) const {

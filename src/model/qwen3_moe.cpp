@@ -45,6 +45,7 @@
 #include "kernels/ops.h"
 #include "kernels/registry.h"
 #include "model/context_parallel.h"
+#include "model/lora.h"
 #include "model/micro_batch.h"
 #include "model/vocab_parallel.h"
 #include "model/model.h"
@@ -69,6 +70,7 @@ struct Qwen3MoeLayer {
   const Tensor *w_gate = nullptr, *w_up = nullptr, *w_down = nullptr;  // dense layers
   int64_t ffn_width = 0;  // this rank's share of a dense layer's FFN width
   MoeLayerWeights experts;
+  int64_t index = 0;      // the layer's number (the draft layer's: n_layers)
 };
 
 // Where a step's K/V go and are read: the main block tables and slots, and with window trimming
@@ -119,6 +121,7 @@ class Qwen3MoeModel : public Model {
     auto load_layer = [&](int64_t l) {
       const std::string p = "blk." + std::to_string(l) + ".";
       Qwen3MoeLayer L{};
+      L.index = l;
       L.attn_norm = load_vec_f32(mf, p + "attn_norm.weight", c.dim);
       L.ffn_norm = load_vec_f32(mf, p + "ffn_norm.weight", c.dim);
       if (c.qk_norm) {
@@ -192,6 +195,7 @@ class Qwen3MoeModel : public Model {
     const ModelConfig& c = config();
     const int64_t n = begin_mtp(b, pool);
     if (n <= 0) return;
+    lora_on_ = false;  // the draft layer runs without adapters (the model's verification step has them)
     const Heads hd = heads(false, pool);
     resize_buffers(n, n, hd);
     b.slots(pool.page_size(), slots_);
@@ -209,10 +213,46 @@ class Qwen3MoeModel : public Model {
     mtp_head_.logits(rows_.data(), b.gather_logit_rows(x_.data(), c.dim, rows_.data()), logits);
   }
 
+  // An adapter on the attention (cut to this rank's heads as the weights are) and on the dense
+  // layers' FFN (one rank); the experts' adapters are refused (module_parts does not name them).
+  int32_t add_lora(const LoraAdapterWeights& ad) override {
+    const ModelConfig& c = config();
+    FP_CHECK(device() == Device::CPU, file_->path, ": LoRA adapters run on the CPU here (not on ", device_name(device()), ")");
+    FP_CHECK(!context_parallel_, file_->path, ": LoRA adapters do not run with prefill context parallel yet");
+    check_lora_fits(ad, c, file_->path);
+    const int rank = tp_ ? tp_->rank() : 0;
+    std::vector<LoraMatrices> mine;
+    for (const LoraMatrices& whole : ad.matrices) {
+      LoraMatrices m = whole;
+      const bool ffn = m.target == LoraTarget::Gate || m.target == LoraTarget::Up || m.target == LoraTarget::Down;
+      FP_CHECK(!ffn || !layers_[static_cast<size_t>(m.layer)].moe, ad.path, ": layer ", m.layer, "'s ", lora_target_name(m.target),
+               ": that layer's FFN is a mixture of experts (adapters on experts are not supported)");
+      FP_CHECK(!ffn || !ffn_split_, ad.path, ": adapters on the dense FFN layers run on one rank here (", lora_target_name(m.target),
+               " of layer ", m.layer, ")");
+      if (attn_ranks_ > 1) {
+        const Range q{rank * heads_ * c.head_dim, heads_ * c.head_dim}, kv{rank * kv_heads_ * c.head_dim, kv_heads_ * c.head_dim};
+        if (m.target == LoraTarget::Q || m.target == LoraTarget::K || m.target == LoraTarget::V) {
+          const Range keep = m.target == LoraTarget::Q ? q : kv;
+          m.b = lora_rows(m.b, m.rank, keep.begin, keep.len);
+          m.out = keep.len;
+        } else if (m.target == LoraTarget::O) {
+          m.a = lora_columns(m.a, m.in, q.begin, q.len);
+          m.in = q.len;
+        }
+      }
+      mine.push_back(std::move(m));
+    }
+    const int32_t id = lora_added();
+    FP_CHECK(lora_.add(ad.name, std::move(mine), c.n_layers) == id, "LoRA adapter ids out of step");
+    return id;
+  }
+  void drop_lora(int32_t id) override { lora_.remove(id); }
+
   void forward(const ForwardBatch& b, KvPool& pool, float* logits) override {
     const ModelConfig& c = config();
     check_batch(b, pool);
     if (b.n_tokens() <= 0) return;
+    lora_on_ = lora_.size() > 0 && lora_.begin(b);  // rows by adapter (add_lora refuses context parallel, devices)
     // Prefill context parallel: this rank runs its run of the tokens (model/context_parallel.h).
     const bool cp = context_parallel_ && ContextParallelStep::applies(b, tp_size());
     const int64_t overlap_min = file_->micro_batch_overlap;
@@ -268,11 +308,18 @@ class Qwen3MoeModel : public Model {
     return h;
   }
 
-  // Rows [0, n) of the step buffers that one pass works on (a whole step, or one micro-batch).
+  // Rows [0, n) of the step buffers that one pass works on (a whole step, or one micro-batch,
+  // rows [row0, row0 + n) of the step).
   struct Rows {
     float *x, *h, *q, *k, *v, *att, *gate, *up;
     int64_t n;
+    int64_t row0 = 0;
   };
+
+  // The step's LoRA updates of projections that share the input `in` (r's rows).
+  void lora(const Qwen3MoeLayer& L, std::initializer_list<std::pair<LoraTarget, float*>> outs, const Rows& r, const float* in) {
+    if (lora_on_) lora_.apply(L.index, outs, r.row0, r.n, in);
+  }
 
   void resize_buffers(int64_t padded, int64_t n, const Heads& hd) {
     const ModelConfig& c = config();
@@ -311,10 +358,12 @@ class Qwen3MoeModel : public Model {
     // K and V first: under context parallel every rank's rows travel while the queries are computed.
     dispatch(MatMulArgs{r.h, n, L.wk, L.bk, r.k, hq});
     dispatch(MatMulArgs{r.h, n, L.wv, L.bv, r.v, hq});
+    lora(L, {{LoraTarget::K, r.k}, {LoraTarget::V, r.v}}, r, r.h);
     if (L.k_norm) dispatch(RmsNormArgs{r.k, L.k_norm, n * hd.KH, c.head_dim, c.rms_eps, r.k});
     dispatch(RopeArgs{r.k, pos, n, hd.KH, c.head_dim, c.rot_dim, hd.kv_dim, inv_freq_at_, rope_mscale_, c.rope_style});
     if (cp) cp_.start_kv(pool, layer, r.k, r.v);
     dispatch(MatMulArgs{r.h, n, L.wq, L.bq, r.q, hq});
+    lora(L, {{LoraTarget::Q, r.q}}, r, r.h);
     if (cp) cp_.progress();
     if (L.q_norm) dispatch(RmsNormArgs{r.q, L.q_norm, n * hd.H, c.head_dim, c.rms_eps, r.q});
     dispatch(RopeArgs{r.q, pos, n, hd.H, c.head_dim, c.rot_dim, hd.q_dim, inv_freq_at_, rope_mscale_, c.rope_style});
@@ -327,6 +376,7 @@ class Qwen3MoeModel : public Model {
     att.sinks = L.sinks;
     dispatch(att);
     dispatch(MatMulArgs{r.att, n, L.wo, L.bo, r.h});
+    lora(L, {{LoraTarget::O, r.h}}, r, r.att);
   }
 
   // Layer L's FFN for r's rows of x: returns its output (r.gate or r.h; this rank's share of the
@@ -341,8 +391,10 @@ class Qwen3MoeModel : public Model {
     }
     dispatch(MatMulArgs{r.h, n, L.w_gate, nullptr, r.gate});
     dispatch(MatMulArgs{r.h, n, L.w_up, nullptr, r.up});
+    lora(L, {{LoraTarget::Gate, r.gate}, {LoraTarget::Up, r.up}}, r, r.h);
     dispatch(SiluMulArgs{r.gate, r.up, n, L.ffn_width, 0, 0, r.gate});
     dispatch(MatMulArgs{r.gate, n, L.w_down, nullptr, r.h});
+    lora(L, {{LoraTarget::Down, r.h}}, r, r.gate);
     return r.h;
   }
 
@@ -386,6 +438,7 @@ class Qwen3MoeModel : public Model {
       m.r = Rows{x + r0 * c.dim,     h + r0 * c.dim,     q + r0 * hd.q_dim, k + r0 * hd.kv_dim,
                  v + r0 * hd.kv_dim, att + r0 * hd.q_dim, gate + r0 * std::max(c.hidden_dim, c.dim),
                  up + r0 * c.hidden_dim, part.n_tokens()};
+      m.r.row0 = r0;
       m.staged = on_device ? part_stagers_[i].stage(part, pool.page_size()) : host_view(part);
       m.slots = on_device ? m.staged.slots : overlap_.slots[i].data();
       m.window_slots = on_device ? nullptr : overlap_.window_slots[i].data();
@@ -553,6 +606,8 @@ class Qwen3MoeModel : public Model {
   EveryHeadKvWriter every_head_;      // TP decode over the cache of every head a CP prefill wrote
   int64_t heads_ = 0, kv_heads_ = 0;  // this rank's query and KV heads
   std::deque<Tensor> shards_;         // this rank's weight slices (stable addresses)
+  LoraSet lora_;                      // LoRA adapters (add_lora)
+  bool lora_on_ = false;              // some row of this step runs with an adapter
 };
 
 std::unique_ptr<Model> make_gqa_moe(std::shared_ptr<ModelFile> f, std::shared_ptr<Communicator> comm) {

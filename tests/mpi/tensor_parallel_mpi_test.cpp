@@ -152,6 +152,33 @@ TEST_P(TensorParallelLora, AdapterMatchesOneRank) {
 INSTANTIATE_TEST_SUITE_P(Overlap, TensorParallelLora, ::testing::Values(int64_t{0}, int64_t{2}),
                          [](const auto& p) { return p.param ? "micro_batches" : "one_batch"; });
 
+// A MoE model's attention adapter (q, k, v, o), heads split across the ranks and experts split or
+// partitioned: the one-rank logits and tokens with the same adapter.
+TEST(TensorParallelLora, MoeAttentionAdapterMatchesOneRank) {
+  FP_REQUIRE_RANKS(2);
+  SynthOptions o;
+  o.arch = "qwen3_moe";
+  o.config = test::moe_config("qwen3_moe");
+  o.type = DType::F16;
+  o.seed = 19;
+  const std::string dir = test::temp_dir("tp_lora_moe");
+  o.out = dir + "/model.gguf";
+  synth_model(o);
+  synth_lora(o.out, {{"r", 4}, {"lora_alpha", 8}, {"target_modules", {"q_proj", "k_proj", "v_proj", "o_proj"}}}, 6, dir + "/adapter");
+  for (const ParallelSizes ps : {ParallelSizes{0, 1}, ParallelSizes{0, 0}}) {
+    const int ranks = test::world_comm()->size();
+    auto whole = load(o.out, nullptr);
+    auto split = load(o.out, test::world_comm(), {ps.tp == 0 ? ranks : ps.tp, ps.ep == 0 ? ranks : ps.ep});
+    for (Model* m : {whole.get(), split.get()}) {
+      ASSERT_EQ(m->add_lora(read_lora_adapter(dir + "/adapter", "a", m->file())), 1);
+      m->set_single_lora(1);
+    }
+    const std::vector<int32_t> prompt = {1, 9, 200, 33, 71, 4, 150, 88}, decode = {5, 17, 42, 7};
+    EXPECT_LT(rel_diff(run_logits(*split, prompt, decode), run_logits(*whole, prompt, decode)), 1e-4) << "ep " << ps.ep;
+    EXPECT_EQ(greedy(*split, prompt, 16), greedy(*whole, prompt, 16)) << "ep " << ps.ep;
+  }
+}
+
 // Q8_0 rows of 256 values and more: every rank repacks its shares to Q8_0_X8 after sharding
 // (row slices into new buffers, copied columns in place; on 2 ranks the 384-column attention
 // output share stays Q8_0) and still gives the one-rank logits.
