@@ -193,37 +193,16 @@ class LlamaModel : public Model {
   // the column-split projections (q, k, v, gate, up), A's columns for the row-split ones (o, down).
   int32_t add_lora(const LoraAdapterWeights& ad) override {
     const ModelConfig& c = config();
-    FP_CHECK(device() == Device::CPU, file_->path, ": LoRA adapters run on the CPU here (not on ", device_name(device()), ")");
-    FP_CHECK(!context_parallel_, file_->path, ": LoRA adapters do not run with prefill context parallel yet");
-    check_lora_fits(ad, c, file_->path);
+    check_lora_runs_here(ad, context_parallel_);
     const int rank = tp_ ? tp_->rank() : 0;
-    const bool split = heads_ < c.n_heads;
     std::vector<LoraMatrices> mine;
     for (const LoraMatrices& whole : ad.matrices) {
-      LoraMatrices m = whole;
-      const LlamaLayer& L = layers_[static_cast<size_t>(m.layer)];
-      if (split) {
-        const Range q{rank * heads_ * c.head_dim, heads_ * c.head_dim}, kv{rank * kv_heads_ * c.head_dim, kv_heads_ * c.head_dim};
-        const Range f{L.ffn_begin, L.ffn_width};
-        auto keep_rows = [&m](Range r) {  // of B: this rank's outputs
-          m.b = lora_rows(m.b, m.rank, r.begin, r.len);
-          m.out = r.len;
-        };
-        auto keep_columns = [&m](Range r) {  // of A: this rank's inputs
-          m.a = lora_columns(m.a, m.in, r.begin, r.len);
-          m.in = r.len;
-        };
-        switch (m.target) {
-          case LoraTarget::Q: keep_rows(q); break;
-          case LoraTarget::K:
-          case LoraTarget::V: keep_rows(kv); break;
-          case LoraTarget::Gate:
-          case LoraTarget::Up: keep_rows(f); break;
-          case LoraTarget::O: keep_columns({rank * heads_ * c.v_head_dim, heads_ * c.v_head_dim}); break;
-          case LoraTarget::Down: keep_columns(f); break;
-        }
-      }
-      mine.push_back(std::move(m));
+      const LlamaLayer& L = layers_[static_cast<size_t>(whole.layer)];
+      LoraShare share;
+      if (heads_ < c.n_heads)  // split across the ranks
+        share = {rank * heads_ * c.head_dim,   heads_ * c.head_dim,   rank * kv_heads_ * c.head_dim, kv_heads_ * c.head_dim,
+                 rank * heads_ * c.v_head_dim, heads_ * c.v_head_dim, L.ffn_begin,                   L.ffn_width};
+      mine.push_back(lora_share(whole, share));
     }
     const int32_t id = lora_added();
     FP_CHECK(lora_.add(ad.name, std::move(mine), c.n_layers) == id, "LoRA adapter ids out of step");

@@ -10,7 +10,6 @@
 #include <fstream>
 #include <map>
 #include <memory>
-#include <regex>
 
 #include <nlohmann/json.hpp>
 
@@ -23,6 +22,7 @@
 #include "model/model.h"
 #include "model/model_file.h"
 #include "model/tensor_names.h"
+#include "tokenizer/regex.h"
 
 namespace fp {
 
@@ -94,9 +94,11 @@ const nlohmann::ordered_json* lora_pattern_value(const nlohmann::ordered_json& p
     const std::string& key = it.key();
     bool match = module == key || module.ends_with("." + key);
     if (!match) {
-      try {
-        match = std::regex_match(module, std::regex("(.*\\.)?(" + key + ")"));
-      } catch (const std::regex_error&) {
+      try {  // the whole name, as Python's re.match with $ (the tokenizer's backtracking engine)
+        const Regex re("(.*\\.)?(" + key + ")$");
+        const std::vector<uint32_t> cps(module.begin(), module.end());  // module names are ASCII
+        match = re.match_at(cps.data(), 0, cps.size(), 0) == static_cast<int64_t>(cps.size());
+      } catch (const Error&) {  // not a pattern the engine reads: matches nothing
       }
     }
     if (match) return &it.value();
@@ -394,6 +396,29 @@ std::vector<float> rope_pair_rows(const std::vector<float>& m, int64_t rows, int
         std::copy_n(m.begin() + from * cols, cols, out.begin() + to * cols);
       }
   return out;
+}
+
+LoraMatrices lora_share(LoraMatrices m, const LoraShare& share) {
+  auto keep_rows = [&m](int64_t begin, int64_t len) {  // of B: this rank's outputs
+    if (len < 0) return;
+    m.b = lora_rows(m.b, m.rank, begin, len);
+    m.out = len;
+  };
+  auto keep_columns = [&m](int64_t begin, int64_t len) {  // of A: this rank's inputs
+    if (len < 0) return;
+    m.a = lora_columns(m.a, m.in, begin, len);
+    m.in = len;
+  };
+  switch (m.target) {
+    case LoraTarget::Q: keep_rows(share.q_begin, share.q_len); break;
+    case LoraTarget::K:
+    case LoraTarget::V: keep_rows(share.kv_begin, share.kv_len); break;
+    case LoraTarget::Gate:
+    case LoraTarget::Up: keep_rows(share.ffn_begin, share.ffn_len); break;
+    case LoraTarget::O: keep_columns(share.o_begin, share.o_len); break;
+    case LoraTarget::Down: keep_columns(share.ffn_begin, share.ffn_len); break;
+  }
+  return m;
 }
 
 std::vector<float> lora_rows(const std::vector<float>& m, int64_t cols, int64_t begin, int64_t len) {

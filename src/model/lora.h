@@ -77,6 +77,14 @@ std::string synth_lora(const std::string& base, const nlohmann::json& config, ui
 // (to_adjacent), or back.
 std::vector<float> rope_pair_rows(const std::vector<float>& m, int64_t rows, int64_t cols, int64_t heads, bool to_adjacent);
 
+// One tensor-parallel rank's share of the projections (as Megatron cuts the weights): its rows of
+// the column-split q, k, v (heads) and gate, up (FFN width), its columns of the row-split o and
+// down. lora_share cuts B's rows or A's columns to it; a whole range (len < 0) keeps them all.
+struct LoraShare {
+  int64_t q_begin = 0, q_len = -1, kv_begin = 0, kv_len = -1, o_begin = 0, o_len = -1, ffn_begin = 0, ffn_len = -1;
+};
+LoraMatrices lora_share(LoraMatrices m, const LoraShare& share);
+
 // Rows [begin, begin + len) of a [rows, cols] F32 matrix, or columns of one: what an
 // architecture keeps of an adapter on one tensor-parallel rank.
 std::vector<float> lora_rows(const std::vector<float>& m, int64_t cols, int64_t begin, int64_t len);

@@ -1,6 +1,8 @@
 // model/model.cpp — architecture registry and the shared KV cache allocation.
 #include "model/model.h"
 
+#include "model/lora.h"
+
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -280,6 +282,12 @@ void Model::remove_lora(int32_t id) {
 }
 
 void Model::drop_lora(int32_t) {}
+
+void Model::check_lora_runs_here(const LoraAdapterWeights& ad, bool context_parallel) const {
+  FP_CHECK(device() == Device::CPU, file_->path, ": LoRA adapters run on the CPU here (not on ", device_name(device()), ")");
+  FP_CHECK(!context_parallel, file_->path, ": LoRA adapters do not run with prefill context parallel yet");
+  check_lora_fits(ad, config(), file_->path);
+}
 
 void Model::set_single_lora(int32_t id) {
   FP_CHECK(has_lora(id), "LoRA adapter ", id, " is not loaded (", n_loras_, " are)");

@@ -199,6 +199,9 @@ class Model {
   }
   // The architecture's half of remove_lora: frees the adapter's matrices.
   virtual void drop_lora(int32_t id);
+  // What an architecture's add_lora checks first: the CPU, no context-parallel prefill, and
+  // matrices of this model's shapes.
+  void check_lora_runs_here(const LoraAdapterWeights& ad, bool context_parallel) const;
 
  private:
   void forward_one(const int32_t* tokens, const int32_t* pos, int64_t n, KvCache& cache, float* logits, bool all_logits,

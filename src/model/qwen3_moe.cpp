@@ -217,30 +217,20 @@ class Qwen3MoeModel : public Model {
   // layers' FFN (one rank); the experts' adapters are refused (module_parts does not name them).
   int32_t add_lora(const LoraAdapterWeights& ad) override {
     const ModelConfig& c = config();
-    FP_CHECK(device() == Device::CPU, file_->path, ": LoRA adapters run on the CPU here (not on ", device_name(device()), ")");
-    FP_CHECK(!context_parallel_, file_->path, ": LoRA adapters do not run with prefill context parallel yet");
-    check_lora_fits(ad, c, file_->path);
+    check_lora_runs_here(ad, context_parallel_);
     const int rank = tp_ ? tp_->rank() : 0;
+    LoraShare share;  // the attention's heads when split (the FFN adapters need one rank)
+    if (attn_ranks_ > 1)
+      share = {rank * heads_ * c.head_dim, heads_ * c.head_dim, rank * kv_heads_ * c.head_dim, kv_heads_ * c.head_dim,
+               rank * heads_ * c.head_dim, heads_ * c.head_dim};
     std::vector<LoraMatrices> mine;
-    for (const LoraMatrices& whole : ad.matrices) {
-      LoraMatrices m = whole;
+    for (const LoraMatrices& m : ad.matrices) {
       const bool ffn = m.target == LoraTarget::Gate || m.target == LoraTarget::Up || m.target == LoraTarget::Down;
       FP_CHECK(!ffn || !layers_[static_cast<size_t>(m.layer)].moe, ad.path, ": layer ", m.layer, "'s ", lora_target_name(m.target),
                ": that layer's FFN is a mixture of experts (adapters on experts are not supported)");
       FP_CHECK(!ffn || !ffn_split_, ad.path, ": adapters on the dense FFN layers run on one rank here (", lora_target_name(m.target),
                " of layer ", m.layer, ")");
-      if (attn_ranks_ > 1) {
-        const Range q{rank * heads_ * c.head_dim, heads_ * c.head_dim}, kv{rank * kv_heads_ * c.head_dim, kv_heads_ * c.head_dim};
-        if (m.target == LoraTarget::Q || m.target == LoraTarget::K || m.target == LoraTarget::V) {
-          const Range keep = m.target == LoraTarget::Q ? q : kv;
-          m.b = lora_rows(m.b, m.rank, keep.begin, keep.len);
-          m.out = keep.len;
-        } else if (m.target == LoraTarget::O) {
-          m.a = lora_columns(m.a, m.in, q.begin, q.len);
-          m.in = q.len;
-        }
-      }
-      mine.push_back(std::move(m));
+      mine.push_back(lora_share(m, share));
     }
     const int32_t id = lora_added();
     FP_CHECK(lora_.add(ad.name, std::move(mine), c.n_layers) == id, "LoRA adapter ids out of step");
