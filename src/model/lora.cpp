@@ -123,28 +123,28 @@ std::string shape_text(const std::vector<int64_t>& s) {
   return out + "]";
 }
 
-// Whether llama.cpp's converters reorder this GGUF architecture's q/k rows into adjacent pairs.
-bool arch_permutes_qk(const std::string& arch) {
-  return arch == "llama" || arch == "mixtral" || arch == "granite" || arch == "smollm3";
-}
-
 // Whether the base's q/k rows are in that order (a GGUF of such an architecture).
-bool gguf_permuted_qk(const ModelFile& base) { return base.format == "gguf" && arch_permutes_qk(base.config.arch); }
-
-}  // namespace
-
-namespace {
+bool gguf_permuted_qk(const ModelFile& base) { return base.format == "gguf" && gguf_permutes_qk(base.config.arch); }
 
 // One adapted module as a file holds it, before conversion: A [rank, in] and B [out, rank]
 // (row-major, the file's dtype) and the scale its update takes.
+// One matrix of it as the file holds it: dtype, bytes, name, row-major shape.
+struct RawMatrix {
+  DType type = DType::F32;
+  const void* data = nullptr;
+  uint64_t bytes = 0;
+  std::string name;
+  std::vector<int64_t> shape;
+  explicit RawMatrix(const SafetensorsTensor& t) : type(t.type), data(t.data), bytes(t.nbytes), name(t.name), shape(t.shape) {}
+  explicit RawMatrix(const GgufTensorInfo& t)  // GGUF's ne is innermost first
+      : type(t.type), data(t.data), bytes(t.nbytes), name(t.name), shape(t.ne.rbegin(), t.ne.rend()) {}
+  std::vector<float> f32(const std::string& file) const;
+};
+
 struct RawModule {
   std::string module, file;  // for errors: the module's name and the file holding it
   ModuleParts parts;
-  DType a_type = DType::F32, b_type = DType::F32;
-  const void *a = nullptr, *b = nullptr;
-  uint64_t a_bytes = 0, b_bytes = 0;
-  std::string a_name, b_name;
-  std::vector<int64_t> a_shape, b_shape;
+  RawMatrix a, b;
   double alpha = 0;     // the update is alpha / rank (or / sqrt(rank)) times B A
   bool rslora = false;
   bool alpha_is_scale = false;  // llama.cpp's adapters without alpha: the scale is 1
@@ -157,13 +157,12 @@ struct RawAdapter {
   std::vector<RawModule> modules;
 };
 
-std::vector<float> raw_f32(DType type, const void* data, uint64_t nbytes, const std::vector<int64_t>& shape,
-                           const std::string& tensor, const std::string& file) {
-  FP_CHECK(type == DType::F32 || type == DType::F16 || type == DType::BF16, file, ": tensor '", tensor, "' is ",
+std::vector<float> RawMatrix::f32(const std::string& file) const {
+  FP_CHECK(type == DType::F32 || type == DType::F16 || type == DType::BF16, file, ": tensor '", name, "' is ",
            dtype_name(type), " (LoRA matrices must be F32, F16 or BF16)");
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
-  FP_CHECK(static_cast<uint64_t>(row_bytes(type, n)) == nbytes, file, ": tensor '", tensor, "' holds ", nbytes,
+  FP_CHECK(static_cast<uint64_t>(row_bytes(type, n)) == bytes, file, ": tensor '", name, "' holds ", bytes,
            " bytes for its shape");
   std::vector<float> out(static_cast<size_t>(n));
   dequantize_row(type, data, out.data(), n);
@@ -229,17 +228,9 @@ RawAdapter read_peft(const std::string& path, const std::string& dir) {
   for (const auto& [module, ab] : modules) {
     const auto [a, b] = ab;
     FP_CHECK(a && b, weights, ": module '", module, "' has a lora_", a ? "A" : "B", " weight but no lora_", a ? "B" : "A");
-    RawModule r;
-    r.module = module;
-    r.file = weights;
-    r.parts = module_parts(module);
+    RawModule r{module, weights, module_parts(module), RawMatrix(*a), RawMatrix(*b)};
     FP_CHECK(r.parts.layer >= 0, weights, ": module '", module,
              "' is not one this engine adapts (the layers' q/k/v/o and gate/up/down projections)");
-    r.a_type = a->type, r.b_type = b->type;
-    r.a = a->data, r.b = b->data;
-    r.a_bytes = a->nbytes, r.b_bytes = b->nbytes;
-    r.a_name = a->name, r.b_name = b->name;
-    r.a_shape = a->shape, r.b_shape = b->shape;
     const int64_t rank = a->shape.empty() ? 0 : a->shape[0];
     if (const nlohmann::ordered_json* rp = lora_pattern_value(rank_pattern, module))
       FP_CHECK(rp->is_number_integer() && rp->get<int64_t>() == rank, cfg_path, ": rank_pattern gives '", module, "' rank ",
@@ -281,9 +272,7 @@ RawAdapter read_gguf_adapter(const std::string& path, const ModelFile& base) {
   for (const auto& [tname, ab] : tensors) {
     const auto [a, b] = ab;
     FP_CHECK(a && b, path, ": '", tname, "' has a lora_", a ? "a" : "b", " but no lora_", a ? "b" : "a");
-    RawModule r;
-    r.module = tname;
-    r.file = path;
+    RawModule r{tname, path, {}, RawMatrix(*a), RawMatrix(*b)};
     // blk.N.<tensor>.weight
     static const std::map<std::string, std::vector<LoraTarget>> parts = {
         {"attn_q.weight", {LoraTarget::Q}},       {"attn_k.weight", {LoraTarget::K}},
@@ -305,15 +294,9 @@ RawAdapter read_gguf_adapter(const std::string& path, const ModelFile& base) {
     }
     FP_CHECK(r.parts.layer >= 0, path, ": tensor '", tname,
              "' is not one this engine adapts (the layers' q/k/v/o and gate/up/down projections)");
-    r.a_type = a->type, r.b_type = b->type;
-    r.a = a->data, r.b = b->data;
-    r.a_bytes = a->nbytes, r.b_bytes = b->nbytes;
-    r.a_name = a->name, r.b_name = b->name;
-    r.a_shape.assign(a->ne.rbegin(), a->ne.rend());  // GGUF ne is innermost first
-    r.b_shape.assign(b->ne.rbegin(), b->ne.rend());
     r.alpha = alpha;
     r.alpha_is_scale = alpha == 0;  // as llama.cpp: no alpha, scale 1
-    r.permuted = arch_permutes_qk(arch);
+    r.permuted = gguf_permutes_qk(arch);
     out.modules.push_back(std::move(r));
   }
   return out;
@@ -346,17 +329,17 @@ LoraAdapterWeights read_lora_adapter(const std::string& path, const std::string&
     // Widths: the parts' outputs one after another (fused modules).
     int64_t in_dim = lora_target_dims(c, r.parts.targets[0]).first, out_dim = 0;
     for (LoraTarget t : r.parts.targets) out_dim += lora_target_dims(c, t).second;
-    const auto& as = r.a_shape;
-    const auto& bs = r.b_shape;
-    FP_CHECK(as.size() == 2 && as[1] == in_dim && as[0] > 0, r.file, ": '", r.a_name, "' has shape ", shape_text(as),
+    const auto& as = r.a.shape;
+    const auto& bs = r.b.shape;
+    FP_CHECK(as.size() == 2 && as[1] == in_dim && as[0] > 0, r.file, ": '", r.a.name, "' has shape ", shape_text(as),
              ", expected [rank, ", in_dim, "] for this model");
     const int64_t rank = as[0];
-    FP_CHECK(bs.size() == 2 && bs[0] == out_dim && bs[1] == rank, r.file, ": '", r.b_name, "' has shape ", shape_text(bs),
+    FP_CHECK(bs.size() == 2 && bs[0] == out_dim && bs[1] == rank, r.file, ": '", r.b.name, "' has shape ", shape_text(bs),
              ", expected [", out_dim, ", ", rank, "] for this model");
     const double divisor = r.rslora ? std::sqrt(static_cast<double>(rank)) : static_cast<double>(rank);
     const float scale = r.alpha_is_scale ? 1.0f : static_cast<float>(r.alpha / divisor);
-    const std::vector<float> A = raw_f32(r.a_type, r.a, r.a_bytes, as, r.a_name, r.file);
-    std::vector<float> B = raw_f32(r.b_type, r.b, r.b_bytes, bs, r.b_name, r.file);
+    const std::vector<float> A = r.a.f32(r.file);
+    std::vector<float> B = r.b.f32(r.file);
     for (float& v : B) v *= scale;
     int64_t row = 0;
     for (LoraTarget t : r.parts.targets) {
@@ -396,6 +379,10 @@ std::vector<float> rope_pair_rows(const std::vector<float>& m, int64_t rows, int
         std::copy_n(m.begin() + from * cols, cols, out.begin() + to * cols);
       }
   return out;
+}
+
+bool gguf_permutes_qk(const std::string& arch) {
+  return arch == "llama" || arch == "mixtral" || arch == "granite" || arch == "smollm3";
 }
 
 LoraMatrices lora_share(LoraMatrices m, const LoraShare& share) {

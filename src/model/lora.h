@@ -72,6 +72,9 @@ const nlohmann::ordered_json* lora_pattern_value(const nlohmann::ordered_json& p
 // uniform in +-1/sqrt(in) and +-1/sqrt(rank) from `seed`. Returns a one-line summary.
 std::string synth_lora(const std::string& base, const nlohmann::json& config, uint64_t seed, const std::string& out);
 
+// Whether llama.cpp's converters reorder this architecture's q/k rows into adjacent rotary
+// pairs when they write a GGUF (Llama, and Mixtral, Granite, SmolLM3 built on its converter).
+bool gguf_permutes_qk(const std::string& arch);
 // The rows of a q or k projection's output side ([rows, cols], `heads` heads) reordered as
 // llama.cpp's converters reorder Llama's: each head's two rotary halves into adjacent pairs
 // (to_adjacent), or back.

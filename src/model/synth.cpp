@@ -2,6 +2,8 @@
 // q/k row permutation for Llama, so RoPE rotates adjacent pairs) or as safetensors.
 #include "model/synth.h"
 
+#include "model/lora.h"
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -450,15 +452,7 @@ std::string gguf_name(const std::string& hf, const ModelConfig& c) {
 
 // llama.cpp's converter reorders each head's rows from NeoX halves to interleaved pairs.
 std::vector<float> permute_rows_for_adjacent_rope(const HfTensor& t, int64_t n_heads) {
-  int64_t rows = t.shape[0], cols = t.shape.size() > 1 ? t.shape[1] : 1, hd = rows / n_heads;
-  std::vector<float> out(t.data.size());
-  for (int64_t h = 0; h < n_heads; ++h)
-    for (int64_t i = 0; i < hd / 2; ++i)
-      for (int64_t half = 0; half < 2; ++half) {
-        int64_t src = h * hd + half * (hd / 2) + i, dst = h * hd + 2 * i + half;
-        std::copy_n(t.data.begin() + src * cols, cols, out.begin() + dst * cols);
-      }
-  return out;
+  return rope_pair_rows(t.data, t.shape[0], t.shape.size() > 1 ? t.shape[1] : 1, n_heads, true);
 }
 
 std::vector<uint8_t> encode_rows(DType type, const float* data, int64_t rows, int64_t cols) {
@@ -683,9 +677,7 @@ void hf_gemma_config(nlohmann::json& cfg, const ModelConfig& c) {
 std::string gguf_arch(const ModelConfig& c) { return c.arch == "mixtral" ? "llama" : c.arch; }
 
 // Whether llama.cpp's converter permutes this architecture's q/k rows into adjacent pairs.
-bool gguf_adjacent_rope(const ModelConfig& c) {
-  return c.arch == "llama" || c.arch == "mixtral" || c.arch == "granite" || c.arch == "smollm3";
-}
+bool gguf_adjacent_rope(const ModelConfig& c) { return gguf_permutes_qk(c.arch); }
 
 // MoE / MLA keys as llama.cpp's converters write them.
 void add_moe_metadata(GgufWriter& g, const ModelConfig& c) {

@@ -62,7 +62,7 @@ std::string synth_lora(const std::string& base, const nlohmann::json& config, ui
     FP_CHECK(!cfg["use_rslora"].get<bool>() && cfg["alpha_pattern"].empty() && cfg["rank_pattern"].empty(),
              "synth --lora-out *.gguf: llama.cpp's adapters have one alpha and no rsLoRA (rank_pattern, alpha_pattern, use_rslora)");
   const std::string arch = c.arch == "mixtral" ? "llama" : c.arch;
-  const bool permuted = arch == "llama" || arch == "granite" || arch == "smollm3";
+  const bool permuted = gguf_permutes_qk(arch);
   GgufWriter g;
   g.set_string("general.architecture", arch);
   g.set_string("general.type", "adapter");
