@@ -14,6 +14,7 @@
 #include <unistd.h>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 #include <sys/wait.h>
 
@@ -74,10 +75,41 @@ std::string write_synth_case(const nlohmann::json& c, const std::string& out) {
   return out;
 }
 
+namespace {
+
+// The directories temp_dir() made in this process, removed when it exits. CTest runs every test
+// in a process of its own, so without this each run left its models behind (hundreds of
+// directories, enough to fill a small /tmp). Only the process that made them removes them: a
+// forked child that exits must not take its parent's files.
+class TempDirs {
+ public:
+  void add(const std::filesystem::path& dir) {
+    std::lock_guard<std::mutex> lock(mu_);
+    dirs_.push_back(dir);
+  }
+  ~TempDirs() {
+    if (getpid() != owner_) return;
+    std::error_code ec;
+    for (const auto& d : dirs_) std::filesystem::remove_all(d, ec);
+  }
+ private:
+  std::mutex mu_;
+  std::vector<std::filesystem::path> dirs_;
+  pid_t owner_ = getpid();
+};
+
+TempDirs& temp_dirs() {
+  static TempDirs dirs;
+  return dirs;
+}
+
+}  // namespace
+
 std::string temp_dir(const std::string& name) {
   auto dir = std::filesystem::temp_directory_path() / ("fastpath_test_" + std::to_string(getpid()) + "_" + name);
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
+  temp_dirs().add(dir);
   return dir.string();
 }
 

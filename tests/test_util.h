@@ -49,7 +49,7 @@ std::vector<float> all_position_logits(const std::string& model_path, const std:
 // A golden case's model (tests/golden/hf_cases.json: arch, config, seed, optional type) written by
 // synth to `out`: a safetensors directory, or GGUF for *.gguf. Returns out.
 std::string write_synth_case(const nlohmann::json& c, const std::string& out);
-// A fresh empty directory under the build's temp area.
+// A fresh empty directory under the system temp area (/tmp), removed when this process exits.
 std::string temp_dir(const std::string& name);
 void write_file(const std::string& path, const std::string& bytes);
 // max |got - ref| / max |ref|: one figure for how far a result is from its reference.

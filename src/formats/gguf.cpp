@@ -1,6 +1,7 @@
 // formats/gguf.cpp — bounds-checked GGUF reader and a v3 writer.
 #include "formats/gguf.h"
 
+#include <cerrno>
 #include <algorithm>
 #include <cstring>
 #include <fstream>
@@ -446,7 +447,8 @@ void GgufWriter::write(const std::string& path, uint32_t alignment) const {
   std::ofstream out(path, std::ios::binary);
   FP_CHECK(out, path, ": cannot open for writing");
   out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-  FP_CHECK(out, path, ": write failed");
+  out.flush();  // a full disk shows here, not in a destructor that cannot report it
+  FP_CHECK(out, path, ": write failed: ", std::strerror(errno));
 }
 
 }  // namespace fp

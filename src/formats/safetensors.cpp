@@ -2,6 +2,8 @@
 // sharded index resolution, and a writer.
 #include "formats/safetensors.h"
 
+#include <cerrno>
+#include <cstring>
 #include <algorithm>
 #include <fstream>
 #include <limits>
@@ -190,7 +192,8 @@ void SafetensorsWriter::write(const std::string& path) const {
   out.write(reinterpret_cast<const char*>(&hlen), 8);
   out.write(hs.data(), static_cast<std::streamsize>(hs.size()));
   for (auto& e : entries_) out.write(reinterpret_cast<const char*>(e.data.data()), static_cast<std::streamsize>(e.data.size()));
-  FP_CHECK(out, path, ": write failed");
+  out.flush();  // a full disk shows here, not in a destructor that cannot report it
+  FP_CHECK(out, path, ": write failed: ", std::strerror(errno));
 }
 
 }  // namespace fp

@@ -4,6 +4,8 @@
 
 #include "model/lora.h"
 
+#include <cerrno>
+#include <cstring>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -932,7 +934,8 @@ void write_gguf_streaming(const SynthOptions& o, const ModelConfig& c, const Ggu
     static const char zeros[32] = {};
     out.write(zeros, static_cast<std::streamsize>((written + align - 1) / align * align - written));
   }
-  FP_CHECK(out, o.out, ": write failed");
+  out.flush();  // a full disk shows here, not in a destructor that cannot report it
+  FP_CHECK(out, o.out, ": write failed: ", std::strerror(errno));
 }
 
 }  // namespace

@@ -2,6 +2,8 @@
 // OpenAI-compatible server (fastpath serve, vLLM, llama.cpp / llama-cpp-python), in the manner
 // of `vllm bench serve`. The pieces live in tools/bench_serve/ (dataset, SSE, client, runner,
 // statistics, report, SVG); this file is the command line and the run over levels.
+#include <cerrno>
+#include <cstring>
 #include <cmath>
 #include <ctime>
 #include <fstream>
@@ -122,7 +124,8 @@ void write_file(const std::string& path, const std::string& text) {
   std::ofstream f(path, std::ios::binary);
   FP_CHECK(f, path, ": cannot open for writing");
   f << text;
-  FP_CHECK(f.good(), path, ": write failed");
+  f.flush();  // a full disk shows here, not in a destructor that cannot report it
+  FP_CHECK(f, path, ": write failed: ", std::strerror(errno));
 }
 
 // Requests per level: one count for all, or a list as long as the list of levels.

@@ -1,5 +1,7 @@
 // tools/cmd_logits.cpp — `fastpath logits`: one float32 row of vocabulary logits per input
 // position, little-endian, row p after feeding token p at position p.
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -57,7 +59,8 @@ void add_logits(CLI::App& app) {
     std::ofstream out(o->out, std::ios::binary);
     FP_CHECK(out, o->out, ": cannot open for writing");
     out.write(reinterpret_cast<const char*>(logits.data()), static_cast<std::streamsize>(logits.size() * 4));
-    FP_CHECK(out, o->out, ": write failed");
+    out.flush();  // a full disk shows here, not in a destructor that cannot report it
+    FP_CHECK(out, o->out, ": write failed: ", std::strerror(errno));
     log_info("wrote ", n, " x ", c.n_vocab, " logits to ", o->out);
     log_info(Ledger::global().summary_line());
   });
