@@ -333,6 +333,72 @@ void bench_moe_ffn() {
   }
 }
 
+// ---------------------------------------------------------------- lora
+// Llama-3.2-1B's gate + up adapters (rank 16, 2048 -> 2 x 8192) in F32, BF16 and F16, for 1 and
+// 128 rows. Each iteration takes the next of 16 layers' matrices (21 MB in F32), so the matrices
+// come from memory, as in a decode step, not from the cache.
+void bench_lora() {
+  constexpr int64_t kRank = 16, kIn = 2048, kOut = 8192, kLayers = 16;
+  for (const DType type : {DType::F32, DType::BF16, DType::F16})
+    for (const int64_t n : {int64_t{1}, int64_t{128}}) {
+      struct Data {
+        std::vector<std::vector<uint8_t>> a, bt;  // per layer: gate's then up's
+        Tensor ta[2], tbt[2];
+        std::vector<float> x, y, low;
+        int layer = 0;
+      };
+      auto d = std::make_shared<Data>();
+      const size_t esize = static_cast<size_t>(dtype_info(type).block_bytes);
+      auto stored = [&](size_t count, uint32_t seed) {
+        const std::vector<float> v = randn(count, seed, 0.05f);
+        std::vector<uint8_t> out(count * esize);
+        for (size_t i = 0; i < count; ++i) {
+          if (type == DType::F32) std::memcpy(out.data() + 4 * i, &v[i], 4);
+          else {
+            const uint16_t h = type == DType::F16 ? f32_to_f16(v[i]) : f32_to_bf16(v[i]);
+            std::memcpy(out.data() + 2 * i, &h, 2);
+          }
+        }
+        return out;
+      };
+      for (int64_t l = 0; l < 2 * kLayers; ++l) {
+        d->a.push_back(stored(static_cast<size_t>(kRank * kIn), static_cast<uint32_t>(2 * l)));
+        d->bt.push_back(stored(static_cast<size_t>(kRank * kOut), static_cast<uint32_t>(2 * l + 1)));
+      }
+      for (size_t part = 0; part < 2; ++part) {  // the views the op reads: the current layer's matrices
+        d->ta[part] = Tensor::view(d->a[part].data(), type, {kRank, kIn});
+        d->tbt[part] = Tensor::view(d->bt[part].data(), type, {kRank, kOut});
+      }
+      d->x = randn(static_cast<size_t>(n * kIn), 7);
+      d->y.assign(static_cast<size_t>(2 * n * kOut), 0.0f);
+      d->low.resize(static_cast<size_t>(n * 2 * kRank));
+      auto setup = [d, n] {
+        LoraArgs a;
+        a.x = d->x.data();
+        a.n = n;
+        a.low = d->low.data();
+        a.parts[a.n_parts++] = {&d->ta[0], &d->tbt[0], d->y.data(), 2.0f};
+        a.parts[a.n_parts++] = {&d->ta[1], &d->tbt[1], d->y.data() + n * kOut, 2.0f};
+        return a;
+      };
+      // The matrices read once, x read and y read and written once per row.
+      const double bytes = static_cast<double>(2 * kRank * (kIn + kOut) * static_cast<int64_t>(esize)) +
+                           4.0 * static_cast<double>(n * (kIn + 4 * kOut));
+      const double flops = 2.0 * 2.0 * static_cast<double>(n * kRank * (kIn + kOut));
+      // The next layer's matrices every iteration, pointed to by the views the args hold.
+      auto next_layer = [d] {
+        d->layer = (d->layer + 1) % kLayers;
+        for (size_t part = 0; part < 2; ++part) {
+          const size_t from = static_cast<size_t>(2 * d->layer) + part;
+          d->ta[part].data = d->a[from].data();
+          d->tbt[part].data = d->bt[from].data();
+        }
+      };
+      register_op<LoraArgs>("gate+up,r=16,n=" + std::to_string(n) + ",w=" + dtype_name(type), Work{bytes, flops}, setup,
+                            next_layer);
+    }
+}
+
 }  // namespace
 }  // namespace fp
 
@@ -346,6 +412,7 @@ int main(int argc, char** argv) {
   fp::bench_sample();
   fp::bench_attention();
   fp::bench_moe_ffn();
+  fp::bench_lora();
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

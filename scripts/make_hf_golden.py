@@ -11,7 +11,8 @@ with sliding windows, sinks and MXFP4 experts, which transformers dequantizes on
 naming cases regenerates only those.
 
 Cases with "lora" (adapter_config.json keys) also get the logits of the model with a random LoRA
-adapter that synth writes beside it (--lora-out), as PEFT's PeftModel applies it (pip install peft).
+adapter that synth writes beside it (--lora-out), as PEFT's PeftModel applies it (pip install peft);
+"lora_type" (f32, f16, bf16) is the adapter's matrix type (PEFT computes with its values in F32).
 
 Cases with "hidden": true also get the final hidden states (transformers' last_hidden_state, after
 the model's norm), which `fastpath embed` pools. Cases with "mtp": true also get the logits of the model's multi-token-prediction layer (DeepSeek-V3 /
@@ -43,7 +44,8 @@ def main():
             lora = os.path.join(tmp, case["name"] + "_lora")
             subprocess.run([fastpath, "synth", "--arch", case["arch"], "--config", json.dumps(case["config"]),
                             "--seed", str(case["seed"]), "--out", d] + (["--type", case["type"]] if "type" in case else []) +
-                           (["--lora-out", lora, "--lora-config", json.dumps(case["lora"])] if "lora" in case else []),
+                           (["--lora-out", lora, "--lora-config", json.dumps(case["lora"]),
+                             "--lora-type", case.get("lora_type", "f32")] if "lora" in case else []),
                            check=True)
             model, info = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32, attn_implementation="eager",
                                                                output_loading_info=True)

@@ -69,12 +69,15 @@ TEST(Lora, AdaptersMatchPeft) {
     // same values; not for rsLoRA or per-module alphas, which that format has no field for), and
     // each serves the safetensors model and its GGUF twin.
     const std::string hf = test::write_synth_case(c, dir + "/" + name + "_hf");
+    // The adapter's matrices in the case's lora_type (kept in it: F16 and BF16 are read as stored).
     std::vector<std::string> adapters = {dir + "/" + name + "_lora"};
-    synth_lora(hf, c["lora"], c["seed"].get<uint64_t>(), adapters[0]);
+    DType type = DType::F32;
+    ASSERT_TRUE(dtype_from_name(c.value("lora_type", std::string("f32")), &type)) << name;
+    synth_lora(hf, c["lora"], c["seed"].get<uint64_t>(), adapters[0], type);
     const nlohmann::json& lc = c["lora"];
     if (!lc.value("use_rslora", false) && !lc.contains("alpha_pattern") && !lc.contains("rank_pattern")) {
       adapters.push_back(dir + "/" + name + "_lora.gguf");
-      synth_lora(hf, lc, c["seed"].get<uint64_t>(), adapters[1]);
+      synth_lora(hf, lc, c["seed"].get<uint64_t>(), adapters[1], type);
     }
     for (const std::string& ext : c.value("formats", std::vector<std::string>{"_hf", ".gguf"})) {
       const std::string path = ext == "_hf" ? hf : test::write_synth_case(c, dir + "/" + name + ext);

@@ -86,7 +86,9 @@ int64_t LoraArgs::low_width() const {
   for (int p = 0; p < n_parts; ++p) w += parts[p].a->dim(0);
   return w;
 }
-std::string LoraArgs::shape_class() const { return n <= 8 ? "f32 gemv" : "f32 gemm"; }
+std::string LoraArgs::shape_class() const {
+  return std::string("w=") + dtype_name(n_parts > 0 ? parts[0].a->dtype : DType::F32) + (n <= 8 ? " gemv" : " gemm");
+}
 std::string SoftmaxArgs::shape_class() const { return "f32"; }
 std::string SoftcapArgs::shape_class() const { return "f32"; }
 std::string ArgmaxArgs::shape_class() const { return "f32"; }

@@ -219,10 +219,12 @@ struct AddArgs {
 };
 
 // LoRA updates of up to three projections that share their input (a LoRA adapter's k and v, or
-// gate and up; model/lora.h): for each part p, y_p[i] += B_p (A_p x[i]) for the n rows of x
-// [n, in], with A_p [rank_p, in] and B_p given transposed, bt_p = B_p^T [rank_p, out_p], F32 (the
-// scale folded in): the update of 8 consecutive outputs is then rank_p multiply-adds of 8 wide
-// vectors. `low` is scratch for the n rows of A x of every part, [n, sum of the ranks].
+// gate and up; model/lora.h): for each part p, y_p[i] += scale_p B_p (A_p x[i]) for the n rows of
+// x [n, in], with A_p [rank_p, in] and B_p given transposed, bt_p = B_p^T [rank_p, out_p]: the
+// update of 8 consecutive outputs is then rank_p multiply-adds of 8 wide vectors. A part's two
+// matrices share one dtype, F32, F16 or BF16 (the adapter file's: 16-bit adapters are kept as
+// they are, half the bytes to read per step). `low` is scratch for the n rows of scale_p A_p x of
+// every part, [n, sum of the ranks].
 struct LoraArgs {
   static constexpr const char* kName = "lora";
   static constexpr int kMaxParts = 3;
@@ -230,6 +232,7 @@ struct LoraArgs {
     const Tensor* a = nullptr;
     const Tensor* bt = nullptr;
     float* y = nullptr;  // [n, out_p]
+    float scale = 1.0f;  // alpha / rank (or / sqrt(rank) with rsLoRA)
   };
   const float* x = nullptr;
   int64_t n = 0;
@@ -237,7 +240,7 @@ struct LoraArgs {
   int n_parts = 0;
   float* low = nullptr;
   int64_t low_width() const;  // the sum of the parts' ranks
-  std::string shape_class() const;  // "f32 gemv" (n <= 8) or "f32 gemm"
+  std::string shape_class() const;  // "<dtype> gemv" (n <= 8) or "<dtype> gemm", the first part's dtype
 };
 
 // In place, x[i] = cap * tanh(x[i] / cap) for i < n: logit soft-capping (Gemma 2's

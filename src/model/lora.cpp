@@ -7,6 +7,7 @@
 #include <array>
 #include <climits>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -126,9 +127,7 @@ std::string shape_text(const std::vector<int64_t>& s) {
 // Whether the base's q/k rows are in that order (a GGUF of such an architecture).
 bool gguf_permuted_qk(const ModelFile& base) { return base.format == "gguf" && gguf_permutes_qk(base.config.arch); }
 
-// One adapted module as a file holds it, before conversion: A [rank, in] and B [out, rank]
-// (row-major, the file's dtype) and the scale its update takes.
-// One matrix of it as the file holds it: dtype, bytes, name, row-major shape.
+// One matrix of an adapter as the file holds it: dtype, bytes, name, row-major shape.
 struct RawMatrix {
   DType type = DType::F32;
   const void* data = nullptr;
@@ -141,6 +140,8 @@ struct RawMatrix {
   std::vector<float> f32(const std::string& file) const;
 };
 
+// One adapted module as a file holds it, before conversion: A [rank, in] and B [out, rank]
+// and the scale its update takes.
 struct RawModule {
   std::string module, file;  // for errors: the module's name and the file holding it
   ModuleParts parts;
@@ -338,9 +339,9 @@ LoraAdapterWeights read_lora_adapter(const std::string& path, const std::string&
              ", expected [", out_dim, ", ", rank, "] for this model");
     const double divisor = r.rslora ? std::sqrt(static_cast<double>(rank)) : static_cast<double>(rank);
     const float scale = r.alpha_is_scale ? 1.0f : static_cast<float>(r.alpha / divisor);
-    const std::vector<float> A = r.a.f32(r.file);
-    std::vector<float> B = r.b.f32(r.file);
-    for (float& v : B) v *= scale;
+    const std::vector<float> A = r.a.f32(r.file), B = r.b.f32(r.file);
+    // Kept in the file's dtype where both matrices share a 16-bit one (their values exactly).
+    const DType dtype = r.a.type == r.b.type ? r.a.type : DType::F32;
     int64_t row = 0;
     for (LoraTarget t : r.parts.targets) {
       const auto key = std::make_pair(r.parts.layer, static_cast<int>(t));
@@ -354,6 +355,8 @@ LoraAdapterWeights read_lora_adapter(const std::string& path, const std::string&
       m.out = lora_target_dims(c, t).second;
       m.a = A;
       m.b = lora_rows(B, rank, row, m.out);
+      m.scale = scale;
+      m.dtype = dtype;
       row += m.out;
       // B's q/k rows into the base's order: adjacent pairs for a GGUF base whose converter
       // permuted them, the checkpoint's halves otherwise.
@@ -423,11 +426,27 @@ std::vector<float> lora_columns(const std::vector<float>& m, int64_t cols, int64
 
 struct LoraSet::Adapter {
   std::string name;
-  std::vector<LoraMatrices> matrices;
-  std::vector<std::vector<float>> bt;                  // B^T [rank, out] of each matrix (the lora op's layout)
-  std::vector<Tensor> a_view, bt_view;                 // views of matrices[i].a and of bt[i]
+  std::vector<LoraMatrices> matrices;                  // shapes, scales and dtypes (the values moved out)
+  std::vector<std::vector<uint8_t>> a, bt;             // A [rank, in] and B^T [rank, out] in the matrix's dtype
+  std::vector<Tensor> a_view, bt_view;                 // views of them (the lora op's layout)
   std::vector<std::array<int, kLoraTargets>> at;       // per layer and target: index into matrices, -1 none
 };
+
+namespace {
+
+// `values` in `dtype` (F32, F16 or BF16), as bytes.
+std::vector<uint8_t> stored_as(const std::vector<float>& values, DType dtype) {
+  std::vector<uint8_t> out(values.size() * dtype_info(dtype).block_bytes);
+  if (dtype == DType::F32) {
+    std::memcpy(out.data(), values.data(), out.size());
+    return out;
+  }
+  auto* h = reinterpret_cast<uint16_t*>(out.data());
+  for (size_t i = 0; i < values.size(); ++i) h[i] = dtype == DType::F16 ? f32_to_f16(values[i]) : f32_to_bf16(values[i]);
+  return out;
+}
+
+}  // namespace
 
 LoraSet::LoraSet() = default;
 LoraSet::~LoraSet() = default;
@@ -444,16 +463,21 @@ int32_t LoraSet::add(const std::string& name, std::vector<LoraMatrices> matrices
     FP_CHECK(m.layer >= 0 && m.layer < n_layers, "LoRA adapter '", name, "': layer ", m.layer, " is not in the model");
     FP_CHECK(static_cast<int64_t>(m.a.size()) == m.rank * m.in && static_cast<int64_t>(m.b.size()) == m.out * m.rank,
              "LoRA adapter '", name, "': layer ", m.layer, "'s ", lora_target_name(m.target), " matrices do not match their sizes");
+    FP_CHECK(m.dtype == DType::F32 || m.dtype == DType::F16 || m.dtype == DType::BF16, "LoRA adapter '", name, "': layer ",
+             m.layer, "'s ", lora_target_name(m.target), " matrices are ", dtype_name(m.dtype), " (F32, F16 or BF16)");
     ad->at[static_cast<size_t>(m.layer)][static_cast<size_t>(m.target)] = static_cast<int>(i);
-    std::vector<float>& t = ad->bt.emplace_back(m.b.size());
+    std::vector<float> t(m.b.size());
     for (int64_t o = 0; o < m.out; ++o)
       for (int64_t j = 0; j < m.rank; ++j) t[static_cast<size_t>(j * m.out + o)] = m.b[static_cast<size_t>(o * m.rank + j)];
-    m.b = {};  // kept transposed only
-    ad->a_view.push_back(Tensor::view(m.a.data(), DType::F32, {m.rank, m.in}));
+    ad->a.push_back(stored_as(m.a, m.dtype));
+    ad->bt.push_back(stored_as(t, m.dtype));
+    m.a = {};
+    m.b = {};
   }
   for (size_t i = 0; i < ad->matrices.size(); ++i) {
     const LoraMatrices& m = ad->matrices[i];
-    ad->bt_view.push_back(Tensor::view(ad->bt[i].data(), DType::F32, {m.rank, m.out}));
+    ad->a_view.push_back(Tensor::view(ad->a[i].data(), m.dtype, {m.rank, m.in}));
+    ad->bt_view.push_back(Tensor::view(ad->bt[i].data(), m.dtype, {m.rank, m.out}));
   }
   adapters_.push_back(std::move(ad));
   return size();
@@ -494,7 +518,8 @@ void LoraSet::apply(int64_t layer, std::initializer_list<std::pair<LoraTarget, f
       const int i = ad.at[static_cast<size_t>(layer)][static_cast<size_t>(t)];
       if (i < 0) continue;
       const LoraMatrices& m = ad.matrices[static_cast<size_t>(i)];
-      args.parts[args.n_parts++] = {&ad.a_view[static_cast<size_t>(i)], &ad.bt_view[static_cast<size_t>(i)], out + (lo - row0) * m.out};
+      args.parts[args.n_parts++] = {&ad.a_view[static_cast<size_t>(i)], &ad.bt_view[static_cast<size_t>(i)],
+                                    out + (lo - row0) * m.out, m.scale};
       args.x = in + (lo - row0) * m.in;
     }
     if (args.n_parts == 0) continue;

@@ -28,13 +28,15 @@ enum class LoraTarget : int { Q, K, V, O, Gate, Up, Down };
 constexpr int kLoraTargets = 7;
 const char* lora_target_name(LoraTarget t);
 
-// One projection's low-rank update as read: a [rank, in] and b [out, rank] with the scale
-// (alpha / rank, or alpha / sqrt(rank) with rsLoRA) folded into b, both F32.
+// One projection's low-rank update as read: scale * b (a x), a [rank, in] and b [out, rank] as
+// F32 values, which `dtype` (the file's: F32, F16 or BF16) holds exactly; LoraSet keeps them in it.
 struct LoraMatrices {
   int64_t layer = 0;
   LoraTarget target = LoraTarget::Q;
   int64_t rank = 0, in = 0, out = 0;
   std::vector<float> a, b;
+  float scale = 1.0f;  // alpha / rank, or alpha / sqrt(rank) with rsLoRA
+  DType dtype = DType::F32;
 };
 
 // An adapter as read from disk, in the base model's layout: b's q/k rows permuted where the
@@ -69,8 +71,10 @@ const nlohmann::ordered_json* lora_pattern_value(const nlohmann::ordered_json& p
 // alpha, no rsLoRA or patterns), with random matrices for the model at `base` (synth's --lora-out):
 // `config` holds adapter_config.json keys (r, lora_alpha, target_modules: module names such as
 // q_proj; use_rslora, rank_pattern, alpha_pattern), written beside PEFT's defaults. A and B are
-// uniform in +-1/sqrt(in) and +-1/sqrt(rank) from `seed`. Returns a one-line summary.
-std::string synth_lora(const std::string& base, const nlohmann::json& config, uint64_t seed, const std::string& out);
+// uniform in +-1/sqrt(in) and +-1/sqrt(rank) from `seed`, rounded to `type` (F32, F16 or BF16)
+// and stored in it. Returns a one-line summary.
+std::string synth_lora(const std::string& base, const nlohmann::json& config, uint64_t seed, const std::string& out,
+                       DType type = DType::F32);
 
 // Whether llama.cpp's converters reorder this architecture's q/k rows into adjacent rotary
 // pairs when they write a GGUF (Llama, and Mixtral, Granite, SmolLM3 built on its converter).

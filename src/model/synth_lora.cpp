@@ -29,15 +29,24 @@ struct Uniform {
   }
 };
 
-std::vector<uint8_t> bytes_of(const std::vector<float>& v) {
-  std::vector<uint8_t> out(v.size() * sizeof(float));
-  std::memcpy(out.data(), v.data(), out.size());
+// v's values in `type` (F32, F16 or BF16), as the file's bytes.
+std::vector<uint8_t> bytes_of(const std::vector<float>& v, DType type) {
+  std::vector<uint8_t> out(v.size() * static_cast<size_t>(dtype_info(type).block_bytes));
+  if (type == DType::F32) {
+    std::memcpy(out.data(), v.data(), out.size());
+    return out;
+  }
+  auto* h = reinterpret_cast<uint16_t*>(out.data());
+  for (size_t i = 0; i < v.size(); ++i) h[i] = type == DType::F16 ? f32_to_f16(v[i]) : f32_to_bf16(v[i]);
   return out;
 }
 
 }  // namespace
 
-std::string synth_lora(const std::string& base, const nlohmann::json& config, uint64_t seed, const std::string& out) {
+std::string synth_lora(const std::string& base, const nlohmann::json& config, uint64_t seed, const std::string& out,
+                       DType type) {
+  FP_CHECK(type == DType::F32 || type == DType::F16 || type == DType::BF16, "synth --lora-type: ", dtype_name(type),
+           " (LoRA matrices are F32, F16 or BF16)");
   LoadOptions lo;
   lo.prefault = false;
   lo.weights = WeightMemory::Mapped;  // only the config is read
@@ -90,12 +99,12 @@ std::string synth_lora(const std::string& base, const nlohmann::json& config, ui
             {"gate_up_proj", "ffn_up"}};
         const std::string tensor = "blk." + std::to_string(l) + "." + names.at(name) + ".weight";
         if (permuted && (name == "q_proj" || name == "k_proj")) b = rope_pair_rows(b, width, rank, name == "q_proj" ? c.n_heads : c.n_kv_heads, true);
-        g.add_tensor(tensor + ".lora_a", DType::F32, {in, rank}, bytes_of(a));
-        g.add_tensor(tensor + ".lora_b", DType::F32, {rank, width}, bytes_of(b));
+        g.add_tensor(tensor + ".lora_a", type, {in, rank}, bytes_of(a, type));
+        g.add_tensor(tensor + ".lora_b", type, {rank, width}, bytes_of(b, type));
       } else {
         const std::string prefix = "base_model.model." + module;
-        w.add(prefix + ".lora_A.weight", DType::F32, {rank, in}, bytes_of(a));
-        w.add(prefix + ".lora_B.weight", DType::F32, {width, rank}, bytes_of(b));
+        w.add(prefix + ".lora_A.weight", type, {rank, in}, bytes_of(a, type));
+        w.add(prefix + ".lora_B.weight", type, {width, rank}, bytes_of(b, type));
       }
       ++modules;
       params += rank * (in + width);
@@ -108,7 +117,7 @@ std::string synth_lora(const std::string& base, const nlohmann::json& config, ui
     std::ofstream(out + "/adapter_config.json") << cfg.dump(2) << "\n";
   }
   return "synth: wrote LoRA adapter " + out + " (" + std::to_string(modules) + " modules, " + std::to_string(params) +
-         " parameters, rank " + std::to_string(r) + ")";
+         " parameters, rank " + std::to_string(r) + ", " + dtype_name(type) + ")";
 }
 
 }  // namespace fp

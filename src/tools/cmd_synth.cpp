@@ -14,7 +14,7 @@ namespace fp::tools {
 
 void add_synth(CLI::App& app) {
   struct Opts {
-    std::string arch = "llama", config = "{}", out, type = "f32", tokenizer, lora_out, lora_config = "{}";
+    std::string arch = "llama", config = "{}", out, type = "f32", tokenizer, lora_out, lora_config = "{}", lora_type = "f32";
     uint64_t seed = 1;
     bool split_kv_b = false, stream = false, fast_fill = false;
   };
@@ -33,6 +33,7 @@ void add_synth(CLI::App& app) {
   cmd->add_option("--lora-config", o->lora_config,
                   "the adapter's adapter_config.json keys as inline JSON (r, lora_alpha, target_modules, use_rslora, "
                   "rank_pattern, alpha_pattern)");
+  cmd->add_option("--lora-type", o->lora_type, "the adapter's matrix type: f32, f16 or bf16");
   cmd->callback([o] {
     SynthOptions so;
     so.arch = o->arch;
@@ -56,7 +57,9 @@ void add_synth(CLI::App& app) {
     if (!o->lora_out.empty()) {
       const nlohmann::json lc = nlohmann::json::parse(o->lora_config, nullptr, false);
       FP_CHECK(!lc.is_discarded() && lc.is_object(), "--lora-config: not a JSON object: ", o->lora_config);
-      log_info(synth_lora(o->out, lc, o->seed, o->lora_out));
+      DType lora_type = DType::F32;
+      FP_CHECK(dtype_from_name(o->lora_type, &lora_type), "--lora-type '", o->lora_type, "' is not a known tensor type");
+      log_info(synth_lora(o->out, lc, o->seed, o->lora_out, lora_type));
     }
   });
 }

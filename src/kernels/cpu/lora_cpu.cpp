@@ -5,12 +5,15 @@
 // of A, so that each 8 values of x it loads serve 8 dot products, reduced together at the end
 // (hsum8x8); its second on blocks of 16 outputs, each a column block of B^T scaled by low's values
 // and added, for 4 rows of the step at a time. Each phase is one parallel_for over its blocks.
+// Matrices of F16 or BF16 (an adapter file's own dtype) widen to F32 as they load.
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 
 #include "core/cpu_features.h"
+#include "core/dtype.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/exp_avx2.h"
@@ -21,15 +24,26 @@
 namespace fp {
 namespace {
 
+bool lora_dtype(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
+
 std::string refuse_shapes(const LoraArgs& a) {
   if (a.n_parts < 1 || a.n_parts > LoraArgs::kMaxParts) return "lora: 1 to 3 parts, got " + std::to_string(a.n_parts);
   const int64_t in = a.parts[0].a->dim(1);
   for (int p = 0; p < a.n_parts; ++p) {
     const LoraArgs::Part& q = a.parts[p];
-    if (q.a->dtype != DType::F32 || q.bt->dtype != DType::F32) return "lora: F32 matrices only";
+    if (!lora_dtype(q.a->dtype) || q.bt->dtype != q.a->dtype) return "lora: F32, F16 or BF16 matrices, A and B alike";
     if (q.a->dim(1) != in || q.bt->dim(0) != q.a->dim(0)) return "lora: part shapes do not chain (A [r, in], B^T [r, out])";
   }
   return "";
+}
+
+// Element i of a matrix of one of the lora dtypes, as F32.
+float element(const Tensor& t, int64_t i) {
+  switch (t.dtype) {
+    case DType::F16: return f16_to_f32(static_cast<const uint16_t*>(t.data)[i]);
+    case DType::BF16: return bf16_to_f32(static_cast<const uint16_t*>(t.data)[i]);
+    default: return static_cast<const float*>(t.data)[i];
+  }
 }
 
 // ---- reference: the definition, row by row. (The registry runs a kernel only on a call its
@@ -43,16 +57,14 @@ void lora_ref(const LoraArgs& a) {
     for (int p = 0; p < a.n_parts; ++p) {
       const LoraArgs::Part& q = a.parts[p];
       const int64_t rank = q.a->dim(0), out = q.bt->dim(1);
-      const auto* A = static_cast<const float*>(q.a->data);
-      const auto* Bt = static_cast<const float*>(q.bt->data);
       for (int64_t j = 0; j < rank; ++j) {
         float s = 0;
-        for (int64_t c = 0; c < in; ++c) s += A[j * in + c] * x[c];
-        low[off + j] = s;
+        for (int64_t c = 0; c < in; ++c) s += element(*q.a, j * in + c) * x[c];
+        low[off + j] = q.scale * s;
       }
       for (int64_t o = 0; o < out; ++o) {
         float s = 0;
-        for (int64_t j = 0; j < rank; ++j) s += Bt[j * out + o] * low[off + j];
+        for (int64_t j = 0; j < rank; ++j) s += element(*q.bt, j * out + o) * low[off + j];
         q.y[i * out + o] += s;
       }
       off += rank;
@@ -72,20 +84,32 @@ FP_AVX2_INLINE __m256 hsum8x8(const __m256* v) {
   return _mm256_add_ps(_mm256_permute2f128_ps(s0123, s4567, 0x20), _mm256_permute2f128_ps(s0123, s4567, 0x31));
 }
 
-// out[k] = m[k] . v for the `rows` (<= 8) rows of m starting at m (rows `ld` floats apart), each
-// of length len.
-FP_AVX2 void dot_rows8(const float* m, int64_t ld, int64_t rows, const float* v, int64_t len, float* out) {
+// Elements [k, k + count) of a matrix as F32 lanes, zero past count (count <= 8).
+template <DType T>
+FP_AVX2_INLINE __m256 load8_tail(const void* base, int64_t k, int64_t count) {
+  if constexpr (T == DType::F32) {
+    return _mm256_maskload_ps(static_cast<const float*>(base) + k, tail_mask(count));
+  } else {
+    alignas(16) uint16_t part[8] = {};
+    std::memcpy(part, static_cast<const uint16_t*>(base) + k, static_cast<size_t>(count) * sizeof(uint16_t));
+    return load8<T>(part, 0);
+  }
+}
+
+// out[k] = m[k] . v for the `rows` (<= 8) rows of m starting at element m0 (rows `ld` elements
+// apart), each of length len.
+template <DType T>
+FP_AVX2 void dot_rows8(const void* m, int64_t m0, int64_t ld, int64_t rows, const float* v, int64_t len, float* out) {
   __m256 acc[8];
   for (auto& r : acc) r = _mm256_setzero_ps();
   int64_t c = 0;
   for (; c + 8 <= len; c += 8) {
     const __m256 x = _mm256_loadu_ps(v + c);
-    for (int64_t k = 0; k < rows; ++k) acc[k] = _mm256_fmadd_ps(_mm256_loadu_ps(m + k * ld + c), x, acc[k]);
+    for (int64_t k = 0; k < rows; ++k) acc[k] = _mm256_fmadd_ps(load8<T>(m, m0 + k * ld + c), x, acc[k]);
   }
   if (c < len) {
-    const __m256i tm = tail_mask(len - c);
-    const __m256 x = _mm256_maskload_ps(v + c, tm);
-    for (int64_t k = 0; k < rows; ++k) acc[k] = _mm256_fmadd_ps(_mm256_maskload_ps(m + k * ld + c, tm), x, acc[k]);
+    const __m256 x = _mm256_maskload_ps(v + c, tail_mask(len - c));
+    for (int64_t k = 0; k < rows; ++k) acc[k] = _mm256_fmadd_ps(load8_tail<T>(m, m0 + k * ld + c, len - c), x, acc[k]);
   }
   alignas(32) float sums[8];
   _mm256_store_ps(sums, hsum8x8(acc));
@@ -112,10 +136,15 @@ struct Blocks {
 
 // y[i, o0..o0+16) += sum_j low[i * width + j] * bt[j, o0..o0+16) for the n rows i, 4 rows at a
 // time so that each load of bt serves four. kMasked: the block ends the row (cols < 16 outputs).
-template <bool kMasked>
-FP_AVX2_INLINE void add_low_times_bt16(const float* bt, int64_t rank, int64_t out, const float* low, int64_t width,
-                                       int64_t n, float* y0, int64_t cols) {
-  const __m256i m0 = tail_mask(std::min<int64_t>(cols, 8)), m1 = tail_mask(std::max<int64_t>(cols - 8, 0));
+template <DType T, bool kMasked>
+FP_AVX2_INLINE void add_low_times_bt16(const void* bt, int64_t o0, int64_t rank, int64_t out, const float* low,
+                                       int64_t width, int64_t n, float* y0, int64_t cols) {
+  const int64_t n0 = std::min<int64_t>(cols, 8), n1 = std::max<int64_t>(cols - 8, 0);
+  const __m256i m0 = tail_mask(n0), m1 = tail_mask(n1);
+  auto load_b = [&](int64_t j, int half) FP_AVX2_INLINE_LAMBDA {
+    const int64_t k = j * out + o0 + 8 * half;
+    return kMasked ? load8_tail<T>(bt, k, half ? n1 : n0) : load8<T>(bt, k);
+  };
   auto load = [&](const float* p, int half) FP_AVX2_INLINE_LAMBDA {
     return kMasked ? _mm256_maskload_ps(p + 8 * half, half ? m1 : m0) : _mm256_loadu_ps(p + 8 * half);
   };
@@ -130,7 +159,7 @@ FP_AVX2_INLINE void add_low_times_bt16(const float* bt, int64_t rank, int64_t ou
     for (int r = 0; r < 4; ++r)
       for (int h = 0; h < 2; ++h) acc[r][h] = load(y + r * out, h);
     for (int64_t j = 0; j < rank; ++j) {
-      const __m256 b0 = load(bt + j * out, 0), b1 = load(bt + j * out, 1);
+      const __m256 b0 = load_b(j, 0), b1 = load_b(j, 1);
       for (int r = 0; r < 4; ++r) {
         const __m256 l = _mm256_broadcast_ss(low + (i + r) * width + j);
         acc[r][0] = _mm256_fmadd_ps(l, b0, acc[r][0]);
@@ -145,19 +174,32 @@ FP_AVX2_INLINE void add_low_times_bt16(const float* bt, int64_t rank, int64_t ou
     __m256 a0 = load(y, 0), a1 = load(y, 1);
     for (int64_t j = 0; j < rank; ++j) {
       const __m256 l = _mm256_broadcast_ss(low + i * width + j);
-      a0 = _mm256_fmadd_ps(l, load(bt + j * out, 0), a0);
-      a1 = _mm256_fmadd_ps(l, load(bt + j * out, 1), a1);
+      a0 = _mm256_fmadd_ps(l, load_b(j, 0), a0);
+      a1 = _mm256_fmadd_ps(l, load_b(j, 1), a1);
     }
     store(y, 0, a0);
     store(y, 1, a1);
   }
 }
 
-FP_AVX2 void add_low_times_bt(const LoraArgs::Part& q, const float* low, int64_t width, int64_t n, int64_t o0) {
+// Phase 1 for one block: low[i, off + j0 + k] = scale * A[j0 + k] . x[i], k < rows (<= 8).
+template <DType T>
+FP_AVX2 void low_block(const LoraArgs& a, const LoraArgs::Part& q, int64_t off, int64_t width, int64_t j0, int64_t rows) {
+  const int64_t in = q.a->dim(1);
+  float sums[8];
+  for (int64_t i = 0; i < a.n; ++i) {
+    dot_rows8<T>(q.a->data, j0 * in, in, rows, a.x + i * in, in, sums);
+    float* low = a.low + i * width + off + j0;
+    for (int64_t k = 0; k < rows; ++k) low[k] = q.scale * sums[k];
+  }
+}
+
+// Phase 2 for one block of 16 outputs from o0.
+template <DType T>
+FP_AVX2 void add_block(const LoraArgs::Part& q, const float* low, int64_t width, int64_t n, int64_t o0) {
   const int64_t rank = q.bt->dim(0), out = q.bt->dim(1), cols = std::min<int64_t>(16, out - o0);
-  const float* bt = static_cast<const float*>(q.bt->data) + o0;
-  if (cols == 16) add_low_times_bt16<false>(bt, rank, out, low, width, n, q.y + o0, cols);
-  else add_low_times_bt16<true>(bt, rank, out, low, width, n, q.y + o0, cols);
+  if (cols == 16) add_low_times_bt16<T, false>(q.bt->data, o0, rank, out, low, width, n, q.y + o0, cols);
+  else add_low_times_bt16<T, true>(q.bt->data, o0, rank, out, low, width, n, q.y + o0, cols);
 }
 
 void lora_avx2(const LoraArgs& a) {
@@ -169,17 +211,17 @@ void lora_avx2(const LoraArgs& a) {
   // that a chunk is worth waking a worker for (~32K multiply-adds).
   auto grain = [&](int64_t len) { return std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(1, 8 * len * a.n)); };
 
-  // Phase 1: low[i, offset_p + j] = A_p[j] . x[i].
+  // Phase 1: low[i, offset_p + j] = scale_p A_p[j] . x[i].
   const Blocks ab(a, false);
   thread_pool().parallel_for(ab.first[a.n_parts], grain(in), [&](int64_t b0, int64_t b1) {
-    float sums[8];
     for (int64_t blk = b0; blk < b1; ++blk) {
       const int p = ab.part_of(blk, a.n_parts);
-      const int64_t j0 = (blk - ab.first[p]) * 8, rank = a.parts[p].a->dim(0), rows = std::min<int64_t>(8, rank - j0);
-      const float* A = static_cast<const float*>(a.parts[p].a->data) + j0 * in;
-      for (int64_t i = 0; i < a.n; ++i) {
-        dot_rows8(A, in, rows, a.x + i * in, in, sums);
-        std::copy(sums, sums + rows, a.low + i * width + offset[p] + j0);
+      const LoraArgs::Part& q = a.parts[p];
+      const int64_t j0 = (blk - ab.first[p]) * 8, rows = std::min<int64_t>(8, q.a->dim(0) - j0);
+      switch (q.a->dtype) {
+        case DType::F16: low_block<DType::F16>(a, q, offset[p], width, j0, rows); break;
+        case DType::BF16: low_block<DType::BF16>(a, q, offset[p], width, j0, rows); break;
+        default: low_block<DType::F32>(a, q, offset[p], width, j0, rows); break;
       }
     }
   });
@@ -191,7 +233,14 @@ void lora_avx2(const LoraArgs& a) {
   thread_pool().parallel_for(bb.first[a.n_parts], grain(2 * max_rank), [&](int64_t b0, int64_t b1) {
     for (int64_t blk = b0; blk < b1; ++blk) {
       const int p = bb.part_of(blk, a.n_parts);
-      add_low_times_bt(a.parts[p], a.low + offset[p], width, a.n, (blk - bb.first[p]) * bb.size);
+      const LoraArgs::Part& q = a.parts[p];
+      const float* low = a.low + offset[p];
+      const int64_t o0 = (blk - bb.first[p]) * bb.size;
+      switch (q.bt->dtype) {
+        case DType::F16: add_block<DType::F16>(q, low, width, a.n, o0); break;
+        case DType::BF16: add_block<DType::BF16>(q, low, width, a.n, o0); break;
+        default: add_block<DType::F32>(q, low, width, a.n, o0); break;
+      }
     }
   });
 }
