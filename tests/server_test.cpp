@@ -1081,6 +1081,97 @@ TEST(Server, ApiKeyIsEnforcedOnV1Only) {
   EXPECT_EQ(st, 200);
   EXPECT_EQ(c.Get("/health")->status, 200);  // outside /v1: open
   EXPECT_EQ(c.Get("/v1/models")->status, 401);
+  post(c, "/tokenize", R"({"prompt": "Once"})", &st);  // the tokenizer routes are guarded too
+  EXPECT_EQ(st, 401);
+  post(c, "/detokenize", R"({"tokens": [1]})", &st);
+  EXPECT_EQ(st, 401);
+  post(c, "/tokenize", R"({"prompt": "Once"})", &st, {{"Authorization", "Bearer sekret"}});
+  EXPECT_EQ(st, 200);
+}
+
+// POST /tokenize and /detokenize: the ids are the CLI tokenizer's and the ones a completion or
+// chat request is charged for (usage.prompt_tokens); text comes back from the ids; BOS follows
+// add_special_tokens (vLLM) / add_special (llama.cpp's content, off by default); bad bodies are
+// 400s naming the field, an unknown model a 404.
+TEST(Server, TokenizeAndDetokenize) {
+  FP_REQUIRE_FILE(test::stories_path());
+  ServerProcess srv({});
+  auto c = srv.client();
+  int st = 0, rc = -1;
+  const std::string text = "Once upon a time, Lily saw a big dog.";
+  std::vector<int32_t> cli;
+  {
+    std::istringstream ids(test::run_command("printf '%s' '" + text + "' | " + test::fastpath_bin() + " tokenize -m " +
+                                                 test::stories_path(), &rc));
+    for (int32_t id; ids >> id;) cli.push_back(id);
+  }
+  ASSERT_EQ(rc, 0);
+  ASSERT_GT(cli.size(), 5u);
+
+  json t = post(c, "/tokenize", json{{"prompt", text}, {"return_token_strs", true}}.dump(), &st);
+  ASSERT_EQ(st, 200) << t.dump();
+  EXPECT_EQ(t["tokens"].get<std::vector<int32_t>>(), cli);
+  EXPECT_EQ(t["count"], cli.size());
+  EXPECT_EQ(t["max_model_len"], 256);
+  ASSERT_EQ(t["token_strs"].size(), cli.size());
+  EXPECT_EQ(t["token_strs"][1], "▁Once");
+  json comp = post(c, "/v1/completions", json{{"prompt", text}, {"max_tokens", 1}}.dump(), &st);
+  ASSERT_EQ(st, 200);
+  EXPECT_EQ(comp["usage"]["prompt_tokens"], t["count"]);
+
+  // Without BOS: vLLM's flag, and llama.cpp's field with its own default.
+  json plain = post(c, "/tokenize", json{{"prompt", text}, {"add_special_tokens", false}}.dump(), &st);
+  EXPECT_EQ(plain["tokens"].get<std::vector<int32_t>>(), std::vector<int32_t>(cli.begin() + 1, cli.end()));
+  json content = post(c, "/tokenize", json{{"content", text}}.dump(), &st);
+  EXPECT_EQ(content["tokens"], plain["tokens"]);
+  EXPECT_EQ(post(c, "/tokenize", json{{"content", text}, {"add_special", true}}.dump(), &st)["tokens"], t["tokens"]);
+
+  // Chat messages through the chat template: what a chat request is charged for.
+  const json messages = json::array({{{"role", "user"}, {"content", "Tell me a story."}}});
+  json chat_ids = post(c, "/tokenize", json{{"messages", messages}, {"model", "stories260K.gguf"}}.dump(), &st);
+  ASSERT_EQ(st, 200) << chat_ids.dump();
+  json chat = post(c, "/v1/chat/completions", json{{"messages", messages}, {"max_tokens", 1}}.dump(), &st);
+  ASSERT_EQ(st, 200);
+  EXPECT_EQ(chat["usage"]["prompt_tokens"], chat_ids["count"]);
+  EXPECT_GT(chat_ids["count"].get<int>(), 5);
+
+  // Back to text.
+  json d = post(c, "/detokenize", json{{"tokens", plain["tokens"]}}.dump(), &st);
+  ASSERT_EQ(st, 200) << d.dump();
+  EXPECT_EQ(d["prompt"], text);
+  EXPECT_EQ(d["content"], text);
+
+  // Refusals.
+  json e = post(c, "/tokenize", "{not json", &st);
+  EXPECT_EQ(st, 400);
+  e = post(c, "/tokenize", R"({"text": "x"})", &st);
+  EXPECT_EQ(st, 400);
+  EXPECT_EQ(e["error"]["param"], "prompt");
+  e = post(c, "/tokenize", R"({"prompt": 5})", &st);
+  EXPECT_EQ(st, 400);
+  e = post(c, "/tokenize", R"({"prompt": "x", "add_special_tokens": "yes"})", &st);
+  EXPECT_EQ(st, 400);
+  EXPECT_EQ(e["error"]["param"], "add_special_tokens");
+  e = post(c, "/tokenize", R"({"messages": []})", &st);
+  EXPECT_EQ(st, 400);
+  EXPECT_EQ(e["error"]["param"], "messages");
+  e = post(c, "/detokenize", R"({"tokens": [1, 99999]})", &st);
+  EXPECT_EQ(st, 400);
+  EXPECT_NE(e["error"]["message"].get<std::string>().find("tokens[1]"), std::string::npos) << e.dump();
+  e = post(c, "/detokenize", R"({"tokens": [1, "a"]})", &st);
+  EXPECT_EQ(st, 400);
+  e = post(c, "/detokenize", R"({"ids": [1]})", &st);
+  EXPECT_EQ(st, 400);
+  EXPECT_EQ(e["error"]["param"], "tokens");
+  e = post(c, "/tokenize", R"({"prompt": "x", "model": "nope"})", &st);
+  EXPECT_EQ(st, 404);
+  // Long prompts are counted, not refused: the client compares count with max_model_len.
+  std::string long_text;
+  for (int i = 0; i < 100; ++i) long_text += "Once upon a time. ";
+  json lt = post(c, "/tokenize", json{{"prompt", long_text}}.dump(), &st);
+  ASSERT_EQ(st, 200);
+  EXPECT_GT(lt["count"].get<int>(), 256);
+  EXPECT_EQ(c.Get("/health")->status, 200);
 }
 
 TEST(Server, DisconnectingClientsDoNotDisturbTheOthersAndFreeTheirKv) {

@@ -23,6 +23,7 @@
 #include "server/harmony.h"
 #include "server/openai_api.h"
 #include "server/reasoning.h"
+#include "server/tokenize_api.h"
 #include "server/tool_calls.h"
 
 namespace fp {
@@ -521,6 +522,28 @@ struct HttpServer::Impl {
     res.set_content(dump(embedding_response(req, std::move(vectors), cfg.served_model_name, true)), "application/json");
   }
 
+  // POST /tokenize and /detokenize (server/tokenize_api.h): the tokenizer alone, on the HTTP
+  // thread; "model" may name the base model or an adapter (one tokenizer serves them all).
+  void handle_tokenize(const httplib::Request& hreq, httplib::Response& res, bool encode) {
+    const json body = json::parse(hreq.body, nullptr, false);
+    if (body.is_discarded()) {
+      reject(res, ApiError{400, "the body is not valid JSON", "invalid_request_error", ""});
+      return;
+    }
+    json out;
+    std::string name;
+    std::optional<nlohmann::ordered_json> ordered;
+    if (encode && needs_ordered_body(body)) ordered = nlohmann::ordered_json::parse(hreq.body);
+    auto err = encode ? tokenize_response(body, ordered ? &*ordered : nullptr, tok, &tmpl, limits, &out, &name)
+                      : detokenize_response(body, tok, &out, &name);
+    if (!err && adapter_of(name) < 0) err = unknown_model(name);
+    if (err) {
+      reject(res, *err);
+      return;
+    }
+    res.set_content(dump(out), "application/json");
+  }
+
   // POST /v1/load_lora_adapter {"lora_name", "lora_path"} and /v1/unload_lora_adapter
   // {"lora_name"} (vLLM's routes and replies). The model changes on the engine thread between
   // steps; an adapter that requests still run with is not unloaded.
@@ -621,7 +644,9 @@ struct HttpServer::Impl {
     svr.set_read_timeout(30, 0);
     svr.set_write_timeout(30, 0);
     svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-      if (cfg.api_key.empty() || req.path.rfind("/v1/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
+      // The key guards /v1/* and the tokenizer routes (vLLM leaves those open; they cost CPU time).
+      const bool guarded = req.path.rfind("/v1/", 0) == 0 || req.path == "/tokenize" || req.path == "/detokenize";
+      if (cfg.api_key.empty() || !guarded) return httplib::Server::HandlerResponse::Unhandled;
       const std::string auth = req.get_header_value("Authorization");
       if (auth == "Bearer " + cfg.api_key) return httplib::Server::HandlerResponse::Unhandled;
       send_error(res, ApiError{401, auth.empty() ? "missing API key: send 'Authorization: Bearer <key>'" : "invalid API key",
@@ -631,6 +656,8 @@ struct HttpServer::Impl {
     svr.Post("/v1/completions", [this](const httplib::Request& q, httplib::Response& r) { handle_generate(q, r, false); });
     svr.Post("/v1/chat/completions", [this](const httplib::Request& q, httplib::Response& r) { handle_generate(q, r, true); });
     svr.Post("/v1/embeddings", [this](const httplib::Request& q, httplib::Response& r) { handle_embeddings(q, r); });
+    svr.Post("/tokenize", [this](const httplib::Request& q, httplib::Response& r) { handle_tokenize(q, r, true); });
+    svr.Post("/detokenize", [this](const httplib::Request& q, httplib::Response& r) { handle_tokenize(q, r, false); });
     if (cfg.allow_runtime_lora) {
       svr.Post("/v1/load_lora_adapter", [this](const httplib::Request& q, httplib::Response& r) { handle_load_lora(q, r); });
       svr.Post("/v1/unload_lora_adapter", [this](const httplib::Request& q, httplib::Response& r) { handle_unload_lora(q, r); });

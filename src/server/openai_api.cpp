@@ -115,15 +115,14 @@ std::optional<ApiError> parse_tools(const nlohmann::json& b, const nlohmann::ord
 
 }  // namespace
 
-std::optional<ApiError> parse_request(const nlohmann::json& b, bool chat, const Tokenizer& tok, const ChatTemplate* tmpl,
-                                      const ApiLimits& lim, ApiRequest& r, const nlohmann::ordered_json* ordered) {
+std::optional<ApiError> parse_prompt(const nlohmann::json& b, bool chat, const Tokenizer& tok, const ChatTemplate* tmpl,
+                                     const ApiLimits& lim, ApiRequest& r, const nlohmann::ordered_json* ordered) {
   if (!b.is_object()) return bad("", "the request body must be a JSON object");
   r.chat = chat;
   if (b.contains("model") && !b["model"].is_null()) {
     if (!b["model"].is_string()) return bad("model", "'model' must be a string");
     r.model = b["model"].get<std::string>();
   }
-  // The prompt.
   if (chat) {
     if (!b.contains("messages")) return bad("messages", "'messages' is required");
     const auto& m = b["messages"];
@@ -176,6 +175,12 @@ std::optional<ApiError> parse_request(const nlohmann::json& b, bool chat, const 
       return bad("prompt", "'prompt' must be a string, a one-string array, or an array of token ids (batches of prompts are not supported)");
     }
   }
+  return std::nullopt;
+}
+
+std::optional<ApiError> parse_request(const nlohmann::json& b, bool chat, const Tokenizer& tok, const ChatTemplate* tmpl,
+                                      const ApiLimits& lim, ApiRequest& r, const nlohmann::ordered_json* ordered) {
+  if (auto e = parse_prompt(b, chat, tok, tmpl, lim, r, ordered)) return e;
   if (r.prompt.empty()) {
     if (tok.bos_id() < 0) return bad("prompt", "the prompt is empty");
     r.prompt.push_back(tok.bos_id());

@@ -72,6 +72,12 @@ struct ApiLimits {
 std::optional<ApiError> parse_request(const nlohmann::json& body, bool chat, const Tokenizer& tok, const ChatTemplate* tmpl,
                                       const ApiLimits& limits, ApiRequest& out, const nlohmann::ordered_json* ordered = nullptr);
 
+// The prompt of such a body alone, as parse_request reads it (model, messages through the chat
+// template with the tools, or prompt as text or token ids), into out.prompt and out.model; no
+// length check, and an empty prompt stays empty (POST /tokenize counts what it is given).
+std::optional<ApiError> parse_prompt(const nlohmann::json& body, bool chat, const Tokenizer& tok, const ChatTemplate* tmpl,
+                                     const ApiLimits& limits, ApiRequest& out, const nlohmann::ordered_json* ordered = nullptr);
+
 // Constrained decoding: response_format ({"type": "text" | "json_object" | "json_schema"}),
 // llama.cpp's `grammar` (GBNF) and `json_schema`, vLLM's `guided_json`, or a tool call that
 // parse_request chose (at most one of them). Sets out.base.constraint; the body is read with its
