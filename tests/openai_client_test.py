@@ -3,7 +3,8 @@
 (stories260K over loopback): chat non-stream, chat stream, completions stream with `stop`,
 n=2, usage, structured output through the client's own `parse` helper (a pydantic model sent
 as a strict json_schema, the reply parsed back into it), and tool calls (tool_choice required or
-named, plain and streamed), and embeddings. Texts must equal the greedy output of `fastpath generate` for the same prompt.
+named, plain and streamed), the Responses API (text, stream, function call, responses.parse), and
+embeddings. Texts must equal the greedy output of `fastpath generate` for the same prompt.
 
 Run by CTest. Uses the repo's .venv (scripts/setup.sh installs `openai` there); exits 77
 (CTest: skipped) with the reason when the client or the test data is missing."""
@@ -148,6 +149,34 @@ with tempfile.TemporaryDirectory() as tmp:
             finish = chunk.choices[0].finish_reason or finish
         check(name == "GetWeather" and GetWeather.model_validate_json(args) is not None and finish == "tool_calls",
               f"streamed tool call -> {name} {args!r} {finish}")
+        # The Responses API through the client: the chat path's text (the same messages), streamed
+        # as typed events, a function call, and structured output parsed back by responses.parse.
+        r = client.responses.create(model=model_id, input="Tell me a story", max_output_tokens=24, temperature=0)
+        check(r.output_text == want_chat and r.status == "incomplete" and r.usage.output_tokens == 24,
+              f"responses.create = generate ({r.status}, {r.usage}) -> {r.output_text!r}")
+        text, kinds = "", []
+        for event in client.responses.create(model=model_id, input=[{"role": "user", "content": "Tell me a story"}],
+                                             max_output_tokens=24, temperature=0, stream=True):
+            kinds.append(event.type)
+            if event.type == "response.output_text.delta":
+                text += event.delta
+        check(text == want_chat and kinds[0] == "response.created" and kinds[-1] == "response.incomplete",
+              f"responses stream = generate, events {kinds[:3]} ... {kinds[-2:]}")
+        weather = {"type": "function", "name": "GetWeather", "parameters": openai.pydantic_function_tool(GetWeather)["function"]["parameters"],
+                   "strict": True}
+        r = client.responses.create(model=model_id, input="Tell me a story", tools=[weather], tool_choice="required",
+                                    max_output_tokens=300, temperature=0)
+        calls = [item for item in r.output if item.type == "function_call"]
+        check(len(calls) == 1 and calls[0].name == "GetWeather" and GetWeather.model_validate_json(calls[0].arguments) is not None,
+              f"responses function call -> {r.output}")
+        r = client.responses.parse(model=model_id, input="Tell me a story", text_format=Story, max_output_tokens=400,
+                                   temperature=0)
+        check(isinstance(r.output_parsed, Story), f"responses.parse -> {r.output_text!r}")
+        try:
+            client.responses.create(model=model_id, input="x", previous_response_id="resp_1")
+            check(False, "previous_response_id is refused")
+        except openai.BadRequestError as e:
+            check("previous_response_id" in str(e), "previous_response_id is refused naming the field")
         try:
             openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="wrong", max_retries=0).models.list()
             check(False, "a wrong API key is refused")

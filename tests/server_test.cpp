@@ -1089,6 +1089,121 @@ TEST(Server, ApiKeyIsEnforcedOnV1Only) {
   EXPECT_EQ(st, 200);
 }
 
+// A Response's output items without their ids (which differ from response to response).
+json without_ids(json items) {
+  for (auto& item : items) {
+    item.erase("id");
+    item.erase("call_id");
+  }
+  return items;
+}
+
+// Reads a Responses SSE stream: the events' data objects, in order.
+std::vector<json> response_events(httplib::Client& c, const json& body) {
+  std::string raw;
+  auto res = c.Post("/v1/responses", body.dump(), "application/json");
+  EXPECT_TRUE(res && res->status == 200) << (res ? res->body : "no reply");
+  if (!res) return {};
+  std::vector<json> events;
+  std::istringstream in(res->body);
+  std::string line, type;
+  while (std::getline(in, line)) {
+    if (line.rfind("event: ", 0) == 0) type = line.substr(7);
+    if (line.rfind("data: ", 0) == 0) {
+      events.push_back(json::parse(line.substr(6)));
+      EXPECT_EQ(events.back()["type"], type);
+    }
+  }
+  return events;
+}
+
+// POST /v1/responses against /v1/chat/completions on the same conversation: instructions are
+// the system message, input items (text parts, an earlier function call and its output) the
+// messages; the text is the chat reply's, streamed as typed events whose deltas add up to it;
+// a required function call comes back as a function_call item; unsupported fields are 400s
+// naming them.
+TEST(Server, ResponsesApiMatchesTheChatPath) {
+  FP_REQUIRE_FILE(test::stories_path());
+  ServerProcess srv({});
+  auto c = srv.client();
+  int st = 0;
+  const json history = json::array({{{"role", "system"}, {"content", "Be kind."}},
+                                    {{"role", "user"}, {"content", "Tell me a story"}},
+                                    {{"role", "assistant"}, {"content", nullptr},
+                                     {"tool_calls", json::array({{{"id", "call_1"}, {"type", "function"},
+                                                                  {"function", {{"name", "look"}, {"arguments", "{}"}}}}})}},
+                                    {{"role", "tool"}, {"tool_call_id", "call_1"}, {"content", "a cat"}}});
+  json chat = post(c, "/v1/chat/completions", json{{"messages", history}, {"max_tokens", 20}, {"temperature", 0}}.dump(), &st);
+  ASSERT_EQ(st, 200) << chat.dump();
+  const std::string want = chat["choices"][0]["message"]["content"];
+  ASSERT_FALSE(want.empty());
+  const json input = json::array({{{"role", "user"}, {"content", json::array({{{"type", "input_text"}, {"text", "Tell me "}},
+                                                                                 {{"type", "input_text"}, {"text", "a story"}}})}},
+                                  {{"type", "function_call"}, {"call_id", "call_1"}, {"name", "look"}, {"arguments", "{}"}},
+                                  {{"type", "function_call_output"}, {"call_id", "call_1"}, {"output", "a cat"}}});
+  const json body = {{"instructions", "Be kind."}, {"input", input}, {"max_output_tokens", 20}, {"temperature", 0}};
+  json r = post(c, "/v1/responses", body.dump(), &st);
+  ASSERT_EQ(st, 200) << r.dump();
+  EXPECT_EQ(r["object"], "response");
+  EXPECT_EQ(r["status"], "incomplete");
+  EXPECT_EQ(r["incomplete_details"]["reason"], "max_output_tokens");
+  ASSERT_EQ(r["output"].size(), 1u);
+  EXPECT_EQ(r["output"][0]["type"], "message");
+  EXPECT_EQ(r["output"][0]["content"][0]["text"], want);
+  EXPECT_EQ(r["usage"]["input_tokens"], chat["usage"]["prompt_tokens"]);
+  EXPECT_EQ(r["usage"]["output_tokens"], 20);
+  EXPECT_EQ(r["instructions"], "Be kind.");
+
+  json sb = body;
+  sb["stream"] = true;
+  const std::vector<json> events = response_events(c, sb);
+  ASSERT_GE(events.size(), 4u);
+  std::string text;
+  for (size_t i = 0; i < events.size(); ++i) {
+    EXPECT_EQ(events[i]["sequence_number"], i);
+    if (events[i]["type"] == "response.output_text.delta") text += events[i]["delta"].get<std::string>();
+  }
+  EXPECT_EQ(text, want);
+  EXPECT_EQ(events.front()["type"], "response.created");
+  EXPECT_EQ(events.back()["type"], "response.incomplete");
+  EXPECT_EQ(without_ids(events.back()["response"]["output"]), without_ids(r["output"]));
+  EXPECT_EQ(events.back()["response"]["usage"], r["usage"]);
+
+  // A required call, plain and streamed.
+  const json tool = {{"type", "function"}, {"name", "get_weather"},
+                     {"parameters", {{"type", "object"}, {"properties", {{"city", {{"enum", {"Paris", "Rome"}}}}}}, {"required", {"city"}}}}};
+  json tb = {{"input", "Weather?"}, {"tools", {tool}}, {"tool_choice", "required"}, {"max_output_tokens", 60}, {"temperature", 0}};
+  r = post(c, "/v1/responses", tb.dump(), &st);
+  ASSERT_EQ(st, 200) << r.dump();
+  ASSERT_EQ(r["output"].size(), 1u) << r.dump();
+  EXPECT_EQ(r["output"][0]["type"], "function_call");
+  EXPECT_EQ(r["output"][0]["name"], "get_weather");
+  const json args = json::parse(r["output"][0]["arguments"].get<std::string>());
+  EXPECT_TRUE(args["city"] == "Paris" || args["city"] == "Rome") << args;
+  tb["stream"] = true;
+  const std::vector<json> call_events = response_events(c, tb);
+  ASSERT_FALSE(call_events.empty());
+  EXPECT_EQ(call_events.back()["type"], "response.completed");
+  EXPECT_EQ(without_ids(call_events.back()["response"]["output"]), without_ids(r["output"]));
+
+  // Refusals name the field.
+  auto refused = [&](const json& b, const std::string& param) {
+    json e = post(c, "/v1/responses", b.dump(), &st);
+    EXPECT_EQ(st, 400) << b.dump();
+    EXPECT_EQ(e["error"]["param"], param) << e.dump();
+  };
+  refused(json{{"max_output_tokens", 4}}, "input");
+  refused(json{{"input", "x"}, {"previous_response_id", "resp_1"}}, "previous_response_id");
+  refused(json{{"input", "x"}, {"tools", {{{"type", "web_search"}}}}}, "tools[0].type");
+  refused(json{{"input", {{{"role", "user"}, {"content", {{{"type", "input_image"}, {"image_url", "x"}}}}}}}}, "input[0].content[0].type");
+  refused(json{{"input", {{{"type", "item_reference"}, {"id", "x"}}}}}, "input[0].type");
+  refused(json{{"input", "x"}, {"text", {{"format", {{"type", "yaml"}}}}}}, "text.format.type");
+  refused(json{{"input", "x"}, {"max_output_tokens", 0}}, "max_output_tokens");
+  json bad = post(c, "/v1/responses", "{oops", &st);
+  EXPECT_EQ(st, 400);
+  EXPECT_EQ(c.Get("/health")->status, 200);
+}
+
 // POST /tokenize and /detokenize: the ids are the CLI tokenizer's and the ones a completion or
 // chat request is charged for (usage.prompt_tokens); text comes back from the ids; BOS follows
 // add_special_tokens (vLLM) / add_special (llama.cpp's content, off by default); bad bodies are

@@ -23,6 +23,7 @@
 #include "server/harmony.h"
 #include "server/openai_api.h"
 #include "server/reasoning.h"
+#include "server/responses_api.h"
 #include "server/tokenize_api.h"
 #include "server/tool_calls.h"
 
@@ -87,6 +88,9 @@ struct Choice {
 // One API call: its parsed request, engine stream and choices.
 struct Call {
   ApiRequest req;
+  // POST /v1/responses: the Response's header, and its stream's events made from the chat chunks.
+  std::optional<ResponseHeader> response;
+  std::unique_ptr<ResponseStream> response_stream;
   std::shared_ptr<RequestStream> stream;
   std::vector<Choice> choices;
   std::string id, model;
@@ -258,6 +262,11 @@ struct HttpServer::Impl {
             {"model", call.model}, {"choices", std::move(choices)}};
   }
 
+  // One chat chunk as SSE: "data: ..." or, for /v1/responses, the Responses events it makes.
+  std::string sse_chunk(Call& call, const json& c) const {
+    return call.response_stream ? call.response_stream->chunk(c) : "data: " + dump(c) + "\n\n";
+  }
+
   // SSE events for one engine event (content and/or the choice's end).
   std::string sse_for(Call& call, const TokenEvent& ev) {
     json lp_entry = nullptr;
@@ -265,7 +274,7 @@ struct HttpServer::Impl {
     std::string piece = apply(call, ev, &lp_entry);
     const Choice& ch = call.choices[static_cast<size_t>(ev.index)];
     std::string out;
-    auto emit = [&](const json& choice) { out += "data: " + dump(chunk(call, json::array({choice}))) + "\n\n"; };
+    auto emit = [&](const json& choice) { out += sse_chunk(call, chunk(call, json::array({choice}))); };
     json lp = nullptr;
     if (call.req.base.logprobs >= 0 && !lp_entry.is_null())
       lp = call.req.chat ? json{{"content", json::array({lp_entry})}} : completion_logprobs(json::array({lp_entry}));
@@ -361,10 +370,36 @@ struct HttpServer::Impl {
       reject(res, ApiError{400, std::string("the body is not valid JSON: ") + e.what(), "invalid_request_error", ""});
       return;
     }
-    auto call = std::make_shared<Call>();
     // A schema or tools: the body read again with its keys in order (a schema's properties keep theirs).
     std::optional<nlohmann::ordered_json> ordered;
     if (needs_ordered_body(body)) ordered = nlohmann::ordered_json::parse(hreq.body);
+    generate(body, ordered, res, chat, std::nullopt);
+  }
+
+  // POST /v1/responses: the request as a chat completion (server/responses_api.h), its reply as
+  // a Response (streamed as the Responses' events).
+  void handle_responses(const httplib::Request& hreq, httplib::Response& res) {
+    const nlohmann::ordered_json body = nlohmann::ordered_json::parse(hreq.body, nullptr, false);
+    if (body.is_discarded()) {
+      reject(res, ApiError{400, "the body is not valid JSON", "invalid_request_error", ""});
+      return;
+    }
+    nlohmann::ordered_json chat;
+    if (auto err = responses_to_chat(body, &chat)) {
+      reject(res, *err);
+      return;
+    }
+    const json chat_body = json::parse(chat.dump());
+    std::optional<nlohmann::ordered_json> ordered;
+    if (needs_ordered_body(chat_body)) ordered = chat;
+    ResponseHeader h;
+    h.request = json::parse(body.dump());
+    generate(chat_body, ordered, res, true, std::move(h));
+  }
+
+  void generate(const json& body, const std::optional<nlohmann::ordered_json>& ordered, httplib::Response& res, bool chat,
+                std::optional<ResponseHeader> response) {
+    auto call = std::make_shared<Call>();
     if (auto err = parse_request(body, chat, tok, &tmpl, limits, call->req, ordered ? &*ordered : nullptr)) {
       reject(res, *err);
       return;
@@ -386,6 +421,13 @@ struct HttpServer::Impl {
     }
     call->id = new_id(chat ? "chatcmpl" : "cmpl");
     call->model = lora > 0 ? call->req.model : cfg.served_model_name;
+    if (response) {
+      response->id = "resp_" + call->id.substr(call->id.find('-') + 1);
+      response->created_at = unix_time();
+      response->model = call->model;
+      call->response = std::move(response);
+      if (call->req.stream) call->response_stream = std::make_unique<ResponseStream>(*call->response);
+    }
     if (lora > 0) {
       std::lock_guard<std::mutex> lock(engine->metrics().mu);
       ++engine->metrics().lora_requests[call->model];
@@ -419,7 +461,8 @@ struct HttpServer::Impl {
         res.set_content(dump(ApiError{500, call->stream->error(), "server_error", ""}.body()), "application/json");
         return;
       }
-      res.set_content(dump(final_response(*call)), "application/json");
+      const json reply = final_response(*call);
+      res.set_content(dump(call->response ? response_from_chat(*call->response, reply) : reply), "application/json");
       return;
     }
 
@@ -428,6 +471,10 @@ struct HttpServer::Impl {
         "text/event-stream",
         [this, call](size_t, httplib::DataSink& sink) {
           std::string out;
+          if (call->response_stream && !call->role_sent) {
+            call->role_sent = true;
+            out += call->response_stream->start();
+          }
           if (call->req.chat && !call->role_sent) {
             call->role_sent = true;
             for (size_t i = 0; i < call->choices.size(); ++i)
@@ -441,9 +488,9 @@ struct HttpServer::Impl {
             if (call->req.include_usage) {
               json u = chunk(*call, json::array());
               u["usage"] = call->usage();
-              out += "data: " + dump(u) + "\n\n";
+              out += sse_chunk(*call, u);
             }
-            out += "data: [DONE]\n\n";
+            out += call->response_stream ? call->response_stream->finish() : "data: [DONE]\n\n";
           }
           if (!out.empty() && !sink.write(out.data(), out.size())) {
             engine->cancel(call->stream);  // the client went away: free its KV now
@@ -655,6 +702,7 @@ struct HttpServer::Impl {
     });
     svr.Post("/v1/completions", [this](const httplib::Request& q, httplib::Response& r) { handle_generate(q, r, false); });
     svr.Post("/v1/chat/completions", [this](const httplib::Request& q, httplib::Response& r) { handle_generate(q, r, true); });
+    svr.Post("/v1/responses", [this](const httplib::Request& q, httplib::Response& r) { handle_responses(q, r); });
     svr.Post("/v1/embeddings", [this](const httplib::Request& q, httplib::Response& r) { handle_embeddings(q, r); });
     svr.Post("/tokenize", [this](const httplib::Request& q, httplib::Response& r) { handle_tokenize(q, r, true); });
     svr.Post("/detokenize", [this](const httplib::Request& q, httplib::Response& r) { handle_tokenize(q, r, false); });

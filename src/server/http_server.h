@@ -1,5 +1,6 @@
 // server/http_server.h — `fastpath serve`: the OpenAI-compatible HTTP front end over the
 // AsyncEngine. Routes: POST /v1/completions, POST /v1/chat/completions (JSON or SSE),
+// POST /v1/responses (server/responses_api.h),
 // POST /v1/embeddings (run on the engine thread between steps), POST /tokenize and /detokenize,
 // GET /v1/models, GET /health, GET /metrics (Prometheus), GET /v1/ledger (fast-path ledger).
 #pragma once
