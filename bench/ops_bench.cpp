@@ -352,13 +352,7 @@ void bench_lora() {
       auto stored = [&](size_t count, uint32_t seed) {
         const std::vector<float> v = randn(count, seed, 0.05f);
         std::vector<uint8_t> out(count * esize);
-        for (size_t i = 0; i < count; ++i) {
-          if (type == DType::F32) std::memcpy(out.data() + 4 * i, &v[i], 4);
-          else {
-            const uint16_t h = type == DType::F16 ? f32_to_f16(v[i]) : f32_to_bf16(v[i]);
-            std::memcpy(out.data() + 2 * i, &h, 2);
-          }
-        }
+        quantize_row(type, v.data(), out.data(), static_cast<int64_t>(count));
         return out;
       };
       for (int64_t l = 0; l < 2 * kLayers; ++l) {

@@ -5,8 +5,6 @@
 // a wrong value.
 #include <gtest/gtest.h>
 
-#include <cstring>
-
 #include "backend_ops.h"
 #include "kernels/ops.h"
 #include "test_util.h"
@@ -34,11 +32,8 @@ TEST(BackendOps, LoraKernelsMatchReference) {
       std::vector<float> scales;
       int64_t out_total = 0, width = 0;
       auto stored = [dtype](const std::vector<float>& v) {
-        std::vector<uint8_t> out(v.size() * static_cast<size_t>(dtype_info(dtype).block_bytes));
-        if (dtype == DType::F32) std::memcpy(out.data(), v.data(), out.size());
-        auto* h = reinterpret_cast<uint16_t*>(out.data());
-        for (size_t i = 0; dtype != DType::F32 && i < v.size(); ++i)
-          h[i] = dtype == DType::F16 ? f32_to_f16(v[i]) : f32_to_bf16(v[i]);
+        std::vector<uint8_t> out(static_cast<size_t>(row_bytes(dtype, static_cast<int64_t>(v.size()))));
+        quantize_row(dtype, v.data(), out.data(), static_cast<int64_t>(v.size()));
         return out;
       };
       for (size_t p = 0; p < c.parts.size(); ++p) {

@@ -7,7 +7,6 @@
 #include <array>
 #include <climits>
 #include <cmath>
-#include <cstring>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -436,13 +435,8 @@ namespace {
 
 // `values` in `dtype` (F32, F16 or BF16), as bytes.
 std::vector<uint8_t> stored_as(const std::vector<float>& values, DType dtype) {
-  std::vector<uint8_t> out(values.size() * dtype_info(dtype).block_bytes);
-  if (dtype == DType::F32) {
-    std::memcpy(out.data(), values.data(), out.size());
-    return out;
-  }
-  auto* h = reinterpret_cast<uint16_t*>(out.data());
-  for (size_t i = 0; i < values.size(); ++i) h[i] = dtype == DType::F16 ? f32_to_f16(values[i]) : f32_to_bf16(values[i]);
+  std::vector<uint8_t> out(static_cast<size_t>(row_bytes(dtype, static_cast<int64_t>(values.size()))));
+  quantize_row(dtype, values.data(), out.data(), static_cast<int64_t>(values.size()));
   return out;
 }
 

@@ -1,7 +1,6 @@
 // model/synth_lora.cpp — `synth --lora-out`: a PEFT LoRA adapter with random matrices for a
 // model synth wrote, in PEFT's own layout, so that tests compare the engine with PEFT on it.
 #include <cmath>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -31,13 +30,8 @@ struct Uniform {
 
 // v's values in `type` (F32, F16 or BF16), as the file's bytes.
 std::vector<uint8_t> bytes_of(const std::vector<float>& v, DType type) {
-  std::vector<uint8_t> out(v.size() * static_cast<size_t>(dtype_info(type).block_bytes));
-  if (type == DType::F32) {
-    std::memcpy(out.data(), v.data(), out.size());
-    return out;
-  }
-  auto* h = reinterpret_cast<uint16_t*>(out.data());
-  for (size_t i = 0; i < v.size(); ++i) h[i] = type == DType::F16 ? f32_to_f16(v[i]) : f32_to_bf16(v[i]);
+  std::vector<uint8_t> out(static_cast<size_t>(row_bytes(type, static_cast<int64_t>(v.size()))));
+  quantize_row(type, v.data(), out.data(), static_cast<int64_t>(v.size()));
   return out;
 }
 
