@@ -1089,6 +1089,100 @@ TEST(Server, ApiKeyIsEnforcedOnV1Only) {
   EXPECT_EQ(st, 200);
 }
 
+// Completions with echo and logprobs, as lm-evaluation-harness scores a continuation (prompt ids,
+// max_tokens 1, echo, logprobs 1): the prompt's token log-probabilities against the log-softmax of
+// `fastpath logits`' rows for the same ids; echo with max_tokens 0 returns the prompt alone; a
+// batch of prompts gives each prompt's n choices in order, as the prompt alone does.
+TEST(Server, EchoScoresThePromptAndBatchesOfPrompts) {
+  FP_REQUIRE_FILE(test::stories_path());
+  ServerProcess srv({});
+  auto c = srv.client();
+  int st = 0, rc = -1;
+  const std::vector<int32_t> ids = {1, 403, 407, 261, 400, 297, 345, 291};
+  std::string ids_text;
+  for (int32_t id : ids) {
+    if (!ids_text.empty()) ids_text += ' ';
+    ids_text += std::to_string(id);
+  }
+  const std::string dir = test::temp_dir("echo");
+  test::run_command(test::fastpath_bin() + " logits -q -m " + test::stories_path() + " --tokens '" + ids_text + "' --out " + dir + "/l.f32", &rc);
+  ASSERT_EQ(rc, 0);
+  const std::vector<float> logits = test::read_f32_file(dir + "/l.f32");
+  const size_t V = 512;
+  ASSERT_EQ(logits.size(), ids.size() * V);
+  auto log_softmax = [&](size_t row, size_t token) {
+    const float* x = logits.data() + row * V;
+    const float mx = *std::max_element(x, x + V);
+    double sum = 0;
+    for (size_t i = 0; i < V; ++i) sum += std::exp(static_cast<double>(x[i] - mx));
+    return static_cast<double>(x[token] - mx) - std::log(sum);
+  };
+
+  json r = post(c, "/v1/completions", json{{"prompt", ids}, {"max_tokens", 1}, {"echo", true}, {"logprobs", 3}, {"temperature", 0}}.dump(), &st);
+  ASSERT_EQ(st, 200) << r.dump();
+  const json& lp = r["choices"][0]["logprobs"];
+  ASSERT_EQ(lp["token_logprobs"].size(), ids.size() + 1);
+  EXPECT_TRUE(lp["token_logprobs"][0].is_null());
+  EXPECT_TRUE(lp["top_logprobs"][0].is_null());
+  for (size_t i = 1; i < ids.size(); ++i) {
+    EXPECT_NEAR(lp["token_logprobs"][i].get<double>(), log_softmax(i - 1, static_cast<size_t>(ids[i])), 1e-4) << "token " << i;
+    ASSERT_EQ(lp["top_logprobs"][i].size(), 3u);
+    double best = -1e9;
+    for (const auto& [piece, v] : lp["top_logprobs"][i].items()) best = std::max(best, v.get<double>());
+    double want_best = -1e9;
+    for (size_t t = 0; t < V; ++t) want_best = std::max(want_best, log_softmax(i - 1, t));
+    EXPECT_NEAR(best, want_best, 1e-4) << "token " << i;
+  }
+  // The generated token: the greedy one after the prompt, its log-probability the last row's.
+  double want_next = -1e9;
+  for (size_t t = 0; t < V; ++t) want_next = std::max(want_next, log_softmax(ids.size() - 1, t));
+  EXPECT_NEAR(lp["token_logprobs"][ids.size()].get<double>(), want_next, 1e-4);
+  json plain = post(c, "/v1/completions", json{{"prompt", ids}, {"max_tokens", 1}, {"temperature", 0}}.dump(), &st);
+  json prompt_only = post(c, "/v1/completions", json{{"prompt", ids}, {"max_tokens", 0}, {"echo", true}}.dump(), &st);
+  ASSERT_EQ(st, 200) << prompt_only.dump();
+  EXPECT_EQ(r["choices"][0]["text"], prompt_only["choices"][0]["text"].get<std::string>() + plain["choices"][0]["text"].get<std::string>());
+  EXPECT_EQ(prompt_only["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(prompt_only["usage"]["completion_tokens"], 0);
+  EXPECT_EQ(prompt_only["usage"]["prompt_tokens"], ids.size());
+  json text_echo = post(c, "/v1/completions", R"({"prompt": "Once upon a time", "max_tokens": 0, "echo": true})", &st);
+  EXPECT_EQ(text_echo["choices"][0]["text"], "Once upon a time");
+
+  // A batch: prompt p's choices are p * n .. p * n + n - 1, each the prompt's own greedy text.
+  const std::vector<std::string> prompts = {"Once upon a time", "The cat sat", "Lily had a dog"};
+  json batch = post(c, "/v1/completions", json{{"prompt", prompts}, {"max_tokens", 12}, {"temperature", 0}, {"n", 2}}.dump(), &st);
+  ASSERT_EQ(st, 200) << batch.dump();
+  ASSERT_EQ(batch["choices"].size(), 6u);
+  int64_t prompt_tokens = 0;
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    json one = post(c, "/v1/completions", json{{"prompt", prompts[p]}, {"max_tokens", 12}, {"temperature", 0}}.dump(), &st);
+    prompt_tokens += one["usage"]["prompt_tokens"].get<int64_t>();
+    for (size_t j = 0; j < 2; ++j) {
+      EXPECT_EQ(batch["choices"][p * 2 + j]["index"], p * 2 + j);
+      EXPECT_EQ(batch["choices"][p * 2 + j]["text"], one["choices"][0]["text"]) << "prompt " << p;
+    }
+  }
+  EXPECT_EQ(batch["usage"]["prompt_tokens"], prompt_tokens);
+  EXPECT_EQ(batch["usage"]["completion_tokens"], 6 * 12);
+  json id_batch = post(c, "/v1/completions", json{{"prompt", {std::vector<int32_t>{1, 403}, ids}}, {"max_tokens", 2}, {"temperature", 0}}.dump(), &st);
+  ASSERT_EQ(st, 200) << id_batch.dump();
+  EXPECT_EQ(id_batch["choices"].size(), 2u);
+  EXPECT_EQ(id_batch["choices"][1]["text"], post(c, "/v1/completions", json{{"prompt", ids}, {"max_tokens", 2}, {"temperature", 0}}.dump(), &st)["choices"][0]["text"]);
+
+  // Refusals.
+  json e = post(c, "/v1/completions", R"({"prompt": "x", "echo": true, "stream": true})", &st);
+  EXPECT_EQ(st, 400);
+  EXPECT_EQ(e["error"]["param"], "echo");
+  e = post(c, "/v1/completions", R"({"prompt": [1, "a"]})", &st);
+  EXPECT_EQ(st, 400);
+  e = post(c, "/v1/completions", R"({"prompt": [[1, 2], [3, 9999]]})", &st);
+  EXPECT_EQ(st, 400);
+  EXPECT_NE(e["error"]["message"].get<std::string>().find("9999"), std::string::npos);
+  e = post(c, "/v1/completions", json{{"prompt", std::vector<std::string>(129, "x")}, {"n", 2}}.dump(), &st);
+  EXPECT_EQ(st, 400);
+  EXPECT_EQ(e["error"]["param"], "prompt");
+  EXPECT_EQ(c.Get("/health")->status, 200);
+}
+
 // A Response's output items without their ids (which differ from response to response).
 json without_ids(json items) {
   for (auto& item : items) {

@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "engine/embedder.h"
+#include "engine/prompt_scorer.h"
 #include "model/lora.h"
 #include "server/async_engine.h"
 #include "server/embeddings_api.h"
@@ -109,7 +110,7 @@ struct Call {
     return true;
   }
   json usage() const {
-    const int64_t p = static_cast<int64_t>(req.prompt.size()) * static_cast<int64_t>(choices.size() ? 1 : 0);
+    const int64_t p = req.prompt_tokens() * static_cast<int64_t>(choices.size() ? 1 : 0);
     return {{"prompt_tokens", p}, {"completion_tokens", completion_tokens()}, {"total_tokens", p + completion_tokens()}};
   }
 };
@@ -433,18 +434,34 @@ struct HttpServer::Impl {
       ++engine->metrics().lora_requests[call->model];
     }
     call->created = unix_time();
-    for (int i = 0; i < call->req.n; ++i) {
+    const bool scores_prompt = call->req.echo && call->req.base.logprobs >= 0;
+    if (scores_prompt && (model.tp_size() > 1 || model.device() != Device::CPU)) {
+      reject(res, ApiError{400, "the prompt's log-probabilities ('echo' with 'logprobs') are computed on one CPU rank here (this server runs on " +
+                                    std::to_string(model.tp_size()) + " ranks, " + device_name(model.device()) + ")",
+                           "invalid_request_error", "echo"});
+      return;
+    }
+    const size_t n_prompts = std::max<size_t>(1, call->req.prompts.size());
+    for (size_t i = 0; i < n_prompts * static_cast<size_t>(call->req.n); ++i) {
+      const std::vector<int32_t>& prompt = call->req.prompts.empty() ? call->req.prompt : call->req.prompts[i / static_cast<size_t>(call->req.n)];
       Choice c;
       // Control tokens decode to their text where the reply's format is made of them: harmony's
       // channel headers, Mistral's [TOOL_CALLS] marker (tool_choice auto).
       const bool render_special = call->req.harmony || (call->req.tool_mode == ApiRequest::ToolMode::Auto &&
                                                         limits.tool_call_format == ToolCallFormat::Mistral);
-      c.text = std::make_unique<ChoiceText>(tok, call->req.prompt, call->req.stop, render_special);
+      c.text = std::make_unique<ChoiceText>(tok, prompt, call->req.stop, render_special);
       c.tool_stream = ToolCallStream(limits.tool_call_format);
       c.reasoning = ReasoningSplitter(call->req.thinking_opened);
       call->choices.push_back(std::move(c));
     }
-    call->stream = engine->submit(call->req.group());
+    // echo with max_tokens 0: the prompt alone (scored), nothing to generate.
+    const bool generates = !(call->req.echo && call->req.base.max_new_tokens == 0);
+    if (generates) call->stream = engine->submit(call->req.group());
+    for (Choice& c : call->choices) {
+      if (generates) break;
+      c.done = true;
+      c.finish_reason = "length";
+    }
     ++active_calls;
 
     if (!call->req.stream) {
@@ -456,10 +473,18 @@ struct HttpServer::Impl {
         for (const TokenEvent& ev : call->stream->wait(100)) apply(*call, ev, nullptr);
         if (call->stream->all_finished() && !call->all_done()) break;  // cannot happen; never spin
       }
-      if (!call->stream->error().empty()) {
+      if (call->stream && !call->stream->error().empty()) {
         res.status = 500;
         res.set_content(dump(ApiError{500, call->stream->error(), "server_error", ""}.body()), "application/json");
         return;
+      }
+      if (call->req.echo) {
+        try {
+          echo_prompts(*call);
+        } catch (const std::exception& e) {
+          send_error(res, ApiError{500, std::string("scoring the prompt failed: ") + e.what(), "server_error", ""});
+          return;
+        }
       }
       const json reply = final_response(*call);
       res.set_content(dump(call->response ? response_from_chat(*call->response, reply) : reply), "application/json");
@@ -512,6 +537,46 @@ struct HttpServer::Impl {
           if (!success || !call->all_done()) engine->cancel(call->stream);
           --active_calls;
         });
+  }
+
+  // echo: each choice's text and log-probabilities start with its prompt's. The prompt's tokens
+  // are scored (with logprobs) on the engine thread between steps, one prompt at a time, under
+  // the request's adapter; the first token has no context and gets null.
+  void echo_prompts(Call& call) {
+    const ApiRequest& req = call.req;
+    const size_t n = static_cast<size_t>(req.n);
+    const size_t n_prompts = std::max<size_t>(1, req.prompts.size());
+    for (size_t p = 0; p < n_prompts; ++p) {
+      const std::vector<int32_t>& ids = req.prompts.empty() ? req.prompt : req.prompts[p];
+      const std::string given = p < req.prompt_texts.size() ? req.prompt_texts[p] : std::string();
+      const std::string text = given.empty() ? tok.decode(ids) : given;
+      json entries = json::array();
+      if (req.base.logprobs >= 0) {
+        std::vector<ScoredToken> scores;
+        engine->run_between_steps([&] {
+          model.set_single_lora(req.base.lora);
+          try {
+            scores = score_prompt(model, ids, req.base.logprobs);
+          } catch (...) {
+            model.set_single_lora(0);
+            throw;
+          }
+          model.set_single_lora(0);
+        });
+        entries.push_back({{"token", tok.token_to_bytes(ids[0], true)}, {"logprob", nullptr}, {"top_logprobs", nullptr}});
+        for (size_t i = 0; i < scores.size(); ++i)
+          entries.push_back(completion_logprob_entry(tok, ids[i + 1], scores[i].logprob, scores[i].top));
+      }
+      for (size_t j = 0; j < n; ++j) {
+        Choice& c = call.choices[p * n + j];
+        c.content = text + c.content;
+        if (req.base.logprobs >= 0) {
+          json all = entries;
+          for (auto& e : c.logprobs) all.push_back(e);
+          c.logprobs = std::move(all);
+        }
+      }
+    }
   }
 
   // POST /v1/embeddings: the inputs embedded one after another on the engine thread, between two

@@ -20,13 +20,24 @@ nlohmann::json ApiError::body() const {
 
 std::vector<Request> ApiRequest::group() const {
   std::vector<Request> out;
-  for (int i = 0; i < n; ++i) {
-    Request r = base;
-    if (seed_given) r.sampling.seed = base.sampling.seed + static_cast<uint64_t>(i);
-    else r.sampling.seed = base.sampling.seed * 6364136223846793005ull + static_cast<uint64_t>(i) + 1;
-    out.push_back(std::move(r));
-  }
+  const size_t n_prompts = std::max<size_t>(1, prompts.size());
+  for (size_t p = 0; p < n_prompts; ++p)
+    for (int j = 0; j < n; ++j) {
+      const uint64_t i = p * static_cast<uint64_t>(n) + static_cast<uint64_t>(j);
+      Request r = base;
+      if (!prompts.empty()) r.prompt = prompts[p];
+      if (seed_given) r.sampling.seed = base.sampling.seed + i;
+      else r.sampling.seed = base.sampling.seed * 6364136223846793005ull + i + 1;
+      out.push_back(std::move(r));
+    }
   return out;
+}
+
+int64_t ApiRequest::prompt_tokens() const {
+  if (prompts.empty()) return static_cast<int64_t>(prompt.size());
+  int64_t total = 0;
+  for (const auto& p : prompts) total += static_cast<int64_t>(p.size());
+  return total;
 }
 
 namespace {
@@ -159,21 +170,41 @@ std::optional<ApiError> parse_prompt(const nlohmann::json& b, bool chat, const T
   } else {
     if (!b.contains("prompt")) return bad("prompt", "'prompt' is required");
     const auto& p = b["prompt"];
-    if (p.is_string()) {
-      r.prompt = tok.encode(p.get<std::string>(), true, true);
-    } else if (p.is_array() && p.size() == 1 && p[0].is_string()) {
-      r.prompt = tok.encode(p[0].get<std::string>(), true, true);
-    } else if (p.is_array() && !p.empty() && std::all_of(p.begin(), p.end(), [](const auto& x) { return x.is_number_integer(); })) {
-      for (const auto& x : p) {
+    auto ids_of = [&](const nlohmann::json& list, std::vector<int32_t>& out) -> std::optional<ApiError> {
+      for (const auto& x : list) {
         const int64_t id = x.get<int64_t>();
         if (id < 0 || id >= tok.n_vocab())
           return bad("prompt", "token id " + std::to_string(id) + " in 'prompt' is outside the vocabulary [0, " +
                                    std::to_string(tok.n_vocab()) + ")");
-        r.prompt.push_back(static_cast<int32_t>(id));
+        out.push_back(static_cast<int32_t>(id));
+      }
+      return std::nullopt;
+    };
+    auto all_ids = [](const nlohmann::json& list) {
+      return list.is_array() && !list.empty() && std::all_of(list.begin(), list.end(), [](const auto& x) { return x.is_number_integer(); });
+    };
+    if (p.is_string()) {
+      r.prompts.push_back(tok.encode(p.get<std::string>(), true, true));
+      r.prompt_texts.push_back(p.get<std::string>());
+    } else if (all_ids(p)) {
+      r.prompts.emplace_back();
+      r.prompt_texts.emplace_back();
+      if (auto e = ids_of(p, r.prompts.back())) return e;
+    } else if (p.is_array() && !p.empty() && std::all_of(p.begin(), p.end(), [](const auto& x) { return x.is_string(); })) {
+      for (const auto& x : p) {  // a batch of texts
+        r.prompts.push_back(tok.encode(x.get<std::string>(), true, true));
+        r.prompt_texts.push_back(x.get<std::string>());
+      }
+    } else if (p.is_array() && !p.empty() && std::all_of(p.begin(), p.end(), all_ids)) {
+      for (const auto& x : p) {  // a batch of id lists
+        r.prompts.emplace_back();
+        r.prompt_texts.emplace_back();
+        if (auto e = ids_of(x, r.prompts.back())) return e;
       }
     } else {
-      return bad("prompt", "'prompt' must be a string, a one-string array, or an array of token ids (batches of prompts are not supported)");
+      return bad("prompt", "'prompt' must be a string, an array of token ids, or a batch: an array of strings or of token-id arrays");
     }
+    r.prompt = r.prompts[0];
   }
   return std::nullopt;
 }
@@ -181,15 +212,24 @@ std::optional<ApiError> parse_prompt(const nlohmann::json& b, bool chat, const T
 std::optional<ApiError> parse_request(const nlohmann::json& b, bool chat, const Tokenizer& tok, const ChatTemplate* tmpl,
                                       const ApiLimits& lim, ApiRequest& r, const nlohmann::ordered_json* ordered) {
   if (auto e = parse_prompt(b, chat, tok, tmpl, lim, r, ordered)) return e;
-  if (r.prompt.empty()) {
-    if (tok.bos_id() < 0) return bad("prompt", "the prompt is empty");
-    r.prompt.push_back(tok.bos_id());
+  int64_t n_prompt = 0;  // the longest prompt
+  std::vector<std::vector<int32_t>*> all;
+  if (r.prompts.empty()) all.push_back(&r.prompt);
+  for (auto& p : r.prompts) all.push_back(&p);
+  for (size_t i = 0; i < all.size(); ++i) {
+    std::vector<int32_t>& p = *all[i];
+    const std::string which = all.size() > 1 ? "prompt " + std::to_string(i) : "the prompt";
+    if (p.empty()) {
+      if (tok.bos_id() < 0) return bad("prompt", which + " is empty");
+      p.push_back(tok.bos_id());
+    }
+    if (static_cast<int64_t>(p.size()) >= lim.max_model_len)
+      return bad(chat ? "messages" : "prompt", which + " has " + std::to_string(p.size()) +
+                                                   " tokens; this server's maximum context length is " +
+                                                   std::to_string(lim.max_model_len) + " tokens (--max-model-len)");
+    n_prompt = std::max<int64_t>(n_prompt, static_cast<int64_t>(p.size()));
   }
-  const int64_t n_prompt = static_cast<int64_t>(r.prompt.size());
-  if (n_prompt >= lim.max_model_len)
-    return bad(chat ? "messages" : "prompt", "the prompt has " + std::to_string(n_prompt) +
-                                                 " tokens; this server's maximum context length is " +
-                                                 std::to_string(lim.max_model_len) + " tokens (--max-model-len)");
+  if (!r.prompts.empty()) r.prompt = r.prompts[0];
   // Lengths.
   double v = 0;
   int64_t max_tokens = chat ? lim.max_model_len - n_prompt : 16;
@@ -232,10 +272,17 @@ std::optional<ApiError> parse_request(const nlohmann::json& b, bool chat, const 
   s.seed = r.seed_given ? static_cast<uint64_t>(b["seed"].get<int64_t>()) : 0;
   if (auto e = number(b, "n", 1, lim.max_n, true, v = 1)) return e;
   r.n = static_cast<int>(v);
+  if (r.prompts.size() * static_cast<size_t>(r.n) > static_cast<size_t>(lim.max_choices))
+    return bad("prompt", "the batch asks for " + std::to_string(r.prompts.size()) + " prompts x " + std::to_string(r.n) +
+                             " choices; at most " + std::to_string(lim.max_choices) + " per request");
   bool ignore_eos = false;
   if (auto e = boolean(b, "ignore_eos", ignore_eos)) return e;
   r.base.stop_at_eog = !ignore_eos;
   if (auto e = boolean(b, "stream", r.stream)) return e;
+  if (!chat) {
+    if (auto e = boolean(b, "echo", r.echo)) return e;
+    if (r.echo && r.stream) return bad("echo", "'echo' is served without streaming here");
+  }
   if (b.contains("stream_options") && !b["stream_options"].is_null()) {
     if (!b["stream_options"].is_object()) return bad("stream_options", "'stream_options' must be an object");
     if (auto e = boolean(b["stream_options"], "include_usage", r.include_usage)) {

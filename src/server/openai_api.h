@@ -26,7 +26,13 @@ struct ApiError {
 struct ApiRequest {
   bool chat = false;
   std::string model;
-  std::vector<int32_t> prompt;
+  std::vector<int32_t> prompt;  // the (first) prompt
+  // /v1/completions: a batch's prompts ('prompt' as a list of strings or of id lists; one
+  // otherwise), each with n choices: choice p * n + j is prompt p's j-th. prompt_texts: each
+  // prompt's text as given (empty for ids).
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::string> prompt_texts;
+  bool echo = false;  // completions: each choice's text (and logprobs) starts with its prompt's
   Request base;                 // prompt, max_new_tokens, sampling, stop_at_eog, logprobs
   int n = 1;
   bool seed_given = false;
@@ -51,13 +57,16 @@ struct ApiRequest {
   // Chat with a harmony template (gpt-oss, server/harmony.h): the reply is decoded with its
   // control tokens and split into reasoning_content, content and tool calls by channel.
   bool harmony = false;
-  // The n engine requests (seeds seed, seed+1, ... when a seed was given).
+  // The engine requests: n per prompt, in choice order (seeds seed, seed+1, ... when a seed was
+  // given, counting on across the prompts).
   std::vector<Request> group() const;
+  int64_t prompt_tokens() const;  // every prompt's tokens, counted once (usage)
 };
 
 struct ApiLimits {
   int64_t max_model_len = 0;
   int max_n = 16;
+  int max_choices = 256;  // prompts x n of one completions request
   int max_stop = 4;
   int max_logprobs = 20;
   ToolCallFormat tool_call_format = ToolCallFormat::None;  // how the chat template writes tool calls
