@@ -213,7 +213,7 @@ std::optional<ApiError> responses_to_chat(const ordered_json& b, ordered_json* c
     const auto& c = b["tool_choice"];
     if (c.is_string()) {
       out["tool_choice"] = c;
-    } else if (c.is_object() && c.value("type", "") == "function" && c.contains("name") && c["name"].is_string()) {
+    } else if (c.is_object() && c.contains("type") && c["type"] == "function" && c.contains("name") && c["name"].is_string()) {
       out["tool_choice"] = {{"type", "function"}, {"function", {{"name", c["name"]}}}};
     } else {
       return responses_error("tool_choice", "'tool_choice' must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", \"name\": ...}");
