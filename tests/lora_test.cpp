@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -13,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/engine.h"
+#include "formats/gguf.h"
 #include "formats/safetensors.h"
 #include "model/lora.h"
 #include "model/model.h"
@@ -198,6 +200,53 @@ TEST(Lora, EngineRunsEachSequenceWithItsAdapter) {
 
 // The ledger names the lora op's kernel: `audit --strict` with an adapter passes on a fast kernel
 // (an AVX2 machine) and `logits --lora` writes the adapted logits.
+// llama.cpp's Q8_0 adapters (convert_lora_to_gguf.py --outtype q8_0: Q8_0 where rows are whole
+// 32-value blocks, F16 elsewhere): read as their dequantized values, they give the logits of an
+// F32 GGUF adapter holding those values (the F32 path is PEFT's, Lora.AdaptersMatchPeft), on a
+// GGUF base (q/k rows permuted) and a safetensors one; rank 32 quantizes B too, rank 4 leaves it F16.
+TEST(Lora, Q8_0GgufAdaptersReadAsTheirValues) {
+  const nlohmann::json cases = golden_cases();
+  const nlohmann::json& c = golden_case(cases, "hf_llama_gqa");
+  const auto ids = cases["tokens"].get<std::vector<int32_t>>();
+  const std::string dir = test::temp_dir("lora_q8");
+  const std::string hf = test::write_synth_case(c, dir + "/base_hf"), gguf = test::write_synth_case(c, dir + "/base.gguf");
+  for (const int64_t rank : {int64_t{32}, int64_t{4}}) {
+    const nlohmann::json cfg = {{"r", rank}, {"lora_alpha", 2 * rank},
+                                {"target_modules", {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}}};
+    const std::string q8 = dir + "/q8_r" + std::to_string(rank) + ".gguf", f32 = dir + "/f32_r" + std::to_string(rank) + ".gguf";
+    synth_lora(hf, cfg, 5, q8, DType::Q8_0);
+    // The same file with every matrix dequantized to F32.
+    auto src = GgufFile::open(q8);
+    GgufWriter w;
+    w.set_string("general.architecture", src->get_string("general.architecture"));
+    w.set_string("general.type", "adapter");
+    w.set_string("adapter.type", "lora");
+    w.set_f32("adapter.lora.alpha", static_cast<float>(src->get_float("adapter.lora.alpha")));
+    int quantized = 0;
+    for (const GgufTensorInfo& t : src->tensors()) {
+      int64_t n = 1;
+      for (int64_t d : t.ne) n *= d;
+      std::vector<float> values(static_cast<size_t>(n));
+      dequantize_row(t.type, t.data, values.data(), n);
+      std::vector<uint8_t> bytes(values.size() * sizeof(float));
+      std::memcpy(bytes.data(), values.data(), bytes.size());
+      w.add_tensor(t.name, DType::F32, t.ne, std::move(bytes));
+      quantized += t.type == DType::Q8_0;
+    }
+    w.write(f32);
+    // Rank 32: every matrix Q8_0 (rows of 64, 96 or 32 values); rank 4: the A's only.
+    EXPECT_EQ(quantized, rank == 32 ? 2 * 7 * c["config"]["num_hidden_layers"].get<int>() : 7 * c["config"]["num_hidden_layers"].get<int>());
+    for (const std::string& base : {hf, gguf}) {
+      auto m = load(base);
+      const int32_t a = m->add_lora(read_lora_adapter(q8, "q8", m->file()));
+      const int32_t b = m->add_lora(read_lora_adapter(f32, "f32", m->file()));
+      const auto with_q8 = logits_under(*m, ids, a), with_f32 = logits_under(*m, ids, b), plain = logits_under(*m, ids, 0);
+      EXPECT_LT(test::rel_err(with_q8, with_f32), 1e-6) << base << " rank " << rank;
+      EXPECT_GT(test::rel_err(with_q8, plain), 1e-2) << base << " rank " << rank << ": the adapter changes the logits";
+    }
+  }
+}
+
 TEST(Lora, AuditAndLogitsCommandsTakeAnAdapter) {
   const nlohmann::json cases = golden_cases();
   const nlohmann::json& c = golden_case(cases, "hf_llama_gqa");

@@ -158,10 +158,16 @@ struct RawAdapter {
 };
 
 std::vector<float> RawMatrix::f32(const std::string& file) const {
-  FP_CHECK(type == DType::F32 || type == DType::F16 || type == DType::BF16, file, ": tensor '", name, "' is ",
-           dtype_name(type), " (LoRA matrices must be F32, F16 or BF16)");
+  // llama.cpp's converter also writes Q8_0 adapters (--outtype q8_0): GGUF block types are read
+  // through the same dequantization as weights.
+  const bool gguf_block = dtype_info(type).quantized;
+  FP_CHECK(type == DType::F32 || type == DType::F16 || type == DType::BF16 || gguf_block, file, ": tensor '", name, "' is ",
+           dtype_name(type), " (LoRA matrices must be F32, F16, BF16 or a GGUF block type)");
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
+  FP_CHECK(!gguf_block || (!shape.empty() && shape.back() % dtype_info(type).block_elems == 0), file, ": tensor '", name,
+           "' is ", dtype_name(type), " with rows of ", shape.empty() ? 0 : shape.back(), " values, not whole blocks of ",
+           dtype_info(type).block_elems);
   FP_CHECK(static_cast<uint64_t>(row_bytes(type, n)) == bytes, file, ": tensor '", name, "' holds ", bytes,
            " bytes for its shape");
   std::vector<float> out(static_cast<size_t>(n));
@@ -339,8 +345,10 @@ LoraAdapterWeights read_lora_adapter(const std::string& path, const std::string&
     const double divisor = r.rslora ? std::sqrt(static_cast<double>(rank)) : static_cast<double>(rank);
     const float scale = r.alpha_is_scale ? 1.0f : static_cast<float>(r.alpha / divisor);
     const std::vector<float> A = r.a.f32(r.file), B = r.b.f32(r.file);
-    // Kept in the file's dtype where both matrices share a 16-bit one (their values exactly).
-    const DType dtype = r.a.type == r.b.type ? r.a.type : DType::F32;
+    // Kept in the file's dtype where both matrices share a 16-bit one (their values exactly);
+    // F32 otherwise (block types dequantized: their values exactly too).
+    const bool half = r.a.type == DType::F16 || r.a.type == DType::BF16;
+    const DType dtype = r.a.type == r.b.type && half ? r.a.type : DType::F32;
     int64_t row = 0;
     for (LoraTarget t : r.parts.targets) {
       const auto key = std::make_pair(r.parts.layer, static_cast<int>(t));

@@ -71,8 +71,9 @@ const nlohmann::ordered_json* lora_pattern_value(const nlohmann::ordered_json& p
 // alpha, no rsLoRA or patterns), with random matrices for the model at `base` (synth's --lora-out):
 // `config` holds adapter_config.json keys (r, lora_alpha, target_modules: module names such as
 // q_proj; use_rslora, rank_pattern, alpha_pattern), written beside PEFT's defaults. A and B are
-// uniform in +-1/sqrt(in) and +-1/sqrt(rank) from `seed`, rounded to `type` (F32, F16 or BF16)
-// and stored in it. Returns a one-line summary.
+// uniform in +-1/sqrt(in) and +-1/sqrt(rank) from `seed`, rounded to `type` (F32, F16 or BF16;
+// Q8_0 in a GGUF adapter, as llama.cpp's converter writes it: F16 for rows that are not whole
+// 32-value blocks) and stored in it. Returns a one-line summary.
 std::string synth_lora(const std::string& base, const nlohmann::json& config, uint64_t seed, const std::string& out,
                        DType type = DType::F32);
 

@@ -39,8 +39,9 @@ std::vector<uint8_t> bytes_of(const std::vector<float>& v, DType type) {
 
 std::string synth_lora(const std::string& base, const nlohmann::json& config, uint64_t seed, const std::string& out,
                        DType type) {
-  FP_CHECK(type == DType::F32 || type == DType::F16 || type == DType::BF16, "synth --lora-type: ", dtype_name(type),
-           " (LoRA matrices are F32, F16 or BF16)");
+  const bool gguf = out.ends_with(".gguf");
+  FP_CHECK(type == DType::F32 || type == DType::F16 || type == DType::BF16 || (gguf && type == DType::Q8_0), "synth --lora-type: ",
+           dtype_name(type), " (LoRA matrices are F32, F16 or BF16; Q8_0 in a GGUF adapter)");
   LoadOptions lo;
   lo.prefault = false;
   lo.weights = WeightMemory::Mapped;  // only the config is read
@@ -60,7 +61,6 @@ std::string synth_lora(const std::string& base, const nlohmann::json& config, ui
   const auto rank_pattern = nlohmann::ordered_json::parse(cfg["rank_pattern"].dump());
   Uniform rng{seed * 0x2545F4914F6CDD1Dull + 1};
   // llama.cpp's GGUF adapters: one alpha for every tensor, q/k rows in the base GGUF's order.
-  const bool gguf = out.ends_with(".gguf");
   if (gguf)
     FP_CHECK(!cfg["use_rslora"].get<bool>() && cfg["alpha_pattern"].empty() && cfg["rank_pattern"].empty(),
              "synth --lora-out *.gguf: llama.cpp's adapters have one alpha and no rsLoRA (rank_pattern, alpha_pattern, use_rslora)");
@@ -93,8 +93,10 @@ std::string synth_lora(const std::string& base, const nlohmann::json& config, ui
             {"gate_up_proj", "ffn_up"}};
         const std::string tensor = "blk." + std::to_string(l) + "." + names.at(name) + ".weight";
         if (permuted && (name == "q_proj" || name == "k_proj")) b = rope_pair_rows(b, width, rank, name == "q_proj" ? c.n_heads : c.n_kv_heads, true);
-        g.add_tensor(tensor + ".lora_a", type, {in, rank}, bytes_of(a, type));
-        g.add_tensor(tensor + ".lora_b", type, {rank, width}, bytes_of(b, type));
+        // As llama.cpp's converter quantizes: Q8_0 where a row is whole 32-value blocks, F16 otherwise.
+        auto row_type = [type](int64_t row) { return type == DType::Q8_0 && row % 32 != 0 ? DType::F16 : type; };
+        g.add_tensor(tensor + ".lora_a", row_type(in), {in, rank}, bytes_of(a, row_type(in)));
+        g.add_tensor(tensor + ".lora_b", row_type(rank), {rank, width}, bytes_of(b, row_type(rank)));
       } else {
         const std::string prefix = "base_model.model." + module;
         w.add(prefix + ".lora_A.weight", type, {rank, in}, bytes_of(a, type));

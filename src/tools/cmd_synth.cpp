@@ -33,7 +33,7 @@ void add_synth(CLI::App& app) {
   cmd->add_option("--lora-config", o->lora_config,
                   "the adapter's adapter_config.json keys as inline JSON (r, lora_alpha, target_modules, use_rslora, "
                   "rank_pattern, alpha_pattern)");
-  cmd->add_option("--lora-type", o->lora_type, "the adapter's matrix type: f32, f16 or bf16");
+  cmd->add_option("--lora-type", o->lora_type, "the adapter's matrix type: f32, f16 or bf16 (q8_0 for a .gguf adapter)");
   cmd->callback([o] {
     SynthOptions so;
     so.arch = o->arch;
