@@ -1246,6 +1246,10 @@ TEST(Server, ResponsesApiMatchesTheChatPath) {
   EXPECT_EQ(r["output"][0]["content"][0]["text"], want);
   EXPECT_EQ(r["usage"]["input_tokens"], chat["usage"]["prompt_tokens"]);
   EXPECT_EQ(r["usage"]["output_tokens"], 20);
+  // The chat call computed this prompt first; the response found its blocks in the prefix cache.
+  EXPECT_EQ(chat["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  EXPECT_GT(r["usage"]["input_tokens_details"]["cached_tokens"].get<int64_t>(), 0);
+  EXPECT_LT(r["usage"]["input_tokens_details"]["cached_tokens"].get<int64_t>(), r["usage"]["input_tokens"].get<int64_t>());
   EXPECT_EQ(r["instructions"], "Be kind.");
 
   json sb = body;

@@ -306,7 +306,7 @@ void Engine::finish(Sequence& s, const std::string& reason, std::vector<StepOutp
     out.back().finished = true;
     out.back().finish_reason = reason;
   } else {
-    out.push_back({s.id, -1, true, reason, 0.0f, {}});
+    out.push_back({s.id, -1, true, reason, 0.0f, {}, -1});
   }
 }
 
@@ -399,7 +399,8 @@ void Engine::take_token(Sequence& s, int32_t id, int64_t token_at, const float* 
   const int64_t V = model_.config().n_vocab;
   const Tokenizer* tok = model_.tokenizer();
   const double t = now_seconds();
-  if (s.t_first_token == 0) {
+  const bool first = s.t_first_token == 0;
+  if (first) {
     s.t_first_token = t;
     if (s.cached_tokens) stats_.cached_prompt_tokens += s.cached_tokens;
   }
@@ -420,7 +421,7 @@ void Engine::take_token(Sequence& s, int32_t id, int64_t token_at, const float* 
              " is outside its ", s.req.constraint->what(), " grammar");
   const int64_t len = token_at >= 0 ? token_at + 1 : static_cast<int64_t>(s.tokens.size());
   ++stats_.generated_tokens;
-  out.push_back({s.id, id, false, "", 0.0f, {}});
+  out.push_back({s.id, id, false, "", 0.0f, {}, first ? s.cached_tokens : -1});
   if (s.req.logprobs >= 0) {  // from the model's logits, before penalties and temperature
     raw_.assign(lg, lg + V);
     const float mx = *std::max_element(raw_.begin(), raw_.end());

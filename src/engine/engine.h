@@ -97,6 +97,7 @@ struct StepOutput {
   std::string finish_reason;  // "stop" / "length" / "cancelled"
   float logprob = 0;          // of `token` under the model's distribution (Request::logprobs >= 0)
   std::vector<std::pair<int32_t, float>> top_logprobs;  // most likely tokens first
+  int64_t cached_tokens = -1;  // with the sequence's first token: its prompt tokens the prefix cache held
 };
 
 struct EngineStats {

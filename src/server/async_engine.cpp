@@ -62,7 +62,7 @@ std::shared_ptr<RequestStream> AsyncEngine::submit(const std::vector<Request>& g
     std::lock_guard<std::mutex> lock(mu_);
     if (stop_) {
       s->set_error("the server is shutting down");
-      for (int i = 0; i < s->n_; ++i) s->push({i, -1, 0, {}, true, "cancelled"});
+      for (int i = 0; i < s->n_; ++i) s->push({i, -1, 0, {}, true, "cancelled", -1});
       return s;
     }
     pending_.push_back(s);
@@ -160,12 +160,12 @@ void AsyncEngine::loop() {
           }
           const Sequence* s = engine_->sequence(id);
           if (s && s->state == SeqState::Finished) {  // nothing to generate
-            stream->push({i, -1, 0, {}, true, s->finish_reason});
+            stream->push({i, -1, 0, {}, true, s->finish_reason, -1});
             finish_choice(id, s->finish_reason);
           }
         } catch (const Error& e) {
           stream->set_error(e.what());
-          stream->push({i, -1, 0, {}, true, "error"});
+          stream->push({i, -1, 0, {}, true, "error", -1});
           --in_flight_;
         }
       }
@@ -183,7 +183,7 @@ void AsyncEngine::loop() {
         const int index = it->second.second;
         if (which >= 0 && which != index) continue;
         if (engine_->cancel(id)) {
-          stream->push({index, -1, 0, {}, true, "cancelled"});
+          stream->push({index, -1, 0, {}, true, "cancelled", -1});
           finish_choice(id, "cancelled");
         }
       }
@@ -202,7 +202,7 @@ void AsyncEngine::loop() {
           auto [stream, index] = live_[id];
           engine_->cancel(id);
           stream->set_error(e.what());
-          stream->push({index, -1, 0, {}, true, "error"});
+          stream->push({index, -1, 0, {}, true, "error", -1});
           finish_choice(id, "error");
         }
       }
@@ -213,7 +213,7 @@ void AsyncEngine::loop() {
         auto stream = it->second.first;
         const int index = it->second.second;
         if (o.token >= 0) ++gen;
-        stream->push({index, o.token, o.logprob, o.top_logprobs, o.finished, o.finish_reason});
+        stream->push({index, o.token, o.logprob, o.top_logprobs, o.finished, o.finish_reason, o.cached_tokens});
         if (o.finished) finish_choice(o.id, o.finish_reason);
       }
       std::lock_guard<std::mutex> lock(metrics_.mu);
@@ -239,12 +239,12 @@ void AsyncEngine::loop() {
   for (int64_t id : ids) {
     auto [stream, index] = live_[id];
     engine_->cancel(id);
-    stream->push({index, -1, 0, {}, true, "cancelled"});
+    stream->push({index, -1, 0, {}, true, "cancelled", -1});
     finish_choice(id, "cancelled");
   }
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& stream : pending_)
-    for (int i = 0; i < stream->n_; ++i) stream->push({i, -1, 0, {}, true, "cancelled"});
+    for (int i = 0; i < stream->n_; ++i) stream->push({i, -1, 0, {}, true, "cancelled", -1});
   pending_.clear();
   pending_reqs_.clear();
   for (auto& job : jobs_) job();  // waiters get an answer (the engine is idle now)

@@ -27,6 +27,7 @@ struct TokenEvent {
   std::vector<std::pair<int32_t, float>> top_logprobs;
   bool finished = false;
   std::string finish_reason;
+  int64_t cached_tokens = -1;  // with the choice's first token: prompt tokens from the prefix cache
 };
 
 class RequestStream {

@@ -79,6 +79,7 @@ struct Choice {
   std::string content;
   std::string finish_reason;
   bool done = false;
+  int64_t cached_tokens = 0;      // prompt tokens the prefix cache held (with the first token)
   json logprobs = json::array();  // entries, in token order
   ToolCallStream tool_stream;     // tool_choice auto, streamed: text goes out, a call waits for the end
   ReasoningSplitter reasoning;    // streamed with a thinking template: <think> ... </think> apart
@@ -111,7 +112,12 @@ struct Call {
   }
   json usage() const {
     const int64_t p = req.prompt_tokens() * static_cast<int64_t>(choices.size() ? 1 : 0);
-    return {{"prompt_tokens", p}, {"completion_tokens", completion_tokens()}, {"total_tokens", p + completion_tokens()}};
+    int64_t cached = 0;  // each prompt once, as its first choice found it
+    for (size_t i = 0; i < choices.size(); i += static_cast<size_t>(req.n)) cached += choices[i].cached_tokens;
+    return {{"prompt_tokens", p},
+            {"completion_tokens", completion_tokens()},
+            {"total_tokens", p + completion_tokens()},
+            {"prompt_tokens_details", {{"cached_tokens", cached}}}};
   }
 };
 
@@ -155,6 +161,7 @@ struct HttpServer::Impl {
   // Feeds one event into its choice; returns the text to send now (may be empty).
   std::string apply(Call& call, const TokenEvent& ev, json* lp_entry) {
     Choice& ch = call.choices[static_cast<size_t>(ev.index)];
+    if (ev.cached_tokens >= 0) ch.cached_tokens = ev.cached_tokens;
     if (ch.done) return {};
     std::string piece;
     if (ev.token >= 0) {

@@ -103,8 +103,11 @@ json echoed(const json& body, const char* key, json fallback) {
 
 json usage_of(const json& chat_usage) {
   if (!chat_usage.is_object()) return nullptr;
+  int64_t cached = 0;
+  if (chat_usage.contains("prompt_tokens_details") && chat_usage["prompt_tokens_details"].is_object())
+    cached = chat_usage["prompt_tokens_details"].value("cached_tokens", int64_t{0});
   return {{"input_tokens", chat_usage.value("prompt_tokens", 0)},
-          {"input_tokens_details", {{"cached_tokens", 0}}},
+          {"input_tokens_details", {{"cached_tokens", cached}}},
           {"output_tokens", chat_usage.value("completion_tokens", 0)},
           {"output_tokens_details", {{"reasoning_tokens", 0}}},
           {"total_tokens", chat_usage.value("total_tokens", 0)}};
