@@ -1137,6 +1137,28 @@ TEST(Server, EchoScoresThePromptAndBatchesOfPrompts) {
   double want_next = -1e9;
   for (size_t t = 0; t < V; ++t) want_next = std::max(want_next, log_softmax(ids.size() - 1, t));
   EXPECT_NEAR(lp["token_logprobs"][ids.size()].get<double>(), want_next, 1e-4);
+  // vLLM's prompt_logprobs: the same values with each token's rank, on completions and chat.
+  json pl = post(c, "/v1/completions", json{{"prompt", ids}, {"max_tokens", 1}, {"prompt_logprobs", 2}, {"temperature", 0}}.dump(), &st);
+  ASSERT_EQ(st, 200) << pl.dump();
+  const json& plist = pl["choices"][0]["prompt_logprobs"];
+  ASSERT_EQ(plist.size(), ids.size());
+  EXPECT_TRUE(plist[0].is_null());
+  for (size_t i = 1; i < ids.size(); ++i) {
+    const json& entry = plist[i][std::to_string(ids[i])];
+    EXPECT_NEAR(entry["logprob"].get<double>(), log_softmax(i - 1, static_cast<size_t>(ids[i])), 1e-4) << "token " << i;
+    int64_t rank = 1;
+    for (size_t t = 0; t < V; ++t) rank += log_softmax(i - 1, t) > log_softmax(i - 1, static_cast<size_t>(ids[i])) + 1e-9;
+    EXPECT_EQ(entry["rank"], rank) << "token " << i;
+    EXPECT_GE(plist[i].size(), 2u);
+    EXPECT_LE(plist[i].size(), 3u);
+  }
+  json chat_pl = post(c, "/v1/chat/completions",
+                      json{{"messages", {{{"role", "user"}, {"content", "Hi"}}}}, {"max_tokens", 1}, {"prompt_logprobs", 0}}.dump(), &st);
+  ASSERT_EQ(st, 200) << chat_pl.dump();
+  EXPECT_EQ(chat_pl["prompt_logprobs"].size(), chat_pl["usage"]["prompt_tokens"]);
+  json e0 = post(c, "/v1/completions", R"({"prompt": "x", "prompt_logprobs": 1, "stream": true})", &st);
+  EXPECT_EQ(st, 400);
+  EXPECT_EQ(e0["error"]["param"], "prompt_logprobs");
   json plain = post(c, "/v1/completions", json{{"prompt", ids}, {"max_tokens", 1}, {"temperature", 0}}.dump(), &st);
   json prompt_only = post(c, "/v1/completions", json{{"prompt", ids}, {"max_tokens", 0}, {"echo", true}}.dump(), &st);
   ASSERT_EQ(st, 200) << prompt_only.dump();

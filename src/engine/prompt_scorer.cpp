@@ -16,6 +16,7 @@ ScoredToken score_row(const float* logits, int64_t vocab, int32_t token, int top
   const double lse = mx + std::log(sum);
   ScoredToken s;
   s.logprob = static_cast<float>(logits[token] - lse);
+  for (int64_t i = 0; i < vocab; ++i) s.rank += logits[i] > logits[token];
   const int64_t k = std::min<int64_t>(std::max(top_k, 0), vocab);
   if (k > 0) {
     std::vector<int32_t> idx(static_cast<size_t>(vocab));

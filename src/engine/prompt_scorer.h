@@ -14,6 +14,7 @@ namespace fp {
 
 struct ScoredToken {
   float logprob = 0.0f;                            // log p(token | the tokens before it)
+  int64_t rank = 1;                                // 1 + the number of tokens more likely than it
   std::vector<std::pair<int32_t, float>> top;      // the top_k most likely tokens there, best first
 };
 

@@ -441,11 +441,10 @@ struct HttpServer::Impl {
       ++engine->metrics().lora_requests[call->model];
     }
     call->created = unix_time();
-    const bool scores_prompt = call->req.echo && call->req.base.logprobs >= 0;
-    if (scores_prompt && (model.tp_size() > 1 || model.device() != Device::CPU)) {
-      reject(res, ApiError{400, "the prompt's log-probabilities ('echo' with 'logprobs') are computed on one CPU rank here (this server runs on " +
+    if (scores_prompt(call->req) && (model.tp_size() > 1 || model.device() != Device::CPU)) {
+      reject(res, ApiError{400, "the prompt's log-probabilities ('echo' with 'logprobs', 'prompt_logprobs') are computed on one CPU rank here (this server runs on " +
                                     std::to_string(model.tp_size()) + " ranks, " + device_name(model.device()) + ")",
-                           "invalid_request_error", "echo"});
+                           "invalid_request_error", call->req.prompt_logprobs >= 0 ? "prompt_logprobs" : "echo"});
       return;
     }
     const size_t n_prompts = std::max<size_t>(1, call->req.prompts.size());
@@ -485,15 +484,21 @@ struct HttpServer::Impl {
         res.set_content(dump(ApiError{500, call->stream->error(), "server_error", ""}.body()), "application/json");
         return;
       }
-      if (call->req.echo) {
+      json prompt_lps;
+      if (call->req.echo || call->req.prompt_logprobs >= 0) {
         try {
-          echo_prompts(*call);
+          prompt_lps = echo_prompts(*call);
         } catch (const std::exception& e) {
           send_error(res, ApiError{500, std::string("scoring the prompt failed: ") + e.what(), "server_error", ""});
           return;
         }
       }
-      const json reply = final_response(*call);
+      json reply = final_response(*call);
+      if (call->req.prompt_logprobs >= 0) {  // vLLM's places: each completion choice, the chat reply
+        if (call->req.chat) reply["prompt_logprobs"] = prompt_lps[0];
+        else
+          for (size_t i = 0; i < reply["choices"].size(); ++i) reply["choices"][i]["prompt_logprobs"] = prompt_lps[i / static_cast<size_t>(call->req.n)];
+      }
       res.set_content(dump(call->response ? response_from_chat(*call->response, reply) : reply), "application/json");
       return;
     }
@@ -546,33 +551,61 @@ struct HttpServer::Impl {
         });
   }
 
-  // echo: each choice's text and log-probabilities start with its prompt's. The prompt's tokens
-  // are scored (with logprobs) on the engine thread between steps, one prompt at a time, under
-  // the request's adapter; the first token has no context and gets null.
-  void echo_prompts(Call& call) {
+  // Whether a request needs its prompt's tokens scored (echo with logprobs, prompt_logprobs).
+  static bool scores_prompt(const ApiRequest& req) { return (req.echo && req.base.logprobs >= 0) || req.prompt_logprobs >= 0; }
+
+  // The prompt's scores where asked, computed on the engine thread between steps, one prompt at a
+  // time, under the request's adapter. echo: each choice's text and log-probabilities start with
+  // its prompt's (the first token has no context: null). Returns vLLM's prompt_logprobs per
+  // prompt (null first, then {"<id>": {logprob, rank, decoded_token}} for the prompt's token and
+  // the top alternatives) when asked.
+  json echo_prompts(Call& call) {
     const ApiRequest& req = call.req;
     const size_t n = static_cast<size_t>(req.n);
     const size_t n_prompts = std::max<size_t>(1, req.prompts.size());
+    const int top = std::max(req.base.logprobs, req.prompt_logprobs);
+    json per_prompt = json::array();
     for (size_t p = 0; p < n_prompts; ++p) {
       const std::vector<int32_t>& ids = req.prompts.empty() ? req.prompt : req.prompts[p];
-      const std::string given = p < req.prompt_texts.size() ? req.prompt_texts[p] : std::string();
-      const std::string text = given.empty() ? tok.decode(ids) : given;
-      json entries = json::array();
-      if (req.base.logprobs >= 0) {
-        std::vector<ScoredToken> scores;
+      std::vector<ScoredToken> scores;
+      if (scores_prompt(req))
         engine->run_between_steps([&] {
           model.set_single_lora(req.base.lora);
           try {
-            scores = score_prompt(model, ids, req.base.logprobs);
+            scores = score_prompt(model, ids, top);
           } catch (...) {
             model.set_single_lora(0);
             throw;
           }
           model.set_single_lora(0);
         });
+      if (req.prompt_logprobs >= 0) {
+        json list = json::array({nullptr});
+        for (size_t i = 0; i < scores.size(); ++i) {
+          const int32_t id = ids[i + 1];
+          json pos = json::object();
+          auto add = [&](int32_t t, float lp, int64_t rank) {
+            pos[std::to_string(t)] = {{"logprob", lp}, {"rank", rank}, {"decoded_token", tok.token_to_bytes(t, true)}};
+          };
+          add(id, scores[i].logprob, scores[i].rank);
+          for (int k = 0; k < req.prompt_logprobs && k < static_cast<int>(scores[i].top.size()); ++k)
+            if (!pos.contains(std::to_string(scores[i].top[static_cast<size_t>(k)].first)))
+              add(scores[i].top[static_cast<size_t>(k)].first, scores[i].top[static_cast<size_t>(k)].second, k + 1);
+          list.push_back(std::move(pos));
+        }
+        per_prompt.push_back(std::move(list));
+      }
+      if (!req.echo) continue;
+      const std::string given = p < req.prompt_texts.size() ? req.prompt_texts[p] : std::string();
+      const std::string text = given.empty() ? tok.decode(ids) : given;
+      json entries = json::array();
+      if (req.base.logprobs >= 0) {
         entries.push_back({{"token", tok.token_to_bytes(ids[0], true)}, {"logprob", nullptr}, {"top_logprobs", nullptr}});
-        for (size_t i = 0; i < scores.size(); ++i)
-          entries.push_back(completion_logprob_entry(tok, ids[i + 1], scores[i].logprob, scores[i].top));
+        for (size_t i = 0; i < scores.size(); ++i) {
+          std::vector<std::pair<int32_t, float>> alts(scores[i].top.begin(),
+                                                      scores[i].top.begin() + std::min<size_t>(scores[i].top.size(), static_cast<size_t>(req.base.logprobs)));
+          entries.push_back(completion_logprob_entry(tok, ids[i + 1], scores[i].logprob, alts));
+        }
       }
       for (size_t j = 0; j < n; ++j) {
         Choice& c = call.choices[p * n + j];
@@ -584,6 +617,7 @@ struct HttpServer::Impl {
         }
       }
     }
+    return per_prompt;
   }
 
   // POST /v1/embeddings: the inputs embedded one after another on the engine thread, between two

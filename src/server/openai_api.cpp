@@ -283,6 +283,11 @@ std::optional<ApiError> parse_request(const nlohmann::json& b, bool chat, const 
     if (auto e = boolean(b, "echo", r.echo)) return e;
     if (r.echo && r.stream) return bad("echo", "'echo' is served without streaming here");
   }
+  if (b.contains("prompt_logprobs") && !b["prompt_logprobs"].is_null()) {
+    if (auto e = number(b, "prompt_logprobs", 0, lim.max_logprobs, true, v = 0)) return e;
+    if (r.stream) return bad("prompt_logprobs", "'prompt_logprobs' is served without streaming here");
+    r.prompt_logprobs = static_cast<int>(v);
+  }
   if (b.contains("stream_options") && !b["stream_options"].is_null()) {
     if (!b["stream_options"].is_object()) return bad("stream_options", "'stream_options' must be an object");
     if (auto e = boolean(b["stream_options"], "include_usage", r.include_usage)) {

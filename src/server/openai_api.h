@@ -33,6 +33,9 @@ struct ApiRequest {
   std::vector<std::vector<int32_t>> prompts;
   std::vector<std::string> prompt_texts;
   bool echo = false;  // completions: each choice's text (and logprobs) starts with its prompt's
+  // vLLM's prompt_logprobs: each prompt token's log-probability, rank and this many alternatives
+  // (-1: not asked).
+  int prompt_logprobs = -1;
   Request base;                 // prompt, max_new_tokens, sampling, stop_at_eog, logprobs
   int n = 1;
   bool seed_given = false;
