@@ -351,9 +351,7 @@ void bench_lora() {
       const size_t esize = static_cast<size_t>(dtype_info(type).block_bytes);
       auto stored = [&](size_t count, uint32_t seed) {
         const std::vector<float> v = randn(count, seed, 0.05f);
-        std::vector<uint8_t> out(count * esize);
-        quantize_row(type, v.data(), out.data(), static_cast<int64_t>(count));
-        return out;
+        return quantize_to_bytes(type, v.data(), static_cast<int64_t>(count));
       };
       for (int64_t l = 0; l < 2 * kLayers; ++l) {
         d->a.push_back(stored(static_cast<size_t>(kRank * kIn), static_cast<uint32_t>(2 * l)));

@@ -31,11 +31,7 @@ TEST(BackendOps, LoraKernelsMatchReference) {
       std::vector<std::vector<uint8_t>> as, bs;
       std::vector<float> scales;
       int64_t out_total = 0, width = 0;
-      auto stored = [dtype](const std::vector<float>& v) {
-        std::vector<uint8_t> out(static_cast<size_t>(row_bytes(dtype, static_cast<int64_t>(v.size()))));
-        quantize_row(dtype, v.data(), out.data(), static_cast<int64_t>(v.size()));
-        return out;
-      };
+      auto stored = [dtype](const std::vector<float>& v) { return quantize_to_bytes(dtype, v.data(), static_cast<int64_t>(v.size())); };
       for (size_t p = 0; p < c.parts.size(); ++p) {
         const auto [rank, out] = c.parts[p];
         as.push_back(stored(test::random_floats(static_cast<size_t>(rank * c.in), static_cast<uint32_t>(100 * ci + p))));

@@ -1329,6 +1329,12 @@ void dequantize_row(DType t, const void* src, float* y, int64_t n) {
   }
 }
 
+std::vector<uint8_t> quantize_to_bytes(DType t, const float* src, int64_t n) {
+  std::vector<uint8_t> out(static_cast<size_t>(row_bytes(t, n)));
+  quantize_row(t, src, out.data(), n);
+  return out;
+}
+
 void quantize_row(DType t, const float* x, void* dst, int64_t n) {
   check_blocks(t, n);
   switch (t) {

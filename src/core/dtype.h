@@ -3,6 +3,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 #include <cstring>
 #include <string>
 
@@ -331,6 +332,8 @@ void q4k_scale_min(int j, const uint8_t* scales, uint8_t* sc, uint8_t* m);
 void dequantize_row(DType t, const void* src, float* dst, int64_t n);
 // Quantize/convert n f32 values into type t at dst (row_bytes(t, n) bytes).
 void quantize_row(DType t, const float* src, void* dst, int64_t n);
+// The same into a new buffer of row_bytes(t, n) bytes.
+std::vector<uint8_t> quantize_to_bytes(DType t, const float* src, int64_t n);
 
 // Q8_0 <-> Q8_0_X8, `groups` groups of 8 blocks; exact both ways. dst may equal src (each
 // group is rewritten over the bytes of the blocks it came from).

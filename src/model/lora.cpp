@@ -439,17 +439,6 @@ struct LoraSet::Adapter {
   std::vector<std::array<int, kLoraTargets>> at;       // per layer and target: index into matrices, -1 none
 };
 
-namespace {
-
-// `values` in `dtype` (F32, F16 or BF16), as bytes.
-std::vector<uint8_t> stored_as(const std::vector<float>& values, DType dtype) {
-  std::vector<uint8_t> out(static_cast<size_t>(row_bytes(dtype, static_cast<int64_t>(values.size()))));
-  quantize_row(dtype, values.data(), out.data(), static_cast<int64_t>(values.size()));
-  return out;
-}
-
-}  // namespace
-
 LoraSet::LoraSet() = default;
 LoraSet::~LoraSet() = default;
 
@@ -471,8 +460,8 @@ int32_t LoraSet::add(const std::string& name, std::vector<LoraMatrices> matrices
     std::vector<float> t(m.b.size());
     for (int64_t o = 0; o < m.out; ++o)
       for (int64_t j = 0; j < m.rank; ++j) t[static_cast<size_t>(j * m.out + o)] = m.b[static_cast<size_t>(o * m.rank + j)];
-    ad->a.push_back(stored_as(m.a, m.dtype));
-    ad->bt.push_back(stored_as(t, m.dtype));
+    ad->a.push_back(quantize_to_bytes(m.dtype, m.a.data(), static_cast<int64_t>(m.a.size())));
+    ad->bt.push_back(quantize_to_bytes(m.dtype, t.data(), static_cast<int64_t>(t.size())));
     m.a = {};
     m.b = {};
   }

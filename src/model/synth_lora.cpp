@@ -28,11 +28,9 @@ struct Uniform {
   }
 };
 
-// v's values in `type` (F32, F16 or BF16), as the file's bytes.
+// v's values in `type`, as the file's bytes.
 std::vector<uint8_t> bytes_of(const std::vector<float>& v, DType type) {
-  std::vector<uint8_t> out(static_cast<size_t>(row_bytes(type, static_cast<int64_t>(v.size()))));
-  quantize_row(type, v.data(), out.data(), static_cast<int64_t>(v.size()));
-  return out;
+  return quantize_to_bytes(type, v.data(), static_cast<int64_t>(v.size()));
 }
 
 }  // namespace

@@ -487,7 +487,7 @@ struct HttpServer::Impl {
       json prompt_lps;
       if (call->req.echo || call->req.prompt_logprobs >= 0) {
         try {
-          prompt_lps = echo_prompts(*call);
+          prompt_lps = score_prompts(*call);
         } catch (const std::exception& e) {
           send_error(res, ApiError{500, std::string("scoring the prompt failed: ") + e.what(), "server_error", ""});
           return;
@@ -559,7 +559,7 @@ struct HttpServer::Impl {
   // its prompt's (the first token has no context: null). Returns vLLM's prompt_logprobs per
   // prompt (null first, then {"<id>": {logprob, rank, decoded_token}} for the prompt's token and
   // the top alternatives) when asked.
-  json echo_prompts(Call& call) {
+  json score_prompts(Call& call) {
     const ApiRequest& req = call.req;
     const size_t n = static_cast<size_t>(req.n);
     const size_t n_prompts = std::max<size_t>(1, req.prompts.size());
