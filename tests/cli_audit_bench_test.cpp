@@ -150,9 +150,17 @@ TEST(CliBench, ServingRunReportsThroughputAndPrefixHits) {
     EXPECT_GT(r["input_tps"].get<double>(), 0.0);
   }
   // 32 shared tokens = 2 blocks of 16. One at a time, every request after the first reuses
-  // them; with 4 in flight the first 4 start together, before any block is cached.
+  // them; with 4 in flight the other 3 wait for the first one's blocks (scheduler.h).
   EXPECT_NEAR(j["runs"][0]["prefix_hit_rate"].get<double>(), 11.0 * 32 / (12 * 40), 1e-9);
-  EXPECT_NEAR(j["runs"][1]["prefix_hit_rate"].get<double>(), 8.0 * 32 / (12 * 40), 1e-9);
+  EXPECT_NEAR(j["runs"][1]["prefix_hit_rate"].get<double>(), 11.0 * 32 / (12 * 40), 1e-9);
+  // Without the wait the first 4 start together, before any block is cached.
+  out = test::run_command(test::fastpath_bin() +
+                              " bench -q --json --requests 12 --input-len 40 --output-len 8 --concurrency 4 --no-shared-prefix-wait "
+                              "--shared-prefix-len 32 --kv-cache-memory 64MiB -m " + test::stories_path(), &rc);
+  ASSERT_EQ(rc, 0) << out;
+  j = nlohmann::json::parse(out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << out;
+  EXPECT_NEAR(j["runs"][0]["prefix_hit_rate"].get<double>(), 8.0 * 32 / (12 * 40), 1e-9);
 }
 
 TEST(CliGenerate, BatchFileGivesEachPromptsOwnTextInOrder) {

@@ -384,6 +384,62 @@ TEST(Engine, SharedPrefixComputesOnlyTheSuffix) {
   EXPECT_EQ(off.stats().computed_prompt_tokens, static_cast<int64_t>(a.size() + b.size()));
 }
 
+// The n choices of one request (or requests sent together with one long prompt) compute their
+// shared prompt once: the first is admitted, the others wait until its blocks are in the prefix
+// cache (a different prompt behind them is not held up), and each gives the tokens it gives alone.
+TEST(Engine, ChoicesOfOnePromptComputeItOnce) {
+  FP_REQUIRE_FILE(test::testdata(test::kStoriesGguf));
+  auto m = load_stories();
+  std::string story = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park.";
+  std::vector<int32_t> prompt = m->tokenizer()->encode(story + story + story + story + story + story + story + story, true, false);
+  ASSERT_GE(prompt.size(), 200u);
+  prompt.resize(200);
+  const std::vector<int32_t> other = m->tokenizer()->encode("Tom had a big red ball.", true, false);
+  const auto want = alone(*m, {prompt, other}, 20);
+  const int64_t L = static_cast<int64_t>(prompt.size()), hit = 192;  // 12 whole blocks of 16; the rest per choice
+
+  struct Case {
+    const char* name;
+    bool chunked, async, wait;
+  };
+  for (const Case& k : {Case{"chunked", true, false, true}, Case{"whole prompts", false, false, true},
+                        Case{"async", true, true, true}, Case{"not waiting", true, false, false}}) {
+    SCOPED_TRACE(k.name);
+    EngineConfig c = small_config(16, k.chunked);
+    c.scheduler.max_num_batched_tokens = 1024;  // room for every prompt in one step
+    c.scheduler.wait_for_shared_prefix = k.wait;
+    c.async_scheduling = k.async ? AsyncScheduling::On : AsyncScheduling::Off;
+    Engine e(*m, c);
+    std::vector<int64_t> ids;
+    for (int i = 0; i < 4; ++i) ids.push_back(e.add_request(greedy(prompt, 20)));
+    const int64_t id_other = e.add_request(greedy(other, 20));
+    e.step();
+    if (!k.async) {  // the first choice and the other prompt run; the siblings wait
+      EXPECT_EQ(e.sequence(ids[0])->state, SeqState::Running);
+      EXPECT_EQ(e.sequence(ids[1])->state, k.wait ? SeqState::Waiting : SeqState::Running);
+      EXPECT_EQ(e.sequence(id_other)->state, SeqState::Running);
+    }
+    int64_t guard = 0;
+    while (e.has_work() && ++guard < 10000) {
+      e.step();
+      check_block_ownership(e);
+      ASSERT_FALSE(::testing::Test::HasFatalFailure());
+    }
+    for (int64_t id : ids) {
+      const Sequence* s = e.sequence(id);
+      EXPECT_EQ(std::vector<int32_t>(s->tokens.begin() + s->n_prompt, s->tokens.end()), want[0]) << "choice " << id;
+      EXPECT_EQ(s->cached_tokens, k.wait && id != ids[0] ? hit : 0) << "choice " << id;
+    }
+    const Sequence* o = e.sequence(id_other);
+    EXPECT_EQ(std::vector<int32_t>(o->tokens.begin() + o->n_prompt, o->tokens.end()), want[1]);
+    const int64_t own = static_cast<int64_t>(other.size());
+    EXPECT_EQ(e.stats().computed_prompt_tokens, k.wait ? L + 3 * (L - hit) + own : 4 * L + own);
+    EXPECT_EQ(e.stats().cached_prompt_tokens, k.wait ? 3 * hit : 0);
+    if (k.wait) EXPECT_GT(e.stats().prefix_waits, 0);
+    else EXPECT_EQ(e.stats().prefix_waits, 0);
+  }
+}
+
 TEST(Engine, PreemptionUnderASmallBudgetLosesNothing) {
   FP_REQUIRE_FILE(test::testdata(test::kStoriesGguf));
   auto m = load_stories();

@@ -671,6 +671,11 @@ void Engine::finish_oldest(std::vector<StepOutput>& out) {
   }
 }
 
+void Engine::take_scheduler_stats() {
+  stats_.preemptions = scheduler_->stats().preemptions;
+  stats_.prefix_waits = scheduler_->stats().prefix_waits;
+}
+
 void Engine::abandon_launched() {
   model_.abandon_steps();
   for (const LaunchedStep& step : launched_)
@@ -690,7 +695,7 @@ std::vector<StepOutput> Engine::step() {
     std::vector<ScheduledSeq> sched = schedule();
     if (cfg_.speculative.enabled()) fit_drafts(sched);
     if (!sched.empty()) run_now(sched, out);
-    stats_.preemptions = scheduler_->stats().preemptions;
+    take_scheduler_stats();
     return out;
   }
   try {
@@ -701,7 +706,7 @@ std::vector<StepOutput> Engine::step() {
         ++stats_.steps_waited;
         Ledger::global().note_engine_step("now: a row is sampled on the host (penalties, log-probabilities or a grammar)");
         run_now(sched, out);
-        stats_.preemptions = scheduler_->stats().preemptions;
+        take_scheduler_stats();
         return out;
       }
       launch(sched);
@@ -729,7 +734,7 @@ std::vector<StepOutput> Engine::step() {
     abandon_launched();
     throw;
   }
-  stats_.preemptions = scheduler_->stats().preemptions;
+  take_scheduler_stats();
   return out;
 }
 

@@ -104,6 +104,7 @@ struct EngineStats {
   int64_t steps = 0, prompt_tokens = 0, computed_prompt_tokens = 0, generated_tokens = 0;
   int64_t cached_prompt_tokens = 0;  // prompt tokens reused from the prefix cache at admission
   int64_t preemptions = 0, finished = 0, cancelled = 0;
+  int64_t prefix_waits = 0;          // admissions put off for a shared prompt being computed (scheduler.h)
   int64_t batched_tokens = 0;        // tokens through the model, all steps
   int64_t last_step_tokens = 0, last_step_seqs = 0;
   // Async scheduling: steps launched while the step before still ran, and steps that waited
@@ -174,6 +175,7 @@ class Engine {
   void run_now(const std::vector<ScheduledSeq>& sched, std::vector<StepOutput>& out);
   void launch(const std::vector<ScheduledSeq>& sched);
   void finish_oldest(std::vector<StepOutput>& out);
+  void take_scheduler_stats();  // preemptions and prefix waits into stats_
   void abandon_launched();
   // A sampled token for s: appended (or written at token_at), then stop / length checks.
   void take_token(Sequence& s, int32_t id, int64_t token_at, const float* logits, std::vector<StepOutput>& out);

@@ -46,6 +46,25 @@ Sequence* Scheduler::newest_holding_blocks_like(const Sequence* s) const {
   return running_.back();
 }
 
+bool Scheduler::shares_a_prefix_being_computed(const Sequence* s, int64_t hit) const {
+  // The whole blocks s could take from the prefix cache once they are there (attach_prefix
+  // leaves at least one token to compute).
+  const int64_t P = blocks_.page_size();
+  const int64_t n = static_cast<int64_t>(s->tokens.size()) - 1;
+  if (n - hit < P) return false;
+  for (const Sequence* t : running_) {
+    if (t->table.prefix_key != s->table.prefix_key) continue;  // KV under another adapter
+    const int64_t registered = t->table.n_registered * P;
+    const int64_t limit = std::min<int64_t>(n, static_cast<int64_t>(t->tokens.size()));
+    if (registered >= limit || limit - hit < P) continue;  // it has offered all it could share
+    if (t->tokens[static_cast<size_t>(hit)] != s->tokens[static_cast<size_t>(hit)]) continue;  // (a quick miss)
+    const int64_t common = std::mismatch(s->tokens.begin(), s->tokens.begin() + limit, t->tokens.begin()).first - s->tokens.begin();
+    const int64_t shared_end = common / P * P;  // whole blocks t will compute and register
+    if (shared_end - hit >= P && registered < shared_end) return true;
+  }
+  return false;
+}
+
 std::vector<ScheduledSeq> Scheduler::schedule() {
   std::vector<ScheduledSeq> out;
   int64_t budget = cfg_.max_num_batched_tokens;
@@ -72,13 +91,22 @@ std::vector<ScheduledSeq> Scheduler::schedule() {
   // A preemption above may have removed sequences already placed in `out`.
   out.erase(std::remove_if(out.begin(), out.end(), [](const ScheduledSeq& x) { return x.seq->state != SeqState::Running; }),
             out.end());
-  // 2. Waiting sequences in arrival order, while budget, sequence slots and blocks last.
-  while (!waiting_.empty() && budget > 0 && static_cast<int64_t>(running_.size()) < cfg_.max_num_seqs) {
-    Sequence* s = waiting_.front();
+  // 2. Waiting sequences in arrival order, while budget, sequence slots and blocks last. One whose
+  // prompt a running sequence is still computing waits for those blocks instead of computing
+  // them again (it is passed over; the ones behind it may go).
+  for (size_t i = 0; i < waiting_.size() && budget > 0 && static_cast<int64_t>(running_.size()) < cfg_.max_num_seqs;) {
+    Sequence* s = waiting_[i];
     if (s->table.blocks.empty() && s->n_computed == 0) {
       const int64_t hit = blocks_.attach_prefix(s->table, s->tokens.data(), static_cast<int64_t>(s->tokens.size()));
       s->n_computed = hit;
       if (!s->admitted_once) s->cached_tokens = hit;
+      if (cfg_.wait_for_shared_prefix && blocks_.prefix_caching() && shares_a_prefix_being_computed(s, hit)) {
+        blocks_.release(s->table);
+        s->n_computed = 0;
+        ++stats_.prefix_waits;
+        ++i;
+        continue;
+      }
     }
     const int64_t remaining = static_cast<int64_t>(s->tokens.size()) - s->n_computed;
     const int64_t n = std::min(remaining, budget);
@@ -88,7 +116,7 @@ std::vector<ScheduledSeq> Scheduler::schedule() {
       s->n_computed = 0;
       break;
     }
-    waiting_.pop_front();
+    waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(i));
     s->state = SeqState::Running;
     s->admitted_once = true;
     running_.push_back(s);

@@ -3,7 +3,8 @@
 // prompt), then waiting ones in arrival order, within a token budget and a sequence cap. When
 // blocks run out the newest running sequence is preempted (in a partitioned pool, the newest of
 // the same partition): its blocks are freed and it waits to be recomputed, so no request ever
-// fails for lack of KV memory.
+// fails for lack of KV memory. A waiting prompt that shares a prefix with one being computed
+// waits for its blocks (computed once, then found in the prefix cache).
 #pragma once
 #include <cstdint>
 #include <deque>
@@ -18,6 +19,11 @@ struct SchedulerConfig {
   int64_t max_num_batched_tokens = 2048;
   int64_t max_num_seqs = 256;
   bool chunked_prefill = true;
+  // A waiting sequence whose prompt shares whole blocks with one a running sequence is still
+  // computing (the n choices of one request, or requests sent together with one long system
+  // prompt) is not admitted until those blocks are in the prefix cache, so the shared prompt is
+  // computed once (SGLang's in-batch prefix caching). Needs prefix caching.
+  bool wait_for_shared_prefix = true;
 };
 
 struct ScheduledSeq {
@@ -28,6 +34,7 @@ struct ScheduledSeq {
 
 struct SchedulerStats {
   int64_t preemptions = 0;
+  int64_t prefix_waits = 0;  // times a waiting sequence was passed over for a prefix being computed
 };
 
 class Scheduler {
@@ -50,6 +57,9 @@ class Scheduler {
  private:
   void preempt(Sequence* s);
   Sequence* newest_holding_blocks_like(const Sequence* s) const;
+  // Whether a running sequence is still computing whole blocks of s's prompt past the `hit`
+  // tokens s found cached.
+  bool shares_a_prefix_being_computed(const Sequence* s, int64_t hit) const;
   SchedulerConfig cfg_;
   BlockManager& blocks_;
   std::vector<Sequence*> running_;  // in admission order; the back is the newest

@@ -227,6 +227,7 @@ void AsyncEngine::loop() {
     metrics_.kv_blocks_total = engine_->pool().n_blocks();
     metrics_.kv_blocks_free = engine_->blocks().n_available();
     metrics_.preemptions = st.preemptions;
+    metrics_.prefix_waits = st.prefix_waits;
     metrics_.spec_drafts = st.speculative.drafts;
     metrics_.spec_draft_tokens = st.speculative.draft_tokens;
     metrics_.spec_accepted_tokens = st.speculative.accepted_tokens;

@@ -48,6 +48,7 @@ std::string Metrics::text() {
   counter("fastpath:prompt_tokens_total", "Prompt tokens received.", prompt_tokens);
   counter("fastpath:generation_tokens_total", "Tokens generated.", generation_tokens);
   counter("fastpath:num_preemptions_total", "Sequences preempted for lack of KV blocks.", preemptions);
+  counter("fastpath:num_prefix_waits_total", "Admissions put off until a prompt prefix being computed is cached.", prefix_waits);
   counter("fastpath:spec_decode_num_drafts_total", "Speculative drafts verified (one per sequence and step).", spec_drafts);
   counter("fastpath:spec_decode_num_draft_tokens_total", "Tokens drafted by prompt lookup.", spec_draft_tokens);
   counter("fastpath:spec_decode_num_accepted_tokens_total", "Drafted tokens the model kept.", spec_accepted_tokens);

@@ -28,7 +28,7 @@ struct Metrics {
   std::mutex mu;  // guards everything below
   double requests_running = 0, requests_waiting = 0, kv_usage = 0, prefix_hit_rate = 0;
   int64_t kv_blocks_total = 0, kv_blocks_free = 0;
-  int64_t prompt_tokens = 0, generation_tokens = 0, preemptions = 0;
+  int64_t prompt_tokens = 0, generation_tokens = 0, preemptions = 0, prefix_waits = 0;
   int64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0;  // speculative decoding
   int64_t success_stop = 0, success_length = 0, cancelled = 0, rejected = 0;
   int64_t embedding_requests = 0, embedding_tokens = 0;  // POST /v1/embeddings

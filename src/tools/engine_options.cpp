@@ -26,6 +26,9 @@ void add_engine_options(CLI::App* app, EngineOptions& o) {
                 "keep every position's KV in the sliding-window layers (Gemma, gpt-oss, Mistral, Phi-3) instead of giving "
                 "blocks back once they slide out of the window");
   app->add_flag("--no-chunked-prefill", o.no_chunked_prefill, "run each prompt in one step instead of chunks mixed with decodes");
+  app->add_flag("--no-shared-prefix-wait", o.no_shared_prefix_wait,
+                "admit a prompt at once even when a running request is still computing the same prefix (by default it "
+                "waits for those blocks and takes them from the prefix cache, so n choices compute their prompt once)");
   app->add_option("--async-scheduling", o.async_scheduling,
                   "schedule and launch the next step while the model runs this one: auto (on for --device cuda, off on "
                   "the CPU and across ranks), on or off")
@@ -64,6 +67,7 @@ EngineConfig engine_config(const EngineOptions& o, const Model& model) {
   c.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;
   c.scheduler.max_num_seqs = o.max_num_seqs;
   c.scheduler.chunked_prefill = !o.no_chunked_prefill;
+  c.scheduler.wait_for_shared_prefix = !o.no_shared_prefix_wait;
   c.async_scheduling = o.async_scheduling == "on"    ? AsyncScheduling::On
                        : o.async_scheduling == "off" ? AsyncScheduling::Off
                                                      : AsyncScheduling::Auto;

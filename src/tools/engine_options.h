@@ -21,6 +21,7 @@ struct EngineOptions {
   bool no_prefix_caching = false;
   bool no_window_trim = false;
   bool no_chunked_prefill = false;
+  bool no_shared_prefix_wait = false;
   std::string async_scheduling = "auto";  // auto, on, off
   SpeculativeConfig speculative;          // --speculative-tokens, --speculative-method, --prompt-lookup-min/max
 };

@@ -209,12 +209,13 @@ TEST(EngineAcrossRanksDeepSeek, DataParallelAttentionMatchesOneRank) {
     follow_engines(*split);
     return;
   }
-  // 80 KiB per rank: 17 blocks of 8 tokens x 576 B, the 12 sequences need ~72: preemptions on 2 and 3 ranks.
+  // 64 KiB per rank: 14 blocks of 8 tokens x 576 B, the 12 sequences need ~72: preemptions on 2 and 3 ranks.
   EngineConfig c = config();
-  c.kv_cache_bytes = 80 << 10;
+  c.kv_cache_bytes = 64 << 10;
+  c.max_model_len = 64;  // (a partition holds one longest sequence; these need 43 tokens)
   EXPECT_EQ(plan_kv_cache(split->kv_layout(), c.page_size, c.kv_cache_bytes, c.max_model_len, c.scheduler.max_num_seqs, ranks)
                 .n_blocks,
-            17 * ranks);
+            14 * ranks);
   const auto got = run(*split, true, c);
   // Speculative drafts take blocks only from their own sequence's partition, never by preemption.
   EngineConfig spec = c;
@@ -311,7 +312,8 @@ TEST_P(EngineAcrossRanksOnADeviceDeepSeek, DataParallelAttentionMatchesOneRank) 
     return;
   }
   EngineConfig c = config();
-  c.kv_cache_bytes = 80 << 10;  // 17 blocks per rank: preemptions on 2 and 3 ranks (as on the CPU above)
+  c.kv_cache_bytes = 64 << 10;  // 14 blocks per rank: preemptions on 2 and 3 ranks (as on the CPU above)
+  c.max_model_len = 64;
   Ledger::global().reset();
   const auto got = run(*split, true, c);
   EXPECT_EQ(split->parallel().dp, ranks);
