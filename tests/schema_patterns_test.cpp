@@ -144,45 +144,56 @@ TEST(NumberRange, ShapeExponentsAndExtremeBounds) {
 // JSON-encodes a text the way the pattern grammar writes escapes.
 std::string json_string(const std::string& text) { return nlohmann::json(text).dump(); }
 
+// A random pattern over a few atoms, quantifiers, nested alternations and anchors. Groups are
+// not starred: std::regex backtracks exponentially on (x*|y)*; nullable repetitions have their
+// own test below.
+std::string random_pattern(std::mt19937& rng) {
+  static const std::vector<std::string> atoms = {"a", "b", "1", ".", "[ab]", "[^a]", "[a-c1]", "\\d", "\\w", "\\s", "\\.", "\"", "\\\\", "-", "[\\d\"]", "\\D", "\\S"};
+  static const std::vector<std::string> quants = {"", "", "", "*", "+", "?", "{2}", "{1,2}", "{0,}", "*?"};
+  static const std::vector<std::string> group_quants = {"", "", "?", "{2}", "{0,1}"};
+  std::function<std::string(int)> gen = [&](int depth) {
+    std::string out;
+    const int n = 1 + static_cast<int>(rng() % 3);
+    for (int k = 0; k < n; ++k) {
+      std::string atom;
+      if (depth < 2 && rng() % 5 == 0) {
+        atom.assign(1, '(');
+        atom.append(gen(depth + 1));
+        atom.push_back('|');
+        atom.append(gen(depth + 1));
+        atom.push_back(')');
+        atom += group_quants[rng() % group_quants.size()];
+      } else {
+        atom = atoms[rng() % atoms.size()];
+        atom += quants[rng() % quants.size()];
+      }
+      out += atom;
+    }
+    return out;
+  };
+  std::string pattern = gen(0);
+  if (rng() % 2) pattern = "^" + pattern;
+  if (rng() % 2) pattern += "$";
+  return pattern;
+}
+
+std::string random_text(std::mt19937& rng) {
+  static const std::string alphabet = "ab1 .\"\\\n-z_";
+  std::string text;
+  const size_t len = rng() % 7;
+  for (size_t c = 0; c < len; ++c) text += alphabet[rng() % alphabet.size()];
+  return text;
+}
+
 TEST(Pattern, AgreesWithStdRegexOnRandomPatternsAndStrings) {
   std::mt19937 rng(11);
-  const std::vector<std::string> atoms = {"a", "b", "1", ".", "[ab]", "[^a]", "[a-c1]", "\\d", "\\w", "\\s", "\\.", "\"", "\\\\", "-", "[\\d\"]", "\\D", "\\S"};
-  const std::vector<std::string> quants = {"", "", "", "*", "+", "?", "{2}", "{1,2}", "{0,}", "*?"};
-  // Groups are not starred here: std::regex backtracks exponentially on (x*|y)*; nullable
-  // repetitions have their own test below.
-  const std::vector<std::string> group_quants = {"", "", "?", "{2}", "{0,1}"};
-  const std::string alphabet = "ab1 .\"\\\n-z_";
   int matched = 0, total = 0;
   for (int trial = 0; trial < 300; ++trial) {
-    std::function<std::string(int)> gen = [&](int depth) {
-      std::string out;
-      const int n = 1 + static_cast<int>(rng() % 3);
-      for (int k = 0; k < n; ++k) {
-        std::string atom;
-        if (depth < 2 && rng() % 5 == 0) {
-          atom.assign(1, '(');
-          atom.append(gen(depth + 1));
-          atom.push_back('|');
-          atom.append(gen(depth + 1));
-          atom.push_back(')');
-          atom += group_quants[rng() % group_quants.size()];
-        } else {
-          atom = atoms[rng() % atoms.size()];
-          atom += quants[rng() % quants.size()];
-        }
-        out += atom;
-      }
-      return out;
-    };
-    std::string pattern = gen(0);
-    if (rng() % 2) pattern = "^" + pattern;
-    if (rng() % 2) pattern += "$";
+    const std::string pattern = random_pattern(rng);
     const std::regex re(pattern, std::regex::ECMAScript);
     const auto g = Grammar::parse("root ::= " + pattern_to_gbnf(pattern));
     for (int k = 0; k < 60; ++k) {
-      std::string text;
-      const size_t len = rng() % 7;
-      for (size_t c = 0; c < len; ++c) text += alphabet[rng() % alphabet.size()];
+      const std::string text = random_text(rng);
       const bool want = std::regex_search(text, re);
       matched += want;
       ++total;
@@ -191,6 +202,34 @@ TEST(Pattern, AgreesWithStdRegexOnRandomPatternsAndStrings) {
   }
   EXPECT_GT(matched, total / 10);
   EXPECT_LT(matched, total * 9 / 10);
+}
+
+// A reply constrained by a regular expression (vLLM's guided_regex): the plain text, unescaped,
+// matched as a whole (std::regex_match), anchors or not.
+TEST(Pattern, TextTargetMatchesTheWholeTextAsStdRegex) {
+  std::mt19937 rng(12);
+  int matched = 0, total = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    const std::string pattern = random_pattern(rng);
+    const std::regex re(pattern, std::regex::ECMAScript);
+    const auto g = Grammar::parse("root ::= " + regex_text_gbnf(pattern));
+    for (int k = 0; k < 60; ++k) {
+      const std::string text = random_text(rng);
+      const bool want = std::regex_match(text, re);
+      matched += want;
+      ++total;
+      EXPECT_EQ(accepts(*g, text), want) << "pattern " << pattern << " on '" << text << "'";
+    }
+  }
+  EXPECT_GT(matched, total / 50);
+  EXPECT_LT(matched, total * 9 / 10);
+  // Any character, multi-byte ones too, but never NUL.
+  const auto any = Grammar::parse("root ::= " + regex_text_gbnf("[^a]{2}"));
+  EXPECT_TRUE(accepts(*any, "\xC3\xA9\xF0\x9F\x98\x80"));  // é and an emoji
+  EXPECT_FALSE(accepts(*any, std::string("x\0", 2)));
+  EXPECT_FALSE(accepts(*any, "ab"));
+  test::expect_error([] { regex_text_gbnf("(?=a)"); }, {"lookaround"});
+  test::expect_error([] { regex_text_gbnf("[^\\s\\S]"); }, {"matches no character"});
 }
 
 // A repetition of something that can match nothing would be left-recursive in the grammar: the

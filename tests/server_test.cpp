@@ -619,6 +619,82 @@ TEST(Server, ResponseFormatAndGrammarConstrainTheOutput) {
   EXPECT_EQ(srv.terminate(), 0);
 }
 
+// vLLM's constraints: guided_choice / guided_regex / guided_grammar (before vLLM 0.12) and
+// structured_outputs {choice | regex | json | grammar | json_object} (after); sampled choices
+// stay inside them. Refusals name the field.
+TEST(Server, VllmStructuredOutputsConstrainTheOutput) {
+  FP_REQUIRE_FILE(test::stories_path());
+  ServerProcess srv({});
+  auto c = srv.client();
+  const json moods = {"happy", "sad", "very happy"};
+  auto is_mood = [&](const json& t) { return t == "happy" || t == "sad" || t == "very happy"; };
+  // Three digits, a dash, two lowercase letters: the whole reply.
+  auto is_code = [](const std::string& t) {
+    if (t.size() != 6 || t[3] != '-') return false;
+    for (int i = 0; i < 3; ++i)
+      if (!std::isdigit(static_cast<unsigned char>(t[static_cast<size_t>(i)]))) return false;
+    return std::islower(static_cast<unsigned char>(t[4])) && std::islower(static_cast<unsigned char>(t[5]));
+  };
+  int st = 0;
+  for (const json& field : {json{{"guided_choice", moods}}, json{{"structured_outputs", {{"choice", moods}}}}}) {
+    json body = {{"prompt", "Lily felt"}, {"n", 4}, {"temperature", 1.0}, {"seed", 5}, {"max_tokens", 20}};
+    body.update(field);
+    json r = post(c, "/v1/completions", body.dump(), &st);
+    ASSERT_EQ(st, 200) << r.dump();
+    for (const json& ch : r["choices"]) {
+      EXPECT_TRUE(is_mood(ch["text"])) << r.dump();
+      EXPECT_EQ(ch["finish_reason"], "stop") << r.dump();
+    }
+  }
+  for (const json& field : {json{{"guided_regex", "[0-9]{3}-[a-z]{2}"}}, json{{"structured_outputs", {{"regex", "^\\d{3}-[a-z]{2}$"}}}}}) {
+    json body = {{"messages", {{{"role", "user"}, {"content", "A code?"}}}}, {"n", 3}, {"temperature", 1.0}, {"seed", 8}, {"max_tokens", 20}};
+    body.update(field);
+    json r = post(c, "/v1/chat/completions", body.dump(), &st);
+    ASSERT_EQ(st, 200) << r.dump();
+    for (const json& ch : r["choices"]) EXPECT_TRUE(is_code(ch["message"]["content"].get<std::string>())) << r.dump();
+  }
+  json r = post(c, "/v1/completions",
+                json({{"prompt", "Tom"}, {"structured_outputs", {{"json", {{"type", "object"}, {"properties", {{"age", {{"type", "integer"}}}}},
+                                                                                {"required", {"age"}}}}}},
+                      {"temperature", 0}, {"max_tokens", 40}})
+                    .dump(),
+                &st);
+  ASSERT_EQ(st, 200) << r.dump();
+  const json obj = json::parse(r["choices"][0]["text"].get<std::string>(), nullptr, false);
+  EXPECT_TRUE(obj.is_object() && obj.size() == 1 && obj["age"].is_number_integer()) << r.dump();
+  for (const json& field : {json{{"guided_grammar", "root ::= \"yes\" | \"no\""}}, json{{"structured_outputs", {{"grammar", "root ::= \"yes\" | \"no\""}}}}}) {
+    json body = {{"prompt", "Is the sky blue?"}, {"temperature", 0}};
+    body.update(field);
+    r = post(c, "/v1/completions", body.dump(), &st);
+    ASSERT_EQ(st, 200) << r.dump();
+    EXPECT_TRUE(r["choices"][0]["text"] == "yes" || r["choices"][0]["text"] == "no") << r.dump();
+  }
+  struct Bad {
+    std::string body, param, needle;
+  };
+  const std::vector<Bad> bad = {
+      {R"({"prompt": "x", "structured_outputs": {}})", "structured_outputs", "needs one of"},
+      {R"({"prompt": "x", "structured_outputs": 3})", "structured_outputs", "must be an object"},
+      {R"({"prompt": "x", "structured_outputs": {"regex": "a", "choice": ["b"]}})", "structured_outputs.choice", "give one"},
+      {R"({"prompt": "x", "structured_outputs": {"structural_tag": "{}"}})", "structured_outputs.structural_tag", "not supported"},
+      {R"({"prompt": "x", "structured_outputs": {"json_object": "yes"}})", "structured_outputs.json_object", "true or false"},
+      {R"({"prompt": "x", "structured_outputs": {"regex": "(?=a)b"}})", "structured_outputs.regex", "lookaround"},
+      {R"({"prompt": "x", "guided_choice": []})", "guided_choice", "1 to"},
+      {R"({"prompt": "x", "guided_choice": ["a", 1]})", "guided_choice", "item 1"},
+      {R"({"prompt": "x", "guided_choice": ["a", ""]})", "guided_choice", "item 1"},
+      {R"({"prompt": "x", "guided_regex": 7})", "guided_regex", "regular expression"},
+      {R"({"prompt": "x", "guided_regex": "a", "guided_choice": ["a"]})", "guided_choice", "give one"},
+      {R"({"prompt": "x", "guided_grammar": "root ::= item"})", "guided_grammar", "'item'"},
+  };
+  for (const Bad& b : bad) {
+    r = post(c, "/v1/completions", b.body, &st);
+    EXPECT_EQ(st, 400) << b.body;
+    EXPECT_EQ(r["error"]["param"], b.param) << r.dump();
+    EXPECT_NE(r["error"]["message"].get<std::string>().find(b.needle), std::string::npos) << r.dump();
+  }
+  EXPECT_EQ(srv.terminate(), 0);
+}
+
 // OpenAI's logit_bias: +100 makes a token the greedy choice every time; bad keys and values are
 // 400s naming the field.
 TEST(Server, LogitBiasForcesATokenAndBadBiasesAreRefused) {

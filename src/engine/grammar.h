@@ -31,6 +31,9 @@ struct GrammarElement {
   uint32_t n_ranges = 0;
 };
 
+// A GBNF literal ("...", escaped) matching exactly these bytes.
+std::string gbnf_literal(std::string_view bytes);
+
 class Grammar {
  public:
   // Parses GBNF; `root` names the start rule. Throws fp::Error naming the line and the problem

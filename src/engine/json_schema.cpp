@@ -2,6 +2,8 @@
 // its path (root-address-city), over shared rules for JSON's primitives.
 #include "engine/json_schema.h"
 
+#include "engine/grammar.h"
+
 #include <algorithm>
 #include <cctype>
 #include <map>
@@ -31,25 +33,6 @@ object ::= "{" ws (string ws ":" ws value ws ("," ws string ws ":" ws value ws)*
 array ::= "[" ws (value ws ("," ws value ws)*)? "]"
 )";
 
-// A GBNF literal for these bytes.
-std::string literal(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') out += '\\', out += static_cast<char>(c);
-    else if (c == '\n') out += "\\n";
-    else if (c == '\r') out += "\\r";
-    else if (c == '\t') out += "\\t";
-    else if (c < 0x20) {
-      static const char* hex = "0123456789abcdef";
-      out += "\\x";
-      out += hex[c >> 4];
-      out += hex[c & 15];
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out + "\"";
-}
 
 class SchemaCompiler {
  public:
@@ -160,12 +143,12 @@ class SchemaCompiler {
     if (s.contains("$ref")) return reference(s["$ref"], path);
     for (const char* key : {"const", "enum"})
       if (s.contains(key)) check_value_depth(s[key], key, path);
-    if (s.contains("const")) return add_rule(name, literal(s["const"].dump()));
+    if (s.contains("const")) return add_rule(name, gbnf_literal(s["const"].dump()));
     if (s.contains("enum")) {
       const ojson& e = s["enum"];
       FP_CHECK(e.is_array() && !e.empty(), "json_schema: 'enum' at ", path, " must be a non-empty array");
       std::string body;
-      for (const auto& v : e) body += (body.empty() ? "" : " | ") + literal(v.dump());
+      for (const auto& v : e) body += (body.empty() ? "" : " | ") + gbnf_literal(v.dump());
       return add_rule(name, body);
     }
     for (const char* key : {"anyOf", "oneOf"})
@@ -348,7 +331,7 @@ class SchemaCompiler {
     std::vector<bool> req;
     for (const auto& [key, sub] : props.items()) {
       const std::string v = visit(sub, name + "-" + key, path + "/properties/" + key);
-      kv.push_back(add_rule(name + "-" + key + "-kv", literal(ojson(key).dump()) + " ws \":\" ws " + v + " ws"));
+      kv.push_back(add_rule(name + "-" + key + "-kv", gbnf_literal(ojson(key).dump()) + " ws \":\" ws " + v + " ws"));
       req.push_back(required.count(key) > 0);
     }
     const size_t n = kv.size();

@@ -130,15 +130,29 @@ struct Piece {
   std::string nonempty;  // nullable pieces: "" when the piece matches the empty string only
 };
 
-Piece chars(const Ranges& set) {
-  const std::string g = json_chars(set);
-  FP_CHECK(g != "[]", "pattern: a class that matches no character that can be written");
-  return {g, false, g};
+// The set as plain text: its code points but NUL and the surrogates (no UTF-8 text holds them).
+std::string text_chars(const Ranges& set) {
+  std::string cls;
+  for (auto [lo, hi] : normalized(set)) {
+    lo = std::max<uint32_t>(lo, 1);
+    if (lo < 0xD800 && hi > 0xDFFF) {
+      cls += gbnf_char(lo) + "-" + gbnf_char(0xD7FF);
+      lo = 0xE000;
+    } else if (lo >= 0xD800 && lo <= 0xDFFF) {
+      lo = 0xE000;
+    } else if (hi >= 0xD800 && hi <= 0xDFFF) {
+      hi = 0xD7FF;
+    }
+    if (lo <= hi) cls += gbnf_char(lo) + (hi > lo ? "-" + gbnf_char(hi) : "");
+  }
+  return cls.empty() ? "[]" : "[" + cls + "]";
 }
+
+enum class PatternTarget { JsonString, Text };
 
 class PatternCompiler {
  public:
-  explicit PatternCompiler(const std::string& p) : p_(p) {}
+  PatternCompiler(const std::string& p, PatternTarget target) : p_(p), target_(target) {}
 
   std::string compile() {
     if (p_.size() > kMaxPatternBytes) bad("longer than " + std::to_string(kMaxPatternBytes) + " bytes", 0);
@@ -148,8 +162,10 @@ class PatternCompiler {
       if (start_anchor) ++pos_;
       end_anchor_ = false;
       std::string seq = sequence(0).gbnf;
-      if (!start_anchor) seq = std::string(kAnyJsonChar) + "* " + seq;
-      if (!end_anchor_) seq += std::string(" ") + kAnyJsonChar + "*";
+      if (target_ == PatternTarget::JsonString) {  // a search: free text where a side is not anchored
+        if (!start_anchor) seq = std::string(kAnyJsonChar) + "* " + seq;
+        if (!end_anchor_) seq += std::string(" ") + kAnyJsonChar + "*";
+      }
       alts.push_back(seq);
       if (pos_ == p_.size()) break;
       if (p_[pos_] == ')') bad("an unmatched ')'");
@@ -158,11 +174,19 @@ class PatternCompiler {
     std::string body;
     for (size_t i = 0; i < alts.size(); ++i) body += (i ? " | " : "") + alts[i];
     if (body.size() > kMaxGbnfBytes) bad("the pattern's grammar grows past 1 MiB", 0);
+    if (target_ == PatternTarget::Text) return "(" + body + ")";
     return "\"\\\"\" (" + body + ") \"\\\"\"";
   }
 
  private:
+  Piece chars(const Ranges& set) const {
+    const std::string g = target_ == PatternTarget::Text ? text_chars(set) : json_chars(set);
+    if (g == "[]") bad("a class that matches no character that can be written");
+    return {g, false, g};
+  }
+
   const std::string& p_;
+  PatternTarget target_;
   size_t pos_ = 0;
   bool end_anchor_ = false;
 
@@ -439,7 +463,9 @@ class PatternCompiler {
 
 }  // namespace
 
-std::string pattern_to_gbnf(const std::string& pattern) { return PatternCompiler(pattern).compile(); }
+std::string pattern_to_gbnf(const std::string& pattern) { return PatternCompiler(pattern, PatternTarget::JsonString).compile(); }
+
+std::string regex_text_gbnf(const std::string& pattern) { return PatternCompiler(pattern, PatternTarget::Text).compile(); }
 
 std::string format_pattern(const std::string& format) {
   // Dates that exist (30-day months, February's 28 days and 29 in leap years), years 0001-9999

@@ -1,6 +1,7 @@
 // engine/regex_grammar.h — a JSON schema's `pattern` (an ECMAScript regular expression) compiled to
 // a GBNF expression for the JSON string literals whose text matches it, so that constrained
-// decoding writes only strings the pattern accepts. Also the `format`s that are regular
+// decoding writes only strings the pattern accepts; or, for a regex-constrained reply, for the
+// plain text it matches. Also the `format`s that are regular
 // languages (date, time, date-time, duration, uuid, email, hostname, ipv4, ipv6, uri), through patterns.
 //
 // Supported: literals, `.`, classes ([a-z], [^...], \d \w \s and their negations, \t \n \r \f
@@ -19,6 +20,11 @@ namespace fp {
 // A GBNF expression (quotes included) for the JSON strings whose text matches `pattern` as
 // JSON Schema reads it (a search, unless anchored). Throws fp::Error naming the problem.
 std::string pattern_to_gbnf(const std::string& pattern);
+
+// A GBNF expression for the text that `pattern` matches as a whole (the anchors are implied, as
+// vLLM's guided_regex / structured_outputs.regex read it): any code point but NUL, unescaped.
+// The same constructs as above. Throws fp::Error naming the problem.
+std::string regex_text_gbnf(const std::string& pattern);
 
 // The pattern for a `format` (anchored), or "" when the format is not one of the above.
 std::string format_pattern(const std::string& format);

@@ -7,7 +7,9 @@
 #include <set>
 
 #include "core/error.h"
+#include "engine/grammar.h"
 #include "engine/json_schema.h"
+#include "engine/regex_grammar.h"
 #include "engine/token_constraint.h"
 #include "server/reasoning.h"
 
@@ -422,7 +424,10 @@ nlohmann::json chat_logprob_entry(const Tokenizer& tok, int32_t token, float lp,
 }
 
 namespace {
-const char* const kConstraintFields[] = {"response_format", "grammar", "json_schema", "guided_json"};
+// Fields that constrain the reply: OpenAI's response_format; llama.cpp's grammar and json_schema;
+// vLLM's guided_* (before 0.12) and structured_outputs (after).
+const char* const kConstraintFields[] = {"response_format", "grammar",       "json_schema",    "guided_json",
+                                         "guided_regex",    "guided_choice", "guided_grammar", "structured_outputs"};
 }
 
 bool needs_ordered_body(const nlohmann::json& b) {
@@ -493,6 +498,39 @@ std::shared_ptr<const Grammar> constraint_grammar(const std::string& gbnf, const
   return Grammar::parse(think_first_gbnf(gbnf, r.thinking_opened), kThinkFirstRoot);
 }
 
+namespace {
+
+// The grammar of one constraint of vLLM's kinds: json (a schema or its text), regex (the whole
+// reply matches it), choice (the reply is one of these strings) or grammar (GBNF). Throws for a
+// schema, pattern or grammar that cannot be used (the caller names the field).
+std::optional<ApiError> vllm_constraint(const std::string& kind, const nlohmann::ordered_json& v, const std::string& param,
+                                        std::string& gbnf, std::string& what) {
+  constexpr size_t kMaxChoices = 4096;
+  what = kind == "json" ? "json_schema" : kind;
+  if (kind == "json") {
+    gbnf = json_schema_to_gbnf(v.is_string() ? nlohmann::ordered_json::parse(v.get<std::string>()) : v);
+  } else if (kind == "grammar") {
+    if (!v.is_string()) return bad(param, "'" + param + "' must be a string of GBNF rules with a 'root' rule");
+    gbnf = v.get<std::string>();
+  } else if (kind == "regex") {
+    if (!v.is_string()) return bad(param, "'" + param + "' must be a string: a regular expression the whole reply matches");
+    gbnf = "root ::= " + regex_text_gbnf(v.get<std::string>()) + "\n";
+  } else {  // choice
+    if (!v.is_array() || v.empty() || v.size() > kMaxChoices)
+      return bad(param, "'" + param + "' must be a list of 1 to " + std::to_string(kMaxChoices) + " strings");
+    gbnf = "root ::= ";
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (!v[i].is_string() || v[i].get<std::string>().empty())
+        return bad(param, "'" + param + "' must be a list of non-empty strings; item " + std::to_string(i) + " is not");
+      gbnf += (i ? " | " : "") + gbnf_literal(v[i].get<std::string>());
+    }
+    gbnf += "\n";
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 std::optional<ApiError> parse_constraint(const nlohmann::ordered_json& b, const Tokenizer& tok, ApiRequest& r) {
   using ojson = nlohmann::ordered_json;
   Request& out = r.base;
@@ -551,14 +589,34 @@ std::optional<ApiError> parse_constraint(const nlohmann::ordered_json& b, const 
       } else {
         return bad("response_format.type", "'response_format.type' must be text, json_object or json_schema, got '" + type + "'");
       }
-    } else if (given == "grammar") {
-      if (!v.is_string()) return bad(param, "'grammar' must be a string of GBNF rules with a 'root' rule");
-      gbnf = v.get<std::string>();
-      what = "grammar";
+    } else if (given == "structured_outputs") {
+      // vLLM's structured_outputs: one of json, regex, choice, grammar or json_object.
+      if (!v.is_object()) return bad(param, "'structured_outputs' must be an object with one of json, regex, choice, grammar or json_object");
+      std::string kind;
+      for (const auto& [k, x] : v.items()) {
+        if (k == "disable_fallback" || x.is_null() || (k == "json_object" && x.is_boolean() && !x.get<bool>())) continue;
+        if (k != "json" && k != "regex" && k != "choice" && k != "grammar" && k != "json_object")
+          return bad("structured_outputs." + k, "'structured_outputs." + k + "' is not supported (json, regex, choice, grammar and json_object are)");
+        if (!kind.empty()) return bad("structured_outputs." + k, "'structured_outputs' has both '" + kind + "' and '" + k + "'; give one of them");
+        kind = k;
+      }
+      if (kind.empty()) return bad(param, "'structured_outputs' needs one of json, regex, choice, grammar or json_object");
+      param = "structured_outputs." + kind;
+      if (kind == "json_object") {
+        if (!v[kind].is_boolean()) return bad(param, "'structured_outputs.json_object' must be true or false");
+        gbnf = json_object_gbnf();
+        what = "json_object";
+      } else if (auto e = vllm_constraint(kind, v[kind], param, gbnf, what)) {
+        return e;
+      }
+    } else if (given == "grammar" || given == "guided_grammar") {
+      if (auto e = vllm_constraint("grammar", v, param, gbnf, what)) return e;
+    } else if (given == "guided_regex") {
+      if (auto e = vllm_constraint("regex", v, param, gbnf, what)) return e;
+    } else if (given == "guided_choice") {
+      if (auto e = vllm_constraint("choice", v, param, gbnf, what)) return e;
     } else {  // json_schema (llama.cpp) or guided_json (vLLM): the schema itself, or its text
-      ojson schema = v.is_string() ? ojson::parse(v.get<std::string>()) : v;
-      gbnf = json_schema_to_gbnf(schema);
-      what = "json_schema";
+      if (auto e = vllm_constraint("json", v, param, gbnf, what)) return e;
     }
     auto c = std::make_shared<TokenConstraint>(constraint_grammar(gbnf, r), tok, what);
     c->set_gate(std::move(gate));
