@@ -440,6 +440,152 @@ TEST(Engine, ChoicesOfOnePromptComputeItOnce) {
   }
 }
 
+// vLLM's min_tokens: the end-of-generation token and stop_token_ids cannot be sampled before
+// that many tokens, on the host's sampling path and the model's (after min_tokens), with drafts
+// and with async scheduling.
+TEST(Engine, MinTokensHoldsBackTheEnds) {
+  FP_REQUIRE_FILE(test::testdata(test::kStoriesGguf));
+  auto m = load_stories();
+  const std::vector<int32_t> prompt = m->tokenizer()->encode("Once upon a time, Tom", true, false);
+  const auto baseline = alone(*m, {prompt}, 24)[0];
+  struct Case {
+    const char* name;
+    bool async;
+    int32_t draft;
+  };
+  for (const Case& k : {Case{"plain", false, 0}, Case{"async", true, 0}, Case{"drafts", false, 4}}) {
+    SCOPED_TRACE(k.name);
+    EngineConfig c = small_config(16, true);
+    c.async_scheduling = k.async ? AsyncScheduling::On : AsyncScheduling::Off;
+    if (k.draft) c.speculative = {k.draft, 1, 3};
+    Engine e(*m, c);
+    auto finished = [&](const Request& r) {
+      const int64_t id = e.add_request(r);
+      for (int guard = 0; e.has_work() && guard < 10000; ++guard) e.step();
+      return e.sequence(id);
+    };
+    // End of generation pushed to the top: it ends the reply at once, or right at min_tokens.
+    Request r = greedy(prompt, 20);
+    r.logit_bias = {{m->tokenizer()->eos_id(), 100.0f}};
+    const Sequence* s = finished(r);
+    EXPECT_EQ(s->n_generated(), 0);
+    r.min_tokens = 4;
+    s = finished(r);
+    EXPECT_EQ(s->n_generated(), 4);
+    EXPECT_EQ(s->finish_reason, "stop");
+    // A stop token the greedy reply writes early: held back until min_tokens, the reply the same
+    // before it.
+    const int32_t stop = baseline[2];
+    const auto first = static_cast<int64_t>(std::find(baseline.begin(), baseline.end(), stop) - baseline.begin());
+    Request q = greedy(prompt, 24);
+    q.stop_token_ids = {stop};
+    s = finished(q);
+    EXPECT_EQ(s->n_generated(), first);
+    q.min_tokens = 8;
+    s = finished(q);
+    ASSERT_GE(s->n_generated(), 8);
+    const std::vector<int32_t> got(s->tokens.begin() + s->n_prompt, s->tokens.end());
+    EXPECT_TRUE(std::equal(baseline.begin(), baseline.begin() + first, got.begin()));
+    EXPECT_EQ(std::count(got.begin(), got.end(), stop), 0);
+  }
+  Engine e(*m, small_config(16, true));
+  Request bad = greedy(prompt, 4);
+  bad.min_tokens = 5;
+  test::expect_error([&] { e.add_request(bad); }, {"min_tokens 5", "max_new_tokens 4"});
+}
+
+// --scheduling-policy priority: waiting requests run by priority (lower first), not arrival; a
+// request short of a sequence slot or of blocks preempts running ones of a lower priority, and
+// every request still gives the tokens it gives alone.
+TEST(Engine, PriorityPolicyRunsHigherPrioritiesFirstAndPreemptsForThem) {
+  FP_REQUIRE_FILE(test::testdata(test::kStoriesGguf));
+  auto m = load_stories();
+  const auto prompts = make_prompts(*m, 3);
+  const auto want = alone(*m, prompts, 12);
+  auto finish_order = [&](Engine& e, const std::vector<int32_t>& priorities) {
+    std::vector<int64_t> ids, order;
+    for (size_t i = 0; i < priorities.size(); ++i) {
+      Request r = greedy(prompts[i], 12);
+      r.priority = priorities[i];
+      ids.push_back(e.add_request(r));
+    }
+    for (int guard = 0; e.has_work() && guard < 10000; ++guard)
+      for (const StepOutput& o : e.step())
+        if (o.finished) order.push_back(std::find(ids.begin(), ids.end(), o.id) - ids.begin());
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const Sequence* s = e.sequence(ids[i]);
+      EXPECT_EQ(std::vector<int32_t>(s->tokens.begin() + s->n_prompt, s->tokens.end()), want[i]) << "request " << i;
+    }
+    return order;
+  };
+  EngineConfig c = small_config(16, true);
+  c.scheduler.max_num_seqs = 1;
+  {
+    Engine fcfs(*m, c);
+    EXPECT_EQ(finish_order(fcfs, {5, 1, 3}), (std::vector<int64_t>{0, 1, 2}));
+  }
+  c.scheduler.policy = SchedulingPolicy::Priority;
+  {
+    Engine prio(*m, c);
+    EXPECT_EQ(finish_order(prio, {5, 1, 3}), (std::vector<int64_t>{1, 2, 0}));
+    EXPECT_EQ(prio.stats().priority_preemptions, 0);
+  }
+
+  // Preemption for a slot, then for blocks: two low-priority requests run; a high one arrives.
+  std::string story = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park.";
+  std::vector<int32_t> long_prompt = m->tokenizer()->encode(story + story + story + story + story + story, true, false);
+  ASSERT_GE(long_prompt.size(), 100u);
+  long_prompt.resize(100);
+  std::vector<int32_t> other = long_prompt;
+  other[1] = prompts[1][1];  // no shared prefix with the first
+  std::vector<int32_t> high_prompt(long_prompt.begin(), long_prompt.begin() + 40);  // 3 blocks: more than the 2 left
+  high_prompt[1] = prompts[2][1];
+  const auto want_long = alone(*m, {long_prompt, other, high_prompt}, 20);
+  for (const char* shortage : {"slot", "blocks"}) {
+    SCOPED_TRACE(shortage);
+    EngineConfig p = small_config(16, true);
+    p.scheduler.policy = SchedulingPolicy::Priority;
+    p.scheduler.max_num_batched_tokens = 256;
+    p.prefix_caching = false;
+    p.max_model_len = 128;
+    if (std::string(shortage) == "slot") {
+      p.scheduler.max_num_seqs = 2;
+    } else {
+      p.kv_cache_bytes = 16 * 16 * m->kv_layout().bytes_per_token();  // 16 blocks: the low ones take 14
+    }
+    Engine e(*m, p);
+    if (std::string(shortage) == "blocks") {
+      ASSERT_EQ(e.pool().n_blocks(), 16);
+    }
+    std::vector<int64_t> ids;
+    for (const auto& q : {long_prompt, other}) {
+      Request r = greedy(q, 20);
+      r.priority = 5;
+      ids.push_back(e.add_request(r));
+    }
+    e.step();
+    ASSERT_EQ(e.sequence(ids[0])->state, SeqState::Running);
+    ASSERT_EQ(e.sequence(ids[1])->state, SeqState::Running);
+    Request high = greedy(high_prompt, 20);
+    high.priority = -1;
+    ids.push_back(e.add_request(high));
+    e.step();
+    EXPECT_EQ(e.sequence(ids[2])->state, SeqState::Running);
+    EXPECT_EQ(e.sequence(ids[1])->state, SeqState::Waiting);  // the newer low one made room
+    EXPECT_EQ(e.stats().priority_preemptions, 1);
+    for (int guard = 0; e.has_work() && guard < 10000; ++guard) {
+      e.step();
+      check_block_ownership(e);
+      ASSERT_FALSE(::testing::Test::HasFatalFailure());
+    }
+    EXPECT_LT(e.sequence(ids[2])->t_last_token, e.sequence(ids[1])->t_last_token);
+    for (size_t i = 0; i < 3; ++i) {
+      const Sequence* s = e.sequence(ids[i]);
+      EXPECT_EQ(std::vector<int32_t>(s->tokens.begin() + s->n_prompt, s->tokens.end()), want_long[i]) << "request " << i;
+    }
+  }
+}
+
 TEST(Engine, PreemptionUnderASmallBudgetLosesNothing) {
   FP_REQUIRE_FILE(test::testdata(test::kStoriesGguf));
   auto m = load_stories();

@@ -21,6 +21,8 @@
 #include <nlohmann/json.hpp>
 
 #include "model/lora.h"
+#include "server/openai_api.h"
+#include "tokenizer/chat_template.h"
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"
 
@@ -693,6 +695,102 @@ TEST(Server, VllmStructuredOutputsConstrainTheOutput) {
     EXPECT_NE(r["error"]["message"].get<std::string>().find(b.needle), std::string::npos) << r.dump();
   }
   EXPECT_EQ(srv.terminate(), 0);
+}
+
+// vLLM's sampling extras: min_tokens (the end held back, and a stop string written before it
+// does not end the reply), include_stop_str_in_output, skip_special_tokens false,
+// truncate_prompt_tokens; bad values are 400s naming the field.
+TEST(Server, VllmSamplingExtras) {
+  FP_REQUIRE_FILE(test::stories_path());
+  ServerProcess srv({});
+  auto c = srv.client();
+  auto tok = Tokenizer::from_path(test::stories_path());
+  const json eos_first = {{std::to_string(tok->eos_id()), 100}};
+  int st = 0;
+  json r = post(c, "/v1/completions",
+                json({{"prompt", "Tom"}, {"temperature", 0}, {"max_tokens", 20}, {"logit_bias", eos_first}, {"min_tokens", 5}}).dump(), &st);
+  ASSERT_EQ(st, 200) << r.dump();
+  EXPECT_EQ(r["usage"]["completion_tokens"], 5) << r.dump();
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "stop");
+  // The end-of-generation token written as text when special tokens are not skipped.
+  for (bool skip : {true, false}) {
+    r = post(c, "/v1/completions",
+             json({{"prompt", "Tom"}, {"temperature", 0}, {"max_tokens", 3}, {"logit_bias", eos_first}, {"ignore_eos", true},
+                   {"skip_special_tokens", skip}})
+                 .dump(),
+             &st);
+    ASSERT_EQ(st, 200) << r.dump();
+    const std::string piece = tok->decode({tok->eos_id()}, true);
+    ASSERT_FALSE(piece.empty());
+    EXPECT_EQ(r["choices"][0]["text"], skip ? "" : piece + piece + piece) << r.dump();
+  }
+  // Stop strings: cut before the first '.', or after it, or (min_tokens) not at one written earlier.
+  auto complete = [&](json extra) {
+    json body = {{"prompt", "Once upon a time"}, {"temperature", 0}, {"max_tokens", 60}};
+    body.update(extra);
+    json out = post(c, "/v1/completions", body.dump(), &st);
+    EXPECT_EQ(st, 200) << out.dump();
+    return out;
+  };
+  const std::string full = complete(json::object())["choices"][0]["text"].get<std::string>();
+  const size_t dot = full.find('.');
+  ASSERT_NE(dot, std::string::npos) << full;
+  ASSERT_NE(full.find('.', dot + 1), std::string::npos) << full;
+  EXPECT_EQ(complete({{"stop", "."}})["choices"][0]["text"], full.substr(0, dot));
+  EXPECT_EQ(complete({{"stop", "."}, {"include_stop_str_in_output", true}})["choices"][0]["text"], full.substr(0, dot + 1));
+  r = complete({{"stop", "."}, {"min_tokens", 30}});
+  const std::string late = r["choices"][0]["text"].get<std::string>();
+  EXPECT_GT(late.size(), dot + 1) << late;
+  EXPECT_EQ(full.compare(0, late.size(), late), 0) << late;
+  if (r["choices"][0]["finish_reason"] == "stop") {
+    EXPECT_EQ(full[late.size()], '.');
+  }
+  EXPECT_GE(r["usage"]["completion_tokens"].get<int>(), 30);
+  // truncate_prompt_tokens: the prompt's last k tokens, as if sent alone.
+  const std::vector<int32_t> ids = tok->encode("Once upon a time, there was a little girl named Lily. She liked cats.", true, false);
+  ASSERT_GT(ids.size(), 8u);
+  const std::vector<int32_t> last5(ids.end() - 5, ids.end());
+  r = post(c, "/v1/completions", json({{"prompt", ids}, {"truncate_prompt_tokens", 5}, {"temperature", 0}, {"max_tokens", 8}}).dump(), &st);
+  ASSERT_EQ(st, 200) << r.dump();
+  EXPECT_EQ(r["usage"]["prompt_tokens"], 5);
+  json alone = post(c, "/v1/completions", json({{"prompt", last5}, {"temperature", 0}, {"max_tokens", 8}}).dump(), &st);
+  EXPECT_EQ(r["choices"][0]["text"], alone["choices"][0]["text"]);
+  std::vector<int32_t> many;
+  while (many.size() < 5000) many.insert(many.end(), ids.begin() + 1, ids.end());
+  r = post(c, "/v1/completions", json({{"prompt", many}, {"max_tokens", 1}}).dump(), &st);
+  EXPECT_EQ(st, 400) << r.dump();
+  r = post(c, "/v1/completions", json({{"prompt", many}, {"truncate_prompt_tokens", -1}, {"max_tokens", 1}}).dump(), &st);
+  ASSERT_EQ(st, 200) << r.dump();
+  EXPECT_LT(r["usage"]["prompt_tokens"].get<int64_t>(), 5000);
+  struct Bad {
+    std::string body, param, needle;
+  };
+  const std::vector<Bad> bad = {
+      {R"({"prompt": "x", "max_tokens": 4, "min_tokens": 5})", "min_tokens", "[0, 4]"},
+      {R"({"prompt": "x", "min_tokens": -1})", "min_tokens", "must be in"},
+      {R"({"prompt": "x", "min_tokens": 2, "guided_choice": ["a", "b"]})", "min_tokens", "constrained"},
+      {R"({"prompt": "x", "include_stop_str_in_output": "yes"})", "include_stop_str_in_output", "true or false"},
+      {R"({"prompt": "x", "skip_special_tokens": 1})", "skip_special_tokens", "true or false"},
+      {R"({"prompt": "x", "truncate_prompt_tokens": 0})", "truncate_prompt_tokens", "-1 or at least 1"},
+      {R"({"prompt": "x", "truncate_prompt_tokens": -2})", "truncate_prompt_tokens", "must be in"},
+      {R"({"prompt": "x", "priority": 1})", "priority", "--scheduling-policy priority"},
+  };
+  for (const Bad& b : bad) {
+    r = post(c, "/v1/completions", b.body, &st);
+    EXPECT_EQ(st, 400) << b.body;
+    EXPECT_EQ(r["error"]["param"], b.param) << r.dump();
+    EXPECT_NE(r["error"]["message"].get<std::string>().find(b.needle), std::string::npos) << r.dump();
+  }
+  EXPECT_EQ(srv.terminate(), 0);
+  // A server scheduling by priority takes it (the order itself: Engine.PriorityPolicy...).
+  ServerProcess prio({"--scheduling-policy", "priority"});
+  auto pc = prio.client();
+  r = post(pc, "/v1/completions", R"({"prompt": "Tom", "priority": -3, "max_tokens": 4})", &st);
+  EXPECT_EQ(st, 200) << r.dump();
+  r = post(pc, "/v1/chat/completions", R"({"messages": [{"role": "user", "content": "Hi"}], "priority": "high"})", &st);
+  EXPECT_EQ(st, 400) << r.dump();
+  EXPECT_EQ(r["error"]["param"], "priority");
+  EXPECT_EQ(prio.terminate(), 0);
 }
 
 // OpenAI's logit_bias: +100 makes a token the greedy choice every time; bad keys and values are
@@ -1404,6 +1502,58 @@ TEST(Server, ResponsesApiMatchesTheChatPath) {
 // chat request is charged for (usage.prompt_tokens); text comes back from the ids; BOS follows
 // add_special_tokens (vLLM) / add_special (llama.cpp's content, off by default); bad bodies are
 // 400s naming the field, an unknown model a 404.
+// vLLM's add_generation_prompt and continue_final_message: the reply continues the assistant's
+// final message (a ChatML template's end of turn cut), or follows the messages with no
+// assistant header; the two together, or a final message not the assistant's, are refused.
+TEST(ChatPrompt, ContinueFinalMessageAndNoGenerationPrompt) {
+  FP_REQUIRE_FILE(test::stories_path());
+  auto tok = Tokenizer::from_path(test::stories_path());
+  const ChatTemplate chatml(
+      "{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.content is string %}{{ m.content }}{% else %}"
+      "{% for p in m.content %}{{ p.text }}{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
+      "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
+      nlohmann::ordered_json::object(), "test");
+  ApiLimits lim;
+  lim.max_model_len = 4096;
+  const json user = {{"role", "user"}, {"content", "Tell me a story."}};
+  const json partial = {{"role", "assistant"}, {"content", "Once upon a time"}};
+  auto text_of = [&](const json& body) {
+    ApiRequest r;
+    auto e = parse_prompt(body, true, *tok, &chatml, lim, r);
+    EXPECT_FALSE(e) << (e ? e->message : "");
+    return tok->decode(r.prompt);
+  };
+  EXPECT_EQ(text_of({{"messages", {user}}}), "<|im_start|>user\nTell me a story.<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(text_of({{"messages", {user}}, {"add_generation_prompt", false}}), "<|im_start|>user\nTell me a story.<|im_end|>\n");
+  EXPECT_EQ(text_of({{"messages", {user, partial}}, {"continue_final_message", true}}),
+            "<|im_start|>user\nTell me a story.<|im_end|>\n<|im_start|>assistant\nOnce upon a time");
+  const json parts = {{"role", "assistant"}, {"content", {{{"type", "text"}, {"text", "Once upon"}}, {{"type", "text"}, {"text", " a time"}}}}};
+  EXPECT_EQ(text_of({{"messages", {user, parts}}, {"continue_final_message", true}, {"add_generation_prompt", false}}),
+            "<|im_start|>user\nTell me a story.<|im_end|>\n<|im_start|>assistant\nOnce upon a time");
+  struct Bad {
+    json body;
+    std::string needle;
+  };
+  for (const Bad& b : std::vector<Bad>{{{{"messages", {user}}, {"continue_final_message", true}}, "role 'user'"},
+                                       {{{"messages", {user, partial}}, {"continue_final_message", true}, {"add_generation_prompt", true}}, "both"},
+                                       {{{"messages", {user, {{"role", "assistant"}, {"content", ""}}}}, {"continue_final_message", true}}, "text"},
+                                       {{{"messages", {user}}, {"continue_final_message", 1}}, "true or false"},
+                                       {{{"messages", {user}}, {"add_generation_prompt", "no"}}, "true or false"}}) {
+    ApiRequest r;
+    auto e = parse_prompt(b.body, true, *tok, &chatml, lim, r);
+    ASSERT_TRUE(e) << b.body.dump();
+    EXPECT_NE(e->message.find(b.needle), std::string::npos) << e->message;
+  }
+  // A template that rewrites the final message (trims it here) cannot be continued.
+  const ChatTemplate trimming("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content | trim }}<|im_end|>\n{% endfor %}",
+                              nlohmann::ordered_json::object(), "test");
+  ApiRequest r;
+  auto e = parse_prompt({{"messages", {user, {{"role", "assistant"}, {"content", "Once upon a time "}}}}, {"continue_final_message", true}},
+                        true, *tok, &trimming, lim, r);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->param, "continue_final_message");
+}
+
 TEST(Server, TokenizeAndDetokenize) {
   FP_REQUIRE_FILE(test::stories_path());
   ServerProcess srv({});

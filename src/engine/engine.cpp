@@ -2,6 +2,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <limits>
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -243,6 +244,9 @@ int64_t Engine::add_request(const Request& req) {
   for (const auto& [t, bias] : req.logit_bias)
     FP_CHECK(t >= 0 && t < mc.n_vocab && std::isfinite(bias), "logit_bias: token id ", t, " (bias ", bias,
              ") is outside the vocabulary [0, ", mc.n_vocab, ") or not finite");
+  FP_CHECK(req.min_tokens >= 0 && req.min_tokens <= req.max_new_tokens, "min_tokens ", req.min_tokens,
+           " must be between 0 and max_new_tokens ", req.max_new_tokens);
+  FP_CHECK(req.min_tokens == 0 || !req.constraint, "min_tokens with a constrained output (the grammar decides where it ends)");
   FP_CHECK(model_.has_lora(req.lora), "LoRA adapter ", req.lora, " is not loaded (", model_.n_loras(), " ids handed out)");
   auto s = std::make_unique<Sequence>();
   s->id = next_id_++;
@@ -444,11 +448,20 @@ void Engine::take_token(Sequence& s, int32_t id, int64_t token_at, const float* 
 }
 
 float* Engine::adjusted_rows(const Sequence& s, float* rows, int64_t n_rows, const int32_t* draft) {
-  if (!s.req.constraint && s.req.logit_bias.empty()) return rows;
+  if (!s.req.constraint && s.req.logit_bias.empty() && !holds_the_end(s)) return rows;
   const int64_t V = model_.config().n_vocab;
   masked_.assign(rows, rows + n_rows * V);
   for (int64_t r = 0; r < n_rows; ++r)
     for (const auto& [id, bias] : s.req.logit_bias) masked_[static_cast<size_t>(r * V + id)] += bias;
+  // Row r samples generated token (n_generated - n_draft) + r: before min_tokens, no end.
+  const Tokenizer* tok = model_.tokenizer();
+  for (int64_t r = 0; r < n_rows && s.n_generated() - s.n_draft + r < s.req.min_tokens; ++r) {
+    float* row = masked_.data() + r * V;
+    if (tok)
+      for (int32_t id : tok->eog_ids())
+        if (id >= 0 && id < V) row[id] = -std::numeric_limits<float>::infinity();
+    for (int32_t id : s.req.stop_token_ids) row[id] = -std::numeric_limits<float>::infinity();
+  }
   if (s.req.constraint) s.req.constraint->mask_draft_rows(s.grammar, draft, n_rows - 1, masked_.data(), V);
   return masked_.data();
 }
@@ -674,6 +687,7 @@ void Engine::finish_oldest(std::vector<StepOutput>& out) {
 void Engine::take_scheduler_stats() {
   stats_.preemptions = scheduler_->stats().preemptions;
   stats_.prefix_waits = scheduler_->stats().prefix_waits;
+  stats_.priority_preemptions = scheduler_->stats().priority_preemptions;
 }
 
 void Engine::abandon_launched() {

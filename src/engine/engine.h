@@ -105,6 +105,7 @@ struct EngineStats {
   int64_t cached_prompt_tokens = 0;  // prompt tokens reused from the prefix cache at admission
   int64_t preemptions = 0, finished = 0, cancelled = 0;
   int64_t prefix_waits = 0;          // admissions put off for a shared prompt being computed (scheduler.h)
+  int64_t priority_preemptions = 0;  // of the preemptions: for a waiting request of a higher priority
   int64_t batched_tokens = 0;        // tokens through the model, all steps
   int64_t last_step_tokens = 0, last_step_seqs = 0;
   // Async scheduling: steps launched while the step before still ran, and steps that waited
@@ -166,10 +167,13 @@ class Engine {
   bool launchable(const std::vector<ScheduledSeq>& sched) const;
   // A row the model may sample where its logits are: no penalties, no log-probabilities, no grammar.
   static bool samples_anywhere(const Sequence& s) {
-    return s.sampler->penalties_off() && s.req.logprobs < 0 && !s.req.constraint && s.req.logit_bias.empty();
+    return s.sampler->penalties_off() && s.req.logprobs < 0 && !s.req.constraint && s.req.logit_bias.empty() && !holds_the_end(s);
   }
-  // A sequence's logit rows as its sampler must see them: a copy with its logit_bias added and
-  // its grammar's masks (row i of a draft check under the state draft[0..i) reaches), or `rows`
+  // min_tokens: the sequence's next row may not end it yet.
+  static bool holds_the_end(const Sequence& s) { return s.n_generated() - s.n_draft < s.req.min_tokens;
+  }
+  // A sequence's logit rows as its sampler must see them: a copy with its logit_bias added, the
+  // ends min_tokens holds back masked, and its grammar's masks (row i of a draft check under the state draft[0..i) reaches), or `rows`
   // itself when it has neither.
   float* adjusted_rows(const Sequence& s, float* rows, int64_t n_rows, const int32_t* draft);
   void run_now(const std::vector<ScheduledSeq>& sched, std::vector<StepOutput>& out);

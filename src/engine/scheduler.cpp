@@ -12,9 +12,15 @@ Scheduler::Scheduler(const SchedulerConfig& cfg, BlockManager& blocks) : cfg_(cf
   FP_CHECK(cfg.max_num_seqs > 0, "--max-num-seqs must be positive, got ", cfg.max_num_seqs);
 }
 
+bool Scheduler::before(const Sequence* a, const Sequence* b) const {
+  if (cfg_.policy == SchedulingPolicy::Priority && a->req.priority != b->req.priority) return a->req.priority < b->req.priority;
+  return a->arrival < b->arrival;
+}
+
 void Scheduler::add(Sequence* s) {
   s->state = SeqState::Waiting;
-  waiting_.push_back(s);
+  auto it = std::find_if(waiting_.begin(), waiting_.end(), [&](Sequence* w) { return before(s, w); });
+  waiting_.insert(it, s);
 }
 
 void Scheduler::remove(Sequence* s) {
@@ -33,17 +39,30 @@ void Scheduler::preempt(Sequence* s) {
   s->state = SeqState::Waiting;
   ++s->preemptions;
   ++stats_.preemptions;
-  // Back in arrival order among the waiting (it arrived before anything still waiting).
-  auto it = std::find_if(waiting_.begin(), waiting_.end(), [&](Sequence* w) { return w->arrival > s->arrival; });
+  // Back in order among the waiting (it arrived before anything still waiting).
+  auto it = std::find_if(waiting_.begin(), waiting_.end(), [&](Sequence* w) { return before(s, w); });
   waiting_.insert(it, s);
 }
 
 Sequence* Scheduler::newest_holding_blocks_like(const Sequence* s) const {
   // In a partitioned pool only a sequence of s's partition frees blocks s can use.
   const int part = blocks_.partition_of(s->table);
+  Sequence* victim = nullptr;
   for (auto it = running_.rbegin(); it != running_.rend(); ++it)
-    if (part < 0 || blocks_.partition_of((*it)->table) == part) return *it;
-  return running_.back();
+    if (part < 0 || blocks_.partition_of((*it)->table) == part) {
+      if (cfg_.policy == SchedulingPolicy::Fcfs) return *it;
+      if (!victim || before(victim, *it)) victim = *it;
+    }
+  return victim ? victim : running_.back();
+}
+
+Sequence* Scheduler::preempt_for(const Sequence* s) {
+  if (cfg_.policy != SchedulingPolicy::Priority || running_.empty()) return nullptr;
+  Sequence* victim = newest_holding_blocks_like(s);
+  if (victim->req.priority <= s->req.priority) return nullptr;
+  preempt(victim);
+  ++stats_.priority_preemptions;
+  return victim;
 }
 
 bool Scheduler::shares_a_prefix_being_computed(const Sequence* s, int64_t hit) const {
@@ -93,9 +112,27 @@ std::vector<ScheduledSeq> Scheduler::schedule() {
             out.end());
   // 2. Waiting sequences in arrival order, while budget, sequence slots and blocks last. One whose
   // prompt a running sequence is still computing waits for those blocks instead of computing
-  // them again (it is passed over; the ones behind it may go).
-  for (size_t i = 0; i < waiting_.size() && budget > 0 && static_cast<int64_t>(running_.size()) < cfg_.max_num_seqs;) {
+  // them again (it is passed over; the ones behind it may go). Under the priority policy a
+  // sequence short of a slot or of blocks preempts running ones of a lower priority.
+  auto make_room_for = [&](const Sequence* s) {
+    Sequence* victim = preempt_for(s);
+    if (!victim) return false;
+    // (A victim of a lower priority waits behind s, so s is retried, not the victim admitted.)
+    FP_CHECK(before(s, victim), "priority preemption put the victim before the sequence it made room for");
+    for (auto it = out.begin(); it != out.end(); ++it)
+      if (it->seq == victim) {
+        budget += it->n_tokens;
+        out.erase(it);
+        break;
+      }
+    return true;
+  };
+  for (size_t i = 0; i < waiting_.size() && budget > 0;) {
     Sequence* s = waiting_[i];
+    if (static_cast<int64_t>(running_.size()) >= cfg_.max_num_seqs) {
+      if (!make_room_for(s)) break;
+      continue;  // (the victim waits behind s)
+    }
     if (s->table.blocks.empty() && s->n_computed == 0) {
       const int64_t hit = blocks_.attach_prefix(s->table, s->tokens.data(), static_cast<int64_t>(s->tokens.size()));
       s->n_computed = hit;
@@ -110,10 +147,12 @@ std::vector<ScheduledSeq> Scheduler::schedule() {
     }
     const int64_t remaining = static_cast<int64_t>(s->tokens.size()) - s->n_computed;
     const int64_t n = std::min(remaining, budget);
-    if ((!cfg_.chunked_prefill && remaining > budget) || !blocks_.ensure(s->table, s->n_computed, s->n_computed + n)) {
+    const bool fits_budget = cfg_.chunked_prefill || remaining <= budget;
+    if (!fits_budget || !blocks_.ensure(s->table, s->n_computed, s->n_computed + n)) {
       // It does not fit this step: give back the prefix blocks (they stay cached) and wait.
       blocks_.release(s->table);
       s->n_computed = 0;
+      if (fits_budget && make_room_for(s)) continue;  // blocks freed: try again
       break;
     }
     waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(i));

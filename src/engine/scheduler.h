@@ -3,7 +3,8 @@
 // prompt), then waiting ones in arrival order, within a token budget and a sequence cap. When
 // blocks run out the newest running sequence is preempted (in a partitioned pool, the newest of
 // the same partition): its blocks are freed and it waits to be recomputed, so no request ever
-// fails for lack of KV memory. A waiting prompt that shares a prefix with one being computed
+// fails for lack of KV memory. Under the priority policy "newest" and "arrival order" read as
+// (priority, arrival). A waiting prompt that shares a prefix with one being computed
 // waits for its blocks (computed once, then found in the prefix cache).
 #pragma once
 #include <cstdint>
@@ -15,7 +16,14 @@
 
 namespace fp {
 
+// fcfs: arrival order. priority: by Request::priority, then arrival (vLLM's
+// --scheduling-policy priority); a waiting sequence that does not fit preempts running ones of a
+// lower priority (a larger number), and a running one short of blocks preempts the lowest-priority
+// newest one.
+enum class SchedulingPolicy { Fcfs, Priority };
+
 struct SchedulerConfig {
+  SchedulingPolicy policy = SchedulingPolicy::Fcfs;
   int64_t max_num_batched_tokens = 2048;
   int64_t max_num_seqs = 256;
   bool chunked_prefill = true;
@@ -35,6 +43,7 @@ struct ScheduledSeq {
 struct SchedulerStats {
   int64_t preemptions = 0;
   int64_t prefix_waits = 0;  // times a waiting sequence was passed over for a prefix being computed
+  int64_t priority_preemptions = 0;  // of those preemptions: to admit a waiting sequence of a higher priority
 };
 
 class Scheduler {
@@ -57,6 +66,11 @@ class Scheduler {
  private:
   void preempt(Sequence* s);
   Sequence* newest_holding_blocks_like(const Sequence* s) const;
+  // Whether a runs before b: arrival order, or (priority policy) priority, then arrival.
+  bool before(const Sequence* a, const Sequence* b) const;
+  // Priority policy: preempts a running sequence of a lower priority than s (of s's partition,
+  // the lowest and newest first) and returns it; nullptr when there is none.
+  Sequence* preempt_for(const Sequence* s);
   // Whether a running sequence is still computing whole blocks of s's prompt past the `hit`
   // tokens s found cached.
   bool shares_a_prefix_being_computed(const Sequence* s, int64_t hit) const;

@@ -22,6 +22,9 @@ struct Request {
   // Token ids that end the request as the end-of-generation token does (not part of the
   // output), whether or not stop_at_eog is set (vLLM's stop_token_ids).
   std::vector<int32_t> stop_token_ids;
+  // vLLM's min_tokens: the end-of-generation tokens and stop_token_ids cannot be sampled before
+  // this many tokens were generated (not with a constraint, whose grammar decides where it ends).
+  int32_t min_tokens = 0;
   int32_t logprobs = -1;  // -1: none; else the sampled token's log-probability and this many top alternatives
   // Constrained decoding (response_format, grammar): only tokens that keep the text inside this
   // grammar are sampled (engine/token_constraint.h); shared by the choices of one call.
@@ -31,6 +34,8 @@ struct Request {
   std::vector<std::pair<int32_t, float>> logit_bias;
   // The LoRA adapter the request runs with (Model::add_lora's id; 0: the base model alone).
   int32_t lora = 0;
+  // With SchedulerConfig::policy Priority: lower runs first (vLLM's priority; ties by arrival).
+  int32_t priority = 0;
 };
 
 enum class SeqState { Waiting, Running, Finished };

@@ -417,6 +417,11 @@ struct HttpServer::Impl {
         reject(res, *err);
         return;
       }
+    if (call->req.base.min_tokens > 0 && call->req.base.constraint) {
+      reject(res, ApiError{400, "'min_tokens' with a constrained output is not supported (the grammar decides where the reply ends)",
+                           "invalid_request_error", "min_tokens"});
+      return;
+    }
     const int32_t lora = adapter_of(call->req.model);
     if (lora < 0) {
       reject(res, unknown_model(call->req.model));
@@ -455,7 +460,8 @@ struct HttpServer::Impl {
       // channel headers, Mistral's [TOOL_CALLS] marker (tool_choice auto).
       const bool render_special = call->req.harmony || (call->req.tool_mode == ApiRequest::ToolMode::Auto &&
                                                         limits.tool_call_format == ToolCallFormat::Mistral);
-      c.text = std::make_unique<ChoiceText>(tok, prompt, call->req.stop, render_special);
+      c.text = std::make_unique<ChoiceText>(tok, prompt, call->req.stop, render_special || !call->req.skip_special_tokens,
+                                            call->req.base.min_tokens, call->req.include_stop_str);
       c.tool_stream = ToolCallStream(limits.tool_call_format);
       c.reasoning = ReasoningSplitter(call->req.thinking_opened);
       call->choices.push_back(std::move(c));
@@ -861,6 +867,7 @@ HttpServer::HttpServer(Model& model, ChatTemplate chat_template, const ServerCon
   Impl& s = *impl_;
   s.engine = std::make_unique<AsyncEngine>(model, cfg.engine);
   s.limits.max_model_len = s.engine->config().max_model_len;
+  s.limits.priority = s.engine->config().scheduler.policy == SchedulingPolicy::Priority;
   s.limits.tool_call_format = s.tmpl.is_fallback() ? ToolCallFormat::None : tool_call_format_of(s.tmpl.source());
   log_info("tool calls in free text (tool_choice auto): ", to_string(s.limits.tool_call_format),
            s.limits.tool_call_format == ToolCallFormat::None ? " (no parser for this chat template; required and named calls work)" : "");

@@ -54,7 +54,8 @@ std::optional<ApiError> number(const nlohmann::json& b, const char* key, double 
     return bad(key, std::string("'") + key + "' must be " + (integer ? "an integer" : "a number") + ", got " + v.dump());
   const double x = v.get<double>();
   if (!(x >= lo && x <= hi)) {
-    std::string range = "[" + nlohmann::json(lo).dump() + ", " + nlohmann::json(hi).dump() + "]";
+    auto shown = [&](double bound) { return integer ? std::to_string(static_cast<long long>(bound)) : nlohmann::json(bound).dump(); };
+    std::string range = "[" + shown(lo) + ", " + shown(hi) + "]";
     return bad(key, std::string("'") + key + "' must be in " + range + ", got " + v.dump());
   }
   out = x;
@@ -156,11 +157,38 @@ std::optional<ApiError> parse_prompt(const nlohmann::json& b, bool chat, const T
     }
     nlohmann::ordered_json vars = nlohmann::ordered_json::object();
     if (auto e = parse_tools(b, ordered, lim, r, vars)) return e;
+    // vLLM's add_generation_prompt (the assistant's header after the messages; default true) and
+    // continue_final_message (the reply continues the final assistant message instead).
+    bool add_generation_prompt = true, continue_final = false;
+    if (auto e = boolean(b, "add_generation_prompt", add_generation_prompt)) return e;
+    if (auto e = boolean(b, "continue_final_message", continue_final)) return e;
+    std::string final_text;  // continue_final_message: the final message's text
+    if (continue_final) {
+      if (b.contains("add_generation_prompt") && add_generation_prompt)
+        return bad("continue_final_message", "'continue_final_message' and 'add_generation_prompt' cannot both be true");
+      add_generation_prompt = false;
+      const auto& last = m.back();
+      if (last["role"] != "assistant")
+        return bad("continue_final_message", "'continue_final_message' needs the final message to be the assistant's, got role '" +
+                                                 last["role"].get<std::string>() + "'");
+      if (last.contains("content") && last["content"].is_string()) final_text = last["content"].get<std::string>();
+      if (last.contains("content") && last["content"].is_array())
+        for (const auto& part : last["content"])
+          if (part.contains("text")) final_text += part["text"].get<std::string>();
+      if (final_text.empty()) return bad("continue_final_message", "'continue_final_message' needs the final message to have text");
+    }
     std::string text;
     try {
-      text = tmpl ? tmpl->render(msgs, true, vars) : render_plain_chat(msgs, true);
+      text = tmpl ? tmpl->render(msgs, add_generation_prompt, vars) : render_plain_chat(msgs, add_generation_prompt);
     } catch (const Error& e) {
       return bad("messages", std::string("the chat template refused the messages: ") + e.what());
+    }
+    if (continue_final) {  // cut what the template wrote after the final message's text (its end of turn)
+      const size_t at = text.rfind(final_text);
+      if (at == std::string::npos)
+        return bad("continue_final_message", "the chat template did not write the final message's text as given, so the reply "
+                                             "cannot continue it");
+      text.resize(at + final_text.size());
     }
     r.harmony = lim.harmony;
     r.split_reasoning = lim.reasoning && !r.harmony;
@@ -214,6 +242,13 @@ std::optional<ApiError> parse_prompt(const nlohmann::json& b, bool chat, const T
 std::optional<ApiError> parse_request(const nlohmann::json& b, bool chat, const Tokenizer& tok, const ChatTemplate* tmpl,
                                       const ApiLimits& lim, ApiRequest& r, const nlohmann::ordered_json* ordered) {
   if (auto e = parse_prompt(b, chat, tok, tmpl, lim, r, ordered)) return e;
+  // vLLM's truncate_prompt_tokens: keep a prompt's last k tokens (-1: as many as the context
+  // holds with room for one more).
+  double v = 0;
+  if (auto e = number(b, "truncate_prompt_tokens", -1, 1e12, true, v = 0)) return e;
+  if (v == 0 && b.contains("truncate_prompt_tokens") && !b["truncate_prompt_tokens"].is_null())
+    return bad("truncate_prompt_tokens", "'truncate_prompt_tokens' must be -1 or at least 1, got 0");
+  const int64_t keep_last = v < 0 ? lim.max_model_len - 1 : static_cast<int64_t>(v);
   int64_t n_prompt = 0;  // the longest prompt
   std::vector<std::vector<int32_t>*> all;
   if (r.prompts.empty()) all.push_back(&r.prompt);
@@ -225,6 +260,10 @@ std::optional<ApiError> parse_request(const nlohmann::json& b, bool chat, const 
       if (tok.bos_id() < 0) return bad("prompt", which + " is empty");
       p.push_back(tok.bos_id());
     }
+    if (keep_last > 0 && static_cast<int64_t>(p.size()) > keep_last) {
+      p.erase(p.begin(), p.end() - keep_last);
+      if (!r.prompts.empty()) r.prompt_texts[i].clear();  // echo decodes what is left
+    }
     if (static_cast<int64_t>(p.size()) >= lim.max_model_len)
       return bad(chat ? "messages" : "prompt", which + " has " + std::to_string(p.size()) +
                                                    " tokens; this server's maximum context length is " +
@@ -233,7 +272,6 @@ std::optional<ApiError> parse_request(const nlohmann::json& b, bool chat, const 
   }
   if (!r.prompts.empty()) r.prompt = r.prompts[0];
   // Lengths.
-  double v = 0;
   int64_t max_tokens = chat ? lim.max_model_len - n_prompt : 16;
   for (const char* key : {"max_tokens", "max_completion_tokens"}) {
     v = -1;
@@ -247,6 +285,15 @@ std::optional<ApiError> parse_request(const nlohmann::json& b, bool chat, const 
     }
   }
   r.base.max_new_tokens = static_cast<int32_t>(max_tokens);
+  if (auto e = number(b, "min_tokens", 0, static_cast<double>(max_tokens), true, v = 0)) return e;
+  r.base.min_tokens = static_cast<int32_t>(v);
+  if (auto e = boolean(b, "include_stop_str_in_output", r.include_stop_str)) return e;
+  // vLLM's priority: lower runs first, under --scheduling-policy priority only.
+  if (auto e = number(b, "priority", -1e9, 1e9, true, v = 0)) return e;
+  if (v != 0 && !lim.priority)
+    return bad("priority", "'priority' needs the server started with --scheduling-policy priority (it schedules in arrival order)");
+  r.base.priority = static_cast<int32_t>(v);
+  if (auto e = boolean(b, "skip_special_tokens", r.skip_special_tokens)) return e;
   // Sampling: OpenAI defaults (temperature 1, top_p 1), no top-k / min-p unless asked.
   SamplingParams& s = r.base.sampling;
   s.temperature = 1.0f;
@@ -360,30 +407,38 @@ std::optional<ApiError> parse_request(const nlohmann::json& b, bool chat, const 
 }
 
 ChoiceText::ChoiceText(const Tokenizer& tok, const std::vector<int32_t>& prompt, std::vector<std::string> stop,
-                       bool render_special)
-    : dec_(tok, render_special), stop_(std::move(stop)) {
+                       bool render_special, int64_t min_tokens, bool include_stop)
+    : dec_(tok, render_special), stop_(std::move(stop)), min_tokens_(min_tokens), include_stop_(include_stop) {
   for (int32_t t : prompt) (void)dec_.push(t);
   (void)dec_.flush();
   for (const auto& s : stop_) max_stop_ = std::max(max_stop_, s.size());
 }
 
 std::string ChoiceText::release(bool all) {
-  // Earliest stop string in what is held back.
-  size_t best = std::string::npos;
-  for (const auto& s : stop_) best = std::min(best, held_.find(s));
+  // Earliest stop string in what is held back (from min_tokens on, ending past what came before).
+  size_t best = std::string::npos, best_len = 0;
+  if (tokens_ >= min_tokens_)
+    for (const auto& s : stop_) {
+      const size_t at = held_.find(s, written_early_ >= s.size() ? written_early_ - s.size() + 1 : 0);
+      if (at < best) best = at, best_len = s.size();
+    }
   if (best != std::string::npos) {
-    std::string out = held_.substr(0, best);
+    std::string out = held_.substr(0, best + (include_stop_ ? best_len : 0));
     held_.clear();
     stopped_ = true;
     return out;
   }
-  if (all || max_stop_ == 0) return std::exchange(held_, std::string());
-  // Keep the last max_stop-1 bytes (they may begin a stop string), cut at a character start.
-  if (held_.size() < max_stop_) return {};
-  size_t cut = held_.size() - (max_stop_ - 1);
-  while (cut > 0 && (static_cast<unsigned char>(held_[cut]) & 0xC0) == 0x80) --cut;
-  std::string out = held_.substr(0, cut);
-  held_.erase(0, cut);
+  std::string out;
+  if (all || max_stop_ == 0) {
+    out = std::exchange(held_, std::string());
+  } else if (held_.size() >= max_stop_) {
+    // Keep the last max_stop-1 bytes (they may begin a stop string), cut at a character start.
+    size_t cut = held_.size() - (max_stop_ - 1);
+    while (cut > 0 && (static_cast<unsigned char>(held_[cut]) & 0xC0) == 0x80) --cut;
+    out = held_.substr(0, cut);
+    held_.erase(0, cut);
+  }
+  written_early_ = tokens_ < min_tokens_ ? held_.size() : written_early_ > out.size() ? written_early_ - out.size() : 0;
   return out;
 }
 

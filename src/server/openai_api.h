@@ -40,6 +40,8 @@ struct ApiRequest {
   int n = 1;
   bool seed_given = false;
   std::vector<std::string> stop;
+  bool include_stop_str = false;    // vLLM's include_stop_str_in_output
+  bool skip_special_tokens = true;  // vLLM's skip_special_tokens (false: control tokens as text)
   bool stream = false, include_usage = false;
   bool chat_logprobs = false;   // chat: logprobs true (top_logprobs alternatives)
   // Tool calling (chat, `tools` + `tool_choice`): with "required" or a named function the reply
@@ -75,6 +77,7 @@ struct ApiLimits {
   ToolCallFormat tool_call_format = ToolCallFormat::None;  // how the chat template writes tool calls
   bool reasoning = false;  // the chat template thinks in <think> blocks and the parser is on
   bool harmony = false;    // the chat template speaks harmony (gpt-oss)
+  bool priority = false;   // the engine schedules by priority (--scheduling-policy priority)
 };
 
 // Parses and validates a /v1/completions (chat=false) or /v1/chat/completions body. Returns an
@@ -111,8 +114,11 @@ std::optional<nlohmann::json> tool_call_of(const ApiRequest& req, const std::str
 class ChoiceText {
  public:
   // render_special: control tokens decode to their text (harmony replies keep their markers).
+  // min_tokens: no stop string ends the text before this many tokens, nor one wholly written
+  // before them (vLLM's min_tokens); include_stop: the matched stop string ends the text
+  // instead of being cut (vLLM's include_stop_str_in_output).
   ChoiceText(const Tokenizer& tok, const std::vector<int32_t>& prompt, std::vector<std::string> stop,
-             bool render_special = false);
+             bool render_special = false, int64_t min_tokens = 0, bool include_stop = false);
   // Text now safe to send. After a stop string matched, stopped() is true and later tokens
   // are ignored.
   std::string push(int32_t token);
@@ -128,6 +134,9 @@ class ChoiceText {
   std::string held_;
   bool stopped_ = false;
   int64_t tokens_ = 0;
+  int64_t min_tokens_ = 0;
+  bool include_stop_ = false;
+  size_t written_early_ = 0;  // leading bytes of held_ written before min_tokens
 };
 
 // Log-probability entries in the formats the two endpoints use.

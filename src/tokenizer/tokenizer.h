@@ -85,6 +85,7 @@ class Tokenizer {
   int32_t bos_id() const { return spec_.bos_id; }
   int32_t eos_id() const { return spec_.eos_id; }
   bool is_eog(int32_t id) const;  // end of generation (EOS, <|eot_id|>, <|im_end|>, ...)
+  const std::vector<int32_t>& eog_ids() const { return eog_ids_; }
   const TokenizerSpec& spec() const { return spec_; }
   std::string describe() const;   // one line for inspect: model, pre, vocab, merges, bos/eos
   // The token spelled exactly `piece` (as stored: "▁the", "<|im_start|>"), or -1.

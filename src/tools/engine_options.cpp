@@ -29,6 +29,11 @@ void add_engine_options(CLI::App* app, EngineOptions& o) {
   app->add_flag("--no-shared-prefix-wait", o.no_shared_prefix_wait,
                 "admit a prompt at once even when a running request is still computing the same prefix (by default it "
                 "waits for those blocks and takes them from the prefix cache, so n choices compute their prompt once)");
+  app->add_option("--scheduling-policy", o.scheduling_policy,
+                  "which waiting request runs first: fcfs (arrival order) or priority (a request's 'priority', lower "
+                  "first, then arrival; a request that does not fit preempts running ones of a lower priority)")
+      ->check(CLI::IsMember({"fcfs", "priority"}))
+      ->capture_default_str();
   app->add_option("--async-scheduling", o.async_scheduling,
                   "schedule and launch the next step while the model runs this one: auto (on for --device cuda, off on "
                   "the CPU and across ranks), on or off")
@@ -68,6 +73,7 @@ EngineConfig engine_config(const EngineOptions& o, const Model& model) {
   c.scheduler.max_num_seqs = o.max_num_seqs;
   c.scheduler.chunked_prefill = !o.no_chunked_prefill;
   c.scheduler.wait_for_shared_prefix = !o.no_shared_prefix_wait;
+  c.scheduler.policy = o.scheduling_policy == "priority" ? SchedulingPolicy::Priority : SchedulingPolicy::Fcfs;
   c.async_scheduling = o.async_scheduling == "on"    ? AsyncScheduling::On
                        : o.async_scheduling == "off" ? AsyncScheduling::Off
                                                      : AsyncScheduling::Auto;

@@ -22,6 +22,7 @@ struct EngineOptions {
   bool no_window_trim = false;
   bool no_chunked_prefill = false;
   bool no_shared_prefix_wait = false;
+  std::string scheduling_policy = "fcfs";
   std::string async_scheduling = "auto";  // auto, on, off
   SpeculativeConfig speculative;          // --speculative-tokens, --speculative-method, --prompt-lookup-min/max
 };
