@@ -114,6 +114,20 @@ struct Streamed {
   std::map<int, std::string> finish;
 };
 
+// Each body is a 400 whose error names `param` and says `needle`.
+struct Refusal {
+  std::string body, param, needle;
+};
+void expect_refusals(httplib::Client& c, const std::string& path, const std::vector<Refusal>& bad) {
+  for (const Refusal& b : bad) {
+    int st = 0;
+    const json r = post(c, path, b.body, &st);
+    EXPECT_EQ(st, 400) << b.body;
+    EXPECT_EQ(r["error"]["param"], b.param) << r.dump();
+    EXPECT_NE(r["error"]["message"].get<std::string>().find(b.needle), std::string::npos) << r.dump();
+  }
+}
+
 Streamed stream(httplib::Client& c, const std::string& path, const json& body, int drop_after = -1) {
   Streamed s;
   std::string buf;
@@ -593,10 +607,7 @@ TEST(Server, ResponseFormatAndGrammarConstrainTheOutput) {
   ASSERT_EQ(st, 200) << r.dump();
   EXPECT_TRUE(r["choices"][0]["text"] == "yes" || r["choices"][0]["text"] == "no") << r.dump();
   // Refusals name the field and the problem.
-  struct Bad {
-    std::string body, param, needle;
-  };
-  const std::vector<Bad> bad = {
+  const std::vector<Refusal> bad = {
       {R"x({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "string", "pattern": "(?=a)"}}}})x",
        "response_format.json_schema.schema", "lookaround"},
       {R"({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "integer", "multipleOf": 3}}}})",
@@ -612,12 +623,7 @@ TEST(Server, ResponseFormatAndGrammarConstrainTheOutput) {
       {R"({"prompt": "x", "grammar": "root ::= \"a\"", "response_format": {"type": "json_object"}})", "grammar", "give one"},
       {R"({"prompt": "x", "guided_json": "{not json"})", "guided_json", "cannot be used"},
   };
-  for (const Bad& b : bad) {
-    r = post(c, "/v1/completions", b.body, &st);
-    EXPECT_EQ(st, 400) << b.body;
-    EXPECT_EQ(r["error"]["param"], b.param) << r.dump();
-    EXPECT_NE(r["error"]["message"].get<std::string>().find(b.needle), std::string::npos) << r.dump();
-  }
+  expect_refusals(c, "/v1/completions", bad);
   EXPECT_EQ(srv.terminate(), 0);
 }
 
@@ -671,10 +677,7 @@ TEST(Server, VllmStructuredOutputsConstrainTheOutput) {
     ASSERT_EQ(st, 200) << r.dump();
     EXPECT_TRUE(r["choices"][0]["text"] == "yes" || r["choices"][0]["text"] == "no") << r.dump();
   }
-  struct Bad {
-    std::string body, param, needle;
-  };
-  const std::vector<Bad> bad = {
+  const std::vector<Refusal> bad = {
       {R"({"prompt": "x", "structured_outputs": {}})", "structured_outputs", "needs one of"},
       {R"({"prompt": "x", "structured_outputs": 3})", "structured_outputs", "must be an object"},
       {R"({"prompt": "x", "structured_outputs": {"regex": "a", "choice": ["b"]}})", "structured_outputs.choice", "give one"},
@@ -688,12 +691,7 @@ TEST(Server, VllmStructuredOutputsConstrainTheOutput) {
       {R"({"prompt": "x", "guided_regex": "a", "guided_choice": ["a"]})", "guided_choice", "give one"},
       {R"({"prompt": "x", "guided_grammar": "root ::= item"})", "guided_grammar", "'item'"},
   };
-  for (const Bad& b : bad) {
-    r = post(c, "/v1/completions", b.body, &st);
-    EXPECT_EQ(st, 400) << b.body;
-    EXPECT_EQ(r["error"]["param"], b.param) << r.dump();
-    EXPECT_NE(r["error"]["message"].get<std::string>().find(b.needle), std::string::npos) << r.dump();
-  }
+  expect_refusals(c, "/v1/completions", bad);
   EXPECT_EQ(srv.terminate(), 0);
 }
 
@@ -762,10 +760,7 @@ TEST(Server, VllmSamplingExtras) {
   r = post(c, "/v1/completions", json({{"prompt", many}, {"truncate_prompt_tokens", -1}, {"max_tokens", 1}}).dump(), &st);
   ASSERT_EQ(st, 200) << r.dump();
   EXPECT_LT(r["usage"]["prompt_tokens"].get<int64_t>(), 5000);
-  struct Bad {
-    std::string body, param, needle;
-  };
-  const std::vector<Bad> bad = {
+  const std::vector<Refusal> bad = {
       {R"({"prompt": "x", "max_tokens": 4, "min_tokens": 5})", "min_tokens", "[0, 4]"},
       {R"({"prompt": "x", "min_tokens": -1})", "min_tokens", "must be in"},
       {R"({"prompt": "x", "min_tokens": 2, "guided_choice": ["a", "b"]})", "min_tokens", "constrained"},
@@ -775,12 +770,7 @@ TEST(Server, VllmSamplingExtras) {
       {R"({"prompt": "x", "truncate_prompt_tokens": -2})", "truncate_prompt_tokens", "must be in"},
       {R"({"prompt": "x", "priority": 1})", "priority", "--scheduling-policy priority"},
   };
-  for (const Bad& b : bad) {
-    r = post(c, "/v1/completions", b.body, &st);
-    EXPECT_EQ(st, 400) << b.body;
-    EXPECT_EQ(r["error"]["param"], b.param) << r.dump();
-    EXPECT_NE(r["error"]["message"].get<std::string>().find(b.needle), std::string::npos) << r.dump();
-  }
+  expect_refusals(c, "/v1/completions", bad);
   EXPECT_EQ(srv.terminate(), 0);
   // A server scheduling by priority takes it (the order itself: Engine.PriorityPolicy...).
   ServerProcess prio({"--scheduling-policy", "priority"});
