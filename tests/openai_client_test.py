@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """tests/openai_client_test.py — the official `openai` Python client against `fastpath serve`
 (stories260K over loopback): chat non-stream, chat stream, completions stream with `stop`,
-n=2, usage, structured output through the client's own `parse` helper (a pydantic model sent
+n=2, usage, vLLM's fields through extra_body (structured_outputs, guided_regex,
+continue_final_message, min_tokens), structured output through the client's own `parse` helper (a pydantic model sent
 as a strict json_schema, the reply parsed back into it), and tool calls (tool_choice required or
 named, plain and streamed), the Responses API (text, stream, function call, responses.parse), and
 embeddings. Texts must equal the greedy output of `fastpath generate` for the same prompt.
@@ -10,6 +11,7 @@ Run by CTest. Uses the repo's .venv (scripts/setup.sh installs `openai` there); 
 (CTest: skipped) with the reason when the client or the test data is missing."""
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -177,6 +179,23 @@ with tempfile.TemporaryDirectory() as tmp:
             check(False, "previous_response_id is refused")
         except openai.BadRequestError as e:
             check("previous_response_id" in str(e), "previous_response_id is refused naming the field")
+        # vLLM's own fields, sent as its users send them through this client (extra_body).
+        moods = ["happy", "sad", "very happy"]
+        r = client.completions.create(model=model_id, prompt="Lily felt", max_tokens=10, n=3, temperature=1.0, seed=4,
+                                      extra_body={"structured_outputs": {"choice": moods}})
+        check(all(c.text in moods for c in r.choices), f"structured_outputs choice -> {[c.text for c in r.choices]}")
+        r = client.chat.completions.create(model=model_id, messages=messages, max_tokens=10, temperature=1.0, seed=2,
+                                           extra_body={"guided_regex": "[0-9]{2}-[a-z]+"})
+        check(re.fullmatch("[0-9]{2}-[a-z]+", r.choices[0].message.content or "") is not None,
+              f"guided_regex -> {r.choices[0].message.content!r}")
+        partial = messages + [{"role": "assistant", "content": "Once upon a time"}]
+        r = client.chat.completions.create(model=model_id, messages=partial, max_tokens=8, temperature=0,
+                                           extra_body={"continue_final_message": True, "add_generation_prompt": False})
+        want_more = greedy(chat_prompt + "Once upon a time", 8)
+        check(r.choices[0].message.content == want_more, f"continue_final_message -> {r.choices[0].message.content!r} (want {want_more!r})")
+        r = client.completions.create(model=model_id, prompt=prompt, max_tokens=12, temperature=0, logit_bias={"2": 100},
+                                      extra_body={"min_tokens": 5})  # 2: stories260K's end of text, pushed to the top
+        check(r.usage.completion_tokens == 5 and r.choices[0].finish_reason == "stop", f"min_tokens holds the end back -> {r.usage}")
         try:
             openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="wrong", max_retries=0).models.list()
             check(False, "a wrong API key is refused")
