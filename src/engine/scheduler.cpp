@@ -56,10 +56,15 @@ Sequence* Scheduler::newest_holding_blocks_like(const Sequence* s) const {
   return victim ? victim : running_.back();
 }
 
-Sequence* Scheduler::preempt_for(const Sequence* s) {
+Sequence* Scheduler::lower_priority_victim(const Sequence* s) const {
   if (cfg_.policy != SchedulingPolicy::Priority || running_.empty()) return nullptr;
   Sequence* victim = newest_holding_blocks_like(s);
-  if (victim->req.priority <= s->req.priority) return nullptr;
+  return victim->req.priority > s->req.priority ? victim : nullptr;
+}
+
+Sequence* Scheduler::preempt_for(const Sequence* s) {
+  Sequence* victim = lower_priority_victim(s);
+  if (!victim) return nullptr;
   preempt(victim);
   ++stats_.priority_preemptions;
   return victim;
@@ -129,10 +134,8 @@ std::vector<ScheduledSeq> Scheduler::schedule() {
   };
   for (size_t i = 0; i < waiting_.size() && budget > 0;) {
     Sequence* s = waiting_[i];
-    if (static_cast<int64_t>(running_.size()) >= cfg_.max_num_seqs) {
-      if (!make_room_for(s)) break;
-      continue;  // (the victim waits behind s)
-    }
+    const bool full = static_cast<int64_t>(running_.size()) >= cfg_.max_num_seqs;
+    if (full && !lower_priority_victim(s)) break;
     if (s->table.blocks.empty() && s->n_computed == 0) {
       const int64_t hit = blocks_.attach_prefix(s->table, s->tokens.data(), static_cast<int64_t>(s->tokens.size()));
       s->n_computed = hit;
@@ -144,6 +147,10 @@ std::vector<ScheduledSeq> Scheduler::schedule() {
         ++i;
         continue;
       }
+    }
+    if (full) {
+      make_room_for(s);
+      continue;  // (the victim waits behind s; s keeps its prefix hit)
     }
     const int64_t remaining = static_cast<int64_t>(s->tokens.size()) - s->n_computed;
     const int64_t n = std::min(remaining, budget);

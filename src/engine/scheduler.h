@@ -68,8 +68,9 @@ class Scheduler {
   Sequence* newest_holding_blocks_like(const Sequence* s) const;
   // Whether a runs before b: arrival order, or (priority policy) priority, then arrival.
   bool before(const Sequence* a, const Sequence* b) const;
-  // Priority policy: preempts a running sequence of a lower priority than s (of s's partition,
-  // the lowest and newest first) and returns it; nullptr when there is none.
+  // Priority policy: the running sequence of a lower priority than s that would make room for it
+  // (of s's partition, the lowest and newest first), or nullptr; preempt_for preempts it.
+  Sequence* lower_priority_victim(const Sequence* s) const;
   Sequence* preempt_for(const Sequence* s);
   // Whether a running sequence is still computing whole blocks of s's prompt past the `hit`
   // tokens s found cached.
