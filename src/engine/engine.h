@@ -170,11 +170,10 @@ class Engine {
     return s.sampler->penalties_off() && s.req.logprobs < 0 && !s.req.constraint && s.req.logit_bias.empty() && !holds_the_end(s);
   }
   // min_tokens: the sequence's next row may not end it yet.
-  static bool holds_the_end(const Sequence& s) { return s.n_generated() - s.n_draft < s.req.min_tokens;
-  }
+  static bool holds_the_end(const Sequence& s) { return s.n_generated() - s.n_draft < s.req.min_tokens; }
   // A sequence's logit rows as its sampler must see them: a copy with its logit_bias added, the
-  // ends min_tokens holds back masked, and its grammar's masks (row i of a draft check under the state draft[0..i) reaches), or `rows`
-  // itself when it has neither.
+  // ends min_tokens holds back masked, and its grammar's masks (row i of a draft check under the
+  // state draft[0..i) reaches), or `rows` itself when it has none of them.
   float* adjusted_rows(const Sequence& s, float* rows, int64_t n_rows, const int32_t* draft);
   void run_now(const std::vector<ScheduledSeq>& sched, std::vector<StepOutput>& out);
   void launch(const std::vector<ScheduledSeq>& sched);

@@ -171,10 +171,7 @@ std::optional<ApiError> parse_prompt(const nlohmann::json& b, bool chat, const T
       if (last["role"] != "assistant")
         return bad("continue_final_message", "'continue_final_message' needs the final message to be the assistant's, got role '" +
                                                  last["role"].get<std::string>() + "'");
-      if (last.contains("content") && last["content"].is_string()) final_text = last["content"].get<std::string>();
-      if (last.contains("content") && last["content"].is_array())
-        for (const auto& part : last["content"])
-          if (part.contains("text")) final_text += part["text"].get<std::string>();
+      if (last.contains("content")) final_text = chat_content_text(msgs.back()["content"]);
       if (final_text.empty()) return bad("continue_final_message", "'continue_final_message' needs the final message to have text");
     }
     std::string text;

@@ -77,18 +77,6 @@ std::string select_template(const ojson& field, const std::string& name, const s
   fail(where, ": no chat template named '", name, "' (available: ", names, ")");
 }
 
-std::string content_text(const ojson& content) {
-  if (content.is_string()) return content.get<std::string>();
-  if (content.is_null()) return {};
-  if (content.is_array()) {
-    std::string out;
-    for (const auto& part : content)
-      if (part.is_object() && part.contains("text") && part["text"].is_string()) out += part["text"].get<std::string>();
-    return out;
-  }
-  return content.dump();
-}
-
 ojson template_vars(const ojson& messages, bool add_generation_prompt, const ojson& special_tokens,
                     const ojson& extra_vars) {
   FP_CHECK(messages.is_array(), "chat messages must be a JSON array, got ", messages.type_name());
@@ -106,6 +94,18 @@ ojson template_vars(const ojson& messages, bool add_generation_prompt, const ojs
 }
 
 }  // namespace
+
+std::string chat_content_text(const ojson& content) {
+  if (content.is_string()) return content.get<std::string>();
+  if (content.is_null()) return {};
+  if (content.is_array()) {
+    std::string out;
+    for (const auto& part : content)
+      if (part.is_object() && part.contains("text") && part["text"].is_string()) out += part["text"].get<std::string>();
+    return out;
+  }
+  return content.dump();
+}
 
 ojson to_json(const std::vector<ChatMessage>& messages) {
   ojson out = ojson::array();
@@ -126,7 +126,7 @@ std::string render_plain_chat(const ojson& messages, bool add_generation_prompt)
   for (const auto& m : messages) {
     FP_CHECK(m.is_object(), "each chat message must be a JSON object");
     const std::string role = m.contains("role") && m["role"].is_string() ? m["role"].get<std::string>() : "user";
-    out += role + ": " + (m.contains("content") ? content_text(m["content"]) : std::string()) + "\n";
+    out += role + ": " + (m.contains("content") ? chat_content_text(m["content"]) : std::string()) + "\n";
   }
   if (add_generation_prompt) out += "assistant: ";
   return out;

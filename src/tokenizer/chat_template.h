@@ -47,6 +47,8 @@ std::string render_chat(const std::string& template_src, const nlohmann::ordered
 
 // The documented fallback for models without a template.
 std::string render_plain_chat(const nlohmann::ordered_json& messages, bool add_generation_prompt);
+// A message's content as text: a string, or its parts' texts joined (null: empty).
+std::string chat_content_text(const nlohmann::ordered_json& content);
 
 // A parsed chat template with the special tokens that go with it; parse once, render many.
 class ChatTemplate {
