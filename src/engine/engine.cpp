@@ -688,6 +688,7 @@ void Engine::take_scheduler_stats() {
   stats_.preemptions = scheduler_->stats().preemptions;
   stats_.prefix_waits = scheduler_->stats().prefix_waits;
   stats_.priority_preemptions = scheduler_->stats().priority_preemptions;
+  stats_.priority_reclaimed_chunks = scheduler_->stats().priority_reclaimed_chunks;
 }
 
 void Engine::abandon_launched() {

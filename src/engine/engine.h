@@ -106,6 +106,7 @@ struct EngineStats {
   int64_t preemptions = 0, finished = 0, cancelled = 0;
   int64_t prefix_waits = 0;          // admissions put off for a shared prompt being computed (scheduler.h)
   int64_t priority_preemptions = 0;  // of the preemptions: for a waiting request of a higher priority
+  int64_t priority_reclaimed_chunks = 0;  // lower-priority prompt chunks shrunk for a higher-priority arrival
   int64_t batched_tokens = 0;        // tokens through the model, all steps
   int64_t last_step_tokens = 0, last_step_seqs = 0;
   // Async scheduling: steps launched while the step before still ran, and steps that waited

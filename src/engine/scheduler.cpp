@@ -132,8 +132,39 @@ std::vector<ScheduledSeq> Scheduler::schedule() {
       }
     return true;
   };
-  for (size_t i = 0; i < waiting_.size() && budget > 0;) {
+  // Priority policy, chunked prefill: a waiting sequence may also take the step's tokens from
+  // the prompt chunks of running sequences of a lower priority placed above (shrunk, the lowest
+  // priority and newest first), so a long low-priority prefill does not delay a higher-priority
+  // arrival by a step. Those sequences compute the rest in later steps, as any chunked prompt.
+  auto lower_priority_chunk = [&](const ScheduledSeq& x, const Sequence* s) {
+    return x.seq->req.priority > s->req.priority && x.seq->n_draft == 0 && x.n_tokens > 1;
+  };
+  auto reclaimable_for = [&](const Sequence* s) {
+    int64_t n = 0;
+    if (cfg_.policy == SchedulingPolicy::Priority && cfg_.chunked_prefill)
+      for (const ScheduledSeq& x : out)
+        if (lower_priority_chunk(x, s)) n += x.n_tokens;
+    return n;
+  };
+  auto reclaim_for = [&](const Sequence* s, int64_t need) {
+    while (need > 0) {
+      ScheduledSeq* from = nullptr;
+      for (ScheduledSeq& x : out)
+        if (lower_priority_chunk(x, s) && (!from || before(from->seq, x.seq))) from = &x;
+      FP_CHECK(from != nullptr, "priority scheduling: ", need, " tokens of the step's budget could not be reclaimed");
+      const int64_t take = std::min(need, from->n_tokens);
+      from->n_tokens -= take;
+      from->samples = false;  // the chunk no longer reaches the end of the known tokens
+      budget += take;
+      need -= take;
+      ++stats_.priority_reclaimed_chunks;
+      if (from->n_tokens == 0) out.erase(out.begin() + (from - out.data()));
+    }
+  };
+  for (size_t i = 0; i < waiting_.size() && (budget > 0 || cfg_.policy == SchedulingPolicy::Priority);) {
     Sequence* s = waiting_[i];
+    const int64_t available = budget + reclaimable_for(s);
+    if (available <= 0) break;  // (the ones behind s have no higher priority)
     const bool full = static_cast<int64_t>(running_.size()) >= cfg_.max_num_seqs;
     if (full && !lower_priority_victim(s)) break;
     if (s->table.blocks.empty() && s->n_computed == 0) {
@@ -153,7 +184,7 @@ std::vector<ScheduledSeq> Scheduler::schedule() {
       continue;  // (the victim waits behind s; s keeps its prefix hit)
     }
     const int64_t remaining = static_cast<int64_t>(s->tokens.size()) - s->n_computed;
-    const int64_t n = std::min(remaining, budget);
+    const int64_t n = std::min(remaining, available);
     const bool fits_budget = cfg_.chunked_prefill || remaining <= budget;
     if (!fits_budget || !blocks_.ensure(s->table, s->n_computed, s->n_computed + n)) {
       // It does not fit this step: give back the prefix blocks (they stay cached) and wait.
@@ -162,6 +193,7 @@ std::vector<ScheduledSeq> Scheduler::schedule() {
       if (fits_budget && make_room_for(s)) continue;  // blocks freed: try again
       break;
     }
+    if (n > budget) reclaim_for(s, n - budget);
     waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(i));
     s->state = SeqState::Running;
     s->admitted_once = true;

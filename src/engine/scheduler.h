@@ -44,6 +44,9 @@ struct SchedulerStats {
   int64_t preemptions = 0;
   int64_t prefix_waits = 0;  // times a waiting sequence was passed over for a prefix being computed
   int64_t priority_preemptions = 0;  // of those preemptions: to admit a waiting sequence of a higher priority
+  // Prompt chunks of lower-priority running sequences shrunk (or put off) this step to give its
+  // tokens to a waiting sequence of a higher priority.
+  int64_t priority_reclaimed_chunks = 0;
 };
 
 class Scheduler {

@@ -199,15 +199,20 @@ struct ServingResult {
   int concurrency = 0;
   double seconds = 0, input_tps = 0, output_tps = 0, total_tps = 0, hit_rate = 0;
   double ttft_median_ms = 0, ttft_p95_ms = 0, tpot_median_ms = 0;
+  // --high-priority-every: the TTFT of the high-priority requests and of the others apart.
+  double ttft_high_median_ms = 0, ttft_high_p95_ms = 0, ttft_low_median_ms = 0, ttft_low_p95_ms = 0;
+  int64_t priority_preemptions = 0, priority_reclaimed_chunks = 0;
   int64_t preemptions = 0, steps = 0, steps_ahead = 0;
   bool prefix_caching = false;  // as the engine ran
   bool async_scheduling = false;
   SpeculativeStats speculative;
 };
 
-// A closed loop: `concurrency` requests in flight, a new one submitted as each finishes.
+// A closed loop: `concurrency` requests in flight, a new one submitted as each finishes. With
+// high_every = K > 0 every K-th request has priority 0 and the others 1 (what the engine does with
+// that depends on its --scheduling-policy).
 ServingResult serving_run(Model& model, const EngineConfig& ecfg, int requests, int input_len, int output_len,
-                          int concurrency, int shared_prefix, std::mt19937& rng) {
+                          int concurrency, int shared_prefix, int high_every, std::mt19937& rng) {
   const ModelConfig& cfg = model.config();
   std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(cfg.n_vocab - 1));
   std::vector<int32_t> prefix(static_cast<size_t>(shared_prefix));
@@ -221,8 +226,10 @@ ServingResult serving_run(Model& model, const EngineConfig& ecfg, int requests, 
   log_info(engine.capacity().describe());
   int submitted = 0, in_flight = 0;
   std::vector<int64_t> ids;
+  auto is_high = [&](size_t i) { return high_every > 0 && i % static_cast<size_t>(high_every) == static_cast<size_t>(high_every - 1); };
   auto submit = [&] {
     Request r;
+    r.priority = is_high(static_cast<size_t>(submitted)) ? 0 : 1;
     r.lora = model.n_loras() > 0 ? 1 + submitted % model.n_loras() : 0;  // --lora: cycling through the adapters
     r.prompt = prompts[static_cast<size_t>(submitted++)];
     r.max_new_tokens = output_len;
@@ -254,15 +261,22 @@ ServingResult serving_run(Model& model, const EngineConfig& ecfg, int requests, 
   r.prefix_caching = engine.config().prefix_caching;
   r.async_scheduling = engine.async_scheduling();
   r.speculative = st.speculative;
-  std::vector<double> ttft, tpot;
-  for (int64_t id : ids) {
-    const Sequence* s = engine.sequence(id);
+  r.priority_preemptions = st.priority_preemptions;
+  r.priority_reclaimed_chunks = st.priority_reclaimed_chunks;
+  std::vector<double> ttft, tpot, ttft_class[2];
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const Sequence* s = engine.sequence(ids[i]);
     ttft.push_back((s->t_first_token - s->t_arrival) * 1e3);
+    ttft_class[is_high(i) ? 0 : 1].push_back(ttft.back());
     if (s->n_generated() > 1) tpot.push_back((s->t_last_token - s->t_first_token) * 1e3 / static_cast<double>(s->n_generated() - 1));
   }
   r.ttft_median_ms = percentile(ttft, 50);
   r.ttft_p95_ms = percentile(ttft, 95);
   r.tpot_median_ms = percentile(tpot, 50);
+  r.ttft_high_median_ms = percentile(ttft_class[0], 50);
+  r.ttft_high_p95_ms = percentile(ttft_class[0], 95);
+  r.ttft_low_median_ms = percentile(ttft_class[1], 50);
+  r.ttft_low_p95_ms = percentile(ttft_class[1], 95);
   return r;
 }
 
@@ -280,16 +294,24 @@ void run_serving_bench(Model& model, const Opts& o) {
   j["input_len"] = o.input_len;
   j["output_len"] = o.output_len;
   j["shared_prefix_len"] = o.shared_prefix;
+  j["high_priority_every"] = o.high_priority_every;
+  j["scheduling_policy"] = ecfg.scheduler.policy == SchedulingPolicy::Priority ? "priority" : "fcfs";
   j["threads"] = thread_pool().size();
   std::vector<ServingResult> results;
   for (int c : o.concurrency) {
     std::mt19937 run_rng(rng());
-    results.push_back(serving_run(model, ecfg, o.requests, o.input_len, o.output_len, c, o.shared_prefix, run_rng));
+    results.push_back(
+        serving_run(model, ecfg, o.requests, o.input_len, o.output_len, c, o.shared_prefix, o.high_priority_every, run_rng));
     const ServingResult& r = results.back();
     j["runs"].push_back({{"concurrency", c}, {"seconds", r.seconds}, {"input_tps", r.input_tps}, {"output_tps", r.output_tps},
                          {"total_tps", r.total_tps}, {"prefix_hit_rate", r.hit_rate}, {"ttft_median_ms", r.ttft_median_ms},
                          {"ttft_p95_ms", r.ttft_p95_ms}, {"tpot_median_ms", r.tpot_median_ms}, {"preemptions", r.preemptions},
                          {"steps", r.steps}, {"steps_ahead", r.steps_ahead}});
+    if (o.high_priority_every > 0)
+      j["runs"].back()["priority"] = {{"ttft_high_median_ms", r.ttft_high_median_ms}, {"ttft_high_p95_ms", r.ttft_high_p95_ms},
+                                      {"ttft_low_median_ms", r.ttft_low_median_ms}, {"ttft_low_p95_ms", r.ttft_low_p95_ms},
+                                      {"priority_preemptions", r.priority_preemptions},
+                                      {"reclaimed_chunks", r.priority_reclaimed_chunks}};
     if (ecfg.speculative.enabled())
       j["runs"].back()["speculative"] = {{"drafts", r.speculative.drafts},
                                          {"draft_tokens", r.speculative.draft_tokens},
@@ -313,6 +335,16 @@ void run_serving_bench(Model& model, const Opts& o) {
     std::printf("%11d %9.2f %11.2f %11.2f %11.2f %8.1f%% %12.1f %12.1f %12.1f %8lld\n", r.concurrency, r.seconds, r.input_tps,
                 r.output_tps, r.total_tps, 100 * r.hit_rate, r.ttft_median_ms, r.ttft_p95_ms, r.tpot_median_ms,
                 static_cast<long long>(r.preemptions));
+  if (o.high_priority_every > 0) {
+    std::printf("every %d-th request priority 0, the others 1; scheduling policy %s\n", o.high_priority_every,
+                ecfg.scheduler.policy == SchedulingPolicy::Priority ? "priority" : "fcfs (priorities ignored)");
+    std::printf("%11s %14s %14s %14s %14s %9s %9s\n", "concurrency", "TTFT hi p50", "TTFT hi p95", "TTFT lo p50",
+                "TTFT lo p95", "preempt", "reclaim");
+    for (const ServingResult& r : results)
+      std::printf("%11d %14.1f %14.1f %14.1f %14.1f %9lld %9lld\n", r.concurrency, r.ttft_high_median_ms, r.ttft_high_p95_ms,
+                  r.ttft_low_median_ms, r.ttft_low_p95_ms, static_cast<long long>(r.priority_preemptions),
+                  static_cast<long long>(r.priority_reclaimed_chunks));
+  }
   if (ecfg.speculative.enabled()) {
     std::printf("%s\n", ecfg.speculative.describe().c_str());
     for (const ServingResult& r : results)
@@ -327,7 +359,7 @@ void add_bench(CLI::App& app) {
     int prompt = 512, gen = 128, reps = 3, warmup = 1;
     std::vector<int> batch;
     bool json = false, recalibrate = false, gemv_rates = false;
-    int requests = 0, input_len = 256, output_len = 128, shared_prefix = 0;
+    int requests = 0, input_len = 256, output_len = 128, shared_prefix = 0, high_priority_every = 0;
     std::vector<int> concurrency{1};
     EngineOptions engine;
   };
@@ -348,6 +380,10 @@ void add_bench(CLI::App& app) {
       ->delimiter(',')
       ->check(CLI::Range(1, 1 << 16));
   cmd->add_option("--shared-prefix-len", o->shared_prefix, "serving benchmark: leading prompt tokens all requests share")
+      ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("--high-priority-every", o->high_priority_every,
+                  "serving benchmark: every K-th request has priority 0, the others 1; TTFT reported per class "
+                  "(with --scheduling-policy priority the engine acts on it)")
       ->check(CLI::Range(0, 1 << 20));
   add_engine_options(cmd, o->engine);
   cmd->add_option("-r,--reps", o->reps, "timed repetitions (median reported)")->check(CLI::Range(1, 1000));
