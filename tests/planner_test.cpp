@@ -437,6 +437,20 @@ TEST(Planner, ReadsMixtralLocalExperts) {
   expect_rel(total, 46702792704.0 - 65.0 * 4096, "total");
 }
 
+// GraniteMoeShared's config.json: Mixtral's num_local_experts (as wide as intermediate_size) and
+// one shared expert of shared_intermediate_size on every layer.
+TEST(Planner, ReadsGraniteMoeSharedExpert) {
+  nlohmann::json j{{"architectures", {"GraniteMoeSharedForCausalLM"}}, {"hidden_size", 1536}, {"num_hidden_layers", 32},
+                   {"num_attention_heads", 24}, {"num_key_value_heads", 8}, {"vocab_size", 49160},
+                   {"intermediate_size", 512}, {"num_local_experts", 40}, {"num_experts_per_tok", 8},
+                   {"shared_intermediate_size", 1024}, {"tie_word_embeddings", true}};
+  const PlanModel m = plan_model_from_hf_config(j, "granitemoeshared.json", 2);
+  EXPECT_EQ(m.n_experts, 40);
+  EXPECT_EQ(m.n_moe_layers, 32);
+  expect_rel(m.expert_bytes, 3.0 * 1536 * 512 * 2, "expert");
+  expect_rel(m.shared_bytes, 32.0 * 3 * 1536 * 1024 * 2, "shared expert");
+}
+
 // Sliding-window layers keep and read at most `window` positions. Every layer windowed at w and
 // sequences much longer than w: each sequence holds w positions of every layer, so the free
 // memory over w positions' KV is how many fit; decode reads less KV per step. With the window at

@@ -392,7 +392,7 @@ std::vector<float> rope_pair_rows(const std::vector<float>& m, int64_t rows, int
 }
 
 bool gguf_permutes_qk(const std::string& arch) {
-  return arch == "llama" || arch == "mixtral" || arch == "granite" || arch == "smollm3";
+  return arch == "llama" || arch == "mixtral" || arch == "granite" || arch == "granitemoe" || arch == "smollm3";
 }
 
 LoraMatrices lora_share(LoraMatrices m, const LoraShare& share) {

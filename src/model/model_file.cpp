@@ -119,11 +119,12 @@ void load_gguf(ModelFile& m, const std::string& path) {
   const std::string a = c.arch + ".";
   // llama.cpp writes Mixtral as a llama with routed experts; ours is the GQA MoE class.
   if (c.arch == "llama" && g->get_uint(a + "expert_count", 0) > 0) c.arch = "mixtral";
-  FP_CHECK(c.arch == "llama" || c.arch == "mixtral" || c.arch == "qwen2moe" || c.arch == "glm4" || c.arch == "granite" || c.arch == "qwen2" || c.arch == "qwen3" || c.arch == "qwen3moe" || c.arch == "deepseek2" ||
+  FP_CHECK(c.arch == "llama" || c.arch == "mixtral" || c.arch == "qwen2moe" || c.arch == "glm4" || c.arch == "granite" ||
+               c.arch == "granitemoe" || c.arch == "qwen2" || c.arch == "qwen3" || c.arch == "qwen3moe" || c.arch == "deepseek2" ||
                c.arch == "glm4moe" || c.arch == "gpt-oss" || c.arch == "gemma2" || c.arch == "gemma3" || c.arch == "phi3" ||
                c.arch == "smollm3" || c.arch == "olmo2",
            path, ": general.architecture '", c.arch,
-           "' is not supported yet (supported: llama (Mixtral with experts), qwen2, qwen3, glm4, granite, qwen2moe, qwen3moe, deepseek2, glm4moe, gpt-oss, gemma2, gemma3, phi3, smollm3, "
+           "' is not supported yet (supported: llama (Mixtral with experts), qwen2, qwen3, glm4, granite, granitemoe, qwen2moe, qwen3moe, deepseek2, glm4moe, gpt-oss, gemma2, gemma3, phi3, smollm3, "
            "olmo2)");
   c.dim = static_cast<int64_t>(g->get_uint(a + "embedding_length"));
   c.n_layers = static_cast<int64_t>(g->get_uint(a + "block_count"));
@@ -156,8 +157,8 @@ void load_gguf(ModelFile& m, const std::string& path) {
   // llama.cpp's converters permute Llama q/k rows so that adjacent pairs rotate; Qwen keeps NeoX halves.
   // DeepSeek's GGUF keeps the checkpoint's interleaved (adjacent-pair) rotary layout.
   // GLM-4's checkpoints rotate adjacent pairs themselves (llama.cpp's rope type NORM, no permutation).
-  c.rope_style = c.arch == "llama" || c.arch == "mixtral" || c.arch == "granite" || c.arch == "deepseek2" || c.arch == "smollm3" ||
-                         c.arch == "glm4"
+  c.rope_style = c.arch == "llama" || c.arch == "mixtral" || c.arch == "granite" || c.arch == "granitemoe" ||
+                         c.arch == "deepseek2" || c.arch == "smollm3" || c.arch == "glm4"
                      ? RopeStyle::Adjacent
                      : RopeStyle::NeoX;
   std::string scaling = g->get_string(a + "rope.scaling.type", "none");
@@ -186,7 +187,7 @@ void load_gguf(ModelFile& m, const std::string& path) {
   c.qkv_bias = c.arch == "qwen2" || c.arch == "qwen2moe";
   c.qk_norm = c.arch == "qwen3" || c.arch == "qwen3moe";
   if (c.arch == "qwen3moe" || c.arch == "qwen2moe" || c.arch == "mixtral" || c.arch == "deepseek2" || c.arch == "glm4moe" ||
-      c.arch == "gpt-oss") {
+      c.arch == "gpt-oss" || c.arch == "granitemoe") {
     MoeConfig& e = c.moe;
     e.n_experts = static_cast<int64_t>(g->get_uint(a + "expert_count", 0));
     e.n_used = static_cast<int64_t>(g->get_uint(a + "expert_used_count", 0));
@@ -194,12 +195,17 @@ void load_gguf(ModelFile& m, const std::string& path) {
     e.n_shared = static_cast<int64_t>(g->get_uint(a + "expert_shared_count", 0));
     e.first_dense = static_cast<int64_t>(g->get_uint(a + "leading_dense_block_count", 0));
     // llama.cpp normalises Qwen3-MoE's top-k weights unconditionally; DeepSeek says so per file.
-    e.norm_topk = g->get_bool(a + "expert_weights_norm", c.arch == "qwen3moe" || c.arch == "gpt-oss" || c.arch == "mixtral");
-    if (c.arch == "mixtral") e.ff = static_cast<int64_t>(g->get_uint(a + "expert_feed_forward_length", static_cast<uint64_t>(c.hidden_dim)));
+    e.norm_topk = g->get_bool(a + "expert_weights_norm", c.arch == "qwen3moe" || c.arch == "gpt-oss" || c.arch == "mixtral" ||
+                                                             c.arch == "granitemoe");
+    if (c.arch == "mixtral" || c.arch == "granitemoe") e.ff = static_cast<int64_t>(g->get_uint(a + "expert_feed_forward_length", static_cast<uint64_t>(c.hidden_dim)));
     if (c.arch == "qwen2moe") {  // Qwen1.5-MoE / Qwen2-MoE: one shared expert of its own width, behind a sigmoid gate
       e.shared_ff = static_cast<int64_t>(g->get_uint(a + "expert_shared_feed_forward_length", 0));
       e.n_shared = e.shared_ff > 0 ? 1 : 0;
       e.shared_gate = true;
+    }
+    if (c.arch == "granitemoe") {  // GraniteMoeShared: one ungated shared expert of its own width
+      e.shared_ff = static_cast<int64_t>(g->get_uint(a + "expert_shared_feed_forward_length", 0));
+      e.n_shared = e.shared_ff > 0 ? 1 : 0;
     }
     e.scale = static_cast<float>(g->get_float(a + "expert_weights_scale", 1.0));
     const uint64_t gating = g->get_uint(a + "expert_gating_func", 1);
@@ -265,14 +271,17 @@ void load_gguf(ModelFile& m, const std::string& path) {
     c.sliding_window = static_cast<int64_t>(g->get_uint(a + "attention.sliding_window", 0));
     c.swa_layers.assign(static_cast<size_t>(c.sliding_window > 0 ? c.n_layers : 0), true);
   }
-  if (c.arch == "granite") {
+  if (c.arch == "granite" || c.arch == "granitemoe") {
     // Granite 3.x: llama.cpp's keys for its multipliers; RoPE unless rope.scaling.finetuned says
     // false (llama.cpp's switch); no biases here.
     c.embed_scale = static_cast<float>(g->get_float(a + "embedding_scale", 1.0));
     c.residual_scale = static_cast<float>(g->get_float(a + "residual_scale", 1.0));
     c.attn_scale = static_cast<float>(g->get_float(a + "attention.scale", 0.0));
     c.logit_scale = static_cast<float>(g->get_float(a + "logit_scale", 1.0));
-    if (!g->get_bool(a + "rope.scaling.finetuned", true)) c.nope_layers.assign(static_cast<size_t>(c.n_layers), true);
+    if (!g->get_bool(a + "rope.scaling.finetuned", true)) {
+      FP_CHECK(c.arch == "granite", path, ": ", a, "rope.scaling.finetuned false (no RoPE) is not supported for ", c.arch);
+      c.nope_layers.assign(static_cast<size_t>(c.n_layers), true);
+    }
     for (const char* b : {"blk.0.attn_q.bias", "blk.0.attn_output.bias", "blk.0.ffn_up.bias"})
       FP_CHECK(!m.find(b), path, ": tensor '", b, "': biases on Granite's projections are not supported");
   }
@@ -382,10 +391,16 @@ double json_num(const nlohmann::json& j, const std::string& key, const std::stri
 void load_hf_moe(ModelConfig& c, const nlohmann::json& j, const std::string& cfg_path, const std::string& arch_cls) {
   MoeConfig& e = c.moe;
   e.n_used = json_int(j, "num_experts_per_tok", cfg_path);
-  if (c.arch == "mixtral") {  // softmax over every expert, the top k renormalised; experts as wide as intermediate_size
+  if (c.arch == "mixtral" || c.arch == "granitemoe") {
+    // Softmax over every expert, the top k renormalised (GraniteMoe: a softmax over the top-k
+    // logits, the same); experts as wide as intermediate_size.
     e.n_experts = json_int(j, "num_local_experts", cfg_path);
     e.ff = c.hidden_dim;
     e.norm_topk = true;
+    if (c.arch == "granitemoe") {  // GraniteMoeShared: one ungated shared expert (shared_mlp) of its own width
+      e.shared_ff = json_int(j, "shared_intermediate_size", cfg_path, 0);
+      e.n_shared = e.shared_ff > 0 ? 1 : 0;
+    }
     return;
   }
   e.ff = json_int(j, "moe_intermediate_size", cfg_path);
@@ -700,6 +715,45 @@ void read_partial_rotary(ModelConfig& c, const nlohmann::json& j, const nlohmann
   c.rot_dim = static_cast<int64_t>(static_cast<double>(c.head_dim) * factor);
 }
 
+// GraniteMoe's checkpoints keep each layer's experts as two stacks (tensor_names.cpp):
+// input_linear [E, 2 ff, dim], each expert's gate rows then its up rows, and output_linear
+// [E, dim, ff]; GraniteMoeShared's shared_mlp the same without the expert axis. Each part becomes
+// a view of its rows (expert e's gate and up a tensor of its own), so the MoE layers read them
+// as Mixtral's.
+void split_granite_moe_experts(ModelFile& m) {
+  const ModelConfig& c = m.config;
+  const int64_t E = c.moe.n_experts, ff = c.moe.ff, dim = c.dim, sh = c.moe.shared_ff;
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    const std::string fused = p + "ffn_gate_up_exps.weight";
+    const Tensor* gu = m.find(fused);
+    FP_CHECK(gu, m.path, ": missing tensor 'model.layers.", l, ".block_sparse_moe.input_linear.weight' (GraniteMoe experts)");
+    FP_CHECK(gu->ndim == 3 && gu->dim(0) == E && gu->dim(1) == 2 * ff && gu->dim(2) == dim && !gu->block_scale, m.path,
+             ": 'model.layers.", l, ".block_sparse_moe.input_linear.weight' has shape ", gu->shape_str(), ", expected [", E, ", ",
+             2 * ff, ", ", dim, "] (num_local_experts, 2 x intermediate_size, hidden_size)");
+    const Tensor whole = *gu;
+    const int64_t rb = row_bytes(whole.dtype, dim);
+    for (int64_t e = 0; e < E; ++e) {
+      const auto* base = static_cast<const uint8_t*>(whole.data) + e * 2 * ff * rb;
+      m.tensors[p + "ffn_gate_exps." + std::to_string(e) + ".weight"] = Tensor::view(base, whole.dtype, {ff, dim});
+      m.tensors[p + "ffn_up_exps." + std::to_string(e) + ".weight"] = Tensor::view(base + ff * rb, whole.dtype, {ff, dim});
+    }
+    m.tensors.erase(fused);
+    const std::string shared = p + "ffn_gate_up_shexp.weight";
+    const Tensor* sgu = m.find(shared);
+    FP_CHECK((sgu != nullptr) == (sh > 0), m.path, ": layer ", l, (sh > 0 ? " has no" : " has a"),
+             " shared_mlp.input_linear, but shared_intermediate_size is ", sh);
+    if (!sgu) continue;
+    FP_CHECK(sgu->ndim == 2 && sgu->dim(0) == 2 * sh && sgu->dim(1) == dim && !sgu->block_scale, m.path, ": 'model.layers.", l,
+             ".shared_mlp.input_linear.weight' has shape ", sgu->shape_str(), ", expected [", 2 * sh, ", ", dim,
+             "] (2 x shared_intermediate_size, hidden_size)");
+    const Tensor s2 = *sgu;
+    m.tensors[p + "ffn_gate_shexp.weight"] = Tensor::view(s2.row_ptr(0), s2.dtype, {sh, dim});
+    m.tensors[p + "ffn_up_shexp.weight"] = Tensor::view(s2.row_ptr(sh), s2.dtype, {sh, dim});
+    m.tensors.erase(shared);
+  }
+}
+
 void load_hf(ModelFile& m, const std::string& dir) {
   std::string cfg_path = dir + "/config.json";
   std::ifstream in(cfg_path);
@@ -728,11 +782,12 @@ void load_hf(ModelFile& m, const std::string& dir) {
   else if (arch_cls == "Phi3ForCausalLM") c.arch = "phi3";
   else if (arch_cls == "Glm4ForCausalLM") c.arch = "glm4";
   else if (arch_cls == "GraniteForCausalLM") c.arch = "granite";
+  else if (arch_cls == "GraniteMoeForCausalLM" || arch_cls == "GraniteMoeSharedForCausalLM") c.arch = "granitemoe";
   else if (arch_cls == "SmolLM3ForCausalLM") c.arch = "smollm3";
   else if (arch_cls == "Olmo2ForCausalLM") c.arch = "olmo2";
   else if (arch_cls == "Gemma3ForCausalLM" || arch_cls == "Gemma3ForConditionalGeneration") c.arch = "gemma3";
   else fail(cfg_path, ": architectures[0] '", arch_cls, "' is not supported yet (LlamaForCausalLM, Qwen2ForCausalLM, ",
-            "Qwen3ForCausalLM, Glm4ForCausalLM, GraniteForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, MixtralForCausalLM, DeepseekV3ForCausalLM, DeepseekV2ForCausalLM, Glm4MoeForCausalLM, ",
+            "Qwen3ForCausalLM, Glm4ForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, MixtralForCausalLM, DeepseekV3ForCausalLM, DeepseekV2ForCausalLM, Glm4MoeForCausalLM, ",
             "GptOssForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration, Phi3ForCausalLM, ",
             "SmolLM3ForCausalLM, Olmo2ForCausalLM, Mistral3ForConditionalGeneration)");
   const bool gemma = c.arch == "gemma2" || c.arch == "gemma3";
@@ -764,7 +819,8 @@ void load_hf(ModelFile& m, const std::string& dir) {
   c.tied_output = json_bool(j, "tie_word_embeddings", cfg_path, false);
   c.qkv_bias = c.arch == "qwen2" || c.arch == "qwen2moe" || json_bool(j, "attention_bias", cfg_path, false);
   c.qk_norm = c.arch == "qwen3" || c.arch == "qwen3moe" || (c.arch == "glm4moe" && json_bool(j, "use_qk_norm", cfg_path, false));
-  if (c.arch == "qwen3moe" || c.arch == "qwen2moe" || c.arch == "mixtral" || c.arch == "deepseek2" || c.arch == "glm4moe")
+  if (c.arch == "qwen3moe" || c.arch == "qwen2moe" || c.arch == "mixtral" || c.arch == "deepseek2" || c.arch == "glm4moe" ||
+      c.arch == "granitemoe")
     load_hf_moe(c, j, cfg_path, arch_cls);
   if (c.arch == "gpt-oss") load_hf_gpt_oss(c, j, cfg_path);
   // The RoPE scaling object, or null: rope_scaling, or transformers v5's rope_parameters.
@@ -846,9 +902,9 @@ void load_hf(ModelFile& m, const std::string& dir) {
     // GLM rotates the first partial_rotary_factor of each head (NeoX halves of that part).
     read_partial_rotary(c, j, rs, cfg_path, 0.5);
   }
-  if (c.arch == "granite") {
+  if (c.arch == "granite" || c.arch == "granitemoe") {
     // Granite 3.x: Llama with four multipliers (embeddings, sublayer outputs, attention scores,
-    // logits divided); no biases here.
+    // logits divided); no biases here. GraniteMoe: the same, with Mixtral's experts.
     for (const char* k : {"attention_bias", "mlp_bias"})
       FP_CHECK(!json_bool(j, k, cfg_path, false), cfg_path, ": ", k, " (biases on Granite's projections) is not supported");
     c.embed_scale = static_cast<float>(json_num(j, "embedding_multiplier", cfg_path, 1.0));
@@ -942,6 +998,7 @@ void load_hf(ModelFile& m, const std::string& dir) {
              "' has no weight_scale_inv (128x128 block scales); the checkpoint is incomplete");
   if (!m.find("output.weight")) c.tied_output = true;
   if (c.arch == "gpt-oss") split_gpt_oss_experts(m);
+  if (c.arch == "granitemoe") split_granite_moe_experts(m);
   if (file_exists(dir + "/tokenizer.json")) m.tokenizer = Tokenizer::from_hf_json(dir + "/tokenizer.json");
   m.notes.push_back("safetensors: " + std::to_string(set->files().size()) + " file(s), " + std::to_string(set->all().size()) + " tensors");
 }

@@ -113,9 +113,17 @@ class Qwen3MoeModel : public Model {
     WeightRepacker rp(mf);
     embed_ = &mf.get("token_embd.weight", {c.n_vocab, c.dim});
     output_norm_ = load_vec_f32(mf, "output_norm.weight", c.dim);
+    if (c.logit_scale != 1.0f) {  // GraniteMoe: logits / logit_scale, folded into the output norm's weights
+      float* scaled = mf.own_f32(static_cast<size_t>(c.dim));
+      for (int64_t i = 0; i < c.dim; ++i) scaled[i] = output_norm_[i] / c.logit_scale;
+      output_norm_ = scaled;
+    }
+    FP_CHECK(c.residual_scale == 1.0f || c.residual_folded, mf.path, ": the residual multiplier was not folded (config.h)");
+    FP_CHECK(c.nope_layers.empty(), mf.path, ": ", c.arch, " layers without RoPE are not supported here");
     // Split by vocabulary rows across the ranks the weights are split over (model/vocab_parallel.h).
     const Tensor* output = c.tied_output ? embed_ : &mf.get("output.weight", {c.n_vocab, c.dim});
     output_.init(output, ranks > 1 ? tp_.get() : nullptr, shards_, mf.path, device());
+    output_.hidden_scale = c.logit_scale;  // the hidden rows without the 1 / logit_scale the output norm carries
     output_head_ = &output_;
     // Layer l's weights (l = n_layers: the multi-token-prediction layer's decoder layer).
     auto load_layer = [&](int64_t l) {
@@ -262,7 +270,7 @@ class Qwen3MoeModel : public Model {
     // A context-parallel step runs the whole layers and sums nothing across the ranks.
     const std::vector<Qwen3MoeLayer>& layers = cp && !whole_layers_.empty() ? whole_layers_ : layers_;
     const bool sum_ffn = ffn_split_ && !cp;
-    dispatch(EmbeddingArgs{embed_, run.tokens.data(), n, x_.data()});
+    dispatch(EmbeddingArgs{embed_, run.tokens.data(), n, x_.data(), c.embed_scale});
     for (size_t l = 0; l < layers.size(); ++l) {
       const Qwen3MoeLayer& L = layers[l];
       const auto layer = static_cast<int64_t>(l);
@@ -330,7 +338,7 @@ class Qwen3MoeModel : public Model {
     att.n_kv_heads = hd.KH;
     att.head_dim = att.v_dim = c.head_dim;
     att.k_stride = att.v_stride = pool.layout().k_width;
-    att.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    att.scale = c.attention_scale();
     att.out = out;
     return att;
   }
@@ -439,7 +447,7 @@ class Qwen3MoeModel : public Model {
     float* logit_h = on_device ? act_.f32(9, rows * c.dim) : nullptr;
     auto step = [&] {
       for (MicroBatch& m : mb) m.sum.reset();  // a recording abandoned midway may have left one in flight
-      for (MicroBatch& m : mb) dispatch(EmbeddingArgs{embed_, m.staged.tokens, m.r.n, m.r.x});
+      for (MicroBatch& m : mb) dispatch(EmbeddingArgs{embed_, m.staged.tokens, m.r.n, m.r.x, c.embed_scale});
       for (size_t l = 0; l < layers_.size(); ++l) {
         const Qwen3MoeLayer& L = layers_[l];
         for (MicroBatch& m : mb) {
@@ -508,7 +516,7 @@ class Qwen3MoeModel : public Model {
     float* out_logits = act_.f32(8, rows * c.n_vocab);
     float* logit_h = act_.f32(9, rows * c.dim);
     auto step = [&] {
-      dispatch(EmbeddingArgs{embed_, sb.tokens, n, r.x});
+      dispatch(EmbeddingArgs{embed_, sb.tokens, n, r.x, c.embed_scale});
       for (size_t l = 0; l < layers.size(); ++l) {
         const Qwen3MoeLayer& L = layers[l];
         attention(L, static_cast<int64_t>(l), hd, r, sb.positions, KvTables{sb.slots, sb.page_ids}, att, pool, cp);
@@ -608,6 +616,7 @@ const bool glm4_moe_registered = register_sharded_architecture("glm4moe", make_g
 const bool mixtral_registered = register_sharded_architecture("mixtral", make_gqa_moe, true);
 // Qwen2-MoE: on the CPU (the CUDA expert kernel does not take its shared expert's sigmoid gate yet).
 const bool qwen2_moe_registered = register_sharded_architecture("qwen2moe", make_gqa_moe, false);
+const bool granite_moe_registered = register_sharded_architecture("granitemoe", make_gqa_moe, false);
 // gpt-oss: on the CPU (its sinks, windows and expert biases are not on a device yet; build_model
 // says so), on one rank or split (experts partitioned; attention heads split or replicated).
 const bool gpt_oss_registered = register_sharded_architecture("gpt-oss", make_gqa_moe, false);

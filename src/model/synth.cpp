@@ -54,6 +54,7 @@ std::string canonical_arch(const std::string& arch) {
   if (arch == "qwen3_moe" || arch == "qwen3moe") return "qwen3moe";
   if (arch == "qwen2_moe" || arch == "qwen2moe") return "qwen2moe";
   if (arch == "mixtral") return "mixtral";
+  if (arch == "granitemoe" || arch == "granitemoeshared") return "granitemoe";
   if (arch == "deepseek_v3" || arch == "deepseek_v2") return "deepseek2";
   if (arch == "glm4_moe" || arch == "glm4moe") return "glm4moe";
   if (arch == "gpt_oss" || arch == "gpt-oss") return "gpt-oss";
@@ -62,7 +63,7 @@ std::string canonical_arch(const std::string& arch) {
   FP_CHECK(arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "gemma2" || arch == "phi3" || arch == "smollm3" ||
                arch == "olmo2" || arch == "glm4" || arch == "granite",
            "synth: --arch '", arch,
-           "' is not one of llama, mistral, qwen2, qwen3, phi3, smollm3, olmo2, glm4, granite, qwen2_moe, qwen3_moe, mixtral, deepseek_v2, deepseek_v3, glm4_moe, gpt_oss, gemma2, gemma3");
+           "' is not one of llama, mistral, qwen2, qwen3, phi3, smollm3, olmo2, glm4, granite, granitemoe, granitemoeshared, qwen2_moe, qwen3_moe, mixtral, deepseek_v2, deepseek_v3, glm4_moe, gpt_oss, gemma2, gemma3");
   return arch;
 }
 
@@ -81,6 +82,14 @@ void synth_moe_config(ModelConfig& c, const std::string& arch_in, const nlohmann
     e.n_experts = geti("num_local_experts", 4);
     e.ff = c.hidden_dim;
     e.norm_topk = true;
+    return;
+  }
+  if (c.arch == "granitemoe") {  // Mixtral's routing and experts; GraniteMoeShared: one ungated shared expert
+    e.n_experts = geti("num_local_experts", 4);
+    e.ff = c.hidden_dim;
+    e.norm_topk = true;
+    e.shared_ff = getz("shared_intermediate_size", arch_in == "granitemoeshared" ? 2 * c.hidden_dim : 0);
+    e.n_shared = e.shared_ff > 0 ? 1 : 0;
     return;
   }
   if (c.arch == "qwen2moe") {  // one shared expert of its own width behind a sigmoid gate
@@ -194,7 +203,7 @@ ModelConfig config_from_json(const std::string& arch_in, const nlohmann::json& j
     c.sliding_window = j.contains("sliding_window") && !j["sliding_window"].is_null() ? j["sliding_window"].get<int64_t>() : 0;
     c.swa_layers.assign(static_cast<size_t>(c.sliding_window > 0 ? c.n_layers : 0), true);
   }
-  if (arch == "granite") {  // GraniteConfig's multipliers (kept as the file says; the loaders fold the residual one)
+  if (arch == "granite" || arch == "granitemoe") {  // GraniteConfig's multipliers (kept as the file says; the loaders fold the residual one)
     c.embed_scale = j.value("embedding_multiplier", 1.0f);
     c.residual_scale = j.value("residual_multiplier", 1.0f);
     c.attn_scale = j.value("attention_multiplier", 1.0f);
@@ -238,7 +247,8 @@ ModelConfig config_from_json(const std::string& arch_in, const nlohmann::json& j
                  (c.rope_scaling.type == "yarn" && (arch == "deepseek2" || arch == "gpt-oss")),
              "synth: rope_scaling type '", c.rope_scaling.type, "' is not supported (linear, llama3; yarn for deepseek, gpt-oss)");
   }
-  if (arch == "qwen3moe" || arch == "qwen2moe" || arch == "mixtral" || arch == "deepseek2" || arch == "glm4moe" || arch == "gpt-oss")
+  if (arch == "qwen3moe" || arch == "qwen2moe" || arch == "mixtral" || arch == "deepseek2" || arch == "glm4moe" || arch == "gpt-oss" ||
+      arch == "granitemoe")
     synth_moe_config(c, arch_in, j, geti);
   if (arch == "gemma2" || arch == "gemma3") {  // Gemma2Config's / Gemma3TextConfig's keys (model_file.cpp, load_hf_gemma)
     const bool gemma2 = arch == "gemma2";
@@ -338,6 +348,13 @@ std::map<std::string, HfTensor> make_weights(const ModelConfig& c, uint64_t seed
       }
       return;
     }
+    if (c.arch == "granitemoe") {  // canonical per-expert tensors; the writers stack them as each format does
+      mat(p + "block_sparse_moe.router.layer.weight", c.moe.n_experts, c.dim);
+      w[p + "block_sparse_moe.router.layer.weight"].matrix = false;
+      for (int64_t e = 0; e < c.moe.n_experts; ++e) ffn(p + "mlp.experts." + std::to_string(e) + ".", c.moe.ff);
+      if (c.moe.n_shared > 0) ffn(p + "mlp.shared_experts.", c.moe.shared_width());
+      return;
+    }
     mat(p + "mlp.gate.weight", c.moe.n_experts, c.dim);
     w[p + "mlp.gate.weight"].matrix = false;  // routers stay in full precision
     if (c.moe.has_bias) vec(p + "mlp.gate.e_score_correction_bias", c.moe.n_experts, 0.0f, 0.1f);
@@ -417,7 +434,9 @@ std::map<std::string, HfTensor> make_weights(const ModelConfig& c, uint64_t seed
       mat(p + "self_attn.v_proj.weight", kv, c.dim);
     }
     mat(p + "self_attn.o_proj.weight", c.dim, q);
-    if ((c.arch == "qwen3moe" || c.arch == "qwen2moe" || c.arch == "mixtral" || c.arch == "glm4moe") && c.moe.is_moe_layer(l)) moe(p);
+    if ((c.arch == "qwen3moe" || c.arch == "qwen2moe" || c.arch == "mixtral" || c.arch == "glm4moe" || c.arch == "granitemoe") &&
+        c.moe.is_moe_layer(l))
+      moe(p);
     else if (c.arch != "gpt-oss" && c.arch != "phi3" && c.arch != "glm4") ffn(p + "mlp.", c.hidden_dim);
     if (c.qkv_bias) {
       vec(p + "self_attn.q_proj.bias", q, 0.0f, 0.1f);
@@ -621,6 +640,34 @@ void add_gpt_oss_experts(SafetensorsWriter& st, const std::map<std::string, HfTe
   }
 }
 
+// GraniteMoe's checkpoint layout of the experts: per layer block_sparse_moe.input_linear
+// [E, 2 ff, dim] (each expert's gate rows, then its up rows) and output_linear [E, dim, ff];
+// GraniteMoeShared's shared_mlp.input_linear [2 sh, dim] and output_linear [dim, sh].
+void add_granite_moe_experts(SafetensorsWriter& st, const std::map<std::string, HfTensor>& w, const ModelConfig& c, DType type) {
+  FP_CHECK(type == DType::F32 || type == DType::F16 || type == DType::BF16, "synth: GraniteMoe checkpoints here are F32, F16 or BF16, not ",
+           dtype_name(type));
+  const int64_t E = c.moe.n_experts, ff = c.moe.ff, dim = c.dim;
+  auto get = [&](const std::string& n) -> const std::vector<float>& { return w.at(n).data; };
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    std::vector<float> in, out;
+    for (int64_t e = 0; e < E; ++e) {
+      const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
+      for (const char* k : {"gate_proj.weight", "up_proj.weight"}) in.insert(in.end(), get(x + k).begin(), get(x + k).end());
+      out.insert(out.end(), get(x + "down_proj.weight").begin(), get(x + "down_proj.weight").end());
+    }
+    st.add(p + "block_sparse_moe.input_linear.weight", type, {E, 2 * ff, dim}, encode_rows(type, in.data(), E * 2 * ff, dim));
+    st.add(p + "block_sparse_moe.output_linear.weight", type, {E, dim, ff}, encode_rows(type, out.data(), E * dim, ff));
+    if (c.moe.n_shared == 0) continue;
+    const int64_t sh = c.moe.shared_width();
+    const std::string x = p + "mlp.shared_experts.";
+    std::vector<float> sin = get(x + "gate_proj.weight");
+    sin.insert(sin.end(), get(x + "up_proj.weight").begin(), get(x + "up_proj.weight").end());
+    st.add(p + "shared_mlp.input_linear.weight", type, {2 * sh, dim}, encode_rows(type, sin.data(), 2 * sh, dim));
+    st.add(p + "shared_mlp.output_linear.weight", type, {dim, sh}, encode_rows(type, get(x + "down_proj.weight").data(), dim, sh));
+  }
+}
+
 // config.json of a gpt-oss model (transformers' GptOssConfig keys; rope_parameters always
 // written, since transformers' default is YaRN x32).
 void hf_gpt_oss_config(nlohmann::json& cfg, const ModelConfig& c, DType type) {
@@ -697,6 +744,11 @@ void add_moe_metadata(GgufWriter& g, const ModelConfig& c) {
   }
   if (c.arch == "qwen2moe") {
     g.set_u32(a + "expert_shared_feed_forward_length", static_cast<uint32_t>(e.shared_width()));
+    return;
+  }
+  if (c.arch == "granitemoe") {  // llama.cpp's GraniteMoe: softmax, top k renormalised; the shared expert's width
+    FP_CHECK(e.norm_topk, "synth: GraniteMoe renormalises its top-k weights");
+    if (e.n_shared > 0) g.set_u32(a + "expert_shared_feed_forward_length", static_cast<uint32_t>(e.shared_width()));
     return;
   }
   if (c.arch == "gpt-oss") {
@@ -985,7 +1037,7 @@ std::string synth_model(const SynthOptions& o) {
     g.set_u32(a + "attention.value_length", static_cast<uint32_t>(c.v_head_dim));
     if (c.moe.n_experts > 0) add_moe_metadata(g, c);
     if (c.arch == "gemma2" || c.arch == "gemma3") add_gemma_metadata(g, c);
-    if (c.arch == "granite") {  // llama.cpp's keys for Granite's multipliers
+    if (c.arch == "granite" || c.arch == "granitemoe") {  // llama.cpp's keys for Granite's multipliers
       g.set_f32(a + "embedding_scale", c.embed_scale);
       g.set_f32(a + "residual_scale", c.residual_scale);
       g.set_f32(a + "attention.scale", c.attn_scale);
@@ -1064,8 +1116,10 @@ std::string synth_model(const SynthOptions& o) {
     std::filesystem::create_directories(o.out);
     SafetensorsWriter st;
     if (c.arch == "gpt-oss") add_gpt_oss_experts(st, w, c, o.type);
+    if (c.arch == "granitemoe") add_granite_moe_experts(st, w, c, o.type);
     for (auto& [name, t] : w) {
-      if (c.arch == "gpt-oss" && name.find(".mlp.experts.") != std::string::npos) continue;  // stacked above
+      if ((c.arch == "gpt-oss" || c.arch == "granitemoe") && name.find(".mlp.experts.") != std::string::npos) continue;  // stacked above
+      if (c.arch == "granitemoe" && name.find(".mlp.shared_experts.") != std::string::npos) continue;
       int64_t rows = t.shape.size() > 1 ? t.shape[0] : 1, cols = t.shape.back();
       if (o.type == DType::F8_E4M3 && t.matrix && name != "model.embed_tokens.weight") {
         // DeepSeek-V3 layout: E4M3 weights with one f32 scale_inv per 128x128 block (amax / 448).
@@ -1118,9 +1172,15 @@ std::string synth_model(const SynthOptions& o) {
     cfg["torch_dtype"] = o.type == DType::BF16 ? "bfloat16" : o.type == DType::F16 ? "float16" : "float32";
     if (c.arch == "gpt-oss") hf_gpt_oss_config(cfg, c, o.type);
     else if (c.arch == "gemma2" || c.arch == "gemma3") hf_gemma_config(cfg, c);
-    else if (c.arch == "granite") {
-      cfg["architectures"] = {"GraniteForCausalLM"};
-      cfg["model_type"] = "granite";
+    else if (c.arch == "granite" || c.arch == "granitemoe") {
+      const bool moe = c.arch == "granitemoe", shared = moe && c.moe.n_shared > 0;
+      cfg["architectures"] = {!moe ? "GraniteForCausalLM" : shared ? "GraniteMoeSharedForCausalLM" : "GraniteMoeForCausalLM"};
+      cfg["model_type"] = !moe ? "granite" : shared ? "granitemoeshared" : "granitemoe";
+      if (moe) {
+        cfg["num_local_experts"] = c.moe.n_experts;
+        cfg["num_experts_per_tok"] = c.moe.n_used;
+        if (shared) cfg["shared_intermediate_size"] = c.moe.shared_width();
+      }
       cfg["embedding_multiplier"] = c.embed_scale;
       cfg["residual_multiplier"] = c.residual_scale;
       cfg["attention_multiplier"] = c.attn_scale;

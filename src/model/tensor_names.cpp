@@ -39,6 +39,13 @@ std::string canonical_base(const std::string& hf) {
       {"mlp.shared_expert_gate.weight", "ffn_gate_inp_shexp.weight"},
       // Mixtral: its router (the experts' w1 / w3 / w2 below)
       {"block_sparse_moe.gate.weight", "ffn_gate_inp.weight"},
+      // GraniteMoe: its router; the experts' gate and up in one stack, split at load
+      // (model_file.cpp); GraniteMoeShared's shared expert the same
+      {"block_sparse_moe.router.layer.weight", "ffn_gate_inp.weight"},
+      {"block_sparse_moe.input_linear.weight", "ffn_gate_up_exps.weight"},
+      {"block_sparse_moe.output_linear.weight", "ffn_down_exps.weight"},
+      {"shared_mlp.input_linear.weight", "ffn_gate_up_shexp.weight"},
+      {"shared_mlp.output_linear.weight", "ffn_down_shexp.weight"},
       // MLA (DeepSeek-V2/V3)
       {"self_attn.q_a_proj.weight", "attn_q_a.weight"}, {"self_attn.q_a_layernorm.weight", "attn_q_a_norm.weight"},
       {"self_attn.q_b_proj.weight", "attn_q_b.weight"}, {"self_attn.kv_a_proj_with_mqa.weight", "attn_kv_a_mqa.weight"},

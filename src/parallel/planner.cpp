@@ -170,6 +170,7 @@ PlanModel plan_model_from_hf_config(const nlohmann::json& j, const std::string& 
     moe_ff = local_experts && !j.contains("moe_intermediate_size") ? get("intermediate_size") : get("moe_intermediate_size");
     shared_ff = opt("n_shared_experts", 0) * moe_ff;
     if (j.contains("shared_expert_intermediate_size")) shared_ff = opt("shared_expert_intermediate_size", 0);  // qwen2_moe
+    if (j.contains("shared_intermediate_size")) shared_ff = opt("shared_intermediate_size", 0);  // granitemoeshared
     first_dense = opt("first_k_dense_replace", 0);
     step = j.contains("decoder_sparse_step") ? get("decoder_sparse_step") : 1;
     if (j.contains("mlp_only_layers")) {
