@@ -16,6 +16,10 @@
 //   Mixtral (HF MixtralForCausalLM; GGUF llama with expert_count): Llama's attention (a window
 //     on every layer when sliding_window is set), every layer sparse, a softmax over all experts
 //     with the top k renormalised, experts as wide as intermediate_size.
+//   Granite 3.x MoE (HF GraniteMoeForCausalLM / GraniteMoeSharedForCausalLM, GGUF granitemoe):
+//     Mixtral's layers with Granite's multipliers (embeddings, attention scale, logits divided;
+//     the residual one folded at load, config.h) and, in the Shared variant, an ungated shared
+//     expert beside the routed ones.
 //
 // Split across ranks (parallel(), see ParallelSizes): with tp = N the attention heads are split
 // as in llama.cpp (q/k/v row views, attn_output columns copied, an all-reduce after it); with
