@@ -120,11 +120,11 @@ void load_gguf(ModelFile& m, const std::string& path) {
   // llama.cpp writes Mixtral as a llama with routed experts; ours is the GQA MoE class.
   if (c.arch == "llama" && g->get_uint(a + "expert_count", 0) > 0) c.arch = "mixtral";
   FP_CHECK(c.arch == "llama" || c.arch == "mixtral" || c.arch == "qwen2moe" || c.arch == "glm4" || c.arch == "granite" ||
-               c.arch == "granitemoe" || c.arch == "qwen2" || c.arch == "qwen3" || c.arch == "qwen3moe" || c.arch == "deepseek2" ||
+               c.arch == "granitemoe" || c.arch == "minimax-m2" || c.arch == "qwen2" || c.arch == "qwen3" || c.arch == "qwen3moe" || c.arch == "deepseek2" ||
                c.arch == "glm4moe" || c.arch == "gpt-oss" || c.arch == "gemma2" || c.arch == "gemma3" || c.arch == "phi3" ||
                c.arch == "smollm3" || c.arch == "olmo2",
            path, ": general.architecture '", c.arch,
-           "' is not supported yet (supported: llama (Mixtral with experts), qwen2, qwen3, glm4, granite, granitemoe, qwen2moe, qwen3moe, deepseek2, glm4moe, gpt-oss, gemma2, gemma3, phi3, smollm3, "
+           "' is not supported yet (supported: llama (Mixtral with experts), qwen2, qwen3, glm4, granite, granitemoe, qwen2moe, qwen3moe, deepseek2, glm4moe, minimax-m2, gpt-oss, gemma2, gemma3, phi3, smollm3, "
            "olmo2)");
   c.dim = static_cast<int64_t>(g->get_uint(a + "embedding_length"));
   c.n_layers = static_cast<int64_t>(g->get_uint(a + "block_count"));
@@ -187,7 +187,7 @@ void load_gguf(ModelFile& m, const std::string& path) {
   c.qkv_bias = c.arch == "qwen2" || c.arch == "qwen2moe";
   c.qk_norm = c.arch == "qwen3" || c.arch == "qwen3moe";
   if (c.arch == "qwen3moe" || c.arch == "qwen2moe" || c.arch == "mixtral" || c.arch == "deepseek2" || c.arch == "glm4moe" ||
-      c.arch == "gpt-oss" || c.arch == "granitemoe") {
+      c.arch == "gpt-oss" || c.arch == "granitemoe" || c.arch == "minimax-m2") {
     MoeConfig& e = c.moe;
     e.n_experts = static_cast<int64_t>(g->get_uint(a + "expert_count", 0));
     e.n_used = static_cast<int64_t>(g->get_uint(a + "expert_used_count", 0));
@@ -196,8 +196,8 @@ void load_gguf(ModelFile& m, const std::string& path) {
     e.first_dense = static_cast<int64_t>(g->get_uint(a + "leading_dense_block_count", 0));
     // llama.cpp normalises Qwen3-MoE's top-k weights unconditionally; DeepSeek says so per file.
     e.norm_topk = g->get_bool(a + "expert_weights_norm", c.arch == "qwen3moe" || c.arch == "gpt-oss" || c.arch == "mixtral" ||
-                                                             c.arch == "granitemoe");
-    if (c.arch == "mixtral" || c.arch == "granitemoe") e.ff = static_cast<int64_t>(g->get_uint(a + "expert_feed_forward_length", static_cast<uint64_t>(c.hidden_dim)));
+                                                             c.arch == "granitemoe" || c.arch == "minimax-m2");
+    if (c.arch == "mixtral" || c.arch == "granitemoe" || c.arch == "minimax-m2") e.ff = static_cast<int64_t>(g->get_uint(a + "expert_feed_forward_length", static_cast<uint64_t>(c.hidden_dim)));
     if (c.arch == "qwen2moe") {  // Qwen1.5-MoE / Qwen2-MoE: one shared expert of its own width, behind a sigmoid gate
       e.shared_ff = static_cast<int64_t>(g->get_uint(a + "expert_shared_feed_forward_length", 0));
       e.n_shared = e.shared_ff > 0 ? 1 : 0;
@@ -289,6 +289,7 @@ void load_gguf(ModelFile& m, const std::string& path) {
     c.post_norms = true;
     c.qkv_bias = m.find("blk.0.attn_q.bias") != nullptr || m.find("blk.0.attn_qkv.bias") != nullptr;
   }
+  if (c.arch == "minimax-m2") c.qk_norm = c.qk_norm_full = true;  // MiniMax-M2: q/k norms over the whole projection
   if (c.arch == "glm4moe") {  // optional in GLM-4.5's files: q/k/v biases, per-head q/k norms
     c.qkv_bias = m.find("blk.0.attn_q.bias") != nullptr;
     c.qk_norm = m.find("blk.0.attn_q_norm.weight") != nullptr;
@@ -298,7 +299,7 @@ void load_gguf(ModelFile& m, const std::string& path) {
   FP_CHECK(emb, path, ": missing tensor 'token_embd.weight'");
   c.n_vocab = static_cast<int64_t>(g->get_uint(a + "vocab_size", static_cast<uint64_t>(emb->dim(0))));
   if (g->has("tokenizer.ggml.model")) m.tokenizer = Tokenizer::from_gguf(*g);
-  if (c.arch == "deepseek2" || c.arch == "qwen3moe" || c.arch == "glm4moe") c.moe.has_bias = m.find("blk." + std::to_string(c.moe.first_dense) + ".exp_probs_b.bias") != nullptr;
+  if (c.arch == "deepseek2" || c.arch == "qwen3moe" || c.arch == "glm4moe" || c.arch == "minimax-m2") c.moe.has_bias = m.find("blk." + std::to_string(c.moe.first_dense) + ".exp_probs_b.bias") != nullptr;
   if (m.find("rope_freqs.weight")) m.notes.push_back("rope_freqs.weight present: per-frequency RoPE factors applied");
   for (auto& [k, v] : g->metadata()) m.metadata.emplace_back(k, v.to_string(6));
   m.notes.push_back("GGUF v" + std::to_string(g->version()) + ", " + std::to_string(g->metadata().size()) +
@@ -401,6 +402,23 @@ void load_hf_moe(ModelConfig& c, const nlohmann::json& j, const std::string& cfg
       e.shared_ff = json_int(j, "shared_intermediate_size", cfg_path, 0);
       e.n_shared = e.shared_ff > 0 ? 1 : 0;
     }
+    return;
+  }
+  if (c.arch == "minimax-m2") {
+    // MiniMax-M2: Mixtral's checkpoint names, DeepSeek-V3's router without groups or a scale
+    // (sigmoid scores, a selection bias, the top k renormalised), experts as wide as
+    // intermediate_size, every layer sparse, no shared expert.
+    e.n_experts = json_int(j, "num_local_experts", cfg_path);
+    e.ff = c.hidden_dim;
+    const std::string scoring = string_field(j, "scoring_func", cfg_path, "sigmoid");
+    FP_CHECK(scoring == "sigmoid", cfg_path, ": scoring_func '", scoring, "' is not supported for MiniMax-M2 (sigmoid)");
+    FP_CHECK(json_bool(j, "use_routing_bias", cfg_path, true), cfg_path, ": use_routing_bias false is not supported for MiniMax-M2");
+    FP_CHECK(json_int(j, "shared_intermediate_size", cfg_path, 0) == 0, cfg_path,
+             ": shared_intermediate_size (a shared expert) is not supported for MiniMax-M2");
+    e.scoring = "sigmoid";
+    e.has_bias = true;
+    e.norm_topk = true;
+    e.group_score = "top2sum";
     return;
   }
   e.ff = json_int(j, "moe_intermediate_size", cfg_path);
@@ -777,6 +795,7 @@ void load_hf(ModelFile& m, const std::string& dir) {
   else if (arch_cls == "MixtralForCausalLM") c.arch = "mixtral";
   else if (arch_cls == "DeepseekV3ForCausalLM" || arch_cls == "DeepseekV2ForCausalLM") c.arch = "deepseek2";
   else if (arch_cls == "Glm4MoeForCausalLM") c.arch = "glm4moe";
+  else if (arch_cls == "MiniMaxM2ForCausalLM") c.arch = "minimax-m2";
   else if (arch_cls == "GptOssForCausalLM") c.arch = "gpt-oss";
   else if (arch_cls == "Gemma2ForCausalLM") c.arch = "gemma2";
   else if (arch_cls == "Phi3ForCausalLM") c.arch = "phi3";
@@ -787,7 +806,7 @@ void load_hf(ModelFile& m, const std::string& dir) {
   else if (arch_cls == "Olmo2ForCausalLM") c.arch = "olmo2";
   else if (arch_cls == "Gemma3ForCausalLM" || arch_cls == "Gemma3ForConditionalGeneration") c.arch = "gemma3";
   else fail(cfg_path, ": architectures[0] '", arch_cls, "' is not supported yet (LlamaForCausalLM, Qwen2ForCausalLM, ",
-            "Qwen3ForCausalLM, Glm4ForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, MixtralForCausalLM, DeepseekV3ForCausalLM, DeepseekV2ForCausalLM, Glm4MoeForCausalLM, ",
+            "Qwen3ForCausalLM, Glm4ForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, MiniMaxM2ForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, MixtralForCausalLM, DeepseekV3ForCausalLM, DeepseekV2ForCausalLM, Glm4MoeForCausalLM, ",
             "GptOssForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration, Phi3ForCausalLM, ",
             "SmolLM3ForCausalLM, Olmo2ForCausalLM, Mistral3ForConditionalGeneration)");
   const bool gemma = c.arch == "gemma2" || c.arch == "gemma3";
@@ -820,7 +839,7 @@ void load_hf(ModelFile& m, const std::string& dir) {
   c.qkv_bias = c.arch == "qwen2" || c.arch == "qwen2moe" || json_bool(j, "attention_bias", cfg_path, false);
   c.qk_norm = c.arch == "qwen3" || c.arch == "qwen3moe" || (c.arch == "glm4moe" && json_bool(j, "use_qk_norm", cfg_path, false));
   if (c.arch == "qwen3moe" || c.arch == "qwen2moe" || c.arch == "mixtral" || c.arch == "deepseek2" || c.arch == "glm4moe" ||
-      c.arch == "granitemoe")
+      c.arch == "granitemoe" || c.arch == "minimax-m2")
     load_hf_moe(c, j, cfg_path, arch_cls);
   if (c.arch == "gpt-oss") load_hf_gpt_oss(c, j, cfg_path);
   // The RoPE scaling object, or null: rope_scaling, or transformers v5's rope_parameters.
@@ -901,6 +920,26 @@ void load_hf(ModelFile& m, const std::string& dir) {
   if (c.arch == "glm4moe") {
     // GLM rotates the first partial_rotary_factor of each head (NeoX halves of that part).
     read_partial_rotary(c, j, rs, cfg_path, 0.5);
+  }
+  if (c.arch == "minimax-m2") {
+    // MiniMax-M2: NeoX halves over the first rotary_dim of each head (its checkpoints' legacy key;
+    // transformers reads it as partial_rotary_factor); q and k RMS-normed over the whole
+    // projection (qk_norm_type per_layer); full attention on every layer (attn_type_list all 1:
+    // MiniMax-Text-01's lightning attention layers are 0).
+    read_partial_rotary(c, j, rs, cfg_path, 1.0);
+    if (j.contains("rotary_dim") && !j["rotary_dim"].is_null()) c.rot_dim = json_int(j, "rotary_dim", cfg_path);
+    FP_CHECK(c.rot_dim > 0 && c.rot_dim <= c.head_dim && c.rot_dim % 2 == 0, cfg_path, ": rotary_dim ", c.rot_dim,
+             " must be even and at most head_dim ", c.head_dim);
+    FP_CHECK(json_bool(j, "use_qk_norm", cfg_path, true), cfg_path, ": use_qk_norm false is not supported for MiniMax-M2");
+    const std::string qk = string_field(j, "qk_norm_type", cfg_path, "per_layer");
+    FP_CHECK(qk == "per_layer", cfg_path, ": qk_norm_type '", qk, "' is not supported for MiniMax-M2 (per_layer)");
+    c.qk_norm = c.qk_norm_full = true;
+    if (auto it = j.find("attn_type_list"); it != j.end() && !it->is_null()) {
+      FP_CHECK(it->is_array(), cfg_path, ": field 'attn_type_list' should be an array");
+      for (auto& v : *it)
+        FP_CHECK(v.is_number_integer() && v.get<int64_t>() == 1, cfg_path, ": attn_type_list holds ", short_json(v),
+                 ": only full attention (1) is supported, not linear attention layers (0)");
+    }
   }
   if (c.arch == "granite" || c.arch == "granitemoe") {
     // Granite 3.x: Llama with four multipliers (embeddings, sublayer outputs, attention scores,

@@ -16,6 +16,10 @@
 //   Mixtral (HF MixtralForCausalLM; GGUF llama with expert_count): Llama's attention (a window
 //     on every layer when sliding_window is set), every layer sparse, a softmax over all experts
 //     with the top k renormalised, experts as wide as intermediate_size.
+//   MiniMax-M2 (HF MiniMaxM2ForCausalLM, GGUF minimax-m2): GQA with q and k RMS-normed over the
+//     whole projection, NeoX RoPE over the first rotary_dim of each head; every layer sparse,
+//     GLM-4.5's router without groups (sigmoid scores, selection bias, top k renormalised),
+//     Mixtral's checkpoint names.
 //   Granite 3.x MoE (HF GraniteMoeForCausalLM / GraniteMoeSharedForCausalLM, GGUF granitemoe):
 //     Mixtral's layers with Granite's multipliers (embeddings, attention scale, logits divided;
 //     the residual one folded at load, config.h) and, in the Shared variant, an ungated shared
@@ -136,9 +140,9 @@ class Qwen3MoeModel : public Model {
       L.index = l;
       L.attn_norm = load_vec_f32(mf, p + "attn_norm.weight", c.dim);
       L.ffn_norm = load_vec_f32(mf, p + "ffn_norm.weight", c.dim);
-      if (c.qk_norm) {
-        L.q_norm = load_vec_f32(mf, p + "attn_q_norm.weight", c.head_dim);
-        L.k_norm = load_vec_f32(mf, p + "attn_k_norm.weight", c.head_dim);
+      if (c.qk_norm) {  // per head, or (MiniMax-M2) over the whole projection
+        L.q_norm = load_vec_f32(mf, p + "attn_q_norm.weight", c.qk_norm_full ? q_dim : c.head_dim);
+        L.k_norm = load_vec_f32(mf, p + "attn_k_norm.weight", c.qk_norm_full ? kv_dim : c.head_dim);
       }
       if (c.qkv_bias) {
         L.bq = load_vec_f32(mf, p + "attn_q.bias", q_dim);
@@ -174,6 +178,10 @@ class Qwen3MoeModel : public Model {
         L.wv = &shards_.emplace_back(slice_rows(*L.wv, kv));
         if (L.bq) L.bq += q.begin, L.bk += kv.begin, L.bv += kv.begin;  // the same rows of the biases
         if (L.sinks) L.sinks += rank * heads_;  // this rank's heads' sink logits
+        if (c.qk_norm_full) {                    // the norm weights of this rank's heads (qk_norm sums squares across ranks)
+          L.q_norm += q.begin;
+          L.k_norm += kv.begin;
+        }
         if (rank != 0) L.bo = nullptr;          // the output bias once, in the sum of the heads' shares
         OwnedTensor o = copy_columns(*L.wo, q);
         mf.owners.push_back(o.bytes);
@@ -334,6 +342,30 @@ class Qwen3MoeModel : public Model {
     resize(up_, n * c.hidden_dim);
   }
 
+  // q or k rows [n, heads * head_dim] RMS-normed in place: per head (Qwen3-MoE, GLM-4.5), or over
+  // the whole projection (MiniMax-M2). A row of this rank's heads only (heads < full_heads:
+  // attention split by heads; `w` this rank's slice of the weight) is normed by the mean square
+  // of the whole row: the ranks' sums of squares are all-reduced first (host rows: MiniMax-M2
+  // runs on the CPU).
+  void qk_norm(float* t, const float* w, int64_t n, int64_t heads, int64_t full_heads) {
+    const ModelConfig& c = config();
+    const int64_t d = heads * c.head_dim;
+    if (!c.qk_norm_full) return dispatch(RmsNormArgs{t, w, n * heads, c.head_dim, c.rms_eps, t});
+    if (heads == full_heads) return dispatch(RmsNormArgs{t, w, n, d, c.rms_eps, t});
+    qk_sums_.resize(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      float ss = 0;
+      for (int64_t j = 0; j < d; ++j) ss += t[i * d + j] * t[i * d + j];
+      qk_sums_[static_cast<size_t>(i)] = ss;
+    }
+    dispatch(AllReduceArgs{tp_.get(), qk_sums_.data(), n});
+    const float whole = static_cast<float>(full_heads * c.head_dim);
+    for (int64_t i = 0; i < n; ++i) {
+      const float scale = 1.0f / std::sqrt(qk_sums_[static_cast<size_t>(i)] / whole + c.rms_eps);
+      for (int64_t j = 0; j < d; ++j) t[i * d + j] *= scale * w[j];
+    }
+  }
+
   // The batch's paged attention arguments (paged_attention_args) completed for these heads.
   AttentionArgs attention_args(AttentionArgs att, const KvPool& pool, const Heads& hd, float* q, float* out) const {
     const ModelConfig& c = config();
@@ -361,13 +393,13 @@ class Qwen3MoeModel : public Model {
     dispatch(MatMulArgs{r.h, n, L.wk, L.bk, r.k, hq});
     dispatch(MatMulArgs{r.h, n, L.wv, L.bv, r.v, hq});
     lora(L, {{LoraTarget::K, r.k}, {LoraTarget::V, r.v}}, r, r.h);
-    if (L.k_norm) dispatch(RmsNormArgs{r.k, L.k_norm, n * hd.KH, c.head_dim, c.rms_eps, r.k});
+    if (L.k_norm) qk_norm(r.k, L.k_norm, n, hd.KH, c.n_kv_heads);
     dispatch(RopeArgs{r.k, pos, n, hd.KH, c.head_dim, c.rot_dim, hd.kv_dim, inv_freq_at_, rope_mscale_, c.rope_style});
     if (cp) cp_.start_kv(pool, layer, r.k, r.v);
     dispatch(MatMulArgs{r.h, n, L.wq, L.bq, r.q, hq});
     lora(L, {{LoraTarget::Q, r.q}}, r, r.h);
     if (cp) cp_.progress();
-    if (L.q_norm) dispatch(RmsNormArgs{r.q, L.q_norm, n * hd.H, c.head_dim, c.rms_eps, r.q});
+    if (L.q_norm) qk_norm(r.q, L.q_norm, n, hd.H, c.n_heads);
     dispatch(RopeArgs{r.q, pos, n, hd.H, c.head_dim, c.rot_dim, hd.q_dim, inv_freq_at_, rope_mscale_, c.rope_style});
     if (cp) cp_.finish_kv(pool);  // every rank's rows
     else if (hd.every_head) every_head_.write(tp_.get(), pool, layer, slots, n, r.k, r.v, hd.kv_dim, hd.kv_dim);
@@ -608,6 +640,7 @@ class Qwen3MoeModel : public Model {
   EveryHeadKvWriter every_head_;      // TP decode over the cache of every head a CP prefill wrote
   int64_t heads_ = 0, kv_heads_ = 0;  // this rank's query and KV heads
   std::deque<Tensor> shards_;         // this rank's weight slices (stable addresses)
+  std::vector<float> qk_sums_;        // qk_norm across ranks: each row's sum of squares
   LoraSet lora_;                      // LoRA adapters (add_lora)
   bool lora_on_ = false;              // some row of this step runs with an adapter
 };
@@ -621,6 +654,8 @@ const bool mixtral_registered = register_sharded_architecture("mixtral", make_gq
 // Qwen2-MoE: on the CPU (the CUDA expert kernel does not take its shared expert's sigmoid gate yet).
 const bool qwen2_moe_registered = register_sharded_architecture("qwen2moe", make_gqa_moe, false);
 const bool granite_moe_registered = register_sharded_architecture("granitemoe", make_gqa_moe, false);
+// MiniMax-M2: on the CPU (the device path norms q/k per head only).
+const bool minimax_m2_registered = register_sharded_architecture("minimax-m2", make_gqa_moe, false);
 // gpt-oss: on the CPU (its sinks, windows and expert biases are not on a device yet; build_model
 // says so), on one rank or split (experts partitioned; attention heads split or replicated).
 const bool gpt_oss_registered = register_sharded_architecture("gpt-oss", make_gqa_moe, false);

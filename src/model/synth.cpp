@@ -55,6 +55,7 @@ std::string canonical_arch(const std::string& arch) {
   if (arch == "qwen2_moe" || arch == "qwen2moe") return "qwen2moe";
   if (arch == "mixtral") return "mixtral";
   if (arch == "granitemoe" || arch == "granitemoeshared") return "granitemoe";
+  if (arch == "minimax_m2" || arch == "minimax-m2") return "minimax-m2";
   if (arch == "deepseek_v3" || arch == "deepseek_v2") return "deepseek2";
   if (arch == "glm4_moe" || arch == "glm4moe") return "glm4moe";
   if (arch == "gpt_oss" || arch == "gpt-oss") return "gpt-oss";
@@ -63,7 +64,7 @@ std::string canonical_arch(const std::string& arch) {
   FP_CHECK(arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "gemma2" || arch == "phi3" || arch == "smollm3" ||
                arch == "olmo2" || arch == "glm4" || arch == "granite",
            "synth: --arch '", arch,
-           "' is not one of llama, mistral, qwen2, qwen3, phi3, smollm3, olmo2, glm4, granite, granitemoe, granitemoeshared, qwen2_moe, qwen3_moe, mixtral, deepseek_v2, deepseek_v3, glm4_moe, gpt_oss, gemma2, gemma3");
+           "' is not one of llama, mistral, qwen2, qwen3, phi3, smollm3, olmo2, glm4, granite, granitemoe, granitemoeshared, minimax_m2, qwen2_moe, qwen3_moe, mixtral, deepseek_v2, deepseek_v3, glm4_moe, gpt_oss, gemma2, gemma3");
   return arch;
 }
 
@@ -82,6 +83,15 @@ void synth_moe_config(ModelConfig& c, const std::string& arch_in, const nlohmann
     e.n_experts = geti("num_local_experts", 4);
     e.ff = c.hidden_dim;
     e.norm_topk = true;
+    return;
+  }
+  if (c.arch == "minimax-m2") {  // Mixtral's experts, GLM-4.5's router without groups or a scale
+    e.n_experts = geti("num_local_experts", 8);
+    e.ff = c.hidden_dim;
+    e.norm_topk = true;
+    e.scoring = "sigmoid";
+    e.has_bias = true;
+    e.group_score = "top2sum";
     return;
   }
   if (c.arch == "granitemoe") {  // Mixtral's routing and experts; GraniteMoeShared: one ungated shared expert
@@ -199,6 +209,10 @@ ModelConfig config_from_json(const std::string& arch_in, const nlohmann::json& j
                ((arch == "glm4moe" || arch == "glm4") && j.value("attention_bias", true));
   c.qk_norm = arch == "qwen3" || arch == "qwen3moe" || (arch == "glm4moe" && j.value("use_qk_norm", false));
   if (arch == "glm4moe") c.rot_dim = static_cast<int64_t>(static_cast<double>(c.head_dim) * j.value("partial_rotary_factor", 0.5));
+  if (arch == "minimax-m2") {  // MiniMaxM2Config: q/k norms over the whole projection, RoPE on the first rotary_dim
+    c.qk_norm = c.qk_norm_full = true;
+    c.rot_dim = geti("rotary_dim", c.head_dim / 2);
+  }
   if (arch_in == "mistral" || arch == "mixtral") {  // MistralConfig's / MixtralConfig's window, on every layer
     c.sliding_window = j.contains("sliding_window") && !j["sliding_window"].is_null() ? j["sliding_window"].get<int64_t>() : 0;
     c.swa_layers.assign(static_cast<size_t>(c.sliding_window > 0 ? c.n_layers : 0), true);
@@ -248,7 +262,7 @@ ModelConfig config_from_json(const std::string& arch_in, const nlohmann::json& j
              "synth: rope_scaling type '", c.rope_scaling.type, "' is not supported (linear, llama3; yarn for deepseek, gpt-oss)");
   }
   if (arch == "qwen3moe" || arch == "qwen2moe" || arch == "mixtral" || arch == "deepseek2" || arch == "glm4moe" || arch == "gpt-oss" ||
-      arch == "granitemoe")
+      arch == "granitemoe" || arch == "minimax-m2")
     synth_moe_config(c, arch_in, j, geti);
   if (arch == "gemma2" || arch == "gemma3") {  // Gemma2Config's / Gemma3TextConfig's keys (model_file.cpp, load_hf_gemma)
     const bool gemma2 = arch == "gemma2";
@@ -337,9 +351,10 @@ std::map<std::string, HfTensor> make_weights(const ModelConfig& c, uint64_t seed
     mat(p + "down_proj.weight", c.dim, width);
   };
   auto moe = [&](const std::string& p) {  // p: "model.layers.N."
-    if (c.arch == "mixtral") {  // its checkpoints' names: block_sparse_moe, experts' w1 (gate), w3 (up), w2 (down)
+    if (c.arch == "mixtral" || c.arch == "minimax-m2") {  // its checkpoints' names: block_sparse_moe, experts' w1 (gate), w3 (up), w2 (down)
       mat(p + "block_sparse_moe.gate.weight", c.moe.n_experts, c.dim);
       w[p + "block_sparse_moe.gate.weight"].matrix = false;
+      if (c.moe.has_bias) vec(p + "block_sparse_moe.e_score_correction_bias", c.moe.n_experts, 0.0f, 0.1f);  // MiniMax-M2
       for (int64_t e = 0; e < c.moe.n_experts; ++e) {
         const std::string x = p + "block_sparse_moe.experts." + std::to_string(e) + ".";
         mat(x + "w1.weight", c.moe.ff, c.dim);
@@ -434,7 +449,8 @@ std::map<std::string, HfTensor> make_weights(const ModelConfig& c, uint64_t seed
       mat(p + "self_attn.v_proj.weight", kv, c.dim);
     }
     mat(p + "self_attn.o_proj.weight", c.dim, q);
-    if ((c.arch == "qwen3moe" || c.arch == "qwen2moe" || c.arch == "mixtral" || c.arch == "glm4moe" || c.arch == "granitemoe") &&
+    if ((c.arch == "qwen3moe" || c.arch == "qwen2moe" || c.arch == "mixtral" || c.arch == "glm4moe" || c.arch == "granitemoe" ||
+         c.arch == "minimax-m2") &&
         c.moe.is_moe_layer(l))
       moe(p);
     else if (c.arch != "gpt-oss" && c.arch != "phi3" && c.arch != "glm4") ffn(p + "mlp.", c.hidden_dim);
@@ -744,6 +760,12 @@ void add_moe_metadata(GgufWriter& g, const ModelConfig& c) {
   }
   if (c.arch == "qwen2moe") {
     g.set_u32(a + "expert_shared_feed_forward_length", static_cast<uint32_t>(e.shared_width()));
+    return;
+  }
+  if (c.arch == "minimax-m2") {  // llama.cpp's MiniMax-M2: sigmoid scores with a selection bias, top k renormalised
+    FP_CHECK(e.norm_topk && e.scoring == "sigmoid" && e.has_bias && e.n_group == 1 && e.scale == 1.0f,
+             "synth: GGUF minimax-m2 routes by sigmoid scores with a bias, renormalised, no groups or scale");
+    g.set_u32(a + "expert_gating_func", 2);
     return;
   }
   if (c.arch == "granitemoe") {  // llama.cpp's GraniteMoe: softmax, top k renormalised; the shared expert's width
@@ -1172,6 +1194,20 @@ std::string synth_model(const SynthOptions& o) {
     cfg["torch_dtype"] = o.type == DType::BF16 ? "bfloat16" : o.type == DType::F16 ? "float16" : "float32";
     if (c.arch == "gpt-oss") hf_gpt_oss_config(cfg, c, o.type);
     else if (c.arch == "gemma2" || c.arch == "gemma3") hf_gemma_config(cfg, c);
+    else if (c.arch == "minimax-m2") {
+      cfg["architectures"] = {"MiniMaxM2ForCausalLM"};
+      cfg["model_type"] = "minimax_m2";
+      cfg["num_local_experts"] = c.moe.n_experts;
+      cfg["num_experts_per_tok"] = c.moe.n_used;
+      cfg["rotary_dim"] = c.rot_dim;
+      cfg["use_qk_norm"] = true;
+      cfg["qk_norm_type"] = "per_layer";
+      cfg["scoring_func"] = "sigmoid";
+      cfg["use_routing_bias"] = true;
+      cfg["attn_type_list"] = std::vector<int>(static_cast<size_t>(c.n_layers), 1);
+      cfg["bos_token_id"] = 1;  // MiniMaxM2Config's defaults lie outside a small vocabulary
+      cfg["eos_token_id"] = 2;
+    }
     else if (c.arch == "granite" || c.arch == "granitemoe") {
       const bool moe = c.arch == "granitemoe", shared = moe && c.moe.n_shared > 0;
       cfg["architectures"] = {!moe ? "GraniteForCausalLM" : shared ? "GraniteMoeSharedForCausalLM" : "GraniteMoeForCausalLM"};

@@ -42,6 +42,8 @@ std::string canonical_base(const std::string& hf) {
       // GraniteMoe: its router; the experts' gate and up in one stack, split at load
       // (model_file.cpp); GraniteMoeShared's shared expert the same
       {"block_sparse_moe.router.layer.weight", "ffn_gate_inp.weight"},
+      // MiniMax-M2: Mixtral's names and a selection bias
+      {"block_sparse_moe.e_score_correction_bias", "exp_probs_b.bias"},
       {"block_sparse_moe.input_linear.weight", "ffn_gate_up_exps.weight"},
       {"block_sparse_moe.output_linear.weight", "ffn_down_exps.weight"},
       {"shared_mlp.input_linear.weight", "ffn_gate_up_shexp.weight"},

@@ -28,7 +28,8 @@ inline std::shared_ptr<Communicator> world_comm() { return open_world(launched_w
 
 // Small MoE shapes: qwen3moe (GQA 12 / 6 heads, a dense layer), Qwen2-MoE (the same with q/k/v
 // biases and a gated shared expert), Mixtral (every layer sparse), GraniteMoeShared (Mixtral's
-// experts beside an ungated shared one, Granite's multipliers), GLM-4.5 (GQA 12 / 6 heads with
+// experts beside an ungated shared one, Granite's multipliers), MiniMax-M2 (q/k norms over the
+// whole projection, sigmoid routing with a bias), GLM-4.5 (GQA 12 / 6 heads with
 // q/k/v biases, half of each head rotated, grouped sigmoid routing, a shared expert, a dense
 // first layer) and DeepSeek (MLA with q_lora, a shared expert, a dense first layer).
 inline nlohmann::json moe_config(const std::string& arch) {
@@ -50,6 +51,10 @@ inline nlohmann::json moe_config(const std::string& arch) {
             {"intermediate_size", 96}, {"num_hidden_layers", 3}, {"vocab_size", 256}, {"num_local_experts", 6},
             {"num_experts_per_tok", 2}, {"shared_intermediate_size", 96}, {"embedding_multiplier", 12.0},
             {"residual_multiplier", 0.22}, {"attention_multiplier", 0.0625}, {"logits_scaling", 6.0}};
+  if (arch == "minimax_m2")  // q/k norms over the whole projection (summed across ranks), RoPE on half of each head
+    return {{"hidden_size", 64},  {"num_attention_heads", 12}, {"num_key_value_heads", 6}, {"head_dim", 16},
+            {"intermediate_size", 96}, {"num_hidden_layers", 3}, {"vocab_size", 256}, {"num_local_experts", 6},
+            {"num_experts_per_tok", 2}, {"rotary_dim", 8}};
   if (arch == "gpt_oss")  // every layer MoE; biases, sinks; layers 0 and 2 windowed
     return {{"hidden_size", 64},     {"num_attention_heads", 12}, {"num_key_value_heads", 6}, {"head_dim", 16},
             {"intermediate_size", 96}, {"num_hidden_layers", 3},   {"vocab_size", 256},        {"num_local_experts", 6},
