@@ -1,6 +1,7 @@
-// tests/deepseek_checkpoint_test.cpp — DeepSeek checkpoints from `synth`: an FP8 block-scaled
-// safetensors V3 matches its BF16 twin within FP8's error; malformed configs and incomplete FP8
-// checkpoints are refused naming the field; `inspect` prints the latent KV cache size.
+// tests/deepseek_checkpoint_test.cpp — FP8 checkpoints from `synth`: DeepSeek-V3's and
+// MiniMax-M2's give the logits of their dequantized twins, and V3's matches its BF16 twin within
+// FP8's error; malformed configs and incomplete FP8 checkpoints are refused naming the field;
+// `inspect` prints the latent KV cache size.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -93,6 +94,33 @@ TEST(DeepseekCheckpoint, Fp8BlockScaledMatchesItsDequantizedTwinAndBf16) {
   std::printf("vs F32: FP8 %.3g, BF16 %.3g (relative to max |logit|)\n", e_fp8, e_bf16);
   EXPECT_LT(test::rel_err(fp8a, bf16), 0.15);
   EXPECT_LT(e_bf16, 0.02);
+}
+
+// MiniMax-M2 ships FP8 block-scaled weights as DeepSeek-V3 does (attention and every expert):
+// through the GQA MoE class they give exactly the logits of their dequantized values.
+TEST(DeepseekCheckpoint, MiniMaxM2Fp8MatchesItsDequantizedTwin) {
+  const std::string dir = test::temp_dir("minimax_fp8");
+  SynthOptions o;
+  o.arch = "minimax_m2";
+  o.config = {{"hidden_size", 256}, {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"head_dim", 64},
+              {"intermediate_size", 128}, {"num_hidden_layers", 2}, {"vocab_size", 512}, {"num_local_experts", 8},
+              {"num_experts_per_tok", 2}, {"rotary_dim", 32}};
+  o.seed = 43;
+  o.type = DType::F8_E4M3;
+  o.out = dir + "/fp8";
+  synth_model(o);
+  LoadOptions lo;
+  lo.prefault = false;
+  auto mf = load_model_file(o.out, lo);
+  for (const char* name : {"blk.1.ffn_up_exps.5.weight", "blk.0.attn_q.weight"}) {
+    const Tensor& t = mf->get(name);
+    EXPECT_EQ(t.dtype, DType::F8_E4M3) << name;
+    EXPECT_TRUE(t.block_scale) << name << " keeps its 128x128 scales";
+  }
+  auto fp8 = test::all_position_logits(o.out, kIds);
+  dequantize_fp8_dir(o.out, dir + "/deq");
+  auto deq = test::all_position_logits(dir + "/deq", kIds);
+  EXPECT_LT(test::rel_err(fp8, deq), 1e-4);
 }
 
 // Writes config.json of `dir` with `patch` applied.
