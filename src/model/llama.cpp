@@ -771,6 +771,8 @@ const bool llama_registered = register_sharded_architecture("llama", make_llama,
                         register_sharded_architecture("olmo2", make_llama, false) &&
                         register_sharded_architecture("glm4", make_llama, false) &&
                         register_sharded_architecture("granite", make_llama, false) &&
+                        register_sharded_architecture("seed_oss", make_llama, false) &&
+                        register_sharded_architecture("ernie4_5", make_llama, false) &&
                         register_sharded_architecture("gemma2", make_llama, false) &&
                         register_sharded_architecture("gemma3", make_llama, false);
 

@@ -120,11 +120,11 @@ void load_gguf(ModelFile& m, const std::string& path) {
   // llama.cpp writes Mixtral as a llama with routed experts; ours is the GQA MoE class.
   if (c.arch == "llama" && g->get_uint(a + "expert_count", 0) > 0) c.arch = "mixtral";
   FP_CHECK(c.arch == "llama" || c.arch == "mixtral" || c.arch == "qwen2moe" || c.arch == "glm4" || c.arch == "granite" ||
-               c.arch == "granitemoe" || c.arch == "minimax-m2" || c.arch == "qwen2" || c.arch == "qwen3" || c.arch == "qwen3moe" || c.arch == "deepseek2" ||
+               c.arch == "granitemoe" || c.arch == "minimax-m2" || c.arch == "seed_oss" || c.arch == "ernie4_5" || c.arch == "qwen2" || c.arch == "qwen3" || c.arch == "qwen3moe" || c.arch == "deepseek2" ||
                c.arch == "glm4moe" || c.arch == "gpt-oss" || c.arch == "gemma2" || c.arch == "gemma3" || c.arch == "phi3" ||
                c.arch == "smollm3" || c.arch == "olmo2",
            path, ": general.architecture '", c.arch,
-           "' is not supported yet (supported: llama (Mixtral with experts), qwen2, qwen3, glm4, granite, granitemoe, qwen2moe, qwen3moe, deepseek2, glm4moe, minimax-m2, gpt-oss, gemma2, gemma3, phi3, smollm3, "
+           "' is not supported yet (supported: llama (Mixtral with experts), qwen2, qwen3, glm4, granite, granitemoe, seed_oss, ernie4_5, qwen2moe, qwen3moe, deepseek2, glm4moe, minimax-m2, gpt-oss, gemma2, gemma3, phi3, smollm3, "
            "olmo2)");
   c.dim = static_cast<int64_t>(g->get_uint(a + "embedding_length"));
   c.n_layers = static_cast<int64_t>(g->get_uint(a + "block_count"));
@@ -158,7 +158,7 @@ void load_gguf(ModelFile& m, const std::string& path) {
   // DeepSeek's GGUF keeps the checkpoint's interleaved (adjacent-pair) rotary layout.
   // GLM-4's checkpoints rotate adjacent pairs themselves (llama.cpp's rope type NORM, no permutation).
   c.rope_style = c.arch == "llama" || c.arch == "mixtral" || c.arch == "granite" || c.arch == "granitemoe" ||
-                         c.arch == "deepseek2" || c.arch == "smollm3" || c.arch == "glm4"
+                         c.arch == "deepseek2" || c.arch == "smollm3" || c.arch == "glm4" || c.arch == "ernie4_5"
                      ? RopeStyle::Adjacent
                      : RopeStyle::NeoX;
   std::string scaling = g->get_string(a + "rope.scaling.type", "none");
@@ -228,7 +228,7 @@ void load_gguf(ModelFile& m, const std::string& path) {
     for (int i = 0; i < nd; ++i) shape[i] = ti.ne[static_cast<size_t>(nd - 1 - i)];
     // GLM-4.5's and gpt-oss's GGUFs name the norm before the FFN post_attention_norm (llama.cpp's attn_post_norm).
     std::string name = ti.name;
-    if ((c.arch == "glm4moe" || c.arch == "gpt-oss") && name.ends_with(".post_attention_norm.weight"))
+    if ((c.arch == "glm4moe" || c.arch == "gpt-oss" || c.arch == "seed_oss") && name.ends_with(".post_attention_norm.weight"))
       name = name.substr(0, name.size() - std::string("post_attention_norm.weight").size()) + "ffn_norm.weight";
     if (c.arch == "mixtral") name = legacy_mixtral_expert_name(name);
     m.tensors[name] = Tensor::view(ti.data, ti.type, shape, nd);
@@ -290,6 +290,12 @@ void load_gguf(ModelFile& m, const std::string& path) {
     c.qkv_bias = m.find("blk.0.attn_q.bias") != nullptr || m.find("blk.0.attn_qkv.bias") != nullptr;
   }
   if (c.arch == "minimax-m2") c.qk_norm = c.qk_norm_full = true;  // MiniMax-M2: q/k norms over the whole projection
+  if (c.arch == "seed_oss" || c.arch == "ernie4_5") {
+    // Seed-OSS: q/k/v biases where the file has them; no output or FFN biases (Ernie 4.5: none).
+    c.qkv_bias = m.find("blk.0.attn_q.bias") != nullptr;
+    for (const char* b : {"blk.0.attn_output.bias", "blk.0.ffn_up.bias", "blk.0.ffn_down.bias"})
+      FP_CHECK(!m.find(b), path, ": tensor '", b, "': biases on ", c.arch, "'s output and FFN projections are not supported");
+  }
   if (c.arch == "glm4moe") {  // optional in GLM-4.5's files: q/k/v biases, per-head q/k norms
     c.qkv_bias = m.find("blk.0.attn_q.bias") != nullptr;
     c.qk_norm = m.find("blk.0.attn_q_norm.weight") != nullptr;
@@ -796,6 +802,8 @@ void load_hf(ModelFile& m, const std::string& dir) {
   else if (arch_cls == "DeepseekV3ForCausalLM" || arch_cls == "DeepseekV2ForCausalLM") c.arch = "deepseek2";
   else if (arch_cls == "Glm4MoeForCausalLM") c.arch = "glm4moe";
   else if (arch_cls == "MiniMaxM2ForCausalLM") c.arch = "minimax-m2";
+  else if (arch_cls == "SeedOssForCausalLM") c.arch = "seed_oss";
+  else if (arch_cls == "Ernie4_5ForCausalLM") c.arch = "ernie4_5";
   else if (arch_cls == "GptOssForCausalLM") c.arch = "gpt-oss";
   else if (arch_cls == "Gemma2ForCausalLM") c.arch = "gemma2";
   else if (arch_cls == "Phi3ForCausalLM") c.arch = "phi3";
@@ -806,7 +814,7 @@ void load_hf(ModelFile& m, const std::string& dir) {
   else if (arch_cls == "Olmo2ForCausalLM") c.arch = "olmo2";
   else if (arch_cls == "Gemma3ForCausalLM" || arch_cls == "Gemma3ForConditionalGeneration") c.arch = "gemma3";
   else fail(cfg_path, ": architectures[0] '", arch_cls, "' is not supported yet (LlamaForCausalLM, Qwen2ForCausalLM, ",
-            "Qwen3ForCausalLM, Glm4ForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, MiniMaxM2ForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, MixtralForCausalLM, DeepseekV3ForCausalLM, DeepseekV2ForCausalLM, Glm4MoeForCausalLM, ",
+            "Qwen3ForCausalLM, Glm4ForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, MiniMaxM2ForCausalLM, SeedOssForCausalLM, Ernie4_5ForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, MixtralForCausalLM, DeepseekV3ForCausalLM, DeepseekV2ForCausalLM, Glm4MoeForCausalLM, ",
             "GptOssForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration, Phi3ForCausalLM, ",
             "SmolLM3ForCausalLM, Olmo2ForCausalLM, Mistral3ForConditionalGeneration)");
   const bool gemma = c.arch == "gemma2" || c.arch == "gemma3";
@@ -920,6 +928,21 @@ void load_hf(ModelFile& m, const std::string& dir) {
   if (c.arch == "glm4moe") {
     // GLM rotates the first partial_rotary_factor of each head (NeoX halves of that part).
     read_partial_rotary(c, j, rs, cfg_path, 0.5);
+  }
+  if (c.arch == "seed_oss") {
+    // ByteDance Seed-OSS: Llama with q/k/v biases (attention_bias, true by default); the output
+    // projection's (attention_out_bias) and the MLP's biases are not supported.
+    c.qkv_bias = json_bool(j, "attention_bias", cfg_path, true);
+    for (const char* k : {"attention_out_bias", "mlp_bias"})
+      FP_CHECK(!json_bool(j, k, cfg_path, false), cfg_path, ": ", k, " (biases on Seed-OSS's ", k[0] == 'a' ? "output" : "MLP",
+               " projections) is not supported");
+  }
+  if (c.arch == "ernie4_5") {
+    // Baidu ERNIE 4.5 (dense): Llama with adjacent rotary pairs in the checkpoint itself
+    // (transformers' rotate_half over even/odd elements); use_bias (every projection) unsupported.
+    FP_CHECK(!json_bool(j, "use_bias", cfg_path, false), cfg_path, ": use_bias (biases on ERNIE 4.5's projections) is not supported");
+    c.rope_style = RopeStyle::Adjacent;
+    c.tied_output = json_bool(j, "tie_word_embeddings", cfg_path, true);
   }
   if (c.arch == "minimax-m2") {
     // MiniMax-M2: NeoX halves over the first rotary_dim of each head (its checkpoints' legacy key;

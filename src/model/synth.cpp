@@ -62,9 +62,9 @@ std::string canonical_arch(const std::string& arch) {
   if (arch == "gemma3" || arch == "gemma3_text") return "gemma3";
   if (arch == "mistral") return "llama";  // a Llama with a window on every layer (MistralForCausalLM)
   FP_CHECK(arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "gemma2" || arch == "phi3" || arch == "smollm3" ||
-               arch == "olmo2" || arch == "glm4" || arch == "granite",
+               arch == "olmo2" || arch == "glm4" || arch == "granite" || arch == "seed_oss" || arch == "ernie4_5",
            "synth: --arch '", arch,
-           "' is not one of llama, mistral, qwen2, qwen3, phi3, smollm3, olmo2, glm4, granite, granitemoe, granitemoeshared, minimax_m2, qwen2_moe, qwen3_moe, mixtral, deepseek_v2, deepseek_v3, glm4_moe, gpt_oss, gemma2, gemma3");
+           "' is not one of llama, mistral, qwen2, qwen3, phi3, smollm3, olmo2, glm4, granite, seed_oss, ernie4_5, granitemoe, granitemoeshared, minimax_m2, qwen2_moe, qwen3_moe, mixtral, deepseek_v2, deepseek_v3, glm4_moe, gpt_oss, gemma2, gemma3");
   return arch;
 }
 
@@ -205,7 +205,7 @@ ModelConfig config_from_json(const std::string& arch_in, const nlohmann::json& j
   c.rms_eps = j.value("rms_norm_eps", 1e-6f);
   c.rope_theta = j.value("rope_theta", 10000.0f);
   c.tied_output = j.value("tie_word_embeddings", false);
-  c.qkv_bias = arch == "qwen2" || (arch == "qwen2moe" && j.value("qkv_bias", true)) ||
+  c.qkv_bias = arch == "qwen2" || (arch == "qwen2moe" && j.value("qkv_bias", true)) || (arch == "seed_oss" && j.value("attention_bias", true)) ||
                ((arch == "glm4moe" || arch == "glm4") && j.value("attention_bias", true));
   c.qk_norm = arch == "qwen3" || arch == "qwen3moe" || (arch == "glm4moe" && j.value("use_qk_norm", false));
   if (arch == "glm4moe") c.rot_dim = static_cast<int64_t>(static_cast<double>(c.head_dim) * j.value("partial_rotary_factor", 0.5));
@@ -227,6 +227,10 @@ ModelConfig config_from_json(const std::string& arch_in, const nlohmann::json& j
     c.post_norms = true;
     c.rope_style = RopeStyle::Adjacent;
     c.rot_dim = static_cast<int64_t>(static_cast<double>(c.head_dim) * j.value("partial_rotary_factor", 0.5));
+  }
+  if (arch == "ernie4_5") {  // Ernie4_5Config: adjacent rotary pairs, tied by default
+    c.rope_style = RopeStyle::Adjacent;
+    c.tied_output = j.value("tie_word_embeddings", true);
   }
   if (arch == "olmo2") {  // Olmo2Config: norms after the sublayers, q/k norms over the whole projection
     c.pre_norms = false;
@@ -482,7 +486,7 @@ std::map<std::string, HfTensor> make_weights(const ModelConfig& c, uint64_t seed
 std::string gguf_name(const std::string& hf, const ModelConfig& c) {
   std::string n = c.arch == "gemma2" || c.arch == "gemma3" || c.arch == "olmo2" ? canonical_from_hf_gemma(hf) : canonical_from_hf(hf);
   FP_CHECK(!n.empty(), "synth: no GGUF name for '", hf, "'");
-  if ((c.arch == "glm4moe" || c.arch == "gpt-oss") && n.ends_with(".ffn_norm.weight"))
+  if ((c.arch == "glm4moe" || c.arch == "gpt-oss" || c.arch == "seed_oss") && n.ends_with(".ffn_norm.weight"))
     n = n.substr(0, n.size() - std::string("ffn_norm.weight").size()) + "post_attention_norm.weight";
   return n;
 }
@@ -1236,6 +1240,22 @@ std::string synth_model(const SynthOptions& o) {
       cfg["architectures"] = {"Olmo2ForCausalLM"};
       cfg["model_type"] = "olmo2";
       cfg["attention_bias"] = false;
+      cfg["pad_token_id"] = nullptr;
+    }
+    else if (c.arch == "seed_oss") {
+      cfg["architectures"] = {"SeedOssForCausalLM"};
+      cfg["model_type"] = "seed_oss";
+      cfg["attention_bias"] = c.qkv_bias;
+      cfg["attention_out_bias"] = false;
+      cfg["mlp_bias"] = false;
+      cfg["pad_token_id"] = nullptr;  // SeedOssConfig's defaults
+      cfg["bos_token_id"] = 1;
+      cfg["eos_token_id"] = 2;
+    }
+    else if (c.arch == "ernie4_5") {
+      cfg["architectures"] = {"Ernie4_5ForCausalLM"};
+      cfg["model_type"] = "ernie4_5";
+      cfg["use_bias"] = false;
       cfg["pad_token_id"] = nullptr;
     }
     else if (c.arch == "smollm3") {
