@@ -116,7 +116,8 @@ INSTANTIATE_TEST_SUITE_P(Archs, TensorParallelSynth,
                                            SynthCase{"qwen3", DType::F16}, SynthCase{"gemma2", DType::Q8_0},
                                            SynthCase{"gemma3", DType::F16}, SynthCase{"phi3", DType::Q8_0},
                                            SynthCase{"olmo2", DType::Q8_0}, SynthCase{"glm4", DType::Q8_0},
-                                           SynthCase{"granite", DType::F16}),
+                                           SynthCase{"granite", DType::F16}, SynthCase{"seed_oss", DType::Q8_0},
+                                           SynthCase{"ernie4_5", DType::F32}),
                          [](const auto& p) { return p.param.arch; });
 
 // A LoRA adapter on every projection, cut as the weights are (B's rows of q/k/v/gate/up, A's
