@@ -426,7 +426,7 @@ TEST(HfGolden, GraniteRefusesMultipliersItCannotFold) {
 
 // Embeddings (engine/embedder.h) against transformers' last_hidden_state (after the model's norm)
 // for the cases with "hidden": the Llama class (Qwen3, Granite, whose output norm carries
-// 1 / logits_scaling), the GQA MoE class (Qwen3-MoE; GraniteMoe, with the same folded scale; MiniMax-M2) and
+// 1 / logits_scaling), the GQA MoE class (Qwen3-MoE; GraniteMoe, with the same folded scale; MiniMax-M2; ERNIE 4.5 MoE) and
 // DeepSeek's MLA, from safetensors and GGUF: the last
 // token's state, the mean over the tokens, L2-normalised, in one forward and in chunks of 5 tokens.
 TEST(HfGolden, EmbeddingsPoolTransformersHiddenStates) {
@@ -475,7 +475,7 @@ TEST(HfGolden, EmbeddingsPoolTransformersHiddenStates) {
       ++checked;
     }
   }
-  EXPECT_EQ(checked, 12) << "six cases, two formats each";
+  EXPECT_EQ(checked, 14) << "seven cases, two formats each";
 }
 
 // Several texts batched into one forward give each text's own embedding: lengths 1 to 30 in

@@ -120,11 +120,11 @@ void load_gguf(ModelFile& m, const std::string& path) {
   // llama.cpp writes Mixtral as a llama with routed experts; ours is the GQA MoE class.
   if (c.arch == "llama" && g->get_uint(a + "expert_count", 0) > 0) c.arch = "mixtral";
   FP_CHECK(c.arch == "llama" || c.arch == "mixtral" || c.arch == "qwen2moe" || c.arch == "glm4" || c.arch == "granite" ||
-               c.arch == "granitemoe" || c.arch == "minimax-m2" || c.arch == "seed_oss" || c.arch == "ernie4_5" || c.arch == "qwen2" || c.arch == "qwen3" || c.arch == "qwen3moe" || c.arch == "deepseek2" ||
+               c.arch == "granitemoe" || c.arch == "minimax-m2" || c.arch == "seed_oss" || c.arch == "ernie4_5" || c.arch == "ernie4_5-moe" || c.arch == "qwen2" || c.arch == "qwen3" || c.arch == "qwen3moe" || c.arch == "deepseek2" ||
                c.arch == "glm4moe" || c.arch == "gpt-oss" || c.arch == "gemma2" || c.arch == "gemma3" || c.arch == "phi3" ||
                c.arch == "smollm3" || c.arch == "olmo2",
            path, ": general.architecture '", c.arch,
-           "' is not supported yet (supported: llama (Mixtral with experts), qwen2, qwen3, glm4, granite, granitemoe, seed_oss, ernie4_5, qwen2moe, qwen3moe, deepseek2, glm4moe, minimax-m2, gpt-oss, gemma2, gemma3, phi3, smollm3, "
+           "' is not supported yet (supported: llama (Mixtral with experts), qwen2, qwen3, glm4, granite, granitemoe, seed_oss, ernie4_5, ernie4_5-moe, qwen2moe, qwen3moe, deepseek2, glm4moe, minimax-m2, gpt-oss, gemma2, gemma3, phi3, smollm3, "
            "olmo2)");
   c.dim = static_cast<int64_t>(g->get_uint(a + "embedding_length"));
   c.n_layers = static_cast<int64_t>(g->get_uint(a + "block_count"));
@@ -158,7 +158,7 @@ void load_gguf(ModelFile& m, const std::string& path) {
   // DeepSeek's GGUF keeps the checkpoint's interleaved (adjacent-pair) rotary layout.
   // GLM-4's checkpoints rotate adjacent pairs themselves (llama.cpp's rope type NORM, no permutation).
   c.rope_style = c.arch == "llama" || c.arch == "mixtral" || c.arch == "granite" || c.arch == "granitemoe" ||
-                         c.arch == "deepseek2" || c.arch == "smollm3" || c.arch == "glm4" || c.arch == "ernie4_5"
+                         c.arch == "deepseek2" || c.arch == "smollm3" || c.arch == "glm4" || c.arch == "ernie4_5" || c.arch == "ernie4_5-moe"
                      ? RopeStyle::Adjacent
                      : RopeStyle::NeoX;
   std::string scaling = g->get_string(a + "rope.scaling.type", "none");
@@ -187,7 +187,7 @@ void load_gguf(ModelFile& m, const std::string& path) {
   c.qkv_bias = c.arch == "qwen2" || c.arch == "qwen2moe";
   c.qk_norm = c.arch == "qwen3" || c.arch == "qwen3moe";
   if (c.arch == "qwen3moe" || c.arch == "qwen2moe" || c.arch == "mixtral" || c.arch == "deepseek2" || c.arch == "glm4moe" ||
-      c.arch == "gpt-oss" || c.arch == "granitemoe" || c.arch == "minimax-m2") {
+      c.arch == "gpt-oss" || c.arch == "granitemoe" || c.arch == "minimax-m2" || c.arch == "ernie4_5-moe") {
     MoeConfig& e = c.moe;
     e.n_experts = static_cast<int64_t>(g->get_uint(a + "expert_count", 0));
     e.n_used = static_cast<int64_t>(g->get_uint(a + "expert_used_count", 0));
@@ -196,7 +196,8 @@ void load_gguf(ModelFile& m, const std::string& path) {
     e.first_dense = static_cast<int64_t>(g->get_uint(a + "leading_dense_block_count", 0));
     // llama.cpp normalises Qwen3-MoE's top-k weights unconditionally; DeepSeek says so per file.
     e.norm_topk = g->get_bool(a + "expert_weights_norm", c.arch == "qwen3moe" || c.arch == "gpt-oss" || c.arch == "mixtral" ||
-                                                             c.arch == "granitemoe" || c.arch == "minimax-m2");
+                                                             c.arch == "granitemoe" || c.arch == "minimax-m2" ||
+                                                             c.arch == "ernie4_5-moe");
     if (c.arch == "mixtral" || c.arch == "granitemoe" || c.arch == "minimax-m2") e.ff = static_cast<int64_t>(g->get_uint(a + "expert_feed_forward_length", static_cast<uint64_t>(c.hidden_dim)));
     if (c.arch == "qwen2moe") {  // Qwen1.5-MoE / Qwen2-MoE: one shared expert of its own width, behind a sigmoid gate
       e.shared_ff = static_cast<int64_t>(g->get_uint(a + "expert_shared_feed_forward_length", 0));
@@ -290,8 +291,8 @@ void load_gguf(ModelFile& m, const std::string& path) {
     c.qkv_bias = m.find("blk.0.attn_q.bias") != nullptr || m.find("blk.0.attn_qkv.bias") != nullptr;
   }
   if (c.arch == "minimax-m2") c.qk_norm = c.qk_norm_full = true;  // MiniMax-M2: q/k norms over the whole projection
-  if (c.arch == "seed_oss" || c.arch == "ernie4_5") {
-    // Seed-OSS: q/k/v biases where the file has them; no output or FFN biases (Ernie 4.5: none).
+  if (c.arch == "seed_oss" || c.arch == "ernie4_5" || c.arch == "ernie4_5-moe") {
+    // Seed-OSS: q/k/v biases where the file has them; no output or FFN biases (ERNIE 4.5: none).
     c.qkv_bias = m.find("blk.0.attn_q.bias") != nullptr;
     for (const char* b : {"blk.0.attn_output.bias", "blk.0.ffn_up.bias", "blk.0.ffn_down.bias"})
       FP_CHECK(!m.find(b), path, ": tensor '", b, "': biases on ", c.arch, "'s output and FFN projections are not supported");
@@ -305,7 +306,7 @@ void load_gguf(ModelFile& m, const std::string& path) {
   FP_CHECK(emb, path, ": missing tensor 'token_embd.weight'");
   c.n_vocab = static_cast<int64_t>(g->get_uint(a + "vocab_size", static_cast<uint64_t>(emb->dim(0))));
   if (g->has("tokenizer.ggml.model")) m.tokenizer = Tokenizer::from_gguf(*g);
-  if (c.arch == "deepseek2" || c.arch == "qwen3moe" || c.arch == "glm4moe" || c.arch == "minimax-m2") c.moe.has_bias = m.find("blk." + std::to_string(c.moe.first_dense) + ".exp_probs_b.bias") != nullptr;
+  if (c.arch == "deepseek2" || c.arch == "qwen3moe" || c.arch == "glm4moe" || c.arch == "minimax-m2" || c.arch == "ernie4_5-moe") c.moe.has_bias = m.find("blk." + std::to_string(c.moe.first_dense) + ".exp_probs_b.bias") != nullptr;
   if (m.find("rope_freqs.weight")) m.notes.push_back("rope_freqs.weight present: per-frequency RoPE factors applied");
   for (auto& [k, v] : g->metadata()) m.metadata.emplace_back(k, v.to_string(6));
   m.notes.push_back("GGUF v" + std::to_string(g->version()) + ", " + std::to_string(g->metadata().size()) +
@@ -397,6 +398,27 @@ double json_num(const nlohmann::json& j, const std::string& key, const std::stri
 // (Glm4Moe) config.json.
 void load_hf_moe(ModelConfig& c, const nlohmann::json& j, const std::string& cfg_path, const std::string& arch_cls) {
   MoeConfig& e = c.moe;
+  if (c.arch == "ernie4_5-moe") {
+    // ERNIE 4.5 MoE: a softmax over the experts, chosen with a selection bias
+    // (moe_statics.e_score_correction_bias), the chosen probabilities renormalised; shared experts
+    // of moe_intermediate_size each; sparse layers from moe_layer_start_index to
+    // moe_layer_end_index (-1: the last), every moe_layer_interval-th.
+    auto key = [&](const char* name, const char* alias) { return j.contains(name) ? name : alias; };
+    e.n_experts = json_int(j, key("moe_num_experts", "num_experts"), cfg_path);
+    e.n_used = json_int(j, key("moe_k", "num_experts_per_tok"), cfg_path);
+    e.ff = json_int(j, "moe_intermediate_size", cfg_path);
+    e.n_shared = json_int(j, "moe_num_shared_experts", cfg_path, 0);
+    e.first_dense = json_int(j, "moe_layer_start_index", cfg_path, 1);
+    e.sparse_step = json_int(j, "moe_layer_interval", cfg_path, 1);
+    const double end = json_num(j, "moe_layer_end_index", cfg_path, -1);
+    FP_CHECK(end == -1 || (end >= 0 && end == std::floor(end)), cfg_path, ": moe_layer_end_index ", end,
+             " should be a layer index or -1");
+    for (int64_t l = end < 0 ? c.n_layers : static_cast<int64_t>(end) + 1; l < c.n_layers; ++l) e.dense_layers.push_back(l);
+    e.norm_topk = true;
+    e.scoring = "softmax";
+    e.has_bias = true;
+    return;
+  }
   e.n_used = json_int(j, "num_experts_per_tok", cfg_path);
   if (c.arch == "mixtral" || c.arch == "granitemoe") {
     // Softmax over every expert, the top k renormalised (GraniteMoe: a softmax over the top-k
@@ -804,6 +826,7 @@ void load_hf(ModelFile& m, const std::string& dir) {
   else if (arch_cls == "MiniMaxM2ForCausalLM") c.arch = "minimax-m2";
   else if (arch_cls == "SeedOssForCausalLM") c.arch = "seed_oss";
   else if (arch_cls == "Ernie4_5ForCausalLM") c.arch = "ernie4_5";
+  else if (arch_cls == "Ernie4_5_MoeForCausalLM") c.arch = "ernie4_5-moe";
   else if (arch_cls == "GptOssForCausalLM") c.arch = "gpt-oss";
   else if (arch_cls == "Gemma2ForCausalLM") c.arch = "gemma2";
   else if (arch_cls == "Phi3ForCausalLM") c.arch = "phi3";
@@ -814,7 +837,7 @@ void load_hf(ModelFile& m, const std::string& dir) {
   else if (arch_cls == "Olmo2ForCausalLM") c.arch = "olmo2";
   else if (arch_cls == "Gemma3ForCausalLM" || arch_cls == "Gemma3ForConditionalGeneration") c.arch = "gemma3";
   else fail(cfg_path, ": architectures[0] '", arch_cls, "' is not supported yet (LlamaForCausalLM, Qwen2ForCausalLM, ",
-            "Qwen3ForCausalLM, Glm4ForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, MiniMaxM2ForCausalLM, SeedOssForCausalLM, Ernie4_5ForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, MixtralForCausalLM, DeepseekV3ForCausalLM, DeepseekV2ForCausalLM, Glm4MoeForCausalLM, ",
+            "Qwen3ForCausalLM, Glm4ForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, MiniMaxM2ForCausalLM, SeedOssForCausalLM, Ernie4_5ForCausalLM, Ernie4_5_MoeForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, MixtralForCausalLM, DeepseekV3ForCausalLM, DeepseekV2ForCausalLM, Glm4MoeForCausalLM, ",
             "GptOssForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration, Phi3ForCausalLM, ",
             "SmolLM3ForCausalLM, Olmo2ForCausalLM, Mistral3ForConditionalGeneration)");
   const bool gemma = c.arch == "gemma2" || c.arch == "gemma3";
@@ -847,7 +870,7 @@ void load_hf(ModelFile& m, const std::string& dir) {
   c.qkv_bias = c.arch == "qwen2" || c.arch == "qwen2moe" || json_bool(j, "attention_bias", cfg_path, false);
   c.qk_norm = c.arch == "qwen3" || c.arch == "qwen3moe" || (c.arch == "glm4moe" && json_bool(j, "use_qk_norm", cfg_path, false));
   if (c.arch == "qwen3moe" || c.arch == "qwen2moe" || c.arch == "mixtral" || c.arch == "deepseek2" || c.arch == "glm4moe" ||
-      c.arch == "granitemoe" || c.arch == "minimax-m2")
+      c.arch == "granitemoe" || c.arch == "minimax-m2" || c.arch == "ernie4_5-moe")
     load_hf_moe(c, j, cfg_path, arch_cls);
   if (c.arch == "gpt-oss") load_hf_gpt_oss(c, j, cfg_path);
   // The RoPE scaling object, or null: rope_scaling, or transformers v5's rope_parameters.
@@ -937,8 +960,8 @@ void load_hf(ModelFile& m, const std::string& dir) {
       FP_CHECK(!json_bool(j, k, cfg_path, false), cfg_path, ": ", k, " (biases on Seed-OSS's ", k[0] == 'a' ? "output" : "MLP",
                " projections) is not supported");
   }
-  if (c.arch == "ernie4_5") {
-    // Baidu ERNIE 4.5 (dense): Llama with adjacent rotary pairs in the checkpoint itself
+  if (c.arch == "ernie4_5" || c.arch == "ernie4_5-moe") {
+    // Baidu ERNIE 4.5 (dense, and MoE beside it): Llama with adjacent rotary pairs in the checkpoint itself
     // (transformers' rotate_half over even/odd elements); use_bias (every projection) unsupported.
     FP_CHECK(!json_bool(j, "use_bias", cfg_path, false), cfg_path, ": use_bias (biases on ERNIE 4.5's projections) is not supported");
     c.rope_style = RopeStyle::Adjacent;
@@ -1061,6 +1084,14 @@ void load_hf(ModelFile& m, const std::string& dir) {
   if (!m.find("output.weight")) c.tied_output = true;
   if (c.arch == "gpt-oss") split_gpt_oss_experts(m);
   if (c.arch == "granitemoe") split_granite_moe_experts(m);
+  if (c.arch == "ernie4_5-moe") {
+    // ERNIE 4.5's selection bias is a [1, n_experts] matrix (one expert group): as the vector it is.
+    for (int64_t l = 0; l < c.n_layers; ++l)
+      if (auto it = m.tensors.find("blk." + std::to_string(l) + ".exp_probs_b.bias");
+          it != m.tensors.end() && it->second.ndim == 2 && it->second.dim(0) == 1)
+        it->second = Tensor::view(it->second.data, it->second.dtype, {it->second.dim(1)});
+    c.moe.has_bias = m.find("blk." + std::to_string(c.moe.first_dense) + ".exp_probs_b.bias") != nullptr;
+  }
   if (file_exists(dir + "/tokenizer.json")) m.tokenizer = Tokenizer::from_hf_json(dir + "/tokenizer.json");
   m.notes.push_back("safetensors: " + std::to_string(set->files().size()) + " file(s), " + std::to_string(set->all().size()) + " tensors");
 }

@@ -20,6 +20,9 @@
 //     whole projection, NeoX RoPE over the first rotary_dim of each head; every layer sparse,
 //     GLM-4.5's router without groups (sigmoid scores, selection bias, top k renormalised),
 //     Mixtral's checkpoint names.
+//   ERNIE 4.5 MoE (HF Ernie4_5_MoeForCausalLM, GGUF ernie4_5-moe): Llama's attention with
+//     adjacent rotary pairs; a softmax router with a selection bias, the chosen probabilities
+//     renormalised; shared experts; dense layers before moe_layer_start_index.
 //   Granite 3.x MoE (HF GraniteMoeForCausalLM / GraniteMoeSharedForCausalLM, GGUF granitemoe):
 //     Mixtral's layers with Granite's multipliers (embeddings, attention scale, logits divided;
 //     the residual one folded at load, config.h) and, in the Shared variant, an ungated shared
@@ -654,6 +657,7 @@ const bool mixtral_registered = register_sharded_architecture("mixtral", make_gq
 // Qwen2-MoE: on the CPU (the CUDA expert kernel does not take its shared expert's sigmoid gate yet).
 const bool qwen2_moe_registered = register_sharded_architecture("qwen2moe", make_gqa_moe, false);
 const bool granite_moe_registered = register_sharded_architecture("granitemoe", make_gqa_moe, false);
+const bool ernie_moe_registered = register_sharded_architecture("ernie4_5-moe", make_gqa_moe, false);
 // MiniMax-M2: on the CPU (the device path norms q/k per head only).
 const bool minimax_m2_registered = register_sharded_architecture("minimax-m2", make_gqa_moe, false);
 // gpt-oss: on the CPU (its sinks, windows and expert biases are not on a device yet; build_model

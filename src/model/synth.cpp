@@ -56,6 +56,7 @@ std::string canonical_arch(const std::string& arch) {
   if (arch == "mixtral") return "mixtral";
   if (arch == "granitemoe" || arch == "granitemoeshared") return "granitemoe";
   if (arch == "minimax_m2" || arch == "minimax-m2") return "minimax-m2";
+  if (arch == "ernie4_5_moe" || arch == "ernie4_5-moe") return "ernie4_5-moe";
   if (arch == "deepseek_v3" || arch == "deepseek_v2") return "deepseek2";
   if (arch == "glm4_moe" || arch == "glm4moe") return "glm4moe";
   if (arch == "gpt_oss" || arch == "gpt-oss") return "gpt-oss";
@@ -64,7 +65,7 @@ std::string canonical_arch(const std::string& arch) {
   FP_CHECK(arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "gemma2" || arch == "phi3" || arch == "smollm3" ||
                arch == "olmo2" || arch == "glm4" || arch == "granite" || arch == "seed_oss" || arch == "ernie4_5",
            "synth: --arch '", arch,
-           "' is not one of llama, mistral, qwen2, qwen3, phi3, smollm3, olmo2, glm4, granite, seed_oss, ernie4_5, granitemoe, granitemoeshared, minimax_m2, qwen2_moe, qwen3_moe, mixtral, deepseek_v2, deepseek_v3, glm4_moe, gpt_oss, gemma2, gemma3");
+           "' is not one of llama, mistral, qwen2, qwen3, phi3, smollm3, olmo2, glm4, granite, seed_oss, ernie4_5, ernie4_5_moe, granitemoe, granitemoeshared, minimax_m2, qwen2_moe, qwen3_moe, mixtral, deepseek_v2, deepseek_v3, glm4_moe, gpt_oss, gemma2, gemma3");
   return arch;
 }
 
@@ -83,6 +84,19 @@ void synth_moe_config(ModelConfig& c, const std::string& arch_in, const nlohmann
     e.n_experts = geti("num_local_experts", 4);
     e.ff = c.hidden_dim;
     e.norm_topk = true;
+    return;
+  }
+  if (c.arch == "ernie4_5-moe") {  // Ernie4_5_MoeConfig's keys: a softmax router with a selection bias, shared experts
+    e.n_experts = geti("moe_num_experts", 8);
+    e.n_used = geti("moe_k", 2);
+    e.ff = geti("moe_intermediate_size", std::max<int64_t>(c.hidden_dim / 4, 8));
+    e.n_shared = getz("moe_num_shared_experts", 1);
+    e.first_dense = getz("moe_layer_start_index", 1);
+    e.sparse_step = geti("moe_layer_interval", 1);
+    const int64_t end = j.value("moe_layer_end_index", int64_t{-1});
+    for (int64_t l = end < 0 ? c.n_layers : end + 1; l < c.n_layers; ++l) e.dense_layers.push_back(l);
+    e.norm_topk = true;
+    e.has_bias = true;
     return;
   }
   if (c.arch == "minimax-m2") {  // Mixtral's experts, GLM-4.5's router without groups or a scale
@@ -228,7 +242,7 @@ ModelConfig config_from_json(const std::string& arch_in, const nlohmann::json& j
     c.rope_style = RopeStyle::Adjacent;
     c.rot_dim = static_cast<int64_t>(static_cast<double>(c.head_dim) * j.value("partial_rotary_factor", 0.5));
   }
-  if (arch == "ernie4_5") {  // Ernie4_5Config: adjacent rotary pairs, tied by default
+  if (arch == "ernie4_5" || arch == "ernie4_5-moe") {  // Ernie4_5Config: adjacent rotary pairs, tied by default
     c.rope_style = RopeStyle::Adjacent;
     c.tied_output = j.value("tie_word_embeddings", true);
   }
@@ -266,7 +280,7 @@ ModelConfig config_from_json(const std::string& arch_in, const nlohmann::json& j
              "synth: rope_scaling type '", c.rope_scaling.type, "' is not supported (linear, llama3; yarn for deepseek, gpt-oss)");
   }
   if (arch == "qwen3moe" || arch == "qwen2moe" || arch == "mixtral" || arch == "deepseek2" || arch == "glm4moe" || arch == "gpt-oss" ||
-      arch == "granitemoe" || arch == "minimax-m2")
+      arch == "granitemoe" || arch == "minimax-m2" || arch == "ernie4_5-moe")
     synth_moe_config(c, arch_in, j, geti);
   if (arch == "gemma2" || arch == "gemma3") {  // Gemma2Config's / Gemma3TextConfig's keys (model_file.cpp, load_hf_gemma)
     const bool gemma2 = arch == "gemma2";
@@ -376,7 +390,12 @@ std::map<std::string, HfTensor> make_weights(const ModelConfig& c, uint64_t seed
     }
     mat(p + "mlp.gate.weight", c.moe.n_experts, c.dim);
     w[p + "mlp.gate.weight"].matrix = false;  // routers stay in full precision
-    if (c.moe.has_bias) vec(p + "mlp.gate.e_score_correction_bias", c.moe.n_experts, 0.0f, 0.1f);
+    if (c.moe.has_bias && c.arch == "ernie4_5-moe") {  // ERNIE 4.5: [1, n_experts] (one expert group)
+      vec(p + "mlp.moe_statics.e_score_correction_bias", c.moe.n_experts, 0.0f, 0.1f);
+      w[p + "mlp.moe_statics.e_score_correction_bias"].shape = {1, c.moe.n_experts};
+    } else if (c.moe.has_bias) {
+      vec(p + "mlp.gate.e_score_correction_bias", c.moe.n_experts, 0.0f, 0.1f);
+    }
     for (int64_t e = 0; e < c.moe.n_experts; ++e) ffn(p + "mlp.experts." + std::to_string(e) + ".", c.moe.ff);
     if (c.moe.shared_gate && c.moe.n_shared > 0) {  // Qwen2-MoE
       ffn(p + "mlp.shared_expert.", c.moe.shared_width());
@@ -454,7 +473,7 @@ std::map<std::string, HfTensor> make_weights(const ModelConfig& c, uint64_t seed
     }
     mat(p + "self_attn.o_proj.weight", c.dim, q);
     if ((c.arch == "qwen3moe" || c.arch == "qwen2moe" || c.arch == "mixtral" || c.arch == "glm4moe" || c.arch == "granitemoe" ||
-         c.arch == "minimax-m2") &&
+         c.arch == "minimax-m2" || c.arch == "ernie4_5-moe") &&
         c.moe.is_moe_layer(l))
       moe(p);
     else if (c.arch != "gpt-oss" && c.arch != "phi3" && c.arch != "glm4") ffn(p + "mlp.", c.hidden_dim);
@@ -885,6 +904,7 @@ std::map<std::string, HfTensor> gguf_layout(const std::map<std::string, HfTensor
       continue;
     }
     out[gn] = t;
+    if (gn.ends_with("exp_probs_b.bias")) out[gn].shape = {c.moe.n_experts};  // llama.cpp squeezes ERNIE's [1, E]
     if (gn.ends_with("ffn_gate_inp_shexp.weight")) out[gn].shape = {c.dim};  // Qwen2-MoE's gate: a [dim] vector in GGUF
   }
   return out;
@@ -1198,6 +1218,21 @@ std::string synth_model(const SynthOptions& o) {
     cfg["torch_dtype"] = o.type == DType::BF16 ? "bfloat16" : o.type == DType::F16 ? "float16" : "float32";
     if (c.arch == "gpt-oss") hf_gpt_oss_config(cfg, c, o.type);
     else if (c.arch == "gemma2" || c.arch == "gemma3") hf_gemma_config(cfg, c);
+    else if (c.arch == "ernie4_5-moe") {
+      cfg["architectures"] = {"Ernie4_5_MoeForCausalLM"};
+      cfg["model_type"] = "ernie4_5_moe";
+      cfg["use_bias"] = false;
+      cfg["pad_token_id"] = nullptr;
+      cfg["moe_num_experts"] = c.moe.n_experts;
+      cfg["moe_k"] = c.moe.n_used;
+      cfg["moe_intermediate_size"] = c.moe.ff;
+      cfg["moe_num_shared_experts"] = c.moe.n_shared;
+      cfg["moe_layer_start_index"] = c.moe.first_dense;
+      cfg["moe_layer_interval"] = c.moe.sparse_step;
+      int64_t end = c.n_layers - 1;
+      while (end >= 0 && !c.moe.is_moe_layer(end)) --end;
+      cfg["moe_layer_end_index"] = end;
+    }
     else if (c.arch == "minimax-m2") {
       cfg["architectures"] = {"MiniMaxM2ForCausalLM"};
       cfg["model_type"] = "minimax_m2";

@@ -44,6 +44,8 @@ std::string canonical_base(const std::string& hf) {
       {"block_sparse_moe.router.layer.weight", "ffn_gate_inp.weight"},
       // MiniMax-M2: Mixtral's names and a selection bias
       {"block_sparse_moe.e_score_correction_bias", "exp_probs_b.bias"},
+      // ERNIE 4.5 MoE: its selection bias
+      {"mlp.moe_statics.e_score_correction_bias", "exp_probs_b.bias"},
       {"block_sparse_moe.input_linear.weight", "ffn_gate_up_exps.weight"},
       {"block_sparse_moe.output_linear.weight", "ffn_down_exps.weight"},
       {"shared_mlp.input_linear.weight", "ffn_gate_up_shexp.weight"},

@@ -29,7 +29,8 @@ inline std::shared_ptr<Communicator> world_comm() { return open_world(launched_w
 // Small MoE shapes: qwen3moe (GQA 12 / 6 heads, a dense layer), Qwen2-MoE (the same with q/k/v
 // biases and a gated shared expert), Mixtral (every layer sparse), GraniteMoeShared (Mixtral's
 // experts beside an ungated shared one, Granite's multipliers), MiniMax-M2 (q/k norms over the
-// whole projection, sigmoid routing with a bias), GLM-4.5 (GQA 12 / 6 heads with
+// whole projection, sigmoid routing with a bias), ERNIE 4.5 MoE (softmax routing with a bias,
+// shared experts, adjacent rotary pairs), GLM-4.5 (GQA 12 / 6 heads with
 // q/k/v biases, half of each head rotated, grouped sigmoid routing, a shared expert, a dense
 // first layer) and DeepSeek (MLA with q_lora, a shared expert, a dense first layer).
 inline nlohmann::json moe_config(const std::string& arch) {
@@ -55,6 +56,10 @@ inline nlohmann::json moe_config(const std::string& arch) {
     return {{"hidden_size", 64},  {"num_attention_heads", 12}, {"num_key_value_heads", 6}, {"head_dim", 16},
             {"intermediate_size", 96}, {"num_hidden_layers", 3}, {"vocab_size", 256}, {"num_local_experts", 6},
             {"num_experts_per_tok", 2}, {"rotary_dim", 8}};
+  if (arch == "ernie4_5_moe")  // adjacent rotary pairs, a dense first layer, a softmax router with a selection bias, 2 shared experts
+    return {{"hidden_size", 64},  {"num_attention_heads", 12}, {"num_key_value_heads", 6}, {"head_dim", 16},
+            {"intermediate_size", 96}, {"num_hidden_layers", 3}, {"vocab_size", 256}, {"moe_num_experts", 6},
+            {"moe_k", 2}, {"moe_intermediate_size", 96}, {"moe_num_shared_experts", 2}, {"moe_layer_start_index", 1}};
   if (arch == "gpt_oss")  // every layer MoE; biases, sinks; layers 0 and 2 windowed
     return {{"hidden_size", 64},     {"num_attention_heads", 12}, {"num_key_value_heads", 6}, {"head_dim", 16},
             {"intermediate_size", 96}, {"num_hidden_layers", 3},   {"vocab_size", 256},        {"num_local_experts", 6},

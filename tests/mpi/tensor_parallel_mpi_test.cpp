@@ -264,6 +264,8 @@ INSTANTIATE_TEST_SUITE_P(
                       MoeSplitCase{"granitemoe_tp_ep", "granitemoeshared", DType::F16, {0, 0}},
                       MoeSplitCase{"minimax_m2_tp", "minimax_m2", DType::Q8_0, {0, 1}},
                       MoeSplitCase{"minimax_m2_ep", "minimax_m2", DType::F32, {1, 0}},
+                      MoeSplitCase{"ernie4_5_moe_tp", "ernie4_5_moe", DType::Q8_0, {0, 1}},
+                      MoeSplitCase{"ernie4_5_moe_tp_ep", "ernie4_5_moe", DType::F16, {0, 0}},
                       MoeSplitCase{"glm4moe_tp", "glm4_moe", DType::Q8_0, {0, 1}},
                       MoeSplitCase{"glm4moe_tp_ep", "glm4_moe", DType::F16, {0, 0}},
                       MoeSplitCase{"deepseek_v3_ep", "deepseek_v3", DType::Q8_0, {1, 0}},
