@@ -424,6 +424,51 @@ TEST(HfGolden, GraniteRefusesMultipliersItCannotFold) {
   }
 }
 
+// The forty-third session's architectures read their own config keys (EXAONE 4.0's string
+// sliding_window_pattern, ERNIE 4.5 MoE's last sparse layer) and refuse by name what they do
+// not run: MiniMax's lightning-attention layers and per-head q/k norms, Seed-OSS's output bias,
+// ERNIE's biases, a GraniteMoeShared config whose shared expert the file lacks.
+TEST(HfGolden, NewArchitecturesReadTheirKeysAndRefuseTheRest) {
+  const std::string root = test::temp_dir("hf_golden_new_archs");
+  auto with = [&](const std::string& name, const nlohmann::json& patch, const std::vector<std::string>& drop = {}) {
+    const std::string dir = root + "/" + name;
+    if (!std::filesystem::exists(dir)) write_synth_case(golden_case(name), dir);
+    nlohmann::json cfg;
+    std::ifstream(dir + "/config.json") >> cfg;
+    cfg.merge_patch(patch);
+    for (const std::string& k : drop) cfg.erase(k);
+    std::ofstream(dir + "/config.json") << cfg.dump();
+    return dir;
+  };
+  auto refused = [&](const std::string& dir, const std::string& expect) {
+    try {
+      load_model_file(dir);
+      ADD_FAILURE() << dir << " loaded; expected: " << expect;
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find(expect), std::string::npos) << e.what();
+    }
+  };
+  {  // "LLLG": three sliding layers with RoPE, then a global one without
+    const ModelConfig c =
+        load_model_file(with("hf_exaone4", {{"sliding_window_pattern", "LLLG"}, {"sliding_window", 5}}, {"layer_types"}))->config;
+    EXPECT_EQ(c.swa_layers, (std::vector<bool>{true, true, true, false}));
+    EXPECT_EQ(c.nope_layers, (std::vector<bool>{false, false, false, true}));
+    refused(with("hf_exaone4", {{"sliding_window_pattern", "LGL"}}), "sliding_window_pattern 'LGL' is not supported");
+  }
+  {  // layers 1..3 of 5 sparse, every second: 1 and 3; the end index 2 leaves only 1
+    const ModelConfig c = load_model_file(with("hf_ernie4_5_moe_interval", {{"moe_layer_end_index", 2}}))->config;
+    EXPECT_TRUE(c.moe.is_moe_layer(1));
+    EXPECT_FALSE(c.moe.is_moe_layer(3));
+    refused(with("hf_ernie4_5", {{"use_bias", true}}), "use_bias (biases on ERNIE 4.5's projections) is not supported");
+  }
+  refused(with("hf_minimax_m2", {{"attn_type_list", {1, 0, 1}}}), "only full attention (1) is supported");
+  refused(with("hf_minimax_m2", {{"attn_type_list", {1, 1, 1}}, {"qk_norm_type", "per_head"}}),
+          "qk_norm_type 'per_head' is not supported");
+  refused(with("hf_seed_oss", {{"attention_out_bias", true}}), "attention_out_bias (biases on Seed-OSS's output projections)");
+  refused(with("hf_granite_moe", {{"architectures", {"GraniteMoeSharedForCausalLM"}}, {"shared_intermediate_size", 32}}),
+          "has no shared_mlp.input_linear, but shared_intermediate_size is 32");
+}
+
 // Embeddings (engine/embedder.h) against transformers' last_hidden_state (after the model's norm)
 // for the cases with "hidden": the Llama class (Qwen3, Granite, whose output norm carries
 // 1 / logits_scaling), the GQA MoE class (Qwen3-MoE; GraniteMoe, with the same folded scale; MiniMax-M2; ERNIE 4.5 MoE) and

@@ -773,6 +773,7 @@ const bool llama_registered = register_sharded_architecture("llama", make_llama,
                         register_sharded_architecture("granite", make_llama, false) &&
                         register_sharded_architecture("seed_oss", make_llama, false) &&
                         register_sharded_architecture("ernie4_5", make_llama, false) &&
+                        register_sharded_architecture("exaone4", make_llama, false) &&
                         register_sharded_architecture("gemma2", make_llama, false) &&
                         register_sharded_architecture("gemma3", make_llama, false);
 

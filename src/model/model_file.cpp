@@ -827,6 +827,7 @@ void load_hf(ModelFile& m, const std::string& dir) {
   else if (arch_cls == "SeedOssForCausalLM") c.arch = "seed_oss";
   else if (arch_cls == "Ernie4_5ForCausalLM") c.arch = "ernie4_5";
   else if (arch_cls == "Ernie4_5_MoeForCausalLM") c.arch = "ernie4_5-moe";
+  else if (arch_cls == "Exaone4ForCausalLM") c.arch = "exaone4";
   else if (arch_cls == "GptOssForCausalLM") c.arch = "gpt-oss";
   else if (arch_cls == "Gemma2ForCausalLM") c.arch = "gemma2";
   else if (arch_cls == "Phi3ForCausalLM") c.arch = "phi3";
@@ -837,7 +838,7 @@ void load_hf(ModelFile& m, const std::string& dir) {
   else if (arch_cls == "Olmo2ForCausalLM") c.arch = "olmo2";
   else if (arch_cls == "Gemma3ForCausalLM" || arch_cls == "Gemma3ForConditionalGeneration") c.arch = "gemma3";
   else fail(cfg_path, ": architectures[0] '", arch_cls, "' is not supported yet (LlamaForCausalLM, Qwen2ForCausalLM, ",
-            "Qwen3ForCausalLM, Glm4ForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, MiniMaxM2ForCausalLM, SeedOssForCausalLM, Ernie4_5ForCausalLM, Ernie4_5_MoeForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, MixtralForCausalLM, DeepseekV3ForCausalLM, DeepseekV2ForCausalLM, Glm4MoeForCausalLM, ",
+            "Qwen3ForCausalLM, Glm4ForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, MiniMaxM2ForCausalLM, SeedOssForCausalLM, Ernie4_5ForCausalLM, Ernie4_5_MoeForCausalLM, Exaone4ForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, MixtralForCausalLM, DeepseekV3ForCausalLM, DeepseekV2ForCausalLM, Glm4MoeForCausalLM, ",
             "GptOssForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration, Phi3ForCausalLM, ",
             "SmolLM3ForCausalLM, Olmo2ForCausalLM, Mistral3ForConditionalGeneration)");
   const bool gemma = c.arch == "gemma2" || c.arch == "gemma3";
@@ -905,6 +906,30 @@ void load_hf(ModelFile& m, const std::string& dir) {
     // (off). A config without the key gets no window here (transformers would default to 4096).
     c.sliding_window = json_int(j, "sliding_window", cfg_path, 0);
     c.swa_layers.assign(static_cast<size_t>(c.sliding_window > 0 ? c.n_layers : 0), true);
+  }
+  if (c.arch == "exaone4") {
+    // LG's EXAONE 4.0: OLMo 2's norms after the sublayers only, Qwen3's q/k norms per head; with
+    // sliding_window set, its sliding layers rotate and attend through the window and the others
+    // (global) attend to everything without RoPE. The layers from layer_types, else from
+    // sliding_window_pattern: an int p (every p-th layer global) or a string like "LLLG".
+    FP_CHECK(!json_bool(j, "attention_bias", cfg_path, false), cfg_path, ": attention_bias (EXAONE 4.0 has none) is not supported");
+    c.pre_norms = false;
+    c.post_norms = c.qk_norm = true;
+    c.qkv_bias = false;
+    int64_t pattern = 4;
+    if (auto it = j.find("sliding_window_pattern"); it != j.end() && !it->is_null()) {
+      if (it->is_string()) {
+        const std::string p = it->get<std::string>();
+        FP_CHECK(!p.empty() && p.back() == 'G' && p.find_first_not_of('L') == p.size() - 1, cfg_path,
+                 ": sliding_window_pattern '", p, "' is not supported (L...LG: local layers, then one global)");
+        pattern = static_cast<int64_t>(p.size());
+      } else {
+        pattern = json_int(j, "sliding_window_pattern", cfg_path);
+      }
+    }
+    if (auto it = j.find("sliding_window"); it != j.end() && !it->is_null()) read_sliding_layers(c, j, cfg_path, pattern);
+    if (c.sliding_window > 0)
+      for (int64_t l = 0; l < c.n_layers; ++l) c.nope_layers.push_back(!c.swa_layers[static_cast<size_t>(l)]);
   }
   if (c.arch == "olmo2") {
     // OLMo 2: a norm after the attention and after the FFN (post_attention_layernorm,
@@ -1053,7 +1078,7 @@ void load_hf(ModelFile& m, const std::string& dir) {
   std::vector<std::pair<std::string, const SafetensorsTensor*>> scales;
   for (auto& [name, t] : set->all()) {
     // Gemma's and OLMo 2's post-sublayer norms have names of their own (canonical_from_hf_gemma).
-    std::string cn = gemma || c.arch == "olmo2" ? canonical_from_hf_gemma(name)
+    std::string cn = gemma || c.arch == "olmo2" || c.arch == "exaone4" ? canonical_from_hf_gemma(name)
                                                 : canonical_from_hf(multimodal ? text_model_name(name) : name);
     if (cn.empty()) {
       m.notes.push_back("ignored tensor '" + name + "'");

@@ -63,9 +63,9 @@ std::string canonical_arch(const std::string& arch) {
   if (arch == "gemma3" || arch == "gemma3_text") return "gemma3";
   if (arch == "mistral") return "llama";  // a Llama with a window on every layer (MistralForCausalLM)
   FP_CHECK(arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "gemma2" || arch == "phi3" || arch == "smollm3" ||
-               arch == "olmo2" || arch == "glm4" || arch == "granite" || arch == "seed_oss" || arch == "ernie4_5",
+               arch == "olmo2" || arch == "glm4" || arch == "granite" || arch == "seed_oss" || arch == "ernie4_5" || arch == "exaone4",
            "synth: --arch '", arch,
-           "' is not one of llama, mistral, qwen2, qwen3, phi3, smollm3, olmo2, glm4, granite, seed_oss, ernie4_5, ernie4_5_moe, granitemoe, granitemoeshared, minimax_m2, qwen2_moe, qwen3_moe, mixtral, deepseek_v2, deepseek_v3, glm4_moe, gpt_oss, gemma2, gemma3");
+           "' is not one of llama, mistral, qwen2, qwen3, phi3, smollm3, olmo2, glm4, granite, seed_oss, ernie4_5, ernie4_5_moe, exaone4, granitemoe, granitemoeshared, minimax_m2, qwen2_moe, qwen3_moe, mixtral, deepseek_v2, deepseek_v3, glm4_moe, gpt_oss, gemma2, gemma3");
   return arch;
 }
 
@@ -245,6 +245,16 @@ ModelConfig config_from_json(const std::string& arch_in, const nlohmann::json& j
   if (arch == "ernie4_5" || arch == "ernie4_5-moe") {  // Ernie4_5Config: adjacent rotary pairs, tied by default
     c.rope_style = RopeStyle::Adjacent;
     c.tied_output = j.value("tie_word_embeddings", true);
+  }
+  if (arch == "exaone4") {  // Exaone4Config: OLMo 2's norms, per-head q/k norms; global layers without RoPE beside windowed ones
+    c.pre_norms = false;
+    c.post_norms = c.qk_norm = true;
+    c.sliding_window = j.value("sliding_window", int64_t{0});
+    const int64_t pattern = geti("sliding_window_pattern", 4);
+    for (int64_t l = 0; l < c.n_layers && c.sliding_window > 0; ++l) {
+      c.swa_layers.push_back((l + 1) % pattern != 0);
+      c.nope_layers.push_back((l + 1) % pattern == 0);
+    }
   }
   if (arch == "olmo2") {  // Olmo2Config: norms after the sublayers, q/k norms over the whole projection
     c.pre_norms = false;
@@ -503,7 +513,8 @@ std::map<std::string, HfTensor> make_weights(const ModelConfig& c, uint64_t seed
 // The tensor's name in a GGUF file of this architecture: the canonical name, except GLM-4.5's
 // norm before the FFN, which llama.cpp calls post_attention_norm (Gemma 3's names: tensor_names.h).
 std::string gguf_name(const std::string& hf, const ModelConfig& c) {
-  std::string n = c.arch == "gemma2" || c.arch == "gemma3" || c.arch == "olmo2" ? canonical_from_hf_gemma(hf) : canonical_from_hf(hf);
+  std::string n = c.arch == "gemma2" || c.arch == "gemma3" || c.arch == "olmo2" || c.arch == "exaone4" ? canonical_from_hf_gemma(hf)
+                                                                                                    : canonical_from_hf(hf);
   FP_CHECK(!n.empty(), "synth: no GGUF name for '", hf, "'");
   if ((c.arch == "glm4moe" || c.arch == "gpt-oss" || c.arch == "seed_oss") && n.ends_with(".ffn_norm.weight"))
     n = n.substr(0, n.size() - std::string("ffn_norm.weight").size()) + "post_attention_norm.weight";
@@ -1070,6 +1081,7 @@ std::string synth_model(const SynthOptions& o) {
     GgufWriter g;
     std::map<std::string, std::vector<float>> f32_extras;  // streamed: tensors computed here, not drawn
     const std::string a = gguf_arch(c) + ".";
+    FP_CHECK(c.arch != "exaone4", "synth: EXAONE 4.0 is read from safetensors only here (write a directory, not a .gguf)");
     g.set_string("general.architecture", gguf_arch(c));
     g.set_string("general.name", "synth " + c.arch + " (random weights, seed " + std::to_string(o.seed) + ")");
     g.set_u32(a + "context_length", static_cast<uint32_t>(c.max_context));
@@ -1269,6 +1281,16 @@ std::string synth_model(const SynthOptions& o) {
       cfg["attention_bias"] = c.qkv_bias;
       cfg["partial_rotary_factor"] = static_cast<double>(c.rot_dim) / static_cast<double>(c.head_dim);
       cfg["pad_token_id"] = nullptr;  // Glm4Config's defaults lie outside a small vocabulary
+      cfg["eos_token_id"] = 2;
+    }
+    else if (c.arch == "exaone4") {
+      cfg["architectures"] = {"Exaone4ForCausalLM"};
+      cfg["model_type"] = "exaone4";
+      cfg["sliding_window"] = c.sliding_window > 0 ? nlohmann::json(c.sliding_window) : nlohmann::json(nullptr);
+      std::vector<std::string> types;
+      for (int64_t l = 0; l < c.n_layers; ++l) types.push_back(c.window_of(l) > 0 ? "sliding_attention" : "full_attention");
+      cfg["layer_types"] = types;
+      cfg["bos_token_id"] = 1;
       cfg["eos_token_id"] = 2;
     }
     else if (c.arch == "olmo2") {
