@@ -166,7 +166,8 @@ class LlamaModel : public Model {
       rp.report();
     }
     inv_freq_ = c.rope_inv_freq();
-    if (c.rope_scaling.type == "longrope") rope_mscale_ = c.rope_scaling.attn_factor;
+    // LongRoPE's and YaRN's cos/sin factor (1 + 0.1 ln(factor) unless the config gives one).
+    if (c.rope_scaling.type == "longrope" || c.rope_scaling.type == "yarn") rope_mscale_ = c.rope_scaling.attn_factor;
     if (const Tensor* rf = mf.find("rope_freqs.weight")) {  // GGUF llama3: per-frequency divisors
       FP_CHECK(rf->numel() == c.rot_dim / 2, mf.path, ": rope_freqs.weight has ", rf->numel(), " values, expected ", c.rot_dim / 2);
       std::vector<float> factors(inv_freq_.size());

@@ -166,11 +166,13 @@ void load_gguf(ModelFile& m, const std::string& path) {
     c.rope_scaling.type = scaling;
     c.rope_scaling.factor = static_cast<float>(g->get_float(a + "rope.scaling.factor", 1.0));
     c.rope_scaling.original_context = static_cast<int64_t>(g->get_uint(a + "rope.scaling.original_context_length", 0));
-    FP_CHECK(scaling != "yarn" || c.arch == "deepseek2" || c.arch == "gpt-oss", path, ": rope scaling 'yarn' is not supported for ",
-             c.arch, " yet");
-    if (scaling == "yarn" && c.arch == "gpt-oss") {
-      // As transformers (and ggml's rope with ext_factor): cos/sin times 1 + 0.1 ln(factor), no
-      // softmax factor. GGUF has no `truncate`: the correction range is rounded, as ggml does.
+    const bool yarn_llama_class = c.arch == "llama" || c.arch == "qwen2" || c.arch == "qwen3" || c.arch == "qwen3moe";
+    FP_CHECK(scaling != "yarn" || c.arch == "deepseek2" || c.arch == "gpt-oss" || yarn_llama_class, path,
+             ": rope scaling 'yarn' is not supported for ", c.arch, " yet");
+    if (scaling == "yarn" && c.arch != "deepseek2") {
+      // gpt-oss, Qwen2.5 / Qwen3 / Llama with YaRN: as transformers (and ggml's rope with
+      // ext_factor): cos/sin times 1 + 0.1 ln(factor), no softmax factor. GGUF has no `truncate`:
+      // the correction range is rounded, as ggml does.
       RopeScaling& y = c.rope_scaling;
       y.beta_fast = static_cast<float>(g->get_float(a + "rope.scaling.yarn_beta_fast", 32.0));
       y.beta_slow = static_cast<float>(g->get_float(a + "rope.scaling.yarn_beta_slow", 1.0));
@@ -1042,7 +1044,8 @@ void load_hf(ModelFile& m, const std::string& dir) {
       c.rope_scaling.low_freq_factor = static_cast<float>(json_num(*rs, "low_freq_factor", cfg_path, 1.0));
       c.rope_scaling.high_freq_factor = static_cast<float>(json_num(*rs, "high_freq_factor", cfg_path, 4.0));
       c.rope_scaling.original_context = json_int(*rs, "original_max_position_embeddings", cfg_path, 8192);
-    } else if (type == "yarn" && (c.arch == "deepseek2" || c.arch == "qwen3moe" || c.arch == "gpt-oss")) {
+    } else if (type == "yarn" && (c.arch == "deepseek2" || c.arch == "qwen3moe" || c.arch == "gpt-oss" || c.arch == "llama" ||
+                                  c.arch == "qwen2" || c.arch == "qwen3")) {
       // transformers: cos/sin times attention_factor; DeepSeek's softmax scale times mscale(mscale_all_dim)^2.
       RopeScaling& y = c.rope_scaling;
       y.type = type;

@@ -285,9 +285,19 @@ ModelConfig config_from_json(const std::string& arch_in, const nlohmann::json& j
     c.rope_scaling.low_freq_factor = rs.value("low_freq_factor", 1.0f);
     c.rope_scaling.high_freq_factor = rs.value("high_freq_factor", 4.0f);
     c.rope_scaling.original_context = rs.value("original_max_position_embeddings", int64_t{8192});
+    const bool yarn_llama_class = arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "qwen3moe";
     FP_CHECK(c.rope_scaling.type == "linear" || c.rope_scaling.type == "llama3" ||
-                 (c.rope_scaling.type == "yarn" && (arch == "deepseek2" || arch == "gpt-oss")),
-             "synth: rope_scaling type '", c.rope_scaling.type, "' is not supported (linear, llama3; yarn for deepseek, gpt-oss)");
+                 (c.rope_scaling.type == "yarn" && (arch == "deepseek2" || arch == "gpt-oss" || yarn_llama_class)),
+             "synth: rope_scaling type '", c.rope_scaling.type,
+             "' is not supported (linear, llama3; yarn for deepseek, gpt-oss, llama, qwen2, qwen3, qwen3_moe)");
+    if (c.rope_scaling.type == "yarn" && yarn_llama_class) {  // transformers' YaRN: cos/sin times attention_factor
+      RopeScaling& y = c.rope_scaling;
+      y.original_context = rs.value("original_max_position_embeddings", c.max_context);
+      y.beta_fast = rs.value("beta_fast", 32.0f);
+      y.beta_slow = rs.value("beta_slow", 1.0f);
+      y.truncate = rs.value("truncate", true);
+      y.attn_factor = rs.value("attention_factor", y.factor > 1 ? 0.1f * std::log(y.factor) + 1.0f : 1.0f);
+    }
   }
   if (arch == "qwen3moe" || arch == "qwen2moe" || arch == "mixtral" || arch == "deepseek2" || arch == "glm4moe" || arch == "gpt-oss" ||
       arch == "granitemoe" || arch == "minimax-m2" || arch == "ernie4_5-moe")
@@ -1111,6 +1121,17 @@ std::string synth_model(const SynthOptions& o) {
     if (c.rope_scaling.type == "linear") {
       g.set_string(a + "rope.scaling.type", "linear");
       g.set_f32(a + "rope.scaling.factor", c.rope_scaling.factor);
+    } else if (const RopeScaling& y = c.rope_scaling; y.type == "yarn" && c.arch != "deepseek2" && c.arch != "gpt-oss") {
+      // Qwen2.5 / Qwen3 / Llama with YaRN, as llama.cpp's converters write it (ggml scales cos/sin
+      // by 1 + 0.1 ln(factor) itself and rounds the correction range).
+      FP_CHECK(y.truncate, "synth: GGUF yarn rounds the correction range (ggml); write \"truncate\": true or a safetensors directory");
+      FP_CHECK(std::fabs(y.attn_factor - (0.1f * std::log(y.factor) + 1.0f)) < 1e-6f,
+               "synth: GGUF yarn scales cos/sin by 1 + 0.1 ln(factor); write a safetensors directory for attention_factor ", y.attn_factor);
+      g.set_string(a + "rope.scaling.type", "yarn");
+      g.set_f32(a + "rope.scaling.factor", y.factor);
+      g.set_u32(a + "rope.scaling.original_context_length", static_cast<uint32_t>(y.original_context));
+      g.set_f32(a + "rope.scaling.yarn_beta_fast", y.beta_fast);
+      g.set_f32(a + "rope.scaling.yarn_beta_slow", y.beta_slow);
     } else if (c.rope_scaling.type == "llama3") {
       // As llama.cpp's converter does: the scaling becomes per-frequency divisors in rope_freqs.weight.
       ModelConfig plain = c;
