@@ -315,6 +315,8 @@ class LlamaModel : public Model {
                         int64_t row0 = 0) {
     const ModelConfig& c = config();
     const float* inv_freq = L.inv_freq ? L.inv_freq : inv_freq_at_;
+    // A layer with its own frequencies rotates unscaled (rope_inv_freq_swa): no YaRN cos/sin factor.
+    const float mscale = L.inv_freq ? 1.0f : rope_mscale_;
     const uint16_t* hb = nullptr;
     const BlockQ8_0* hq = nullptr;
     if (L.attn_norm) {
@@ -331,21 +333,21 @@ class LlamaModel : public Model {
       if (c.qk_norm) qk_norm(k, L.k_norm, n, kv_heads, c.n_kv_heads);
       if (c.qk_norm) qk_norm(q, L.q_norm, n, heads, c.n_heads);
       const int64_t qk_heads = heads + kv_heads;
-      if (L.rope) dispatch(RopeArgs{q, pos, n, qk_heads, c.head_dim, c.rot_dim, qk_heads * c.head_dim, inv_freq, rope_mscale_, c.rope_style});
+      if (L.rope) dispatch(RopeArgs{q, pos, n, qk_heads, c.head_dim, c.rot_dim, qk_heads * c.head_dim, inv_freq, mscale, c.rope_style});
       return;
     }
     dispatch(MatMulArgs{h, n, L.wk, L.bk, k, hq, hb});
     dispatch(MatMulArgs{h, n, L.wv, L.bv, v, hq, hb});
     lora(L, {{LoraTarget::K, k}, {LoraTarget::V, v}}, row0, n, h);
     if (c.qk_norm) qk_norm(k, L.k_norm, n, kv_heads, c.n_kv_heads);
-    if (L.rope) dispatch(RopeArgs{k, pos, n, kv_heads, c.head_dim, c.rot_dim, kv_heads * c.head_dim, inv_freq, rope_mscale_, c.rope_style});
+    if (L.rope) dispatch(RopeArgs{k, pos, n, kv_heads, c.head_dim, c.rot_dim, kv_heads * c.head_dim, inv_freq, mscale, c.rope_style});
     if (kv_ready) kv_ready();
     progress();
     dispatch(MatMulArgs{h, n, L.wq, L.bq, q, hq, hb});
     lora(L, {{LoraTarget::Q, q}}, row0, n, h);
     progress();
     if (c.qk_norm) qk_norm(q, L.q_norm, n, heads, c.n_heads);
-    if (L.rope) dispatch(RopeArgs{q, pos, n, heads, c.head_dim, c.rot_dim, heads * c.head_dim, inv_freq, rope_mscale_, c.rope_style});
+    if (L.rope) dispatch(RopeArgs{q, pos, n, heads, c.head_dim, c.rot_dim, heads * c.head_dim, inv_freq, mscale, c.rope_style});
   }
 
   // x += FFN(RMSNorm(x)) for n rows (h, gate, up: scratch); with `sum_ranks` the ranks' partial
@@ -775,6 +777,7 @@ const bool llama_registered = register_sharded_architecture("llama", make_llama,
                         register_sharded_architecture("seed_oss", make_llama, false) &&
                         register_sharded_architecture("ernie4_5", make_llama, false) &&
                         register_sharded_architecture("exaone4", make_llama, false) &&
+                        register_sharded_architecture("olmo3", make_llama, false) &&
                         register_sharded_architecture("gemma2", make_llama, false) &&
                         register_sharded_architecture("gemma3", make_llama, false);
 

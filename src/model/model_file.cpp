@@ -802,6 +802,29 @@ void split_granite_moe_experts(ModelFile& m) {
   }
 }
 
+// OLMo 3 (Olmo3ForCausalLM): OLMo 2's layers with a sliding window on layer_types' sliding
+// layers (by default three of every four) and RoPE parameters per layer type: rope_parameters
+// {sliding_attention: {...}, full_attention: {...}} (transformers v5), or a legacy rope_scaling
+// that applies to the full-attention layers only. The sliding layers must rotate unscaled, with
+// a base of their own (as Gemma 3's: rope_theta_swa); the full layers' scaling (YaRN in the
+// long-context models) is the model's. Returns the full layers' RoPE object (or null).
+const nlohmann::json* load_hf_olmo3(ModelConfig& c, const nlohmann::json& j, const nlohmann::json* rs, const std::string& cfg_path) {
+  read_sliding_layers(c, j, cfg_path, 4);
+  c.rope_theta_swa = c.rope_theta;
+  if (!rs) return nullptr;
+  if (!rs->contains("full_attention") && !rs->contains("sliding_attention")) return rs;  // legacy rope_scaling: the full layers'
+  for (const char* k : {"full_attention", "sliding_attention"})
+    FP_CHECK(!rs->contains(k) || (*rs)[k].is_object(), cfg_path, ": rope_parameters.", k, " should be an object");
+  if (auto it = rs->find("sliding_attention"); it != rs->end()) {
+    const std::string type = string_field(*it, "rope_type", cfg_path, "default");
+    FP_CHECK(type == "default", cfg_path, ": rope_parameters.sliding_attention rope_type '", type,
+             "' is not supported (the sliding layers rotate unscaled)");
+    c.rope_theta_swa = static_cast<float>(json_num(*it, "rope_theta", cfg_path, c.rope_theta));
+  }
+  auto full = rs->find("full_attention");
+  return full != rs->end() ? &*full : nullptr;
+}
+
 void load_hf(ModelFile& m, const std::string& dir) {
   std::string cfg_path = dir + "/config.json";
   std::ifstream in(cfg_path);
@@ -830,6 +853,7 @@ void load_hf(ModelFile& m, const std::string& dir) {
   else if (arch_cls == "Ernie4_5ForCausalLM") c.arch = "ernie4_5";
   else if (arch_cls == "Ernie4_5_MoeForCausalLM") c.arch = "ernie4_5-moe";
   else if (arch_cls == "Exaone4ForCausalLM") c.arch = "exaone4";
+  else if (arch_cls == "Olmo3ForCausalLM") c.arch = "olmo3";
   else if (arch_cls == "GptOssForCausalLM") c.arch = "gpt-oss";
   else if (arch_cls == "Gemma2ForCausalLM") c.arch = "gemma2";
   else if (arch_cls == "Phi3ForCausalLM") c.arch = "phi3";
@@ -840,7 +864,7 @@ void load_hf(ModelFile& m, const std::string& dir) {
   else if (arch_cls == "Olmo2ForCausalLM") c.arch = "olmo2";
   else if (arch_cls == "Gemma3ForCausalLM" || arch_cls == "Gemma3ForConditionalGeneration") c.arch = "gemma3";
   else fail(cfg_path, ": architectures[0] '", arch_cls, "' is not supported yet (LlamaForCausalLM, Qwen2ForCausalLM, ",
-            "Qwen3ForCausalLM, Glm4ForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, MiniMaxM2ForCausalLM, SeedOssForCausalLM, Ernie4_5ForCausalLM, Ernie4_5_MoeForCausalLM, Exaone4ForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, MixtralForCausalLM, DeepseekV3ForCausalLM, DeepseekV2ForCausalLM, Glm4MoeForCausalLM, ",
+            "Qwen3ForCausalLM, Glm4ForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, MiniMaxM2ForCausalLM, SeedOssForCausalLM, Ernie4_5ForCausalLM, Ernie4_5_MoeForCausalLM, Exaone4ForCausalLM, Olmo3ForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, MixtralForCausalLM, DeepseekV3ForCausalLM, DeepseekV2ForCausalLM, Glm4MoeForCausalLM, ",
             "GptOssForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration, Phi3ForCausalLM, ",
             "SmolLM3ForCausalLM, Olmo2ForCausalLM, Mistral3ForConditionalGeneration)");
   const bool gemma = c.arch == "gemma2" || c.arch == "gemma3";
@@ -881,6 +905,7 @@ void load_hf(ModelFile& m, const std::string& dir) {
   for (const char* key : {"rope_scaling", "rope_parameters"})
     if (auto it = j.find(key); !rs && it != j.end() && it->is_object()) rs = &*it;
   if (gemma) rs = load_hf_gemma(c, j, cfg_path);
+  if (c.arch == "olmo3") rs = load_hf_olmo3(c, j, rs, cfg_path);
   if (c.arch == "qwen2moe") {
     // Qwen2-MoE: q/k/v biases unless qkv_bias is false; a window only where layer_types says
     // (transformers' default pattern for this class has changed between versions).
@@ -933,7 +958,7 @@ void load_hf(ModelFile& m, const std::string& dir) {
     if (c.sliding_window > 0)
       for (int64_t l = 0; l < c.n_layers; ++l) c.nope_layers.push_back(!c.swa_layers[static_cast<size_t>(l)]);
   }
-  if (c.arch == "olmo2") {
+  if (c.arch == "olmo2" || c.arch == "olmo3") {
     // OLMo 2: a norm after the attention and after the FFN (post_attention_layernorm,
     // post_feedforward_layernorm) and none before them; q and k normalised over the whole
     // projection.
@@ -1045,7 +1070,7 @@ void load_hf(ModelFile& m, const std::string& dir) {
       c.rope_scaling.high_freq_factor = static_cast<float>(json_num(*rs, "high_freq_factor", cfg_path, 4.0));
       c.rope_scaling.original_context = json_int(*rs, "original_max_position_embeddings", cfg_path, 8192);
     } else if (type == "yarn" && (c.arch == "deepseek2" || c.arch == "qwen3moe" || c.arch == "gpt-oss" || c.arch == "llama" ||
-                                  c.arch == "qwen2" || c.arch == "qwen3")) {
+                                  c.arch == "qwen2" || c.arch == "qwen3" || c.arch == "olmo3")) {
       // transformers: cos/sin times attention_factor; DeepSeek's softmax scale times mscale(mscale_all_dim)^2.
       RopeScaling& y = c.rope_scaling;
       y.type = type;
@@ -1081,7 +1106,7 @@ void load_hf(ModelFile& m, const std::string& dir) {
   std::vector<std::pair<std::string, const SafetensorsTensor*>> scales;
   for (auto& [name, t] : set->all()) {
     // Gemma's and OLMo 2's post-sublayer norms have names of their own (canonical_from_hf_gemma).
-    std::string cn = gemma || c.arch == "olmo2" || c.arch == "exaone4" ? canonical_from_hf_gemma(name)
+    std::string cn = gemma || c.arch == "olmo2" || c.arch == "olmo3" || c.arch == "exaone4" ? canonical_from_hf_gemma(name)
                                                 : canonical_from_hf(multimodal ? text_model_name(name) : name);
     if (cn.empty()) {
       m.notes.push_back("ignored tensor '" + name + "'");

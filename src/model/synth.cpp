@@ -63,9 +63,9 @@ std::string canonical_arch(const std::string& arch) {
   if (arch == "gemma3" || arch == "gemma3_text") return "gemma3";
   if (arch == "mistral") return "llama";  // a Llama with a window on every layer (MistralForCausalLM)
   FP_CHECK(arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "gemma2" || arch == "phi3" || arch == "smollm3" ||
-               arch == "olmo2" || arch == "glm4" || arch == "granite" || arch == "seed_oss" || arch == "ernie4_5" || arch == "exaone4",
+               arch == "olmo2" || arch == "glm4" || arch == "granite" || arch == "seed_oss" || arch == "ernie4_5" || arch == "exaone4" || arch == "olmo3",
            "synth: --arch '", arch,
-           "' is not one of llama, mistral, qwen2, qwen3, phi3, smollm3, olmo2, glm4, granite, seed_oss, ernie4_5, ernie4_5_moe, exaone4, granitemoe, granitemoeshared, minimax_m2, qwen2_moe, qwen3_moe, mixtral, deepseek_v2, deepseek_v3, glm4_moe, gpt_oss, gemma2, gemma3");
+           "' is not one of llama, mistral, qwen2, qwen3, phi3, smollm3, olmo2, glm4, granite, seed_oss, ernie4_5, ernie4_5_moe, exaone4, olmo3, granitemoe, granitemoeshared, minimax_m2, qwen2_moe, qwen3_moe, mixtral, deepseek_v2, deepseek_v3, glm4_moe, gpt_oss, gemma2, gemma3");
   return arch;
 }
 
@@ -256,7 +256,12 @@ ModelConfig config_from_json(const std::string& arch_in, const nlohmann::json& j
       c.nope_layers.push_back((l + 1) % pattern == 0);
     }
   }
-  if (arch == "olmo2") {  // Olmo2Config: norms after the sublayers, q/k norms over the whole projection
+  if (arch == "olmo3") {  // Olmo3Config: OLMo 2's layers, a window on three layers of four, those rotating unscaled
+    c.sliding_window = j.value("sliding_window", int64_t{4096});
+    for (int64_t l = 0; l < c.n_layers && c.sliding_window > 0; ++l) c.swa_layers.push_back((l + 1) % 4 != 0);
+    c.rope_theta_swa = c.rope_theta;
+  }
+  if (arch == "olmo2" || arch == "olmo3") {  // Olmo2Config: norms after the sublayers, q/k norms over the whole projection
     c.pre_norms = false;
     c.post_norms = c.qk_norm = c.qk_norm_full = true;
   }
@@ -285,7 +290,7 @@ ModelConfig config_from_json(const std::string& arch_in, const nlohmann::json& j
     c.rope_scaling.low_freq_factor = rs.value("low_freq_factor", 1.0f);
     c.rope_scaling.high_freq_factor = rs.value("high_freq_factor", 4.0f);
     c.rope_scaling.original_context = rs.value("original_max_position_embeddings", int64_t{8192});
-    const bool yarn_llama_class = arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "qwen3moe";
+    const bool yarn_llama_class = arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "qwen3moe" || arch == "olmo3";
     FP_CHECK(c.rope_scaling.type == "linear" || c.rope_scaling.type == "llama3" ||
                  (c.rope_scaling.type == "yarn" && (arch == "deepseek2" || arch == "gpt-oss" || yarn_llama_class)),
              "synth: rope_scaling type '", c.rope_scaling.type,
@@ -523,7 +528,8 @@ std::map<std::string, HfTensor> make_weights(const ModelConfig& c, uint64_t seed
 // The tensor's name in a GGUF file of this architecture: the canonical name, except GLM-4.5's
 // norm before the FFN, which llama.cpp calls post_attention_norm (Gemma 3's names: tensor_names.h).
 std::string gguf_name(const std::string& hf, const ModelConfig& c) {
-  std::string n = c.arch == "gemma2" || c.arch == "gemma3" || c.arch == "olmo2" || c.arch == "exaone4" ? canonical_from_hf_gemma(hf)
+  std::string n = c.arch == "gemma2" || c.arch == "gemma3" || c.arch == "olmo2" || c.arch == "olmo3" || c.arch == "exaone4"
+                      ? canonical_from_hf_gemma(hf)
                                                                                                     : canonical_from_hf(hf);
   FP_CHECK(!n.empty(), "synth: no GGUF name for '", hf, "'");
   if ((c.arch == "glm4moe" || c.arch == "gpt-oss" || c.arch == "seed_oss") && n.ends_with(".ffn_norm.weight"))
@@ -1091,7 +1097,7 @@ std::string synth_model(const SynthOptions& o) {
     GgufWriter g;
     std::map<std::string, std::vector<float>> f32_extras;  // streamed: tensors computed here, not drawn
     const std::string a = gguf_arch(c) + ".";
-    FP_CHECK(c.arch != "exaone4", "synth: EXAONE 4.0 is read from safetensors only here (write a directory, not a .gguf)");
+    FP_CHECK(c.arch != "exaone4" && c.arch != "olmo3", "synth: ", c.arch, " is read from safetensors only here (write a directory, not a .gguf)");
     g.set_string("general.architecture", gguf_arch(c));
     g.set_string("general.name", "synth " + c.arch + " (random weights, seed " + std::to_string(o.seed) + ")");
     g.set_u32(a + "context_length", static_cast<uint32_t>(c.max_context));
@@ -1313,6 +1319,16 @@ std::string synth_model(const SynthOptions& o) {
       cfg["layer_types"] = types;
       cfg["bos_token_id"] = 1;
       cfg["eos_token_id"] = 2;
+    }
+    else if (c.arch == "olmo3") {
+      cfg["architectures"] = {"Olmo3ForCausalLM"};
+      cfg["model_type"] = "olmo3";
+      cfg["sliding_window"] = c.sliding_window;
+      std::vector<std::string> types;
+      for (int64_t l = 0; l < c.n_layers; ++l) types.push_back(c.window_of(l) > 0 ? "sliding_attention" : "full_attention");
+      cfg["layer_types"] = types;
+      cfg["attention_bias"] = false;
+      cfg["pad_token_id"] = nullptr;
     }
     else if (c.arch == "olmo2") {
       cfg["architectures"] = {"Olmo2ForCausalLM"};

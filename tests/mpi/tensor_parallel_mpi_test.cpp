@@ -76,6 +76,7 @@ nlohmann::json gqa_config(const std::string& arch) {
   nlohmann::json cfg = {{"hidden_size", 64},        {"num_attention_heads", 12}, {"num_key_value_heads", 6}, {"head_dim", 16},
                         {"intermediate_size", 96}, {"num_hidden_layers", 2},    {"vocab_size", 256}};
   if (arch == "gemma2" || arch == "gemma3") cfg["sliding_window"] = 4;
+  if (arch == "olmo3") cfg["sliding_window"] = 4;  // layer 0 and 1 slide it (three of every four)
   if (arch == "exaone4") {  // layer 0 slides a window of 4, layer 1 global without RoPE
     cfg["sliding_window"] = 4;
     cfg["sliding_window_pattern"] = 2;
@@ -110,8 +111,8 @@ TEST_P(TensorParallelSynth, GqaModelMatchesOneRank) {
   o.config = gqa_config(c.arch);
   o.type = c.type;
   o.seed = 11;
-  // One copy per rank (same seed, same bytes); EXAONE 4.0 from safetensors only.
-  o.out = test::temp_dir("tp_" + c.arch) + (c.arch == "exaone4" ? "/model" : "/model.gguf");
+  // One copy per rank (same seed, same bytes); EXAONE 4.0 and OLMo 3 from safetensors only.
+  o.out = test::temp_dir("tp_" + c.arch) + (c.arch == "exaone4" || c.arch == "olmo3" ? "/model" : "/model.gguf");
   synth_model(o);
   expect_same_as_one_rank(o.out, {1, 9, 200, 33, 71, 4, 150, 88}, 24);
 }
@@ -122,7 +123,8 @@ INSTANTIATE_TEST_SUITE_P(Archs, TensorParallelSynth,
                                            SynthCase{"gemma3", DType::F16}, SynthCase{"phi3", DType::Q8_0},
                                            SynthCase{"olmo2", DType::Q8_0}, SynthCase{"glm4", DType::Q8_0},
                                            SynthCase{"granite", DType::F16}, SynthCase{"seed_oss", DType::Q8_0},
-                                           SynthCase{"ernie4_5", DType::F32}, SynthCase{"exaone4", DType::F16}),
+                                           SynthCase{"ernie4_5", DType::F32}, SynthCase{"exaone4", DType::F16},
+                                           SynthCase{"olmo3", DType::F32}),
                          [](const auto& p) { return p.param.arch; });
 
 // A LoRA adapter on every projection, cut as the weights are (B's rows of q/k/v/gate/up, A's
