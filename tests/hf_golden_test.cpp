@@ -425,9 +425,10 @@ TEST(HfGolden, GraniteRefusesMultipliersItCannotFold) {
 }
 
 // The forty-third session's architectures read their own config keys (EXAONE 4.0's string
-// sliding_window_pattern, ERNIE 4.5 MoE's last sparse layer) and refuse by name what they do
-// not run: MiniMax's lightning-attention layers and per-head q/k norms, Seed-OSS's output bias,
-// ERNIE's biases, a GraniteMoeShared config whose shared expert the file lacks.
+// sliding_window_pattern, ERNIE 4.5 MoE's last sparse layer, OLMo 3's RoPE per layer type) and
+// refuse by name what they do not run: MiniMax's lightning-attention layers and per-head q/k
+// norms, Seed-OSS's output bias, ERNIE's biases, a GraniteMoeShared config whose shared expert
+// the file lacks, OLMo 3's sliding layers with a scaling of their own.
 TEST(HfGolden, NewArchitecturesReadTheirKeysAndRefuseTheRest) {
   const std::string root = test::temp_dir("hf_golden_new_archs");
   auto with = [&](const std::string& name, const nlohmann::json& patch, const std::vector<std::string>& drop = {}) {
@@ -460,6 +461,18 @@ TEST(HfGolden, NewArchitecturesReadTheirKeysAndRefuseTheRest) {
     EXPECT_TRUE(c.moe.is_moe_layer(1));
     EXPECT_FALSE(c.moe.is_moe_layer(3));
     refused(with("hf_ernie4_5", {{"use_bias", true}}), "use_bias (biases on ERNIE 4.5's projections) is not supported");
+  }
+  {  // OLMo 3's per-layer-type RoPE objects (transformers v5): the full layers' scaling, the sliding layers' base
+    const nlohmann::json v5 = {{"rope_parameters",
+                                {{"full_attention", {{"rope_type", "yarn"}, {"factor", 4.0}, {"rope_theta", 100000.0},
+                                                     {"original_max_position_embeddings", 64}}},
+                                 {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 20000.0}}}}}};
+    const ModelConfig c = load_model_file(with("hf_olmo3", v5))->config;
+    EXPECT_EQ(c.rope_scaling.type, "yarn");
+    EXPECT_EQ(c.rope_theta, 100000.0f);
+    EXPECT_EQ(c.rope_theta_swa, 20000.0f);
+    refused(with("hf_olmo3", {{"rope_parameters", {{"sliding_attention", {{"rope_type", "linear"}, {"factor", 2.0}}}}}}),
+            "rope_parameters.sliding_attention rope_type 'linear' is not supported");
   }
   refused(with("hf_minimax_m2", {{"attn_type_list", {1, 0, 1}}}), "only full attention (1) is supported");
   refused(with("hf_minimax_m2", {{"attn_type_list", {1, 1, 1}}, {"qk_norm_type", "per_head"}}),
