@@ -53,6 +53,7 @@
 #include "model/context_parallel.h"
 #include "model/lora.h"
 #include "model/micro_batch.h"
+#include "model/qk_norm.h"
 #include "model/model.h"
 #include "model/repack.h"
 #include "model/vocab_parallel.h"
@@ -374,27 +375,9 @@ class LlamaModel : public Model {
     return reinterpret_cast<uint16_t*>(act_.f32(11, (n * width + 1) / 2));
   }
 
-  // q or k rows [n, heads * head_dim] normalised in place: per head (Qwen3, Gemma 3), or over
-  // the whole row (OLMo 2). A row of this rank's heads only (heads < full_heads: tensor
-  // parallel; `w` is this rank's slice of the weight) is normalised by the mean square of the
-  // whole row: the ranks' sums of squares are all-reduced first (host rows: OLMo 2 runs on the CPU).
+  // q or k rows normalised in place, per head or over the whole projection (model/qk_norm.h).
   void qk_norm(float* t, const float* w, int64_t n, int64_t heads, int64_t full_heads) {
-    const ModelConfig& c = config();
-    const int64_t d = heads * c.head_dim;
-    if (!c.qk_norm_full) return dispatch(RmsNormArgs{t, w, n * heads, c.head_dim, c.rms_eps, t});
-    if (heads == full_heads) return dispatch(RmsNormArgs{t, w, n, d, c.rms_eps, t});
-    qk_sums_.resize(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) {
-      float ss = 0;
-      for (int64_t j = 0; j < d; ++j) ss += t[i * d + j] * t[i * d + j];
-      qk_sums_[static_cast<size_t>(i)] = ss;
-    }
-    dispatch(AllReduceArgs{tp_.get(), qk_sums_.data(), n});
-    const float whole = static_cast<float>(full_heads * c.head_dim);
-    for (int64_t i = 0; i < n; ++i) {
-      const float r = 1.0f / std::sqrt(qk_sums_[static_cast<size_t>(i)] / whole + c.rms_eps);
-      for (int64_t j = 0; j < d; ++j) t[i * d + j] *= r * w[j];
-    }
+    qk_norm_.run(config(), t, w, n, heads, full_heads, tp_.get());
   }
 
   // A sublayer without a norm before it (OLMo 2): x += residual, and h = x, its input (the
@@ -750,7 +733,7 @@ class LlamaModel : public Model {
   std::vector<float> inv_freq_swa_;  // Gemma 3's sliding layers (config().rope_theta_swa)
   const float* inv_freq_at_ = nullptr;  // inv_freq_ where the kernels read it (host or device)
   float rope_mscale_ = 1.0f;            // cos/sin factor: LongRoPE's attention factor, else 1
-  std::vector<float> qk_sums_;          // OLMo 2 under tensor parallel: per-row sums of squares
+  QkNorm qk_norm_;                      // q/k norms (per head, or over the whole projection across ranks)
   DeviceWeights weights_{device()};
   Activations act_{device()};     // x, h, q, k, v, attention out, gate, up, device logits
   BatchStager stager_{device()};

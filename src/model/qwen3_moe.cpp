@@ -58,6 +58,7 @@
 #include "model/context_parallel.h"
 #include "model/lora.h"
 #include "model/micro_batch.h"
+#include "model/qk_norm.h"
 #include "model/vocab_parallel.h"
 #include "model/model.h"
 #include "model/moe_layers.h"
@@ -345,28 +346,9 @@ class Qwen3MoeModel : public Model {
     resize(up_, n * c.hidden_dim);
   }
 
-  // q or k rows [n, heads * head_dim] RMS-normed in place: per head (Qwen3-MoE, GLM-4.5), or over
-  // the whole projection (MiniMax-M2). A row of this rank's heads only (heads < full_heads:
-  // attention split by heads; `w` this rank's slice of the weight) is normed by the mean square
-  // of the whole row: the ranks' sums of squares are all-reduced first (host rows: MiniMax-M2
-  // runs on the CPU).
+  // q or k rows normalised in place, per head or over the whole projection (model/qk_norm.h).
   void qk_norm(float* t, const float* w, int64_t n, int64_t heads, int64_t full_heads) {
-    const ModelConfig& c = config();
-    const int64_t d = heads * c.head_dim;
-    if (!c.qk_norm_full) return dispatch(RmsNormArgs{t, w, n * heads, c.head_dim, c.rms_eps, t});
-    if (heads == full_heads) return dispatch(RmsNormArgs{t, w, n, d, c.rms_eps, t});
-    qk_sums_.resize(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) {
-      float ss = 0;
-      for (int64_t j = 0; j < d; ++j) ss += t[i * d + j] * t[i * d + j];
-      qk_sums_[static_cast<size_t>(i)] = ss;
-    }
-    dispatch(AllReduceArgs{tp_.get(), qk_sums_.data(), n});
-    const float whole = static_cast<float>(full_heads * c.head_dim);
-    for (int64_t i = 0; i < n; ++i) {
-      const float scale = 1.0f / std::sqrt(qk_sums_[static_cast<size_t>(i)] / whole + c.rms_eps);
-      for (int64_t j = 0; j < d; ++j) t[i * d + j] *= scale * w[j];
-    }
+    qk_norm_.run(config(), t, w, n, heads, full_heads, tp_.get());
   }
 
   // The batch's paged attention arguments (paged_attention_args) completed for these heads.
@@ -643,7 +625,7 @@ class Qwen3MoeModel : public Model {
   EveryHeadKvWriter every_head_;      // TP decode over the cache of every head a CP prefill wrote
   int64_t heads_ = 0, kv_heads_ = 0;  // this rank's query and KV heads
   std::deque<Tensor> shards_;         // this rank's weight slices (stable addresses)
-  std::vector<float> qk_sums_;        // qk_norm across ranks: each row's sum of squares
+  QkNorm qk_norm_;                    // q/k norms (per head, or over the whole projection across ranks)
   LoraSet lora_;                      // LoRA adapters (add_lora)
   bool lora_on_ = false;              // some row of this step runs with an adapter
 };
