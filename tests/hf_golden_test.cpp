@@ -428,7 +428,8 @@ TEST(HfGolden, GraniteRefusesMultipliersItCannotFold) {
 // sliding_window_pattern, ERNIE 4.5 MoE's last sparse layer, OLMo 3's RoPE per layer type) and
 // refuse by name what they do not run: MiniMax's lightning-attention layers and per-head q/k
 // norms, Seed-OSS's output bias, ERNIE's biases, a GraniteMoeShared config whose shared expert
-// the file lacks, OLMo 3's sliding layers with a scaling of their own.
+// the file lacks, OLMo 3's sliding layers with a scaling of their own, Hunyuan's dynamic NTK
+// scaling without a fixed alpha.
 TEST(HfGolden, NewArchitecturesReadTheirKeysAndRefuseTheRest) {
   const std::string root = test::temp_dir("hf_golden_new_archs");
   auto with = [&](const std::string& name, const nlohmann::json& patch, const std::vector<std::string>& drop = {}) {
@@ -474,6 +475,10 @@ TEST(HfGolden, NewArchitecturesReadTheirKeysAndRefuseTheRest) {
     refused(with("hf_olmo3", {{"rope_parameters", {{"sliding_attention", {{"rope_type", "linear"}, {"factor", 2.0}}}}}}),
             "rope_parameters.sliding_attention rope_type 'linear' is not supported");
   }
+  refused(with("hf_hunyuan_dense", {{"rope_scaling", {{"alpha", nullptr}, {"factor", 2.0}}}}),  // (null: the key removed)
+          "rope_scaling type 'dynamic' without alpha (sequence-length-dependent NTK scaling) is not supported");
+  refused(with("hf_hunyuan_dense", {{"rope_scaling", nullptr}, {"attention_bias", true}}),
+          "attention_bias (biases on Hunyuan's projections) is not supported");
   refused(with("hf_minimax_m2", {{"attn_type_list", {1, 0, 1}}}), "only full attention (1) is supported");
   refused(with("hf_minimax_m2", {{"attn_type_list", {1, 1, 1}}, {"qk_norm_type", "per_head"}}),
           "qk_norm_type 'per_head' is not supported");

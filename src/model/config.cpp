@@ -106,7 +106,7 @@ std::string ModelConfig::describe() const {
     os << " scaling " << rope_scaling.type << " x" << rope_scaling.factor;
   os << ", rms eps " << rms_eps << (tied_output ? ", tied output" : ", untied output");
   if (qkv_bias) os << ", qkv bias";
-  if (qk_norm) os << (qk_norm_full ? ", q/k norm over the whole projection" : ", q/k norm");
+  if (qk_norm) os << (qk_norm_full ? ", q/k norm over the whole projection" : ", q/k norm") << (qk_norm_after_rope ? " after RoPE" : "");
   if (!pre_norms) os << ", no norm before the sublayers";
   if (o_bias) os << ", output bias";
   if (attn_sinks) os << ", attention sinks";

@@ -91,6 +91,8 @@ struct ModelConfig {
   // normalised over the whole projection (every head together) instead of per head.
   bool pre_norms = true;
   bool qk_norm_full = false;
+  // Hunyuan: q and k normed per head after RoPE instead of before it.
+  bool qk_norm_after_rope = false;
   // SmolLM3: the layers whose q and k are not rotated (NoPE; empty: every layer rotates).
   std::vector<bool> nope_layers;
   bool rotates(int64_t layer) const {

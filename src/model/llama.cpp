@@ -331,24 +331,30 @@ class LlamaModel : public Model {
     // q's heads and k's rotated in one call.
     if (n == 1 && L.wqkv && !kv_ready && !lora_on_ && k == q + heads * c.head_dim && v == k + kv_heads * c.head_dim) {
       dispatch(MatMulArgs{h, n, L.wqkv, L.bqkv, q, hq});
-      if (c.qk_norm) qk_norm(k, L.k_norm, n, kv_heads, c.n_kv_heads);
-      if (c.qk_norm) qk_norm(q, L.q_norm, n, heads, c.n_heads);
+      const bool norm_first = c.qk_norm && !c.qk_norm_after_rope, norm_after = c.qk_norm && c.qk_norm_after_rope;
+      if (norm_first) qk_norm(k, L.k_norm, n, kv_heads, c.n_kv_heads);
+      if (norm_first) qk_norm(q, L.q_norm, n, heads, c.n_heads);
       const int64_t qk_heads = heads + kv_heads;
       if (L.rope) dispatch(RopeArgs{q, pos, n, qk_heads, c.head_dim, c.rot_dim, qk_heads * c.head_dim, inv_freq, mscale, c.rope_style});
+      if (norm_after) qk_norm(k, L.k_norm, n, kv_heads, c.n_kv_heads);
+      if (norm_after) qk_norm(q, L.q_norm, n, heads, c.n_heads);
       return;
     }
     dispatch(MatMulArgs{h, n, L.wk, L.bk, k, hq, hb});
     dispatch(MatMulArgs{h, n, L.wv, L.bv, v, hq, hb});
     lora(L, {{LoraTarget::K, k}, {LoraTarget::V, v}}, row0, n, h);
-    if (c.qk_norm) qk_norm(k, L.k_norm, n, kv_heads, c.n_kv_heads);
+    const bool norm_first = c.qk_norm && !c.qk_norm_after_rope, norm_after = c.qk_norm && c.qk_norm_after_rope;
+    if (norm_first) qk_norm(k, L.k_norm, n, kv_heads, c.n_kv_heads);
     if (L.rope) dispatch(RopeArgs{k, pos, n, kv_heads, c.head_dim, c.rot_dim, kv_heads * c.head_dim, inv_freq, mscale, c.rope_style});
+    if (norm_after) qk_norm(k, L.k_norm, n, kv_heads, c.n_kv_heads);
     if (kv_ready) kv_ready();
     progress();
     dispatch(MatMulArgs{h, n, L.wq, L.bq, q, hq, hb});
     lora(L, {{LoraTarget::Q, q}}, row0, n, h);
     progress();
-    if (c.qk_norm) qk_norm(q, L.q_norm, n, heads, c.n_heads);
+    if (norm_first) qk_norm(q, L.q_norm, n, heads, c.n_heads);
     if (L.rope) dispatch(RopeArgs{q, pos, n, heads, c.head_dim, c.rot_dim, heads * c.head_dim, inv_freq, mscale, c.rope_style});
+    if (norm_after) qk_norm(q, L.q_norm, n, heads, c.n_heads);
   }
 
   // x += FFN(RMSNorm(x)) for n rows (h, gate, up: scratch); with `sum_ranks` the ranks' partial
@@ -761,6 +767,7 @@ const bool llama_registered = register_sharded_architecture("llama", make_llama,
                         register_sharded_architecture("ernie4_5", make_llama, false) &&
                         register_sharded_architecture("exaone4", make_llama, false) &&
                         register_sharded_architecture("olmo3", make_llama, false) &&
+                        register_sharded_architecture("hunyuan-dense", make_llama, false) &&
                         register_sharded_architecture("gemma2", make_llama, false) &&
                         register_sharded_architecture("gemma3", make_llama, false);
 

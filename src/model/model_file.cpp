@@ -120,11 +120,11 @@ void load_gguf(ModelFile& m, const std::string& path) {
   // llama.cpp writes Mixtral as a llama with routed experts; ours is the GQA MoE class.
   if (c.arch == "llama" && g->get_uint(a + "expert_count", 0) > 0) c.arch = "mixtral";
   FP_CHECK(c.arch == "llama" || c.arch == "mixtral" || c.arch == "qwen2moe" || c.arch == "glm4" || c.arch == "granite" ||
-               c.arch == "granitemoe" || c.arch == "minimax-m2" || c.arch == "seed_oss" || c.arch == "ernie4_5" || c.arch == "ernie4_5-moe" || c.arch == "qwen2" || c.arch == "qwen3" || c.arch == "qwen3moe" || c.arch == "deepseek2" ||
+               c.arch == "granitemoe" || c.arch == "minimax-m2" || c.arch == "seed_oss" || c.arch == "ernie4_5" || c.arch == "ernie4_5-moe" || c.arch == "hunyuan-dense" || c.arch == "qwen2" || c.arch == "qwen3" || c.arch == "qwen3moe" || c.arch == "deepseek2" ||
                c.arch == "glm4moe" || c.arch == "gpt-oss" || c.arch == "gemma2" || c.arch == "gemma3" || c.arch == "phi3" ||
                c.arch == "smollm3" || c.arch == "olmo2",
            path, ": general.architecture '", c.arch,
-           "' is not supported yet (supported: llama (Mixtral with experts), qwen2, qwen3, glm4, granite, granitemoe, seed_oss, ernie4_5, ernie4_5-moe, qwen2moe, qwen3moe, deepseek2, glm4moe, minimax-m2, gpt-oss, gemma2, gemma3, phi3, smollm3, "
+           "' is not supported yet (supported: llama (Mixtral with experts), qwen2, qwen3, glm4, granite, granitemoe, seed_oss, ernie4_5, ernie4_5-moe, hunyuan-dense, qwen2moe, qwen3moe, deepseek2, glm4moe, minimax-m2, gpt-oss, gemma2, gemma3, phi3, smollm3, "
            "olmo2)");
   c.dim = static_cast<int64_t>(g->get_uint(a + "embedding_length"));
   c.n_layers = static_cast<int64_t>(g->get_uint(a + "block_count"));
@@ -293,6 +293,11 @@ void load_gguf(ModelFile& m, const std::string& path) {
     c.qkv_bias = m.find("blk.0.attn_q.bias") != nullptr || m.find("blk.0.attn_qkv.bias") != nullptr;
   }
   if (c.arch == "minimax-m2") c.qk_norm = c.qk_norm_full = true;  // MiniMax-M2: q/k norms over the whole projection
+  if (c.arch == "hunyuan-dense") {  // q/k norms per head after RoPE; llama.cpp bakes the NTK alpha into freq_base
+    c.qk_norm = c.qk_norm_after_rope = true;
+    for (const char* b : {"blk.0.attn_q.bias", "blk.0.attn_output.bias"})
+      FP_CHECK(!m.find(b), path, ": tensor '", b, "': biases on Hunyuan's projections are not supported");
+  }
   if (c.arch == "seed_oss" || c.arch == "ernie4_5" || c.arch == "ernie4_5-moe") {
     // Seed-OSS: q/k/v biases where the file has them; no output or FFN biases (ERNIE 4.5: none).
     c.qkv_bias = m.find("blk.0.attn_q.bias") != nullptr;
@@ -802,6 +807,27 @@ void split_granite_moe_experts(ModelFile& m) {
   }
 }
 
+// Tencent's Hunyuan dense (HunYuanDenseV1ForCausalLM): Llama with q and k RMS-normed per head
+// after RoPE. Its "dynamic" RoPE scaling with a fixed alpha is NTK-aware and static: the base
+// becomes rope_theta * alpha^(head_dim / (head_dim - 2)) (as transformers' ntk_alpha and
+// llama.cpp's converter). Biases (attention_bias) are refused. Returns the RoPE object left to
+// read (null: consumed here).
+const nlohmann::json* load_hf_hunyuan(ModelConfig& c, const nlohmann::json& j, const nlohmann::json* rs, const std::string& cfg_path) {
+  FP_CHECK(!json_bool(j, "attention_bias", cfg_path, false), cfg_path, ": attention_bias (biases on Hunyuan's projections) is not supported");
+  c.qk_norm = c.qk_norm_after_rope = true;
+  if (!rs) return nullptr;
+  const std::string type = string_field(*rs, "rope_type", cfg_path, string_field(*rs, "type", cfg_path, "none"));
+  if (type != "dynamic") return rs;
+  FP_CHECK(rs->contains("alpha") && !(*rs)["alpha"].is_null(), cfg_path,
+           ": rope_scaling type 'dynamic' without alpha (sequence-length-dependent NTK scaling) is not supported");
+  const double alpha = json_num(*rs, "alpha", cfg_path, 1.0);
+  FP_CHECK(alpha > 0 && std::isfinite(alpha) && c.head_dim > 2, cfg_path, ": rope_scaling alpha ", alpha, " must be positive");
+  const double theta = json_num(*rs, "rope_theta", cfg_path, c.rope_theta);
+  const double hd = static_cast<double>(c.head_dim);
+  c.rope_theta = static_cast<float>(theta * std::pow(alpha, hd / (hd - 2)));
+  return nullptr;
+}
+
 // OLMo 3 (Olmo3ForCausalLM): OLMo 2's layers with a sliding window on layer_types' sliding
 // layers (by default three of every four) and RoPE parameters per layer type: rope_parameters
 // {sliding_attention: {...}, full_attention: {...}} (transformers v5), or a legacy rope_scaling
@@ -854,6 +880,7 @@ void load_hf(ModelFile& m, const std::string& dir) {
   else if (arch_cls == "Ernie4_5_MoeForCausalLM") c.arch = "ernie4_5-moe";
   else if (arch_cls == "Exaone4ForCausalLM") c.arch = "exaone4";
   else if (arch_cls == "Olmo3ForCausalLM") c.arch = "olmo3";
+  else if (arch_cls == "HunYuanDenseV1ForCausalLM") c.arch = "hunyuan-dense";
   else if (arch_cls == "GptOssForCausalLM") c.arch = "gpt-oss";
   else if (arch_cls == "Gemma2ForCausalLM") c.arch = "gemma2";
   else if (arch_cls == "Phi3ForCausalLM") c.arch = "phi3";
@@ -864,7 +891,7 @@ void load_hf(ModelFile& m, const std::string& dir) {
   else if (arch_cls == "Olmo2ForCausalLM") c.arch = "olmo2";
   else if (arch_cls == "Gemma3ForCausalLM" || arch_cls == "Gemma3ForConditionalGeneration") c.arch = "gemma3";
   else fail(cfg_path, ": architectures[0] '", arch_cls, "' is not supported yet (LlamaForCausalLM, Qwen2ForCausalLM, ",
-            "Qwen3ForCausalLM, Glm4ForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, MiniMaxM2ForCausalLM, SeedOssForCausalLM, Ernie4_5ForCausalLM, Ernie4_5_MoeForCausalLM, Exaone4ForCausalLM, Olmo3ForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, MixtralForCausalLM, DeepseekV3ForCausalLM, DeepseekV2ForCausalLM, Glm4MoeForCausalLM, ",
+            "Qwen3ForCausalLM, Glm4ForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, MiniMaxM2ForCausalLM, SeedOssForCausalLM, Ernie4_5ForCausalLM, Ernie4_5_MoeForCausalLM, Exaone4ForCausalLM, Olmo3ForCausalLM, HunYuanDenseV1ForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, MixtralForCausalLM, DeepseekV3ForCausalLM, DeepseekV2ForCausalLM, Glm4MoeForCausalLM, ",
             "GptOssForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration, Phi3ForCausalLM, ",
             "SmolLM3ForCausalLM, Olmo2ForCausalLM, Mistral3ForConditionalGeneration)");
   const bool gemma = c.arch == "gemma2" || c.arch == "gemma3";
@@ -906,6 +933,7 @@ void load_hf(ModelFile& m, const std::string& dir) {
     if (auto it = j.find(key); !rs && it != j.end() && it->is_object()) rs = &*it;
   if (gemma) rs = load_hf_gemma(c, j, cfg_path);
   if (c.arch == "olmo3") rs = load_hf_olmo3(c, j, rs, cfg_path);
+  if (c.arch == "hunyuan-dense") rs = load_hf_hunyuan(c, j, rs, cfg_path);
   if (c.arch == "qwen2moe") {
     // Qwen2-MoE: q/k/v biases unless qkv_bias is false; a window only where layer_types says
     // (transformers' default pattern for this class has changed between versions).

@@ -57,15 +57,17 @@ std::string canonical_arch(const std::string& arch) {
   if (arch == "granitemoe" || arch == "granitemoeshared") return "granitemoe";
   if (arch == "minimax_m2" || arch == "minimax-m2") return "minimax-m2";
   if (arch == "ernie4_5_moe" || arch == "ernie4_5-moe") return "ernie4_5-moe";
+  if (arch == "hunyuan_v1_dense" || arch == "hunyuan-dense") return "hunyuan-dense";
   if (arch == "deepseek_v3" || arch == "deepseek_v2") return "deepseek2";
   if (arch == "glm4_moe" || arch == "glm4moe") return "glm4moe";
   if (arch == "gpt_oss" || arch == "gpt-oss") return "gpt-oss";
   if (arch == "gemma3" || arch == "gemma3_text") return "gemma3";
   if (arch == "mistral") return "llama";  // a Llama with a window on every layer (MistralForCausalLM)
   FP_CHECK(arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "gemma2" || arch == "phi3" || arch == "smollm3" ||
-               arch == "olmo2" || arch == "glm4" || arch == "granite" || arch == "seed_oss" || arch == "ernie4_5" || arch == "exaone4" || arch == "olmo3",
+               arch == "olmo2" || arch == "glm4" || arch == "granite" || arch == "seed_oss" || arch == "ernie4_5" || arch == "exaone4" || arch == "olmo3" ||
+                   arch == "hunyuan-dense",
            "synth: --arch '", arch,
-           "' is not one of llama, mistral, qwen2, qwen3, phi3, smollm3, olmo2, glm4, granite, seed_oss, ernie4_5, ernie4_5_moe, exaone4, olmo3, granitemoe, granitemoeshared, minimax_m2, qwen2_moe, qwen3_moe, mixtral, deepseek_v2, deepseek_v3, glm4_moe, gpt_oss, gemma2, gemma3");
+           "' is not one of llama, mistral, qwen2, qwen3, phi3, smollm3, olmo2, glm4, granite, seed_oss, ernie4_5, ernie4_5_moe, exaone4, olmo3, hunyuan_v1_dense, granitemoe, granitemoeshared, minimax_m2, qwen2_moe, qwen3_moe, mixtral, deepseek_v2, deepseek_v3, glm4_moe, gpt_oss, gemma2, gemma3");
   return arch;
 }
 
@@ -246,6 +248,7 @@ ModelConfig config_from_json(const std::string& arch_in, const nlohmann::json& j
     c.rope_style = RopeStyle::Adjacent;
     c.tied_output = j.value("tie_word_embeddings", true);
   }
+  if (arch == "hunyuan-dense") c.qk_norm = c.qk_norm_after_rope = true;  // HunYuanDenseV1Config: q/k norms after RoPE
   if (arch == "exaone4") {  // Exaone4Config: OLMo 2's norms, per-head q/k norms; global layers without RoPE beside windowed ones
     c.pre_norms = false;
     c.post_norms = c.qk_norm = true;
@@ -283,6 +286,11 @@ ModelConfig config_from_json(const std::string& arch_in, const nlohmann::json& j
   }
   if (c.rope_scaling.type == "longrope") {
     // read above
+  } else if (arch == "hunyuan-dense" && j.contains(rope_key) && j[rope_key].is_object() &&
+             j[rope_key].value("type", j[rope_key].value("rope_type", std::string())) == "dynamic") {
+    // HunYuanDenseV1Config's NTK alpha: a static base rope_theta * alpha^(head_dim / (head_dim - 2))
+    const double alpha = j[rope_key].value("alpha", 1.0), hd = static_cast<double>(c.head_dim);
+    c.rope_theta = static_cast<float>(static_cast<double>(c.rope_theta) * std::pow(alpha, hd / (hd - 2)));
   } else if (j.contains(rope_key) && j[rope_key].is_object() && j[rope_key].value("rope_type", std::string()) != "default") {
     auto& rs = j[rope_key];
     c.rope_scaling.type = rs.value("rope_type", rs.value("type", std::string("none")));
@@ -508,8 +516,9 @@ std::map<std::string, HfTensor> make_weights(const ModelConfig& c, uint64_t seed
       vec(p + "self_attn.v_proj.bias", kv, 0.0f, 0.1f);
     }
     if (c.qk_norm) {
-      vec(p + "self_attn.q_norm.weight", c.qk_norm_full ? q : c.head_dim, norm_base, norm_sd);
-      vec(p + "self_attn.k_norm.weight", c.qk_norm_full ? kv : c.head_dim, norm_base, norm_sd);
+      const bool hunyuan = c.arch == "hunyuan-dense";  // its names: query_layernorm, key_layernorm
+      vec(p + (hunyuan ? "self_attn.query_layernorm.weight" : "self_attn.q_norm.weight"), c.qk_norm_full ? q : c.head_dim, norm_base, norm_sd);
+      vec(p + (hunyuan ? "self_attn.key_layernorm.weight" : "self_attn.k_norm.weight"), c.qk_norm_full ? kv : c.head_dim, norm_base, norm_sd);
     }
   }
   // A multi-token-prediction layer's own tensors beside its decoder layer (DeepSeek-V3 names):
@@ -1319,6 +1328,13 @@ std::string synth_model(const SynthOptions& o) {
       cfg["layer_types"] = types;
       cfg["bos_token_id"] = 1;
       cfg["eos_token_id"] = 2;
+    }
+    else if (c.arch == "hunyuan-dense") {
+      cfg["architectures"] = {"HunYuanDenseV1ForCausalLM"};
+      cfg["model_type"] = "hunyuan_v1_dense";
+      cfg["attention_bias"] = false;
+      cfg["rope_theta"] = o.config.value("rope_theta", 10000.0);  // the file's base; the alpha scales it
+      cfg["use_qk_norm"] = true;
     }
     else if (c.arch == "olmo3") {
       cfg["architectures"] = {"Olmo3ForCausalLM"};

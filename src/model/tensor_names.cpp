@@ -15,6 +15,8 @@ std::string canonical_base(const std::string& hf) {
       {"self_attn.q_proj.bias", "attn_q.bias"},         {"self_attn.k_proj.bias", "attn_k.bias"},
       {"self_attn.v_proj.bias", "attn_v.bias"},         {"self_attn.q_norm.weight", "attn_q_norm.weight"},
       {"self_attn.k_norm.weight", "attn_k_norm.weight"}, {"mlp.gate_proj.weight", "ffn_gate.weight"},
+      // Hunyuan's q/k norms (applied after RoPE)
+      {"self_attn.query_layernorm.weight", "attn_q_norm.weight"}, {"self_attn.key_layernorm.weight", "attn_k_norm.weight"},
       // gpt-oss: output bias, per-head sinks, a router with a bias; its stacked experts
       // (mlp.experts.gate_up_proj[_blocks|_scales|_bias], down_proj[...]) keep their names under
       // "gptoss." and are split into ffn_{gate,up,down}_exps at load (model_file.cpp)

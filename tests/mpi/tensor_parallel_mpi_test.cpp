@@ -124,7 +124,7 @@ INSTANTIATE_TEST_SUITE_P(Archs, TensorParallelSynth,
                                            SynthCase{"olmo2", DType::Q8_0}, SynthCase{"glm4", DType::Q8_0},
                                            SynthCase{"granite", DType::F16}, SynthCase{"seed_oss", DType::Q8_0},
                                            SynthCase{"ernie4_5", DType::F32}, SynthCase{"exaone4", DType::F16},
-                                           SynthCase{"olmo3", DType::F32}),
+                                           SynthCase{"olmo3", DType::F32}, SynthCase{"hunyuan_v1_dense", DType::Q8_0}),
                          [](const auto& p) { return p.param.arch; });
 
 // A LoRA adapter on every projection, cut as the weights are (B's rows of q/k/v/gate/up, A's
