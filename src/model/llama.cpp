@@ -178,8 +178,10 @@ class LlamaModel : public Model {
     inv_freq_at_ = inv_freq_.data();
     if (c.rope_theta_swa > 0) {  // Gemma 3: the sliding layers' own base
       inv_freq_swa_ = c.rope_inv_freq_swa();
-      for (LlamaLayer& L : layers_)
-        if (L.window > 0) L.inv_freq = inv_freq_swa_.data();
+      // (and the whole layers a context-parallel prefill runs beside tensor-parallel decode)
+      for (auto* set : {&layers_, &whole_layers_})
+        for (LlamaLayer& L : *set)
+          if (L.window > 0) L.inv_freq = inv_freq_swa_.data();
     }
     if (device() != Device::CPU) place_on_device();
   }

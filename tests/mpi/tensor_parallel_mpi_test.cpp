@@ -76,7 +76,10 @@ nlohmann::json gqa_config(const std::string& arch) {
   nlohmann::json cfg = {{"hidden_size", 64},        {"num_attention_heads", 12}, {"num_key_value_heads", 6}, {"head_dim", 16},
                         {"intermediate_size", 96}, {"num_hidden_layers", 2},    {"vocab_size", 256}};
   if (arch == "gemma2" || arch == "gemma3") cfg["sliding_window"] = 4;
-  if (arch == "olmo3") cfg["sliding_window"] = 4;  // layer 0 and 1 slide it (three of every four)
+  if (arch == "olmo3") {  // layers 0 and 1 slide a window (three of every four), rotating unscaled; YaRN on the full ones
+    cfg["sliding_window"] = 4;
+    cfg["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 64}};
+  }
   if (arch == "exaone4") {  // layer 0 slides a window of 4, layer 1 global without RoPE
     cfg["sliding_window"] = 4;
     cfg["sliding_window_pattern"] = 2;
@@ -355,7 +358,7 @@ std::string model_path(const std::string& testdata_path, const std::string& arch
   o.config = moe ? test::moe_config(arch) : gqa_config(arch);
   o.type = type;
   o.seed = seed;
-  o.out = test::temp_dir(tag) + "/model.gguf";
+  o.out = test::temp_dir(tag) + (arch == "olmo3" || arch == "exaone4" ? "/model" : "/model.gguf");  // (safetensors only)
   synth_model(o);
   return o.out;
 }
@@ -413,6 +416,7 @@ INSTANTIATE_TEST_SUITE_P(
                       ContextCase{"gemma3_cp", "", "gemma3", DType::Q8_0, false},
                       ContextCase{"olmo2_cp", "", "olmo2", DType::F32, false},
                       ContextCase{"olmo2_cp_tp", "", "olmo2", DType::F32, true},
+                      ContextCase{"olmo3_cp_tp", "", "olmo3", DType::F32, true},
                       ContextCase{"glm4_cp_tp", "", "glm4", DType::F32, true},
                       ContextCase{"qwen3_cp_tp", "", "qwen3", DType::F16, true},
                       ContextCase{"llama_q8_cp_tp_f16_cache", "", "llama", DType::Q8_0, true, false, DType::F16},
