@@ -642,6 +642,44 @@ TEST(Engine, PriorityArrivalTakesTheStepsTokensFromALowerPriorityPrompt) {
   EXPECT_LT(steps_to_first[1][1], steps_to_first[0][1]);
 }
 
+// A higher-priority arrival does not take the chunk of a lower-priority prompt that another
+// waiting request is waiting on for its shared prefix (else a stream of such arrivals would starve
+// both): once a waiting request is passed over for a prefix being computed, nothing more is
+// reclaimed in that step.
+TEST(Engine, PriorityReclaimLeavesAPrefixBeingWaitedOnToItsProvider) {
+  FP_REQUIRE_FILE(test::testdata(test::kStoriesGguf));
+  auto m = load_stories();
+  std::string story = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park.";
+  std::vector<int32_t> provider = m->tokenizer()->encode(story + story + story + story + story + story, true, false);
+  ASSERT_GE(provider.size(), 120u);
+  provider.resize(120);
+  const auto prompts = make_prompts(*m, 2);
+  std::vector<int32_t> sharer(provider.begin(), provider.begin() + 64);  // 4 whole blocks of the provider's prompt
+  sharer.insert(sharer.end(), prompts[1].begin() + 1, prompts[1].end());
+  std::vector<int32_t> other = prompts[1];
+  other.resize(20);
+  EngineConfig c = small_config(16, true);
+  c.scheduler.policy = SchedulingPolicy::Priority;
+  c.scheduler.max_num_batched_tokens = 32;
+  Engine e(*m, c);
+  Request low = greedy(provider, 4);
+  low.priority = 5;
+  const int64_t id_low = e.add_request(low);
+  e.step();  // the provider's first chunk
+  ASSERT_EQ(e.sequence(id_low)->n_computed, 32);
+  Request w = greedy(sharer, 4), x = greedy(other, 4);
+  w.priority = x.priority = 0;
+  const int64_t id_w = e.add_request(w);
+  const int64_t id_x = e.add_request(x);
+  e.step();
+  EXPECT_EQ(e.sequence(id_w)->state, SeqState::Waiting);  // waits for the provider's blocks
+  EXPECT_EQ(e.sequence(id_low)->n_computed, 64) << "the provider's chunk was taken";
+  EXPECT_EQ(e.stats().priority_reclaimed_chunks, 0);
+  EXPECT_GT(e.stats().prefix_waits, 0);
+  for (int guard = 0; e.has_work() && guard < 10000; ++guard) e.step();
+  for (int64_t id : {id_low, id_w, id_x}) EXPECT_EQ(e.sequence(id)->n_generated(), 4) << "request " << id;
+}
+
 TEST(Engine, PreemptionUnderASmallBudgetLosesNothing) {
   FP_REQUIRE_FILE(test::testdata(test::kStoriesGguf));
   auto m = load_stories();

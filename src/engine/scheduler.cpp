@@ -139,9 +139,12 @@ std::vector<ScheduledSeq> Scheduler::schedule() {
   auto lower_priority_chunk = [&](const ScheduledSeq& x, const Sequence* s) {
     return x.seq->req.priority > s->req.priority && x.seq->n_draft == 0 && x.n_tokens > 1;
   };
+  // Once a waiting sequence was passed over for a prefix a running one is computing, nothing more
+  // is reclaimed this step: the chunk that computes that prefix may be among those placed.
+  bool prefix_skipped = false;
   auto reclaimable_for = [&](const Sequence* s) {
     int64_t n = 0;
-    if (cfg_.policy == SchedulingPolicy::Priority && cfg_.chunked_prefill)
+    if (cfg_.policy == SchedulingPolicy::Priority && cfg_.chunked_prefill && !prefix_skipped)
       for (const ScheduledSeq& x : out)
         if (lower_priority_chunk(x, s)) n += x.n_tokens;
     return n;
@@ -155,6 +158,8 @@ std::vector<ScheduledSeq> Scheduler::schedule() {
       const int64_t take = std::min(need, from->n_tokens);
       from->n_tokens -= take;
       from->samples = false;  // the chunk no longer reaches the end of the known tokens
+      // Its blocks past the shrunk chunk go back (all or none of them were computed into).
+      blocks_.truncate(from->seq->table, from->seq->n_computed + from->n_tokens);
       budget += take;
       need -= take;
       ++stats_.priority_reclaimed_chunks;
@@ -175,6 +180,7 @@ std::vector<ScheduledSeq> Scheduler::schedule() {
         blocks_.release(s->table);
         s->n_computed = 0;
         ++stats_.prefix_waits;
+        prefix_skipped = true;
         ++i;
         continue;
       }
@@ -184,9 +190,14 @@ std::vector<ScheduledSeq> Scheduler::schedule() {
       continue;  // (the victim waits behind s; s keeps its prefix hit)
     }
     const int64_t remaining = static_cast<int64_t>(s->tokens.size()) - s->n_computed;
-    const int64_t n = std::min(remaining, available);
+    int64_t n = std::min(remaining, available);
     const bool fits_budget = cfg_.chunked_prefill || remaining <= budget;
-    if (!fits_budget || !blocks_.ensure(s->table, s->n_computed, s->n_computed + n)) {
+    bool fits_blocks = fits_budget && blocks_.ensure(s->table, s->n_computed, s->n_computed + n);
+    if (fits_budget && !fits_blocks && n > budget && budget > 0) {
+      n = std::min(remaining, budget);  // without reclaimed tokens the chunk may still fit
+      fits_blocks = blocks_.ensure(s->table, s->n_computed, s->n_computed + n);
+    }
+    if (!fits_blocks) {
       // It does not fit this step: give back the prefix blocks (they stay cached) and wait.
       blocks_.release(s->table);
       s->n_computed = 0;
