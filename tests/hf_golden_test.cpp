@@ -456,12 +456,17 @@ TEST(HfGolden, NewArchitecturesReadTheirKeysAndRefuseTheRest) {
     EXPECT_EQ(c.swa_layers, (std::vector<bool>{true, true, true, false}));
     EXPECT_EQ(c.nope_layers, (std::vector<bool>{false, false, false, true}));
     refused(with("hf_exaone4", {{"sliding_window_pattern", "LGL"}}), "sliding_window_pattern 'LGL' is not supported");
+    // No sliding_window key: Exaone4Config's default window of 4096 on three layers of four.
+    const ModelConfig d = load_model_file(with("hf_exaone4", {{"sliding_window_pattern", nullptr}}, {"sliding_window", "layer_types"}))->config;
+    EXPECT_EQ(d.sliding_window, 4096);
+    EXPECT_EQ(d.swa_layers, (std::vector<bool>{true, true, true, false}));
   }
   {  // layers 1..3 of 5 sparse, every second: 1 and 3; the end index 2 leaves only 1
     const ModelConfig c = load_model_file(with("hf_ernie4_5_moe_interval", {{"moe_layer_end_index", 2}}))->config;
     EXPECT_TRUE(c.moe.is_moe_layer(1));
     EXPECT_FALSE(c.moe.is_moe_layer(3));
     refused(with("hf_ernie4_5", {{"use_bias", true}}), "use_bias (biases on ERNIE 4.5's projections) is not supported");
+    refused(with("hf_ernie4_5_moe_interval", {{"moe_layer_end_index", 1e30}}), "moe_layer_end_index 1e+30 should be a layer index");
   }
   {  // OLMo 3's per-layer-type RoPE objects (transformers v5): the full layers' scaling, the sliding layers' base
     const nlohmann::json v5 = {{"rope_parameters",

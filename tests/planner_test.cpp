@@ -451,6 +451,31 @@ TEST(Planner, ReadsGraniteMoeSharedExpert) {
   expect_rel(m.shared_bytes, 32.0 * 3 * 1536 * 1024 * 2, "shared expert");
 }
 
+// ERNIE-4.5-21B-A3B's config.json: its own MoE keys (moe_num_experts, moe_k, two shared experts
+// of moe_intermediate_size, a dense first layer); OLMo 3 and EXAONE 4.0 slide a window on three
+// layers of four without listing layer_types.
+TEST(Planner, ReadsErnieMoeKeysAndOlmo3Exaone4Windows) {
+  nlohmann::json j{{"architectures", {"Ernie4_5_MoeForCausalLM"}}, {"model_type", "ernie4_5_moe"}, {"hidden_size", 2560},
+                   {"num_hidden_layers", 28}, {"num_attention_heads", 20}, {"num_key_value_heads", 4},
+                   {"vocab_size", 103424}, {"intermediate_size", 12288}, {"moe_num_experts", 64}, {"moe_k", 6},
+                   {"moe_intermediate_size", 1536}, {"moe_num_shared_experts", 2}, {"moe_layer_start_index", 1},
+                   {"moe_layer_end_index", 27}, {"moe_layer_interval", 1}, {"tie_word_embeddings", true}};
+  const PlanModel m = plan_model_from_hf_config(j, "ernie.json", 2);
+  EXPECT_EQ(m.n_experts, 64);
+  EXPECT_EQ(m.n_used, 6);
+  EXPECT_EQ(m.n_moe_layers, 27);
+  expect_rel(m.expert_bytes, 3.0 * 2560 * 1536 * 2, "expert");
+  expect_rel(m.shared_bytes, 27.0 * 3 * 2560 * 3072 * 2, "shared experts");
+  for (auto [type, pattern] : {std::pair{"olmo3", nlohmann::json(nullptr)}, std::pair{"exaone4", nlohmann::json("LLLG")}}) {
+    nlohmann::json d{{"model_type", type}, {"hidden_size", 4096}, {"num_hidden_layers", 32}, {"num_attention_heads", 32},
+                     {"vocab_size", 100000}, {"intermediate_size", 11008}, {"sliding_window", 4096}};
+    if (!pattern.is_null()) d["sliding_window_pattern"] = pattern;
+    const PlanModel w = plan_model_from_hf_config(d, type, 2);
+    EXPECT_EQ(w.window, 4096) << type;
+    EXPECT_EQ(w.n_window_layers, 24) << type;
+  }
+}
+
 // Sliding-window layers keep and read at most `window` positions. Every layer windowed at w and
 // sequences much longer than w: each sequence holds w positions of every layer, so the free
 // memory over w positions' KV is how many fit; decode reads less KV per step. With the window at

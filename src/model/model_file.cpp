@@ -211,7 +211,7 @@ void load_gguf(ModelFile& m, const std::string& path) {
       e.n_shared = e.shared_ff > 0 ? 1 : 0;
     }
     e.scale = static_cast<float>(g->get_float(a + "expert_weights_scale", 1.0));
-    const uint64_t gating = g->get_uint(a + "expert_gating_func", 1);
+    const uint64_t gating = g->get_uint(a + "expert_gating_func", c.arch == "minimax-m2" ? 2 : 1);  // (MiniMax-M2 routes by sigmoid)
     FP_CHECK(gating == 1 || gating == 2, path, ": ", a, "expert_gating_func = ", gating, " (1 softmax, 2 sigmoid)");
     e.scoring = gating == 2 ? "sigmoid" : "softmax";
     e.n_group = static_cast<int64_t>(g->get_uint(a + "expert_group_count", 1));
@@ -414,12 +414,12 @@ void load_hf_moe(ModelConfig& c, const nlohmann::json& j, const std::string& cfg
     e.n_experts = json_int(j, key("moe_num_experts", "num_experts"), cfg_path);
     e.n_used = json_int(j, key("moe_k", "num_experts_per_tok"), cfg_path);
     e.ff = json_int(j, "moe_intermediate_size", cfg_path);
-    e.n_shared = json_int(j, "moe_num_shared_experts", cfg_path, 0);
+    e.n_shared = json_int(j, "moe_num_shared_experts", cfg_path, 2);  // Ernie4_5_MoeConfig's default
     e.first_dense = json_int(j, "moe_layer_start_index", cfg_path, 1);
     e.sparse_step = json_int(j, "moe_layer_interval", cfg_path, 1);
     const double end = json_num(j, "moe_layer_end_index", cfg_path, -1);
-    FP_CHECK(end == -1 || (end >= 0 && end == std::floor(end)), cfg_path, ": moe_layer_end_index ", end,
-             " should be a layer index or -1");
+    FP_CHECK(end == -1 || (end >= 0 && end < static_cast<double>(c.n_layers) && end == std::floor(end)), cfg_path,
+             ": moe_layer_end_index ", end, " should be a layer index below num_hidden_layers (", c.n_layers, ") or -1");
     for (int64_t l = end < 0 ? c.n_layers : static_cast<int64_t>(end) + 1; l < c.n_layers; ++l) e.dense_layers.push_back(l);
     e.norm_topk = true;
     e.scoring = "softmax";
@@ -835,7 +835,13 @@ const nlohmann::json* load_hf_hunyuan(ModelConfig& c, const nlohmann::json& j, c
 // a base of their own (as Gemma 3's: rope_theta_swa); the full layers' scaling (YaRN in the
 // long-context models) is the model's. Returns the full layers' RoPE object (or null).
 const nlohmann::json* load_hf_olmo3(ModelConfig& c, const nlohmann::json& j, const nlohmann::json* rs, const std::string& cfg_path) {
-  read_sliding_layers(c, j, cfg_path, 4);
+  if (!j.contains("sliding_window")) {  // Olmo3Config's default window (null turns it off)
+    nlohmann::json with_default = j;
+    with_default["sliding_window"] = 4096;
+    read_sliding_layers(c, with_default, cfg_path, 4);
+  } else if (!j["sliding_window"].is_null()) {
+    read_sliding_layers(c, j, cfg_path, 4);
+  }
   c.rope_theta_swa = c.rope_theta;
   if (!rs) return nullptr;
   if (!rs->contains("full_attention") && !rs->contains("sliding_attention")) return rs;  // legacy rope_scaling: the full layers'
@@ -918,7 +924,11 @@ void load_hf(ModelFile& m, const std::string& dir) {
   c.head_dim = json_int(j, "head_dim", cfg_path, c.dim / c.n_heads);
   c.v_head_dim = c.rot_dim = c.head_dim;
   c.rms_eps = static_cast<float>(json_num(j, "rms_norm_eps", cfg_path, 1e-6));
-  c.rope_theta = static_cast<float>(json_num(j, "rope_theta", cfg_path, 10000.0));
+  // transformers' default base where a config leaves it out: 10000, or the class's default_theta.
+  const double default_theta = c.arch == "ernie4_5" || c.arch == "ernie4_5-moe" || c.arch == "olmo3" ? 500000.0
+                               : c.arch == "minimax-m2"                                               ? 5000000.0
+                                                                                                      : 10000.0;
+  c.rope_theta = static_cast<float>(json_num(j, "rope_theta", cfg_path, default_theta));
   c.rope_style = RopeStyle::NeoX;  // HF rotate_half
   c.tied_output = json_bool(j, "tie_word_embeddings", cfg_path, false);
   c.qkv_bias = c.arch == "qwen2" || c.arch == "qwen2moe" || json_bool(j, "attention_bias", cfg_path, false);
@@ -982,7 +992,14 @@ void load_hf(ModelFile& m, const std::string& dir) {
         pattern = json_int(j, "sliding_window_pattern", cfg_path);
       }
     }
-    if (auto it = j.find("sliding_window"); it != j.end() && !it->is_null()) read_sliding_layers(c, j, cfg_path, pattern);
+    // (Exaone4Config's default window is 4096: a config without the key has one; null turns it off.)
+    if (!j.contains("sliding_window")) {
+      nlohmann::json with_default = j;
+      with_default["sliding_window"] = 4096;
+      read_sliding_layers(c, with_default, cfg_path, pattern);
+    } else if (!j["sliding_window"].is_null()) {
+      read_sliding_layers(c, j, cfg_path, pattern);
+    }
     if (c.sliding_window > 0)
       for (int64_t l = 0; l < c.n_layers; ++l) c.nope_layers.push_back(!c.swa_layers[static_cast<size_t>(l)]);
   }
@@ -1052,8 +1069,10 @@ void load_hf(ModelFile& m, const std::string& dir) {
     // transformers reads it as partial_rotary_factor); q and k RMS-normed over the whole
     // projection (qk_norm_type per_layer); full attention on every layer (attn_type_list all 1:
     // MiniMax-Text-01's lightning attention layers are 0).
+    // (An explicit partial_rotary_factor wins, as transformers reads rotary_dim only in its absence.)
+    const bool factor_given = j.contains("partial_rotary_factor") || (rs && rs->contains("partial_rotary_factor"));
     read_partial_rotary(c, j, rs, cfg_path, 1.0);
-    if (j.contains("rotary_dim") && !j["rotary_dim"].is_null()) c.rot_dim = json_int(j, "rotary_dim", cfg_path);
+    if (!factor_given && j.contains("rotary_dim") && !j["rotary_dim"].is_null()) c.rot_dim = json_int(j, "rotary_dim", cfg_path);
     FP_CHECK(c.rot_dim > 0 && c.rot_dim <= c.head_dim && c.rot_dim % 2 == 0, cfg_path, ": rotary_dim ", c.rot_dim,
              " must be even and at most head_dim ", c.head_dim);
     FP_CHECK(json_bool(j, "use_qk_norm", cfg_path, true), cfg_path, ": use_qk_norm false is not supported for MiniMax-M2");

@@ -130,6 +130,14 @@ void read_hf_windows(PlanModel& m, const nlohmann::json& j, const std::string& w
       else if (type == "gemma3" || type == "gemma3_text") s = (l + 1) % j.value("sliding_window_pattern", 6) != 0;
       else if (type == "qwen2" || type == "qwen3") s = l >= j.value("max_window_layers", int64_t{28});
       else if (type == "mistral" || type == "mixtral" || type == "phi3") s = true;
+      else if (type == "olmo3") s = (l + 1) % 4 != 0;
+      else if (type == "exaone4") {  // sliding_window_pattern: every p-th layer global, or a string "LLLG"
+        const nlohmann::json p = j.contains("sliding_window_pattern") ? j["sliding_window_pattern"] : nlohmann::json(4);
+        const int64_t every = p.is_string() ? static_cast<int64_t>(p.get<std::string>().size())
+                              : p.is_number_integer() ? p.get<int64_t>() : 0;
+        FP_CHECK(every >= 1, where, ": field 'sliding_window_pattern' ", p.dump(), " is not a positive layer count");
+        s = (l + 1) % every != 0;
+      }
       else FP_CHECK(false, where, ": sliding_window ", window, " without layer_types on model_type '", type,
                     "': say which layers slide the window (layer_types)");
       sliding.push_back(s);
@@ -157,22 +165,35 @@ PlanModel plan_model_from_hf_config(const nlohmann::json& j, const std::string& 
   read_hf_windows(m, j, where);
   // Experts: DeepSeek's n_routed_experts, Qwen's num_experts, or Mixtral's / gpt-oss's
   // num_local_experts (experts as wide as intermediate_size); which layers have them.
+  // ERNIE 4.5: moe_num_experts, moe_k, moe_num_shared_experts, sparse layers from
+  // moe_layer_start_index to moe_layer_end_index, every moe_layer_interval-th.
+  const bool ernie = j.contains("moe_num_experts");
   const bool local_experts = !j.contains("n_routed_experts") && !j.contains("num_experts") && j.contains("num_local_experts");
-  m.n_experts = j.contains("n_routed_experts") ? opt("n_routed_experts", 0)
-                : local_experts                ? opt("num_local_experts", 0)
-                                               : opt("num_experts", 0);
+  m.n_experts = ernie                            ? opt("moe_num_experts", 0)
+                : j.contains("n_routed_experts") ? opt("n_routed_experts", 0)
+                : local_experts                  ? opt("num_local_experts", 0)
+                                                 : opt("num_experts", 0);
   int64_t moe_ff = 0, shared_ff = 0, first_dense = 0, step = 1;
   std::vector<int64_t> mlp_only;
   if (m.moe()) {
-    m.n_used = get("num_experts_per_tok");
+    m.n_used = ernie && j.contains("moe_k") ? get("moe_k") : get("num_experts_per_tok");
     FP_CHECK(m.n_used <= m.n_experts, where, ": field 'num_experts_per_tok' (", m.n_used, ") exceeds the ", m.n_experts,
              " routed experts");
     moe_ff = local_experts && !j.contains("moe_intermediate_size") ? get("intermediate_size") : get("moe_intermediate_size");
     shared_ff = opt("n_shared_experts", 0) * moe_ff;
     if (j.contains("shared_expert_intermediate_size")) shared_ff = opt("shared_expert_intermediate_size", 0);  // qwen2_moe
     if (j.contains("shared_intermediate_size")) shared_ff = opt("shared_intermediate_size", 0);  // granitemoeshared
+    if (ernie) shared_ff = opt("moe_num_shared_experts", 2) * moe_ff;
     first_dense = opt("first_k_dense_replace", 0);
     step = j.contains("decoder_sparse_step") ? get("decoder_sparse_step") : 1;
+    if (ernie) {
+      first_dense = opt("moe_layer_start_index", 1);
+      step = j.contains("moe_layer_interval") ? get("moe_layer_interval") : 1;
+      const int64_t end = j.contains("moe_layer_end_index") && j["moe_layer_end_index"].is_number_integer()
+                              ? j["moe_layer_end_index"].get<int64_t>()
+                              : -1;
+      for (int64_t l = end < 0 ? m.n_layers : end + 1; l < m.n_layers; ++l) mlp_only.push_back(l);
+    }
     if (j.contains("mlp_only_layers")) {
       FP_CHECK(j["mlp_only_layers"].is_array(), where, ": field 'mlp_only_layers' must be an array of layer indices");
       for (const auto& v : j["mlp_only_layers"]) {
