@@ -163,6 +163,26 @@ TEST(CliBench, ServingRunReportsThroughputAndPrefixHits) {
   EXPECT_NEAR(j["runs"][0]["prefix_hit_rate"].get<double>(), 8.0 * 32 / (12 * 40), 1e-9);
 }
 
+// --high-priority-every: every K-th request is priority 0; the JSON counts each class and, under
+// the priority policy with all requests queued at once, the high ones are served first.
+TEST(CliBench, HighPriorityEveryReportsEachClass) {
+  FP_REQUIRE_FILE(test::stories_path());
+  int rc = -1;
+  const std::string out = test::run_command(test::fastpath_bin() +
+                                                " bench -q --json --requests 9 --input-len 40 --output-len 4 --concurrency 9 "
+                                                "--max-num-seqs 1 --high-priority-every 3 --scheduling-policy priority "
+                                                "--kv-cache-memory 64MiB -m " + test::stories_path(), &rc);
+  ASSERT_EQ(rc, 0) << out;
+  auto j = nlohmann::json::parse(out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << out;
+  EXPECT_EQ(j["scheduling_policy"], "priority");
+  const auto& p = j["runs"][0]["priority"];
+  EXPECT_EQ(p["high_requests"], 3);
+  EXPECT_EQ(p["low_requests"], 6);
+  // One sequence at a time: the 3 high ones run before any of the 6 low ones.
+  EXPECT_LT(p["ttft_high_p95_ms"].get<double>(), p["ttft_low_median_ms"].get<double>());
+}
+
 TEST(CliGenerate, BatchFileGivesEachPromptsOwnTextInOrder) {
   FP_REQUIRE_FILE(test::stories_path());
   std::string dir = test::temp_dir("batch_file");

@@ -202,6 +202,7 @@ struct ServingResult {
   // --high-priority-every: the TTFT of the high-priority requests and of the others apart.
   double ttft_high_median_ms = 0, ttft_high_p95_ms = 0, ttft_low_median_ms = 0, ttft_low_p95_ms = 0;
   int64_t priority_preemptions = 0, priority_reclaimed_chunks = 0;
+  int64_t n_high = 0, n_low = 0;  // requests of each class
   int64_t preemptions = 0, steps = 0, steps_ahead = 0;
   bool prefix_caching = false;  // as the engine ran
   bool async_scheduling = false;
@@ -273,6 +274,8 @@ ServingResult serving_run(Model& model, const EngineConfig& ecfg, int requests, 
   r.ttft_median_ms = percentile(ttft, 50);
   r.ttft_p95_ms = percentile(ttft, 95);
   r.tpot_median_ms = percentile(tpot, 50);
+  r.n_high = static_cast<int64_t>(ttft_class[0].size());
+  r.n_low = static_cast<int64_t>(ttft_class[1].size());
   r.ttft_high_median_ms = percentile(ttft_class[0], 50);
   r.ttft_high_p95_ms = percentile(ttft_class[0], 95);
   r.ttft_low_median_ms = percentile(ttft_class[1], 50);
@@ -308,7 +311,8 @@ void run_serving_bench(Model& model, const Opts& o) {
                          {"ttft_p95_ms", r.ttft_p95_ms}, {"tpot_median_ms", r.tpot_median_ms}, {"preemptions", r.preemptions},
                          {"steps", r.steps}, {"steps_ahead", r.steps_ahead}});
     if (o.high_priority_every > 0)
-      j["runs"].back()["priority"] = {{"ttft_high_median_ms", r.ttft_high_median_ms}, {"ttft_high_p95_ms", r.ttft_high_p95_ms},
+      j["runs"].back()["priority"] = {{"high_requests", r.n_high}, {"low_requests", r.n_low},
+                                      {"ttft_high_median_ms", r.ttft_high_median_ms}, {"ttft_high_p95_ms", r.ttft_high_p95_ms},
                                       {"ttft_low_median_ms", r.ttft_low_median_ms}, {"ttft_low_p95_ms", r.ttft_low_p95_ms},
                                       {"priority_preemptions", r.priority_preemptions},
                                       {"reclaimed_chunks", r.priority_reclaimed_chunks}};
@@ -338,12 +342,14 @@ void run_serving_bench(Model& model, const Opts& o) {
   if (o.high_priority_every > 0) {
     std::printf("every %d-th request priority 0, the others 1; scheduling policy %s\n", o.high_priority_every,
                 ecfg.scheduler.policy == SchedulingPolicy::Priority ? "priority" : "fcfs (priorities ignored)");
-    std::printf("%11s %14s %14s %14s %14s %9s %9s\n", "concurrency", "TTFT hi p50", "TTFT hi p95", "TTFT lo p50",
-                "TTFT lo p95", "preempt", "reclaim");
+    std::printf("%11s %8s %14s %14s %8s %14s %14s %9s %9s\n", "concurrency", "hi reqs", "TTFT hi p50", "TTFT hi p95", "lo reqs",
+                "TTFT lo p50", "TTFT lo p95", "preempt", "reclaim");
+    auto ms = [](int64_t count, double v) { return count > 0 ? std::to_string(static_cast<long long>(std::llround(v))) : std::string("-"); };
     for (const ServingResult& r : results)
-      std::printf("%11d %14.1f %14.1f %14.1f %14.1f %9lld %9lld\n", r.concurrency, r.ttft_high_median_ms, r.ttft_high_p95_ms,
-                  r.ttft_low_median_ms, r.ttft_low_p95_ms, static_cast<long long>(r.priority_preemptions),
-                  static_cast<long long>(r.priority_reclaimed_chunks));
+      std::printf("%11d %8lld %14s %14s %8lld %14s %14s %9lld %9lld\n", r.concurrency, static_cast<long long>(r.n_high),
+                  ms(r.n_high, r.ttft_high_median_ms).c_str(), ms(r.n_high, r.ttft_high_p95_ms).c_str(),
+                  static_cast<long long>(r.n_low), ms(r.n_low, r.ttft_low_median_ms).c_str(), ms(r.n_low, r.ttft_low_p95_ms).c_str(),
+                  static_cast<long long>(r.priority_preemptions), static_cast<long long>(r.priority_reclaimed_chunks));
   }
   if (ecfg.speculative.enabled()) {
     std::printf("%s\n", ecfg.speculative.describe().c_str());
