@@ -405,6 +405,28 @@ double json_num(const nlohmann::json& j, const std::string& key, const std::stri
 // (Glm4Moe) config.json.
 void load_hf_moe(ModelConfig& c, const nlohmann::json& j, const std::string& cfg_path, const std::string& arch_cls) {
   MoeConfig& e = c.moe;
+  if (c.arch == "hunyuan-moe") {
+    // Hunyuan-A13B (as transformers runs it): every layer sparse, a softmax over the experts with
+    // the top k renormalised, experts and one ungated shared MLP all intermediate_size wide.
+    // num_experts and moe_topk may be per-layer lists: equal entries only.
+    auto one_value = [&](const char* key) {
+      auto it = j.find(key);
+      FP_CHECK(it != j.end() && !it->is_null(), cfg_path, ": missing field '", key, "'");
+      if (!it->is_array()) return json_int(j, key, cfg_path);
+      FP_CHECK(!it->empty() && (*it)[0].is_number_integer(), cfg_path, ": field '", key, "' should hold integers");
+      for (auto& v : *it)
+        FP_CHECK(v == (*it)[0], cfg_path, ": field '", key, "' differs between layers (", short_json(*it), "): not supported");
+      return (*it)[0].get<int64_t>();
+    };
+    e.n_experts = one_value("num_experts");
+    e.n_used = one_value("moe_topk");
+    e.ff = c.hidden_dim;
+    e.n_shared = 1;
+    e.shared_ff = c.hidden_dim;
+    e.norm_topk = true;
+    e.scoring = "softmax";
+    return;
+  }
   if (c.arch == "ernie4_5-moe") {
     // ERNIE 4.5 MoE: a softmax over the experts, chosen with a selection bias
     // (moe_statics.e_score_correction_bias), the chosen probabilities renormalised; shared experts
@@ -887,6 +909,7 @@ void load_hf(ModelFile& m, const std::string& dir) {
   else if (arch_cls == "Exaone4ForCausalLM") c.arch = "exaone4";
   else if (arch_cls == "Olmo3ForCausalLM") c.arch = "olmo3";
   else if (arch_cls == "HunYuanDenseV1ForCausalLM") c.arch = "hunyuan-dense";
+  else if (arch_cls == "HunYuanMoEV1ForCausalLM") c.arch = "hunyuan-moe";
   else if (arch_cls == "GptOssForCausalLM") c.arch = "gpt-oss";
   else if (arch_cls == "Gemma2ForCausalLM") c.arch = "gemma2";
   else if (arch_cls == "Phi3ForCausalLM") c.arch = "phi3";
@@ -897,7 +920,7 @@ void load_hf(ModelFile& m, const std::string& dir) {
   else if (arch_cls == "Olmo2ForCausalLM") c.arch = "olmo2";
   else if (arch_cls == "Gemma3ForCausalLM" || arch_cls == "Gemma3ForConditionalGeneration") c.arch = "gemma3";
   else fail(cfg_path, ": architectures[0] '", arch_cls, "' is not supported yet (LlamaForCausalLM, Qwen2ForCausalLM, ",
-            "Qwen3ForCausalLM, Glm4ForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, MiniMaxM2ForCausalLM, SeedOssForCausalLM, Ernie4_5ForCausalLM, Ernie4_5_MoeForCausalLM, Exaone4ForCausalLM, Olmo3ForCausalLM, HunYuanDenseV1ForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, MixtralForCausalLM, DeepseekV3ForCausalLM, DeepseekV2ForCausalLM, Glm4MoeForCausalLM, ",
+            "Qwen3ForCausalLM, Glm4ForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, MiniMaxM2ForCausalLM, SeedOssForCausalLM, Ernie4_5ForCausalLM, Ernie4_5_MoeForCausalLM, Exaone4ForCausalLM, Olmo3ForCausalLM, HunYuanDenseV1ForCausalLM, HunYuanMoEV1ForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, MixtralForCausalLM, DeepseekV3ForCausalLM, DeepseekV2ForCausalLM, Glm4MoeForCausalLM, ",
             "GptOssForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration, Phi3ForCausalLM, ",
             "SmolLM3ForCausalLM, Olmo2ForCausalLM, Mistral3ForConditionalGeneration)");
   const bool gemma = c.arch == "gemma2" || c.arch == "gemma3";
@@ -934,7 +957,7 @@ void load_hf(ModelFile& m, const std::string& dir) {
   c.qkv_bias = c.arch == "qwen2" || c.arch == "qwen2moe" || json_bool(j, "attention_bias", cfg_path, false);
   c.qk_norm = c.arch == "qwen3" || c.arch == "qwen3moe" || (c.arch == "glm4moe" && json_bool(j, "use_qk_norm", cfg_path, false));
   if (c.arch == "qwen3moe" || c.arch == "qwen2moe" || c.arch == "mixtral" || c.arch == "deepseek2" || c.arch == "glm4moe" ||
-      c.arch == "granitemoe" || c.arch == "minimax-m2" || c.arch == "ernie4_5-moe")
+      c.arch == "granitemoe" || c.arch == "minimax-m2" || c.arch == "ernie4_5-moe" || c.arch == "hunyuan-moe")
     load_hf_moe(c, j, cfg_path, arch_cls);
   if (c.arch == "gpt-oss") load_hf_gpt_oss(c, j, cfg_path);
   // The RoPE scaling object, or null: rope_scaling, or transformers v5's rope_parameters.
@@ -943,7 +966,7 @@ void load_hf(ModelFile& m, const std::string& dir) {
     if (auto it = j.find(key); !rs && it != j.end() && it->is_object()) rs = &*it;
   if (gemma) rs = load_hf_gemma(c, j, cfg_path);
   if (c.arch == "olmo3") rs = load_hf_olmo3(c, j, rs, cfg_path);
-  if (c.arch == "hunyuan-dense") rs = load_hf_hunyuan(c, j, rs, cfg_path);
+  if (c.arch == "hunyuan-dense" || c.arch == "hunyuan-moe") rs = load_hf_hunyuan(c, j, rs, cfg_path);
   if (c.arch == "qwen2moe") {
     // Qwen2-MoE: q/k/v biases unless qkv_bias is false; a window only where layer_types says
     // (transformers' default pattern for this class has changed between versions).

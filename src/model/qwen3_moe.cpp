@@ -23,6 +23,8 @@
 //   ERNIE 4.5 MoE (HF Ernie4_5_MoeForCausalLM, GGUF ernie4_5-moe): Llama's attention with
 //     adjacent rotary pairs; a softmax router with a selection bias, the chosen probabilities
 //     renormalised; shared experts; dense layers before moe_layer_start_index.
+//   Hunyuan MoE (HF HunYuanMoEV1ForCausalLM): Hunyuan dense's attention (q/k norms after RoPE),
+//     a softmax router with the top k renormalised and one ungated shared MLP.
 //   Granite 3.x MoE (HF GraniteMoeForCausalLM / GraniteMoeSharedForCausalLM, GGUF granitemoe):
 //     Mixtral's layers with Granite's multipliers (embeddings, attention scale, logits divided;
 //     the residual one folded at load, config.h) and, in the Shared variant, an ungated shared
@@ -378,14 +380,17 @@ class Qwen3MoeModel : public Model {
     dispatch(MatMulArgs{r.h, n, L.wk, L.bk, r.k, hq});
     dispatch(MatMulArgs{r.h, n, L.wv, L.bv, r.v, hq});
     lora(L, {{LoraTarget::K, r.k}, {LoraTarget::V, r.v}}, r, r.h);
-    if (L.k_norm) qk_norm(r.k, L.k_norm, n, hd.KH, c.n_kv_heads);
+    // (Hunyuan norms q and k after RoPE.)
+    if (L.k_norm && !c.qk_norm_after_rope) qk_norm(r.k, L.k_norm, n, hd.KH, c.n_kv_heads);
     dispatch(RopeArgs{r.k, pos, n, hd.KH, c.head_dim, c.rot_dim, hd.kv_dim, inv_freq_at_, rope_mscale_, c.rope_style});
+    if (L.k_norm && c.qk_norm_after_rope) qk_norm(r.k, L.k_norm, n, hd.KH, c.n_kv_heads);
     if (cp) cp_.start_kv(pool, layer, r.k, r.v);
     dispatch(MatMulArgs{r.h, n, L.wq, L.bq, r.q, hq});
     lora(L, {{LoraTarget::Q, r.q}}, r, r.h);
     if (cp) cp_.progress();
-    if (L.q_norm) qk_norm(r.q, L.q_norm, n, hd.H, c.n_heads);
+    if (L.q_norm && !c.qk_norm_after_rope) qk_norm(r.q, L.q_norm, n, hd.H, c.n_heads);
     dispatch(RopeArgs{r.q, pos, n, hd.H, c.head_dim, c.rot_dim, hd.q_dim, inv_freq_at_, rope_mscale_, c.rope_style});
+    if (L.q_norm && c.qk_norm_after_rope) qk_norm(r.q, L.q_norm, n, hd.H, c.n_heads);
     if (cp) cp_.finish_kv(pool);  // every rank's rows
     else if (hd.every_head) every_head_.write(tp_.get(), pool, layer, slots, n, r.k, r.v, hd.kv_dim, hd.kv_dim);
     else pool.write(layer, slots, n, r.k, r.v);
@@ -640,6 +645,7 @@ const bool mixtral_registered = register_sharded_architecture("mixtral", make_gq
 const bool qwen2_moe_registered = register_sharded_architecture("qwen2moe", make_gqa_moe, false);
 const bool granite_moe_registered = register_sharded_architecture("granitemoe", make_gqa_moe, false);
 const bool ernie_moe_registered = register_sharded_architecture("ernie4_5-moe", make_gqa_moe, false);
+const bool hunyuan_moe_registered = register_sharded_architecture("hunyuan-moe", make_gqa_moe, false);
 // MiniMax-M2: on the CPU (the device path norms q/k per head only).
 const bool minimax_m2_registered = register_sharded_architecture("minimax-m2", make_gqa_moe, false);
 // gpt-oss: on the CPU (its sinks, windows and expert biases are not on a device yet; build_model

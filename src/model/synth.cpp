@@ -58,6 +58,7 @@ std::string canonical_arch(const std::string& arch) {
   if (arch == "minimax_m2" || arch == "minimax-m2") return "minimax-m2";
   if (arch == "ernie4_5_moe" || arch == "ernie4_5-moe") return "ernie4_5-moe";
   if (arch == "hunyuan_v1_dense" || arch == "hunyuan-dense") return "hunyuan-dense";
+  if (arch == "hunyuan_v1_moe" || arch == "hunyuan-moe") return "hunyuan-moe";
   if (arch == "deepseek_v3" || arch == "deepseek_v2") return "deepseek2";
   if (arch == "glm4_moe" || arch == "glm4moe") return "glm4moe";
   if (arch == "gpt_oss" || arch == "gpt-oss") return "gpt-oss";
@@ -67,7 +68,7 @@ std::string canonical_arch(const std::string& arch) {
                arch == "olmo2" || arch == "glm4" || arch == "granite" || arch == "seed_oss" || arch == "ernie4_5" || arch == "exaone4" || arch == "olmo3" ||
                    arch == "hunyuan-dense",
            "synth: --arch '", arch,
-           "' is not one of llama, mistral, qwen2, qwen3, phi3, smollm3, olmo2, glm4, granite, seed_oss, ernie4_5, ernie4_5_moe, exaone4, olmo3, hunyuan_v1_dense, granitemoe, granitemoeshared, minimax_m2, qwen2_moe, qwen3_moe, mixtral, deepseek_v2, deepseek_v3, glm4_moe, gpt_oss, gemma2, gemma3");
+           "' is not one of llama, mistral, qwen2, qwen3, phi3, smollm3, olmo2, glm4, granite, seed_oss, ernie4_5, ernie4_5_moe, exaone4, olmo3, hunyuan_v1_dense, hunyuan_v1_moe, granitemoe, granitemoeshared, minimax_m2, qwen2_moe, qwen3_moe, mixtral, deepseek_v2, deepseek_v3, glm4_moe, gpt_oss, gemma2, gemma3");
   return arch;
 }
 
@@ -85,6 +86,15 @@ void synth_moe_config(ModelConfig& c, const std::string& arch_in, const nlohmann
   if (c.arch == "mixtral") {  // every layer sparse; softmax over all experts, the top k renormalised
     e.n_experts = geti("num_local_experts", 4);
     e.ff = c.hidden_dim;
+    e.norm_topk = true;
+    return;
+  }
+  if (c.arch == "hunyuan-moe") {  // HunYuanMoEV1Config: every layer sparse, experts and one shared MLP of intermediate_size
+    e.n_experts = geti("num_experts", 4);
+    e.n_used = geti("moe_topk", 2);
+    e.ff = c.hidden_dim;
+    e.n_shared = 1;
+    e.shared_ff = c.hidden_dim;
     e.norm_topk = true;
     return;
   }
@@ -248,7 +258,7 @@ ModelConfig config_from_json(const std::string& arch_in, const nlohmann::json& j
     c.rope_style = RopeStyle::Adjacent;
     c.tied_output = j.value("tie_word_embeddings", true);
   }
-  if (arch == "hunyuan-dense") c.qk_norm = c.qk_norm_after_rope = true;  // HunYuanDenseV1Config: q/k norms after RoPE
+  if (arch == "hunyuan-dense" || arch == "hunyuan-moe") c.qk_norm = c.qk_norm_after_rope = true;  // HunYuan*V1Config: q/k norms after RoPE
   if (arch == "exaone4") {  // Exaone4Config: OLMo 2's norms, per-head q/k norms; global layers without RoPE beside windowed ones
     c.pre_norms = false;
     c.post_norms = c.qk_norm = true;
@@ -286,7 +296,7 @@ ModelConfig config_from_json(const std::string& arch_in, const nlohmann::json& j
   }
   if (c.rope_scaling.type == "longrope") {
     // read above
-  } else if (arch == "hunyuan-dense" && j.contains(rope_key) && j[rope_key].is_object() &&
+  } else if ((arch == "hunyuan-dense" || arch == "hunyuan-moe") && j.contains(rope_key) && j[rope_key].is_object() &&
              j[rope_key].value("type", j[rope_key].value("rope_type", std::string())) == "dynamic") {
     // HunYuanDenseV1Config's NTK alpha: a static base rope_theta * alpha^(head_dim / (head_dim - 2))
     const double alpha = j[rope_key].value("alpha", 1.0), hd = static_cast<double>(c.head_dim);
@@ -313,7 +323,7 @@ ModelConfig config_from_json(const std::string& arch_in, const nlohmann::json& j
     }
   }
   if (arch == "qwen3moe" || arch == "qwen2moe" || arch == "mixtral" || arch == "deepseek2" || arch == "glm4moe" || arch == "gpt-oss" ||
-      arch == "granitemoe" || arch == "minimax-m2" || arch == "ernie4_5-moe")
+      arch == "granitemoe" || arch == "minimax-m2" || arch == "ernie4_5-moe" || arch == "hunyuan-moe")
     synth_moe_config(c, arch_in, j, geti);
   if (arch == "gemma2" || arch == "gemma3") {  // Gemma2Config's / Gemma3TextConfig's keys (model_file.cpp, load_hf_gemma)
     const bool gemma2 = arch == "gemma2";
@@ -421,6 +431,13 @@ std::map<std::string, HfTensor> make_weights(const ModelConfig& c, uint64_t seed
       if (c.moe.n_shared > 0) ffn(p + "mlp.shared_experts.", c.moe.shared_width());
       return;
     }
+    if (c.arch == "hunyuan-moe") {  // its names: the router mlp.gate.wg, the shared expert mlp.shared_mlp
+      mat(p + "mlp.gate.wg.weight", c.moe.n_experts, c.dim);
+      w[p + "mlp.gate.wg.weight"].matrix = false;
+      for (int64_t e = 0; e < c.moe.n_experts; ++e) ffn(p + "mlp.experts." + std::to_string(e) + ".", c.moe.ff);
+      ffn(p + "mlp.shared_mlp.", c.moe.shared_width());
+      return;
+    }
     mat(p + "mlp.gate.weight", c.moe.n_experts, c.dim);
     w[p + "mlp.gate.weight"].matrix = false;  // routers stay in full precision
     if (c.moe.has_bias && c.arch == "ernie4_5-moe") {  // ERNIE 4.5: [1, n_experts] (one expert group)
@@ -506,7 +523,7 @@ std::map<std::string, HfTensor> make_weights(const ModelConfig& c, uint64_t seed
     }
     mat(p + "self_attn.o_proj.weight", c.dim, q);
     if ((c.arch == "qwen3moe" || c.arch == "qwen2moe" || c.arch == "mixtral" || c.arch == "glm4moe" || c.arch == "granitemoe" ||
-         c.arch == "minimax-m2" || c.arch == "ernie4_5-moe") &&
+         c.arch == "minimax-m2" || c.arch == "ernie4_5-moe" || c.arch == "hunyuan-moe") &&
         c.moe.is_moe_layer(l))
       moe(p);
     else if (c.arch != "gpt-oss" && c.arch != "phi3" && c.arch != "glm4") ffn(p + "mlp.", c.hidden_dim);
@@ -516,7 +533,7 @@ std::map<std::string, HfTensor> make_weights(const ModelConfig& c, uint64_t seed
       vec(p + "self_attn.v_proj.bias", kv, 0.0f, 0.1f);
     }
     if (c.qk_norm) {
-      const bool hunyuan = c.arch == "hunyuan-dense";  // its names: query_layernorm, key_layernorm
+      const bool hunyuan = c.arch == "hunyuan-dense" || c.arch == "hunyuan-moe";  // its names: query_layernorm, key_layernorm
       vec(p + (hunyuan ? "self_attn.query_layernorm.weight" : "self_attn.q_norm.weight"), c.qk_norm_full ? q : c.head_dim, norm_base, norm_sd);
       vec(p + (hunyuan ? "self_attn.key_layernorm.weight" : "self_attn.k_norm.weight"), c.qk_norm_full ? kv : c.head_dim, norm_base, norm_sd);
     }
@@ -1106,7 +1123,7 @@ std::string synth_model(const SynthOptions& o) {
     GgufWriter g;
     std::map<std::string, std::vector<float>> f32_extras;  // streamed: tensors computed here, not drawn
     const std::string a = gguf_arch(c) + ".";
-    FP_CHECK(c.arch != "exaone4" && c.arch != "olmo3", "synth: ", c.arch, " is read from safetensors only here (write a directory, not a .gguf)");
+    FP_CHECK(c.arch != "exaone4" && c.arch != "olmo3" && c.arch != "hunyuan-moe", "synth: ", c.arch, " is read from safetensors only here (write a directory, not a .gguf)");
     g.set_string("general.architecture", gguf_arch(c));
     g.set_string("general.name", "synth " + c.arch + " (random weights, seed " + std::to_string(o.seed) + ")");
     g.set_u32(a + "context_length", static_cast<uint32_t>(c.max_context));
@@ -1329,9 +1346,14 @@ std::string synth_model(const SynthOptions& o) {
       cfg["bos_token_id"] = 1;
       cfg["eos_token_id"] = 2;
     }
-    else if (c.arch == "hunyuan-dense") {
-      cfg["architectures"] = {"HunYuanDenseV1ForCausalLM"};
-      cfg["model_type"] = "hunyuan_v1_dense";
+    else if (c.arch == "hunyuan-dense" || c.arch == "hunyuan-moe") {
+      const bool moe = c.arch == "hunyuan-moe";
+      cfg["architectures"] = {moe ? "HunYuanMoEV1ForCausalLM" : "HunYuanDenseV1ForCausalLM"};
+      cfg["model_type"] = moe ? "hunyuan_v1_moe" : "hunyuan_v1_dense";
+      if (moe) {
+        cfg["num_experts"] = c.moe.n_experts;
+        cfg["moe_topk"] = c.moe.n_used;
+      }
       cfg["attention_bias"] = false;
       cfg["rope_theta"] = o.config.value("rope_theta", 10000.0);  // the file's base; the alpha scales it
       cfg["use_qk_norm"] = true;

@@ -46,6 +46,11 @@ std::string canonical_base(const std::string& hf) {
       {"block_sparse_moe.router.layer.weight", "ffn_gate_inp.weight"},
       // MiniMax-M2: Mixtral's names and a selection bias
       {"block_sparse_moe.e_score_correction_bias", "exp_probs_b.bias"},
+      // Hunyuan MoE: its router and shared MLP
+      {"mlp.gate.wg.weight", "ffn_gate_inp.weight"},
+      {"mlp.shared_mlp.gate_proj.weight", "ffn_gate_shexp.weight"},
+      {"mlp.shared_mlp.up_proj.weight", "ffn_up_shexp.weight"},
+      {"mlp.shared_mlp.down_proj.weight", "ffn_down_shexp.weight"},
       // ERNIE 4.5 MoE: its selection bias
       {"mlp.moe_statics.e_score_correction_bias", "exp_probs_b.bias"},
       {"block_sparse_moe.input_linear.weight", "ffn_gate_up_exps.weight"},

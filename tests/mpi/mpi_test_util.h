@@ -60,6 +60,9 @@ inline nlohmann::json moe_config(const std::string& arch) {
     return {{"hidden_size", 64},  {"num_attention_heads", 12}, {"num_key_value_heads", 6}, {"head_dim", 16},
             {"intermediate_size", 96}, {"num_hidden_layers", 3}, {"vocab_size", 256}, {"moe_num_experts", 6},
             {"moe_k", 2}, {"moe_intermediate_size", 96}, {"moe_num_shared_experts", 2}, {"moe_layer_start_index", 1}};
+  if (arch == "hunyuan_v1_moe")  // q/k norms after RoPE, every layer sparse, a shared MLP of intermediate_size
+    return {{"hidden_size", 64},  {"num_attention_heads", 12}, {"num_key_value_heads", 6}, {"head_dim", 16},
+            {"intermediate_size", 96}, {"num_hidden_layers", 3}, {"vocab_size", 256}, {"num_experts", 6}, {"moe_topk", 2}};
   if (arch == "gpt_oss")  // every layer MoE; biases, sinks; layers 0 and 2 windowed
     return {{"hidden_size", 64},     {"num_attention_heads", 12}, {"num_key_value_heads", 6}, {"head_dim", 16},
             {"intermediate_size", 96}, {"num_hidden_layers", 3},   {"vocab_size", 256},        {"num_local_experts", 6},

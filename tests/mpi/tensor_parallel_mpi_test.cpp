@@ -242,6 +242,7 @@ TEST_P(MoeSplit, MatchesOneRank) {
     o.config["moe_intermediate_size"] = 384;
     o.out = test::temp_dir("moe_split_" + c.name) + "/model";
   }
+  if (c.arch == "hunyuan_v1_moe") o.out = test::temp_dir("moe_split_" + c.name) + "/model";  // safetensors only
   if (c.name.ends_with("_x8")) {
     // Rows of 256 values and more: the experts' matrices repack to their _X8 layouts at load,
     // which must happen after the cut (an interleaved layout has no columns to copy).
@@ -276,6 +277,8 @@ INSTANTIATE_TEST_SUITE_P(
                       MoeSplitCase{"minimax_m2_ep", "minimax_m2", DType::F32, {1, 0}},
                       MoeSplitCase{"ernie4_5_moe_tp", "ernie4_5_moe", DType::Q8_0, {0, 1}},
                       MoeSplitCase{"ernie4_5_moe_tp_ep", "ernie4_5_moe", DType::F16, {0, 0}},
+                      MoeSplitCase{"hunyuan_moe_tp", "hunyuan_v1_moe", DType::F32, {0, 1}},
+                      MoeSplitCase{"hunyuan_moe_tp_ep", "hunyuan_v1_moe", DType::F16, {0, 0}},
                       MoeSplitCase{"glm4moe_tp", "glm4_moe", DType::Q8_0, {0, 1}},
                       MoeSplitCase{"glm4moe_tp_ep", "glm4_moe", DType::F16, {0, 0}},
                       MoeSplitCase{"deepseek_v3_ep", "deepseek_v3", DType::Q8_0, {1, 0}},
