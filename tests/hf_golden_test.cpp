@@ -429,7 +429,7 @@ TEST(HfGolden, GraniteRefusesMultipliersItCannotFold) {
 // refuse by name what they do not run: MiniMax's lightning-attention layers and per-head q/k
 // norms, Seed-OSS's output bias, ERNIE's biases, a GraniteMoeShared config whose shared expert
 // the file lacks, OLMo 3's sliding layers with a scaling of their own, Hunyuan's dynamic NTK
-// scaling without a fixed alpha.
+// scaling without a fixed alpha or per-layer expert counts that differ.
 TEST(HfGolden, NewArchitecturesReadTheirKeysAndRefuseTheRest) {
   const std::string root = test::temp_dir("hf_golden_new_archs");
   auto with = [&](const std::string& name, const nlohmann::json& patch, const std::vector<std::string>& drop = {}) {
@@ -484,6 +484,10 @@ TEST(HfGolden, NewArchitecturesReadTheirKeysAndRefuseTheRest) {
           "rope_scaling type 'dynamic' without alpha (sequence-length-dependent NTK scaling) is not supported");
   refused(with("hf_hunyuan_dense", {{"rope_scaling", nullptr}, {"attention_bias", true}}),
           "attention_bias (biases on Hunyuan's projections) is not supported");
+  {  // Hunyuan-A13B's per-layer lists: one value for every layer, else refused
+    EXPECT_EQ(load_model_file(with("hf_hunyuan_moe", {{"moe_topk", {2, 2}}, {"num_experts", {6, 6}}}))->config.moe.n_used, 2);
+    refused(with("hf_hunyuan_moe", {{"moe_topk", {2, 3}}}), "field 'moe_topk' differs between layers");
+  }
   refused(with("hf_minimax_m2", {{"attn_type_list", {1, 0, 1}}}), "only full attention (1) is supported");
   refused(with("hf_minimax_m2", {{"attn_type_list", {1, 1, 1}}, {"qk_norm_type", "per_head"}}),
           "qk_norm_type 'per_head' is not supported");
