@@ -539,8 +539,10 @@ void load_hf_moe(ModelConfig& c, const nlohmann::json& j, const std::string& cfg
 
 // sliding_window and the layers it applies to: layer_types, else every layer but the last of each
 // `pattern` (gpt-oss: 2, the even layers; Gemma 3: 6).
-void read_sliding_layers(ModelConfig& c, const nlohmann::json& j, const std::string& cfg_path, int64_t pattern) {
-  c.sliding_window = json_int(j, "sliding_window", cfg_path, 0);
+void read_sliding_layers(ModelConfig& c, const nlohmann::json& j, const std::string& cfg_path, int64_t pattern,
+                         int64_t default_window = 0) {
+  // default_window: the class's window where the key is absent (null turns it off).
+  c.sliding_window = j.contains("sliding_window") ? json_int(j, "sliding_window", cfg_path, 0) : default_window;
   if (c.sliding_window <= 0) return;
   auto lt = j.find("layer_types");
   if (lt != j.end() && !lt->is_null()) {
@@ -857,13 +859,7 @@ const nlohmann::json* load_hf_hunyuan(ModelConfig& c, const nlohmann::json& j, c
 // a base of their own (as Gemma 3's: rope_theta_swa); the full layers' scaling (YaRN in the
 // long-context models) is the model's. Returns the full layers' RoPE object (or null).
 const nlohmann::json* load_hf_olmo3(ModelConfig& c, const nlohmann::json& j, const nlohmann::json* rs, const std::string& cfg_path) {
-  if (!j.contains("sliding_window")) {  // Olmo3Config's default window (null turns it off)
-    nlohmann::json with_default = j;
-    with_default["sliding_window"] = 4096;
-    read_sliding_layers(c, with_default, cfg_path, 4);
-  } else if (!j["sliding_window"].is_null()) {
-    read_sliding_layers(c, j, cfg_path, 4);
-  }
+  read_sliding_layers(c, j, cfg_path, 4, 4096);  // (Olmo3Config's default window)
   c.rope_theta_swa = c.rope_theta;
   if (!rs) return nullptr;
   if (!rs->contains("full_attention") && !rs->contains("sliding_attention")) return rs;  // legacy rope_scaling: the full layers'
@@ -1015,14 +1011,7 @@ void load_hf(ModelFile& m, const std::string& dir) {
         pattern = json_int(j, "sliding_window_pattern", cfg_path);
       }
     }
-    // (Exaone4Config's default window is 4096: a config without the key has one; null turns it off.)
-    if (!j.contains("sliding_window")) {
-      nlohmann::json with_default = j;
-      with_default["sliding_window"] = 4096;
-      read_sliding_layers(c, with_default, cfg_path, pattern);
-    } else if (!j["sliding_window"].is_null()) {
-      read_sliding_layers(c, j, cfg_path, pattern);
-    }
+    read_sliding_layers(c, j, cfg_path, pattern, 4096);  // (Exaone4Config's default window)
     if (c.sliding_window > 0)
       for (int64_t l = 0; l < c.n_layers; ++l) c.nope_layers.push_back(!c.swa_layers[static_cast<size_t>(l)]);
   }
