@@ -34,6 +34,7 @@ struct AttnCase {
   std::vector<std::array<int64_t, 3>> more = {};
   DType kv = DType::F32;  // the pool's element type
   int64_t window = 0;     // gpt-oss: sliding window (0: none)
+  int64_t chunk = 0;      // Llama 4: chunked attention (0: none)
   bool sinks = false;     // gpt-oss: a sink logit per head
   float softcap = 0;      // Gemma 2: scores capped to softcap * tanh(s / softcap) (0: none)
 };
@@ -103,6 +104,7 @@ AttentionArgs build(const AttnCase& c, AttnData& d, std::vector<float>& out) {
   a.kv_len = d.kv_len.data();
   a.scale = c.scale != 0 ? c.scale : 1.0f / std::sqrt(static_cast<float>(c.hd));
   a.window = c.window;
+  a.chunk = c.chunk;
   a.softcap = c.softcap;
   if (c.sinks) {  // logits of the scores' size and larger: from a negligible sink to a dominant one
     d.sinks = test::random_floats(static_cast<size_t>(c.heads), seed + 3);
@@ -120,8 +122,8 @@ std::string label(const AttnCase& c) {
          " hd=" + std::to_string(c.hd) + " vd=" + std::to_string(c.vd) + " kv_len=" + std::to_string(c.kv_len) +
          " pos0=" + std::to_string(c.pos0) + (c.shuffled ? " shuffled" : "") +
          (c.scale != 0 ? " scale=" + std::to_string(c.scale) : "") + " page=" + std::to_string(c.page_size) + more +
-         " kv=" + dtype_name(c.kv) + (c.window ? " window=" + std::to_string(c.window) : "") + (c.sinks ? " sinks" : "") +
-         (c.softcap > 0 ? " softcap=" + std::to_string(c.softcap) : "");
+         " kv=" + dtype_name(c.kv) + (c.window ? " window=" + std::to_string(c.window) : "") +
+         (c.chunk ? " chunk=" + std::to_string(c.chunk) : "") + (c.sinks ? " sinks" : "") + (c.softcap > 0 ? " softcap=" + std::to_string(c.softcap) : "");
 }
 
 // amx_flash against its twin `ref_bf16` (the same BF16-rounded q * scale, K and V): what is
@@ -375,6 +377,67 @@ TEST(BackendOps, AttentionSlidingWindowAndSinksAgainstTheReference) {
   EXPECT_GE(checked.f32, static_cast<int>(cs.size()) * 3 * 2) << "avx2_flash took every case, at 1 and 2 threads";
 }
 
+// Llama 4's chunked attention against the reference: chunks of 1, shorter than a key block, one
+// block, just past it and longer than the context, alone and with a window (the later start
+// wins), in decode at a chunk's first position and inside one, prefill across chunk edges from
+// 0 and after a cached prefix, and a varlen batch, in every KV dtype.
+TEST(BackendOps, AttentionChunkedAgainstTheReference) {
+  std::vector<AttnCase> cs;
+  for (int64_t chunk : {1, 5, 64, 65, 1000})
+    for (int64_t window : {0, 3, 100}) {
+      AttnCase dec{1, 8, 2, 64, 64, 700, 699};
+      AttnCase dec_edge{1, 4, 2, 16, 16, 641, 640};  // the first position of a chunk of 64 (or 5)
+      AttnCase pre{37, 4, 2, 64, 64, 37, 0};
+      AttnCase pre_cached{20, 8, 1, 16, 16, 150, 130};
+      AttnCase varlen{3, 4, 2, 16, 16, 90, 87, false, 0, 4, {{1, 300, 299}, {12, 12, 0}}};
+      for (AttnCase c : {dec, dec_edge, pre, pre_cached, varlen}) {
+        c.chunk = chunk;
+        c.window = window;
+        cs.push_back(c);
+      }
+    }
+  const Checked checked = run_cases(cs);
+  EXPECT_GE(checked.f32, static_cast<int>(cs.size()) * 3 * 2) << "avx2_flash took every case, at 1 and 2 threads";
+}
+
+// The reference's chunks against a plain softmax written here: the query at p sees keys
+// p - p % chunk .. p (and, with a window, none before p - window + 1).
+TEST(BackendOps, AttentionReferenceChunksAreTheDefinition) {
+  for (int64_t chunk : {1, 2, 3, 7})
+    for (int64_t window : {0, 2}) {
+      AttnCase c{9, 4, 2, 8, 8, 9, 0};
+      c.chunk = chunk;
+      c.window = window;
+      AttnData d;
+      std::vector<float> got;
+      AttentionArgs a = build(c, d, got);
+      for (auto& k : OpRegistry<AttentionArgs>::instance().kernels())
+        if (k.name == "ref" && k.backend == Backend::CPU) k.run(a);
+      const int64_t group = c.heads / c.kv_heads;
+      for (int64_t i = 0; i < c.n; ++i)
+        for (int64_t h = 0; h < c.heads; ++h) {
+          const int64_t p = a.pos[i], kvh = h / group;
+          const int64_t first = std::max(p / chunk * chunk, window ? p - window + 1 : int64_t{0});
+          std::vector<double> e;
+          double mx = -1e300, sum = 0;
+          for (int64_t t = first; t <= p; ++t) {
+            double dot = 0;
+            for (int64_t j = 0; j < c.hd; ++j) dot += a.q[(i * c.heads + h) * c.hd + j] * d.k[static_cast<size_t>(a.slot(0, t) * a.k_stride + kvh * c.hd + j)];
+            e.push_back(dot * a.scale);
+            mx = std::max(mx, e.back());
+          }
+          for (double& x : e) sum += (x = std::exp(x - mx));
+          for (int64_t j = 0; j < c.vd; ++j) {
+            double o = 0;
+            for (int64_t t = first; t <= p; ++t)
+              o += e[static_cast<size_t>(t - first)] * d.v[static_cast<size_t>(a.slot(0, t) * a.v_stride + kvh * c.vd + j)];
+            EXPECT_NEAR(got[static_cast<size_t>((i * c.heads + h) * c.vd + j)], o / sum, 1e-5)
+                << "chunk " << chunk << " window " << window << " token " << i << " head " << h;
+          }
+        }
+    }
+}
+
 // Gemma 2's score soft-capping against the reference: caps that bend every score (0.5), some
 // (5, with scale 1 for scores of several units) and few (50), alone and with a sliding window,
 // in decode (short, and long enough for KV splits), prefill from 0 and after a cached prefix,
@@ -468,6 +531,11 @@ TEST(BackendOps, AttentionKernelsWithoutSinksRefuseThem) {
   capped.softcap = 50;
   EXPECT_EQ(refuse_attention_options(capped, {}), "score soft-capping (softcap 50) is not implemented here");
   EXPECT_EQ(refuse_attention_options(capped, {.softcap = true}), "");
+  AttentionArgs chunked = capped;  // chunks alone
+  chunked.softcap = 0;
+  chunked.chunk = 8192;
+  EXPECT_EQ(refuse_attention_options(chunked, {.window = true}), "chunked attention (chunk 8192) is not implemented here");
+  EXPECT_EQ(refuse_attention_options(chunked, {.chunk = true}), "");
   for (auto& k : OpRegistry<AttentionArgs>::instance().kernels())
     if (k.backend == Backend::CPU && k.refuse && (k.name == "amx_flash" || k.name == "amx_flash_x3")) {
       EXPECT_NE(k.refuse(capped), "") << k.name << " took a softcap";

@@ -424,6 +424,99 @@ TEST(HfGolden, GraniteRefusesMultipliersItCannotFold) {
   }
 }
 
+// Llama 4 reads its keys (NoPE and chunked layers, the temperature tuning, sparse layers by
+// step or by list) and refuses by name what it does not run; the multimodal checkpoint
+// (Llama4ForConditionalGeneration: text_config, language_model.* names, a vision tower beside)
+// gives the text model's logits exactly.
+TEST(HfGolden, Llama4ReadsItsKeysAndTheMultimodalWrapper) {
+  const std::string root = test::temp_dir("hf_golden_llama4");
+  const std::string text = write_synth_case(golden_case("hf_llama4"), root + "/text");
+  nlohmann::json good;
+  std::ifstream(text + "/config.json") >> good;
+  auto with = [&](const nlohmann::json& patch, const std::vector<std::string>& drop = {}) {
+    const std::string dir = root + "/patched";
+    if (!std::filesystem::exists(dir)) write_synth_case(golden_case("hf_llama4"), dir);
+    nlohmann::json cfg = good;
+    for (auto& [k, v] : patch.items()) cfg[k] = v;  // (not merge_patch: a null value here means null)
+    for (const std::string& k : drop) cfg.erase(k);
+    std::ofstream(dir + "/config.json") << cfg.dump();
+    return dir;
+  };
+  auto refused = [&](const std::string& dir, const std::string& expect) {
+    try {
+      load_model_file(dir);
+      ADD_FAILURE() << dir << " loaded; expected: " << expect;
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find(expect), std::string::npos) << e.what();
+    }
+  };
+  {
+    const ModelConfig c = load_model_file(text)->config;
+    EXPECT_EQ(c.arch, "llama4");
+    EXPECT_EQ(c.nope_layers, (std::vector<bool>{false, false, false, true}));
+    EXPECT_EQ(c.chunked_layers, (std::vector<bool>{true, true, true, false}));
+    EXPECT_EQ(c.attention_chunk, 5);
+    EXPECT_TRUE(c.qk_l2_norm);
+    EXPECT_EQ(c.nope_temp_floor, 4.0f);
+    EXPECT_FLOAT_EQ(c.nope_query_scale(2), 1.0f);  // floor(3 / 4) = 0
+    EXPECT_FLOAT_EQ(c.nope_query_scale(11), 1.0f + 0.5f * std::log(4.0f));
+    EXPECT_EQ(c.hidden_dim, 96);
+    EXPECT_EQ(c.moe.ff, 32);
+    EXPECT_TRUE(c.moe.scale_input);
+    EXPECT_FALSE(c.moe.is_moe_layer(0));
+    EXPECT_TRUE(c.moe.is_moe_layer(1));
+    EXPECT_TRUE(c.moe.is_moe_layer(3));
+  }
+  {  // Llama4TextConfig's defaults where the keys are left out: a NoPE layer every fourth, chunks of 8192
+    const ModelConfig c = load_model_file(with(nlohmann::json::object(), {"no_rope_layers", "layer_types", "attention_chunk_size", "floor_scale",
+                                                    "attn_scale", "attn_temperature_tuning"}))->config;
+    EXPECT_EQ(c.nope_layers, (std::vector<bool>{false, false, false, true}));
+    EXPECT_EQ(c.attention_chunk, 8192);
+    EXPECT_EQ(c.chunked_layers, (std::vector<bool>{true, true, true, false}));
+    EXPECT_EQ(c.nope_temp_floor, 8192.0f);
+    EXPECT_FLOAT_EQ(c.nope_temp_scale, 0.1f);
+    // No chunks (null), the temperature off (older configs write a number), every layer rotating
+    const ModelConfig d = load_model_file(with({{"attention_chunk_size", nullptr}, {"attn_temperature_tuning", 0},
+                                                {"no_rope_layers", {1, 1, 1, 1}}},
+                                               {"layer_types"}))->config;
+    EXPECT_EQ(d.attention_chunk, 0);
+    EXPECT_TRUE(d.chunked_layers.empty());
+    EXPECT_EQ(d.nope_temp_floor, 0.0f);
+    EXPECT_EQ(d.nope_layers, (std::vector<bool>{false, false, false, false}));
+  }
+  refused(with({{"num_experts_per_tok", 2}}), "read here for top-1 routing only");
+  refused(with({{"hidden_act", "gelu"}}), "hidden_act 'gelu' is not supported for Llama 4");
+  refused(with({{"moe_layers", {0, 1, 3}}}), "missing tensor 'model.layers.0.feed_forward.experts.");
+  refused(with({{"moe_layers", {1, 4}}}), "moe_layers holds 4, not a layer index below num_hidden_layers (4)");
+  refused(with({{"layer_types", {"chunked_attention", "sliding_attention", "full_attention", "full_attention"}}}),
+          "layer_types holds \"sliding_attention\"");
+
+  // The multimodal wrapper: the same tensors under language_model., a vision tensor beside them.
+  const std::string mm = root + "/multimodal";
+  std::filesystem::create_directories(mm);
+  {
+    auto set = SafetensorsSet::open_dir(text);
+    SafetensorsWriter w;
+    for (auto& [name, t] : set->all()) {
+      w.add("language_model." + name, t->type, t->shape, std::vector<uint8_t>(t->data, t->data + t->nbytes));
+    }
+    w.add("vision_model.patch_embedding.linear.weight", DType::F32, {2, 2}, std::vector<uint8_t>(16, 0));
+    w.write(mm + "/model.safetensors");
+    nlohmann::json text_config = good;
+    text_config.erase("architectures");
+    nlohmann::json wrapped = nlohmann::json::object();
+    wrapped["architectures"] = nlohmann::json::array({"Llama4ForConditionalGeneration"});
+    wrapped["model_type"] = "llama4";
+    wrapped["text_config"] = text_config;
+    wrapped["vision_config"] = nlohmann::json::object({{"hidden_size", 4}});
+    std::ofstream(mm + "/config.json") << wrapped.dump();
+  }
+  const std::vector<int32_t> ids = {1, 17, 300, 5, 99, 42, 260, 7, 3, 11, 12};
+  const auto want = test::all_position_logits(text, ids), got = test::all_position_logits(mm, ids);
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_EQ(max_abs_diff(got, want), 0.0f);
+}
+
 // The forty-third session's architectures read their own config keys (EXAONE 4.0's string
 // sliding_window_pattern, ERNIE 4.5 MoE's last sparse layer, OLMo 3's RoPE per layer type) and
 // refuse by name what they do not run: MiniMax's lightning-attention layers and per-head q/k

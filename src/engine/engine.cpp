@@ -55,7 +55,8 @@ KvLayout window_layout(KvLayout layout, const ModelConfig& c) {
   layout.windowed.assign(static_cast<size_t>(layout.n_layers), false);
   layout.window = 0;
   for (int64_t l = 0; l < c.n_layers && l < layout.n_layers; ++l)
-    if (const int64_t w = c.window_of(l); w > 0) {
+    // A chunked layer (Llama 4) sees at most `chunk` positions back: trimmed as a window that long.
+    if (const int64_t w = std::max(c.window_of(l), c.chunk_of(l)); w > 0) {
       layout.windowed[static_cast<size_t>(l)] = true;
       layout.window = std::max(layout.window, w);
     }

@@ -48,11 +48,13 @@ std::string RopeArgs::shape_class() const {
 std::string AttentionArgs::shape_class() const {
   return "hd=" + std::to_string(head_dim) + " gqa=" + std::to_string(n_kv_heads ? n_heads / n_kv_heads : 0) +
          (n == n_seqs ? " decode" : " prefill") + " page=" + std::to_string(page_size) + " kv=" + dtype_name(kv_dtype) +
-         (window > 0 ? " window=" + std::to_string(window) : std::string()) + (sinks ? " sinks" : "") + (softcap > 0 ? " softcap" : "");
+         (window > 0 ? " window=" + std::to_string(window) : std::string()) +
+         (chunk > 0 ? " chunk=" + std::to_string(chunk) : std::string()) + (sinks ? " sinks" : "") + (softcap > 0 ? " softcap" : "");
 }
 
 std::string refuse_attention_options(const AttentionArgs& a, AttentionOptions takes) {
   if (a.window > 0 && !takes.window) return "sliding-window attention (window " + std::to_string(a.window) + ") is not implemented here";
+  if (a.chunk > 0 && !takes.chunk) return "chunked attention (chunk " + std::to_string(a.chunk) + ") is not implemented here";
   if (a.sinks && !takes.sinks) return "attention sinks are not implemented here";
   if (a.softcap > 0 && !takes.softcap) {
     std::ostringstream os;

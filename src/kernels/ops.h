@@ -94,6 +94,8 @@ struct RopeArgs {
 // Options, off by default:
 //   window > 0: sliding-window attention, the query at pos sees only positions > pos - window
 //     (gpt-oss, Gemma);
+//   chunk > 0: chunked attention, the query at pos sees only positions >= pos - pos % chunk, the
+//     start of its chunk (Llama 4's attention_chunk_size); with a window too, the later start;
 //   sinks[n_heads]: a learned logit per head that joins the softmax's denominator and carries no
 //     value, out = sum_t e^(s_t) v_t / (e^(sink_h) + sum_t e^(s_t)) (gpt-oss);
 //   softcap > 0: each score s = scale * q.k becomes softcap * tanh(s / softcap) before the
@@ -117,12 +119,16 @@ struct AttentionArgs {
   const int32_t* kv_len = nullptr;  // [n_seqs]
   float scale = 1.0f;
   int64_t window = 0;            // 0: full causal attention
+  int64_t chunk = 0;             // 0: no chunks
   const float* sinks = nullptr;  // [n_heads] or null
   float softcap = 0.0f;          // 0: scores uncapped
   float* out = nullptr;
-  std::string shape_class() const;  // head dim, GQA ratio, decode/prefill, page size, KV dtype, window, sinks, softcap
+  std::string shape_class() const;  // head dim, GQA ratio, decode/prefill, page size, KV dtype, window, chunk, sinks, softcap
   // The first position the query at `p` sees.
-  int64_t first_visible(int64_t p) const { return window > 0 ? std::max<int64_t>(0, p - window + 1) : 0; }
+  int64_t first_visible(int64_t p) const {
+    const int64_t from_window = window > 0 ? std::max<int64_t>(0, p - window + 1) : 0;
+    return chunk > 0 ? std::max(from_window, p - p % chunk) : from_window;
+  }
   // The slot holding position t of sequence s.
   int64_t slot(int64_t s, int64_t t) const {
     return static_cast<int64_t>(page_ids[page_indptr[s] + t / page_size]) * page_size + t % page_size;
@@ -136,7 +142,7 @@ struct AttentionArgs {
 // The options a kernel takes; refuse_attention_options gives "" when it takes every option a
 // uses, else the reason.
 struct AttentionOptions {
-  bool window = false, sinks = false, softcap = false;
+  bool window = false, chunk = false, sinks = false, softcap = false;
 };
 std::string refuse_attention_options(const AttentionArgs& a, AttentionOptions takes);
 

@@ -70,6 +70,12 @@ void ModelConfig::validate(const std::string& where) const {
     need(static_cast<int64_t>(swa_layers.size()) == n_layers, "sliding-window layer list length",
          static_cast<int64_t>(swa_layers.size()), "must equal the layer count");
   need(sliding_window >= 0, "sliding window", sliding_window, "must not be negative");
+  need(attention_chunk >= 0, "attention chunk size", attention_chunk, "must not be negative");
+  if (attention_chunk > 0)
+    need(static_cast<int64_t>(chunked_layers.size()) == n_layers, "chunked-attention layer list length",
+         static_cast<int64_t>(chunked_layers.size()), "must equal the layer count");
+  FP_CHECK(std::isfinite(nope_temp_floor) && nope_temp_floor >= 0 && std::isfinite(nope_temp_scale), where,
+           ": attention temperature tuning floor ", nope_temp_floor, " / scale ", nope_temp_scale, " must be finite, the floor >= 0");
   FP_CHECK(std::isfinite(embed_scale) && embed_scale > 0, where, ": embedding scale ", embed_scale, " must be positive");
   FP_CHECK(std::isfinite(attn_scale) && attn_scale >= 0, where, ": attention scale ", attn_scale, " must be positive");
   FP_CHECK(std::isfinite(rope_theta_swa) && rope_theta_swa >= 0, where, ": sliding-window rope theta ", rope_theta_swa,
@@ -116,6 +122,14 @@ std::string ModelConfig::describe() const {
     os << ", sliding window " << sliding_window << " on " << n << " of " << n_layers << " layers";
   }
   if (rope_theta_swa > 0) os << " (sliding layers theta " << rope_theta_swa << ", unscaled)";
+  if (attention_chunk > 0) {
+    int64_t n = 0;
+    for (bool b : chunked_layers) n += b;
+    os << ", attention chunks of " << attention_chunk << " on " << n << " of " << n_layers << " layers";
+  }
+  if (qk_l2_norm) os << ", q/k L2 norm after RoPE";
+  if (nope_temp_floor > 0) os << ", NoPE query temperature (floor " << nope_temp_floor << ", scale " << nope_temp_scale << ")";
+  if (moe.scale_input) os << ", router score on the expert input";
   if (!nope_layers.empty()) {
     int64_t n = 0;
     for (bool b : nope_layers) n += b;
@@ -168,7 +182,7 @@ std::vector<float> ModelConfig::rope_inv_freq() const {
       double wl = 2 * M_PI / inv;
       if (wl > low_wl) {
         inv /= rope_scaling.factor;
-      } else if (wl >= high_wl) {
+      } else if (wl >= high_wl && high_wl < low_wl) {  // (Llama 4 Scout: low == high, no band)
         double smooth = (old_ctx / wl - rope_scaling.low_freq_factor) /
                         (rope_scaling.high_freq_factor - rope_scaling.low_freq_factor);
         inv = (1 - smooth) * inv / rope_scaling.factor + smooth * inv;

@@ -52,6 +52,9 @@ struct MoeConfig {
   bool router_bias = false, expert_bias = false;
   bool swiglu_clamped = false;
   float swiglu_alpha = 1.702f, swiglu_limit = 7.0f;
+  // Llama 4: the router's score (sigmoid of the top-1 logit) multiplies the expert's input
+  // instead of its output; the shared expert takes the unscaled input (model/moe_layers.cpp).
+  bool scale_input = false;
   bool is_moe_layer(int64_t l) const;
   int64_t shared_width() const { return shared_ff > 0 ? shared_ff : n_shared * ff; }
 };
@@ -97,6 +100,23 @@ struct ModelConfig {
   std::vector<bool> nope_layers;
   bool rotates(int64_t layer) const {
     return layer >= static_cast<int64_t>(nope_layers.size()) || !nope_layers[static_cast<size_t>(layer)];
+  }
+  // Llama 4: chunked attention (AttentionArgs::chunk) on the layers chunked_layers marks (the
+  // rotating ones), their q and k L2-normed per head after RoPE (an RMS norm without weights,
+  // qk_l2_norm), and the queries of the NoPE layers times 1 + nope_temp_scale * ln(1 +
+  // floor((pos + 1) / nope_temp_floor)) (attn_temperature_tuning; nope_temp_floor 0: off).
+  int64_t attention_chunk = 0;
+  std::vector<bool> chunked_layers;  // [n_layers] when attention_chunk > 0
+  int64_t chunk_of(int64_t layer) const {
+    return attention_chunk > 0 && layer < static_cast<int64_t>(chunked_layers.size()) && chunked_layers[static_cast<size_t>(layer)]
+               ? attention_chunk : 0;
+  }
+  bool qk_l2_norm = false;
+  float nope_temp_floor = 0.0f, nope_temp_scale = 0.0f;
+  // The factor on a NoPE layer's queries at position pos (1 without temperature tuning).
+  float nope_query_scale(int64_t pos) const {
+    if (nope_temp_floor <= 0) return 1.0f;
+    return 1.0f + nope_temp_scale * std::log1p(std::floor((static_cast<float>(pos) + 1.0f) / nope_temp_floor));
   }
   // Gemma 2 and 3: the embedding rows times embed_scale (sqrt(dim)), a norm after the attention and
   // after the FFN too ("sandwich": post_attention_norm, post_ffw_norm) before each residual add,

@@ -405,6 +405,35 @@ double json_num(const nlohmann::json& j, const std::string& key, const std::stri
 // (Glm4Moe) config.json.
 void load_hf_moe(ModelConfig& c, const nlohmann::json& j, const std::string& cfg_path, const std::string& arch_cls) {
   MoeConfig& e = c.moe;
+  if (c.arch == "llama4") {
+    // Llama 4: sparse layers every interleave_moe_layer_step-th (or those moe_layers lists), each
+    // a top-1 router whose sigmoid score multiplies the chosen expert's input, beside one shared
+    // expert; experts and the shared one intermediate_size wide (the dense layers' width is
+    // intermediate_size_mlp, read with the attention's keys).
+    e.n_experts = json_int(j, "num_local_experts", cfg_path, 16);
+    e.n_used = json_int(j, "num_experts_per_tok", cfg_path, 1);
+    FP_CHECK(e.n_used == 1, cfg_path, ": num_experts_per_tok ", e.n_used,
+             ": Llama 4's router scales the expert's input, read here for top-1 routing only");
+    e.ff = e.shared_ff = c.hidden_dim;
+    e.n_shared = 1;
+    e.scoring = "sigmoid";
+    e.scale_input = true;
+    if (auto ml = j.find("moe_layers"); ml != j.end() && !ml->is_null()) {
+      FP_CHECK(ml->is_array(), cfg_path, ": field 'moe_layers' should be a list of layer indices");
+      std::vector<bool> sparse(static_cast<size_t>(c.n_layers), false);
+      for (auto& v : *ml) {
+        FP_CHECK(v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() < c.n_layers, cfg_path, ": moe_layers holds ",
+                 short_json(v), ", not a layer index below num_hidden_layers (", c.n_layers, ")");
+        sparse[v.get<size_t>()] = true;
+      }
+      for (int64_t l = 0; l < c.n_layers; ++l)
+        if (!sparse[static_cast<size_t>(l)]) e.dense_layers.push_back(l);
+    } else {
+      e.sparse_step = json_int(j, "interleave_moe_layer_step", cfg_path, 1);
+      FP_CHECK(e.sparse_step >= 1, cfg_path, ": interleave_moe_layer_step ", e.sparse_step, " must be positive");
+    }
+    return;
+  }
   if (c.arch == "hunyuan-moe") {
     // Hunyuan-A13B (as transformers runs it): every layer sparse, a softmax over the experts with
     // the top k renormalised, experts and one ungated shared MLP all intermediate_size wide.
@@ -574,6 +603,114 @@ void load_hf_gpt_oss(ModelConfig& c, const nlohmann::json& j, const std::string&
   c.qkv_bias = c.o_bias = json_bool(j, "attention_bias", cfg_path, true);
   c.attn_sinks = true;
   read_sliding_layers(c, j, cfg_path, 2);  // by default the even layers
+}
+
+// Llama 4's attention and layer keys (its MoE keys: load_hf_moe). Rotary pairs adjacent (the
+// checkpoint's complex view); no_rope_layers[l] is 1 where layer l rotates (default: all but
+// every no_rope_layer_interval-th); the rotating layers attend in chunks of attention_chunk_size
+// (layer_types "chunked_attention"; null: none) with q and k L2-normed after RoPE (use_qk_norm);
+// the others scale their queries with the position (attn_temperature_tuning: floor_scale,
+// attn_scale). The dense layers are intermediate_size_mlp wide.
+void load_hf_llama4(ModelConfig& c, const nlohmann::json& j, const std::string& cfg_path) {
+  const std::string act = string_field(j, "hidden_act", cfg_path, "silu");
+  FP_CHECK(act == "silu", cfg_path, ": hidden_act '", act, "' is not supported for Llama 4 (silu)");
+  c.rope_style = RopeStyle::Adjacent;
+  c.qkv_bias = c.o_bias = json_bool(j, "attention_bias", cfg_path, false);
+  c.hidden_dim = json_int(j, "intermediate_size_mlp", cfg_path, 16384);
+  const int64_t every = json_int(j, "no_rope_layer_interval", cfg_path, 4);
+  FP_CHECK(every >= 1, cfg_path, ": no_rope_layer_interval ", every, " must be positive");
+  auto nr = j.find("no_rope_layers");
+  if (nr != j.end() && !nr->is_null() && !nr->empty()) {
+    FP_CHECK(nr->is_array() && static_cast<int64_t>(nr->size()) >= c.n_layers, cfg_path,
+             ": no_rope_layers should list a 0 or 1 for each of the ", c.n_layers, " layers");
+    for (int64_t l = 0; l < c.n_layers; ++l) {
+      const nlohmann::json& v = (*nr)[static_cast<size_t>(l)];
+      FP_CHECK(v.is_number_integer() && (v == 0 || v == 1), cfg_path, ": no_rope_layers holds ", short_json(v), " (0 or 1)");
+      c.nope_layers.push_back(v == 0);
+    }
+  } else {
+    for (int64_t l = 0; l < c.n_layers; ++l) c.nope_layers.push_back((l + 1) % every == 0);
+  }
+  const auto chunk_key = j.find("attention_chunk_size");  // null: no chunked layers
+  c.attention_chunk = chunk_key != j.end() && chunk_key->is_null() ? 0 : json_int(j, "attention_chunk_size", cfg_path, 8192);
+  FP_CHECK(c.attention_chunk >= 0, cfg_path, ": attention_chunk_size ", c.attention_chunk, " must not be negative");
+  if (auto lt = j.find("layer_types"); lt != j.end() && !lt->is_null()) {
+    FP_CHECK(lt->is_array() && static_cast<int64_t>(lt->size()) == c.n_layers, cfg_path, ": layer_types should name one type per layer (",
+             c.n_layers, ")");
+    for (auto& t : *lt) {
+      FP_CHECK(t == "chunked_attention" || t == "full_attention", cfg_path, ": layer_types holds ", short_json(t),
+               " (chunked_attention or full_attention)");
+      c.chunked_layers.push_back(t == "chunked_attention");
+    }
+  } else {
+    for (int64_t l = 0; l < c.n_layers; ++l) c.chunked_layers.push_back(c.rotates(l));
+  }
+  bool any_chunked = false;
+  for (bool b : c.chunked_layers) any_chunked = any_chunked || b;
+  if (c.attention_chunk == 0 || !any_chunked) c.attention_chunk = 0, c.chunked_layers.clear();
+  c.qk_l2_norm = json_bool(j, "use_qk_norm", cfg_path, true);
+  // attn_temperature_tuning: true / false (older configs: a number, nonzero for on)
+  bool tuning = true;
+  if (auto at = j.find("attn_temperature_tuning"); at != j.end() && !at->is_null()) {
+    FP_CHECK(at->is_boolean() || at->is_number(), cfg_path, ": field 'attn_temperature_tuning' should be true or false, found ",
+             short_json(*at));
+    tuning = at->is_boolean() ? at->get<bool>() : at->get<double>() != 0;
+  }
+  if (tuning) {
+    c.nope_temp_floor = static_cast<float>(json_num(j, "floor_scale", cfg_path, 8192));
+    c.nope_temp_scale = static_cast<float>(json_num(j, "attn_scale", cfg_path, 0.1));
+    FP_CHECK(c.nope_temp_floor > 0, cfg_path, ": floor_scale ", c.nope_temp_floor, " must be positive");
+  }
+}
+
+// Llama 4's stacked experts (blk.N.llama4.*, tensor_names.cpp) as the canonical stacks
+// ffn_{gate,up,down}_exps.weight [E, out, in]: gate_up_proj [E, dim, 2ff] (x · W: transposed; gate
+// the first ff columns, up the rest) and down_proj [E, ff, dim], transposed into owned copies.
+void split_llama4_experts(ModelFile& m) {
+  const ModelConfig& c = m.config;
+  const int64_t E = c.moe.n_experts, ff = c.moe.ff, dim = c.dim;
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".", g = p + "llama4.";
+    if (!c.moe.is_moe_layer(l)) continue;
+    const Tensor* gu = m.find(g + "gate_up_proj");
+    const Tensor* dn = m.find(g + "down_proj");
+    FP_CHECK(gu && dn, m.path, ": missing tensor 'model.layers.", l, ".feed_forward.experts.", gu ? "down_proj" : "gate_up_proj",
+             "' (Llama 4 experts of a sparse layer)");
+    FP_CHECK(gu->ndim == 3 && gu->dim(0) == E && gu->dim(1) == dim && gu->dim(2) == 2 * ff, m.path, ": tensor '", g,
+             "gate_up_proj' has shape ", gu->shape_str(), ", not [", E, ", ", dim, ", ", 2 * ff, "] as the config implies");
+    FP_CHECK(dn->ndim == 3 && dn->dim(0) == E && dn->dim(1) == ff && dn->dim(2) == dim, m.path, ": tensor '", g,
+             "down_proj' has shape ", dn->shape_str(), ", not [", E, ", ", ff, ", ", dim, "] as the config implies");
+    FP_CHECK(gu->dtype == DType::F32 || gu->dtype == DType::F16 || gu->dtype == DType::BF16, m.path,
+             ": Llama 4 expert weights should be F32, F16 or BF16, found ", dtype_name(gu->dtype));
+    FP_CHECK(dn->dtype == gu->dtype, m.path, ": gate_up_proj and down_proj of layer ", l, " differ in dtype");
+    const int64_t es = dtype_info(gu->dtype).block_bytes;
+    auto bytes = [&](int64_t n) { return reinterpret_cast<uint8_t*>(m.own_f32(static_cast<size_t>((n + 3) / 4))); };
+    uint8_t* gate = bytes(E * ff * dim * es);
+    uint8_t* up = bytes(E * ff * dim * es);
+    uint8_t* down = bytes(E * dim * ff * es);
+    const auto* src = static_cast<const uint8_t*>(gu->data);
+    const auto* dsrc = static_cast<const uint8_t*>(dn->data);
+    for (int64_t e = 0; e < E; ++e)
+      for (int64_t i = 0; i < dim; ++i)
+        for (int64_t j = 0; j < ff; ++j) {
+          const int64_t from = ((e * dim + i) * 2 * ff + j) * es, to = ((e * ff + j) * dim + i) * es;
+          std::memcpy(gate + to, src + from, static_cast<size_t>(es));
+          std::memcpy(up + to, src + from + ff * es, static_cast<size_t>(es));
+          std::memcpy(down + ((e * dim + i) * ff + j) * es, dsrc + ((e * ff + j) * dim + i) * es, static_cast<size_t>(es));
+        }
+    m.tensors[p + "ffn_gate_exps.weight"] = Tensor::view(gate, gu->dtype, {E, ff, dim});
+    m.tensors[p + "ffn_up_exps.weight"] = Tensor::view(up, gu->dtype, {E, ff, dim});
+    m.tensors[p + "ffn_down_exps.weight"] = Tensor::view(down, gu->dtype, {E, dim, ff});
+    m.tensors.erase(g + "gate_up_proj");
+    m.tensors.erase(g + "down_proj");
+  }
+  for (auto it = m.tensors.begin(); it != m.tensors.end();)  // stacks on a dense layer, or other names, are unexpected
+    if (it->first.find(".llama4.") != std::string::npos) {
+      m.notes.push_back("ignored tensor '" + it->first + "'");
+      it = m.tensors.erase(it);
+    } else {
+      ++it;
+    }
 }
 
 // gpt-oss's stacked experts (blk.N.gptoss.*, tensor_names.cpp) as the canonical stacks
@@ -906,6 +1043,7 @@ void load_hf(ModelFile& m, const std::string& dir) {
   else if (arch_cls == "Olmo3ForCausalLM") c.arch = "olmo3";
   else if (arch_cls == "HunYuanDenseV1ForCausalLM") c.arch = "hunyuan-dense";
   else if (arch_cls == "HunYuanMoEV1ForCausalLM") c.arch = "hunyuan-moe";
+  else if (arch_cls == "Llama4ForCausalLM" || arch_cls == "Llama4ForConditionalGeneration") c.arch = "llama4";
   else if (arch_cls == "GptOssForCausalLM") c.arch = "gpt-oss";
   else if (arch_cls == "Gemma2ForCausalLM") c.arch = "gemma2";
   else if (arch_cls == "Phi3ForCausalLM") c.arch = "phi3";
@@ -916,15 +1054,17 @@ void load_hf(ModelFile& m, const std::string& dir) {
   else if (arch_cls == "Olmo2ForCausalLM") c.arch = "olmo2";
   else if (arch_cls == "Gemma3ForCausalLM" || arch_cls == "Gemma3ForConditionalGeneration") c.arch = "gemma3";
   else fail(cfg_path, ": architectures[0] '", arch_cls, "' is not supported yet (LlamaForCausalLM, Qwen2ForCausalLM, ",
-            "Qwen3ForCausalLM, Glm4ForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, MiniMaxM2ForCausalLM, SeedOssForCausalLM, Ernie4_5ForCausalLM, Ernie4_5_MoeForCausalLM, Exaone4ForCausalLM, Olmo3ForCausalLM, HunYuanDenseV1ForCausalLM, HunYuanMoEV1ForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, MixtralForCausalLM, DeepseekV3ForCausalLM, DeepseekV2ForCausalLM, Glm4MoeForCausalLM, ",
+            "Qwen3ForCausalLM, Glm4ForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, MiniMaxM2ForCausalLM, SeedOssForCausalLM, Ernie4_5ForCausalLM, Ernie4_5_MoeForCausalLM, Exaone4ForCausalLM, Olmo3ForCausalLM, HunYuanDenseV1ForCausalLM, HunYuanMoEV1ForCausalLM, Llama4ForCausalLM, Llama4ForConditionalGeneration, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, MixtralForCausalLM, DeepseekV3ForCausalLM, DeepseekV2ForCausalLM, Glm4MoeForCausalLM, ",
             "GptOssForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration, Phi3ForCausalLM, ",
             "SmolLM3ForCausalLM, Olmo2ForCausalLM, Mistral3ForConditionalGeneration)");
   const bool gemma = c.arch == "gemma2" || c.arch == "gemma3";
   if (gemma) j = gemma_text_config(j, arch_cls, cfg_path);
   // Mistral Small 3.1 / 3.2 (Mistral3ForConditionalGeneration): its text model, a Mistral under
   // text_config, with the vision tower and projector beside it (ignored).
-  const bool multimodal = arch_cls == "Mistral3ForConditionalGeneration" || arch_cls == "Gemma3ForConditionalGeneration";
-  if (arch_cls == "Mistral3ForConditionalGeneration") {
+  // Llama 4 Scout / Maverick (Llama4ForConditionalGeneration): the same layout, with its MoE text model.
+  const bool multimodal = arch_cls == "Mistral3ForConditionalGeneration" || arch_cls == "Gemma3ForConditionalGeneration" ||
+                          arch_cls == "Llama4ForConditionalGeneration";
+  if (arch_cls == "Mistral3ForConditionalGeneration" || arch_cls == "Llama4ForConditionalGeneration") {
     auto tc = j.find("text_config");
     FP_CHECK(tc != j.end() && tc->is_object(), cfg_path, ": ", arch_cls, " without a text_config object");
     nlohmann::json t = *tc;
@@ -944,7 +1084,7 @@ void load_hf(ModelFile& m, const std::string& dir) {
   c.v_head_dim = c.rot_dim = c.head_dim;
   c.rms_eps = static_cast<float>(json_num(j, "rms_norm_eps", cfg_path, 1e-6));
   // transformers' default base where a config leaves it out: 10000, or the class's default_theta.
-  const double default_theta = c.arch == "ernie4_5" || c.arch == "ernie4_5-moe" || c.arch == "olmo3" ? 500000.0
+  const double default_theta = c.arch == "ernie4_5" || c.arch == "ernie4_5-moe" || c.arch == "olmo3" || c.arch == "llama4" ? 500000.0
                                : c.arch == "minimax-m2"                                               ? 5000000.0
                                                                                                       : 10000.0;
   c.rope_theta = static_cast<float>(json_num(j, "rope_theta", cfg_path, default_theta));
@@ -953,8 +1093,9 @@ void load_hf(ModelFile& m, const std::string& dir) {
   c.qkv_bias = c.arch == "qwen2" || c.arch == "qwen2moe" || json_bool(j, "attention_bias", cfg_path, false);
   c.qk_norm = c.arch == "qwen3" || c.arch == "qwen3moe" || (c.arch == "glm4moe" && json_bool(j, "use_qk_norm", cfg_path, false));
   if (c.arch == "qwen3moe" || c.arch == "qwen2moe" || c.arch == "mixtral" || c.arch == "deepseek2" || c.arch == "glm4moe" ||
-      c.arch == "granitemoe" || c.arch == "minimax-m2" || c.arch == "ernie4_5-moe" || c.arch == "hunyuan-moe")
+      c.arch == "granitemoe" || c.arch == "minimax-m2" || c.arch == "ernie4_5-moe" || c.arch == "hunyuan-moe" || c.arch == "llama4")
     load_hf_moe(c, j, cfg_path, arch_cls);
+  if (c.arch == "llama4") load_hf_llama4(c, j, cfg_path);
   if (c.arch == "gpt-oss") load_hf_gpt_oss(c, j, cfg_path);
   // The RoPE scaling object, or null: rope_scaling, or transformers v5's rope_parameters.
   const nlohmann::json* rs = nullptr;
@@ -1196,6 +1337,7 @@ void load_hf(ModelFile& m, const std::string& dir) {
   if (!m.find("output.weight")) c.tied_output = true;
   if (c.arch == "gpt-oss") split_gpt_oss_experts(m);
   if (c.arch == "granitemoe") split_granite_moe_experts(m);
+  if (c.arch == "llama4") split_llama4_experts(m);
   if (c.arch == "ernie4_5-moe") {
     // ERNIE 4.5's selection bias is a [1, n_experts] matrix (one expert group): as the vector it is.
     for (int64_t l = 0; l < c.n_layers; ++l)

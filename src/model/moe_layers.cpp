@@ -208,6 +208,17 @@ void MoeBlock::run(const MoeLayerWeights& w, const ModelConfig& c, const float* 
   dispatch(r);
   MoeFfnArgs f;
   f.x = h;
+  if (m.scale_input) {
+    // Llama 4: expert(score * h) for its one chosen expert (weight 1); the shared expert below
+    // on h itself. Only top-1 routing reads so (model_file.cpp refuses more).
+    FP_CHECK(m.n_used == 1, "the router score on the expert input needs top-1 routing, not top-", m.n_used);
+    float* scaled = act_.f32(4, n * c.dim);
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t j = 0; j < c.dim; ++j) scaled[i * c.dim + j] = h[i * c.dim + j] * weights[i];
+      weights[i] = 1.0f;
+    }
+    f.x = scaled;
+  }
   f.n = n;
   f.dim = c.dim;
   f.ids = ids;
@@ -220,10 +231,13 @@ void MoeBlock::run(const MoeLayerWeights& w, const ModelConfig& c, const float* 
   f.gate = w.gate.data();
   f.up = w.up.data();
   f.down = w.down.data();
-  f.shared_gate = w.sh_gate;
-  f.shared_up = w.sh_up;
-  f.shared_down = w.sh_down;
-  f.shared_ff = w.sh_ff;
+  const bool shared_apart = m.scale_input && w.sh_gate;  // the shared expert on other rows than the routed ones
+  if (!shared_apart) {
+    f.shared_gate = w.sh_gate;
+    f.shared_up = w.sh_up;
+    f.shared_down = w.sh_down;
+    f.shared_ff = w.sh_ff;
+  }
   if (w.sh_gate_inp.data) {  // Qwen2-MoE: shared_expert_gate · h, the shared expert's weight through a sigmoid
     float* sh_logits = act_.f32(3, n);
     dispatch(MatMulArgs{h, n, &w.sh_gate_inp, nullptr, sh_logits});
@@ -239,6 +253,16 @@ void MoeBlock::run(const MoeLayerWeights& w, const ModelConfig& c, const float* 
   }
   f.out = out;
   dispatch(f);
+  if (shared_apart) {  // out += down(silu(gate h) * up h)
+    float* g = act_.f32(5, n * w.sh_ff);
+    float* u = act_.f32(6, n * w.sh_ff);
+    float* o = act_.f32(7, n * c.dim);
+    dispatch(MatMulArgs{h, n, w.sh_gate, nullptr, g});
+    dispatch(MatMulArgs{h, n, w.sh_up, nullptr, u});
+    dispatch(SiluMulArgs{g, u, n, w.sh_ff, 0, 0, g});
+    dispatch(MatMulArgs{g, n, w.sh_down, nullptr, o});
+    dispatch(AddArgs{out, o, n * c.dim, out});
+  }
 }
 
 }  // namespace fp

@@ -77,7 +77,8 @@ class MoeBlock {
   void run(const MoeLayerWeights& w, const ModelConfig& c, const float* h, int64_t n, float* out);
 
  private:
-  Activations act_;  // 0: router logits, 1: weights, 2: ids, 3: the shared expert's gate logits
+  Activations act_;  // 0: router logits, 1: weights, 2: ids, 3: the shared expert's gate logits,
+                     // 4-7: Llama 4's scaled input and its shared expert's gate, up and output rows
 };
 
 }  // namespace fp

@@ -25,6 +25,12 @@
 //     renormalised; shared experts; dense layers before moe_layer_start_index.
 //   Hunyuan MoE (HF HunYuanMoEV1ForCausalLM): Hunyuan dense's attention (q/k norms after RoPE),
 //     a softmax router with the top k renormalised and one ungated shared MLP.
+//   Llama 4 (HF Llama4ForCausalLM / Llama4ForConditionalGeneration's text model): GQA in
+//     adjacent rotary pairs on three layers of four, those attending in chunks of
+//     attention_chunk_size with q and k L2-normed after RoPE; the fourth without RoPE, attending
+//     to everything, its queries scaled up with the position (attn_temperature_tuning). Sparse
+//     layers (interleave_moe_layer_step): a top-1 router whose sigmoid score multiplies the
+//     expert's input, and a shared expert; dense layers of intermediate_size_mlp.
 //   Granite 3.x MoE (HF GraniteMoeForCausalLM / GraniteMoeSharedForCausalLM, GGUF granitemoe):
 //     Mixtral's layers with Granite's multipliers (embeddings, attention scale, logits divided;
 //     the residual one folded at load, config.h) and, in the Shared variant, an ungated shared
@@ -79,6 +85,8 @@ struct Qwen3MoeLayer {
   const float* bo = nullptr;     // gpt-oss: attention output bias (config.o_bias; one rank only)
   const float* sinks = nullptr;  // gpt-oss: per-head sink logits (config.attn_sinks)
   int64_t window = 0;            // gpt-oss: sliding window of this layer (0: full attention)
+  int64_t chunk = 0;             // Llama 4: attention chunk of this layer (0: none)
+  bool rotates = true;           // false: a NoPE layer (Llama 4)
   const Tensor *wq, *wk, *wv, *wo;
   bool moe = false;
   const Tensor *w_gate = nullptr, *w_up = nullptr, *w_down = nullptr;  // dense layers
@@ -133,7 +141,6 @@ class Qwen3MoeModel : public Model {
       output_norm_ = scaled;
     }
     FP_CHECK(c.residual_scale == 1.0f || c.residual_folded, mf.path, ": the residual multiplier was not folded (config.h)");
-    FP_CHECK(c.nope_layers.empty(), mf.path, ": ", c.arch, " layers without RoPE are not supported here");
     // Split by vocabulary rows across the ranks the weights are split over (model/vocab_parallel.h).
     const Tensor* output = c.tied_output ? embed_ : &mf.get("output.weight", {c.n_vocab, c.dim});
     output_.init(output, ranks > 1 ? tp_.get() : nullptr, shards_, mf.path, device());
@@ -158,6 +165,8 @@ class Qwen3MoeModel : public Model {
       if (c.o_bias) L.bo = load_vec_f32(mf, p + "attn_output.bias", c.dim);
       if (c.attn_sinks) L.sinks = load_vec_f32(mf, p + "attn_sinks.weight", c.n_heads);
       L.window = c.window_of(l);
+      L.chunk = c.chunk_of(l);
+      L.rotates = c.rotates(l);
       L.wq = &mf.get(p + "attn_q.weight", {q_dim, c.dim});
       L.wk = &mf.get(p + "attn_k.weight", {kv_dim, c.dim});
       L.wv = &mf.get(p + "attn_v.weight", {kv_dim, c.dim});
@@ -353,6 +362,13 @@ class Qwen3MoeModel : public Model {
     qk_norm_.run(config(), t, w, n, heads, full_heads, tp_.get());
   }
 
+  // Llama 4's q/k L2 norm: each of the `rows` head rows RMS-normed without a weight, in place.
+  void l2_norm_heads(float* t, int64_t rows) {
+    const ModelConfig& c = config();
+    if (ones_.size() != static_cast<size_t>(c.head_dim)) ones_.assign(static_cast<size_t>(c.head_dim), 1.0f);
+    dispatch(RmsNormArgs{t, ones_.data(), rows, c.head_dim, c.rms_eps, t});
+  }
+
   // The batch's paged attention arguments (paged_attention_args) completed for these heads.
   AttentionArgs attention_args(AttentionArgs att, const KvPool& pool, const Heads& hd, float* q, float* out) const {
     const ModelConfig& c = config();
@@ -382,21 +398,29 @@ class Qwen3MoeModel : public Model {
     lora(L, {{LoraTarget::K, r.k}, {LoraTarget::V, r.v}}, r, r.h);
     // (Hunyuan norms q and k after RoPE.)
     if (L.k_norm && !c.qk_norm_after_rope) qk_norm(r.k, L.k_norm, n, hd.KH, c.n_kv_heads);
-    dispatch(RopeArgs{r.k, pos, n, hd.KH, c.head_dim, c.rot_dim, hd.kv_dim, inv_freq_at_, rope_mscale_, c.rope_style});
+    if (L.rotates) dispatch(RopeArgs{r.k, pos, n, hd.KH, c.head_dim, c.rot_dim, hd.kv_dim, inv_freq_at_, rope_mscale_, c.rope_style});
     if (L.k_norm && c.qk_norm_after_rope) qk_norm(r.k, L.k_norm, n, hd.KH, c.n_kv_heads);
+    if (c.qk_l2_norm && L.rotates) l2_norm_heads(r.k, n * hd.KH);
     if (cp) cp_.start_kv(pool, layer, r.k, r.v);
     dispatch(MatMulArgs{r.h, n, L.wq, L.bq, r.q, hq});
     lora(L, {{LoraTarget::Q, r.q}}, r, r.h);
     if (cp) cp_.progress();
     if (L.q_norm && !c.qk_norm_after_rope) qk_norm(r.q, L.q_norm, n, hd.H, c.n_heads);
-    dispatch(RopeArgs{r.q, pos, n, hd.H, c.head_dim, c.rot_dim, hd.q_dim, inv_freq_at_, rope_mscale_, c.rope_style});
+    if (L.rotates) dispatch(RopeArgs{r.q, pos, n, hd.H, c.head_dim, c.rot_dim, hd.q_dim, inv_freq_at_, rope_mscale_, c.rope_style});
     if (L.q_norm && c.qk_norm_after_rope) qk_norm(r.q, L.q_norm, n, hd.H, c.n_heads);
+    if (c.qk_l2_norm && L.rotates) l2_norm_heads(r.q, n * hd.H);
+    if (!L.rotates && c.nope_temp_floor > 0)  // Llama 4's NoPE layers: queries sharper further into the sequence
+      for (int64_t i = 0; i < n; ++i) {
+        const float f = c.nope_query_scale(pos[i]);
+        for (int64_t j = 0; j < hd.q_dim; ++j) r.q[i * hd.q_dim + j] *= f;
+      }
     if (cp) cp_.finish_kv(pool);  // every rank's rows
     else if (hd.every_head) every_head_.write(tp_.get(), pool, layer, slots, n, r.k, r.v, hd.kv_dim, hd.kv_dim);
     else pool.write(layer, slots, n, r.k, r.v);
     att.k_pool = kv_element(pool.k(layer), pool.dtype(), hd.kv_off);
     att.v_pool = kv_element(pool.v(layer), pool.dtype(), hd.kv_off);
     att.window = L.window;
+    att.chunk = L.chunk;
     att.sinks = L.sinks;
     dispatch(att);
     dispatch(MatMulArgs{r.att, n, L.wo, L.bo, r.h});
@@ -631,6 +655,7 @@ class Qwen3MoeModel : public Model {
   int64_t heads_ = 0, kv_heads_ = 0;  // this rank's query and KV heads
   std::deque<Tensor> shards_;         // this rank's weight slices (stable addresses)
   QkNorm qk_norm_;                    // q/k norms (per head, or over the whole projection across ranks)
+  std::vector<float> ones_;           // the weight of Llama 4's q/k L2 norm
   LoraSet lora_;                      // LoRA adapters (add_lora)
   bool lora_on_ = false;              // some row of this step runs with an adapter
 };
@@ -646,6 +671,8 @@ const bool qwen2_moe_registered = register_sharded_architecture("qwen2moe", make
 const bool granite_moe_registered = register_sharded_architecture("granitemoe", make_gqa_moe, false);
 const bool ernie_moe_registered = register_sharded_architecture("ernie4_5-moe", make_gqa_moe, false);
 const bool hunyuan_moe_registered = register_sharded_architecture("hunyuan-moe", make_gqa_moe, false);
+// Llama 4: on the CPU (the device attention kernels take no chunks yet).
+const bool llama4_registered = register_sharded_architecture("llama4", make_gqa_moe, false);
 // MiniMax-M2: on the CPU (the device path norms q/k per head only).
 const bool minimax_m2_registered = register_sharded_architecture("minimax-m2", make_gqa_moe, false);
 // gpt-oss: on the CPU (its sinks, windows and expert biases are not on a device yet; build_model

@@ -59,6 +59,7 @@ std::string canonical_arch(const std::string& arch) {
   if (arch == "ernie4_5_moe" || arch == "ernie4_5-moe") return "ernie4_5-moe";
   if (arch == "hunyuan_v1_dense" || arch == "hunyuan-dense") return "hunyuan-dense";
   if (arch == "hunyuan_v1_moe" || arch == "hunyuan-moe") return "hunyuan-moe";
+  if (arch == "llama4" || arch == "llama4_text") return "llama4";
   if (arch == "deepseek_v3" || arch == "deepseek_v2") return "deepseek2";
   if (arch == "glm4_moe" || arch == "glm4moe") return "glm4moe";
   if (arch == "gpt_oss" || arch == "gpt-oss") return "gpt-oss";
@@ -68,7 +69,7 @@ std::string canonical_arch(const std::string& arch) {
                arch == "olmo2" || arch == "glm4" || arch == "granite" || arch == "seed_oss" || arch == "ernie4_5" || arch == "exaone4" || arch == "olmo3" ||
                    arch == "hunyuan-dense",
            "synth: --arch '", arch,
-           "' is not one of llama, mistral, qwen2, qwen3, phi3, smollm3, olmo2, glm4, granite, seed_oss, ernie4_5, ernie4_5_moe, exaone4, olmo3, hunyuan_v1_dense, hunyuan_v1_moe, granitemoe, granitemoeshared, minimax_m2, qwen2_moe, qwen3_moe, mixtral, deepseek_v2, deepseek_v3, glm4_moe, gpt_oss, gemma2, gemma3");
+           "' is not one of llama, mistral, qwen2, qwen3, phi3, smollm3, olmo2, glm4, granite, seed_oss, ernie4_5, ernie4_5_moe, exaone4, olmo3, hunyuan_v1_dense, hunyuan_v1_moe, llama4_text, granitemoe, granitemoeshared, minimax_m2, qwen2_moe, qwen3_moe, mixtral, deepseek_v2, deepseek_v3, glm4_moe, gpt_oss, gemma2, gemma3");
   return arch;
 }
 
@@ -87,6 +88,17 @@ void synth_moe_config(ModelConfig& c, const std::string& arch_in, const nlohmann
     e.n_experts = geti("num_local_experts", 4);
     e.ff = c.hidden_dim;
     e.norm_topk = true;
+    return;
+  }
+  if (c.arch == "llama4") {  // Llama4TextConfig: top-1 experts and one shared expert of intermediate_size
+    e.n_experts = geti("num_local_experts", 4);
+    e.n_used = geti("num_experts_per_tok", 1);
+    FP_CHECK(e.n_used == 1, "synth: llama4's router scales the expert's input: top-1 routing only");
+    e.ff = e.shared_ff = c.hidden_dim;
+    e.n_shared = 1;
+    e.scoring = "sigmoid";
+    e.scale_input = true;
+    e.sparse_step = geti("interleave_moe_layer_step", 1);
     return;
   }
   if (c.arch == "hunyuan-moe") {  // HunYuanMoEV1Config: every layer sparse, experts and one shared MLP of intermediate_size
@@ -323,8 +335,23 @@ ModelConfig config_from_json(const std::string& arch_in, const nlohmann::json& j
     }
   }
   if (arch == "qwen3moe" || arch == "qwen2moe" || arch == "mixtral" || arch == "deepseek2" || arch == "glm4moe" || arch == "gpt-oss" ||
-      arch == "granitemoe" || arch == "minimax-m2" || arch == "ernie4_5-moe" || arch == "hunyuan-moe")
+      arch == "granitemoe" || arch == "minimax-m2" || arch == "ernie4_5-moe" || arch == "hunyuan-moe" || arch == "llama4")
     synth_moe_config(c, arch_in, j, geti);
+  if (arch == "llama4") {  // Llama4TextConfig's keys (model_file.cpp, load_hf_llama4)
+    c.rope_style = RopeStyle::Adjacent;
+    c.hidden_dim = geti("intermediate_size_mlp", 2 * c.hidden_dim);  // the dense layers' width
+    if (j.contains("no_rope_layers"))
+      for (auto& v : j["no_rope_layers"]) c.nope_layers.push_back(v.get<int>() == 0);
+    else
+      for (int64_t l = 0; l < c.n_layers; ++l) c.nope_layers.push_back((l + 1) % geti("no_rope_layer_interval", 4) == 0);
+    c.attention_chunk = j.contains("attention_chunk_size") && j["attention_chunk_size"].is_null() ? 0 : geti("attention_chunk_size", 8192);
+    for (int64_t l = 0; l < c.n_layers && c.attention_chunk > 0; ++l) c.chunked_layers.push_back(c.rotates(l));
+    c.qk_l2_norm = j.value("use_qk_norm", true);
+    if (j.value("attn_temperature_tuning", true)) {
+      c.nope_temp_floor = static_cast<float>(geti("floor_scale", 8192));
+      c.nope_temp_scale = j.value("attn_scale", 0.1f);
+    }
+  }
   if (arch == "gemma2" || arch == "gemma3") {  // Gemma2Config's / Gemma3TextConfig's keys (model_file.cpp, load_hf_gemma)
     const bool gemma2 = arch == "gemma2";
     c.post_norms = c.gelu_ffn = true;
@@ -431,6 +458,13 @@ std::map<std::string, HfTensor> make_weights(const ModelConfig& c, uint64_t seed
       if (c.moe.n_shared > 0) ffn(p + "mlp.shared_experts.", c.moe.shared_width());
       return;
     }
+    if (c.arch == "llama4") {  // its names under feed_forward; canonical per-expert tensors, stacked by the writer
+      mat(p + "feed_forward.router.weight", c.moe.n_experts, c.dim);
+      w[p + "feed_forward.router.weight"].matrix = false;
+      for (int64_t e = 0; e < c.moe.n_experts; ++e) ffn(p + "feed_forward.experts." + std::to_string(e) + ".", c.moe.ff);
+      ffn(p + "feed_forward.shared_expert.", c.moe.shared_width());
+      return;
+    }
     if (c.arch == "hunyuan-moe") {  // its names: the router mlp.gate.wg, the shared expert mlp.shared_mlp
       mat(p + "mlp.gate.wg.weight", c.moe.n_experts, c.dim);
       w[p + "mlp.gate.wg.weight"].matrix = false;
@@ -523,10 +557,10 @@ std::map<std::string, HfTensor> make_weights(const ModelConfig& c, uint64_t seed
     }
     mat(p + "self_attn.o_proj.weight", c.dim, q);
     if ((c.arch == "qwen3moe" || c.arch == "qwen2moe" || c.arch == "mixtral" || c.arch == "glm4moe" || c.arch == "granitemoe" ||
-         c.arch == "minimax-m2" || c.arch == "ernie4_5-moe" || c.arch == "hunyuan-moe") &&
+         c.arch == "minimax-m2" || c.arch == "ernie4_5-moe" || c.arch == "hunyuan-moe" || c.arch == "llama4") &&
         c.moe.is_moe_layer(l))
       moe(p);
-    else if (c.arch != "gpt-oss" && c.arch != "phi3" && c.arch != "glm4") ffn(p + "mlp.", c.hidden_dim);
+    else if (c.arch != "gpt-oss" && c.arch != "phi3" && c.arch != "glm4") ffn(p + (c.arch == "llama4" ? "feed_forward." : "mlp."), c.hidden_dim);
     if (c.qkv_bias) {
       vec(p + "self_attn.q_proj.bias", q, 0.0f, 0.1f);
       vec(p + "self_attn.k_proj.bias", kv, 0.0f, 0.1f);
@@ -757,6 +791,33 @@ void add_granite_moe_experts(SafetensorsWriter& st, const std::map<std::string, 
     sin.insert(sin.end(), get(x + "up_proj.weight").begin(), get(x + "up_proj.weight").end());
     st.add(p + "shared_mlp.input_linear.weight", type, {2 * sh, dim}, encode_rows(type, sin.data(), 2 * sh, dim));
     st.add(p + "shared_mlp.output_linear.weight", type, {dim, sh}, encode_rows(type, get(x + "down_proj.weight").data(), dim, sh));
+  }
+}
+
+// Llama 4's checkpoint layout of the experts (transformers' Llama4TextExperts): per sparse layer
+// feed_forward.experts.gate_up_proj [E, dim, 2ff] (x · W; gate the first ff columns, up the rest)
+// and down_proj [E, ff, dim].
+void add_llama4_experts(SafetensorsWriter& st, const std::map<std::string, HfTensor>& w, const ModelConfig& c, DType type) {
+  FP_CHECK(type == DType::F32 || type == DType::F16 || type == DType::BF16, "synth: Llama 4 checkpoints here are F32, F16 or BF16, not ",
+           dtype_name(type));
+  const int64_t E = c.moe.n_experts, ff = c.moe.ff, dim = c.dim;
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    if (!c.moe.is_moe_layer(l)) continue;
+    const std::string p = "model.layers." + std::to_string(l) + ".feed_forward.experts.";
+    std::vector<float> gu(static_cast<size_t>(E * dim * 2 * ff)), dn(static_cast<size_t>(E * ff * dim));
+    for (int64_t e = 0; e < E; ++e) {
+      const std::string x = p + std::to_string(e) + ".";
+      const std::vector<float>&g = w.at(x + "gate_proj.weight").data, &u = w.at(x + "up_proj.weight").data,
+                         &d = w.at(x + "down_proj.weight").data;
+      for (int64_t i = 0; i < dim; ++i)
+        for (int64_t k = 0; k < ff; ++k) {
+          gu[static_cast<size_t>((e * dim + i) * 2 * ff + k)] = g[static_cast<size_t>(k * dim + i)];
+          gu[static_cast<size_t>((e * dim + i) * 2 * ff + ff + k)] = u[static_cast<size_t>(k * dim + i)];
+          dn[static_cast<size_t>((e * ff + k) * dim + i)] = d[static_cast<size_t>(i * ff + k)];
+        }
+    }
+    st.add(p + "gate_up_proj", type, {E, dim, 2 * ff}, encode_rows(type, gu.data(), E * dim, 2 * ff));
+    st.add(p + "down_proj", type, {E, ff, dim}, encode_rows(type, dn.data(), E * ff, dim));
   }
 }
 
@@ -1123,7 +1184,7 @@ std::string synth_model(const SynthOptions& o) {
     GgufWriter g;
     std::map<std::string, std::vector<float>> f32_extras;  // streamed: tensors computed here, not drawn
     const std::string a = gguf_arch(c) + ".";
-    FP_CHECK(c.arch != "exaone4" && c.arch != "olmo3" && c.arch != "hunyuan-moe", "synth: ", c.arch, " is read from safetensors only here (write a directory, not a .gguf)");
+    FP_CHECK(c.arch != "exaone4" && c.arch != "olmo3" && c.arch != "hunyuan-moe" && c.arch != "llama4", "synth: ", c.arch, " is read from safetensors only here (write a directory, not a .gguf)");
     g.set_string("general.architecture", gguf_arch(c));
     g.set_string("general.name", "synth " + c.arch + " (random weights, seed " + std::to_string(o.seed) + ")");
     g.set_u32(a + "context_length", static_cast<uint32_t>(c.max_context));
@@ -1228,7 +1289,9 @@ std::string synth_model(const SynthOptions& o) {
     SafetensorsWriter st;
     if (c.arch == "gpt-oss") add_gpt_oss_experts(st, w, c, o.type);
     if (c.arch == "granitemoe") add_granite_moe_experts(st, w, c, o.type);
+    if (c.arch == "llama4") add_llama4_experts(st, w, c, o.type);
     for (auto& [name, t] : w) {
+      if (c.arch == "llama4" && name.find(".feed_forward.experts.") != std::string::npos) continue;  // stacked above
       if ((c.arch == "gpt-oss" || c.arch == "granitemoe") && name.find(".mlp.experts.") != std::string::npos) continue;  // stacked above
       if (c.arch == "granitemoe" && name.find(".mlp.shared_experts.") != std::string::npos) continue;
       int64_t rows = t.shape.size() > 1 ? t.shape[0] : 1, cols = t.shape.back();
@@ -1357,6 +1420,35 @@ std::string synth_model(const SynthOptions& o) {
       cfg["attention_bias"] = false;
       cfg["rope_theta"] = o.config.value("rope_theta", 10000.0);  // the file's base; the alpha scales it
       cfg["use_qk_norm"] = true;
+    }
+    else if (c.arch == "llama4") {
+      cfg["architectures"] = {"Llama4ForCausalLM"};
+      cfg["model_type"] = "llama4_text";
+      cfg["intermediate_size"] = c.moe.ff;
+      cfg["intermediate_size_mlp"] = c.hidden_dim;
+      cfg["num_local_experts"] = c.moe.n_experts;
+      cfg["num_experts_per_tok"] = c.moe.n_used;
+      std::vector<int64_t> sparse;
+      std::vector<int> rope;
+      std::vector<std::string> types;
+      for (int64_t l = 0; l < c.n_layers; ++l) {
+        if (c.moe.is_moe_layer(l)) sparse.push_back(l);
+        rope.push_back(c.rotates(l) ? 1 : 0);
+        types.push_back(c.chunk_of(l) > 0 ? "chunked_attention" : "full_attention");
+      }
+      cfg["moe_layers"] = sparse;
+      cfg["no_rope_layers"] = rope;
+      cfg["attention_chunk_size"] = c.attention_chunk > 0 ? nlohmann::json(c.attention_chunk) : nlohmann::json(nullptr);
+      cfg["layer_types"] = types;
+      cfg["use_qk_norm"] = c.qk_l2_norm;
+      cfg["attn_temperature_tuning"] = c.nope_temp_floor > 0;
+      cfg["floor_scale"] = c.nope_temp_floor > 0 ? static_cast<int64_t>(c.nope_temp_floor) : 8192;
+      cfg["attn_scale"] = c.nope_temp_scale;
+      cfg["attention_bias"] = false;
+      cfg["hidden_act"] = "silu";
+      cfg["pad_token_id"] = nullptr;
+      cfg["bos_token_id"] = 1;
+      cfg["eos_token_id"] = 2;
     }
     else if (c.arch == "olmo3") {
       cfg["architectures"] = {"Olmo3ForCausalLM"};

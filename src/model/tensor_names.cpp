@@ -51,6 +51,14 @@ std::string canonical_base(const std::string& hf) {
       {"mlp.shared_mlp.gate_proj.weight", "ffn_gate_shexp.weight"},
       {"mlp.shared_mlp.up_proj.weight", "ffn_up_shexp.weight"},
       {"mlp.shared_mlp.down_proj.weight", "ffn_down_shexp.weight"},
+      // Llama 4: its router, shared expert and dense layers' MLP under feed_forward (the experts'
+      // stacks below)
+      {"feed_forward.router.weight", "ffn_gate_inp.weight"},
+      {"feed_forward.shared_expert.gate_proj.weight", "ffn_gate_shexp.weight"},
+      {"feed_forward.shared_expert.up_proj.weight", "ffn_up_shexp.weight"},
+      {"feed_forward.shared_expert.down_proj.weight", "ffn_down_shexp.weight"},
+      {"feed_forward.gate_proj.weight", "ffn_gate.weight"}, {"feed_forward.up_proj.weight", "ffn_up.weight"},
+      {"feed_forward.down_proj.weight", "ffn_down.weight"},
       // ERNIE 4.5 MoE: its selection bias
       {"mlp.moe_statics.e_score_correction_bias", "exp_probs_b.bias"},
       {"block_sparse_moe.input_linear.weight", "ffn_gate_up_exps.weight"},
@@ -81,6 +89,9 @@ std::string canonical_base(const std::string& hf) {
     for (const char* g : {"gate_up_proj", "down_proj"})
       for (const char* suffix : {"", "_bias", "_blocks", "_scales"})
         if (rest == ex + g + suffix) return "blk." + layer + ".gptoss." + g + suffix;
+    // Llama 4's stacked experts, transposed and split at load (model_file.cpp)
+    for (const char* g : {"gate_up_proj", "down_proj"})
+      if (rest == std::string("feed_forward.experts.") + g) return "blk." + layer + ".llama4." + g;
     // Mixtral's experts: block_sparse_moe.experts.E.w1 (gate), w3 (up), w2 (down)
     const std::string mx = "block_sparse_moe.experts.";
     if (rest.rfind(mx, 0) == 0) {

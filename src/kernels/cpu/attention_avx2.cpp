@@ -595,7 +595,7 @@ std::string cpu::refuse_attention_avx2(const AttentionArgs& a) {
 
 std::string cpu::refuse_attention_avx2_flash(const AttentionArgs& a) {
   if (std::string why = refuse_attention_avx2(a); !why.empty()) return why;
-  return refuse_attention_options(a, {.window = true, .sinks = true, .softcap = true});
+  return refuse_attention_options(a, {.window = true, .chunk = true, .sinks = true, .softcap = true});
 }
 
 namespace {

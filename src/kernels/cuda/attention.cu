@@ -100,7 +100,7 @@ std::string refuse_attention(const AttentionArgs& a) {
   if (a.head_dim > 32 * kMaxDimPerLane || a.v_dim > 32 * kMaxDimPerLane)
     return "head_dim " + std::to_string(a.head_dim) + " / v_dim " + std::to_string(a.v_dim) + ": this kernel handles up to 256";
   if (a.n_kv_heads <= 0 || a.n_heads % a.n_kv_heads != 0) return "query heads are not a multiple of the KV heads";
-  return {};
+  return refuse_attention_options(a, {.window = true, .sinks = true, .softcap = true});  // not chunks yet
 }
 
 void attention(const AttentionArgs& a) {
