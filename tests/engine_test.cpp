@@ -180,7 +180,8 @@ TEST(Engine, BatchInvarianceAcrossPageSizesAndChunkedPrefill) {
 
 // The synthetic model o describes, written under a temp dir `name` and loaded.
 std::unique_ptr<Model> synth_and_load(SynthOptions o, const std::string& name) {
-  o.out = test::temp_dir(name) + "/m.gguf";
+  const bool safetensors_only = o.arch == "llama4_text" || o.arch == "olmo3" || o.arch == "exaone4" || o.arch == "hunyuan_v1_moe";
+  o.out = test::temp_dir(name) + (safetensors_only ? "/m" : "/m.gguf");
   synth_model(o);
   LoadOptions lo;
   lo.prefault = false;
@@ -348,6 +349,20 @@ TEST(Engine, WindowTrimmingGivesTheUntrimmedTokens) {
               {"max_position_embeddings", 256}};
   o.seed = 53;
   expect_trimmed_like_untrimmed(o, "engine_trim_phi3");
+}
+
+// Llama 4's chunked layers keep the KV of their chunk only: trimmed as a window of the chunk's
+// length (three layers of four; the NoPE one keeps everything), with the tokens of the untrimmed
+// engine in every case above.
+TEST(Engine, ChunkedAttentionTrimmingGivesTheUntrimmedTokens) {
+  SynthOptions o;
+  o.arch = "llama4_text";
+  o.config = {{"hidden_size", 64}, {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"head_dim", 16},
+              {"intermediate_size", 32}, {"intermediate_size_mlp", 64}, {"num_hidden_layers", 4}, {"vocab_size", 512},
+              {"num_local_experts", 4}, {"interleave_moe_layer_step", 2}, {"attention_chunk_size", 6}, {"floor_scale", 8},
+              {"attn_scale", 0.3}, {"max_position_embeddings", 256}};
+  o.seed = 54;
+  expect_trimmed_like_untrimmed(o, "engine_trim_llama4");
 }
 
 TEST(Engine, SharedPrefixComputesOnlyTheSuffix) {

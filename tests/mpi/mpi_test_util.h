@@ -30,7 +30,8 @@ inline std::shared_ptr<Communicator> world_comm() { return open_world(launched_w
 // biases and a gated shared expert), Mixtral (every layer sparse), GraniteMoeShared (Mixtral's
 // experts beside an ungated shared one, Granite's multipliers), MiniMax-M2 (q/k norms over the
 // whole projection, sigmoid routing with a bias), ERNIE 4.5 MoE (softmax routing with a bias,
-// shared experts, adjacent rotary pairs), GLM-4.5 (GQA 12 / 6 heads with
+// shared experts, adjacent rotary pairs), Llama 4 (top-1 experts with the score on their input
+// beside a shared expert, chunked attention, a NoPE layer), GLM-4.5 (GQA 12 / 6 heads with
 // q/k/v biases, half of each head rotated, grouped sigmoid routing, a shared expert, a dense
 // first layer) and DeepSeek (MLA with q_lora, a shared expert, a dense first layer).
 inline nlohmann::json moe_config(const std::string& arch) {
@@ -63,6 +64,11 @@ inline nlohmann::json moe_config(const std::string& arch) {
   if (arch == "hunyuan_v1_moe")  // q/k norms after RoPE, every layer sparse, a shared MLP of intermediate_size
     return {{"hidden_size", 64},  {"num_attention_heads", 12}, {"num_key_value_heads", 6}, {"head_dim", 16},
             {"intermediate_size", 96}, {"num_hidden_layers", 3}, {"vocab_size", 256}, {"num_experts", 6}, {"moe_topk", 2}};
+  if (arch == "llama4_text")  // layers 1 and 3 sparse (top-1, score on the input, a shared expert); 0-2 chunked, 3 NoPE
+    return {{"hidden_size", 64},  {"num_attention_heads", 12}, {"num_key_value_heads", 6}, {"head_dim", 16},
+            {"intermediate_size", 96}, {"intermediate_size_mlp", 64}, {"num_hidden_layers", 4}, {"vocab_size", 256},
+            {"num_local_experts", 6}, {"interleave_moe_layer_step", 2}, {"attention_chunk_size", 3}, {"floor_scale", 4},
+            {"attn_scale", 0.5}};
   if (arch == "gpt_oss")  // every layer MoE; biases, sinks; layers 0 and 2 windowed
     return {{"hidden_size", 64},     {"num_attention_heads", 12}, {"num_key_value_heads", 6}, {"head_dim", 16},
             {"intermediate_size", 96}, {"num_hidden_layers", 3},   {"vocab_size", 256},        {"num_local_experts", 6},

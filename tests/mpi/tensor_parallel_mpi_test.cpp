@@ -242,7 +242,7 @@ TEST_P(MoeSplit, MatchesOneRank) {
     o.config["moe_intermediate_size"] = 384;
     o.out = test::temp_dir("moe_split_" + c.name) + "/model";
   }
-  if (c.arch == "hunyuan_v1_moe") o.out = test::temp_dir("moe_split_" + c.name) + "/model";  // safetensors only
+  if (c.arch == "hunyuan_v1_moe" || c.arch == "llama4_text") o.out = test::temp_dir("moe_split_" + c.name) + "/model";  // safetensors only
   if (c.name.ends_with("_x8")) {
     // Rows of 256 values and more: the experts' matrices repack to their _X8 layouts at load,
     // which must happen after the cut (an interleaved layout has no columns to copy).
@@ -279,6 +279,9 @@ INSTANTIATE_TEST_SUITE_P(
                       MoeSplitCase{"ernie4_5_moe_tp_ep", "ernie4_5_moe", DType::F16, {0, 0}},
                       MoeSplitCase{"hunyuan_moe_tp", "hunyuan_v1_moe", DType::F32, {0, 1}},
                       MoeSplitCase{"hunyuan_moe_tp_ep", "hunyuan_v1_moe", DType::F16, {0, 0}},
+                      MoeSplitCase{"llama4_tp", "llama4_text", DType::F32, {0, 1}},
+                      MoeSplitCase{"llama4_ep", "llama4_text", DType::F32, {1, 0}},
+                      MoeSplitCase{"llama4_tp_ep", "llama4_text", DType::F16, {0, 0}},
                       MoeSplitCase{"glm4moe_tp", "glm4_moe", DType::Q8_0, {0, 1}},
                       MoeSplitCase{"glm4moe_tp_ep", "glm4_moe", DType::F16, {0, 0}},
                       MoeSplitCase{"deepseek_v3_ep", "deepseek_v3", DType::Q8_0, {1, 0}},
@@ -357,11 +360,11 @@ std::string model_path(const std::string& testdata_path, const std::string& arch
   if (!testdata_path.empty()) return test::testdata(testdata_path);
   SynthOptions o;
   o.arch = arch;
-  const bool moe = arch == "qwen3_moe" || arch == "gpt_oss" || arch.rfind("deepseek", 0) == 0;
+  const bool moe = arch == "qwen3_moe" || arch == "gpt_oss" || arch == "llama4_text" || arch.rfind("deepseek", 0) == 0;
   o.config = moe ? test::moe_config(arch) : gqa_config(arch);
   o.type = type;
   o.seed = seed;
-  o.out = test::temp_dir(tag) + (arch == "olmo3" || arch == "exaone4" ? "/model" : "/model.gguf");  // (safetensors only)
+  o.out = test::temp_dir(tag) + (arch == "olmo3" || arch == "exaone4" || arch == "llama4_text" ? "/model" : "/model.gguf");  // (safetensors only)
   synth_model(o);
   return o.out;
 }
@@ -429,6 +432,8 @@ INSTANTIATE_TEST_SUITE_P(
                       ContextCase{"qwen3moe_cp_tp", "", "qwen3_moe", DType::F32, true},
                       ContextCase{"qwen3moe_cp_tp_ep", "", "qwen3_moe", DType::F32, true, true},
                       ContextCase{"gpt_oss_cp_ep", "", "gpt_oss", DType::F32, false, true},
+                      ContextCase{"llama4_cp_ep", "", "llama4_text", DType::F32, false, true},
+                      ContextCase{"llama4_cp_tp", "", "llama4_text", DType::F32, true},
                       ContextCase{"deepseek_v3_cp", "", "deepseek_v3", DType::F32, false},
                       ContextCase{"deepseek_v3_cp_ep", "", "deepseek_v3", DType::F32, false, true},
                       ContextCase{"deepseek_v3_cp_f16_cache", "", "deepseek_v3", DType::F32, false, false, DType::F16}),
