@@ -476,6 +476,38 @@ TEST(Planner, ReadsErnieMoeKeysAndOlmo3Exaone4Windows) {
   }
 }
 
+// Llama 4 from its multimodal config (text_config): Scout's 16 top-1 experts and a shared expert
+// on every layer, chunks of 8192 on three layers of four (their KV trimmed as that window);
+// Maverick's 128 experts on every second layer, the others dense at intermediate_size_mlp.
+TEST(Planner, ReadsLlama4FromItsMultimodalConfig) {
+  nlohmann::json text{{"model_type", "llama4_text"}, {"hidden_size", 5120}, {"num_hidden_layers", 48},
+                      {"num_attention_heads", 40}, {"num_key_value_heads", 8}, {"head_dim", 128}, {"vocab_size", 202048},
+                      {"intermediate_size", 8192}, {"intermediate_size_mlp", 16384}, {"num_local_experts", 16},
+                      {"num_experts_per_tok", 1}, {"interleave_moe_layer_step", 1}, {"attention_chunk_size", 8192}};
+  nlohmann::json scout = nlohmann::json::object();
+  scout["architectures"] = nlohmann::json::array({"Llama4ForConditionalGeneration"});
+  scout["model_type"] = "llama4";
+  scout["text_config"] = text;
+  scout["vision_config"] = nlohmann::json::object({{"hidden_size", 1408}});
+  const PlanModel m = plan_model_from_hf_config(scout, "scout.json", 2);
+  EXPECT_EQ(m.n_experts, 16);
+  EXPECT_EQ(m.n_used, 1);
+  EXPECT_EQ(m.n_moe_layers, 48);
+  expect_rel(m.expert_bytes, 3.0 * 5120 * 8192 * 2, "expert");
+  expect_rel(m.shared_bytes, 48.0 * 3 * 5120 * 8192 * 2, "shared experts");
+  EXPECT_EQ(m.window, 8192);
+  EXPECT_EQ(m.n_window_layers, 36);
+  text["num_local_experts"] = 128;
+  text["interleave_moe_layer_step"] = 2;
+  const PlanModel v = plan_model_from_hf_config(text, "maverick.json", 2);
+  EXPECT_EQ(v.n_moe_layers, 24);
+  EXPECT_EQ(v.ff, 16384);
+  text["moe_layers"] = {0, 5};
+  EXPECT_EQ(plan_model_from_hf_config(text, "listed.json", 2).n_moe_layers, 2);
+  text["attention_chunk_size"] = nullptr;
+  EXPECT_EQ(plan_model_from_hf_config(text, "no_chunks.json", 2).window, 0);
+}
+
 // Sliding-window layers keep and read at most `window` positions. Every layer windowed at w and
 // sequences much longer than w: each sequence holds w positions of every layer, so the free
 // memory over w positions' KV is how many fit; decode reads less KV per step. With the window at

@@ -29,8 +29,8 @@ PlanModel plan_model_from_file(const std::string& path) {
   m.v_head_dim = c.v_head_dim;
   m.n_experts = c.moe.n_experts;
   m.n_used = c.moe.n_used;
-  for (int64_t l = 0; l < c.n_layers; ++l)  // sliding-window layers (all share one window)
-    if (const int64_t w = c.window_of(l); w > 0) m.window = w, ++m.n_window_layers;
+  for (int64_t l = 0; l < c.n_layers; ++l)  // sliding-window (or Llama 4's chunked) layers, all sharing one window
+    if (const int64_t w = std::max(c.window_of(l), c.chunk_of(l)); w > 0) m.window = w, ++m.n_window_layers;
   double routed_bytes = 0, routed_flops = 0;
   for (const auto& [name, t] : f->tensors) {
     const double bytes = static_cast<double>(t.nbytes()), flops = 2.0 * static_cast<double>(t.numel());

@@ -147,10 +147,38 @@ void read_hf_windows(PlanModel& m, const nlohmann::json& j, const std::string& w
   m.n_window_layers = std::count(sliding.begin(), sliding.end(), true);
   if (m.n_window_layers == 0) m.window = 0;
 }
+// Llama 4's chunked layers (attention_chunk_size; the rotating ones, no_rope_layers 1, or
+// layer_types' chunked_attention) keep the KV of their chunk only: a window as long as the chunk.
+void read_hf_llama4_chunks(PlanModel& m, const nlohmann::json& j, const std::string& where) {
+  if (j.contains("attention_chunk_size") && j["attention_chunk_size"].is_null()) return;
+  const int64_t chunk = int_field(j, "attention_chunk_size", where, false, 8192);
+  if (chunk <= 0) return;
+  int64_t n = 0;
+  if (j.contains("layer_types") && j["layer_types"].is_array()) {
+    for (const auto& t : j["layer_types"]) n += t == "chunked_attention";
+  } else if (j.contains("no_rope_layers") && j["no_rope_layers"].is_array() && !j["no_rope_layers"].empty()) {
+    for (int64_t l = 0; l < m.n_layers && l < static_cast<int64_t>(j["no_rope_layers"].size()); ++l) n += j["no_rope_layers"][static_cast<size_t>(l)] == 1;
+  } else {
+    const int64_t every = std::max<int64_t>(1, int_field(j, "no_rope_layer_interval", where, false, 4));
+    for (int64_t l = 0; l < m.n_layers; ++l) n += (l + 1) % every != 0;
+  }
+  if (n == 0) return;
+  m.window = chunk;
+  m.n_window_layers = n;
+}
 }  // namespace
 
-PlanModel plan_model_from_hf_config(const nlohmann::json& j, const std::string& where, double wb) {
-  FP_CHECK(j.is_object(), where, ": expected a JSON object");
+PlanModel plan_model_from_hf_config(const nlohmann::json& outer, const std::string& where, double wb) {
+  FP_CHECK(outer.is_object(), where, ": expected a JSON object");
+  // A multimodal checkpoint's config (Llama 4, Gemma 3, Mistral 3): its text model's keys.
+  nlohmann::json text;
+  if (!outer.contains("hidden_size") && outer.contains("text_config") && outer["text_config"].is_object()) {
+    text = outer["text_config"];
+    if (outer.contains("tie_word_embeddings") && !text.contains("tie_word_embeddings")) text["tie_word_embeddings"] = outer["tie_word_embeddings"];
+  }
+  const nlohmann::json& j = text.is_object() ? text : outer;
+  const std::string model_type = j.value("model_type", std::string());
+  const bool llama4 = model_type == "llama4_text" || model_type == "llama4";
   auto get = [&](const char* k) { return int_field(j, k, where, true, 0); };
   auto opt = [&](const char* k, int64_t fallback) { return int_field(j, k, where, false, fallback); };
   PlanModel m;
@@ -163,6 +191,7 @@ PlanModel plan_model_from_hf_config(const nlohmann::json& j, const std::string& 
   const double d = static_cast<double>(m.dim), H = static_cast<double>(m.n_heads), vocab = static_cast<double>(get("vocab_size"));
 
   read_hf_windows(m, j, where);
+  if (llama4) read_hf_llama4_chunks(m, j, where);
   // Experts: DeepSeek's n_routed_experts, Qwen's num_experts, or Mixtral's / gpt-oss's
   // num_local_experts (experts as wide as intermediate_size); which layers have them.
   // ERNIE 4.5: moe_num_experts, moe_k, moe_num_shared_experts, sparse layers from
@@ -184,6 +213,7 @@ PlanModel plan_model_from_hf_config(const nlohmann::json& j, const std::string& 
     if (j.contains("shared_expert_intermediate_size")) shared_ff = opt("shared_expert_intermediate_size", 0);  // qwen2_moe
     if (j.contains("shared_intermediate_size")) shared_ff = opt("shared_intermediate_size", 0);  // granitemoeshared
     if (ernie) shared_ff = opt("moe_num_shared_experts", 2) * moe_ff;
+    if (llama4) shared_ff = moe_ff;  // one shared expert as wide as a routed one
     first_dense = opt("first_k_dense_replace", 0);
     step = j.contains("decoder_sparse_step") ? get("decoder_sparse_step") : 1;
     if (ernie) {
@@ -193,6 +223,14 @@ PlanModel plan_model_from_hf_config(const nlohmann::json& j, const std::string& 
                               ? j["moe_layer_end_index"].get<int64_t>()
                               : -1;
       for (int64_t l = end < 0 ? m.n_layers : end + 1; l < m.n_layers; ++l) mlp_only.push_back(l);
+    }
+    if (llama4) {  // sparse every interleave_moe_layer_step-th layer, or the layers moe_layers lists
+      step = j.contains("interleave_moe_layer_step") ? get("interleave_moe_layer_step") : 1;
+      if (j.contains("moe_layers") && j["moe_layers"].is_array()) {
+        step = 1;
+        for (int64_t l = 0; l < m.n_layers; ++l)
+          if (std::find(j["moe_layers"].begin(), j["moe_layers"].end(), nlohmann::json(l)) == j["moe_layers"].end()) mlp_only.push_back(l);
+      }
     }
     if (j.contains("mlp_only_layers")) {
       FP_CHECK(j["mlp_only_layers"].is_array(), where, ": field 'mlp_only_layers' must be an array of layer indices");
@@ -206,7 +244,7 @@ PlanModel plan_model_from_hf_config(const nlohmann::json& j, const std::string& 
     if (m.moe() && l >= first_dense && (l + 1) % step == 0 && std::find(mlp_only.begin(), mlp_only.end(), l) == mlp_only.end())
       ++m.n_moe_layers;
   const double n_dense = static_cast<double>(m.n_layers - m.n_moe_layers), n_moe = static_cast<double>(m.n_moe_layers);
-  const double ff = n_dense > 0 ? static_cast<double>(get("intermediate_size")) : 0;
+  const double ff = n_dense <= 0 ? 0 : static_cast<double>(llama4 ? opt("intermediate_size_mlp", 16384) : get("intermediate_size"));
 
   // Attention: GQA q, k, v, o; or MLA's compressed query, latent K/V row, its up-projection, o.
   double attn = 0, attn_replicated = 0;
