@@ -122,9 +122,9 @@ void load_gguf(ModelFile& m, const std::string& path) {
   FP_CHECK(c.arch == "llama" || c.arch == "mixtral" || c.arch == "qwen2moe" || c.arch == "glm4" || c.arch == "granite" ||
                c.arch == "granitemoe" || c.arch == "minimax-m2" || c.arch == "seed_oss" || c.arch == "ernie4_5" || c.arch == "ernie4_5-moe" || c.arch == "hunyuan-dense" || c.arch == "qwen2" || c.arch == "qwen3" || c.arch == "qwen3moe" || c.arch == "deepseek2" ||
                c.arch == "glm4moe" || c.arch == "gpt-oss" || c.arch == "gemma2" || c.arch == "gemma3" || c.arch == "phi3" ||
-               c.arch == "smollm3" || c.arch == "olmo2",
+               c.arch == "smollm3" || c.arch == "olmo2" || c.arch == "llama4",
            path, ": general.architecture '", c.arch,
-           "' is not supported yet (supported: llama (Mixtral with experts), qwen2, qwen3, glm4, granite, granitemoe, seed_oss, ernie4_5, ernie4_5-moe, hunyuan-dense, qwen2moe, qwen3moe, deepseek2, glm4moe, minimax-m2, gpt-oss, gemma2, gemma3, phi3, smollm3, "
+           "' is not supported yet (supported: llama (Mixtral with experts), llama4, qwen2, qwen3, glm4, granite, granitemoe, seed_oss, ernie4_5, ernie4_5-moe, hunyuan-dense, qwen2moe, qwen3moe, deepseek2, glm4moe, minimax-m2, gpt-oss, gemma2, gemma3, phi3, smollm3, "
            "olmo2)");
   c.dim = static_cast<int64_t>(g->get_uint(a + "embedding_length"));
   c.n_layers = static_cast<int64_t>(g->get_uint(a + "block_count"));
@@ -158,7 +158,8 @@ void load_gguf(ModelFile& m, const std::string& path) {
   // DeepSeek's GGUF keeps the checkpoint's interleaved (adjacent-pair) rotary layout.
   // GLM-4's checkpoints rotate adjacent pairs themselves (llama.cpp's rope type NORM, no permutation).
   c.rope_style = c.arch == "llama" || c.arch == "mixtral" || c.arch == "granite" || c.arch == "granitemoe" ||
-                         c.arch == "deepseek2" || c.arch == "smollm3" || c.arch == "glm4" || c.arch == "ernie4_5" || c.arch == "ernie4_5-moe"
+                         c.arch == "deepseek2" || c.arch == "smollm3" || c.arch == "glm4" || c.arch == "ernie4_5" || c.arch == "ernie4_5-moe" ||
+                         c.arch == "llama4"  // (Llama 4's checkpoints rotate adjacent pairs: no permutation)
                      ? RopeStyle::Adjacent
                      : RopeStyle::NeoX;
   std::string scaling = g->get_string(a + "rope.scaling.type", "none");
@@ -189,7 +190,7 @@ void load_gguf(ModelFile& m, const std::string& path) {
   c.qkv_bias = c.arch == "qwen2" || c.arch == "qwen2moe";
   c.qk_norm = c.arch == "qwen3" || c.arch == "qwen3moe";
   if (c.arch == "qwen3moe" || c.arch == "qwen2moe" || c.arch == "mixtral" || c.arch == "deepseek2" || c.arch == "glm4moe" ||
-      c.arch == "gpt-oss" || c.arch == "granitemoe" || c.arch == "minimax-m2" || c.arch == "ernie4_5-moe") {
+      c.arch == "gpt-oss" || c.arch == "granitemoe" || c.arch == "minimax-m2" || c.arch == "ernie4_5-moe" || c.arch == "llama4") {
     MoeConfig& e = c.moe;
     e.n_experts = static_cast<int64_t>(g->get_uint(a + "expert_count", 0));
     e.n_used = static_cast<int64_t>(g->get_uint(a + "expert_used_count", 0));
@@ -211,7 +212,15 @@ void load_gguf(ModelFile& m, const std::string& path) {
       e.n_shared = e.shared_ff > 0 ? 1 : 0;
     }
     e.scale = static_cast<float>(g->get_float(a + "expert_weights_scale", 1.0));
-    const uint64_t gating = g->get_uint(a + "expert_gating_func", c.arch == "minimax-m2" ? 2 : 1);  // (MiniMax-M2 routes by sigmoid)
+    if (c.arch == "llama4") {  // llama.cpp's Llama 4: one shared expert of the experts' width, the sigmoid score on the input
+      e.n_shared = 1;
+      e.shared_ff = e.ff;
+      e.scale_input = true;
+      e.sparse_step = static_cast<int64_t>(g->get_uint(a + "interleave_moe_layer_step", 1));
+      FP_CHECK(e.sparse_step >= 1, path, ": ", a, "interleave_moe_layer_step is 0");
+      FP_CHECK(e.n_used == 1, path, ": ", a, "expert_used_count ", e.n_used, ": Llama 4's router scales the expert's input, read here for top-1 routing only");
+    }
+    const uint64_t gating = g->get_uint(a + "expert_gating_func", c.arch == "minimax-m2" || c.arch == "llama4" ? 2 : 1);  // (sigmoid)
     FP_CHECK(gating == 1 || gating == 2, path, ": ", a, "expert_gating_func = ", gating, " (1 softmax, 2 sigmoid)");
     e.scoring = gating == 2 ? "sigmoid" : "softmax";
     e.n_group = static_cast<int64_t>(g->get_uint(a + "expert_group_count", 1));
@@ -251,6 +260,21 @@ void load_gguf(ModelFile& m, const std::string& path) {
   if (c.arch == "olmo2") {  // norms after the sublayers only; q/k normalised over every head together
     c.pre_norms = false;
     c.post_norms = c.qk_norm = c.qk_norm_full = true;
+  }
+  if (c.arch == "llama4") {
+    // llama.cpp's fixed Llama 4: NoPE on every fourth layer, chunks of 8192 on the others, the
+    // NoPE queries' temperature (floor 8192, scale 0.1), q/k L2 norms unless 128 experts
+    // (Maverick). attention.sliding_window 0 (MobileLLM's variant) is not read here.
+    FP_CHECK(!g->has(a + "attention.sliding_window") || g->get_uint(a + "attention.sliding_window") != 0, path, ": ", a,
+             "attention.sliding_window 0 (Llama 4 without chunked attention, MobileLLM) is not supported");
+    for (int64_t l = 0; l < c.n_layers; ++l) c.nope_layers.push_back((l + 1) % 4 == 0);
+    c.attention_chunk = 8192;
+    for (int64_t l = 0; l < c.n_layers; ++l) c.chunked_layers.push_back(c.rotates(l));
+    c.nope_temp_floor = 8192.0f;
+    c.nope_temp_scale = 0.1f;
+    c.qk_l2_norm = c.moe.n_experts != 128;
+    for (const char* b : {"blk.0.attn_q.bias", "blk.0.attn_output.bias"})
+      FP_CHECK(!m.find(b), path, ": tensor '", b, "': biases on Llama 4's projections are not supported from GGUF");
   }
   if (c.arch == "smollm3")  // llama.cpp's fixed pattern: no RoPE on every fourth layer
     for (int64_t l = 0; l < c.n_layers; ++l) c.nope_layers.push_back((l + 1) % 4 == 0);

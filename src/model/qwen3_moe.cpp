@@ -213,6 +213,12 @@ class Qwen3MoeModel : public Model {
     if (mtp_) mtp_head_.load(mf, c.n_layers, embed_, output, output_.weight, ranks > 1 ? tp_.get() : nullptr, rp, shards_);
     rp.report();
     inv_freq_ = c.rope_inv_freq();
+    if (const Tensor* rf = mf.find("rope_freqs.weight")) {  // GGUF llama3-style scaling (Llama 4): per-frequency divisors
+      FP_CHECK(rf->numel() == c.rot_dim / 2, mf.path, ": rope_freqs.weight has ", rf->numel(), " values, expected ", c.rot_dim / 2);
+      std::vector<float> factors(inv_freq_.size());
+      dequantize_row(rf->dtype, rf->data, factors.data(), rf->numel());
+      for (size_t i = 0; i < inv_freq_.size(); ++i) inv_freq_[i] /= factors[i];
+    }
     inv_freq_at_ = inv_freq_.data();
     rope_mscale_ = c.rope_scaling.type == "yarn" ? c.rope_scaling.attn_factor : 1.0f;
     if (device() != Device::CPU) place_on_device();

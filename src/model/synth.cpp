@@ -910,6 +910,21 @@ void add_moe_metadata(GgufWriter& g, const ModelConfig& c) {
     if (e.n_shared > 0) g.set_u32(a + "expert_shared_feed_forward_length", static_cast<uint32_t>(e.shared_width()));
     return;
   }
+  if (c.arch == "llama4") {
+    // llama.cpp's Llama 4: sigmoid top-1 scores on the expert input beside a shared expert of the
+    // experts' width, sparse every interleave_moe_layer_step-th layer; chunks of 8192, NoPE every
+    // fourth layer with the temperature floor 8192 and scale 0.1, and q/k L2 norms unless 128
+    // experts (Maverick) are all fixed there, so a config that differs cannot be written as GGUF.
+    g.set_u32(a + "interleave_moe_layer_step", static_cast<uint32_t>(e.sparse_step));
+    FP_CHECK(e.dense_layers.empty() && e.first_dense == 0, "synth: GGUF llama4 says which layers are sparse by interleave_moe_layer_step only");
+    FP_CHECK(c.attention_chunk == 8192 && c.nope_temp_floor == 8192.0f && c.nope_temp_scale == 0.1f,
+             "synth: GGUF llama4 attends in chunks of 8192 with the temperature floor 8192 and scale 0.1 (llama.cpp's values)");
+    for (int64_t l = 0; l < c.n_layers; ++l)
+      FP_CHECK(c.rotates(l) == ((l + 1) % 4 != 0) && (c.chunk_of(l) > 0) == c.rotates(l),
+               "synth: GGUF llama4 leaves out RoPE (and chunks) on every fourth layer only (llama.cpp's pattern)");
+    FP_CHECK(c.qk_l2_norm == (e.n_experts != 128), "synth: GGUF llama4 norms q/k unless the model has 128 experts (llama.cpp's rule)");
+    return;
+  }
   if (c.arch == "gpt-oss") {
     if (c.sliding_window > 0) g.set_u32(a + "attention.sliding_window", static_cast<uint32_t>(c.sliding_window));
     for (int64_t l = 0; l < c.n_layers && c.sliding_window > 0; ++l)  // llama.cpp's pattern: the even layers
@@ -1184,7 +1199,7 @@ std::string synth_model(const SynthOptions& o) {
     GgufWriter g;
     std::map<std::string, std::vector<float>> f32_extras;  // streamed: tensors computed here, not drawn
     const std::string a = gguf_arch(c) + ".";
-    FP_CHECK(c.arch != "exaone4" && c.arch != "olmo3" && c.arch != "hunyuan-moe" && c.arch != "llama4", "synth: ", c.arch, " is read from safetensors only here (write a directory, not a .gguf)");
+    FP_CHECK(c.arch != "exaone4" && c.arch != "olmo3" && c.arch != "hunyuan-moe", "synth: ", c.arch, " is read from safetensors only here (write a directory, not a .gguf)");
     g.set_string("general.architecture", gguf_arch(c));
     g.set_string("general.name", "synth " + c.arch + " (random weights, seed " + std::to_string(o.seed) + ")");
     g.set_u32(a + "context_length", static_cast<uint32_t>(c.max_context));

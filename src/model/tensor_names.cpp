@@ -89,9 +89,11 @@ std::string canonical_base(const std::string& hf) {
     for (const char* g : {"gate_up_proj", "down_proj"})
       for (const char* suffix : {"", "_bias", "_blocks", "_scales"})
         if (rest == ex + g + suffix) return "blk." + layer + ".gptoss." + g + suffix;
-    // Llama 4's stacked experts, transposed and split at load (model_file.cpp)
+    // Llama 4's stacked experts, transposed and split at load (model_file.cpp); synth's
+    // per-expert tensors feed_forward.experts.E.*_proj.weight as the other MoE ones
     for (const char* g : {"gate_up_proj", "down_proj"})
       if (rest == std::string("feed_forward.experts.") + g) return "blk." + layer + ".llama4." + g;
+    if (rest.rfind("feed_forward.experts.", 0) == 0) rest = "mlp." + rest.substr(std::string("feed_forward.").size());
     // Mixtral's experts: block_sparse_moe.experts.E.w1 (gate), w3 (up), w2 (down)
     const std::string mx = "block_sparse_moe.experts.";
     if (rest.rfind(mx, 0) == 0) {
