@@ -154,7 +154,8 @@ struct TimedToyArgs {
   bool slow_panels = true;
   int* ran = nullptr;   // 1 panels, 2 tiles
   int* runs = nullptr;  // [3]: ref, panels, tiles
-  std::string shape_class() const { return slow_panels ? "slow panels" : "fast panels"; }
+  bool raced = true;    // panels' timed_for: false, as for calls whose rivals compute other numerics
+  std::string shape_class() const { return std::string(slow_panels ? "slow panels" : "fast panels") + (raced ? "" : " unraced"); }
 };
 
 void nap(const TimedToyArgs& a, bool slow) {
@@ -174,6 +175,7 @@ const bool timed_toy_registered = [] {
                                 nap(a, a.slow_panels), *a.ran = 1, ++a.runs[1];
                               }};
   panels.timed = true;
+  panels.timed_for = [](const TimedToyArgs& a) { return a.raced; };
   register_kernel(panels);
   return true;
 }();
@@ -279,6 +281,19 @@ TEST(Registry, TimedKernelRacesItsRivalOnceAndTheFasterOneStays) {
   const int before = runs[1];
   dispatch(TimedToyArgs{true, &ran, runs});
   EXPECT_EQ(runs[1], before) << "the rewritten file holds the choice";
+
+  // A call its timed_for turns down is not raced: the kernel keeps its rank, slow or not.
+  Ledger::global().reset();
+  const int panels_before = runs[1], tiles_before = runs[2];
+  dispatch(TimedToyArgs{true, &ran, runs, false});
+  dispatch(TimedToyArgs{true, &ran, runs, false});
+  EXPECT_EQ(ran, 1);
+  EXPECT_EQ(runs[1], panels_before + 2);
+  EXPECT_EQ(runs[2], tiles_before) << "the rival never ran";
+  e = find_timed("slow panels unraced");
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->kernel, "panels");
+  EXPECT_TRUE(e->timing.empty()) << e->timing;
 }
 
 }  // namespace

@@ -53,6 +53,12 @@ struct Kernel {
   std::function<void(const Args&)> run;
   // Its lead over the candidates below it that accept a call is settled by timing them (above).
   bool timed = false;
+  // When set, only the calls it says yes to are timed; the others take the kernel by its rank.
+  // A race must be between kernels whose products the caller accepts either way: one between
+  // numerics of different precision (BF16-rounded against f32 activations) would let timing
+  // noise, or each rank's own race, choose the numbers.
+  std::function<bool(const Args&)> timed_for = nullptr;
+  bool timed_on(const Args& a) const { return timed && (!timed_for || timed_for(a)); }
 };
 
 // Forced kernel choices (--kernel op=name), shared by all ops.
@@ -230,13 +236,13 @@ class OpRegistry {
       }
       if (!d.kernel) {
         d.kernel = &k;
-        if (!k.timed || forced) break;
+        if (!k.timed_on(args) || forced) break;
       }
       // A timed kernel: it and every candidate that accepts the call down to the first one
       // that is not timed are raced.
       c.contenders.push_back(&k);
       c.ranked.emplace_back(&k, std::string());
-      if (c.contenders.size() > 1 && !k.timed) break;
+      if (c.contenders.size() > 1 && !k.timed_on(args)) break;
     }
     if (c.contenders.size() == 1) c.contenders.clear(), c.ranked.clear();  // no rival accepts the call
     if (!d.kernel) {

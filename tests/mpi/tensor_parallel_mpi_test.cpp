@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/cpu_features.h"
 #include "core/error.h"
 #include "engine/generator.h"
 #include "kernels/ledger.h"
@@ -38,13 +39,13 @@ std::unique_ptr<Model> load(const std::string& path, std::shared_ptr<Communicato
 
 // Both ways on this rank: the whole model, and this rank's slice with the all-reduces.
 void expect_same_as_one_rank(const std::string& path, const std::vector<int32_t>& prompt, int n_gen, ParallelSizes ps = {},
-                             int64_t overlap = 0, DType kv = DType::F32) {
+                             int64_t overlap = 0, DType kv = DType::F32, double tol = 1e-4) {
   auto whole = load(path, nullptr);
   auto split = load(path, test::world_comm(), ps, overlap);
   ASSERT_EQ(split->tp_size(), test::world_comm()->size());
   const std::vector<int32_t> decode = {5, 17, 42, 7};
   const auto a = run_logits(*split, prompt, decode, kv), b = run_logits(*whole, prompt, decode, kv);
-  EXPECT_LT(rel_diff(a, b), 1e-4) << path;
+  EXPECT_LT(rel_diff(a, b), tol) << path;
   double mx = 0;
   for (float v : b) mx = std::max(mx, static_cast<double>(std::fabs(v)));
   EXPECT_GT(mx, 0.1) << path << ": logits should not be degenerate";
@@ -217,6 +218,26 @@ struct MoeSplitCase {
   ParallelSizes ps;  // 0: the number of ranks
 };
 
+// BF16 weights: the matmul kernels round the activations to BF16 where the CPU multiplies BF16
+// (as llama.cpp does), so an ulp of difference in a summed row (the ranks' partial sums add in
+// another order) can move a value across a rounding boundary: 2^-9 where the whole model has the
+// other neighbour. The split then matches the whole model to 1e-2, not 1e-4 (0.2% seen on 3
+// ranks); what must hold exactly is that every rank multiplies with the same numerics: each BF16
+// matmul class ran on a BF16-product kernel where the CPU has one (before, each rank timed the
+// BF16 dot tiles against the f32 kernel on its own and one rank took the f32 one: 0.4% on 2).
+constexpr double kBf16Tolerance = 1e-2;
+void expect_bf16_products_everywhere() {
+  if (!cpu_features().missing({"avx512f", "avx512bw", "avx512vl", "avx512_bf16"}).empty()) return;
+  int bf16_classes = 0;
+  for (const LedgerEntry& e : Ledger::global().snapshot())
+    if (e.op == "matmul" && e.shape_class.rfind("w=BF16", 0) == 0) {
+      ++bf16_classes;
+      EXPECT_TRUE(e.kernel == "avx512bf16" || e.kernel == "amxbf16")
+          << "rank " << test::world_comm()->rank() << ": " << e.shape_class << " ran on " << e.kernel << " (" << e.timing << ")";
+    }
+  EXPECT_GT(bf16_classes, 0);
+}
+
 void PrintTo(const MoeSplitCase& c, std::ostream* os) { *os << c.name; }
 
 class MoeSplit : public ::testing::TestWithParam<MoeSplitCase> {};
@@ -252,7 +273,9 @@ TEST_P(MoeSplit, MatchesOneRank) {
   }
   synth_model(o);
   Ledger::global().reset();
-  expect_same_as_one_rank(o.out, {1, 9, 200, 33, 71, 4, 150, 88, 3, 12}, 16, ps);
+  const bool bf16 = c.type == DType::BF16;
+  expect_same_as_one_rank(o.out, {1, 9, 200, 33, 71, 4, 150, 88, 3, 12}, 16, ps, 0, DType::F32, bf16 ? kBf16Tolerance : 1e-4);
+  if (bf16) expect_bf16_products_everywhere();
   // With experts partitioned, this rank's moe_ffn calls name its range of the 6 experts.
   const std::string table = Ledger::global().table();
   const int64_t b = 6 * rank / ranks, e = 6 * (rank + 1) / ranks;  // split_range's pieces for 6 / 2 or 3
@@ -267,6 +290,9 @@ INSTANTIATE_TEST_SUITE_P(
                       MoeSplitCase{"qwen3moe_iq4_nl_tp_x8", "qwen3_moe", DType::IQ4_NL, {0, 1}},
                       MoeSplitCase{"qwen3moe_ep", "qwen3_moe", DType::Q8_0, {1, 0}},
                       MoeSplitCase{"qwen3moe_tp_ep", "qwen3_moe", DType::F16, {0, 0}},
+                      MoeSplitCase{"qwen3moe_tp_bf16", "qwen3_moe", DType::BF16, {0, 1}},
+                      MoeSplitCase{"qwen3moe_ep_bf16", "qwen3_moe", DType::BF16, {1, 0}},
+                      MoeSplitCase{"qwen3moe_tp_ep_bf16", "qwen3_moe", DType::BF16, {0, 0}},
                       MoeSplitCase{"qwen2moe_tp", "qwen2_moe", DType::Q8_0, {0, 1}},
                       MoeSplitCase{"qwen2moe_tp_ep", "qwen2_moe", DType::F16, {0, 0}},
                       MoeSplitCase{"mixtral_tp", "mixtral", DType::Q8_0, {0, 1}},

@@ -708,9 +708,18 @@ std::string refuse_bf16(const MatMulArgs& a) {
 
 // Timed against the candidates below it (registry.h): whether the BF16 panels beat the integer
 // tiles on quantized prefill depends on the core, not on its features (1.4-1.6x faster on Zen 4,
-// 0.4x on Sapphire Rapids; bench/RESULTS.md), so the first call of each class times them.
-const bool registered = register_kernel(Kernel<MatMulArgs>{
-    .name = "avx512bf16", .priority = 210, .refuse = refuse_bf16, .run = matmul_bf16, .timed = true});
+// 0.4x on Sapphire Rapids; bench/RESULTS.md), so the first call of each class times them. BF16
+// and F16 weights are not timed: the rival there (avx512) multiplies in f32, and a race between
+// the two precisions let each process (each rank of a split model) pick its own numbers (a BF16
+// Qwen3-MoE split across two ranks differed from one rank by 0.3-0.4%); the BF16 products stream
+// the weights faster (27 vs 21 GB/s) and multiply at twice the rate, so they keep their rank.
+bool timed_for_quantized(const MatMulArgs& a) { return dtype_info(a.w->dtype).quantized; }
+const bool registered = register_kernel(Kernel<MatMulArgs>{.name = "avx512bf16",
+                                                           .priority = 210,
+                                                           .refuse = refuse_bf16,
+                                                           .run = matmul_bf16,
+                                                           .timed = true,
+                                                           .timed_for = timed_for_quantized});
 
 std::string refuse_amx(const MatMulArgs& a) {
   static const std::string cpu = cpu_features().missing({"avx512f", "avx512bw", "avx512vl", "avx512_bf16", "amx_bf16"});
