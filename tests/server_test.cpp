@@ -1354,11 +1354,41 @@ TEST(Server, EchoScoresThePromptAndBatchesOfPrompts) {
   EXPECT_EQ(id_batch["choices"].size(), 2u);
   EXPECT_EQ(id_batch["choices"][1]["text"], post(c, "/v1/completions", json{{"prompt", ids}, {"max_tokens", 2}, {"temperature", 0}}.dump(), &st)["choices"][0]["text"]);
 
+  // Streamed echo: the first chunk of each choice is its prompt with the prompt's log-probabilities,
+  // then the generated text; together the non-streamed reply's text and values. max_tokens 0: the
+  // prompt, then the finish.
+  for (int max_tokens : {4, 0}) {
+    const json body = {{"prompt", ids}, {"max_tokens", max_tokens}, {"echo", true}, {"logprobs", 2}, {"temperature", 0}, {"n", 2}};
+    json whole = body;
+    whole.erase("n");
+    const json want = post(c, "/v1/completions", whole.dump(), &st);
+    ASSERT_EQ(st, 200) << want.dump();
+    json streamed = body;
+    streamed["stream"] = true;
+    const Streamed s = stream(c, "/v1/completions", streamed);
+    ASSERT_TRUE(s.error.empty()) << s.error;
+    EXPECT_TRUE(s.done);
+    std::vector<json> token_lps(2, json::array());
+    for (const json& ev : s.events)
+      for (const json& ch : ev["choices"])
+        if (!ch["logprobs"].is_null())
+          for (const json& v : ch["logprobs"]["token_logprobs"]) token_lps[ch["index"].get<size_t>()].push_back(v);
+    for (int i = 0; i < 2; ++i) {
+      EXPECT_EQ(s.text.at(i), want["choices"][0]["text"]) << "choice " << i << ", max_tokens " << max_tokens;
+      EXPECT_EQ(s.finish.at(i), want["choices"][0]["finish_reason"]);
+      const json& want_lps = want["choices"][0]["logprobs"]["token_logprobs"];
+      ASSERT_EQ(token_lps[static_cast<size_t>(i)].size(), want_lps.size()) << "choice " << i;
+      EXPECT_TRUE(token_lps[static_cast<size_t>(i)][0].is_null());
+      for (size_t k = 1; k < want_lps.size(); ++k)
+        EXPECT_NEAR(token_lps[static_cast<size_t>(i)][k].get<double>(), want_lps[k].get<double>(), 1e-5) << "token " << k;
+    }
+    const json& first = s.events.at(0)["choices"][0];
+    EXPECT_EQ(first["text"], prompt_only["choices"][0]["text"]) << "the prompt comes first, whole";
+    EXPECT_EQ(first["logprobs"]["tokens"].size(), ids.size());
+  }
+
   // Refusals.
-  json e = post(c, "/v1/completions", R"({"prompt": "x", "echo": true, "stream": true})", &st);
-  EXPECT_EQ(st, 400);
-  EXPECT_EQ(e["error"]["param"], "echo");
-  e = post(c, "/v1/completions", R"({"prompt": [1, "a"]})", &st);
+  json e = post(c, "/v1/completions", R"({"prompt": [1, "a"]})", &st);
   EXPECT_EQ(st, 400);
   e = post(c, "/v1/completions", R"({"prompt": [[1, 2], [3, 9999]]})", &st);
   EXPECT_EQ(st, 400);

@@ -98,6 +98,7 @@ struct Call {
   std::string id, model;
   int64_t created = 0;
   bool role_sent = false;
+  bool echo_pending = false;  // streamed echo: the prompts' text (and log-probabilities) go out first
   bool wrote_any = false;
   int idle_polls = 0;
   int64_t completion_tokens() const {
@@ -466,6 +467,18 @@ struct HttpServer::Impl {
       c.reasoning = ReasoningSplitter(call->req.thinking_opened);
       call->choices.push_back(std::move(c));
     }
+    // Streamed echo: the prompts scored before their generation starts, so that each choice's
+    // first chunk is its prompt (vLLM sends it with the first token; here it goes as soon as the
+    // stream opens). Without streaming they are scored after the generation, below.
+    if (call->req.stream && call->req.echo) {
+      try {
+        score_prompts(*call);
+      } catch (const std::exception& e) {
+        send_error(res, ApiError{500, std::string("scoring the prompt failed: ") + e.what(), "server_error", ""});
+        return;
+      }
+      call->echo_pending = true;
+    }
     // echo with max_tokens 0: the prompt alone (scored), nothing to generate.
     const bool generates = !(call->req.echo && call->req.base.max_new_tokens == 0);
     if (generates) call->stream = engine->submit(call->req.group());
@@ -526,7 +539,18 @@ struct HttpServer::Impl {
                                                     {"logprobs", nullptr}, {"finish_reason", nullptr}}}))) +
                      "\n\n";
           }
-          for (const TokenEvent& ev : call->stream->wait(out.empty() ? 50 : 0)) out += sse_for(*call, ev);
+          if (call->echo_pending) {  // each choice's prompt text and log-probabilities (score_prompts put them first)
+            call->echo_pending = false;
+            for (size_t i = 0; i < call->choices.size(); ++i) {
+              const Choice& c = call->choices[i];
+              const json lp = call->req.base.logprobs >= 0 ? completion_logprobs(c.logprobs) : json(nullptr);
+              out += sse_chunk(*call, chunk(*call, json::array({{{"index", i}, {"text", c.content}, {"logprobs", lp}, {"finish_reason", nullptr}}})));
+              if (c.done)  // max_tokens 0: the prompt is all
+                out += sse_chunk(*call, chunk(*call, json::array({{{"index", i}, {"text", ""}, {"logprobs", nullptr}, {"finish_reason", c.finish_reason}}})));
+            }
+          }
+          if (call->stream)
+            for (const TokenEvent& ev : call->stream->wait(out.empty() ? 50 : 0)) out += sse_for(*call, ev);
           if (call->all_done()) {
             if (call->req.include_usage) {
               json u = chunk(*call, json::array());
@@ -536,7 +560,7 @@ struct HttpServer::Impl {
             out += call->response_stream ? call->response_stream->finish() : "data: [DONE]\n\n";
           }
           if (!out.empty() && !sink.write(out.data(), out.size())) {
-            engine->cancel(call->stream);  // the client went away: free its KV now
+            if (call->stream) engine->cancel(call->stream);  // the client went away: free its KV now
             return false;
           }
           if (!out.empty()) {
@@ -545,14 +569,14 @@ struct HttpServer::Impl {
           } else if (call->wrote_any && ++call->idle_polls % 20 == 0 && !sink.is_writable()) {
             // Nothing to send for a second: make sure the client is still there. (Not before the
             // first write: a hang-up then is caught by that write.)
-            engine->cancel(call->stream);
+            if (call->stream) engine->cancel(call->stream);
             return false;
           }
           if (call->all_done()) sink.done();
           return true;
         },
         [this, call](bool success) {
-          if (!success || !call->all_done()) engine->cancel(call->stream);
+          if (call->stream && (!success || !call->all_done())) engine->cancel(call->stream);
           --active_calls;
         });
   }

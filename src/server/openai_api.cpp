@@ -327,7 +327,6 @@ std::optional<ApiError> parse_request(const nlohmann::json& b, bool chat, const 
   if (auto e = boolean(b, "stream", r.stream)) return e;
   if (!chat) {
     if (auto e = boolean(b, "echo", r.echo)) return e;
-    if (r.echo && r.stream) return bad("echo", "'echo' is served without streaming here");
   }
   if (b.contains("prompt_logprobs") && !b["prompt_logprobs"].is_null()) {
     if (auto e = number(b, "prompt_logprobs", 0, lim.max_logprobs, true, v = 0)) return e;
