@@ -181,6 +181,22 @@ TEST(CliBench, HighPriorityEveryReportsEachClass) {
   EXPECT_EQ(p["low_requests"], 6);
   // One sequence at a time: the 3 high ones run before any of the 6 low ones.
   EXPECT_LT(p["ttft_high_p95_ms"].get<double>(), p["ttft_low_median_ms"].get<double>());
+  EXPECT_EQ(j["runs"][0]["prompt_tokens"], 9 * 40);
+
+  // Short urgent requests among long ones: the high-priority prompts have their own length.
+  const std::string mixed = test::run_command(test::fastpath_bin() +
+                                                  " bench -q --json --requests 9 --input-len 40 --output-len 4 --concurrency 9 "
+                                                  "--high-priority-every 3 --high-priority-input-len 8 --scheduling-policy priority "
+                                                  "--kv-cache-memory 64MiB -m " + test::stories_path(), &rc);
+  ASSERT_EQ(rc, 0) << mixed;
+  j = nlohmann::json::parse(mixed, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << mixed;
+  EXPECT_EQ(j["high_priority_input_len"], 8);
+  EXPECT_EQ(j["runs"][0]["prompt_tokens"], 3 * 8 + 6 * 40);
+  const std::string refused = test::run_command(test::fastpath_bin() + " bench -q --requests 2 --input-len 8 --output-len 2 "
+                                                                        "--high-priority-input-len 4 -m " + test::stories_path() + " 2>&1", &rc);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(refused.find("--high-priority-input-len needs --high-priority-every"), std::string::npos) << refused;
 }
 
 TEST(CliGenerate, BatchFileGivesEachPromptsOwnTextInOrder) {

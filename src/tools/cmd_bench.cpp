@@ -203,6 +203,7 @@ struct ServingResult {
   double ttft_high_median_ms = 0, ttft_high_p95_ms = 0, ttft_low_median_ms = 0, ttft_low_p95_ms = 0;
   int64_t priority_preemptions = 0, priority_reclaimed_chunks = 0;
   int64_t n_high = 0, n_low = 0;  // requests of each class
+  int64_t prompt_tokens = 0;      // every request's prompt tokens (cached ones too)
   int64_t preemptions = 0, steps = 0, steps_ahead = 0;
   bool prefix_caching = false;  // as the engine ran
   bool async_scheduling = false;
@@ -211,23 +212,25 @@ struct ServingResult {
 
 // A closed loop: `concurrency` requests in flight, a new one submitted as each finishes. With
 // high_every = K > 0 every K-th request has priority 0 and the others 1 (what the engine does with
-// that depends on its --scheduling-policy).
+// that depends on its --scheduling-policy), its prompt high_input_len tokens long (0: input_len).
 ServingResult serving_run(Model& model, const EngineConfig& ecfg, int requests, int input_len, int output_len,
-                          int concurrency, int shared_prefix, int high_every, std::mt19937& rng) {
+                          int concurrency, int shared_prefix, int high_every, int high_input_len, std::mt19937& rng) {
   const ModelConfig& cfg = model.config();
   std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(cfg.n_vocab - 1));
   std::vector<int32_t> prefix(static_cast<size_t>(shared_prefix));
   for (auto& t : prefix) t = tok(rng);
+  auto is_high = [&](size_t i) { return high_every > 0 && i % static_cast<size_t>(high_every) == static_cast<size_t>(high_every - 1); };
   std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(requests));
-  for (auto& p : prompts) {
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    std::vector<int32_t>& p = prompts[i];
     p = prefix;
-    while (static_cast<int>(p.size()) < input_len) p.push_back(tok(rng));
+    const int len = is_high(i) && high_input_len > 0 ? high_input_len : input_len;
+    while (static_cast<int>(p.size()) < len) p.push_back(tok(rng));
   }
   Engine engine(model, ecfg);
   log_info(engine.capacity().describe());
   int submitted = 0, in_flight = 0;
   std::vector<int64_t> ids;
-  auto is_high = [&](size_t i) { return high_every > 0 && i % static_cast<size_t>(high_every) == static_cast<size_t>(high_every - 1); };
   auto submit = [&] {
     Request r;
     r.priority = is_high(static_cast<size_t>(submitted)) ? 0 : 1;
@@ -253,6 +256,7 @@ ServingResult serving_run(Model& model, const EngineConfig& ecfg, int requests, 
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const EngineStats& st = engine.stats();
   r.input_tps = static_cast<double>(st.prompt_tokens) / r.seconds;
+  r.prompt_tokens = st.prompt_tokens;
   r.output_tps = static_cast<double>(st.generated_tokens) / r.seconds;
   r.total_tps = r.input_tps + r.output_tps;
   r.hit_rate = st.prompt_tokens ? static_cast<double>(st.cached_prompt_tokens) / static_cast<double>(st.prompt_tokens) : 0;
@@ -288,8 +292,12 @@ ServingResult serving_run(Model& model, const EngineConfig& ecfg, int requests, 
 template <class Opts>
 void run_serving_bench(Model& model, const Opts& o) {
   EngineConfig ecfg = engine_config(o.engine, model);
-  if (ecfg.max_model_len <= 0) ecfg.max_model_len = std::min<int64_t>(model.config().max_context, o.input_len + o.output_len);
+  const int longest = std::max(o.input_len, o.high_priority_input_len);
+  if (ecfg.max_model_len <= 0) ecfg.max_model_len = std::min<int64_t>(model.config().max_context, longest + o.output_len);
   FP_CHECK(o.shared_prefix <= o.input_len, "--shared-prefix-len ", o.shared_prefix, " exceeds --input-len ", o.input_len);
+  FP_CHECK(o.high_priority_input_len == 0 || o.high_priority_every > 0, "--high-priority-input-len needs --high-priority-every");
+  FP_CHECK(o.high_priority_input_len == 0 || o.shared_prefix <= o.high_priority_input_len, "--shared-prefix-len ", o.shared_prefix,
+           " exceeds --high-priority-input-len ", o.high_priority_input_len);
   std::mt19937 rng(1234);
   nlohmann::json j;
   j["model"] = model.file().path;
@@ -298,17 +306,20 @@ void run_serving_bench(Model& model, const Opts& o) {
   j["output_len"] = o.output_len;
   j["shared_prefix_len"] = o.shared_prefix;
   j["high_priority_every"] = o.high_priority_every;
+  j["high_priority_input_len"] = o.high_priority_input_len > 0 ? o.high_priority_input_len : o.input_len;
   j["scheduling_policy"] = ecfg.scheduler.policy == SchedulingPolicy::Priority ? "priority" : "fcfs";
   j["threads"] = thread_pool().size();
   std::vector<ServingResult> results;
   for (int c : o.concurrency) {
     std::mt19937 run_rng(rng());
     results.push_back(
-        serving_run(model, ecfg, o.requests, o.input_len, o.output_len, c, o.shared_prefix, o.high_priority_every, run_rng));
+        serving_run(model, ecfg, o.requests, o.input_len, o.output_len, c, o.shared_prefix, o.high_priority_every,
+                    o.high_priority_input_len, run_rng));
     const ServingResult& r = results.back();
     j["runs"].push_back({{"concurrency", c}, {"seconds", r.seconds}, {"input_tps", r.input_tps}, {"output_tps", r.output_tps},
                          {"total_tps", r.total_tps}, {"prefix_hit_rate", r.hit_rate}, {"ttft_median_ms", r.ttft_median_ms},
-                         {"ttft_p95_ms", r.ttft_p95_ms}, {"tpot_median_ms", r.tpot_median_ms}, {"preemptions", r.preemptions},
+                         {"ttft_p95_ms", r.ttft_p95_ms}, {"tpot_median_ms", r.tpot_median_ms}, {"prompt_tokens", r.prompt_tokens},
+                         {"preemptions", r.preemptions},
                          {"steps", r.steps}, {"steps_ahead", r.steps_ahead}});
     if (o.high_priority_every > 0)
       j["runs"].back()["priority"] = {{"high_requests", r.n_high}, {"low_requests", r.n_low},
@@ -340,7 +351,8 @@ void run_serving_bench(Model& model, const Opts& o) {
                 r.output_tps, r.total_tps, 100 * r.hit_rate, r.ttft_median_ms, r.ttft_p95_ms, r.tpot_median_ms,
                 static_cast<long long>(r.preemptions));
   if (o.high_priority_every > 0) {
-    std::printf("every %d-th request priority 0, the others 1; scheduling policy %s\n", o.high_priority_every,
+    std::printf("every %d-th request priority 0 (%d tokens in), the others 1; scheduling policy %s\n", o.high_priority_every,
+                o.high_priority_input_len > 0 ? o.high_priority_input_len : o.input_len,
                 ecfg.scheduler.policy == SchedulingPolicy::Priority ? "priority" : "fcfs (priorities ignored)");
     std::printf("%11s %8s %14s %14s %8s %14s %14s %9s %9s\n", "concurrency", "hi reqs", "TTFT hi p50", "TTFT hi p95", "lo reqs",
                 "TTFT lo p50", "TTFT lo p95", "preempt", "reclaim");
@@ -365,7 +377,7 @@ void add_bench(CLI::App& app) {
     int prompt = 512, gen = 128, reps = 3, warmup = 1;
     std::vector<int> batch;
     bool json = false, recalibrate = false, gemv_rates = false;
-    int requests = 0, input_len = 256, output_len = 128, shared_prefix = 0, high_priority_every = 0;
+    int requests = 0, input_len = 256, output_len = 128, shared_prefix = 0, high_priority_every = 0, high_priority_input_len = 0;
     std::vector<int> concurrency{1};
     EngineOptions engine;
   };
@@ -391,6 +403,10 @@ void add_bench(CLI::App& app) {
                   "serving benchmark: every K-th request has priority 0, the others 1; TTFT reported per class "
                   "(with --scheduling-policy priority the engine acts on it)")
       ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("--high-priority-input-len", o->high_priority_input_len,
+                  "serving benchmark: the high-priority requests' prompt tokens (default --input-len): short urgent "
+                  "requests among long ones")
+      ->check(CLI::Range(1, 1 << 20));
   add_engine_options(cmd, o->engine);
   cmd->add_option("-r,--reps", o->reps, "timed repetitions (median reported)")->check(CLI::Range(1, 1000));
   cmd->add_option("--warmup", o->warmup, "untimed warm-up runs")->check(CLI::Range(0, 100));
