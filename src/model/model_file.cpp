@@ -122,9 +122,9 @@ void load_gguf(ModelFile& m, const std::string& path) {
   FP_CHECK(c.arch == "llama" || c.arch == "mixtral" || c.arch == "qwen2moe" || c.arch == "glm4" || c.arch == "granite" ||
                c.arch == "granitemoe" || c.arch == "minimax-m2" || c.arch == "seed_oss" || c.arch == "ernie4_5" || c.arch == "ernie4_5-moe" || c.arch == "hunyuan-dense" || c.arch == "qwen2" || c.arch == "qwen3" || c.arch == "qwen3moe" || c.arch == "deepseek2" ||
                c.arch == "glm4moe" || c.arch == "gpt-oss" || c.arch == "gemma2" || c.arch == "gemma3" || c.arch == "phi3" ||
-               c.arch == "smollm3" || c.arch == "olmo2" || c.arch == "llama4",
+               c.arch == "smollm3" || c.arch == "olmo2" || c.arch == "llama4" || c.arch == "exaone4",
            path, ": general.architecture '", c.arch,
-           "' is not supported yet (supported: llama (Mixtral with experts), llama4, qwen2, qwen3, glm4, granite, granitemoe, seed_oss, ernie4_5, ernie4_5-moe, hunyuan-dense, qwen2moe, qwen3moe, deepseek2, glm4moe, minimax-m2, gpt-oss, gemma2, gemma3, phi3, smollm3, "
+           "' is not supported yet (supported: llama (Mixtral with experts), llama4, exaone4, qwen2, qwen3, glm4, granite, granitemoe, seed_oss, ernie4_5, ernie4_5-moe, hunyuan-dense, qwen2moe, qwen3moe, deepseek2, glm4moe, minimax-m2, gpt-oss, gemma2, gemma3, phi3, smollm3, "
            "olmo2)");
   c.dim = static_cast<int64_t>(g->get_uint(a + "embedding_length"));
   c.n_layers = static_cast<int64_t>(g->get_uint(a + "block_count"));
@@ -260,6 +260,23 @@ void load_gguf(ModelFile& m, const std::string& path) {
   if (c.arch == "olmo2") {  // norms after the sublayers only; q/k normalised over every head together
     c.pre_norms = false;
     c.post_norms = c.qk_norm = c.qk_norm_full = true;
+  }
+  if (c.arch == "exaone4") {
+    // llama.cpp's EXAONE 4.0: norms after the sublayers only, q/k norms per head. The 64-layer
+    // model (32B) slides a window (attention.sliding_window, else 4096) on three layers of four,
+    // the fourth global and without RoPE; any other depth (the 1.2B) attends to everything with
+    // RoPE on every layer, whatever the file's window says (llama.cpp's rule, by layer count).
+    c.pre_norms = false;
+    c.post_norms = c.qk_norm = true;
+    if (c.n_layers == 64) {
+      c.sliding_window = static_cast<int64_t>(g->get_uint(a + "attention.sliding_window", 4096));
+      for (int64_t l = 0; l < c.n_layers && c.sliding_window > 0; ++l) {
+        c.swa_layers.push_back(l % 4 < 3);
+        c.nope_layers.push_back(l % 4 == 3);
+      }
+    }
+    for (const char* b : {"blk.0.attn_q.bias", "blk.0.attn_output.bias"})
+      FP_CHECK(!m.find(b), path, ": tensor '", b, "': biases on EXAONE 4.0's projections are not supported");
   }
   if (c.arch == "llama4") {
     // llama.cpp's fixed Llama 4: NoPE on every fourth layer, chunks of 8192 on the others, the

@@ -1199,7 +1199,7 @@ std::string synth_model(const SynthOptions& o) {
     GgufWriter g;
     std::map<std::string, std::vector<float>> f32_extras;  // streamed: tensors computed here, not drawn
     const std::string a = gguf_arch(c) + ".";
-    FP_CHECK(c.arch != "exaone4" && c.arch != "olmo3" && c.arch != "hunyuan-moe", "synth: ", c.arch, " is read from safetensors only here (write a directory, not a .gguf)");
+    FP_CHECK(c.arch != "olmo3" && c.arch != "hunyuan-moe", "synth: ", c.arch, " is read from safetensors only here (write a directory, not a .gguf)");
     g.set_string("general.architecture", gguf_arch(c));
     g.set_string("general.name", "synth " + c.arch + " (random weights, seed " + std::to_string(o.seed) + ")");
     g.set_u32(a + "context_length", static_cast<uint32_t>(c.max_context));
@@ -1220,6 +1220,15 @@ std::string synth_model(const SynthOptions& o) {
       g.set_f32(a + "logit_scale", c.logit_scale);
     }
     if (c.arch == "phi3" && c.sliding_window > 0) g.set_u32(a + "attention.sliding_window", static_cast<uint32_t>(c.sliding_window));
+    if (c.arch == "exaone4") {
+      // llama.cpp decides EXAONE 4.0's layers by depth: at 64 layers a window on three of four (the
+      // fourth global, without RoPE), at any other depth none, RoPE everywhere.
+      for (int64_t l = 0; l < c.n_layers; ++l)
+        FP_CHECK(c.n_layers == 64 ? c.sliding_window > 0 && (c.window_of(l) > 0) == (l % 4 < 3) && c.rotates(l) == (l % 4 < 3)
+                                  : c.sliding_window == 0 && c.rotates(l),
+                 "synth: GGUF exaone4 slides a window on three layers of four at 64 layers only, and none otherwise (llama.cpp's rule)");
+      if (c.sliding_window > 0) g.set_u32(a + "attention.sliding_window", static_cast<uint32_t>(c.sliding_window));
+    }
     for (int64_t l = 0; c.arch == "smollm3" && l < c.n_layers; ++l)
       FP_CHECK(c.rotates(l) == ((l + 1) % 4 != 0), "synth: GGUF smollm3 leaves out RoPE on every fourth layer only (llama.cpp's pattern)");
     g.set_u32(a + "rope.dimension_count", static_cast<uint32_t>(c.rot_dim));
