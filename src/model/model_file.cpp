@@ -167,7 +167,7 @@ void load_gguf(ModelFile& m, const std::string& path) {
     c.rope_scaling.type = scaling;
     c.rope_scaling.factor = static_cast<float>(g->get_float(a + "rope.scaling.factor", 1.0));
     c.rope_scaling.original_context = static_cast<int64_t>(g->get_uint(a + "rope.scaling.original_context_length", 0));
-    const bool yarn_llama_class = c.arch == "llama" || c.arch == "qwen2" || c.arch == "qwen3" || c.arch == "qwen3moe";
+    const bool yarn_llama_class = c.arch == "llama" || c.arch == "qwen2" || c.arch == "qwen3" || c.arch == "qwen3moe" || c.arch == "olmo2";
     FP_CHECK(scaling != "yarn" || c.arch == "deepseek2" || c.arch == "gpt-oss" || yarn_llama_class, path,
              ": rope scaling 'yarn' is not supported for ", c.arch, " yet");
     if (scaling == "yarn" && c.arch != "deepseek2") {
@@ -260,6 +260,26 @@ void load_gguf(ModelFile& m, const std::string& path) {
   if (c.arch == "olmo2") {  // norms after the sublayers only; q/k normalised over every head together
     c.pre_norms = false;
     c.post_norms = c.qk_norm = c.qk_norm_full = true;
+    // OLMo 3 (llama.cpp writes it as olmo2 with a window): the window on the layers
+    // attention.sliding_window_pattern names (a period p: l % p < p - 1, 4 when absent; or one
+    // flag per layer), those rotating unscaled (rope.freq_base_swa, else the base), the others
+    // with the file's scaling (YaRN).
+    if (const auto w = static_cast<int64_t>(g->get_uint(a + "attention.sliding_window", 0)); w > 0) {
+      c.sliding_window = w;
+      const std::string pk = a + "attention.sliding_window_pattern";
+      const GgufValue* pv = g->find(pk);
+      if (pv && pv->type == GgufType::ARRAY) {
+        const std::vector<double>* flags = g->get_number_array(pk);
+        FP_CHECK(flags && static_cast<int64_t>(flags->size()) == c.n_layers, path, ": ", pk, " should hold one flag per layer (",
+                 c.n_layers, ")");
+        for (double f : *flags) c.swa_layers.push_back(f != 0);
+      } else {
+        const auto period = static_cast<int64_t>(g->get_uint(pk, 4));
+        FP_CHECK(period >= 1, path, ": ", pk, " is 0");
+        for (int64_t l = 0; l < c.n_layers; ++l) c.swa_layers.push_back(l % period < period - 1);
+      }
+      c.rope_theta_swa = static_cast<float>(g->get_float(a + "rope.freq_base_swa", c.rope_theta));
+    }
   }
   if (c.arch == "exaone4") {
     // llama.cpp's EXAONE 4.0: norms after the sublayers only, q/k norms per head. The 64-layer

@@ -876,7 +876,8 @@ void hf_gemma_config(nlohmann::json& cfg, const ModelConfig& c) {
 }
 
 // general.architecture of a GGUF of this model: llama.cpp writes Mixtral as a llama with experts.
-std::string gguf_arch(const ModelConfig& c) { return c.arch == "mixtral" ? "llama" : c.arch; }
+// llama.cpp writes Mixtral as a llama with experts and OLMo 3 as an olmo2 with a window.
+std::string gguf_arch(const ModelConfig& c) { return c.arch == "mixtral" ? "llama" : c.arch == "olmo3" ? "olmo2" : c.arch; }
 
 // Whether llama.cpp's converter permutes this architecture's q/k rows into adjacent pairs.
 bool gguf_adjacent_rope(const ModelConfig& c) { return gguf_permutes_qk(c.arch); }
@@ -1199,7 +1200,7 @@ std::string synth_model(const SynthOptions& o) {
     GgufWriter g;
     std::map<std::string, std::vector<float>> f32_extras;  // streamed: tensors computed here, not drawn
     const std::string a = gguf_arch(c) + ".";
-    FP_CHECK(c.arch != "olmo3" && c.arch != "hunyuan-moe", "synth: ", c.arch, " is read from safetensors only here (write a directory, not a .gguf)");
+    FP_CHECK(c.arch != "hunyuan-moe", "synth: ", c.arch, " is read from safetensors only here (write a directory, not a .gguf)");
     g.set_string("general.architecture", gguf_arch(c));
     g.set_string("general.name", "synth " + c.arch + " (random weights, seed " + std::to_string(o.seed) + ")");
     g.set_u32(a + "context_length", static_cast<uint32_t>(c.max_context));
@@ -1220,6 +1221,13 @@ std::string synth_model(const SynthOptions& o) {
       g.set_f32(a + "logit_scale", c.logit_scale);
     }
     if (c.arch == "phi3" && c.sliding_window > 0) g.set_u32(a + "attention.sliding_window", static_cast<uint32_t>(c.sliding_window));
+    if (c.arch == "olmo3" && c.sliding_window > 0) {  // llama.cpp's olmo2 keys: the window and its period (three layers of four)
+      for (int64_t l = 0; l < c.n_layers; ++l)
+        FP_CHECK((c.window_of(l) > 0) == (l % 4 < 3), "synth: GGUF olmo3 slides the window on three layers of four here");
+      FP_CHECK(c.rope_theta_swa == c.rope_theta, "synth: GGUF olmo3's sliding layers rotate with the base here");
+      g.set_u32(a + "attention.sliding_window", static_cast<uint32_t>(c.sliding_window));
+      g.set_u32(a + "attention.sliding_window_pattern", 4);
+    }
     if (c.arch == "exaone4") {
       // llama.cpp decides EXAONE 4.0's layers by depth: at 64 layers a window on three of four (the
       // fourth global, without RoPE), at any other depth none, RoPE everywhere.
