@@ -515,6 +515,49 @@ TEST(HfGolden, Llama4ReadsItsKeysAndTheMultimodalWrapper) {
   const auto want = test::all_position_logits(text, ids), got = test::all_position_logits(mm, ids);
   ASSERT_EQ(got.size(), want.size());
   EXPECT_EQ(max_abs_diff(got, want), 0.0f);
+
+  // The experts one tensor each (feed_forward.experts.E.{gate,up,down}_proj.weight, [out, in]) read
+  // as the stacks do: the same logits.
+  const std::string per_expert = root + "/per_expert";
+  std::filesystem::create_directories(per_expert);
+  {
+    auto set = SafetensorsSet::open_dir(text);
+    SafetensorsWriter w;
+    const int64_t dim = good["hidden_size"], ff = good["intermediate_size"], E = good["num_local_experts"];
+    auto f32 = [](const SafetensorsTensor* t) { return reinterpret_cast<const float*>(t->data); };
+    auto add = [&](const std::string& name, int64_t rows, int64_t cols, const std::function<float(int64_t, int64_t)>& at) {
+      std::vector<uint8_t> bytes(static_cast<size_t>(rows * cols * 4));
+      auto* out = reinterpret_cast<float*>(bytes.data());
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t k = 0; k < cols; ++k) out[r * cols + k] = at(r, k);
+      w.add(name, DType::F32, {rows, cols}, std::move(bytes));
+    };
+    int split = 0;
+    for (auto& [name, t] : set->all()) {
+      ASSERT_EQ(t->type, DType::F32) << name;
+      const size_t at = name.find("feed_forward.experts.");
+      if (at == std::string::npos) {
+        w.add(name, t->type, t->shape, std::vector<uint8_t>(t->data, t->data + t->nbytes));
+        continue;
+      }
+      const std::string base = name.substr(0, at) + "feed_forward.experts.";
+      const float* x = f32(t);
+      for (int64_t e = 0; e < E; ++e) {
+        const std::string ex = base + std::to_string(e) + ".";
+        if (name.ends_with("gate_up_proj")) {  // [E, dim, 2ff]: gate the first ff columns
+          add(ex + "gate_proj.weight", ff, dim, [&](int64_t j, int64_t i) { return x[(e * dim + i) * 2 * ff + j]; });
+          add(ex + "up_proj.weight", ff, dim, [&](int64_t j, int64_t i) { return x[(e * dim + i) * 2 * ff + ff + j]; });
+        } else {  // down_proj [E, ff, dim]
+          add(ex + "down_proj.weight", dim, ff, [&](int64_t i, int64_t j) { return x[(e * ff + j) * dim + i]; });
+        }
+      }
+      ++split;
+    }
+    EXPECT_EQ(split, 4) << "two sparse layers, two stacks each";
+    w.write(per_expert + "/model.safetensors");
+    std::filesystem::copy_file(text + "/config.json", per_expert + "/config.json");
+  }
+  EXPECT_EQ(max_abs_diff(test::all_position_logits(per_expert, ids), want), 0.0f);
 }
 
 // The forty-third session's architectures read their own config keys (EXAONE 4.0's string

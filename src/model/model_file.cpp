@@ -20,6 +20,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/paths.h"
+#include "core/thread_pool.h"
 #include "formats/gguf.h"
 #include "formats/llama2c.h"
 #include "formats/safetensors.h"
@@ -226,6 +227,13 @@ void load_gguf(ModelFile& m, const std::string& path) {
     e.n_group = static_cast<int64_t>(g->get_uint(a + "expert_group_count", 1));
     e.topk_group = static_cast<int64_t>(g->get_uint(a + "expert_group_used_count", static_cast<uint64_t>(e.n_group)));
     e.group_score = gating == 2 ? "top2sum" : "max";
+    if (c.arch == "llama4") {  // llama.cpp's routing for Llama 4 whatever the file's other expert keys say
+      e.scoring = "sigmoid";
+      e.norm_topk = false;
+      e.scale = 1.0f;
+      e.n_group = e.topk_group = 1;
+      e.group_score = "max";
+    }
     FP_CHECK(e.n_experts > 0, path, ": ", a, "expert_count is missing or 0");
   }
   if (c.arch == "deepseek2") {
@@ -724,15 +732,36 @@ void load_hf_llama4(ModelConfig& c, const nlohmann::json& j, const std::string& 
   }
 }
 
+// dst[c][r] = src[r][c] for a rows x cols block of T, rows src_stride / columns dst_stride
+// elements apart, in 32 x 32 tiles (both sides' cache lines used whole).
+template <class T>
+void transpose_tiles(const T* src, int64_t src_stride, T* dst, int64_t dst_stride, int64_t rows, int64_t cols) {
+  for (int64_t r0 = 0; r0 < rows; r0 += 32)
+    for (int64_t c0 = 0; c0 < cols; c0 += 32)
+      for (int64_t r = r0; r < std::min(rows, r0 + 32); ++r)
+        for (int64_t k = c0; k < std::min(cols, c0 + 32); ++k) dst[k * dst_stride + r] = src[r * src_stride + k];
+}
+void transpose_elements(const uint8_t* src, int64_t src_stride, uint8_t* dst, int64_t dst_stride, int64_t rows, int64_t cols,
+                        int64_t element_bytes) {
+  if (element_bytes == 2)
+    transpose_tiles(reinterpret_cast<const uint16_t*>(src), src_stride, reinterpret_cast<uint16_t*>(dst), dst_stride, rows, cols);
+  else
+    transpose_tiles(reinterpret_cast<const uint32_t*>(src), src_stride, reinterpret_cast<uint32_t*>(dst), dst_stride, rows, cols);
+}
+
 // Llama 4's stacked experts (blk.N.llama4.*, tensor_names.cpp) as the canonical stacks
 // ffn_{gate,up,down}_exps.weight [E, out, in]: gate_up_proj [E, dim, 2ff] (x · W: transposed; gate
-// the first ff columns, up the rest) and down_proj [E, ff, dim], transposed into owned copies.
+// the first ff columns, up the rest) and down_proj [E, ff, dim], transposed into owned copies, an
+// expert per task. (Every expert, on every rank: expert parallel then keeps its own, as with
+// gpt-oss's; transposing only the rank's experts is not done.) Layers whose experts come one
+// tensor each (feed_forward.experts.E.*_proj.weight) are read as they are.
 void split_llama4_experts(ModelFile& m) {
   const ModelConfig& c = m.config;
   const int64_t E = c.moe.n_experts, ff = c.moe.ff, dim = c.dim;
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".", g = p + "llama4.";
     if (!c.moe.is_moe_layer(l)) continue;
+    if (!m.find(g + "gate_up_proj") && m.find(p + "ffn_gate_exps.0.weight")) continue;  // one tensor per expert
     const Tensor* gu = m.find(g + "gate_up_proj");
     const Tensor* dn = m.find(g + "down_proj");
     FP_CHECK(gu && dn, m.path, ": missing tensor 'model.layers.", l, ".feed_forward.experts.", gu ? "down_proj" : "gate_up_proj",
@@ -751,14 +780,14 @@ void split_llama4_experts(ModelFile& m) {
     uint8_t* down = bytes(E * dim * ff * es);
     const auto* src = static_cast<const uint8_t*>(gu->data);
     const auto* dsrc = static_cast<const uint8_t*>(dn->data);
-    for (int64_t e = 0; e < E; ++e)
-      for (int64_t i = 0; i < dim; ++i)
-        for (int64_t j = 0; j < ff; ++j) {
-          const int64_t from = ((e * dim + i) * 2 * ff + j) * es, to = ((e * ff + j) * dim + i) * es;
-          std::memcpy(gate + to, src + from, static_cast<size_t>(es));
-          std::memcpy(up + to, src + from + ff * es, static_cast<size_t>(es));
-          std::memcpy(down + ((e * dim + i) * ff + j) * es, dsrc + ((e * ff + j) * dim + i) * es, static_cast<size_t>(es));
-        }
+    thread_pool().parallel_for(E, 1, [&](int64_t e0, int64_t e1) {
+      for (int64_t e = e0; e < e1; ++e) {
+        const uint8_t* from = src + e * dim * 2 * ff * es;  // [dim, 2ff]
+        transpose_elements(from, 2 * ff, gate + e * ff * dim * es, dim, dim, ff, es);
+        transpose_elements(from + ff * es, 2 * ff, up + e * ff * dim * es, dim, dim, ff, es);
+        transpose_elements(dsrc + e * ff * dim * es, dim, down + e * dim * ff * es, ff, ff, dim, es);  // [ff, dim] -> [dim, ff]
+      }
+    });
     m.tensors[p + "ffn_gate_exps.weight"] = Tensor::view(gate, gu->dtype, {E, ff, dim});
     m.tensors[p + "ffn_up_exps.weight"] = Tensor::view(up, gu->dtype, {E, ff, dim});
     m.tensors[p + "ffn_down_exps.weight"] = Tensor::view(down, gu->dtype, {E, dim, ff});

@@ -221,6 +221,10 @@ class Qwen3MoeModel : public Model {
     }
     inv_freq_at_ = inv_freq_.data();
     rope_mscale_ = c.rope_scaling.type == "yarn" ? c.rope_scaling.attn_factor : 1.0f;
+    // Llama 4's parts run on the host (its temperature and input-scaling loops, the chunk option
+    // the device attention kernels do not take); it is registered CPU-only, and stays so here.
+    FP_CHECK(device() == Device::CPU || (!c.moe.scale_input && c.nope_temp_floor <= 0 && !c.qk_l2_norm && c.attention_chunk == 0),
+             mf.path, ": ", c.arch, "'s chunked attention, NoPE temperature, q/k L2 norm and input-scaled experts run on the CPU only");
     if (device() != Device::CPU) place_on_device();
   }
 
