@@ -400,44 +400,6 @@ TEST(BackendOps, AttentionChunkedAgainstTheReference) {
   EXPECT_GE(checked.f32, static_cast<int>(cs.size()) * 3 * 2) << "avx2_flash took every case, at 1 and 2 threads";
 }
 
-// The reference's chunks against a plain softmax written here: the query at p sees keys
-// p - p % chunk .. p (and, with a window, none before p - window + 1).
-TEST(BackendOps, AttentionReferenceChunksAreTheDefinition) {
-  for (int64_t chunk : {1, 2, 3, 7})
-    for (int64_t window : {0, 2}) {
-      AttnCase c{9, 4, 2, 8, 8, 9, 0};
-      c.chunk = chunk;
-      c.window = window;
-      AttnData d;
-      std::vector<float> got;
-      AttentionArgs a = build(c, d, got);
-      for (auto& k : OpRegistry<AttentionArgs>::instance().kernels())
-        if (k.name == "ref" && k.backend == Backend::CPU) k.run(a);
-      const int64_t group = c.heads / c.kv_heads;
-      for (int64_t i = 0; i < c.n; ++i)
-        for (int64_t h = 0; h < c.heads; ++h) {
-          const int64_t p = a.pos[i], kvh = h / group;
-          const int64_t first = std::max(p / chunk * chunk, window ? p - window + 1 : int64_t{0});
-          std::vector<double> e;
-          double mx = -1e300, sum = 0;
-          for (int64_t t = first; t <= p; ++t) {
-            double dot = 0;
-            for (int64_t j = 0; j < c.hd; ++j) dot += a.q[(i * c.heads + h) * c.hd + j] * d.k[static_cast<size_t>(a.slot(0, t) * a.k_stride + kvh * c.hd + j)];
-            e.push_back(dot * a.scale);
-            mx = std::max(mx, e.back());
-          }
-          for (double& x : e) sum += (x = std::exp(x - mx));
-          for (int64_t j = 0; j < c.vd; ++j) {
-            double o = 0;
-            for (int64_t t = first; t <= p; ++t)
-              o += e[static_cast<size_t>(t - first)] * d.v[static_cast<size_t>(a.slot(0, t) * a.v_stride + kvh * c.vd + j)];
-            EXPECT_NEAR(got[static_cast<size_t>((i * c.heads + h) * c.vd + j)], o / sum, 1e-5)
-                << "chunk " << chunk << " window " << window << " token " << i << " head " << h;
-          }
-        }
-    }
-}
-
 // Gemma 2's score soft-capping against the reference: caps that bend every score (0.5), some
 // (5, with scale 1 for scores of several units) and few (50), alone and with a sliding window,
 // in decode (short, and long enough for KV splits), prefill from 0 and after a cached prefix,
@@ -461,14 +423,16 @@ TEST(BackendOps, AttentionSoftcapAgainstTheReference) {
   EXPECT_GE(checked.f32, static_cast<int>(cs.size()) * 3 * 2) << "avx2_flash took every case, at 1 and 2 threads";
 }
 
-// The reference's window, sinks and softcap against a plain softmax written here: the query at
-// p sees keys max(0, p - window + 1) .. p, s = cap tanh(scale q.k / cap) (or scale q.k), and
-// out = sum e^s v / (e^sink + sum e^s).
+// The reference's window, chunks, sinks and softcap against a plain softmax written here: the
+// query at p sees keys max(0, p - window + 1, p - p % chunk) .. p, s = cap tanh(scale q.k / cap)
+// (or scale q.k), and out = sum e^s v / (e^sink + sum e^s).
 TEST(BackendOps, AttentionReferenceWindowSinksAndSoftcapAreTheDefinition) {
-  for (int64_t window : {0, 1, 2, 5}) {
+  for (int64_t window : {0, 1, 2, 5})
+    for (int64_t chunk : {0, 2, 3})
     for (float softcap : {0.0f, 0.3f}) {
       AttnCase c{6, 4, 2, 8, 8, 6, 0};
       c.window = window;
+      c.chunk = chunk;
       c.sinks = true;
       c.softcap = softcap;
       c.scale = 2.0f;  // scores of a few units, so that a cap of 0.3 bends them
@@ -480,7 +444,8 @@ TEST(BackendOps, AttentionReferenceWindowSinksAndSoftcapAreTheDefinition) {
       const int64_t group = c.heads / c.kv_heads;
       for (int64_t i = 0; i < c.n; ++i)
         for (int64_t h = 0; h < c.heads; ++h) {
-          const int64_t p = a.pos[i], first = window ? std::max<int64_t>(0, p - window + 1) : 0, kvh = h / group;
+          const int64_t p = a.pos[i], kvh = h / group;
+          const int64_t first = std::max({int64_t{0}, window ? p - window + 1 : 0, chunk ? p - p % chunk : 0});
           std::vector<double> e;
           double mx = a.sinks[h];
           for (int64_t t = first; t <= p; ++t) {
@@ -496,11 +461,10 @@ TEST(BackendOps, AttentionReferenceWindowSinksAndSoftcapAreTheDefinition) {
             for (int64_t t = first; t <= p; ++t)
               o += e[static_cast<size_t>(t - first)] * d.v[static_cast<size_t>(a.slot(0, t) * a.v_stride + kvh * c.vd + j)];
             EXPECT_NEAR(got[static_cast<size_t>((i * c.heads + h) * c.vd + j)], o / sum, 1e-5)
-                << "window " << window << " softcap " << softcap << " token " << i << " head " << h;
+                << "window " << window << " chunk " << chunk << " softcap " << softcap << " token " << i << " head " << h;
           }
         }
     }
-  }
 }
 
 // Kernels without windows or sinks say so, and a batch that has them never reaches them.

@@ -424,6 +424,16 @@ TEST(HfGolden, GraniteRefusesMultipliersItCannotFold) {
   }
 }
 
+// Loading `dir` fails with an error that says `expect`.
+void expect_refused(const std::string& dir, const std::string& expect) {
+  try {
+    load_model_file(dir);
+    ADD_FAILURE() << dir << " loaded; expected: " << expect;
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find(expect), std::string::npos) << e.what();
+  }
+}
+
 // Llama 4 reads its keys (NoPE and chunked layers, the temperature tuning, sparse layers by
 // step or by list) and refuses by name what it does not run; the multimodal checkpoint
 // (Llama4ForConditionalGeneration: text_config, language_model.* names, a vision tower beside)
@@ -441,14 +451,6 @@ TEST(HfGolden, Llama4ReadsItsKeysAndTheMultimodalWrapper) {
     for (const std::string& k : drop) cfg.erase(k);
     std::ofstream(dir + "/config.json") << cfg.dump();
     return dir;
-  };
-  auto refused = [&](const std::string& dir, const std::string& expect) {
-    try {
-      load_model_file(dir);
-      ADD_FAILURE() << dir << " loaded; expected: " << expect;
-    } catch (const std::exception& e) {
-      EXPECT_NE(std::string(e.what()).find(expect), std::string::npos) << e.what();
-    }
   };
   {
     const ModelConfig c = load_model_file(text)->config;
@@ -484,11 +486,11 @@ TEST(HfGolden, Llama4ReadsItsKeysAndTheMultimodalWrapper) {
     EXPECT_EQ(d.nope_temp_floor, 0.0f);
     EXPECT_EQ(d.nope_layers, (std::vector<bool>{false, false, false, false}));
   }
-  refused(with({{"num_experts_per_tok", 2}}), "read here for top-1 routing only");
-  refused(with({{"hidden_act", "gelu"}}), "hidden_act 'gelu' is not supported for Llama 4");
-  refused(with({{"moe_layers", {0, 1, 3}}}), "missing tensor 'model.layers.0.feed_forward.experts.");
-  refused(with({{"moe_layers", {1, 4}}}), "moe_layers holds 4, not a layer index below num_hidden_layers (4)");
-  refused(with({{"layer_types", {"chunked_attention", "sliding_attention", "full_attention", "full_attention"}}}),
+  expect_refused(with({{"num_experts_per_tok", 2}}), "read here for top-1 routing only");
+  expect_refused(with({{"hidden_act", "gelu"}}), "hidden_act 'gelu' is not supported for Llama 4");
+  expect_refused(with({{"moe_layers", {0, 1, 3}}}), "missing tensor 'model.layers.0.feed_forward.experts.");
+  expect_refused(with({{"moe_layers", {1, 4}}}), "moe_layers holds 4, not a layer index below num_hidden_layers (4)");
+  expect_refused(with({{"layer_types", {"chunked_attention", "sliding_attention", "full_attention", "full_attention"}}}),
           "layer_types holds \"sliding_attention\"");
 
   // The multimodal wrapper: the same tensors under language_model., a vision tensor beside them.
@@ -578,20 +580,12 @@ TEST(HfGolden, NewArchitecturesReadTheirKeysAndRefuseTheRest) {
     std::ofstream(dir + "/config.json") << cfg.dump();
     return dir;
   };
-  auto refused = [&](const std::string& dir, const std::string& expect) {
-    try {
-      load_model_file(dir);
-      ADD_FAILURE() << dir << " loaded; expected: " << expect;
-    } catch (const std::exception& e) {
-      EXPECT_NE(std::string(e.what()).find(expect), std::string::npos) << e.what();
-    }
-  };
   {  // "LLLG": three sliding layers with RoPE, then a global one without
     const ModelConfig c =
         load_model_file(with("hf_exaone4", {{"sliding_window_pattern", "LLLG"}, {"sliding_window", 5}}, {"layer_types"}))->config;
     EXPECT_EQ(c.swa_layers, (std::vector<bool>{true, true, true, false}));
     EXPECT_EQ(c.nope_layers, (std::vector<bool>{false, false, false, true}));
-    refused(with("hf_exaone4", {{"sliding_window_pattern", "LGL"}}), "sliding_window_pattern 'LGL' is not supported");
+    expect_refused(with("hf_exaone4", {{"sliding_window_pattern", "LGL"}}), "sliding_window_pattern 'LGL' is not supported");
     // No sliding_window key: Exaone4Config's default window of 4096 on three layers of four.
     const ModelConfig d = load_model_file(with("hf_exaone4", {{"sliding_window_pattern", nullptr}}, {"sliding_window", "layer_types"}))->config;
     EXPECT_EQ(d.sliding_window, 4096);
@@ -601,8 +595,8 @@ TEST(HfGolden, NewArchitecturesReadTheirKeysAndRefuseTheRest) {
     const ModelConfig c = load_model_file(with("hf_ernie4_5_moe_interval", {{"moe_layer_end_index", 2}}))->config;
     EXPECT_TRUE(c.moe.is_moe_layer(1));
     EXPECT_FALSE(c.moe.is_moe_layer(3));
-    refused(with("hf_ernie4_5", {{"use_bias", true}}), "use_bias (biases on ERNIE 4.5's projections) is not supported");
-    refused(with("hf_ernie4_5_moe_interval", {{"moe_layer_end_index", 1e30}}), "moe_layer_end_index 1e+30 should be a layer index");
+    expect_refused(with("hf_ernie4_5", {{"use_bias", true}}), "use_bias (biases on ERNIE 4.5's projections) is not supported");
+    expect_refused(with("hf_ernie4_5_moe_interval", {{"moe_layer_end_index", 1e30}}), "moe_layer_end_index 1e+30 should be a layer index");
   }
   {  // OLMo 3's per-layer-type RoPE objects (transformers v5): the full layers' scaling, the sliding layers' base
     const nlohmann::json v5 = {{"rope_parameters",
@@ -613,22 +607,22 @@ TEST(HfGolden, NewArchitecturesReadTheirKeysAndRefuseTheRest) {
     EXPECT_EQ(c.rope_scaling.type, "yarn");
     EXPECT_EQ(c.rope_theta, 100000.0f);
     EXPECT_EQ(c.rope_theta_swa, 20000.0f);
-    refused(with("hf_olmo3", {{"rope_parameters", {{"sliding_attention", {{"rope_type", "linear"}, {"factor", 2.0}}}}}}),
+    expect_refused(with("hf_olmo3", {{"rope_parameters", {{"sliding_attention", {{"rope_type", "linear"}, {"factor", 2.0}}}}}}),
             "rope_parameters.sliding_attention rope_type 'linear' is not supported");
   }
-  refused(with("hf_hunyuan_dense", {{"rope_scaling", {{"alpha", nullptr}, {"factor", 2.0}}}}),  // (null: the key removed)
+  expect_refused(with("hf_hunyuan_dense", {{"rope_scaling", {{"alpha", nullptr}, {"factor", 2.0}}}}),  // (null: the key removed)
           "rope_scaling type 'dynamic' without alpha (sequence-length-dependent NTK scaling) is not supported");
-  refused(with("hf_hunyuan_dense", {{"rope_scaling", nullptr}, {"attention_bias", true}}),
+  expect_refused(with("hf_hunyuan_dense", {{"rope_scaling", nullptr}, {"attention_bias", true}}),
           "attention_bias (biases on Hunyuan's projections) is not supported");
   {  // Hunyuan-A13B's per-layer lists: one value for every layer, else refused
     EXPECT_EQ(load_model_file(with("hf_hunyuan_moe", {{"moe_topk", {2, 2}}, {"num_experts", {6, 6}}}))->config.moe.n_used, 2);
-    refused(with("hf_hunyuan_moe", {{"moe_topk", {2, 3}}}), "field 'moe_topk' differs between layers");
+    expect_refused(with("hf_hunyuan_moe", {{"moe_topk", {2, 3}}}), "field 'moe_topk' differs between layers");
   }
-  refused(with("hf_minimax_m2", {{"attn_type_list", {1, 0, 1}}}), "only full attention (1) is supported");
-  refused(with("hf_minimax_m2", {{"attn_type_list", {1, 1, 1}}, {"qk_norm_type", "per_head"}}),
+  expect_refused(with("hf_minimax_m2", {{"attn_type_list", {1, 0, 1}}}), "only full attention (1) is supported");
+  expect_refused(with("hf_minimax_m2", {{"attn_type_list", {1, 1, 1}}, {"qk_norm_type", "per_head"}}),
           "qk_norm_type 'per_head' is not supported");
-  refused(with("hf_seed_oss", {{"attention_out_bias", true}}), "attention_out_bias (biases on Seed-OSS's output projections)");
-  refused(with("hf_granite_moe", {{"architectures", {"GraniteMoeSharedForCausalLM"}}, {"shared_intermediate_size", 32}}),
+  expect_refused(with("hf_seed_oss", {{"attention_out_bias", true}}), "attention_out_bias (biases on Seed-OSS's output projections)");
+  expect_refused(with("hf_granite_moe", {{"architectures", {"GraniteMoeSharedForCausalLM"}}, {"shared_intermediate_size", 32}}),
           "has no shared_mlp.input_linear, but shared_intermediate_size is 32");
 }
 
